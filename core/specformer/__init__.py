@@ -1,0 +1,45 @@
+"""specformer: decoder-only transformer language models assembled from spec files and plugins.
+
+::
+
+    import specformer
+    model = specformer.build("specs/tiny.yaml")
+    logits = model(input_ids)                 # (B, T, vocab)
+    specformer.save(model, "tiny.safetensors")
+    same = specformer.load("tiny.safetensors")
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from specformer.builder import build
+from specformer.checkpoint import load, save
+from specformer.decoder import Decoder
+from specformer.errors import CheckpointError, Problem, RegistryError, SpecError, UserError
+from specformer.hookspecs import hookimpl
+from specformer.params import Params, SubComponent
+from specformer.plugins import get_plugin_manager, get_registry
+from specformer.spec import Spec, load_spec
+from specformer.summary import summarize
+
+__all__ = [
+    "CheckpointError",
+    "Decoder",
+    "Params",
+    "Problem",
+    "RegistryError",
+    "Spec",
+    "SpecError",
+    "SubComponent",
+    "UserError",
+    "__version__",
+    "build",
+    "get_plugin_manager",
+    "get_registry",
+    "hookimpl",
+    "load",
+    "load_spec",
+    "save",
+    "summarize",
+]

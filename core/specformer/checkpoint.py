@@ -1,0 +1,117 @@
+"""Checkpoints: one ``.safetensors`` file whose header metadata carries the spec.
+
+Never pickle: tensors go through safetensors, everything else through JSON strings in
+the header. Writes are atomic (a temporary file renamed over the target), so an
+interrupted save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from specformer.errors import CheckpointError, SpecError
+
+FORMAT = "specformer-checkpoint/1"
+
+
+def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] | None = None) -> Path:
+    """Write ``model``'s weights and spec to ``path`` atomically; return the path."""
+    from specformer import __version__
+
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise ValueError("the model has no .spec; build it with specformer.build() to save it")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    header = {"format": FORMAT, "spec": spec.to_json(), "specformer_version": __version__, **(metadata or {})}
+    write_safetensors_atomic(tensors, path, header)
+    return path
+
+
+def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The header metadata of a checkpoint; CheckpointError if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error types for truncated/garbage files
+        raise CheckpointError(f"{path}: not a readable safetensors checkpoint ({type(exc).__name__}: {exc})") from None
+    if metadata.get("format") != FORMAT or "spec" not in metadata:
+        raise CheckpointError(
+            f"{path}: a safetensors file but not a specformer checkpoint (no spec in its header; "
+            f"expected format {FORMAT!r}, found {metadata.get('format')!r})"
+        )
+    return metadata
+
+
+def read_tensors(path: str | Path, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    try:
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            return {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as exc:
+        raise CheckpointError(f"{path}: cannot read tensors ({type(exc).__name__}: {exc})") from None
+
+
+def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any = None) -> Any:
+    """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly."""
+    from specformer.builder import build
+
+    metadata = read_metadata(path)
+    try:
+        spec_data = json.loads(metadata["spec"])
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: the spec in the header is not valid JSON ({exc})") from None
+    try:
+        model = build(spec_data, registry=registry)
+    except SpecError as exc:
+        raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
+    tensors = read_tensors(path)
+    load_weights(model, tensors, where=str(path))
+    return model.to(device)
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], *, where: str) -> None:
+    """Copy ``tensors`` into ``model``; name every missing, unexpected or mis-shaped tensor."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    misshaped = sorted(
+        f"{name} (checkpoint {tuple(tensors[name].shape)}, model {tuple(expected[name].shape)})"
+        for name in set(expected) & set(tensors)
+        if tensors[name].shape != expected[name].shape
+    )
+    problems = []
+    if missing:
+        problems.append(f"missing tensors: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+    if misshaped:
+        problems.append(f"mis-shaped tensors: {', '.join(misshaped)}")
+    if problems:
+        raise CheckpointError(f"{where}: does not match its spec; " + "; ".join(problems))
+    dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
+    if len(dtypes) == 1:
+        model.to(dtype=dtypes.pop())  # keep the saved precision so the round trip is bit-exact
+    model.load_state_dict(tensors, strict=True)

@@ -1,0 +1,231 @@
+"""The ``specformer`` command. Core subcommands live here; plugins add theirs through
+``specformer_register_commands``.
+
+A user's mistake (:class:`~specformer.errors.UserError`) prints one clear message and
+exits with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from specformer.errors import RegistryError, UserError
+
+
+@dataclass
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int | None]
+    plugin: str
+
+
+class Commands:
+    """What ``specformer_register_commands`` receives: ``commands.add(name, help=, configure=, run=)``."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Command] = {}
+        self._plugin = "core"
+
+    def add(
+        self,
+        name: str,
+        *,
+        help: str,
+        configure: Callable[[argparse.ArgumentParser], None],
+        run: Callable[[argparse.Namespace], int | None],
+    ) -> None:
+        if name in self.by_name:
+            raise RegistryError(
+                f"plugin {self._plugin!r} adds command {name!r}, already added by plugin {self.by_name[name].plugin!r}"
+            )
+        self.by_name[name] = Command(name, help, configure, run, self._plugin)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on bad flags already; keep its message to one line plus usage."""
+
+
+def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
+    from specformer import __version__
+    from specformer.plugins import get_plugin_manager
+
+    parser = _Parser(
+        prog="specformer",
+        description="Build, inspect, train and sample decoder-only transformers from spec files.",
+    )
+    parser.add_argument("--version", action="version", version=f"specformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = Commands()
+    _core_commands(commands)
+    pm = get_plugin_manager()
+    for impl in reversed(pm.hook.specformer_register_commands.get_hookimpls()):
+        commands._plugin = impl.plugin_name
+        impl.function(commands=commands)
+    for command in commands.by_name.values():
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(p)
+        p.set_defaults(_run=command.run)
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser, _ = make_parser()
+    except RegistryError as exc:
+        print(f"specformer: plugin error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RegistryError as exc:
+        print(f"plugin error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+# -- core commands ---------------------------------------------------------------------
+
+
+def _core_commands(commands: Commands) -> None:
+    commands.add("validate", help="Check spec files against the registry; exit 2 listing every problem.",
+                 configure=_configure_validate, run=_run_validate)
+    commands.add("summary", help="Parameters per component, FLOPs per token and KV-cache size of a spec.",
+                 configure=_configure_summary, run=_run_summary)
+    commands.add("components", help="List registered components with their plugin, doc and params.",
+                 configure=_configure_components, run=_run_components)
+    commands.add("plugins", help="List loaded plugins and where they came from.",
+                 configure=lambda p: None, run=_run_plugins)
+    commands.add("schema", help="Print the JSON Schema of a spec (every registered component included).",
+                 configure=_configure_schema, run=_run_schema)
+
+
+def _configure_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (.yaml, .yml, .json, .toml)")
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from specformer.errors import SpecError
+    from specformer.spec import load_spec
+
+    failed = False
+    for path in args.specs:
+        try:
+            load_spec(path)
+            print(f"{path}: ok")
+        except SpecError as exc:
+            failed = True
+            print(str(exc), file=sys.stderr)
+    return 2 if failed else 0
+
+
+def _configure_summary(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="a spec file, or a .safetensors checkpoint")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_summary(args: argparse.Namespace) -> int:
+    from specformer.summary import format_summary, summarize
+
+    spec = _spec_from_file_or_checkpoint(args.spec)
+    s = summarize(spec)
+    print(json.dumps(s.to_dict(), indent=2) if args.json else format_summary(s, title=args.spec))
+    return 0
+
+
+def _spec_from_file_or_checkpoint(path: str) -> Any:
+    from specformer.checkpoint import read_metadata
+    from specformer.spec import load_spec
+
+    if path.endswith(".safetensors"):
+        return load_spec(json.loads(read_metadata(path)["spec"]))
+    return load_spec(path)
+
+
+def _configure_components(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", nargs="?", help="only this kind (positional, norm, ffn, attention, layout, sampler, ...)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_components(args: argparse.Namespace) -> int:
+    from specformer.plugins import get_registry
+
+    registry = get_registry()
+    if args.kind and args.kind not in registry.kinds:
+        raise UserError(f"unknown kind {args.kind!r}; known kinds: {', '.join(sorted(registry.kinds))}")
+    chosen = [c for c in registry if not args.kind or c.kind == args.kind]
+    if args.json:
+        print(json.dumps([
+            {"kind": c.kind, "name": c.name, "plugin": c.plugin, "doc": c.summary, "params": {
+                k: (None if v is ... else v) for k, v in _jsonable_defaults(c).items()}}
+            for c in chosen
+        ], indent=2))
+        return 0
+    for kind in sorted({c.kind for c in chosen}):
+        print(f"{kind}:")
+        for c in (c for c in chosen if c.kind == kind):
+            print(f"  {c.name:<20} [{c.plugin}] {c.summary}")
+            for name, default in _jsonable_defaults(c).items():
+                shown = "required" if default is ... else f"default {json.dumps(default)}"
+                print(f"      {name}: {shown}")
+    return 0
+
+
+def _jsonable_defaults(c: Any) -> dict[str, Any]:
+    out = {}
+    for k, v in c.defaults().items():
+        if v is ...:
+            out[k] = v
+            continue
+        try:
+            json.dumps(v)
+            out[k] = v
+        except TypeError:
+            out[k] = v.to_dict() if hasattr(v, "to_dict") else str(v)
+    return out
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    from specformer.plugins import get_registry, plugin_infos
+
+    registry = get_registry()
+    for info in plugin_infos():
+        count = sum(1 for c in registry if c.plugin == info.name)
+        print(f"{info.name:<12} {info.distribution} {info.version}  module {info.module}  ({count} components)")
+        if info.file:
+            print(f"{'':<12} {info.file}")
+    return 0
+
+
+def _configure_schema(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+
+def _run_schema(args: argparse.Namespace) -> int:
+    from specformer.plugins import get_registry
+    from specformer.schema import spec_json_schema
+
+    text = json.dumps(spec_json_schema(get_registry()), indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

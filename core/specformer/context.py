@@ -1,0 +1,68 @@
+"""What the Decoder hands every block on one forward pass, and the KV-cache contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from specformer.positional import PositionalScheme
+
+
+@runtime_checkable
+class KVCache(Protocol):
+    """Anything that stores keys and values between forward passes (the generate plugin's caches).
+
+    ``update`` receives the new keys and values of one layer ``(B, n_kv, T, head_dim)``
+    and their absolute positions ``(B, T)``, stores them, and returns the keys and values
+    attention should read ``(B, n_kv, S, head_dim)`` with the absolute position of each
+    slot ``(B, S)``; a negative position marks an empty or padded slot, which is never
+    attended to.
+    """
+
+    def update(self, layer_index: int, key: Tensor, value: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]: ...
+
+
+@dataclass
+class ForwardContext:
+    """Per-forward facts shared by every layer."""
+
+    positions: Tensor  # (B, T) absolute positions of the tokens in this forward; < 0 is padding
+    positional: PositionalScheme
+    positional_state: Any = None
+    cache: KVCache | None = None
+    # True when positions are 0..T-1 in every row and there is no cache, so attention may
+    # use the fused causal kernel instead of an explicit mask.
+    plain_causal: bool = False
+    # Keyed by the id of the key-positions tensor, which is kept alive alongside so the id
+    # cannot be reused by another tensor during this forward.
+    _masks: dict[tuple[int, int | None], tuple[Tensor, Tensor]] = field(default_factory=dict)
+
+    def attention_mask(self, k_positions: Tensor, *, window: int | None = None) -> Tensor:
+        """Boolean ``(B, 1, Tq, Tk)``: True where a query may attend to a key.
+
+        A query attends to keys at its own or earlier positions (within ``window`` when
+        given) and never to padding. Padding queries attend everywhere so their rows stay
+        finite; their outputs are never used.
+        """
+        key = (id(k_positions), window)
+        hit = self._masks.get(key)
+        if hit is None:
+            hit = (k_positions, causal_mask(self.positions, k_positions, window=window))
+            self._masks[key] = hit
+        return hit[1]
+
+
+def causal_mask(q_positions: Tensor, k_positions: Tensor, *, window: int | None = None) -> Tensor:
+    q = q_positions[:, None, :, None]  # (B, 1, Tq, 1)
+    k = k_positions[:, None, None, :]  # (B, 1, 1, Tk)
+    allowed = (k <= q) & (k >= 0)
+    if window is not None:
+        allowed &= (q - k) < window
+    return allowed | (q < 0)
+
+
+def default_positions(batch: int, length: int, *, device: torch.device | str) -> Tensor:
+    return torch.arange(length, device=device).expand(batch, length)

@@ -1,0 +1,154 @@
+"""The Decoder: embed -> positional -> blocks -> final norm -> LM head.
+
+A plain ``nn.Module``. It knows no concrete component: the builder hands it a
+positional scheme, a list of blocks (each built by a layout component from an
+attention, an ffn and norms) and a final norm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specformer.context import ForwardContext, KVCache, default_positions
+from specformer.positional import PositionalScheme
+
+
+class Decoder(nn.Module):
+    """A decoder-only transformer language model.
+
+    ``model(input_ids)`` returns logits ``(B, T, vocab_size)``. A generator passes
+    ``positions`` (absolute, ``(B, T)``, negative for padding) and a ``cache`` holding
+    the keys and values of earlier tokens.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        padded_vocab_size: int,
+        d_model: int,
+        context_length: int,
+        positional: PositionalScheme,
+        blocks: list[nn.Module],
+        final_norm: nn.Module,
+        tie_embeddings: bool = True,
+        lm_head_bias: bool = False,
+        embedding_multiplier: float = 1.0,
+        logit_softcap: float | None = None,
+        embedding_dropout: float = 0.0,
+        spec: Any = None,
+    ) -> None:
+        super().__init__()
+        if padded_vocab_size < vocab_size:
+            raise ValueError(f"padded_vocab_size {padded_vocab_size} is smaller than vocab_size {vocab_size}")
+        if lm_head_bias and tie_embeddings:
+            raise ValueError("an LM head bias needs untied embeddings")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.context_length = context_length
+        self.embedding = nn.Embedding(padded_vocab_size, d_model)
+        self.positional = positional
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = final_norm
+        self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
+        self.embedding_multiplier = embedding_multiplier
+        self.logit_softcap = logit_softcap
+        self.embedding_dropout = nn.Dropout(embedding_dropout)
+        self.spec = spec
+
+    @property
+    def tie_embeddings(self) -> bool:
+        return self.lm_head is None
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
+        batch, length = input_ids.shape
+        plain_causal = positions is None and cache is None
+        if positions is None:
+            if cache is not None:
+                raise ValueError("a forward with a cache needs the absolute positions of its tokens")
+            if length > self.context_length:
+                raise ValueError(f"sequence of {length} tokens is longer than the context length {self.context_length}")
+            positions = default_positions(batch, length, device=input_ids.device)
+
+        x = self.embedding(input_ids)  # (B, T, D)
+        if self.embedding_multiplier != 1.0:
+            # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
+            x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        added = self.positional.embed(positions)
+        if added is not None:
+            x = x + added
+        x = self.embedding_dropout(x)
+
+        ctx = ForwardContext(
+            positions=positions,
+            positional=self.positional,
+            positional_state=self.positional.prepare(positions),
+            cache=cache,
+            plain_causal=plain_causal,
+        )
+        for block in self.blocks:
+            x = block(x, ctx)
+        if last_only:
+            x = x[:, -1:, :]
+        x = self.final_norm(x)
+        logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
+        if self.logit_softcap is not None:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        if logits.shape[-1] != self.vocab_size:
+            logits = logits[..., : self.vocab_size]
+        return logits
+
+    # -- facts other plugins need -------------------------------------------------------
+
+    def attention_modules(self) -> list[nn.Module]:
+        """Each block's attention, in layer order (they expose n_kv_heads, head_dim, window)."""
+        return [block.attention for block in self.blocks]
+
+    def auxiliary_loss(self) -> Tensor | None:
+        """The sum of auxiliary losses (e.g. MoE load balancing) set by the last forward, if any."""
+        losses = [m.aux_loss for m in self.modules() if isinstance(getattr(m, "aux_loss", None), Tensor)]
+        return torch.stack(losses).sum() if losses else None
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            total -= self.embedding.weight.numel()
+            total -= sum(p.numel() for p in self.positional.parameters())
+        return total
+
+    # -- initialisation -------------------------------------------------------------------
+
+    def init_weights(self, *, std: float = 0.02) -> None:
+        """GPT-2 style init: normal(std) everywhere, output projections scaled by 1/sqrt(2 * n_layers).
+
+        Each component knows which of its weights feed the residual stream and implements
+        ``init_weights(std=..., residual_std=...)``; the Decoder only handles its own tensors.
+        """
+        residual_std = std / math.sqrt(2 * len(self.blocks))
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=std)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
+            if self.lm_head.bias is not None:
+                nn.init.zeros_(self.lm_head.bias)
+        for module in self._components():
+            module.init_weights(std=std, residual_std=residual_std)
+
+    def _components(self) -> Iterator[nn.Module]:
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "init_weights", None)):
+                yield module

@@ -1,0 +1,90 @@
+"""Every hook a specformer plugin can implement.
+
+A plugin is a module (or object) with functions named like the specs below, marked
+with :data:`hookimpl`, and declared in its package's ``pyproject.toml``::
+
+    [project.entry-points.specformer]
+    myplugin = "my_package.plugin"
+
+The built-in plugins (layers, generate, train, hf) are registered exactly this way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import argparse
+
+    from specformer.registry import PluginRegistry
+    from specformer.spec import Spec
+
+PROJECT = "specformer"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+#: Decorate a plugin's hook implementations with this.
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def specformer_register_components(registry: "PluginRegistry") -> None:
+    """Add components, new kinds or spec sections.
+
+    Called once per plugin when the registry is first needed, with a view of the
+    registry that records the plugin's name on everything it registers::
+
+        registry.register("norm", "scalenorm", factory=ScaleNorm.from_params, params=ScaleNorm.Params)
+        registry.add_section("train", TrainSpec)   # a top-level spec section
+
+    A name already taken, a Params model without ``extra="forbid"``, or a factory that
+    cannot take the sizes of its kind raises :class:`~specformer.errors.RegistryError`
+    naming the plugin.
+    """
+
+
+@hookspec
+def specformer_register_commands(commands: "Any") -> None:
+    """Add subcommands to the ``specformer`` command line.
+
+    ``commands.add(name, help=..., configure=fn(parser), run=fn(args) -> int)``;
+    ``configure`` receives an :class:`argparse.ArgumentParser` to add arguments to, and
+    ``run`` receives the parsed arguments and returns the exit code. Raise
+    :class:`~specformer.errors.UserError` for a user's mistake: the CLI prints its
+    message and exits with code 2.
+    """
+
+
+@hookspec
+def specformer_validate_spec(spec: "Spec", registry: Any) -> "list[Any] | None":
+    """Cross-component checks a plugin knows about, run after a spec validated.
+
+    Return a list of :class:`~specformer.errors.Problem` (or strings); an empty list or
+    None means no problem.
+    """
+
+
+@hookspec
+def specformer_on_train_step(step: int, metrics: "dict[str, float]") -> None:
+    """After each optimizer step: ``metrics`` has at least ``loss``, ``lr``, ``tokens_per_s``."""
+
+
+@hookspec
+def specformer_on_eval(step: int, metrics: "dict[str, float]") -> None:
+    """After each evaluation: ``metrics`` has at least ``val_loss`` and ``val_perplexity``."""
+
+
+@hookspec
+def specformer_on_checkpoint_saved(step: int, path: str) -> None:
+    """After a checkpoint was written (atomically) to ``path``."""
+
+
+@hookspec
+def specformer_on_train_end(step: int, metrics: "dict[str, float]", out_dir: str) -> None:
+    """Once, when training stops (finished, interrupted or stopped on a non-finite loss)."""
+
+
+@hookspec
+def specformer_on_generate_end(tokens: int, seconds: float) -> None:
+    """After a ``generate`` call: the number of new tokens and the wall time it took."""

@@ -1,0 +1,83 @@
+"""Helpers for writing a component's ``Params`` model.
+
+``Params`` models are plain pydantic models with ``extra="forbid"``. A param that is
+itself a component (an attention's ``qk_norm``, a RoPE ``scaling``) is declared with
+:func:`SubComponent`; after validation it holds a :class:`~specformer.registry.Resolved`
+whose ``make(**sizes)`` the parent calls with the sizes only it knows.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from specformer.errors import UnknownComponentError
+from specformer.registry import Resolved
+
+
+class Params(BaseModel):
+    """Base class for component params: unknown keys are errors, values are re-validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+COMPONENT_MARKER = "x-specformer-component"
+
+
+def component_schema_ref(kind: str) -> dict[str, str]:
+    """Where `specformer schema` puts the union of every registered component of ``kind``."""
+    return {"$ref": f"#/$defs/{kind}-component"}
+
+
+def component_schema_marker(kind: str) -> dict[str, str]:
+    """The schema a Params model shows for a sub-component; `specformer schema` swaps it for the union."""
+    return {"type": "object", COMPONENT_MARKER: kind, "description": f"a {kind} component"}
+
+
+def as_component_ref(value: Any) -> dict[str, Any]:
+    """A spec may name a component by a bare string: ``norm: rmsnorm`` is ``{kind: rmsnorm}``."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict):
+        if "kind" not in value:
+            raise ValueError("a component needs a 'kind' naming the registered component")
+        if not isinstance(value["kind"], str):
+            raise ValueError(f"'kind' must be a string naming a component, got {value['kind']!r}")
+        return dict(value)
+    raise ValueError(f"expected a component as a name or a mapping with 'kind', got {value!r}")
+
+
+def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotations
+    """Annotate a Params field whose value is a component of ``kind`` (validated against the registry)."""
+
+    def validate(value: Any, info: Any) -> Resolved:
+        if isinstance(value, Resolved):
+            return value
+        try:
+            ref = as_component_ref(value)
+        except ValueError as exc:
+            raise PydanticCustomError("component_ref", str(exc)) from None
+        from specformer.plugins import get_registry  # late: plugins imports the registry
+
+        registry = (info.context or {}).get("registry") or get_registry()
+        try:
+            return registry.resolve(kind, ref, context=info.context)
+        except UnknownComponentError as exc:
+            raise PydanticCustomError("unknown_component", str(exc)) from None
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"] for e in exc.errors()
+            )
+            raise PydanticCustomError("invalid_component", "{name}: {detail}", {"name": ref["kind"], "detail": detail})
+
+    return Annotated[
+        Any,
+        PlainValidator(validate),
+        PlainSerializer(lambda r: r.to_dict(), return_type=dict),
+        WithJsonSchema(component_schema_marker(kind)),
+    ]
+
+
+__all__ = ["Params", "SubComponent", "as_component_ref", "component_schema_ref"]

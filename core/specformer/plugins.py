@@ -1,0 +1,99 @@
+"""Finding plugins and building the registry from them.
+
+Nothing happens at import time: :func:`get_plugin_manager` loads the entry points of
+group ``specformer`` the first time it is called, and :func:`get_registry` asks every
+plugin to register its components the first time it is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from specformer import hookspecs
+from specformer.errors import RegistryError
+from specformer.registry import Registry
+
+ENTRY_POINT_GROUP = "specformer"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a loaded plugin came from."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    file: str
+
+
+_infos: dict[str, PluginInfo] = {}
+
+
+@functools.cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The plugin manager with the hookspecs and every ``specformer`` entry point loaded."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if pm.has_plugin(ep.name):
+            continue  # the same distribution found twice on sys.path
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            dist = ep.dist.name if ep.dist else "?"
+            raise RegistryError(
+                f"plugin {ep.name!r} (entry point {ep.value!r} of distribution {dist!r}) failed to import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        register_plugin(pm, plugin, name=ep.name, distribution=ep.dist.name if ep.dist else "?",
+                        version=ep.dist.version if ep.dist else "?")
+    return pm
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: Any, *, name: str, distribution: str = "(in process)", version: str = "") -> None:
+    """Register one plugin object, checking its hooks against the hookspecs."""
+    try:
+        pm.register(plugin, name=name)
+        pm.check_pending()
+    except (ValueError, pluggy.PluginValidationError) as exc:
+        raise RegistryError(f"plugin {name!r}: {exc}") from exc
+    _infos[name] = PluginInfo(
+        name=name,
+        module=getattr(plugin, "__name__", type(plugin).__name__),
+        distribution=distribution,
+        version=version,
+        file=getattr(plugin, "__file__", "") or "",
+    )
+
+
+def plugin_infos() -> list[PluginInfo]:
+    pm = get_plugin_manager()
+    return [_infos[name] for name, _ in sorted(pm.list_name_plugin()) if name in _infos]
+
+
+@functools.cache
+def get_registry() -> Registry:
+    """The registry filled by every plugin's ``specformer_register_components``."""
+    return build_registry(get_plugin_manager())
+
+
+def build_registry(pm: pluggy.PluginManager) -> Registry:
+    registry = Registry()
+    for impl in reversed(pm.hook.specformer_register_components.get_hookimpls()):
+        impl.function(registry=registry.for_plugin(impl.plugin_name))
+    return registry
+
+
+def reset() -> None:
+    """Forget the loaded plugins and registry (tests use this after installing a plugin)."""
+    get_plugin_manager.cache_clear()
+    get_registry.cache_clear()
+    _infos.clear()
+    importlib.invalidate_caches()

@@ -1,0 +1,39 @@
+"""The contract between a positional scheme, the Decoder and attention.
+
+A scheme can act in three places, and implements the ones it needs:
+
+* ``embed(positions)``: a tensor added to the token embeddings (learned, sinusoidal);
+* ``rotate(x, state)``: a transform of queries and keys inside attention (RoPE);
+* ``attention_bias(q_positions, k_positions, state)``: an additive bias on the
+  attention scores (ALiBi).
+
+``prepare(positions)`` runs once per forward and its result (``state``) is handed to
+every layer, so per-position tables (RoPE's cos/sin) are computed once, not per layer.
+Positions are absolute token positions ``(B, T)``; a negative position marks padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+
+class PositionalScheme(nn.Module):
+    """Base class: by default a scheme adds nothing and changes nothing."""
+
+    def embed(self, positions: Tensor) -> Tensor | None:
+        """``(B, T, d_model)`` to add to the token embeddings, or None."""
+        return None
+
+    def prepare(self, positions: Tensor) -> Any:
+        """Per-forward state shared by all layers (computed once)."""
+        return None
+
+    def rotate(self, x: Tensor, state: Any) -> Tensor:
+        """Queries or keys ``(B, H, T, head_dim)`` as attention should see them."""
+        return x
+
+    def attention_bias(self, q_positions: Tensor, k_positions: Tensor, state: Any) -> Tensor | None:
+        """An additive score bias ``(B or 1, H, Tq, Tk)`` or None."""
+        return None

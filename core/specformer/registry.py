@@ -1,0 +1,282 @@
+"""The component registry: kind -> name -> :class:`Component`.
+
+A component is a factory plus the pydantic ``Params`` model that describes its
+settings. Plugins add components in their ``specformer_register_components`` hook;
+the builder looks them up by the ``kind`` a spec names and calls
+``factory(params, **sizes)`` with the sizes that kind promises (see :data:`KINDS`).
+
+Registration is checked when it happens, so a plugin author hears about a mistake
+(a Params model that accepts unknown keys, a factory that cannot take the sizes of
+its kind, a name already taken) with the plugin's name attached, not later from
+deep inside a build.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from pydantic import BaseModel, ValidationError
+
+from specformer.errors import RegistryError, UnknownComponentError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A family of interchangeable components and the sizes the builder passes to each."""
+
+    name: str
+    doc: str
+    sizes: tuple[str, ...] = ()
+
+
+#: The kinds the core knows how to wire into a Decoder. Plugins may add kinds of their own.
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "positional",
+            "How token positions enter the model: added to the embeddings or applied inside attention.",
+            ("d_model", "n_heads", "head_dim", "context_length"),
+        ),
+        Kind("norm", "A normalisation layer over the last dimension.", ("dim",)),
+        Kind("ffn", "The position-wise feed-forward sublayer of a block.", ("d_model", "layer_index", "n_layers")),
+        Kind(
+            "attention",
+            "The causal self-attention sublayer of a block.",
+            ("d_model", "layer_index", "n_layers"),
+        ),
+        Kind(
+            "layout",
+            "How a block wires its norms, attention and feed-forward around the residual stream.",
+            ("d_model", "attention", "ffn", "make_norm", "layer_index", "n_layers"),
+        ),
+        Kind("sampler", "A step that turns next-token logits into a choice (a logits processor or a draw).", ()),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered component: what it is, how to build it, and where it came from."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    params: type[BaseModel]
+    plugin: str
+    doc: str
+    source: str
+    paper: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """The first line of the component's documentation."""
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+    def defaults(self) -> dict[str, Any]:
+        """Each param's default, or ``...`` where the param is required."""
+        out: dict[str, Any] = {}
+        for name, info in self.params.model_fields.items():
+            out[name] = ... if info.is_required() else info.get_default(call_default_factory=True)
+        return out
+
+
+@dataclass
+class Resolved:
+    """A component chosen by a spec, with its validated params: ``make(**sizes)`` builds it."""
+
+    component: Component
+    params: BaseModel
+
+    def make(self, **sizes: Any) -> Any:
+        return self.component.factory(self.params, **sizes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec form: ``{"kind": name, **params}``, nested components included."""
+        return {"kind": self.component.name, **self.params.model_dump(mode="json")}
+
+
+@dataclass
+class Registry:
+    """Every registered component, by kind and name."""
+
+    kinds: dict[str, Kind] = field(default_factory=lambda: dict(KINDS))
+    _components: dict[str, dict[str, Component]] = field(default_factory=dict)
+    sections: dict[str, tuple[type[BaseModel], str]] = field(default_factory=dict)
+
+    # -- registration ---------------------------------------------------------------
+
+    def for_plugin(self, plugin: str) -> "PluginRegistry":
+        """A view that stamps every registration with ``plugin``."""
+        return PluginRegistry(self, plugin)
+
+    def add_kind(self, name: str, *, doc: str, sizes: tuple[str, ...] = (), plugin: str = "?") -> None:
+        if name in self.kinds and self.kinds[name] != Kind(name, doc, tuple(sizes)):
+            raise RegistryError(f"plugin {plugin!r} redefines kind {name!r}, already defined differently")
+        self.kinds[name] = Kind(name, doc, tuple(sizes))
+
+    def add_section(self, name: str, model: type[BaseModel], *, plugin: str = "?") -> None:
+        """Let specs carry a top-level section ``name`` validated by ``model`` (e.g. ``train``)."""
+        if name == "model":
+            raise RegistryError(f"plugin {plugin!r} cannot register the section 'model': the core owns it")
+        if name in self.sections and self.sections[name][0] is not model:
+            raise RegistryError(
+                f"plugin {plugin!r} registers spec section {name!r}, already registered by plugin "
+                f"{self.sections[name][1]!r}"
+            )
+        _check_params_model(model, where=f"plugin {plugin!r}, section {name!r}")
+        self.sections[name] = (model, plugin)
+
+    def register(
+        self,
+        kind: str,
+        name: str,
+        *,
+        factory: Callable[..., Any],
+        params: type[BaseModel],
+        plugin: str = "?",
+        doc: str | None = None,
+        paper: str | None = None,
+    ) -> Component:
+        """Add a component; raise :class:`RegistryError` naming the plugin if anything is off."""
+        where = f"plugin {plugin!r}, {kind} {name!r}"
+        if kind not in self.kinds:
+            raise RegistryError(f"{where}: unknown kind {kind!r}; known kinds: {', '.join(sorted(self.kinds))}")
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise RegistryError(f"{where}: a name must be letters, digits, '_' or '-'")
+        existing = self._components.get(kind, {}).get(name)
+        if existing is not None:
+            raise RegistryError(
+                f"{where}: the name is already registered by plugin {existing.plugin!r} ({existing.source})"
+            )
+        _check_params_model(params, where=where)
+        _check_factory(factory, params, self.kinds[kind], where=where)
+        component = Component(
+            kind=kind,
+            name=name,
+            factory=factory,
+            params=params,
+            plugin=plugin,
+            doc=inspect.cleandoc(doc or getattr(factory, "__doc__", None) or getattr(
+                getattr(factory, "__self__", None), "__doc__", None) or ""),
+            source=_source_of(factory),
+            paper=paper,
+        )
+        self._components.setdefault(kind, {})[name] = component
+        return component
+
+    # -- lookup ---------------------------------------------------------------------
+
+    def get(self, kind: str, name: str) -> Component:
+        """The component ``name`` of ``kind``; an unknown name lists what exists and the closest match."""
+        if kind not in self.kinds:
+            raise UnknownComponentError(f"unknown kind {kind!r}; known kinds: {', '.join(sorted(self.kinds))}")
+        by_name = self._components.get(kind, {})
+        if name not in by_name:
+            raise UnknownComponentError(unknown_name_message(kind, name, sorted(by_name)))
+        return by_name[name]
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._components.get(kind, {}))
+
+    def __iter__(self) -> Iterator[Component]:
+        for kind in sorted(self._components):
+            for name in sorted(self._components[kind]):
+                yield self._components[kind][name]
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._components.values())
+
+    def resolve(self, kind: str, ref: dict[str, Any], *, context: dict[str, Any] | None = None) -> Resolved:
+        """Validate ``{"kind": name, **params}`` against the component's Params model.
+
+        Raises :class:`UnknownComponentError` or pydantic's ``ValidationError``.
+        """
+        params = dict(ref)
+        name = params.pop("kind")
+        component = self.get(kind, name)
+        validated = component.params.model_validate(params, context={"registry": self, **(context or {})})
+        return Resolved(component, validated)
+
+
+@dataclass
+class PluginRegistry:
+    """The registry as one plugin sees it: registrations carry the plugin's name."""
+
+    registry: Registry
+    plugin: str
+
+    def register(self, kind: str, name: str, **kwargs: Any) -> Component:
+        return self.registry.register(kind, name, plugin=self.plugin, **kwargs)
+
+    def add_kind(self, name: str, *, doc: str, sizes: tuple[str, ...] = ()) -> None:
+        self.registry.add_kind(name, doc=doc, sizes=sizes, plugin=self.plugin)
+
+    def add_section(self, name: str, model: type[BaseModel]) -> None:
+        self.registry.add_section(name, model, plugin=self.plugin)
+
+
+def unknown_name_message(kind: str, name: str, available: list[str]) -> str:
+    close = difflib.get_close_matches(str(name), available, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listing = ", ".join(available) if available else "(none registered)"
+    return f"unknown {kind} {name!r}{hint} registered {kind} components: {listing}"
+
+
+def _check_params_model(params: Any, *, where: str) -> None:
+    if not (inspect.isclass(params) and issubclass(params, BaseModel)):
+        raise RegistryError(f"{where}: params must be a pydantic BaseModel subclass, got {params!r}")
+    if params.model_config.get("extra") != "forbid":
+        raise RegistryError(
+            f"{where}: {params.__name__} must set model_config = ConfigDict(extra='forbid') "
+            "so that a misspelt key in a spec is an error, not silently ignored"
+        )
+    try:
+        params.model_json_schema()
+    except Exception as exc:  # a Params model the docs and `specformer schema` cannot describe
+        raise RegistryError(f"{where}: {params.__name__} has no JSON schema: {exc}") from exc
+
+
+def _check_factory(factory: Any, params: type[BaseModel], kind: Kind, *, where: str) -> None:
+    if not callable(factory):
+        raise RegistryError(f"{where}: factory {factory!r} is not callable")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: nothing to check
+    try:
+        signature.bind(_PARAMS_PLACEHOLDER, **{size: None for size in kind.sizes})
+    except TypeError as exc:
+        sizes = ", ".join(kind.sizes) or "no sizes"
+        raise RegistryError(
+            f"{where}: factory {getattr(factory, '__qualname__', factory)}{signature} must accept "
+            f"(params: {params.__name__}, *, {sizes}) as components of kind {kind.name!r} do: {exc}"
+        ) from exc
+
+
+_PARAMS_PLACEHOLDER = object()
+
+
+def _source_of(obj: Any) -> str:
+    target = getattr(obj, "__func__", obj)
+    try:
+        file = inspect.getsourcefile(target) or "?"
+        line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        return getattr(target, "__module__", "?") or "?"
+    return f"{getattr(target, '__module__', '?')} ({file}:{line})"
+
+
+__all__ = [
+    "KINDS",
+    "Component",
+    "Kind",
+    "PluginRegistry",
+    "Registry",
+    "Resolved",
+    "ValidationError",
+    "unknown_name_message",
+]

@@ -1,0 +1,83 @@
+"""The JSON Schema of a whole spec, with every registered component's params.
+
+Editors (VS Code's YAML extension, for one) use it for completion and validation:
+each component field becomes a ``oneOf`` over the registered components of its kind,
+told apart by ``kind``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from specformer.params import COMPONENT_MARKER, component_schema_ref
+from specformer.registry import Registry
+from specformer.spec import Spec
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+# Spec fields that hold a component, and of which kind.
+_COMPONENT_FIELDS = {
+    ("ModelSpec", "positional"): "positional",
+    ("ModelSpec", "final_norm"): "norm",
+    ("BlockSpec", "layout"): "layout",
+    ("BlockSpec", "norm"): "norm",
+    ("BlockSpec", "attention"): "attention",
+    ("BlockSpec", "ffn"): "ffn",
+}
+
+
+def spec_json_schema(registry: Registry) -> dict[str, Any]:
+    schema = Spec.model_json_schema(ref_template="#/$defs/{model}")
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    for (model_name, field_name), kind in _COMPONENT_FIELDS.items():
+        prop = defs[model_name]["properties"][field_name]
+        description = prop.get("description")
+        new: dict[str, Any] = component_schema_ref(kind)
+        if "anyOf" in prop:  # optional
+            new = {"anyOf": [new, {"type": "null"}]}
+        if description:
+            new["description"] = description
+        defs[model_name]["properties"][field_name] = new
+    for kind in registry.kinds:
+        defs[f"{kind}-component"] = {
+            "oneOf": [_component_schema(c.name, c.params, c.summary, defs) for c in registry if c.kind == kind]
+            + [{"type": "string", "enum": registry.names(kind), "description": "A component by name, with default params."}],
+            "description": registry.kinds[kind].doc,
+        }
+    schema["properties"]["model"] = {"$ref": "#/$defs/ModelSpec"}
+    schema["additionalProperties"] = False
+    for name, (model, _plugin) in sorted(registry.sections.items()):
+        schema["properties"][name] = _inline(model, defs)
+    schema["$schema"] = SCHEMA_DIALECT
+    schema["title"] = "specformer spec"
+    return schema
+
+
+def _inline(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
+    sub = _swap_markers(copy.deepcopy(model.model_json_schema(ref_template="#/$defs/{model}")))
+    for name, value in sub.pop("$defs", {}).items():
+        defs.setdefault(name, value)
+    return sub
+
+
+def _component_schema(name: str, params: type[BaseModel], doc: str, defs: dict[str, Any]) -> dict[str, Any]:
+    sub = _inline(params, defs)
+    sub["properties"] = {"kind": {"const": name, "description": doc}, **sub.get("properties", {})}
+    sub["required"] = ["kind", *sub.get("required", [])]
+    sub["title"] = name
+    sub["additionalProperties"] = False
+    return sub
+
+
+def _swap_markers(node: Any) -> Any:
+    """Replace each sub-component placeholder with a reference to its kind's union."""
+    if isinstance(node, dict):
+        if COMPONENT_MARKER in node:
+            return component_schema_ref(node[COMPONENT_MARKER])
+        return {k: _swap_markers(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_swap_markers(v) for v in node]
+    return node

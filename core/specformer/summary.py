@@ -1,0 +1,113 @@
+"""Sizes and costs of a spec'd model, computed from a build on the ``meta`` device (no memory)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ModelSummary:
+    """Parameter counts per component and the per-token costs of the model.
+
+    FLOPs follow the convention of Kaplan et al. and PaLM's MFU appendix: a matmul
+    with N weights costs 2N FLOPs per token forward; attention scores and the weighted
+    sum cost ``4 * n_heads * head_dim * T`` per layer per token, with T the context
+    length (or the window, for sliding-window layers). Training = 3 x forward
+    (``6N + 12 * L * H * hd * T``).
+    """
+
+    params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
+    total: int = 0
+    non_embedding: int = 0
+    matmul_params: int = 0
+    attention_flops_per_token: int = 0
+    kv_elements_per_token: int = 0
+    context_length: int = 0
+    n_layers: int = 0
+
+    @property
+    def forward_flops_per_token(self) -> int:
+        return 2 * self.matmul_params + self.attention_flops_per_token
+
+    @property
+    def train_flops_per_token(self) -> int:
+        return 3 * self.forward_flops_per_token
+
+    def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
+        return self.kv_elements_per_token * torch.empty((), dtype=dtype).element_size()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": dict(self.params),
+            "total_params": self.total,
+            "non_embedding_params": self.non_embedding,
+            "forward_flops_per_token": self.forward_flops_per_token,
+            "train_flops_per_token": self.train_flops_per_token,
+            "kv_cache_bytes_per_token_fp32": self.kv_bytes_per_token(torch.float32),
+            "kv_cache_bytes_per_token_bf16": self.kv_bytes_per_token(torch.bfloat16),
+            "context_length": self.context_length,
+        }
+
+
+def summarize(model_or_spec: Any) -> ModelSummary:
+    """Summarise a built Decoder, or a spec (built on the meta device for the purpose)."""
+    from specformer.builder import build
+    from specformer.decoder import Decoder
+
+    model = model_or_spec if isinstance(model_or_spec, Decoder) else build(model_or_spec, device="meta")
+    s = ModelSummary(context_length=model.context_length, n_layers=len(model.blocks))
+    groups: OrderedDict[str, int] = OrderedDict(
+        (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "final_norm", "lm_head")
+    )
+    for name, p in model.named_parameters():
+        top = name.split(".")[0]
+        if top == "blocks":
+            part = name.split(".")[2]
+            key = part if part in ("attention", "ffn") else "block norms"
+        else:
+            key = top
+        groups[key] = groups.get(key, 0) + p.numel()
+    s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
+    s.total = sum(groups.values())
+    s.non_embedding = s.total - groups["embedding"] - groups["positional"]
+    lm_head_matmul = model.embedding.weight.numel() if model.tie_embeddings else 0
+    norm_params = groups["block norms"] + groups["final_norm"]
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul
+    for attention in model.attention_modules():
+        span = model.context_length if getattr(attention, "window", None) is None else min(attention.window, model.context_length)
+        s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span
+        s.kv_elements_per_token += 2 * attention.n_kv_heads * attention.head_dim
+    return s
+
+
+def format_summary(s: ModelSummary, *, title: str = "") -> str:
+    def human(n: float) -> str:
+        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+            if abs(n) >= scale:
+                return f"{n / scale:.2f}{unit}"
+        return f"{n:g}"
+
+    rows = [(k, f"{v:,}", f"{100 * v / max(s.total, 1):.1f}%") for k, v in s.params.items()]
+    rows.append(("total", f"{s.total:,}", "100.0%"))
+    rows.append(("non-embedding", f"{s.non_embedding:,}", f"{100 * s.non_embedding / max(s.total, 1):.1f}%"))
+    width = max(len(r[0]) for r in rows)
+    numw = max(len(r[1]) for r in rows)
+    lines = [title] if title else []
+    lines.append(f"{'component':<{width}}  {'params':>{numw}}  share")
+    lines += [f"{a:<{width}}  {b:>{numw}}  {c:>6}" for a, b, c in rows]
+    lines.append("")
+    lines.append(f"context length                 {s.context_length:,}")
+    lines.append(f"forward FLOPs / token          {human(s.forward_flops_per_token)}  (2N + attention)")
+    lines.append(f"training FLOPs / token         {human(s.train_flops_per_token)}  (6N + 12·L·H·hd·T)")
+    lines.append(
+        f"KV cache / token               {s.kv_bytes_per_token(torch.float32):,} B fp32, "
+        f"{s.kv_bytes_per_token(torch.bfloat16):,} B bf16"
+    )
+    lines.append(
+        f"KV cache at full context       {human(s.kv_bytes_per_token(torch.bfloat16) * s.context_length)}B bf16 per sequence"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""Validating a spec against the registry and resolving it into buildable components.
+
+Only the builder and this module read a spec. :func:`resolve_model` turns the model
+section into :class:`ResolvedModel`: for each layer, the component and validated
+params of its layout, norm, attention and ffn, each remembering the spec path it came
+from so that a problem found later (while building) still points at the right line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from specformer.errors import Problem, SpecError, UnknownComponentError
+from specformer.registry import Registry, Resolved
+from specformer.spec import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
+
+
+@dataclass
+class ResolvedPart:
+    """A resolved component and the spec path it was written at."""
+
+    resolved: Resolved
+    path: str
+
+
+@dataclass
+class ResolvedModel:
+    spec: ModelSpec
+    positional: ResolvedPart
+    final_norm: ResolvedPart
+    layers: list[dict[str, ResolvedPart]] = field(default_factory=list)
+
+
+def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel | None, list[Problem]]:
+    """Resolve every component the model section names; report every problem, each once."""
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(problem: Problem) -> None:
+        if (problem.path, problem.message) not in seen:
+            seen.add((problem.path, problem.message))
+            problems.append(problem)
+
+    def resolve(kind: str, ref: dict[str, Any], path: str) -> ResolvedPart | None:
+        try:
+            return ResolvedPart(registry.resolve(kind, ref), path)
+        except UnknownComponentError as exc:
+            add(Problem(f"{path}.kind", str(exc)))
+        except ValidationError as exc:
+            params_model = registry.get(kind, ref["kind"]).params
+            for p in problems_from_validation_error(exc, prefix=path, model=params_model):
+                add(p)
+        return None
+
+    # Where each layer's fields came from: the base block, or the last override that touched them.
+    origin = [{f: f"model.block.{f}" for f in BLOCK_FIELDS} for _ in range(model.n_layers)]
+    for j, override in enumerate(model.layers):
+        try:
+            indices = override.layer_indices(model.n_layers)
+        except ValueError as exc:
+            add(Problem(f"model.layers[{j}].select", str(exc)))
+            continue
+        for i in indices:
+            for f in BLOCK_FIELDS:
+                if getattr(override, f) is not None:
+                    origin[i][f] = f"model.layers[{j}].{f}"
+    if problems:
+        return None, problems
+
+    positional = resolve("positional", model.positional.as_dict(), "model.positional")
+    final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
+    final_norm = resolve("norm", model.final_norm_ref(), final_path)
+    layers = []
+    for i, block in enumerate(model.layer_blocks()):
+        parts = {}
+        for f in BLOCK_FIELDS:
+            kind = "layout" if f == "layout" else f
+            part = resolve(kind, block[f], origin[i][f])
+            if part is not None:
+                parts[f] = part
+        layers.append(parts)
+    if problems or positional is None or final_norm is None:
+        return None, problems
+    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, layers=layers), []
+
+
+def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
+    """Validate each top-level section other than ``model`` by the model its plugin registered."""
+    problems = []
+    extras = spec.model_extra or {}
+    for name in list(extras):
+        if name not in registry.sections:
+            known = ", ".join(["model", *sorted(registry.sections)])
+            problems.append(Problem(name, f"unknown section; accepted sections: {known}"))
+            continue
+        section_model, _plugin = registry.sections[name]
+        try:
+            extras[name] = section_model.model_validate(extras[name] or {}, context={"registry": registry})
+        except ValidationError as exc:
+            problems += problems_from_validation_error(exc, prefix=name, model=section_model)
+    return problems
+
+
+def validate_spec(data: dict[str, Any], *, registry: Registry, source: str | None = None, check_sizes: bool = True) -> Spec:
+    """Every check a spec goes through; raises :class:`SpecError` with all problems found."""
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems_from_validation_error(exc, model=Spec), source=source) from None
+    problems = validate_sections(spec, registry)
+    resolved, model_problems = resolve_model(spec.model, registry)
+    problems += model_problems
+    if problems:
+        raise SpecError(problems, source=source)
+    if check_sizes:
+        from specformer.builder import assemble
+
+        assert resolved is not None
+        try:
+            assemble(resolved, device="meta")
+        except SpecError as exc:
+            raise SpecError(exc.problems, source=source) from None
+    from specformer.plugins import get_plugin_manager
+
+    for result in get_plugin_manager().hook.specformer_validate_spec(spec=spec, registry=registry):
+        for item in result or []:
+            problems.append(item if isinstance(item, Problem) else Problem("", str(item)))
+    if problems:
+        raise SpecError(problems, source=source)
+    return spec

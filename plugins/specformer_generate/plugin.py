@@ -1,0 +1,3 @@
+"""Hook implementations of the generate plugin."""
+
+from __future__ import annotations

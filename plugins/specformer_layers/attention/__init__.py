@@ -1,0 +1,1 @@
+"""Causal self-attention."""

@@ -1,0 +1,164 @@
+"""Causal self-attention: multi-head, grouped-query and multi-query in one module."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from specformer.context import ForwardContext
+from specformer.params import Params, SubComponent
+
+
+class CausalSelfAttention(nn.Module):
+    """Scaled dot-product attention over earlier tokens, with ``n_kv_heads`` shared key/value heads.
+
+    ``n_kv_heads`` = ``n_heads`` is multi-head attention (Vaswani et al. 2017), 1 is
+    multi-query (Shazeer 2019), anything between that divides ``n_heads`` is grouped-query
+    (Ainslie et al. 2023). ``window`` limits each query to the last ``window`` tokens
+    (sliding window, Mistral); ``qk_norm`` normalises queries and keys per head (Qwen3,
+    OLMo-2 style per-head); ``logit_softcap`` bounds scores smoothly (Gemma 2). The ``sdpa``
+    backend uses PyTorch's fused kernels; ``eager`` writes the softmax out and is the
+    reference (soft-capping always takes this path).
+    """
+
+    class Params(Params):
+        n_heads: int = Field(gt=0, description="Number of query heads.")
+        n_kv_heads: int | None = Field(default=None, gt=0, description="Key/value heads; default n_heads (MHA). 1 = MQA.")
+        head_dim: int | None = Field(default=None, gt=0, description="Channels per head; default d_model / n_heads.")
+        qkv_bias: bool = Field(default=False, description="Biases on the query/key/value projections.")
+        out_bias: bool = Field(default=False, description="Bias on the output projection.")
+        window: int | None = Field(default=None, gt=0, description="Sliding window: attend to at most this many latest tokens.")
+        qk_norm: SubComponent("norm") | None = Field(default=None, description="A norm applied to each head of queries and keys.")
+        logit_softcap: float | None = Field(default=None, gt=0, description="Scores become cap * tanh(scores / cap).")
+        scale: float | None = Field(default=None, gt=0, description="Score scale; default 1 / sqrt(head_dim).")
+        dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
+        backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
+
+        @model_validator(mode="after")
+        def _kv_heads_divide(self) -> "CausalSelfAttention.Params":
+            if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+                raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+            return self
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool = False,
+        out_bias: bool = False,
+        window: int | None = None,
+        qk_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        logit_softcap: float | None = None,
+        scale: float | None = None,
+        dropout: float = 0.0,
+        backend: str = "sdpa",
+        layer_index: int = 0,
+    ) -> None:
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+        if head_dim is None:
+            if d_model % n_heads:
+                raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model}) unless head_dim is given")
+            head_dim = d_model // n_heads
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.window = window
+        self.logit_softcap = logit_softcap
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+        self.dropout = dropout
+        self.backend = backend
+        self.layer_index = layer_index
+        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * head_dim, bias=qkv_bias)
+        self.out = nn.Linear(n_heads * head_dim, d_model, bias=out_bias)
+        self.q_norm = qk_norm
+        self.k_norm = k_norm
+
+    @classmethod
+    def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "CausalSelfAttention":
+        head_dim = params.head_dim
+        if head_dim is None and d_model % params.n_heads:
+            raise ValueError(f"n_heads ({params.n_heads}) must divide d_model ({d_model}) unless head_dim is given")
+        head_dim = head_dim or d_model // params.n_heads
+        return cls(
+            d_model=d_model,
+            n_heads=params.n_heads,
+            n_kv_heads=params.n_kv_heads,
+            head_dim=head_dim,
+            qkv_bias=params.qkv_bias,
+            out_bias=params.out_bias,
+            window=params.window,
+            qk_norm=params.qk_norm.make(dim=head_dim) if params.qk_norm else None,
+            k_norm=params.qk_norm.make(dim=head_dim) if params.qk_norm else None,
+            logit_softcap=params.logit_softcap,
+            scale=params.scale,
+            dropout=params.dropout,
+            backend=params.backend,
+            layer_index=layer_index,
+        )
+
+    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        B, T, _ = x.shape
+        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = self.qkv(x).split((H * hd, KV * hd, KV * hd), dim=-1)
+        q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = ctx.positional.rotate(q, ctx.positional_state)
+        k = ctx.positional.rotate(k, ctx.positional_state)
+        if ctx.cache is not None:
+            k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
+        else:
+            k_positions = ctx.positions
+        bias = ctx.positional.attention_bias(ctx.positions, k_positions, ctx.positional_state)
+
+        dropout = self.dropout if self.training else 0.0
+        fused_causal = ctx.plain_causal and bias is None and (self.window is None or T <= self.window)
+        if self.backend == "eager" or self.logit_softcap is not None:
+            y = self._eager(q, k, v, ctx.attention_mask(k_positions, window=self.window), bias, dropout)
+        elif fused_causal:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=self.scale,
+                                               enable_gqa=KV != H)
+        else:
+            mask: Any = ctx.attention_mask(k_positions, window=self.window)  # (B, 1, T, S) bool
+            if bias is not None:
+                mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale,
+                                               enable_gqa=KV != H)
+        y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
+        return self.out(y)
+
+    def _eager(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
+        group = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # (B, H, S, hd)
+        v = v.repeat_interleave(group, dim=1)
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
+        if self.logit_softcap is not None:
+            scores = torch.tanh(scores / self.logit_softcap) * self.logit_softcap
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        weights = F.dropout(weights, p=dropout, training=dropout > 0)
+        return weights @ v  # (B, H, T, hd)
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        nn.init.normal_(self.qkv.weight, std=std)
+        nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
+        for bias in (self.qkv.bias, self.out.bias):
+            if bias is not None:
+                nn.init.zeros_(bias)

@@ -1,0 +1,1 @@
+"""Position-wise feed-forward networks."""

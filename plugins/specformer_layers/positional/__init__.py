@@ -1,0 +1,1 @@
+"""Positional schemes: how token positions enter the model."""

@@ -1,0 +1,31 @@
+"""Learned absolute position embeddings (GPT-2)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from torch import Tensor, nn
+
+from specformer.params import Params
+from specformer.positional import PositionalScheme
+
+
+class LearnedPositions(PositionalScheme):
+    """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
+
+    class Params(Params):
+        pass
+
+    def __init__(self, *, context_length: int, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(context_length, d_model)
+
+    @classmethod
+    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "LearnedPositions":
+        return cls(context_length=context_length, d_model=d_model)
+
+    def embed(self, positions: Tensor) -> Tensor:
+        # Padding carries position -1; its embedding is never attended to.
+        return self.table(positions.clamp(min=0))
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        nn.init.normal_(self.table.weight, mean=0.0, std=std)

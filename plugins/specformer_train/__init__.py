@@ -1,0 +1,1 @@
+"""specformer's train plugin."""

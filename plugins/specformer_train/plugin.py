@@ -1,0 +1,3 @@
+"""Hook implementations of the train plugin."""
+
+from __future__ import annotations
