@@ -1,0 +1,105 @@
+"""Tokenizers stored with a checkpoint, so a model always decodes with the ids it was trained on.
+
+Two kinds: ``byte`` (the UTF-8 bytes of the text, 256 ids, then special tokens) and
+``bpe`` (a Hugging Face ``tokenizers`` tokenizer, serialised as its ``tokenizer.json``).
+Both are written as one JSON string under the checkpoint header key ``tokenizer``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol, runtime_checkable
+
+from specformer.errors import CheckpointError, UserError
+
+METADATA_KEY = "tokenizer"
+END_OF_TEXT = "<|endoftext|>"
+SPECIAL_TOKENS = (END_OF_TEXT, "<|pad|>", "<|bos|>")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    vocab_size: int
+    eot_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def to_json(self) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255; ``<|endoftext|>`` = 256, ``<|pad|>`` = 257, ``<|bos|>`` = 258."""
+
+    kind = "byte"
+
+    def __init__(self) -> None:
+        self.vocab_size = 256 + len(SPECIAL_TOKENS)
+        self.eot_id = 256
+        self.pad_id = 257
+        self.bos_id = 258
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        # Special tokens are not text; a cut multi-byte character decodes to U+FFFD.
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind})
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer from the Hugging Face ``tokenizers`` library."""
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.inner = tokenizer
+        self.vocab_size = tokenizer.get_vocab_size()
+        eot = tokenizer.token_to_id(END_OF_TEXT)
+        if eot is None:
+            raise UserError(f"the BPE tokenizer has no {END_OF_TEXT!r} token; specformer separates documents with it")
+        self.eot_id = eot
+
+    @classmethod
+    def from_file(cls, path: str) -> "BPETokenizer":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        try:
+            return cls(HFTokenizer.from_file(str(path)))
+        except Exception as exc:
+            raise UserError(f"{path}: not a readable tokenizer.json ({exc})") from None
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.inner.decode(list(ids))
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "tokenizer": json.loads(self.inner.to_str())})
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    """Rebuild a tokenizer from :meth:`to_json` output."""
+    try:
+        data = json.loads(text)
+        kind = data["kind"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"the stored tokenizer is not valid ({exc})") from None
+    if kind == "byte":
+        return ByteTokenizer()
+    if kind == "bpe":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])))
+    raise CheckpointError(f"unknown stored tokenizer kind {kind!r}; known: byte, bpe")
+
+
+def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer:
+    """The tokenizer saved in a checkpoint header, or the byte tokenizer when none was saved."""
+    text = metadata.get(METADATA_KEY)
+    return tokenizer_from_json(text) if text else ByteTokenizer()
