@@ -64,7 +64,7 @@ def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
     commands = Commands()
     _core_commands(commands)
     pm = get_plugin_manager()
-    for impl in reversed(pm.hook.specformer_register_commands.get_hookimpls()):
+    for impl in pm.hook.specformer_register_commands.get_hookimpls():
         commands._plugin = impl.plugin_name
         impl.function(commands=commands)
     for command in commands.by_name.values():

@@ -86,7 +86,7 @@ def get_registry() -> Registry:
 
 def build_registry(pm: pluggy.PluginManager) -> Registry:
     registry = Registry()
-    for impl in reversed(pm.hook.specformer_register_components.get_hookimpls()):
+    for impl in pm.hook.specformer_register_components.get_hookimpls():  # registration order
         impl.function(registry=registry.for_plugin(impl.plugin_name))
     return registry
 

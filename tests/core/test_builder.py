@@ -1,0 +1,127 @@
+"""The builder: every example spec builds and trains a step; the built model equals hand-written ones."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import specformer
+from specformer.spec import read_spec_file
+
+from conftest import SPECS
+from handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec
+
+SPEC_FILES = sorted(p for p in SPECS.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
+
+
+def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128) -> dict:
+    """The same architecture at a size a test can run: fewer, narrower layers and a small vocab."""
+    data = copy.deepcopy(data)
+    m = data["model"]
+    scale = d_model / m["d_model"]
+    m.update(d_model=d_model, n_layers=min(m["n_layers"], n_layers), vocab_size=min(m["vocab_size"], vocab),
+             context_length=min(m["context_length"], 64))
+    m["layers"] = [o for o in m.get("layers", []) if not isinstance(o.get("select"), int) or o["select"] < n_layers]
+    attention = m["block"]["attention"]
+    if isinstance(attention, dict):
+        heads, kv = attention["n_heads"], attention.get("n_kv_heads") or attention["n_heads"]
+        group = heads // kv
+        attention["n_kv_heads"] = max(1, min(kv, 2))
+        attention["n_heads"] = attention["n_kv_heads"] * min(group, 4)
+        attention["head_dim"] = 16
+    ffn = m["block"]["ffn"]
+    if isinstance(ffn, dict) and ffn.get("hidden"):
+        ffn["hidden"] = max(8, int(ffn["hidden"] * scale))
+    return data
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.name)
+def test_every_example_spec_validates_builds_and_trains_a_step(path):
+    full = specformer.load_spec(path)  # at its real size: validation builds on the meta device
+    assert full.model.n_layers >= 1
+    model = specformer.build(shrink(read_spec_file(path)), seed=0)
+    x = torch.randint(0, model.vocab_size, (2, 16))
+    logits = model(x)
+    assert logits.shape == (2, 16, model.vocab_size)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_model_carries_its_spec(tiny_spec):
+    model = specformer.build(tiny_spec)
+    assert model.spec.to_dict() == specformer.load_spec(tiny_spec).to_dict()
+
+
+def test_seed_makes_init_deterministic(tiny_spec):
+    a, b = specformer.build(tiny_spec, seed=3), specformer.build(tiny_spec, seed=3)
+    c = specformer.build(tiny_spec, seed=4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.embedding.weight, c.embedding.weight)
+
+
+def test_build_does_not_disturb_the_global_rng(tiny_spec):
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    specformer.build(tiny_spec, seed=1)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_scaled_residual_init(tiny_spec):
+    tiny_spec["model"].update(d_model=256, n_layers=8)
+    tiny_spec["model"]["block"]["ffn"]["hidden"] = 512
+    model = specformer.build(tiny_spec, seed=0)
+    std = model.spec.model.init_std
+    block = model.blocks[0]
+    assert block.attention.qkv.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert block.attention.out.weight.std().item() == pytest.approx(std / (2 * 8) ** 0.5, rel=0.05)
+    assert block.ffn.down.weight.std().item() == pytest.approx(std / (2 * 8) ** 0.5, rel=0.05)
+    assert torch.equal(block.attention_norm.weight, torch.ones(256))
+
+
+def test_per_layer_overrides_reach_the_modules(tiny_spec):
+    tiny_spec["model"]["n_layers"] = 4
+    tiny_spec["model"]["layers"] = [{"select": "1::2", "attention": {"window": 4}}]
+    model = specformer.build(tiny_spec)
+    assert [a.window for a in model.attention_modules()] == [None, 4, None, 4]
+
+
+def test_build_on_meta_allocates_nothing():
+    model = specformer.build(SPECS / "llama-3.2-1b.yaml", device="meta")
+    assert model.num_parameters() == 1_235_814_400
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_dtype_argument(tiny_spec):
+    model = specformer.build(tiny_spec, dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model(torch.zeros(1, 4, dtype=torch.long)).dtype == torch.bfloat16
+
+
+def test_gpt2_logits_equal_a_hand_written_gpt2():
+    sizes = dict(vocab=101, d=64, n_layers=2, n_heads=4, context=32)
+    ours = specformer.build(gpt2_spec(**sizes), seed=0)
+    peer = copy_weights_from(ours, GPT2(**sizes))
+    x = torch.randint(0, 101, (3, 32))
+    torch.testing.assert_close(ours(x), peer(x), rtol=0, atol=1e-5)
+
+
+def test_llama_logits_equal_a_hand_written_llama():
+    sizes = dict(vocab=101, d=64, n_layers=2, n_heads=8, n_kv=2, hidden=96)
+    ours = specformer.build(llama_spec(**sizes, context=32), seed=0)
+    for p in ours.parameters():  # non-trivial norm weights
+        if p.dim() == 1:
+            torch.nn.init.uniform_(p, 0.5, 1.5)
+    peer = copy_weights_from(ours, Llama(**sizes))
+    x = torch.randint(0, 101, (3, 32))
+    torch.testing.assert_close(ours(x), peer(x), rtol=0, atol=1e-5)
+
+
+def test_sequence_longer_than_context_is_refused(tiny_spec):
+    model = specformer.build(tiny_spec)
+    with pytest.raises(ValueError, match="longer than the context length 32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
