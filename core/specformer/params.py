@@ -68,7 +68,8 @@ def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotatio
             raise PydanticCustomError("unknown_component", str(exc)) from None
         except ValidationError as exc:
             detail = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"] for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
             )
             raise PydanticCustomError("invalid_component", "{name}: {detail}", {"name": ref["kind"], "detail": detail})
 

@@ -265,7 +265,7 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
         path = join_path(prefix, loc)
-        message = err["msg"]
+        message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             accepted = _accepted_fields(model, loc[:-1])
             message = "unknown field" + (f"; accepted: {', '.join(accepted)}" if accepted else "")
