@@ -56,12 +56,14 @@ class BPETokenizer:
 
     kind = "bpe"
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, *, eot_token: str = END_OF_TEXT) -> None:
         self.inner = tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
-        eot = tokenizer.token_to_id(END_OF_TEXT)
+        eot = tokenizer.token_to_id(eot_token)
         if eot is None:
-            raise UserError(f"the BPE tokenizer has no {END_OF_TEXT!r} token; specformer separates documents with it")
+            raise UserError(f"the BPE tokenizer has no {eot_token!r} token; specformer separates documents with it")
+        # Imported tokenizers end documents with their own token (Llama's "</s>", Gemma's "<eos>").
+        self.eot_token = eot_token
         self.eot_id = eot
 
     @classmethod
@@ -80,7 +82,10 @@ class BPETokenizer:
         return self.inner.decode(list(ids))
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "tokenizer": json.loads(self.inner.to_str())})
+        data = {"kind": self.kind, "tokenizer": json.loads(self.inner.to_str())}
+        if self.eot_token != END_OF_TEXT:
+            data["eot_token"] = self.eot_token
+        return json.dumps(data)
 
 
 def tokenizer_from_json(text: str) -> Tokenizer:
@@ -95,7 +100,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     if kind == "bpe":
         from tokenizers import Tokenizer as HFTokenizer
 
-        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])))
+        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])), eot_token=data.get("eot_token", END_OF_TEXT))
     raise CheckpointError(f"unknown stored tokenizer kind {kind!r}; known: byte, bpe")
 
 

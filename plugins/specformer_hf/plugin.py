@@ -1,3 +1,29 @@
-"""Hook implementations of the hf plugin."""
+"""Hook implementations of the hf plugin: the ``specformer hf`` command and the built-in families."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+
+from specformer_hf.hookspecs import hookimpl as hf_hookimpl
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_hf.cli import configure, run
+
+    commands.add(
+        "hf",
+        help="Import a Hugging Face model directory to a checkpoint, or export a checkpoint to one.",
+        configure=configure,
+        run=run,
+    )
+
+
+@hf_hookimpl
+def specformer_hf_register_families(families: Any) -> None:
+    from specformer_hf.families import builtin_families
+
+    for family in builtin_families():
+        families.add(family)

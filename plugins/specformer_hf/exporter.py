@@ -1,0 +1,162 @@
+"""Export: a Decoder -> a Hugging Face model directory (config.json + model.safetensors [+ tokenizer.json]).
+
+The family is chosen by trying each one: its ``to_config`` writes the config, which is
+then read back with the same family and compared with the spec on everything that
+changes the maths. Only a family that reproduces the spec exactly is used; when
+none does, the error names, for each family, the part of the spec it cannot express.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specformer.checkpoint import write_safetensors_atomic
+from specformer.errors import SpecError, UserError
+from specformer.spec import load_spec
+
+from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
+from specformer_hf.family import Families, Family, get_families
+from specformer_hf.reader import CONFIG, INDEX, TOKENIZER, WEIGHTS
+from specformer_hf.rules import Site
+from specformer_hf.specview import NotExpressible, SpecView, describe_differences, differences, math_view
+
+
+def hf_config(family: Family, view: SpecView) -> dict[str, Any]:
+    """The config.json fields of ``view`` in ``family``; NotExpressible naming the part it cannot hold."""
+    fields = family.to_config(view)
+    config = {"architectures": [family.architecture], "model_type": family.model_type, **fields}
+    try:
+        back = {"model": family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))}
+        back_spec = load_spec(back)
+    except (UserError, SpecError) as exc:
+        raise NotExpressible("", f"the {family.name} config made from this spec does not read back ({exc})") from None
+    diffs = differences(math_view(view.spec), math_view(back_spec))
+    if diffs:
+        lines = describe_differences(diffs, view.n_layers)
+        raise NotExpressible("", "; ".join(lines) + f": no equivalent in Hugging Face {family.name}")
+    return config
+
+
+#: Fields of the source config that describe the source file, not this export.
+_NOT_KEPT = ("architectures", "model_type", "dtype", "torch_dtype", "transformers_version", "_name_or_path")
+
+
+def choose_family(view: SpecView, families: Families, *, prefer: str | None = None, only: str | None = None) -> tuple[Family, dict[str, Any]]:
+    """The first family (``only`` if given, else ``prefer`` then all) that expresses ``view`` exactly, and its config."""
+    if only is not None:
+        family = families.by_name(only)
+        try:
+            return family, hf_config(family, view)
+        except NotExpressible as exc:
+            raise UserError(f"this spec cannot be exported as Hugging Face {family.name} ({family.model_type}): {exc}") from None
+    candidates = list(families)
+    if prefer is not None and prefer in families.model_types():
+        first = families.get(prefer)
+        candidates = [first] + [f for f in candidates if f is not first]
+    reasons = []
+    for family in candidates:
+        try:
+            return family, hf_config(family, view)
+        except NotExpressible as exc:
+            reasons.append(f"  {family.name} ({family.model_type}): {exc}")
+    raise UserError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
+
+
+def to_hf(
+    model: Any,
+    path: str | Path,
+    *,
+    family: str | None = None,
+    prefer: str | None = None,
+    base_config: dict[str, Any] | None = None,
+    tokenizer: Any = None,
+    families: Families | None = None,
+) -> Path:
+    """Write ``model`` as a Hugging Face directory loadable by ``AutoModelForCausalLM.from_pretrained``.
+
+    ``family`` forces a family (model_type or name); otherwise the first that expresses
+    the spec exactly is used, trying ``prefer`` first. Non-architectural fields of
+    ``base_config`` (token ids and the like) are kept. Both default to what a model made
+    by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
+    tokenizer (specformer's BPE tokenizer) is written as tokenizer.json.
+    """
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise UserError("the model has no .spec; build it with specformer.build() or load it with specformer.load()")
+    view = SpecView.of(spec)
+    if base_config is None:
+        base_config = getattr(model, "hf_config", None) or {}  # set by import_hf
+    prefer = prefer or base_config.get("model_type")
+    chosen, config = choose_family(view, families or get_families(), prefer=prefer, only=family)
+    tensors = hf_tensors(chosen, model)
+
+    # Token ids are not part of the spec: keep the source's, else say there are none, because a
+    # family's defaults (Phi-3's pad id 32000, say) may not even exist in this vocabulary.
+    kept = {k: v for k, v in base_config.items() if k in NON_MATH_FIELDS and k not in _NOT_KEPT}
+    kept = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kept}
+    dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
+    dtype = {"dtype": str(dtypes.pop()).removeprefix("torch.")} if len(dtypes) == 1 else {}
+    config = {**kept, **config, **dtype}
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory")
+    if (out / INDEX).exists():
+        raise UserError(f"{out}: holds a sharded checkpoint ({INDEX}) that would shadow the export; choose an empty directory")
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors_atomic(tensors, out / WEIGHTS, {"format": "pt"})
+    _write_text(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    inner = getattr(tokenizer, "inner", None)
+    if inner is not None and hasattr(inner, "to_str"):
+        _write_text(out / TOKENIZER, inner.to_str())
+    return out
+
+
+def hf_tensors(family: Family, model: Any) -> dict[str, torch.Tensor]:
+    """The model's weights under the family's Hugging Face names (padded vocabulary rows dropped)."""
+    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    vocab = model.vocab_size
+    for name in ("embedding.weight", "lm_head.weight", "lm_head.bias"):
+        if name in state and state[name].shape[0] > vocab:
+            state[name] = state[name][:vocab]  # padding rows exist only for matmul speed; no logit reads them
+    out: dict[str, torch.Tensor] = {}
+    consumed: set[str] = set()
+    for rule in family.weights:
+        for layer in range(len(model.blocks)) if rule.per_layer else [None]:
+            site = Site(model, layer)
+            hf_names, our_names = rule.expand_at(site)
+            if not all(name in state for name in our_names):
+                continue
+            out.update(zip(hf_names, rule.to_hf([state[name] for name in our_names], site)))
+            consumed.update(our_names)
+    leftover = sorted(set(state) - consumed)
+    if leftover:
+        raise UserError(f"Hugging Face {family.name} has no place for these parameters: {', '.join(leftover)}")
+    return _unshared(out)
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors that share memory (the parts of a split): give each its own storage."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in tensors.items():
+        t = t.contiguous()
+        key = t.untyped_storage().data_ptr()
+        partial = t.untyped_storage().nbytes() != t.numel() * t.element_size()
+        out[name] = t.clone() if key in seen or partial else t
+        seen.add(key)
+    return out
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+__all__ = ["choose_family", "hf_config", "hf_tensors", "to_hf"]

@@ -1,0 +1,183 @@
+"""Weight rules: how Hugging Face tensors become Decoder parameters and back.
+
+A family lists its rules once; each rule names Hugging Face tensors and specformer
+parameters (``{i}`` stands for the layer index) and knows the transform between them
+in both directions, so import and export cannot drift apart. A rule whose
+specformer parameters the model does not have (a bias the spec leaves out) is
+skipped; any Hugging Face tensor that no rule consumed is then reported, so a
+checkpoint carrying weights the spec ignores is refused rather than half-loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a rule is applied: the model being filled or read, and the layer (None outside blocks)."""
+
+    model: Any
+    layer: int | None
+
+    @property
+    def attention(self) -> Any:
+        return self.model.blocks[self.layer].attention
+
+    @property
+    def ffn(self) -> Any:
+        return self.model.blocks[self.layer].ffn
+
+
+class Rule:
+    """Base class: ``hf`` and ``ours`` are name templates; subclasses define the two transforms."""
+
+    hf: tuple[str, ...]
+    ours: tuple[str, ...]
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        raise NotImplementedError
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        raise NotImplementedError
+
+    @property
+    def per_layer(self) -> bool:
+        return any("{i}" in name for name in (*self.hf, *self.ours))
+
+    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The concrete (hf names, our names) at ``site``."""
+        fill = (lambda n: n.format(i=site.layer)) if site.layer is not None else (lambda n: n)
+        return tuple(fill(n) for n in self.hf), tuple(fill(n) for n in self.ours)
+
+    def describe(self) -> str:
+        return f"{', '.join(self.hf)} -> {', '.join(self.ours)}"
+
+
+class Copy(Rule):
+    """The same tensor under another name."""
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return list(tensors)
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return list(tensors)
+
+
+class Transposed(Rule):
+    """A 2-d weight stored (in, out), as GPT-2's ``Conv1D`` does, where ``nn.Linear`` stores (out, in)."""
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].t().contiguous()]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].t().contiguous()]
+
+
+class Fused(Rule):
+    """Several Hugging Face tensors concatenated along ``dim`` into one of ours (q, k, v -> qkv).
+
+    ``sizes(site)`` gives the length of each part along ``dim`` for export; on import the
+    parts' own shapes decide.
+    """
+
+    def __init__(self, hf: Sequence[str], ours: str, *, sizes: Callable[[Site], Sequence[int]], dim: int = 0) -> None:
+        self.hf, self.ours = tuple(hf), (ours,)
+        self.sizes = sizes
+        self.dim = dim
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [torch.cat(tensors, dim=self.dim)]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [part.contiguous() for part in tensors[0].split(list(self.sizes(site)), dim=self.dim)]
+
+
+class HeadInterleavedQKV(Rule):
+    """GPT-NeoX's fused projection, grouped by head ``[q_h; k_h; v_h]`` for each head h.
+
+    Ours groups by role ``[q (all heads); k; v]``; both hold ``3 * n_heads * head_dim``
+    rows (weight) or entries (bias).
+    """
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        t = tensors[0]
+        heads, head_dim = site.attention.n_heads, site.attention.head_dim
+        grouped = t.reshape(heads, 3, head_dim, *t.shape[1:])  # (H, 3, hd, ...)
+        return [grouped.transpose(0, 1).reshape(t.shape).contiguous()]  # (3, H, hd, ...) flattened
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        t = tensors[0]
+        heads, head_dim = site.attention.n_heads, site.attention.head_dim
+        grouped = t.reshape(3, heads, head_dim, *t.shape[1:])  # (3, H, hd, ...)
+        return [grouped.transpose(0, 1).reshape(t.shape).contiguous()]  # (H, 3, hd, ...) flattened
+
+
+class PerExpert(Rule):
+    """One tensor per expert in the checkpoint (``...experts.{j}.w1.weight``), stacked along a new dim 0 in ours.
+
+    ``parts`` lists the per-expert tensor templates that are concatenated (along
+    ``dim`` of each expert's slice) into one stacked tensor: Mixtral's w1 (gate) and
+    w3 (up) become one ``(n_experts, 2 * hidden, d_model)`` gate_up tensor.
+    """
+
+    def __init__(self, parts: Sequence[str], ours: str, *, n_experts: Callable[[Site], int], dim: int = 0) -> None:
+        self.parts = tuple(parts)
+        self.ours = (ours,)
+        self.n_experts = n_experts
+        self.dim = dim
+        self.hf = ()  # depends on the number of experts: see expand
+
+    @property
+    def per_layer(self) -> bool:
+        return True
+
+    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        count = self.n_experts(site)
+        hf = tuple(part.format(i=site.layer, j=j) for j in range(count) for part in self.parts)
+        return hf, tuple(name.format(i=site.layer) for name in self.ours)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        n = len(self.parts)
+        experts = [torch.cat(tensors[j * n : (j + 1) * n], dim=self.dim) for j in range(len(tensors) // n)]
+        return [torch.stack(experts)]  # (n_experts, ...)
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        out = []
+        for expert in tensors[0].unbind(0):
+            out += [p.contiguous() for p in expert.chunk(len(self.parts), dim=self.dim)]
+        return out
+
+    def describe(self) -> str:
+        return f"{', '.join(self.parts)} (every expert j) -> {', '.join(self.ours)}"
+
+
+# -- split sizes ------------------------------------------------------------------------
+
+
+def qkv_sizes(site: Site) -> tuple[int, int, int]:
+    """Rows of q, k and v in our fused ``qkv``: ``n_heads * hd``, ``n_kv * hd``, ``n_kv * hd``."""
+    a = site.attention
+    return a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim
+
+
+def halves(site: Site) -> tuple[int, int]:
+    """Gate and up rows of our fused ``gate_up``: equal halves."""
+    hidden = site.ffn.hidden
+    return hidden, hidden
+
+
+__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "PerExpert", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]

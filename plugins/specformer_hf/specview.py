@@ -1,0 +1,230 @@
+"""A spec as export sees it: every layer's effective components with all params filled in.
+
+Families write a ``config.json`` from a :class:`SpecView`. Whatever they write is then
+read back with the same family and compared with the spec on everything that
+changes the maths (:func:`math_view`); a difference means the family cannot express
+the spec, and :func:`differences` names the part, so no export silently drops a
+setting the family forgot to look at.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Collection
+
+from specformer.errors import UserError
+from specformer.spec import BLOCK_FIELDS, Spec
+
+
+class NotExpressible(UserError):
+    """A part of a spec that a Hugging Face family has no equivalent for."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+#: Params that change speed or training, never what a forward pass in eval mode computes.
+NON_MATH_PARAMS = frozenset({"backend", "dropout"})
+NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional"})
+
+
+@dataclass
+class SpecView:
+    """The resolved model section: ``positional``, ``final_norm`` and ``layers[i][field]`` as full dicts."""
+
+    spec: Spec
+    positional: dict[str, Any]
+    final_norm: dict[str, Any]
+    layers: list[dict[str, dict[str, Any]]]
+
+    @classmethod
+    def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
+        from specformer.plugins import get_registry
+
+        registry = registry or get_registry()
+        m = spec.model
+
+        def full(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
+            return registry.resolve(kind, ref).to_dict()
+
+        layers = [
+            {f: full("layout" if f == "layout" else f, block[f]) for f in BLOCK_FIELDS} for block in m.layer_blocks()
+        ]
+        return cls(spec=spec, positional=full("positional", m.positional.as_dict()),
+                   final_norm=full("norm", m.final_norm_ref()), layers=layers)
+
+    @property
+    def model(self) -> Any:
+        return self.spec.model
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    # -- questions families ask ------------------------------------------------------------
+
+    def expect(self, part: dict[str, Any], path: str, kinds: Collection[str], *, family: str) -> dict[str, Any]:
+        """``part`` if its kind is one of ``kinds``; otherwise the spec has no equivalent in ``family``."""
+        if part["kind"] not in kinds:
+            raise NotExpressible(
+                f"{path}.kind",
+                f"{part['kind']!r} has no equivalent in Hugging Face {family} (which uses {' or '.join(repr(k) for k in kinds)})",
+            )
+        return part
+
+    def uniform(self, field: str, key: str | None = None, *, family: str) -> Any:
+        """The value of ``layers[*][field][key]`` (or the whole component), which must be the same in every layer."""
+        values = [layer[field] if key is None else layer[field].get(key) for layer in self.layers]
+        first = values[0]
+        if any(v != first for v in values[1:]):
+            where = f"model.layers[*].{field}" + (f".{key}" if key else "")
+            raise NotExpressible(where, f"differs between layers ({_short(values)}); Hugging Face {family} needs one value for all layers")
+        return first
+
+    def per_layer(self, field: str, key: str) -> list[Any]:
+        return [layer[field].get(key) for layer in self.layers]
+
+    def block_kind(self, field: str, kinds: Collection[str], *, family: str) -> str:
+        kind = self.uniform(field, "kind", family=family)
+        if kind not in kinds:
+            raise NotExpressible(
+                f"model.block.{field}.kind",
+                f"{kind!r} has no equivalent in Hugging Face {family} (which uses {' or '.join(repr(k) for k in kinds)})",
+            )
+        return kind
+
+    def attention_sizes(self, layer: int = 0) -> tuple[int, int, int]:
+        """(n_heads, n_kv_heads, head_dim) of a layer, defaults resolved."""
+        a = self.layers[layer]["attention"]
+        n_heads = a["n_heads"]
+        return n_heads, a.get("n_kv_heads") or n_heads, a.get("head_dim") or self.model.d_model // n_heads
+
+
+# -- comparing on the maths -----------------------------------------------------------------
+
+
+def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
+    """Everything in a spec that changes logits, normalised so equal maths compare equal.
+
+    A component's ``kind`` is replaced by its factory: ``{kind: swiglu, activation:
+    gelu_tanh}`` and ``{kind: geglu, activation: gelu_tanh}`` build the same module.
+    """
+    from specformer.plugins import get_registry
+
+    registry = registry or get_registry()
+    view = SpecView.of(spec, registry)
+
+    def identity(kind: str, part: dict[str, Any]) -> dict[str, Any]:
+        factory = registry.get(kind, part["kind"]).factory
+        target = getattr(factory, "__func__", factory)
+        name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+        return {**_strip(part), "kind": name}
+
+    m = spec.model
+    out: dict[str, Any] = {
+        name: getattr(m, name) for name in type(m).model_fields if name not in NON_MATH_MODEL_FIELDS
+    }
+    out["embedding_multiplier"] = (
+        math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
+    )
+    out["positional"] = _resolved_scaling(identity("positional", view.positional), m.context_length)
+    out["final_norm"] = identity("norm", view.final_norm)
+    layers = []
+    for i, layer in enumerate(view.layers):
+        resolved = {**layer, "ffn": _resolved_ffn(layer["ffn"], m.d_model)}
+        fields = {f: identity("layout" if f == "layout" else f, resolved[f]) for f in BLOCK_FIELDS}
+        attention = fields["attention"]
+        if "n_heads" in attention:  # the built-in attention's defaults, written out
+            n_heads, n_kv, head_dim = view.attention_sizes(i)
+            attention["n_kv_heads"], attention["head_dim"] = n_kv, head_dim
+            if attention.get("scale") is None:
+                attention["scale"] = 1.0 / math.sqrt(head_dim)
+        layers.append(fields)
+    out["layers"] = layers
+    return out
+
+
+def _resolved_ffn(ffn: dict[str, Any], d_model: int) -> dict[str, Any]:
+    """The built-in feed-forwards' ``hidden: null``, written out as the width they build."""
+    if ffn.get("hidden") is not None or ffn["kind"] not in ("swiglu", "geglu", "reglu", "mlp", "moe"):
+        return ffn
+    from specformer_layers.ffn.gated import default_gated_hidden
+
+    gated = ffn["kind"] != "mlp" and ffn.get("gated", True)
+    return {**ffn, "hidden": default_gated_hidden(d_model) if gated else 4 * d_model}
+
+
+def _resolved_scaling(positional: dict[str, Any], context_length: int) -> dict[str, Any]:
+    """RoPE scaling params whose None means a value computed from the context length, written out."""
+    scaling = positional.get("scaling")
+    if not isinstance(scaling, dict):
+        return positional
+    scaling = dict(scaling)
+    if scaling.get("kind") == "dynamic" and scaling.get("original_context_length") is None:
+        scaling["original_context_length"] = context_length
+    if scaling.get("kind") in ("yarn", "longrope") and scaling.get("factor") is None:
+        scaling["factor"] = context_length / scaling["original_context_length"]
+    return {**positional, "scaling": scaling}
+
+
+def _strip(component: Any) -> Any:
+    if isinstance(component, dict):
+        return {k: _strip(v) for k, v in component.items() if k not in NON_MATH_PARAMS}
+    if isinstance(component, list):
+        return [_strip(v) for v in component]
+    return component
+
+
+def differences(ours: Any, theirs: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Every (path, ours, theirs) where two math views differ."""
+    if isinstance(ours, dict) and isinstance(theirs, dict) and ours.get("kind") == theirs.get("kind"):
+        out = []
+        for key in sorted(set(ours) | set(theirs), key=str):
+            out += differences(ours.get(key), theirs.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        out = []
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            out += differences(a, b, f"{path}[{i}]")
+        return out
+    if _same(ours, theirs):
+        return []
+    return [(path, ours, theirs)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+            return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+def describe_differences(diffs: list[tuple[str, Any, Any]], n_layers: int) -> list[str]:
+    """Human paths: a difference found in every layer is reported once, at ``model.block``."""
+    by_rest: dict[str, list[tuple[int, Any, Any]]] = {}
+    lines = []
+    for path, ours, theirs in diffs:
+        if path.startswith("layers["):
+            index, rest = path[len("layers["):].split("]", 1)
+            by_rest.setdefault(rest.lstrip("."), []).append((int(index), ours, theirs))
+        else:
+            lines.append(f"model.{path}: {ours!r} (the family gives {theirs!r})")
+    for rest, hits in by_rest.items():
+        if len(hits) == n_layers and len({repr((o, t)) for _, o, t in hits}) == 1:
+            _, ours, theirs = hits[0]
+            lines.append(f"model.block.{rest}: {ours!r} (the family gives {theirs!r})")
+        else:
+            for index, ours, theirs in hits:
+                lines.append(f"model.layers (layer {index}) {rest}: {ours!r} (the family gives {theirs!r})")
+    return lines
+
+
+def _short(values: list[Any]) -> str:
+    text = ", ".join(repr(v) for v in values[:8])
+    return text + (", ..." if len(values) > 8 else "")
+
+
+__all__ = ["NotExpressible", "SpecView", "describe_differences", "differences", "math_view"]

@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny random transformers models saved to disk, imported once per test module."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers", reason="transformers is a test-only dependency of the hf plugin")
+
+
+def _load_cases() -> Any:
+    # Registered by name rather than by putting this directory on sys.path, where this
+    # conftest would shadow the top-level one other test modules import.
+    spec = importlib.util.spec_from_file_location("hf_cases", Path(__file__).with_name("hf_cases.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hf_cases"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_cases = sys.modules.get("hf_cases") or _load_cases()
+BY_NAME, CASES, Case = _cases.BY_NAME, _cases.CASES, _cases.Case
+
+
+@dataclass
+class Saved:
+    """A transformers model, the directory it was saved to, and what specformer imported from it."""
+
+    case: Case
+    hf: Any
+    directory: Path
+    imported: Any
+
+    @property
+    def model(self) -> Any:
+        return self.imported.model
+
+
+def save_and_import(case: Case, directory: Path) -> Saved:
+    import specformer_hf
+
+    hf = case.build()
+    hf.save_pretrained(directory)
+    return Saved(case=case, hf=hf, directory=directory, imported=specformer_hf.import_hf(directory))
+
+
+@pytest.fixture(scope="module", params=[c.name for c in CASES])
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Saved:
+    case = BY_NAME[request.param]
+    return save_and_import(case, tmp_path_factory.mktemp(case.name))
+
+
+
+
+def _saved_case(name: str):
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Saved:
+        return save_and_import(BY_NAME[name], tmp_path_factory.mktemp(name))
+
+    return fixture
+
+
+#: A small Llama, for tests that break its files in various ways (copy it first).
+llama_dir = _saved_case("llama")
+saved_gpt2 = _saved_case("gpt2")
+saved_neox = _saved_case("gpt_neox")
+saved_gemma = _saved_case("gemma")
+saved_phi3 = _saved_case("phi3")

@@ -1,0 +1,106 @@
+"""Tiny random Hugging Face configurations, one or more per family, built locally (nothing is downloaded).
+
+Sizes are tiny (hidden 64, 2-3 layers, vocabulary 128) but every feature a family maps
+is switched on somewhere: grouped-query attention, biases, sliding windows shorter than
+the test inputs, partial rotary, soft-capping, each rope scaling, mixture of experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Every input and generation in the tests stays within this many positions.
+CONTEXT = 64
+#: Sliding windows are shorter than the inputs (and the generations) so that they matter.
+WINDOW = 8
+SEQ_LEN = 40
+
+BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A transformers config class name, its keyword arguments and the causal-LM class it builds."""
+
+    name: str
+    config: str
+    model: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Why greedy generation is not compared for this case (None: it is compared).
+    no_generate: str | None = None
+
+    def build(self, *, seed: int = 0) -> Any:
+        import torch
+        import transformers
+
+        config = getattr(transformers, self.config)(**self.kwargs)
+        torch.manual_seed(seed)
+        model = getattr(transformers, self.model)(config)
+        with torch.no_grad():
+            # Norm weights start at 1 (or 0), biases at 0: shake every tensor so that a weight
+            # mapped to the wrong place, or an offset applied twice, changes the logits.
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        return model.eval()
+
+
+def _llama_like(**kw: Any) -> dict[str, Any]:
+    return {**BASE, "num_key_value_heads": 2, **kw}
+
+
+def _rope(rope_type: str, **kw: Any) -> dict[str, Any]:
+    return {"rope_type": rope_type, "rope_theta": 10000.0, **kw}
+
+
+CASES = [
+    Case("gpt2", "GPT2Config", "GPT2LMHeadModel",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, bos_token_id=None, eos_token_id=None)),
+    Case("gpt2-untied-layer-scaled", "GPT2Config", "GPT2LMHeadModel",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, activation_function="relu",
+              scale_attn_by_inverse_layer_idx=True, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    Case("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+         {**BASE, "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
+    Case("gpt_neox-sequential", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+         {**BASE, "use_parallel_residual": False, "attention_bias": False, "tie_word_embeddings": True}),
+    Case("llama", "LlamaConfig", "LlamaForCausalLM", _llama_like(attention_bias=True, mlp_bias=True)),
+    Case("llama-tied-head_dim", "LlamaConfig", "LlamaForCausalLM", _llama_like(head_dim=32, tie_word_embeddings=True)),
+    Case("llama-rope-linear", "LlamaConfig", "LlamaForCausalLM", _llama_like(rope_parameters=_rope("linear", factor=2.0))),
+    Case("llama-rope-dynamic", "LlamaConfig", "LlamaForCausalLM",
+         _llama_like(max_position_embeddings=16, rope_parameters=_rope("dynamic", factor=2.0)),
+         no_generate="dynamic scaling acts past max_position_embeddings, which is specformer's context_length, "
+                     "and generate stops there; the logits test covers longer inputs"),
+    Case("llama-rope-yarn", "LlamaConfig", "LlamaForCausalLM",
+         _llama_like(rope_parameters=_rope("yarn", factor=4.0, original_max_position_embeddings=16, beta_fast=16.0,
+                                           beta_slow=2.0, mscale=0.8, mscale_all_dim=0.5, truncate=False))),
+    Case("llama-rope-llama3", "LlamaConfig", "LlamaForCausalLM",
+         _llama_like(rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
+    Case("llama-rope-longrope", "LlamaConfig", "LlamaForCausalLM",
+         _llama_like(rope_parameters=_rope("longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                                           long_factor=[2.0 + 0.3 * i for i in range(8)],
+                                           original_max_position_embeddings=16))),
+    Case("mistral", "MistralConfig", "MistralForCausalLM", _llama_like(sliding_window=WINDOW)),
+    Case("mixtral", "MixtralConfig", "MixtralForCausalLM",
+         _llama_like(num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW)),
+    Case("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
+         _llama_like(num_hidden_layers=3, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1)),
+    Case("qwen3", "Qwen3Config", "Qwen3ForCausalLM",
+         _llama_like(head_dim=16, attention_bias=True, tie_word_embeddings=True)),
+    Case("gemma", "GemmaConfig", "GemmaForCausalLM", _llama_like(num_key_value_heads=1, head_dim=32)),
+    Case("gemma2", "Gemma2Config", "Gemma2ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=24,
+                     attn_logit_softcapping=5.0, final_logit_softcapping=3.0)),
+    Case("phi3", "Phi3Config", "Phi3ForCausalLM", _llama_like(sliding_window=WINDOW)),
+    Case("phi3-longrope-partial", "Phi3Config", "Phi3ForCausalLM",
+         _llama_like(original_max_position_embeddings=16,
+                     rope_parameters=_rope("longrope", partial_rotary_factor=0.5,
+                                           short_factor=[1.0 + 0.1 * i for i in range(4)],
+                                           long_factor=[2.0 + 0.3 * i for i in range(4)])),
+         no_generate="transformers' Phi-3 re-encodes the whole prompt with the long factors once generation "
+                     "crosses original_max_position_embeddings; specformer keeps the cached keys (as Llama does)"),
+    Case("olmo2", "Olmo2Config", "Olmo2ForCausalLM", _llama_like()),
+]
+
+BY_NAME = {case.name: case for case in CASES}

@@ -1,0 +1,106 @@
+"""The family registry: the hook third-party plugins use, and the built-in families' defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pluggy
+import pytest
+import torch
+
+import specformer_hf
+from specformer import hookspecs
+from specformer.errors import RegistryError
+from specformer.plugins import register_plugin
+from specformer_hf import plugin as hf_plugin
+from specformer_hf.families import builtin_families
+from specformer_hf.families import llama as llama_family
+
+
+class ThirdParty:
+    """A plugin adding a family for a made-up model_type that stores Llama's tensors."""
+
+    @specformer_hf.hookimpl
+    def specformer_hf_register_families(self, families):
+        families.add(dataclasses.replace(llama_family.FAMILY, name="Tiny", model_type="tiny_llama",
+                                         architecture="TinyForCausalLM", plugin="?"))
+
+
+def _manager(*plugins):
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name, plugin in plugins:
+        register_plugin(pm, plugin, name=name)  # runs pluggy's check_pending, as start-up does
+    return pm
+
+
+def test_a_plugin_registered_before_the_hook_exists_adds_a_family(llama_dir, tmp_path):
+    pm = _manager(("aaa_third_party", ThirdParty()), ("hf", hf_plugin))
+    families = specformer_hf.get_families(pm)
+    tiny = families.get("tiny_llama")
+    assert tiny.plugin == "aaa_third_party"
+    assert families.model_types()[:len(builtin_families())] == [f.model_type for f in builtin_families()]
+
+    d = tmp_path / "m"
+    shutil.copytree(llama_dir.directory, d)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "model_type": "tiny_llama"}))
+    imported = specformer_hf.import_hf(d, families=families)
+    assert imported.family is tiny
+    for name, tensor in llama_dir.model.state_dict().items():
+        assert torch.equal(imported.model.state_dict()[name], tensor)
+
+
+def test_two_plugins_adding_one_model_type_is_an_error_naming_both():
+    class Clash:
+        @specformer_hf.hookimpl
+        def specformer_hf_register_families(self, families):
+            families.add(dataclasses.replace(llama_family.FAMILY, plugin="?"))
+
+    pm = _manager(("hf", hf_plugin), ("zzz_clash", Clash()))
+    with pytest.raises(RegistryError, match="plugin 'zzz_clash' adds a family for model_type 'llama', already added by plugin 'hf'"):
+        specformer_hf.get_families(pm)
+
+
+def test_a_hook_implementation_with_wrong_arguments_is_reported():
+    class Wrong:
+        @specformer_hf.hookimpl
+        def specformer_hf_register_families(self, registry):
+            pass
+
+    pm = _manager(("wrong", Wrong()))
+    with pytest.raises(RegistryError, match="does not fit the hook"):
+        specformer_hf.get_families(pm)
+
+
+def test_the_installed_plugin_manager_knows_the_builtin_families():
+    assert specformer_hf.get_families().model_types()[:11] == [
+        "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo2"]
+
+
+@pytest.mark.parametrize("family", builtin_families(), ids=lambda f: f.model_type)
+def test_family_defaults_are_the_transformers_config_defaults(family):
+    """A saved config.json may leave fields out; what we assume for them must be what transformers assumes."""
+    import transformers
+
+    config_class = transformers.CONFIG_MAPPING[family.model_type]
+    fields = {f.name: f.default for f in dataclasses.fields(config_class)}
+    rope = config_class().rope_parameters if "rope_parameters" in family.defaults else None
+    for key, value in family.defaults.items():
+        if key == "rope_parameters":
+            assert {k: rope[k] for k in value} == value
+        else:
+            assert key in fields, key
+            assert fields[key] == value, key
+    assert getattr(transformers, family.architecture).config_class is config_class
+
+
+def test_the_docs_family_table_lists_every_builtin_family():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "interop.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line.split("|")[2].strip().startswith("`")][1:]
+    documented = [line.split("|")[2].strip().strip("`") for line in rows]
+    assert documented == [f.model_type for f in builtin_families()]
