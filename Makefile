@@ -9,7 +9,7 @@ STAMP := $(VENV)/.specformer-installed
 
 $(STAMP): pyproject.toml tests/fixtures/toy_plugin/pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip setuptools
 	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[train,test,docs]'

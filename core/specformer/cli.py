@@ -111,6 +111,9 @@ def _core_commands(commands: Commands) -> None:
                  configure=lambda p: None, run=_run_plugins)
     commands.add("schema", help="Print the JSON Schema of a spec (every registered component included).",
                  configure=_configure_schema, run=_run_schema)
+    from specformer import scaffold
+
+    commands.add("new-plugin", help=scaffold.HELP, configure=scaffold.configure, run=scaffold.run)
 
 
 def _configure_validate(p: argparse.ArgumentParser) -> None:

@@ -221,9 +221,9 @@ class PluginRegistry:
 
 def unknown_name_message(kind: str, name: str, available: list[str]) -> str:
     close = difflib.get_close_matches(str(name), available, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
     listing = ", ".join(available) if available else "(none registered)"
-    return f"unknown {kind} {name!r}{hint} registered {kind} components: {listing}"
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}; registered {kind} components: {listing}{hint}"
 
 
 def _check_params_model(params: Any, *, where: str) -> None:

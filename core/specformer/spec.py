@@ -77,10 +77,10 @@ class LayerOverride(BaseModel):
             "a Python slice such as '0::2' or '-4:', or 'all'."
         )
     )
-    layout: dict[str, Any] | str | None = None
-    norm: dict[str, Any] | str | None = None
-    attention: dict[str, Any] | str | None = None
-    ffn: dict[str, Any] | str | None = None
+    layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout of the selected layers (merged; a new kind replaces).")
+    norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the norm of the selected layers (merged; a new kind replaces).")
+    attention: dict[str, Any] | str | None = Field(default=None, description="Changes to the attention of the selected layers (merged; a new kind replaces).")
+    ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward of the selected layers (merged; a new kind replaces).")
 
     def layer_indices(self, n_layers: int) -> list[int]:
         """The layers this override selects; ValueError naming the bad selection."""

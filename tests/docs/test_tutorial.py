@@ -1,0 +1,180 @@
+"""The plugin tutorial's package (examples/specformer-tutorial) installs, passes its tests, and does what the page says.
+
+The package is pip-installed in editable mode into this environment for the module and
+uninstalled afterwards; everything that must see it through its entry point runs in a
+fresh interpreter, as a user's would.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from docs_site import HOOKS, REPO
+from specformer.errors import RegistryError
+from specformer.plugins import get_registry
+from specformer.registry import Registry
+
+TUTORIAL = REPO / "examples" / "specformer-tutorial"
+PAGE = REPO / "docs" / "writing-a-plugin.md"
+DIST = "specformer-tutorial"
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def specformer(*args: str) -> subprocess.CompletedProcess:
+    return run("-m", "specformer.cli", *args)
+
+
+@pytest.fixture(scope="module")
+def installed():
+    try:
+        importlib.metadata.distribution(DIST)
+        already = True
+    except importlib.metadata.PackageNotFoundError:
+        already = False
+    if not already:
+        result = run("-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", str(TUTORIAL))
+        assert result.returncode == 0, result.stdout + result.stderr
+    try:
+        yield
+    finally:
+        if not already:
+            result = run("-m", "pip", "uninstall", "-y", DIST)
+            assert result.returncode == 0, result.stderr
+
+
+def test_its_own_tests_pass(installed):
+    result = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(TUTORIAL / "tests"), cwd=TUTORIAL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout and "failed" not in result.stdout
+    if importlib.util.find_spec("transformers") and importlib.util.find_spec("specformer_generate"):
+        assert "skipped" not in result.stdout, result.stdout  # the reference comparisons really ran
+
+
+# One fresh interpreter (entry points are read at start-up) runs every check that needs the
+# plugin installed and reports back as JSON: starting Python with torch costs seconds.
+PROBE = """
+import contextlib, io, json, sys
+sys.path.insert(0, HOOKS)
+from specformer.cli import main
+from specformer.plugins import get_registry
+
+def cli(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+
+report = {
+    "plugins": cli("plugins"),
+    "norms": cli("components", "norm"),
+    "swap": cli("dyt-swap", "specs/gpt2-124m.yaml", "-o", OUT),
+    "original": cli("summary", "--json", "specs/gpt2-124m.yaml"),
+    "swapped": cli("summary", "--json", OUT),
+}
+
+from docsgen.snippets import check_block, code_blocks
+page = open(PAGE, encoding="utf-8").read()
+report["snippets"] = [
+    [block.language, check_block(block, get_registry()), block.code.lstrip().startswith("# needs plugin:")]
+    for block in code_blocks(page, page="writing-a-plugin.md")
+]
+
+from docsgen.pages import generate
+generated = generate()
+report["snippet_errors"] = generated.snippet_errors()
+report["norm_page"] = generated.pages["catalogue/norm.md"]
+report["sampler_page"] = generated.pages["catalogue/sampler.md"]
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(installed, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("tutorial") / "gpt2-dyt.yaml"
+    header = f"HOOKS, PAGE, OUT = {str(HOOKS)!r}, {str(PAGE)!r}, {str(out)!r}\n"
+    result = run("-c", header + PROBE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_cli_lists_the_plugin_and_its_components(probe):
+    plugins, norms = probe["plugins"], probe["norms"]
+    assert plugins["code"] == 0 and norms["code"] == 0, plugins["err"] + norms["err"]
+    assert re.search(r"^tutorial\s+specformer-tutorial 0\.1\.0\s+module specformer_tutorial\.plugin\s+\(2 components\)",
+                     plugins["out"], re.M), plugins["out"]
+    assert re.search(r"^\s+dyt\s+\[tutorial\] Squash each channel", norms["out"], re.M), norms["out"]
+
+
+def test_the_plugin_command_rewrites_a_spec_that_then_validates(probe):
+    assert probe["swap"]["code"] == 0, probe["swap"]["err"]
+    assert probe["swapped"]["code"] == 0, probe["swapped"]["err"]
+    original, swapped = (json.loads(probe[k]["out"]) for k in ("original", "swapped"))
+    # DyT has LayerNorm's weight and bias plus one alpha: one extra parameter per norm (2 per block + final).
+    assert swapped["total_params"] - original["total_params"] == 2 * 12 + 1
+
+
+def test_the_tutorial_snippets_validate_with_the_plugin_installed(probe):
+    validated = [kind for _, kind, needs_plugin in probe["snippets"] if needs_plugin]
+    assert validated == ["spec"], probe["snippets"]  # checked for real, not skipped as "needs-plugin"
+
+
+def test_a_site_built_with_the_plugin_lists_its_components(probe):
+    assert probe["snippet_errors"] == []
+    assert "## dyt { #dyt }" in probe["norm_page"] and "arXiv:2503.10622" in probe["norm_page"]
+    assert "## eta { #eta }" in probe["sampler_page"] and "epsilon: 0.0009" in probe["sampler_page"]
+
+
+def test_the_page_includes_every_file_of_the_package():
+    page = PAGE.read_text(encoding="utf-8")
+    files = [p for p in TUTORIAL.rglob("*") if p.is_file() and ".egg-info" not in str(p) and "__pycache__" not in p.parts
+             and p.name != "README.md"]
+    assert len(files) >= 9
+    for path in files:
+        include = f'--8<-- "{path.relative_to(REPO)}"'
+        assert include in page, f"{path.relative_to(REPO)} is not shown on the tutorial page"
+
+
+def test_the_registry_errors_quoted_on_the_page_are_what_the_registry_says():
+    sys.path.insert(0, str(TUTORIAL / "src"))
+    try:
+        from specformer_tutorial.dyt import DyT
+    finally:
+        sys.path.remove(str(TUTORIAL / "src"))
+    page = " ".join(PAGE.read_text(encoding="utf-8").split())
+
+    def message(register) -> str:
+        with pytest.raises(RegistryError) as info:
+            register()
+        text = re.sub(r"\(/\S+/(norms/\w+\.py):\d+\)", r"(.../\1:NN)", str(info.value))
+        return " ".join(text.split())
+
+    class Forgetful(DyT):
+        @classmethod
+        def from_params(cls, params: Params) -> DyT:  # noqa: F821 - forgets the size every norm receives
+            return cls(dim=1)
+
+    Forgetful.from_params.__func__.__qualname__ = "DyT.from_params"
+
+    class Params(__import__("pydantic").BaseModel):
+        alpha_init: float = 0.5
+
+    view = Registry().for_plugin("tutorial")
+    expected = [
+        message(lambda: view.register("norm", "dyt", factory=Forgetful.from_params, params=DyT.Params)),
+        message(lambda: view.register("norm", "dyt", factory=DyT.from_params, params=Params)),
+        message(lambda: get_registry().for_plugin("tutorial").register("norm", "rmsnorm", factory=DyT.from_params,
+                                                                        params=DyT.Params)),
+    ]
+    normalised_page = re.sub(r"(\.\.\./norms/\w+\.py):\d+", r"\1:NN", page)
+    for text in expected:
+        assert text in normalised_page, f"the tutorial should quote:\n{text}"
