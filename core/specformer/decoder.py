@@ -91,7 +91,7 @@ class Decoder(nn.Module):
             x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
         added = self.positional.embed(positions)
         if added is not None:
-            x = x + added
+            x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
         x = self.embedding_dropout(x)
 
         ctx = ForwardContext(

@@ -13,6 +13,8 @@ import torch
 class ModelSummary:
     """Parameter counts per component and the per-token costs of the model.
 
+    Modules that use only part of their weights per token (mixture of experts) say so
+    through an ``active_parameters()`` method; only those count towards FLOPs.
     FLOPs follow the convention of Kaplan et al. and PaLM's MFU appendix: a matmul
     with N weights costs 2N FLOPs per token forward; attention scores and the weighted
     sum cost ``4 * n_heads * head_dim * T`` per layer per token, with T the context
@@ -76,7 +78,13 @@ def summarize(model_or_spec: Any) -> ModelSummary:
     s.non_embedding = s.total - groups["embedding"] - groups["positional"]
     lm_head_matmul = model.embedding.weight.numel() if model.tie_embeddings else 0
     norm_params = groups["block norms"] + groups["final_norm"]
-    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul
+    # Sparse modules (mixture of experts) multiply each token by only some of their weights.
+    inactive = sum(
+        sum(p.numel() for p in m.parameters()) - m.active_parameters()
+        for m in model.modules()
+        if callable(getattr(m, "active_parameters", None))
+    )
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
     for attention in model.attention_modules():
         span = model.context_length if getattr(attention, "window", None) is None else min(attention.window, model.context_length)
         s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span

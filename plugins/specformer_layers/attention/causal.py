@@ -20,10 +20,12 @@ class CausalSelfAttention(nn.Module):
     ``n_kv_heads`` = ``n_heads`` is multi-head attention (Vaswani et al. 2017), 1 is
     multi-query (Shazeer 2019), anything between that divides ``n_heads`` is grouped-query
     (Ainslie et al. 2023). ``window`` limits each query to the last ``window`` tokens
-    (sliding window, Mistral); ``qk_norm`` normalises queries and keys per head (Qwen3,
-    OLMo-2 style per-head); ``logit_softcap`` bounds scores smoothly (Gemma 2). The ``sdpa``
+    (sliding window, Mistral); ``qk_norm`` normalises queries and keys before RoPE, per
+    head (``qk_norm_scope: head``, Qwen3, Gemma 3) or over all heads at once (``all``,
+    OLMo-2); ``logit_softcap`` bounds scores smoothly (Gemma 2); ``scale`` replaces
+    ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``). The ``sdpa``
     backend uses PyTorch's fused kernels; ``eager`` writes the softmax out and is the
-    reference (soft-capping always takes this path).
+    reference (soft-capping always takes this path). Both give the same results.
     """
 
     class Params(Params):
@@ -33,7 +35,11 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = Field(default=False, description="Biases on the query/key/value projections.")
         out_bias: bool = Field(default=False, description="Bias on the output projection.")
         window: int | None = Field(default=None, gt=0, description="Sliding window: attend to at most this many latest tokens.")
-        qk_norm: SubComponent("norm") | None = Field(default=None, description="A norm applied to each head of queries and keys.")
+        qk_norm: SubComponent("norm") | None = Field(default=None, description="A norm applied to queries and keys (before RoPE).")
+        qk_norm_scope: Literal["head", "all"] = Field(
+            default="head",
+            description="head: qk_norm over each head's channels (Qwen3); all: over all heads' channels at once (OLMo-2).",
+        )
         logit_softcap: float | None = Field(default=None, gt=0, description="Scores become cap * tanh(scores / cap).")
         scale: float | None = Field(default=None, gt=0, description="Score scale; default 1 / sqrt(head_dim).")
         dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
@@ -55,8 +61,9 @@ class CausalSelfAttention(nn.Module):
         qkv_bias: bool = False,
         out_bias: bool = False,
         window: int | None = None,
-        qk_norm: nn.Module | None = None,
+        q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
+        qk_norm_scope: str = "head",
         logit_softcap: float | None = None,
         scale: float | None = None,
         dropout: float = 0.0,
@@ -80,10 +87,15 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.backend = backend
         self.layer_index = layer_index
+        if (q_norm is None) != (k_norm is None):
+            raise ValueError("give both q_norm and k_norm, or neither")
+        if qk_norm_scope not in ("head", "all"):
+            raise ValueError(f"qk_norm_scope must be 'head' or 'all', got {qk_norm_scope!r}")
+        self.qk_norm_scope = qk_norm_scope
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * head_dim, bias=qkv_bias)
         self.out = nn.Linear(n_heads * head_dim, d_model, bias=out_bias)
-        self.q_norm = qk_norm
+        self.q_norm = q_norm
         self.k_norm = k_norm
 
     @classmethod
@@ -92,6 +104,13 @@ class CausalSelfAttention(nn.Module):
         if head_dim is None and d_model % params.n_heads:
             raise ValueError(f"n_heads ({params.n_heads}) must divide d_model ({d_model}) unless head_dim is given")
         head_dim = head_dim or d_model // params.n_heads
+        n_kv_heads = params.n_kv_heads or params.n_heads
+        q_norm = k_norm = None
+        if params.qk_norm is not None:
+            # Per head, each norm spans head_dim channels; over all heads, the whole projection.
+            per_head = params.qk_norm_scope == "head"
+            q_norm = params.qk_norm.make(dim=head_dim if per_head else params.n_heads * head_dim)
+            k_norm = params.qk_norm.make(dim=head_dim if per_head else n_kv_heads * head_dim)
         return cls(
             d_model=d_model,
             n_heads=params.n_heads,
@@ -100,8 +119,9 @@ class CausalSelfAttention(nn.Module):
             qkv_bias=params.qkv_bias,
             out_bias=params.out_bias,
             window=params.window,
-            qk_norm=params.qk_norm.make(dim=head_dim) if params.qk_norm else None,
-            k_norm=params.qk_norm.make(dim=head_dim) if params.qk_norm else None,
+            q_norm=q_norm,
+            k_norm=k_norm,
+            qk_norm_scope=params.qk_norm_scope,
             logit_softcap=params.logit_softcap,
             scale=params.scale,
             dropout=params.dropout,
@@ -113,10 +133,12 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         q, k, v = self.qkv(x).split((H * hd, KV * hd, KV * hd), dim=-1)
+        if self.q_norm is not None and self.qk_norm_scope == "all":
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.qk_norm_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         q = ctx.positional.rotate(q, ctx.positional_state)
         k = ctx.positional.rotate(k, ctx.positional_state)
@@ -136,7 +158,8 @@ class CausalSelfAttention(nn.Module):
         else:
             mask: Any = ctx.attention_mask(k_positions, window=self.window)  # (B, 1, T, S) bool
             if bias is not None:
-                mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+                # An additive float mask: the bias where allowed, -inf elsewhere. (B, H, T, S)
+                mask = torch.where(mask, bias.to(q.dtype), float("-inf"))
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale,
                                                enable_gqa=KV != H)
         y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
@@ -149,12 +172,23 @@ class CausalSelfAttention(nn.Module):
         scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
         if self.logit_softcap is not None:
             scores = torch.tanh(scores / self.logit_softcap) * self.logit_softcap
+        if scores.dtype not in (torch.float32, torch.float64):
+            scores = scores.float()  # the softmax (and any bias) in at least float32
         if bias is not None:
             scores = scores + bias
         scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        weights = torch.softmax(scores, dim=-1).to(q.dtype)
         weights = F.dropout(weights, p=dropout, training=dropout > 0)
         return weights @ v  # (B, H, T, hd)
+
+    def extra_repr(self) -> str:
+        parts = [f"n_heads={self.n_heads}", f"n_kv_heads={self.n_kv_heads}", f"head_dim={self.head_dim}",
+                 f"backend={self.backend}"]
+        if self.window is not None:
+            parts.append(f"window={self.window}")
+        if self.logit_softcap is not None:
+            parts.append(f"logit_softcap={self.logit_softcap}")
+        return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.qkv.weight, std=std)

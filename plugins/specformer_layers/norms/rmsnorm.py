@@ -13,8 +13,9 @@ from specformer.params import Params
 class RMSNorm(nn.Module):
     """Divide by the root mean square of the channels, then scale: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``.
 
-    Computed in float32 whatever the input dtype, as Llama and Gemma do. ``offset: 1``
-    stores the scale as ``weight - 1`` (Gemma), so the weight initialises to zero.
+    Lower-precision inputs are normalised in float32, as Llama and Gemma do (float64 stays
+    float64). ``offset: 1`` stores the scale as ``weight - 1`` (Gemma), so the weight
+    initialises to zero.
     """
 
     class Params(Params):
@@ -33,13 +34,16 @@ class RMSNorm(nn.Module):
         return cls(dim=dim, eps=params.eps, offset=params.offset)
 
     def forward(self, x: Tensor) -> Tensor:
-        scale = self.weight.float() + self.offset if self.offset else self.weight.float()
-        if x.dtype == torch.float32:
+        if x.dtype in (torch.float32, torch.float64):
+            scale = self.weight.to(x.dtype) + self.offset if self.offset else self.weight.to(x.dtype)
             return F.rms_norm(x, (self.dim,), scale, self.eps)
         normed = F.rms_norm(x.float(), (self.dim,), None, self.eps)
         if self.offset:  # Gemma multiplies in float32, then casts
-            return (normed * scale).to(x.dtype)
+            return (normed * (self.weight.float() + self.offset)).to(x.dtype)
         return normed.to(x.dtype) * self.weight  # Llama casts, then multiplies
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.constant_(self.weight, 1.0 - self.offset)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, eps={self.eps}, offset={self.offset}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pydantic import Field
 from torch import Tensor, nn
 
 from specformer.params import Params

@@ -8,50 +8,73 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.params import Params, SubComponent
 from specformer.positional import PositionalScheme
+from specformer_layers.positional.fp32 import Float32Tables
+from specformer_layers.positional.rope_scaling.base import RopeScaling, default_inv_freq
 
 
-class RotaryPositions(PositionalScheme):
+class RotaryPositions(PositionalScheme, Float32Tables):
     """Rotate each pair of query/key channels by an angle proportional to the position.
 
     Channel pair ``i`` turns by ``position * theta^(-2i/rotary_dim)``, so the score of a
     query and a key depends on their distance only. ``fraction`` < 1 rotates only the
     first channels of each head (GPT-NeoX, Phi); ``interleaved`` pairs channels (0,1),
     (2,3)... as in the original paper and GPT-J instead of the half-split pairing (i,
-    i + d/2) of GPT-NeoX and Llama.
+    i + d/2) of GPT-NeoX and Llama. ``scaling`` (a ``rope_scaling`` component: linear,
+    dynamic, yarn, llama3, longrope) changes the frequencies for longer contexts.
+
+    Frequencies stay float32 when the model is cast to bfloat16, and angles are computed
+    in float32: large positions would lose whole turns otherwise.
     """
 
     class Params(Params):
         theta: float = Field(default=10000.0, gt=1, description="Base of the rotation frequencies.")
         fraction: float = Field(default=1.0, gt=0, le=1, description="Share of each head's channels that rotate.")
         interleaved: bool = Field(default=False, description="Pair adjacent channels (GPT-J) instead of halves (NeoX/Llama).")
+        scaling: SubComponent("rope_scaling") | None = Field(
+            default=None, description="How frequencies change for long contexts (a rope_scaling component); none by default."
+        )
 
     def __init__(self, *, head_dim: int, theta: float = 10000.0, fraction: float = 1.0, interleaved: bool = False,
-                 inv_freq: Tensor | None = None, attention_scaling: float = 1.0) -> None:
+                 scaling: RopeScaling | None = None) -> None:
         super().__init__()
-        rotary_dim = int(head_dim * fraction)
-        rotary_dim -= rotary_dim % 2
-        if rotary_dim < 2:
-            raise ValueError(f"rope rotates {rotary_dim} channels of head_dim {head_dim} with fraction {fraction}; need at least 2")
+        rotary_dim = rotary_dim_of(head_dim, fraction)
+        if scaling is not None and scaling.rotary_dim != rotary_dim:
+            raise ValueError(f"rope scaling was built for rotary_dim {scaling.rotary_dim}, the rope rotates {rotary_dim}")
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
+        self.theta = theta
         self.interleaved = interleaved
-        self.attention_scaling = attention_scaling
-        if inv_freq is None:
-            inv_freq = default_inv_freq(rotary_dim, theta)
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.scaling = scaling
+        self.attention_scaling = scaling.attention_scaling if scaling is not None else 1.0
+        if scaling is None:
+            self.register_table("inv_freq", default_inv_freq(rotary_dim, theta))
 
     @classmethod
     def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "RotaryPositions":
-        return cls(head_dim=head_dim, theta=params.theta, fraction=params.fraction, interleaved=params.interleaved)
+        rotary_dim = rotary_dim_of(head_dim, params.fraction)
+        scaling = None
+        if params.scaling is not None:
+            scaling = params.scaling.make(rotary_dim=rotary_dim, theta=params.theta, context_length=context_length)
+        return cls(head_dim=head_dim, theta=params.theta, fraction=params.fraction, interleaved=params.interleaved,
+                   scaling=scaling)
+
+    def frequencies(self, positions: Tensor) -> Tensor:
+        """The inverse frequencies ``(rotary_dim / 2,)`` for a forward over ``positions``."""
+        if self.scaling is None:
+            return self.inv_freq
+        if self.scaling.length_dependent:
+            return self.scaling.frequencies(positions.max() + 1)
+        return self.scaling.frequencies(None)
 
     def prepare(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         # In fp32 whatever the model dtype: angles of large positions lose precision in bf16.
-        angles = positions.float()[..., None] * self.inv_freq  # (B, T, rotary_dim/2)
-        cos = (angles.cos() * self.attention_scaling)[:, None]  # (B, 1, T, rotary_dim/2)
-        sin = (angles.sin() * self.attention_scaling)[:, None]
-        return cos, sin
+        angles = positions.float()[..., None] * self.frequencies(positions)  # (B, T, rotary_dim/2)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_scaling != 1.0:
+            cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
+        return cos[:, None], sin[:, None]  # (B, 1, T, rotary_dim/2) each
 
     def rotate(self, x: Tensor, state: Any) -> Tensor:
         cos, sin = (t.to(x.dtype) for t in state)
@@ -65,6 +88,14 @@ class RotaryPositions(PositionalScheme):
             rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
         return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
 
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, interleaved={self.interleaved}"
 
-def default_inv_freq(rotary_dim: int, theta: float) -> Tensor:
-    return 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+
+def rotary_dim_of(head_dim: int, fraction: float) -> int:
+    """Channels of a head that rotate: ``head_dim * fraction`` rounded down to an even number."""
+    rotary_dim = int(head_dim * fraction)
+    rotary_dim -= rotary_dim % 2
+    if rotary_dim < 2:
+        raise ValueError(f"rope rotates {rotary_dim} channels of head_dim {head_dim} with fraction {fraction}; need at least 2")
+    return rotary_dim

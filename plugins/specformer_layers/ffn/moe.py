@@ -1,0 +1,214 @@
+"""Sparse mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from specformer.params import Params
+from specformer_layers.ffn.activations import ACTIVATIONS, Activation
+from specformer_layers.ffn.gated import GatedMLP, default_gated_hidden
+from specformer_layers.ffn.mlp import MLP
+
+Routing = Literal["softmax_then_topk", "topk_then_softmax"]
+
+
+class MoE(nn.Module):
+    """A router sends each token to ``top_k`` of ``n_experts`` feed-forward experts; their outputs are mixed.
+
+    Routing: ``softmax_then_topk`` takes the softmax over all experts, keeps the ``top_k``
+    largest probabilities and, with ``normalize_topk``, rescales them to sum to one
+    (Mixtral, Qwen3-MoE; without it, Qwen2-MoE and Switch); ``topk_then_softmax`` keeps
+    the ``top_k`` largest logits and takes the softmax over those (the same weights as
+    normalised softmax-then-top-k). Experts are gated (SwiGLU with the default ``silu``,
+    as Mixtral and Qwen-MoE) or plain MLPs. ``n_shared_experts`` adds an always-on
+    expert of width ``shared_hidden`` (DeepSeek-MoE, Qwen2-MoE; ``shared_gate`` scales it
+    by a learned sigmoid gate as Qwen2-MoE does).
+
+    Dropless: every token reaches all its experts, whatever the load. Tokens are sorted
+    by expert and each expert runs once on its contiguous block (one matmul pair per
+    expert, no loop over tokens). Each forward sets ``self.aux_loss``: the Switch/Mixtral
+    load-balancing loss ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing
+    slots that went to expert ``e``, summing to ``top_k``; ``P_e``: mean router
+    probability of ``e``) times ``aux_loss_coef``; ``Decoder.auxiliary_loss()`` adds
+    these up over layers for the trainer.
+    """
+
+    class Params(Params):
+        n_experts: int = Field(default=8, gt=1, description="Number of routed experts.")
+        top_k: int = Field(default=2, gt=0, description="Experts each token is sent to.")
+        hidden: int | None = Field(
+            default=None, gt=0,
+            description="Inner width of each expert; default 8/3 * d_model rounded up to 64 (gated) or 4 * d_model.",
+        )
+        activation: Activation = Field(default="silu", description="Non-linearity of the experts (on the gate when gated).")
+        gated: bool = Field(default=True, description="Gated experts down(act(gate(x)) * up(x)) (SwiGLU with silu); false: plain MLPs.")
+        routing: Routing = Field(
+            default="softmax_then_topk",
+            description="softmax_then_topk: softmax over all experts, keep the top k; topk_then_softmax: softmax over the top k logits.",
+        )
+        normalize_topk: bool = Field(
+            default=True, description="Rescale the kept top-k probabilities to sum to 1 (softmax_then_topk only).",
+        )
+        n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
+        shared_hidden: int | None = Field(
+            default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
+        )
+        shared_gate: bool = Field(default=False, description="Multiply the shared experts' output by sigmoid(w . x) (Qwen2-MoE).")
+        aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
+
+        @model_validator(mode="after")
+        def _consistent(self) -> "MoE.Params":
+            if self.top_k > self.n_experts:
+                raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
+            if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate):
+                raise ValueError("shared_hidden and shared_gate need n_shared_experts >= 1")
+            if self.routing == "topk_then_softmax" and not self.normalize_topk:
+                raise ValueError("topk_then_softmax always yields weights summing to 1; normalize_topk: false needs softmax_then_topk")
+            return self
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_experts: int,
+        top_k: int,
+        hidden: int,
+        activation: str = "silu",
+        gated: bool = True,
+        routing: str = "softmax_then_topk",
+        normalize_topk: bool = True,
+        shared_hidden: int = 0,
+        shared_gate: bool = False,
+        aux_loss_coef: float = 0.01,
+    ) -> None:
+        super().__init__()
+        if not 0 < top_k <= n_experts:
+            raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
+        if routing not in ("softmax_then_topk", "topk_then_softmax"):
+            raise ValueError(f"routing must be softmax_then_topk or topk_then_softmax, got {routing!r}")
+        self.d_model = d_model
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.hidden = hidden
+        self.gated = gated
+        self.routing = routing
+        self.normalize_topk = normalize_topk
+        self.aux_loss_coef = aux_loss_coef
+        self.activation = ACTIVATIONS[activation]
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        # Expert e's input projection is experts_in[e] (rows [gate; up] when gated), as nn.Linear stores it.
+        self.experts_in = nn.Parameter(torch.empty(n_experts, (2 if gated else 1) * hidden, d_model))
+        self.experts_out = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        self.shared: nn.Module | None = None
+        self.shared_gate: nn.Linear | None = None
+        if shared_hidden:
+            self.shared = (GatedMLP(d_model=d_model, hidden=shared_hidden, activation=activation) if gated
+                           else MLP(d_model=d_model, hidden=shared_hidden, activation=activation, bias=False))
+            if shared_gate:
+                self.shared_gate = nn.Linear(d_model, 1, bias=False)
+        self.aux_loss: Tensor | None = None
+        nn.init.normal_(self.experts_in, std=0.02)
+        nn.init.normal_(self.experts_out, std=0.02)
+
+    @classmethod
+    def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "MoE":
+        hidden = params.hidden or (default_gated_hidden(d_model) if params.gated else 4 * d_model)
+        shared_hidden = (params.shared_hidden or params.n_shared_experts * hidden) if params.n_shared_experts else 0
+        return cls(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k, hidden=hidden,
+                   activation=params.activation, gated=params.gated, routing=params.routing,
+                   normalize_topk=params.normalize_topk, shared_hidden=shared_hidden,
+                   shared_gate=params.shared_gate, aux_loss_coef=params.aux_loss_coef)
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        tokens = x.reshape(-1, shape[-1])  # (N, D)
+        weights, experts, probs = self.route(tokens)
+        self.aux_loss = self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
+        out = self.run_experts(tokens, experts, weights.to(x.dtype))
+        if self.shared is not None:
+            shared = self.shared(tokens)
+            if self.shared_gate is not None:
+                shared = shared * torch.sigmoid(self.shared_gate(tokens))
+            out = out + shared
+        return out.view(shape)
+
+    def route(self, tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Mixing weights ``(N, k)``, chosen experts ``(N, k)``, router probabilities ``(N, E)`` (at least float32)."""
+        logits = self.router(tokens)  # (N, E)
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()  # routing decisions in float32, as Mixtral and Qwen do
+        probs = logits.softmax(dim=-1)
+        if self.routing == "topk_then_softmax":
+            top, experts = logits.topk(self.top_k, dim=-1)
+            return top.softmax(dim=-1), experts, probs
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        if self.normalize_topk:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights, experts, probs
+
+    def run_experts(self, tokens: Tensor, experts: Tensor, weights: Tensor) -> Tensor:
+        """``sum_j weights[n, j] * expert_{experts[n, j]}(tokens[n])`` for every token ``n``."""
+        n_tokens, k = experts.shape
+        slots = experts.flatten()  # (N*k,): the expert of each (token, choice) slot
+        order = slots.argsort(stable=True)  # slots grouped by expert
+        # Counted with scatter_add rather than bincount, whose output size depends on the
+        # data: torch.compile can trace this one.
+        counts = torch.zeros(self.n_experts, dtype=torch.long, device=slots.device)
+        counts = counts.scatter_add(0, slots, torch.ones_like(slots))
+        grouped = tokens[order // k]  # (N*k, D): each slot's token, sorted by expert
+        outputs = []
+        for e, block in enumerate(grouped.split(counts.tolist())):
+            h = F.linear(block, self.experts_in[e])
+            if self.gated:
+                gate, up = h.chunk(2, dim=-1)  # (n_e, hidden) each
+                h = self.activation(gate) * up
+            else:
+                h = self.activation(h)
+            outputs.append(F.linear(h, self.experts_out[e]))
+        # Back to slot order by a copy (not an atomic scatter-add), so results are deterministic.
+        per_slot = _unsort(torch.cat(outputs), order).view(n_tokens, k, -1)  # (N, k, D)
+        return (per_slot * weights[..., None]).sum(dim=1)  # (N, D)
+
+    def active_parameters(self) -> int:
+        """Weights one token's forward multiplies by: the router, ``top_k`` experts and the shared experts."""
+        per_expert = (self.experts_in.numel() + self.experts_out.numel()) // self.n_experts
+        total = self.router.weight.numel() + self.top_k * per_expert
+        for module in (self.shared, self.shared_gate):
+            if module is not None:
+                total += sum(p.numel() for p in module.parameters())
+        return total
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        nn.init.normal_(self.router.weight, std=std)
+        nn.init.normal_(self.experts_in, std=std)
+        nn.init.normal_(self.experts_out, std=residual_std)  # feeds the residual stream
+        if self.shared_gate is not None:
+            nn.init.normal_(self.shared_gate.weight, std=std)
+
+    def extra_repr(self) -> str:
+        return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
+                f"routing={self.routing}, normalize_topk={self.normalize_topk}")
+
+
+def _unsort(sorted_rows: Tensor, order: Tensor) -> Tensor:
+    """Rows back in their original order: ``out[order[i]] = sorted_rows[i]``."""
+    return torch.empty_like(sorted_rows).index_copy(0, order, sorted_rows)
+
+
+def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """Switch Transformer's auxiliary loss as Mixtral uses it: ``E * sum_e f_e * P_e``.
+
+    ``f_e`` is the number of routing slots sent to expert ``e`` over the number of tokens
+    (the shares sum to ``top_k``); ``P_e`` the mean router probability of ``e``. Equals
+    ``top_k`` when the load is perfectly uniform. Gradients flow through ``P_e`` only.
+    """
+    n_tokens = probs.shape[0]
+    slots = experts.flatten()
+    counts = torch.zeros(n_experts, dtype=probs.dtype, device=probs.device)
+    counts = counts.scatter_add(0, slots, torch.ones_like(slots, dtype=probs.dtype))
+    return n_experts * torch.sum(counts / n_tokens * probs.mean(dim=0))

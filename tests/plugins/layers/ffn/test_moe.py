@@ -1,0 +1,214 @@
+"""Mixture of experts against a dense per-token reference and transformers' Mixtral and Qwen2-MoE blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import specformer
+from specformer_layers.ffn.moe import MoE, load_balancing_loss
+
+from ..support import tiny_spec
+
+
+def dense_reference(moe: MoE, x: torch.Tensor) -> torch.Tensor:
+    """Every token, one at a time, through each of its top-k experts, weighted and summed."""
+    act = moe.activation  # the activations themselves are checked by formula in test_activations
+    tokens = x.reshape(-1, x.shape[-1])
+    out = torch.zeros_like(tokens)
+    for n, token in enumerate(tokens):
+        logits = moe.router.weight.double() @ token.double()
+        probs = torch.softmax(logits, dim=-1)
+        if moe.routing == "topk_then_softmax":
+            top, chosen = logits.topk(moe.top_k)
+            weights = torch.softmax(top, dim=-1)
+        else:
+            weights, chosen = probs.topk(moe.top_k)
+            if moe.normalize_topk:
+                weights = weights / weights.sum()
+        for w, e in zip(weights.tolist(), chosen.tolist()):
+            h = moe.experts_in[e] @ token
+            if moe.gated:
+                gate, up = h.split(moe.hidden)
+                h = act(gate) * up
+            else:
+                h = act(h)
+            out[n] += w * (moe.experts_out[e] @ h)
+        if moe.shared is not None:
+            shared = moe.shared(token)
+            if moe.shared_gate is not None:
+                shared = shared * torch.sigmoid(moe.shared_gate.weight[0] @ token)
+            out[n] += shared
+    return out.view(x.shape)
+
+
+def _random_moe(**kwargs: object) -> MoE:
+    moe = MoE(**{"d_model": 16, "n_experts": 6, "top_k": 2, "hidden": 20, **kwargs}).double()
+    for p in moe.parameters():
+        p.data.normal_(0, 0.3)
+    return moe
+
+
+CONFIGS = [
+    {},
+    {"top_k": 1},
+    {"top_k": 3, "normalize_topk": False},
+    {"routing": "topk_then_softmax"},
+    {"gated": False, "activation": "gelu"},
+    {"activation": "relu2", "shared_hidden": 24},
+    {"shared_hidden": 12, "shared_gate": True, "normalize_topk": False},
+    {"n_experts": 2, "top_k": 2},
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_matches_dense_reference(config: dict) -> None:
+    moe = _random_moe(**config)
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    torch.testing.assert_close(moe(x), dense_reference(moe, x))
+
+
+def test_dropless_when_every_token_picks_the_same_experts() -> None:
+    moe = _random_moe()
+    moe.router.weight.data.zero_()
+    moe.router.weight.data[4] = 5.0
+    moe.router.weight.data[1] = 4.0
+    x = torch.rand(2, 50, 16, dtype=torch.float64) + 0.5  # positive: experts 4 then 1 win for every token
+    _, experts, _ = moe.route(x.reshape(-1, 16))
+    assert (experts[:, 0] == 4).all() and (experts[:, 1] == 1).all()
+    torch.testing.assert_close(moe(x), dense_reference(moe, x))
+
+
+def test_matches_transformers_mixtral_block() -> None:
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    config = MixtralConfig(hidden_size=16, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+                           num_attention_heads=2, num_key_value_heads=2)
+    theirs = MixtralSparseMoeBlock(config).eval()
+    for p in theirs.parameters():
+        p.data.normal_(0, 0.3)
+    ours = MoE(d_model=16, n_experts=4, top_k=2, hidden=24, activation="silu")
+    ours.router.weight.data.copy_(theirs.gate.weight)
+    ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
+    ours.experts_out.data.copy_(theirs.experts.down_proj)
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+
+
+def test_matches_transformers_qwen2_moe_block_with_shared_expert() -> None:
+    from transformers import Qwen2MoeConfig
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
+
+    config = Qwen2MoeConfig(hidden_size=16, moe_intermediate_size=12, shared_expert_intermediate_size=20,
+                            num_experts=6, num_experts_per_tok=3, norm_topk_prob=False,
+                            num_attention_heads=2, num_key_value_heads=2)
+    theirs = Qwen2MoeSparseMoeBlock(config).eval()
+    for p in theirs.parameters():
+        p.data.normal_(0, 0.3)
+    ours = MoE(d_model=16, n_experts=6, top_k=3, hidden=12, normalize_topk=False, shared_hidden=20, shared_gate=True)
+    ours.router.weight.data.copy_(theirs.gate.weight)
+    ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
+    ours.experts_out.data.copy_(theirs.experts.down_proj)
+    shared = theirs.shared_expert
+    ours.shared.gate_up.weight.data.copy_(torch.cat((shared.gate_proj.weight, shared.up_proj.weight)))
+    ours.shared.down.weight.data.copy_(shared.down_proj.weight)
+    ours.shared_gate.weight.data.copy_(theirs.shared_expert_gate.weight)
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_aux_loss_matches_transformers(top_k: int) -> None:
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    moe = _random_moe(top_k=top_k, aux_loss_coef=0.02).float()
+    x = torch.randn(4, 8, 16)
+    moe(x)
+    logits = moe.router(x.reshape(-1, 16))
+    expected = load_balancing_loss_func((logits,), num_experts=6, top_k=top_k)
+    torch.testing.assert_close(moe.aux_loss, 0.02 * expected, rtol=1e-5, atol=1e-7)
+
+
+def test_aux_loss_formula_and_gradient() -> None:
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1]], requires_grad=True)
+    experts = torch.tensor([[0, 1], [0, 2]])
+    # f = (2/2, 1/2, 1/2), P = (0.65, 0.25, 0.1): 3 * (0.65 + 0.125 + 0.05)
+    loss = load_balancing_loss(probs, experts, 3)
+    assert loss.item() == pytest.approx(3 * (0.65 + 0.125 + 0.05))
+    loss.backward()
+    assert probs.grad is not None and probs.grad.abs().sum() > 0
+    uniform = load_balancing_loss(torch.full((4, 4), 0.25), torch.tensor([[0, 1], [2, 3], [0, 1], [2, 3]]), 4)
+    assert uniform.item() == pytest.approx(2.0)  # top_k when perfectly balanced
+
+
+def test_decoder_collects_aux_loss_of_every_layer() -> None:
+    spec = tiny_spec(n_layers=3)
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "aux_loss_coef": 0.1}
+    model = specformer.build(spec, seed=0)
+    assert model.auxiliary_loss() is None
+    model(torch.randint(0, 61, (2, 10)))
+    per_layer = [b.ffn.aux_loss for b in model.blocks]
+    torch.testing.assert_close(model.auxiliary_loss(), torch.stack(per_layer).sum())
+    assert all(0.1 * 2 * 0.99 < v.item() < 0.1 * 4 for v in per_layer)  # between balanced and fully collapsed
+
+
+def test_zero_coefficient_gives_zero_loss() -> None:
+    moe = _random_moe(aux_loss_coef=0.0)
+    moe(torch.randn(1, 4, 16, dtype=torch.float64))
+    assert moe.aux_loss.item() == 0.0
+
+
+def test_topk_then_softmax_equals_normalised_softmax_then_topk() -> None:
+    a = _random_moe(routing="topk_then_softmax")
+    b = _random_moe()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    torch.testing.assert_close(a(x), b(x))
+
+
+def test_bfloat16_and_empty_experts() -> None:
+    moe = MoE(d_model=16, n_experts=8, top_k=1, hidden=8).bfloat16()
+    x = torch.randn(1, 2, 16).bfloat16()  # 2 tokens, 8 experts: most get nothing
+    y = moe(x)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+    reference = dense_reference(moe.double(), x.double())
+    torch.testing.assert_close(y.double(), reference, rtol=3e-2, atol=3e-2)
+
+
+def test_defaults_and_parameter_count() -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_shared_experts": 2}
+    moe = specformer.build(spec).blocks[0].ffn
+    assert (moe.n_experts, moe.top_k, moe.hidden, moe.gated) == (8, 2, 128, True)
+    assert moe.shared.hidden == 256  # 2 shared experts of width 128
+    experts = 8 * 3 * 32 * 128
+    router = 8 * 32
+    shared = 3 * 32 * 256
+    assert sum(p.numel() for p in moe.parameters()) == experts + router + shared
+    assert moe.active_parameters() == experts * 2 // 8 + router + shared  # top-2 of 8 experts
+
+
+def test_mixtral_active_parameters() -> None:
+    """Mixtral 8x7B is published as about 12.9B active parameters per token."""
+    spec = Path(__file__).resolve().parents[4] / "specs" / "mixtral-8x7b.yaml"
+    model = specformer.build(spec, device="meta")
+    moe_total = sum(b.ffn.active_parameters() for b in model.blocks)
+    moe_all = sum(p.numel() for b in model.blocks for p in b.ffn.parameters())
+    active = model.num_parameters() - moe_all + moe_total
+    assert 12.8e9 < active < 13.0e9
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"n_experts": 4, "top_k": 5}, "top_k \\(5\\) cannot exceed n_experts \\(4\\)"),
+    ({"shared_hidden": 8}, "need n_shared_experts >= 1"),
+    ({"routing": "topk_then_softmax", "normalize_topk": False}, "normalize_topk: false needs softmax_then_topk"),
+    ({"routing": "sigmoid"}, "routing"),
+])
+def test_bad_params(params: dict, message: str) -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", **params}
+    with pytest.raises(specformer.SpecError, match=message):
+        specformer.load_spec(spec)

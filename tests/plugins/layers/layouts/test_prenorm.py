@@ -1,0 +1,19 @@
+"""Pre-norm wiring by its formula."""
+
+from __future__ import annotations
+
+import torch
+
+from specformer_layers.layouts.prenorm import PreNormBlock
+
+from .stubs import D, StubAttention, StubFFN, norm_maker
+
+
+def test_formula() -> None:
+    attn, ffn = StubAttention(D), StubFFN(D)
+    block = PreNormBlock.from_params(PreNormBlock.Params(), d_model=D, attention=attn, ffn=ffn,
+                                     make_norm=norm_maker(), layer_index=0, n_layers=1)
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    h = x + attn(block.attention_norm(x), None)
+    torch.testing.assert_close(block(x, None), h + ffn(block.ffn_norm(h)))
+    assert (block.attention_norm.scale, block.ffn_norm.scale) == (1.0, 2.0)

@@ -1,0 +1,20 @@
+"""Sandwich wiring (Gemma 2) by its formula."""
+
+from __future__ import annotations
+
+import torch
+
+from specformer_layers.layouts.sandwich import SandwichBlock
+
+from .stubs import D, StubAttention, StubFFN, norm_maker
+
+
+def test_formula() -> None:
+    attn, ffn = StubAttention(D), StubFFN(D)
+    block = SandwichBlock.from_params(SandwichBlock.Params(), d_model=D, attention=attn, ffn=ffn,
+                                      make_norm=norm_maker(), layer_index=0, n_layers=1)
+    norms = [block.attention_norm, block.attention_post_norm, block.ffn_norm, block.ffn_post_norm]
+    assert len({id(n) for n in norms}) == 4
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    h = x + block.attention_post_norm(attn(block.attention_norm(x), None))
+    torch.testing.assert_close(block(x, None), h + block.ffn_post_norm(ffn(block.ffn_norm(h))))

@@ -1,0 +1,34 @@
+"""LayerNorm by its formula, with and without bias, and non-parametric."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specformer_layers.norms.layernorm import LayerNorm
+
+
+@pytest.mark.parametrize(("bias", "affine"), [(True, True), (False, True), (True, False), (False, False)])
+def test_formula(bias: bool, affine: bool) -> None:
+    norm = LayerNorm(dim=12, eps=1e-5, bias=bias, affine=affine).double()
+    for p in norm.parameters():
+        p.data.normal_()
+    x = torch.randn(2, 7, 12, dtype=torch.float64) * 4 + 3
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)  # biased variance, as in the paper
+    expected = (x - mean) / torch.sqrt(var + 1e-5)
+    if affine:
+        expected = expected * norm.weight
+        if bias:
+            expected = expected + norm.bias
+    torch.testing.assert_close(norm(x), expected)
+    names = {n for n, _ in norm.named_parameters()}
+    assert names == ({"weight", "bias"} if affine and bias else {"weight"} if affine else set())
+
+
+def test_init() -> None:
+    norm = LayerNorm(dim=4)
+    norm.weight.data.fill_(2.0)
+    norm.bias.data.fill_(1.0)
+    norm.init_weights(std=0.02, residual_std=0.01)
+    assert torch.equal(norm.weight, torch.ones(4)) and torch.equal(norm.bias, torch.zeros(4))

@@ -1,0 +1,56 @@
+"""RMSNorm by its formula, in each dtype, and against transformers' Llama and Gemma norms."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specformer_layers.norms.rmsnorm import RMSNorm
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    x64 = x.double()
+    return x64 / torch.sqrt((x64 ** 2).mean(-1, keepdim=True) + eps) * (weight.double() + offset)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_formula(offset: float, dtype: torch.dtype) -> None:
+    norm = RMSNorm(dim=16, eps=1e-5, offset=offset).to(dtype)
+    norm.weight.data.normal_()
+    x = torch.randn(3, 5, 16, dtype=dtype) * 3
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(norm(x).double(), reference(x, norm.weight, 1e-5, offset), rtol=tol, atol=tol)
+    assert norm(x).dtype == dtype
+
+
+def test_offset_one_starts_as_identity_scale() -> None:
+    norm = RMSNorm(dim=8, offset=1.0)
+    assert torch.equal(norm.weight, torch.zeros(8))
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(norm(x), RMSNorm(dim=8)(x))
+    norm.weight.data.fill_(3.0)
+    norm.init_weights(std=0.02, residual_std=0.01)
+    assert torch.equal(norm.weight, torch.zeros(8))
+
+
+def test_matches_llama_in_bfloat16() -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    ours, theirs = RMSNorm(dim=32, eps=1e-5), LlamaRMSNorm(32, eps=1e-5)
+    theirs.weight.data.normal_()
+    ours.weight.data.copy_(theirs.weight.data)
+    ours, theirs = ours.bfloat16(), theirs.bfloat16()
+    x = torch.randn(4, 32).bfloat16()
+    assert torch.equal(ours(x), theirs(x))
+
+
+def test_matches_gemma_in_bfloat16() -> None:
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+
+    ours, theirs = RMSNorm(dim=32, eps=1e-6, offset=1.0), GemmaRMSNorm(32, eps=1e-6)
+    theirs.weight.data.normal_()
+    ours.weight.data.copy_(theirs.weight.data)
+    ours, theirs = ours.bfloat16(), theirs.bfloat16()
+    x = torch.randn(4, 32).bfloat16()
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)

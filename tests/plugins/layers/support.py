@@ -1,0 +1,83 @@
+"""Shared helpers of the layers plugin's tests: tiny specs, a plain KV cache, a forward context."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from specformer.context import ForwardContext
+from specformer.positional import PositionalScheme
+
+VOCAB = 61
+D_MODEL = 32
+N_HEADS = 4
+HEAD_DIM = D_MODEL // N_HEADS
+
+#: The kinds whose components make up a Decoder (the sampler kind belongs to generation).
+LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "attention", "layout")
+
+
+def tiny_spec(**model_changes: Any) -> dict[str, Any]:
+    """A two-layer Llama-like spec small enough for every test; ``model_changes`` replace model fields."""
+    model: dict[str, Any] = {
+        "vocab_size": VOCAB,
+        "d_model": D_MODEL,
+        "n_layers": 2,
+        "context_length": 32,
+        "positional": {"kind": "rope"},
+        "block": {
+            "layout": "prenorm",
+            "norm": "rmsnorm",
+            "attention": {"kind": "attention", "n_heads": N_HEADS, "n_kv_heads": 2},
+            "ffn": {"kind": "swiglu", "hidden": 48},
+        },
+    }
+    model.update(copy.deepcopy(model_changes))
+    return {"model": model}
+
+
+def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
+    """The tiny spec with the component ``ref`` (``{kind: name, **params}``) of ``kind`` in its place."""
+    spec = tiny_spec()
+    model = spec["model"]
+    if kind == "positional":
+        model["positional"] = ref
+    elif kind == "rope_scaling":
+        model["positional"] = {"kind": "rope", "scaling": ref}
+    elif kind == "norm":
+        model["block"]["norm"] = ref
+        model["final_norm"] = ref
+    elif kind in ("ffn", "attention", "layout"):
+        model["block"][kind] = ref
+    else:
+        raise ValueError(f"no place for a {kind} component in a Decoder spec")
+    return spec
+
+
+class ListCache:
+    """The simplest KV cache: per layer, concatenate what every step adds."""
+
+    def __init__(self) -> None:
+        self.layers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def update(self, layer_index: int, key: Tensor, value: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if layer_index in self.layers:
+            k, v, p = self.layers[layer_index]
+            key, value, positions = torch.cat((k, key), 2), torch.cat((v, value), 2), torch.cat((p, positions), 1)
+        self.layers[layer_index] = (key, value, positions)
+        return key, value, positions
+
+
+def context(positions: Tensor, positional: PositionalScheme | None = None, *, plain_causal: bool = False,
+            cache: Any = None) -> ForwardContext:
+    """What the Decoder would hand a block for tokens at ``positions``."""
+    positional = positional if positional is not None else PositionalScheme()
+    return ForwardContext(positions=positions, positional=positional, positional_state=positional.prepare(positions),
+                          cache=cache, plain_causal=plain_causal)
+
+
+def causal_positions(batch: int, length: int) -> Tensor:
+    return torch.arange(length).expand(batch, length)

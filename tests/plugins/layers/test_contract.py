@@ -1,0 +1,190 @@
+"""The contract every layer component keeps, checked for every registered component of every layer kind.
+
+Components are discovered from the registry, so a newly registered one is covered
+without touching this file. A component with required params needs example params in
+``VARIANTS`` (the test says so when they are missing); components may list several
+variants to cover their options.
+
+Each variant is placed in a tiny two-layer Decoder (see ``support.spec_with``) and must:
+give logits of the right shape; keep the model's dtype in every module's output (float64
+and bfloat16); be causal (changing later tokens never changes earlier outputs); pass
+gradients to every parameter; build identically from the same seed; and, in the slow
+suite, compile with ``torch.compile(fullgraph=True)`` to the same results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import specformer
+
+from .support import HEAD_DIM, LAYER_KINDS, VOCAB, spec_with
+
+PAIRS = HEAD_DIM // 2  # rotary channel pairs of the tiny spec's heads
+
+#: Example params per component: each entry is one variant checked by every test below.
+VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
+    ("positional", "rope"): [{}, {"interleaved": True}, {"fraction": 0.5, "theta": 500.0}],
+    ("rope_scaling", "linear"): [{"factor": 2.0}],
+    ("rope_scaling", "dynamic"): [{"factor": 2.0, "original_context_length": 8}],
+    ("rope_scaling", "yarn"): [{"factor": 4.0, "original_context_length": 8},
+                               {"factor": 4.0, "original_context_length": 8, "mscale": 0.7, "mscale_all_dim": 0.5}],
+    ("rope_scaling", "llama3"): [{"factor": 4.0, "original_context_length": 16}],
+    ("rope_scaling", "longrope"): [{"short_factor": [1.0 + i / 10 for i in range(PAIRS)],
+                                    "long_factor": [2.0 + i for i in range(PAIRS)], "original_context_length": 8}],
+    ("norm", "layernorm"): [{}, {"bias": False}, {"affine": False}],
+    ("norm", "rmsnorm"): [{}, {"offset": 1.0}],
+    ("ffn", "mlp"): [{}, {"activation": "relu2", "bias": False}],
+    ("ffn", "moe"): [
+        {"n_experts": 4, "top_k": 2, "hidden": 16},
+        {"n_experts": 4, "top_k": 1, "hidden": 16, "routing": "topk_then_softmax", "gated": False, "activation": "gelu"},
+        {"n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False, "n_shared_experts": 1, "shared_gate": True},
+    ],
+    ("attention", "attention"): [
+        {"n_heads": 4, "n_kv_heads": 2},
+        {"n_heads": 4, "n_kv_heads": 1, "head_dim": 12, "window": 3, "qkv_bias": True, "out_bias": True},
+        {"n_heads": 4, "qk_norm": "rmsnorm", "logit_softcap": 20.0, "scale": 0.3},
+        {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm"}, "qk_norm_scope": "all", "backend": "eager"},
+    ],
+    ("layout", "parallel"): [{}, {"shared_norm": True}],
+}
+
+
+def _required(kind: str, name: str) -> list[str]:
+    component = specformer.get_registry().get(kind, name)
+    return [f for f, info in component.params.model_fields.items() if info.is_required()]
+
+
+def _variants() -> list[Any]:
+    registry = specformer.get_registry()
+    cases = []
+    for kind in LAYER_KINDS:
+        for name in registry.names(kind):
+            if (kind, name) not in VARIANTS and _required(kind, name):
+                # Another plugin's component that needs params we cannot guess (ours must be covered:
+                # test_every_component_is_covered).
+                cases.append(pytest.param(kind, name, {}, id=f"{kind}-{name}", marks=pytest.mark.skip(
+                    reason=f"{kind} {name!r} needs params {_required(kind, name)}; add them to VARIANTS")))
+                continue
+            for i, example in enumerate(VARIANTS.get((kind, name), [{}])):
+                cases.append(pytest.param(kind, name, example, id=f"{kind}-{name}-{i}"))
+    return cases
+
+
+CASES = _variants()
+
+
+def _build(kind: str, name: str, params: dict[str, Any], **kwargs: Any) -> specformer.Decoder:
+    return specformer.build(spec_with(kind, {"kind": name, **params}), **kwargs)
+
+
+def _tokens(batch: int = 2, length: int = 16, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_every_layer_kind_has_components() -> None:
+    registry = specformer.get_registry()
+    for kind in LAYER_KINDS:
+        assert registry.names(kind), f"no {kind} component registered"
+
+
+def test_every_component_is_covered() -> None:
+    """A built-in component with required params is only checked once VARIANTS gives it example params."""
+    registry = specformer.get_registry()
+    uncovered = [f"{kind} {name!r} (required: {_required(kind, name)})" for kind in LAYER_KINDS
+                 for name in registry.names(kind) if (kind, name) not in VARIANTS and _required(kind, name)
+                 and registry.get(kind, name).plugin == "layers"]
+    assert not uncovered, f"add example params to VARIANTS for: {', '.join(uncovered)}"
+    stale = [key for key in VARIANTS if key[1] not in registry.names(key[0])]
+    assert not stale, f"VARIANTS names components that are not registered: {stale}"
+
+
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_shapes(kind: str, name: str, params: dict[str, Any]) -> None:
+    model = _build(kind, name, params, seed=0).eval()
+    x = _tokens(3, 11)
+    assert model(x).shape == (3, 11, VOCAB)
+    assert model(x, last_only=True).shape == (3, 1, VOCAB)
+    assert torch.isfinite(model(x)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_dtype_is_preserved_by_every_module(kind: str, name: str, params: dict[str, Any], dtype: torch.dtype) -> None:
+    model = _build(kind, name, params, seed=0, dtype=dtype).eval()
+    wrong: list[str] = []
+
+    def check(module_name: str):
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.is_floating_point() and output.dtype != dtype:
+                wrong.append(f"{module_name or 'model'} ({type(module).__name__}) -> {output.dtype}")
+        return hook
+
+    handles = [m.register_forward_hook(check(n)) for n, m in model.named_modules()]
+    try:
+        logits = model(_tokens())
+    finally:
+        for h in handles:
+            h.remove()
+    assert logits.dtype == dtype
+    assert torch.isfinite(logits.float()).all()
+    assert not wrong, f"modules changed the dtype: {wrong}"
+
+
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_causal(kind: str, name: str, params: dict[str, Any]) -> None:
+    model = _build(kind, name, params, seed=0, dtype=torch.float64).eval()
+    x = _tokens(2, 16)
+    before = model(x)
+    for t in (0, 6, 14):
+        changed = x.clone()
+        changed[:, t + 1:] = (changed[:, t + 1:] + 1 + torch.arange(16 - t - 1)) % VOCAB
+        after = model(changed)
+        torch.testing.assert_close(after[:, : t + 1], before[:, : t + 1], rtol=1e-10, atol=1e-10)
+        assert not torch.allclose(after[:, t + 1:], before[:, t + 1:]), "later outputs ignore later tokens"
+
+
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_gradients_reach_every_parameter(kind: str, name: str, params: dict[str, Any]) -> None:
+    model = _build(kind, name, params, seed=0).train()
+    x = _tokens(2, 16)
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.roll(-1, 1).flatten())
+    aux = model.auxiliary_loss()
+    if aux is not None:
+        loss = loss + aux
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"no gradient reaches {missing}"
+
+
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_deterministic_given_seed(kind: str, name: str, params: dict[str, Any]) -> None:
+    a = _build(kind, name, params, seed=7).eval()
+    b = _build(kind, name, params, seed=7).eval()
+    c = _build(kind, name, params, seed=8).eval()
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+    x = _tokens()
+    assert torch.equal(a(x), b(x))
+    assert torch.equal(a(x), a(x)), "two forwards of the same model differ"
+    if any(p.numel() > 1 for p in a.parameters()):
+        assert any(not torch.equal(sa[k], sc[k]) for k in sa), "another seed gives the same weights"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_compiles_fullgraph(kind: str, name: str, params: dict[str, Any]) -> None:
+    torch._dynamo.reset()
+    model = _build(kind, name, params, seed=0).eval()
+    x = _tokens(2, 12)
+    expected = model(x)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        got = compiled(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,55 @@
+"""What the layers plugin registers, and that each registration documents itself."""
+
+from __future__ import annotations
+
+import pytest
+
+import specformer
+
+EXPECTED = {
+    "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
+    "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
+    "norm": {"layernorm", "rmsnorm", "scalenorm"},
+    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
+    "attention": {"attention"},
+    "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
+}
+
+OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
+
+
+def test_registered_names() -> None:
+    by_kind: dict[str, set[str]] = {}
+    for c in OURS:
+        by_kind.setdefault(c.kind, set()).add(c.name)
+    assert by_kind == EXPECTED
+
+
+def test_rope_scaling_kind() -> None:
+    kind = specformer.get_registry().kinds["rope_scaling"]
+    assert kind.sizes == ("rotary_dim", "theta", "context_length")
+    assert kind.doc
+
+
+@pytest.mark.parametrize("component", OURS, ids=lambda c: f"{c.kind}-{c.name}")
+def test_documented(component) -> None:
+    assert len(component.summary) > 20, "a one-line summary"
+    assert component.paper and component.paper.startswith("https://"), "a link to the paper or source"
+    assert component.source.startswith("specformer_layers."), component.source
+    for name, field in component.params.model_fields.items():
+        assert field.description and len(field.description) > 10, f"param {name!r} needs a description"
+    schema = component.params.model_json_schema()
+    assert schema.get("additionalProperties") is False
+
+
+def test_every_module_in_the_plugin_is_registered_or_support() -> None:
+    """A component class written but never registered would be dead code."""
+    import pkgutil
+
+    import specformer_layers
+
+    registered = {c.source.split(" ")[0] for c in OURS}  # "module (file:line)"
+    support = {"specformer_layers.plugin", "specformer_layers.positional.fp32", "specformer_layers.ffn.activations",
+               "specformer_layers.positional.rope_scaling.base"}
+    modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
+    assert modules - registered - support == set()

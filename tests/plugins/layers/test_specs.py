@@ -1,0 +1,175 @@
+"""The real-shape specs under specs/: parameter counts against transformers and the published totals,
+and each one built at a reduced size that runs forward and backward."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import yaml
+
+import specformer
+
+SPECS = Path(__file__).resolve().parents[3] / "specs"
+
+
+def _llama_like(cls_name: str, **kw: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        import transformers
+
+        return getattr(transformers, cls_name)(**kw)
+    return make
+
+
+#: Each real-shape spec and the transformers config of the same model (from its published config.json).
+HF_CONFIGS: dict[str, Callable[[], Any]] = {
+    "gpt2-124m.yaml": _llama_like("GPT2Config", vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),
+    "llama-2-7b.yaml": _llama_like(
+        "LlamaConfig", vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, tie_word_embeddings=False),
+    "llama-3.1-8b.yaml": _llama_like(
+        "LlamaConfig", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "llama-3.2-1b.yaml": _llama_like(
+        "LlamaConfig", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "mistral-7b.yaml": _llama_like(
+        "MistralConfig", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768, sliding_window=4096,
+        tie_word_embeddings=False),
+    "mixtral-8x7b.yaml": _llama_like(
+        "MixtralConfig", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=32768, tie_word_embeddings=False),
+    "gemma-2b.yaml": _llama_like(
+        "GemmaConfig", vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
+        num_attention_heads=8, num_key_value_heads=1, head_dim=256, max_position_embeddings=8192),
+    "gemma-2-2b.yaml": _llama_like(
+        "Gemma2Config", vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=8192,
+        query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    "qwen2.5-0.5b.yaml": _llama_like(
+        "Qwen2Config", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True),
+    "qwen3-0.6b.yaml": _llama_like(
+        "Qwen3Config", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+        tie_word_embeddings=True),
+    "olmo-2-1b.yaml": _llama_like(
+        "Olmo2Config", vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096, tie_word_embeddings=False),
+    "phi-3-mini.yaml": _llama_like(
+        "Phi3Config", vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, sliding_window=2047,
+        tie_word_embeddings=False),
+    "pythia-160m.yaml": _llama_like(
+        "GPTNeoXConfig", vocab_size=50304, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+        num_attention_heads=12, max_position_embeddings=2048, tie_word_embeddings=False, use_parallel_residual=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+}
+
+REAL = sorted(HF_CONFIGS)
+
+
+def published_total(name: str) -> int:
+    """The parameter count written in the spec's header comment ('... 1,234 parameters ...')."""
+    text = (SPECS / name).read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    match = re.search(r"([\d,]{5,}) parameters", header)
+    assert match, f"{name} has no '<count> parameters' in its header comment"
+    return int(match.group(1).replace(",", ""))
+
+
+def test_every_spec_claiming_a_published_count_is_checked() -> None:
+    claiming = {p.name for p in SPECS.glob("*") if p.suffix in (".yaml", ".yml", ".json", ".toml")
+                and re.search(r"^#.*[\d,]{5,} parameters", p.read_text(), re.M)}
+    assert claiming == set(HF_CONFIGS)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_parameter_count_matches_transformers_and_publication(name: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    ours = specformer.summarize(SPECS / name).total
+    with torch.device("meta"):
+        hf = AutoModelForCausalLM.from_config(HF_CONFIGS[name]())
+    theirs = sum(p.numel() for p in hf.parameters())
+    assert ours == theirs, f"{name}: specformer {ours:,}, transformers {theirs:,}"
+    assert ours == published_total(name)
+
+
+# -- reduced size ----------------------------------------------------------------------------------
+
+SHRINK = {"vocab_size": 97, "d_model": 64, "n_layers": 2, "context_length": 64}
+
+
+def shrink(data: Any) -> Any:
+    """The same architecture at toy size: widths, heads, experts, windows and contexts made small."""
+    data = copy.deepcopy(data)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                if key == "n_heads":
+                    value = 4
+                elif key == "n_kv_heads":
+                    value = {True: 4, False: 1 if value == 1 else 2}[value == node["n_heads"]]
+                elif key == "head_dim":
+                    value = 16
+                elif key in ("hidden", "shared_hidden"):
+                    value = 96
+                elif key == "n_experts":
+                    value = 4
+                elif key == "window":
+                    value = 8
+                elif key == "original_context_length":
+                    value = 16
+                elif key == "scale":
+                    value = 16 ** -0.5
+                out[key] = walk(value)
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    data = walk(data)
+    data["model"].update(SHRINK)
+    return data
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_reduced_size_builds_and_trains(name: str) -> None:
+    original = yaml.safe_load((SPECS / name).read_text())
+    small = shrink(original)
+    spec = specformer.load_spec(small)
+    assert spec.model.block.layout.kind == specformer.load_spec(SPECS / name).model.block.layout.kind
+    model = specformer.build(spec, seed=0)
+    x = torch.randint(0, 97, (2, 24))
+    logits = model(x)
+    assert logits.shape == (2, 24, 97) and torch.isfinite(logits).all()
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.roll(-1, 1).flatten())
+    aux = model.auxiliary_loss()
+    if aux is not None:
+        loss = loss + aux
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    if "window" in str(original):
+        assert any(a.window == 8 for a in model.attention_modules())
+
+
+def test_gemma2_alternates_local_and_global_layers() -> None:
+    model = specformer.build(shrink(yaml.safe_load((SPECS / "gemma-2-2b.yaml").read_text())), device="meta")
+    assert [a.window for a in model.attention_modules()] == [8, None]
+    full = specformer.build(SPECS / "gemma-2-2b.yaml", device="meta")
+    windows = [a.window for a in full.attention_modules()]
+    assert windows[0::2] == [4096] * 13 and windows[1::2] == [None] * 13
