@@ -47,6 +47,10 @@ class ForwardContext:
         given) and never to padding. Padding queries attend everywhere so their rows stay
         finite; their outputs are never used.
         """
+        if torch.compiler.is_compiling():
+            # Under torch.compile an id() becomes a guard on that very tensor, so every new
+            # KV cache would recompile; the compiler deduplicates the repeated work itself.
+            return causal_mask(self.positions, k_positions, window=window)
         key = (id(k_positions), window)
         hit = self._masks.get(key)
         if hit is None:

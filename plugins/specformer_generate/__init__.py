@@ -1,1 +1,18 @@
-"""specformer's generate plugin."""
+"""specformer's generate plugin: samplers, a static KV cache, ``generate``/``stream``, beam search, and
+the ``specformer generate`` command.
+
+::
+
+    from specformer_generate import generate
+    out = generate(model, [[1, 2, 3], [4, 5]], max_new_tokens=20,
+                   sampler=[{"kind": "top_k", "k": 50}, {"kind": "temperature", "value": 0.8}], seed=0)
+"""
+
+from __future__ import annotations
+
+from specformer_generate.cache import LayerShape, StaticKVCache
+from specformer_generate.generate import generate, stream
+from specformer_generate.samplers import Sampler, build_sampler
+from specformer_generate.section import GenerateSpec
+
+__all__ = ["GenerateSpec", "LayerShape", "Sampler", "StaticKVCache", "build_sampler", "generate", "stream"]

@@ -1,0 +1,195 @@
+"""A static key/value cache: preallocated buffers written by index, ring buffers for sliding windows.
+
+Every layer gets keys and values ``(B, n_kv_heads, S, head_dim)`` allocated once, with
+``S`` the prompt plus the new tokens (not the context length). A layer whose attention
+has a ``window`` shorter than that keeps only a ring of ``window`` slots, so its memory
+is bounded by the window whatever the length generated.
+
+The cache knows nothing about positional schemes. It stores keys as attention hands
+them over (already rotated, for RoPE) with the absolute position of each slot, ``-1``
+for a slot that is empty or holds padding, and returns those positions with the keys:
+attention builds its causal / window / padding mask and any position bias (ALiBi) from
+them. So learned, sinusoidal, rotary, biased and absent position schemes all just work.
+
+Columns, not positions, decide where a token is written: every row of a batch writes
+the same column on each forward (prompts are left-padded), counted by ``cursor``, a
+tensor on the device, so the decode loop never reads it back. Layers are expected in
+order: the first layer's ``update`` of a forward claims the columns for all layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What the cache needs to know about one attention layer."""
+
+    layer_index: int
+    n_kv_heads: int
+    head_dim: int
+    window: int | None = None
+
+
+@dataclass
+class _SlotGroup:
+    """Layers sharing a buffer length; they share the slot positions too (one mask per forward)."""
+
+    size: int
+    ring: bool
+    positions: Tensor  # (B, size) absolute position held by each slot; -1 = empty or padding
+    slots: Tensor | None = None  # slots written by the current forward
+    kept: int = 0  # how many of the current forward's tokens are written (the last ones)
+    read_positions: Tensor | None = None  # (B, S_read) positions of what update() returns
+
+
+@dataclass
+class _Layer:
+    keys: Tensor  # (B, n_kv, size, hd)
+    values: Tensor  # (B, n_kv, size, hd)
+    group: _SlotGroup
+
+
+class StaticKVCache:
+    """Implements :class:`specformer.context.KVCache` with fixed-size buffers; see the module doc.
+
+    ``StaticKVCache.for_model(model, batch_size=B, capacity=S)`` sizes it for a model;
+    then pass it with absolute positions: ``model(ids, positions=pos, cache=cache)``.
+    Writing more than ``capacity`` columns into a layer without a window raises an index
+    error from ``index_copy_``.
+    """
+
+    def __init__(
+        self,
+        *,
+        layers: Sequence[LayerShape],
+        batch_size: int,
+        capacity: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if batch_size < 1 or capacity < 1:
+            raise ValueError(f"a cache needs batch_size >= 1 and capacity >= 1, got {batch_size} and {capacity}")
+        if not layers:
+            raise ValueError("a cache needs at least one attention layer")
+        self.batch_size = batch_size
+        self.capacity = capacity
+        self.cursor = torch.zeros((), dtype=torch.long, device=device)  # columns written so far
+        groups: dict[int, _SlotGroup] = {}
+        self._layers: dict[int, _Layer] = {}
+        for shape in layers:
+            ring = shape.window is not None and shape.window < capacity
+            size = shape.window if ring else capacity
+            assert size is not None
+            if size not in groups:
+                positions = torch.full((batch_size, size), -1, dtype=torch.long, device=device)
+                groups[size] = _SlotGroup(size=size, ring=ring, positions=positions)
+            buffer = (batch_size, shape.n_kv_heads, size, shape.head_dim)
+            self._layers[shape.layer_index] = _Layer(
+                keys=torch.zeros(buffer, dtype=dtype, device=device),
+                values=torch.zeros(buffer, dtype=dtype, device=device),
+                group=groups[size],
+            )
+        self._groups = list(groups.values())
+        self._first_layer = min(self._layers)
+
+    @classmethod
+    def for_model(
+        cls,
+        model: Any,
+        *,
+        batch_size: int,
+        capacity: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> "StaticKVCache":
+        """A cache for every attention layer of ``model``, on its device and in its dtype by default."""
+        reference = next(model.parameters())
+        layers = [
+            LayerShape(
+                layer_index=getattr(m, "layer_index", i),
+                n_kv_heads=m.n_kv_heads,
+                head_dim=m.head_dim,
+                window=getattr(m, "window", None),
+            )
+            for i, m in enumerate(model.attention_modules())
+        ]
+        return cls(layers=layers, batch_size=batch_size, capacity=capacity,
+                   device=device or reference.device, dtype=dtype or reference.dtype)
+
+    # -- the KVCache protocol ------------------------------------------------------------
+
+    def update(self, layer_index: int, key: Tensor, value: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Store this forward's keys/values ``(B, n_kv, T, hd)`` at ``positions`` ``(B, T)``; return what to attend to."""
+        if layer_index == self._first_layer:
+            self._claim_columns(positions)
+        layer = self._layers[layer_index]
+        group = layer.group
+        assert group.slots is not None and group.read_positions is not None
+        if group.ring and key.shape[2] > 1:
+            # Several tokens into a ring: a later one may overwrite a slot an earlier one still
+            # needs, so attend to the ring as it was plus all the new tokens.
+            keys = torch.cat((layer.keys, key), dim=2)  # (B, n_kv, size + T, hd)
+            values = torch.cat((layer.values, value), dim=2)
+            layer.keys.index_copy_(2, group.slots, key[:, :, -group.kept :])
+            layer.values.index_copy_(2, group.slots, value[:, :, -group.kept :])
+            return keys, values, group.read_positions
+        layer.keys.index_copy_(2, group.slots, key)
+        layer.values.index_copy_(2, group.slots, value)
+        return layer.keys, layer.values, group.read_positions
+
+    def _claim_columns(self, positions: Tensor) -> None:
+        """Once per forward: the columns (hence slots) the new tokens go to, and the slot positions."""
+        length = positions.shape[1]
+        columns = self.cursor + torch.arange(length, device=self.cursor.device)  # (T,)
+        for group in self._groups:
+            if group.ring:
+                group.kept = min(length, group.size)
+                group.slots = columns[length - group.kept :] % group.size
+                if length > 1:
+                    group.read_positions = torch.cat((group.positions, positions), dim=1)  # before the write
+                else:
+                    group.read_positions = group.positions
+            else:
+                group.kept = length
+                group.slots = columns
+                group.read_positions = group.positions
+            group.positions.index_copy_(1, group.slots, positions[:, length - group.kept :])
+        self.cursor.add_(length)
+
+    # -- beam search and bookkeeping ------------------------------------------------------
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row ``i`` becomes a copy of row ``rows[i]`` (beam search keeps the best beams)."""
+        for layer in self._layers.values():
+            layer.keys.copy_(layer.keys.index_select(0, rows))
+            layer.values.copy_(layer.values.index_select(0, rows))
+        for group in self._groups:
+            group.positions.copy_(group.positions.index_select(0, rows))
+
+    def reset(self) -> None:
+        """Forget everything written; the buffers stay allocated."""
+        self.cursor.zero_()
+        for group in self._groups:
+            group.positions.fill_(-1)
+
+    @property
+    def length(self) -> int:
+        """Columns written so far (reads the device counter: a sync, not for the decode loop)."""
+        return int(self.cursor)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by keys, values and slot positions."""
+        tensors = [t for layer in self._layers.values() for t in (layer.keys, layer.values)]
+        tensors += [group.positions for group in self._groups]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def slot_counts(self) -> dict[int, int]:
+        """Buffer length of every layer (``capacity``, or the window for ring layers)."""
+        return {index: layer.group.size for index, layer in sorted(self._layers.items())}

@@ -1,0 +1,266 @@
+"""``generate`` and ``stream``: sample continuations of a batch of prompts.
+
+The loop is gpt-fast's: prefill the prompt into a static cache, then one small forward
+per token. Nothing in it waits for the device except, every ``check_every`` tokens, the
+question "has every row finished?" (asked only when there is an end-of-sequence id or a
+stop sequence to finish on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from specformer.plugins import get_plugin_manager
+from specformer_generate.cache import StaticKVCache
+from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
+from specformer_generate.inputs import PromptBatch, prompt_batch
+from specformer_generate.samplers.pipeline import Sampler, build_sampler
+from specformer_generate.stopping import StopCondition
+
+#: A (B, T) tensor of token ids, or prompts as token lists of any lengths.
+Prompts = Union[Tensor, Sequence[Sequence[int]]]
+
+
+@dataclass
+class _Run:
+    """Everything one generation call shares between the loop and whoever consumes it."""
+
+    model: Any
+    batch: PromptBatch
+    max_new_tokens: int
+    sampler: Sampler
+    generator: torch.Generator | None
+    stopper: StopCondition
+    pad: int
+    use_cache: bool
+    compile: bool | str
+    history: Tensor  # (B, T + N): prompt (-1 on padding) then emitted tokens; what samplers read
+    steps: int = 0  # tokens generated per row so far
+
+
+def generate(
+    model: Any,
+    input_ids: Prompts,
+    *,
+    max_new_tokens: int,
+    sampler: Any = None,
+    seed: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    stop: Sequence[Sequence[int]] | None = None,
+    use_cache: bool = True,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    pad_token_id: int | None = None,
+    compile: bool | str = False,
+    check_every: int = 16,
+) -> "Tensor | list[list[int]]":
+    """Continue each prompt by up to ``max_new_tokens`` tokens; return the full sequences.
+
+    ``input_ids``: a ``(B, T)`` tensor (returns a ``(B, T + n)`` tensor) or a list of token
+    lists of any lengths (returns a list of lists; each prompt gives the tokens it would
+    give alone). ``sampler``: ``None`` (greedy), a list of sampler components as in a
+    spec's ``generate.sampler``, or a :class:`Sampler`. ``seed`` makes draws repeatable.
+    A row ends after a token of ``eos_token_id`` or a ``stop`` sequence (both kept in the
+    output); in a tensor result later columns hold ``pad_token_id`` (default: the first
+    eos id, else -1). ``num_beams > 1`` runs beam search (:mod:`specformer_generate.beam`)
+    with ``length_penalty`` and ``early_stopping``. ``compile`` compiles the one-token step
+    with ``torch.compile`` (``True`` or a backend name). ``check_every``: how many tokens
+    between the host's looks at whether every row finished.
+    """
+    start = time.perf_counter()
+    if num_beams > 1:
+        from specformer_generate.beam import beam_search
+
+        batch = _batch(model, input_ids)
+        with _inference(model):
+            result, produced = beam_search(
+                model, batch, max_new_tokens=_check_budget(model, batch, max_new_tokens),
+                num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
+                sampler=None if sampler is None else build_sampler(sampler), eos=_eos_list(eos_token_id),
+                stop=stop or (), pad_token_id=pad_token_id, use_cache=use_cache, compile=compile,
+            )
+        _report(produced, time.perf_counter() - start)
+        return result
+    if num_beams != 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if check_every < 1:
+        raise ValueError(f"check_every must be >= 1, got {check_every}")
+    with _inference(model):
+        run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
+                     eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
+                     compile=compile)
+        for step in _decode(run):
+            if (step + 1) % check_every == 0 and run.stopper.all_done():
+                break
+        result, produced = _collect(run)
+    _report(produced, time.perf_counter() - start)
+    return result
+
+
+def stream(
+    model: Any,
+    input_ids: Prompts,
+    *,
+    max_new_tokens: int,
+    sampler: Any = None,
+    seed: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    stop: Sequence[Sequence[int]] | None = None,
+    use_cache: bool = True,
+    pad_token_id: int | None = None,
+    compile: bool | str = False,
+) -> Iterator[list[int]]:
+    """Like :func:`generate`, but yield each new column of tokens as it is produced.
+
+    Each item is a list with one token id per prompt; a row that already finished
+    yields ``pad_token_id``. The stream ends once every row finished or after
+    ``max_new_tokens`` items. Streaming reads every token back from the device.
+    """
+    start = time.perf_counter()
+    produced = 0
+    # The consumer runs between items, so no-grad and eval mode are entered per step, not held.
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.inference_mode():
+            run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
+                         eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
+                         compile=compile)
+        steps = _decode(run)
+        column = run.batch.width
+        while True:
+            model.eval()
+            with torch.inference_mode():
+                step = next(steps, None)
+            if step is None:
+                return
+            produced += int((run.stopper.finished_at >= step).sum())
+            yield run.history[:, column + step].tolist()
+            if run.stopper.all_done():
+                return
+    finally:
+        model.train(was_training)
+        _report(produced, time.perf_counter() - start)
+
+
+# -- the loop -------------------------------------------------------------------------
+
+
+def _decode(run: _Run) -> Iterator[int]:
+    """Generate one column of tokens per iteration into ``run.history``; yield the step index."""
+    model, batch, n = run.model, run.batch, run.max_new_tokens
+    width = batch.width
+    next_position = torch.tensor(batch.lengths, device=batch.tokens.device)[:, None]  # (B, 1)
+    if run.use_cache:
+        capacity = cache_capacity(width + n, context_length=model.context_length, compile=run.compile)
+        cache = StaticKVCache.for_model(model, batch_size=batch.batch_size, capacity=capacity)
+        step_fn = step_function(run.compile)
+        logits = prefill(model, batch.tokens, batch.positions, cache)
+    else:
+        # The model reads the raw draws (a finished row's pad may not be a valid id).
+        tokens = torch.cat((batch.tokens, torch.zeros_like(run.history[:, width:])), dim=1)  # (B, T + N)
+        offsets = torch.arange(n, device=batch.tokens.device)
+        positions = torch.cat((batch.positions, next_position + offsets), dim=1)  # (B, T + N)
+        logits = recompute(model, batch.tokens, batch.positions)
+    for step in range(n):
+        column = width + step
+        drawn = run.sampler.sample(logits, run.history[:, :column], run.generator)  # (B,)
+        run.history[:, column] = torch.where(run.stopper.done, run.pad, drawn)
+        run.stopper.update(run.history, column, step)
+        run.steps = step + 1
+        yield step
+        if step + 1 == n:
+            return
+        if run.use_cache:
+            logits = step_fn(model, drawn[:, None], next_position, cache)
+            next_position += 1
+        else:
+            tokens[:, column] = drawn
+            logits = recompute(model, tokens[:, : column + 1], positions[:, : column + 1])
+
+
+def _start(model: Any, input_ids: Any, *, max_new_tokens: int, sampler: Any, seed: int | None,
+           eos_token_id: Any, stop: Any, use_cache: bool, pad_token_id: int | None, compile: bool | str) -> _Run:
+    batch = _batch(model, input_ids)
+    max_new_tokens = _check_budget(model, batch, max_new_tokens)
+    device = batch.tokens.device
+    eos = _eos_list(eos_token_id)
+    stopper = StopCondition(batch_size=batch.batch_size, eos=eos, stop=stop or (), device=device)
+    history = torch.full((batch.batch_size, batch.width + max_new_tokens), -1, dtype=torch.long, device=device)
+    history[:, : batch.width] = batch.marked()
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    return _Run(model=model, batch=batch, max_new_tokens=max_new_tokens, sampler=build_sampler(sampler),
+                generator=generator, stopper=stopper, pad=_pad(pad_token_id, eos), use_cache=use_cache,
+                compile=compile, history=history)
+
+
+def _collect(run: _Run) -> "tuple[Tensor | list[list[int]], int]":
+    """The full sequences, trimmed after each row's end; and the number of tokens produced."""
+    batch, width = run.batch, run.batch.width
+    ends = (run.stopper.finished_at.clamp(max=run.steps - 1) + 1).tolist()  # new tokens per row
+    produced = sum(ends)
+    if batch.from_tensor:
+        return torch.cat((batch.tokens, run.history[:, width : width + max(ends)]), dim=1), produced
+    rows = []
+    for row, (length, end) in enumerate(zip(batch.lengths, ends)):
+        rows.append(run.history[row, width - length : width + end].tolist())
+    return rows, produced
+
+
+# -- checks and small helpers -----------------------------------------------------------
+
+
+def _batch(model: Any, input_ids: Any) -> PromptBatch:
+    device = next(model.parameters()).device
+    return prompt_batch(input_ids, vocab_size=model.vocab_size, device=device)
+
+
+def _check_budget(model: Any, batch: PromptBatch, max_new_tokens: int) -> int:
+    """``max_new_tokens``, once checked to be a positive int that fits the context after the longest prompt."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    longest = max(batch.lengths)
+    if longest + max_new_tokens > model.context_length:
+        raise ValueError(
+            f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
+            f"{longest + max_new_tokens}, more than the model's context length {model.context_length}; "
+            f"use max_new_tokens <= {max(model.context_length - longest, 0)}"
+        )
+    return max_new_tokens
+
+
+def _eos_list(eos_token_id: int | Sequence[int] | None) -> list[int]:
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(i) for i in eos_token_id]
+
+
+def _pad(pad_token_id: int | None, eos: list[int]) -> int:
+    if pad_token_id is not None:
+        return pad_token_id
+    return eos[0] if eos else -1
+
+
+@contextlib.contextmanager
+def _inference(model: Any) -> Iterator[None]:
+    """Evaluation mode (no dropout) and no autograd for the call; the model's mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _report(tokens: int, seconds: float) -> None:
+    get_plugin_manager().hook.specformer_on_generate_end(tokens=tokens, seconds=seconds)

@@ -1,0 +1,62 @@
+"""OpenAI's frequency and presence penalties.
+
+Both subtract from the logit of tokens already in the sequence (prompt included):
+``z_j - c_j * frequency - (c_j > 0) * presence`` with ``c_j`` the number of times token
+``j`` occurs. The frequency penalty grows with every repeat; the presence penalty is paid
+once. Positive values discourage repeats, negative ones encourage them. Negative ids
+(padding) are not tokens and are not counted.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from torch import Tensor
+
+from specformer.params import Params
+from specformer_generate.samplers.history import token_counts, token_seen
+
+
+class FrequencyPenalty:
+    """Subtract ``penalty`` times the number of occurrences of each token: ``z_j - c_j * penalty``."""
+
+    class Params(Params):
+        penalty: float = Field(ge=-2, le=2, description="Subtracted from a logit per occurrence of its token, in [-2, 2].")
+
+    def __init__(self, *, penalty: float) -> None:
+        if not -2 <= penalty <= 2:
+            raise ValueError(f"frequency_penalty must be in [-2, 2], got {penalty}")
+        self.penalty = float(penalty)
+
+    @classmethod
+    def from_params(cls, params: Params) -> "FrequencyPenalty":
+        return cls(penalty=params.penalty)
+
+    def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
+        counts = token_counts(input_ids, logits.shape[-1], dtype=logits.dtype)
+        return logits - counts * self.penalty
+
+    def __repr__(self) -> str:
+        return f"frequency_penalty(penalty={self.penalty})"
+
+
+class PresencePenalty:
+    """Subtract ``penalty`` once from every token that occurred at all: ``z_j - (c_j > 0) * penalty``."""
+
+    class Params(Params):
+        penalty: float = Field(ge=-2, le=2, description="Subtracted once from the logit of every token already present, in [-2, 2].")
+
+    def __init__(self, *, penalty: float) -> None:
+        if not -2 <= penalty <= 2:
+            raise ValueError(f"presence_penalty must be in [-2, 2], got {penalty}")
+        self.penalty = float(penalty)
+
+    @classmethod
+    def from_params(cls, params: Params) -> "PresencePenalty":
+        return cls(penalty=params.penalty)
+
+    def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
+        seen = token_seen(input_ids, logits.shape[-1])
+        return logits - seen.to(logits.dtype) * self.penalty
+
+    def __repr__(self) -> str:
+        return f"presence_penalty(penalty={self.penalty})"

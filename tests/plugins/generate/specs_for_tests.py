@@ -1,0 +1,80 @@
+"""Example specs, shrunk when they are too big to run in a unit test, and one spec per component."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from specformer.spec import read_spec_file
+
+SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
+SPEC_FILES = sorted(p for p in SPEC_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
+
+#: Above this many parameters a spec is built at a reduced size (its components unchanged).
+MAX_PARAMS = 4_000_000
+
+
+def small_version(data: dict[str, Any]) -> dict[str, Any]:
+    """The same architecture (components, layout, overrides) at test size."""
+    data = copy.deepcopy(data)
+    model = data["model"]
+    model["vocab_size"] = min(model["vocab_size"], 300)
+    model["d_model"] = 64
+    model["n_layers"] = min(model["n_layers"], 3)
+    model["context_length"] = min(model["context_length"], 128)
+    attention = model["block"]["attention"]
+    if isinstance(attention, dict):
+        heads, kv = attention.get("n_heads", 4), attention.get("n_kv_heads")
+        attention["n_heads"] = 4
+        if kv is not None:
+            attention["n_kv_heads"] = 1 if kv == 1 else (4 if kv == heads else 2)
+        if attention.get("head_dim") is not None:
+            attention["head_dim"] = 16
+    ffn = model["block"]["ffn"]
+    if isinstance(ffn, dict) and ffn.get("hidden") is not None:
+        ffn["hidden"] = 128
+    model.pop("layers", None) if any(_selects_missing(o, model["n_layers"]) for o in model.get("layers", [])) else None
+    return data
+
+
+def _selects_missing(override: dict[str, Any], n_layers: int) -> bool:
+    select = override.get("select")
+    indices = select if isinstance(select, list) else [select] if isinstance(select, int) else []
+    return any(i >= n_layers or i < -n_layers for i in indices)
+
+
+def spec_data(path: Path) -> dict[str, Any]:
+    from specformer import summarize
+
+    data = read_spec_file(path)
+    data = {"model": data["model"]}  # train/generate sections are other tests' business
+    return small_version(data) if summarize(data).total > MAX_PARAMS else data
+
+
+TINY: dict[str, Any] = {
+    "model": {
+        "vocab_size": 61,
+        "d_model": 32,
+        "n_layers": 2,
+        "context_length": 64,
+        "positional": {"kind": "rope"},
+        "block": {
+            "layout": "prenorm",
+            "norm": {"kind": "rmsnorm"},
+            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+            "ffn": {"kind": "swiglu", "hidden": 64},
+        },
+    }
+}
+
+
+def tiny_with(**changes: Any) -> dict[str, Any]:
+    """``TINY`` with model fields (``positional=...``) or block fields (``layout=...``) replaced."""
+    data = copy.deepcopy(TINY)
+    for key, value in changes.items():
+        if key in data["model"]["block"]:
+            data["model"]["block"][key] = value
+        else:
+            data["model"][key] = value
+    return data

@@ -1,0 +1,241 @@
+"""generate() and stream(): batching with left padding, stopping, seeds, hooks, errors, compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specformer
+from specformer.hookspecs import hookimpl
+from specformer.plugins import get_plugin_manager
+from specformer_generate import generate, stream
+
+from .specs_for_tests import tiny_with
+
+PROMPTS = [[3, 14, 15, 9, 2, 6, 5, 3, 5], [8, 9], [7, 9, 3, 2, 3], [1]]
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    data = tiny_with()
+    data["model"]["layers"] = [{"select": 1, "attention": {"window": 6}}]
+    return specformer.build(data, seed=0).double().eval()
+
+
+def greedy_reference(model, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding written out: a full forward per token, argmax of the last logits."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids
+
+
+def test_greedy_matches_the_written_out_loop(model) -> None:
+    for prompt in PROMPTS:
+        assert generate(model, [prompt], max_new_tokens=15) == [greedy_reference(model, prompt, 15)]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_each_padded_row_gives_what_it_gives_alone(model, use_cache: bool) -> None:
+    batched = generate(model, PROMPTS, max_new_tokens=15, use_cache=use_cache)
+    alone = [generate(model, [p], max_new_tokens=15, use_cache=use_cache)[0] for p in PROMPTS]
+    assert batched == alone
+
+
+def test_padded_rows_match_alone_with_history_samplers(model) -> None:
+    sampler = [{"kind": "repetition_penalty", "penalty": 1.8}, {"kind": "no_repeat_ngram", "n": 2},
+               {"kind": "frequency_penalty", "penalty": 0.5}, "greedy"]
+    batched = generate(model, PROMPTS, max_new_tokens=15, sampler=sampler)
+    alone = [generate(model, [p], max_new_tokens=15, sampler=sampler)[0] for p in PROMPTS]
+    assert batched == alone
+    for row in batched:  # the n-gram ban actually held
+        pairs = list(zip(row, row[1:]))
+        assert len(pairs) == len(set(pairs))
+
+
+def test_tensor_in_tensor_out(model) -> None:
+    ids = torch.tensor([PROMPTS[0], PROMPTS[0][::-1]])
+    out = generate(model, ids, max_new_tokens=7)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 9 + 7)
+    assert torch.equal(out[:, :9], ids)
+    assert out.tolist() == generate(model, ids.tolist(), max_new_tokens=7)
+
+
+def test_eos_ends_each_row_and_is_kept(model) -> None:
+    free = generate(model, PROMPTS, max_new_tokens=12)
+    eos = free[0][len(PROMPTS[0]) + 3]  # a token row 0 produces at its 4th step
+    out = generate(model, PROMPTS, max_new_tokens=12, eos_token_id=eos)
+    for prompt, row, unstopped in zip(PROMPTS, out, free):
+        new = unstopped[len(prompt):]
+        end = new.index(eos) + 1 if eos in new else len(new)
+        assert row == prompt + new[:end]
+    assert len(out[0]) <= len(PROMPTS[0]) + 4  # the eos chosen ends row 0 by its 4th token
+
+
+def test_eos_in_a_tensor_result_pads_after_the_end(model) -> None:
+    ids = torch.tensor([PROMPTS[0], PROMPTS[0][::-1]])
+    free = generate(model, ids, max_new_tokens=10)[:, 9:].tolist()
+    # An eos that row 0 produces early and row 1 never does.
+    eos = next(t for t in free[0] if t not in free[1])
+    k = free[0].index(eos) + 1  # row 0's new tokens, eos included
+    out = generate(model, ids, max_new_tokens=10, eos_token_id=[eos, 10_000], pad_token_id=-5)
+    assert out.shape == (2, 19)
+    assert out[0, 9:].tolist() == free[0][:k] + [-5] * (10 - k)
+    assert out[1, 9:].tolist() == free[1]
+    alone = generate(model, ids[:1], max_new_tokens=10, eos_token_id=eos, pad_token_id=-5)
+    assert alone.shape == (1, 9 + k)  # trimmed once every row ended
+
+
+def test_stop_sequences_end_a_row(model) -> None:
+    free = generate(model, [PROMPTS[2]], max_new_tokens=12)[0]
+    new = free[len(PROMPTS[2]):]
+    stop = new[4:6]
+    out = generate(model, [PROMPTS[2]], max_new_tokens=12, stop=[[10_000, 3], stop])[0]
+    # A stop sequence may start in the prompt; it must end on a generated token.
+    end = next(j for j in range(len(PROMPTS[2]), len(free)) if free[j - 1 : j + 1] == stop)
+    assert out == free[: end + 1]
+    assert len(out) < len(free)
+
+
+def test_the_result_does_not_depend_on_how_often_the_host_looks(model) -> None:
+    free = generate(model, PROMPTS, max_new_tokens=20)
+    eos = free[1][len(PROMPTS[1]) + 2]
+    results = [generate(model, PROMPTS, max_new_tokens=20, eos_token_id=eos, check_every=k) for k in (1, 3, 64)]
+    assert results[0] == results[1] == results[2]
+
+
+def test_seeded_sampling_is_repeatable_and_seeds_differ(model) -> None:
+    sampler = [{"kind": "top_k", "k": 20}, {"kind": "temperature", "value": 1.5}]
+    a = generate(model, PROMPTS, max_new_tokens=20, sampler=sampler, seed=1)
+    b = generate(model, PROMPTS, max_new_tokens=20, sampler=sampler, seed=1)
+    c = generate(model, PROMPTS, max_new_tokens=20, sampler=sampler, seed=2)
+    assert a == b
+    assert a != c
+
+
+def test_sampling_with_cache_equals_sampling_without(model) -> None:
+    sampler = [{"kind": "min_p", "p": 0.05}, {"kind": "temperature", "value": 0.9}]
+    a = generate(model, PROMPTS, max_new_tokens=20, sampler=sampler, seed=5)
+    b = generate(model, PROMPTS, max_new_tokens=20, sampler=sampler, seed=5, use_cache=False)
+    assert a == b
+
+
+def test_stream_yields_the_tokens_generate_returns(model) -> None:
+    free = generate(model, PROMPTS, max_new_tokens=10)
+    eos = free[0][len(PROMPTS[0]) + 1]
+    expected = generate(model, PROMPTS, max_new_tokens=10, eos_token_id=eos, pad_token_id=-1)
+    columns = list(stream(model, PROMPTS, max_new_tokens=10, eos_token_id=eos, pad_token_id=-1))
+    for row, (prompt, full) in enumerate(zip(PROMPTS, expected)):
+        streamed = [c[row] for c in columns if c[row] != -1]
+        assert prompt + streamed == full
+
+
+def test_stream_ends_once_every_row_finished(model) -> None:
+    free = generate(model, [PROMPTS[0]], max_new_tokens=10)[0]
+    new = free[len(PROMPTS[0]):]
+    eos = new[2]
+    assert len(list(stream(model, [PROMPTS[0]], max_new_tokens=10, eos_token_id=eos))) == new.index(eos) + 1
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, float]] = []
+
+    @hookimpl
+    def specformer_on_generate_end(self, tokens: int, seconds: float) -> None:
+        self.calls.append((tokens, seconds))
+
+
+@pytest.fixture
+def recorder():
+    pm = get_plugin_manager()
+    rec = Recorder()
+    pm.register(rec, name="test-generate-recorder")
+    yield rec
+    pm.unregister(rec)
+
+
+def test_the_generate_end_hook_gets_tokens_and_seconds(model, recorder) -> None:
+    generate(model, PROMPTS, max_new_tokens=6)
+    list(stream(model, PROMPTS[:2], max_new_tokens=4))
+    generate(model, PROMPTS[:2], max_new_tokens=5, num_beams=2)
+    assert [t for t, _ in recorder.calls] == [6 * len(PROMPTS), 4 * 2, 5 * 2]
+    assert all(s > 0 for _, s in recorder.calls)
+
+
+def test_the_model_mode_is_restored(model) -> None:
+    model.train()
+    try:
+        generate(model, PROMPTS, max_new_tokens=3)
+        assert model.training
+    finally:
+        model.eval()
+    generate(model, PROMPTS, max_new_tokens=3)
+    assert not model.training
+
+
+@pytest.mark.parametrize(
+    "prompts, kwargs, match",
+    [
+        ([[1, 2]], {"max_new_tokens": 0}, "max_new_tokens must be an integer >= 1"),
+        ([[1, 2]], {"max_new_tokens": 63}, "context length 64"),
+        ([[1, 2], []], {"max_new_tokens": 3}, r"input_ids\[1\] is an empty prompt"),
+        ([], {"max_new_tokens": 3}, "non-empty list"),
+        ([1, 2, 3], {"max_new_tokens": 3}, "wrap a single prompt"),
+        ([[1, 99]], {"max_new_tokens": 3}, r"token id 99 is outside the model's vocabulary \[0, 61\)"),
+        ([[1, -2]], {"max_new_tokens": 3}, "token id -2"),
+        (torch.tensor([1, 2]), {"max_new_tokens": 3}, "use input_ids\\[None\\]"),
+        (torch.zeros(1, 2), {"max_new_tokens": 3}, "integer token ids"),
+        ([[1, 2]], {"max_new_tokens": 3, "num_beams": 0}, "num_beams must be >= 1"),
+        ([[1, 2]], {"max_new_tokens": 3, "num_beams": 2, "early_stopping": "sometimes"}, "early_stopping"),
+        ([[1, 2]], {"max_new_tokens": 3, "stop": [[]]}, "stop\\[0\\] is an empty sequence"),
+    ],
+)
+def test_bad_arguments_are_clear_value_errors(model, prompts, kwargs, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        generate(model, prompts, **kwargs)
+
+
+def test_compiled_step_gives_the_same_tokens_without_recompiling(model) -> None:
+    """The one-token step compiles once; 100 steps of decoding never recompile.
+
+    The ``eager`` backend keeps this fast: recompilation is decided by dynamo's guards,
+    the same whatever backend runs the graph (the inductor run is the slow test below).
+    """
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    prompts = [[1, 2, 3], [4, 5]]
+    expected = generate(model, prompts, max_new_tokens=60, use_cache=False)
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        first = generate(model, prompts, max_new_tokens=60, compile="eager")
+        # Same batch and width; the cache is rounded up to 64 slots either way: the graph is reused.
+        second = generate(model, [[6, 7, 8], [9, 1]], max_new_tokens=40, compile="eager")
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    assert first == expected
+    assert len(second[0]) == 43
+    from torch._dynamo.utils import counters
+
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_does_not_recompile_across_100_steps() -> None:
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    m = specformer.build(tiny_with(context_length=128), seed=0).eval()
+    prompts = [[1, 2, 3, 4], [5, 6]]
+    expected = generate(m, prompts, max_new_tokens=100)
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        out = generate(m, prompts, max_new_tokens=100, compile=True)
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    assert counters["stats"]["unique_graphs"] == 1
+    # float32 kernels may differ in the last bits; the first tokens are far from any tie.
+    assert [row[:20] for row in out] == [row[:20] for row in expected]

@@ -1,0 +1,316 @@
+"""Sampler components against Hugging Face transformers' logits processors, side by side.
+
+Logits are random with deliberate ties (values rounded to a coarse grid, so many tokens
+share a value) and some rows already filtered to -inf, as they are after an earlier step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from specformer.errors import SpecError
+from specformer.plugins import get_registry
+from specformer_generate import build_sampler
+from specformer_generate.samplers import (
+    BUILTIN_SAMPLERS,
+    FrequencyPenalty,
+    MinP,
+    NoRepeatNGram,
+    PresencePenalty,
+    RepetitionPenalty,
+    Sampler,
+    Temperature,
+    TopK,
+    TopP,
+    Typical,
+    draw,
+)
+
+hf = pytest.importorskip("transformers.generation.logits_process")
+
+VOCAB = 50
+
+
+def tied_logits(seed: int, batch: int = 6, vocab: int = VOCAB) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, vocab, generator=g) * 3
+    logits[: batch // 2] = (logits[: batch // 2] * 2).round() / 2  # many exact ties
+    logits[-1, : vocab // 2] = float("-inf")  # a row an earlier step already filtered
+    return logits
+
+
+def history(seed: int, batch: int = 6, length: int = 12, vocab: int = VOCAB) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + 1000)
+    return torch.randint(0, vocab // 5, (batch, length), generator=g)  # small range: many repeats
+
+
+SEEDS = range(8)
+
+
+def assert_same(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("value", [0.3, 1.0, 2.5])
+def test_temperature_matches_transformers(seed: int, value: float) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    assert_same(Temperature(value=value)(logits, ids), hf.TemperatureLogitsWarper(value)(ids, logits.clone()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("k, keep", [(1, 1), (3, 1), (7, 1), (2, 5), (VOCAB + 10, 1)])
+def test_top_k_matches_transformers(seed: int, k: int, keep: int) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    ours = TopK(k=k, min_tokens_to_keep=keep)(logits, ids)
+    assert_same(ours, hf.TopKLogitsWarper(k, min_tokens_to_keep=keep)(ids, logits.clone()))
+
+
+def test_top_k_keeps_every_token_tied_with_the_kth() -> None:
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0, 2.0, 0.0]])
+    out = TopK(k=2)(logits, torch.zeros(1, 0, dtype=torch.long))
+    assert torch.isfinite(out).tolist() == [[True, False, True, True, True, False]]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("p, keep", [(0.05, 1), (0.5, 1), (0.9, 1), (1.0, 1), (0.3, 4)])
+def test_top_p_matches_transformers(seed: int, p: float, keep: int) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    ours = TopP(p=p, min_tokens_to_keep=keep)(logits, ids)
+    assert_same(ours, hf.TopPLogitsWarper(p, min_tokens_to_keep=keep)(ids, logits.clone()))
+
+
+def test_top_p_formula_on_a_small_example() -> None:
+    # probabilities 0.5, 0.3, 0.15, 0.05: p = 0.8 keeps the first two (0.5 + 0.3 >= 0.8).
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    out = TopP(p=0.8)(logits, torch.zeros(1, 0, dtype=torch.long))
+    assert torch.isfinite(out).tolist() == [[True, True, False, False]]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("p, keep", [(0.0, 1), (0.05, 1), (0.3, 1), (1.0, 1), (0.9, 3)])
+def test_min_p_matches_transformers(seed: int, p: float, keep: int) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    ours = MinP(p=p, min_tokens_to_keep=keep)(logits, ids)
+    assert_same(ours, hf.MinPLogitsWarper(p, min_tokens_to_keep=keep)(ids, logits.clone()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("p, keep", [(0.1, 1), (0.5, 1), (0.95, 1), (0.2, 6)])
+def test_typical_matches_transformers(seed: int, p: float, keep: int) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    ours = Typical(p=p, min_tokens_to_keep=keep)(logits, ids)
+    assert_same(ours, hf.TypicalLogitsWarper(p, min_tokens_to_keep=keep)(ids, logits.clone()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("penalty", [0.5, 1.0, 1.3, 3.0])
+def test_repetition_penalty_matches_transformers(seed: int, penalty: float) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    ours = RepetitionPenalty(penalty=penalty)(logits, ids)
+    assert_same(ours, hf.RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_no_repeat_ngram_matches_transformers(seed: int, n: int) -> None:
+    logits = tied_logits(seed)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 4, (6, 20), generator=g)  # 4 symbols: n-grams repeat often
+    ours = NoRepeatNGram(n=n)(logits, ids)
+    assert_same(ours, hf.NoRepeatNGramLogitsProcessor(n)(ids, logits.clone()))
+
+
+def test_no_repeat_ngram_short_history_bans_nothing() -> None:
+    logits = tied_logits(0)
+    assert_same(NoRepeatNGram(n=4)(logits, history(0, length=3)), logits)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("frequency, presence", [(0.5, 0.0), (0.0, 0.7), (1.2, -0.4), (-2.0, 2.0)])
+def test_frequency_and_presence_penalties_follow_the_openai_formula(seed: int, frequency: float, presence: float) -> None:
+    logits, ids = tied_logits(seed), history(seed)
+    expected = logits.clone()
+    for row in range(ids.shape[0]):
+        for token in range(VOCAB):
+            count = int((ids[row] == token).sum())
+            expected[row, token] = logits[row, token] - count * frequency - (1.0 if count > 0 else 0.0) * presence
+    sampler = Sampler([FrequencyPenalty(penalty=frequency), PresencePenalty(penalty=presence)])
+    torch.testing.assert_close(sampler.process(logits, ids), expected)
+
+
+HISTORY_STEPS = [
+    lambda: RepetitionPenalty(penalty=1.7),
+    lambda: FrequencyPenalty(penalty=0.9),
+    lambda: PresencePenalty(penalty=1.1),
+    lambda: NoRepeatNGram(n=2),
+    lambda: NoRepeatNGram(n=1),
+]
+
+
+@pytest.mark.parametrize("make", HISTORY_STEPS)
+def test_history_steps_ignore_left_padding(make) -> None:
+    """Negative ids are padding: a padded row is processed exactly like the row alone."""
+    logits, ids = tied_logits(3), history(3, length=10)
+    padded = torch.cat((torch.full((ids.shape[0], 4), -1), ids), dim=1)
+    step = make()
+    assert_same(step(logits, padded), step(logits, ids))
+
+
+@pytest.mark.parametrize("make", HISTORY_STEPS)
+def test_history_steps_ignore_ids_beyond_the_vocabulary(make) -> None:
+    logits, ids = tied_logits(4), history(4, length=10)
+    widened = torch.cat((ids, torch.full((ids.shape[0], 1), VOCAB + 3)), dim=1)
+    step = make()
+    if isinstance(step, NoRepeatNGram):  # an out-of-vocabulary id also changes the n-gram prefix
+        widened = torch.cat((torch.full((ids.shape[0], 1), VOCAB + 3), ids), dim=1)
+    assert_same(step(logits, widened), step(logits, ids))
+
+
+def test_composition_runs_in_the_order_written() -> None:
+    logits, ids = tied_logits(5), history(5)
+    a = build_sampler([{"kind": "temperature", "value": 0.5}, {"kind": "top_p", "p": 0.6}])
+    b = build_sampler([{"kind": "top_p", "p": 0.6}, {"kind": "temperature", "value": 0.5}])
+    expected_a = hf.TopPLogitsWarper(0.6)(ids, hf.TemperatureLogitsWarper(0.5)(ids, logits.clone()))
+    expected_b = hf.TemperatureLogitsWarper(0.5)(ids, hf.TopPLogitsWarper(0.6)(ids, logits.clone()))
+    assert_same(a.process(logits, ids), expected_a)
+    assert_same(b.process(logits, ids), expected_b)
+    assert not torch.equal(torch.isinf(expected_a), torch.isinf(expected_b))  # the order matters here
+
+
+def test_every_builtin_sampler_is_registered_with_its_params() -> None:
+    registry = get_registry()
+    assert set(BUILTIN_SAMPLERS) <= set(registry.names("sampler"))
+    for name, (cls, _paper) in BUILTIN_SAMPLERS.items():
+        component = registry.get("sampler", name)
+        assert component.params is cls.Params
+        assert component.plugin == "generate"
+        assert component.doc
+
+
+@pytest.mark.parametrize(
+    "entry, path",
+    [
+        ({"kind": "top_p", "p": 1.5}, "sampler[0].p"),
+        ({"kind": "top_p", "p": 0.0}, "sampler[0].p"),
+        ({"kind": "top_k", "k": 0}, "sampler[0].k"),
+        ({"kind": "top_k", "k": 4, "min_tokens_to_keep": 0}, "sampler[0].min_tokens_to_keep"),
+        ({"kind": "temperature", "value": -0.5}, "sampler[0].value"),
+        ({"kind": "temperature", "value": 0}, "sampler[0].value"),
+        ({"kind": "temperature"}, "sampler[0].value"),
+        ({"kind": "min_p", "p": -0.1}, "sampler[0].p"),
+        ({"kind": "typical", "p": 1.0}, "sampler[0].p"),
+        ({"kind": "repetition_penalty", "penalty": 0}, "sampler[0].penalty"),
+        ({"kind": "frequency_penalty", "penalty": 2.5}, "sampler[0].penalty"),
+        ({"kind": "presence_penalty", "penalty": -3}, "sampler[0].penalty"),
+        ({"kind": "no_repeat_ngram", "n": 0}, "sampler[0].n"),
+        ({"kind": "top_k", "k": 3, "kk": 1}, "sampler[0].kk"),
+        ({"kind": "top_kk", "k": 3}, "sampler[0].kind"),
+        (3, "sampler[0]"),
+    ],
+)
+def test_bad_params_are_spec_errors_naming_the_field(entry, path: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build_sampler([entry])
+    assert [p.path for p in info.value.problems] == [path]
+
+
+def test_params_models_reject_bad_values_directly() -> None:
+    with pytest.raises(ValidationError):
+        TopP.Params(p=1.5)
+    with pytest.raises(ValidationError):
+        TopK.Params(k=0)
+    with pytest.raises(ValidationError):
+        Temperature.Params(value=-1.0)
+
+
+def test_constructors_check_their_values_too() -> None:
+    with pytest.raises(ValueError, match="1.5"):
+        TopP(p=1.5)
+    with pytest.raises(ValueError, match="k >= 1"):
+        TopK(k=0)
+    with pytest.raises(ValueError, match="greedy"):
+        Temperature(value=0.0)
+
+
+def test_greedy_must_be_last() -> None:
+    with pytest.raises(SpecError, match="must be the last entry"):
+        build_sampler(["greedy", {"kind": "top_k", "k": 3}])
+    assert build_sampler([{"kind": "top_k", "k": 3}, "greedy"]).is_greedy
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(SpecError) as info:
+        build_sampler([{"kind": "top_p", "p": 2}, {"kind": "top_k", "k": 3}, {"kind": "nope"}])
+    assert [p.path for p in info.value.problems] == ["sampler[0].p", "sampler[2].kind"]
+
+
+def test_none_is_greedy_and_a_list_without_greedy_draws() -> None:
+    logits = tied_logits(6)
+    ids = history(6)
+    assert build_sampler(None).is_greedy
+    assert torch.equal(build_sampler(None).sample(logits, ids), logits.argmax(-1))
+    assert not build_sampler([]).is_greedy
+    # Repetition penalty then greedy: the argmax of the penalised logits.
+    sampler = build_sampler([{"kind": "repetition_penalty", "penalty": 5.0}, "greedy"])
+    expected = hf.RepetitionPenaltyLogitsProcessor(5.0)(ids, logits.clone()).argmax(-1)
+    assert torch.equal(sampler.sample(logits, ids), expected)
+
+
+def test_draw_follows_the_softmax_distribution() -> None:
+    """Empirical frequencies of 40,000 draws against softmax(logits), within 5 standard errors."""
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, float("-inf"), -1.0])
+    n = 40_000
+    g = torch.Generator().manual_seed(0)
+    tokens = draw(logits.expand(n, -1), g)
+    freq = torch.bincount(tokens, minlength=6).double() / n
+    p = torch.softmax(logits.double(), dim=0)
+    stderr = (p * (1 - p) / n).sqrt()
+    assert freq[4] == 0  # a filtered token is never drawn
+    assert ((freq - p).abs() <= 5 * stderr + 1e-12).all(), (freq, p)
+
+
+def test_top_k_then_draw_never_leaves_the_top_k() -> None:
+    logits = tied_logits(7, batch=1).expand(2000, -1)
+    sampler = build_sampler([{"kind": "top_k", "k": 3}])
+    tokens = sampler.sample(logits, torch.zeros(2000, 0, dtype=torch.long), torch.Generator().manual_seed(1))
+    allowed = torch.topk(logits[0], 3).values[-1]
+    assert (logits[0, tokens] >= allowed).all()
+    assert len(set(tokens.tolist())) >= 3
+
+
+def test_sampling_is_repeatable_with_a_seeded_generator() -> None:
+    logits, ids = tied_logits(8), history(8)
+    sampler = build_sampler([{"kind": "temperature", "value": 1.5}])
+    a = sampler.sample(logits, ids, torch.Generator().manual_seed(3))
+    b = sampler.sample(logits, ids, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def test_process_checks_shapes() -> None:
+    sampler = build_sampler([{"kind": "top_k", "k": 2}])
+    with pytest.raises(ValueError, match="logits must be"):
+        sampler.process(torch.zeros(3), torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="input_ids must be"):
+        sampler.process(torch.zeros(2, 5), torch.zeros(3, 2, dtype=torch.long))
+
+
+def test_typical_keeps_mass_p_of_the_most_typical_tokens() -> None:
+    """The definition written out: rank by |-log p - H|, keep until the mass reaches p."""
+    logits = torch.tensor([[2.0, 1.5, 0.3, -0.2, -1.0, -3.0]])
+    p = torch.softmax(logits[0].double(), 0)
+    entropy = -(p * p.log()).sum()
+    order = sorted(range(6), key=lambda i: abs(-math.log(p[i]) - entropy))
+    kept, mass = [], 0.0
+    for i in order:
+        kept.append(i)
+        mass += float(p[i])
+        if mass >= 0.6:
+            break
+    out = Typical(p=0.6)(logits, torch.zeros(1, 0, dtype=torch.long))
+    assert sorted(torch.isfinite(out[0]).nonzero().flatten().tolist()) == sorted(kept)
