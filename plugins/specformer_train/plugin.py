@@ -1,3 +1,27 @@
-"""Hook implementations of the train plugin."""
+"""Hook implementations of the train plugin: the ``train:`` spec section and the ``train`` command."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+from specformer.registry import PluginRegistry
+
+
+@hookimpl
+def specformer_register_components(registry: PluginRegistry) -> None:
+    from specformer_train.config import TrainConfig
+
+    registry.add_section("train", TrainConfig)
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_train import cli
+
+    commands.add(
+        "train",
+        help="Train the model of a spec on a corpus (default: the Python standard library's source).",
+        configure=cli.configure,
+        run=cli.run,
+    )

@@ -1,0 +1,57 @@
+"""``specformer train SPEC [--data PATH] [--out DIR] [--resume [CHECKPOINT]] [--steps N] [--set KEY=VALUE ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+examples:
+  specformer train specs/tiny.yaml                       # the standard library's source, byte tokens
+  specformer train specs/tiny.yaml --data notes/ --steps 500 --set train.lr=3e-4
+  specformer train specs/tiny.yaml --resume              # continue from runs/tiny/checkpoints/latest
+  torchrun --standalone --nproc_per_node=2 -m specformer.cli train specs/tiny.yaml --set train.distributed=ddp
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("spec", metavar="SPEC", help="spec file (.yaml, .yml, .json, .toml); its train: section sets the run")
+    parser.add_argument("--data", metavar="PATH",
+                        help="a file, directory or glob of .txt/.md/.py/.jsonl, or a tokenized .bin/.npy "
+                             "(default: train.data, else the Python standard library's source)")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default: train.out_dir, else runs/<spec name>)")
+    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
+                        help="continue from the latest checkpoint of the run directory, or from this step-N directory")
+    parser.add_argument("--steps", type=int, metavar="N", help="train for N optimizer steps (same as --set train.steps=N)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value by its dotted key, e.g. --set train.lr=3e-4 (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specformer_train.run import train
+
+    result = train(args.spec, data=args.data, out_dir=args.out, resume=args.resume or False,
+                   overrides=args.overrides, steps=args.steps)
+    if not _is_main():
+        return 0
+    if result.status == "interrupted":
+        where = result.checkpoint or "(none)"
+        print(f"interrupted at step {result.step}; saved {where}. Continue with --resume.", file=sys.stderr)
+        return 130
+    print(f"done: {result.step} steps, train loss {_fmt(result.loss)}, validation loss {_fmt(result.val_loss)}")
+    if result.model_path is not None:
+        print(f"model: {result.model_path} (metrics.jsonl, loss.png and checkpoints/ beside it)")
+        print(f"try:   specformer generate {result.model_path} --prompt \"def \"")
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"

@@ -1,0 +1,149 @@
+"""Data-parallel training on ``torch.distributed``, launched by ``torchrun``.
+
+``torchrun --nproc_per_node=N -m specformer.cli train SPEC`` starts N processes with
+``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` set; each builds the same model (same seed),
+reads its own slice of every global batch, and the gradients are averaged:
+
+- ``ddp``: every process holds the whole model (DistributedDataParallel);
+- ``fsdp``: parameters, gradients and optimizer state are sharded across processes
+  with FSDP2's ``fully_shard``, applied to each block and then to the whole model.
+
+NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from specformer.errors import UserError
+
+
+@dataclass
+class DistContext:
+    """Who this process is in the run, and how the model is replicated."""
+
+    mode: str = "none"  # none | ddp | fsdp
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+
+def launched_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def resolve_mode(requested: str) -> str:
+    """``auto`` becomes ddp under a multi-process launch, none otherwise; a mismatch is a UserError."""
+    world = launched_world_size()
+    if requested == "auto":
+        return "ddp" if world > 1 else "none"
+    if requested == "none" and world > 1:
+        raise UserError(f"{world} processes were launched but train.distributed is 'none'; "
+                        "use ddp or fsdp (e.g. --set train.distributed=ddp)")
+    if requested in ("ddp", "fsdp") and "RANK" not in os.environ:
+        raise UserError(f"train.distributed {requested!r} needs a launch by torchrun, e.g. "
+                        "torchrun --standalone --nproc_per_node=2 -m specformer.cli train SPEC")
+    return requested
+
+
+def device_for(requested: str, ctx: DistContext) -> torch.device:
+    """The device of this process: ``auto`` is CUDA (this process' GPU under torchrun) when available."""
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise UserError(f"train.device {requested!r} is not a device; accepted: auto, cpu, cuda, cuda:N, mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"train.device {requested!r}: CUDA is not available on this machine; use cpu or auto")
+        if device.index is None:
+            device = torch.device("cuda", ctx.local_rank if ctx.enabled else torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError("train.device 'mps' is not available on this machine; use cpu or auto")
+    return device
+
+
+def init_distributed(mode: str) -> DistContext:
+    """Join the process group torchrun set up (nothing to do for ``none``)."""
+    if mode == "none":
+        return DistContext()
+    ctx = DistContext(mode=mode, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+                      local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
+    return ctx
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.Module:
+    """The module the training loop calls: the model itself, a DDP wrapper, or the model sharded in place."""
+    if ctx.mode == "ddp":
+        return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if ctx.mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (ctx.world_size,))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    return model
+
+
+@contextlib.contextmanager
+def gradient_sync(wrapped: nn.Module, ctx: DistContext, *, sync: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce on micro-steps before the last of an accumulation."""
+    if ctx.mode == "ddp" and not sync:
+        with wrapped.no_sync():
+            yield
+        return
+    if ctx.mode == "fsdp":
+        wrapped.set_requires_gradient_sync(sync)
+    yield
+
+
+def all_reduce_mean(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """The mean of ``value`` over processes (``value`` itself when not distributed)."""
+    if not ctx.enabled:
+        return value
+    out = value.detach().clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / ctx.world_size
+
+
+def any_process(flag: bool, ctx: DistContext, device: torch.device) -> bool:
+    """True when ``flag`` is true on any process (so that all stop at the same step)."""
+    if not ctx.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.enabled:
+        dist.barrier()
+

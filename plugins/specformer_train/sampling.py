@@ -1,0 +1,53 @@
+"""Short samples during training, through the generation plugin when it is installed.
+
+The generate plugin is an optional companion: when ``specformer_generate`` cannot be
+imported, training simply prints no samples. Sampling runs under a forked RNG, so
+whether and how much a run samples never changes its training (a resumed run matches
+an uninterrupted one).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from specformer.tokenizer import Tokenizer
+
+
+def load_generate() -> Callable[..., Any] | None:
+    """The generate plugin's ``generate``, or None when the plugin is not installed."""
+    try:
+        from specformer_generate import generate
+    except ImportError:
+        return None
+    return generate
+
+
+def sample_text(model: nn.Module, tokenizer: Tokenizer, *, prompt: str, max_new_tokens: int, temperature: float,
+                top_k: int | None, seed: int, device: torch.device) -> str | None:
+    """``prompt`` continued by the model from a document start (an end-of-text token) to the next one."""
+    generate = load_generate()
+    if generate is None or max_new_tokens <= 0:
+        return None
+    ids = [tokenizer.eot_id, *tokenizer.encode(prompt)]
+    budget = model.context_length - len(ids)
+    if budget <= 0:
+        return None
+    sampler_spec: list[dict[str, Any]] = []
+    if top_k is not None:
+        sampler_spec.append({"kind": "top_k", "k": top_k})
+    sampler_spec.append({"kind": "temperature", "value": temperature})
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+            out = generate(model, [ids], max_new_tokens=min(max_new_tokens, budget), sampler=sampler_spec,
+                           seed=seed, eos_token_id=tokenizer.eot_id)
+    finally:
+        model.train(was_training)
+    new = list(out[0])[len(ids):]
+    if tokenizer.eot_id in new:
+        new = new[: new.index(tokenizer.eot_id)]
+    return prompt + tokenizer.decode(new)

@@ -1,0 +1,416 @@
+"""The training loop: AdamW on packed rows, evaluation, checkpoints, metrics and hooks.
+
+One optimizer step reads ``grad_accum`` micro-batches of ``batch_size`` rows on each
+process, sums their gradients (each loss divided by ``grad_accum``; DDP/FSDP average
+across processes), clips the global gradient norm, sets the learning rate of the
+schedule and steps AdamW. On CPU everything is float32 and, seeded, bit-for-bit
+repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
+AdamW and (by default) ``torch.compile``.
+
+The loss is read back to the host every ``log_every`` steps; a non-finite loss stops
+the run there, naming the step, without saving the broken state (the last good
+checkpoint stays the latest). Every ``eval_every`` steps the validation loss and
+perplexity are computed and a short sample is printed; every ``save_every`` steps a
+checkpoint is written (see :mod:`specformer_train.checkpointing`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specformer.errors import UserError
+from specformer.plugins import get_plugin_manager
+from specformer.summary import summarize
+from specformer.tokenizer import Tokenizer
+
+from specformer_train.checkpointing import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from specformer_train.config import TrainConfig
+from specformer_train.data import EvalRows, PackedRows, local_slice
+from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
+                                          wrap_model)
+from specformer_train.interrupt import StopOnInterrupt
+from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
+from specformer_train.optim import make_optimizer
+from specformer_train.progress import ProgressBar, peak_flops
+from specformer_train.recompute import enable_activation_checkpointing
+from specformer_train.sampling import sample_text
+from specformer_train.schedule import schedule_from_config
+from specformer_train.threads import choose_threads
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    """How a run ended."""
+
+    status: str  # finished | interrupted
+    step: int
+    loss: float | None
+    val_loss: float | None
+    checkpoint: Path | None
+    model_path: Path | None
+    out_dir: Path
+
+
+class Trainer:
+    """Trains a built :class:`~specformer.Decoder` on packed rows according to a :class:`TrainConfig`."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        config: TrainConfig,
+        train_rows: PackedRows,
+        val_rows: EvalRows | None,
+        tokenizer: Tokenizer,
+        out_dir: str | Path,
+        ctx: DistContext | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.config = config
+        self.ctx = ctx or DistContext()
+        self.device = torch.device(device) if device is not None else device_for(config.device, self.ctx)
+        self.tokenizer = tokenizer
+        self.out_dir = Path(out_dir)
+        self.train_rows = train_rows
+        self.val_rows = val_rows
+        self.seq_len = train_rows.seq_len
+        self.global_batch = config.batch_size * config.grad_accum * self.ctx.world_size
+        train_rows.check_fits(self.global_batch)
+        if self.seq_len > model.context_length:
+            raise UserError(f"train.seq_len {self.seq_len} is longer than model.context_length {model.context_length}")
+
+        self.threads: int | None = None
+        if self.device.type == "cpu":
+            self.threads = choose_threads(config.threads)
+            torch.set_num_threads(self.threads)
+        self.precision = _precision(config.precision, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: fp32 range, tensor-core speed
+            torch.backends.cudnn.allow_tf32 = True
+        summary = summarize(model)
+        self.flops_per_token = summary.train_flops_per_token
+        self.n_params = summary.total
+
+        self.model = model.to(self.device)  # the Decoder: parameters by name, generation, saving
+        self.model.train()
+        if config.activation_checkpointing:
+            enable_activation_checkpointing(self.model)
+        self.wrapped = wrap_model(self.model, self.ctx, self.device)  # what the loop calls
+        self.compiled = config.compile is True or (config.compile == "auto" and self.device.type == "cuda")
+        if self.compiled:
+            self.wrapped.compile()
+        self.optimizer = make_optimizer(self.model, config, device=self.device)
+        self.lr_at = schedule_from_config(config)
+        self.hooks = get_plugin_manager().hook
+        self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads)
+        self._bar: ProgressBar | None = None
+
+    # -- the run ----------------------------------------------------------------------
+
+    def fit(self, *, resume_from: str | Path | None = None) -> TrainResult:
+        """Train to ``config.steps`` (continuing from a checkpoint directory when given)."""
+        config, ctx = self.config, self.ctx
+        if resume_from is not None:
+            self.state = load_checkpoint(Path(resume_from), model=self.model, optimizer=self.optimizer,
+                                         tokenizer=self.tokenizer, ctx=ctx)
+            self._apply_config_to_groups()
+            if self.threads is not None:
+                # The saved thread count (when auto) keeps the matmuls' rounding, so the curve matches.
+                self.threads = choose_threads(config.threads, saved=self.state.threads)
+                torch.set_num_threads(self.threads)
+                self.state.threads = self.threads
+            resume_step: int | None = self.state.step
+        else:
+            torch.manual_seed(config.seed + ctx.rank)
+            resume_step = None
+        last_saved = self.state.step if resume_from is not None else None
+        last_eval = self.state.step if resume_from is not None else None
+
+        metrics = MetricsLog(self.out_dir, resume_step=resume_step) if ctx.is_main else None
+        logger = self._start_logger(resume_step)
+        bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
+                          flops_per_token=self.flops_per_token, peak=peak_flops(self.device, precision=self.precision),
+                          world_size=ctx.world_size)
+        self._bar = bar
+        pending: list[tuple[int, Tensor, float, Tensor | None]] = []
+        window_start, window_tokens = time.perf_counter(), 0
+        last_loss: float | None = None
+        status = "finished"
+        ended = "failed"  # what _end reports if an unexpected exception escapes
+        model_path: Path | None = None
+        checkpoint: Path | None = latest_checkpoint(self.out_dir) if resume_from is not None else None
+        try:
+            with StopOnInterrupt() as interrupt:
+                while self.state.step < config.steps:
+                    step_index = self.state.step
+                    lr = self.lr_at(step_index)
+                    loss, grad_norm = self._train_step(lr)
+                    self.state.step += 1
+                    self.state.sequences += self.global_batch
+                    self.state.tokens += self.global_batch * self.seq_len
+                    window_tokens += self.global_batch * self.seq_len
+                    pending.append((self.state.step, loss, lr, grad_norm))
+                    step = self.state.step
+                    at_end = step == config.steps
+                    if len(pending) >= config.log_every or at_end:
+                        elapsed = time.perf_counter() - window_start
+                        self.state.elapsed_s += elapsed
+                        last_loss = self._flush(pending, metrics, bar, tokens_per_s=window_tokens / max(elapsed, 1e-9),
+                                                last_good=checkpoint)
+                        pending, window_start, window_tokens = [], time.perf_counter(), 0
+                    if config.eval_every and step % config.eval_every == 0 and not at_end:
+                        self._evaluate_and_sample(step, metrics)
+                        last_eval = step
+                    if config.save_every and step % config.save_every == 0 and not at_end:
+                        checkpoint = self._save()
+                        last_saved = step
+                    if any_process(interrupt.requested, ctx, self.device):
+                        status = "interrupted"
+                        break
+                if pending:  # interrupted between log points: still account for those steps
+                    last_loss = self._flush(pending, metrics, bar, tokens_per_s=window_tokens / max(
+                        time.perf_counter() - window_start, 1e-9), last_good=checkpoint)
+                step = self.state.step
+                if status == "finished" and last_eval != step:
+                    self._evaluate_and_sample(step, metrics)
+                if last_saved != step:
+                    checkpoint = self._save()
+                model_path = self._export_final(checkpoint) if status == "finished" else None
+            ended = status
+        except TrainingDiverged:
+            ended, last_loss = "diverged", float("nan")
+            raise
+        finally:
+            self._end(metrics, logger, bar, status=ended, loss=last_loss)
+        return TrainResult(status=status, step=self.state.step, loss=last_loss, val_loss=self.state.last_val_loss,
+                           checkpoint=checkpoint, model_path=model_path, out_dir=self.out_dir)
+
+    def _train_step(self, lr: float) -> tuple[Tensor, Tensor | None]:
+        """One optimizer step; returns the mean LM loss (over micro-batches and processes) and the grad norm."""
+        config, ctx = self.config, self.ctx
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=self.device)
+        for micro, (inputs, targets) in enumerate(self._micro_batches()):
+            last = micro == config.grad_accum - 1
+            with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
+                logits = self.wrapped(inputs)  # (B, T, vocab)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+                objective = loss
+                aux = self.model.auxiliary_loss()
+                if aux is not None:
+                    objective = objective + config.aux_loss_weight * aux.float()
+            (objective / config.grad_accum).backward()
+            total += loss.detach()
+        grad_norm = None
+        if config.clip_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
+            if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
+                grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
+
+    def _micro_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """This process' rows of the current global batch, one micro-batch at a time, on the device."""
+        config, ctx = self.config, self.ctx
+        for micro in range(config.grad_accum):
+            part = local_slice(self.global_batch, micro_batch=config.batch_size, micro_step=micro,
+                               rank=ctx.rank, world_size=ctx.world_size)
+            rows = self.train_rows.rows(self.state.sequences + part.start, config.batch_size)
+            batch = self._to_device(rows)
+            yield batch[:, :-1], batch[:, 1:]  # inputs, next-token targets: (B, T) each
+
+    def _to_device(self, rows: np.ndarray) -> Tensor:
+        batch = torch.from_numpy(rows)
+        if self.device.type == "cuda":
+            # Pinned host memory lets the copy run asynchronously with the GPU's work.
+            return batch.pin_memory().to(self.device, non_blocking=True)
+        return batch.to(self.device)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # -- reading the loss back, metrics and hooks --------------------------------------
+
+    def _flush(self, pending: list[tuple[int, Tensor, float, Tensor | None]], metrics: MetricsLog | None,
+               bar: ProgressBar, *, tokens_per_s: float, last_good: Path | None) -> float:
+        losses = torch.stack([loss for _, loss, _, _ in pending]).tolist()  # one host sync per window
+        norms: list[float | None] = [None] * len(pending)
+        if pending[0][3] is not None:
+            norms = torch.stack([n for _, _, _, n in pending]).tolist()
+        last_step, tokens_per_step = pending[-1][0], self.global_batch * self.seq_len
+        for (step, _, lr, _), loss, norm in zip(pending, losses, norms):
+            if not math.isfinite(loss):
+                where = (f"the last good checkpoint is {last_good} (step {_step_of(last_good)})" if last_good
+                         else "no checkpoint was saved before it")
+                raise TrainingDiverged(
+                    f"the training loss became {loss} at step {step}; training stopped and {where}. "
+                    f"Try a lower train.lr (now {self.config.lr:g}), more warm-up, or gradient clipping."
+                )
+            tokens = self.state.tokens - (last_step - step) * tokens_per_step
+            record: dict[str, float] = {"loss": loss, "lr": lr, "tokens": tokens}
+            if norm is not None:
+                record["grad_norm"] = norm
+            if step == last_step:
+                record["tokens_per_s"] = tokens_per_s
+                record.update(bar.update(len(pending), loss=loss, lr=lr, tokens_per_s=tokens_per_s))
+            if self.ctx.is_main:
+                assert metrics is not None
+                metrics.write("train", step, record)
+                self.hooks.specformer_on_train_step(step=step, metrics=record)
+        return losses[-1]
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean validation loss per token over ``eval_steps`` batches (the whole split when None)."""
+        if self.val_rows is None or self.val_rows.count == 0:
+            return None
+        config, ctx = self.config, self.ctx
+        limit = None if config.eval_steps is None else config.eval_steps * config.batch_size * ctx.world_size
+        chosen = self.val_rows.chosen(limit)
+        chosen = chosen[: len(chosen) - len(chosen) % ctx.world_size]  # equal work on every process
+        mine = chosen[ctx.rank :: ctx.world_size]
+        sums = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss sum, token count)
+        self.wrapped.eval()
+        try:
+            for start in range(0, len(mine), config.batch_size):
+                batch = self._to_device(self.val_rows.rows(mine[start : start + config.batch_size]))
+                with self._autocast():
+                    logits = self.wrapped(batch[:, :-1])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+                sums[0] += loss.double()
+                sums[1] += batch[:, 1:].numel()
+        finally:
+            self.wrapped.train()
+        sums = all_reduce_mean(sums, ctx)
+        return float(sums[0] / sums[1]) if sums[1] > 0 else None
+
+    def _evaluate_and_sample(self, step: int, metrics: MetricsLog | None) -> None:
+        val_loss = self.evaluate()
+        if val_loss is not None:
+            self.state.last_val_loss = val_loss
+            record = {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
+            if self.ctx.is_main:
+                assert metrics is not None
+                metrics.write("eval", step, record)
+                self.hooks.specformer_on_eval(step=step, metrics=record)
+                self._say(f"step {step}: val loss {val_loss:.4f}, perplexity {record['val_perplexity']:.2f}")
+        text = self.sample(step)
+        if text is not None and self.ctx.is_main:
+            self._say(f"--- sample at step {step} ---\n{text}\n---")
+
+    def _say(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def sample(self, step: int) -> str | None:
+        """A short continuation of ``sample_prompt`` (None without the generate plugin)."""
+        config = self.config
+        if config.sample_tokens <= 0:
+            return None
+        # Under FSDP every process must take part in each forward; otherwise rank 0 samples alone.
+        if not (self.ctx.is_main or self.ctx.mode == "fsdp"):
+            return None
+        with _eager():
+            return sample_text(self.model, self.tokenizer, prompt=config.sample_prompt,
+                               max_new_tokens=config.sample_tokens, temperature=config.sample_temperature,
+                               top_k=config.sample_top_k, seed=config.seed + step, device=self.device)
+
+    # -- checkpoints and the end of a run ---------------------------------------------
+
+    def _save(self) -> Path:
+        path = save_checkpoint(out_dir=self.out_dir, model=self.model, optimizer=self.optimizer, state=self.state,
+                               tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last)
+        if self.ctx.is_main:
+            self.hooks.specformer_on_checkpoint_saved(step=self.state.step, path=str(path))
+        return path
+
+    def _export_final(self, checkpoint: Path | None) -> Path | None:
+        """Copy the final weights and tokenizer to ``<out_dir>/model.safetensors`` and ``tokenizer.json``."""
+        if checkpoint is None or not self.ctx.is_main:
+            return None
+        target = self.out_dir / "model.safetensors"
+        for name, dest in (("model.safetensors", target), ("tokenizer.json", self.out_dir / "tokenizer.json")):
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            shutil.copyfile(checkpoint / name, tmp)
+            tmp.replace(dest)
+        return target
+
+    def _end(self, metrics: MetricsLog | None, logger: Any, bar: ProgressBar, *, status: str,
+             loss: float | None) -> None:
+        """Close the bar and files; tell plugins the run ended (unless it crashed: then only clean up)."""
+        try:
+            bar.close()
+            if self.ctx.is_main:
+                assert metrics is not None
+                metrics.close()
+                if self.config.plot:
+                    plot_losses(metrics.path, self.out_dir / PLOT_FILE, title=f"{self.out_dir.name} ({status})")
+                if status != "failed":
+                    final = {"loss": float("nan") if loss is None else loss, "tokens": self.state.tokens,
+                             "elapsed_s": self.state.elapsed_s}
+                    if self.state.last_val_loss is not None:
+                        final["val_loss"] = self.state.last_val_loss
+                    self.hooks.specformer_on_train_end(step=self.state.step, metrics=final,
+                                                       out_dir=str(self.out_dir))
+        finally:
+            if logger is not None:
+                get_plugin_manager().unregister(logger)
+                logger.close()
+
+    def _start_logger(self, resume_step: int | None) -> Any:
+        if not (self.config.tensorboard and self.ctx.is_main):
+            return None
+        from specformer_train.tensorboard_logger import make_logger
+
+        logger = make_logger(self.out_dir, resume_step=resume_step)
+        if logger is not None:
+            get_plugin_manager().register(logger, name=f"tensorboard-{id(logger)}")
+        return logger
+
+    def _apply_config_to_groups(self) -> None:
+        """After a resume, this run's settings win over those saved with the optimizer."""
+        decay, no_decay = self.optimizer.param_groups
+        for group in (decay, no_decay):
+            group["betas"] = tuple(self.config.betas)
+            group["eps"] = self.config.eps
+        decay["weight_decay"] = self.config.weight_decay
+        no_decay["weight_decay"] = 0.0
+
+
+def _precision(requested: str, device: torch.device) -> str:
+    if requested == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return requested
+
+
+def _eager() -> contextlib.AbstractContextManager[Any]:
+    """Run compiled modules eagerly (sampling feeds shapes compiling for would only slow down)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def _step_of(path: Path | None) -> str:
+    return path.name.removeprefix("step-").lstrip("0") or "0" if path else "?"

@@ -1,0 +1,94 @@
+"""Shared fixtures of the train plugin's tests: a tiny model spec and a small real-looking corpus."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+WORDS = (
+    "the model reads tokens and predicts the next one while the optimizer follows the gradient of the loss "
+    "def return class import for while if else with as yield lambda None True False self value index "
+    "alpha beta gamma delta epsilon river mountain forest ocean city night morning light shadow"
+).split()
+
+TINY_MODEL: dict[str, Any] = {
+    "vocab_size": 259,
+    "d_model": 32,
+    "n_layers": 2,
+    "context_length": 32,
+    "positional": {"kind": "rope"},
+    "block": {
+        "norm": "rmsnorm",
+        "attention": {"kind": "attention", "n_heads": 2},
+        "ffn": {"kind": "swiglu", "hidden": 64},
+    },
+}
+
+TINY_TRAIN: dict[str, Any] = {
+    "steps": 8,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "min_lr": 3e-4,
+    "warmup_steps": 2,
+    "eval_every": 4,
+    "eval_steps": 2,
+    "save_every": 4,
+    "sample_tokens": 0,
+    "progress": False,
+    "plot": False,
+    "tensorboard": False,
+    "threads": 1,
+}
+
+
+def make_text(n_words: int, *, seed: int) -> str:
+    rng = random.Random(seed)
+    lines = []
+    while n_words > 0:
+        k = min(n_words, rng.randint(4, 12))
+        lines.append(" ".join(rng.choice(WORDS) for _ in range(k)))
+        n_words -= k
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    """Tiny models run fastest on one thread, and far faster when other work shares the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("SPECFORMER_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path) -> Path:
+    """Three text documents, ~6k words in all."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.txt").write_text(make_text(2000, seed=i), encoding="utf-8")
+    return folder
+
+
+def tiny_spec(**train: Any) -> dict[str, Any]:
+    return {"model": copy.deepcopy(TINY_MODEL), "train": {**TINY_TRAIN, **train}}
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path, corpus_dir: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec(data=str(corpus_dir))), encoding="utf-8")
+    return path

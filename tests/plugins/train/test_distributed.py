@@ -1,0 +1,83 @@
+"""Two processes on CPU (gloo), launched by torchrun, train like one process with the same global batch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import yaml
+
+import specformer
+from specformer_train import train
+from specformer_train.metrics import read_metrics
+
+from .conftest import make_text, tiny_spec
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with the gloo backend is not available")
+
+
+def torchrun(spec: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "specformer.cli", "train", str(spec), "--out", str(out), *extra]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def curve(out: Path) -> list[tuple[str, int]]:
+    return [(r["kind"], r["step"]) for r in read_metrics(out / "metrics.jsonl")]
+
+
+def values(out: Path) -> list[float]:
+    return [r.get("loss", r.get("val_loss")) for r in read_metrics(out / "metrics.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One process, batch 4: the reference."""
+    root = tmp_path_factory.mktemp("distributed")
+    corpus = root / "corpus.txt"
+    corpus.write_text(make_text(6000, seed=2))
+    settings = dict(data=str(corpus), steps=8, save_every=4, eval_every=4, seed=5, cache_dir=str(root / "cache"))
+    (root / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
+    (root / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, **settings)))  # per process
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(root / "one.yaml", out_dir=str(root / "single"))
+    finally:
+        torch.set_num_threads(before)
+    return root, root / "single"
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_match_one_with_the_same_global_batch(single, mode: str) -> None:
+    root, reference = single
+    out = root / mode
+    done = torchrun(root / "two.yaml", out, "--set", f"train.distributed={mode}")
+    assert "2 process(es)" in done.stdout and f"cpu, fp32, eager, {mode}" in done.stdout
+    assert curve(out) == curve(reference)
+    assert values(out) == pytest.approx(values(reference), abs=1e-5)
+    ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
+    for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fsdp_resumes_from_a_full_checkpoint(single) -> None:
+    root, reference = single
+    out = root / "fsdp-resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-0000004", out / "checkpoints" / "step-0000004")
+    (out / "checkpoints" / "latest").write_text("step-0000004")
+    torchrun(root / "two.yaml", out, "--set", "train.distributed=fsdp", "--resume")
+    assert curve(out) == [c for c in curve(reference) if c[1] > 4]
+    tail = [v for c, v in zip(curve(reference), values(reference)) if c[1] > 4]
+    assert values(out) == pytest.approx(tail, abs=1e-5)
