@@ -69,23 +69,34 @@ class RotaryPositions(PositionalScheme, Float32Tables):
         return self.scaling.frequencies(None)
 
     def prepare(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(cos, signed_sin)``, each ``(B, 1, T, rotary_dim)``, laid out channel by channel.
+
+        Pair ``(a, b)`` turns into ``(a cos - b sin, b cos + a sin)``, i.e.
+        ``x * cos + swap(x) * signed_sin`` with ``signed_sin = -sin`` on each pair's first
+        channel: two multiplies per rotation instead of four, tables built once per forward.
+        """
         # In fp32 whatever the model dtype: angles of large positions lose precision in bf16.
         angles = positions.float()[..., None] * self.frequencies(positions)  # (B, T, rotary_dim/2)
         cos, sin = angles.cos(), angles.sin()
         if self.attention_scaling != 1.0:
             cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
-        return cos[:, None], sin[:, None]  # (B, 1, T, rotary_dim/2) each
+        if self.interleaved:  # channels (a0, b0, a1, b1, ...)
+            cos = cos.repeat_interleave(2, dim=-1)
+            sin = torch.stack((-sin, sin), dim=-1).flatten(-2)
+        else:  # channels (a0, a1, ..., b0, b1, ...)
+            cos = torch.cat((cos, cos), dim=-1)
+            sin = torch.cat((-sin, sin), dim=-1)
+        return cos[:, None], sin[:, None]  # (B, 1, T, rotary_dim) each
 
     def rotate(self, x: Tensor, state: Any) -> Tensor:
-        cos, sin = (t.to(x.dtype) for t in state)
+        cos, signed_sin = (t.to(x.dtype) for t in state)
         rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         if self.interleaved:
-            pairs = rot.unflatten(-1, (-1, 2))  # (B, H, T, rotary_dim/2, 2)
-            a, b = pairs[..., 0], pairs[..., 1]
-            rotated = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+            swapped = rot.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (b0, a0, b1, a1, ...)
         else:
             a, b = rot.chunk(2, dim=-1)  # (B, H, T, rotary_dim/2) each
-            rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+            swapped = torch.cat((b, a), dim=-1)
+        rotated = rot * cos + swapped * signed_sin
         return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
 
     def extra_repr(self) -> str:

@@ -53,8 +53,8 @@ def test_cos_sin_match_transformers_rotary() -> None:
     positions = torch.arange(40)[None]
     cos, sin = hf_cos_sin(config, positions)
     ours_cos, ours_sin = rope.prepare(positions)
-    torch.testing.assert_close(ours_cos[:, 0], cos[..., :8], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(ours_sin[:, 0], sin[..., :8], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_cos[:, 0], cos, rtol=1e-5, atol=1e-5)  # both laid out per channel
+    torch.testing.assert_close(ours_sin[:, 0], torch.cat((-sin[..., :8], sin[..., 8:]), -1), rtol=1e-5, atol=1e-5)  # ours is signed
     assert rope.attention_scaling > 1
 
 
