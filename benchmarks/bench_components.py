@@ -13,16 +13,18 @@ so drift in machine load hits both alike. Nothing is asserted: this is a measure
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from typing import Any, Callable
+import sys
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 import specformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pairwise import run_cli  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Mixtral 8x7B's design (8 SwiGLU experts, top-2, GQA 4:1, RoPE theta 1e6) at a CPU-friendly width.
@@ -182,80 +184,13 @@ def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
     return peer
 
 
-# -- timing ------------------------------------------------------------------------------------------
-
-
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor) -> None:
-    logits = model(x)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-    aux = model.auxiliary_loss()
-    if aux is not None:
-        loss = loss + aux
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
-def timed(fn: Callable[[], None], device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def bench(name: str, *, batch: int, seq: int, repeats: int, device: str) -> list[tuple[str, float, float]]:
-    shape = SHAPES[name]
-    ours = specformer.build(spec_for(shape), seed=0, device=device)
-    peer = copy_weights(ours, PeerModel(shape).to(device))
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, shape["vocab"], (batch, seq), generator=g).to(device)
-    y = torch.randint(0, shape["vocab"], (batch, seq), generator=g).to(device)
-    with torch.no_grad():
-        difference = (ours(x) - peer(x)).abs().max().item()
-    if difference > 1e-3:
-        raise SystemExit(f"{name}: the hand-written model disagrees with specformer's (max |diff| {difference:.2e})")
-    tokens = batch * seq
-    rows = []
-
-    def forward(model: nn.Module) -> None:
-        with torch.no_grad():
-            model(x)
-
-    forward(ours), forward(peer)  # warm-up
-    times: dict[str, list[float]] = {"ours": [], "peer": []}
-    for _ in range(repeats):
-        times["ours"].append(timed(lambda: forward(ours), device))
-        times["peer"].append(timed(lambda: forward(peer), device))
-    rows.append(("forward", tokens / statistics.median(times["ours"]), tokens / statistics.median(times["peer"])))
-
-    opts = {id(m): torch.optim.AdamW(m.parameters(), lr=1e-4) for m in (ours, peer)}
-    for model in (ours, peer):
-        train_step(model, opts[id(model)], x, y)  # warm-up, allocates optimizer state
-    times = {"ours": [], "peer": []}
-    for _ in range(repeats):
-        times["ours"].append(timed(lambda: train_step(ours, opts[id(ours)], x, y), device))
-        times["peer"].append(timed(lambda: train_step(peer, opts[id(peer)], x, y), device))
-    rows.append(("train step", tokens / statistics.median(times["ours"]), tokens / statistics.median(times["peer"])))
-    return rows
+def make_pair(name: str, device: str) -> tuple[specformer.Decoder, PeerModel]:
+    ours = specformer.build(spec_for(SHAPES[name]), seed=0, device=device)
+    return ours, copy_weights(ours, PeerModel(SHAPES[name]).to(device))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=[*SHAPES, "all"], default="all")
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
-    print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, fp32, "
-          f"batch {args.batch} x seq {args.seq}, median of {args.repeats}")
-    print(f"{'model':<8} {'pass':<11} {'specformer tok/s':>17} {'hand-written tok/s':>19} {'ratio':>7}")
-    for name in SHAPES if args.model == "all" else [args.model]:
-        for what, ours, peer in bench(name, batch=args.batch, seq=args.seq, repeats=args.repeats, device=args.device):
-            print(f"{name:<8} {what:<11} {ours:>17,.0f} {peer:>19,.0f} {ours / peer:>7.3f}")
+    run_cli(__doc__, shapes=SHAPES, make_pair=make_pair, default_seq=512)
 
 
 if __name__ == "__main__":
