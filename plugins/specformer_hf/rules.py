@@ -10,6 +10,7 @@ checkpoint carrying weights the spec ignores is refused rather than half-loaded.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -33,17 +34,19 @@ class Site:
         return self.model.blocks[self.layer].ffn
 
 
-class Rule:
+class Rule(ABC):
     """Base class: ``hf`` and ``ours`` are name templates; subclasses define the two transforms."""
 
     hf: tuple[str, ...]
     ours: tuple[str, ...]
 
+    @abstractmethod
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        raise NotImplementedError
+        """The Hugging Face tensors at ``site`` as ours."""
 
+    @abstractmethod
     def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        raise NotImplementedError
+        """Our tensors at ``site`` as Hugging Face's."""
 
     @property
     def per_layer(self) -> bool:
