@@ -48,7 +48,12 @@ def window_config(view: SpecView, family: str) -> dict[str, Any]:
 
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    attention, layers = windowed_attention(cfg, {**common.attention_sizes(cfg), "qkv_bias": True})
+    return prenorm_spec(cfg, {**common.attention_sizes(cfg), "qkv_bias": True})
+
+
+def prenorm_spec(cfg: ConfigReader, attention: dict[str, Any]) -> dict[str, Any]:
+    """The Qwen layout: pre-norm RMSNorm blocks, RoPE, SwiGLU, and ``attention`` windowed per layer."""
+    attention, layers = windowed_attention(cfg, attention)
     spec: dict[str, Any] = {
         **common.model_sizes(cfg),
         "positional": common.rope(cfg),

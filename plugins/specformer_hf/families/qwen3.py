@@ -26,15 +26,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     bias = bool(cfg.get("attention_bias"))
     attention = {**common.attention_sizes(cfg), "qkv_bias": bias, "out_bias": bias,
                  "qk_norm": common.rmsnorm(cfg), "qk_norm_scope": "head"}
-    attention, layers = qwen2.windowed_attention(cfg, attention)
-    spec: dict[str, Any] = {
-        **common.model_sizes(cfg),
-        "positional": common.rope(cfg),
-        "block": {"layout": "prenorm", "norm": common.rmsnorm(cfg), "attention": attention, "ffn": common.gated_ffn(cfg)},
-    }
-    if layers:
-        spec["layers"] = layers
-    return spec
+    return qwen2.prenorm_spec(cfg, attention)
 
 
 def to_config(view: SpecView) -> dict[str, Any]:
