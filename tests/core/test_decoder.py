@@ -92,7 +92,10 @@ def test_forward_with_cache_requires_positions(tiny_spec):
 def test_last_only_returns_the_last_position(tiny_spec):
     model = specformer.build(tiny_spec, seed=0)
     x = torch.randint(0, 97, (2, 9))
-    torch.testing.assert_close(model(x, last_only=True), model(x)[:, -1:], rtol=0, atol=0)
+    last = model(x, last_only=True)
+    assert last.shape == (2, 1, 97)
+    # The head runs on one row instead of nine, so BLAS may pick another kernel: equal to rounding.
+    torch.testing.assert_close(last, model(x)[:, -1:], rtol=1e-5, atol=1e-6)
 
 
 def test_tied_head_is_the_embedding_and_untied_has_its_own(tiny_spec):
