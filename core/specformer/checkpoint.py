@@ -21,9 +21,16 @@ from specformer.errors import CheckpointError, SpecError
 FORMAT = "specformer-checkpoint/1"
 
 
-def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] | None = None) -> Path:
-    """Write ``model``'s weights and spec to ``path`` atomically; return the path."""
+def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] | None = None,
+         registry: Any = None) -> Path:
+    """Write ``model``'s weights and spec to ``path`` atomically; return the path.
+
+    The header also records which plugin (distribution and version) provided each
+    component the spec uses, so that loading where one is missing says what to install.
+    """
     from specformer import __version__
+    from specformer.plugins import get_registry
+    from specformer.provenance import header_entry
 
     spec = getattr(model, "spec", None)
     if spec is None:
@@ -31,7 +38,8 @@ def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] |
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
-    header = {"format": FORMAT, "spec": spec.to_json(), "specformer_version": __version__, **(metadata or {})}
+    header = {"format": FORMAT, "spec": spec.to_json(), "specformer_version": __version__,
+              **header_entry(spec, registry or get_registry()), **(metadata or {})}
     write_safetensors_atomic(tensors, path, header)
     return path
 
@@ -77,8 +85,12 @@ def read_tensors(path: str | Path, *, device: str | torch.device = "cpu") -> dic
 def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any = None) -> Any:
     """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly."""
     from specformer.builder import build
+    from specformer.plugins import get_registry
+    from specformer.provenance import check_installed
 
     metadata = read_metadata(path)
+    registry = registry or get_registry()
+    check_installed(metadata, registry, where=str(path))  # "install plugin X", not "unknown norm"
     try:
         spec_data = json.loads(metadata["spec"])
     except json.JSONDecodeError as exc:

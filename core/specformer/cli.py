@@ -151,10 +151,14 @@ def _run_summary(args: argparse.Namespace) -> int:
 
 def _spec_from_file_or_checkpoint(path: str) -> Any:
     from specformer.checkpoint import read_metadata
+    from specformer.plugins import get_registry
+    from specformer.provenance import check_installed
     from specformer.spec import load_spec
 
     if path.endswith(".safetensors"):
-        return load_spec(json.loads(read_metadata(path)["spec"]))
+        metadata = read_metadata(path)
+        check_installed(metadata, get_registry(), where=path)
+        return load_spec(json.loads(metadata["spec"]))
     return load_spec(path)
 
 
