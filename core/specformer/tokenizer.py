@@ -3,6 +3,9 @@
 Two kinds: ``byte`` (the UTF-8 bytes of the text, 256 ids, then special tokens) and
 ``bpe`` (a Hugging Face ``tokenizers`` tokenizer, serialised as its ``tokenizer.json``).
 Both are written as one JSON string under the checkpoint header key ``tokenizer``.
+A third, ``none``, records that a checkpoint has no tokenizer at all (a Hugging Face
+import without ``tokenizer.json``): token ids work, text is refused. A header without
+the key means the byte tokenizer, as it always has.
 """
 
 from __future__ import annotations
@@ -88,6 +91,43 @@ class BPETokenizer:
         return json.dumps(data)
 
 
+#: What a checkpoint without a tokenizer says when asked for text.
+NO_TOKENIZER_HINT = (
+    "this checkpoint has no tokenizer (it was imported from a Hugging Face folder without tokenizer.json), "
+    "so it works on token ids only; attach one with `specformer hf attach-tokenizer CHECKPOINT TOKENIZER.json`, "
+    "or import again with `specformer hf import --tokenizer TOKENIZER.json DIR OUT.safetensors`"
+)
+
+
+class NoTokenizer:
+    """The checkpoint has no tokenizer: ids only. ``encode`` and ``decode`` raise UserError saying how to add one.
+
+    ``eot_id`` is the end-of-text id when the model's config named one, else None.
+    """
+
+    kind = "none"
+
+    def __init__(self, *, vocab_size: int, eot_id: int | None = None) -> None:
+        self.vocab_size = vocab_size
+        self.eot_id = eot_id
+
+    def encode(self, text: str) -> list[int]:
+        raise UserError(NO_TOKENIZER_HINT)
+
+    def decode(self, ids: list[int]) -> str:
+        raise UserError(NO_TOKENIZER_HINT)
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size}
+        if self.eot_id is not None:
+            data["eot_id"] = self.eot_id
+        return json.dumps(data)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def tokenizer_from_json(text: str) -> Tokenizer:
     """Rebuild a tokenizer from :meth:`to_json` output."""
     try:
@@ -101,7 +141,12 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])), eot_token=data.get("eot_token", END_OF_TEXT))
-    raise CheckpointError(f"unknown stored tokenizer kind {kind!r}; known: byte, bpe")
+    if kind == "none":
+        vocab_size, eot_id = data.get("vocab_size"), data.get("eot_id")
+        if not _is_int(vocab_size) or not (eot_id is None or _is_int(eot_id)):
+            raise CheckpointError("the stored 'none' tokenizer needs an integer vocab_size and an integer or absent eot_id")
+        return NoTokenizer(vocab_size=vocab_size, eot_id=eot_id)
+    raise CheckpointError(f"unknown stored tokenizer kind {kind!r}; known: byte, bpe, none")
 
 
 def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer:
