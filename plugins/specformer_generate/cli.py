@@ -29,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
     parser.add_argument("--prompt", required=True, help="the text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="most tokens to generate (default: the spec's generate.max_new_tokens, else 128)")
+                        help="most tokens to generate (default: the spec's generate.max_new_tokens, else 128, "
+                             "cut to what the context leaves after the prompt)")
     parser.add_argument("--sampler", default=None,
                         help="sampler list: a .yaml/.json file (a list, or a spec with generate.sampler) or inline "
                              "YAML/JSON such as '[{kind: top_k, k: 40}, {kind: temperature, value: 0.8}]' "
@@ -51,18 +52,19 @@ def run(args: argparse.Namespace) -> int:
     section = model.spec.section("generate") or GenerateSpec()
 
     sampler = parse_sampler_option(args.sampler) if args.sampler is not None else section.build_sampler()
-    max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else section.max_new_tokens
     num_beams = args.num_beams if args.num_beams is not None else section.num_beams
     length_penalty = args.length_penalty if args.length_penalty is not None else section.length_penalty
     seed = args.seed if args.seed is not None else section.seed
     eos = None if args.ignore_eos else (section.eos_ids() or [tokenizer.eot_id])
-    if max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if num_beams < 1:
         raise UserError(f"--num-beams must be at least 1, got {num_beams}")
     if args.stream and num_beams > 1:
         raise UserError("--stream cannot show beam search (the best beam is only known at the end); drop one of them")
-    prompt = encode_prompt(tokenizer, args.prompt, model=model, max_new_tokens=max_new_tokens)
+    prompt = encode_prompt(tokenizer, args.prompt, model=model)
+    max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens,
+                                      prompt_length=len(prompt), context=model.context_length)
 
     settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampler=sampler, seed=seed, eos_token_id=eos,
                                     use_cache=not args.no_cache, compile=args.compile)
@@ -110,7 +112,7 @@ def parse_sampler_option(text: str) -> Sampler:
         raise UserError("bad --sampler:\n" + "\n".join(f"  {p}" for p in exc.problems)) from None
 
 
-def encode_prompt(tokenizer: Tokenizer, text: str, *, model: Any, max_new_tokens: int) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer, text: str, *, model: Any) -> list[int]:
     """The prompt's ids, or a UserError when it is empty, too long, or not in the model's vocabulary."""
     if not text:
         raise UserError("--prompt is empty; give at least one character of text to continue")
@@ -123,11 +125,6 @@ def encode_prompt(tokenizer: Tokenizer, text: str, *, model: Any, max_new_tokens
             f"--prompt is {len(ids)} tokens long, but the model's context is {context} tokens and at least one "
             f"must be left to generate; shorten the prompt to at most {context - 1} tokens"
         )
-    if len(ids) + max_new_tokens > context:
-        raise UserError(
-            f"--prompt ({len(ids)} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's context of "
-            f"{context} tokens; use --max-new-tokens {context - len(ids)} or less"
-        )
     outside = [i for i in ids if not 0 <= i < model.vocab_size]
     if outside:
         raise UserError(
@@ -135,6 +132,29 @@ def encode_prompt(tokenizer: Tokenizer, text: str, *, model: Any, max_new_tokens
             f"{model.vocab_size}; the tokenizer does not belong to this model"
         )
     return ids
+
+
+def new_token_budget(requested: int | None, *, default: int, prompt_length: int, context: int) -> int:
+    """How many tokens to generate after a prompt of ``prompt_length`` tokens.
+
+    An explicit ``--max-new-tokens`` that does not fit the context is an error that says
+    the limit. The default (the spec's ``generate.max_new_tokens``, else 128) is a wish, not
+    an order: it is cut to what the context leaves, with a note on stderr, so that the
+    plain ``specformer generate CKPT --prompt TEXT`` works on a model of any context length.
+    """
+    room = context - prompt_length
+    if requested is not None:
+        if requested > room:
+            raise UserError(
+                f"--prompt ({prompt_length} tokens) plus --max-new-tokens {requested} exceeds the model's context of "
+                f"{context} tokens; use --max-new-tokens {room} or less"
+            )
+        return requested
+    if default > room:
+        print(f"note: generating at most {room} new tokens: the prompt's {prompt_length} tokens leave {room} of the "
+              f"model's {context}-token context (default {default}; set --max-new-tokens to choose)", file=sys.stderr)
+        return room
+    return default
 
 
 def _print_stream(tokenizer: Tokenizer, prompt: str, columns: Any) -> int:

@@ -226,12 +226,18 @@ def _check_budget(model: Any, batch: PromptBatch, max_new_tokens: int) -> int:
     """``max_new_tokens``, once checked to be a positive int that fits the context after the longest prompt."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    longest = max(batch.lengths)
-    if longest + max_new_tokens > model.context_length:
+    longest, context = max(batch.lengths), model.context_length
+    if longest >= context:
+        raise ValueError(
+            f"the longest prompt is {longest} tokens, but the model's context length is {context} tokens and "
+            f"at least one must be left for a new token; shorten the prompt to at most {context - 1} tokens "
+            f"(for example keep its last {context - 1})"
+        )
+    if longest + max_new_tokens > context:
         raise ValueError(
             f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
-            f"{longest + max_new_tokens}, more than the model's context length {model.context_length}; "
-            f"use max_new_tokens <= {max(model.context_length - longest, 0)}"
+            f"{longest + max_new_tokens} tokens, more than the model's context length of {context}; "
+            f"use max_new_tokens={context - longest} or less, or shorten the prompt"
         )
     return max_new_tokens
 

@@ -54,6 +54,27 @@ def test_prints_the_continuation_and_the_speed(capsys, checkpoint) -> None:
     assert "tokens/s" in err and err.count("\n") == 1
 
 
+def test_the_default_number_of_new_tokens_is_cut_to_fit_the_context(capsys, checkpoint) -> None:
+    """The command the demo prints: 128 new tokens by default, on a 64-token model."""
+    code, out, err = run_cli(capsys, checkpoint, "--prompt", "def ", "--ignore-eos")
+    assert code == 0, err
+    assert "note: generating at most 60 new tokens" in err and "64-token context" in err
+    assert out == expected_text(checkpoint, "def ", 60, eos=None) + "\n"
+
+
+def test_a_default_that_fits_prints_no_note(capsys, tmp_path) -> None:
+    path = tmp_path / "short-default.safetensors"
+    specformer.save(specformer.build(byte_model_spec(max_new_tokens=5), seed=0), path)
+    code, out, err = run_cli(capsys, path, "--prompt", "def ", "--ignore-eos")
+    assert code == 0 and "note" not in err
+    assert out == expected_text(path, "def ", 5, eos=None) + "\n"
+
+
+def test_an_explicit_max_new_tokens_that_does_not_fit_says_the_limit(capsys, checkpoint) -> None:
+    err = _error(capsys, checkpoint, "--prompt", "def ", "--max-new-tokens", 61)
+    assert "exceeds the model's context of 64 tokens; use --max-new-tokens 60 or less" in err
+
+
 def test_stream_prints_the_same_text(capsys, checkpoint) -> None:
     _, plain, _ = run_cli(capsys, checkpoint, "--prompt", "abc", "--max-new-tokens", 15)
     code, streamed, err = run_cli(capsys, checkpoint, "--prompt", "abc", "--max-new-tokens", 15, "--stream")

@@ -178,7 +178,9 @@ def test_the_model_mode_is_restored(model) -> None:
     "prompts, kwargs, match",
     [
         ([[1, 2]], {"max_new_tokens": 0}, "max_new_tokens must be an integer >= 1"),
-        ([[1, 2]], {"max_new_tokens": 63}, "context length 64"),
+        ([[1, 2]], {"max_new_tokens": 63}, r"context length of 64; use max_new_tokens=62 or less"),
+        ([[1] * 64], {"max_new_tokens": 1}, r"the longest prompt is 64 tokens.*context length is 64.*"
+                                                   r"shorten the prompt to at most 63 tokens"),
         ([[1, 2], []], {"max_new_tokens": 3}, r"input_ids\[1\] is an empty prompt"),
         ([], {"max_new_tokens": 3}, "non-empty list"),
         ([1, 2, 3], {"max_new_tokens": 3}, "wrap a single prompt"),
