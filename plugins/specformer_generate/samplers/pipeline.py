@@ -58,9 +58,15 @@ class Sampler:
             raise ValueError(
                 f"input_ids must be (batch, time) with batch {logits.shape[0]}, got shape {tuple(input_ids.shape)}"
             )
+        if not self.steps:
+            return logits
+        # A filtered token (-inf) stays impossible whatever a later step does to it (a
+        # processor that rescales -inf into NaN, say), and a NaN is never a token to draw.
+        filtered = torch.isneginf(logits)
         for step in self.steps:
             logits = step(logits, input_ids)
-        return logits
+            filtered |= torch.isneginf(logits) | torch.isnan(logits)
+        return logits.masked_fill(filtered, float("-inf"))
 
     def choose(self, processed: Tensor, generator: Generator | None = None) -> Tensor:
         """The next token of every row from already processed logits ``(B, V) -> (B,)``."""
@@ -80,11 +86,16 @@ class Sampler:
 def draw(processed: Tensor, generator: Generator | None = None) -> Tensor:
     """One token per row, drawn with probability ``softmax(processed)``.
 
-    Uses the exponential race: ``argmax(p_i / E_i)`` with ``E_i ~ Exp(1)`` picks ``i``
+    NaN logits count as ``-inf`` (never drawn); when a row has ``+inf`` logits, one of
+    those is drawn uniformly. Uses the exponential race: ``argmax(p_i / E_i)`` with ``E_i ~ Exp(1)`` picks ``i``
     with probability ``p_i`` (it is the Gumbel-max trick in another form) and, unlike
     ``torch.multinomial``, never waits for the device.
     """
-    probs = torch.softmax(processed.float(), dim=-1)
+    processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    # A logit of +inf is certain: draw among those (softmax alone would give NaN for the row).
+    certain = torch.isposinf(processed)
+    processed = torch.where(certain.any(dim=-1, keepdim=True), torch.where(certain, 0.0, float("-inf")), processed)
+    probs = torch.softmax(processed, dim=-1)
     race = torch.empty_like(probs).exponential_(1.0, generator=generator)
     return (probs / race).argmax(dim=-1)
 

@@ -314,3 +314,91 @@ def test_typical_keeps_mass_p_of_the_most_typical_tokens() -> None:
             break
     out = Typical(p=0.6)(logits, torch.zeros(1, 0, dtype=torch.long))
     assert sorted(torch.isfinite(out[0]).nonzero().flatten().tolist()) == sorted(kept)
+
+
+# -- filtered tokens stay impossible whatever follows (issue 14) ----------------------------
+
+FILTERS = [{"kind": "top_k", "k": 3}, {"kind": "top_p", "p": 0.3}, {"kind": "min_p", "p": 0.5}]
+RESCALERS = [
+    {"kind": "temperature", "value": 1e-30},  # overflows float32 without saturation
+    {"kind": "temperature", "value": 1e30},  # flattens every kept logit to 0
+    {"kind": "temperature", "value": 0.5},
+    {"kind": "repetition_penalty", "penalty": 1e-30},
+    {"kind": "frequency_penalty", "penalty": -2.0},
+]
+
+
+def kept_by(entry: dict, logits: torch.Tensor) -> set[int]:
+    """The tokens a filter keeps on ``logits`` (1, V), written out from its definition."""
+    p = torch.softmax(logits[0].double(), 0)
+    if entry["kind"] == "top_k":
+        kth = torch.sort(logits[0], descending=True).values[entry["k"] - 1]
+        return {j for j in range(logits.shape[1]) if logits[0, j] >= kth}
+    if entry["kind"] == "min_p":
+        return {j for j in range(logits.shape[1]) if p[j] >= entry["p"] * p.max()}
+    # top_p: the likeliest tokens until their mass reaches p
+    kept, mass = set(), 0.0
+    for j in sorted(range(logits.shape[1]), key=lambda j: -p[j]):
+        kept.add(j)
+        mass += float(p[j])
+        if mass >= entry["p"]:
+            return kept
+    return kept
+
+
+@pytest.mark.parametrize("rescaler", RESCALERS, ids=lambda e: f"{e['kind']}={list(e.values())[1]}")
+@pytest.mark.parametrize("entry", FILTERS, ids=lambda e: e["kind"])
+def test_no_later_step_brings_a_filtered_token_back(entry: dict, rescaler: dict) -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, VOCAB, generator=g) * 3
+    ids = torch.arange(VOCAB)[None, ::2]  # half the vocabulary "already seen" (for the penalties)
+    kept = kept_by(entry, logits)
+    assert 1 <= len(kept) < VOCAB
+    # (A step before the filter would change what the filter sees, except a moderate temperature before top_k.)
+    moderate = {"kind": "temperature", "value": 0.5}
+    orders = [[entry, rescaler], [entry, rescaler, rescaler]]
+    orders += [[moderate, entry, rescaler]] if entry["kind"] == "top_k" else []
+    for steps in orders:
+        sampler = build_sampler(steps)
+        n = 3000
+        tokens = sampler.sample(logits.expand(n, -1), ids.expand(n, -1), torch.Generator().manual_seed(1))
+        assert set(tokens.tolist()) <= kept, (steps, set(tokens.tolist()) - kept)
+        processed = sampler.process(logits, ids)
+        assert not torch.isnan(processed).any()
+        assert {j for j in range(VOCAB) if not torch.isneginf(processed[0, j])} <= kept
+
+
+def test_an_infinite_temperature_is_refused_with_its_path() -> None:
+    for value in (float("inf"), float("nan")):
+        with pytest.raises(SpecError) as info:
+            build_sampler([{"kind": "top_k", "k": 3}, {"kind": "temperature", "value": value}])
+        assert [p.path for p in info.value.problems] == ["sampler[1].value"]
+        assert "finite" in str(info.value)
+        with pytest.raises(ValueError, match="finite"):
+            Temperature(value=value)
+
+
+def test_a_tiny_temperature_saturates_to_the_argmax_instead_of_nan() -> None:
+    logits = torch.tensor([[1.0, 3.0, -2.0, float("-inf"), 0.5]])
+    out = Temperature(value=1e-40)(logits, torch.zeros(1, 0, dtype=torch.long))
+    big = torch.finfo(torch.float32).max
+    assert out.tolist() == [[big, big, -big, float("-inf"), big]]
+    tokens = build_sampler([{"kind": "top_k", "k": 1}, {"kind": "temperature", "value": 1e-40}]).sample(
+        logits.expand(200, -1), torch.zeros(200, 0, dtype=torch.long), torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) == {1}
+
+
+def test_a_processor_that_makes_nan_or_inf_cannot_revive_filtered_tokens() -> None:
+    """Third-party steps may be careless: -inf * 0 is NaN, z * inf is +inf. Filtered stays filtered,
+    and among tokens a step made certain (+inf) the draw is uniform."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, -3.0, 0.0]])
+    top3 = {0, 1, 2}
+    n = 6000
+    for careless, expected in ((lambda z, ids: z * 0.0, top3), (lambda z, ids: z * float("inf"), top3)):
+        sampler = Sampler([TopK(k=3), careless])
+        tokens = sampler.sample(logits.expand(n, -1), torch.zeros(n, 0, dtype=torch.long),
+                                torch.Generator().manual_seed(2))
+        freq = torch.bincount(tokens, minlength=6).double() / n
+        assert {j for j in range(6) if freq[j] > 0} == expected
+        # uniform over the three: each 1/3 within 5 standard errors
+        assert ((freq[list(top3)] - 1 / 3).abs() <= 5 * math.sqrt(2 / 9 / n)).all(), freq
