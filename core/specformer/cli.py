@@ -168,11 +168,12 @@ def _configure_components(p: argparse.ArgumentParser) -> None:
 
 
 def _run_components(args: argparse.Namespace) -> int:
+    from specformer.messages import unknown_message
     from specformer.plugins import get_registry
 
     registry = get_registry()
     if args.kind and args.kind not in registry.kinds:
-        raise UserError(f"unknown kind {args.kind!r}; known kinds: {', '.join(sorted(registry.kinds))}")
+        raise UserError(unknown_message("kind", args.kind, sorted(registry.kinds), accepted="known kinds"))
     chosen = [c for c in registry if not args.kind or c.kind == args.kind]
     if args.json:
         print(json.dumps([

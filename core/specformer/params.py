@@ -67,11 +67,17 @@ def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotatio
         except UnknownComponentError as exc:
             raise PydanticCustomError("unknown_component", str(exc)) from None
         except ValidationError as exc:
-            detail = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"].removeprefix("Value error, ")
-                for e in exc.errors()
-            )
-            raise PydanticCustomError("invalid_component", "{name}: {detail}", {"name": ref["kind"], "detail": detail})
+            from specformer.spec import problems_from_validation_error  # late: spec imports this module
+
+            # The sub-component's own problems, at paths relative to it (`k`, `[0].p`); the
+            # spec's error report places each at its full path (`generate.sampler[1].k`).
+            problems = problems_from_validation_error(exc, model=registry.get(kind, ref["kind"]).params)
+            raise PydanticCustomError(
+                "invalid_component",
+                "{name}: {detail}",
+                {"name": ref["kind"], "detail": "; ".join(map(str, problems)),
+                 "problems": [(p.path, p.message) for p in problems]},
+            ) from None
 
     return Annotated[
         Any,

@@ -13,7 +13,6 @@ deep inside a build.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -21,6 +20,7 @@ from typing import Any, Callable, Iterator
 from pydantic import BaseModel, ValidationError
 
 from specformer.errors import RegistryError, UnknownComponentError
+from specformer.messages import unknown_message
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Registry:
         """Add a component; raise :class:`RegistryError` naming the plugin if anything is off."""
         where = f"plugin {plugin!r}, {kind} {name!r}"
         if kind not in self.kinds:
-            raise RegistryError(f"{where}: unknown kind {kind!r}; known kinds: {', '.join(sorted(self.kinds))}")
+            raise RegistryError(f"{where}: {unknown_message('kind', kind, sorted(self.kinds), accepted='known kinds')}")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise RegistryError(f"{where}: a name must be letters, digits, '_' or '-'")
         existing = self._components.get(kind, {}).get(name)
@@ -173,10 +173,11 @@ class Registry:
     def get(self, kind: str, name: str) -> Component:
         """The component ``name`` of ``kind``; an unknown name lists what exists and the closest match."""
         if kind not in self.kinds:
-            raise UnknownComponentError(f"unknown kind {kind!r}; known kinds: {', '.join(sorted(self.kinds))}")
+            raise UnknownComponentError(unknown_message("kind", kind, sorted(self.kinds), accepted="known kinds"))
         by_name = self._components.get(kind, {})
         if name not in by_name:
-            raise UnknownComponentError(unknown_name_message(kind, name, sorted(by_name)))
+            elsewhere = sorted(k for k, named in self._components.items() if name in named)
+            raise UnknownComponentError(unknown_name_message(kind, name, sorted(by_name), other_kinds=elsewhere))
         return by_name[name]
 
     def names(self, kind: str) -> list[str]:
@@ -219,11 +220,25 @@ class PluginRegistry:
         self.registry.add_section(name, model, plugin=self.plugin)
 
 
-def unknown_name_message(kind: str, name: str, available: list[str]) -> str:
-    close = difflib.get_close_matches(str(name), available, n=1)
-    listing = ", ".join(available) if available else "(none registered)"
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} {name!r}; registered {kind} components: {listing}{hint}"
+def unknown_name_message(kind: str, name: str, available: list[str], *, other_kinds: list[str] = ()) -> str:
+    """Why ``name`` is not a ``kind``: a name of another kind says which; otherwise the closest name.
+
+    ``'swiglu' is an ffn, not a norm; registered norm components: ...`` or
+    ``unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: ...``.
+    """
+    accepted = f"registered {kind} components"
+    if other_kinds:
+        listing = ", ".join(available) if available else "(none)"
+        kinds = " or ".join(f"{_article(k)} {k}" for k in other_kinds)
+        return f"{name!r} is {kinds}, not {_article(kind)} {kind}; {accepted}: {listing}"
+    return unknown_message(kind, name, available, accepted=accepted)
+
+
+def _article(word: str) -> str:
+    """'a' or 'an' as the word is spoken: an attention, a norm, an ffn (an initialism read letter by letter)."""
+    initialism = not any(c in "aeiou" for c in word.lower())
+    vowel_sound = word[:1].lower() in ("aefhilmnorsx" if initialism else "aeiou")
+    return "an" if vowel_sound else "a"
 
 
 def _check_params_model(params: Any, *, where: str) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal, Union
+from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specformer.errors import Problem, SpecError
+from specformer.messages import join_path, parse_error_message, unknown_message  # one path format: generate.sampler[1].k
 from specformer.params import as_component_ref
 
 # -- pieces of a spec ---------------------------------------------------------------
@@ -233,7 +234,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
         else:
             data = tomllib.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError([Problem("", f"not valid {fmt}: {exc}")], source=where) from None
+        raise SpecError([Problem("", parse_error_message(exc, fmt))], source=where) from None
     if not isinstance(data, dict):
         raise SpecError([Problem("", f"a spec must be a mapping with a 'model' section, got {type(data).__name__}")], source=where)
     return data
@@ -264,11 +265,17 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
     problems = []
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
+        nested = (err.get("ctx") or {}).get("problems") if err["type"] == "invalid_component" else None
+        if nested:  # a sub-component's own problems, each at its full path (see params.SubComponent)
+            problems += [Problem(join_path(prefix, [*loc, sub_path]), sub_message) for sub_path, sub_message in nested]
+            continue
+        if err["type"] == "unknown_component":
+            loc = [*loc, "kind"]  # where the name is written, as for the model's own components
         path = join_path(prefix, loc)
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             accepted = _accepted_fields(model, loc[:-1])
-            message = "unknown field" + (f"; accepted: {', '.join(accepted)}" if accepted else "")
+            message = unknown_message("field", loc[-1], accepted, quote_name=False) if accepted else "unknown field"
         elif err["type"] == "missing":
             message = "required field is missing"
         elif "input" in err and err["type"] not in ("unknown_component", "invalid_component"):
@@ -278,16 +285,6 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
 
 
 _UNION_TAGS = {"int", "list[int]", "str", "dict[str,any]", "float", "function-plain[validate()]", "constrained-float"}
-
-
-def join_path(prefix: str, loc: Iterable[Any]) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out = f"{out}.{part}" if out else str(part)
-    return out
 
 
 def _accepted_fields(model: type[BaseModel] | None, loc: list[Any]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specformer.errors import Problem, SpecError, UnknownComponentError
+from specformer.messages import join_path, unknown_message
 from specformer.registry import Registry, Resolved
 from specformer.spec import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
 
@@ -48,7 +49,7 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
         try:
             return ResolvedPart(registry.resolve(kind, ref), path)
         except UnknownComponentError as exc:
-            add(Problem(f"{path}.kind", str(exc)))
+            add(Problem(join_path(path, ["kind"]), str(exc)))
         except ValidationError as exc:
             params_model = registry.get(kind, ref["kind"]).params
             for p in problems_from_validation_error(exc, prefix=path, model=params_model):
@@ -56,17 +57,17 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
         return None
 
     # Where each layer's fields came from: the base block, or the last override that touched them.
-    origin = [{f: f"model.block.{f}" for f in BLOCK_FIELDS} for _ in range(model.n_layers)]
+    origin = [{f: join_path("model", ["block", f]) for f in BLOCK_FIELDS} for _ in range(model.n_layers)]
     for j, override in enumerate(model.layers):
         try:
             indices = override.layer_indices(model.n_layers)
         except ValueError as exc:
-            add(Problem(f"model.layers[{j}].select", str(exc)))
+            add(Problem(join_path("model", ["layers", j, "select"]), str(exc)))
             continue
         for i in indices:
             for f in BLOCK_FIELDS:
                 if getattr(override, f) is not None:
-                    origin[i][f] = f"model.layers[{j}].{f}"
+                    origin[i][f] = join_path("model", ["layers", j, f])
     if problems:
         return None, problems
 
@@ -93,8 +94,9 @@ def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
     extras = spec.model_extra or {}
     for name in list(extras):
         if name not in registry.sections:
-            known = ", ".join(["model", *sorted(registry.sections)])
-            problems.append(Problem(name, f"unknown section; accepted sections: {known}"))
+            known = ["model", *sorted(registry.sections)]
+            problems.append(Problem(name, unknown_message("section", name, known, accepted="accepted sections",
+                                                          quote_name=False)))
             continue
         section_model, _plugin = registry.sections[name]
         try:

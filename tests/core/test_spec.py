@@ -65,14 +65,14 @@ def test_negative_size_is_reported_with_value(tiny_spec):
 def test_unknown_param_lists_accepted_fields(tiny_spec):
     tiny_spec["model"]["block"]["attention"]["n_head"] = 4
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.block.attention.n_head: unknown field; accepted:")
+    assert msg.startswith("model.block.attention.n_head: unknown field; did you mean 'n_heads'? accepted:")
     assert "n_heads" in msg and "n_kv_heads" in msg
 
 
 def test_unknown_model_field_lists_accepted_fields(tiny_spec):
     tiny_spec["model"]["dmodel"] = 3
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.dmodel: unknown field; accepted:") and "d_model" in msg
+    assert msg.startswith("model.dmodel: unknown field; did you mean 'd_model'? accepted:") and "d_model" in msg
 
 
 def test_missing_required_field(tiny_spec):
@@ -97,7 +97,7 @@ def test_size_constraints_are_checked_by_components(tiny_spec):
 def test_unknown_section_lists_accepted_sections(tiny_spec):
     tiny_spec["trian"] = {}
     [msg] = problems(tiny_spec)
-    assert msg.startswith("trian: unknown section; accepted sections: model")
+    assert msg.startswith("trian: unknown section; did you mean 'train'? accepted sections: model")
 
 
 def test_bare_name_means_default_params(tiny_spec):

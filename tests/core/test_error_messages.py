@@ -1,0 +1,143 @@
+"""The exact shape of spec error messages: one path format, "did you mean" everywhere, the wrong kind named.
+
+Paths are written ``generate.sampler[1].k`` (dots for fields, ``[i]`` for list
+indices) wherever a problem is reported: the model section, a plugin's section, and
+inside a sub-component (an attention's ``qk_norm``, a sampler of the list).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import specformer
+from specformer.cli import main
+from specformer.errors import SpecError
+from specformer.spec import ModelSpec
+
+
+def problems(spec: dict) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        specformer.load_spec(spec)
+    return [str(p) for p in info.value.problems]
+
+
+def registered(kind: str) -> str:
+    return ", ".join(specformer.get_registry().names(kind))
+
+
+def test_misspelt_model_field_suggests_the_field_and_lists_the_accepted_ones(tiny_spec):
+    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
+    found = problems(tiny_spec)
+    assert f"model.d_modle: unknown field; did you mean 'd_model'? accepted: {', '.join(ModelSpec.model_fields)}" in found
+
+
+def test_misspelt_section_suggests_the_section(tiny_spec):
+    tiny_spec["trian"] = {"steps": 3}
+    sections = ", ".join(["model", *sorted(specformer.get_registry().sections)])
+    assert problems(tiny_spec) == [f"trian: unknown section; did you mean 'train'? accepted sections: {sections}"]
+
+
+def test_misspelt_field_of_a_plugin_section_suggests_the_field(tiny_spec):
+    tiny_spec["train"] = {"lrr": 1e-3}
+    [msg] = problems(tiny_spec)
+    assert msg.startswith("train.lrr: unknown field; did you mean 'lr'? accepted: steps, ")
+
+
+def test_a_field_with_nothing_close_lists_the_accepted_ones_without_a_guess(tiny_spec):
+    tiny_spec["model"]["block"]["ffn"]["zzzz"] = 1
+    [msg] = problems(tiny_spec)
+    assert msg.startswith("model.block.ffn.zzzz: unknown field; accepted: ")
+    assert "did you mean" not in msg
+
+
+def test_misspelt_component_name_suggests_the_closest(tiny_spec):
+    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+    assert problems(tiny_spec) == [
+        f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}"
+    ]
+
+
+def test_a_component_of_another_kind_says_which_kind_it_is(tiny_spec):
+    tiny_spec["model"]["block"]["norm"] = "swiglu"
+    assert problems(tiny_spec) == [
+        f"model.block.norm.kind: 'swiglu' is an ffn, not a norm; registered norm components: {registered('norm')}"
+    ]
+
+
+def test_article_follows_how_the_kind_is_spoken(tiny_spec):
+    tiny_spec["model"]["block"]["ffn"] = "attention"
+    tiny_spec["model"]["positional"] = "rmsnorm"
+    assert sorted(problems(tiny_spec)) == [
+        f"model.block.ffn.kind: 'attention' is an attention, not an ffn; registered ffn components: {registered('ffn')}",
+        f"model.positional.kind: 'rmsnorm' is a norm, not a positional; registered positional components: {registered('positional')}",
+    ]
+
+
+def test_problems_inside_a_sampler_list_use_the_one_path_format(tiny_spec):
+    tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 3}, {"kind": "top_k", "kk": 2}, "topp", "rmsnorm"]}
+    samplers = registered("sampler")
+    assert problems(tiny_spec) == [
+        "generate.sampler[1].k: required field is missing",
+        "generate.sampler[1].kk: unknown field; did you mean 'k'? accepted: k, min_tokens_to_keep",
+        f"generate.sampler[2].kind: unknown sampler 'topp'; did you mean 'top_p'? registered sampler components: {samplers}",
+        f"generate.sampler[3].kind: 'rmsnorm' is a norm, not a sampler; registered sampler components: {samplers}",
+    ]
+
+
+def test_problems_inside_a_nested_component_of_the_model_use_the_one_path_format(tiny_spec):
+    tiny_spec["model"]["block"]["attention"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
+    assert problems(tiny_spec) == [
+        "model.block.attention.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset"
+    ]
+
+
+def test_a_bad_value_inside_a_nested_component_names_its_full_path(tiny_spec):
+    tiny_spec["model"]["block"]["attention"]["qk_norm"] = {"kind": "rmsnorm", "eps": -1}
+    [msg] = problems(tiny_spec)
+    assert msg.startswith("model.block.attention.qk_norm.eps: ") and "greater than 0" in msg and "(got -1)" in msg
+
+
+def test_layer_override_problems_are_at_their_list_index(tiny_spec):
+    tiny_spec["model"]["layers"] = [{"select": 0}, {"select": 7, "ffn": {"hidden": 8}}]
+    [msg] = problems(tiny_spec)
+    assert msg.startswith("model.layers[1].select: layer 7 does not exist")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("bad.yaml", "model:\n  a: [1,\n  b: 2\n",
+         "not valid YAML at line 4, column 1: expected ',' or ']', but got '<stream end>' "
+         "(while parsing a flow sequence that starts at line 2, column 6)"),
+        ("indent.yaml", "model:\n  a: 1\n   b: 2\n", "not valid YAML at line 3, column 5: mapping values are not allowed here"),
+        ("bad.json", '{"model": {"a": 1,}}', "not valid JSON at line 1, column 19: Expecting property name enclosed in double quotes"),
+        ("bad.toml", "[model]\na = \n", "not valid TOML at line 2, column 5: Invalid value"),
+    ],
+)
+def test_a_file_that_does_not_parse_is_named_with_line_and_column(tmp_path, capsys, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{path}: 1 problem in the spec:\n  {expected}\n"
+    assert "<unicode string>" not in err
+
+
+def test_the_cli_prints_every_problem_in_the_one_format(tmp_path, capsys):
+    path = tmp_path / "typos.yaml"
+    path.write_text(
+        "model:\n  vocab_size: 97\n  d_model: 32\n  n_layers: 2\n  context_length: 32\n  positional: rope\n"
+        "  block:\n    norm: swiglu\n    attention: {kind: attention, n_heads: 4}\n    ffn: {kind: swiglu, hidden: 48}\n"
+        "trian: {}\n"
+    )
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"{path}: 2 problems in the spec:"
+    assert lines[1].startswith("  trian: unknown section; did you mean 'train'? accepted sections: model, ")
+    assert lines[2] == f"  model.block.norm.kind: 'swiglu' is an ffn, not a norm; registered norm components: {registered('norm')}"
+
+
+def test_components_of_an_unknown_kind_suggests_the_kind(capsys):
+    assert main(["components", "nrom"]) == 2
+    kinds = ", ".join(sorted(specformer.get_registry().kinds))
+    assert capsys.readouterr().err == f"error: unknown kind 'nrom'; did you mean 'norm'? known kinds: {kinds}\n"
