@@ -1,0 +1,101 @@
+"""``specformer eval CHECKPOINT --data PATH``: loss, perplexity and bits per byte of a saved model.
+
+The data is read like ``specformer train --data`` reads it (a file, a folder or a glob of
+text, or one tokenized ``.bin``/``.npy``); the tokenizer is the checkpoint's own. The
+figures go to stdout (one JSON object with ``--json``), the progress bar to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from specformer.errors import UserError
+from specformer_train.cache import load_tokenized
+from specformer_train.corpus import find_corpus
+from specformer_train.threads import auto_threads
+
+from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens
+
+EPILOG = """\
+examples:
+  specformer eval runs/tiny/model.safetensors --data notes/
+  specformer eval model.safetensors --data 'books/*.txt' --context 1024 --stride 512 --json
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("--data", metavar="PATH",
+                        help="a file, directory or glob of .txt/.md/.py/.jsonl (one document per file, or per "
+                             "jsonl line), or one tokenized .bin/.npy")
+    parser.add_argument("--context", type=int, metavar="N",
+                        help="tokens per window (default: the model's context length)")
+    parser.add_argument("--stride", type=int, metavar="S",
+                        help="tokens a window moves on; each token is scored with at least N - S tokens before it "
+                             "(default: N, disjoint windows)")
+    parser.add_argument("--batch-size", type=int, metavar="B", help="windows per forward pass (default: ~8192 tokens)")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="a tokenizer.json, for a checkpoint that stores no tokenizer")
+    parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.data is None:
+        raise UserError("give --data PATH: the text to measure the model on")
+    for flag, value in (("--context", args.context), ("--stride", args.stride), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    corpus = find_corpus(args.data)  # a bad path or an empty file is reported before the model loads
+    model = load_model(args.checkpoint, device=args.device)
+    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    if next(model.parameters()).device.type == "cpu":
+        torch.set_num_threads(auto_threads())
+    context = args.context if args.context is not None else model.context_length
+    if context > model.context_length:
+        raise UserError(f"--context {context} is longer than the model's context length {model.context_length}")
+    if args.stride is not None and args.stride > context:
+        raise UserError(f"--stride {args.stride} is larger than the context ({context}); use --stride {context} or less")
+
+    settings: dict[str, Any] = dict(context=context, stride=args.stride, batch_size=args.batch_size)
+    if corpus.tokenized is not None:
+        tokens = load_tokenized(corpus.tokenized, vocab_size=model.vocab_size)
+        with _bar(len(tokens) - 1, unit="tok") as bar:
+            result = evaluate_tokens(model, tokens, on_progress=bar.update, **settings)
+    else:
+        with _bar(corpus.total_bytes, unit="B") as bar:
+            result = evaluate_documents(model, tokenizer, corpus.documents(), on_progress=bar.update, **settings)
+            bar.update(bar.total - bar.n)  # jsonl files hold more bytes than their text
+    if args.json:
+        print(json.dumps({"checkpoint": args.checkpoint, "data": corpus.description, **result.to_dict()}, indent=2))
+    else:
+        print(format_result(result, checkpoint=args.checkpoint, data=corpus.description))
+    return 0
+
+
+def format_result(result: EvalResult, *, checkpoint: str, data: str) -> str:
+    bpb = "n/a (tokenized input has no text)" if result.bits_per_byte is None else f"{result.bits_per_byte:.4f}"
+    return "\n".join([
+        f"{checkpoint} on {data}",
+        f"  scored         {result.tokens:,} tokens of {result.documents:,} document(s) in {result.windows:,} windows "
+        f"(context {result.context}, stride {result.stride})",
+        f"  loss           {result.loss:.4f} nats/token",
+        f"  perplexity     {result.perplexity:.4f}",
+        f"  bits per byte  {bpb}",
+        f"  speed          {result.tokens_per_second:,.0f} tokens/s ({result.seconds:.2f} s)",
+    ])
+
+
+def _bar(total: int, *, unit: str) -> Any:
+    # Drawn on a terminal only (disable=None), on stderr, so --json output stays clean.
+    return tqdm(total=total, unit=unit, unit_scale=True, desc="eval", disable=None, file=sys.stderr,
+                dynamic_ncols=True, leave=False)

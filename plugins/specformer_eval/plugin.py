@@ -1,0 +1,19 @@
+"""Hook implementations of the eval plugin: the ``specformer eval`` and ``specformer inspect`` commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_eval import cli
+
+    commands.add(
+        "eval",
+        help="Measure a checkpoint: loss, perplexity and bits per byte over text (sliding windows, streamed).",
+        configure=cli.configure,
+        run=cli.run,
+    )
