@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     device = _device(args.device)
     tokenizer = tokenizer_from_metadata(read_metadata(args.checkpoint))
-    model = specformer.load(args.checkpoint, device=device)
+    model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
     section = model.spec.section("generate") or GenerateSpec()
 
     sampler = parse_sampler_option(args.sampler) if args.sampler is not None else section.build_sampler()

@@ -125,10 +125,9 @@ def stream(
     """
     start = time.perf_counter()
     produced = 0
-    # The consumer runs between items, so no-grad and eval mode are entered per step, not held.
-    was_training = model.training
+    # The consumer runs between items, so inference mode is entered per step, not held.
+    _check_mode(model)
     try:
-        model.eval()
         with torch.inference_mode():
             run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                          eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
@@ -136,7 +135,6 @@ def stream(
         steps = _decode(run)
         column = run.batch.width
         while True:
-            model.eval()
             with torch.inference_mode():
                 step = next(steps, None)
             if step is None:
@@ -146,7 +144,6 @@ def stream(
             if run.stopper.all_done():
                 return
     finally:
-        model.train(was_training)
         _report(produced, time.perf_counter() - start)
 
 
@@ -258,14 +255,30 @@ def _pad(pad_token_id: int | None, eos: list[int]) -> int:
 
 @contextlib.contextmanager
 def _inference(model: Any) -> Iterator[None]:
-    """Evaluation mode (no dropout) and no autograd for the call; the model's mode is restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
+    """No autograd for the call. The model's train/eval mode is left exactly as it is.
+
+    Switching it here (``model.eval()`` then back) would race with any other thread using
+    the same model: two concurrent calls on a model in training mode would each restore
+    the mode the other one set. Generation therefore never writes module state; a model
+    whose training mode would change its output (active dropout) is refused instead.
+    """
+    _check_mode(model)
+    with torch.inference_mode():
+        yield
+
+
+def _check_mode(model: Any) -> None:
+    """A ValueError when a module of ``model`` is in training mode with dropout that would apply."""
+    for name, module in model.named_modules():
+        if not module.training:
+            continue
+        rate = module.p if isinstance(module, torch.nn.modules.dropout._DropoutNd) else getattr(module, "dropout", None)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+            raise ValueError(
+                f"the model is in training mode and {name or 'the model'} applies dropout ({rate}), which would make "
+                f"generation random; call model.eval() before generating (generate never switches the mode itself, "
+                f"so that other threads using the model are not affected)"
+            )
 
 
 def _report(tokens: int, seconds: float) -> None:

@@ -163,15 +163,74 @@ def test_the_generate_end_hook_gets_tokens_and_seconds(model, recorder) -> None:
     assert all(s > 0 for _, s in recorder.calls)
 
 
-def test_the_model_mode_is_restored(model) -> None:
+def _modes(model) -> list[bool]:
+    return [m.training for m in model.modules()]
+
+
+def test_generation_never_switches_the_models_mode(model) -> None:
+    """A model left in training mode (no dropout) is run as it is: no eval()/train() toggling."""
+    expected = generate(model, PROMPTS, max_new_tokens=5)
+    seen: list[list[bool]] = []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(_modes(module)))
     model.train()
     try:
-        generate(model, PROMPTS, max_new_tokens=3)
-        assert model.training
+        assert generate(model, PROMPTS, max_new_tokens=5) == expected
+        assert [c for c in stream(model, PROMPTS, max_new_tokens=3)]
+        generate(model, PROMPTS[:2], max_new_tokens=3, num_beams=2)
+        assert seen and all(all(modes) for modes in seen)  # training mode during every forward
+        assert all(_modes(model))
     finally:
+        handle.remove()
         model.eval()
     generate(model, PROMPTS, max_new_tokens=3)
-    assert not model.training
+    assert not any(_modes(model))
+
+
+def test_concurrent_calls_on_a_model_in_training_mode_neither_race_nor_change_it(model) -> None:
+    import threading
+
+    sampler = [{"kind": "top_k", "k": 5}]
+    expected = [generate(model, PROMPTS, max_new_tokens=6, sampler=sampler, seed=s) for s in range(4)]
+    model.train()
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for _ in range(3):
+                out = generate(model, PROMPTS, max_new_tokens=6, sampler=sampler, seed=seed)
+                streamed = list(stream(model, PROMPTS[:1], max_new_tokens=2, sampler=sampler, seed=seed))
+                assert len(streamed) == 2
+                results.setdefault(seed, []).append(out)
+        except BaseException as exc:  # reported in the main thread
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert all(_modes(model))  # still in training mode, every module
+    finally:
+        model.eval()
+    for seed in range(4):
+        assert results[seed] == [expected[seed]] * 3
+
+
+def test_a_model_in_training_mode_with_dropout_is_refused_not_switched() -> None:
+    data = tiny_with(attention={"kind": "attention", "n_heads": 4, "dropout": 0.1})
+    m = specformer.build(data, seed=0)
+    assert m.training
+    for call in (lambda: generate(m, [[1, 2]], max_new_tokens=2), lambda: list(stream(m, [[1, 2]], max_new_tokens=2))):
+        with pytest.raises(ValueError, match=r"training mode and blocks\.0\.attention applies dropout \(0\.1\).*"
+                                             r"call model\.eval\(\)"):
+            call()
+        assert all(_modes(m))
+    m.eval()
+    assert len(generate(m, [[1, 2]], max_new_tokens=2)[0]) == 4
+    assert not any(_modes(m))
 
 
 @pytest.mark.parametrize(
