@@ -168,6 +168,7 @@ def _configure_components(p: argparse.ArgumentParser) -> None:
 
 
 def _run_components(args: argparse.Namespace) -> int:
+    from specformer.catalogue import components_json, format_components
     from specformer.messages import unknown_message
     from specformer.plugins import get_registry
 
@@ -175,44 +176,18 @@ def _run_components(args: argparse.Namespace) -> int:
     if args.kind and args.kind not in registry.kinds:
         raise UserError(unknown_message("kind", args.kind, sorted(registry.kinds), accepted="known kinds"))
     chosen = [c for c in registry if not args.kind or c.kind == args.kind]
-    if args.json:
-        print(json.dumps([
-            {"kind": c.kind, "name": c.name, "plugin": c.plugin, "doc": c.summary, "params": {
-                k: (None if v is ... else v) for k, v in _jsonable_defaults(c).items()}}
-            for c in chosen
-        ], indent=2))
-        return 0
-    for kind in sorted({c.kind for c in chosen}):
-        print(f"{kind}:")
-        for c in (c for c in chosen if c.kind == kind):
-            print(f"  {c.name:<20} [{c.plugin}] {c.summary}")
-            for name, default in _jsonable_defaults(c).items():
-                shown = "required" if default is ... else f"default {json.dumps(default)}"
-                print(f"      {name}: {shown}")
+    print(json.dumps(components_json(chosen), indent=2) if args.json else format_components(chosen))
     return 0
 
 
-def _jsonable_defaults(c: Any) -> dict[str, Any]:
-    out = {}
-    for k, v in c.defaults().items():
-        if v is ...:
-            out[k] = v
-            continue
-        try:
-            json.dumps(v)
-            out[k] = v
-        except TypeError:
-            out[k] = v.to_dict() if hasattr(v, "to_dict") else str(v)
-    return out
-
-
 def _run_plugins(args: argparse.Namespace) -> int:
+    from specformer.messages import plural
     from specformer.plugins import get_registry, plugin_infos
 
     registry = get_registry()
     for info in plugin_infos():
         count = sum(1 for c in registry if c.plugin == info.name)
-        print(f"{info.name:<12} {info.distribution} {info.version}  module {info.module}  ({count} components)")
+        print(f"{info.name:<12} {info.distribution} {info.version}  module {info.module}  ({plural(count, 'component')})")
         if info.file:
             print(f"{'':<12} {info.file}")
     return 0

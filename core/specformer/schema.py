@@ -8,10 +8,12 @@ told apart by ``kind``.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from pydantic import BaseModel
 
+from specformer.messages import plain_text
 from specformer.params import COMPONENT_MARKER, component_schema_ref
 from specformer.registry import Registry
 from specformer.spec import Spec
@@ -43,7 +45,7 @@ def spec_json_schema(registry: Registry) -> dict[str, Any]:
         defs[model_name]["properties"][field_name] = new
     for kind in registry.kinds:
         defs[f"{kind}-component"] = {
-            "oneOf": [_component_schema(c.name, c.params, c.summary, defs) for c in registry if c.kind == kind]
+            "oneOf": [_component_schema(c.name, c.params, plain_text(c.summary), defs) for c in registry if c.kind == kind]
             + [{"type": "string", "enum": registry.names(kind), "description": "A component by name, with default params."}],
             "description": registry.kinds[kind].doc,
         }
@@ -81,3 +83,57 @@ def _swap_markers(node: Any) -> Any:
     if isinstance(node, list):
         return [_swap_markers(v) for v in node]
     return node
+
+
+# -- a param's type as plain text (``specformer components``) ---------------------------
+
+_SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool", "null": "null"}
+_BOUNDS = (("exclusiveMinimum", ">"), ("minimum", "≥"), ("exclusiveMaximum", "<"), ("maximum", "≤"),
+           ("minLength", "length ≥"), ("maxLength", "length ≤"), ("minItems", "items ≥"), ("maxItems", "items ≤"))
+
+
+def param_types(params: type[BaseModel]) -> dict[str, str]:
+    """Each field of a Params model and its type with bounds, from its JSON schema: ``float > 0``.
+
+    The same schema the docs catalogue and ``specformer schema`` are made from, so the
+    three agree: ``int ≥ 1``, ``float ≥ 0, < 1 or null``, ``one of "a", "b"``,
+    ``list of sampler component``.
+    """
+    schema = params.model_json_schema(ref_template="#/$defs/{model}")
+    defs = schema.get("$defs", {})
+    props = schema.get("properties", {})
+    return {name: describe_type(props.get(info.alias or name, {}), defs) for name, info in params.model_fields.items()}
+
+
+def describe_type(node: dict[str, Any], defs: dict[str, Any] | None = None) -> str:
+    """A JSON-schema node as a short plain-text type with its bounds."""
+    defs = defs or {}
+    if COMPONENT_MARKER in node:
+        return f"{node[COMPONENT_MARKER]} component"
+    ref = node.get("$ref")
+    if ref:
+        target = defs.get(ref.rsplit("/", 1)[-1])
+        return describe_type(target, defs) if target is not None else ref.rsplit("/", 1)[-1]
+    options = node.get("anyOf") or node.get("oneOf")
+    if options:
+        return " or ".join(dict.fromkeys(describe_type(option, defs) for option in options))
+    if "enum" in node:
+        return "one of " + ", ".join(json.dumps(v) for v in node["enum"])
+    if "const" in node:
+        return json.dumps(node["const"])
+    kind = node.get("type")
+    if isinstance(kind, list):
+        return " or ".join(_SCALARS.get(k, k) for k in kind)
+    if kind == "array":
+        items = node.get("items") or node.get("prefixItems")
+        if isinstance(items, list):  # a tuple: (float, float)
+            text = "(" + ", ".join(describe_type(i, defs) for i in items) + ")"
+        else:
+            text = "list of " + (describe_type(items, defs) if items else "any")
+    elif kind == "object":
+        extra = node.get("additionalProperties")
+        text = f"mapping of str to {describe_type(extra, defs)}" if isinstance(extra, dict) and extra else "mapping"
+    else:
+        text = _SCALARS.get(kind, "any")
+    bounds = [f"{sign} {json.dumps(node[key])}" for key, sign in _BOUNDS if key in node]
+    return text + (" " + ", ".join(bounds) if bounds else "")

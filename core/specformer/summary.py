@@ -93,6 +93,7 @@ def summarize(model_or_spec: Any) -> ModelSummary:
 
 
 def format_summary(s: ModelSummary, *, title: str = "") -> str:
+    from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
     def human(n: float) -> str:
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
             if abs(n) >= scale:
@@ -112,10 +113,10 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     lines.append(f"forward FLOPs / token          {human(s.forward_flops_per_token)}  (2N + attention)")
     lines.append(f"training FLOPs / token         {human(s.train_flops_per_token)}  (6N + 12·L·H·hd·T)")
     lines.append(
-        f"KV cache / token               {s.kv_bytes_per_token(torch.float32):,} B fp32, "
-        f"{s.kv_bytes_per_token(torch.bfloat16):,} B bf16"
+        f"KV cache / token               {format_bytes(s.kv_bytes_per_token(torch.float32))} fp32, "
+        f"{format_bytes(s.kv_bytes_per_token(torch.bfloat16))} bf16"
     )
     lines.append(
-        f"KV cache at full context       {human(s.kv_bytes_per_token(torch.bfloat16) * s.context_length)}B bf16 per sequence"
+        f"KV cache at full context       {format_bytes(s.kv_bytes_per_token(torch.bfloat16) * s.context_length)} bf16 per sequence"
     )
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -79,8 +80,9 @@ def test_summary_flops_by_formula(capsys):
 def test_components_lists_kind_plugin_doc_and_defaults(capsys):
     code, out, _ = run(capsys, "components", "attention")
     assert code == 0
-    assert "attention" in out and "[layers]" in out and "n_heads: required" in out
-    assert "n_kv_heads: default null" in out
+    assert out.startswith("attention (1 component)\n  attention  [layers] ")
+    assert re.search(r"^      n_heads +int > 0 +required +Number of query heads\.$", out, re.M)
+    assert re.search(r"^      n_kv_heads +int > 0 or null +default null +Key/value heads", out, re.M)
     code, _, err = run(capsys, "components", "nonsense")
     assert code == 2 and "known kinds" in err
 
