@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from specformer.errors import UserError
 from specformer.tokenizer import Tokenizer
 
+from specformer_train.atomic import temp_sibling, write_text_atomic
 from specformer_train.corpus import Corpus
 
 CACHE_FORMAT = "specformer-tokens/1"
@@ -53,7 +54,7 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, *, cache: str | None =
     if cached is not None:
         return cached
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = data_path.with_name(f".{data_path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(data_path)
     count = documents = 0
     eot = np.array([tokenizer.eot_id], dtype=dtype)
     try:
@@ -97,21 +98,6 @@ def load_tokenized(path: Path, *, vocab_size: int) -> np.ndarray:
     if top >= vocab_size or int(tokens.min()) < 0:
         raise UserError(f"{path}: holds token id {top} but the vocabulary has {vocab_size} ids (0..{vocab_size - 1})")
     return tokens
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _encode(tokenizer: Tokenizer, text: str, dtype: np.dtype) -> np.ndarray:

@@ -8,12 +8,26 @@ A checkpoint is a directory ``<out_dir>/checkpoints/step-NNNNNNN/`` holding
   the parameter groups as JSON in the header;
 - ``rng-rank<R>.safetensors``: each process' torch (CPU and CUDA) generator states, with
   Python's and NumPy's as JSON in the header;
-- ``trainer.json``: the step, the data position (sequences consumed) and counters;
+- ``trainer.json``: the step, the data position (sequences consumed), counters and the
+  data source (see :mod:`specformer_train.datasource`);
 - ``tokenizer.json``: the tokenizer, reusable as ``train.tokenizer``.
 
-The directory is written under a temporary name and renamed when complete; then the
-``latest`` file is replaced (write, fsync, rename) to name it. A kill at any moment
-leaves ``latest`` naming a complete checkpoint. Only the last ``keep_last`` are kept.
+Saving never removes a good copy before its replacement is complete:
+
+1. the directory is written under a temporary name unique to the run
+   (``.step-N.tmp-<pid>-<random>``), every file flushed to disk;
+2. when ``step-N`` already exists (the same step saved again after resuming from an
+   older one), it is renamed aside to ``.step-N.old-<pid>-<random>``;
+3. the new directory is renamed to ``step-N``; then ``latest`` is replaced (write,
+   flush, rename) to name it; only then is the old copy deleted, and the checkpoints
+   beyond ``keep_last`` pruned.
+
+A kill at any moment leaves either ``step-N`` or its aside copy intact;
+:func:`recover_interrupted_saves` (run at the start of every run, under the run lock)
+puts an orphaned aside copy back and deletes unfinished temporaries. Reading is split
+from applying: :func:`read_checkpoint` reads and checks every file, raising
+:class:`DamagedCheckpoint` naming the bad one, so ``--resume`` can fall back to an older
+checkpoint before anything is changed (:mod:`specformer_train.resume`).
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ import os
 import random
 import re
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +52,18 @@ from specformer.checkpoint import read_metadata, read_tensors
 from specformer.errors import CheckpointError
 from specformer.tokenizer import METADATA_KEY, Tokenizer
 
-from specformer_train.cache import write_text_atomic
+from specformer_train.atomic import OutputError, fsync_dir, fsync_file, unique_suffix, write_text_atomic
 from specformer_train.distributed import DistContext, barrier
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 TRAINER_FORMAT = "specformer-train-state/1"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_LEFTOVER = re.compile(r"^\.(step-\d+)\.(tmp|old)(-.*)?$")  # an unfinished save's temporaries
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint file is missing, truncated or not what it should be; the message names the file."""
 
 
 @dataclass
@@ -58,6 +77,7 @@ class TrainerState:
     world_size: int = 1
     threads: int | None = None  # CPU threads of the run (see specformer_train.threads)
     last_val_loss: float | None = None
+    data: dict[str, Any] | None = None  # the data source record (specformer_train.datasource)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,6 +86,10 @@ class TrainerState:
 
 def checkpoint_root(out_dir: Path) -> Path:
     return Path(out_dir) / CHECKPOINTS
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:07d}"
 
 
 def step_dirs(out_dir: Path) -> list[tuple[int, Path]]:
@@ -81,17 +105,58 @@ def step_dirs(out_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The directory ``latest`` names, or None when the run has no checkpoint yet."""
+def latest_name(out_dir: Path) -> str | None:
+    """What ``latest`` says (None without a readable ``latest``)."""
     pointer = checkpoint_root(out_dir) / LATEST
-    if not pointer.is_file():
+    try:
+        return pointer.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
         return None
-    target = checkpoint_root(out_dir) / pointer.read_text(encoding="utf-8").strip()
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The directory ``latest`` names, or None when the run has no checkpoint yet (or it is missing)."""
+    name = latest_name(out_dir)
+    if name is None or not _STEP_DIR.match(name):
+        return None
+    target = checkpoint_root(out_dir) / name
     return target if target.is_dir() else None
 
 
-def clear_checkpoints(out_dir: Path) -> int:
-    """Remove the checkpoints of an earlier run in ``out_dir`` (a fresh start); return how many."""
+def recover_interrupted_saves(out_dir: Path) -> list[str]:
+    """Finish what a killed save left behind; return a note for each repair.
+
+    Only called by the process that holds the run lock, so no save is in progress.
+    """
+    root = checkpoint_root(out_dir)
+    if not root.is_dir():
+        return []
+    notes = []
+    for child in sorted(root.iterdir()):
+        match = _LEFTOVER.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        name, kind = match.group(1), match.group(2)
+        final = root / name
+        if kind == "old" and not final.exists():
+            os.replace(child, final)  # the replacement never arrived: the old copy is the checkpoint
+            notes.append(f"restored {final}, which an interrupted save had moved aside")
+        else:
+            shutil.rmtree(child, ignore_errors=True)  # unfinished, or superseded by a complete step-N
+    if notes:
+        fsync_dir(root)
+    return notes
+
+
+def earlier_run_files(out_dir: Path) -> list[str]:
+    """What in ``out_dir`` belongs to an earlier run and a fresh start would replace."""
+    found = [path.name for _, path in step_dirs(out_dir)]
+    found += [name for name in ("model.safetensors",) if (Path(out_dir) / name).is_file()]
+    return found
+
+
+def clear_earlier_run(out_dir: Path) -> int:
+    """Remove an earlier run's checkpoints and final files from ``out_dir`` (``--overwrite``); return how many checkpoints."""
     root = checkpoint_root(out_dir)
     removed = 0
     for _, path in step_dirs(out_dir):
@@ -99,8 +164,11 @@ def clear_checkpoints(out_dir: Path) -> int:
         removed += 1
     if root.is_dir():
         for child in root.iterdir():
-            if child.name == LATEST or child.name.startswith(".step-"):
+            if child.name == LATEST or _LEFTOVER.match(child.name):
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for name in ("model.safetensors", "tokenizer.json", "loss.png"):
+        (Path(out_dir) / name).unlink(missing_ok=True)
+    shutil.rmtree(Path(out_dir) / "tensorboard", ignore_errors=True)
     return removed
 
 
@@ -108,38 +176,57 @@ def clear_checkpoints(out_dir: Path) -> int:
 
 
 def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int) -> Path:
-    """Write a complete checkpoint of step ``state.step`` (every process calls this); return its path."""
+                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int, tag: str | None = None) -> Path:
+    """Write a complete checkpoint of step ``state.step`` (every process calls this); return its path.
+
+    ``tag`` makes the temporary names unique to this run; it must be the same on every
+    process (:func:`specformer_train.distributed.shared_tag`); one process may leave it out. A failure to write raises
+    :class:`OutputError` and leaves the earlier checkpoints and ``latest`` as they were.
+    """
     root = checkpoint_root(out_dir)
-    name = f"step-{state.step:07d}"
-    tmp = root / f".{name}.tmp"
-    if ctx.is_main:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    barrier(ctx)
+    name = step_name(state.step)
+    tag = tag or unique_suffix()
+    tmp, final, aside = root / f".{name}.tmp-{tag}", root / name, root / f".{name}.old-{tag}"
+    try:
+        if ctx.is_main:
+            tmp.mkdir(parents=True)
+        barrier(ctx)
 
-    model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
-    if ctx.is_main:
-        specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors",
-                        metadata={METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)})
-        _save_optimizer(optim_state, tmp / "optimizer.safetensors")
-    _save_rng(tmp / f"rng-rank{ctx.rank}.safetensors")
-    barrier(ctx)
+        model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
+        if ctx.is_main:
+            specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors",
+                            metadata={METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)})
+            _save_optimizer(optim_state, tmp / "optimizer.safetensors")
+        _save_rng(tmp / f"rng-rank{ctx.rank}.safetensors")
+        barrier(ctx)
 
-    final = root / name
-    if ctx.is_main:
-        write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))
-        write_text_atomic(tmp / "tokenizer.json", tokenizer_file_text(tokenizer))
-        if final.exists():  # the same step saved again after a resume: replace it whole
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-        write_text_atomic(root / LATEST, name)
-        _fsync_dir(root)
-        prune(out_dir, keep_last=keep_last, keep=final)
+        if ctx.is_main:
+            write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))
+            write_text_atomic(tmp / "tokenizer.json", tokenizer_file_text(tokenizer))
+            fsync_dir(tmp)
+            _move_into_place(tmp, final, aside)
+            write_text_atomic(root / LATEST, name)
+            fsync_dir(root)
+            shutil.rmtree(aside, ignore_errors=True)  # only now: the new copy is in place and named
+            prune(out_dir, keep_last=keep_last, keep=final)
+    except OSError as exc:
+        if ctx.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if aside.exists() and not final.exists():
+                os.replace(aside, final)
+        previous = latest_checkpoint(out_dir)
+        kept = f"the latest checkpoint is still {previous}" if previous else "no earlier checkpoint was changed"
+        raise OutputError(f"could not save checkpoint {final}: {exc.strerror or exc}; {kept}") from None
     barrier(ctx)
     return final
+
+
+def _move_into_place(tmp: Path, final: Path, aside: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first, never deleted here."""
+    if final.exists():  # the same step saved again after a resume from an older one
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
 
 
 def tokenizer_file_text(tokenizer: Tokenizer) -> str:
@@ -187,8 +274,7 @@ def _save_optimizer(state: dict[str, Any], path: Path) -> None:
                 scalars[slot] = value
     groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state["param_groups"]]
     save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups), "scalars": json.dumps(scalars)})
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+    fsync_file(path)
 
 
 def _save_rng(path: Path) -> None:
@@ -202,54 +288,93 @@ def _save_rng(path: Path) -> None:
         "numpy": json.dumps([name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]),
     }
     save_file(tensors, str(path), metadata=metadata)
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not possible on every platform; the renames are still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_file(path)
 
 
 # -- loading ---------------------------------------------------------------------------
 
 
+@dataclass
+class CheckpointContents:
+    """A checkpoint read into memory and checked, not yet applied to a model."""
+
+    path: Path
+    state: TrainerState
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    tokenizer_json: str | None
+    rng: dict[str, Any] | None  # this process' generator states; None when not restorable
+
+
 def load_checkpoint(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer: Tokenizer,
                     ctx: DistContext) -> TrainerState:
     """Restore model, optimizer and this process' RNG states from ``path``; return the trainer state."""
+    contents = read_checkpoint(path, rank=ctx.rank, world_size=ctx.world_size)
+    return apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=tokenizer)
+
+
+def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> CheckpointContents:
+    """Read and check every file of the checkpoint at ``path``; :class:`DamagedCheckpoint` names a bad one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DamagedCheckpoint(f"{path}: no such checkpoint directory")
+    for needed in ("model.safetensors", "optimizer.safetensors", "trainer.json"):
+        if not (path / needed).is_file():
+            raise DamagedCheckpoint(f"{path}: not a complete training checkpoint (no {needed})")
+    state = _read_trainer_state(path / "trainer.json")
+    try:
+        metadata = read_metadata(path / "model.safetensors")
+        weights = read_tensors(path / "model.safetensors")
+    except CheckpointError as exc:
+        raise DamagedCheckpoint(str(exc)) from None
+    optim = _load_optimizer(path / "optimizer.safetensors", weights=weights)
+    rng_path = path / f"rng-rank{rank}.safetensors"
+    # RNG states only carry over to the same number of processes (each has its own stream).
+    rng = _read_rng(rng_path) if rng_path.is_file() and state.world_size == world_size else None
+    return CheckpointContents(path=path, state=state, weights=weights, optimizer=optim,
+                              tokenizer_json=metadata.get(METADATA_KEY), rng=rng)
+
+
+def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     tokenizer: Tokenizer) -> TrainerState:
+    """Put a read checkpoint into ``model``, ``optimizer`` and the RNGs; a mismatch with this run is refused."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 
-    path = Path(path)
-    for needed in ("model.safetensors", "optimizer.safetensors", "trainer.json"):
-        if not (path / needed).is_file():
-            raise CheckpointError(f"{path}: not a training checkpoint (no {needed})")
-    metadata = read_metadata(path / "model.safetensors")
-    saved_tokenizer = metadata.get(METADATA_KEY)
-    if saved_tokenizer is not None and json.loads(saved_tokenizer) != json.loads(tokenizer.to_json()):
-        raise CheckpointError(f"{path}: the checkpoint was trained with a different tokenizer than "
-                              "train.tokenizer gives now; resume with the same tokenizer and data")
-    weights = read_tensors(path / "model.safetensors")
-    _check_shapes(model, weights, where=str(path / "model.safetensors"))
+    path = contents.path
+    check_tokenizer(contents, tokenizer)
+    _check_shapes(model, contents.weights, where=str(path / "model.safetensors"))
     options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, weights, options=options)
-    set_optimizer_state_dict(model, optimizer, _load_optimizer(path / "optimizer.safetensors"), options=options)
+    set_model_state_dict(model, contents.weights, options=options)
+    set_optimizer_state_dict(model, optimizer, contents.optimizer, options=options)
+    if contents.rng is not None:
+        _set_rng(contents.rng)
+    return contents.state
 
-    data = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
-    if data.pop("format", None) != TRAINER_FORMAT:
-        raise CheckpointError(f"{path}/trainer.json: unknown format; expected {TRAINER_FORMAT!r}")
-    state = TrainerState(**data)
-    rng = path / f"rng-rank{ctx.rank}.safetensors"
-    if rng.is_file() and state.world_size == ctx.world_size:
-        _load_rng(rng)
+
+def check_tokenizer(contents: CheckpointContents, tokenizer: Tokenizer) -> None:
+    """Refuse to continue a run with another tokenizer than it was trained with."""
+    saved = contents.tokenizer_json
+    if saved is not None and json.loads(saved) != json.loads(tokenizer.to_json()):
+        raise CheckpointError(f"{contents.path}: the checkpoint was trained with a different tokenizer than "
+                              "train.tokenizer gives now; resume with the same tokenizer and data")
+
+
+def _read_trainer_state(path: Path) -> TrainerState:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedCheckpoint(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict) or data.pop("format", None) != TRAINER_FORMAT:
+        raise DamagedCheckpoint(f"{path}: unknown format; expected {TRAINER_FORMAT!r}")
+    known = {f.name for f in fields(TrainerState)}
+    state = TrainerState(**{k: v for k, v in data.items() if k in known})
+    counters = (state.step, state.sequences, state.tokens, state.world_size)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counters) or state.world_size < 1:
+        raise DamagedCheckpoint(f"{path}: step, sequences, tokens and world_size must be non-negative integers, "
+                                f"got {counters}")
+    if not isinstance(state.elapsed_s, (int, float)) or not (state.data is None or isinstance(state.data, dict)):
+        raise DamagedCheckpoint(f"{path}: elapsed_s or data has the wrong type")
     return state
 
 
@@ -266,32 +391,64 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: 
         )
 
 
-def _load_optimizer(path: Path) -> dict[str, Any]:
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-        tensors = {name: f.get_tensor(name) for name in f.keys()}
+def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """AdamW's state as saved; its moments must match the weights saved beside it."""
     try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
         groups = json.loads(metadata["param_groups"])
         scalars = json.loads(metadata.get("scalars", "{}"))
-    except (KeyError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: optimizer state without valid param_groups ({exc})") from None
+    except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
+        raise DamagedCheckpoint(f"{path}: not a readable optimizer state ({type(exc).__name__}: {exc})") from None
+    if not (isinstance(groups, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+            and isinstance(scalars, dict)):
+        raise DamagedCheckpoint(f"{path}: param_groups must be a list of groups with their params")
     state: dict[str, dict[str, Any]] = {}
     for slot, value in [*tensors.items(), *scalars.items()]:
         param_name, _, key = slot.rpartition("/")
         state.setdefault(param_name, {})[key] = value
+    for param_name, entries in state.items():
+        shape = tuple(weights[param_name].shape) if param_name in weights else None
+        for key in ("exp_avg", "exp_avg_sq"):
+            if shape is None or (key in entries and tuple(entries[key].shape) != shape):
+                raise DamagedCheckpoint(f"{path}: the state of {param_name!r} does not match the saved weights")
     for group in groups:
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
     return {"state": state, "param_groups": groups}
 
 
-def _load_rng(path: Path) -> None:
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-        torch.set_rng_state(f.get_tensor("torch_cpu"))
-        if "torch_cuda" in f.keys() and torch.cuda.is_available():
-            torch.cuda.set_rng_state(f.get_tensor("torch_cuda"))
-    version, internal, gauss_next = json.loads(metadata["python"])
-    random.setstate((version, tuple(internal), gauss_next))
-    name, keys, pos, has_gauss, gauss = json.loads(metadata["numpy"])
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+def _read_rng(path: Path) -> dict[str, Any]:
+    """The generator states of one process, checked by setting them (then putting the current ones back)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            rng = {"torch_cpu": f.get_tensor("torch_cpu"),
+                   "torch_cuda": f.get_tensor("torch_cuda") if "torch_cuda" in f.keys() else None}
+        version, internal, gauss_next = json.loads(metadata["python"])
+        rng["python"] = (version, tuple(internal), gauss_next)
+        name, keys, pos, has_gauss, gauss = json.loads(metadata["numpy"])
+        rng["numpy"] = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)
+        current = _get_rng()
+        try:
+            _set_rng(rng)
+        finally:
+            _set_rng(current)
+    except Exception as exc:  # whatever a damaged file makes the readers or setters raise
+        raise DamagedCheckpoint(f"{path}: not a readable random-number-generator state "
+                                f"({type(exc).__name__}: {exc})") from None
+    return rng
+
+
+def _get_rng() -> dict[str, Any]:
+    return {"torch_cpu": torch.get_rng_state(), "torch_cuda": None, "python": random.getstate(),
+            "numpy": np.random.get_state()}
+
+
+def _set_rng(rng: dict[str, Any]) -> None:
+    torch.set_rng_state(rng["torch_cpu"])
+    if rng.get("torch_cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["torch_cuda"])
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])

@@ -1,4 +1,4 @@
-"""``specformer train SPEC [--data PATH] [--out DIR] [--resume [CHECKPOINT]] [--steps N] [--set KEY=VALUE ...]``."""
+"""``specformer train SPEC [--data PATH] [--out DIR] [--resume [CHECKPOINT] [--new-data] | --overwrite] [--steps N] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ examples:
   specformer train specs/tiny.yaml                       # the standard library's source, byte tokens
   specformer train specs/tiny.yaml --data notes/ --steps 500 --set train.lr=3e-4
   specformer train specs/tiny.yaml --resume              # continue from runs/tiny/checkpoints/latest
+  specformer train specs/tiny.yaml --overwrite           # start again, replacing the run in runs/tiny
   torchrun --standalone --nproc_per_node=2 -m specformer.cli train specs/tiny.yaml --set train.distributed=ddp
 """
 
@@ -22,8 +23,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a file, directory or glob of .txt/.md/.py/.jsonl, or a tokenized .bin/.npy "
                              "(default: train.data, else the Python standard library's source)")
     parser.add_argument("--out", metavar="DIR", help="run directory (default: train.out_dir, else runs/<spec name>)")
-    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
-                        help="continue from the latest checkpoint of the run directory, or from this step-N directory")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
+                       help="continue from the latest intact checkpoint of the run directory, or from this "
+                            "step-N directory (on the data the run recorded, unless --data and --new-data say otherwise)")
+    start.add_argument("--overwrite", action="store_true",
+                       help="start afresh in a run directory that holds an earlier run, deleting its checkpoints")
+    parser.add_argument("--new-data", action="store_true",
+                        help="with --resume: continue on --data although it differs from the data the run recorded")
     parser.add_argument("--steps", type=int, metavar="N", help="train for N optimizer steps (same as --set train.steps=N)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value by its dotted key, e.g. --set train.lr=3e-4 (repeatable)")
@@ -32,8 +39,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specformer_train.run import train
 
-    result = train(args.spec, data=args.data, out_dir=args.out, resume=args.resume or False,
-                   overrides=args.overrides, steps=args.steps)
+    try:
+        result = train(args.spec, data=args.data, out_dir=args.out, resume=args.resume or False,
+                       overwrite=args.overwrite, new_data=args.new_data, overrides=args.overrides, steps=args.steps)
+    except KeyboardInterrupt:
+        # Ctrl-C before the training loop took over (or a second one during a save): nothing
+        # half-written is left, since every file is written under a temporary name first.
+        if _is_main():
+            print("interrupted; the run directory keeps its last complete checkpoint, if any", file=sys.stderr)
+        return 130
     if not _is_main():
         return 0
     if result.status == "interrupted":
@@ -43,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"done: {result.step} steps, train loss {_fmt(result.loss)}, validation loss {_fmt(result.val_loss)}")
     if result.model_path is not None:
         print(f"model: {result.model_path} (metrics.jsonl, loss.png and checkpoints/ beside it)")
-        print(f"try:   specformer generate {result.model_path} --prompt \"def \"")
+        print(f"try:   {result.generate_command}")
     return 0
 
 

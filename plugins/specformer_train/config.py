@@ -7,13 +7,26 @@ Registered as a spec section by the plugin, so ``specformer validate`` checks it
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, StrictBool, field_validator, model_validator
 
 Schedule = Literal["warmup_cosine", "linear", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16"]
 Distributed = Literal["auto", "none", "ddp", "fsdp"]
+
+
+def _not_a_bool(value: Any) -> Any:
+    # pydantic would read true as 1: a YAML slip (`steps: yes`) must not become a setting.
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+#: Whole numbers only (an integral float such as 1e3 is accepted; booleans are not).
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+#: Finite real numbers only: inf and nan are refused, as are booleans.
+Float = Annotated[FiniteFloat, BeforeValidator(_not_a_bool)]
 
 
 class TrainConfig(BaseModel):
@@ -22,38 +35,41 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # -- length and batch ------------------------------------------------------------
-    steps: int = Field(default=1000, gt=0, description="Optimizer steps to train for.")
-    batch_size: int = Field(
+    steps: Int = Field(default=1000, gt=0, description="Optimizer steps to train for.")
+    batch_size: Int = Field(
         default=16, gt=0,
         description="Sequences per micro-batch on each process; the global batch is "
                     "batch_size * grad_accum * number of processes.",
     )
-    grad_accum: int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
-    seq_len: int | None = Field(
+    grad_accum: Int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
+    seq_len: Int | None = Field(
         default=None, gt=0, description="Tokens per training row; default the model's context_length."
     )
 
     # -- optimiser and schedule ------------------------------------------------------
-    lr: float = Field(default=1e-3, gt=0, description="Peak learning rate.")
-    min_lr: float = Field(default=1e-4, ge=0, description="Learning rate at the end of the decay.")
-    warmup_steps: int = Field(default=100, ge=0, description="Steps of linear warm-up from ~0 to lr.")
+    lr: Float = Field(
+        default=1e-3, gt=0, le=10,
+        description="Peak learning rate; at most 10 (AdamW moves each weight by about lr per step).",
+    )
+    min_lr: Float = Field(default=1e-4, ge=0, description="Learning rate at the end of the decay.")
+    warmup_steps: Int = Field(default=100, ge=0, description="Steps of linear warm-up from ~0 to lr.")
     schedule: Schedule = Field(
         default="warmup_cosine",
         description="warmup_cosine: cosine decay to min_lr; linear: linear decay to min_lr; constant: lr after "
                     "warm-up; wsd: warm-up, stable at lr, linear decay to min_lr over the last decay_fraction.",
     )
-    decay_fraction: float = Field(
+    decay_fraction: Float = Field(
         default=0.2, gt=0, le=1, description="wsd only: share of the steps spent in the final decay."
     )
-    betas: tuple[float, float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2).")
-    eps: float = Field(default=1e-8, gt=0, description="AdamW's epsilon.")
-    weight_decay: float = Field(
+    betas: tuple[Float, Float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2).")
+    eps: Float = Field(default=1e-8, gt=0, description="AdamW's epsilon.")
+    weight_decay: Float = Field(
         default=0.1, ge=0, description="Decoupled weight decay, applied to matrices (>= 2-D parameters) only."
     )
-    grad_clip: float | None = Field(
+    grad_clip: Float | None = Field(
         default=1.0, ge=0, description="Clip the global gradient norm to this; null or 0 disables clipping."
     )
-    aux_loss_weight: float = Field(
+    aux_loss_weight: Float = Field(
         default=1.0, ge=0, description="Multiplies the model's auxiliary loss (MoE load balancing) when it has one."
     )
 
@@ -68,7 +84,7 @@ class TrainConfig(BaseModel):
         description="byte (UTF-8 bytes + special tokens), bpe (trained on the corpus at the model's "
                     "vocab_size), or a path to a tokenizer.json.",
     )
-    val_fraction: float = Field(
+    val_fraction: Float = Field(
         default=0.1, ge=0, lt=1, description="Share of the corpus' tokens held out (its end) for validation."
     )
     cache_dir: str | None = Field(
@@ -76,37 +92,37 @@ class TrainConfig(BaseModel):
         description="Where tokenized corpora and trained tokenizers are cached; default $SPECFORMER_CACHE "
                     "or ~/.cache/specformer.",
     )
-    seed: int = Field(default=1337, description="Seeds initialisation, data order and dropout.")
+    seed: Int = Field(default=1337, description="Seeds initialisation, data order and dropout.")
 
     # -- evaluation and samples ------------------------------------------------------
-    eval_every: int = Field(default=100, ge=0, description="Evaluate every this many steps (0: only at the end).")
-    eval_steps: int | None = Field(
+    eval_every: Int = Field(default=100, ge=0, description="Evaluate every this many steps (0: only at the end).")
+    eval_steps: Int | None = Field(
         default=20, gt=0, description="Validation batches per evaluation; null evaluates the whole split."
     )
-    sample_tokens: int = Field(default=200, ge=0, description="Length of the sample printed at each evaluation; 0 disables samples.")
+    sample_tokens: Int = Field(default=200, ge=0, description="Length of the sample printed at each evaluation; 0 disables samples.")
     sample_prompt: str = Field(default="", description="Text the samples continue (after an end-of-text token).")
-    sample_temperature: float = Field(default=0.8, gt=0, description="Sampling temperature of the samples.")
-    sample_top_k: int | None = Field(default=50, gt=0, description="Keep the k most likely tokens when sampling; null keeps all.")
+    sample_temperature: Float = Field(default=0.8, gt=0, description="Sampling temperature of the samples.")
+    sample_top_k: Int | None = Field(default=50, gt=0, description="Keep the k most likely tokens when sampling; null keeps all.")
 
     # -- checkpoints -----------------------------------------------------------------
     out_dir: str | None = Field(default=None, description="Run directory; default runs/<spec file name>. --out overrides it.")
-    save_every: int = Field(default=500, ge=0, description="Save a checkpoint every this many steps (0: only at the end).")
-    keep_last: int = Field(default=2, gt=0, description="Checkpoints kept; older ones are deleted.")
+    save_every: Int = Field(default=500, ge=0, description="Save a checkpoint every this many steps (0: only at the end).")
+    keep_last: Int = Field(default=2, gt=0, description="Checkpoints kept; older ones are deleted.")
 
     # -- hardware --------------------------------------------------------------------
     device: str = Field(default="auto", description="auto (CUDA when available), cpu, cuda, cuda:N or mps.")
     precision: Precision = Field(
         default="auto", description="auto: bf16 autocast on CUDA, fp32 elsewhere; fp32; bf16 (autocast)."
     )
-    compile: bool | Literal["auto"] = Field(
+    compile: StrictBool | Literal["auto"] = Field(
         default="auto", description="torch.compile the model; auto compiles on CUDA only."
     )
-    threads: PositiveInt | Literal["auto"] = Field(
+    threads: Int | Literal["auto"] = Field(
         default="auto",
         description="CPU threads; auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
                     "a resumed run keeps the count it was saved with.",
     )
-    activation_checkpointing: bool = Field(
+    activation_checkpointing: StrictBool = Field(
         default=False, description="Recompute each block's activations in the backward pass to save memory."
     )
     distributed: Distributed = Field(
@@ -116,10 +132,17 @@ class TrainConfig(BaseModel):
     )
 
     # -- logging ---------------------------------------------------------------------
-    log_every: int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this many steps.")
-    progress: bool = Field(default=True, description="Show a progress bar.")
-    plot: bool = Field(default=True, description="Write a loss-curve PNG at the end (needs matplotlib).")
-    tensorboard: bool = Field(default=True, description="Also log to TensorBoard when its package is installed.")
+    log_every: Int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this many steps.")
+    progress: StrictBool = Field(default=True, description="Show a progress bar.")
+    plot: StrictBool = Field(default=True, description="Write a loss-curve PNG at the end (needs matplotlib).")
+    tensorboard: StrictBool = Field(default=True, description="Also log to TensorBoard when its package is installed.")
+
+    @field_validator("threads")
+    @classmethod
+    def _thread_count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 1024:
+            raise ValueError("must be auto or a thread count from 1 to 1024")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":

@@ -143,6 +143,20 @@ def any_process(flag: bool, ctx: DistContext, device: torch.device) -> bool:
     return bool(t.item())
 
 
+def shared_tag(ctx: DistContext, device: torch.device) -> str:
+    """``<pid>-<random hex>`` drawn by the first process and shared with all: names of this run's temporaries.
+
+    Drawn from the operating system, not from a seeded generator, so it never shifts a
+    seeded run's random numbers.
+    """
+    values = torch.tensor([os.getpid(), int.from_bytes(os.urandom(4), "little")], dtype=torch.int64)
+    if ctx.enabled:
+        values = values.to(device)
+        dist.broadcast(values, src=0)
+    pid, token = (int(v) for v in values.tolist())
+    return f"{pid}-{token:08x}"
+
+
 def barrier(ctx: DistContext) -> None:
     if ctx.enabled:
         dist.barrier()

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specformer_train.cache import write_text_atomic
+from specformer_train.atomic import OutputError, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
@@ -24,20 +24,25 @@ class MetricsLog:
 
     def __init__(self, out_dir: Path, *, resume_step: int | None) -> None:
         self.path = Path(out_dir) / METRICS_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is None:
-            self.path.write_text("", encoding="utf-8")
-        else:
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+        kept = [] if resume_step is None else [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+        try:
             write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise OutputError(f"could not write {self.path}: {exc.strerror or exc}") from None
 
     def write(self, kind: str, step: int, values: dict[str, Any]) -> None:
         record = {"kind": kind, "step": step, **{k: _jsonable(v) for k, v in values.items()}}
-        self._file.write(json.dumps(record) + "\n")
+        try:
+            self._file.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            raise OutputError(f"could not write {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the write that failed has already been reported
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

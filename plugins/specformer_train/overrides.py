@@ -20,9 +20,10 @@ _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 def parse_value(text: str) -> Any:
     """A YAML scalar; numbers in exponent form without a dot (``3e-4``) are floats, as a person means."""
-    if _NUMBER.match(text.strip()):
-        number = float(text)
-        return int(number) if re.fullmatch(r"[+-]?\d+", text.strip()) else number
+    stripped = text.strip()
+    if _NUMBER.match(stripped):
+        # Integers exactly (never through a float: 2**53 + 1 stays itself); the rest as floats.
+        return int(stripped) if re.fullmatch(r"[+-]?\d+", stripped) else float(stripped)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

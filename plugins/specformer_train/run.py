@@ -8,23 +8,30 @@
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import specformer
 from specformer.errors import UserError
 from specformer.plugins import get_registry
 from specformer.spec import Spec, read_spec_file
+from specformer.summary import summarize
 from specformer.validate import validate_spec
 
 from specformer_train.cache import tokenize_corpus
-from specformer_train.checkpointing import clear_checkpoints, latest_checkpoint
+from specformer_train.checkpointing import (CheckpointContents, check_tokenizer, clear_earlier_run,
+                                            recover_interrupted_saves)
 from specformer_train.config import TrainConfig
-from specformer_train.corpus import find_corpus
+from specformer_train.corpus import Corpus, find_corpus
 from specformer_train.data import EvalRows, PackedRows, split_tokens
+from specformer_train.datasource import absolute_source, check_same_data, data_record, describe, recorded_source
 from specformer_train.distributed import DistContext, barrier, init_distributed, resolve_mode, shutdown
+from specformer_train.hint import generate_command
+from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
+from specformer_train.resume import find_resumable
+from specformer_train.rundir import check_space, check_writable, refuse_earlier_run
 from specformer_train.tokenization import make_tokenizer
 from specformer_train.trainer import Trainer, TrainResult
 
@@ -58,36 +65,70 @@ def default_out_dir(spec: SpecSource) -> Path:
 
 
 def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = None,
-          resume: bool | str | Path = False, overrides: Sequence[str] = (), steps: int | None = None) -> TrainResult:
+          resume: bool | str | Path = False, overwrite: bool = False, new_data: bool = False,
+          overrides: Sequence[str] = (), steps: int | None = None) -> TrainResult:
     """Train the model of ``spec`` (a file, a dict or a :class:`Spec`) on ``data``.
 
-    ``resume`` is True (the run directory's latest checkpoint) or a checkpoint directory;
-    ``overrides`` are ``--set`` items (``"train.lr=3e-4"``). Raises :class:`UserError` for
-    bad input and :class:`~specformer_train.trainer.TrainingDiverged` on a non-finite loss.
+    ``resume`` is True (the run directory's latest intact checkpoint) or a checkpoint
+    directory; without it, a run directory holding an earlier run is refused unless
+    ``overwrite`` is True. ``new_data`` lets a resumed run continue on other data than it
+    recorded. ``overrides`` are ``--set`` items (``"train.lr=3e-4"``). Raises
+    :class:`UserError` for bad input (another run holding the directory included) and
+    :class:`~specformer_train.trainer.TrainingDiverged` on a non-finite loss.
     """
+    if resume and overwrite:
+        raise UserError("--resume continues the run in the directory and --overwrite replaces it; give one of them")
+    if new_data and not resume:
+        raise UserError("--new-data only applies with --resume (a fresh run uses whatever --data says)")
     loaded = load_train_spec(spec, overrides=overrides, data=data, out_dir=out_dir, steps=steps)
     config: TrainConfig = loaded.section("train") or TrainConfig()
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     ctx = init_distributed(resolve_mode(config.distributed))
+    say = print if ctx.is_main else (lambda *a, **k: None)
     try:
-        return _train(loaded, config, run_dir, ctx, resume)
+        # Only the first process writes the run directory, so only it holds the lock.
+        with RunLock(run_dir, say=say) if ctx.is_main else contextlib.nullcontext():
+            return _train(loaded, config, run_dir, ctx, resume=resume, overwrite=overwrite, new_data=new_data,
+                          data_given=data is not None, source=None if isinstance(spec, (dict, Spec)) else str(spec))
     finally:
         shutdown(ctx)
 
 
-def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, resume: bool | str | Path) -> TrainResult:
-    say = print if ctx.is_main else (lambda *a, **k: None)
-    resume_from = _resume_point(run_dir, resume) if resume else None
+def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, resume: bool | str | Path,
+           overwrite: bool, new_data: bool, data_given: bool, source: str | None) -> TrainResult:
+    say: Callable[..., None] = print if ctx.is_main else (lambda *a, **k: None)
+    if ctx.is_main:
+        for note in recover_interrupted_saves(run_dir):
+            say(f"note: {note}")
+        check_writable(run_dir)
+        if not resume and not overwrite:
+            refuse_earlier_run(run_dir)
+    barrier(ctx)
+    resume_from = find_resumable(run_dir, resume, rank=ctx.rank, world_size=ctx.world_size, say=say) if resume else None
+    recorded = resume_from.state.data if resume_from is not None else None
+    known, recorded_data = recorded_source(recorded)
+    if known and not data_given and recorded_data != absolute_source(config.data):
+        spec, config = _with_data(spec, recorded_data, source=source)
+        say(f"note: resuming on the data the run was trained on: {describe(recorded or {})}")
+    if ctx.is_main:
+        check_space(run_dir, n_params=summarize(spec).total, keep_last=config.keep_last)
 
     # The first process fills the caches (tokenizer, tokens); the others then find them there.
-    corpus = find_corpus(config.data)
+    corpus = _find_corpus(config.data, recorded_data if known and not data_given else None)
     if not ctx.is_main:
         barrier(ctx)
     tokenizer = make_tokenizer(config.tokenizer, vocab_size=spec.model.vocab_size, corpus=corpus,
                                cache=config.cache_dir)
+    if resume_from is not None:
+        check_tokenizer(resume_from, tokenizer)
     tokens = tokenize_corpus(corpus, tokenizer, cache=config.cache_dir, progress=ctx.is_main)
     if ctx.is_main:
         barrier(ctx)
+    record = data_record(data=config.data, description=corpus.description, tokens=tokens)
+    if resume_from is not None:
+        note = check_same_data(recorded, record, new_data=new_data)
+        if note:
+            say(note)
 
     seq_len = config.seq_len or spec.model.context_length
     split = split_tokens(tokens, val_fraction=config.val_fraction, seq_len=seq_len)
@@ -95,38 +136,44 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, res
     val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
     model = specformer.build(spec, seed=config.seed)
     trainer = Trainer(model=model, config=config, train_rows=train_rows, val_rows=val_rows, tokenizer=tokenizer,
-                      out_dir=run_dir, ctx=ctx)
+                      out_dir=run_dir, ctx=ctx, data_record=record)
 
-    # Only now that everything checked out: a fresh start replaces an earlier run's checkpoints.
+    # Only now that everything checked out: a fresh start clears what an earlier run left.
     if resume_from is None and ctx.is_main:
-        removed = clear_checkpoints(run_dir)
+        removed = clear_earlier_run(run_dir)
         if removed:
-            say(f"note: {run_dir} held {removed} checkpoint(s) of an earlier run; starting afresh "
-                "(pass --resume to continue it instead)")
-        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+            say(f"note: --overwrite: removed {removed} checkpoint(s) of the earlier run in {run_dir}")
     barrier(ctx)
     say(_header(spec, config, trainer, corpus_description=corpus.description, n_tokens=len(tokens),
                 n_train=len(split.train), n_val=0 if split.val is None else len(split.val), run_dir=run_dir,
                 resume_from=resume_from))
-    return trainer.fit(resume_from=resume_from)
+    result = trainer.fit(resume_from=resume_from)
+    if result.model_path is not None:
+        result.generate_command = generate_command(result.model_path, prompt=config.sample_prompt,
+                                                   tokenizer=tokenizer, context_length=spec.model.context_length)
+    return result
 
 
-def _resume_point(run_dir: Path, resume: bool | str | Path) -> Path:
-    if resume is True or resume == "latest":
-        found = latest_checkpoint(run_dir)
-        if found is None:
-            raise UserError(f"--resume: {run_dir} has no checkpoint to resume from (looked for "
-                            f"{run_dir / 'checkpoints' / 'latest'}); train without --resume first")
-        return found
-    path = Path(resume)
-    if not (path / "trainer.json").is_file():
-        raise UserError(f"--resume {str(path)!r}: not a checkpoint directory (no trainer.json); "
-                        f"give a {run_dir}/checkpoints/step-N directory or no value for the latest")
-    return path
+def _with_data(spec: Spec, data: str | None, *, source: str | None) -> tuple[Spec, TrainConfig]:
+    """``spec`` with ``train.data`` set to ``data`` (the recorded source of a resumed run)."""
+    raw = spec.to_dict()
+    raw["train"]["data"] = data
+    updated = validate_spec(raw, registry=get_registry(), source=source)
+    return updated, updated.section("train")
+
+
+def _find_corpus(data: str | None, recorded: str | None) -> Corpus:
+    try:
+        return find_corpus(data)
+    except UserError as exc:
+        if recorded is None:
+            raise
+        raise UserError(f"--resume: the run was trained on {recorded}, which cannot be read now ({exc}); give "
+                        "its new place with --data PATH (and --new-data if its contents changed)") from None
 
 
 def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_description: str, n_tokens: int,
-            n_train: int, n_val: int, run_dir: Path, resume_from: Path | None) -> str:
+            n_train: int, n_val: int, run_dir: Path, resume_from: CheckpointContents | None) -> str:
     m = spec.model
     tokens_per_step = trainer.global_batch * trainer.seq_len
     epochs = config.steps * trainer.global_batch / max(1, trainer.train_rows.rows_per_epoch)
@@ -134,7 +181,7 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
     extras = [trainer.ctx.mode] if trainer.ctx.enabled else []
     extras += ["activation checkpointing"] if config.activation_checkpointing else []
     lines = [
-        f"specformer train -> {run_dir}" + (f" (resuming {resume_from.name})" if resume_from else ""),
+        f"specformer train -> {run_dir}" + (f" (resuming {resume_from.path.name})" if resume_from else ""),
         f"  model   {trainer.n_params / 1e6:.2f}M parameters: {m.n_layers} layers, d_model {m.d_model}, "
         f"context {m.context_length}, vocab {m.vocab_size}; {trainer.flops_per_token / 1e6:.1f} MFLOP per trained token",
         f"  data    {corpus_description}: {n_tokens:,} tokens ({config.tokenizer} tokenizer), "

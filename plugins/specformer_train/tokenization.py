@@ -15,7 +15,8 @@ from typing import Iterable
 from specformer.errors import UserError
 from specformer.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer, tokenizer_from_json
 
-from specformer_train.cache import cache_dir, write_text_atomic
+from specformer_train.atomic import write_text_atomic
+from specformer_train.cache import cache_dir
 from specformer_train.corpus import Corpus
 
 BYTE_VOCAB = 256 + len(SPECIAL_TOKENS)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +33,13 @@ from specformer.plugins import get_plugin_manager
 from specformer.summary import summarize
 from specformer.tokenizer import Tokenizer
 
-from specformer_train.checkpointing import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from specformer_train.atomic import copy_file_atomic
+from specformer_train.checkpointing import (CheckpointContents, OutputError, TrainerState, apply_checkpoint,
+                                            read_checkpoint, save_checkpoint)
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
-                                          wrap_model)
+                                          shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
 from specformer_train.optim import make_optimizer
@@ -64,6 +65,7 @@ class TrainResult:
     checkpoint: Path | None
     model_path: Path | None
     out_dir: Path
+    generate_command: str | None = None  # a `specformer generate` line that works for model_path
 
 
 class Trainer:
@@ -80,8 +82,10 @@ class Trainer:
         out_dir: str | Path,
         ctx: DistContext | None = None,
         device: torch.device | str | None = None,
+        data_record: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
+        self.data_record = data_record  # recorded in every checkpoint (see specformer_train.datasource)
         self.ctx = ctx or DistContext()
         self.device = torch.device(device) if device is not None else device_for(config.device, self.ctx)
         self.tokenizer = tokenizer
@@ -117,17 +121,21 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, config, device=self.device)
         self.lr_at = schedule_from_config(config)
         self.hooks = get_plugin_manager().hook
-        self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads)
+        self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
+        self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
         self._bar: ProgressBar | None = None
 
     # -- the run ----------------------------------------------------------------------
 
-    def fit(self, *, resume_from: str | Path | None = None) -> TrainResult:
-        """Train to ``config.steps`` (continuing from a checkpoint directory when given)."""
+    def fit(self, *, resume_from: str | Path | CheckpointContents | None = None) -> TrainResult:
+        """Train to ``config.steps`` (continuing from a checkpoint, a directory or one already read, when given)."""
         config, ctx = self.config, self.ctx
         if resume_from is not None:
-            self.state = load_checkpoint(Path(resume_from), model=self.model, optimizer=self.optimizer,
-                                         tokenizer=self.tokenizer, ctx=ctx)
+            if not isinstance(resume_from, CheckpointContents):
+                resume_from = read_checkpoint(Path(resume_from), rank=ctx.rank, world_size=ctx.world_size)
+            self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
+                                          tokenizer=self.tokenizer)
+            self.state.data = self.data_record if self.data_record is not None else self.state.data
             self._apply_config_to_groups()
             if self.threads is not None:
                 # The saved thread count (when auto) keeps the matmuls' rounding, so the curve matches.
@@ -153,7 +161,7 @@ class Trainer:
         status = "finished"
         ended = "failed"  # what _end reports if an unexpected exception escapes
         model_path: Path | None = None
-        checkpoint: Path | None = latest_checkpoint(self.out_dir) if resume_from is not None else None
+        checkpoint: Path | None = resume_from.path if isinstance(resume_from, CheckpointContents) else None
         try:
             with StopOnInterrupt() as interrupt:
                 while self.state.step < config.steps:
@@ -342,7 +350,7 @@ class Trainer:
 
     def _save(self) -> Path:
         path = save_checkpoint(out_dir=self.out_dir, model=self.model, optimizer=self.optimizer, state=self.state,
-                               tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last)
+                               tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last, tag=self._tag)
         if self.ctx.is_main:
             self.hooks.specformer_on_checkpoint_saved(step=self.state.step, path=str(path))
         return path
@@ -353,9 +361,11 @@ class Trainer:
             return None
         target = self.out_dir / "model.safetensors"
         for name, dest in (("model.safetensors", target), ("tokenizer.json", self.out_dir / "tokenizer.json")):
-            tmp = dest.with_name(f".{dest.name}.tmp")
-            shutil.copyfile(checkpoint / name, tmp)
-            tmp.replace(dest)
+            try:
+                copy_file_atomic(checkpoint / name, dest)
+            except OSError as exc:
+                raise OutputError(f"could not write {dest}: {exc.strerror or exc}; the final weights are in "
+                                  f"{checkpoint}") from None
         return target
 
     def _end(self, metrics: MetricsLog | None, logger: Any, bar: ProgressBar, *, status: str,

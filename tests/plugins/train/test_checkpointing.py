@@ -75,5 +75,5 @@ def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path: Path) -> Non
         load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainConfig(), device=torch.device("cpu")),
                         tokenizer=ByteTokenizer(), ctx=DistContext())
     (path / "optimizer.safetensors").unlink()
-    with pytest.raises(specformer.CheckpointError, match=r"not a training checkpoint \(no optimizer.safetensors\)"):
+    with pytest.raises(specformer.CheckpointError, match=r"not a complete training checkpoint \(no optimizer.safetensors\)"):
         load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())

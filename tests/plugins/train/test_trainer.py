@@ -108,20 +108,30 @@ def test_resuming_from_a_checkpoint_continues_exactly(tmp_path: Path, corpus_dir
         r["val_loss"] for r in uninterrupted if r["kind"] == "eval"]
 
 
-def test_a_fresh_start_replaces_an_earlier_run_and_resume_needs_a_checkpoint(tmp_path: Path, corpus_dir: Path,
-                                                                            capsys: pytest.CaptureFixture) -> None:
+def test_a_fresh_start_keeps_an_earlier_run_unless_told_to_overwrite_it(tmp_path: Path, corpus_dir: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
     run(tmp_path / "run", corpus_dir, steps=8, save_every=4)
-    with pytest.raises(specformer.UserError, match="fewer than one global batch"):
-        run(tmp_path / "run", corpus_dir, batch_size=5000)
-    assert latest_checkpoint(tmp_path / "run").name == "step-0000008", "a failed start must not delete a run"
-    run(tmp_path / "run", corpus_dir, steps=2, save_every=0, eval_every=0)
-    assert "held 2 checkpoint(s) of an earlier run; starting afresh" in capsys.readouterr().out
     root = tmp_path / "run" / "checkpoints"
+    before = sorted(p.name for p in root.iterdir())
+    with pytest.raises(specformer.UserError, match=r"holds an earlier run \(step-0000004, step-0000008, "
+                                                   r"model.safetensors\); continue it with --resume, replace it "
+                                                   r"with --overwrite, or train into another directory"):
+        run(tmp_path / "run", corpus_dir, steps=2)
+    assert sorted(p.name for p in root.iterdir()) == before
+    with pytest.raises(specformer.UserError, match="fewer than one global batch"):
+        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), batch_size=5000), overwrite=True)
+    assert latest_checkpoint(tmp_path / "run").name == "step-0000008", "a failed start must not delete a run"
+    capsys.readouterr()
+    train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), steps=2, save_every=0, eval_every=0),
+          overwrite=True)
+    assert "--overwrite: removed 2 checkpoint(s) of the earlier run" in capsys.readouterr().out
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-0000002"]
     with pytest.raises(specformer.UserError, match=r"has no checkpoint to resume from"):
         train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "empty")), resume=True)
     with pytest.raises(specformer.UserError, match=r"not a checkpoint directory"):
         train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=str(tmp_path))
+    with pytest.raises(specformer.UserError, match=r"give one of them"):
+        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=True, overwrite=True)
 
 
 def test_resuming_with_another_tokenizer_is_refused(tmp_path: Path, corpus_dir: Path) -> None:
