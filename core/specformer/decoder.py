@@ -105,6 +105,13 @@ class Decoder(nn.Module):
             x = block(x, ctx)
         if last_only:
             x = x[:, -1:, :]
+        return self.head_logits(x)
+
+    def head_logits(self, x: Tensor) -> Tensor:
+        """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, soft-cap.
+
+        The forward ends with this; the logit lens applies it to the stream after every layer.
+        """
         x = self.final_norm(x)
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
         if self.logit_softcap is not None:

@@ -1,10 +1,16 @@
-"""specformer's eval plugin: perplexity over a corpus, and ``specformer eval``.
+"""specformer's eval plugin: perplexity over a corpus (``specformer eval``), and looking inside a
+model: the residual stream, attention probabilities and the logit lens.
 
 ::
 
-    from specformer_eval import evaluate_documents
+    from specformer_eval import capture, evaluate_documents, logit_lens
     result = evaluate_documents(model, tokenizer, ["some text", "another document"], context=128, stride=64)
     result.loss, result.perplexity, result.bits_per_byte
+
+    with capture(model, attention=True) as cap:
+        model(input_ids)
+    cap.residual, cap.attention              # per layer
+    lens = logit_lens(model, cap, k=5)       # top-5 tokens per layer and position
 
 Names are imported on first use, so loading the plugin (which every ``specformer``
 command does) imports nothing heavy.
@@ -16,6 +22,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "Capture": "specformer_eval.capturing",
+    "capture": "specformer_eval.capturing",
+    "Lens": "specformer_eval.lens",
+    "lens_agreement": "specformer_eval.lens",
+    "lens_of": "specformer_eval.lens",
+    "logit_lens": "specformer_eval.lens",
     "EvalResult": "specformer_eval.perplexity",
     "evaluate_documents": "specformer_eval.perplexity",
     "evaluate_tokens": "specformer_eval.perplexity",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,8 @@ class CausalSelfAttention(nn.Module):
     ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``). The ``sdpa``
     backend uses PyTorch's fused kernels; ``eager`` writes the softmax out and is the
     reference (soft-capping always takes this path). Both give the same results.
+    Setting ``observe_weights`` to a callable hands it the attention probabilities of
+    every forward (the contract :func:`specformer_eval.capture` relies on).
     """
 
     class Params(Params):
@@ -97,6 +99,9 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(n_heads * head_dim, d_model, bias=out_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
+        # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
+        # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
+        self.observe_weights: Callable[[Tensor], None] | None = None
 
     @classmethod
     def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "CausalSelfAttention":
@@ -150,7 +155,7 @@ class CausalSelfAttention(nn.Module):
 
         dropout = self.dropout if self.training else 0.0
         fused_causal = ctx.plain_causal and bias is None and (self.window is None or T <= self.window)
-        if self.backend == "eager" or self.logit_softcap is not None:
+        if self.backend == "eager" or self.logit_softcap is not None or self.observe_weights is not None:
             y = self._eager(q, k, v, ctx.attention_mask(k_positions, window=self.window), bias, dropout)
         elif fused_causal:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=self.scale,
@@ -177,7 +182,10 @@ class CausalSelfAttention(nn.Module):
         if bias is not None:
             scores = scores + bias
         scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).to(q.dtype)
+        weights = torch.softmax(scores, dim=-1)
+        if self.observe_weights is not None:
+            self.observe_weights(weights)
+        weights = weights.to(q.dtype)
         weights = F.dropout(weights, p=dropout, training=dropout > 0)
         return weights @ v  # (B, H, T, hd)
 
