@@ -111,7 +111,10 @@ def validate_spec(data: dict[str, Any], *, registry: Registry, source: str | Non
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems_from_validation_error(exc, model=Spec), source=source) from None
+        # The plugins' sections do not depend on the model section: report theirs too, all at once.
+        sections = Spec.model_construct(**{k: v for k, v in data.items() if k != "model"}) if isinstance(data, dict) else None
+        problems = validate_sections(sections, registry) if sections is not None else []
+        raise SpecError(problems + problems_from_validation_error(exc, model=Spec), source=source) from None
     problems = validate_sections(spec, registry)
     resolved, model_problems = resolve_model(spec.model, registry)
     problems += model_problems

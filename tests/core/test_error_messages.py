@@ -141,3 +141,26 @@ def test_components_of_an_unknown_kind_suggests_the_kind(capsys):
     assert main(["components", "nrom"]) == 2
     kinds = ", ".join(sorted(specformer.get_registry().kinds))
     assert capsys.readouterr().err == f"error: unknown kind 'nrom'; did you mean 'norm'? known kinds: {kinds}\n"
+
+
+def test_a_structural_problem_in_the_model_still_reports_the_sections_problems(tiny_spec):
+    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
+    tiny_spec["trian"] = {}
+    tiny_spec["generate"] = {"sampler": [{"kind": "temperature", "valeu": 0.8}]}
+    found = problems(tiny_spec)
+    assert found[0].startswith("trian: unknown section; did you mean 'train'?")
+    assert found[1:3] == ["generate.sampler[0].value: required field is missing",
+                          "generate.sampler[0].valeu: unknown field; did you mean 'value'? accepted: value"]
+    assert found[3] == "model.d_model: required field is missing"
+    assert found[4].startswith("model.d_modle: unknown field; did you mean 'd_model'?")
+    assert len(found) == 5
+
+
+def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
+    from conftest import REPO
+
+    assert main(["validate", str(REPO / "docs/snippets/typos.yaml")]) == 2
+    lines = capsys.readouterr().err.splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "trian", "generate.sampler[1].value", "generate.sampler[1].valeu", "model.block.norm.kind"]
+    assert "'swiglu' is an ffn, not a norm" in lines[3]
