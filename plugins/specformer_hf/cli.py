@@ -1,4 +1,9 @@
-"""``specformer hf import DIR OUT.safetensors`` | ``specformer hf export CHECKPOINT DIR`` | ``specformer hf families``."""
+"""``specformer hf import DIR OUT.safetensors`` | ``specformer hf export CHECKPOINT DIR`` |
+``specformer hf attach-tokenizer CHECKPOINT TOKENIZER.json`` | ``specformer hf families``.
+
+Outputs are checked before any weights are read (the folder exists and can be written,
+nothing is there already unless ``--force``) and written complete or not at all.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("output", metavar="OUT.safetensors", help="the specformer checkpoint to write")
     p.add_argument("--dtype", choices=DTYPES, help="convert the weights to this dtype (default: keep the file's)")
     p.add_argument("--spec-out", metavar="SPEC.yaml", help="where to write the spec (default: OUT with .yaml)")
+    p.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json (or a folder holding one) to store instead of "
+                   "DIR's own; without either, the checkpoint records that it has no tokenizer")
+    p.add_argument("--eos-token", metavar="TOKEN", help="the tokenizer's end-of-text token (default: the config's "
+                   "eos_token_id token, else <|endoftext|>)")
+    p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist")
 
     p = actions.add_parser("export", help="Write a specformer checkpoint as a Hugging Face model directory.",
                            description="Write config.json and model.safetensors (and tokenizer.json when the checkpoint "
@@ -30,6 +40,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
+    p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
+                   "export is complete)")
+
+    p = actions.add_parser("attach-tokenizer", help="Store a tokenizer.json in an existing checkpoint.",
+                           description="Store TOKENIZER (a tokenizer.json, or a folder holding one) in CHECKPOINT's "
+                           "header, so generate and train read text with it. The checkpoint is rewritten atomically.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    p.add_argument("tokenizer", metavar="TOKENIZER", help="a tokenizer.json, or a Hugging Face folder holding one")
+    p.add_argument("--eos-token", metavar="TOKEN", help="the end-of-text token (default: the imported config's "
+                   "eos_token_id token, else <|endoftext|>)")
+    p.add_argument("--force", action="store_true", help="replace a tokenizer the checkpoint already has")
 
     actions.add_parser("families", help="List the Hugging Face families import and export understand.")
 
@@ -39,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_import(args)
     if args.hf_action == "export":
         return _run_export(args)
+    if args.hf_action == "attach-tokenizer":
+        return _run_attach(args)
     return _run_families()
 
 
@@ -48,23 +71,31 @@ def _run_import(args: argparse.Namespace) -> int:
 
     import specformer
     from specformer_hf.importer import import_hf
+    from specformer_hf.output import check_file_target, write_text_atomic
 
     out = Path(args.output)
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
+    spec_path = Path(args.spec_out) if args.spec_out else out.with_suffix(".yaml")
+    if spec_path.resolve() == out.resolve():
+        raise UserError(f"{spec_path}: the spec and the checkpoint cannot be the same file")
+    for target in (out, spec_path):  # before any weights are read
+        check_file_target(target, force=args.force)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        imported = import_hf(args.directory, dtype=dtype)
+        imported = import_hf(args.directory, dtype=dtype, tokenizer=args.tokenizer, eos_token=args.eos_token)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
-    specformer.save(imported.model, out, metadata=imported.metadata())
-    spec_path = Path(args.spec_out) if args.spec_out else out.with_suffix(".yaml")
+    try:
+        specformer.save(imported.model, out, metadata=imported.metadata())  # atomic: a temporary file renamed
+    except OSError as exc:
+        raise UserError(f"{out}: could not be written ({exc.strerror or exc}); nothing was changed") from None
     header = (f"# Imported by `specformer hf import` from {args.directory} "
               f"(Hugging Face {imported.family.name}, model_type {imported.family.model_type}).\n")
-    spec_path.write_text(header + yaml.safe_dump(imported.spec, sort_keys=False, default_flow_style=None, width=110), encoding="utf-8")
+    write_text_atomic(spec_path, header + yaml.safe_dump(imported.spec, sort_keys=False, default_flow_style=None, width=110))
     n_params = imported.model.num_parameters()
-    tokenizer = "with its tokenizer" if imported.tokenizer is not None else "no tokenizer"
+    tokenizer = "with its tokenizer" if imported.has_tokenizer else "no tokenizer"
     print(f"{args.directory}: {imported.family.name}, {n_params:,} parameters, {tokenizer} -> {out} (spec: {spec_path})")
     return 0
 
@@ -75,7 +106,13 @@ def _run_export(args: argparse.Namespace) -> int:
     from specformer.tokenizer import METADATA_KEY, tokenizer_from_metadata
     from specformer_hf.exporter import to_hf
     from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY
+    from specformer_hf.output import check_directory_target
 
+    out = Path(args.directory)
+    check_directory_target(out, force=args.force)  # before the checkpoint is loaded
+    checkpoint = Path(args.checkpoint).resolve()
+    if args.force and (checkpoint == out.resolve() or out.resolve() in checkpoint.parents):
+        raise UserError(f"{out}: holds the checkpoint being exported ({args.checkpoint}); --force would delete it")
     metadata = read_metadata(args.checkpoint)
     model = specformer.load(args.checkpoint)
     base: dict[str, Any] | None = None
@@ -85,11 +122,20 @@ def _run_export(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             base = None  # only token ids come from it; a damaged copy is not worth failing over
     tokenizer = tokenizer_from_metadata(metadata) if METADATA_KEY in metadata else None
-    out = to_hf(model, args.directory, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer)
+    out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
+                tokenizer=tokenizer, force=args.force)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    wrote = "config.json, model.safetensors" + (", tokenizer.json" if (out / "tokenizer.json").exists() and tokenizer else "")
+    wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
+    return 0
+
+
+def _run_attach(args: argparse.Namespace) -> int:
+    from specformer_hf.tokenizer_file import attach_tokenizer
+
+    found = attach_tokenizer(args.checkpoint, args.tokenizer, eos_token=args.eos_token, force=args.force)
+    print(f"{args.checkpoint}: now stores the tokenizer from {args.tokenizer} "
+          f"({found.vocab_size:,} tokens, end of text {found.eot_token!r} = id {found.eot_id})")
     return 0
 
 

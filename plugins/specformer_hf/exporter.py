@@ -9,7 +9,6 @@ none does, the error names, for each family, the part of the spec it cannot expr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from specformer.spec import load_spec
 
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
-from specformer_hf.reader import CONFIG, INDEX, TOKENIZER, WEIGHTS
+from specformer_hf.output import check_directory_target, staged_directory
+from specformer_hf.reader import CONFIG, TOKENIZER, WEIGHTS
 from specformer_hf.rules import Site
 from specformer_hf.specview import NotExpressible, SpecView, describe_differences, differences, math_view
 
@@ -76,6 +76,7 @@ def to_hf(
     base_config: dict[str, Any] | None = None,
     tokenizer: Any = None,
     families: Families | None = None,
+    force: bool = False,
 ) -> Path:
     """Write ``model`` as a Hugging Face directory loadable by ``AutoModelForCausalLM.from_pretrained``.
 
@@ -84,6 +85,9 @@ def to_hf(
     ``base_config`` (token ids and the like) are kept. Both default to what a model made
     by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
     tokenizer (specformer's BPE tokenizer) is written as tokenizer.json.
+
+    The folder is written complete or not at all (see :mod:`specformer_hf.output`): one that
+    already holds files is refused, or with ``force`` replaced once the new one is complete.
     """
     spec = getattr(model, "spec", None)
     if spec is None:
@@ -92,29 +96,24 @@ def to_hf(
     if base_config is None:
         base_config = getattr(model, "hf_config", None) or {}  # set by import_hf
     prefer = prefer or base_config.get("model_type")
+    check_directory_target(Path(path), force=force)  # before any work: a refusal here costs nothing
     chosen, config = choose_family(view, families or get_families(), prefer=prefer, only=family)
-    tensors = hf_tensors(chosen, model)
 
     # Token ids are not part of the spec: keep the source's, else say there are none, because a
     # family's defaults (Phi-3's pad id 32000, say) may not even exist in this vocabulary.
     kept = {k: v for k, v in base_config.items() if k in NON_MATH_FIELDS and k not in _NOT_KEPT}
     kept = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kept}
-    dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
+    dtypes = {t.dtype for t in model.state_dict().values() if t.is_floating_point()}
     dtype = {"dtype": str(dtypes.pop()).removeprefix("torch.")} if len(dtypes) == 1 else {}
     config = {**kept, **config, **dtype}
 
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a directory")
-    if (out / INDEX).exists():
-        raise UserError(f"{out}: holds a sharded checkpoint ({INDEX}) that would shadow the export; choose an empty directory")
-    out.mkdir(parents=True, exist_ok=True)
-    write_safetensors_atomic(tensors, out / WEIGHTS, {"format": "pt"})
-    _write_text(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
-    inner = getattr(tokenizer, "inner", None)
-    if inner is not None and hasattr(inner, "to_str"):
-        _write_text(out / TOKENIZER, inner.to_str())
-    return out
+    with staged_directory(Path(path), force=force) as stage:
+        write_safetensors_atomic(hf_tensors(chosen, model), stage / WEIGHTS, {"format": "pt"})
+        (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        inner = getattr(tokenizer, "inner", None)
+        if inner is not None and hasattr(inner, "to_str"):
+            (stage / TOKENIZER).write_text(inner.to_str(), encoding="utf-8")
+    return Path(path)
 
 
 def hf_tensors(family: Family, model: Any) -> dict[str, torch.Tensor]:
@@ -151,12 +150,6 @@ def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out[name] = t.clone() if key in seen or partial else t
         seen.add(key)
     return out
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 __all__ = ["choose_family", "hf_config", "hf_tensors", "to_hf"]

@@ -7,7 +7,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -15,12 +15,13 @@ from tqdm.auto import tqdm
 import specformer
 from specformer.checkpoint import load_weights
 from specformer.errors import SpecError, UserError
-from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer
+from specformer.tokenizer import METADATA_KEY, BPETokenizer, NoTokenizer
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import HFDirectory, open_directory
 from specformer_hf.rules import Site
+from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 
 #: Checkpoint header keys written by ``specformer hf import``; export reads them back.
 FAMILY_KEY = "hf.model_type"
@@ -35,19 +36,26 @@ class Imported:
     family: Family
     config: dict[str, Any]
     spec: dict[str, Any]  # the spec as the family wrote it (compact; model.spec is the validated form)
-    tokenizer: BPETokenizer | None = None
+    tokenizer: BPETokenizer | NoTokenizer  # NoTokenizer: the folder had none (recorded so text is refused later)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return not isinstance(self.tokenizer, NoTokenizer)
 
     def metadata(self) -> dict[str, str]:
         """Checkpoint header entries that let export reproduce the original config and tokenizer."""
-        out = {FAMILY_KEY: self.family.model_type, CONFIG_KEY: json.dumps(self.config, sort_keys=True)}
-        if self.tokenizer is not None:
-            out[METADATA_KEY] = self.tokenizer.to_json()
-        return out
+        return {FAMILY_KEY: self.family.model_type, CONFIG_KEY: json.dumps(self.config, sort_keys=True),
+                METADATA_KEY: self.tokenizer.to_json()}
 
 
 def spec_from_config(config: dict[str, Any], *, families: Families | None = None) -> tuple[Family, dict[str, Any]]:
     """The family of a parsed ``config.json`` and the spec (``{"model": ...}``) it maps to."""
+    family, spec, _ = _read_config(config, families=families)
+    return family, spec
+
+
+def _read_config(config: dict[str, Any], *, families: Families | None) -> tuple[Family, dict[str, Any], ConfigReader]:
     families = families or get_families()
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
@@ -56,19 +64,32 @@ def spec_from_config(config: dict[str, Any], *, families: Families | None = None
     reader = ConfigReader(config, defaults=family.defaults, family=family.name)
     model = family.to_spec(reader)
     reader.warn_unread(also_harmless=family.non_math_fields)
-    return family, {"model": model}
+    return family, {"model": model}, reader
 
 
-def import_hf(path: str | Path, *, families: Families | None = None, dtype: torch.dtype | None = None) -> Imported:
-    """Read a local Hugging Face model directory into a specformer Decoder (weights converted exactly)."""
+def import_hf(
+    path: str | Path,
+    *,
+    families: Families | None = None,
+    dtype: torch.dtype | None = None,
+    tokenizer: str | Path | None = None,
+    eos_token: str | None = None,
+) -> Imported:
+    """Read a local Hugging Face model directory into a specformer Decoder (weights converted exactly).
+
+    The stored tensors' shapes and dtypes (from the safetensors headers) are checked against
+    the config on a model skeleton that holds no memory, so a config that does not describe
+    the weights is refused before anything of its size is allocated. ``tokenizer`` is a
+    tokenizer.json (or a folder holding one) to use instead of the directory's own;
+    ``eos_token`` names its end-of-text token (default: the config's ``eos_token_id``,
+    else ``<|endoftext|>``). Without any, the result records that there is no tokenizer.
+    """
     directory = open_directory(path)
-    family, spec = spec_from_config(directory.config, families=families)
-    try:
-        model = specformer.build(spec)
-    except SpecError as exc:
-        raise UserError(
-            f"{directory.path}: the {family.name} config maps to a spec specformer rejects:\n{exc}"
-        ) from None
+    family, spec, reader = _read_config(directory.config, families=families)
+    # A bad --tokenizer fails here, before the weights are read.
+    tokenizer_result = _tokenizer(directory, spec, override=tokenizer, eos_token=eos_token)
+    _check_against_headers(family, directory, spec, reader)
+    model = _build(family, directory, spec)
     tensors = convert_weights(family, directory, model)
     load_weights(model, tensors, where=str(directory.path))
     if dtype is not None:
@@ -76,20 +97,64 @@ def import_hf(path: str | Path, *, families: Families | None = None, dtype: torc
     model.eval()
     # For export: write the model back as the family it came from (when it still fits), with its token ids.
     model.hf_config = directory.config
-    tokenizer, notes = _tokenizer(directory)
-    return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=tokenizer, notes=notes)
+    found, notes = tokenizer_result
+    return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes)
+
+
+def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None) -> Any:
+    try:
+        return specformer.build(spec, device=device)
+    except SpecError as exc:
+        raise UserError(
+            f"{directory.path}: the {family.name} config maps to a spec specformer rejects:\n{exc}"
+        ) from None
+
+
+def _check_against_headers(family: Family, directory: HFDirectory, spec: dict[str, Any], reader: ConfigReader) -> None:
+    """UserError unless the config describes the stored tensors: checked on the meta device (no memory)."""
+    # Left-out fields take transformers' defaults (a 7B model for Llama); say so when they do not fit.
+    defaulted = sorted(k for k in reader.read if not reader.has(k) and isinstance(reader.defaults.get(k), int)
+                       and not isinstance(reader.defaults.get(k), bool))
+    hint = (f"; config.json leaves out {', '.join(defaulted)}, so transformers' {family.name} defaults were "
+            f"assumed ({', '.join(f'{k}={reader.defaults[k]}' for k in defaulted)}): set them to the model's sizes"
+            if defaulted else "")
+    n_layers = spec["model"].get("n_layers")
+    if isinstance(n_layers, int) and n_layers > len(directory.files):
+        # Every family stores at least one tensor per layer; this also keeps a huge layer count off the builder.
+        raise UserError(
+            f"{directory.path}: config.json describes {n_layers} layers, but the weights hold only "
+            f"{len(directory.files)} tensors{hint}"
+        )
+    skeleton = _build(family, directory, spec, device="meta")
+    try:
+        convert_weights(family, directory, skeleton, read=directory.placeholders)
+    except UserError as exc:
+        raise UserError(f"{exc}{hint}") from None
 
 
 def from_hf(path: str | Path, *, dtype: torch.dtype | None = None) -> specformer.Decoder:
     """The Decoder of a local Hugging Face model directory (``config.json`` + safetensors weights)."""
-    return import_hf(path, dtype=dtype).model
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*has no tokenizer.json")  # only the model is asked for
+        return import_hf(path, dtype=dtype).model
 
 
 # -- weights --------------------------------------------------------------------------------
 
 
-def convert_weights(family: Family, directory: HFDirectory, model: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from the directory's tensors; UserError naming every missing, extra or mis-shaped one."""
+def convert_weights(
+    family: Family,
+    directory: HFDirectory,
+    model: Any,
+    *,
+    read: Callable[[list[str]], dict[str, torch.Tensor]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Our state dict from the directory's tensors; UserError naming every missing, extra or mis-shaped one.
+
+    ``read`` loads tensors by name (default: their data); ``directory.placeholders`` checks the
+    mapping on meta tensors with the stored shapes instead, reading no data.
+    """
+    read = read or directory.read
     expected = model.state_dict()
     available = set(directory.names())
     consumed: set[str] = set()
@@ -122,7 +187,7 @@ def convert_weights(family: Family, directory: HFDirectory, model: Any) -> dict[
             missing += absent
             continue
         located = [found[name] for name in hf_names]
-        tensors = directory.read(located)
+        tensors = read(located)
         converted = rule.to_ours([tensors[name] for name in located], site)
         consumed.update(located)
         for name, tensor in zip(our_names, converted):
@@ -135,8 +200,8 @@ def convert_weights(family: Family, directory: HFDirectory, model: Any) -> dict[
     if model.lm_head is None and head is not None and head not in consumed:
         embedding = out.get("embedding.weight")
         if embedding is not None:
-            stored = directory.read([head])[head]
-            if stored.shape != embedding.shape or not torch.equal(stored, embedding):
+            stored = read([head])[head]
+            if stored.shape != embedding.shape or (not stored.is_meta and not torch.equal(stored, embedding)):
                 raise UserError(
                     f"{directory.path}: config.json ties the LM head to the embeddings (tie_word_embeddings), but "
                     f"{head} differs from them; set tie_word_embeddings to false in config.json if the head is separate"
@@ -171,36 +236,25 @@ def _listing(names: list[str], *, limit: int = 8, sep: str = ", ") -> str:
 # -- tokenizer ------------------------------------------------------------------------------
 
 
-def _tokenizer(directory: HFDirectory) -> tuple[BPETokenizer | None, list[str]]:
+def _tokenizer(directory: HFDirectory, spec: dict[str, Any], *, override: str | Path | None,
+               eos_token: str | None) -> tuple[BPETokenizer | NoTokenizer, list[str]]:
+    """The tokenizer to store: ``override``, else the folder's tokenizer.json, else the record of none (with a warning)."""
+    vocab_size = spec["model"]["vocab_size"]
+    if override is not None:
+        return load_tokenizer_json(override, config=directory.config, vocab_size=vocab_size, eos_token=eos_token), []
     path = directory.tokenizer_path
     if path is None:
-        return None, []
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:
-        raise UserError(f"{path}: reading tokenizer.json needs the tokenizers package (pip install tokenizers)") from None
-    try:
-        inner = HFTokenizer.from_file(str(path))
-    except Exception as exc:
-        raise UserError(f"{path}: not a readable tokenizer.json ({exc})") from None
-    eos = _eos_token(directory.config, inner)
-    if eos is None:
-        note = (f"{path}: not stored with the checkpoint: it has no {END_OF_TEXT!r} token and config.json names no "
-                "eos_token_id, so specformer cannot tell where documents end")
-        warnings.warn(note, UserWarning, stacklevel=3)
-        return None, [note]
-    return BPETokenizer(inner, eot_token=eos), []
-
-
-def _eos_token(config: dict[str, Any], inner: Any) -> str | None:
-    eos_id = config.get("eos_token_id")
-    if isinstance(eos_id, list):
-        eos_id = eos_id[0] if eos_id else None
-    if isinstance(eos_id, int) and not isinstance(eos_id, bool):
-        token = inner.id_to_token(eos_id)
-        if token is not None:
-            return token
-    return END_OF_TEXT if inner.token_to_id(END_OF_TEXT) is not None else None
+        note = (f"{directory.path}: has no tokenizer.json, so the checkpoint records that it has no tokenizer and "
+                "works on token ids only (text prompts are refused); give one with --tokenizer PATH, or later with "
+                "`specformer hf attach-tokenizer CHECKPOINT TOKENIZER.json`")
+    else:
+        try:
+            return load_tokenizer_json(path, config=directory.config, vocab_size=vocab_size, eos_token=eos_token), []
+        except UserError as exc:
+            note = (f"{exc}; the checkpoint records that it has no tokenizer (give one with --tokenizer PATH, "
+                    "or later with `specformer hf attach-tokenizer`)")
+    warnings.warn(note, UserWarning, stacklevel=3)
+    return no_tokenizer(directory.config, vocab_size=vocab_size), [note]
 
 
 __all__ = ["CONFIG_KEY", "FAMILY_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]

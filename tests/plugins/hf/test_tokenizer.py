@@ -59,12 +59,14 @@ def test_endoftext_token_is_used_when_the_config_names_no_eos(llama_dir, tmp_pat
     assert imported.tokenizer.eot_id == tokenizer.token_to_id("<|endoftext|>")
 
 
-def test_tokenizer_without_any_end_token_is_reported_and_left_out(llama_dir, tmp_path):
+def test_tokenizer_without_any_end_token_is_reported_and_recorded_as_none(llama_dir, tmp_path):
     import specformer_hf
 
-    d, _ = _with_tokenizer(llama_dir, tmp_path, "<unk>", eos_token_id=False)
-    with pytest.warns(UserWarning, match="not stored with the checkpoint"):
+    d, tokenizer = _with_tokenizer(llama_dir, tmp_path, "<unk>", eos_token_id=False)
+    with pytest.warns(UserWarning, match="cannot tell where documents end.*records that it has no tokenizer"):
         imported = specformer_hf.import_hf(d)
-    assert imported.tokenizer is None
-    assert "tokenizer" not in imported.metadata()
-    assert specformer is not None
+    assert not imported.has_tokenizer
+    assert json.loads(imported.metadata()["tokenizer"]) == {"kind": "none", "vocab_size": 128}
+    # Naming the end token makes it usable.
+    named = specformer_hf.import_hf(d, eos_token="<unk>")
+    assert named.has_tokenizer and named.tokenizer.eot_id == tokenizer.token_to_id("<unk>")

@@ -1,0 +1,144 @@
+"""A Hugging Face ``tokenizer.json`` made into the tokenizer a checkpoint stores, or the record that there is none.
+
+A checkpoint keeps its tokenizer in its header (see :mod:`specformer.tokenizer`). An
+imported folder without ``tokenizer.json`` gets :class:`~specformer.tokenizer.NoTokenizer`
+there, so that text is refused later with advice rather than read as bytes of a
+vocabulary the model never saw. A tokenizer.json from elsewhere can be given at import
+(``--tokenizer``) or attached to a checkpoint afterwards (:func:`attach_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
+from specformer.errors import CheckpointError, UserError
+from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, NoTokenizer, tokenizer_from_json
+
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def load_tokenizer_json(
+    path: str | Path,
+    *,
+    config: dict[str, Any],
+    vocab_size: int | None,
+    eos_token: str | None = None,
+) -> BPETokenizer:
+    """The tokenizer in ``path`` (a tokenizer.json, or a folder holding one), ending documents with
+    ``eos_token``, else the config's ``eos_token_id`` token, else ``<|endoftext|>``.
+
+    UserError when the file is unreadable, names more tokens than the model's ``vocab_size``
+    has rows, or no end-of-text token can be found.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / TOKENIZER_JSON
+    if not path.is_file():
+        raise UserError(f"{path}: no such tokenizer file; give a tokenizer.json or a folder holding one")
+    inner = _read(path)
+    if vocab_size is not None and inner.get_vocab_size() > vocab_size:
+        raise UserError(
+            f"{path}: has {inner.get_vocab_size():,} tokens but the model has only {vocab_size:,} embedding rows; "
+            "this tokenizer belongs to another model"
+        )
+    if eos_token is not None:
+        if inner.token_to_id(eos_token) is None:
+            raise UserError(f"{path}: has no token {eos_token!r} (given as the end-of-text token)")
+        return BPETokenizer(inner, eot_token=eos_token)
+    eos = end_of_text(config, inner)
+    if eos is None:
+        raise UserError(
+            f"{path}: has no {END_OF_TEXT!r} token and the model's config names no eos_token_id, so specformer cannot "
+            "tell where documents end; name the end-of-text token with --eos-token TOKEN"
+        )
+    return BPETokenizer(inner, eot_token=eos)
+
+
+def _read(path: Path) -> Any:
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:
+        raise UserError(f"{path}: reading tokenizer.json needs the tokenizers package (pip install tokenizers)") from None
+    try:
+        return HFTokenizer.from_file(str(path))
+    except Exception as exc:
+        raise UserError(f"{path}: not a readable tokenizer.json ({str(exc)[:300]})") from None
+
+
+def end_of_text(config: dict[str, Any], inner: Any) -> str | None:
+    """The token that ends documents: the config's ``eos_token_id`` (the first of a list), else ``<|endoftext|>``."""
+    eos_id = eos_token_id(config)
+    if eos_id is not None:
+        token = inner.id_to_token(eos_id)
+        if token is not None:
+            return token
+    return END_OF_TEXT if inner.token_to_id(END_OF_TEXT) is not None else None
+
+
+def eos_token_id(config: dict[str, Any]) -> int | None:
+    """The config's ``eos_token_id`` as one id (transformers allows a list: generation stops on any; we take the first)."""
+    eos_id = config.get("eos_token_id")
+    if isinstance(eos_id, list):
+        eos_id = eos_id[0] if eos_id else None
+    return eos_id if isinstance(eos_id, int) and not isinstance(eos_id, bool) and eos_id >= 0 else None
+
+
+def no_tokenizer(config: dict[str, Any], *, vocab_size: int) -> NoTokenizer:
+    """The record of a model without a tokenizer, keeping the config's end-of-text id when it is a valid one."""
+    eos = eos_token_id(config)
+    return NoTokenizer(vocab_size=vocab_size, eot_id=eos if eos is not None and eos < vocab_size else None)
+
+
+def attach_tokenizer(
+    checkpoint: str | Path,
+    tokenizer: str | Path,
+    *,
+    eos_token: str | None = None,
+    force: bool = False,
+) -> BPETokenizer:
+    """Store ``tokenizer`` (a tokenizer.json or a folder holding one) in ``checkpoint``'s header, rewriting the
+    file atomically (a complete new file renamed over the old).
+
+    A checkpoint that already has a tokenizer keeps it unless ``force``: its model was trained on those ids.
+    """
+    from specformer_hf.importer import CONFIG_KEY
+
+    checkpoint = Path(checkpoint)
+    metadata = read_metadata(checkpoint)
+    current = metadata.get(METADATA_KEY)
+    kind = tokenizer_from_json(current).kind if current else "byte"  # no key: the byte tokenizer, as ever
+    if kind != "none" and not force:
+        raise UserError(
+            f"{checkpoint}: already has a {kind} tokenizer, the one its weights were trained with; pass --force to "
+            "replace it anyway"
+        )
+    config = _json_object(metadata.get(CONFIG_KEY))
+    found = load_tokenizer_json(tokenizer, config=config, vocab_size=_vocab_size(checkpoint, metadata), eos_token=eos_token)
+    tensors = read_tensors(checkpoint)
+    try:
+        write_safetensors_atomic(tensors, checkpoint, {**metadata, METADATA_KEY: found.to_json()})
+    except OSError as exc:
+        raise UserError(f"{checkpoint}: could not be rewritten ({exc.strerror or exc}); it is unchanged") from None
+    return found
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if text else {}
+    except (json.JSONDecodeError, RecursionError):
+        return {}  # only its eos_token_id is wanted; --eos-token covers a damaged copy
+    return data if isinstance(data, dict) else {}
+
+
+def _vocab_size(checkpoint: Path, metadata: dict[str, str]) -> int:
+    model = _json_object(metadata.get("spec")).get("model")
+    vocab = model.get("vocab_size") if isinstance(model, dict) else None
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        raise CheckpointError(f"{checkpoint}: the spec in its header has no valid model.vocab_size")
+    return vocab
+
+
+__all__ = ["attach_tokenizer", "end_of_text", "eos_token_id", "load_tokenizer_json", "no_tokenizer"]
