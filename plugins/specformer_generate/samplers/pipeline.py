@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from torch import Generator, Tensor
 
 from specformer.errors import Problem, SpecError, UnknownComponentError
+from specformer.messages import join_path
 from specformer.params import as_component_ref
 from specformer.plugins import get_registry
 from specformer.registry import Resolved
@@ -127,7 +128,7 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
     steps: list[LogitsStep] = []
     problems: list[Problem] = []
     for i, entry in enumerate(entries):
-        where = f"{path}[{i}]"
+        where = join_path(path, [i])
         if isinstance(entry, Resolved):
             steps.append(entry.make())
             continue
@@ -139,7 +140,7 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
             problems += problems_from_validation_error(exc, prefix=where, model=params)
             continue
         except UnknownComponentError as exc:
-            problems.append(Problem(f"{where}.kind", str(exc)))
+            problems.append(Problem(join_path(where, ["kind"]), str(exc)))
             continue
         except ValueError as exc:  # not a component reference: a number, a nested list...
             problems.append(Problem(where, str(exc)))
