@@ -7,7 +7,30 @@ traceback; anything else is a bug in specformer or a plugin and keeps its traceb
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
+from typing import Any
+
+#: Longest excerpt of a user's value quoted in a message (characters).
+EXCERPT_CHARS = 80
+#: Longest single problem line (a safety net for messages that quote user text).
+PROBLEM_CHARS = 600
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A short ``repr`` of a value a user gave, bounded in length and in the work it takes.
+
+    A value may be huge (a 4 MB string) or a YAML alias bomb sharing its parts, so the
+    repr is made by :mod:`reprlib` (which looks at a few items per level) and cut.
+    """
+    r = reprlib.Repr()
+    r.maxlevel, r.maxdict, r.maxlist, r.maxtuple, r.maxset = 3, 4, 4, 4, 4
+    r.maxstring = r.maxother = r.maxlong = limit
+    try:
+        text = r.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int too long to print; the type still helps
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class UserError(Exception):
@@ -22,7 +45,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
 
 
 class SpecError(UserError, ValueError):
@@ -49,5 +73,13 @@ class UnknownComponentError(UserError, KeyError):
         return self.args[0]
 
 
-class CheckpointError(UserError):
+class InputError(UserError, ValueError):
+    """A file or value we were given that is malformed or exceeds a safety bound (the message names it)."""
+
+
+class MemoryLimitError(UserError, MemoryError):
+    """Building or loading a model would need more memory than is available (the message says how to override)."""
+
+
+class CheckpointError(UserError, ValueError):
     """A checkpoint file that is missing, corrupt, or does not match its spec."""

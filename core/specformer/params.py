@@ -8,19 +8,64 @@ whose ``make(**sizes)`` the parent calls with the sizes only it knows.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from specformer.errors import UnknownComponentError
+from specformer.errors import UnknownComponentError, excerpt
 from specformer.registry import Resolved
 
 
-class Params(BaseModel):
+class StrictNumbers(BaseModel):
+    """Numbers are numbers: the base of every model a spec is validated by.
+
+    pydantic's lax mode reads ``true`` as 1 in an ``int`` field and accepts ``inf`` and
+    ``nan`` in a ``float`` field; in a spec both are mistakes (``n_layers: true`` would
+    build one layer, ``init_std: .inf`` NaN weights). Here a boolean given for a field
+    whose type holds a number but no ``bool`` is refused, and so is a non-finite float
+    (a field that truly wants one can say ``Field(allow_inf_nan=True)``).
+    """
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+            field = cls.model_fields.get(info.field_name or "")
+            if field is not None and _numeric_without_bool(field.annotation):
+                raise PydanticCustomError("bool_not_number", "a boolean is not a number here; write a number")
+        return value
+
+
+def _numeric_without_bool(annotation: Any) -> bool:
+    """Whether a type admits int or float (also inside a list or union) but never bool."""
+    leaves: set[Any] = set()
+    stack = [annotation]
+    while stack:
+        t = stack.pop()
+        args = get_args(t)
+        if args and get_origin(t) is not Literal:
+            stack.extend(args)
+        else:
+            leaves.add(t)
+    return bool(leaves & {int, float}) and bool not in leaves
+
+
+class Params(StrictNumbers):
     """Base class for component params: unknown keys are errors, values are re-validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 COMPONENT_MARKER = "x-specformer-component"
@@ -44,9 +89,9 @@ def as_component_ref(value: Any) -> dict[str, Any]:
         if "kind" not in value:
             raise ValueError("a component needs a 'kind' naming the registered component")
         if not isinstance(value["kind"], str):
-            raise ValueError(f"'kind' must be a string naming a component, got {value['kind']!r}")
+            raise ValueError(f"'kind' must be a string naming a component, got {excerpt(value['kind'])}")
         return dict(value)
-    raise ValueError(f"expected a component as a name or a mapping with 'kind', got {value!r}")
+    raise ValueError(f"expected a component as a name or a mapping with 'kind', got {excerpt(value)}")
 
 
 def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotations
@@ -87,4 +132,4 @@ def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotatio
     ]
 
 
-__all__ = ["Params", "SubComponent", "as_component_ref", "component_schema_ref"]
+__all__ = ["Params", "StrictNumbers", "SubComponent", "as_component_ref", "component_schema_ref"]

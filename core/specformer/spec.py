@@ -15,21 +15,20 @@ with the dotted path of the offending field:
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specformer.errors import Problem, SpecError
-from specformer.messages import join_path, parse_error_message, unknown_message  # one path format: generate.sampler[1].k
-from specformer.params import as_component_ref
+from specformer.datafile import FORMATS, read_data_file
+from specformer.errors import InputError, Problem, SpecError, excerpt
+from specformer.messages import join_path, unknown_message  # the one path format: generate.sampler[1].k
+from specformer.params import StrictNumbers, as_component_ref
 
 # -- pieces of a spec ---------------------------------------------------------------
 
 
-class ComponentRef(BaseModel):
+class ComponentRef(StrictNumbers):
     """A component named in a spec: ``{kind: <registered name>, <its params>...}`` or just the name."""
 
     model_config = ConfigDict(extra="allow")
@@ -45,7 +44,7 @@ class ComponentRef(BaseModel):
         return {"kind": self.kind, **(self.model_extra or {})}
 
 
-class BlockSpec(BaseModel):
+class BlockSpec(StrictNumbers):
     """One transformer block: how it is wired (layout) and its parts."""
 
     model_config = ConfigDict(extra="forbid")
@@ -62,7 +61,7 @@ class BlockSpec(BaseModel):
 BLOCK_FIELDS = ("layout", "norm", "attention", "ffn")
 
 
-class LayerOverride(BaseModel):
+class LayerOverride(StrictNumbers):
     """Changes to the block for some layers: any block field, merged into the base block's.
 
     A component given with the same ``kind`` as the base block's has its params merged
@@ -87,8 +86,12 @@ class LayerOverride(BaseModel):
         """The layers this override selects; ValueError naming the bad selection."""
         return select_layers(self.select, n_layers)
 
+    def layer_selection(self, n_layers: int) -> "range | list[int]":
+        """Like :meth:`layer_indices`, but a slice stays a ``range``."""
+        return layer_selection(self.select, n_layers)
 
-class ModelSpec(BaseModel):
+
+class ModelSpec(StrictNumbers):
     """The architecture: sizes, positional scheme, block and per-layer changes, head."""
 
     model_config = ConfigDict(extra="forbid")
@@ -130,29 +133,46 @@ class ModelSpec(BaseModel):
         m = self.pad_vocab_to_multiple
         return (self.vocab_size + m - 1) // m * m
 
+    def layer_selections(self) -> list["range | list[int]"]:
+        """The layers each override selects (a ``range`` for slices); ValueError for a bad one."""
+        return [layer_selection(o.select, self.n_layers) for o in self.layers]
+
+    def block_with(self, overrides: Iterable[int]) -> dict[str, dict[str, Any]]:
+        """The base block with the overrides at these indices of ``layers`` applied, in order."""
+        block = {f: getattr(self.block, f).as_dict() for f in BLOCK_FIELDS}
+        for j in overrides:
+            override = self.layers[j]
+            for f in BLOCK_FIELDS:
+                change = getattr(override, f)
+                if change is None:
+                    continue
+                change = as_component_ref(change) if isinstance(change, str) else dict(change)
+                current = block[f]
+                if "kind" in change and change["kind"] != current["kind"]:
+                    block[f] = change
+                else:
+                    block[f] = {**current, **change}
+        return block
+
     def layer_blocks(self) -> list[dict[str, dict[str, Any]]]:
         """The effective block of every layer: base block with the overrides that select it applied."""
-        base = {f: getattr(self.block, f).as_dict() for f in BLOCK_FIELDS}
-        blocks = [{f: dict(v) for f, v in base.items()} for _ in range(self.n_layers)]
-        for override in self.layers:
-            for index in override.layer_indices(self.n_layers):
-                for f in BLOCK_FIELDS:
-                    change = getattr(override, f)
-                    if change is None:
-                        continue
-                    change = as_component_ref(change) if isinstance(change, str) else dict(change)
-                    current = blocks[index][f]
-                    if "kind" in change and change["kind"] != current["kind"]:
-                        blocks[index][f] = change
-                    else:
-                        blocks[index][f] = {**current, **change}
-        return blocks
+        from specformer.layer_groups import overrides_of_layer
+
+        selections = self.layer_selections()
+        blocks: dict[tuple[int, ...], dict[str, dict[str, Any]]] = {}
+        out = []
+        for i in range(self.n_layers):
+            signature = overrides_of_layer(i, selections)
+            if signature not in blocks:
+                blocks[signature] = self.block_with(signature)
+            out.append({f: dict(v) for f, v in blocks[signature].items()})
+        return out
 
     def final_norm_ref(self) -> dict[str, Any]:
         return (self.final_norm or self.block.norm).as_dict()
 
 
-class Spec(BaseModel):
+class Spec(StrictNumbers):
     """A whole spec file: ``model`` plus any sections plugins registered (``train``, ``generate``)."""
 
     model_config = ConfigDict(extra="allow")
@@ -174,6 +194,13 @@ class Spec(BaseModel):
 
 
 def select_layers(select: int | list[int] | str, n_layers: int) -> list[int]:
+    """The sorted layer indices ``select`` names; ValueError naming a bad selection."""
+    return list(layer_selection(select, n_layers))
+
+
+def layer_selection(select: int | list[int] | str, n_layers: int) -> "range | list[int]":
+    """Like :func:`select_layers`, but a slice stays a ``range`` (no list of a million layers)."""
+
     def one(i: int) -> int:
         j = i + n_layers if i < 0 else i
         if not 0 <= j < n_layers:
@@ -181,14 +208,14 @@ def select_layers(select: int | list[int] | str, n_layers: int) -> list[int]:
         return j
 
     if isinstance(select, bool):
-        raise ValueError(f"select must be an index, a list, a slice or 'all', got {select!r}")
+        raise ValueError(f"select must be an index, a list, a slice or 'all', got {excerpt(select)}")
     if isinstance(select, int):
         return [one(select)]
     if isinstance(select, list):
         return sorted({one(i) for i in select})
     text = select.strip()
     if text == "all":
-        return list(range(n_layers))
+        return range(n_layers)
     parts = text.split(":")
     try:
         if len(parts) == 1:
@@ -198,43 +225,35 @@ def select_layers(select: int | list[int] | str, n_layers: int) -> list[int]:
         bounds = [int(p) if p.strip() else None for p in parts]
     except ValueError:
         raise ValueError(
-            f"select {select!r} is not an index, a list, a slice such as '0::2' or '-4:', or 'all'"
+            f"select {excerpt(select)} is not an index, a list, a slice such as '0::2' or '-4:', or 'all'"
         ) from None
     if len(bounds) == 3 and bounds[2] == 0:
-        raise ValueError(f"select {select!r}: a slice step cannot be zero")
-    chosen = list(range(n_layers))[slice(*bounds)]
+        raise ValueError(f"select {excerpt(select)}: a slice step cannot be zero")
+    chosen = range(n_layers)[slice(*bounds)]
+    if chosen.step < 0:  # the same layers, in increasing order
+        chosen = chosen[::-1]
     if not chosen:
-        raise ValueError(f"select {select!r} selects no layer of {n_layers}")
+        raise ValueError(f"select {excerpt(select)} selects no layer of {n_layers}")
     return chosen
 
 
 # -- loading -------------------------------------------------------------------------
 
-SPEC_SUFFIXES = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON", ".toml": "TOML"}
+SPEC_SUFFIXES = FORMATS
 
 
 def read_spec_file(path: str | Path) -> dict[str, Any]:
-    """Parse a spec file into plain data; a missing or malformed file is a :class:`SpecError`."""
+    """Parse a spec file into plain data; a missing, malformed or oversized file is a :class:`SpecError`.
+
+    Reading is bounded (size, nesting, YAML aliases): see :mod:`specformer.datafile`.
+    """
     path = Path(path)
     where = str(path)
-    fmt = SPEC_SUFFIXES.get(path.suffix.lower())
-    if fmt is None:
-        raise SpecError(
-            [Problem("", f"unsupported spec file type {path.suffix!r}; accepted: .yaml, .yml, .json, .toml")],
-            source=where,
-        )
-    if not path.is_file():
-        raise SpecError([Problem("", "no such file")], source=where)
-    text = path.read_text(encoding="utf-8")
     try:
-        if fmt == "YAML":
-            data = yaml.safe_load(text)
-        elif fmt == "JSON":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError([Problem("", parse_error_message(exc, fmt))], source=where) from None
+        data = read_data_file(path, what="spec file")
+    except InputError as exc:
+        message = str(exc).removeprefix(f"{where}: ")
+        raise SpecError([Problem("", message)], source=where) from None
     if not isinstance(data, dict):
         raise SpecError([Problem("", f"a spec must be a mapping with a 'model' section, got {type(data).__name__}")], source=where)
     return data
@@ -261,13 +280,20 @@ def load_spec(source: "str | Path | dict[str, Any] | Spec", *, registry: Any = N
 
 
 def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", model: type[BaseModel] | None = None) -> list[Problem]:
-    """Turn pydantic's errors into one :class:`Problem` per error, with full dotted paths."""
-    problems = []
+    """Turn pydantic's errors into one :class:`Problem` per field, with full dotted paths.
+
+    A field whose type is a union fails once per member; those failures are joined
+    into one line ("Input should be a finite number, or Input should be 'sqrt_d_model'").
+    The bad value is quoted as a short excerpt only.
+    """
+    messages: dict[str, list[str]] = {}
+    inputs: dict[str, str] = {}
     for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
+        loc = [p for p in err["loc"] if not _is_union_tag(p)]
         nested = (err.get("ctx") or {}).get("problems") if err["type"] == "invalid_component" else None
         if nested:  # a sub-component's own problems, each at its full path (see params.SubComponent)
-            problems += [Problem(join_path(prefix, [*loc, sub_path]), sub_message) for sub_path, sub_message in nested]
+            for sub_path, sub_message in nested:
+                messages.setdefault(join_path(prefix, [*loc, sub_path]), []).append(sub_message)
             continue
         if err["type"] == "unknown_component":
             loc = [*loc, "kind"]  # where the name is written, as for the model's own components
@@ -279,12 +305,18 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
         elif err["type"] == "missing":
             message = "required field is missing"
         elif "input" in err and err["type"] not in ("unknown_component", "invalid_component"):
-            message += f" (got {err['input']!r})"
-        problems.append(Problem(path, message))
-    return problems
+            inputs.setdefault(path, f" (got {excerpt(err['input'])})")
+        if message not in messages.setdefault(path, []):
+            messages[path].append(message)
+    return [Problem(path, ", or ".join(found) + inputs.get(path, "")) for path, found in messages.items()]
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith(("literal[", "constrained-", "function-")))
 
 
 _UNION_TAGS = {"int", "list[int]", "str", "dict[str,any]", "float", "function-plain[validate()]", "constrained-float"}
+
 
 
 def _accepted_fields(model: type[BaseModel] | None, loc: list[Any]) -> list[str]:
@@ -320,5 +352,6 @@ __all__ = [
     "load_spec",
     "problems_from_validation_error",
     "read_spec_file",
+    "layer_selection",
     "select_layers",
 ]

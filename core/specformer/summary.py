@@ -1,4 +1,4 @@
-"""Sizes and costs of a spec'd model, computed from a build on the ``meta`` device (no memory)."""
+"""Sizes and costs of a spec'd model, computed from shapes on the ``meta`` device (no memory)."""
 
 from __future__ import annotations
 
@@ -56,39 +56,57 @@ class ModelSummary:
 
 
 def summarize(model_or_spec: Any) -> ModelSummary:
-    """Summarise a built Decoder, or a spec (built on the meta device for the purpose)."""
-    from specformer.builder import build
-    from specformer.decoder import Decoder
+    """Summarise a built Decoder, or a spec (a file, dict or Spec; nothing is allocated).
 
-    model = model_or_spec if isinstance(model_or_spec, Decoder) else build(model_or_spec, device="meta")
-    s = ModelSummary(context_length=model.context_length, n_layers=len(model.blocks))
+    For a spec, the skeleton and one block per distinct layer are built on the meta
+    device and each block counted once per layer that shares it
+    (:func:`specformer.sizes.estimate`), so a million-layer spec is as quick as a small one.
+    """
+    from specformer.decoder import Decoder
+    from specformer.sizes import estimate
+
+    if isinstance(model_or_spec, Decoder):
+        model = model_or_spec
+        return _summarize(model, [(block, 1) for block in model.blocks], context_length=model.context_length)
+    shape = estimate(model_or_spec)
+    return _summarize(shape.skeleton, shape.blocks, context_length=shape.skeleton.context_length)
+
+
+def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, context_length: int) -> ModelSummary:
+    """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
+    s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
     groups: OrderedDict[str, int] = OrderedDict(
         (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "final_norm", "lm_head")
     )
-    for name, p in model.named_parameters():
+    for name, p in skeleton.named_parameters():
         top = name.split(".")[0]
-        if top == "blocks":
-            part = name.split(".")[2]
+        if top != "blocks":
+            groups[top] = groups.get(top, 0) + p.numel()
+    for block, count in blocks:
+        for name, p in block.named_parameters():
+            part = name.split(".")[0]
             key = part if part in ("attention", "ffn") else "block norms"
-        else:
-            key = top
-        groups[key] = groups.get(key, 0) + p.numel()
+            groups[key] += p.numel() * count
     s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
     s.total = sum(groups.values())
     s.non_embedding = s.total - groups["embedding"] - groups["positional"]
-    lm_head_matmul = model.embedding.weight.numel() if model.tie_embeddings else 0
+    lm_head_matmul = skeleton.embedding.weight.numel() if skeleton.tie_embeddings else 0
     norm_params = groups["block norms"] + groups["final_norm"]
     # Sparse modules (mixture of experts) multiply each token by only some of their weights.
+    in_blocks = {id(m) for m in skeleton.blocks.modules()} if hasattr(skeleton, "blocks") else set()
+    parts = [(m, 1) for m in skeleton.modules() if id(m) not in in_blocks]
+    parts += [(m, count) for block, count in blocks for m in block.modules()]
     inactive = sum(
-        sum(p.numel() for p in m.parameters()) - m.active_parameters()
-        for m in model.modules()
+        (sum(p.numel() for p in m.parameters()) - m.active_parameters()) * count
+        for m, count in parts
         if callable(getattr(m, "active_parameters", None))
     )
     s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
-    for attention in model.attention_modules():
-        span = model.context_length if getattr(attention, "window", None) is None else min(attention.window, model.context_length)
-        s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span
-        s.kv_elements_per_token += 2 * attention.n_kv_heads * attention.head_dim
+    for block, count in blocks:
+        attention = block.attention
+        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
+        s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span * count
+        s.kv_elements_per_token += 2 * attention.n_kv_heads * attention.head_dim * count
     return s
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specformer.errors import Problem, SpecError, UnknownComponentError
+from specformer.layer_groups import LayerGroup, group_layers, overrides_of_layer
 from specformer.messages import join_path, unknown_message
 from specformer.registry import Registry, Resolved
 from specformer.spec import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
@@ -28,15 +29,34 @@ class ResolvedPart:
 
 
 @dataclass
+class ResolvedGroup:
+    """The layers that share one block (see :mod:`specformer.layer_groups`) and its resolved parts."""
+
+    group: LayerGroup
+    parts: dict[str, ResolvedPart]
+
+
+@dataclass
 class ResolvedModel:
     spec: ModelSpec
     positional: ResolvedPart
     final_norm: ResolvedPart
-    layers: list[dict[str, ResolvedPart]] = field(default_factory=list)
+    groups: list[ResolvedGroup] = field(default_factory=list)
+    selections: list["range | list[int]"] = field(default_factory=list)
+
+    @property
+    def layers(self) -> list[dict[str, ResolvedPart]]:
+        """The parts of every layer, in order (one entry per layer: use :attr:`groups` for sizes)."""
+        by_signature = {g.group.overrides: g.parts for g in self.groups}
+        return [by_signature[overrides_of_layer(i, self.selections)] for i in range(self.spec.n_layers)]
 
 
 def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel | None, list[Problem]]:
-    """Resolve every component the model section names; report every problem, each once."""
+    """Resolve every component the model section names; report every problem, each once.
+
+    Layers that share a block are resolved once (work grows with the number of
+    distinct blocks, not of layers).
+    """
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
 
@@ -56,36 +76,36 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
                 add(p)
         return None
 
-    # Where each layer's fields came from: the base block, or the last override that touched them.
-    origin = [{f: join_path("model", ["block", f]) for f in BLOCK_FIELDS} for _ in range(model.n_layers)]
+    selections: list[range | list[int]] = []
     for j, override in enumerate(model.layers):
         try:
-            indices = override.layer_indices(model.n_layers)
+            selections.append(override.layer_selection(model.n_layers))
         except ValueError as exc:
             add(Problem(join_path("model", ["layers", j, "select"]), str(exc)))
-            continue
-        for i in indices:
-            for f in BLOCK_FIELDS:
-                if getattr(override, f) is not None:
-                    origin[i][f] = join_path("model", ["layers", j, f])
+            selections.append([])
     if problems:
         return None, problems
 
     positional = resolve("positional", model.positional.as_dict(), "model.positional")
     final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
     final_norm = resolve("norm", model.final_norm_ref(), final_path)
-    layers = []
-    for i, block in enumerate(model.layer_blocks()):
+    groups = []
+    for group in group_layers(model.n_layers, selections):
+        block = model.block_with(group.overrides)
         parts = {}
         for f in BLOCK_FIELDS:
-            kind = "layout" if f == "layout" else f
-            part = resolve(kind, block[f], origin[i][f])
+            # Where this field came from: the base block, or the last override that touched it.
+            origin = join_path("model", ["block", f])
+            for j in group.overrides:
+                if getattr(model.layers[j], f) is not None:
+                    origin = join_path("model", ["layers", j, f])
+            part = resolve("layout" if f == "layout" else f, block[f], origin)
             if part is not None:
                 parts[f] = part
-        layers.append(parts)
+        groups.append(ResolvedGroup(group, parts))
     if problems or positional is None or final_norm is None:
         return None, problems
-    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, layers=layers), []
+    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, groups=groups, selections=selections), []
 
 
 def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
@@ -121,11 +141,11 @@ def validate_spec(data: dict[str, Any], *, registry: Registry, source: str | Non
     if problems:
         raise SpecError(problems, source=source)
     if check_sizes:
-        from specformer.builder import assemble
+        from specformer.sizes import estimate_resolved
 
         assert resolved is not None
         try:
-            assemble(resolved, device="meta")
+            estimate_resolved(resolved)  # one block per distinct layer, on the meta device
         except SpecError as exc:
             raise SpecError(exc.problems, source=source) from None
     from specformer.plugins import get_plugin_manager

@@ -1,0 +1,125 @@
+"""How big a spec'd model is, found without building it.
+
+The estimate builds, on the ``meta`` device (shapes only, no memory), the model's
+skeleton (embedding, positional scheme, final norm, head) and one block per distinct
+layer (see :mod:`specformer.layer_groups`), then multiplies each block by the number
+of layers that share it. Its cost does not grow with ``n_layers``, so ``validate`` and
+``summary`` stay fast for any size, and ``build``/``load`` can refuse a model that
+would not fit before allocating it (:mod:`specformer.memory`).
+
+Components are assumed to have the same parameter shapes at every layer index that
+shares a block (true of every built-in: shapes follow params and sizes only).
+
+Public: :func:`estimate` (a spec, file or dict in; a :class:`SizeEstimate` out) and
+:func:`model_bytes` (bytes of parameters and buffers in a dtype).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from specformer.errors import Problem, SpecError
+from specformer.validate import ResolvedModel
+
+#: Largest byte count any model may have: beyond it no address space holds the weights.
+ADDRESSABLE_BYTES = 2**63 - 1
+
+
+@dataclass
+class SizeEstimate:
+    """A model's shapes: its skeleton and each distinct block with how many layers use it (all on meta)."""
+
+    skeleton: nn.Module  # the Decoder with no blocks: embedding, positional, final norm, head
+    blocks: list[tuple[nn.Module, int]] = field(default_factory=list)  # (block, layers sharing it)
+
+    @property
+    def n_layers(self) -> int:
+        return sum(count for _, count in self.blocks)
+
+    @property
+    def parameters(self) -> int:
+        """Number of parameters (a tied embedding counted once)."""
+        return sum(p.numel() * count for p, count in self._tensors(buffers=False))
+
+    def parameter_bytes(self, dtype: torch.dtype | None = None) -> int:
+        """Bytes of the parameters when floating ones are held in ``dtype`` (default: as built, float32)."""
+        return sum(_bytes(p, dtype) * count for p, count in self._tensors(buffers=False))
+
+    def buffer_bytes(self, dtype: torch.dtype | None = None) -> int:
+        """Bytes of the buffers (RoPE tables, masks) when floating ones are held in ``dtype``."""
+        return sum(_bytes(b, dtype) * count for b, count in self._tensors(buffers=True))
+
+    def total_bytes(self, dtype: torch.dtype | None = None) -> int:
+        """Parameters and buffers: what :func:`specformer.build` allocates."""
+        return self.parameter_bytes(dtype) + self.buffer_bytes(dtype)
+
+    def _tensors(self, *, buffers: bool) -> Iterator[tuple[torch.Tensor, int]]:
+        parts = [(self.skeleton, 1), *self.blocks]
+        for module, count in parts:
+            seen: set[int] = set()
+            tensors = module.buffers() if buffers else module.parameters()
+            for t in tensors:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    yield t, count
+
+
+def estimate(spec: "Any", *, registry: Any = None) -> SizeEstimate:
+    """The :class:`SizeEstimate` of a spec (a :class:`~specformer.spec.Spec`, a file path or a dict).
+
+    The spec is validated first (a :class:`SpecError` if it does not); nothing is allocated.
+    """
+    from specformer.plugins import get_registry
+    from specformer.spec import load_spec
+    from specformer.validate import resolve_model
+
+    registry = registry or get_registry()
+    loaded = load_spec(spec, registry=registry, check_sizes=False)
+    resolved, problems = resolve_model(loaded.model, registry)
+    if problems:
+        raise SpecError(problems, source=str(spec) if isinstance(spec, (str, Path)) else None)
+    assert resolved is not None
+    return estimate_resolved(resolved)
+
+
+def model_bytes(spec: "Any", *, dtype: torch.dtype | None = None, registry: Any = None) -> int:
+    """Bytes the parameters and buffers of ``spec``'s model take in ``dtype`` (default float32), unallocated."""
+    return estimate(spec, registry=registry).total_bytes(dtype)
+
+
+def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
+    """Build the skeleton and one block per distinct layer on meta; SpecError for sizes that cannot exist.
+
+    This is also the size check of validation: each component checks its own sizes
+    while being constructed, and the heads of every distinct block must agree.
+    """
+    from specformer.builder import check_same_heads, make_block, make_decoder
+
+    m = resolved.spec
+    with torch.device("meta"):
+        blocks = [(make_block(g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
+        attentions = [b.attention for b, _ in blocks]
+        check_same_heads(attentions)
+        skeleton = make_decoder(resolved, [], first_attention=attentions[0])
+    result = SizeEstimate(skeleton=skeleton, blocks=blocks)
+    total = result.total_bytes()
+    if total > ADDRESSABLE_BYTES:
+        raise SpecError([Problem(
+            "model",
+            f"the model would need {total:.3e} bytes for its {result.parameters:.3e} parameters, "
+            f"more than any machine can address (2^63 bytes); make the sizes smaller",
+        )])
+    return result
+
+
+def _bytes(t: torch.Tensor, dtype: torch.dtype | None) -> int:
+    held = dtype if dtype is not None and t.is_floating_point() else t.dtype
+    return t.numel() * torch.empty((), dtype=held).element_size()
+
+
+__all__ = ["ADDRESSABLE_BYTES", "SizeEstimate", "estimate", "estimate_resolved", "model_bytes"]
