@@ -70,7 +70,7 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
-_BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+_BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
 
 def format_bytes(n: float) -> str:

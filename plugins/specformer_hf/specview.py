@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Collection
 
 from specformer.errors import UserError
+from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
 
 
@@ -70,7 +71,7 @@ class SpecView:
         """``part`` if its kind is one of ``kinds``; otherwise the spec has no equivalent in ``family``."""
         if part["kind"] not in kinds:
             raise NotExpressible(
-                f"{path}.kind",
+                join_path(path, ["kind"]),
                 f"{part['kind']!r} has no equivalent in Hugging Face {family} (which uses {' or '.join(repr(k) for k in kinds)})",
             )
         return part
@@ -183,12 +184,12 @@ def differences(ours: Any, theirs: Any, path: str = "") -> list[tuple[str, Any, 
     if isinstance(ours, dict) and isinstance(theirs, dict) and ours.get("kind") == theirs.get("kind"):
         out = []
         for key in sorted(set(ours) | set(theirs), key=str):
-            out += differences(ours.get(key), theirs.get(key), f"{path}.{key}" if path else str(key))
+            out += differences(ours.get(key), theirs.get(key), join_path(path, [str(key)]))
         return out
     if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
         out = []
         for i, (a, b) in enumerate(zip(ours, theirs)):
-            out += differences(a, b, f"{path}[{i}]")
+            out += differences(a, b, join_path(path, [i]))
         return out
     if _same(ours, theirs):
         return []

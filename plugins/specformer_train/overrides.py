@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from specformer.errors import UserError
+from specformer.messages import join_path
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -56,7 +57,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 # A component named by a bare string (`norm: rmsnorm`) gains params: {kind: rmsnorm, ...}.
                 child = node[part] = {"kind": child}
             elif not isinstance(child, dict):
-                where = ".".join(parts[: depth + 1])
+                where = join_path("", parts[: depth + 1])
                 raise UserError(f"--set {item!r}: {where} is {child!r}, not a section that can hold {parts[depth + 1]!r}")
             node = child
         node[parts[-1]] = value

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from specformer.errors import UserError
+from specformer.messages import format_bytes
 
 from specformer_train.atomic import OutputError, temp_sibling
 from specformer_train.checkpointing import checkpoint_root, earlier_run_files, step_dirs
@@ -78,8 +79,4 @@ def _size(path: Path) -> int:
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+    return format_bytes(n)  # the one size style of every specformer message: 576 B, 36.9 KiB

@@ -171,3 +171,25 @@ def test_summary_prints_kv_cache_sizes_in_the_one_size_style():
     # 2 (k and v) x 12 layers x 768 channels x 4 bytes = 73,728 B per token in fp32; 1024 tokens of bf16.
     assert "KV cache / token               72.0 KiB fp32, 36.0 KiB bf16\n" in text
     assert text.endswith("KV cache at full context       36.0 MiB bf16 per sequence")
+
+
+# -- the plugins print sizes and paths with the core's functions ---------------------------
+
+
+def test_plugins_format_sizes_and_paths_with_the_core_functions():
+    from specformer_hf.specview import differences
+    from specformer_train.overrides import apply_overrides
+    from specformer_train.rundir import _human
+
+    assert [_human(n) for n in (576, 37_786, 3 * 2**30)] == ["576 B", "36.9 KiB", "3.0 GiB"]
+    assert differences({"a": [1, {"b": 2}], "c": 1}, {"a": [1, {"b": 3}], "c": 1}) == [("a[1].b", 2, 3)]
+    with pytest.raises(specformer.UserError, match=r"--set 'train.lr.x=1': train.lr is 0.1, not a section"):
+        apply_overrides({"train": {"lr": 0.1}}, ["train.lr.x=1"])
+
+
+def test_a_bad_sampler_given_outside_a_spec_uses_the_one_path_format():
+    from specformer_generate.samplers.pipeline import build_sampler
+
+    with pytest.raises(specformer.SpecError) as info:
+        build_sampler([{"kind": "top_k", "k": 3}, {"kind": "topp"}, {"kind": "top_k", "kk": 1}])
+    assert [p.path for p in info.value.problems] == ["sampler[1].kind", "sampler[2].k", "sampler[2].kk"]
