@@ -1,34 +1,40 @@
 # Two commands for a fresh machine (Python 3.10+ with venv):
 #   make demo   set up .venv, train a small model on a real corpus, sample from it
-#   make test   set up .venv, run the test suite and build the docs strictly
+#   make test   set up .venv, run the test suite (it includes the strict docs build)
+# specformer is installed into .venv, not onto your PATH: `. .venv/bin/activate` first.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Quiet pip: no progress bars, no "new release of pip" notice; warnings and errors still show.
+PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
 
 .PHONY: demo test test-slow docs bench clean
 
-$(STAMP): pyproject.toml tests/fixtures/toy_plugin/pyproject.toml
+$(STAMP): pyproject.toml
+	@echo "setting up $(VENV) (once: PyTorch's CPU build, specformer and its train/test/docs extras)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools
+	$(PIP) install --upgrade pip setuptools
 	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[train,test,docs]'
-	# A third-party plugin package, installed the way a user would install one.
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e tests/fixtures/toy_plugin
-	touch $(STAMP)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[train,test,docs]'
+	# Older versions installed the tests' plugins here, where they showed up in every catalogue;
+	# the tests now stage them on their own.
+	@$(PIP) uninstall --yes specformer-toy specformer-tutorial 2>/dev/null || true
+	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/specformer train specs/tiny.yaml
+	@echo "specformer is in $(VENV): '. $(VENV)/bin/activate' puts it on your PATH (or run $(VENV)/bin/specformer)"
 
+# The suite builds the docs with `mkdocs build --strict` itself (tests/docs), so it is not built twice.
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+	$(VENV)/bin/mkdocs serve
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py

@@ -17,6 +17,30 @@ sys.path.insert(0, str(REPO / "tests"))  # `from conftest import ...` under --im
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
+from fixtures.isolated_plugin import StagedPlugin, stage  # noqa: E402  (needs tests/ on sys.path, above)
+
+TOY_PLUGIN = REPO / "tests" / "fixtures" / "toy_plugin"
+TUTORIAL = REPO / "examples" / "specformer-tutorial"
+
+
+@pytest.fixture(scope="session")
+def toy_plugin_staged(tmp_path_factory) -> StagedPlugin:
+    """The toy third-party plugin (``toy_unitnorm``), laid out once per session outside the environment."""
+    return stage(TOY_PLUGIN, tmp_path_factory.mktemp("toy_plugin"))
+
+
+@pytest.fixture
+def toy_plugin(toy_plugin_staged: StagedPlugin):
+    """The toy plugin visible to this interpreter through its entry point, for one test only."""
+    with toy_plugin_staged.active() as staged:
+        yield staged
+
+
+@pytest.fixture(scope="session")
+def tutorial_staged(tmp_path_factory) -> StagedPlugin:
+    """The plugin tutorial's package (examples/specformer-tutorial), laid out once per session."""
+    return stage(TUTORIAL, tmp_path_factory.mktemp("tutorial_plugin"))
+
 
 @pytest.fixture
 def tiny_spec() -> dict:

@@ -5,6 +5,8 @@ docs/): the component catalogue, the spec, hooks and CLI references, and one Pyt
 page per module. ``<!-- specformer-output: ARGS -->`` lines in any page become the real
 output of ``specformer ARGS``. Pages written alongside features are listed in
 ``mkdocs.yml`` and left out of the navigation while they do not exist (``OPTIONAL_PAGES``).
+The plugins documented are the built-in ones unless ``extra.specformer_plugins`` in
+``mkdocs.yml`` (``SPECFORMER_DOCS_PLUGINS``) says ``installed`` (``docsgen.plugin_scope``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import logging
 import sys
 from pathlib import Path
 
+from mkdocs.exceptions import ConfigurationError
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from docsgen.pages import Generated, api_nav, catalogue_nav, generate  # noqa: E402
+from docsgen.plugin_scope import load_plugins  # noqa: E402
 from docsgen.transcripts import expand  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.specformer_docs")
@@ -48,6 +52,11 @@ def _fit_nav(items: list, docs_dir: Path) -> list:
 
 def on_config(config, **kwargs):
     global _generated
+    try:
+        documented = load_plugins(str(config.extra.get("specformer_plugins", "builtin")))
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    log.debug("documenting plugins: %s", ", ".join(documented))
     _generated = generate()
     if config.nav:
         config.nav = _fit_nav(config.nav, Path(config.docs_dir))

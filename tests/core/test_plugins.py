@@ -23,18 +23,29 @@ def fresh_plugins():
     plugins.reset()
 
 
-def test_third_party_plugin_is_found_through_its_entry_point(tiny_spec):
+def test_third_party_plugin_is_found_through_its_entry_point(toy_plugin, tiny_spec):
     names = {ep.name for ep in importlib.metadata.entry_points(group="specformer")}
-    assert "toy" in names, (
-        "the test plugin is not installed: pip install --no-deps -e tests/fixtures/toy_plugin (make test does this)"
-    )
+    assert "toy" in names
     component = specformer.get_registry().get("norm", "toy_unitnorm")
     assert component.plugin == "toy"
+    info = {i.name: i for i in plugins.plugin_infos()}["toy"]
+    assert (info.distribution, info.version, info.module) == ("specformer-toy", "0.0.1", "specformer_toy.plugin")
     tiny_spec["model"]["block"]["norm"] = {"kind": "toy_unitnorm", "eps": 1e-5}
     model = specformer.build(tiny_spec, seed=0)
     x = torch.randn(2, 3, 32)
     norm = model.blocks[0].attention_norm
     torch.testing.assert_close(norm(x), x / (x.norm(dim=-1, keepdim=True) + 1e-5) * 32**0.5)
+
+
+def test_the_test_plugins_are_not_installed_in_the_environment():
+    """The fixture plugin and the tutorial's package are staged per test, never left where a user sees them."""
+    plugins.reset()
+    names = {ep.name for ep in importlib.metadata.entry_points(group="specformer")}
+    assert not names & {"toy", "tutorial"}, (
+        f"{sorted(names & {'toy', 'tutorial'})} installed in this environment: `pip uninstall specformer-toy "
+        "specformer-tutorial`; tests stage them with the toy_plugin / tutorial_staged fixtures"
+    )
+    assert not any(c.name in ("toy_unitnorm", "dyt") for c in specformer.get_registry())
 
 
 def test_built_in_plugins_are_entry_points_like_any_other():

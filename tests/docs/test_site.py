@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import importlib.metadata
 import inspect
 import json
 import re
@@ -185,3 +186,39 @@ def test_search_index_has_every_component_heading(built_site: Path):
     locations = {doc["location"] for doc in index["docs"]}
     for component in get_registry():
         assert f"catalogue/{component.kind}/#{component.name}" in locations, f"{component.name} not in the search index"
+
+
+def test_a_plain_build_prints_no_banner_and_no_warning(site_build):
+    """`mkdocs build` as a user types it: mkdocs.yml silences the theme's banner, nothing is warned."""
+    _, result = site_build
+    output = result.stdout + result.stderr
+    assert "NO_MKDOCS_2_WARNING" not in output and "end of life" not in output, output
+    assert "WARNING" not in output, output
+
+
+def test_the_site_documents_the_built_in_plugins_only(built_site: Path):
+    from docsgen.plugin_scope import BUILTIN_DISTRIBUTION
+
+    built_in = {ep.name for ep in importlib.metadata.entry_points(group="specformer")
+                if ep.dist is not None and ep.dist.name == BUILTIN_DISTRIBUTION}
+    assert built_in >= {"layers", "generate", "train", "hf"}
+    named = set()
+    for page in (built_site / "catalogue").glob("*/index.html"):
+        named |= set(re.findall(r"plugin <strong><code>(\w+)</code>", page.read_text(encoding="utf-8")))
+    assert named and named <= built_in, named
+
+
+def test_the_plugin_scope_is_checked_and_narrows_the_registry(toy_plugin):
+    from docsgen.plugin_scope import load_plugins
+
+    try:
+        assert "toy" in load_plugins("installed")
+        assert get_registry().get("norm", "toy_unitnorm").plugin == "toy"
+        documented = load_plugins("builtin")
+        assert "toy" not in documented and {"layers", "generate", "train", "hf"} <= set(documented)
+        assert "toy_unitnorm" not in get_registry().names("norm")
+        assert "toy" in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}  # restored
+        with pytest.raises(ValueError, match="SPECFORMER_DOCS_PLUGINS is 'all'; accepted: builtin, installed"):
+            load_plugins("all")
+    finally:
+        load_plugins("installed")

@@ -181,8 +181,9 @@ def catalogue_pages(registry: Registry) -> tuple[dict[str, str], dict[str, list[
         "",
         f"Every component registered right now: **{total}** components of **{len(kinds)}** kinds, from "
         f"{len({c.plugin for c in registry})} plugins. This page is generated from the live registry each "
-        "time the site is built, so it lists exactly what `specformer components` lists, including "
-        "components of any plugin installed when the site was built.",
+        "time the site is built, so it lists exactly what `specformer components` lists for specformer's "
+        "built-in plugins. To see your own plugin's components here too, build the site with every "
+        "installed plugin: `SPECFORMER_DOCS_PLUGINS=installed mkdocs serve`.",
         "",
         "Each entry shows the registering plugin, the paper, every param with its type, default and meaning, "
         "and the smallest spec fragment that uses it (checked against the registry at build time). "
