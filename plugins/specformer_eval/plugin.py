@@ -9,11 +9,17 @@ from specformer.hookspecs import hookimpl
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_eval import cli
+    from specformer_eval import cli, inspect_cli
 
     commands.add(
         "eval",
         help="Measure a checkpoint: loss, perplexity and bits per byte over text (sliding windows, streamed).",
         configure=cli.configure,
         run=cli.run,
+    )
+    commands.add(
+        "inspect",
+        help="Draw one forward pass of a checkpoint: attention maps, one token's attention, the logit lens, a page.",
+        configure=inspect_cli.configure,
+        run=inspect_cli.run,
     )

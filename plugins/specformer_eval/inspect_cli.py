@@ -1,0 +1,82 @@
+"""``specformer inspect CHECKPOINT --prompt TEXT --out DIR [--token T]``: pictures of one forward pass.
+
+Writes ``attention.png`` (every layer's and head's attention), ``attention-<token>.png``
+(where the ``--token`` looks, per layer), ``logit-lens.png`` (each layer's prediction) and
+``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import torch
+
+from specformer.errors import UserError
+from specformer_train.threads import auto_threads
+
+from specformer_eval.figures import attention_grid, attention_lines, lens_grid
+from specformer_eval.inspection import Inspection, choose_token, inspect_prompt
+from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.page import write_page
+
+EPILOG = """\
+example:
+  specformer inspect runs/tiny/model.safetensors --prompt "def add(a, b):" --token b --out inspect/
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("--prompt", required=True, help="the text to run through the model")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the pictures and index.html to")
+    parser.add_argument("--token", metavar="T",
+                        help="the query token of attention-<token>.png: a position (negative counts from the end) "
+                             "or a token's text (its last occurrence); default: the last token")
+    parser.add_argument("--top-k", type=int, default=5, metavar="K", help="tokens the logit lens lists per cell (default 5)")
+    parser.add_argument("--tokenizer", metavar="FILE", help="a tokenizer.json, for a checkpoint that stores no tokenizer")
+    parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.top_k < 1:
+        raise UserError(f"--top-k must be at least 1, got {args.top_k}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {args.out}: exists and is not a folder")
+    model = load_model(args.checkpoint, device=args.device)
+    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    if next(model.parameters()).device.type == "cpu":
+        torch.set_num_threads(auto_threads())
+    inspection = inspect_prompt(model, tokenizer, args.prompt, k=args.top_k)
+    position = choose_token(inspection, args.token)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
+    written = write_inspection(inspection, out=out, position=position, title=f"{args.checkpoint}: {args.prompt!r}")
+    for path in written:
+        print(path)
+    return 0
+
+
+def write_inspection(inspection: Inspection, *, out: Path, position: int, title: str) -> list[Path]:
+    """The four files of ``specformer inspect`` in ``out``; their paths, index.html last."""
+    grid = attention_grid(inspection, out / "attention.png")
+    lines = attention_lines(inspection, position, out / f"attention-{token_slug(inspection, position)}.png")
+    lens = lens_grid(inspection, out / "logit-lens.png")
+    page = write_page(inspection, path=out / "index.html", title=title, position=position, images={
+        "attention: every layer and head": grid,
+        f"attention of token {position} {inspection.labels[position]!r}, per layer": lines,
+        "logit lens": lens,
+    })
+    return [grid, lines, lens, page]
+
+
+def token_slug(inspection: Inspection, position: int) -> str:
+    """The token's text as a file-name part (letters, digits, '-', '_'), else its position."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "", inspection.labels[position])[:40]
+    return slug or str(position)

@@ -1,0 +1,141 @@
+"""``specformer inspect``: the four files, what they hold, the token choice, user errors, and the page in
+headless Chromium (skipped, with the reason, where Chromium is not installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import specformer
+from specformer.cli import main
+from specformer_eval import capture, logit_lens
+from specformer_eval.inspection import choose_token, inspect_prompt
+
+from .support import BYTES, byte_model, save_with_tokenizer
+
+REPO = Path(__file__).resolve().parents[3]
+ARTIFACTS = REPO / "artifacts" / "inspect"
+PROMPT = "def add(a, b): return a + b"
+
+
+def _docs_browser():
+    """tests/docs/docs_browser.py, the project's dependency-free Chromium driver."""
+    if "docs_browser" in sys.modules:
+        return sys.modules["docs_browser"]
+    spec = importlib.util.spec_from_file_location("docs_browser", REPO / "tests" / "docs" / "docs_browser.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_browser"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_with_tokenizer(byte_model(), tmp_path_factory.mktemp("ckpt") / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def written(checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("inspect") / "out"
+    code = main(["inspect", str(checkpoint), "--prompt", PROMPT, "--token", "b", "--out", str(out), "--top-k", "3"])
+    assert code == 0
+    return out
+
+
+def test_writes_the_four_files(written):
+    names = sorted(p.name for p in written.iterdir())
+    assert names == ["attention-b.png", "attention.png", "index.html", "logit-lens.png"]
+    from matplotlib.image import imread
+
+    for name in ("attention.png", "attention-b.png", "logit-lens.png"):
+        image = imread(written / name)
+        assert image.ndim == 3 and min(image.shape[:2]) > 200, name
+        assert image[..., :3].std() > 0.05, f"{name} is blank"
+
+
+def test_the_page_is_self_contained_and_holds_the_numbers(written, checkpoint):
+    page = (written / "index.html").read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "the page must not load anything"
+    assert "<link" not in page and page.count("data:image/png;base64,") == 3
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    model = specformer.load(checkpoint)
+    ids = torch.tensor([BYTES.encode(PROMPT)])
+    with torch.no_grad(), capture(model, attention=True) as cap:
+        model(ids)
+    attention = np.array(data["attention"])  # (L, H, T, T)
+    assert attention.shape == (2, 4, len(PROMPT), len(PROMPT))
+    assert np.allclose(attention, torch.stack([a[0] for a in cap.attention]).numpy(), atol=1e-4)
+    lens = logit_lens(model, cap, k=3)
+    assert np.allclose(np.array(data["lens"]["probs"]), lens.probs[:, 0].numpy(), atol=1e-4)
+    assert data["lens"]["labels"][-1][0][0] == BYTES.decode([int(lens.ids[-1, 0, 0, 0])]).replace(" ", "·")
+    assert data["tokens"][3] == "·" and data["position"] == PROMPT.rindex("b")
+
+
+def test_the_token_is_a_position_or_a_text():
+    model = byte_model()
+    inspection = inspect_prompt(model, BYTES, "ab ab")
+    assert choose_token(inspection, None) == 4
+    assert choose_token(inspection, "a") == 3 and choose_token(inspection, "1") == 1
+    assert choose_token(inspection, "-2") == 3 and choose_token(inspection, " ") == 2
+    assert np.allclose(inspection.attention.sum(-1), 1.0, atol=1e-5)
+    assert inspection.lens_probs.shape == (3, 5, 5) and (np.diff(inspection.lens_probs, axis=-1) <= 0).all()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--token", "zz"], "--token 'zz' is not one of the prompt's tokens"),
+    (["--token", "99"], "--token 99: the prompt has 27 tokens"),
+    (["--prompt", ""], "--prompt is empty"),
+    (["--prompt", "x" * 40], "--prompt is 40 tokens long, more than the model's context of 32"),
+    (["--top-k", "0"], "--top-k must be at least 1"),
+])
+def test_user_errors(capsys, checkpoint, tmp_path, args, message):
+    argv = ["inspect", str(checkpoint), "--prompt", PROMPT, "--out", str(tmp_path / "o")]
+    argv[argv.index("--prompt") + 1 : argv.index("--prompt") + 2] = [PROMPT]
+    if "--prompt" in args:
+        argv[argv.index("--prompt") + 1] = args[args.index("--prompt") + 1]
+        args = [a for i, a in enumerate(args) if i not in (args.index("--prompt"), args.index("--prompt") + 1)]
+    code = main(argv + args)
+    _, err = capsys.readouterr()
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "index.html").exists()
+
+
+def test_the_page_in_headless_chromium(written):
+    browser_module = _docs_browser()
+    if not browser_module.CHROMIUM.exists():
+        pytest.skip(f"{browser_module.CHROMIUM} is not installed (Debian: apt-get install chromium); "
+                    "the browser check of the inspect page needs it")
+    browser = browser_module.Browser(width=1400, height=1000)
+    try:
+        with browser_module.serve(written) as url:
+            browser.goto(f"{url}index.html")
+            browser.wait_for("document.body.dataset.ready === '1'")
+            rows = browser.evaluate("document.querySelectorAll('#lens tr').length")
+            cells = browser.evaluate("document.querySelectorAll('#heat td').length")
+            assert rows == 1 + 3 and cells == len(PROMPT) ** 2
+            # Hover one logit-lens cell: the tooltip shows its exact top-3 probabilities.
+            box = browser.evaluate("(() => { const r = document.querySelector('#lens tr:nth-child(4) td:nth-of-type(5)')"
+                                   ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+            browser.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=box[0], y=box[1])
+            tip = browser.wait_for("document.getElementById('tip').style.display === 'block' && "
+                                   "document.getElementById('tip').textContent")
+            data = json.loads(browser.evaluate("document.getElementById('data').textContent"))
+            expected = f"{data['lens']['probs'][2][4][0]:.4f}"
+            assert "after layer 1, after token 4" in tip and expected in tip, tip
+            # Hover a token: earlier tokens are shaded by the attention it pays them.
+            box = browser.evaluate("(() => { const r = document.querySelector('#tokens span:nth-child(10)')"
+                                   ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+            browser.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=box[0], y=box[1])
+            shaded = browser.evaluate("[...document.querySelectorAll('#tokens span')].map(s => s.style.background)")
+            assert all(s.startswith("rgba") for s in shaded[:10]) and all(s in ("", "transparent") for s in shaded[10:])
+            shot = browser.screenshot(ARTIFACTS / "index.png", full_page=True)
+            assert shot.stat().st_size > 20_000
+    finally:
+        browser.close()
