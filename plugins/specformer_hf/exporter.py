@@ -1,4 +1,8 @@
-"""Export: a Decoder -> a Hugging Face model directory (config.json + model.safetensors [+ tokenizer.json]).
+"""Export: a Decoder -> a Hugging Face model directory.
+
+It holds config.json, model.safetensors and generation_config.json, plus tokenizer.json
+and tokenizer_config.json when the model has a BPE tokenizer: what transformers'
+``pipeline("text-generation", DIR)`` needs as it is.
 
 The family is chosen by trying each one: its ``to_config`` writes the config, which is
 then read back with the same family and compared with the spec on everything that
@@ -22,7 +26,11 @@ from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.output import check_directory_target, staged_directory
 from specformer_hf.reader import CONFIG, TOKENIZER, WEIGHTS
+from specformer_hf.tokenizer_file import TOKEN_ID_FIELDS, special_token_ids, tokenizer_config
 from specformer_hf.rules import Site
+
+GENERATION_CONFIG = "generation_config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 from specformer_hf.specview import NotExpressible, SpecView, describe_differences, differences, math_view
 
 
@@ -84,7 +92,9 @@ def to_hf(
     the spec exactly is used, trying ``prefer`` first. Non-architectural fields of
     ``base_config`` (token ids and the like) are kept. Both default to what a model made
     by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
-    tokenizer (specformer's BPE tokenizer) is written as tokenizer.json.
+    tokenizer (specformer's BPE tokenizer) is written as tokenizer.json with a
+    tokenizer_config.json naming its special tokens; generation_config.json holds the
+    bos/eos/pad ids (the source config's, else the tokenizer's).
 
     The folder is written complete or not at all (see :mod:`specformer_hf.output`): one that
     already holds files is refused, or with ``force`` replaced once the new one is complete.
@@ -102,7 +112,9 @@ def to_hf(
     # Token ids are not part of the spec: keep the source's, else say there are none, because a
     # family's defaults (Phi-3's pad id 32000, say) may not even exist in this vocabulary.
     kept = {k: v for k, v in base_config.items() if k in NON_MATH_FIELDS and k not in _NOT_KEPT}
-    kept = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kept}
+    # Where the source says nothing, the stored tokenizer's own end, start and padding tokens fill in.
+    from_tokenizer = special_token_ids(tokenizer, vocab_size=model.vocab_size)
+    kept = {**{k: from_tokenizer.get(k) for k in TOKEN_ID_FIELDS}, **{k: v for k, v in kept.items() if v is not None}}
     dtypes = {t.dtype for t in model.state_dict().values() if t.is_floating_point()}
     dtype = {"dtype": str(dtypes.pop()).removeprefix("torch.")} if len(dtypes) == 1 else {}
     config = {**kept, **config, **dtype}
@@ -110,9 +122,13 @@ def to_hf(
     with staged_directory(Path(path), force=force) as stage:
         write_safetensors_atomic(hf_tensors(chosen, model), stage / WEIGHTS, {"format": "pt"})
         (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        generation = {k: config[k] for k in TOKEN_ID_FIELDS if config.get(k) is not None}
+        (stage / GENERATION_CONFIG).write_text(json.dumps(generation, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         inner = getattr(tokenizer, "inner", None)
         if inner is not None and hasattr(inner, "to_str"):
             (stage / TOKENIZER).write_text(inner.to_str(), encoding="utf-8")
+            settings = tokenizer_config(inner, config, context_length=spec.model.context_length)
+            (stage / TOKENIZER_CONFIG).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(path)
 
 

@@ -141,4 +141,46 @@ def _vocab_size(checkpoint: Path, metadata: dict[str, str]) -> int:
     return vocab
 
 
-__all__ = ["attach_tokenizer", "end_of_text", "eos_token_id", "load_tokenizer_json", "no_tokenizer"]
+# -- export ---------------------------------------------------------------------------------
+
+#: Token ids a transformers config and generation_config.json carry.
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def special_token_ids(tokenizer: Any, *, vocab_size: int) -> dict[str, int]:
+    """bos/eos/pad ids a stored tokenizer knows: its end-of-text id, and specformer's ``<|bos|>`` and
+    ``<|pad|>`` (the byte tokenizer's fixed ids, or those tokens in a BPE vocabulary)."""
+    if tokenizer is None:
+        return {}
+    inner = getattr(tokenizer, "inner", None)
+    found = {"eos_token_id": getattr(tokenizer, "eot_id", None)}
+    for field, attribute, token in (("bos_token_id", "bos_id", "<|bos|>"), ("pad_token_id", "pad_id", "<|pad|>")):
+        value = getattr(tokenizer, attribute, None)
+        if value is None and inner is not None:
+            value = inner.token_to_id(token)
+        found[field] = value
+    return {k: v for k, v in found.items() if isinstance(v, int) and 0 <= v < vocab_size}
+
+
+def tokenizer_config(inner: Any, ids: dict[str, Any], *, context_length: int) -> dict[str, Any]:
+    """tokenizer_config.json for a tokenizer.json: the fast tokenizer class (transformers 4 and 5 load it from
+    tokenizer.json alone) and the special tokens, so pipelines know where text ends and what pads a batch."""
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": context_length,
+        "clean_up_tokenization_spaces": False,
+    }
+    for field in TOKEN_ID_FIELDS:
+        value = ids.get(field)
+        if isinstance(value, list):  # several end tokens (Llama 3): the tokenizer names the first
+            value = value[0] if value else None
+        token = inner.id_to_token(value) if isinstance(value, int) else None
+        if token is not None:
+            config[field.removesuffix("_id")] = token
+    return config
+
+
+__all__ = [
+    "TOKEN_ID_FIELDS", "attach_tokenizer", "end_of_text", "eos_token_id", "load_tokenizer_json", "no_tokenizer",
+    "special_token_ids", "tokenizer_config",
+]
