@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +58,13 @@ def _vocab_300(tmp_path: Path) -> list[str]:
     (lambda d: ["--resume"], "has no checkpoint to resume from"),
     (lambda d: ["--set", "train.device=gpu0"], "train.device 'gpu0' is not a device; accepted: auto, cpu"),
     (lambda d: ["--set", "train.distributed=ddp"], "needs a launch by torchrun"),
+    (lambda d: ["--set", "train.lr=1e308"], "train.lr: Input should be less than or equal to 10"),
+    (lambda d: ["--set", "train.lr=.inf"], "train.lr: Input should be a finite number"),
+    (lambda d: ["--set", "train.grad_clip=.nan"], "train.grad_clip: Input should be a finite number"),
+    (lambda d: ["--set", "train.steps=true"], "train.steps: must be a number, not a boolean"),
+    (lambda d: ["--set", "train.lr=true"], "train.lr: must be a number, not a boolean"),
+    (lambda d: ["--set", "train.threads=0"], "train.threads: must be auto or a thread count from 1 to 1024"),
+    (lambda d: ["--new-data"], "--new-data only applies with --resume"),
 ])
 def test_bad_input_exits_2_with_one_clear_message(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                   extra, needle: str) -> None:
@@ -69,3 +80,38 @@ def test_a_tokenized_array_trains(tmp_path: Path, spec_file: Path, capsys: pytes
     code = main(["train", str(spec_file), "--data", str(tmp_path / "ids.npy"), "--out", str(tmp_path / "o"),
                  "--steps", "2"])
     assert code == 0, capsys.readouterr().err
+
+
+def test_an_occupied_run_directory_says_how_to_go_on(spec_file: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    assert main(["train", str(spec_file), "--out", str(out), "--steps", "2", "--set", "train.eval_every=0"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(spec_file), "--out", str(out), "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out} holds an earlier run (step-0000002, model.safetensors); continue it with "
+                          "--resume, replace it with --overwrite, or train into another directory with --out DIR")
+    with pytest.raises(SystemExit) as exited:  # argparse's own exit for conflicting flags
+        main(["train", str(spec_file), "--out", str(out), "--resume", "--overwrite"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["train", str(spec_file), "--out", str(out), "--steps", "3", "--overwrite",
+                 "--set", "train.eval_every=0"]) == 0
+    assert "removed 1 checkpoint(s) of the earlier run" in capsys.readouterr().out
+
+
+def test_the_printed_generate_command_works(tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("specformer_generate")
+    prompt = "it's \"the\" $HOME "  # quotes and a dollar: it must reach generate as written
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(data=str(corpus_dir), sample_prompt=prompt, eval_every=0)))
+    out = tmp_path / "out dir"  # a space too
+    assert main(["train", str(spec), "--out", str(out), "--steps", "2"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("try:"))
+    command = line.removeprefix("try:").strip()
+    assert shlex.split(command)[shlex.split(command).index("--prompt") + 1] == prompt
+    new_tokens = int(shlex.split(command)[-1])
+    assert new_tokens + len(prompt.encode()) <= 32  # the tiny model's context
+    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(prompt)
