@@ -32,8 +32,12 @@ def build(
     """Validate ``spec`` (a :class:`Spec`, a file path or a dict) and build its :class:`Decoder`.
 
     Weights are initialised (seeded by ``seed`` when given); ``model.spec`` holds the spec.
+    A model larger than the memory available on ``device`` is refused before anything
+    is allocated (:class:`~specformer.errors.MemoryLimitError`; see :mod:`specformer.memory`).
     """
+    from specformer.memory import check_memory
     from specformer.plugins import get_registry
+    from specformer.sizes import estimate_resolved
 
     registry = registry or get_registry()
     spec = load_spec(spec, registry=registry)
@@ -41,6 +45,10 @@ def build(
     if problems:
         raise SpecError(problems)
     assert resolved is not None
+    if str(device) != "meta":
+        # Built in float32 first, then cast: the float32 size is the peak.
+        needed = estimate_resolved(resolved).total_bytes()
+        check_memory(needed, what="building this model", device=device)
     generator_state = _seeded(seed)
     with generator_state:
         model = assemble(resolved, device=device)

@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specformer.errors import CheckpointError, SpecError
+from specformer.errors import CheckpointError, excerpt
 
 FORMAT = "specformer-checkpoint/1"
 
@@ -66,10 +66,18 @@ def read_metadata(path: str | Path) -> dict[str, str]:
             metadata = f.metadata() or {}
     except Exception as exc:  # safetensors raises its own error types for truncated/garbage files
         raise CheckpointError(f"{path}: not a readable safetensors checkpoint ({type(exc).__name__}: {exc})") from None
-    if metadata.get("format") != FORMAT or "spec" not in metadata:
+    found = metadata.get("format")
+    if found != FORMAT:
+        if found is None:
+            detail = "its header has no 'format' entry" + ("" if "spec" in metadata else " and no 'spec'")
+        elif str(found).startswith("specformer-checkpoint/"):
+            detail = f"its format is {excerpt(found)}, which this version of specformer does not read"
+        else:
+            detail = f"its header says format {excerpt(found)}"
+        raise CheckpointError(f"{path}: a safetensors file but not a specformer checkpoint ({detail}; expected format {FORMAT!r})")
+    if "spec" not in metadata:
         raise CheckpointError(
-            f"{path}: a safetensors file but not a specformer checkpoint (no spec in its header; "
-            f"expected format {FORMAT!r}, found {metadata.get('format')!r})"
+            f"{path}: a specformer checkpoint header without its 'spec' entry; the file is damaged or was not written by specformer.save"
         )
     return metadata
 
@@ -83,22 +91,21 @@ def read_tensors(path: str | Path, *, device: str | torch.device = "cpu") -> dic
 
 
 def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any = None) -> Any:
-    """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly."""
-    from specformer.builder import build
-    from specformer.plugins import get_registry
-    from specformer.provenance import check_installed
+    """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly.
 
-    metadata = read_metadata(path)
-    registry = registry or get_registry()
-    check_installed(metadata, registry, where=str(path))  # "install plugin X", not "unknown norm"
-    try:
-        spec_data = json.loads(metadata["spec"])
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: the spec in the header is not valid JSON ({exc})") from None
-    try:
-        model = build(spec_data, registry=registry)
-    except SpecError as exc:
-        raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
+    Before anything is allocated the header is checked against itself
+    (:func:`specformer.checkpoint_check.check_checkpoint`: format tag, spec, tensor
+    names, shapes and dtypes) and the memory needed against the memory available
+    (:mod:`specformer.memory`).
+    """
+    from specformer.builder import build
+    from specformer.checkpoint_check import check_checkpoint
+    from specformer.memory import check_memory
+
+    checked = check_checkpoint(path, registry=registry)
+    # The model is built in float32, then the file's tensors are read beside it.
+    check_memory(checked.shape.total_bytes() + checked.tensor_bytes, what=f"loading {path}", device="cpu")
+    model = build(checked.spec, registry=registry)
     tensors = read_tensors(path)
     load_weights(model, tensors, where=str(path))
     return model.to(device)
@@ -121,6 +128,16 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], *, wh
         problems.append(f"unexpected tensors: {', '.join(unexpected)}")
     if misshaped:
         problems.append(f"mis-shaped tensors: {', '.join(misshaped)}")
+    not_float = sorted(
+        f"{name} ({tensors[name].dtype})"
+        for name in set(expected) & set(tensors)
+        if expected[name].is_floating_point() and not tensors[name].is_floating_point()
+    )
+    if not_float:
+        problems.append(
+            f"tensors that are not floating point where the model has float weights: {', '.join(not_float)}; "
+            "specformer does not cast integer or bool tensors into weights"
+        )
     if problems:
         raise CheckpointError(f"{where}: does not match its spec; " + "; ".join(problems))
     dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}

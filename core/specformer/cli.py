@@ -150,15 +150,12 @@ def _run_summary(args: argparse.Namespace) -> int:
 
 
 def _spec_from_file_or_checkpoint(path: str) -> Any:
-    from specformer.checkpoint import read_metadata
-    from specformer.plugins import get_registry
-    from specformer.provenance import check_installed
+    """A spec file's spec, or a checkpoint's, checked against the checkpoint's own tensors (nothing loaded)."""
+    from specformer.checkpoint_check import check_checkpoint
     from specformer.spec import load_spec
 
     if path.endswith(".safetensors"):
-        metadata = read_metadata(path)
-        check_installed(metadata, get_registry(), where=path)
-        return load_spec(json.loads(metadata["spec"]))
+        return check_checkpoint(path).spec
     return load_spec(path)
 
 
