@@ -86,10 +86,9 @@ def check_memory(needed: int, *, what: str, device: torch.device | str | None = 
 
 
 def human_bytes(n: float) -> str:
-    for unit, scale in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+    from specformer.messages import format_bytes
+
+    return format_bytes(n)  # the one size style of every specformer message: 576 B, 36.9 KiB
 
 
 def _suggest(needed: int) -> str:

@@ -193,3 +193,9 @@ def test_a_bad_sampler_given_outside_a_spec_uses_the_one_path_format():
     with pytest.raises(specformer.SpecError) as info:
         build_sampler([{"kind": "top_k", "k": 3}, {"kind": "topp"}, {"kind": "top_k", "kk": 1}])
     assert [p.path for p in info.value.problems] == ["sampler[1].kind", "sampler[2].k", "sampler[2].kk"]
+
+
+def test_the_memory_limit_message_uses_the_one_size_style():
+    from specformer.memory import human_bytes
+
+    assert [human_bytes(n) for n in (576, 37_786, 1_048_575, 5 * 2**30)] == ["576 B", "36.9 KiB", "1.0 MiB", "5.0 GiB"]
