@@ -24,7 +24,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from specformer.errors import InputError
-from specformer.messages import parse_error_message
+from specformer.messages import format_bytes, parse_error_message
 
 #: Largest file read (bytes). Spec files and sampler lists are a few kilobytes.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -67,7 +67,7 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int | None = None) -
     except OSError as exc:
         raise InputError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
-        raise InputError(f"{path}: the {what} is larger than {max_bytes:,} bytes, the most accepted")
+        raise InputError(f"{path}: the {what} is larger than {format_bytes(max_bytes)}, the most accepted")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

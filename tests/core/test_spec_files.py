@@ -112,7 +112,7 @@ def test_oversized_file_is_refused_without_reading_it_all(tmp_path, monkeypatch)
     monkeypatch.setattr(datafile, "MAX_FILE_BYTES", 1000)
     path = tmp_path / "big.yaml"
     path.write_text("# " + "x" * 2000 + "\n" + yaml.safe_dump(TINY))
-    with pytest.raises(SpecError, match="larger than 1,000 bytes"):
+    with pytest.raises(SpecError, match="larger than 1000 B, the most accepted"):
         specformer.load_spec(path)
 
 
