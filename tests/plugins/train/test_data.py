@@ -69,3 +69,17 @@ def test_processes_split_each_global_batch_like_one_process() -> None:
     assert [(s.start, s.stop) for s in one] == [(0, 6), (6, 12)]
     with pytest.raises(ValueError, match="reads past the global batch of 12"):
         local_slice(12, micro_batch=3, micro_step=2, rank=0, world_size=2)
+
+
+def test_each_epoch_starts_its_rows_at_its_own_random_offset() -> None:
+    seq_len, seed = 16, 5
+    tokens = np.arange(2000)  # each token is its own position: a row's first value is where it starts
+    rows = PackedRows(tokens, seq_len=seq_len, seed=seed)
+    offsets = []
+    for epoch in range(12):
+        starts = rows.rows(epoch * rows.rows_per_epoch, rows.rows_per_epoch)[:, 0]
+        assert len(set(starts % seq_len)) == 1, "one offset per epoch"
+        offsets.append(int(starts[0] % seq_len))
+    # The documented draw: the first number of a generator seeded with (seed, epoch), below seq_len.
+    assert offsets == [int(np.random.default_rng([seed, e]).integers(seq_len)) for e in range(12)]
+    assert len(set(offsets)) > 3 and any(offsets), "offsets vary from epoch to epoch"

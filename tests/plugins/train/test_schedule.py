@@ -56,3 +56,21 @@ def test_schedule_from_config_uses_the_config() -> None:
     config = TrainConfig(lr=2e-3, min_lr=0.0, warmup_steps=0, steps=10, schedule="linear")
     at = schedule_from_config(config)
     assert [round(at(s), 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
+
+
+@pytest.mark.parametrize("steps, warmup, fraction", [(100, 90, 0.2), (100, 80, 0.2), (50, 10, 0.9), (30, 29, 1.0)])
+def test_wsd_never_decays_inside_the_warm_up(steps: int, warmup: int, fraction: float) -> None:
+    # Written out: warm-up for s < w; after it, the decay starts at max(w, S - round(f * S)).
+    lr, min_lr = 1.0, 0.1
+    start = max(warmup, steps - round(fraction * steps))
+    for step in range(steps + 1):
+        if step < warmup:
+            expected = lr * (step + 1) / (warmup + 1)
+        else:
+            expected = lr + (min_lr - lr) * min(1.0, (step - start) / max(1, steps - start))
+        got = learning_rate(step, schedule="wsd", lr=lr, min_lr=min_lr, warmup_steps=warmup, steps=steps,
+                            decay_fraction=fraction)
+        assert got == pytest.approx(expected), step
+    # The first step after a warm-up that reaches into the decay window is at the peak, not partly decayed.
+    assert learning_rate(warmup, schedule="wsd", lr=lr, min_lr=min_lr, warmup_steps=warmup, steps=steps,
+                         decay_fraction=fraction) == pytest.approx(lr)
