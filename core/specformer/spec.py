@@ -304,7 +304,10 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
             message = unknown_message("field", loc[-1], accepted, quote_name=False) if accepted else "unknown field"
         elif err["type"] == "missing":
             message = "required field is missing"
-        elif "input" in err and err["type"] not in ("unknown_component", "invalid_component"):
+        elif "input" in err and err["type"] not in ("unknown_component", "invalid_component") and not (
+            isinstance(err["input"], dict) and err["type"] == "value_error"
+        ):
+            # A check across a whole component's params names the values itself; quoting the mapping is noise.
             inputs.setdefault(path, f" (got {excerpt(err['input'])})")
         if message not in messages.setdefault(path, []):
             messages[path].append(message)

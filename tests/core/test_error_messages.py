@@ -164,3 +164,12 @@ def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
     assert [line.split(":")[0].strip() for line in lines] == [
         "trian", "generate.sampler[1].value", "generate.sampler[1].valeu", "model.block.norm.kind"]
     assert "'swiglu' is an ffn, not a norm" in lines[3]
+
+
+def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tiny_spec):
+    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = 3
+    assert problems(tiny_spec) == [
+        f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}",
+        "model.block.attention: n_kv_heads (3) must divide n_heads (4)",
+    ]
