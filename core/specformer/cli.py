@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -60,6 +61,11 @@ def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
         description="Build, inspect, train and sample decoder-only transformers from spec files.",
     )
     parser.add_argument("--version", action="version", version=f"specformer {__version__}")
+    parser.add_argument(
+        "--max-memory", metavar="SIZE", dest="global_max_memory",
+        help="largest model to build or load, e.g. 64G or 'unlimited' (default: the memory available; "
+             "same as SPECFORMER_MAX_MEMORY)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = Commands()
     _core_commands(commands)
@@ -75,6 +81,24 @@ def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; the exit code is 0, 2 for a user's mistake, 130 for Ctrl-C, 141 for a closed pipe.
+
+    Ctrl-C at any point (plugins still importing, a spec being read) prints one line;
+    ``specformer summary ... | head`` ends quietly when ``head`` stops reading.
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is noticed while it can still be handled
+        return code
+    except KeyboardInterrupt:
+        print("specformer: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _discard_stdout()  # the reader is gone; Python's final flush must not fail again
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser, _ = make_parser()
     except RegistryError as exc:
@@ -85,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _apply_max_memory(args.global_max_memory)
         return int(args._run(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -92,9 +117,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RegistryError as exc:
         print(f"plugin error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        # A file the user named cannot be read or written (missing folder, permissions, disk full).
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _apply_max_memory(value: str | None) -> None:
+    """``--max-memory SIZE`` is ``SPECFORMER_MAX_MEMORY=SIZE`` for this run (checked here, once)."""
+    if value is None:
+        return
+    from specformer.memory import ENV_VAR, parse_bytes
+
+    parse_bytes(value)  # InputError naming the bad value
+    os.environ[ENV_VAR] = value
+
+
+def _discard_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a real file (captured in tests): nothing will flush to a closed pipe
 
 
 # -- core commands ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ compares it with the memory available on the target device:
 - ``meta``: nothing is allocated, nothing is checked.
 
 The environment variable ``SPECFORMER_MAX_MEMORY`` replaces that limit: a byte count
-with an optional unit (``64G``, ``512MiB``, ``1.5T``, ``10000000``), or ``unlimited``
+with an optional unit (``64G`` or ``64GiB``: binary; ``500MB``: decimal; ``1e10``), or ``unlimited``
 to switch the check off. The CLI's ``--max-memory`` sets it.
 """
 
@@ -25,20 +25,24 @@ from specformer.errors import InputError, MemoryLimitError
 
 ENV_VAR = "SPECFORMER_MAX_MEMORY"
 _OFF = {"unlimited", "none", "off", "inf"}
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+_UNITS = {"": 1, "b": 1}
+for _i, _letter in enumerate("kmgtp", start=1):
+    # K, KiB: powers of 1024; KB: powers of 1000 (as disks are sold). The generate plugin reads the same.
+    _UNITS.update({_letter: 1024**_i, f"{_letter}ib": 1024**_i, f"{_letter}b": 1000**_i})
 
 
 def parse_bytes(text: str) -> int | None:
-    """``"64G"`` -> 68719476736; ``"unlimited"`` -> None. Units are binary (K = 1024); ``KiB``/``KB`` alike."""
+    """``"64G"`` -> 68719476736; ``"500MB"`` -> 500000000; ``"unlimited"`` -> None."""
     value = text.strip().lower()
     if value in _OFF:
         return None
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?", value)
-    if not match:
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)", value)
+    size = float(match.group(1)) * _UNITS[match.group(2)] if match and match.group(2) in _UNITS else 0.0
+    if not (size >= 1 and size < 2**63):
         raise InputError(
-            f"{ENV_VAR}={text[:40]!r} is not a size; write bytes with an optional unit (64G, 512MiB, 1.5T) or 'unlimited'"
+            f"{ENV_VAR}={text[:40]!r} is not a size; write bytes with an optional unit (64G, 512MiB, 500MB) or 'unlimited'"
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    return int(size)
 
 
 def available_memory(device: torch.device | str | None = None) -> int | None:

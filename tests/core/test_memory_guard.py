@@ -16,13 +16,14 @@ from conftest import TINY
 
 @pytest.mark.parametrize("text, expected", [
     ("1024", 1024), ("64G", 64 * 1024**3), ("512MiB", 512 * 1024**2), ("1.5T", int(1.5 * 1024**4)),
-    ("2kb", 2048), (" 7 g ", 7 * 1024**3), ("unlimited", None), ("none", None),
+    ("2kib", 2048), ("2kb", 2000), ("500MB", 500 * 1000**2), (" 7 g ", 7 * 1024**3), ("1e10", 10**10),
+    ("unlimited", None), ("none", None),
 ])
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["lots", "-5G", "1e9", "12 parsecs", "G"])
+@pytest.mark.parametrize("text", ["lots", "-5G", "0", "12 parsecs", "G", "1e400"])
 def test_parse_bytes_refuses_what_is_not_a_size(text):
     with pytest.raises(InputError, match=ENV_VAR):
         parse_bytes(text)
