@@ -78,6 +78,7 @@ saved_gpt2 = _saved_case("gpt2")
 saved_neox = _saved_case("gpt_neox")
 saved_gemma = _saved_case("gemma")
 saved_phi3 = _saved_case("phi3")
+saved_qwen2 = _saved_case("qwen2")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

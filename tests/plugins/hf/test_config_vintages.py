@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -102,3 +103,29 @@ def test_gpt2_base_model_file_without_prefix_and_with_mask_buffers(saved_gpt2, t
     save_file(renamed, str(d / "model.safetensors"), metadata={"format": "pt"})
     _same_model(saved_gpt2.model, specformer_hf.from_hf(d))
     _matches_transformers(saved_gpt2.directory, specformer_hf.from_hf(d))
+
+
+@pytest.mark.parametrize("first_sliding", [0, 1, 2, 3])
+def test_qwen2_max_window_layers_without_layer_types(saved_qwen2, tmp_path, first_sliding):
+    # Configs saved before transformers wrote layer_types say which layers slide with max_window_layers
+    # alone: layer i uses the window when i >= max_window_layers (Qwen2Config.__post_init__).
+    def legacy(config):
+        del config["layer_types"]
+        config["max_window_layers"] = first_sliding
+
+    old = _rewrite_config(saved_qwen2.directory, tmp_path / "old", legacy)
+    model = specformer_hf.from_hf(old)
+    window = saved_qwen2.case.kwargs["sliding_window"]
+    n_layers = saved_qwen2.case.kwargs["num_hidden_layers"]
+    expected = [None if i < first_sliding else window for i in range(n_layers)]
+    assert _windows(model) == expected
+    # transformers reads the same old file; 24 tokens is past the window, so a layer given the wrong
+    # attention changes the logits.
+    assert 24 > window
+    _matches_transformers(old, model)
+
+
+def _windows(model):
+    from specformer_hf.specview import SpecView
+
+    return SpecView.of(model.spec).per_layer("attention", "window")
