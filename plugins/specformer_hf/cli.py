@@ -95,7 +95,8 @@ def _run_import(args: argparse.Namespace) -> int:
               f"(Hugging Face {imported.family.name}, model_type {imported.family.model_type}).\n")
     write_text_atomic(spec_path, header + yaml.safe_dump(imported.spec, sort_keys=False, default_flow_style=None, width=110))
     n_params = imported.model.num_parameters()
-    tokenizer = "with its tokenizer" if imported.has_tokenizer else "no tokenizer"
+    tokenizer = ("no tokenizer" if not imported.has_tokenizer else
+                 f"with the tokenizer from {args.tokenizer}" if args.tokenizer else "with its tokenizer")
     print(f"{args.directory}: {imported.family.name}, {n_params:,} parameters, {tokenizer} -> {out} (spec: {spec_path})")
     return 0
 

@@ -128,7 +128,7 @@ def test_import_with_a_tokenizer_from_elsewhere(llama_dir, tmp_path, capsys):
         checkpoint = tmp_path / f"m-{given.name}.safetensors"
         assert main(["hf", "import", str(llama_dir.directory), str(checkpoint), "--tokenizer", str(given),
                      "--eos-token", "</s>"]) == 0
-        assert "with its tokenizer" in capsys.readouterr().out
+        assert f"with the tokenizer from {given}" in capsys.readouterr().out
         stored = tokenizer_from_metadata(read_metadata(checkpoint))
         assert isinstance(stored, BPETokenizer) and stored.eot_id == tokenizer.token_to_id("</s>")
         assert stored.encode("the lazy dog") == tokenizer.encode("the lazy dog").ids
