@@ -129,6 +129,8 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
 def _make(part: ResolvedPart, **sizes: Any) -> Any:
     try:
         return part.resolved.make(**sizes)
+    except SpecError:
+        raise  # a sub-part (a norm a layout makes) already reported at its own path
     except (ValueError, TypeError) as exc:
         if "Overflow" not in str(exc):
             raise SpecError([Problem(part.path, _first_line(exc))]) from None

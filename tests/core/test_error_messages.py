@@ -173,3 +173,22 @@ def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tin
         f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}",
         "model.block.attention: n_kv_heads (3) must divide n_heads (4)",
     ]
+
+
+def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(tiny_spec):
+    from specformer.registry import Registry
+    from specformer.plugins import get_registry
+    from specformer.params import Params
+
+    registry = Registry(kinds=dict(get_registry().kinds))
+    for c in get_registry():
+        registry.for_plugin(c.plugin).register(c.kind, c.name, factory=c.factory, params=c.params, doc=c.doc)
+
+    def picky(params, *, dim):
+        raise ValueError(f"dim must be 12345, got {dim}")
+
+    registry.for_plugin("picky").register("norm", "picky", factory=picky, params=Params)
+    tiny_spec["model"]["block"]["norm"] = "picky"
+    with pytest.raises(SpecError) as info:
+        specformer.load_spec(tiny_spec, registry=registry)
+    assert [str(p) for p in info.value.problems] == ["model.block.norm: dim must be 12345, got 32"]
