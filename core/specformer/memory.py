@@ -90,9 +90,10 @@ def check_memory(needed: int, *, what: str, device: torch.device | str | None = 
 
 
 def human_bytes(n: float) -> str:
+    """The project's one size style (``1.5 GiB``), from :mod:`specformer.messages`."""
     from specformer.messages import format_bytes
 
-    return format_bytes(n)  # the one size style of every specformer message: 576 B, 36.9 KiB
+    return format_bytes(n)
 
 
 def _suggest(needed: int) -> str:
