@@ -3,7 +3,7 @@
 ::
 
     from specformer_train import train
-    result = train("specs/tiny.yaml", data="notes/", overrides=["train.lr=3e-4"], steps=200)
+    result = train("specs/tiny.yaml", data="notes/", out_dir="runs/notes", overrides=["train.lr=3e-4"], steps=200)
 """
 
 from __future__ import annotations
