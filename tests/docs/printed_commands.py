@@ -1,0 +1,418 @@
+"""Every command the project prints, collected and run: README.md, docs/*.md, ``--help`` epilogs, hints.
+
+A command a user copies from the docs must work. This module finds them (shell lines of
+``bash``/``sh``/``console`` blocks, ``$`` lines of ``text`` blocks, example lines of every
+subcommand's epilog), says what happens to each (:func:`plan`: run it, with the stated
+substitutions, or skip it for the stated reason), and runs the plan in a fresh interpreter
+(``python printed_commands.py PLAN.json``): each source in its own empty workspace holding
+a copy of ``specs/``, commands in the order printed, the inputs a page assumes made just
+before the command that needs them. A hint that a command prints (``try: specformer
+generate ...``) is run right after it, in the same workspace.
+
+Commands run in-process through ``specformer.cli.main``, as the ``specformer`` script
+does: one interpreter per plan, so torch is imported once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+                   re.M | re.S)
+SHELL_LANGUAGES = {"bash", "sh", "shell", "console", "text"}
+#: A line a command prints to suggest the next one.
+HINT = re.compile(r"^(?:try|next|then):\s+(?P<command>specformer\s.+?)\s*$", re.M)
+
+
+@dataclass
+class Printed:
+    """One command as printed, where, and what the page says it does."""
+
+    source: str            # "README.md:42" or "specformer train --help"
+    text: str              # the command with its continuation lines joined, comments removed
+    expected_code: int = 0
+    shown_output: list[str] = field(default_factory=list)  # lines a console block shows below it
+
+    @property
+    def id(self) -> str:
+        return f"{self.source} {self.text}"
+
+
+# -- collecting -----------------------------------------------------------------------------
+
+
+def from_markdown(path: Path) -> list[Printed]:
+    """The shell commands of one Markdown file, in order."""
+    text = path.read_text(encoding="utf-8")
+    name = str(path.relative_to(REPO))
+    found: list[Printed] = []
+    for block in FENCE.finditer(text):
+        language = block["lang"].lower()
+        if language not in SHELL_LANGUAGES:
+            continue
+        first_line = text.count("\n", 0, block.start("body")) + 1
+        lines = [line.removeprefix(block["indent"]) for line in block["body"].splitlines()]
+        prompted = language in ("console", "text")
+        if prompted and not any(line.startswith("$ ") for line in lines):
+            continue  # a text block of output only
+        found += _block_commands(lines, name, first_line, prompted=prompted)
+    return found
+
+
+def _block_commands(lines: list[str], name: str, first_line: int, *, prompted: bool) -> list[Printed]:
+    found: list[Printed] = []
+    i = 0
+    while i < len(lines):
+        line, number = lines[i], first_line + i
+        i += 1
+        if prompted:
+            if not line.startswith("$ "):
+                if found and line.strip():
+                    found[-1].shown_output.append(line)
+                continue
+            line = line[2:]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.rstrip().endswith("\\") and i < len(lines):  # continuation lines
+            line = line.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+        command = strip_comment(line)
+        if command in EXPECTED_CODES:
+            command_code = EXPECTED_CODES[command]
+        else:
+            command_code = 0
+        if command == "echo $?":  # the block shows the exit code of the command before
+            if found and i < len(lines) and lines[i].strip().isdigit():
+                found[-1].expected_code = int(lines[i].strip())
+                i += 1
+            continue
+        found.append(Printed(source=f"{name}:{number}", text=command, expected_code=command_code))
+    return found
+
+
+def strip_comment(line: str) -> str:
+    """The command without a trailing ``# comment`` (a ``#`` inside quotes or a word stays)."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return " ".join(line[:i].split())
+    return " ".join(line.split())
+
+
+def from_epilogs() -> list[Printed]:
+    """The example lines of every (sub)command's ``--help`` epilog."""
+    from specformer.cli import make_parser
+
+    parser, _ = make_parser()
+    found: list[Printed] = []
+    for prog, sub in _parsers(parser):
+        for line in (sub.epilog or "").splitlines():
+            line = line.strip()
+            if re.match(r"^(specformer|torchrun|python3?|pip)\s", line):
+                found.append(Printed(source=f"{prog} --help", text=strip_comment(line)))
+    return found
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                yield from _parsers(sub)
+
+
+def collect() -> list[Printed]:
+    """Every printed command: README.md, then docs/*.md in name order, then the epilogs."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [c for page in pages for c in from_markdown(page)] + from_epilogs()
+
+
+# -- what happens to each -------------------------------------------------------------------
+
+#: Commands not run, each with the reason. Matched against the start of the command.
+SKIPPED: list[tuple[str, str]] = [
+    (r"make\s", "a make target sets up .venv and runs the whole demo or suite (minutes); CI runs `make test`"),
+    (r"\.\s|source\s", "activates a virtual environment in the user's own shell"),
+    (r"python3? -m venv\s", "creates a virtual environment for PyTorch and the extras (a download of gigabytes)"),
+    (r"pip install\s", "installs into the environment, which tests never change; plugin packages are staged instead "
+                       "(tests/fixtures/isolated_plugin.py)"),
+    (r"torchrun\s", "starts several processes (DDP/FSDP); tests/plugins/train/test_distributed.py runs them"),
+    (r"python3? benchmarks/", "a benchmark: minutes of timing, printed as ratios (docs/benchmarks.md)"),
+    (r"specformer eval .*--tasks\s", "lm-evaluation-harness tasks: the named ones download their data sets from the Hugging "
+                                     "Face Hub (no network in tests), my_task is the reader's own; tests/plugins/eval runs a local task"),
+    (r"pytest\s", "another package's test suite: tests/docs/test_tutorial.py and tests/core/test_scaffold.py run it"),
+]
+
+#: Exit codes a page implies without printing ``echo $?`` (the README shows bad.yaml's errors).
+EXPECTED_CODES = {"specformer validate bad.yaml": 2}
+
+#: Pages whose commands need a plugin that the page installs first (and the tests stage instead).
+PAGE_PLUGINS = {"docs/writing-a-plugin.md": "tutorial"}
+
+#: Small step counts for training, as a test can afford: two optimizer steps (four on --resume,
+#: which continues a two-step run), one validation batch, a 16-token sample.
+TRAIN_STEPS, RESUME_STEPS = 2, 4
+TRAIN_SMALL = ["--set", "train.eval_steps=1", "--set", "train.sample_tokens=16"]
+
+
+def skip_reason(text: str) -> str | None:
+    for pattern, reason in SKIPPED:
+        if re.match(pattern, text):
+            return reason
+    return None
+
+
+def argv_for(text: str) -> tuple[list[str], str | None]:
+    """The ``specformer`` arguments to run for ``text`` (substitutions applied) and a ``>`` target."""
+    words = shlex.split(text)
+    if words[0] != "specformer":
+        raise ValueError(f"not a specformer command and not skip-listed: {text!r} (add a rule to SKIPPED)")
+    stdout_to = None
+    if ">" in words:
+        at = words.index(">")
+        if at != len(words) - 2:
+            raise ValueError(f"only `command > FILE` is supported: {text!r}")
+        stdout_to, words = words[-1], words[:at]
+    if any(w in ("|", "&&", "||", ";", "<") for w in words):
+        raise ValueError(f"shell syntax the runner does not support: {text!r}")
+    argv = words[1:]
+    if argv and argv[0] == "train":
+        argv = _small_training(argv)
+    return argv, stdout_to
+
+
+def _small_training(argv: list[str]) -> list[str]:
+    steps = RESUME_STEPS if "--resume" in argv else TRAIN_STEPS
+    out = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--steps":
+            i += 2
+            continue
+        if argv[i].startswith("--steps="):
+            i += 1
+            continue
+        out.append(argv[i])
+        i += 1
+    return out + ["--steps", str(steps), *TRAIN_SMALL]
+
+
+@dataclass
+class Step:
+    id: str
+    workspace: str
+    argv: list[str]
+    stdout_to: str | None
+    expected_code: int
+
+
+def plan(printed: list[Printed], root: Path, *, shards: int = 2) -> dict[tuple[str, int], list[Step]]:
+    """The steps to run, one workspace per source, grouped by (plugin needed, shard).
+
+    A source's commands stay together and in order; sources are dealt round-robin to
+    ``shards`` interpreters per plugin, which run side by side.
+    """
+    groups: dict[tuple[str, int], list[Step]] = {}
+    sources: dict[str, int] = {}
+    for command in printed:
+        if skip_reason(command.text):
+            continue
+        page = command.source.rsplit(":", 1)[0] if ":" in command.source else command.source
+        shard = sources.setdefault(page, len(sources)) % shards
+        workspace = root / re.sub(r"[^\w.-]+", "_", page)
+        argv, stdout_to = argv_for(command.text)
+        groups.setdefault((PAGE_PLUGINS.get(page, ""), shard), []).append(
+            Step(command.id, str(workspace), argv, stdout_to, command.expected_code))
+    return groups
+
+
+# -- inputs a page assumes --------------------------------------------------------------------
+
+BAD_SPEC = """\
+model:
+  vocab_size: 259
+  d_model: 128
+  n_layers: 4
+  context_length: 128
+  positional: {kind: rope}
+  block:
+    norm: rmsnrom
+    attention: {kind: attention, n_heads: 4, n_kv_heads: 3}
+    ffn: {kind: swiglu}
+"""
+
+#: The shape of docs/interop.md's example import (90,432 parameters), for the local Hugging Face folders.
+TINY_LLAMA_SPEC = {"model": {
+    "vocab_size": 128, "d_model": 64, "n_layers": 2, "context_length": 128, "tie_embeddings": False,
+    "positional": {"kind": "rope", "theta": 10000.0},
+    "block": {"norm": {"kind": "rmsnorm", "eps": 1.0e-6},
+              "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+              "ffn": {"kind": "swiglu", "hidden": 128}},
+}}
+#: A small byte-level model for the generation examples: a beam search over its whole context takes a second.
+SMALL_SPEC = {"model": {
+    "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 64, "positional": {"kind": "rope"},
+    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
+}}
+ALIBI_SPEC = {"model": {
+    "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 64, "positional": {"kind": "alibi"},
+    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
+}}
+
+
+#: Real text for the corpora a page names: four of this repository's pages (about 34 kB, so that
+#: training and evaluating on it takes a second, yet a 10% validation split still fills a batch).
+CORPUS_PAGES = ("concepts.md", "getting-started.md", "writing-a-plugin.md", "writing-specs.md")
+
+
+def _corpus(path: Path, suffix: str = ".md") -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    for name in CORPUS_PAGES:
+        shutil.copy(REPO / "docs" / name, (path / name).with_suffix(suffix))
+
+
+def _checkpoint(spec, path: Path) -> None:
+    import specformer
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    specformer.save(specformer.build(spec, seed=0), path)
+
+
+def _hf_folder(path: Path) -> None:
+    """A local Hugging Face Llama folder (config.json + model.safetensors, no tokenizer)."""
+    import specformer
+    import specformer_hf
+
+    specformer_hf.to_hf(specformer.build(TINY_LLAMA_SPEC, seed=0), path)
+
+
+def _tokenizer(path: Path) -> None:
+    """A 128-token word-level ``tokenizer.json`` (Llama's special tokens first) for the tiny Llama folder."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = Counter(w for name in CORPUS_PAGES for w in (REPO / "docs" / name).read_text().split() if w.isalpha())
+    vocab = {token: i for i, token in enumerate(["<unk>", "<s>", "</s>", *sorted(w for w, _ in words.most_common(125))])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    folder = path.parent if path.suffix == ".json" else path
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+INPUTS = {
+    "llama-tokenizer": _tokenizer,
+    "llama-tokenizer/tokenizer.json": _tokenizer,
+    "my_corpus": _corpus,
+    "notes": _corpus,
+    "bad.yaml": lambda p: p.write_text(BAD_SPEC),
+    "sampler.yaml": lambda p: p.write_text("- {kind: top_k, k: 40}\n- {kind: temperature, value: 0.8}\n"),
+    "run/ckpt.safetensors": lambda p: _checkpoint(SMALL_SPEC, p),
+    "runs/tiny/model.safetensors": lambda p: _checkpoint("specs/tiny.yaml", p),  # what `make demo` leaves
+    "alibi.safetensors": lambda p: _checkpoint(ALIBI_SPEC, p),
+    "model.safetensors": lambda p: _checkpoint(SMALL_SPEC, p),
+    "books/*.txt": lambda p: _corpus(p.parent, ".txt"),
+    "Llama-3.2-1B": _hf_folder,
+    "tiny-llama": _hf_folder,
+}
+
+
+def make_inputs(argv: list[str], workspace: Path) -> None:
+    """Create the inputs named in ``argv`` that the workspace lacks (made by an earlier command otherwise)."""
+    for word in argv:
+        key = os.path.normpath(word)
+        if key not in INPUTS:
+            continue
+        target = workspace / key
+        present = any(target.parent.glob(target.name)) if "*" in key else target.exists()
+        if not present:
+            INPUTS[key](target)
+
+
+# -- running (in the fresh interpreter) --------------------------------------------------------
+
+
+@dataclass
+class Result:
+    id: str
+    argv: list[str]
+    code: int
+    output: str
+    seconds: float
+    hint_of: str | None = None
+
+
+def run_one(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
+    from specformer.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_cwd, old_stdin = os.getcwd(), sys.stdin
+    os.chdir(workspace)
+    sys.stdin = io.StringIO("")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse: --help, usage errors
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except Exception:  # a crash: the script would print the traceback and exit 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(old_cwd)
+        sys.stdin = old_stdin
+    if stdout_to is not None:
+        (workspace / stdout_to).write_text(out.getvalue())
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def run_plan(steps: list[dict]) -> list[Result]:
+    results: list[Result] = []
+    for step in steps:
+        workspace = Path(step["workspace"])
+        if not workspace.exists():
+            workspace.mkdir(parents=True)
+            shutil.copytree(REPO / "specs", workspace / "specs")
+        make_inputs(step["argv"], workspace)
+        start = time.perf_counter()
+        code, out, err = run_one(step["argv"], workspace, step["stdout_to"])
+        results.append(Result(step["id"], step["argv"], code, _tail(out + err), time.perf_counter() - start))
+        for hint in HINT.finditer(out + "\n" + err):  # a printed hint runs next, where it was printed
+            argv, stdout_to = argv_for(hint["command"])
+            make_inputs(argv, workspace)
+            start = time.perf_counter()
+            h_code, h_out, h_err = run_one(argv, workspace, stdout_to)
+            results.append(Result(f"hint: {hint['command']}", argv, h_code, _tail(h_out + h_err),
+                                  time.perf_counter() - start, hint_of=step["id"]))
+    return results
+
+
+def _tail(text: str, limit: int = 6000) -> str:
+    # Progress bars redraw with carriage returns: keep what a terminal would show last.
+    lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+    text = "\n".join(lines)
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+if __name__ == "__main__":  # python printed_commands.py PLAN.json RESULTS.json
+    steps = json.loads(Path(sys.argv[1]).read_text())
+    Path(sys.argv[2]).write_text(json.dumps([asdict(r) for r in run_plan(steps)]))

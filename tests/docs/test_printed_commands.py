@@ -1,0 +1,108 @@
+"""Every command the project prints works: README.md, docs/*.md, ``--help`` epilogs and printed hints.
+
+The commands are collected and classified by ``printed_commands`` (run with small step
+counts, or skipped for a stated reason: see ``SKIPPED``), then run once per session in a
+fresh interpreter, each source in its own workspace with the inputs its page assumes. One
+test per printed command checks its exit code (and, for a ``console`` block that shows
+output, that the output shown is what it prints); a hint a command prints (``try:
+specformer generate ...``) runs right after it and must succeed too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+import printed_commands as pc
+
+PRINTED = pc.collect()
+
+
+@pytest.fixture(scope="session")
+def results(tmp_path_factory, tutorial_staged) -> dict[str, dict]:
+    """Run every runnable printed command once; results by command id (hints under ``hint: ...``).
+
+    The plan's groups run side by side, each in its own interpreter (the suite itself uses one core).
+    """
+    root = tmp_path_factory.mktemp("printed")
+    base = {**os.environ, "SPECFORMER_CACHE": str(root / "cache"), "COLUMNS": "120"}
+    env_of = {"": base, "tutorial": tutorial_staged.env(base)}
+    running = []
+    for (plugin, shard), steps in pc.plan(PRINTED, root / "workspaces").items():
+        plan, out = root / f"plan-{plugin or 'core'}-{shard}.json", root / f"results-{plugin or 'core'}-{shard}.json"
+        plan.write_text(json.dumps([asdict(s) for s in steps]))
+        process = subprocess.Popen([sys.executable, str(Path(pc.__file__)), str(plan), str(out)], env=env_of[plugin],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        running.append((process, out))
+    found: dict[str, dict] = {}
+    for process, out in running:
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0 and out.is_file(), f"the runner crashed:\n{output}"
+        for result in json.loads(out.read_text()):
+            found.setdefault(result["id"], result)
+    return found
+
+
+@pytest.mark.parametrize("command", PRINTED, ids=[c.id for c in PRINTED])
+def test_printed_command_works(command: pc.Printed, results):
+    reason = pc.skip_reason(command.text)
+    if reason:
+        pytest.skip(reason)
+    result = results[command.id]
+    assert result["code"] == command.expected_code, (
+        f"{command.source}: `{command.text}` (run as `specformer {' '.join(result['argv'])}`) exited "
+        f"{result['code']}, the page implies {command.expected_code}:\n{result['output']}"
+    )
+    output = " ".join(result["output"].split())
+    for line in command.shown_output:
+        if line.strip() in ("...", "…"):
+            continue
+        assert " ".join(line.split()) in output, (
+            f"{command.source}: the page shows\n  {line.strip()}\nbut `{command.text}` printed:\n{result['output']}"
+        )
+
+
+def test_every_printed_hint_works(results):
+    hints = [r for r in results.values() if r["hint_of"]]
+    assert any(r["argv"][0] == "generate" for r in hints), "`specformer train` should end with a `try:` hint"
+    failed = [f"{r['id']} (printed by {r['hint_of']}) exited {r['code']}:\n{r['output']}" for r in hints if r["code"]]
+    assert not failed, "\n\n".join(failed)
+
+
+def test_the_commands_are_found_where_they_are_printed():
+    """The collector itself: a change to how pages are written must not make it find nothing."""
+    by_source = {c.source.split(":")[0]: [] for c in PRINTED}
+    for c in PRINTED:
+        by_source[c.source.split(":")[0]].append(c.text)
+    assert "specformer validate specs/tiny.yaml" in by_source["README.md"]
+    assert "specformer schema > spec.schema.json" in by_source["README.md"]  # comment stripped, redirect kept
+    assert any(t.startswith("specformer generate runs/tiny/model.safetensors --prompt") and "--stream" in t
+               for t in by_source["README.md"])  # a continuation line joined
+    assert "specformer train specs/tiny.yaml --resume" in by_source["specformer train --help"]
+    exported = next(c for c in PRINTED if c.text == "specformer hf export alibi.safetensors out")
+    assert exported.expected_code == 2 and exported.shown_output  # `echo $?` read, output lines kept
+    assert not any(c.text.startswith(("$", "echo")) for c in PRINTED)
+
+
+def test_every_printed_command_is_run_or_skipped_for_a_reason():
+    for command in PRINTED:
+        if pc.skip_reason(command.text) is None:
+            pc.argv_for(command.text)  # raises for a command the runner cannot run and no rule skips
+
+
+def test_training_commands_get_small_step_counts():
+    argv, _ = pc.argv_for("specformer train specs/tiny.yaml --data notes/ --steps 500 --set train.lr=3e-4")
+    assert argv[:6] == ["train", "specs/tiny.yaml", "--data", "notes/", "--set", "train.lr=3e-4"]
+    assert argv[argv.index("--steps") + 1] == "2" and "500" not in argv
+    resumed, _ = pc.argv_for("specformer train specs/tiny.yaml --resume")
+    assert resumed[resumed.index("--steps") + 1] == "4"
+    with pytest.raises(ValueError, match="add a rule to SKIPPED"):
+        pc.argv_for("rm -rf runs")
+    with pytest.raises(ValueError, match="shell syntax"):
+        pc.argv_for("specformer validate specs/tiny.yaml && echo ok")
