@@ -1,8 +1,10 @@
-"""``specformer eval CHECKPOINT --data PATH``: loss, perplexity and bits per byte of a saved model.
+"""``specformer eval CHECKPOINT --data PATH | --tasks NAMES``: measure a saved model.
 
-The data is read like ``specformer train --data`` reads it (a file, a folder or a glob of
-text, or one tokenized ``.bin``/``.npy``); the tokenizer is the checkpoint's own. The
-figures go to stdout (one JSON object with ``--json``), the progress bar to stderr.
+``--data``: loss, perplexity and bits per byte over text read like ``specformer train
+--data`` reads it (a file, a folder or a glob of text, or one tokenized ``.bin``/``.npy``),
+with the checkpoint's own tokenizer. ``--tasks``: lm-evaluation-harness tasks through the
+``specformer`` lm_eval model (the ``eval`` extra). The figures go to stdout (one JSON
+object with ``--json``), progress bars to stderr.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ EPILOG = """\
 examples:
   specformer eval runs/tiny/model.safetensors --data notes/
   specformer eval model.safetensors --data 'books/*.txt' --context 1024 --stride 512 --json
+  specformer eval model.safetensors --tasks hellaswag,arc_easy --limit 100      # needs specformer[eval]
+  specformer eval model.safetensors --tasks my_task --include-path my_tasks/    # task YAMLs of your own
 """
 
 
@@ -47,39 +51,85 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a tokenizer.json, for a checkpoint that stores no tokenizer")
     parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    harness = parser.add_argument_group("lm-evaluation-harness (pip install 'specformer[eval]')")
+    harness.add_argument("--tasks", metavar="NAMES", help="comma-separated lm_eval task names or glob patterns")
+    harness.add_argument("--include-path", metavar="DIR", help="a folder of your own lm_eval task YAMLs")
+    harness.add_argument("--num-fewshot", type=int, metavar="K", help="few-shot examples per prompt (default: the task's)")
+    harness.add_argument("--limit", type=float, metavar="N", help="at most N documents per task (a fraction if < 1)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.data is None:
-        raise UserError("give --data PATH: the text to measure the model on")
-    for flag, value in (("--context", args.context), ("--stride", args.stride), ("--batch-size", args.batch_size)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
-    corpus = find_corpus(args.data)  # a bad path or an empty file is reported before the model loads
+    if args.data is None and args.tasks is None:
+        raise UserError("give --data PATH (text to measure perplexity on), --tasks NAMES (lm-evaluation-harness "
+                        "tasks), or both")
+    for flag, value in (("--context", args.context), ("--stride", args.stride), ("--batch-size", args.batch_size),
+                        ("--limit", args.limit)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} must be positive, got {value:g}")
+    if args.num_fewshot is not None and args.num_fewshot < 0:
+        raise UserError(f"--num-fewshot must be 0 or more, got {args.num_fewshot}")
+    corpus = find_corpus(args.data) if args.data is not None else None  # bad data is reported before the model loads
+    tasks = _task_names(args.tasks) if args.tasks is not None else None
+    harness = _harness() if tasks else None
     model = load_model(args.checkpoint, device=args.device)
     tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
+
+    report: dict[str, Any] = {"checkpoint": args.checkpoint}
+    if corpus is not None:
+        result = _perplexity(args, model, tokenizer, corpus)
+        report.update({"data": corpus.description, **result.to_dict()})
+        if not args.json:
+            print(format_result(result, checkpoint=args.checkpoint, data=corpus.description))
+    if tasks:
+        lm = harness.SpecformerLM(model=model, tokenizer=tokenizer, batch_size=args.batch_size or 8)
+        limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
+        results = harness.run_tasks(lm, tasks, include_path=args.include_path, num_fewshot=args.num_fewshot,
+                                    limit=limit)
+        report["tasks"] = results.get("results", {})
+        if not args.json:
+            from lm_eval.utils import make_table
+
+            print(make_table(results))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def _perplexity(args: argparse.Namespace, model: Any, tokenizer: Any, corpus: Any) -> EvalResult:
     context = args.context if args.context is not None else model.context_length
     if context > model.context_length:
         raise UserError(f"--context {context} is longer than the model's context length {model.context_length}")
     if args.stride is not None and args.stride > context:
         raise UserError(f"--stride {args.stride} is larger than the context ({context}); use --stride {context} or less")
-
     settings: dict[str, Any] = dict(context=context, stride=args.stride, batch_size=args.batch_size)
     if corpus.tokenized is not None:
         tokens = load_tokenized(corpus.tokenized, vocab_size=model.vocab_size)
         with _bar(len(tokens) - 1, unit="tok") as bar:
-            result = evaluate_tokens(model, tokens, on_progress=bar.update, **settings)
-    else:
-        with _bar(corpus.total_bytes, unit="B") as bar:
-            result = evaluate_documents(model, tokenizer, corpus.documents(), on_progress=bar.update, **settings)
-            bar.update(bar.total - bar.n)  # jsonl files hold more bytes than their text
-    if args.json:
-        print(json.dumps({"checkpoint": args.checkpoint, "data": corpus.description, **result.to_dict()}, indent=2))
-    else:
-        print(format_result(result, checkpoint=args.checkpoint, data=corpus.description))
-    return 0
+            return evaluate_tokens(model, tokens, on_progress=bar.update, **settings)
+    with _bar(corpus.total_bytes, unit="B") as bar:
+        result = evaluate_documents(model, tokenizer, corpus.documents(), on_progress=bar.update, **settings)
+        bar.update(bar.total - bar.n)  # jsonl files hold more bytes than their text
+    return result
+
+
+def _task_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise UserError(f"--tasks {text!r} names no task; give comma-separated names such as hellaswag,arc_easy")
+    return names
+
+
+def _harness() -> Any:
+    import importlib.util
+
+    if importlib.util.find_spec("lm_eval") is None:
+        raise UserError("--tasks needs lm-evaluation-harness, which is not installed; "
+                        "install it with: pip install 'specformer[eval]'")
+    from specformer_eval import harness
+
+    return harness
 
 
 def format_result(result: EvalResult, *, checkpoint: str, data: str) -> str:

@@ -101,3 +101,15 @@ def test_a_missing_checkpoint_and_bad_windows(capsys, checkpoint, corpus, tmp_pa
     assert code == 2 and "--stride 9 is larger than the context (8)" in err
     code, _, err = run(capsys, checkpoint)
     assert code == 2 and "--data" in err
+
+
+def test_tasks_without_the_eval_extra_say_how_to_install_it(capsys, checkpoint, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    code, out, err = run(capsys, checkpoint, "--tasks", "hellaswag")
+    assert code == 2 and out == ""
+    assert "pip install 'specformer[eval]'" in err and "Traceback" not in err
+    code, _, err = run(capsys, checkpoint, "--tasks", " , ")
+    assert code == 2 and "names no task" in err
