@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specformer.datafile import FORMATS, read_data_file
 from specformer.errors import InputError, Problem, SpecError, excerpt
-from specformer.messages import join_path, unknown_message  # the one path format: generate.sampler[1].k
+from specformer.messages import closest, join_path, unknown_message  # the one path format: generate.sampler[1].k
 from specformer.params import StrictNumbers, as_component_ref
 
 # -- pieces of a spec ---------------------------------------------------------------
@@ -288,6 +288,7 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
     """
     messages: dict[str, list[str]] = {}
     inputs: dict[str, str] = {}
+    meant: set[str] = set()  # the fields misspelt keys were most likely meant to be
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if not _is_union_tag(p)]
         nested = (err.get("ctx") or {}).get("problems") if err["type"] == "invalid_component" else None
@@ -302,8 +303,11 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
         if err["type"] == "extra_forbidden":
             accepted = _accepted_fields(model, loc[:-1])
             message = unknown_message("field", loc[-1], accepted, quote_name=False) if accepted else "unknown field"
+            guess = closest(loc[-1], accepted)
+            if guess is not None:
+                meant.add(join_path(prefix, [*loc[:-1], guess]))
         elif err["type"] == "missing":
-            message = "required field is missing"
+            message = _MISSING
         elif "input" in err and err["type"] not in ("unknown_component", "invalid_component") and not (
             isinstance(err["input"], dict) and err["type"] == "value_error"
         ):
@@ -311,7 +315,15 @@ def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", mo
             inputs.setdefault(path, f" (got {excerpt(err['input'])})")
         if message not in messages.setdefault(path, []):
             messages[path].append(message)
-    return [Problem(path, ", or ".join(found) + inputs.get(path, "")) for path, found in messages.items()]
+    # `d_modle: unknown field; did you mean 'd_model'?` already says what to do about the missing d_model.
+    return [
+        Problem(path, ", or ".join(found) + inputs.get(path, ""))
+        for path, found in messages.items()
+        if not (path in meant and found == [_MISSING])
+    ]
+
+
+_MISSING = "required field is missing"
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -77,7 +77,6 @@ def test_problems_inside_a_sampler_list_use_the_one_path_format(tiny_spec):
     tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 3}, {"kind": "top_k", "kk": 2}, "topp", "rmsnorm"]}
     samplers = registered("sampler")
     assert problems(tiny_spec) == [
-        "generate.sampler[1].k: required field is missing",
         "generate.sampler[1].kk: unknown field; did you mean 'k'? accepted: k, min_tokens_to_keep",
         f"generate.sampler[2].kind: unknown sampler 'topp'; did you mean 'top_p'? registered sampler components: {samplers}",
         f"generate.sampler[3].kind: 'rmsnorm' is a norm, not a sampler; registered sampler components: {samplers}",
@@ -149,11 +148,9 @@ def test_a_structural_problem_in_the_model_still_reports_the_sections_problems(t
     tiny_spec["generate"] = {"sampler": [{"kind": "temperature", "valeu": 0.8}]}
     found = problems(tiny_spec)
     assert found[0].startswith("trian: unknown section; did you mean 'train'?")
-    assert found[1:3] == ["generate.sampler[0].value: required field is missing",
-                          "generate.sampler[0].valeu: unknown field; did you mean 'value'? accepted: value"]
-    assert found[3] == "model.d_model: required field is missing"
-    assert found[4].startswith("model.d_modle: unknown field; did you mean 'd_model'?")
-    assert len(found) == 5
+    assert found[1] == "generate.sampler[0].valeu: unknown field; did you mean 'value'? accepted: value"
+    assert found[2].startswith("model.d_modle: unknown field; did you mean 'd_model'?")
+    assert len(found) == 3
 
 
 def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
@@ -161,9 +158,8 @@ def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
 
     assert main(["validate", str(REPO / "docs/snippets/typos.yaml")]) == 2
     lines = capsys.readouterr().err.splitlines()[1:]
-    assert [line.split(":")[0].strip() for line in lines] == [
-        "trian", "generate.sampler[1].value", "generate.sampler[1].valeu", "model.block.norm.kind"]
-    assert "'swiglu' is an ffn, not a norm" in lines[3]
+    assert [line.split(":")[0].strip() for line in lines] == ["trian", "generate.sampler[1].valeu", "model.block.norm.kind"]
+    assert "'swiglu' is an ffn, not a norm" in lines[2]
 
 
 def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tiny_spec):
@@ -192,3 +188,18 @@ def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(tiny_sp
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec, registry=registry)
     assert [str(p) for p in info.value.problems] == ["model.block.norm: dim must be 12345, got 32"]
+
+
+def test_a_missing_field_is_not_reported_twice_when_a_misspelt_key_names_it(tiny_spec):
+    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
+    assert problems(tiny_spec) == [
+        f"model.d_modle: unknown field; did you mean 'd_model'? accepted: {', '.join(ModelSpec.model_fields)}"
+    ]
+
+
+def test_a_missing_field_no_key_was_meant_for_is_still_reported(tiny_spec):
+    del tiny_spec["model"]["d_model"]
+    tiny_spec["model"]["zzz"] = 1
+    found = problems(tiny_spec)
+    assert found[0] == "model.d_model: required field is missing"
+    assert found[1].startswith("model.zzz: unknown field; accepted: ")
