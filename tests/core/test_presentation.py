@@ -192,7 +192,8 @@ def test_a_bad_sampler_given_outside_a_spec_uses_the_one_path_format():
 
     with pytest.raises(specformer.SpecError) as info:
         build_sampler([{"kind": "top_k", "k": 3}, {"kind": "topp"}, {"kind": "top_k", "kk": 1}])
-    assert [p.path for p in info.value.problems] == ["sampler[1].kind", "sampler[2].k", "sampler[2].kk"]
+    assert [str(p) for p in info.value.problems][1:] == ["sampler[2].kk: unknown field; did you mean 'k'? accepted: k, min_tokens_to_keep"]
+    assert str(info.value.problems[0]).startswith("sampler[1].kind: unknown sampler 'topp'; did you mean 'top_p'? ")
 
 
 def test_the_memory_limit_message_uses_the_one_size_style():
