@@ -200,3 +200,14 @@ def test_the_memory_limit_message_uses_the_one_size_style():
     from specformer.memory import human_bytes
 
     assert [human_bytes(n) for n in (576, 37_786, 1_048_575, 5 * 2**30)] == ["576 B", "36.9 KiB", "1.0 MiB", "5.0 GiB"]
+
+
+def test_the_json_schema_describes_components_in_plain_text():
+    import json
+
+    from specformer.schema import spec_json_schema
+
+    text = json.dumps(spec_json_schema(specformer.get_registry()))
+    rmsnorm = specformer.get_registry().get("norm", "rmsnorm")
+    assert "``" in rmsnorm.summary  # the docstring itself keeps its markup for the docs site
+    assert json.dumps(plain_text(rmsnorm.summary)) in text and json.dumps(rmsnorm.summary) not in text
