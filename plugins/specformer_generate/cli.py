@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 import specformer
 from specformer.checkpoint import read_metadata
-from specformer.errors import SpecError, UserError
+from specformer.datafile import parse_text, read_text
+from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.tokenizer import Tokenizer, tokenizer_from_metadata
 from specformer_generate.generate import generate, stream
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
@@ -85,16 +85,23 @@ def run(args: argparse.Namespace) -> int:
 def parse_sampler_option(text: str) -> Sampler:
     """``--sampler``: a file or inline YAML/JSON naming a sampler list; UserError when it is not one."""
     path = Path(text)
-    looks_like_file = path.suffix.lower() in (".yaml", ".yml", ".json")
     try:
-        if looks_like_file or path.is_file():
-            if not path.is_file():
-                raise UserError(f"--sampler {text}: no such file")
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML reads JSON too
-        else:
-            data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"--sampler is neither a file nor valid inline YAML/JSON: {exc}") from None
+        looks_like_file = path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file()
+    except (OSError, ValueError):  # inline text too long, or with a NUL, to be a file name
+        looks_like_file = False
+    # Read within the core's bounds (size, nesting, YAML alias expansion, UTF-8): a sampler file is untrusted input.
+    if looks_like_file:
+        if not path.exists():
+            raise UserError(f"--sampler {text}: no such file")
+        try:
+            data = parse_text(read_text(path, what="sampler file"), "YAML")  # YAML reads JSON too
+        except InputError as exc:
+            raise UserError(f"--sampler {exc}") from None
+    else:
+        try:
+            data = parse_text(text, "YAML")
+        except InputError as exc:
+            raise UserError(f"--sampler is neither a file nor valid inline YAML/JSON: {exc}") from None
     if isinstance(data, dict) and "generate" in data:
         data = data["generate"] or {}
     if isinstance(data, dict) and "sampler" in data and "kind" not in data:
@@ -104,7 +111,7 @@ def parse_sampler_option(text: str) -> Sampler:
     if not isinstance(data, list):
         raise UserError(
             f"--sampler must give a list of sampler components such as '[{{kind: top_k, k: 40}}, greedy]', "
-            f"got {type(data).__name__} {data!r}"
+            f"got {type(data).__name__} {excerpt(data)}"
         )
     try:
         return build_sampler(data, path="--sampler")
