@@ -26,7 +26,8 @@ from specformer_train.config import TrainConfig
 from specformer_train.corpus import Corpus, find_corpus
 from specformer_train.data import EvalRows, PackedRows, split_tokens
 from specformer_train.datasource import absolute_source, check_same_data, data_record, describe, recorded_source
-from specformer_train.distributed import DistContext, barrier, init_distributed, resolve_mode, shutdown
+from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
+                                          resolve_mode, shutdown)
 from specformer_train.hint import generate_command
 from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
@@ -86,24 +87,36 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
     ctx = init_distributed(resolve_mode(config.distributed))
     say = print if ctx.is_main else (lambda *a, **k: None)
     try:
-        # Only the first process writes the run directory, so only it holds the lock.
-        with RunLock(run_dir, say=say) if ctx.is_main else contextlib.nullcontext():
-            return _train(loaded, config, run_dir, ctx, resume=resume, overwrite=overwrite, new_data=new_data,
+        with contextlib.ExitStack() as held:
+            # Only the first process writes the run directory, so only it locks and checks it; the
+            # others learn whether it may go on, so that none waits for a process that stopped.
+            refused: UserError | None = None
+            if ctx.is_main:
+                try:
+                    held.enter_context(RunLock(run_dir, say=say))
+                    _check_run_dir(run_dir, resume=bool(resume), overwrite=overwrite, say=say)
+                except UserError as exc:
+                    refused = exc
+            if any_process(refused is not None, ctx, device_for(config.device, ctx)):
+                raise refused or UserError(f"the first process could not start the run in {run_dir} (it says why)")
+            return _train(loaded, config, run_dir, ctx, resume=resume, new_data=new_data,
                           data_given=data is not None, source=None if isinstance(spec, (dict, Spec)) else str(spec))
     finally:
         shutdown(ctx)
 
 
+def _check_run_dir(run_dir: Path, *, resume: bool, overwrite: bool, say: Callable[[str], None]) -> None:
+    """Under the lock: finish interrupted saves, then check the directory can be written and may be used."""
+    for note in recover_interrupted_saves(run_dir):
+        say(f"note: {note}")
+    check_writable(run_dir)
+    if not resume and not overwrite:
+        refuse_earlier_run(run_dir)
+
+
 def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, resume: bool | str | Path,
-           overwrite: bool, new_data: bool, data_given: bool, source: str | None) -> TrainResult:
+           new_data: bool, data_given: bool, source: str | None) -> TrainResult:
     say: Callable[..., None] = print if ctx.is_main else (lambda *a, **k: None)
-    if ctx.is_main:
-        for note in recover_interrupted_saves(run_dir):
-            say(f"note: {note}")
-        check_writable(run_dir)
-        if not resume and not overwrite:
-            refuse_earlier_run(run_dir)
-    barrier(ctx)
     resume_from = find_resumable(run_dir, resume, rank=ctx.rank, world_size=ctx.world_size, say=say) if resume else None
     recorded = resume_from.state.data if resume_from is not None else None
     known, recorded_data = recorded_source(recorded)

@@ -81,3 +81,15 @@ def test_fsdp_resumes_from_a_full_checkpoint(single) -> None:
     assert curve(out) == [c for c in curve(reference) if c[1] > 4]
     tail = [v for c, v in zip(curve(reference), values(reference)) if c[1] > 4]
     assert values(out) == pytest.approx(tail, abs=1e-5)
+
+
+def test_a_refused_start_stops_every_process_at_once(single) -> None:
+    # The reference run's directory holds an earlier run: the first process refuses to start, and
+    # the second must stop too rather than wait at a barrier for the process group's timeout.
+    root, reference = single
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "specformer.cli", "train", str(root / "two.yaml"), "--out", str(reference)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0
+    assert "holds an earlier run" in done.stderr and "could not start the run" in done.stderr
