@@ -15,6 +15,8 @@ from typing import Any
 EXCERPT_CHARS = 80
 #: Longest single problem line (a safety net for messages that quote user text).
 PROBLEM_CHARS = 600
+#: Most problems a SpecError's message lists (``.problems`` keeps them all).
+MAX_PROBLEMS_SHOWN = 50
 
 
 def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
@@ -57,8 +59,11 @@ class SpecError(UserError, ValueError):
         self.source = source
         head = f"{source}: " if source else ""
         noun = "problem" if len(self.problems) == 1 else "problems"
-        lines = [f"{head}{len(self.problems)} {noun} in the spec:"]
-        lines += [f"  {p}" for p in self.problems]
+        lines = [f"{head}{len(self.problems):,} {noun} in the spec:"]
+        lines += [f"  {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN]]
+        if len(self.problems) > MAX_PROBLEMS_SHOWN:
+            # A generated file can hold 100,000 mistakes; the first ones say what is wrong.
+            lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN:,} more")
         super().__init__("\n".join(lines))
 
 

@@ -163,3 +163,13 @@ def test_read_data_file_is_usable_for_other_files(tmp_path):
     assert read_data_file(path, what="sampler file") == [{"kind": "top_k", "k": 3}]
     with pytest.raises(InputError, match="no such file"):
         read_data_file(tmp_path / "none.yaml", what="sampler file")
+
+
+def test_a_spec_with_thousands_of_mistakes_gives_a_bounded_message():
+    spec = json.loads(json.dumps(TINY))
+    spec["model"].update({f"typo_{i}": i for i in range(5000)})
+    with pytest.raises(SpecError) as info:
+        specformer.load_spec(spec)
+    assert len(info.value.problems) == 5000
+    message = str(info.value)
+    assert "5,000 problems" in message and "and 4,950 more" in message and len(message) < 20_000
