@@ -35,6 +35,10 @@ NON_MATH_FIELDS = frozenset(
 )
 
 
+class TooManyLayers(UserError):
+    """config.json describes more layers than the folder holds tensors (at least one per layer)."""
+
+
 class UnreadConfigWarning(UserWarning):
     """A config.json field no family rule read: it is reported, never silently dropped."""
 
@@ -46,10 +50,12 @@ class ConfigReader:
     ``require(key, allowed, why=...)`` refuses values specformer cannot reproduce.
     """
 
-    def __init__(self, data: Mapping[str, Any], *, defaults: Mapping[str, Any], family: str) -> None:
+    def __init__(self, data: Mapping[str, Any], *, defaults: Mapping[str, Any], family: str,
+                 max_layers: int | None = None) -> None:
         self.data = dict(data)
         self.defaults = dict(defaults)
         self.family = family
+        self.max_layers = max_layers  # when reading a folder: its tensor count (every layer has at least one)
         self.read: set[str] = set()
         self.unused: list[str] = []
 
@@ -71,6 +77,27 @@ class ConfigReader:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{self.family}: config field {key!r} must be an integer, got {value!r}")
+        return value
+
+    def get_size(self, key: str, default: Any = _MISSING) -> int:
+        """``get_int`` for a count or width, which must be at least 1 (it is divided by, or sizes a tensor)."""
+        value = self.get_int(key, default)
+        if value < 1:
+            raise UserError(f"{self.family}: config field {key!r} must be a positive integer, got {value!r}")
+        return value
+
+    def get_layers(self, key: str) -> int:
+        """The layer count: a positive integer, and no more than the folder's tensors could hold.
+
+        Checked here, before a family builds anything per layer, so that a forged count
+        (``num_hidden_layers: 10**18``) costs nothing.
+        """
+        value = self.get_size(key)
+        if self.max_layers is not None and value > self.max_layers:
+            raise TooManyLayers(
+                f"{self.family}: config.json describes {value} layers ({key}), but the weights hold only "
+                f"{self.max_layers} tensors"
+            )
         return value
 
     def get_float(self, key: str, default: Any = _MISSING) -> float:
@@ -135,7 +162,7 @@ ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "
 
 def activation_from_hf(cfg: ConfigReader, key: str) -> str:
     name = cfg.get(key)
-    if name not in ACTIVATIONS_FROM_HF:
+    if not isinstance(name, str) or name not in ACTIVATIONS_FROM_HF:
         raise UserError(
             f"{cfg.family}: config field {key!r} = {name!r} is an activation specformer does not implement; "
             f"supported: {', '.join(sorted(ACTIVATIONS_FROM_HF))}"

@@ -14,10 +14,10 @@ from tqdm.auto import tqdm
 
 import specformer
 from specformer.checkpoint import load_weights
-from specformer.errors import SpecError, UserError
+from specformer.errors import SpecError, UserError, excerpt
 from specformer.tokenizer import METADATA_KEY, BPETokenizer, NoTokenizer
 
-from specformer_hf.config import ConfigReader
+from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import HFDirectory, open_directory
 from specformer_hf.rules import Site
@@ -55,16 +55,34 @@ def spec_from_config(config: dict[str, Any], *, families: Families | None = None
     return family, spec
 
 
-def _read_config(config: dict[str, Any], *, families: Families | None) -> tuple[Family, dict[str, Any], ConfigReader]:
+def _read_config(config: dict[str, Any], *, families: Families | None,
+                 max_layers: int | None = None) -> tuple[Family, dict[str, Any], ConfigReader]:
     families = families or get_families()
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
-        raise UserError(f"config.json has no 'model_type' string (got {model_type!r}); cannot tell which family it is")
+        raise UserError(f"config.json has no 'model_type' string (got {excerpt(model_type)}); cannot tell which family it is")
     family = families.get(model_type)
-    reader = ConfigReader(config, defaults=family.defaults, family=family.name)
-    model = family.to_spec(reader)
+    reader = ConfigReader(config, defaults=family.defaults, family=family.name, max_layers=max_layers)
+    try:
+        model = family.to_spec(reader)
+    except TooManyLayers as exc:
+        raise UserError(f"{exc}{_defaults_hint(family, reader)}") from None
+    except (ArithmeticError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # A value of the wrong type or range that the family's own checks did not name: still one clear line.
+        raise UserError(f"{family.name}: config.json holds a value this family cannot read "
+                        f"({type(exc).__name__}: {str(exc)[:200]}); check its sizes and types") from None
     reader.warn_unread(also_harmless=family.non_math_fields)
     return family, {"model": model}, reader
+
+
+def _defaults_hint(family: Family, reader: ConfigReader) -> str:
+    """Left-out size fields take transformers' defaults (a 7B model for Llama): say so when something does not fit."""
+    defaulted = sorted(k for k in reader.read if not reader.has(k) and isinstance(reader.defaults.get(k), int)
+                       and not isinstance(reader.defaults.get(k), bool))
+    if not defaulted:
+        return ""
+    return (f"; config.json leaves out {', '.join(defaulted)}, so transformers' {family.name} defaults were "
+            f"assumed ({', '.join(f'{k}={reader.defaults[k]}' for k in defaulted)}): set them to the model's sizes")
 
 
 def import_hf(
@@ -85,7 +103,7 @@ def import_hf(
     else ``<|endoftext|>``). Without any, the result records that there is no tokenizer.
     """
     directory = open_directory(path)
-    family, spec, reader = _read_config(directory.config, families=families)
+    family, spec, reader = _read_config(directory.config, families=families, max_layers=len(directory.files))
     # A bad --tokenizer fails here, before the weights are read.
     tokenizer_result = _tokenizer(directory, spec, override=tokenizer, eos_token=eos_token)
     _check_against_headers(family, directory, spec, reader)
@@ -112,12 +130,7 @@ def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, devi
 
 def _check_against_headers(family: Family, directory: HFDirectory, spec: dict[str, Any], reader: ConfigReader) -> None:
     """UserError unless the config describes the stored tensors: checked on the meta device (no memory)."""
-    # Left-out fields take transformers' defaults (a 7B model for Llama); say so when they do not fit.
-    defaulted = sorted(k for k in reader.read if not reader.has(k) and isinstance(reader.defaults.get(k), int)
-                       and not isinstance(reader.defaults.get(k), bool))
-    hint = (f"; config.json leaves out {', '.join(defaulted)}, so transformers' {family.name} defaults were "
-            f"assumed ({', '.join(f'{k}={reader.defaults[k]}' for k in defaulted)}): set them to the model's sizes"
-            if defaulted else "")
+    hint = _defaults_hint(family, reader)
     n_layers = spec["model"].get("n_layers")
     if isinstance(n_layers, int) and n_layers > len(directory.files):
         # Every family stores at least one tensor per layer; this also keeps a huge layer count off the builder.
@@ -188,8 +201,14 @@ def convert_weights(
             continue
         located = [found[name] for name in hf_names]
         tensors = read(located)
-        converted = rule.to_ours([tensors[name] for name in located], site)
         consumed.update(located)
+        try:
+            converted = rule.to_ours([tensors[name] for name in located], site)
+        except (RuntimeError, ValueError, IndexError):
+            # Stored shapes the rule cannot even combine (a 0-d tensor to concatenate, a size to split unevenly).
+            shapes = ", ".join(f"{n} {tuple(tensors[n].shape)}" for n in located)
+            misshaped.append(f"{shapes} -> {', '.join(our_names)} needs {', '.join(str(tuple(expected[n].shape)) for n in our_names)}")
+            continue
         for name, tensor in zip(our_names, converted):
             if tuple(tensor.shape) != tuple(expected[name].shape):
                 shapes = ", ".join(f"{n} {tuple(tensors[n].shape)}" for n in located)

@@ -26,7 +26,7 @@ def model_sizes(cfg: ConfigReader) -> dict[str, Any]:
     return {
         "vocab_size": cfg.get_int("vocab_size"),
         "d_model": cfg.get_int("hidden_size"),
-        "n_layers": cfg.get_int("num_hidden_layers"),
+        "n_layers": cfg.get_layers("num_hidden_layers"),
         "context_length": cfg.get_int("max_position_embeddings"),
         "tie_embeddings": bool(cfg.get("tie_word_embeddings")),
     }
@@ -45,9 +45,9 @@ def model_sizes_config(view: SpecView) -> dict[str, Any]:
 
 def attention_sizes(cfg: ConfigReader) -> dict[str, Any]:
     """n_heads, n_kv_heads, head_dim of the attention (head_dim: null means hidden / heads)."""
-    n_heads = cfg.get_int("num_attention_heads")
+    n_heads = cfg.get_size("num_attention_heads")
     n_kv = cfg.get("num_key_value_heads", None) or n_heads
-    head_dim = cfg.get("head_dim", None) or cfg.get_int("hidden_size") // n_heads
+    head_dim = cfg.get("head_dim", None) or cfg.get_size("hidden_size") // n_heads
     return {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_kv, "head_dim": head_dim}
 
 
@@ -229,7 +229,7 @@ def _selection(indices: list[int], n_layers: int) -> Any:
 
 def layer_types_from_config(cfg: ConfigReader, default: list[str]) -> list[str]:
     layer_types = cfg.get("layer_types", None) or default
-    if len(layer_types) != cfg.get_int("num_hidden_layers"):
+    if len(layer_types) != cfg.get_layers("num_hidden_layers"):
         raise UserError(f"{cfg.family}: layer_types has {len(layer_types)} entries for {cfg.get('num_hidden_layers')} layers")
     bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
     if bad:
@@ -282,7 +282,7 @@ def prenorm_rules() -> list[Rule]:
 
 def check_rotary_dim(cfg: ConfigReader, n_heads: int, positional: dict[str, Any]) -> None:
     """transformers rotates int(head_dim * partial_rotary_factor) channels; an odd count has no pairing."""
-    head_dim = cfg.get("head_dim", None) or cfg.get_int("hidden_size") // n_heads
+    head_dim = cfg.get("head_dim", None) or cfg.get_size("hidden_size") // n_heads
     rotary = int(head_dim * positional.get("fraction", 1.0))
     if rotary % 2:
         raise UserError(

@@ -32,7 +32,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     scalar = cfg.get_float("query_pre_attn_scalar")
     if scalar != attention["head_dim"]:
         attention["scale"] = scalar ** -0.5
-    n_layers = cfg.get_int("num_hidden_layers")
+    n_layers = cfg.get_layers("num_hidden_layers")
     # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).
     types = common.layer_types_from_config(cfg, ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)])
     window = cfg.get("sliding_window")

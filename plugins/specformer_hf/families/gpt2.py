@@ -28,7 +28,7 @@ def layer_scales(scale_weights: bool, by_layer: bool, n_layers: int, head_dim: i
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     cfg.require("add_cross_attention", (False,), why="GPT-2 with cross-attention is an encoder-decoder's decoder")
-    d_model, n_heads, n_layers = cfg.get_int("n_embd"), cfg.get_int("n_head"), cfg.get_int("n_layer")
+    d_model, n_heads, n_layers = cfg.get_size("n_embd"), cfg.get_size("n_head"), cfg.get_layers("n_layer")
     scales = layer_scales(bool(cfg.get("scale_attn_weights")), bool(cfg.get("scale_attn_by_inverse_layer_idx")),
                           n_layers, d_model // n_heads)
     attention: dict[str, Any] = {"kind": "attention", "n_heads": n_heads, "qkv_bias": True, "out_bias": True}

@@ -23,7 +23,7 @@ DEFAULTS = {
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     bias = bool(cfg.get("attention_bias"))
-    n_heads = cfg.get_int("num_attention_heads")
+    n_heads = cfg.get_size("num_attention_heads")
     positional = common.rope(cfg, extra_legacy={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
                              partial=True)
     common.check_rotary_dim(cfg, n_heads, positional)

@@ -24,7 +24,7 @@ def layer_windows(cfg: ConfigReader) -> list[int | None]:
     """Each layer's window as transformers 5 decides it (Qwen2Config.__post_init__ and the attention)."""
     window = cfg.get("sliding_window")  # read either way: it matters only with use_sliding_window
     window = window if cfg.get("use_sliding_window") else None
-    n_layers, first_sliding = cfg.get_int("num_hidden_layers"), cfg.get_int("max_window_layers")
+    n_layers, first_sliding = cfg.get_layers("num_hidden_layers"), cfg.get_int("max_window_layers")
     default = ["sliding_attention" if window is not None and i >= first_sliding else "full_attention" for i in range(n_layers)]
     types = common.layer_types_from_config(cfg, default)
     return [window if t == "sliding_attention" else None for t in types]

@@ -198,7 +198,7 @@ def test_stored_shapes_are_compared_before_allocating(tmp_path, monkeypatch):
 def test_layer_count_beyond_the_stored_tensors_is_refused_before_building(tmp_path, monkeypatch):
     d = hf_forge.write_folder(tmp_path / "m", hf_forge.llama_config(num_hidden_layers=10**8), hf_forge.llama_tensors())
     devices = _only_meta_builds(monkeypatch)
-    _fails(d, "describes 100000000 layers, but the weights hold only 12 tensors")
+    _fails(d, "describes 100000000 layers (num_hidden_layers), but the weights hold only 12 tensors")
     assert devices == []
 
 
@@ -209,3 +209,53 @@ def test_untrusted_folder_errors_exit_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "outside the model folder" in err and "Traceback" not in err
     assert not (tmp_path / "o.safetensors").exists()
+
+
+LAYER_KEYS = {"gpt2": "n_layer"}
+ALL_FAMILIES = ["gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo2"]
+
+
+@pytest.mark.parametrize("model_type", ALL_FAMILIES)
+def test_a_forged_layer_count_costs_nothing_in_any_family(tmp_path, model_type):
+    # Families that build a per-layer list while reading the config (Qwen2's windows, Gemma 2's layer types,
+    # GPT-2's scales) must not be handed 10**18 layers: the count is checked against the tensors first.
+    key = LAYER_KEYS.get(model_type, "num_hidden_layers")
+    config = {"model_type": model_type, key: 10**18, "use_sliding_window": True, "sliding_window": 4}
+    d = hf_forge.write_folder(tmp_path / "m", config, hf_forge.llama_tensors())
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _fails(d, f"describes {10**18} layers ({key}), but the weights hold only 12 tensors",
+               "config.json leaves out")
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"num_attention_heads": 0}, "'num_attention_heads' must be a positive integer, got 0"),
+    ({"hidden_size": -16}, "'hidden_size' must be a positive integer, got -16"),
+    ({"num_hidden_layers": True}, "'num_hidden_layers' must be an integer, got True"),
+    ({"hidden_act": ["silu"]}, "'hidden_act' = ['silu'] is an activation specformer does not implement"),
+])
+def test_config_values_of_the_wrong_type_or_sign(tmp_path, changes, needle):
+    d = hf_forge.write_folder(tmp_path / "m", hf_forge.llama_config(**changes), hf_forge.llama_tensors())
+    _fails(d, needle)
+
+
+def test_a_family_tripping_over_a_value_still_gives_one_clear_error(tmp_path):
+    # A third-party family that does arithmetic on a field without checking its type.
+    import dataclasses
+
+    from specformer_hf.families import llama as llama_family
+    from specformer_hf.family import Families
+
+    def careless(cfg):
+        return {**llama_family.FAMILY.to_spec(cfg), "d_model": cfg.get("hidden_size") * 2 // cfg.get("width_divisor")}
+
+    families = Families()
+    families.add(dataclasses.replace(llama_family.FAMILY, name="Careless", model_type="careless", to_spec=careless,
+                                     plugin="test"))
+    d = hf_forge.write_folder(tmp_path / "m", hf_forge.llama_config(model_type="careless", width_divisor=0),
+                              hf_forge.llama_tensors())
+    with pytest.raises(UserError, match=r"Careless: config.json holds a value this family cannot read "
+                                        r"\(ZeroDivisionError: integer division or modulo by zero\)"):
+        specformer_hf.import_hf(d, families=families)
