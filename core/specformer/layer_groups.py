@@ -30,8 +30,13 @@ class LayerGroup:
     count: int  # how many layers the group has
 
 
-def overrides_of_layer(index: int, selections: Sequence["range | list[int]"]) -> tuple[int, ...]:
-    """The signature of one layer: which overrides select it."""
+def membership(selections: Sequence["range | list[int]"]) -> list["range | frozenset[int]"]:
+    """Selections in a form whose ``in`` is O(1): ranges stay, explicit lists become sets."""
+    return [chosen if isinstance(chosen, range) else frozenset(chosen) for chosen in selections]
+
+
+def overrides_of_layer(index: int, selections: Sequence["range | frozenset[int] | list[int]"]) -> tuple[int, ...]:
+    """The signature of one layer: which overrides select it (pass :func:`membership` sets in loops)."""
     return tuple(j for j, chosen in enumerate(selections) if index in chosen)
 
 
@@ -41,6 +46,7 @@ def group_layers(n_layers: int, selections: Sequence["range | list[int]"]) -> li
     Groups are returned in order of their first layer. Cost grows with the number of
     overrides and the least common multiple of their steps, not with ``n_layers``.
     """
+    selections = membership(selections)
     boundaries = {0, n_layers}
     for chosen in selections:
         if isinstance(chosen, range):
@@ -65,4 +71,4 @@ def group_layers(n_layers: int, selections: Sequence["range | list[int]"]) -> li
     return sorted(groups, key=lambda g: g.first)
 
 
-__all__ = ["LayerGroup", "group_layers", "overrides_of_layer"]
+__all__ = ["LayerGroup", "group_layers", "membership", "overrides_of_layer"]

@@ -156,9 +156,9 @@ class ModelSpec(StrictNumbers):
 
     def layer_blocks(self) -> list[dict[str, dict[str, Any]]]:
         """The effective block of every layer: base block with the overrides that select it applied."""
-        from specformer.layer_groups import overrides_of_layer
+        from specformer.layer_groups import membership, overrides_of_layer
 
-        selections = self.layer_selections()
+        selections = membership(self.layer_selections())
         blocks: dict[tuple[int, ...], dict[str, dict[str, Any]]] = {}
         out = []
         for i in range(self.n_layers):

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specformer.errors import Problem, SpecError, UnknownComponentError
-from specformer.layer_groups import LayerGroup, group_layers, overrides_of_layer
+from specformer.layer_groups import LayerGroup, group_layers, membership, overrides_of_layer
 from specformer.messages import join_path, unknown_message
 from specformer.registry import Registry, Resolved
 from specformer.spec import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
@@ -42,7 +42,7 @@ class ResolvedModel:
     positional: ResolvedPart
     final_norm: ResolvedPart
     groups: list[ResolvedGroup] = field(default_factory=list)
-    selections: list["range | list[int]"] = field(default_factory=list)
+    selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -105,7 +105,8 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
         groups.append(ResolvedGroup(group, parts))
     if problems or positional is None or final_norm is None:
         return None, problems
-    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, groups=groups, selections=selections), []
+    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, groups=groups,
+                         selections=membership(selections)), []
 
 
 def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
