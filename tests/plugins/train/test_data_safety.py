@@ -237,6 +237,23 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def test_ctrl_c_during_start_up_exits_130_with_one_line(tmp_path: Path, spec_file: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    from specformer_train import run
+
+    def interrupted(data: Any) -> None:
+        raise KeyboardInterrupt  # what Python raises on SIGINT; the real signal: the slow test below
+
+    monkeypatch.setattr(run, "find_corpus", interrupted)
+    out = tmp_path / "out"
+    assert main(["train", str(spec_file), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted; the run directory keeps its last complete checkpoint, if any"
+    assert not (out / "run.lock").exists()
+
+
+@pytest.mark.slow
 def test_ctrl_c_during_start_up_exits_130_without_a_traceback_and_releases_the_lock(
         tmp_path: Path, spec_file: Path) -> None:
     out = tmp_path / "out"

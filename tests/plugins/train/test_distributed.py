@@ -83,6 +83,7 @@ def test_fsdp_resumes_from_a_full_checkpoint(single) -> None:
     assert values(out) == pytest.approx(tail, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_refused_start_stops_every_process_at_once(single) -> None:
     # The reference run's directory holds an earlier run: the first process refuses to start, and
     # the second must stop too rather than wait at a barrier for the process group's timeout.
