@@ -106,7 +106,7 @@ def _run_export(args: argparse.Namespace) -> int:
     from specformer.checkpoint import read_metadata
     from specformer.tokenizer import METADATA_KEY, tokenizer_from_metadata
     from specformer_hf.exporter import to_hf
-    from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY
+    from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY
     from specformer_hf.output import check_directory_target
 
     out = Path(args.directory)
@@ -116,19 +116,24 @@ def _run_export(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: holds the checkpoint being exported ({args.checkpoint}); --force would delete it")
     metadata = read_metadata(args.checkpoint)
     model = specformer.load(args.checkpoint)
-    base: dict[str, Any] | None = None
-    if CONFIG_KEY in metadata:
-        try:
-            base = json.loads(metadata[CONFIG_KEY])
-        except json.JSONDecodeError:
-            base = None  # only token ids come from it; a damaged copy is not worth failing over
+    base = _json_object(metadata.get(CONFIG_KEY))  # only token ids come from it: a damaged copy is not worth failing over
+    generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     tokenizer = tokenizer_from_metadata(metadata) if METADATA_KEY in metadata else None
     out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer, force=args.force)
+                tokenizer=tokenizer, force=args.force, generation_config=generation)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
     return 0
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """A JSON object stored in the header, or None when absent or damaged (it only carries defaults)."""
+    try:
+        data = json.loads(text) if text else None
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _run_attach(args: argparse.Namespace) -> int:

@@ -50,6 +50,9 @@ def hf_config(family: Family, view: SpecView) -> dict[str, Any]:
     return config
 
 
+#: Fields of a source generation_config.json that describe the file, not the settings.
+_NOT_KEPT_GENERATION = ("transformers_version", "_from_model_config")
+
 #: Fields of the source config that describe the source file, not this export.
 _NOT_KEPT = ("architectures", "model_type", "dtype", "torch_dtype", "transformers_version", "_name_or_path")
 
@@ -85,6 +88,7 @@ def to_hf(
     tokenizer: Any = None,
     families: Families | None = None,
     force: bool = False,
+    generation_config: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``model`` as a Hugging Face directory loadable by ``AutoModelForCausalLM.from_pretrained``.
 
@@ -93,8 +97,9 @@ def to_hf(
     ``base_config`` (token ids and the like) are kept. Both default to what a model made
     by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
     tokenizer (specformer's BPE tokenizer) is written as tokenizer.json with a
-    tokenizer_config.json naming its special tokens; generation_config.json holds the
-    bos/eos/pad ids (the source config's, else the tokenizer's).
+    tokenizer_config.json naming its special tokens; generation_config.json is the
+    source's ``generation_config`` (default: the one import_hf read) with the bos/eos/pad
+    ids it leaves out filled in from the config (the source's, else the tokenizer's).
 
     The folder is written complete or not at all (see :mod:`specformer_hf.output`): one that
     already holds files is refused, or with ``force`` replaced once the new one is complete.
@@ -122,7 +127,12 @@ def to_hf(
     with staged_directory(Path(path), force=force) as stage:
         write_safetensors_atomic(hf_tensors(chosen, model), stage / WEIGHTS, {"format": "pt"})
         (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        generation = {k: config[k] for k in TOKEN_ID_FIELDS if config.get(k) is not None}
+        if generation_config is None:
+            generation_config = getattr(model, "hf_generation_config", None) or {}  # set by import_hf
+        generation = {k: v for k, v in generation_config.items() if k not in _NOT_KEPT_GENERATION}
+        for k in TOKEN_ID_FIELDS:
+            if generation.get(k) is None and config.get(k) is not None:
+                generation[k] = config[k]
         (stage / GENERATION_CONFIG).write_text(json.dumps(generation, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         inner = getattr(tokenizer, "inner", None)
         if inner is not None and hasattr(inner, "to_str"):

@@ -26,6 +26,7 @@ from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 #: Checkpoint header keys written by ``specformer hf import``; export reads them back.
 FAMILY_KEY = "hf.model_type"
 CONFIG_KEY = "hf.config"
+GENERATION_CONFIG_KEY = "hf.generation_config"
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Imported:
     spec: dict[str, Any]  # the spec as the family wrote it (compact; model.spec is the validated form)
     tokenizer: BPETokenizer | NoTokenizer  # NoTokenizer: the folder had none (recorded so text is refused later)
     notes: list[str] = field(default_factory=list)
+    generation_config: dict[str, Any] | None = None  # the folder's generation_config.json, exported back
 
     @property
     def has_tokenizer(self) -> bool:
@@ -45,8 +47,11 @@ class Imported:
 
     def metadata(self) -> dict[str, str]:
         """Checkpoint header entries that let export reproduce the original config and tokenizer."""
-        return {FAMILY_KEY: self.family.model_type, CONFIG_KEY: json.dumps(self.config, sort_keys=True),
-                METADATA_KEY: self.tokenizer.to_json()}
+        out = {FAMILY_KEY: self.family.model_type, CONFIG_KEY: json.dumps(self.config, sort_keys=True),
+               METADATA_KEY: self.tokenizer.to_json()}
+        if self.generation_config is not None:
+            out[GENERATION_CONFIG_KEY] = json.dumps(self.generation_config, sort_keys=True)
+        return out
 
 
 def spec_from_config(config: dict[str, Any], *, families: Families | None = None) -> tuple[Family, dict[str, Any]]:
@@ -115,8 +120,11 @@ def import_hf(
     model.eval()
     # For export: write the model back as the family it came from (when it still fits), with its token ids.
     model.hf_config = directory.config
+    generation = directory.generation_config()
+    model.hf_generation_config = generation
     found, notes = tokenizer_result
-    return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes)
+    return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes,
+                    generation_config=generation)
 
 
 def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None) -> Any:
@@ -276,4 +284,4 @@ def _tokenizer(directory: HFDirectory, spec: dict[str, Any], *, override: str | 
     return no_tokenizer(directory.config, vocab_size=vocab_size), [note]
 
 
-__all__ = ["CONFIG_KEY", "FAMILY_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]
+__all__ = ["CONFIG_KEY", "FAMILY_KEY", "GENERATION_CONFIG_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]

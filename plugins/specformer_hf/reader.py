@@ -14,6 +14,7 @@ be checked against its config before any weights are read or any model is alloca
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
+GENERATION_CONFIG = "generation_config.json"
+#: A generation_config.json is a few hundred bytes; anything past this is not one.
+MAX_GENERATION_CONFIG_BYTES = 1 << 20
 
 
 #: safetensors dtype names of floating-point tensors, the only kind a weight can be.
@@ -57,6 +61,26 @@ class HFDirectory:
     def tokenizer_path(self) -> Path | None:
         path = self.path / TOKENIZER
         return inside(self.path, path, what=TOKENIZER) if path.is_file() else None
+
+    def generation_config(self) -> dict[str, Any] | None:
+        """The folder's generation_config.json (generation defaults such as the end tokens), if it has a usable one.
+
+        Optional and descriptive only, so a broken one is reported as a warning and left out.
+        """
+        path = self.path / GENERATION_CONFIG
+        if not path.is_file():
+            return None
+        try:
+            resolved = inside(self.path, path, what=GENERATION_CONFIG)
+            if resolved.stat().st_size > MAX_GENERATION_CONFIG_BYTES:
+                raise UserError(f"{path}: larger than {MAX_GENERATION_CONFIG_BYTES} bytes")
+            data = json.loads(resolved.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            warnings.warn(f"{path}: ignored, not a usable generation config ({str(exc)[:200]})", UserWarning, stacklevel=2)
+            return None
+        return data
 
     def names(self) -> list[str]:
         return sorted(self.files)
@@ -198,4 +222,4 @@ def _shards(path: Path, index: Path) -> dict[str, Path]:
     return files
 
 
-__all__ = ["CONFIG", "FLOAT_DTYPES", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]
+__all__ = ["CONFIG", "FLOAT_DTYPES", "GENERATION_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]

@@ -132,7 +132,7 @@ def test_the_old_folder_is_replaced_only_after_the_new_one_is_complete(checkpoin
     specformer_hf.to_hf(specformer.load(checkpoint), old, force=True)
     (aside_src, aside_dst, aside_files), (new_src, new_dst, new_files) = seen
     assert aside_src == "out" and aside_dst.startswith(".out.old-") and "tokenizer.json" in aside_files
-    assert new_src.startswith(".out.partial-") and new_dst == "out" and new_files == ["config.json", "model.safetensors"]
+    assert new_src.startswith(".out.partial-") and new_dst == "out" and new_files == ["config.json", "generation_config.json", "model.safetensors"]
 
 
 def test_export_output_problems_are_found_before_loading_the_checkpoint(tmp_path, capsys):

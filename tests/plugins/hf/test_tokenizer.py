@@ -111,7 +111,12 @@ def test_folder_without_tokenizer_warns_and_records_none(llama_dir, tmp_path, ca
     out = tmp_path / "hf"
     assert main(["hf", "export", str(checkpoint), str(out)]) == 0
     assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
-    assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": 5}
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 5
+    # The rest is the source folder's generation_config.json, less the fields describing that file.
+    source = json.loads((llama_dir.directory / "generation_config.json").read_text())
+    assert {k: v for k, v in generation.items() if k != "eos_token_id"} == {
+        k: v for k, v in source.items() if k not in ("eos_token_id", "transformers_version", "_from_model_config")}
 
 
 def test_eos_id_outside_the_vocabulary_is_not_recorded(llama_dir, tmp_path, capsys):
@@ -247,4 +252,35 @@ def test_export_keeps_the_source_token_ids_over_the_tokenizers(llama_dir, tmp_pa
     out = specformer_hf.to_hf(imported.model, tmp_path / "hf", tokenizer=imported.tokenizer)
     settings = json.loads((out / "tokenizer_config.json").read_text())
     assert settings["eos_token"] == "</s>" and "pad_token" not in settings and "bos_token" not in settings
-    assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": tokenizer.token_to_id("</s>")}
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == tokenizer.token_to_id("</s>")
+    assert "bos_token_id" not in generation and "pad_token_id" not in generation
+
+
+def test_the_source_generation_config_is_exported_back(llama_dir, tmp_path, capsys):
+    # Generation defaults (several end tokens, sampling settings) live in generation_config.json, not config.json.
+    d = tmp_path / "m"
+    shutil.copytree(llama_dir.directory, d)
+    settings = {"eos_token_id": [3, 4], "temperature": 0.6, "top_p": 0.9, "do_sample": True,
+                "transformers_version": "4.40.0"}
+    (d / "generation_config.json").write_text(json.dumps(settings))
+    checkpoint = tmp_path / "m.safetensors"
+    assert main(["hf", "import", str(d), str(checkpoint)]) == 0
+    out = tmp_path / "hf"
+    assert main(["hf", "export", str(checkpoint), str(out)]) == 0
+    from transformers import GenerationConfig
+
+    loaded = GenerationConfig.from_pretrained(out)
+    assert (loaded.eos_token_id, loaded.temperature, loaded.top_p, loaded.do_sample) == ([3, 4], 0.6, 0.9, True)
+    assert "transformers_version" not in json.loads((out / "generation_config.json").read_text())
+
+
+def test_a_broken_generation_config_is_ignored_with_a_warning(llama_dir, tmp_path):
+    import specformer_hf
+
+    d = tmp_path / "m"
+    shutil.copytree(llama_dir.directory, d)
+    (d / "generation_config.json").write_text("[1, 2]")
+    with pytest.warns(UserWarning, match="generation_config.json: ignored, not a usable generation config"):
+        imported = specformer_hf.import_hf(d)
+    assert imported.generation_config is None and "hf.generation_config" not in imported.metadata()

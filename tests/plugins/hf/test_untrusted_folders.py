@@ -259,3 +259,12 @@ def test_a_family_tripping_over_a_value_still_gives_one_clear_error(tmp_path):
     with pytest.raises(UserError, match=r"Careless: config.json holds a value this family cannot read "
                                         r"\(ZeroDivisionError: integer division or modulo by zero\)"):
         specformer_hf.import_hf(d, families=families)
+
+
+def test_tensors_a_rule_cannot_combine_are_a_shape_error(tmp_path):
+    # Found by the fuzzing: a 0-d q_proj made the q/k/v concatenation raise inside torch.
+    config = hf_forge.llama_config()
+    tensors = hf_forge.llama_tensors(config)
+    tensors["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(())
+    d = hf_forge.write_folder(tmp_path / "m", config, tensors)
+    _fails(d, "shape does not match config.json", "model.layers.0.self_attn.q_proj.weight ()")
