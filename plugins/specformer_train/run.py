@@ -4,6 +4,12 @@
 
     from specformer_train import train
     result = train("specs/tiny.yaml", data="notes/", out_dir="runs/notes", overrides=["train.lr=3e-4"], steps=200)
+
+The order is cheap checks first, so a run that cannot finish fails in a second: the spec
+and overrides; the run directory (locked, repaired after an interrupted save, writable,
+not holding an earlier run unless ``--resume``/``--overwrite``, room for the checkpoints);
+the checkpoint to resume from and the data it recorded; then the corpus, tokenizer and
+model; and only then are an earlier run's files replaced and training started.
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
             if ctx.is_main:
                 try:
                     held.enter_context(RunLock(run_dir, say=say))
-                    _check_run_dir(run_dir, resume=bool(resume), overwrite=overwrite, say=say)
+                    _check_run_dir(run_dir, loaded, config, resume=bool(resume), overwrite=overwrite, say=say)
                 except UserError as exc:
                     refused = exc
             if any_process(refused is not None, ctx, device_for(config.device, ctx)):
@@ -105,13 +111,16 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         shutdown(ctx)
 
 
-def _check_run_dir(run_dir: Path, *, resume: bool, overwrite: bool, say: Callable[[str], None]) -> None:
-    """Under the lock: finish interrupted saves, then check the directory can be written and may be used."""
+def _check_run_dir(run_dir: Path, spec: Spec, config: TrainConfig, *, resume: bool, overwrite: bool,
+                   say: Callable[[str], None]) -> None:
+    """Under the lock, before any data is read: finish interrupted saves, then check that the
+    directory can be written, may be used, and has room for the run's checkpoints."""
     for note in recover_interrupted_saves(run_dir):
         say(f"note: {note}")
     check_writable(run_dir)
     if not resume and not overwrite:
         refuse_earlier_run(run_dir)
+    check_space(run_dir, n_params=summarize(spec).total, keep_last=config.keep_last)
 
 
 def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, resume: bool | str | Path,
@@ -123,8 +132,6 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     if known and not data_given and recorded_data != absolute_source(config.data):
         spec, config = _with_data(spec, recorded_data, source=source)
         say(f"note: resuming on the data the run was trained on: {describe(recorded or {})}")
-    if ctx.is_main:
-        check_space(run_dir, n_params=summarize(spec).total, keep_last=config.keep_last)
 
     # The first process fills the caches (tokenizer, tokens); the others then find them there.
     corpus = _find_corpus(config.data, recorded_data if known and not data_given else None)
