@@ -14,9 +14,7 @@ from specformer.cli import main
 from specformer.errors import UserError
 from specformer.scaffold import new_plugin
 
-
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+from fixtures.isolated_plugin import stage
 
 
 @pytest.mark.parametrize(
@@ -84,25 +82,24 @@ def test_cli_writes_the_package_and_says_what_to_do_next(tmp_path, capsys):
 
 
 def test_the_written_package_installs_and_passes_its_own_tests(tmp_path):
+    """As installed (its entry point found on the path), never pip-installed into this environment:
+    other processes sharing it would see the plugin, then fail to import it once tmp_path is gone."""
     root = new_plugin("scaffoldcheck", directory=tmp_path)
-    installed = pip("install", "--no-deps", "--no-build-isolation", "-e", str(root))
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    try:
+    staged = stage(root, tmp_path / "site")
+    assert staged.entry_points == {"scaffoldcheck": "specformer_scaffoldcheck.plugin"}
+    with staged.active():
         eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="specformer")}
         assert eps.get("scaffoldcheck") == "specformer_scaffoldcheck.plugin"
-        # A fresh interpreter, as a user would run it: the plugin is found through its entry point.
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
-            cwd=root, capture_output=True, text=True, timeout=300,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "4 passed" in result.stdout
-        listed = subprocess.run([sys.executable, "-m", "specformer.cli", "components", "norm"],
-                                capture_output=True, text=True, timeout=120)
-        assert "scaffoldcheck" in listed.stdout and "[scaffoldcheck]" in listed.stdout, listed.stdout + listed.stderr
-    finally:
-        removed = pip("uninstall", "-y", "specformer-scaffoldcheck")
-        assert removed.returncode == 0, removed.stderr
+    # A fresh interpreter, as a user would run it: the plugin is found through its entry point.
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        cwd=root, capture_output=True, text=True, timeout=300, env=staged.env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout
+    listed = subprocess.run([sys.executable, "-m", "specformer.cli", "components", "norm"],
+                            capture_output=True, text=True, timeout=120, env=staged.env())
+    assert "scaffoldcheck" in listed.stdout and "[scaffoldcheck]" in listed.stdout, listed.stdout + listed.stderr
     assert "scaffoldcheck" not in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}
 
 
