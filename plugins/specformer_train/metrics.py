@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
-from specformer_train.atomic import OutputError, write_text_atomic
+from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
@@ -83,8 +84,14 @@ def plot_losses(metrics_path: Path, png_path: Path, *, title: str = "") -> Path 
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(png_path)
+    tmp = temp_sibling(png_path)
+    try:
+        figure.savefig(tmp, format="png")
+        os.replace(tmp, png_path)  # a failed write leaves the earlier plot whole
+    except OSError as exc:
+        raise OutputError(f"could not write {png_path}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return png_path
 
 
