@@ -119,7 +119,7 @@ class TrainConfig(BaseModel):
     )
     threads: Int | Literal["auto"] = Field(
         default="auto",
-        description="CPU threads; auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
+        description="CPU threads (1 to 1024) or auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
                     "a resumed run keeps the count it was saved with.",
     )
     activation_checkpointing: StrictBool = Field(
