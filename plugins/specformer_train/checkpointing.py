@@ -373,8 +373,14 @@ def _read_trainer_state(path: Path) -> TrainerState:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counters) or state.world_size < 1:
         raise DamagedCheckpoint(f"{path}: step, sequences, tokens and world_size must be non-negative integers, "
                                 f"got {counters}")
-    if not isinstance(state.elapsed_s, (int, float)) or not (state.data is None or isinstance(state.data, dict)):
-        raise DamagedCheckpoint(f"{path}: elapsed_s or data has the wrong type")
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    typed = (number(state.elapsed_s) and (state.last_val_loss is None or number(state.last_val_loss))
+             and (state.threads is None or (isinstance(state.threads, int) and number(state.threads)))
+             and (state.data is None or isinstance(state.data, dict)) and isinstance(state.extra, dict))
+    if not typed:
+        raise DamagedCheckpoint(f"{path}: elapsed_s, last_val_loss, threads, data or extra has the wrong type")
     return state
 
 

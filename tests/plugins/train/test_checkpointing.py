@@ -77,3 +77,20 @@ def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path: Path) -> Non
     (path / "optimizer.safetensors").unlink()
     with pytest.raises(specformer.CheckpointError, match=r"not a complete training checkpoint \(no optimizer.safetensors\)"):
         load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+
+
+@pytest.mark.parametrize("field, value", [("step", -1), ("step", True), ("sequences", "12"), ("elapsed_s", "x"),
+                                          ("last_val_loss", "low"), ("threads", 2.5), ("data", [1]), ("extra", 3)])
+def test_a_trainer_state_with_a_wrong_type_is_a_damaged_checkpoint(tmp_path: Path, field: str, value: object) -> None:
+    import json
+
+    from specformer_train.checkpointing import DamagedCheckpoint, read_checkpoint
+
+    model, optimizer = trained(0)
+    path = save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer, state=TrainerState(step=1),
+                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1)
+    read_checkpoint(path)  # intact as written
+    data = json.loads((path / "trainer.json").read_text())
+    (path / "trainer.json").write_text(json.dumps({**data, field: value}))
+    with pytest.raises(DamagedCheckpoint, match=r"trainer.json: .*(must be non-negative integers|wrong type)"):
+        read_checkpoint(path)
