@@ -17,9 +17,11 @@ import torch
 from torch import Tensor
 
 from specformer.plugins import get_plugin_manager
+from specformer_generate import arguments
 from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
 from specformer_generate.inputs import PromptBatch, prompt_batch
+from specformer_generate.memory import check_generation_memory, estimate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.stopping import StopCondition
 
@@ -60,6 +62,7 @@ def generate(
     pad_token_id: int | None = None,
     compile: bool | str = False,
     check_every: int = 16,
+    max_memory: int | str | None = None,
 ) -> "Tensor | list[list[int]]":
     """Continue each prompt by up to ``max_new_tokens`` tokens; return the full sequences.
 
@@ -72,30 +75,37 @@ def generate(
     eos id, else -1). ``num_beams > 1`` runs beam search (:mod:`specformer_generate.beam`)
     with ``length_penalty`` and ``early_stopping``. ``compile`` compiles the one-token step
     with ``torch.compile`` (``True`` or a backend name). ``check_every``: how many tokens
-    between the host's looks at whether every row finished.
+    between the host's looks at whether every row finished. ``max_memory`` (bytes or a
+    size such as ``"8GiB"``, or ``"unlimited"``): the most the call may need (see
+    :mod:`specformer_generate.memory`); default ``SPECFORMER_MAX_MEMORY``, else the
+    memory available. Every argument is checked first: a bad one is a ``ValueError``,
+    a call that needs too much memory a ``MemoryLimitError``, before anything is allocated.
     """
     start = time.perf_counter()
+    num_beams = arguments.positive_int("num_beams", num_beams)
+    check_every = arguments.positive_int("check_every", check_every)
+    length_penalty = arguments.finite_number("length_penalty", length_penalty)
+    early_stopping = arguments.early_stopping(early_stopping)
     if num_beams > 1:
         from specformer_generate.beam import beam_search
 
-        batch = _batch(model, input_ids)
+        batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
+                                  eos_token_id=eos_token_id, stop=stop, use_cache=use_cache,
+                                  pad_token_id=pad_token_id, compile=compile, max_memory=max_memory,
+                                  num_beams=num_beams)
         with _inference(model):
             result, produced = beam_search(
-                model, batch, max_new_tokens=_check_budget(model, batch, max_new_tokens),
-                num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-                sampler=None if sampler is None else build_sampler(sampler), eos=_eos_list(eos_token_id),
-                stop=stop or (), pad_token_id=pad_token_id, use_cache=use_cache, compile=compile,
+                model, batch, max_new_tokens=checked.max_new_tokens, num_beams=num_beams,
+                length_penalty=length_penalty, early_stopping=early_stopping,
+                sampler=None if sampler is None else checked.sampler, eos=checked.eos, stop=checked.stop,
+                pad_token_id=pad_token_id, use_cache=use_cache, compile=compile,
             )
         _report(produced, time.perf_counter() - start)
         return result
-    if num_beams != 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
-    if check_every < 1:
-        raise ValueError(f"check_every must be >= 1, got {check_every}")
     with _inference(model):
         run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                      eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                     compile=compile)
+                     compile=compile, max_memory=max_memory)
         for step in _decode(run):
             if (step + 1) % check_every == 0 and run.stopper.all_done():
                 break
@@ -116,6 +126,7 @@ def stream(
     use_cache: bool = True,
     pad_token_id: int | None = None,
     compile: bool | str = False,
+    max_memory: int | str | None = None,
 ) -> Iterator[list[int]]:
     """Like :func:`generate`, but yield each new column of tokens as it is produced.
 
@@ -131,7 +142,7 @@ def stream(
         with torch.inference_mode():
             run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                          eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                         compile=compile)
+                         compile=compile, max_memory=max_memory)
         steps = _decode(run)
         column = run.batch.width
         while True:
@@ -183,18 +194,58 @@ def _decode(run: _Run) -> Iterator[int]:
             logits = recompute(model, tokens[:, : column + 1], positions[:, : column + 1])
 
 
-def _start(model: Any, input_ids: Any, *, max_new_tokens: int, sampler: Any, seed: int | None,
-           eos_token_id: Any, stop: Any, use_cache: bool, pad_token_id: int | None, compile: bool | str) -> _Run:
+@dataclass
+class _Checked:
+    """generate()'s arguments once checked, in the form the loop uses."""
+
+    max_new_tokens: int
+    sampler: Sampler
+    eos: list[int]
+    stop: list[list[int]]
+    pad: int
+    seed: int | None
+
+
+def _prepare(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
+             stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any,
+             num_beams: int = 1) -> tuple[PromptBatch, _Checked]:
+    """Check every argument (a ValueError for the first bad one) and the memory the call needs."""
+    arguments.flag("use_cache", use_cache)
+    arguments.compile_option(compile)
     batch = _batch(model, input_ids)
-    max_new_tokens = _check_budget(model, batch, max_new_tokens)
+    eos = arguments.eos_ids(eos_token_id)
+    checked = _Checked(
+        max_new_tokens=_check_budget(model, batch, max_new_tokens),
+        sampler=build_sampler(sampler),
+        eos=eos,
+        stop=arguments.stop_sequences(stop),
+        pad=arguments.pad_id(pad_token_id, eos),
+        seed=arguments.seed(seed),
+    )
+    rows = batch.batch_size * num_beams
+    candidates = 0
+    if num_beams > 1:
+        candidates = batch.batch_size * min(max(2, 1 + len(checked.eos) + len(checked.stop)) * num_beams,
+                                            num_beams * model.vocab_size)
+    need = estimate(model, rows=rows, width=batch.width, new_tokens=checked.max_new_tokens, candidates=candidates,
+                    use_cache=use_cache)
+    what = f"beam search with {num_beams} beams" if num_beams > 1 else f"generating for {rows} prompt(s)"
+    check_generation_memory(need, device=batch.tokens.device, max_memory=max_memory, what=what)
+    return batch, checked
+
+
+def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
+           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any = None) -> _Run:
+    batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
+                              eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
+                              compile=compile, max_memory=max_memory)
     device = batch.tokens.device
-    eos = _eos_list(eos_token_id)
-    stopper = StopCondition(batch_size=batch.batch_size, eos=eos, stop=stop or (), device=device)
-    history = torch.full((batch.batch_size, batch.width + max_new_tokens), -1, dtype=torch.long, device=device)
+    stopper = StopCondition(batch_size=batch.batch_size, eos=checked.eos, stop=checked.stop, device=device)
+    history = torch.full((batch.batch_size, batch.width + checked.max_new_tokens), -1, dtype=torch.long, device=device)
     history[:, : batch.width] = batch.marked()
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    return _Run(model=model, batch=batch, max_new_tokens=max_new_tokens, sampler=build_sampler(sampler),
-                generator=generator, stopper=stopper, pad=_pad(pad_token_id, eos), use_cache=use_cache,
+    generator = torch.Generator(device=device).manual_seed(checked.seed) if checked.seed is not None else None
+    return _Run(model=model, batch=batch, max_new_tokens=checked.max_new_tokens, sampler=checked.sampler,
+                generator=generator, stopper=stopper, pad=checked.pad, use_cache=use_cache,
                 compile=compile, history=history)
 
 
@@ -237,20 +288,6 @@ def _check_budget(model: Any, batch: PromptBatch, max_new_tokens: int) -> int:
             f"use max_new_tokens={context - longest} or less, or shorten the prompt"
         )
     return max_new_tokens
-
-
-def _eos_list(eos_token_id: int | Sequence[int] | None) -> list[int]:
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, int):
-        return [eos_token_id]
-    return [int(i) for i in eos_token_id]
-
-
-def _pad(pad_token_id: int | None, eos: list[int]) -> int:
-    if pad_token_id is not None:
-        return pad_token_id
-    return eos[0] if eos else -1
 
 
 @contextlib.contextmanager

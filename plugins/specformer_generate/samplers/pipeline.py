@@ -124,6 +124,9 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
         return greedy()
     if isinstance(entries, (str, dict)):
         raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} {entries!r}")])
+    if not isinstance(entries, (list, tuple)):
+        raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} "
+                                       f"{str(entries)[:60]!r}")])
     registry = registry or get_registry()
     steps: list[LogitsStep] = []
     problems: list[Problem] = []

@@ -247,14 +247,87 @@ def test_a_model_in_training_mode_with_dropout_is_refused_not_switched() -> None
         ([[1, -2]], {"max_new_tokens": 3}, "token id -2"),
         (torch.tensor([1, 2]), {"max_new_tokens": 3}, "use input_ids\\[None\\]"),
         (torch.zeros(1, 2), {"max_new_tokens": 3}, "integer token ids"),
-        ([[1, 2]], {"max_new_tokens": 3, "num_beams": 0}, "num_beams must be >= 1"),
+        ([[1, 2]], {"max_new_tokens": 3, "num_beams": 0}, "num_beams must be an integer >= 1"),
         ([[1, 2]], {"max_new_tokens": 3, "num_beams": 2, "early_stopping": "sometimes"}, "early_stopping"),
         ([[1, 2]], {"max_new_tokens": 3, "stop": [[]]}, "stop\\[0\\] is an empty sequence"),
+        # wrong types: one clear message each, never a raw TypeError
+        ([[1, 2]], {"max_new_tokens": 3, "eos_token_id": "</s>"}, "eos_token_id must be a token id.*encode text"),
+        ([[1, 2]], {"max_new_tokens": 3, "eos_token_id": [3, "x"]}, "eos_token_id must be a token id"),
+        ([[1, 2]], {"max_new_tokens": 3, "eos_token_id": -4}, "eos_token_id must hold token ids >= 0"),
+        ([[1, 2]], {"max_new_tokens": 3, "eos_token_id": True}, "eos_token_id must be a token id"),
+        ([[1, 2]], {"max_new_tokens": 3, "pad_token_id": "<pad>"}, "pad_token_id must be an int"),
+        ([[1, 2]], {"max_new_tokens": 3, "stop": "\\n"}, "stop must be a list of token-id lists"),
+        ([[1, 2]], {"max_new_tokens": 3, "stop": ["ab"]}, r"stop\[0\] must be a list of token ids"),
+        ([[1, 2]], {"max_new_tokens": 3, "stop": [5]}, r"stop\[0\] must be a list of token ids"),
+        ([[1, 2]], {"max_new_tokens": 3, "seed": "1"}, "seed must be an int"),
+        ([[1, 2]], {"max_new_tokens": "3"}, "max_new_tokens must be an integer >= 1"),
+        ([[1, 2]], {"max_new_tokens": 3, "num_beams": 2.0}, "num_beams must be an integer >= 1"),
+        ([[1, 2]], {"max_new_tokens": 3, "check_every": 0}, "check_every must be an integer >= 1"),
+        ([[1, 2]], {"max_new_tokens": 3, "length_penalty": "1"}, "length_penalty must be a finite number"),
+        ([[1, 2]], {"max_new_tokens": 3, "use_cache": "yes"}, "use_cache must be True or False"),
+        ([[1, 2]], {"max_new_tokens": 3, "compile": 1}, "compile must be True, False or a"),
+        ([[1, 2]], {"max_new_tokens": 3, "sampler": 5}, "expected a list of sampler components"),
+        ([[1, 2]], {"max_new_tokens": 3, "sampler": "greedy"}, "expected a list of sampler components"),
+        ("hello", {"max_new_tokens": 3}, "non-empty list of token lists"),
     ],
 )
 def test_bad_arguments_are_clear_value_errors(model, prompts, kwargs, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         generate(model, prompts, **kwargs)
+    if "num_beams" not in kwargs and "length_penalty" not in kwargs and "check_every" not in kwargs:
+        with pytest.raises(ValueError, match=match):
+            list(stream(model, prompts, **kwargs))
+
+
+def test_an_eos_id_past_the_vocabulary_is_allowed(model) -> None:
+    assert generate(model, [[1, 2]], max_new_tokens=3, eos_token_id=[10_000]) == generate(model, [[1, 2]], max_new_tokens=3)
+
+
+# -- memory: sizes are computed before anything is allocated ------------------------------
+
+
+def test_a_million_beams_are_refused_before_allocating(model) -> None:
+    from specformer.errors import MemoryLimitError
+
+    with pytest.raises(MemoryLimitError) as info:
+        generate(model, [[1, 2]], max_new_tokens=20, num_beams=100_000_000)
+    message = str(info.value)
+    assert "beam search with 100000000 beams needs about" in message and "GiB" in message
+    assert "--max-memory" in message and "SPECFORMER_MAX_MEMORY" in message
+
+
+def test_the_limit_comes_from_the_argument_then_the_environment(model, monkeypatch) -> None:
+    from specformer.errors import MemoryLimitError
+
+    with pytest.raises(MemoryLimitError, match=r"more than the limit of 1\.0 KiB \(max_memory=1KiB\)"):
+        generate(model, PROMPTS, max_new_tokens=5, max_memory="1KiB")
+    monkeypatch.setenv("SPECFORMER_MAX_MEMORY", "2KiB")
+    with pytest.raises(MemoryLimitError, match=r"limit of 2\.0 KiB \(SPECFORMER_MAX_MEMORY=2KiB\)"):
+        list(stream(model, PROMPTS, max_new_tokens=5))
+    assert generate(model, PROMPTS, max_new_tokens=5, max_memory="1GiB") == generate(
+        model, PROMPTS, max_new_tokens=5, max_memory=10**9) == generate(model, PROMPTS, max_new_tokens=5,
+                                                                        max_memory="unlimited")
+    monkeypatch.setenv("SPECFORMER_MAX_MEMORY", "a lot")
+    with pytest.raises(ValueError, match="SPECFORMER_MAX_MEMORY='a lot' is not a size"):
+        generate(model, PROMPTS, max_new_tokens=5)
+
+
+def test_the_cache_estimate_is_what_the_cache_allocates(model) -> None:
+    """The arithmetic estimate against the bytes a real cache holds (one layer here is a ring)."""
+    from specformer_generate import StaticKVCache
+    from specformer_generate.memory import estimate
+
+    for rows, width, new in ((1, 5, 3), (4, 9, 20), (3, 2, 60)):
+        cache = StaticKVCache.for_model(model, batch_size=rows, capacity=width + new)
+        assert estimate(model, rows=rows, width=width, new_tokens=new).cache == cache.nbytes
+    assert estimate(model, rows=4, width=9, new_tokens=20, use_cache=False).cache == 0
+
+
+@pytest.mark.parametrize("value", ["", "-1GiB", "0", "8 parsecs", True, "1.2.3G", 0, 2.5])
+def test_bad_max_memory_values_are_refused(model, value) -> None:
+    with pytest.raises(ValueError, match="max_memory must be a size such as 8GiB"):
+        generate(model, PROMPTS, max_new_tokens=2, max_memory=value)
+
 
 
 def test_compiled_step_gives_the_same_tokens_without_recompiling(model) -> None:
