@@ -90,8 +90,8 @@ def attention_lines(inspection: Inspection, position: int, path: Path) -> Path:
 def lens_grid(inspection: Inspection, path: Path) -> Path:
     """``logit-lens.png``: top token and probability per layer and position, and the current/next shares."""
     rows, tokens = inspection.lens_probs.shape[0], len(inspection.ids)
-    fig = _figure(width=max(6.0, 0.62 * tokens + 2.0), height=0.42 * rows + 4.2)
-    grid = fig.add_gridspec(2, 1, height_ratios=[0.42 * rows + 1.0, 2.6], hspace=0.35)
+    fig = _figure(width=max(6.0, 0.62 * tokens + 2.0), height=0.5 * rows + 3.4)
+    grid = fig.add_gridspec(2, 1, height_ratios=[0.5 * rows + 1.0, 2.0], hspace=0.3)
     ax = fig.add_subplot(grid[0])
     top = inspection.lens_probs[:, :, 0]  # (rows, T)
     image = ax.imshow(top, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
