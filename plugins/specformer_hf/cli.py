@@ -35,10 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist")
 
     p = actions.add_parser("export", help="Write a specformer checkpoint as a Hugging Face model directory.",
-                           description="Write config.json and model.safetensors (and tokenizer.json when the checkpoint "
-                           "stores a BPE tokenizer) that transformers' AutoModelForCausalLM.from_pretrained(DIR) loads.")
+                           description="Write config.json, model.safetensors and generation_config.json (and "
+                           "tokenizer.json with tokenizer_config.json when the checkpoint stores a BPE tokenizer) that "
+                           "transformers' AutoModelForCausalLM.from_pretrained(DIR) and pipeline() load. DIR is written "
+                           "whole or not at all; one that already holds files is replaced only with --force.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
-    p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed)")
+    p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
                    "export is complete)")
