@@ -16,6 +16,7 @@ plain data or one clear :class:`~specformer.errors.InputError`, whatever the byt
 from __future__ import annotations
 
 import json
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from specformer.errors import InputError
+from specformer.errors import InputError, excerpt
 from specformer.messages import format_bytes, parse_error_message
 
 #: Largest file read (bytes). Spec files and sampler lists are a few kilobytes.
@@ -44,7 +45,7 @@ def read_data_file(path: str | Path, *, what: str = "file") -> Any:
     """
     path = Path(path)
     fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None and not path.is_dir():
+    if fmt is None and _what_is(path) != "directory":
         raise InputError(f"{path}: unsupported {what} type {path.suffix!r}; accepted: .yaml, .yml, .json, .toml")
     text = read_text(path, what=what)
     assert fmt is not None
@@ -57,10 +58,14 @@ def read_data_file(path: str | Path, *, what: str = "file") -> Any:
 def read_text(path: Path, *, what: str = "file", max_bytes: int | None = None) -> str:
     """The UTF-8 text of ``path``; a directory, a missing file, a huge or non-UTF-8 one is an InputError."""
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
-    if path.is_dir():
+    found = _what_is(path)
+    if found == "directory":
         raise InputError(f"{path}: is a directory, not a {what}")
-    if not path.exists():
+    if found == "missing":
         raise InputError(f"{path}: no such file")
+    if found != "file":
+        # A FIFO or a device would block or never end; a spec is a regular file.
+        raise InputError(f"{path}: is not a regular file ({found}); give a {what}")
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
@@ -74,6 +79,21 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int | None = None) -
         raise InputError(
             f"{path}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
         ) from None
+
+
+def _what_is(path: Path) -> str:
+    """"file", "directory", "missing", or what else the path is, without following it into a hang."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:  # a name too long, a loop of links, no permission to look
+        raise InputError(f"{excerpt(str(path))}: cannot be opened ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
 def parse_text(text: str, fmt: str) -> Any:

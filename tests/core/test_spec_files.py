@@ -173,3 +173,17 @@ def test_a_spec_with_thousands_of_mistakes_gives_a_bounded_message():
     assert len(info.value.problems) == 5000
     message = str(info.value)
     assert "5,000 problems" in message and "and 4,950 more" in message and len(message) < 20_000
+
+
+def test_a_pipe_named_like_a_spec_is_refused_not_waited_on(tmp_path):
+    import os
+
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        specformer.load_spec(fifo)
+
+
+def test_a_path_too_long_to_open_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError, match="cannot be opened"):
+        specformer.load_spec(tmp_path / ("x" * 5000 + ".yaml"))
