@@ -88,20 +88,16 @@ def test_the_token_is_a_position_or_a_text():
     assert inspection.lens_probs.shape == (3, 5, 5) and (np.diff(inspection.lens_probs, axis=-1) <= 0).all()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--token", "zz"], "--token 'zz' is not one of the prompt's tokens"),
-    (["--token", "99"], "--token 99: the prompt has 27 tokens"),
-    (["--prompt", ""], "--prompt is empty"),
-    (["--prompt", "x" * 40], "--prompt is 40 tokens long, more than the model's context of 32"),
-    (["--top-k", "0"], "--top-k must be at least 1"),
+@pytest.mark.parametrize("changes,message", [
+    ({"--token": "zz"}, "--token 'zz' is not one of the prompt's tokens"),
+    ({"--token": "99"}, "--token 99: the prompt has 27 tokens"),
+    ({"--prompt": ""}, "--prompt is empty"),
+    ({"--prompt": "x" * 40}, "--prompt is 40 tokens long, more than the model's context of 32"),
+    ({"--top-k": "0"}, "--top-k must be at least 1"),
 ])
-def test_user_errors(capsys, checkpoint, tmp_path, args, message):
-    argv = ["inspect", str(checkpoint), "--prompt", PROMPT, "--out", str(tmp_path / "o")]
-    argv[argv.index("--prompt") + 1 : argv.index("--prompt") + 2] = [PROMPT]
-    if "--prompt" in args:
-        argv[argv.index("--prompt") + 1] = args[args.index("--prompt") + 1]
-        args = [a for i, a in enumerate(args) if i not in (args.index("--prompt"), args.index("--prompt") + 1)]
-    code = main(argv + args)
+def test_user_errors(capsys, checkpoint, tmp_path, changes, message):
+    options = {"--prompt": PROMPT, "--out": str(tmp_path / "o"), **changes}
+    code = main(["inspect", str(checkpoint), *(item for pair in options.items() for item in pair)])
     _, err = capsys.readouterr()
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "o" / "index.html").exists()
