@@ -10,15 +10,18 @@ STAMP := $(VENV)/.specformer-installed
 
 .PHONY: demo test test-slow docs bench clean
 
+# The set-up, once (a changed pyproject.toml redoes it). Notes on the steps:
+# - torch is pinned to its CPU build: an unpinned torch would pull a multi-GB CUDA build.
+# - setuptools notes that an editable install of packages from two folders (core/, plugins/)
+#   uses an import hook; that is expected here, so the note is silenced.
+# - older versions installed the tests' plugins into .venv, where they showed up in every
+#   catalogue; the tests now stage them themselves, so they are removed if present.
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (once: PyTorch's CPU build, specformer and its train/test/docs extras)"
-	python3 -m venv $(VENV)
-	$(PIP) install --upgrade pip setuptools
-	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[train,test,docs]'
-	# Older versions installed the tests' plugins here, where they showed up in every catalogue;
-	# the tests now stage them on their own.
+	@echo "setting up $(VENV) (once): PyTorch's CPU build, then specformer with its train, test and docs extras"
+	@python3 -m venv $(VENV)
+	@$(PIP) install --upgrade pip setuptools
+	@$(PIP) install torch==2.13.0
+	@PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -e '.[train,test,docs]'
 	@$(PIP) uninstall --yes specformer-toy specformer-tutorial 2>/dev/null || true
 	@touch $(STAMP)
 
