@@ -16,7 +16,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specformer.errors import CheckpointError, excerpt
+from specformer.datafile import path_kind
+from specformer.errors import CheckpointError, InputError, excerpt
 
 FORMAT = "specformer-checkpoint/1"
 
@@ -59,8 +60,14 @@ def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metad
 def read_metadata(path: str | Path) -> dict[str, str]:
     """The header metadata of a checkpoint; CheckpointError if it is not one."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path_kind(path)
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
+    if found == "missing":
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if found != "file":
+        raise CheckpointError(f"{path}: is {'a directory' if found == 'directory' else found}, not a checkpoint file")
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}

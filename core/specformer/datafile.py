@@ -45,7 +45,7 @@ def read_data_file(path: str | Path, *, what: str = "file") -> Any:
     """
     path = Path(path)
     fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None and _what_is(path) != "directory":
+    if fmt is None and path_kind(path) != "directory":
         raise InputError(f"{path}: unsupported {what} type {path.suffix!r}; accepted: .yaml, .yml, .json, .toml")
     text = read_text(path, what=what)
     assert fmt is not None
@@ -58,7 +58,7 @@ def read_data_file(path: str | Path, *, what: str = "file") -> Any:
 def read_text(path: Path, *, what: str = "file", max_bytes: int | None = None) -> str:
     """The UTF-8 text of ``path``; a directory, a missing file, a huge or non-UTF-8 one is an InputError."""
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
-    found = _what_is(path)
+    found = path_kind(path)
     if found == "directory":
         raise InputError(f"{path}: is a directory, not a {what}")
     if found == "missing":
@@ -81,7 +81,7 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int | None = None) -
         ) from None
 
 
-def _what_is(path: Path) -> str:
+def path_kind(path: Path) -> str:
     """"file", "directory", "missing", or what else the path is, without following it into a hang."""
     try:
         mode = path.stat().st_mode
@@ -216,4 +216,4 @@ def _first_line(exc: Exception | str) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "check_shape", "parse_text", "parse_yaml", "read_data_file", "read_text"]
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "check_shape", "parse_text", "path_kind", "parse_yaml", "read_data_file", "read_text"]

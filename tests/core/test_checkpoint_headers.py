@@ -147,3 +147,14 @@ def test_load_refuses_a_model_larger_than_the_memory_limit(saved, monkeypatch):
     assert "SPECFORMER_MAX_MEMORY" in str(info.value) and "bytes" in str(info.value)
     monkeypatch.setenv("SPECFORMER_MAX_MEMORY", "unlimited")
     specformer.load(saved)
+
+
+def test_a_directory_or_pipe_given_as_checkpoint_says_what_it_is(tmp_path):
+    import os
+
+    with pytest.raises(CheckpointError, match="is a directory, not a checkpoint file"):
+        specformer.load(tmp_path)
+    fifo = tmp_path / "x.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(CheckpointError, match="a pipe, not a checkpoint file"):
+        specformer.load(fifo)
