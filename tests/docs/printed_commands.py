@@ -3,14 +3,15 @@
 A command a user copies from the docs must work. This module finds them (shell lines of
 ``bash``/``sh``/``console`` blocks, ``$`` lines of ``text`` blocks, example lines of every
 subcommand's epilog), says what happens to each (:func:`plan`: run it, with the stated
-substitutions, or skip it for the stated reason), and runs the plan in a fresh interpreter
-(``python printed_commands.py PLAN.json``): each source in its own empty workspace holding
+substitutions, or skip it for the stated reason), and runs the plan in fresh interpreters
+(``python printed_commands.py PLAN.json RESULTS.json``, a few side by side): each source in its own empty workspace holding
 a copy of ``specs/``, commands in the order printed, the inputs a page assumes made just
 before the command that needs them. A hint that a command prints (``try: specformer
 generate ...``) is run right after it, in the same workspace.
 
 Commands run in-process through ``specformer.cli.main``, as the ``specformer`` script
-does: one interpreter per plan, so torch is imported once.
+does (a crash counts as exit code 1): one interpreter per group of sources, so torch is
+imported once per group.
 """
 
 from __future__ import annotations
@@ -90,16 +91,12 @@ def _block_commands(lines: list[str], name: str, first_line: int, *, prompted: b
             line = line.rstrip()[:-1] + " " + lines[i].strip()
             i += 1
         command = strip_comment(line)
-        if command in EXPECTED_CODES:
-            command_code = EXPECTED_CODES[command]
-        else:
-            command_code = 0
         if command == "echo $?":  # the block shows the exit code of the command before
             if found and i < len(lines) and lines[i].strip().isdigit():
                 found[-1].expected_code = int(lines[i].strip())
                 i += 1
             continue
-        found.append(Printed(source=f"{name}:{number}", text=command, expected_code=command_code))
+        found.append(Printed(source=f"{name}:{number}", text=command, expected_code=EXPECTED_CODES.get(command, 0)))
     return found
 
 
