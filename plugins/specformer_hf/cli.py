@@ -108,7 +108,7 @@ def _run_export(args: argparse.Namespace) -> int:
     from specformer.checkpoint import read_metadata
     from specformer.tokenizer import METADATA_KEY, tokenizer_from_metadata
     from specformer_hf.exporter import to_hf
-    from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY
+    from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
     from specformer_hf.output import check_directory_target
 
     out = Path(args.directory)
@@ -120,9 +120,10 @@ def _run_export(args: argparse.Namespace) -> int:
     model = specformer.load(args.checkpoint)
     base = _json_object(metadata.get(CONFIG_KEY))  # only token ids come from it: a damaged copy is not worth failing over
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
+    settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
     tokenizer = tokenizer_from_metadata(metadata) if METADATA_KEY in metadata else None
     out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer, force=args.force, generation_config=generation)
+                tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")

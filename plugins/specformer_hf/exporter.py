@@ -89,6 +89,7 @@ def to_hf(
     families: Families | None = None,
     force: bool = False,
     generation_config: dict[str, Any] | None = None,
+    tokenizer_settings: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``model`` as a Hugging Face directory loadable by ``AutoModelForCausalLM.from_pretrained``.
 
@@ -100,6 +101,9 @@ def to_hf(
     tokenizer_config.json naming its special tokens; generation_config.json is the
     source's ``generation_config`` (default: the one import_hf read) with the bos/eos/pad
     ids it leaves out filled in from the config (the source's, else the tokenizer's).
+    ``tokenizer_settings`` is the source's tokenizer_config.json (default: the one import_hf
+    read with the folder's own tokenizer): written with ``tokenizer``, its chat template,
+    padding side and special tokens win over the ones made here.
 
     The folder is written complete or not at all (see :mod:`specformer_hf.output`): one that
     already holds files is refused, or with ``force`` replaced once the new one is complete.
@@ -137,7 +141,9 @@ def to_hf(
         inner = getattr(tokenizer, "inner", None)
         if inner is not None and hasattr(inner, "to_str"):
             (stage / TOKENIZER).write_text(inner.to_str(), encoding="utf-8")
-            settings = tokenizer_config(inner, config, context_length=spec.model.context_length)
+            if tokenizer_settings is None:
+                tokenizer_settings = getattr(model, "hf_tokenizer_config", None) or {}  # set by import_hf
+            settings = {**tokenizer_config(inner, config, context_length=spec.model.context_length), **tokenizer_settings}
             (stage / TOKENIZER_CONFIG).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(path)
 

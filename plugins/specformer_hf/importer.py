@@ -19,7 +19,7 @@ from specformer.tokenizer import METADATA_KEY, BPETokenizer, NoTokenizer
 
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
-from specformer_hf.reader import HFDirectory, open_directory
+from specformer_hf.reader import GENERATION_CONFIG, TOKENIZER_CONFIG, HFDirectory, open_directory
 from specformer_hf.rules import Site
 from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 
@@ -27,6 +27,7 @@ from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 FAMILY_KEY = "hf.model_type"
 CONFIG_KEY = "hf.config"
 GENERATION_CONFIG_KEY = "hf.generation_config"
+TOKENIZER_CONFIG_KEY = "hf.tokenizer_config"
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Imported:
     tokenizer: BPETokenizer | NoTokenizer  # NoTokenizer: the folder had none (recorded so text is refused later)
     notes: list[str] = field(default_factory=list)
     generation_config: dict[str, Any] | None = None  # the folder's generation_config.json, exported back
+    tokenizer_config: dict[str, Any] | None = None  # the folder's tokenizer_config.json, with its own tokenizer
 
     @property
     def has_tokenizer(self) -> bool:
@@ -51,6 +53,8 @@ class Imported:
                METADATA_KEY: self.tokenizer.to_json()}
         if self.generation_config is not None:
             out[GENERATION_CONFIG_KEY] = json.dumps(self.generation_config, sort_keys=True)
+        if self.tokenizer_config is not None:
+            out[TOKENIZER_CONFIG_KEY] = json.dumps(self.tokenizer_config, sort_keys=True)
         return out
 
 
@@ -120,11 +124,14 @@ def import_hf(
     model.eval()
     # For export: write the model back as the family it came from (when it still fits), with its token ids.
     model.hf_config = directory.config
-    generation = directory.generation_config()
+    generation = directory.optional_json(GENERATION_CONFIG)
     model.hf_generation_config = generation
     found, notes = tokenizer_result
+    # Its chat template, padding side and special tokens belong to the folder's own tokenizer only.
+    settings = directory.optional_json(TOKENIZER_CONFIG) if tokenizer is None and not isinstance(found, NoTokenizer) else None
+    model.hf_tokenizer_config = settings
     return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes,
-                    generation_config=generation)
+                    generation_config=generation, tokenizer_config=settings)
 
 
 def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None) -> Any:
@@ -284,4 +291,4 @@ def _tokenizer(directory: HFDirectory, spec: dict[str, Any], *, override: str | 
     return no_tokenizer(directory.config, vocab_size=vocab_size), [note]
 
 
-__all__ = ["CONFIG_KEY", "FAMILY_KEY", "GENERATION_CONFIG_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]
+__all__ = ["CONFIG_KEY", "FAMILY_KEY", "GENERATION_CONFIG_KEY", "TOKENIZER_CONFIG_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]

@@ -29,8 +29,9 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 GENERATION_CONFIG = "generation_config.json"
-#: A generation_config.json is a few hundred bytes; anything past this is not one.
-MAX_GENERATION_CONFIG_BYTES = 1 << 20
+TOKENIZER_CONFIG = "tokenizer_config.json"
+#: generation_config.json is a few hundred bytes, tokenizer_config.json rarely past 100 KB (chat templates).
+MAX_SETTINGS_BYTES = 4 << 20
 
 
 #: safetensors dtype names of floating-point tensors, the only kind a weight can be.
@@ -62,23 +63,24 @@ class HFDirectory:
         path = self.path / TOKENIZER
         return inside(self.path, path, what=TOKENIZER) if path.is_file() else None
 
-    def generation_config(self) -> dict[str, Any] | None:
-        """The folder's generation_config.json (generation defaults such as the end tokens), if it has a usable one.
+    def optional_json(self, name: str) -> dict[str, Any] | None:
+        """The folder's ``name`` (generation_config.json, tokenizer_config.json) if it has a usable one.
 
-        Optional and descriptive only, so a broken one is reported as a warning and left out.
+        These only carry settings to pass on at export, so a broken one is reported as a
+        warning and left out rather than failing the import.
         """
-        path = self.path / GENERATION_CONFIG
+        path = self.path / name
         if not path.is_file():
             return None
         try:
-            resolved = inside(self.path, path, what=GENERATION_CONFIG)
-            if resolved.stat().st_size > MAX_GENERATION_CONFIG_BYTES:
-                raise UserError(f"{path}: larger than {MAX_GENERATION_CONFIG_BYTES} bytes")
+            resolved = inside(self.path, path, what=name)
+            if resolved.stat().st_size > MAX_SETTINGS_BYTES:
+                raise UserError(f"larger than {MAX_SETTINGS_BYTES} bytes")
             data = json.loads(resolved.read_text(encoding="utf-8"))
             if not isinstance(data, dict):
-                raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
+                raise UserError(f"expected a JSON object, got {type(data).__name__}")
         except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            warnings.warn(f"{path}: ignored, not a usable generation config ({str(exc)[:200]})", UserWarning, stacklevel=2)
+            warnings.warn(f"{path}: ignored, not a usable {name} ({str(exc)[:200]})", UserWarning, stacklevel=2)
             return None
         return data
 
@@ -222,4 +224,4 @@ def _shards(path: Path, index: Path) -> dict[str, Path]:
     return files
 
 
-__all__ = ["CONFIG", "FLOAT_DTYPES", "GENERATION_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]
+__all__ = ["CONFIG", "FLOAT_DTYPES", "GENERATION_CONFIG", "TOKENIZER_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]

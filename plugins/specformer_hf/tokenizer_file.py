@@ -104,7 +104,7 @@ def attach_tokenizer(
 
     A checkpoint that already has a tokenizer keeps it unless ``force``: its model was trained on those ids.
     """
-    from specformer_hf.importer import CONFIG_KEY
+    from specformer_hf.importer import CONFIG_KEY, TOKENIZER_CONFIG_KEY
 
     checkpoint = Path(checkpoint)
     metadata = read_metadata(checkpoint)
@@ -119,7 +119,9 @@ def attach_tokenizer(
     found = load_tokenizer_json(tokenizer, config=config, vocab_size=_vocab_size(checkpoint, metadata), eos_token=eos_token)
     tensors = read_tensors(checkpoint)
     try:
-        write_safetensors_atomic(tensors, checkpoint, {**metadata, METADATA_KEY: found.to_json()})
+        # The imported tokenizer_config.json (chat template, special tokens) described the tokenizer replaced here.
+        kept = {k: v for k, v in metadata.items() if k != TOKENIZER_CONFIG_KEY}
+        write_safetensors_atomic(tensors, checkpoint, {**kept, METADATA_KEY: found.to_json()})
     except OSError as exc:
         raise UserError(f"{checkpoint}: could not be rewritten ({exc.strerror or exc}); it is unchanged") from None
     return found

@@ -281,6 +281,34 @@ def test_a_broken_generation_config_is_ignored_with_a_warning(llama_dir, tmp_pat
     d = tmp_path / "m"
     shutil.copytree(llama_dir.directory, d)
     (d / "generation_config.json").write_text("[1, 2]")
-    with pytest.warns(UserWarning, match="generation_config.json: ignored, not a usable generation config"):
+    with pytest.warns(UserWarning, match="generation_config.json: ignored, not a usable generation_config.json"):
         imported = specformer_hf.import_hf(d)
     assert imported.generation_config is None and "hf.generation_config" not in imported.metadata()
+
+
+def test_the_source_tokenizer_config_travels_with_its_tokenizer(llama_dir, tmp_path):
+    # A chat template and padding side live in tokenizer_config.json; an export must keep them.
+    from transformers import AutoTokenizer
+
+    d, tokenizer = _with_tokenizer(llama_dir, tmp_path, "</s>", eos_token_id=True)
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": template, "padding_side": "left",
+        "eos_token": "</s>", "model_max_length": 1000}))
+    checkpoint = tmp_path / "m.safetensors"
+    assert main(["hf", "import", str(d), str(checkpoint)]) == 0
+    out = tmp_path / "hf"
+    assert main(["hf", "export", str(checkpoint), str(out)]) == 0
+    loaded = AutoTokenizer.from_pretrained(out)
+    assert loaded.padding_side == "left" and loaded.model_max_length == 1000
+    chat = loaded.apply_chat_template([{"role": "user", "content": "the fox"}], tokenize=False)
+    assert chat == "<user>the fox</s>"
+
+    # Attaching another tokenizer drops the settings that described the old one.
+    _bpe("<|endoftext|>").save(str(tmp_path / "other.json"))
+    assert main(["hf", "attach-tokenizer", str(checkpoint), str(tmp_path / "other.json"), "--force",
+                 "--eos-token", "<|endoftext|>"]) == 0
+    assert "hf.tokenizer_config" not in read_metadata(checkpoint)
+    again = tmp_path / "hf2"
+    assert main(["hf", "export", str(checkpoint), str(again)]) == 0
+    assert "chat_template" not in json.loads((again / "tokenizer_config.json").read_text())
