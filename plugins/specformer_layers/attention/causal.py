@@ -183,6 +183,9 @@ class CausalSelfAttention(nn.Module):
             scores = scores + bias
         scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
+        # A query that may attend to no key at all would get 0/0 = NaN weights; give it zero
+        # weights instead, as PyTorch's fused kernels do, so a NaN can never leave this layer.
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         if self.observe_weights is not None:
             self.observe_weights(weights)
         weights = weights.to(q.dtype)
