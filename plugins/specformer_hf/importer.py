@@ -19,7 +19,7 @@ from specformer.tokenizer import METADATA_KEY, BPETokenizer, NoTokenizer
 
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
-from specformer_hf.reader import GENERATION_CONFIG, TOKENIZER_CONFIG, HFDirectory, open_directory
+from specformer_hf.reader import CHAT_TEMPLATE, GENERATION_CONFIG, TOKENIZER_CONFIG, HFDirectory, open_directory
 from specformer_hf.rules import Site
 from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 
@@ -128,10 +128,20 @@ def import_hf(
     model.hf_generation_config = generation
     found, notes = tokenizer_result
     # Its chat template, padding side and special tokens belong to the folder's own tokenizer only.
-    settings = directory.optional_json(TOKENIZER_CONFIG) if tokenizer is None and not isinstance(found, NoTokenizer) else None
+    settings = _tokenizer_settings(directory) if tokenizer is None and not isinstance(found, NoTokenizer) else None
     model.hf_tokenizer_config = settings
     return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes,
                     generation_config=generation, tokenizer_config=settings)
+
+
+def _tokenizer_settings(directory: HFDirectory) -> dict[str, Any] | None:
+    """tokenizer_config.json, with the chat template newer transformers keep beside it in chat_template.jinja."""
+    settings = directory.optional_json(TOKENIZER_CONFIG)
+    template = directory.optional_text(CHAT_TEMPLATE)
+    if template is not None:
+        settings = settings or {}
+        settings.setdefault("chat_template", template)  # transformers reads it from tokenizer_config.json too
+    return settings
 
 
 def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None) -> Any:

@@ -30,6 +30,7 @@ INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE = "chat_template.jinja"  # where transformers >= 4.50 saves the chat template
 #: generation_config.json is a few hundred bytes, tokenizer_config.json rarely past 100 KB (chat templates).
 MAX_SETTINGS_BYTES = 4 << 20
 
@@ -62,6 +63,20 @@ class HFDirectory:
     def tokenizer_path(self) -> Path | None:
         path = self.path / TOKENIZER
         return inside(self.path, path, what=TOKENIZER) if path.is_file() else None
+
+    def optional_text(self, name: str) -> str | None:
+        """The folder's text file ``name`` (chat_template.jinja) if it has a readable one; else None, with a warning."""
+        path = self.path / name
+        if not path.is_file():
+            return None
+        try:
+            resolved = inside(self.path, path, what=name)
+            if resolved.stat().st_size > MAX_SETTINGS_BYTES:
+                raise UserError(f"larger than {MAX_SETTINGS_BYTES} bytes")
+            return resolved.read_text(encoding="utf-8")
+        except (UserError, OSError, UnicodeDecodeError) as exc:
+            warnings.warn(f"{path}: ignored, not a readable {name} ({str(exc)[:200]})", UserWarning, stacklevel=2)
+            return None
 
     def optional_json(self, name: str) -> dict[str, Any] | None:
         """The folder's ``name`` (generation_config.json, tokenizer_config.json) if it has a usable one.
@@ -224,4 +239,4 @@ def _shards(path: Path, index: Path) -> dict[str, Path]:
     return files
 
 
-__all__ = ["CONFIG", "FLOAT_DTYPES", "GENERATION_CONFIG", "TOKENIZER_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]
+__all__ = ["CONFIG", "FLOAT_DTYPES", "CHAT_TEMPLATE", "GENERATION_CONFIG", "TOKENIZER_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]

@@ -312,3 +312,16 @@ def test_the_source_tokenizer_config_travels_with_its_tokenizer(llama_dir, tmp_p
     again = tmp_path / "hf2"
     assert main(["hf", "export", str(checkpoint), str(again)]) == 0
     assert "chat_template" not in json.loads((again / "tokenizer_config.json").read_text())
+
+
+def test_a_chat_template_saved_beside_the_tokenizer_config_is_kept(llama_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    import specformer_hf
+
+    d, _ = _with_tokenizer(llama_dir, tmp_path, "</s>", eos_token_id=True)
+    (d / "chat_template.jinja").write_text("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
+    imported = specformer_hf.import_hf(d)
+    out = specformer_hf.to_hf(imported.model, tmp_path / "hf", tokenizer=imported.tokenizer)
+    loaded = AutoTokenizer.from_pretrained(out)
+    assert loaded.apply_chat_template([{"role": "user", "content": "fox"}], tokenize=False) == "[fox]"
