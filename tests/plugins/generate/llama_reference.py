@@ -17,6 +17,9 @@ LLAMA_SPEC: dict[str, Any] = {
         "d_model": 64,
         "n_layers": 2,
         "context_length": 128,
+        # untied head, wide init: greedy output varies (a tied random model repeats its last token)
+        "tie_embeddings": False,
+        "init_std": 0.2,
         "positional": {"kind": "rope", "theta": 10000.0},
         "block": {
             "layout": "prenorm",

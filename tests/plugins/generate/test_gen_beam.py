@@ -9,6 +9,7 @@ import specformer
 from specformer_generate import generate
 
 from .llama_reference import LLAMA_SPEC, hf_llama_from
+from .specs_for_tests import assert_not_degenerate
 
 pytest.importorskip("transformers")
 
@@ -45,7 +46,9 @@ def test_the_reference_llama_has_our_logits(pair) -> None:
 def test_greedy_matches_transformers(pair64) -> None:
     ours, theirs = pair64
     ids = prompts(1, batch=3)
-    assert torch.equal(generate(ours, ids, max_new_tokens=20), hf_generate(theirs, ids, max_new_tokens=20))
+    out = generate(ours, ids, max_new_tokens=20)
+    assert torch.equal(out, hf_generate(theirs, ids, max_new_tokens=20))
+    assert_not_degenerate(out, ids)
 
 
 def test_left_padded_greedy_matches_transformers(pair64) -> None:
@@ -57,6 +60,7 @@ def test_left_padded_greedy_matches_transformers(pair64) -> None:
     theirs_out = hf_generate(theirs, ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0)
     ours_out = generate(ours, rows, max_new_tokens=12)
     assert [r[len(p):] for r, p in zip(ours_out, rows)] == theirs_out[:, width:].tolist()
+    assert_not_degenerate(ours_out, rows)
 
 
 def test_processors_then_greedy_match_transformers(pair64) -> None:
@@ -90,7 +94,9 @@ def test_beam_search_matches_transformers(pair64, num_beams, length_penalty, ear
     ids = prompts(10 + num_beams)
     settings = dict(max_new_tokens=12, num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping)
     # Without an end token every beam runs to max_new_tokens.
-    assert torch.equal(generate(ours, ids, **settings), hf_generate(theirs, ids, **settings))
+    out = generate(ours, ids, **settings)
+    assert torch.equal(out, hf_generate(theirs, ids, **settings))
+    assert_not_degenerate(out, ids)
     # With end tokens the model emits, beams finish at different lengths. transformers pads a
     # finished row with the first eos id when pad_token_id is falsy, so pad with it on both sides.
     eos = likely_eos(ours, ids, (1, 3, 4))

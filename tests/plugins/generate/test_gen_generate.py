@@ -10,7 +10,7 @@ from specformer.hookspecs import hookimpl
 from specformer.plugins import get_plugin_manager
 from specformer_generate import generate, stream
 
-from .specs_for_tests import tiny_with
+from .specs_for_tests import assert_not_degenerate, tiny_with
 
 PROMPTS = [[3, 14, 15, 9, 2, 6, 5, 3, 5], [8, 9], [7, 9, 3, 2, 3], [1]]
 
@@ -32,7 +32,9 @@ def greedy_reference(model, prompt: list[int], n: int) -> list[int]:
 
 def test_greedy_matches_the_written_out_loop(model) -> None:
     for prompt in PROMPTS:
-        assert generate(model, [prompt], max_new_tokens=15) == [greedy_reference(model, prompt, 15)]
+        out = generate(model, [prompt], max_new_tokens=15)
+        assert out == [greedy_reference(model, prompt, 15)]
+        assert_not_degenerate(out, [prompt])
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -40,6 +42,7 @@ def test_each_padded_row_gives_what_it_gives_alone(model, use_cache: bool) -> No
     batched = generate(model, PROMPTS, max_new_tokens=15, use_cache=use_cache)
     alone = [generate(model, [p], max_new_tokens=15, use_cache=use_cache)[0] for p in PROMPTS]
     assert batched == alone
+    assert_not_degenerate(batched, PROMPTS)
 
 
 def test_padded_rows_match_alone_with_history_samplers(model) -> None:
