@@ -19,15 +19,48 @@ import specformer
 from specformer.checkpoint import read_metadata
 from specformer.datafile import parse_text, read_text
 from specformer.errors import InputError, SpecError, UserError, excerpt
+from specformer.threads import auto_threads
 from specformer.tokenizer import Tokenizer, tokenizer_from_metadata
 from specformer_generate.generate import generate, stream
+from specformer_generate.memory import parse_max_memory
+from specformer_generate.prompt_input import Prompt, read_prompts
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
-    parser.add_argument("--prompt", required=True, help="the text to continue")
+    _prompt_options(parser)
+    parser.add_argument("--batch", action="store_true",
+                        help="several prompts, one per line (blank lines skipped); each is printed with its "
+                             "continuation, separated by a blank line")
+    parser.add_argument("--stream", action="store_true", help="print tokens as they are generated (one prompt)")
+    parser.add_argument("--interactive", action="store_true",
+                        help="a session: each line read from standard input is a turn, answered in turn, with "
+                             "the KV cache kept between turns (the same as `specformer chat`)")
+    parser.add_argument("--num-beams", type=int, default=None, help="beam search with this many beams")
+    parser.add_argument("--length-penalty", type=float, default=None, help="beam search length penalty")
+    _common_options(parser)
+
+
+def configure_chat(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
+    _prompt_options(parser, opening=True)
+    _common_options(parser)
+    parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None)
+
+
+def _prompt_options(parser: argparse.ArgumentParser, *, opening: bool = False) -> None:
+    lead = "text the session starts from (not printed)" if opening else "the text to continue"
+    parser.add_argument("--prompt", default=None, help=lead)
+    parser.add_argument("--prompt-file", default=None, metavar="PATH",
+                        help=f"read {lead} from a UTF-8 file; - reads standard input (one final newline is dropped)")
+    parser.add_argument("--ids", action="store_true",
+                        help="prompts are token ids written as numbers ('12 7 99'); the output is ids too "
+                             "(works for a checkpoint without a tokenizer)")
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="most tokens to generate (default: the spec's generate.max_new_tokens, else 128, "
                              "cut to what the context leaves after the prompt)")
@@ -36,17 +69,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "YAML/JSON such as '[{kind: top_k, k: 40}, {kind: temperature, value: 0.8}]' "
                              "(default: the spec's generate.sampler, else greedy)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the sampling draws")
-    parser.add_argument("--stream", action="store_true", help="print tokens as they are generated")
-    parser.add_argument("--num-beams", type=int, default=None, help="beam search with this many beams")
-    parser.add_argument("--length-penalty", type=float, default=None, help="beam search length penalty")
+    parser.add_argument("--stop", action="append", default=[], metavar="STR",
+                        help="end a continuation at this text (kept in the output); repeatable")
     parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-text token")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every token (slow)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the one-token decode step")
     parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
+    parser.add_argument("--threads", default="auto", metavar="N",
+                        help="CPU threads: a number, or auto (default): one per core the load average shows idle, "
+                             "as training does (OMP_NUM_THREADS when set)")
+    parser.add_argument("--max-memory", default=None, metavar="SIZE",
+                        help="most memory the call may need, e.g. 8GiB, 500MB or unlimited (default: "
+                             "SPECFORMER_MAX_MEMORY, else the memory available)")
 
 
 def run(args: argparse.Namespace) -> int:
     device = _device(args.device)
+    threads = _threads(args.threads, device)
+    if args.max_memory is not None:
+        try:
+            parse_max_memory(args.max_memory)
+        except ValueError as exc:
+            raise UserError(f"--max-memory: {exc}") from None
     tokenizer = tokenizer_from_metadata(read_metadata(args.checkpoint))
     model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
     section = model.spec.section("generate") or GenerateSpec()
@@ -55,31 +99,127 @@ def run(args: argparse.Namespace) -> int:
     num_beams = args.num_beams if args.num_beams is not None else section.num_beams
     length_penalty = args.length_penalty if args.length_penalty is not None else section.length_penalty
     seed = args.seed if args.seed is not None else section.seed
-    eos = None if args.ignore_eos else (section.eos_ids() or [tokenizer.eot_id])
+    end_of_text = getattr(tokenizer, "eot_id", None)
+    eos = None if args.ignore_eos else (section.eos_ids() or ([end_of_text] if end_of_text is not None else None))
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if num_beams < 1:
         raise UserError(f"--num-beams must be at least 1, got {num_beams}")
     if args.stream and num_beams > 1:
         raise UserError("--stream cannot show beam search (the best beam is only known at the end); drop one of them")
-    prompt = encode_prompt(tokenizer, args.prompt, model=model)
-    max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens,
-                                      prompt_length=len(prompt), context=model.context_length)
+    if args.stream and args.batch:
+        raise UserError("--stream shows one prompt as it grows; drop --batch or --stream")
+    if args.stop and args.ids:
+        raise UserError("--stop matches text, and --ids prompts give token ids; drop one of them")
+    if any(not stop for stop in args.stop):
+        raise UserError("--stop needs some text; an empty string would stop at once")
+    if args.interactive:
+        from specformer_generate.chat import chat
 
+        return chat(model, tokenizer, args, sampler=sampler, seed=seed, eos=eos, default_new=section.max_new_tokens)
+
+    prompts = read_prompts(args, tokenizer, vocab_size=model.vocab_size)
+    longest = max(len(p.ids) for p in prompts)
+    context = model.context_length
+    if longest >= context:
+        raise UserError(
+            f"the prompt is {longest} tokens long, but the model's context is {context} tokens and at least one "
+            f"must be left to generate; shorten the prompt to at most {context - 1} tokens"
+        )
+    max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens,
+                                      prompt_length=longest, context=context)
     settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampler=sampler, seed=seed, eos_token_id=eos,
-                                    use_cache=not args.no_cache, compile=args.compile)
+                                    use_cache=not args.no_cache, compile=args.compile, max_memory=args.max_memory)
+    ids = [p.ids for p in prompts]
     start = time.perf_counter()
-    if args.stream:
-        produced = _print_stream(tokenizer, args.prompt, stream(model, [prompt], **settings))
+    if num_beams > 1 or not (args.stream or args.stop):
+        stop_ids = [tokenizer.encode(s) for s in args.stop] if num_beams > 1 else []
+        out = generate(model, ids, num_beams=num_beams, length_penalty=length_penalty,
+                       early_stopping=section.early_stopping, stop=[s for s in stop_ids if s] or None, **settings)
+        news = [row[len(prompt):] for row, prompt in zip(out, ids)]
+        produced = sum(map(len, news))
+        _print_results(prompts, news, tokenizer, args.stop)
     else:
-        out = generate(model, [prompt], num_beams=num_beams, length_penalty=length_penalty,
-                       early_stopping=section.early_stopping, **settings)
-        new = out[0][len(prompt):]
-        produced = len(new)
-        print(args.prompt + tokenizer.decode(new))
+        printer = _StreamPrinter(prompts[0], tokenizer) if args.stream else None
+        news = _generate_with_stops(model, ids, settings, tokenizer, args.stop, printer)
+        produced = sum(map(len, news))
+        if printer is None:
+            _print_results(prompts, news, tokenizer, args.stop)
     seconds = time.perf_counter() - start
-    print(f"{produced} tokens in {seconds:.2f} s ({produced / max(seconds, 1e-9):.1f} tokens/s)", file=sys.stderr)
+    print(f"{produced} tokens in {seconds:.2f} s ({produced / max(seconds, 1e-9):.1f} tokens/s, "
+          f"{threads} CPU thread{'s' if threads != 1 else ''})", file=sys.stderr)
     return 0
+
+
+def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str]) -> tuple[str, bool]:
+    """The decoded continuation, cut just after the first stop string it contains; and whether one was found."""
+    text = tokenizer.decode(new)
+    ends = [text.find(stop) + len(stop) for stop in stops if stop in text]
+    return (text[: min(ends)], True) if ends else (text, False)
+
+
+def _generate_with_stops(model: Any, ids: list[list[int]], settings: dict[str, Any], tokenizer: Tokenizer,
+                         stops: list[str], printer: "_StreamPrinter | None") -> list[list[int]]:
+    """Stream the batch, ending each row at its first stop string; the new tokens of each row."""
+    news: list[list[int]] = [[] for _ in ids]
+    done = [False] * len(ids)
+    for column in stream(model, ids, pad_token_id=-1, **settings):
+        for row, token in enumerate(column):
+            if done[row] or token < 0:
+                continue
+            news[row].append(token)
+            if stops and continuation_text(tokenizer, news[row], stops)[1]:
+                done[row] = True
+        if printer is not None:
+            printer.update(news[0], stops)
+        if all(done):
+            break
+    if printer is not None:
+        printer.finish(news[0], stops)
+    return news
+
+
+def _print_results(prompts: list[Prompt], news: list[list[int]], tokenizer: Tokenizer, stops: list[str]) -> None:
+    for i, (prompt, new) in enumerate(zip(prompts, news)):
+        if i:
+            print()
+        if prompt.text is None:
+            print(" ".join(map(str, prompt.ids + new)))
+        else:
+            print(prompt.text + continuation_text(tokenizer, new, stops)[0])
+
+
+class _StreamPrinter:
+    """Print text as tokens arrive; a multi-byte character cut in two waits for its other half."""
+
+    def __init__(self, prompt: Prompt, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids_mode = prompt.text is None
+        self.shown = ""
+        self.count = 0
+        sys.stdout.write(" ".join(map(str, prompt.ids)) if self.ids_mode else (prompt.text or ""))
+        sys.stdout.flush()
+
+    def update(self, new: list[int], stops: list[str]) -> None:
+        if self.ids_mode:
+            sys.stdout.write("".join(f" {t}" for t in new[self.count:]))
+            self.count = len(new)
+        else:
+            text, _ = continuation_text(self.tokenizer, new, stops)
+            if text.endswith("\ufffd"):
+                return
+            sys.stdout.write(text[len(self.shown):])
+            self.shown = text
+        sys.stdout.flush()
+
+    def finish(self, new: list[int], stops: list[str]) -> None:
+        if self.ids_mode:
+            self.update(new, stops)
+            sys.stdout.write("\n")
+        else:
+            text, _ = continuation_text(self.tokenizer, new, stops)
+            sys.stdout.write(text[len(self.shown):] + "\n")
+        sys.stdout.flush()
 
 
 def parse_sampler_option(text: str) -> Sampler:
@@ -119,28 +259,6 @@ def parse_sampler_option(text: str) -> Sampler:
         raise UserError("bad --sampler:\n" + "\n".join(f"  {p}" for p in exc.problems)) from None
 
 
-def encode_prompt(tokenizer: Tokenizer, text: str, *, model: Any) -> list[int]:
-    """The prompt's ids, or a UserError when it is empty, too long, or not in the model's vocabulary."""
-    if not text:
-        raise UserError("--prompt is empty; give at least one character of text to continue")
-    ids = tokenizer.encode(text)
-    if not ids:
-        raise UserError(f"--prompt {text!r} encodes to no tokens; give some text the tokenizer can encode")
-    context = model.context_length
-    if len(ids) >= context:
-        raise UserError(
-            f"--prompt is {len(ids)} tokens long, but the model's context is {context} tokens and at least one "
-            f"must be left to generate; shorten the prompt to at most {context - 1} tokens"
-        )
-    outside = [i for i in ids if not 0 <= i < model.vocab_size]
-    if outside:
-        raise UserError(
-            f"the checkpoint's tokenizer encodes the prompt to id {outside[0]}, outside the model's vocabulary of "
-            f"{model.vocab_size}; the tokenizer does not belong to this model"
-        )
-    return ids
-
-
 def new_token_budget(requested: int | None, *, default: int, prompt_length: int, context: int) -> int:
     """How many tokens to generate after a prompt of ``prompt_length`` tokens.
 
@@ -164,25 +282,6 @@ def new_token_budget(requested: int | None, *, default: int, prompt_length: int,
     return default
 
 
-def _print_stream(tokenizer: Tokenizer, prompt: str, columns: Any) -> int:
-    """Print text as tokens arrive; a multi-byte character cut in two waits for its other half."""
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
-    ids: list[int] = []
-    shown = ""
-    for column in columns:
-        ids.append(column[0])
-        text = tokenizer.decode(ids)
-        if text.endswith("\ufffd"):
-            continue
-        sys.stdout.write(text[len(shown):])
-        sys.stdout.flush()
-        shown = text
-    sys.stdout.write(tokenizer.decode(ids)[len(shown):] + "\n")
-    sys.stdout.flush()
-    return len(ids)
-
-
 def _device(name: str) -> torch.device:
     try:
         device = torch.device(name)
@@ -193,3 +292,15 @@ def _device(name: str) -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise UserError(f"--device {name}: MPS is not available on this machine; use --device cpu")
     return device
+
+
+def _threads(value: str, device: torch.device) -> int:
+    """Set PyTorch's CPU thread count from ``--threads`` (a number or ``auto``); the count used."""
+    if value == "auto":
+        count = auto_threads()
+    elif value.isdigit() and int(value) >= 1:
+        count = int(value)
+    else:
+        raise UserError(f"--threads must be a number >= 1 or auto, got {value!r}")
+    torch.set_num_threads(count)
+    return count

@@ -20,7 +20,9 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_generate.cli import configure, run
+    from specformer_generate.cli import configure, configure_chat, run
 
     commands.add("generate", help="Continue a prompt with a trained checkpoint (sampling, beam search, streaming).",
                  configure=configure, run=run)
+    commands.add("chat", help="Talk with a checkpoint turn by turn on standard input (KV cache kept between turns).",
+                 configure=configure_chat, run=run)
