@@ -14,5 +14,6 @@ from specformer_generate.cache import LayerShape, StaticKVCache
 from specformer_generate.generate import generate, stream
 from specformer_generate.samplers import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
+from specformer_generate.session import Session
 
-__all__ = ["GenerateSpec", "LayerShape", "Sampler", "StaticKVCache", "build_sampler", "generate", "stream"]
+__all__ = ["GenerateSpec", "LayerShape", "Sampler", "Session", "StaticKVCache", "build_sampler", "generate", "stream"]

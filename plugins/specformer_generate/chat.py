@@ -15,12 +15,19 @@ from typing import Any
 
 from specformer.errors import UserError
 from specformer.tokenizer import Tokenizer
-from specformer_generate.prompt_input import encode, prompt_source
+from specformer_generate.prompt_input import encode, prompt_source, read_stdin
 from specformer_generate.session import Session
 
 
 def chat(model: Any, tokenizer: Tokenizer, args: Any, *, sampler: Any, seed: int | None, eos: list[int] | None,
          default_new: int) -> int:
+    if args.prompt_file == "-":
+        raise UserError("in a chat, standard input carries the turns; give the opening text with --prompt or "
+                        "--prompt-file PATH")
+    if args.no_cache or args.compile:
+        raise UserError("a chat keeps its KV cache between turns and runs uncompiled; drop --no-cache and --compile")
+    if args.batch or args.stream or (args.num_beams or 1) > 1:
+        raise UserError("a chat answers one turn at a time as it is generated; drop --batch, --stream and --num-beams")
     session = Session(model, sampler=sampler, seed=seed, eos_token_id=eos, max_memory=args.max_memory)
     opening = prompt_source(args, required=False)
     if opening is not None:
@@ -35,7 +42,7 @@ def chat(model: Any, tokenizer: Tokenizer, args: Any, *, sampler: Any, seed: int
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
-        raw = sys.stdin.buffer.readline()
+        raw = read_stdin(line=True)
         if not raw:
             return 0
         try:

@@ -38,7 +38,7 @@ def prompt_source(args: Any, *, required: bool = True) -> tuple[str, str] | None
         return args.prompt, "--prompt"
     if args.prompt_file is not None:
         where = "standard input" if args.prompt_file == "-" else args.prompt_file
-        data = sys.stdin.buffer.read() if args.prompt_file == "-" else _read_bytes(Path(args.prompt_file))
+        data = read_stdin() if args.prompt_file == "-" else _read_bytes(Path(args.prompt_file))
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
@@ -87,6 +87,15 @@ def parse_ids(text: str, *, where: str) -> list[int]:
         raise UserError(f"{where} with --ids must be token ids separated by spaces or commas, such as '12 7 99', "
                         f"got {text[:40]!r}")
     return [int(p) for p in parts]
+
+
+def read_stdin(*, line: bool = False) -> bytes:
+    """Standard input (all of it, or one line) as bytes, so that its encoding is checked here."""
+    buffer = getattr(sys.stdin, "buffer", None)  # a text-only stand-in (a test's StringIO) has none
+    if buffer is not None:
+        return buffer.readline() if line else buffer.read()
+    text = sys.stdin.readline() if line else sys.stdin.read()
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -222,3 +222,23 @@ def test_chat_reads_turns_from_standard_input(checkpoint, command: list[str]) ->
                             input="".join(turns).encode(), capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode() == _expected_chat(checkpoint, turns, 5)
+
+
+def test_chat_refuses_options_it_cannot_honour(capsys, checkpoint) -> None:
+    for extra, message in ((["--prompt-file", "-"], "standard input carries the turns"),
+                           (["--no-cache"], "drop --no-cache"), (["--num-beams", "3"], "drop --batch, --stream")):
+        code = main(["generate", "--interactive", str(checkpoint), *extra])
+        _, err = capsys.readouterr()
+        assert code == 2 and message in err
+
+
+def test_chat_with_an_opening_prompt(checkpoint) -> None:
+    turns = ["x = 1\n"]
+    result = subprocess.run([str(EXE), "chat", str(checkpoint), "--prompt", "import os\n", "--max-new-tokens", "12",
+                             "--ignore-eos", "--threads", "1"],
+                            input="".join(turns).encode(), capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    model = specformer.load(checkpoint).eval()
+    history = BYTES.encode("import os\n" + turns[0])
+    reply = BYTES.decode(generate(model, [history], max_new_tokens=12)[0][len(history):])
+    assert result.stdout.decode() == reply + ("" if reply.endswith("\n") else "\n")
