@@ -97,7 +97,16 @@ def _block_commands(lines: list[str], name: str, first_line: int, *, prompted: b
                 i += 1
             continue
         found.append(Printed(source=f"{name}:{number}", text=command, expected_code=EXPECTED_CODES.get(command, 0)))
+    for printed in found:  # a command shown answering "error: ..." is a user's mistake: exit code 2
+        if printed.shown_output and printed.shown_output[0].startswith("error:") and printed.text not in EXPECTED_CODES:
+            printed.expected_code = 2
     return found
+
+
+def without_numbers(text: str) -> str:
+    """``text`` with whitespace collapsed and every number written ``N``: shown output is compared
+    by its words, since losses, sizes and timings differ from run to run and model to model."""
+    return " ".join(re.sub(r"\d[\d,._]*(?:e[-+]?\d+)?", "N", text).split())
 
 
 def strip_comment(line: str) -> str:
@@ -154,6 +163,7 @@ SKIPPED: list[tuple[str, str]] = [
     (r"python3? benchmarks/", "a benchmark: minutes of timing, printed as ratios (docs/benchmarks.md)"),
     (r"specformer eval .*--tasks\s", "lm-evaluation-harness tasks: the named ones download their data sets from the Hugging "
                                      "Face Hub (no network in tests), my_task is the reader's own; tests/plugins/eval runs a local task"),
+    (r"(cp|mv|rm|mkdir|ls|cat)\s", "a plain file operation on the reader's own files; nothing of specformer's runs"),
     (r"pytest\s", "another package's test suite: tests/docs/test_tutorial.py and tests/core/test_scaffold.py run it"),
 ]
 
@@ -231,10 +241,13 @@ def plan(printed: list[Printed], root: Path, *, shards: int = 2) -> dict[tuple[s
     for command in printed:
         if skip_reason(command.text):
             continue
+        try:
+            argv, stdout_to = argv_for(command.text)
+        except ValueError:
+            continue  # its own test reports why it cannot run; the others still run
         page = command.source.rsplit(":", 1)[0] if ":" in command.source else command.source
         shard = sources.setdefault(page, len(sources)) % shards
         workspace = root / re.sub(r"[^\w.-]+", "_", page)
-        argv, stdout_to = argv_for(command.text)
         groups.setdefault((PAGE_PLUGINS.get(page, ""), shard), []).append(
             Step(command.id, str(workspace), argv, stdout_to, command.expected_code))
     return groups
@@ -263,9 +276,9 @@ TINY_LLAMA_SPEC = {"model": {
               "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
               "ffn": {"kind": "swiglu", "hidden": 128}},
 }}
-#: A small byte-level model for the generation examples: a beam search over its whole context takes a second.
-SMALL_SPEC = {"model": {
-    "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 64, "positional": {"kind": "rope"},
+#: A small byte-level model with a long context, for the examples that evaluate in 1024-token windows.
+LONG_CONTEXT_SPEC = {"model": {
+    "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 1024, "positional": {"kind": "rope"},
     "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
 }}
 ALIBI_SPEC = {"model": {
@@ -300,6 +313,17 @@ def _hf_folder(path: Path) -> None:
     specformer_hf.to_hf(specformer.build(TINY_LLAMA_SPEC, seed=0), path)
 
 
+def _imported_llama(path: Path) -> None:
+    """What `specformer hf import` makes of a Llama folder without tokenizer.json (a checkpoint without a tokenizer)."""
+    from specformer.cli import main
+
+    folder = path.parent / f".{path.stem}-hf"
+    _hf_folder(folder)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        if main(["hf", "import", str(folder), str(path)]) != 0:
+            raise RuntimeError(f"could not import {folder} for {path.name}")
+
+
 def _tokenizer(path: Path) -> None:
     """A 128-token word-level ``tokenizer.json`` (Llama's special tokens first) for the tiny Llama folder."""
     from collections import Counter
@@ -316,26 +340,52 @@ def _tokenizer(path: Path) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
+def _text_file(path: Path) -> None:
+    path.write_text("\n\n".join((REPO / "docs" / name).read_text(encoding="utf-8") for name in CORPUS_PAGES))
+
+
+#: What a page takes for granted, by the name a command gives it. The workspace stands for a
+#: clone of this repository (specs/ and README.md are there) after `make demo` (runs/tiny/).
 INPUTS = {
+    "README.md": lambda p: shutil.copy(REPO / "README.md", p),
+    "notes.txt": _text_file,
+    "llama.safetensors": _imported_llama,
     "llama-tokenizer": _tokenizer,
     "llama-tokenizer/tokenizer.json": _tokenizer,
     "my_corpus": _corpus,
     "notes": _corpus,
     "bad.yaml": lambda p: p.write_text(BAD_SPEC),
     "sampler.yaml": lambda p: p.write_text("- {kind: top_k, k: 40}\n- {kind: temperature, value: 0.8}\n"),
-    "run/ckpt.safetensors": lambda p: _checkpoint(SMALL_SPEC, p),
+    "run/ckpt.safetensors": lambda p: _checkpoint("specs/shakespeare-char.yaml", p),  # generation.md's "ROMEO:"
     "runs/tiny/model.safetensors": lambda p: _checkpoint("specs/tiny.yaml", p),  # what `make demo` leaves
     "alibi.safetensors": lambda p: _checkpoint(ALIBI_SPEC, p),
-    "model.safetensors": lambda p: _checkpoint(SMALL_SPEC, p),
+    "model.safetensors": lambda p: _checkpoint(LONG_CONTEXT_SPEC, p),
     "books/*.txt": lambda p: _corpus(p.parent, ".txt"),
     "Llama-3.2-1B": _hf_folder,
     "tiny-llama": _hf_folder,
 }
 
 
+#: Where a command names what it writes, which must never be made beforehand as an input.
+OUTPUT_FLAGS = {"-o", "--out", "--spec-out"}
+OUTPUT_POSITIONALS = {("hf", "import"): 1, ("hf", "export"): 1}  # the n-th positional after the subcommand
+
+
+def outputs(argv: list[str]) -> set[str]:
+    named = {argv[i + 1] for i, word in enumerate(argv[:-1]) if word in OUTPUT_FLAGS}
+    position = OUTPUT_POSITIONALS.get(tuple(argv[:2]))
+    positionals = [w for w in argv[2:] if not w.startswith("-")]
+    if position is not None and len(positionals) > position:
+        named.add(positionals[position])
+    return named
+
+
 def make_inputs(argv: list[str], workspace: Path) -> None:
     """Create the inputs named in ``argv`` that the workspace lacks (made by an earlier command otherwise)."""
+    written = outputs(argv)
     for word in argv:
+        if word in written:
+            continue
         key = os.path.normpath(word)
         if key not in INPUTS:
             continue
