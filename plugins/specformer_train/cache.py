@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from specformer.errors import UserError
 from specformer.tokenizer import Tokenizer
 
-from specformer_train.atomic import temp_sibling, write_text_atomic
+from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
 from specformer_train.corpus import Corpus
 
 CACHE_FORMAT = "specformer-tokens/1"
@@ -53,7 +53,17 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, *, cache: str | None =
     cached = _read_entry(data_path, info_path, dtype)
     if cached is not None:
         return cached
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write_entry(corpus, tokenizer, data_path, info_path, dtype, progress=progress)
+    except OSError as exc:
+        raise OutputError(f"could not write the token cache in {folder}: {exc.strerror or exc}; free some space "
+                          "or put the cache elsewhere with train.cache_dir or $SPECFORMER_CACHE") from None
+
+
+def _write_entry(corpus: Corpus, tokenizer: Tokenizer, data_path: Path, info_path: Path, dtype: np.dtype, *,
+                 progress: bool) -> np.ndarray:
+    """Tokenize the corpus into a new cache entry (data first, its description last) and read it back."""
+    data_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(data_path)
     count = documents = 0
     eot = np.array([tokenizer.eot_id], dtype=dtype)

@@ -263,3 +263,20 @@ def test_ctrl_c_during_start_up_exits_130_without_a_traceback_and_releases_the_l
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr and "interrupted" in done.stderr
     assert not (out / "run.lock").exists() and not (out / "checkpoints" / "latest").exists()
+
+
+def test_a_token_cache_that_cannot_be_written_is_one_clear_line(tmp_path: Path, spec_file: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture,
+                                                                _private_cache: Path) -> None:
+    from specformer_train import cache
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache, "_encode", full_disk)
+    assert main(["train", str(spec_file), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"could not write the token cache in {_private_cache / 'tokens'}: No space left on device" in err
+    assert not [p for p in (_private_cache / "tokens").iterdir()], "no partial entry is left"
