@@ -15,7 +15,7 @@ from typing import Iterable
 from specformer.errors import UserError
 from specformer.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer, tokenizer_from_json
 
-from specformer_train.atomic import write_text_atomic
+from specformer_train.atomic import OutputError, write_text_atomic
 from specformer_train.cache import cache_dir
 from specformer_train.corpus import Corpus
 
@@ -70,7 +70,11 @@ def trained_bpe(corpus: Corpus, *, vocab_size: int, cache: str | None = None) ->
             f"the corpus is too small to learn {vocab_size} BPE tokens (it yields {tokenizer.vocab_size}); "
             f"set model.vocab_size to {tokenizer.vocab_size} or train on more text"
         )
-    write_text_atomic(path, tokenizer.inner.to_str())
+    try:
+        write_text_atomic(path, tokenizer.inner.to_str())
+    except OSError as exc:
+        raise OutputError(f"could not write the trained tokenizer to {path}: {exc.strerror or exc}; free some space "
+                          "or put the cache elsewhere with train.cache_dir or $SPECFORMER_CACHE") from None
     return tokenizer
 
 
