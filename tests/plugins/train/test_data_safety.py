@@ -280,3 +280,17 @@ def test_a_token_cache_that_cannot_be_written_is_one_clear_line(tmp_path: Path, 
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert f"could not write the token cache in {_private_cache / 'tokens'}: No space left on device" in err
     assert not [p for p in (_private_cache / "tokens").iterdir()], "no partial entry is left"
+
+
+def test_a_trained_tokenizer_that_cannot_be_cached_is_a_clear_error(corpus_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from specformer_train import tokenization
+    from specformer_train.corpus import find_corpus
+
+    def read_only(path: Path, text: str) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tokenization, "write_text_atomic", read_only)
+    with pytest.raises(specformer.UserError, match=r"could not write the trained tokenizer to .*bpe-300-.*\.json: "
+                                                   r"Read-only file system; .*train.cache_dir"):
+        tokenization.make_tokenizer("bpe", vocab_size=300, corpus=find_corpus(str(corpus_dir)))
