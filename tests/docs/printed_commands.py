@@ -356,8 +356,8 @@ INPUTS = {
     "notes": _corpus,
     "bad.yaml": lambda p: p.write_text(BAD_SPEC),
     "sampler.yaml": lambda p: p.write_text("- {kind: top_k, k: 40}\n- {kind: temperature, value: 0.8}\n"),
-    "run/ckpt.safetensors": lambda p: _checkpoint("specs/shakespeare-char.yaml", p),  # generation.md's "ROMEO:"
-    "runs/tiny/model.safetensors": lambda p: _checkpoint("specs/tiny.yaml", p),  # what `make demo` leaves
+    "run/ckpt.safetensors": lambda p: _checkpoint(REPO / "specs" / "shakespeare-char.yaml", p),  # generation.md's "ROMEO:"
+    "runs/tiny/model.safetensors": lambda p: _checkpoint(REPO / "specs" / "tiny.yaml", p),  # what `make demo` leaves
     "alibi.safetensors": lambda p: _checkpoint(ALIBI_SPEC, p),
     "model.safetensors": lambda p: _checkpoint(LONG_CONTEXT_SPEC, p),
     "books/*.txt": lambda p: _corpus(p.parent, ".txt"),
@@ -439,8 +439,12 @@ def run_plan(steps: list[dict]) -> list[Result]:
         if not workspace.exists():
             workspace.mkdir(parents=True)
             shutil.copytree(REPO / "specs", workspace / "specs")
-        make_inputs(step["argv"], workspace)
         start = time.perf_counter()
+        try:
+            make_inputs(step["argv"], workspace)
+        except Exception:  # reported as this command's failure; the others still run
+            results.append(Result(step["id"], step["argv"], 1, "making its inputs failed:\n" + traceback.format_exc(), 0.0))
+            continue
         code, out, err = run_one(step["argv"], workspace, step["stdout_to"])
         results.append(Result(step["id"], step["argv"], code, _tail(out + err), time.perf_counter() - start))
         for hint in HINT.finditer(out + "\n" + err):  # a printed hint runs next, where it was printed
