@@ -448,8 +448,12 @@ def run_plan(steps: list[dict]) -> list[Result]:
         code, out, err = run_one(step["argv"], workspace, step["stdout_to"])
         results.append(Result(step["id"], step["argv"], code, _tail(out + err), time.perf_counter() - start))
         for hint in HINT.finditer(out + "\n" + err):  # a printed hint runs next, where it was printed
-            argv, stdout_to = argv_for(hint["command"])
-            make_inputs(argv, workspace)
+            # No inputs are made for a hint: what it names must exist because the command made it.
+            try:
+                argv, stdout_to = argv_for(hint["command"])
+            except ValueError as exc:
+                results.append(Result(f"hint: {hint['command']}", [], 1, str(exc), 0.0, hint_of=step["id"]))
+                continue
             start = time.perf_counter()
             h_code, h_out, h_err = run_one(argv, workspace, stdout_to)
             results.append(Result(f"hint: {hint['command']}", argv, h_code, _tail(h_out + h_err),
