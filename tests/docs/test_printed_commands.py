@@ -71,7 +71,7 @@ def test_printed_command_works(command: pc.Printed, results):
 
 def test_every_printed_hint_works(results):
     hints = [r for r in results.values() if r["hint_of"]]
-    assert any(r["argv"][0] == "generate" for r in hints), "`specformer train` should end with a `try:` hint"
+    assert any(r["argv"][:1] == ["generate"] for r in hints), "`specformer train` should end with a `try:` hint"
     failed = [f"{r['id']} (printed by {r['hint_of']}) exited {r['code']}:\n{r['output']}" for r in hints if r["code"]]
     assert not failed, "\n\n".join(failed)
 
