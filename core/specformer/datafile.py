@@ -120,6 +120,12 @@ def parse_yaml(text: str) -> Any:
     loader = _BoundedLoader(text)
     try:
         return loader.get_single_data()
+    except InputError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:
+        # An explicit tag on a value it cannot convert (`!!float 1e!x`, `!!int x`, a `2001-13-45`
+        # timestamp): PyYAML's constructors raise plain Python errors (found by fuzzing).
+        raise InputError(f"a YAML value cannot be read as its type ({excerpt(str(exc), 120)})") from None
     finally:
         loader.dispose()
 

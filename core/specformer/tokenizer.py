@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, runtime_checkable
 
-from specformer.errors import CheckpointError, UserError
+from specformer.errors import CheckpointError, UserError, excerpt
 
 METADATA_KEY = "tokenizer"
 END_OF_TEXT = "<|endoftext|>"
@@ -133,20 +133,33 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     try:
         data = json.loads(text)
         kind = data["kind"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"the stored tokenizer is not valid ({exc})") from None
+    except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
+        raise CheckpointError(f"the stored tokenizer is not valid ({excerpt(str(exc), 200)})") from None
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
-        from tokenizers import Tokenizer as HFTokenizer
-
-        return BPETokenizer(HFTokenizer.from_str(json.dumps(data["tokenizer"])), eot_token=data.get("eot_token", END_OF_TEXT))
+        return _bpe_from_json(data)
     if kind == "none":
         vocab_size, eot_id = data.get("vocab_size"), data.get("eot_id")
         if not _is_int(vocab_size) or not (eot_id is None or _is_int(eot_id)):
             raise CheckpointError("the stored 'none' tokenizer needs an integer vocab_size and an integer or absent eot_id")
         return NoTokenizer(vocab_size=vocab_size, eot_id=eot_id)
-    raise CheckpointError(f"unknown stored tokenizer kind {kind!r}; known: byte, bpe, none")
+    raise CheckpointError(f"unknown stored tokenizer kind {excerpt(kind)}; known: byte, bpe, none")
+
+
+def _bpe_from_json(data: dict[str, Any]) -> "BPETokenizer":
+    """A stored BPE entry: its ``tokenizer`` must be a tokenizer.json object the library reads (found by fuzzing)."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    inner, eot_token = data.get("tokenizer"), data.get("eot_token", END_OF_TEXT)
+    if not isinstance(inner, dict) or not isinstance(eot_token, str):
+        raise CheckpointError("the stored BPE tokenizer needs a 'tokenizer' object (a tokenizer.json) and a string "
+                              f"'eot_token'; got {type(inner).__name__} and {type(eot_token).__name__}")
+    try:
+        tokenizer = HFTokenizer.from_str(json.dumps(inner))
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exception for a bad file
+        raise CheckpointError(f"the stored BPE tokenizer is not a readable tokenizer.json ({excerpt(str(exc), 200)})") from None
+    return BPETokenizer(tokenizer, eot_token=eot_token)
 
 
 def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer:

@@ -1,0 +1,151 @@
+"""Property-based: any sampler list builds a sampler that only ever picks allowed tokens, or is one clear error.
+
+A case is a list of sampler entries: registered names and made-up ones, bare or as
+``{kind: ..., **params}`` with each sampler's real parameters and made-up ones, given
+any value (negative, zero, huge, infinite, NaN, booleans, strings, lists). It is tried
+three ways: through the Python API (``build_sampler`` then ``generate``), as the
+``--sampler`` value inline (YAML or JSON, sometimes spliced with YAML tags, aliases or
+an alias bomb) and as a ``--sampler`` file, and through ``specformer generate``.
+
+Invariants (besides ``harness``'s): a sampler that builds only ever returns a token
+that its own processed logits leave possible (a filtered token stays filtered whatever
+follows: ``[top_k, temperature: .inf]`` used to emit filtered tokens), so with
+``top_k: 3`` first, every token is one of the three likeliest; ``generate`` returns
+ids inside the vocabulary; the three routes agree on whether the list is valid.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import specformer
+from specformer.errors import UserError
+from specformer.plugins import get_registry
+from specformer_generate.cli import parse_sampler_option
+from specformer_generate.generate import generate
+from specformer_generate.samplers.pipeline import Sampler, build_sampler
+
+from conftest import TINY
+from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, run_cli, sentinel
+
+SAMPLERS = {c.name: sorted(c.params.model_fields) for c in get_registry() if c.kind == "sampler"}
+VOCAB = TINY["model"]["vocab_size"]
+
+numbers = st.one_of(st.integers(-3, 50), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+                    st.floats(0, 1), st.sampled_from([0, 1, 1e-300, 1e308, 0.5, 2**53 + 1]))
+param_values = st.one_of(numbers, numbers, st.booleans(), st.none(), st.text(max_size=6), st.lists(numbers, max_size=2))
+
+
+@st.composite
+def entries(draw: Any) -> Any:
+    name = draw(st.one_of(st.sampled_from(sorted(SAMPLERS)), st.sampled_from(sorted(SAMPLERS)), st.text(max_size=8)))
+    form = draw(st.integers(0, 9))
+    if form == 0:
+        return name  # bare name
+    if form == 1:
+        return draw(st.one_of(numbers, st.none(), st.lists(st.text(max_size=3), max_size=2)))  # not an entry at all
+    fields = SAMPLERS.get(name, [])
+    keys = draw(st.lists(st.sampled_from(fields + ["kind", "value", "k", "p", "zz"]), max_size=3, unique=True))
+    entry: dict[str, Any] = {"kind": name}
+    for key in keys:
+        entry[key] = draw(param_values)
+    return entry
+
+
+sampler_lists = st.lists(entries(), max_size=4)
+
+
+def inline_text(data: Any, form: int) -> str:
+    if form == 0:
+        return json.dumps(data)
+    if form == 1:
+        return yaml.safe_dump(data, default_flow_style=True).strip()
+    if form == 2:
+        return "&a " + yaml.safe_dump(data, default_flow_style=True).strip() + "\n"  # an anchor on the whole list
+    if form == 3:
+        return "!!python/object/apply:os.system ['touch fz-pwned']"
+    if form == 4:
+        lines = ["a0: &a0 [top_k, top_k]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
+        return "{" + ", ".join(lines) + ", sampler: *a11}"
+    return yaml.safe_dump({"generate": {"sampler": data}}, default_flow_style=True).strip()
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """The sentinel folder holds the tiny checkpoint every case generates from (it must never change)."""
+    folder = sentinel(tmp_path_factory, "samplers")
+    specformer.save(specformer.build(TINY, seed=0), folder / f"{PREFIX}tiny.safetensors")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(outside):
+    return specformer.load(outside / f"{PREFIX}tiny.safetensors").eval()
+
+
+def _check_choices(sampler: Sampler, seed: int) -> None:
+    """The drawn token is one the processed logits leave possible; after top_k 3, one of the three likeliest."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, VOCAB, generator=generator) * 4
+    ids = torch.randint(0, VOCAB, (3, 6), generator=generator)
+    processed = sampler.process(logits, ids)
+    token = sampler.choose(processed, generator)
+    assert token.shape == (3,) and bool(((token >= 0) & (token < VOCAB)).all())
+    for row in range(3):
+        if not torch.isneginf(processed[row]).all():
+            assert not torch.isneginf(processed[row, token[row]]), f"{sampler!r} chose a filtered token"
+    topped = build_sampler([{"kind": "top_k", "k": 3}, *sampler.steps])
+    processed = topped.process(logits, ids)
+    token = topped.choose(processed, generator)
+    for row in range(3):
+        if not torch.isneginf(processed[row]).all():
+            assert int(token[row]) in logits[row].topk(3).indices.tolist(), f"{topped!r} chose outside the top 3"
+
+
+def _case(outside: Path, model: Any, data: Any, form: int, seed: int) -> None:
+    with case_dir(outside) as case:
+        built = expect_user_error(lambda: build_sampler(data))
+        if isinstance(built, Sampler):
+            expect_user_error(lambda: _check_choices(built, seed))
+            out = expect_user_error(lambda: generate(model, [[1, 2, 3]], max_new_tokens=3, sampler=built, seed=seed))
+            if not isinstance(out, Exception):
+                assert all(0 <= t < VOCAB for t in out[0]) and len(out[0]) <= 6
+        text = inline_text(data, form)
+        inline = expect_user_error(lambda: parse_sampler_option(text))
+        file = case.work / f"{PREFIX}sampler.{'json' if form == 0 else 'yaml'}"
+        file.write_text(text, encoding="utf-8")
+        from_file = expect_user_error(lambda: parse_sampler_option(str(file)))
+        if form in (0, 1, 2, 5):  # the same list three ways: valid in all or none
+            assert isinstance(inline, Sampler) == isinstance(from_file, Sampler)
+            if isinstance(data, list):
+                assert isinstance(built, Sampler) == isinstance(inline, Sampler), (built, inline)
+        else:
+            assert isinstance(inline, UserError) and isinstance(from_file, UserError)
+        run_cli(["generate", str(outside / f"{PREFIX}tiny.safetensors"), "--prompt", "ab", "--max-new-tokens", "2",
+                 "--seed", str(seed), "--sampler", text])
+
+
+@FAST
+@given(data=sampler_lists, form=st.integers(0, 5), seed=st.integers(0, 2**31))
+@example(data=[{"kind": "top_k", "k": 3}, {"kind": "temperature", "value": float("inf")}], form=0, seed=0)
+@example(data=[{"kind": "top_k", "k": 3}, {"kind": "temperature", "value": 1e-300}], form=1, seed=0)
+@example(data=[{"kind": "top_p", "p": 0.0}, "greedy"], form=1, seed=0)
+@example(data=["greedy", "top_k"], form=1, seed=0)  # greedy must be last
+@example(data=[], form=4, seed=0)  # an alias bomb
+def test_any_sampler_list(outside, model, data, form, seed):
+    _case(outside, model, data, form, seed)
+
+
+@pytest.mark.slow
+@SLOW
+@given(data=sampler_lists, form=st.integers(0, 5), seed=st.integers(0, 2**31))
+def test_any_sampler_list_many(outside, model, data, form, seed):
+    _case(outside, model, data, form, seed)
