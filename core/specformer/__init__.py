@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from specformer.builder import build
 from specformer.checkpoint import load, save
 from specformer.decoder import Decoder
@@ -22,6 +20,7 @@ from specformer.params import Params, SubComponent
 from specformer.plugins import get_plugin_manager, get_registry
 from specformer.spec import Spec, load_spec
 from specformer.summary import summarize
+from specformer.version import __version__
 
 __all__ = [
     "CheckpointError",

@@ -1,24 +1,28 @@
-"""The builder: the one place that turns a spec into modules.
+"""Building: the top of the core's path for a spec, and the public :func:`build`.
 
-Components receive sizes and sub-parts, never the spec. A ``ValueError`` or
-``TypeError`` a component raises while being built is a problem with the spec and is
-reported at the spec path of that component.
+The path, each step once::
+
+    file / dict / Spec
+      -> check_spec (specformer.sizes): read, validate and resolve (specformer.validate),
+         size on the meta device, plugins' checks  -> CheckedSpec(spec, resolved, shape)
+      -> memory check against the shape (specformer.memory)
+      -> assemble (specformer.assemble): the resolved components become modules, once
+      -> init_weights, or, for a checkpoint, the stored tensors (``init=False``)
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
-from torch import nn
 
+from specformer.assemble import assemble
 from specformer.decoder import Decoder
-from specformer.errors import Problem, SpecError
-from specformer.spec import ModelSpec, Spec, load_spec
-from specformer.validate import ResolvedModel, ResolvedPart, resolve_model
+from specformer.memory import check_memory
+from specformer.sizes import CheckedSpec, check_spec
+from specformer.spec_shapes import Spec
 
 
 def build(
@@ -28,131 +32,50 @@ def build(
     dtype: torch.dtype | None = None,
     seed: int | None = None,
     registry: Any = None,
+    init: bool = True,
 ) -> Decoder:
     """Validate ``spec`` (a :class:`Spec`, a file path or a dict) and build its :class:`Decoder`.
 
     Weights are initialised (seeded by ``seed`` when given); ``model.spec`` holds the spec.
+    With ``init=False`` the model is allocated on the meta device and materialised once,
+    uninitialised, for weights that are about to be overwritten (a checkpoint, an import):
+    only its derived tables (RoPE, ALiBi) hold values; every parameter and persistent
+    buffer must then be loaded (``model.load_state_dict(..., strict=True)``).
     A model larger than the memory available on ``device`` is refused before anything
     is allocated (:class:`~specformer.errors.MemoryLimitError`; see :mod:`specformer.memory`).
     """
-    from specformer.memory import check_memory
-    from specformer.plugins import get_registry
-    from specformer.sizes import estimate_resolved
+    return build_checked(check_spec(spec, registry=registry), device=device, dtype=dtype, seed=seed, init=init)
 
-    registry = registry or get_registry()
-    spec = load_spec(spec, registry=registry)
-    resolved, problems = resolve_model(spec.model, registry)
-    if problems:
-        raise SpecError(problems)
-    assert resolved is not None
+
+def build_checked(
+    checked: CheckedSpec,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    seed: int | None = None,
+    init: bool = True,
+) -> Decoder:
+    """:func:`build` for a spec that already went through :func:`~specformer.sizes.check_spec`."""
+    assert checked.shape is not None, "build needs the size check"
     if str(device) != "meta":
         # Built in float32 first, then cast: the float32 size is the peak.
-        needed = estimate_resolved(resolved).total_bytes()
-        check_memory(needed, what="building this model", device=device)
-    generator_state = _seeded(seed)
-    with generator_state:
-        model = assemble(resolved, device=device)
-        model.spec = spec
-        if str(device) != "meta":
-            model.init_weights(std=spec.model.init_std)
+        check_memory(checked.shape.total_bytes(), what="building this model", device=device)
+    if init or str(device) == "meta":
+        with _seeded(seed):
+            model = assemble(checked.resolved, device=device)
+            if str(device) != "meta":
+                model.init_weights(std=checked.spec.model.init_std)
+    else:
+        # Shapes first (nothing allocated, nothing initialised), then memory once. to_empty
+        # leaves parameters and persistent buffers uninitialised, for the caller to fill;
+        # derived tables (non-persistent buffers: RoPE frequencies, ALiBi slopes) are
+        # recomputed by their modules, which keep a CPU master copy for exactly this.
+        model = assemble(checked.resolved, device="meta")
+        model.to_empty(device=device if device is not None else torch.get_default_device())
+    model.spec = checked.spec
     if dtype is not None:
         model = model.to(dtype=dtype)
     return model
-
-
-def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = None) -> Decoder:
-    """Construct the modules of a resolved model (weights as PyTorch initialises them)."""
-    m = resolved.spec
-    with torch.device(device) if device is not None else contextlib.nullcontext():
-        blocks = [make_block(parts, m, index) for index, parts in enumerate(resolved.layers)]
-        return make_decoder(resolved, blocks, first_attention=blocks[0].attention)
-
-
-def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.Module:
-    """One block (layout around attention, ffn and norms) for layer ``index``."""
-    attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
-    ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
-    make_norm = _norm_maker(parts["norm"], dim=m.d_model)
-    return _make(
-        parts["layout"],
-        d_model=m.d_model,
-        attention=attention,
-        ffn=ffn,
-        make_norm=make_norm,
-        layer_index=index,
-        n_layers=m.n_layers,
-    )
-
-
-def check_same_heads(attentions: list[nn.Module]) -> None:
-    """The positional scheme is shared by all layers and is sized once: heads must agree."""
-    head_dims = {a.head_dim for a in attentions}
-    n_heads = {a.n_heads for a in attentions}
-    if len(head_dims) > 1 or len(n_heads) > 1:
-        raise SpecError(
-            [Problem("model.layers", f"every layer must have the same head_dim and n_heads; got head_dim {sorted(head_dims)}, n_heads {sorted(n_heads)}")]
-        )
-
-
-def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module) -> Decoder:
-    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
-    m = resolved.spec
-    check_same_heads([b.attention for b in blocks] or [first_attention])
-    multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
-    positional = _make(
-        resolved.positional,
-        d_model=m.d_model,
-        n_heads=first_attention.n_heads,
-        head_dim=first_attention.head_dim,
-        context_length=m.context_length,
-    )
-    final_norm = _make(resolved.final_norm, dim=m.d_model)
-    try:
-        return Decoder(
-            vocab_size=m.vocab_size,
-            padded_vocab_size=m.padded_vocab_size,
-            d_model=m.d_model,
-            context_length=m.context_length,
-            positional=positional,
-            blocks=blocks,
-            final_norm=final_norm,
-            tie_embeddings=m.tie_embeddings,
-            lm_head_bias=m.lm_head_bias,
-            embedding_multiplier=multiplier,
-            logit_softcap=m.logit_softcap,
-            embedding_dropout=m.embedding_dropout,
-        )
-    except (RuntimeError, OverflowError) as exc:
-        raise SpecError([Problem("model", f"sizes too large for a tensor ({_first_line(exc)})")]) from None
-
-
-def _make(part: ResolvedPart, **sizes: Any) -> Any:
-    try:
-        return part.resolved.make(**sizes)
-    except SpecError:
-        raise  # a sub-part (a norm a layout makes) already reported at its own path
-    except (ValueError, TypeError) as exc:
-        if "Overflow" not in str(exc):
-            raise SpecError([Problem(part.path, _first_line(exc))]) from None
-        raise SpecError([Problem(part.path, f"sizes too large for a tensor ({_first_line(exc)})")]) from None
-    except (RuntimeError, OverflowError) as exc:
-        # torch refusing a size: "Storage size calculation overflowed", "Overflow when unpacking long".
-        raise SpecError([Problem(part.path, f"sizes too large for a tensor ({_first_line(exc)})")]) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    """torch appends C++ frames to some messages; a user needs the first line only."""
-    lines = str(exc).strip().splitlines() or [type(exc).__name__]
-    return lines[0] if len(lines[0]) <= 300 else lines[0][:299] + "…"
-
-
-def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
-    """Layouts call this once per norm they place; ``dim`` can be overridden (e.g. for a sublayer)."""
-
-    def make_norm(*, dim: int = dim) -> nn.Module:
-        return _make(part, dim=dim)
-
-    return make_norm
 
 
 @contextlib.contextmanager
@@ -164,3 +87,6 @@ def _seeded_ctx(seed: int) -> Iterator[None]:
 
 def _seeded(seed: int | None) -> contextlib.AbstractContextManager[None]:
     return _seeded_ctx(seed) if seed is not None else contextlib.nullcontext()
+
+
+__all__ = ["build", "build_checked"]

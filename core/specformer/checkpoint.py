@@ -2,24 +2,25 @@
 
 Never pickle: tensors go through safetensors, everything else through JSON strings in
 the header. Writes are atomic (a temporary file renamed over the target), so an
-interrupted save leaves the previous checkpoint intact.
+interrupted save leaves the previous checkpoint intact. The file itself is read and
+written by :mod:`specformer.checkpoint_file`; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
-from specformer.datafile import path_kind
-from specformer.errors import CheckpointError, InputError, excerpt
-
-FORMAT = "specformer-checkpoint/1"
+from specformer.builder import build_checked
+from specformer.checkpoint_check import check_checkpoint
+from specformer.checkpoint_file import FORMAT, read_metadata, read_tensors, write_safetensors_atomic
+from specformer.errors import CheckpointError
+from specformer.memory import check_memory
+from specformer.plugins import get_registry
+from specformer.provenance import header_entry
+from specformer.version import __version__
 
 
 def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] | None = None,
@@ -29,10 +30,6 @@ def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] |
     The header also records which plugin (distribution and version) provided each
     component the spec uses, so that loading where one is missing says what to install.
     """
-    from specformer import __version__
-    from specformer.plugins import get_registry
-    from specformer.provenance import header_entry
-
     spec = getattr(model, "spec", None)
     if spec is None:
         raise ValueError("the model has no .spec; build it with specformer.build() to save it")
@@ -45,58 +42,6 @@ def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] |
     return path
 
 
-def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        save_file(tensors, str(tmp), metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The header metadata of a checkpoint; CheckpointError if it is not one."""
-    path = Path(path)
-    try:
-        found = path_kind(path)
-    except InputError as exc:
-        raise CheckpointError(str(exc)) from None
-    if found == "missing":
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    if found != "file":
-        raise CheckpointError(f"{path}: is {'a directory' if found == 'directory' else found}, not a checkpoint file")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-    except Exception as exc:  # safetensors raises its own error types for truncated/garbage files
-        raise CheckpointError(f"{path}: not a readable safetensors checkpoint ({type(exc).__name__}: {exc})") from None
-    found = metadata.get("format")
-    if found != FORMAT:
-        if found is None:
-            detail = "its header has no 'format' entry" + ("" if "spec" in metadata else " and no 'spec'")
-        elif str(found).startswith("specformer-checkpoint/"):
-            detail = f"its format is {excerpt(found)}, which this version of specformer does not read"
-        else:
-            detail = f"its header says format {excerpt(found)}"
-        raise CheckpointError(f"{path}: a safetensors file but not a specformer checkpoint ({detail}; expected format {FORMAT!r})")
-    if "spec" not in metadata:
-        raise CheckpointError(
-            f"{path}: a specformer checkpoint header without its 'spec' entry; the file is damaged or was not written by specformer.save"
-        )
-    return metadata
-
-
-def read_tensors(path: str | Path, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    try:
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as exc:
-        raise CheckpointError(f"{path}: cannot read tensors ({type(exc).__name__}: {exc})") from None
-
-
 def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any = None) -> Any:
     """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly.
 
@@ -105,14 +50,11 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any 
     names, shapes and dtypes) and the memory needed against the memory available
     (:mod:`specformer.memory`).
     """
-    from specformer.builder import build
-    from specformer.checkpoint_check import check_checkpoint
-    from specformer.memory import check_memory
-
     checked = check_checkpoint(path, registry=registry)
     # The model is built in float32, then the file's tensors are read beside it.
     check_memory(checked.shape.total_bytes() + checked.tensor_bytes, what=f"loading {path}", device="cpu")
-    model = build(checked.spec, registry=registry)
+    # Allocated once, uninitialised: every stored tensor is about to be copied in.
+    model = build_checked(checked.checked, init=False)
     tensors = read_tensors(path)
     load_weights(model, tensors, where=str(path))
     return model.to(device)
@@ -151,3 +93,6 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], *, wh
     if len(dtypes) == 1:
         model.to(dtype=dtypes.pop())  # keep the saved precision so the round trip is bit-exact
     model.load_state_dict(tensors, strict=True)
+
+
+__all__ = ["FORMAT", "load", "load_weights", "read_metadata", "read_tensors", "save", "write_safetensors_atomic"]

@@ -19,11 +19,14 @@ from typing import Any, Iterator
 
 from safetensors import safe_open
 
+from specformer.checkpoint_file import read_metadata
 from specformer.datafile import check_shape
 from specformer.errors import CheckpointError, InputError, SpecError, excerpt
 from specformer.layer_groups import overrides_of_layer
-from specformer.sizes import SizeEstimate, estimate_resolved
-from specformer.spec import Spec
+from specformer.plugins import get_registry
+from specformer.provenance import check_installed
+from specformer.sizes import CheckedSpec, SizeEstimate, check_spec
+from specformer.spec_shapes import Spec
 from specformer.validate import ResolvedModel
 
 #: safetensors dtype names that hold floating-point values, and bytes per element of every dtype.
@@ -59,10 +62,21 @@ class CheckedCheckpoint:
 
     path: Path
     metadata: dict[str, str]
-    spec: Spec
-    resolved: ResolvedModel
-    shape: SizeEstimate
+    checked: CheckedSpec  # the stored spec, validated, resolved and sized: what load builds from
     tensors: dict[str, TensorInfo]
+
+    @property
+    def spec(self) -> Spec:
+        return self.checked.spec
+
+    @property
+    def resolved(self) -> ResolvedModel:
+        return self.checked.resolved
+
+    @property
+    def shape(self) -> SizeEstimate:
+        assert self.checked.shape is not None
+        return self.checked.shape
 
     @property
     def tensor_bytes(self) -> int:
@@ -71,29 +85,19 @@ class CheckedCheckpoint:
 
 def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[str, str] | None = None) -> CheckedCheckpoint:
     """Every check a checkpoint goes through before its model is allocated; CheckpointError if one fails."""
-    from specformer.checkpoint import read_metadata
-    from specformer.plugins import get_registry
-    from specformer.provenance import check_installed
-    from specformer.spec import load_spec
-    from specformer.validate import resolve_model
-
     path = Path(path)
     registry = registry or get_registry()
     metadata = metadata if metadata is not None else read_metadata(path)
     check_installed(metadata, registry, where=str(path))  # "install plugin X", not "unknown norm"
     data = spec_data(path, metadata)
     try:
-        spec = load_spec(data, registry=registry)
-        resolved, problems = resolve_model(spec.model, registry)
-        if problems:
-            raise SpecError(problems)
+        checked = check_spec(data, registry=registry)
     except SpecError as exc:
         raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
-    assert resolved is not None
-    shape = estimate_resolved(resolved)
+    assert checked.shape is not None
     tensors = tensor_infos(path)
-    compare_layout(tensors, resolved, shape, where=str(path))
-    return CheckedCheckpoint(path=path, metadata=metadata, spec=spec, resolved=resolved, shape=shape, tensors=tensors)
+    compare_layout(tensors, checked.resolved, checked.shape, where=str(path))
+    return CheckedCheckpoint(path=path, metadata=metadata, checked=checked, tensors=tensors)
 
 
 def spec_data(path: str | Path, metadata: dict[str, str]) -> dict[str, Any]:

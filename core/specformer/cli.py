@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
-    from specformer import __version__
+    from specformer.version import __version__
     from specformer.plugins import get_plugin_manager
 
     parser = _Parser(

@@ -11,15 +11,12 @@ The built-in plugins (layers, generate, train, hf) are registered exactly this w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    import argparse
-
-    from specformer.registry import PluginRegistry
-    from specformer.spec import Spec
+from specformer.registry import PluginRegistry
+from specformer.spec_shapes import Spec
 
 PROJECT = "specformer"
 

@@ -22,6 +22,7 @@ import re
 import torch
 
 from specformer.errors import InputError, MemoryLimitError
+from specformer.messages import format_bytes
 
 ENV_VAR = "SPECFORMER_MAX_MEMORY"
 _OFF = {"unlimited", "none", "off", "inf"}
@@ -91,8 +92,6 @@ def check_memory(needed: int, *, what: str, device: torch.device | str | None = 
 
 def human_bytes(n: float) -> str:
     """The project's one size style (``1.5 GiB``), from :mod:`specformer.messages`."""
-    from specformer.messages import format_bytes
-
     return format_bytes(n)
 
 

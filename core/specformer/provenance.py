@@ -19,7 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from specformer.errors import CheckpointError
+from specformer.plugins import plugin_infos
 from specformer.registry import Registry, Resolved
+from specformer.validate import resolve_model
 
 #: The header key holding the JSON list of :class:`ComponentSource` records.
 HEADER_KEY = "component_sources"
@@ -41,9 +43,6 @@ class ComponentSource:
 
 def components_used(spec: Any, registry: Registry) -> list[ComponentSource]:
     """Every component ``spec`` (a validated :class:`~specformer.spec.Spec`) uses, each once, sorted."""
-    from specformer.plugins import plugin_infos
-    from specformer.validate import resolve_model
-
     found: dict[tuple[str, str], Any] = {}
 
     def visit(value: Any) -> None:
@@ -102,8 +101,6 @@ def recorded_sources(metadata: dict[str, str]) -> list[ComponentSource]:
 
 def check_installed(metadata: dict[str, str], registry: Registry, *, where: str) -> None:
     """Raise :class:`CheckpointError` naming the plugin to install for every component not registered here."""
-    from specformer.plugins import plugin_infos
-
     missing: dict[str, list[ComponentSource]] = {}
     for source in recorded_sources(metadata):
         if source.kind not in registry.kinds or source.name not in registry.names(source.kind):

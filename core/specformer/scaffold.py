@@ -19,6 +19,8 @@ from pathlib import Path
 from string import Template
 
 from specformer.errors import UserError
+from specformer.plugins import get_plugin_manager, get_registry
+from specformer.version import __version__
 
 HELP = "Write a ready-to-install plugin package (entry point, one component with its Params, one test)."
 
@@ -52,8 +54,6 @@ def check_name(name: str) -> None:
             f"plugin name {name!r} must be a lowercase Python identifier (letters, digits and '_', "
             f"starting with a letter, not a keyword), e.g. {suggestion!r}"
         )
-    from specformer.plugins import get_plugin_manager, get_registry
-
     taken = sorted(n for n, _ in get_plugin_manager().list_name_plugin() if n)
     if name in taken:
         raise UserError(f"a plugin named {name!r} is already installed (installed plugins: {', '.join(taken)})")
@@ -98,8 +98,6 @@ def new_plugin(name: str, *, directory: Path | str = ".") -> Path:
 
 
 def _version() -> str:
-    from specformer import __version__
-
     return __version__
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from specformer.messages import plain_text
 from specformer.params import COMPONENT_MARKER, component_schema_ref
 from specformer.registry import Registry
-from specformer.spec import Spec
+from specformer.spec_shapes import Spec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -10,8 +10,14 @@ would not fit before allocating it (:mod:`specformer.memory`).
 Components are assumed to have the same parameter shapes at every layer index that
 shares a block (true of every built-in: shapes follow params and sizes only).
 
-Public: :func:`estimate` (a spec, file or dict in; a :class:`SizeEstimate` out) and
-:func:`model_bytes` (bytes of parameters and buffers in a dtype).
+This estimate is also the last check every spec goes through: each component checks
+its own sizes while being constructed (``n_heads`` must divide ``d_model``), then the
+plugins' ``specformer_validate_spec`` hooks run. :func:`check_spec` is that whole path
+(read, validate and resolve once, size once) and returns everything it found, so that
+:func:`specformer.build` and :func:`specformer.load` reuse it instead of doing it again.
+
+Public: :func:`estimate` (a spec, file or dict in; a :class:`SizeEstimate` out),
+:func:`model_bytes` (bytes of parameters and buffers in a dtype) and :func:`check_spec`.
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from specformer.assemble import check_same_heads, make_block, make_decoder
 from specformer.errors import Problem, SpecError
-from specformer.validate import ResolvedModel
+from specformer.plugins import get_registry
+from specformer.registry import Registry
+from specformer.spec_shapes import Spec, read_spec_file
+from specformer.validate import ResolvedModel, plugin_problems, validate
 
 #: Largest byte count any model may have: beyond it no address space holds the weights.
 ADDRESSABLE_BYTES = 2**63 - 1
@@ -69,22 +79,56 @@ class SizeEstimate:
                     yield t, count
 
 
+@dataclass
+class CheckedSpec:
+    """A spec that passed every check, with what the checks found: its resolved model and its shapes."""
+
+    spec: Spec
+    resolved: ResolvedModel
+    shape: SizeEstimate | None  # None when the size check was skipped
+
+
+def check_spec(
+    spec: "Spec | str | Path | dict[str, Any]",
+    *,
+    registry: Registry | None = None,
+    source: str | None = None,
+    check_sizes: bool = True,
+) -> CheckedSpec:
+    """Read (for a path), validate, resolve and size a spec: every check, each done once.
+
+    ``source`` names the spec in messages (default: the path, when one is given).
+    Raises :class:`SpecError` listing every problem found by the first step that finds any.
+    """
+    registry = registry or get_registry()
+    if isinstance(spec, Spec):
+        data = spec.to_dict()
+    elif isinstance(spec, dict):
+        data = spec
+    else:
+        source = source or str(spec)
+        data = read_spec_file(spec)
+    validated = validate(data, registry=registry, source=source)
+    shape = None
+    if check_sizes:
+        try:
+            shape = estimate_resolved(validated.resolved)  # one block per distinct layer, on the meta device
+        except SpecError as exc:
+            raise SpecError(exc.problems, source=source) from None
+    problems = plugin_problems(validated.spec, registry)
+    if problems:
+        raise SpecError(problems, source=source)
+    return CheckedSpec(spec=validated.spec, resolved=validated.resolved, shape=shape)
+
+
 def estimate(spec: "Any", *, registry: Any = None) -> SizeEstimate:
     """The :class:`SizeEstimate` of a spec (a :class:`~specformer.spec.Spec`, a file path or a dict).
 
     The spec is validated first (a :class:`SpecError` if it does not); nothing is allocated.
     """
-    from specformer.plugins import get_registry
-    from specformer.spec import load_spec
-    from specformer.validate import resolve_model
-
-    registry = registry or get_registry()
-    loaded = load_spec(spec, registry=registry, check_sizes=False)
-    resolved, problems = resolve_model(loaded.model, registry)
-    if problems:
-        raise SpecError(problems, source=str(spec) if isinstance(spec, (str, Path)) else None)
-    assert resolved is not None
-    return estimate_resolved(resolved)
+    shape = check_spec(spec, registry=registry).shape
+    assert shape is not None
+    return shape
 
 
 def model_bytes(spec: "Any", *, dtype: torch.dtype | None = None, registry: Any = None) -> int:
@@ -98,8 +142,6 @@ def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
     This is also the size check of validation: each component checks its own sizes
     while being constructed, and the heads of every distinct block must agree.
     """
-    from specformer.builder import check_same_heads, make_block, make_decoder
-
     m = resolved.spec
     with torch.device("meta"):
         blocks = [(make_block(g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
@@ -122,4 +164,4 @@ def _bytes(t: torch.Tensor, dtype: torch.dtype | None) -> int:
     return t.numel() * torch.empty((), dtype=held).element_size()
 
 
-__all__ = ["ADDRESSABLE_BYTES", "SizeEstimate", "estimate", "estimate_resolved", "model_bytes"]
+__all__ = ["ADDRESSABLE_BYTES", "CheckedSpec", "SizeEstimate", "check_spec", "estimate", "estimate_resolved", "model_bytes"]

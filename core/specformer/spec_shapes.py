@@ -1,31 +1,51 @@
-"""The spec: what a person writes down to describe a model (and, through plugins, its training).
+"""The shapes of a spec: what a person writes down to describe a model, as plain pydantic models.
 
-Validation happens in three passes so that every problem is reported at once, each
-with the dotted path of the offending field:
+This module holds the *shapes* of a spec only: plain pydantic models that check the
+structure of a file (which fields exist, their types and bounds), the reading of a
+file into plain data, and the turning of pydantic's errors into problems at
+dotted paths. It knows no registry and no component. The core's path for a spec goes
+upward from here, one layer importing only the ones below it:
 
-1. structure: the shape of the file (pydantic models below);
-2. registry: every ``kind`` names a registered component and its params fit that
-   component's own ``Params`` model; each top-level section (``train``, ``generate``)
-   fits the model its plugin registered;
-3. sizes: the builder constructs the model on the ``meta`` device (no memory) so that
+1. shapes (this module): the structure of the file;
+2. validation (:mod:`specformer.validate`): every ``kind`` resolved against the
+   registry once, each section checked by the model its plugin registered;
+3. sizes (:mod:`specformer.sizes`): the model's shapes on the ``meta`` device, so
    constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
-   components themselves, and plugins' ``specformer_validate_spec`` hooks run.
+   components themselves, then the plugins' ``specformer_validate_spec`` hooks;
+4. building (:mod:`specformer.builder`): modules from what validation resolved.
+
+:mod:`specformer.spec` is where plugins and users take the spec from: these shapes and
+:func:`~specformer.spec.load_spec`, which takes a spec through every step.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Iterable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specformer.datafile import FORMATS, read_data_file
 from specformer.errors import InputError, Problem, SpecError, excerpt
+from specformer.layer_groups import membership, overrides_of_layer
 from specformer.messages import closest, join_path, unknown_message  # the one path format: generate.sampler[1].k
-from specformer.params import StrictNumbers, as_component_ref
+from specformer.strict import StrictNumbers
 
 # -- pieces of a spec ---------------------------------------------------------------
+
+
+def as_component_ref(value: Any) -> dict[str, Any]:
+    """A spec may name a component by a bare string: ``norm: rmsnorm`` is ``{kind: rmsnorm}``."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict):
+        if "kind" not in value:
+            raise ValueError("a component needs a 'kind' naming the registered component")
+        if not isinstance(value["kind"], str):
+            raise ValueError(f"'kind' must be a string naming a component, got {excerpt(value['kind'])}")
+        return dict(value)
+    raise ValueError(f"expected a component as a name or a mapping with 'kind', got {excerpt(value)}")
 
 
 class ComponentRef(StrictNumbers):
@@ -156,8 +176,6 @@ class ModelSpec(StrictNumbers):
 
     def layer_blocks(self) -> list[dict[str, dict[str, Any]]]:
         """The effective block of every layer: base block with the overrides that select it applied."""
-        from specformer.layer_groups import membership, overrides_of_layer
-
         selections = membership(self.layer_selections())
         blocks: dict[tuple[int, ...], dict[str, dict[str, Any]]] = {}
         out = []
@@ -259,26 +277,6 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_spec(source: "str | Path | dict[str, Any] | Spec", *, registry: Any = None, check_sizes: bool = True) -> Spec:
-    """Read and fully validate a spec from a file path, a dict, or an existing :class:`Spec`.
-
-    Raises :class:`~specformer.errors.SpecError` listing every problem with its path.
-    """
-    from specformer.plugins import get_registry
-    from specformer.validate import validate_spec
-
-    registry = registry or get_registry()
-    where: str | None = None
-    if isinstance(source, Spec):
-        data = source.to_dict()
-    elif isinstance(source, dict):
-        data = source
-    else:
-        where = str(source)
-        data = read_spec_file(source)
-    return validate_spec(data, registry=registry, source=where, check_sizes=check_sizes)
-
-
 def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", model: type[BaseModel] | None = None) -> list[Problem]:
     """Turn pydantic's errors into one :class:`Problem` per field, with full dotted paths.
 
@@ -364,7 +362,7 @@ __all__ = [
     "LayerOverride",
     "ModelSpec",
     "Spec",
-    "load_spec",
+    "as_component_ref",
     "problems_from_validation_error",
     "read_spec_file",
     "layer_selection",

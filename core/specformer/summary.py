@@ -8,6 +8,10 @@ from typing import Any
 
 import torch
 
+from specformer.decoder import Decoder
+from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
+from specformer.sizes import estimate
+
 
 @dataclass
 class ModelSummary:
@@ -62,9 +66,6 @@ def summarize(model_or_spec: Any) -> ModelSummary:
     device and each block counted once per layer that shares it
     (:func:`specformer.sizes.estimate`), so a million-layer spec is as quick as a small one.
     """
-    from specformer.decoder import Decoder
-    from specformer.sizes import estimate
-
     if isinstance(model_or_spec, Decoder):
         model = model_or_spec
         return _summarize(model, [(block, 1) for block in model.blocks], context_length=model.context_length)
@@ -111,7 +112,6 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
 
 
 def format_summary(s: ModelSummary, *, title: str = "") -> str:
-    from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
     def human(n: float) -> str:
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
             if abs(n) >= scale:

@@ -1,9 +1,13 @@
-"""Validating a spec against the registry and resolving it into buildable components.
+"""Validation: a spec's data checked against the registry, every component resolved once.
 
-Only the builder and this module read a spec. :func:`resolve_model` turns the model
-section into :class:`ResolvedModel`: for each layer, the component and validated
-params of its layout, norm, attention and ffn, each remembering the spec path it came
-from so that a problem found later (while building) still points at the right line.
+The layer above the spec's shapes (:mod:`specformer.spec`) and below building.
+:func:`validate` checks the structure of the data, each plugin's section, and resolves
+every component the model section names into :class:`ResolvedModel`: for each distinct
+block, the component and validated params of its layout, norm, attention and ffn, each
+remembering the spec path it came from so that a problem found later (while sizing or
+building) still points at the right line. What it returns, the spec together with its
+resolved model, is what the size check (:mod:`specformer.sizes`) and the builder use:
+nothing is resolved twice.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from pydantic import ValidationError
 from specformer.errors import Problem, SpecError, UnknownComponentError
 from specformer.layer_groups import LayerGroup, group_layers, membership, overrides_of_layer
 from specformer.messages import join_path, unknown_message
+from specformer.plugins import get_plugin_manager
 from specformer.registry import Registry, Resolved
-from specformer.spec import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
+from specformer.spec_shapes import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
 
 
 @dataclass
@@ -127,8 +132,16 @@ def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
     return problems
 
 
-def validate_spec(data: dict[str, Any], *, registry: Registry, source: str | None = None, check_sizes: bool = True) -> Spec:
-    """Every check a spec goes through; raises :class:`SpecError` with all problems found."""
+@dataclass
+class ValidatedSpec:
+    """A spec whose structure and sections are valid, with every component of its model resolved."""
+
+    spec: Spec
+    resolved: ResolvedModel
+
+
+def validate(data: dict[str, Any], *, registry: Registry, source: str | None = None) -> ValidatedSpec:
+    """Check the structure, the sections and every component; raise :class:`SpecError` with all problems found."""
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
@@ -139,21 +152,19 @@ def validate_spec(data: dict[str, Any], *, registry: Registry, source: str | Non
     problems = validate_sections(spec, registry)
     resolved, model_problems = resolve_model(spec.model, registry)
     problems += model_problems
-    if problems:
+    if problems or resolved is None:
         raise SpecError(problems, source=source)
-    if check_sizes:
-        from specformer.sizes import estimate_resolved
+    return ValidatedSpec(spec=spec, resolved=resolved)
 
-        assert resolved is not None
-        try:
-            estimate_resolved(resolved)  # one block per distinct layer, on the meta device
-        except SpecError as exc:
-            raise SpecError(exc.problems, source=source) from None
-    from specformer.plugins import get_plugin_manager
 
+def plugin_problems(spec: Spec, registry: Registry) -> list[Problem]:
+    """What the plugins' ``specformer_validate_spec`` hooks find wrong with a spec that validated."""
+    problems = []
     for result in get_plugin_manager().hook.specformer_validate_spec(spec=spec, registry=registry):
         for item in result or []:
             problems.append(item if isinstance(item, Problem) else Problem("", str(item)))
-    if problems:
-        raise SpecError(problems, source=source)
-    return spec
+    return problems
+
+
+__all__ = ["ResolvedGroup", "ResolvedModel", "ResolvedPart", "ValidatedSpec", "plugin_problems", "resolve_model",
+           "validate", "validate_sections"]

@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 import specformer
 from specformer.errors import UserError
 from specformer.plugins import get_registry
+from specformer.sizes import check_spec
 from specformer.spec import Spec, read_spec_file
 from specformer.summary import summarize
-from specformer.validate import validate_spec
 
 from specformer_train.cache import tokenize_corpus
 from specformer_train.checkpointing import (CheckpointContents, check_tokenizer, clear_earlier_run,
@@ -63,7 +63,7 @@ def load_train_spec(spec: SpecSource, *, overrides: Sequence[str] = (), data: st
     if isinstance(raw["train"], dict):  # otherwise validation reports the malformed section
         # Paths are set as given, not read as YAML (a directory named "1e3" stays a string).
         raw["train"].update({k: v for k, v in (("data", data), ("out_dir", out_dir)) if v is not None})
-    return validate_spec(raw, registry=get_registry(), source=source)
+    return check_spec(raw, registry=get_registry(), source=source).spec
 
 
 def default_out_dir(spec: SpecSource) -> Path:
@@ -178,7 +178,7 @@ def _with_data(spec: Spec, data: str | None, *, source: str | None) -> tuple[Spe
     """``spec`` with ``train.data`` set to ``data`` (the recorded source of a resumed run)."""
     raw = spec.to_dict()
     raw["train"]["data"] = data
-    updated = validate_spec(raw, registry=get_registry(), source=source)
+    updated = check_spec(raw, registry=get_registry(), source=source).spec
     return updated, updated.section("train")
 
 

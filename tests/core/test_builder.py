@@ -125,3 +125,46 @@ def test_sequence_longer_than_context_is_refused(tiny_spec):
     model = specformer.build(tiny_spec)
     with pytest.raises(ValueError, match="longer than the context length 32"):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
+    import specformer.builder
+    import specformer.sizes
+    import specformer.validate
+
+    calls = {"resolve": 0, "size check": 0, "assemble": 0}
+
+    def counting(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(specformer.validate, "resolve_model", counting("resolve", specformer.validate.resolve_model))
+    monkeypatch.setattr(specformer.sizes, "estimate_resolved", counting("size check", specformer.sizes.estimate_resolved))
+    monkeypatch.setattr(specformer.builder, "assemble", counting("assemble", specformer.builder.assemble))
+    tiny_spec["model"]["n_layers"] = 3
+    tiny_spec["model"]["layers"] = [{"select": 1, "attention": {"window": 4}}]  # two distinct blocks
+    model = specformer.build(tiny_spec)
+    assert calls == {"resolve": 1, "size check": 1, "assemble": 1}
+    assert len(model.blocks) == 3
+
+
+def test_build_without_init_materialises_once_and_loads_exactly(tiny_spec, monkeypatch):
+    tiny_spec["model"]["positional"] = {"kind": "rope", "theta": 10000.0}
+    reference = specformer.build(tiny_spec, seed=0)
+    inits = []
+    monkeypatch.setattr(specformer.Decoder, "init_weights", lambda self, **kw: inits.append(1))
+    bare = specformer.build(tiny_spec, init=False)
+    assert inits == []  # nothing initialised that the stored tensors then overwrite
+    assert all(not p.is_meta for p in bare.parameters()) and all(not b.is_meta for b in bare.buffers())
+    # The derived tables (not in the state dict) are recomputed, equal to a normal build's.
+    persistent = set(reference.state_dict())
+    tables = {n: b for n, b in reference.named_buffers() if n not in persistent}
+    assert tables, "the spec should have a derived table to check"
+    for name, table in tables.items():
+        assert torch.equal(dict(bare.named_buffers())[name], table), name
+    bare.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randint(0, reference.vocab_size, (2, 8))
+    assert torch.equal(bare(x), reference(x))
+    assert bare.spec.to_dict() == reference.spec.to_dict()
