@@ -49,7 +49,7 @@ def test_every_problem_in_the_section_is_reported_with_its_path() -> None:
         }))
     paths = sorted({p.path for p in info.value.problems})
     assert paths == sorted({
-        "generate.sampler[0]", "generate.sampler[1]", "generate.sampler[2]", "generate.sampler[3]",
+        "generate.sampler[0].p", "generate.sampler[1].k", "generate.sampler[2].value", "generate.sampler[3].kind",
         "generate.num_beams", "generate.max_new_tokens", "generate.early_stopping", "generate.colour",
     })
     text = str(info.value)
