@@ -232,13 +232,14 @@ def test_chat_refuses_options_it_cannot_honour(capsys, checkpoint) -> None:
         assert code == 2 and message in err
 
 
-def test_chat_with_an_opening_prompt(checkpoint) -> None:
+def test_chat_with_an_opening_prompt(capsys, monkeypatch, checkpoint) -> None:
+    """In-process (the subprocess test above covers the console script)."""
     turns = ["x = 1\n"]
-    result = subprocess.run([str(EXE), "chat", str(checkpoint), "--prompt", "import os\n", "--max-new-tokens", "12",
-                             "--ignore-eos", "--threads", "1"],
-                            input="".join(turns).encode(), capture_output=True, timeout=120)
-    assert result.returncode == 0, result.stderr.decode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("".join(turns).encode())))
+    code = main(["chat", str(checkpoint), "--prompt", "import os\n", "--max-new-tokens", "12", "--ignore-eos"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
     model = specformer.load(checkpoint).eval()
     history = BYTES.encode("import os\n" + turns[0])
     reply = BYTES.decode(generate(model, [history], max_new_tokens=12)[0][len(history):])
-    assert result.stdout.decode() == reply + ("" if reply.endswith("\n") else "\n")
+    assert out == reply + ("" if reply.endswith("\n") else "\n")
