@@ -33,7 +33,29 @@ def rst_to_md(text: str, *, module: str | None = None) -> str:
 
     text = _ROLE.sub(role, text)
     text = _DOUBLE_TICKS.sub(lambda m: f"`{m.group(1)}`", text)
-    return _literal_blocks(text)
+    return _literal_blocks(_doctest_blocks(text))
+
+
+def _doctest_blocks(text: str) -> str:
+    """``>>>`` lines with the output below them (up to a blank line) are code: fence them as ``pycon``.
+
+    Left as prose, an output such as ``'a[1][0]'`` reads as a Markdown reference link.
+    """
+    lines = text.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith(">>>"):
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        block: list[str] = []
+        while i < len(lines) and lines[i].strip():
+            block.append(lines[i][indent:])
+            i += 1
+        out += ["", "```pycon", *block, "```", ""]
+    return "\n".join(out)
 
 
 def _literal_blocks(text: str) -> str:
@@ -45,8 +67,6 @@ def _literal_blocks(text: str) -> str:
         line = lines[i]
         if line.rstrip().endswith("::") and not line.strip().startswith((">>>", "#")):
             lead = line.rstrip()[:-2].rstrip()
-            # "Text::" shows as "Text:"; a lone "::" disappears.
-            out.append(lead + ":" if lead and not lead.endswith(":") else lead)
             j = i + 1
             while j < len(lines) and not lines[j].strip():
                 j += 1
@@ -58,6 +78,8 @@ def _literal_blocks(text: str) -> str:
             while block and not block[-1].strip():
                 block.pop()
             if block and base > 0:
+                # "Text::" shows as "Text:"; a lone "::" disappears.
+                out.append(lead + ":" if lead and not lead.endswith(":") else lead)
                 language = "toml" if any(b.lstrip().startswith("[") for b in block[:1]) else "python"
                 out += ["", f"```{language}", *block, "```", ""]
                 i = j
