@@ -1,0 +1,384 @@
+"""Mutation testing: plant small bugs in one module at a time and check that its tests catch them.
+
+Runs mutmut 3 (https://github.com/boxed/mutmut, the ``mutation`` extra) over the modules in
+``MODULES`` below, each with the test files that cover it, and prints per module the score
+(killed / tested) and every surviving mutant as ``file:line`` with its diff. A survivor is a
+behaviour change no test noticed: add a test that pins the behaviour (docs/testing.md), or, if
+the mutant cannot change behaviour, list it in ``EQUIVALENT`` with the reason.
+
+    .venv/bin/python benchmarks/mutation.py                          # every module in MODULES
+    .venv/bin/python benchmarks/mutation.py --modules plugins/specformer_train/schedule.py
+    .venv/bin/python benchmarks/mutation.py --max-mutants 60 --budget 300 --jobs 2
+
+Why a staging copy: mutmut derives module names from file paths under ``src/`` (or the project
+root), while specformer's packages live in ``core/`` and ``plugins/`` and are installed into
+``.venv`` in editable mode. Each module is therefore run in ``build/mutation/<name>/``, a copy
+with every package under ``src/`` plus ``tests/``, ``specs/``, ``examples/`` and ``benchmarks/``.
+mutmut then puts the mutated ``src/`` first on ``sys.path``, ahead of the editable install's
+import hook, and the working tree is never touched. Tests run in-process (mutmut forks one
+child per mutant after the imports), so torch is imported once per module, not once per mutant.
+
+Bounded time: ``--budget`` seconds per module (the run is stopped and the mutants tested so far
+are reported; untested ones are counted as such), ``--max-mutants`` an evenly spread sample of
+the module's mutants, ``--jobs`` parallel children. The score ignores mutants that no selected
+test executes ("no tests": the table's test list misses them) but prints their count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAGE_ROOT = REPO / "build" / "mutation"
+COPIED = ("tests", "specs", "examples", "benchmarks")  # what the tests read besides the packages
+
+# module (path in this repository) -> the test files that cover it. Keep it to the tests that
+# exercise the module directly: every selected test runs once per mutant it reaches.
+MODULES: dict[str, list[str]] = {
+    "plugins/specformer_train/schedule.py": [
+        "tests/plugins/train/test_schedule.py",
+        "tests/plugins/train/test_schedule_mutants.py",
+    ],
+    "plugins/specformer_generate/stopping.py": [
+        "tests/plugins/generate/test_stopping_mutants.py",
+        "tests/plugins/generate/test_gen_generate.py",
+    ],
+    "core/specformer/checkpoint.py": [
+        "tests/core/test_checkpoint.py",
+        "tests/core/test_checkpoint_headers.py",
+        "tests/core/test_checkpoint_mutants.py",
+    ],
+    "core/specformer/context.py": [
+        "tests/core/test_decoder.py",
+        "tests/core/test_context_mutants.py",
+    ],
+    "plugins/specformer_hf/config.py": [
+        "tests/plugins/hf/test_config_vintages.py",
+        "tests/plugins/hf/test_import_errors.py",
+        "tests/plugins/hf/test_config_mutants.py",
+    ],
+    "plugins/specformer_generate/beam.py": [
+        "tests/plugins/generate/test_gen_beam.py",
+        "tests/plugins/generate/test_gen_beam_penalty.py",
+    ],
+    "plugins/specformer_generate/cache.py": [
+        "tests/plugins/generate/test_gen_cache.py",
+    ],
+    "plugins/specformer_train/data.py": [
+        "tests/plugins/train/test_data.py",
+        "tests/plugins/train/test_data_safety.py",
+    ],
+    "plugins/specformer_train/optim.py": [
+        "tests/plugins/train/test_optim.py",
+        "tests/plugins/train/test_optimizer_step.py",
+    ],
+}
+
+# Surviving mutants that cannot change behaviour, keyed by (module, original line, mutated
+# line) with whitespace stripped, so the entry survives edits elsewhere in the file.
+EQUIVALENT: dict[tuple[str, str, str], str] = {}
+
+
+@dataclass
+class Survivor:
+    name: str
+    location: str
+    diff: str
+    equivalent: str | None = None
+
+
+@dataclass
+class ModuleResult:
+    module: str
+    total: int = 0
+    sampled: int = 0
+    killed: int = 0
+    survived: int = 0
+    no_tests: int = 0
+    not_run: int = 0
+    other: int = 0
+    seconds: float = 0.0
+    survivors: list[Survivor] = field(default_factory=list)
+
+    @property
+    def tested(self) -> int:
+        return self.killed + self.survived
+
+    def score(self, *, count_equivalent_as_killed: bool) -> float | None:
+        if not self.tested:
+            return None
+        equivalent = sum(1 for s in self.survivors if s.equivalent) if count_equivalent_as_killed else 0
+        return 100.0 * (self.killed + equivalent) / self.tested
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modules", nargs="+", metavar="PATH", help="modules to run (paths as in MODULES); default: all")
+    parser.add_argument("--max-mutants", type=int, default=None, help="test at most this many mutants per module, spread evenly")
+    parser.add_argument("--budget", type=float, default=600.0, help="seconds per module before the run is stopped (default 600)")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested in parallel (default 2)")
+    parser.add_argument("--code-from", metavar="REV", default=None,
+                        help="mutate core/ and plugins/ as of this git revision (tests still come from the working "
+                             "tree); default: the working tree")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this file")
+    parser.add_argument("--list", action="store_true", help="print the module table and exit")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for module, tests in MODULES.items():
+            print(module)
+            for test in tests:
+                print(f"    {test}")
+        return 0
+    modules = args.modules or list(MODULES)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)} (edit MODULES to add one)")
+    if args.max_mutants is not None and args.max_mutants < 1:
+        parser.error(f"--max-mutants must be at least 1, got {args.max_mutants}")
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        print("mutmut is not installed: pip install -e '.[mutation]'", file=sys.stderr)
+        return 2
+
+    results = [run_module(m, max_mutants=args.max_mutants, budget=args.budget, jobs=args.jobs, code_from=args.code_from)
+               for m in modules]
+    print_summary(results, args)
+    if args.json:
+        args.json.write_text(json.dumps([result_as_dict(r) for r in results], indent=2) + "\n")
+    return 0
+
+
+def run_module(module: str, *, max_mutants: int | None, budget: float, jobs: int, code_from: str | None) -> ModuleResult:
+    started = time.monotonic()
+    stage = stage_module(module, code_from)
+    mutmut = [sys.executable, "-m", "mutmut"]
+    print(f"\n=== {module}: mutating, tests: {' '.join(MODULES[module])}", flush=True)
+
+    generate_mutants(stage, jobs)
+    meta = stage / "mutants" / src_path(module).with_name(Path(module).name + ".meta")
+    names = sorted(json.loads(meta.read_text())["exit_code_by_key"], key=mutant_sort_key)
+    chosen = spread(names, max_mutants)
+    remaining = budget - (time.monotonic() - started)
+    stopped = run_bounded([*mutmut, "run", "--max-children", str(jobs), *chosen], cwd=stage, timeout=remaining)
+
+    result = ModuleResult(module=module, total=len(names), sampled=len(chosen))
+    from mutmut.stats import status_by_exit_code  # mutmut's reading of a child's exit code
+
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    for name in chosen:
+        status = status_by_exit_code[codes.get(name)]
+        if status == "not checked":
+            result.not_run += 1
+        elif status in ("killed", "timeout"):  # a timeout is a kill: the mutant changed behaviour
+            result.killed += 1
+        elif status == "survived":
+            result.survived += 1
+            result.survivors.append(describe_survivor(module, name, stage))
+        elif status == "no tests":
+            result.no_tests += 1
+        else:  # suspicious, segfault, ...: reported, not scored
+            result.other += 1
+    result.seconds = time.monotonic() - started
+    print_module(result, stopped)
+    return result
+
+
+def stage_module(module: str, code_from: str | None) -> Path:
+    """A fresh copy of the project with every package under ``src/`` and mutmut configured for ``module``."""
+    stage = STAGE_ROOT / Path(module).stem
+    if "mutation" not in stage.parts or not str(stage).startswith(str(STAGE_ROOT)):
+        raise RuntimeError(f"refusing to clear {stage}")  # never remove anything outside build/mutation
+    shutil.rmtree(stage, ignore_errors=True)
+    (stage / "src").mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    code = REPO if code_from is None else export_code(code_from, stage / "code")
+    for parent in ("core", "plugins"):
+        for package in sorted((code / parent).iterdir()):
+            if (package / "__init__.py").exists():
+                shutil.copytree(package, stage / "src" / package.name, ignore=ignore)
+    for name in COPIED:
+        shutil.copytree(REPO / name, stage / name, ignore=ignore)
+    if code_from is not None:
+        shutil.rmtree(stage / "code")
+    shared = REPO.parent / "shared"
+    if shared.exists():  # tests/conftest.py looks for shared data next to the repository
+        (stage / "shared").symlink_to(shared)
+    config = {
+        "source_paths": ["src"],
+        "only_mutate": [str(src_path(module))],
+        # torch.compile tests are left out: mutmut's trampolines wrap every function of the module,
+        # which changes what dynamo traces and guards, so "compiles once" tests fail on clean code.
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-k", "not compile"],
+        "pytest_add_cli_args_test_selection": MODULES[module],
+        "also_copy": list(COPIED),
+        "use_git_change_detection": False,
+    }
+    pyproject = (REPO / "pyproject.toml").read_text()
+    lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
+    (stage / "pyproject.toml").write_text(pyproject + "\n".join(lines) + "\n")
+    missing = [t for t in MODULES[module] if not (REPO / t).exists()]
+    if missing:
+        raise SystemExit(f"{module}: test file(s) in MODULES do not exist: {', '.join(missing)}")
+    return stage
+
+
+def export_code(revision: str, into: Path) -> Path:
+    """``core/`` and ``plugins/`` as of ``revision`` (for a shared tree where others have half-done edits)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", revision, "core", "plugins"], cwd=REPO, capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"git archive {revision} failed: {archive.stderr.decode()[-500:]}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def src_path(module: str) -> Path:
+    """``core/specformer/checkpoint.py`` -> ``src/specformer/checkpoint.py`` (the staged path)."""
+    parts = Path(module).parts
+    if parts[0] not in ("core", "plugins"):
+        raise SystemExit(f"{module}: expected a path under core/ or plugins/")
+    return Path("src", *parts[1:])
+
+
+def generate_mutants(stage: Path, jobs: int) -> None:
+    """Write the mutated copy and its list of mutants without testing any (mutmut's generation step)."""
+    code = (
+        "from mutmut.__main__ import copy_src_dir, copy_also_copy_files, create_mutants\n"
+        "from mutmut.mutation.trampoline import set_mutant_under_test\n"
+        "import os\n"
+        "set_mutant_under_test('mutant_generation')\n"
+        "os.makedirs('mutants', exist_ok=True)\n"
+        f"copy_src_dir(); copy_also_copy_files(); create_mutants({jobs})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=stage, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"mutmut could not generate mutants in {stage}:\n{done.stderr[-3000:]}")
+
+
+def run_bounded(command: list[str], *, cwd: Path, timeout: float) -> bool:
+    """Run ``command`` in its own process group; stop the group after ``timeout`` s. True if it was stopped."""
+    log = cwd / "mutmut-run.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            process.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return True
+    if process.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise SystemExit(f"mutmut failed (exit {process.returncode}) in {cwd}; log {log}:\n{tail}")
+    return False
+
+
+def mutant_sort_key(name: str) -> tuple[str, int]:
+    function, _, number = name.rpartition("__mutmut_")
+    return function, int(number)
+
+
+def spread(names: list[str], limit: int | None) -> list[str]:
+    """At most ``limit`` of ``names``, evenly spaced so every function of the module is sampled."""
+    if limit is None or len(names) <= limit:
+        return names
+    step = len(names) / limit
+    return [names[int(i * step)] for i in range(limit)]
+
+
+def describe_survivor(module: str, name: str, stage: Path) -> Survivor:
+    shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=stage, capture_output=True, text=True)
+    diff = "\n".join(line for line in shown.stdout.splitlines() if not line.startswith("#")).strip()
+    line, removed, added = changed_line(stage / src_path(module), name, diff)
+    equivalent = EQUIVALENT.get((module, removed.strip(), added.strip()))
+    return Survivor(name=name, location=f"{module}:{line}", diff=diff, equivalent=equivalent)
+
+
+def changed_line(original: Path, name: str, diff: str) -> tuple[int | str, str, str]:
+    """The line of ``original`` the mutant changes (diff hunks count from the function's first line)."""
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
+
+    function, cls = orig_function_and_class_names_from_key(name)
+    start = function_start(original, function, cls)
+    removed = next((line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")), "")
+    added = next((line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")), "")
+    hunk = re.search(r"^@@ -(\d+)", diff, re.MULTILINE)
+    if start is None:
+        return "?", removed, added
+    offset = int(hunk.group(1)) - 1 if hunk else 0
+    body = diff[hunk.end():].splitlines()[1:] if hunk else [l for l in diff.splitlines() if not l.startswith(("---", "+++"))]
+    for line in body:
+        if line.startswith("-") or line.startswith("+"):
+            break
+        offset += 1
+    return start + offset, removed, added
+
+
+def function_start(path: Path, function: str, cls: str | None) -> int | None:
+    tree = ast.parse(path.read_text())
+    scope = tree.body
+    if cls is not None:
+        owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        scope = owner.body if owner else []
+    for node in scope:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            return min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return None
+
+
+def print_module(result: ModuleResult, stopped: bool) -> None:
+    note = f"stopped after the budget, {result.not_run} not run" if stopped else "complete"
+    raw = result.score(count_equivalent_as_killed=False)
+    print(f"{result.module}: {result.sampled} of {result.total} mutants tested ({note}); "
+          f"killed {result.killed}, survived {result.survived}, no tests {result.no_tests}; "
+          f"score {fmt(raw)} in {result.seconds:.0f}s")
+    for survivor in result.survivors:
+        tag = f"  [equivalent: {survivor.equivalent}]" if survivor.equivalent else ""
+        print(f"\n  survived: {survivor.location}  ({survivor.name}){tag}")
+        for line in survivor.diff.splitlines():
+            if not line.startswith(("---", "+++", "@@")):
+                print(f"    {line}")
+
+
+def print_summary(results: list[ModuleResult], args: argparse.Namespace) -> None:
+    print("\n| module | mutants tested | killed | survived | equivalent | score | score without equivalents |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        equivalent = sum(1 for s in r.survivors if s.equivalent)
+        print(f"| {r.module} | {r.tested} of {r.total} | {r.killed} | {r.survived} | {equivalent} | "
+              f"{fmt(r.score(count_equivalent_as_killed=False))} | {fmt(r.score(count_equivalent_as_killed=True))} |")
+    flags = " ".join(a for a in sys.argv[1:])
+    print(f"\n(.venv/bin/python benchmarks/mutation.py {flags})".replace(" )", ")"))
+
+
+def fmt(score: float | None) -> str:
+    return "n/a" if score is None else f"{score:.0f}%"
+
+
+def result_as_dict(r: ModuleResult) -> dict:
+    return {
+        "module": r.module, "total": r.total, "sampled": r.sampled, "killed": r.killed,
+        "survived": r.survived, "no_tests": r.no_tests, "not_run": r.not_run, "seconds": round(r.seconds, 1),
+        "survivors": [{"name": s.name, "location": s.location, "diff": s.diff, "equivalent": s.equivalent}
+                      for s in r.survivors],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
