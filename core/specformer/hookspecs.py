@@ -7,6 +7,11 @@ with :data:`hookimpl`, and declared in its package's ``pyproject.toml``::
     myplugin = "my_package.plugin"
 
 The built-in plugins (layers, generate, train, hf) are registered exactly this way.
+
+The core declares only the hooks every plugin may need (components, commands, spec
+checks) and the two through which a plugin brings extension points of its own, as
+pytest's ``pytest_addhooks`` does: :func:`specformer_add_hookspecs` for hooks other
+plugins implement, :func:`specformer_add_kinds` for registry kinds other plugins fill.
 """
 
 from __future__ import annotations
@@ -25,9 +30,40 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
+@hookspec(historic=True)
+def specformer_add_hookspecs(pluginmanager: pluggy.PluginManager) -> None:
+    """Add this plugin's own hook specifications, for other plugins to implement.
+
+    Called as soon as the plugin is registered (before any other hook of it), like
+    pytest's ``pytest_addhooks``::
+
+        from my_plugin import hookspecs      # a module of functions marked with specformer's hookspec
+
+        @hookimpl
+        def specformer_add_hookspecs(pluginmanager):
+            pluginmanager.add_hookspecs(hookspecs)
+
+    Another plugin's implementation of such a hook is checked against it once every
+    plugin is loaded, whatever order they load in; a hook no plugin declared is a
+    :class:`~specformer.errors.RegistryError` naming the plugin that implements it.
+    """
+
+
+@hookspec
+def specformer_add_kinds(registry: "PluginRegistry") -> None:
+    """Add the registry kinds this plugin owns: ``registry.add_kind(name, doc=..., sizes=(...))``.
+
+    Called for every plugin before any ``specformer_register_components``, so another
+    plugin can register components of this kind whatever order the plugins load in.
+    ``sizes`` are the keyword arguments the kind's owner passes to each factory, after
+    the params. Defining a kind another plugin defined differently raises
+    :class:`~specformer.errors.RegistryError` naming the plugin.
+    """
+
+
 @hookspec
 def specformer_register_components(registry: "PluginRegistry") -> None:
-    """Add components, new kinds or spec sections.
+    """Add components or spec sections.
 
     Called once per plugin when the registry is first needed, with a view of the
     registry that records the plugin's name on everything it registers::

@@ -19,9 +19,6 @@ class EtaSampling:
     and 2e-3 is the range the paper recommends.
     """
 
-    # The sampler pipeline skips tracking earlier tokens when no step needs them.
-    uses_history = False
-
     class Params(Params):
         epsilon: float = Field(gt=0, lt=1, examples=[0.0009], description="Upper bound of the threshold, in (0, 1).")
         min_tokens_to_keep: int = Field(default=1, ge=1, description="Never keep fewer tokens than this.")
