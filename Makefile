@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
 
-.PHONY: demo test test-slow docs bench clean
+.PHONY: demo test test-slow docs bench mutation clean
 
 # The set-up, once (a changed pyproject.toml redoes it). Notes on the steps:
 # - torch is pinned to its CPU build: an unpinned torch would pull a multi-GB CUDA build.
@@ -41,6 +41,13 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py
+
+# Mutation testing (docs/testing.md), never part of `make test`: plants small bugs in the modules
+# listed in benchmarks/mutation.py and reports the ones the tests miss. Pick modules and bounds with
+#   make mutation MUTATION_ARGS="--modules plugins/specformer_train/schedule.py --max-mutants 60"
+mutation: $(STAMP)
+	@$(PY) -c "import mutmut" 2>/dev/null || $(PIP) install -e '.[mutation]'
+	$(PY) benchmarks/mutation.py $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) site artifacts runs .pytest_cache

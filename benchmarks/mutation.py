@@ -87,7 +87,13 @@ MODULES: dict[str, list[str]] = {
 
 # Surviving mutants that cannot change behaviour, keyed by (module, original line, mutated
 # line) with whitespace stripped, so the entry survives edits elsewhere in the file.
-EQUIVALENT: dict[tuple[str, str, str], str] = {}
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
+        "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
+        "also gives lr there (progress 0)",
+    ("plugins/specformer_train/schedule.py", "if step < decay_start:", "if step <= decay_start:"):
+        "at step == decay_start the decay's progress is 0, so it returns lr like the stable phase",
+}
 
 
 @dataclass
