@@ -4,8 +4,9 @@ A checkpoint is a directory ``<out_dir>/checkpoints/step-NNNNNNN/`` holding
 
 - ``model.safetensors``: the weights, with the spec and the tokenizer in the header
   (what ``specformer.load`` and ``specformer generate`` read);
-- ``optimizer.safetensors``: AdamW's moments and step counts keyed by parameter name,
-  the parameter groups as JSON in the header;
+- ``optimizer.safetensors``: the optimizer's state tensors (AdamW's moments and step counts,
+  Muon's and SGD's momentum buffers, Lion's momentum) keyed by parameter name, the parameter
+  groups and the optimizer's class as JSON in the header;
 - ``rng-rank<R>.safetensors``: each process' torch (CPU and CUDA) generator states, with
   Python's and NumPy's as JSON in the header;
 - ``trainer.json``: the step, the data position (sequences consumed), counters and the
@@ -196,7 +197,7 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
         if ctx.is_main:
             specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors",
                             metadata={METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)})
-            _save_optimizer(optim_state, tmp / "optimizer.safetensors")
+            _save_optimizer(optim_state, tmp / "optimizer.safetensors", optimizer_class=type(optimizer).__name__)
         _save_rng(tmp / f"rng-rank{ctx.rank}.safetensors")
         barrier(ctx)
 
@@ -262,7 +263,7 @@ class _WeightsOf:
         return self._state
 
 
-def _save_optimizer(state: dict[str, Any], path: Path) -> None:
+def _save_optimizer(state: dict[str, Any], path: Path, *, optimizer_class: str) -> None:
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, Any] = {}
     for param_name, entries in state["state"].items():
@@ -273,7 +274,8 @@ def _save_optimizer(state: dict[str, Any], path: Path) -> None:
             else:
                 scalars[slot] = value
     groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state["param_groups"]]
-    save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups), "scalars": json.dumps(scalars)})
+    save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups), "scalars": json.dumps(scalars),
+                                            "optimizer": optimizer_class})
     fsync_file(path)
 
 
@@ -346,7 +348,18 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     _check_shapes(model, contents.weights, where=str(path / "model.safetensors"))
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, contents.weights, options=options)
-    set_optimizer_state_dict(model, optimizer, contents.optimizer, options=options)
+    saved_class = contents.optimizer.get("optimizer", "AdamW")  # checkpoints from before the kind existed: AdamW
+    if saved_class != type(optimizer).__name__:
+        raise CheckpointError(f"{path}: the run was trained with the optimizer {saved_class}, this spec's "
+                              f"train.optimizer builds {type(optimizer).__name__}; resume with the optimizer the "
+                              "run was started with")
+    saved_groups = len(contents.optimizer["param_groups"])
+    if saved_groups != len(optimizer.param_groups):
+        raise CheckpointError(f"{path}: the optimizer state has {saved_groups} parameter groups, this spec's "
+                              f"train.optimizer makes {len(optimizer.param_groups)}; resume with the groups rules "
+                              "the run was started with")
+    state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}
+    set_optimizer_state_dict(model, optimizer, state, options=options)
     if contents.rng is not None:
         _set_rng(contents.rng)
     return contents.state
@@ -398,13 +411,14 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: 
 
 
 def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """AdamW's state as saved; its moments must match the weights saved beside it."""
+    """The optimizer's state as saved; its per-parameter tensors must match the weights saved beside it."""
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
             tensors = {name: f.get_tensor(name) for name in f.keys()}
         groups = json.loads(metadata["param_groups"])
         scalars = json.loads(metadata.get("scalars", "{}"))
+        optimizer_class = metadata.get("optimizer", "AdamW")
     except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
         raise DamagedCheckpoint(f"{path}: not a readable optimizer state ({type(exc).__name__}: {exc})") from None
     if not (isinstance(groups, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
@@ -416,13 +430,13 @@ def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str
         state.setdefault(param_name, {})[key] = value
     for param_name, entries in state.items():
         shape = tuple(weights[param_name].shape) if param_name in weights else None
-        for key in ("exp_avg", "exp_avg_sq"):
+        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
             if shape is None or (key in entries and tuple(entries[key].shape) != shape):
                 raise DamagedCheckpoint(f"{path}: the state of {param_name!r} does not match the saved weights")
     for group in groups:
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
-    return {"state": state, "param_groups": groups}
+    return {"state": state, "param_groups": groups, "optimizer": optimizer_class}
 
 
 def _read_rng(path: Path) -> dict[str, Any]:

@@ -11,7 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, StrictBool, field_validator, model_validator
 
+from specformer.params import SubComponent
+
 Schedule = Literal["warmup_cosine", "linear", "constant", "wsd"]
+DecayShape = Literal["linear", "cosine", "1-sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]
 Distributed = Literal["auto", "none", "ddp", "fsdp"]
 
@@ -61,7 +64,17 @@ class TrainConfig(BaseModel):
     decay_fraction: Float = Field(
         default=0.2, gt=0, le=1, description="wsd only: share of the steps spent in the final decay."
     )
-    betas: tuple[Float, Float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2).")
+    decay_shape: DecayShape = Field(
+        default="linear",
+        description="wsd only: how the final decay falls to min_lr: linear, cosine (half a cosine), or 1-sqrt "
+                    "(1 - sqrt(progress), Hägele et al. 2024).",
+    )
+    optimizer: SubComponent("optimizer") = Field(  # type: ignore[valid-type]
+        default="adamw", validate_default=True,
+        description="The optimizer component ({kind: adamw|muon|lion|sgd|<a plugin's>, ...}) and its param-group "
+                    "rules; lr, min_lr, betas, eps and weight_decay here are its defaults.",
+    )
+    betas: tuple[Float, Float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2) (Muon's AdamW part too).")
     eps: Float = Field(default=1e-8, gt=0, description="AdamW's epsilon.")
     weight_decay: Float = Field(
         default=0.1, ge=0, description="Decoupled weight decay, applied to matrices (>= 2-D parameters) only."

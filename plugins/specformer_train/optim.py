@@ -1,16 +1,18 @@
-"""AdamW with weight decay on matrices only.
+"""The run's optimizer: the ``train.optimizer`` component, built over the model's parameter groups.
 
-Matrices (embeddings and linear weights, >= 2-D) are decayed; vectors (norm scales,
-biases) are not, since shrinking a norm's gain or a bias towards zero is not
-regularisation but a bias of its own (as in GPT-2 / nanoGPT / Llama training). On CUDA
-the fused kernel updates all parameters in a few launches; on CPU the foreach path.
+The optimizers themselves are components of the ``optimizer`` kind
+(:mod:`specformer_train.optimizers`); this module builds the one a config names and keeps
+the historical helper :func:`param_groups` (AdamW's two default groups).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
+from specformer.errors import UserError
 from specformer_train.config import TrainConfig
 
 
@@ -26,13 +28,24 @@ def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict]:
     ]
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig, *, device: torch.device) -> torch.optim.AdamW:
-    fused = device.type == "cuda"
-    return torch.optim.AdamW(
-        param_groups(model, weight_decay=config.weight_decay),
-        lr=config.lr,
-        betas=tuple(config.betas),
-        eps=config.eps,
-        fused=fused or None,
-        foreach=None if fused else True,
-    )
+def optimizer_name(config: TrainConfig) -> str:
+    """The registered name of the config's optimizer (``adamw``, ``muon``, ...)."""
+    return config.optimizer.component.name
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, *, device: torch.device) -> torch.optim.Optimizer:
+    """The optimizer ``config.optimizer`` names, over ``model``'s parameters; a bad rule is a :class:`UserError`."""
+    try:
+        optimizer = config.optimizer.make(model=model, train=config, device=device)
+    except ValueError as exc:  # a group rule matching nothing, an impossible combination of settings
+        raise UserError(str(exc)) from None
+    for group in optimizer.param_groups:
+        if "peak_lr" not in group or "min_lr" not in group:
+            raise UserError(f"optimizer {optimizer_name(config)!r} built param groups without peak_lr and min_lr; "
+                            "build them with specformer_train.optimizers.groups.build_groups")
+    return optimizer
+
+
+def group_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Every group's settings except its parameters (what a resumed run re-applies over the saved ones)."""
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]

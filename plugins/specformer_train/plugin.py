@@ -1,4 +1,4 @@
-"""Hook implementations of the train plugin: the ``train:`` spec section and the ``train`` command."""
+"""Hook implementations of the train plugin: the ``train:`` spec section, the ``optimizer`` kind and the ``train`` command."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ from specformer.registry import PluginRegistry
 
 
 @hookimpl
+def specformer_add_kinds(registry: PluginRegistry) -> None:
+    from specformer_train.optimizers import KIND, KIND_DOC, SIZES
+
+    registry.add_kind(KIND, doc=KIND_DOC, sizes=SIZES)  # before any plugin registers an optimizer
+
+
+@hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
     from specformer_train.config import TrainConfig
+    from specformer_train.optimizers import register_optimizers
 
     registry.add_section("train", TrainConfig)
+    register_optimizers(registry)
 
 
 @hookimpl

@@ -1,9 +1,9 @@
-"""The training loop: AdamW on packed rows, evaluation, checkpoints, metrics and hooks.
+"""The training loop: the spec's optimizer on packed rows, evaluation, checkpoints, metrics and hooks.
 
 One optimizer step reads ``grad_accum`` micro-batches of ``batch_size`` rows on each
 process, sums their gradients (each loss divided by ``grad_accum``; DDP/FSDP average
-across processes), clips the global gradient norm, sets the learning rate of the
-schedule and steps AdamW. On CPU everything is float32 and, seeded, bit-for-bit
+across processes), clips the global gradient norm, sets each param group's learning rate
+from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
 AdamW and (by default) ``torch.compile``.
 
@@ -42,11 +42,11 @@ from specformer_train.distributed import (DistContext, all_reduce_mean, any_proc
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
-from specformer_train.optim import make_optimizer
+from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.recompute import enable_activation_checkpointing
 from specformer_train.sampling import sample_text
-from specformer_train.schedule import schedule_from_config
+from specformer_train.schedule import group_learning_rates, schedule_from_config
 from specformer_train.threads import choose_threads
 
 
@@ -119,6 +119,7 @@ class Trainer:
         if self.compiled:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
+        self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
         self.lr_at = schedule_from_config(config)
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
@@ -166,8 +167,9 @@ class Trainer:
             with StopOnInterrupt() as interrupt:
                 while self.state.step < config.steps:
                     step_index = self.state.step
-                    lr = self.lr_at(step_index)
-                    loss, grad_norm = self._train_step(lr)
+                    lr = self.lr_at(step_index)  # the schedule at train.lr: what is logged
+                    loss, grad_norm = self._train_step(
+                        group_learning_rates(step_index, config, self.optimizer.param_groups))
                     self.state.step += 1
                     self.state.sequences += self.global_batch
                     self.state.tokens += self.global_batch * self.seq_len
@@ -208,11 +210,15 @@ class Trainer:
         return TrainResult(status=status, step=self.state.step, loss=last_loss, val_loss=self.state.last_val_loss,
                            checkpoint=checkpoint, model_path=model_path, out_dir=self.out_dir)
 
-    def _train_step(self, lr: float) -> tuple[Tensor, Tensor | None]:
-        """One optimizer step; returns the mean LM loss (over micro-batches and processes) and the grad norm."""
+    def _train_step(self, lr: float | list[float]) -> tuple[Tensor, Tensor | None]:
+        """One optimizer step at ``lr`` (one for every group, or one per group).
+
+        Returns the mean LM loss (over micro-batches and processes) and the grad norm.
+        """
         config, ctx = self.config, self.ctx
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lrs = [lr] * len(self.optimizer.param_groups) if isinstance(lr, (int, float)) else lr
+        for group, group_lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = group_lr
         total = torch.zeros((), device=self.device)
         for micro, (inputs, targets) in enumerate(self._micro_batches()):
             last = micro == config.grad_accum - 1
@@ -401,13 +407,9 @@ class Trainer:
         return logger
 
     def _apply_config_to_groups(self) -> None:
-        """After a resume, this run's settings win over those saved with the optimizer."""
-        decay, no_decay = self.optimizer.param_groups
-        for group in (decay, no_decay):
-            group["betas"] = tuple(self.config.betas)
-            group["eps"] = self.config.eps
-        decay["weight_decay"] = self.config.weight_decay
-        no_decay["weight_decay"] = 0.0
+        """After a resume, this run's settings (lr, betas, weight decay, ...) win over those saved with the optimizer."""
+        for group, settings in zip(self.optimizer.param_groups, self._settings, strict=True):
+            group.update(settings)
 
 
 def _precision(requested: str, device: torch.device) -> str:
