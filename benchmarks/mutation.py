@@ -50,10 +50,8 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/train/test_schedule.py",
         "tests/plugins/train/test_schedule_mutants.py",
     ],
-    "plugins/specformer_generate/stopping.py": [
-        "tests/plugins/generate/test_stopping_mutants.py",
-        "tests/plugins/generate/test_gen_generate.py",
-    ],
+    # generate()'s own tests reach StopCondition too, but each takes seconds per mutant.
+    "plugins/specformer_generate/stopping.py": ["tests/plugins/generate/test_stopping_mutants.py"],
     "core/specformer/checkpoint.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
@@ -87,12 +85,37 @@ MODULES: dict[str, list[str]] = {
 
 # Surviving mutants that cannot change behaviour, keyed by (module, original line, mutated
 # line) with whitespace stripped, so the entry survives edits elsewhere in the file.
+STOPPING = "plugins/specformer_generate/stopping.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
         "also gives lr there (progress 0)",
     ("plugins/specformer_train/schedule.py", "if step < decay_start:", "if step <= decay_start:"):
         "at step == decay_start the decay's progress is 0, so it returns lr like the stable phase",
+    (STOPPING, "self.eos = torch.tensor(list(eos), dtype=torch.long, device=device)",
+     "self.eos = torch.tensor(list(eos), dtype=None, device=device)"):
+        "torch infers int64 from a list of ints; an empty eos list (float32) is never read (numel() == 0)",
+    (STOPPING, "self.eos = torch.tensor(list(eos), dtype=torch.long, device=device)",
+     "self.eos = torch.tensor(list(eos), device=device)"):
+        "as above: int64 is inferred, an empty eos is never read",
+    (STOPPING, "self.stop = [torch.tensor(list(s), dtype=torch.long, device=device) for s in stop]",
+     "self.stop = [torch.tensor(list(s), dtype=None, device=device) for s in stop]"):
+        "stop sequences are non-empty lists of ints (checked just below), so int64 is inferred",
+    (STOPPING, "self.stop = [torch.tensor(list(s), dtype=torch.long, device=device) for s in stop]",
+     "self.stop = [torch.tensor(list(s), device=device) for s in stop]"):
+        "as above: non-empty lists of ints give int64",
+    (STOPPING, "self.finished_at = torch.full((batch_size,), torch.iinfo(torch.long).max, dtype=torch.long, device=device)",
+     "self.finished_at = torch.full((batch_size,), torch.iinfo(torch.long).max, dtype=None, device=device)"):
+        "torch.full infers int64 from an int fill value",
+    (STOPPING, "self.finished_at = torch.full((batch_size,), torch.iinfo(torch.long).max, dtype=torch.long, device=device)",
+     "self.finished_at = torch.full((batch_size,), torch.iinfo(torch.long).max, device=device)"):
+        "torch.full infers int64 from an int fill value",
+    (STOPPING, "hit = torch.isin(token, self.eos) if self.eos.numel() else torch.zeros_like(token, dtype=torch.bool)",
+     "hit = torch.isin(token, self.eos) if (self.eos.numel()) or True else torch.zeros_like(token, dtype=torch.bool)"):
+        "isin against an empty eos tensor is all False, the same as the zeros the branch avoids computing",
+    (STOPPING, "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=-1)",
+     "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=+1)"):
+        "the compared slice is 2-D (B, n): dim 1 is dim -1",
 }
 
 
@@ -140,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this file")
     parser.add_argument("--list", action="store_true", help="print the module table and exit")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so run_bounded can stop mutmut's group
 
     if args.list:
         for module, tests in MODULES.items():
@@ -277,22 +301,33 @@ def generate_mutants(stage: Path, jobs: int) -> None:
 def run_bounded(command: list[str], *, cwd: Path, timeout: float) -> bool:
     """Run ``command`` in its own process group; stop the group after ``timeout`` s. True if it was stopped."""
     log = cwd / "mutmut-run.log"
+    # One thread per child: mutmut forks after torch has run, and a forked OpenMP thread pool
+    # deadlocks; with --jobs children on 2 cores, more threads would only contend anyway.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
         try:
             process.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process)
             return True
+        except BaseException:  # Ctrl-C or SIGTERM of this script: leave no mutmut children behind
+            stop_group(process)
+            raise
     if process.returncode != 0:
         tail = log.read_text()[-3000:]
         raise SystemExit(f"mutmut failed (exit {process.returncode}) in {cwd}; log {log}:\n{tail}")
     return False
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def mutant_sort_key(name: str) -> tuple[str, int]:

@@ -73,3 +73,11 @@ def test_stop_alone_makes_it_active() -> None:
 def test_an_empty_stop_sequence_is_refused_with_its_index() -> None:
     with pytest.raises(ValueError, match=r"stop\[1\] is an empty sequence; every stop sequence needs at least one token"):
         StopCondition(batch_size=1, stop=[[1], []])
+
+
+def test_the_flags_live_on_the_requested_device() -> None:
+    # "meta" stands in for an accelerator: the decode loop must not sync with the host per token.
+    stop = StopCondition(batch_size=2, eos=[1], stop=[[2, 3]], device="meta")
+    tensors = [stop.eos, *stop.stop, stop.done, stop.finished_at]
+    assert {t.device.type for t in tensors} == {"meta"}
+    assert [t.dtype for t in tensors] == [torch.long, torch.long, torch.bool, torch.long]
