@@ -136,6 +136,11 @@ def case_dir(outside: Path) -> Iterator[Case]:
     assert not stray, f"the case wrote into the repository: {stray}"
 
 
+def outcome(result: Any) -> str:
+    """A case's result as a label for hypothesis' statistics (``--hypothesis-show-statistics``)."""
+    return type(result).__name__ if isinstance(result, BaseException) else "ok"
+
+
 def expect_user_error(call: Callable[[], Any], *, allowed: tuple[type[BaseException], ...] = ()) -> Any:
     """Run ``call`` within the bounds; return its result, or the UserError/ValueError it raised (with a message)."""
     before = peak_rss_bytes()
@@ -163,7 +168,7 @@ def run_cli(argv: Sequence[str]) -> CliResult:
 
     out, err = io.StringIO(), io.StringIO()
     before = peak_rss_bytes()
-    with bounded(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with bounded(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _empty_stdin():
         try:
             code = main(list(argv))
         except SystemExit as exc:  # argparse: --help (0) or a bad flag (2)
@@ -177,6 +182,17 @@ def run_cli(argv: Sequence[str]) -> CliResult:
     return result
 
 
+@contextlib.contextmanager
+def _empty_stdin() -> Iterator[None]:
+    """stdin at its end, as ``specformer ... < /dev/null`` (``--prompt-file -`` and chat read it)."""
+    previous = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        yield
+    finally:
+        sys.stdin = previous
+
+
 def run_cli_subprocess(argv: Sequence[str], *, cwd: Path, address_space: int = 8 << 30, timeout: int = 120) -> CliResult:
     """``specformer ARGV`` in a child whose address space is capped (RLIMIT_AS): for the few cases worth it."""
     def cap() -> None:
@@ -184,6 +200,7 @@ def run_cli_subprocess(argv: Sequence[str], *, cwd: Path, address_space: int = 8
 
     env = dict(os.environ, SPECFORMER_MAX_MEMORY=MEMORY_LIMIT, HOME=str(cwd), PYTHONFAULTHANDLER="")
     proc = subprocess.run([sys.executable, "-m", "specformer.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                          stdin=subprocess.DEVNULL,
                           text=True, timeout=timeout, preexec_fn=cap, check=False)
     result = CliResult(proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in result.err, f"specformer {list(argv)!r} printed a traceback:\n{result.err[-3000:]}"

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
@@ -40,7 +40,7 @@ from specformer.checkpoint_check import check_checkpoint
 from specformer.errors import MemoryLimitError
 
 from conftest import TINY
-from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, run_cli, sentinel
+from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, outcome, run_cli, sentinel
 
 bad_specs = load_sibling_tests("core/test_bad_specs.py", "_fuzz_bad_specs")
 
@@ -193,9 +193,10 @@ def _case(outside: Path, checkpoint: tuple[str, Any]) -> None:
         loaded = expect_user_error(lambda: specformer.load(path), allowed=(MemoryLimitError,))
         summary = run_cli(["summary", str(path)])
         valid = isinstance(loaded, torch.nn.Module)
+        event(f"{form} file, load: {outcome(loaded)}")
         if valid:
             assert not isinstance(checked, Exception) and summary.code == 0, summary.err
-        run_cli(["generate", str(path), "--prompt", "ab", "--max-new-tokens", "2"])
+        event(f"generate: exit {run_cli(['generate', str(path), '--prompt', 'AB', '--max-new-tokens', '2']).code}")
 
 
 def _tiny_checkpoint_with(**header: str) -> tuple[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import specformer
@@ -182,7 +182,9 @@ def _populate(case_work: Path, outside: Path) -> None:
 def _case(outside: Path, argv: list[str]) -> None:
     with case_dir(outside) as case:
         _populate(case.work, outside)
-        run_cli(argv)
+        result = run_cli(argv)
+        words = argv[2:] if argv[0] == "--max-memory" else argv
+        event(f"{' '.join(words[:2]) if words[0] == 'hf' else words[0]}: exit {result.code}")
 
 
 @FAST

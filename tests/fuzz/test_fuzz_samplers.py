@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import specformer
@@ -34,7 +34,7 @@ from specformer_generate.generate import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 
 from conftest import TINY
-from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, run_cli, sentinel
+from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, outcome, run_cli, sentinel
 
 SAMPLERS = {c.name: sorted(c.params.model_fields) for c in get_registry() if c.kind == "sampler"}
 VOCAB = TINY["model"]["vocab_size"]
@@ -113,6 +113,7 @@ def _check_choices(sampler: Sampler, seed: int) -> None:
 def _case(outside: Path, model: Any, data: Any, form: int, seed: int) -> None:
     with case_dir(outside) as case:
         built = expect_user_error(lambda: build_sampler(data))
+        event(f"build_sampler: {outcome(built)}")
         if isinstance(built, Sampler):
             expect_user_error(lambda: _check_choices(built, seed))
             out = expect_user_error(lambda: generate(model, [[1, 2, 3]], max_new_tokens=3, sampler=built, seed=seed))
@@ -129,8 +130,13 @@ def _case(outside: Path, model: Any, data: Any, form: int, seed: int) -> None:
                 assert isinstance(built, Sampler) == isinstance(inline, Sampler), (built, inline)
         else:
             assert isinstance(inline, UserError) and isinstance(from_file, UserError)
-        run_cli(["generate", str(outside / f"{PREFIX}tiny.safetensors"), "--prompt", "ab", "--max-new-tokens", "2",
-                 "--seed", str(seed), "--sampler", text])
+        event(f"inline --sampler: {outcome(inline)}")
+        # The byte tokenizer's "AB" is ids 65 and 66, inside the tiny model's 97.
+        cli = run_cli(["generate", str(outside / f"{PREFIX}tiny.safetensors"), "--prompt", "AB", "--max-new-tokens", "2",
+                       "--seed", str(seed), "--sampler", text])
+        event(f"generate --sampler: exit {cli.code}")
+        if isinstance(inline, Sampler):
+            assert cli.code == 0, cli.err
 
 
 @FAST

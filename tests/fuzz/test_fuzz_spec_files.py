@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import specformer
 from specformer.errors import MemoryLimitError
 
 from conftest import TINY
-from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, run_cli, sentinel
+from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, outcome, run_cli, sentinel
 
 bad_specs = load_sibling_tests("core/test_bad_specs.py", "_fuzz_bad_specs")
 
@@ -160,10 +160,11 @@ def _case(outside: Path, name: str, data: bytes) -> None:
         validated = run_cli(["validate", str(path)])
         summary = run_cli(["summary", str(path)])
         valid = isinstance(loaded, specformer.Spec)
+        event(f"load_spec: {outcome(loaded)}")
         assert (validated.code == 0) == valid, f"load_spec and validate disagree: {loaded!r}\n{validated.err}"
         assert (summary.code == 0) == valid, f"load_spec and summary disagree: {loaded!r}\n{summary.err}"
         if valid:
-            expect_user_error(lambda: specformer.build(loaded), allowed=(MemoryLimitError,))
+            event(f"build: {outcome(expect_user_error(lambda: specformer.build(loaded), allowed=(MemoryLimitError,)))}")
 
 
 @FAST
