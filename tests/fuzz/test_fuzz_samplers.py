@@ -47,10 +47,10 @@ param_values = st.one_of(numbers, numbers, st.booleans(), st.none(), st.text(max
 @st.composite
 def entries(draw: Any) -> Any:
     name = draw(st.one_of(st.sampled_from(sorted(SAMPLERS)), st.sampled_from(sorted(SAMPLERS)), st.text(max_size=8)))
-    form = draw(st.integers(0, 9))
-    if form == 0:
+    form = draw(st.integers(0, 9))  # hypothesis draws small numbers most: a mapping is the usual case
+    if form == 8:
         return name  # bare name
-    if form == 1:
+    if form == 9:
         return draw(st.one_of(numbers, st.none(), st.lists(st.text(max_size=3), max_size=2)))  # not an entry at all
     fields = SAMPLERS.get(name, [])
     keys = draw(st.lists(st.sampled_from(fields + ["kind", "value", "k", "p", "zz"]), max_size=3, unique=True))
