@@ -10,8 +10,12 @@ alike. Printed: tokens/s of each and the ratio, for ours eager and ours with
 ``torch.compile`` (train.compile: true; the default on CUDA). On CUDA the run uses
 bf16 autocast for both and also prints MFU.
 
+Then one row per built-in optimizer (adamw, muon, lion, sgd): the same model and batches
+through the Trainer's step (eager), tokens/s and the step's cost relative to AdamW's, so an
+optimizer's own cost is visible (Muon's Newton-Schulz iterations; target: at most 1.3x AdamW).
+
     python benchmarks/bench_train.py [--spec specs/tiny.yaml] [--batch 16] [--steps 10] [--rounds 5] [--threads N]
-                                     [--no-compile]
+                                     [--no-compile] [--only-optimizers | --no-optimizers]
 """
 
 from __future__ import annotations
@@ -78,13 +82,13 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="CPU threads for both (default: PyTorch's, one per physical core)")
+    parser.add_argument("--no-optimizers", action="store_true", help="skip the rows per optimizer")
+    parser.add_argument("--only-optimizers", action="store_true", help="only the rows per optimizer")
     args = parser.parse_args()
 
     import specformer
     from specformer_train.config import TrainConfig
     from specformer_train.data import PackedRows
-    from specformer_train.optim import make_optimizer
-    from specformer_train.progress import mfu, peak_flops
     from specformer.tokenizer import ByteTokenizer
     from specformer_train.trainer import Trainer
 
@@ -94,9 +98,10 @@ def main() -> int:
     T = spec.model.context_length
     tokens = np.random.default_rng(0).integers(0, spec.model.vocab_size, size=400_000).astype(np.uint16)
 
-    def ours(compile_: bool) -> tuple[Trainer, Callable[[], None]]:
+    def ours(compile_: bool, optimizer: str = "adamw") -> tuple[Trainer, Callable[[], None]]:
         config = TrainConfig(batch_size=args.batch, steps=10**6, warmup_steps=0, compile=compile_, device=str(device),
-                             progress=False, tensorboard=False, plot=False, precision=precision, threads=args.threads)
+                             progress=False, tensorboard=False, plot=False, precision=precision, threads=args.threads,
+                             optimizer=optimizer)
         trainer = Trainer(model=specformer.build(spec, seed=0), config=config,
                           train_rows=PackedRows(tokens, seq_len=T, seed=0), val_rows=None,
                           tokenizer=ByteTokenizer(), out_dir="unused", device=device)
@@ -106,6 +111,31 @@ def main() -> int:
             trainer.state.sequences += trainer.global_batch
 
         return trainer, step
+
+    if not args.only_optimizers:
+        compare_with_transformers(args, ours, tokens, T=T, device=device, precision=precision)
+    if not args.no_optimizers:
+        compare_optimizers(args, ours, T=T)
+    return 0
+
+
+def compare_optimizers(args: argparse.Namespace, ours: Callable, *, T: int) -> None:
+    """Tokens/s of the Trainer's eager step with each built-in optimizer, and its cost against AdamW's."""
+    steps = {name: ours(False, name)[1] for name in ("adamw", "muon", "lion", "sgd")}
+    seconds = time_rounds(steps, n=args.steps, rounds=args.rounds)
+    tokens_per_step = args.batch * T
+    print(f"\n  {'optimizer':<22}{'tokens/s':>12}{'step vs adamw':>16}")
+    for name, s in seconds.items():
+        print(f"  {name:<22}{tokens_per_step / s:>12,.0f}{s / seconds['adamw']:>15.2f}x")
+    print("\n  the same model, batches, clipping and loop; only the optimizer differs (target for muon: <= 1.3x)")
+
+
+def compare_with_transformers(args: argparse.Namespace, ours: Callable, tokens: np.ndarray, *, T: int,
+                              device: torch.device, precision: str) -> None:
+    from specformer_train.config import TrainConfig
+    from specformer_train.data import PackedRows
+    from specformer_train.optim import make_optimizer
+    from specformer_train.progress import mfu, peak_flops
 
     eager_trainer, eager_step = ours(False)
     hf = llama_like(eager_trainer.model).to(device)
@@ -147,7 +177,6 @@ def main() -> int:
             line += f"{100 * mfu(rate, flops_per_token=eager_trainer.flops_per_token, peak=peak):>8.1f}%"
         print(line)
     print("\n  target: >= 1.2x; MFU from 6N + 12*L*H*hd*T FLOPs per token" + ("" if peak else " (shown on CUDA only)"))
-    return 0
 
 
 if __name__ == "__main__":

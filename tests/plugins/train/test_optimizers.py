@@ -232,3 +232,19 @@ def test_bad_optimizer_settings_are_spec_errors(optimizer: dict, message: str) -
     spec["train"]["optimizer"] = optimizer
     with pytest.raises(SpecError, match=message):
         validate(spec, registry=get_registry())
+
+
+# -- a real comparison ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_muon_trains_the_tiny_spec_to_a_lower_loss_than_adamw_at_equal_steps(tmp_path, corpus_dir) -> None:
+    from specformer_train import train
+
+    losses = {}
+    for name, optimizer in (("adamw", "adamw"), ("muon", {"kind": "muon", "lr": 0.02})):
+        # Each at its usual learning rate; the same model, data, schedule and steps.
+        spec = tiny_spec(data=str(corpus_dir), steps=150, warmup_steps=10, eval_every=0, eval_steps=None,
+                         save_every=0, optimizer=optimizer)
+        losses[name] = train(spec, out_dir=str(tmp_path / name)).val_loss
+    assert losses["muon"] < losses["adamw"] - 0.02, losses
