@@ -210,6 +210,7 @@ def _tiny_checkpoint_with(**header: str) -> tuple[str, Any]:
 @example(checkpoint=_tiny_checkpoint_with(spec=json.dumps({"model": {**TINY["model"], "n_layers": 10**6}})))
 @example(checkpoint=_tiny_checkpoint_with(tokenizer='{"kind": "bpe"}'))  # a BPE entry with no data
 @example(checkpoint=_tiny_checkpoint_with(tokenizer='{"kind": "bpe", "tokenizer": {"model": 3}}'))  # garbage data
+@example(checkpoint=_tiny_checkpoint_with(tokenizer="[" * 100_000 + "]" * 100_000))  # RecursionError in json.loads
 @example(checkpoint=("raw", raw_file({"embedding.weight": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}}, b"\0" * 4)))
 def test_any_checkpoint(outside, checkpoint):
     _case(outside, checkpoint)
