@@ -74,8 +74,8 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/generate/test_gen_cache.py",
     ],
     "plugins/specformer_train/data.py": [
+        "tests/plugins/train/test_data_mutants.py",
         "tests/plugins/train/test_data.py",
-        "tests/plugins/train/test_data_safety.py",
     ],
     "plugins/specformer_train/optim.py": [
         "tests/plugins/train/test_optim.py",
