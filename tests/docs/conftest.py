@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,24 +18,68 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_site import REPO  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def site_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """``mkdocs build --strict`` into a temporary folder, as a user types it; the folder and the run.
+class _SiteBuild:
+    """``mkdocs build --strict`` into a temporary folder, as a user types it, run in the background.
 
-    Built once per session; ``make test`` relies on this build (it runs no second one). The
-    environment is the user's, less the variables the docs configure themselves, so a test can
-    check that a plain build is quiet and documents the built-in plugins only.
+    Started as soon as the session's tests are collected (when any of them needs the site), so
+    the build runs on the second core beside the tests before the docs ones; ``make test``
+    relies on this build (it runs no second one). The environment is the user's, less the
+    variables the docs configure themselves, so a test can check that a plain build is quiet
+    and documents the built-in plugins only.
     """
-    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+
+    def __init__(self, folder: Path) -> None:
+        self.site = folder / "site"
+        self.log = folder / "build.log"
+        env = {k: v for k, v in os.environ.items() if k not in ("NO_MKDOCS_2_WARNING", "SPECFORMER_DOCS_PLUGINS")}
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(self.site)],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+            )
+
+    def wait(self) -> tuple[Path, str]:
+        """The site folder and everything the build printed; fails the caller if the build failed."""
+        code = self.process.wait(timeout=600)
+        output = self.log.read_text(encoding="utf-8", errors="replace")
+        assert code == 0, f"mkdocs build --strict failed:\n{output}"
+        return self.site, output
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+_build: _SiteBuild | None = None
+
+
+def _docs_extra_installed() -> bool:
+    return importlib.util.find_spec("mkdocs") is not None and importlib.util.find_spec("material") is not None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _build
+    wanted = any({"site_build", "built_site"} & set(getattr(item, "fixturenames", ())) for item in session.items)
+    if wanted and _docs_extra_installed() and _build is None:
+        _build = _SiteBuild(Path(tempfile.mkdtemp(prefix="specformer-site-")))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _build is not None:
+        _build.stop()
+        shutil.rmtree(_build.site.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def site_build() -> tuple[Path, str]:
+    """The strict build's site folder and its output (see :class:`_SiteBuild`)."""
+    global _build
+    if not _docs_extra_installed():
         pytest.skip("mkdocs / mkdocs-material are not installed: pip install -e '.[docs]'")
-    site = tmp_path_factory.mktemp("site")
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_MKDOCS_2_WARNING", "SPECFORMER_DOCS_PLUGINS")}
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env=env,
-    )
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
-    return site, result
+    if _build is None:  # not started at collection (e.g. the fixture was reached another way)
+        _build = _SiteBuild(Path(tempfile.mkdtemp(prefix="specformer-site-")))
+    return _build.wait()
 
 
 @pytest.fixture(scope="session")

@@ -190,8 +190,7 @@ def test_search_index_has_every_component_heading(built_site: Path):
 
 def test_a_plain_build_prints_no_banner_and_no_warning(site_build):
     """`mkdocs build` as a user types it: mkdocs.yml silences the theme's banner, nothing is warned."""
-    _, result = site_build
-    output = result.stdout + result.stderr
+    _, output = site_build
     assert "NO_MKDOCS_2_WARNING" not in output and "end of life" not in output, output
     assert "WARNING" not in output, output
 
