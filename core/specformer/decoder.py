@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specformer.attention import AttentionLayer
 from specformer.context import ForwardContext, KVCache, default_positions
 from specformer.positional import PositionalScheme
 
@@ -122,8 +123,8 @@ class Decoder(nn.Module):
 
     # -- facts other plugins need -------------------------------------------------------
 
-    def attention_modules(self) -> list[nn.Module]:
-        """Each block's attention, in layer order (they expose n_kv_heads, head_dim, window)."""
+    def attention_modules(self) -> list[AttentionLayer]:
+        """Each block's attention, in layer order, with its public facts (:class:`~specformer.attention.AttentionLayer`)."""
         return [block.attention for block in self.blocks]
 
     def auxiliary_loss(self) -> Tensor | None:

@@ -276,7 +276,9 @@ _PARAMS_PLACEHOLDER = object()
 
 
 def _source_of(obj: Any) -> str:
-    target = getattr(obj, "__func__", obj)
+    owner = getattr(obj, "__self__", None)
+    # A classmethod factory (often one the class inherits, FromParams.from_params): the class is the component.
+    target = owner if inspect.isclass(owner) else getattr(obj, "__func__", obj)
     try:
         file = inspect.getsourcefile(target) or "?"
         line = inspect.getsourcelines(target)[1]

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
+from specformer.attention import head_sizes
 from specformer.context import ForwardContext
 from specformer.params import Params, SubComponent
 
@@ -73,13 +74,9 @@ class CausalSelfAttention(nn.Module):
         layer_index: int = 0,
     ) -> None:
         super().__init__()
-        n_kv_heads = n_kv_heads or n_heads
-        if n_heads % n_kv_heads:
-            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
-        if head_dim is None:
-            if d_model % n_heads:
-                raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model}) unless head_dim is given")
-            head_dim = d_model // n_heads
+        sizes = head_sizes(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
+        n_kv_heads, head_dim = sizes.n_kv_heads, sizes.head_dim
+        # The public facts (specformer.attention.AttentionLayer) others read: heads, window, cache slot.
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim
@@ -105,34 +102,16 @@ class CausalSelfAttention(nn.Module):
 
     @classmethod
     def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "CausalSelfAttention":
-        head_dim = params.head_dim
-        if head_dim is None and d_model % params.n_heads:
-            raise ValueError(f"n_heads ({params.n_heads}) must divide d_model ({d_model}) unless head_dim is given")
-        head_dim = head_dim or d_model // params.n_heads
-        n_kv_heads = params.n_kv_heads or params.n_heads
+        """The one transformation: ``qk_norm`` (a norm component) becomes two norms sized by the heads."""
+        sizes = head_sizes(d_model=d_model, n_heads=params.n_heads, n_kv_heads=params.n_kv_heads, head_dim=params.head_dim)
         q_norm = k_norm = None
         if params.qk_norm is not None:
             # Per head, each norm spans head_dim channels; over all heads, the whole projection.
             per_head = params.qk_norm_scope == "head"
-            q_norm = params.qk_norm.make(dim=head_dim if per_head else params.n_heads * head_dim)
-            k_norm = params.qk_norm.make(dim=head_dim if per_head else n_kv_heads * head_dim)
-        return cls(
-            d_model=d_model,
-            n_heads=params.n_heads,
-            n_kv_heads=params.n_kv_heads,
-            head_dim=head_dim,
-            qkv_bias=params.qkv_bias,
-            out_bias=params.out_bias,
-            window=params.window,
-            q_norm=q_norm,
-            k_norm=k_norm,
-            qk_norm_scope=params.qk_norm_scope,
-            logit_softcap=params.logit_softcap,
-            scale=params.scale,
-            dropout=params.dropout,
-            backend=params.backend,
-            layer_index=layer_index,
-        )
+            q_norm = params.qk_norm.make(dim=sizes.head_dim if per_head else sizes.n_heads * sizes.head_dim)
+            k_norm = params.qk_norm.make(dim=sizes.head_dim if per_head else sizes.n_kv_heads * sizes.head_dim)
+        others = {name: getattr(params, name) for name in type(params).model_fields if name != "qk_norm"}
+        return cls(d_model=d_model, q_norm=q_norm, k_norm=k_norm, layer_index=layer_index, **others)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape

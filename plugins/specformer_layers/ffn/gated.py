@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer_layers.ffn.activations import ACTIVATIONS, Activation
 
 
@@ -26,21 +26,18 @@ def gated_params(default_activation: str) -> type[Params]:
     return GatedParams
 
 
-class GatedMLP(nn.Module):
+class GatedMLP(FromParams, nn.Module):
     """``down(act(gate(x)) * up(x))``: the gate and up projections run as one matmul."""
 
-    def __init__(self, *, d_model: int, hidden: int, activation: str = "silu", bias: bool = False, dropout: float = 0.0) -> None:
+    def __init__(self, *, d_model: int, hidden: int | None = None, activation: str = "silu", bias: bool = False,
+                 dropout: float = 0.0) -> None:
         super().__init__()
+        hidden = hidden or default_gated_hidden(d_model)
         self.hidden = hidden
         self.gate_up = nn.Linear(d_model, 2 * hidden, bias=bias)  # rows: [gate; up]
         self.down = nn.Linear(hidden, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "GatedMLP":
-        return cls(d_model=d_model, hidden=params.hidden or default_gated_hidden(d_model),
-                   activation=params.activation, bias=params.bias, dropout=params.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer_layers.ffn.activations import ACTIVATIONS, Activation
 
 
-class MLP(nn.Module):
+class MLP(FromParams, nn.Module):
     """``fc_out(act(fc_in(x)))``, widening to ``hidden`` channels in between."""
 
     class Params(Params):
@@ -18,17 +18,14 @@ class MLP(nn.Module):
         bias: bool = Field(default=True, description="Biases on both projections.")
         dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
 
-    def __init__(self, *, d_model: int, hidden: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(self, *, d_model: int, hidden: int | None = None, activation: str = "gelu", bias: bool = True,
+                 dropout: float = 0.0) -> None:
         super().__init__()
+        hidden = hidden or 4 * d_model
         self.fc_in = nn.Linear(d_model, hidden, bias=bias)
         self.fc_out = nn.Linear(hidden, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "MLP":
-        return cls(d_model=d_model, hidden=params.hidden or 4 * d_model, activation=params.activation,
-                   bias=params.bias, dropout=params.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.fc_out(self.activation(self.fc_in(x))))

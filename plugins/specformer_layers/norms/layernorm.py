@@ -7,10 +7,10 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(FromParams, nn.Module):
     """Subtract the mean, divide by the standard deviation, then scale (and shift) per channel.
 
     ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias``. ``bias: false`` drops the
@@ -28,10 +28,6 @@ class LayerNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
-
-    @classmethod
-    def from_params(cls, params: Params, *, dim: int) -> "LayerNorm":
-        return cls(dim=dim, eps=params.eps, bias=params.bias, affine=params.affine)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(FromParams, nn.Module):
     """Divide by the root mean square of the channels, then scale: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``.
 
     Lower-precision inputs are normalised in float32, as Llama and Gemma do (float64 stays
@@ -28,10 +28,6 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.offset = offset
         self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))
-
-    @classmethod
-    def from_params(cls, params: Params, *, dim: int) -> "RMSNorm":
-        return cls(dim=dim, eps=params.eps, offset=params.offset)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype in (torch.float32, torch.float64):

@@ -8,10 +8,10 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 
 
-class ScaleNorm(nn.Module):
+class ScaleNorm(FromParams, nn.Module):
     """Project each vector onto a sphere of learned radius: ``g * x / max(||x||_2, eps)``.
 
     A single scalar ``g`` per norm, initialised to ``sqrt(dim)`` so that the output has
@@ -27,10 +27,6 @@ class ScaleNorm(nn.Module):
         self.dim = dim
         self.eps = eps
         self.scale = nn.Parameter(torch.full((1,), math.sqrt(dim)))
-
-    @classmethod
-    def from_params(cls, params: Params, *, dim: int) -> "ScaleNorm":
-        return cls(dim=dim, eps=params.eps)
 
     def forward(self, x: Tensor) -> Tensor:
         h = x if x.dtype in (torch.float32, torch.float64) else x.float()

@@ -8,12 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
 
 
-class ALiBi(PositionalScheme, Float32Tables):
+class ALiBi(FromParams, PositionalScheme, Float32Tables):
     """No position embedding; each head penalises a score by ``slope * distance`` to the key.
 
     The score of query position ``i`` and key position ``j`` gets ``-m_h * (i - j)``, with
@@ -31,10 +31,6 @@ class ALiBi(PositionalScheme, Float32Tables):
         super().__init__()
         self.n_heads = n_heads
         self.register_table("slopes", torch.tensor(alibi_slopes(n_heads), dtype=torch.float32, device="cpu"))
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "ALiBi":
-        return cls(n_heads=n_heads)
 
     def attention_bias(self, q_positions: Tensor, k_positions: Tensor, state: Any) -> Tensor:
         distance = q_positions[:, None, :, None] - k_positions[:, None, None, :]  # (B, 1, Tq, Tk)

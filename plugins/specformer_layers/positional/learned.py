@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer.positional import PositionalScheme
 
 
-class LearnedPositions(PositionalScheme):
+class LearnedPositions(FromParams, PositionalScheme):
     """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
 
     class Params(Params):
@@ -17,10 +17,6 @@ class LearnedPositions(PositionalScheme):
     def __init__(self, *, context_length: int, d_model: int) -> None:
         super().__init__()
         self.table = nn.Embedding(context_length, d_model)
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "LearnedPositions":
-        return cls(context_length=context_length, d_model=d_model)
 
     def embed(self, positions: Tensor) -> Tensor:
         # Padding carries position -1; its embedding is never attended to.

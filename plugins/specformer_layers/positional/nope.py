@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer.positional import PositionalScheme
 
 
-class NoPositions(PositionalScheme):
+class NoPositions(FromParams, PositionalScheme):
     """No positional encoding at all; the causal mask alone tells order (Kazemnejad et al. 2023)."""
 
     class Params(Params):
         pass
 
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "NoPositions":
-        return cls()
+    def __init__(self) -> None:  # takes no size (nn.Module's own __init__ would take any)
+        super().__init__()

@@ -8,11 +8,12 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer.positional import PositionalScheme
+from specformer_layers.positional.fp32 import Float32Tables
 
 
-class SinusoidalPositions(PositionalScheme):
+class SinusoidalPositions(FromParams, PositionalScheme, Float32Tables):
     """sin/cos of the position at geometrically spaced frequencies, added to the embeddings.
 
     ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``.
@@ -26,12 +27,8 @@ class SinusoidalPositions(PositionalScheme):
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
-        inv_freq = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "SinusoidalPositions":
-        return cls(d_model=d_model, base=params.base)
+        exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device="cpu") / d_model
+        self.register_table("inv_freq", torch.exp(-math.log(base) * exponents))  # float32 whatever the model's dtype
 
     def embed(self, positions: Tensor) -> Tensor:
         angles = positions.clamp(min=0).float()[..., None] * self.inv_freq  # (B, T, d/2)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
 
 
-class LinearScaling(RopeScaling):
+class LinearScaling(FromParams, RopeScaling):
     """Divide every frequency by ``factor``: position ``p`` is rotated as ``p / factor`` was.
 
     A model trained on ``L`` tokens then sees ``factor * L`` positions squeezed into the
@@ -23,7 +23,3 @@ class LinearScaling(RopeScaling):
         check_factor("linear rope scaling", factor)
         self.factor = factor
         self.register_table("inv_freq", default_inv_freq(rotary_dim, theta) / factor)
-
-    @classmethod
-    def from_params(cls, params: Params, *, rotary_dim: int, theta: float, context_length: int) -> "LinearScaling":
-        return cls(rotary_dim=rotary_dim, theta=theta, factor=params.factor)

@@ -7,11 +7,11 @@ import math
 import torch
 from pydantic import Field, model_validator
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
 
 
-class Llama3Scaling(RopeScaling):
+class Llama3Scaling(FromParams, RopeScaling):
     """Divide long-wavelength frequencies by ``factor``, keep short ones, blend smoothly between.
 
     With ``C`` the original context: a pair whose wavelength exceeds ``C / low_freq_factor``
@@ -50,8 +50,3 @@ class Llama3Scaling(RopeScaling):
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         middle = (wavelength >= short_wave) & (wavelength <= long_wave)
         self.register_table("inv_freq", torch.where(middle, blended, scaled))
-
-    @classmethod
-    def from_params(cls, params: Params, *, rotary_dim: int, theta: float, context_length: int) -> "Llama3Scaling":
-        return cls(rotary_dim=rotary_dim, theta=theta, factor=params.factor, low_freq_factor=params.low_freq_factor,
-                   high_freq_factor=params.high_freq_factor, original_context_length=params.original_context_length)

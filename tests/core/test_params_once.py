@@ -1,0 +1,72 @@
+"""Each param declared once: the default factory, the one function for derived head sizes, the attention facts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import Field
+from torch import nn
+
+import specformer
+from specformer.attention import AttentionLayer, HeadSizes, head_sizes
+from specformer.params import FromParams, Params, construct
+from specformer.plugins import get_registry
+
+
+class Scaled(FromParams, nn.Module):
+    class Params(Params):
+        factor: float = Field(default=2.0, gt=0, description="Multiplier.")
+        shift: float = Field(default=0.0, description="Added after.")
+
+    def __init__(self, *, dim: int, factor: float = 2.0, shift: float = 0.0) -> None:
+        super().__init__()
+        self.dim, self.factor, self.shift = dim, factor, shift
+
+
+def test_the_default_factory_passes_every_param_and_the_sizes_the_constructor_names():
+    made = Scaled.from_params(Scaled.Params(factor=3.0, shift=-1.0), dim=8, layer_index=4, n_layers=9)
+    assert (made.dim, made.factor, made.shift) == (8, 3.0, -1.0)
+
+
+def test_a_constructor_taking_any_keyword_gets_every_size():
+    def anything(**kwargs):
+        return kwargs
+
+    assert construct(anything, Scaled.Params(), dim=8, n_layers=2) == {"factor": 2.0, "shift": 0.0, "dim": 8, "n_layers": 2}
+
+
+def test_the_default_factory_is_accepted_by_the_registry_and_recorded_at_the_class():
+    registry = specformer.registry.Registry()
+    component = registry.for_plugin("acme").register("norm", "scaled", factory=Scaled.from_params, params=Scaled.Params)
+    assert "test_params_once.py" in component.source and __name__ in component.source
+    assert registry.resolve("norm", {"kind": "scaled", "factor": 5}).make(dim=3).factor == 5.0
+
+
+@pytest.mark.parametrize("given, expected", [
+    (dict(d_model=64, n_heads=8), HeadSizes(8, 8, 8)),  # MHA: kv heads = heads, head_dim = d_model / heads
+    (dict(d_model=64, n_heads=8, n_kv_heads=2), HeadSizes(8, 2, 8)),
+    (dict(d_model=64, n_heads=8, n_kv_heads=1, head_dim=32), HeadSizes(8, 1, 32)),
+    (dict(d_model=60, n_heads=8, head_dim=16), HeadSizes(8, 8, 16)),  # head_dim given: no need to divide
+])
+def test_head_sizes_resolves_the_derived_defaults(given, expected):
+    assert head_sizes(**given) == expected
+
+
+@pytest.mark.parametrize("given, message", [
+    (dict(d_model=64, n_heads=8, n_kv_heads=3), r"n_kv_heads \(3\) must divide n_heads \(8\)"),
+    (dict(d_model=60, n_heads=8), r"n_heads \(8\) must divide d_model \(60\) unless head_dim is given"),
+])
+def test_head_sizes_names_sizes_that_do_not_fit(given, message):
+    with pytest.raises(ValueError, match=message):
+        head_sizes(**given)
+
+
+def test_every_registered_attention_declares_its_public_facts(tiny_spec):
+    registry = get_registry()
+    for name in registry.names("attention"):
+        component = registry.get("attention", name)
+        params = {k: v for k, v in {"n_heads": 4, "n_kv_heads": 2, "window": 8}.items() if k in component.params.model_fields}
+        with torch.device("meta"):
+            layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2)
+        assert isinstance(layer, AttentionLayer), name
+        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, 2, 8, 8, 1), name
