@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any
 
 from pydantic import Field
-from torch import Tensor, nn
+from torch import Tensor
 
 from specformer.context import ForwardContext
 from specformer.params import Params
+from specformer_layers.layouts.base import Block
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(Block):
     """``x = x + attention(norm_1(x)) + ffn(norm_2(x))``: one residual add, both sublayers side by side.
 
     With ``shared_norm`` one norm feeds both sublayers (GPT-J, PaLM; the block then has
@@ -20,22 +21,14 @@ class ParallelBlock(nn.Module):
     concurrently, which is why large models used it (Wang & Komatsuzaki 2021).
     """
 
+    parts = ("attention_norm", "attention", "ffn_norm", "ffn")
+
     class Params(Params):
         shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
 
-    def __init__(self, *, attention: nn.Module, ffn: nn.Module, attention_norm: nn.Module,
-                 ffn_norm: nn.Module | None = None) -> None:
-        super().__init__()
-        self.attention_norm = attention_norm
-        self.attention = attention
-        self.ffn_norm = ffn_norm
-        self.ffn = ffn
-
     @classmethod
-    def from_params(cls, params: Params, *, d_model: int, attention: nn.Module, ffn: nn.Module,
-                    make_norm: Callable[[], nn.Module], layer_index: int, n_layers: int) -> "ParallelBlock":
-        return cls(attention=attention, ffn=ffn, attention_norm=make_norm(),
-                   ffn_norm=None if params.shared_norm else make_norm())
+    def norms_made(cls, params: Any) -> tuple[str, ...]:
+        return ("attention_norm",) if params.shared_norm else ("attention_norm", "ffn_norm")
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h = self.attention_norm(x)
