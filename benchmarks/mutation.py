@@ -83,8 +83,9 @@ MODULES: dict[str, list[str]] = {
     ],
 }
 
-# Surviving mutants that cannot change behaviour, keyed by (module, original line, mutated
-# line) with whitespace stripped, so the entry survives edits elsewhere in the file.
+# Surviving mutants that cannot change behaviour (or, marked so, that a test the run must leave out
+# kills), keyed by (module, original line, mutated line) with whitespace stripped, so the entry
+# survives edits elsewhere in the file.
 STOPPING = "plugins/specformer_generate/stopping.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
@@ -116,6 +117,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (STOPPING, "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=-1)",
      "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=+1)"):
         "the compared slice is 2-D (B, n): dim 1 is dim -1",
+    # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
+    # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
+    ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):
+        "killed outside the run (warning stacklevel; see pytest_add_cli_args)",
+    ("plugins/specformer_hf/config.py", "stacklevel=3,", ")"):
+        "killed outside the run (warning stacklevel; see pytest_add_cli_args)",
 }
 
 

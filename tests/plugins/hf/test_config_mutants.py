@@ -74,6 +74,8 @@ def test_require_accepts_the_listed_values_and_names_them_otherwise() -> None:
     cfg = reader({"bias": False, "act": "tanh"})
     assert cfg.require("bias", [False], why="biases") is False
     assert cfg.require("absent", [None, 0], why="x", default=None) is None
+    with pytest.raises(UserError, match="config.json has no 'absent' field and it has no default"):
+        cfg.require("absent", [None], why="x")  # no default: missing, not "None is not supported"
     with pytest.raises(UserError) as one:
         cfg.require("bias", [True], why="specformer always adds biases")
     assert str(one.value) == ("llama: config field 'bias' = False is not supported: specformer always adds biases. "
@@ -130,6 +132,7 @@ def test_rope_parameters_of_each_vintage() -> None:
     # transformers 5: rope_parameters as written.
     new = reader({"rope_parameters": {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}})
     assert rope_parameters(new) == {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}
+    assert new.unread() == []  # rope_parameters counts as read
     # Older: top-level rope_theta and rope_scaling with `type`.
     old = reader({"rope_theta": 1e4, "rope_scaling": {"type": "dynamic", "factor": 4.0}})
     assert rope_parameters(old) == {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e4}
