@@ -1,7 +1,7 @@
 """Does building from a spec cost anything at run time?
 
 Builds GPT-2-small-shaped and Llama-shaped models from specs and the hand-written plain
-PyTorch modules of the same architecture (benchmarks/handwritten.py) with the same
+PyTorch modules of the same architecture (tests/fixtures/handwritten.py) with the same
 weights, then prints tokens/s of a forward pass and of a full training step (forward,
 backward, AdamW) for both, and the ratio specformer / hand-written (target >= 0.97).
 Runs are interleaved (ours, peer, ours, peer, ...) so drift in machine load hits both;
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the hand-written models are a test oracle
+from fixtures.handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec  # noqa: E402
 from pairwise import run_cli  # noqa: E402
 
 import specformer  # noqa: E402

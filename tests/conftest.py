@@ -12,7 +12,6 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
 SHARED_DATA = REPO.parent / "shared" / "data"
-sys.path.insert(0, str(REPO / "benchmarks"))  # the hand-written reference models live there
 sys.path.insert(0, str(REPO / "tests"))  # `from conftest import ...` under --import-mode=importlib
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
