@@ -59,16 +59,30 @@ def _docs_extra_installed() -> bool:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the two slow things the docs tests wait for (the site build, the printed commands)
+    as soon as the tests are collected, so they run on the second core beside the tests before them."""
     global _build
-    wanted = any({"site_build", "built_site"} & set(getattr(item, "fixturenames", ())) for item in session.items)
-    if wanted and _docs_extra_installed() and _build is None:
+    needs = [set(getattr(item, "fixturenames", ())) for item in session.items]
+    if any({"site_build", "built_site"} & n for n in needs) and _docs_extra_installed() and _build is None:
         _build = _SiteBuild(Path(tempfile.mkdtemp(prefix="specformer-site-")))
+    if any("results" in n for n, item in zip(needs, session.items) if item.path.name == "test_printed_commands.py"):
+        import printed_commands
+        from fixtures.isolated_plugin import stage
+
+        if printed_commands.started is None:
+            root = Path(tempfile.mkdtemp(prefix="specformer-printed-"))
+            tutorial = stage(REPO / "examples" / "specformer-tutorial", root / "tutorial")
+            printed_commands.started = printed_commands.Runs(printed_commands.collect(), root, {"tutorial": tutorial})
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _build is not None:
         _build.stop()
         shutil.rmtree(_build.site.parent, ignore_errors=True)
+    printed_commands = sys.modules.get("printed_commands")
+    if printed_commands is not None and printed_commands.started is not None:
+        printed_commands.started.stop()
+        shutil.rmtree(printed_commands.started.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

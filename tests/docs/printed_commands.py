@@ -24,11 +24,13 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
@@ -393,6 +395,50 @@ def make_inputs(argv: list[str], workspace: Path) -> None:
         present = any(target.parent.glob(target.name)) if "*" in key else target.exists()
         if not present:
             INPUTS[key](target)
+
+
+# -- running in the background (from the test session) --------------------------------------
+
+
+class Runs:
+    """The plan's groups running side by side, each in its own interpreter, from the moment
+    this is made; :meth:`results` waits for them. ``plugins`` are the staged plugin packages
+    (tests/fixtures/isolated_plugin.py) the groups of PAGE_PLUGINS need, by name."""
+
+    def __init__(self, printed: list[Printed], root: Path, plugins: dict[str, Any]) -> None:
+        self.root = root
+        base = {**os.environ, "SPECFORMER_CACHE": str(root / "cache"), "COLUMNS": "120"}
+        self.running: list[tuple[subprocess.Popen, Path, Path]] = []
+        for (plugin, shard), steps in plan(printed, root / "workspaces").items():
+            name = f"{plugin or 'core'}-{shard}"
+            plan_file, out, log = root / f"plan-{name}.json", root / f"results-{name}.json", root / f"log-{name}.txt"
+            plan_file.write_text(json.dumps([asdict(s) for s in steps]))
+            env = plugins[plugin].env(base) if plugin else base
+            with log.open("w") as log_file:
+                process = subprocess.Popen([sys.executable, __file__, str(plan_file), str(out)], env=env,
+                                           stdout=log_file, stderr=subprocess.STDOUT)
+            self.running.append((process, out, log))
+
+    def results(self) -> dict[str, dict]:
+        """Every result by command id (hints under ``hint: ...``); fails if a runner crashed."""
+        found: dict[str, dict] = {}
+        for process, out, log in self.running:
+            process.wait(timeout=600)
+            if process.returncode != 0 or not out.is_file():
+                raise AssertionError(f"the runner crashed:\n{log.read_text(errors='replace')}")
+            for result in json.loads(out.read_text()):
+                found.setdefault(result["id"], result)
+        return found
+
+    def stop(self) -> None:
+        for process, _, _ in self.running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+#: The runs a test session started early (tests/docs/conftest.py), for the test module to pick up.
+started: Runs | None = None
 
 
 # -- running (in the fresh interpreter) --------------------------------------------------------

@@ -10,13 +10,6 @@ specformer generate ...``) runs right after it and must succeed too.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from dataclasses import asdict
-from pathlib import Path
-
 import pytest
 
 import printed_commands as pc
@@ -26,27 +19,14 @@ PRINTED = pc.collect()
 
 @pytest.fixture(scope="session")
 def results(tmp_path_factory, tutorial_staged) -> dict[str, dict]:
-    """Run every runnable printed command once; results by command id (hints under ``hint: ...``).
+    """Every runnable printed command's result, by command id (hints under ``hint: ...``).
 
-    The plan's groups run side by side, each in its own interpreter (the suite itself uses one core).
+    The runs usually started in the background when the tests were collected
+    (tests/docs/conftest.py), beside the tests before these; otherwise they start here.
     """
-    root = tmp_path_factory.mktemp("printed")
-    base = {**os.environ, "SPECFORMER_CACHE": str(root / "cache"), "COLUMNS": "120"}
-    env_of = {"": base, "tutorial": tutorial_staged.env(base)}
-    running = []
-    for (plugin, shard), steps in pc.plan(PRINTED, root / "workspaces").items():
-        plan, out = root / f"plan-{plugin or 'core'}-{shard}.json", root / f"results-{plugin or 'core'}-{shard}.json"
-        plan.write_text(json.dumps([asdict(s) for s in steps]))
-        process = subprocess.Popen([sys.executable, str(Path(pc.__file__)), str(plan), str(out)], env=env_of[plugin],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        running.append((process, out))
-    found: dict[str, dict] = {}
-    for process, out in running:
-        output, _ = process.communicate(timeout=600)
-        assert process.returncode == 0 and out.is_file(), f"the runner crashed:\n{output}"
-        for result in json.loads(out.read_text()):
-            found.setdefault(result["id"], result)
-    return found
+    if pc.started is None:
+        pc.started = pc.Runs(PRINTED, tmp_path_factory.mktemp("printed"), {"tutorial": tutorial_staged})
+    return pc.started.results()
 
 
 @pytest.mark.parametrize("command", PRINTED, ids=[c.id for c in PRINTED])
