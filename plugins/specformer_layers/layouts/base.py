@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar
 
-from torch import Tensor, nn
+from torch import nn
 
-from specformer.context import ForwardContext
 from specformer.params import Params
 
 SUBLAYERS = ("attention", "ffn")
 
 
 class Block(nn.Module):
-    """A transformer block: ``attention``, ``ffn`` and the norms its layout names in :attr:`parts`."""
+    """A transformer block: ``attention``, ``ffn`` and the norms its layout names in :attr:`parts`.
+
+    A layout subclasses it with its ``parts`` and its ``forward(x, ctx)``.
+    """
 
     #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
     parts: ClassVar[tuple[str, ...]] = ()
@@ -48,9 +50,6 @@ class Block(nn.Module):
         made = cls.norms_made(params)
         norms = {name: make_norm() if name in made else None for name in cls.parts if name not in SUBLAYERS}
         return cls(attention=attention, ffn=ffn, **norms)
-
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:  # pragma: no cover - every layout defines it
-        raise NotImplementedError(f"{type(self).__name__} must define forward")
 
 
 __all__ = ["Block"]
