@@ -87,6 +87,7 @@ MODULES: dict[str, list[str]] = {
 # kills), keyed by (module, original line, mutated line) with whitespace stripped, so the entry
 # survives edits elsewhere in the file.
 STOPPING = "plugins/specformer_generate/stopping.py"
+DATA = "plugins/specformer_train/data.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -117,6 +118,33 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (STOPPING, "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=-1)",
      "hit |= (tokens[:, column + 1 - n : column + 1] == seq).all(dim=+1)"):
         "the compared slice is 2-D (B, n): dim 1 is dim -1",
+    (DATA, 'if limit is None or limit >= self.count:',
+     'if limit is None or limit > self.count:'):
+        'with limit == count, linspace(0, count - 1, count) rounds to every index, as arange(count) does',
+    (DATA, 'self._epoch: int | None = None',
+     'self._epoch: int | None = ""'):
+        'a placeholder no epoch number equals: the first rows() call prepares epoch 0 either way',
+    (DATA, 'self._order = np.empty(0, dtype=np.int64)',
+     'self._order = None'):
+        'placeholder: _prepare() sets the order before any row is read',
+    (DATA, 'self._order = np.empty(0, dtype=np.int64)',
+     'self._order = np.empty(0, dtype=None)'):
+        'placeholder: _prepare() sets the order before any row is read',
+    (DATA, 'self._order = np.empty(0, dtype=np.int64)',
+     'self._order = np.empty(0, )'):
+        'placeholder: _prepare() sets the order before any row is read',
+    (DATA, 'self._order = np.empty(0, dtype=np.int64)',
+     'self._order = np.empty(1, dtype=np.int64)'):
+        'placeholder: _prepare() sets the order before any row is read',
+    (DATA, 'self._offset = 0',
+     'self._offset = None'):
+        'placeholder: _prepare() sets the offset before any row is read',
+    (DATA, 'self._offset = 0',
+     'self._offset = 1'):
+        'placeholder: _prepare() sets the offset before any row is read',
+    (DATA, 'self._epoch = epoch',
+     'self._epoch = None'):
+        "only the memo: the epoch's offset and order are drawn again from the same (seed, epoch) generator, identical",
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):

@@ -82,6 +82,7 @@ def test_eval_rows_are_fixed_and_spread_over_the_split() -> None:
     assert rows.chosen(10).tolist() == list(range(10))
     assert rows.chosen(25).tolist() == list(range(10))
     assert rows.chosen(4).tolist() == [0, 3, 6, 9]
+    assert np.arange(100, 110)[rows.chosen(4)].tolist() == [100, 103, 106, 109]  # integer indices
     assert rows.chosen(1).tolist() == [0]
     got = rows.rows(np.array([0, 9]))
     assert got.dtype == np.int64
