@@ -89,6 +89,11 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
         )
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({_first_line(exc)})")]) from None
+    except TypeError as exc:
+        if "Overflow" not in str(exc):
+            raise
+        # A size of 2**63 or more: torch cannot even unpack it ("Overflow when unpacking long long"; found by fuzzing).
+        raise SpecError([Problem("model", f"sizes too large for a tensor ({_first_line(exc)})")]) from None
 
 
 def _make(part: ResolvedPart, **sizes: Any) -> Any:

@@ -208,6 +208,7 @@ def _tiny_checkpoint_with(**header: str) -> tuple[str, Any]:
 @example(checkpoint=_tiny_checkpoint_with())  # the valid one: loads, summarises and generates
 @example(checkpoint=_tiny_checkpoint_with(spec='"specs/tiny.yaml"'))  # a string is never a path
 @example(checkpoint=_tiny_checkpoint_with(spec=json.dumps({"model": {**TINY["model"], "n_layers": 10**6}})))
+@example(checkpoint=_tiny_checkpoint_with(spec=json.dumps({"model": {**TINY["model"], "vocab_size": 2**64}})))  # found by fuzzing
 @example(checkpoint=_tiny_checkpoint_with(tokenizer='{"kind": "bpe"}'))  # a BPE entry with no data
 @example(checkpoint=_tiny_checkpoint_with(tokenizer='{"kind": "bpe", "tokenizer": {"model": 3}}'))  # garbage data
 @example(checkpoint=_tiny_checkpoint_with(tokenizer="[" * 100_000 + "]" * 100_000))  # RecursionError in json.loads

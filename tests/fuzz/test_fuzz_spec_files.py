@@ -74,6 +74,8 @@ def documents(draw: Any) -> dict:
     spec = copy.deepcopy(TINY)
     for path, value in draw(st.lists(st.tuples(st.sampled_from(bad_specs.PATHS), bad_specs.values), max_size=3)):
         spec = bad_specs.mutate(spec, path, value)
+    if draw(st.integers(0, 3)) == 3:  # a size no tensor can have, around the int64 and float64 limits
+        spec = bad_specs.mutate(spec, draw(st.sampled_from(SIZE_PATHS)), draw(st.sampled_from(HUGE)))
     if draw(st.booleans()):
         model = spec.get("model")
         block = model.get("block") if isinstance(model, dict) else None
@@ -81,6 +83,12 @@ def documents(draw: Any) -> dict:
         if isinstance(shared, dict):
             spec["model"]["layers"] = [{"select": "0", "attention": shared}]  # the same object twice: &id001 / *id001
     return spec
+
+
+SIZE_PATHS = [("model", "vocab_size"), ("model", "d_model"), ("model", "n_layers"), ("model", "context_length"),
+              ("model", "block", "ffn", "hidden"), ("model", "block", "attention", "n_heads"),
+              ("model", "block", "attention", "head_dim"), ("model", "pad_vocab_to_multiple")]
+HUGE = [2**31, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 10**30, 10**400 // 10**300]
 
 
 def toml_value(value: Any) -> str:
@@ -173,6 +181,7 @@ def _case(outside: Path, name: str, data: bytes) -> None:
 @example(file=(f"{PREFIX}spec.json", nested(100_000, "list").encode()))  # RecursionError before the depth bound
 @example(file=(f"{PREFIX}spec.toml", ('"model" = ' + "[" * 5000 + "]" * 5000).encode()))
 @example(file=(f"{PREFIX}spec.yaml", "model: {d_model: 1e9}\n".encode()))
+@example(file=(f"{PREFIX}spec.yaml", yaml.safe_dump({"model": {**TINY["model"], "vocab_size": 2**64}}).encode()))  # TypeError in torch
 @example(file=(f"{PREFIX}spec.yaml", b"model:\n  vocab_size: 9\xe9\n"))  # not UTF-8
 @example(file=(f"{PREFIX}spec.yaml", b"!!python/object/apply:os.system ['touch fz-pwned']\n"))
 @example(file=(f"{PREFIX}spec.yaml", b"model: {vocab_size: 97, d_model: !!float 1e!custom 300}\n"))  # a ValueError from PyYAML
