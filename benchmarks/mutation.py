@@ -78,6 +78,7 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/train/test_data.py",
     ],
     "plugins/specformer_train/optim.py": [
+        "tests/plugins/train/test_optim_mutants.py",
         "tests/plugins/train/test_optim.py",
         "tests/plugins/train/test_optimizer_step.py",
     ],
