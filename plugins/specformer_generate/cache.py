@@ -72,19 +72,24 @@ class StaticKVCache:
         capacity: int,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
+        spare: int = 0,
     ) -> None:
-        if batch_size < 1 or capacity < 1:
-            raise ValueError(f"a cache needs batch_size >= 1 and capacity >= 1, got {batch_size} and {capacity}")
+        if batch_size < 1 or capacity < 1 or spare < 0:
+            raise ValueError(f"a cache needs batch_size >= 1, capacity >= 1 and spare >= 0, got {batch_size}, "
+                             f"{capacity} and {spare}")
         if not layers:
             raise ValueError("a cache needs at least one attention layer")
         self.batch_size = batch_size
         self.capacity = capacity
+        self.spare = spare
         self.cursor = torch.zeros((), dtype=torch.long, device=device)  # columns written so far
         groups: dict[int, _SlotGroup] = {}
         self._layers: dict[int, _Layer] = {}
         for shape in layers:
-            ring = shape.window is not None and shape.window < capacity
-            size = shape.window if ring else capacity
+            # ``spare`` extra ring slots keep the keys a rolled-back column had overwritten.
+            window = None if shape.window is None else shape.window + spare
+            ring = window is not None and window < capacity
+            size = window if ring else capacity
             assert size is not None
             if size not in groups:
                 positions = torch.full((batch_size, size), -1, dtype=torch.long, device=device)
@@ -107,8 +112,13 @@ class StaticKVCache:
         capacity: int,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        spare: int = 0,
     ) -> "StaticKVCache":
-        """A cache for every attention layer of ``model``, on its device and in its dtype by default."""
+        """A cache for every attention layer of ``model``, on its device and in its dtype by default.
+
+        ``spare``: how many of the last written columns :meth:`rollback` may drop (ring layers
+        keep that many slots beyond their window; speculative decoding passes its draft length).
+        """
         reference = next(model.parameters())
         layers = [
             LayerShape(
@@ -120,7 +130,7 @@ class StaticKVCache:
             for i, m in enumerate(model.attention_modules())
         ]
         return cls(layers=layers, batch_size=batch_size, capacity=capacity,
-                   device=device or reference.device, dtype=dtype or reference.dtype)
+                   device=device or reference.device, dtype=dtype or reference.dtype, spare=spare)
 
     # -- the KVCache protocol ------------------------------------------------------------
 
@@ -171,6 +181,27 @@ class StaticKVCache:
             layer.values.copy_(layer.values.index_select(0, rows))
         for group in self._groups:
             group.positions.copy_(group.positions.index_select(0, rows))
+
+    def rollback(self, columns: int) -> None:
+        """Keep only the first ``columns`` columns written (speculative decoding drops rejected drafts).
+
+        The dropped slots are marked empty, so nothing attends to them, and the next forward
+        writes from column ``columns`` on. A ring layer can only give back what its ``spare``
+        slots kept: dropping more columns than ``spare`` is an error (its older keys are gone).
+        """
+        written = int(self.cursor)
+        if not 0 <= columns <= written:
+            raise ValueError(f"rollback to column {columns}: only {written} columns are written")
+        if columns == written:
+            return
+        if written - columns > self.spare and any(group.ring for group in self._groups):
+            raise ValueError(f"rollback by {written - columns} columns, but this cache's ring layers keep only "
+                             f"{self.spare} spare slots; build it with spare={written - columns} or more")
+        dropped = torch.arange(columns, written, device=self.cursor.device)  # (D,)
+        for group in self._groups:
+            slots = dropped % group.size if group.ring else dropped
+            group.positions.index_fill_(1, slots, -1)
+        self.cursor.fill_(columns)
 
     def reset(self) -> None:
         """Forget everything written; the buffers stay allocated."""

@@ -8,6 +8,7 @@ override them. The text goes to stdout, the speed to stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -20,12 +21,14 @@ from specformer.checkpoint import read_metadata
 from specformer.datafile import parse_text, read_text
 from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.threads import auto_threads
+from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer.tokenizer import Tokenizer, tokenizer_from_metadata
 from specformer_generate.generate import generate, stream
 from specformer_generate.memory import parse_max_memory
 from specformer_generate.prompt_input import Prompt, read_prompts
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
+from specformer_generate.speculative import PROMPT_LOOKUP_NAMES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the KV cache kept between turns (the same as `specformer chat`)")
     parser.add_argument("--num-beams", type=int, default=None, help="beam search with this many beams")
     parser.add_argument("--length-penalty", type=float, default=None, help="beam search length penalty")
+    parser.add_argument("--draft", default=None, metavar="CKPT|ngram",
+                        help="speculative decoding: a smaller checkpoint with the same tokenizer drafts tokens, or "
+                             "ngram (prompt lookup) copies them from earlier text; the output is unchanged")
+    parser.add_argument("--draft-tokens", type=int, default=4, metavar="K",
+                        help="tokens drafted per round of speculative decoding (default 4)")
     _common_options(parser)
 
 
@@ -47,7 +55,8 @@ def configure_chat(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
     _prompt_options(parser, opening=True)
     _common_options(parser)
-    parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None)
+    parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None, draft=None,
+                        draft_tokens=4)
 
 
 def _prompt_options(parser: argparse.ArgumentParser, *, opening: bool = False) -> None:
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--stop matches text, and --ids prompts give token ids; drop one of them")
     if any(not stop for stop in args.stop):
         raise UserError("--stop needs some text; an empty string would stop at once")
+    draft = _draft(args, model, device) if args.draft is not None else None
     if args.interactive:
         from specformer_generate.chat import chat
 
@@ -130,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
                                       prompt_length=longest, context=context)
     settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampler=sampler, seed=seed, eos_token_id=eos,
                                     use_cache=not args.no_cache, compile=args.compile, max_memory=args.max_memory)
+    if draft is not None:
+        settings.update(draft=draft, draft_tokens=args.draft_tokens)
     ids = [p.ids for p in prompts]
     start = time.perf_counter()
     if num_beams > 1 or not (args.stream or args.stop):
@@ -149,6 +161,37 @@ def run(args: argparse.Namespace) -> int:
     print(f"{produced} tokens in {seconds:.2f} s ({produced / max(seconds, 1e-9):.1f} tokens/s, "
           f"{threads} CPU thread{'s' if threads != 1 else ''})", file=sys.stderr)
     return 0
+
+
+def _draft(args: argparse.Namespace, model: Any, device: torch.device) -> Any:
+    """``--draft``: "ngram", or a checkpoint with the same tokenizer and vocabulary, loaded; a UserError otherwise."""
+    if args.draft_tokens < 1:
+        raise UserError(f"--draft-tokens must be at least 1, got {args.draft_tokens}")
+    if args.interactive or (args.num_beams or 1) > 1 or args.no_cache or args.compile:
+        raise UserError("--draft (speculative decoding) works with one-shot greedy or sampled generation using the "
+                        "KV cache; drop it, or drop --interactive / --num-beams / --no-cache / --compile")
+    if args.draft in PROMPT_LOOKUP_NAMES:
+        return args.draft
+    if not Path(args.draft).is_file():
+        raise UserError(f"--draft must be ngram (prompt lookup) or a draft checkpoint file; {args.draft!r} is neither")
+    ours, theirs = read_metadata(args.checkpoint), read_metadata(args.draft)
+    if _tokenizer_entry(ours) != _tokenizer_entry(theirs):
+        raise UserError(f"the draft checkpoint {args.draft} stores a different tokenizer than {args.checkpoint}; "
+                        f"a draft model must use the same tokenizer and vocabulary")
+    draft = specformer.load(args.draft, device=device).eval()
+    if draft.vocab_size != model.vocab_size:
+        raise UserError(f"the draft checkpoint {args.draft} has a vocabulary of {draft.vocab_size} tokens, the model "
+                        f"{model.vocab_size}; a draft model must use the same tokenizer and vocabulary")
+    return draft
+
+
+def _tokenizer_entry(metadata: dict[str, str]) -> Any:
+    """A header's tokenizer as data, so formatting differences do not count (none stored: the byte tokenizer)."""
+    text = metadata.get(TOKENIZER_KEY)
+    try:
+        return json.loads(text) if text else {"kind": "byte"}
+    except ValueError:
+        return text
 
 
 def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str]) -> tuple[str, bool]:

@@ -23,6 +23,8 @@ from specformer_generate.decode import cache_capacity, prefill, recompute, step_
 from specformer_generate.inputs import PromptBatch, prompt_batch
 from specformer_generate.memory import check_generation_memory, estimate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
+from specformer_generate.speculation_args import speculation_drafter
+from specformer_generate.speculative import speculative_decode
 from specformer_generate.stopping import StopCondition
 
 #: A (B, T) tensor of token ids, or prompts as token lists of any lengths.
@@ -44,6 +46,8 @@ class _Run:
     compile: bool | str
     history: Tensor  # (B, T + N): prompt (-1 on padding) then emitted tokens; what samplers read
     steps: int = 0  # tokens generated per row so far
+    drafter: Any = None  # speculative decoding's drafter (specformer_generate.drafters), or None
+    draft_tokens: int = 0
 
 
 def generate(
@@ -63,6 +67,8 @@ def generate(
     compile: bool | str = False,
     check_every: int = 16,
     max_memory: int | str | None = None,
+    draft: Any = None,
+    draft_tokens: int = 4,
 ) -> "Tensor | list[list[int]]":
     """Continue each prompt by up to ``max_new_tokens`` tokens; return the full sequences.
 
@@ -78,8 +84,12 @@ def generate(
     between the host's looks at whether every row finished. ``max_memory`` (bytes or a
     size such as ``"8GiB"``, or ``"unlimited"``): the most the call may need (see
     :mod:`specformer_generate.memory`); default ``SPECFORMER_MAX_MEMORY``, else the
-    memory available. Every argument is checked first: a bad one is a ``ValueError``,
-    a call that needs too much memory a ``MemoryLimitError``, before anything is allocated.
+    memory available. ``draft``: speculative decoding (:mod:`specformer_generate.speculative`)
+    with ``"ngram"`` (prompt lookup) or a smaller model over the same vocabulary, proposing
+    ``draft_tokens`` tokens a round; the result is the same as without it (greedy: the same
+    tokens; sampling: the same distribution). Every argument is checked first: a bad one is a
+    ``ValueError``, a call that needs too much memory a ``MemoryLimitError``, before anything
+    is allocated.
     """
     start = time.perf_counter()
     num_beams = arguments.positive_int("num_beams", num_beams)
@@ -89,6 +99,9 @@ def generate(
     if num_beams > 1:
         from specformer_generate.beam import beam_search
 
+        if draft is not None:
+            raise ValueError("draft= (speculative decoding) works with sampling and greedy decoding, not beam search; "
+                             "drop num_beams or draft")
         batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                                   eos_token_id=eos_token_id, stop=stop, use_cache=use_cache,
                                   pad_token_id=pad_token_id, compile=compile, max_memory=max_memory,
@@ -105,7 +118,7 @@ def generate(
     with _inference(model):
         run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                      eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                     compile=compile, max_memory=max_memory)
+                     compile=compile, max_memory=max_memory, draft=draft, draft_tokens=draft_tokens)
         for step in _decode(run):
             if (step + 1) % check_every == 0 and run.stopper.all_done():
                 break
@@ -127,6 +140,8 @@ def stream(
     pad_token_id: int | None = None,
     compile: bool | str = False,
     max_memory: int | str | None = None,
+    draft: Any = None,
+    draft_tokens: int = 4,
 ) -> Iterator[list[int]]:
     """Like :func:`generate`, but yield each new column of tokens as it is produced.
 
@@ -142,7 +157,7 @@ def stream(
         with torch.inference_mode():
             run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                          eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                         compile=compile, max_memory=max_memory)
+                         compile=compile, max_memory=max_memory, draft=draft, draft_tokens=draft_tokens)
         steps = _decode(run)
         column = run.batch.width
         while True:
@@ -163,6 +178,9 @@ def stream(
 
 def _decode(run: _Run) -> Iterator[int]:
     """Generate one column of tokens per iteration into ``run.history``; yield the step index."""
+    if run.drafter is not None:
+        yield from speculative_decode(run, run.drafter, run.draft_tokens)
+        return
     model, batch, n = run.model, run.batch, run.max_new_tokens
     width = batch.width
     next_position = torch.tensor(batch.lengths, device=batch.tokens.device)[:, None]  # (B, 1)
@@ -235,7 +253,8 @@ def _prepare(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, s
 
 
 def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
-           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any = None) -> _Run:
+           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any = None, draft: Any = None,
+           draft_tokens: Any = 4) -> _Run:
     batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                               eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
                               compile=compile, max_memory=max_memory)
@@ -244,9 +263,14 @@ def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, see
     history = torch.full((batch.batch_size, batch.width + checked.max_new_tokens), -1, dtype=torch.long, device=device)
     history[:, : batch.width] = batch.marked()
     generator = torch.Generator(device=device).manual_seed(checked.seed) if checked.seed is not None else None
+    drafter = None
+    if draft is not None:
+        drafter = speculation_drafter(model, draft, sampler=checked.sampler, use_cache=use_cache, compile=compile,
+                                      needed=batch.width + checked.max_new_tokens)
+        draft_tokens = arguments.positive_int("draft_tokens", draft_tokens)
     return _Run(model=model, batch=batch, max_new_tokens=checked.max_new_tokens, sampler=checked.sampler,
                 generator=generator, stopper=stopper, pad=checked.pad, use_cache=use_cache,
-                compile=compile, history=history)
+                compile=compile, history=history, drafter=drafter, draft_tokens=draft_tokens if drafter else 0)
 
 
 def _collect(run: _Run) -> "tuple[Tensor | list[list[int]], int]":

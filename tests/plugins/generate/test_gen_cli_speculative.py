@@ -1,0 +1,65 @@
+"""``specformer generate --draft CKPT|ngram --draft-tokens K``: the same text, and clear errors for a mismatched draft."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import specformer
+from specformer.cli import main
+
+from .specs_for_tests import tiny_with
+
+
+def byte_model(seed: int, **changes):
+    return specformer.build(tiny_with(vocab_size=259, context_length=64, **changes), seed=seed)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("spec")
+    paths = {name: folder / f"{name}.safetensors" for name in ("target", "draft", "other_tokenizer", "other_vocab")}
+    specformer.save(byte_model(0), paths["target"])
+    specformer.save(byte_model(1, n_layers=1), paths["draft"])
+    specformer.save(byte_model(1, n_layers=1), paths["other_tokenizer"],
+                    metadata={"tokenizer": json.dumps({"kind": "none", "vocab_size": 259})})
+    specformer.save(specformer.build(tiny_with(vocab_size=300, context_length=64), seed=1), paths["other_vocab"])
+    return paths
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    code = main(["generate", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_draft_checkpoint_and_ngram_print_the_plain_text(capsys, checkpoints) -> None:
+    base = (checkpoints["target"], "--prompt", "abcabcabc", "--max-new-tokens", 20, "--ignore-eos", "--threads", 1)
+    code, plain, _ = run_cli(capsys, *base)
+    assert code == 0
+    for draft in (checkpoints["draft"], "ngram"):
+        code, out, err = run_cli(capsys, *base, "--draft", draft, "--draft-tokens", 3)
+        assert code == 0, err
+        assert out == plain
+    code, out, err = run_cli(capsys, *base, "--draft", "ngram", "--stop", plain[12:14])
+    assert code == 0 and out.startswith("abcabcabc") and out.rstrip("\n").endswith(plain[12:14])
+
+
+@pytest.mark.parametrize("draft, message", [
+    ("other_tokenizer", "stores a different tokenizer"),
+    ("other_vocab", "vocabulary of 300 tokens"),
+    ("missing", "ngram (prompt lookup) or a draft checkpoint file"),
+])
+def test_a_mismatched_draft_is_one_clear_error(capsys, checkpoints, draft, message) -> None:
+    path = checkpoints.get(draft, Path("no-such-draft.safetensors"))
+    code, out, err = run_cli(capsys, checkpoints["target"], "--prompt", "hi", "--draft", path)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_draft_with_beams_or_a_bad_count_is_refused(capsys, checkpoints) -> None:
+    for extra in (("--num-beams", 2), ("--draft-tokens", 0)):
+        code, _, err = run_cli(capsys, checkpoints["target"], "--prompt", "hi", "--draft", "ngram", *extra)
+        assert code == 2 and "draft" in err
