@@ -41,7 +41,10 @@ VOCAB = TINY["model"]["vocab_size"]
 
 numbers = st.one_of(st.integers(-3, 50), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
                     st.floats(0, 1), st.sampled_from([0, 1, 1e-300, 1e308, 0.5, 2**53 + 1]))
-param_values = st.one_of(numbers, numbers, st.booleans(), st.none(), st.text(max_size=6), st.lists(numbers, max_size=2))
+# Plausible values first (hypothesis draws the first alternatives most), so that many lists build and reach the
+# checks on the tokens chosen; then anything.
+param_values = st.one_of(st.integers(1, 50), st.floats(0.01, 1.0), numbers, st.booleans(), st.none(), st.text(max_size=6),
+                         st.lists(numbers, max_size=2))
 
 
 @st.composite
@@ -52,15 +55,45 @@ def entries(draw: Any) -> Any:
         return name  # bare name
     if form == 9:
         return draw(st.one_of(numbers, st.none(), st.lists(st.text(max_size=3), max_size=2)))  # not an entry at all
-    fields = SAMPLERS.get(name, [])
-    keys = draw(st.lists(st.sampled_from(fields + ["kind", "value", "k", "p", "zz"]), max_size=3, unique=True))
     entry: dict[str, Any] = {"kind": name}
-    for key in keys:
-        entry[key] = draw(param_values)
+    for key in SAMPLERS.get(name, []):  # every real parameter, usually
+        if draw(st.integers(0, 5)) < 5:
+            entry[key] = draw(param_values)
+    if draw(st.integers(0, 5)) == 5:
+        entry[draw(st.sampled_from(["kind", "value", "k", "p", "zz"]))] = draw(param_values)
     return entry
 
 
-sampler_lists = st.lists(entries(), max_size=4)
+#: Values each built-in sampler accepts (from its Params' bounds), edges included: lists of these build, so that the
+#: checks on the chosen tokens see many pipelines (the arbitrary entries above mostly test the error path).
+VALID = {
+    "greedy": {},
+    "top_k": {"k": st.integers(1, 120), "min_tokens_to_keep": st.integers(1, 5)},
+    "top_p": {"p": st.floats(1e-9, 1.0), "min_tokens_to_keep": st.integers(1, 5)},
+    "min_p": {"p": st.floats(0.0, 1.0), "min_tokens_to_keep": st.integers(1, 5)},
+    "typical": {"p": st.floats(1e-9, 1.0, exclude_max=True), "min_tokens_to_keep": st.integers(1, 5)},
+    "temperature": {"value": st.one_of(st.floats(1e-3, 1e3), st.sampled_from([1e-300, 5e-324, 1e300, 1.7e308]))},
+    "repetition_penalty": {"penalty": st.one_of(st.floats(1e-3, 10.0), st.sampled_from([1e-300, 1e300]))},
+    "frequency_penalty": {"penalty": st.floats(-2.0, 2.0)},
+    "presence_penalty": {"penalty": st.floats(-2.0, 2.0)},
+    "no_repeat_ngram": {"n": st.integers(1, 6)},
+}
+
+
+@st.composite
+def valid_entries(draw: Any) -> dict[str, Any]:
+    name = draw(st.sampled_from(sorted(set(VALID) - {"greedy"})))
+    return {"kind": name, **{key: draw(values) for key, values in VALID[name].items() if draw(st.integers(0, 3)) < 3
+                             or key != "min_tokens_to_keep"}}
+
+
+@st.composite
+def valid_lists(draw: Any) -> list[Any]:
+    steps = draw(st.lists(valid_entries(), max_size=4))
+    return steps + (["greedy"] if draw(st.integers(0, 3)) == 3 else [])
+
+
+sampler_lists = st.one_of(valid_lists(), st.lists(entries(), max_size=4))
 
 
 def inline_text(data: Any, form: int) -> str:
@@ -155,3 +188,8 @@ def test_any_sampler_list(outside, model, data, form, seed):
 @given(data=sampler_lists, form=st.integers(0, 5), seed=st.integers(0, 2**31))
 def test_any_sampler_list_many(outside, model, data, form, seed):
     _case(outside, model, data, form, seed)
+
+
+def test_the_valid_values_cover_every_registered_sampler_and_parameter():
+    """A sampler added without valid values here would only ever be fuzzed on its error path."""
+    assert {name: sorted(fields) for name, fields in VALID.items()} == SAMPLERS
