@@ -94,7 +94,12 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def repo_entries() -> set[str]:
-    """Paths in the repository (outside .git and .venv) whose name starts with :data:`PREFIX`."""
+    """Paths in the repository (outside .git and .venv) whose name starts with :data:`PREFIX`.
+
+    Not a diff of ``git status``: people edit the working tree while the suite runs, and
+    a stray write from a case is recognisable by its name alone (``.safetensors`` files
+    and ``runs/`` are git-ignored, so ``git status`` would not list them either).
+    """
     found = set()
     for folder, dirs, files in os.walk(REPO):
         dirs[:] = [d for d in dirs if d not in (".git", ".venv", "node_modules")]
