@@ -178,10 +178,10 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import FromParams, Params
 
 
-class $cls(nn.Module):
+class $cls(FromParams, nn.Module):
     """Divide each vector by its root mean square, then scale per channel: ``x / sqrt(mean(x^2) + eps) * weight``."""
 
     class Params(Params):
@@ -191,10 +191,6 @@ class $cls(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
-
-    @classmethod
-    def from_params(cls, params: Params, *, dim: int) -> "$cls":
-        return cls(dim=dim, eps=params.eps)
 
     def forward(self, x: Tensor) -> Tensor:
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight

@@ -78,7 +78,7 @@ def test_cli_writes_the_package_and_says_what_to_do_next(tmp_path, capsys):
     assert pyproject["project"]["entry-points"]["specformer"] == {"fancy_norm": "specformer_fancy_norm.plugin"}
     for path in root.rglob("*.py"):
         compile(path.read_text(), str(path), "exec")  # every generated module is valid Python
-    assert "class FancyNorm(nn.Module)" in (root / "src/specformer_fancy_norm/norm.py").read_text()
+    assert "class FancyNorm(FromParams, nn.Module)" in (root / "src/specformer_fancy_norm/norm.py").read_text()
 
 
 def test_the_written_package_installs_and_passes_its_own_tests(tmp_path):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
-from specformer.params import Params
+from specformer.params import FromParams, Params
 from torch import Tensor, nn
 
 
-class DyT(nn.Module):
+class DyT(FromParams, nn.Module):
     """Squash each channel with a learned-steepness tanh, then scale and shift: ``weight * tanh(alpha * x) + bias``.
 
     No statistics are computed over the channels: ``alpha`` is one learned scalar,
@@ -28,11 +28,6 @@ class DyT(nn.Module):
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
-
-    @classmethod
-    def from_params(cls, params: Params, *, dim: int) -> "DyT":
-        # Components of kind "norm" receive one size from the builder: the width they normalise.
-        return cls(dim=dim, alpha_init=params.alpha_init, bias=params.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         y = torch.tanh(self.alpha * x) * self.weight
