@@ -48,6 +48,7 @@ COPIED = ("tests", "specs", "examples", "benchmarks")  # what the tests read bes
 MODULES: dict[str, list[str]] = {
     "plugins/specformer_train/schedule.py": [
         "tests/plugins/train/test_schedule.py",
+        "tests/plugins/train/test_schedule_groups.py",
         "tests/plugins/train/test_schedule_mutants.py",
     ],
     # generate()'s own tests reach StopCondition too, but each takes seconds per mutant.
@@ -55,7 +56,6 @@ MODULES: dict[str, list[str]] = {
     "core/specformer/checkpoint.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
-        "tests/core/test_checkpoint_mutants.py",
     ],
     "core/specformer/context.py": [
         "tests/core/test_decoder.py",
@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)} (edit MODULES to add one)")
+    missing = [f"{m}: {t}" for m in modules for t in MODULES[m] if not (REPO / t).exists()]
+    if missing:
+        parser.error(f"test file(s) named in MODULES do not exist: {'; '.join(missing)}")
     if args.max_mutants is not None and args.max_mutants < 1:
         parser.error(f"--max-mutants must be at least 1, got {args.max_mutants}")
     try:
@@ -264,7 +267,7 @@ def run_module(module: str, *, max_mutants: int | None, budget: float, jobs: int
 
 def stage_module(module: str, code_from: str | None) -> Path:
     """A fresh copy of the project with every package under ``src/`` and mutmut configured for ``module``."""
-    stage = STAGE_ROOT / Path(module).stem
+    stage = STAGE_ROOT / ".".join(src_path(module).with_suffix("").parts[1:])  # specformer_hf.config
     if "mutation" not in stage.parts or not str(stage).startswith(str(STAGE_ROOT)):
         raise RuntimeError(f"refusing to clear {stage}")  # never remove anything outside build/mutation
     shutil.rmtree(stage, ignore_errors=True)
@@ -296,9 +299,6 @@ def stage_module(module: str, code_from: str | None) -> Path:
     pyproject = (REPO / "pyproject.toml").read_text()
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
     (stage / "pyproject.toml").write_text(pyproject + "\n".join(lines) + "\n")
-    missing = [t for t in MODULES[module] if not (REPO / t).exists()]
-    if missing:
-        raise SystemExit(f"{module}: test file(s) in MODULES do not exist: {', '.join(missing)}")
     return stage
 
 
