@@ -123,17 +123,20 @@ def argvs(draw: Any) -> list[str]:
     from_base = draw(st.sampled_from([True, True, False]))
     if from_base:
         argv += BASE[path]
-    for action in ACTIONS[path]:
-        if not action.option_strings:  # positional: usually once, sometimes missing or twice
-            if not from_base:
-                count = draw(st.sampled_from([1] * 8 + [0, 2]))
-                words += [[draw(value_for(action))] for _ in range(count)]
-        elif draw(st.integers(0, 3)) == 3:
-            flag = draw(st.sampled_from(action.option_strings))
-            if action.nargs == 0 or (action.nargs == "?" and draw(st.booleans())):
-                words.append([flag])
-            else:
-                words.append([flag, draw(value_for(action))])
+    positionals = [a for a in ACTIONS[path] if not a.option_strings]
+    optionals = [a for a in ACTIONS[path] if a.option_strings]
+    for action in positionals if not from_base else []:  # usually once, sometimes missing or twice
+        count = draw(st.sampled_from([1] * 8 + [0, 2]))
+        words += [[draw(value_for(action))] for _ in range(count)]
+    # A few options at a time (most cases then reach the command's work, not just its first refusal).
+    chosen = draw(st.lists(st.sampled_from(range(len(optionals))), max_size=min(3, len(optionals)), unique=True)) \
+        if optionals else []
+    for action in (optionals[i] for i in chosen):
+        flag = draw(st.sampled_from(action.option_strings))
+        if action.nargs == 0 or (action.nargs == "?" and draw(st.booleans())):
+            words.append([flag])
+        else:
+            words.append([flag, draw(value_for(action))])
     if draw(st.integers(0, 9)) == 9:
         words.append([draw(st.sampled_from(["--nope", "-x", "--", "--help", "extra", "-", "--json=1", "--force=yes"]))])
     if from_base:  # options after the positionals, as people write them
