@@ -18,7 +18,7 @@ from specformer.checkpoint_check import check_checkpoint
 from specformer.checkpoint_file import FORMAT, read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
 from specformer.memory import check_memory
-from specformer.plugins import get_registry
+from specformer.plugins import get_plugin_manager, get_registry
 from specformer.provenance import header_entry
 from specformer.version import __version__
 
@@ -53,6 +53,10 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any 
     checked = check_checkpoint(path, registry=registry)
     # The model is built in float32, then the file's tensors are read beside it.
     check_memory(checked.shape.total_bytes() + checked.tensor_bytes, what=f"loading {path}", device="cpu")
+    # A plugin that declared this checkpoint's layout (quantized weights) loads it itself.
+    declared = get_plugin_manager().hook.specformer_load_checkpoint(checked=checked, device=device)
+    if declared is not None:
+        return declared
     # Allocated once, uninitialised: every stored tensor is about to be copied in.
     model = build_checked(checked.checked, init=False)
     tensors = read_tensors(path)

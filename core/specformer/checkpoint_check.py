@@ -23,7 +23,7 @@ from specformer.checkpoint_file import read_metadata
 from specformer.datafile import check_shape
 from specformer.errors import CheckpointError, InputError, SpecError, excerpt
 from specformer.layer_groups import overrides_of_layer
-from specformer.plugins import get_registry
+from specformer.plugins import get_plugin_manager, get_registry
 from specformer.provenance import check_installed
 from specformer.sizes import CheckedSpec, SizeEstimate, check_spec
 from specformer.spec_shapes import Spec
@@ -63,7 +63,13 @@ class CheckedCheckpoint:
     path: Path
     metadata: dict[str, str]
     checked: CheckedSpec  # the stored spec, validated, resolved and sized: what load builds from
-    tensors: dict[str, TensorInfo]
+    tensors: dict[str, TensorInfo]  # the float layout the spec is checked against
+    stored: dict[str, TensorInfo] | None = None  # what the file holds, when a plugin declared another layout
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the tensors as stored (smaller than ``tensor_bytes`` for a quantized checkpoint)."""
+        return sum(t.nbytes for t in (self.stored if self.stored is not None else self.tensors).values())
 
     @property
     def spec(self) -> Spec:
@@ -95,9 +101,14 @@ def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[s
     except SpecError as exc:
         raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
     assert checked.shape is not None
-    tensors = tensor_infos(path)
+    tensors = stored = tensor_infos(path)
+    # A plugin may declare a stored layout (quantized weights) and say which float layout it stands for.
+    declared = get_plugin_manager().hook.specformer_checkpoint_layout(metadata=metadata, tensors=stored, where=str(path))
+    if declared is not None:
+        tensors = declared
     compare_layout(tensors, checked.resolved, checked.shape, where=str(path))
-    return CheckedCheckpoint(path=path, metadata=metadata, checked=checked, tensors=tensors)
+    return CheckedCheckpoint(path=path, metadata=metadata, checked=checked, tensors=tensors,
+                             stored=stored if declared is not None else None)
 
 
 def spec_data(path: str | Path, metadata: dict[str, str]) -> dict[str, Any]:

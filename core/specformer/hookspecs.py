@@ -121,3 +121,24 @@ def specformer_on_train_end(step: int, metrics: "dict[str, float]", out_dir: str
 @hookspec
 def specformer_on_generate_end(tokens: int, seconds: float) -> None:
     """After a ``generate`` call: the number of new tokens and the wall time it took."""
+
+
+@hookspec(firstresult=True)
+def specformer_checkpoint_layout(metadata: "dict[str, str]", tensors: "dict[str, Any]", where: str) -> "Any":
+    """A plugin's stored layout (a quantized checkpoint): return the float layout it stands for, else None.
+
+    ``tensors`` maps stored names to :class:`~specformer.checkpoint_check.TensorInfo`. A
+    plugin that recognises ``metadata`` (its own header entry) returns the name -> TensorInfo
+    the model's float ``state_dict`` would have, so the spec is checked against it; a stored
+    layout it cannot account for raises :class:`~specformer.errors.CheckpointError`. The
+    first non-None answer wins.
+    """
+
+
+@hookspec(firstresult=True)
+def specformer_load_checkpoint(checked: "Any", device: "Any") -> "Any":
+    """Load a checkpoint whose layout a plugin declared (see ``specformer_checkpoint_layout``); else None.
+
+    ``checked`` is the :class:`~specformer.checkpoint_check.CheckedCheckpoint`; return the
+    model on ``device``. The first non-None answer wins; None everywhere is the plain load.
+    """

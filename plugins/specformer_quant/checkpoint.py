@@ -1,0 +1,92 @@
+"""Quantized checkpoints: one safetensors file, the recipe in its header, read back by ``specformer.load``.
+
+The file holds the quantized module's buffers (``blocks.0.ffn.down.qweight.q`` and
+``.scale`` for an int8 matrix) beside the float tensors left as they were, and the
+header entry ``quantization`` lists the scheme and which layers it replaced. Core asks
+this plugin, through two hooks, which float layout the stored tensors stand for (so the
+spec is checked against its weights as for any checkpoint) and to load the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specformer.builder import build_checked
+from specformer.checkpoint_check import TensorInfo
+from specformer.checkpoint_file import read_tensors
+from specformer.errors import CheckpointError, SpecError, excerpt
+from specformer_quant.apply import RECIPE_KEY, rebuild, scheme_from
+
+
+def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
+    """The header's recipe (None when the checkpoint is not quantized); CheckpointError when it is unusable."""
+    text = metadata.get(RECIPE_KEY)
+    if text is None:
+        return None
+    try:
+        recipe = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise CheckpointError(f"{where}: the quantization recipe in the header is not valid JSON") from None
+    if not isinstance(recipe, dict) or not all(isinstance(recipe.get(k, []), list) for k in ("linears", "stacks")):
+        raise CheckpointError(f"{where}: the quantization recipe must be a mapping with 'scheme', 'linears' and "
+                              f"'stacks', got {excerpt(recipe)}")
+    try:
+        scheme_from(recipe.get("scheme"), path="quantization.scheme")
+    except SpecError as exc:
+        raise CheckpointError(f"{where}: the quantization recipe names a scheme this installation cannot read:\n"
+                              f"{exc}") from None
+    return recipe
+
+
+def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where: str) -> dict[str, TensorInfo] | None:
+    """The float layout a quantized checkpoint's tensors stand for; every stored shape checked against the scheme."""
+    recipe = read_recipe(metadata, where)
+    if recipe is None:
+        return None
+    scheme = scheme_from(recipe["scheme"])
+    layout = dict(tensors)
+    entries = [(f"{n}.qweight", f"{n}.weight") for n in recipe.get("linears", [])]
+    entries += [(n, n) for n in recipe.get("stacks", [])]
+    for prefix, logical in entries:
+        primary = tensors.get(f"{prefix}.{scheme.primary}")
+        if primary is None:
+            raise CheckpointError(f"{where}: the quantization recipe lists {logical}, but the file has no "
+                                  f"{prefix}.{scheme.primary}")
+        shape = scheme.shape_from_stored(primary.shape)
+        try:
+            with torch.device("meta"):  # shapes only
+                expected = {name: tuple(b.shape) for name, b in scheme.empty(shape).named_buffers()}
+        except ValueError as exc:
+            raise CheckpointError(f"{where}: {logical}: {exc}") from None
+        for name, dims in expected.items():
+            stored = layout.pop(f"{prefix}.{name}", None)
+            if stored is None:
+                raise CheckpointError(f"{where}: {logical} is quantized ({scheme.name}) but {prefix}.{name} is missing")
+            if stored.shape != dims:
+                raise CheckpointError(f"{where}: {prefix}.{name} has shape {stored.shape}, but a {scheme.name} weight "
+                                      f"of shape {shape} stores it as {dims} (mismatched quantization shapes)")
+        layout[logical] = TensorInfo(dtype="F32", shape=shape)
+    return layout
+
+
+def load_quantized(checked: Any, device: Any) -> Any:
+    """The model of a quantized checkpoint (already checked), on ``device``; None for any other checkpoint."""
+    where = str(checked.path)
+    recipe = read_recipe(checked.metadata, where)
+    if recipe is None:
+        return None
+    model = build_checked(checked.checked, init=False)
+    try:
+        rebuild(model, recipe)
+    except (ValueError, SpecError) as exc:
+        raise CheckpointError(f"{where}: the quantization recipe does not fit the model: {exc}") from None
+    tensors = read_tensors(Path(checked.path))
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{where}: the quantized tensors do not fit the model ({excerpt(str(exc), 300)})") from None
+    return model.to(device)

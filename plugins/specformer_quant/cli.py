@@ -1,0 +1,57 @@
+"""``specformer quantize CKPT --method int8 -o OUT.safetensors``: a quantized copy of a checkpoint.
+
+The output is one safetensors file like any checkpoint (spec, tokenizer and plugin
+sources in the header) plus the recipe; ``specformer.load``, ``generate``, ``eval`` and
+``summary`` read it. Every check runs before anything is written, and the file is
+written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import specformer
+from specformer.checkpoint import read_metadata
+from specformer.errors import SpecError, UserError
+from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
+from specformer_quant.apply import RECIPE_KEY, quantize, recipe_json, scheme_from, weight_bytes
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a float .safetensors checkpoint written by specformer")
+    parser.add_argument("--method", required=True, metavar="SCHEME",
+                        help="a registered quantization scheme: int8, int4, bf16 (see `specformer components`)")
+    parser.add_argument("--group-size", type=int, default=None, help="int4 only: 32 (default), 64 or 128")
+    parser.add_argument("--quantize-lm-head", action="store_true",
+                        help="quantize the LM head too (default: kept in float; embeddings always are)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write it")
+
+
+def method_ref(method: str, group_size: int | None) -> dict:
+    ref: dict = {"kind": method}
+    if group_size is not None:
+        ref["group_size"] = group_size
+    try:
+        scheme_from(ref, path="--method")
+    except SpecError as exc:
+        raise UserError(f"--method {method}" + (f" --group-size {group_size}" if group_size is not None else "")
+                        + f": {exc}") from None
+    return ref
+
+
+def run(args: argparse.Namespace) -> int:
+    ref = method_ref(args.method, args.group_size)
+    metadata = read_metadata(args.checkpoint)
+    if RECIPE_KEY in metadata:
+        raise UserError(f"{args.checkpoint} is already quantized; quantize the float checkpoint it came from")
+    model = specformer.load(args.checkpoint).eval()
+    before = weight_bytes(model)
+    recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head)
+    kept = {TOKENIZER_KEY: metadata[TOKENIZER_KEY]} if TOKENIZER_KEY in metadata else {}
+    specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
+    after = weight_bytes(model)
+    print(f"wrote {args.output}: {args.method}, {len(recipe['linears'])} linear layers and "
+          f"{len(recipe['stacks'])} expert stacks quantized; weights {before / 2**20:.1f} MiB -> "
+          f"{after / 2**20:.1f} MiB", file=sys.stderr)
+    return 0

@@ -1,0 +1,95 @@
+"""``int8``: symmetric per-output-channel int8 weights.
+
+On CPU a matrix (``nn.Linear``) runs PyTorch's fbgemm ``quantized::linear_dynamic``
+kernel, which quantizes the activations per call and multiplies in int8 (measured on
+this project's CPU, about 5x faster than the float32 matmul at batch 1; see
+docs/quantization.md); elsewhere, and for MoE expert stacks, the weight is dequantized
+for the matmul.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor
+
+from specformer_quant.weights import QuantizedWeight, check_stored
+
+
+class Int8Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dynamic_activations: bool = True  # the fbgemm int8 x int8 kernel on CPU (else weight-only)
+
+
+class Int8Weight(QuantizedWeight):
+    def __init__(self, *, q: Tensor, scale: Tensor, dynamic_activations: bool = True) -> None:
+        super().__init__()
+        self.shape = tuple(q.shape)
+        self.register_buffer("q", q)  # (..., N, K) int8
+        self.register_buffer("scale", scale)  # (..., N) float32
+        check_stored("weight", {"q": q, "scale": scale}, {"scale": self.shape[:-1]})
+        self.dynamic_activations = dynamic_activations
+        self._packed: Any = None
+
+    @classmethod
+    def from_float(cls, w: Tensor, *, dynamic_activations: bool = True) -> "Int8Weight":
+        w = w.detach().float()
+        scale = (w.abs().amax(dim=-1) / 127).clamp(min=1e-12)  # (..., N)
+        q = (w / scale[..., None]).round().clamp(-127, 127).to(torch.int8)
+        return cls(q=q, scale=scale, dynamic_activations=dynamic_activations)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        return (self.q.float() * self.scale[..., None]).to(dtype)
+
+    def matmul(self, x: Tensor) -> Tensor:
+        if self.dynamic_activations and x.device.type == "cpu" and x.dtype == torch.float32 and len(self.shape) == 2:
+            if self._packed is None:
+                self._packed = _prepack(self.q, self.scale)
+            # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
+            return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+        return super().matmul(x)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        self._packed = None  # moved or cast: pack again from the buffers
+        return super()._apply(fn, recurse)
+
+
+def _prepack(q: Tensor, scale: Tensor) -> Any:
+    with warnings.catch_warnings():  # torch.ao's quantized tensors warn of deprecation; the kernel is what we use
+        warnings.simplefilter("ignore")
+        zeros = torch.zeros(q.shape[0], dtype=torch.long)
+        weight = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
+        return torch.ops.quantized.linear_prepack(weight, None)
+
+
+class Int8:
+    """The ``int8`` scheme (a ``quantization`` component)."""
+
+    name = "int8"
+    Params = Int8Params
+
+    #: The stored buffer whose shape gives the weight's shape (see :meth:`shape_from_stored`).
+    primary = "q"
+
+    def __init__(self, params: Int8Params) -> None:
+        self.params = params
+
+    @staticmethod
+    def shape_from_stored(shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The float weight's shape from the stored ``q`` buffer's."""
+        return tuple(shape)
+
+    @classmethod
+    def from_params(cls, params: Int8Params) -> "Int8":
+        return cls(params)
+
+    def quantize(self, w: Tensor) -> Int8Weight:
+        return Int8Weight.from_float(w, dynamic_activations=self.params.dynamic_activations)
+
+    def empty(self, shape: tuple[int, ...]) -> Int8Weight:
+        """A weight of this shape to load stored buffers into."""
+        return Int8Weight(q=torch.zeros(shape, dtype=torch.int8), scale=torch.ones(shape[:-1]),
+                          dynamic_activations=self.params.dynamic_activations)

@@ -1,0 +1,48 @@
+"""Hook implementations of the quantization plugin: the ``quantization`` kind and its schemes, quantized
+checkpoints, and the ``specformer quantize`` command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+from specformer.registry import PluginRegistry
+
+
+@hookimpl
+def specformer_add_kinds(registry: PluginRegistry) -> None:
+    registry.add_kind("quantization", doc="How weights are stored and multiplied at lower precision (int8, int4, bf16).")
+
+
+@hookimpl
+def specformer_register_components(registry: PluginRegistry) -> None:
+    from specformer_quant.bf16 import Bf16
+    from specformer_quant.int4 import Int4
+    from specformer_quant.int8 import Int8
+
+    for cls, paper in ((Int8, "Dettmers et al. 2022, LLM.int8()"), (Int4, "Frantar et al. 2022, GPTQ (group-wise)"),
+                       (Bf16, None)):
+        registry.register("quantization", cls.name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__,
+                          paper=paper)
+
+
+@hookimpl
+def specformer_checkpoint_layout(metadata: dict[str, str], tensors: dict[str, Any], where: str) -> Any:
+    from specformer_quant.checkpoint import float_layout
+
+    return float_layout(metadata, tensors, where)
+
+
+@hookimpl
+def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
+    from specformer_quant.checkpoint import load_quantized
+
+    return load_quantized(checked, device)
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_quant.cli import configure, run
+
+    commands.add("quantize", help="Write a checkpoint with int8, int4 or bf16 weights (the recipe in its header).",
+                 configure=configure, run=run)

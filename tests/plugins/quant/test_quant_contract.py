@@ -1,0 +1,112 @@
+"""Every registered attention and FFN (MoE included) component, quantized: logits stay near float32.
+
+Tolerances (relative to the largest float32 logit, model with init_std 0.02):
+int8 4% (7-bit dynamic activations on CPU), int4 (group 32) 20%, bf16 1%. The int4 bound is loose because a random model's
+weights have no structure for 4 bits to keep; the perplexity test measures int4 on a
+trained model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specformer
+from specformer.errors import SpecError
+from specformer.plugins import get_registry
+from specformer_quant import quantize, weight_bytes
+from specformer_quant.weights import QuantizedLinear, QuantizedWeight
+
+TOLERANCE = {"int8": 0.04, "int4": 0.2, "bf16": 0.01}
+
+
+def spec(**block) -> dict:
+    return {"model": {
+        "vocab_size": 97, "d_model": 64, "n_layers": 2, "context_length": 32, "tie_embeddings": False,
+        "positional": {"kind": "rope"},
+        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
+                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+                  "ffn": {"kind": "swiglu", "hidden": 128}, **block},
+    }}
+
+
+def build_or_skip(data: dict):
+    try:
+        return specformer.build(data, seed=0).eval()
+    except SpecError as exc:
+        pytest.skip(f"needs params beyond the defaults: {exc}")
+
+
+def cases() -> list:
+    registry = get_registry()
+    out = [("attention", name) for name in registry.names("attention")]
+    out += [("ffn", name) for name in registry.names("ffn")]
+    return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kind, name", cases())
+def test_quantized_logits_stay_close_for_every_component(kind: str, name: str) -> None:
+    data = spec()
+    data["model"]["block"][kind] = {**data["model"]["block"][kind], "kind": name}  # the defaults' sizes kept
+    ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(0))
+    reference = build_or_skip(data)
+    with torch.no_grad():
+        expected = reference(ids)
+    scale = float(expected.abs().max())
+    for scheme, tolerance in TOLERANCE.items():
+        model = build_or_skip(data)
+        recipe = quantize(model, scheme)
+        floats = [n for n, p in model.named_parameters() if p.dim() >= 2 and "embedding" not in n
+                  and n != "lm_head.weight" and "router" not in n and "shared_gate" not in n]
+        assert floats == [], f"{scheme}: weights left in float: {floats}"  # every matrix and expert stack
+        assert recipe["linears"] or recipe["stacks"]
+        with torch.no_grad():
+            got = model(ids)
+        error = float((got - expected).abs().max()) / scale
+        assert error < tolerance, f"{name} {scheme}: relative logit error {error:.4f} >= {tolerance}"
+        assert error > 0  # something was actually quantized
+
+
+def test_moe_experts_are_quantized_and_shrink() -> None:
+    model = build_or_skip(spec(ffn={"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 64}))
+    before = weight_bytes(model)
+    recipe = quantize(model, "int8")
+    assert any(s.endswith("experts_in") for s in recipe["stacks"]) and any(s.endswith("experts_out") for s in recipe["stacks"])
+    assert isinstance(model.blocks[0].ffn.experts_in, QuantizedWeight)
+    assert weight_bytes(model) < 0.55 * before  # embeddings and head stay float32
+    assert isinstance(model.blocks[0].attention.qkv, QuantizedLinear)
+
+
+def test_int4_dequantizes_to_the_formula() -> None:
+    """Group-wise asymmetric 4-bit, written out independently: q = round((w - min) / s), s = (max - min) / 15."""
+    from specformer_quant.int4 import Int4Weight
+
+    w = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
+    q = Int4Weight.from_float(w, group_size=32)
+    g = w.view(8, 2, 32)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    s = (hi - lo) / 15
+    expected = (((g - lo) / s).round() * s + lo).view(8, 64)
+    torch.testing.assert_close(q.dequantize(), expected, atol=1e-6, rtol=0)
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(q.matmul(x), x @ expected.T, atol=0.05, rtol=0.02)  # bf16 kernel activations
+
+
+def test_int8_per_channel_formula_and_kernel() -> None:
+    from specformer_quant.int8 import Int8Weight
+
+    w = torch.randn(16, 32, generator=torch.Generator().manual_seed(2))
+    q = Int8Weight.from_float(w)
+    s = w.abs().amax(1, keepdim=True) / 127
+    torch.testing.assert_close(q.dequantize(), (w / s).round() * s, atol=1e-6, rtol=0)
+    x = torch.randn(4, 32)
+    exact = x @ q.dequantize().T
+    assert float((q.matmul(x) - exact).abs().max()) < 0.03 * float(exact.abs().max())  # 7-bit dynamic activations
