@@ -362,6 +362,8 @@ INPUTS = {
     "runs/tiny/model.safetensors": lambda p: _checkpoint(REPO / "specs" / "tiny.yaml", p),  # what `make demo` leaves
     "alibi.safetensors": lambda p: _checkpoint(ALIBI_SPEC, p),
     "model.safetensors": lambda p: _checkpoint(LONG_CONTEXT_SPEC, p),
+    "run/small.safetensors": lambda p: _checkpoint(LONG_CONTEXT_SPEC, p),  # a smaller draft model, same bytes
+    "code.py": lambda p: p.write_text("def add(a, b):\n    return a + b\n"),
     "books/*.txt": lambda p: _corpus(p.parent, ".txt"),
     "Llama-3.2-1B": _hf_folder,
     "tiny-llama": _hf_folder,
