@@ -192,8 +192,20 @@ def _run_summary(args: argparse.Namespace) -> int:
 
     spec = _spec_from_file_or_checkpoint(args.spec)
     s = summarize(spec)
-    print(json.dumps(s.to_dict(), indent=2) if args.json else format_summary(s, title=args.spec))
+    stored = _stored_weight_bytes(args.spec)
+    if args.json:
+        print(json.dumps({**s.to_dict(), **({"weight_bytes": stored} if stored is not None else {})}, indent=2))
+    else:
+        print(format_summary(s, title=args.spec))
+        if stored is not None:  # a checkpoint: what its weights take as stored (quantized ones included)
+            print(f"weights in the file: {stored:,} bytes")
     return 0
+
+
+def _stored_weight_bytes(path: str) -> int | None:
+    from specformer.checkpoint_check import check_checkpoint
+
+    return check_checkpoint(path).stored_bytes if path.endswith(".safetensors") else None
 
 
 def _spec_from_file_or_checkpoint(path: str) -> Any:

@@ -46,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=None, metavar="CKPT|ngram",
                         help="speculative decoding: a smaller checkpoint with the same tokenizer drafts tokens, or "
                              "ngram (prompt lookup) copies them from earlier text; the output is unchanged")
+    parser.add_argument("--quantize", default=None, metavar="SCHEME",
+                        help="quantize the weights on load, writing nothing: int8, int4 (group 32) or bf16 "
+                             "(needs the specformer_quant plugin; `specformer quantize` writes a quantized file)")
     parser.add_argument("--draft-tokens", type=int, default=4, metavar="K",
                         help="tokens drafted per round of speculative decoding (default 4)")
     _common_options(parser)
@@ -56,7 +59,7 @@ def configure_chat(parser: argparse.ArgumentParser) -> None:
     _prompt_options(parser, opening=True)
     _common_options(parser)
     parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None, draft=None,
-                        draft_tokens=4)
+                        draft_tokens=4, quantize=None)
 
 
 def _prompt_options(parser: argparse.ArgumentParser, *, opening: bool = False) -> None:
@@ -103,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = tokenizer_from_metadata(read_metadata(args.checkpoint))
     model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
     section = model.spec.section("generate") or GenerateSpec()
+    if args.quantize is not None:
+        _quantize(model, args.quantize)
 
     sampler = parse_sampler_option(args.sampler) if args.sampler is not None else section.build_sampler()
     num_beams = args.num_beams if args.num_beams is not None else section.num_beams
@@ -183,6 +188,20 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device) -> Any:
         raise UserError(f"the draft checkpoint {args.draft} has a vocabulary of {draft.vocab_size} tokens, the model "
                         f"{model.vocab_size}; a draft model must use the same tokenizer and vocabulary")
     return draft
+
+
+def _quantize(model: Any, scheme: str) -> None:
+    """``--quantize``: the model's weights quantized in place by the quantization plugin."""
+    try:
+        from specformer_quant import quantize
+    except ImportError:
+        raise UserError("--quantize needs the specformer_quant plugin, which is not installed") from None
+    if getattr(model, "quantization", None):
+        raise UserError("--quantize: the checkpoint is already quantized; drop --quantize")
+    try:
+        quantize(model, scheme)
+    except SpecError as exc:
+        raise UserError(f"--quantize {scheme}: {exc}") from None
 
 
 def _tokenizer_entry(metadata: dict[str, str]) -> Any:

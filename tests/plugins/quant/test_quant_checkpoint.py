@@ -1,0 +1,142 @@
+"""Quantized checkpoints: `specformer quantize`, reading them back everywhere, `generate --quantize`, and bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import specformer
+from specformer.checkpoint import read_metadata
+from specformer.cli import main
+from specformer.errors import CheckpointError
+from specformer_generate import generate
+from specformer_quant import quantize
+
+MOE = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 64}
+
+
+def moe_spec() -> dict:
+    return {"model": {
+        "vocab_size": 259, "d_model": 64, "n_layers": 2, "context_length": 64, "tie_embeddings": False,
+        "init_std": 0.02, "positional": {"kind": "rope"},
+        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
+                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": MOE},
+    }}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def float_checkpoint(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("quant") / "float.safetensors"
+    specformer.save(specformer.build(moe_spec(), seed=0), path, metadata={"tokenizer": json.dumps({"kind": "byte"})})
+    return path
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = main([*map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("method, extra", [("int8", ()), ("int4", ("--group-size", 64)), ("bf16", ())])
+def test_quantize_writes_one_file_that_load_generate_and_summary_read(capsys, float_checkpoint, tmp_path, method,
+                                                                      extra) -> None:
+    out = tmp_path / f"{method}.safetensors"
+    code, _, err = cli(capsys, "quantize", float_checkpoint, "--method", method, *extra, "-o", out)
+    assert code == 0, err
+    header = read_metadata(out)
+    recipe = json.loads(header["quantization"])
+    assert recipe["scheme"]["kind"] == method and header["tokenizer"] and "spec" in header
+    assert any(s.endswith("experts_in") for s in recipe["stacks"])  # MoE experts are quantized too
+
+    expected = specformer.load(float_checkpoint).eval()
+    quantize(expected, {"kind": method, **({"group_size": 64} if extra else {})})
+    loaded = specformer.load(out).eval()
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), expected(ids))  # the file holds exactly the quantized weights
+
+    code, text, err = cli(capsys, "summary", out)
+    assert code == 0, err
+    stored = int(text.split("weights in the file: ")[1].split(" bytes")[0].replace(",", ""))
+    assert stored == out.stat().st_size - 8 - _header_length(out)
+    float_bytes = float_checkpoint.stat().st_size
+    # The embedding and LM head stay float32 and are a large share of so small a model.
+    assert stored < {"int8": 0.45, "int4": 0.4, "bf16": 0.65}[method] * float_bytes
+
+    code, text, err = cli(capsys, "generate", out, "--prompt", "ab", "--max-new-tokens", 6, "--ignore-eos",
+                          "--threads", 1)
+    assert code == 0, err
+    ids = generate(loaded, [list(b"ab")], max_new_tokens=6)[0]
+    assert text == bytes(ids).decode("utf-8", "replace") + "\n"
+
+
+def _header_length(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[:8], "little")
+
+
+def test_generate_quantize_on_load_matches_the_quantized_file(capsys, float_checkpoint, tmp_path) -> None:
+    out = tmp_path / "int8.safetensors"
+    assert cli(capsys, "quantize", float_checkpoint, "--method", "int8", "-o", out)[0] == 0
+    args = ("--prompt", "hello", "--max-new-tokens", 8, "--ignore-eos", "--threads", 1)
+    code, on_load, err = cli(capsys, "generate", float_checkpoint, "--quantize", "int8", *args)
+    assert code == 0, err
+    assert on_load == cli(capsys, "generate", out, *args)[1]
+
+
+def _forge(source: Path, target: Path, *, recipe=None, tensors=None) -> None:
+    with safe_open(str(source), framework="pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys()}
+        header = dict(f.metadata())
+    if recipe is not None:
+        header["quantization"] = recipe if isinstance(recipe, str) else json.dumps(recipe)
+    stored.update(tensors or {})
+    save_file(stored, str(target), metadata=header)
+
+
+def test_bad_quantized_checkpoints_are_one_clear_error(capsys, float_checkpoint, tmp_path) -> None:
+    good = tmp_path / "int8.safetensors"
+    assert cli(capsys, "quantize", float_checkpoint, "--method", "int8", "-o", good)[0] == 0
+    recipe = json.loads(read_metadata(good)["quantization"])
+    name = recipe["linears"][0]
+    cases = {
+        "unknown scheme": ({**recipe, "scheme": {"kind": "int3"}}, None, "unknown quantization 'int3'"),
+        "not json": ("{int8", None, "not valid JSON"),
+        "scale shape": (None, {f"{name}.qweight.scale": torch.ones(3)}, "mismatched quantization shapes"),
+    }
+    for label, (bad_recipe, tensors, message) in cases.items():
+        path = tmp_path / f"{label}.safetensors"
+        _forge(good, path, recipe=bad_recipe, tensors=tensors)
+        with pytest.raises(CheckpointError, match=message):
+            specformer.load(path)
+        for command in (("generate", path, "--prompt", "a"), ("summary", path)):
+            code, out, err = cli(capsys, *command)
+            assert code == 2 and message in err and "Traceback" not in err, (label, command, err)
+
+
+def test_bad_methods_write_nothing(capsys, float_checkpoint, tmp_path) -> None:
+    out = tmp_path / "never.safetensors"
+    for args, message in ((("--method", "int3"), "unknown quantization 'int3'"),
+                          (("--method", "int4", "--group-size", 48), "group_size"),
+                          (("--method", "int8", "--group-size", 32), "group_size")):
+        code, _, err = cli(capsys, "quantize", float_checkpoint, *args, "-o", out)
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert not out.exists()
+    quantized = tmp_path / "q.safetensors"
+    assert cli(capsys, "quantize", float_checkpoint, "--method", "bf16", "-o", quantized)[0] == 0
+    code, _, err = cli(capsys, "quantize", quantized, "--method", "int8", "-o", out)
+    assert code == 2 and "already quantized" in err and not out.exists()
+    code, _, err = cli(capsys, "generate", float_checkpoint, "--quantize", "int5", "--prompt", "a")
+    assert code == 2 and "unknown quantization 'int5'" in err
