@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specformer_train.config import TrainConfig
-from specformer_train.schedule import learning_rate, schedule_from_config
+from specformer_train.schedule import group_learning_rates, learning_rate, schedule_from_config
 
 LR, MIN = 1.0, 0.1
 
@@ -50,3 +50,17 @@ def test_warmup_cosine_halfway_is_the_mean_of_lr_and_min_lr() -> None:
 def test_an_unknown_schedule_is_named_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown schedule 'cosine'.*warmup_cosine, linear, constant, wsd"):
         learning_rate(50, schedule="cosine", lr=LR, min_lr=MIN, warmup_steps=0, steps=100)
+
+
+def test_schedule_from_config_passes_the_decay_shape() -> None:
+    config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5,
+                         decay_shape="cosine")
+    # Halfway through the decay (step 75 of 50..100) the cosine shape is at the mean of lr and min_lr.
+    assert schedule_from_config(config)(75) == pytest.approx(MIN + (LR - MIN) * 0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+def test_group_rates_use_the_runs_decay_fraction() -> None:
+    config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
+    groups = [{"peak_lr": 2.0, "min_lr": 0.0}, {"peak_lr": LR, "min_lr": MIN}]
+    # Step 75: halfway through a decay that starts at step 50 (not at 80, the default fraction's start).
+    assert group_learning_rates(75, config, groups) == pytest.approx([1.0, LR + (MIN - LR) * 0.5])
