@@ -13,11 +13,20 @@ step, so tokens/s <= bandwidth / bytes per step). Runs alternate (ours, theirs, 
     python benchmarks/bench_generate.py --compile             # also torch.compile'd decode step
     python benchmarks/bench_generate.py --d-model 1024 --layers 16 --batches 1 8 32 --repeats 3
     python benchmarks/bench_generate.py --device cuda --dtype bfloat16
+    python benchmarks/bench_generate.py --no-fast    # only specformer fp32 against transformers
+
+Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8,
+int4 group 32, bf16; LM head included, embeddings kept) and speculative decoding with
+prompt lookup and with a draft model about a tenth of the target's size, with the
+tokens each verifying forward yields (acceptance). The weights are random, so a draft
+model agrees with the target only by chance; the prompt-lookup row uses a prompt that
+repeats itself, the case it is for.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from typing import Any, Callable
@@ -132,6 +141,41 @@ def cpu_read_bandwidth_gbs() -> float:
     return data.numel() * 4 / best / 1e9
 
 
+def weight_bytes(model: Any) -> int:
+    """Bytes of every parameter and buffer (quantized weights at their stored size)."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def fast_variants(ours: Any, shape: dict, *, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """Quantized copies of ``ours`` and a draft model about a tenth of its size (same vocabulary)."""
+    from specformer_quant import quantize
+
+    quantized = {}
+    for name, scheme in (("int8", "int8"), ("int4", {"kind": "int4", "group_size": 32}), ("bf16", "bf16")):
+        model = copy.deepcopy(ours)
+        quantize(model, scheme, quantize_lm_head=True)
+        quantized[name] = model
+    d = max(64, shape["d"] // 4)
+    small = dict(shape, d=d, layers=max(1, shape["layers"] // 4), heads=max(1, d // 64), kv_heads=max(1, d // 128),
+                 hidden=-(-int(8 * d / 3) // 64) * 64)
+    draft = specformer.build(llama_spec(**small), seed=1, device=device, dtype=dtype).eval()
+    ratio = sum(p.numel() for p in draft.parameters()) / sum(p.numel() for p in ours.parameters())
+    print(f"draft model: Llama d={d} layers={small['layers']}, {ratio:.0%} of the target's parameters")
+    return {"quantized": quantized, "draft": draft}
+
+
+def tokens_per_forward(model: Any, ids: torch.Tensor, n: int, draft: Any, k: int) -> float:
+    """New tokens per forward of ``model`` (prefill excluded) in one speculative run."""
+    calls = [0]
+    handle = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        generate(model, ids, max_new_tokens=n, draft=draft, draft_tokens=k)
+    finally:
+        handle.remove()
+    return (n - 1) / max(calls[0] - 1, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--d-model", type=int, default=512)
@@ -153,6 +197,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--bandwidth-gbs", type=float, default=None, help="the card's peak bandwidth, if not detected")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--no-fast", action="store_true", help="skip the quantized and speculative rows")
+    parser.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per speculative round")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -170,15 +216,18 @@ def main() -> None:
           f"hidden={args.hidden} vocab={args.vocab}: {n_params / 1e6:.1f}M params")
     print(f"greedy, prompt {PROMPT_LENGTH} tokens, {args.new_tokens} new tokens, best of {args.repeats} interleaved runs\n")
 
+    variants = {} if args.no_fast else fast_variants(ours, shape, device=device, dtype=dtype)
     cpu_bandwidth = cpu_read_bandwidth_gbs() if device.type == "cpu" else 0.0
     g = torch.Generator().manual_seed(0)
     header = (f"{'batch':>5}  {'who':<26} {'tokens/s':>10} {'(median)':>10}  {'ratio':>6} {'(median)':>9}  "
-              f"{'same tokens':>11}")
+              f"{'same tokens':>11}  {'read per step':>15} {'achieved':>9}")
     print(header)
     print("-" * len(header))
     memory_rows = []
     for batch in args.batches:
         ids = torch.randint(0, args.vocab, (batch, PROMPT_LENGTH), generator=g).to(device)
+        # The model's own plain greedy output, fed back, repeats: prompt lookup's case.
+        repetitive = torch.cat((ids, ids), dim=1)
         n = args.new_tokens
         runners: dict[str, Callable[[int], Any]] = {
             "specformer": lambda k: generate(ours, ids, max_new_tokens=k),
@@ -187,19 +236,40 @@ def main() -> None:
         }
         if args.compile:
             runners["specformer compile=True"] = lambda k: generate(ours, ids, max_new_tokens=k, compile=True)
+        for name, model in variants.get("quantized", {}).items():
+            runners[f"specformer {name}"] = lambda k, model=model: generate(model, ids, max_new_tokens=k)
+        if variants:
+            K = args.draft_tokens
+            runners["specformer draft model"] = lambda k: generate(ours, ids, max_new_tokens=k, draft=variants["draft"],
+                                                                   draft_tokens=K)
+            runners["specformer prompt lookup*"] = lambda k: generate(ours, repetitive, max_new_tokens=k, draft="ngram",
+                                                                      draft_tokens=K)
+            runners["specformer plain*"] = lambda k: generate(ours, repetitive, max_new_tokens=k)
         for name, run in runners.items():  # warm-up: allocator, kernels; compilation at the timed length
             run(n if "compile" in name else 8)
         results = best_of({name: (lambda run=run: run(n)) for name, run in runners.items()},
                           repeats=args.repeats, device=device)
         peer_best, peer_median, reference = results["transformers generate()"]
-        for name, (best, median, out) in results.items():
-            same = (out[:, PROMPT_LENGTH:] == reference[:, PROMPT_LENGTH:]).float().mean().item()
-            print(f"{batch:>5}  {name:<26} {batch * n / best:>10.1f} {batch * n / median:>10.1f}  "
-                  f"{peer_best / best:>5.2f}x {peer_median / median:>8.2f}x  {same:>10.1%}")
         cache = StaticKVCache.for_model(ours, batch_size=batch, capacity=PROMPT_LENGTH + n)
+        for name, (best, median, out) in results.items():
+            prompt = out.shape[1] - n
+            if "*" in name:  # another prompt: compared with plain decoding of that prompt
+                same = (out[:, prompt:] == results["specformer plain*"][2][:, prompt:]).float().mean().item()
+            else:
+                same = (out[:, prompt:] == reference[:, PROMPT_LENGTH:]).float().mean().item()
+            model = variants.get("quantized", {}).get(name.replace("specformer ", ""), ours)
+            step_bytes = weight_bytes(model) + cache.nbytes
+            print(f"{batch:>5}  {name:<26} {batch * n / best:>10.1f} {batch * n / median:>10.1f}  "
+                  f"{peer_best / best:>5.2f}x {peer_median / median:>8.2f}x  {same:>10.1%}  "
+                  f"{step_bytes / 1e6:>7.1f} MB/step {step_bytes * n / best / 1e9:>6.1f} GB/s")
+        if variants:
+            for name, prompt_ids, draft in (("draft model", ids, variants["draft"]), ("prompt lookup*", repetitive, "ngram")):
+                print(f"       {name}: {tokens_per_forward(ours, prompt_ids, n, draft, args.draft_tokens):.2f} tokens "
+                      f"per verifying forward of the target (1.00 = every draft rejected, "
+                      f"{args.draft_tokens + 1} = every draft accepted)")
         memory_rows.append((batch, cache.nbytes))
         # Each decode step reads every weight once and the whole static cache buffer.
-        step_bytes = sum(p.numel() * p.element_size() for p in ours.parameters()) + cache.nbytes
+        step_bytes = weight_bytes(ours) + cache.nbytes
         achieved = step_bytes * n / results["specformer"][0] / 1e9
         if device.type == "cuda":
             peak = card_bandwidth_gbs(device, args.bandwidth_gbs)

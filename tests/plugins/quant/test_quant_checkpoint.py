@@ -82,6 +82,12 @@ def test_quantize_writes_one_file_that_load_generate_and_summary_read(capsys, fl
     ids = generate(loaded, [list(b"ab")], max_new_tokens=6)[0]
     assert text == bytes(ids).decode("utf-8", "replace") + "\n"
 
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("To be, or not to be, that is the question. " * 4)
+    code, text, err = cli(capsys, "eval", out, "--data", held_out)
+    assert code == 0, err
+    assert "perplexity" in (text + err).lower()
+
 
 def _header_length(path: Path) -> int:
     return int.from_bytes(path.read_bytes()[:8], "little")
