@@ -55,8 +55,10 @@ def test_an_unknown_schedule_is_named_with_the_known_ones() -> None:
 def test_schedule_from_config_passes_the_decay_shape() -> None:
     config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5,
                          decay_shape="cosine")
-    # Halfway through the decay (step 75 of 50..100) the cosine shape is at the mean of lr and min_lr.
-    assert schedule_from_config(config)(75) == pytest.approx(MIN + (LR - MIN) * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    # A fifth into the decay (step 60 of 50..100); halfway, cosine and linear would agree.
+    cosine = MIN + (LR - MIN) * 0.5 * (1 + math.cos(math.pi * 0.2))
+    assert cosine != pytest.approx(LR + (MIN - LR) * 0.2)
+    assert schedule_from_config(config)(60) == pytest.approx(cosine)
 
 
 def test_group_rates_use_the_runs_decay_fraction() -> None:
