@@ -56,6 +56,9 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
         if primary is None:
             raise CheckpointError(f"{where}: the quantization recipe lists {logical}, but the file has no "
                                   f"{prefix}.{scheme.primary}")
+        if len(primary.shape) < 2:
+            raise CheckpointError(f"{where}: {prefix}.{scheme.primary} has shape {primary.shape}; a quantized weight "
+                                  f"has at least 2 dimensions (mismatched quantization shapes)")
         shape = scheme.shape_from_stored(primary.shape)
         try:
             with torch.device("meta"):  # shapes only
@@ -82,7 +85,7 @@ def load_quantized(checked: Any, device: Any) -> Any:
     model = build_checked(checked.checked, init=False)
     try:
         rebuild(model, recipe)
-    except (ValueError, SpecError) as exc:
+    except (ValueError, SpecError, AttributeError) as exc:  # get_submodule: AttributeError for a missing name
         raise CheckpointError(f"{where}: the quantization recipe does not fit the model: {exc}") from None
     tensors = read_tensors(Path(checked.path))
     try:

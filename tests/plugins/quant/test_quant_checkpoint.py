@@ -121,6 +121,8 @@ def test_bad_quantized_checkpoints_are_one_clear_error(capsys, float_checkpoint,
         "unknown scheme": ({**recipe, "scheme": {"kind": "int3"}}, None, "unknown quantization 'int3'"),
         "not json": ("{int8", None, "not valid JSON"),
         "scale shape": (None, {f"{name}.qweight.scale": torch.ones(3)}, "mismatched quantization shapes"),
+        "scalar codes": (None, {f"{name}.qweight.q": torch.tensor(3, dtype=torch.int8)}, "at least 2 dimensions"),
+        "not a linear": ({**recipe, "linears": [*recipe["linears"], "embedding"]}, None, "embedding.qweight.q"),
     }
     for label, (bad_recipe, tensors, message) in cases.items():
         path = tmp_path / f"{label}.safetensors"
