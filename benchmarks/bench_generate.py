@@ -17,7 +17,8 @@ step, so tokens/s <= bandwidth / bytes per step). Runs alternate (ours, theirs, 
 
 Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8,
 int4 group 32, bf16; LM head included, embeddings kept) and speculative decoding with
-prompt lookup and with a draft model about a tenth of the target's size, with the
+prompt lookup and with a draft model about a tenth of the target's size (int8 twice: the
+default weight-only kernel and fbgemm's dynamic one), with the
 tokens each verifying forward yields (acceptance). The weights are random, so a draft
 model agrees with the target only by chance; the prompt-lookup row uses a prompt that
 repeats itself, the case it is for.
@@ -152,7 +153,8 @@ def fast_variants(ours: Any, shape: dict, *, device: torch.device, dtype: torch.
     from specformer_quant import quantize
 
     quantized = {}
-    for name, scheme in (("int8", "int8"), ("int4", {"kind": "int4", "group_size": 32}), ("bf16", "bf16")):
+    for name, scheme in (("int8", "int8"), ("int8 dynamic", {"kind": "int8", "dynamic_activations": True}),
+                         ("int4", {"kind": "int4", "group_size": 32}), ("bf16", "bf16")):
         model = copy.deepcopy(ours)
         quantize(model, scheme, quantize_lm_head=True)
         quantized[name] = model

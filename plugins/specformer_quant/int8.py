@@ -1,10 +1,17 @@
 """``int8``: symmetric per-output-channel int8 weights.
 
-On CPU a matrix (``nn.Linear``) runs PyTorch's fbgemm ``quantized::linear_dynamic``
-kernel, which quantizes the activations per call and multiplies in int8 (measured on
-this project's CPU, about 5x faster than the float32 matmul at batch 1; see
-docs/quantization.md); elsewhere, and for MoE expert stacks, the weight is dequantized
-for the matmul.
+Two CPU kernels (measured on this project's CPU, docs/quantization.md):
+
+- default: PyTorch's weight-only ``_weight_int8pack_mm`` with bfloat16 activations
+  (about 2.5x faster than the float32 matmul at batch 1). Each row's result depends on
+  that row alone, so batched rows equal rows run alone and speculative decoding's greedy
+  output equals plain greedy decoding.
+- ``dynamic_activations: true``: fbgemm's ``quantized::linear_dynamic``, which quantizes
+  the activations of the whole call to 7 bits with one scale and multiplies in int8
+  (about 5x faster). Faster, but one scale per call makes a row's result depend on the
+  other rows and tokens in the same forward (batch, prompt length, speculative drafts).
+
+Elsewhere (other devices, MoE expert stacks) the weight is dequantized for the matmul.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from specformer_quant.weights import QuantizedWeight, check_stored
 
 class Int8Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    dynamic_activations: bool = True  # the fbgemm int8 x int8 kernel on CPU (else weight-only)
+    # fbgemm's int8 x int8 kernel with per-call activation scales (faster; rows then depend on each other)
+    dynamic_activations: bool = False
 
 
 class Int8Weight(QuantizedWeight):
-    def __init__(self, *, q: Tensor, scale: Tensor, dynamic_activations: bool = True) -> None:
+    def __init__(self, *, q: Tensor, scale: Tensor, dynamic_activations: bool = False) -> None:
         super().__init__()
         self.shape = tuple(q.shape)
         self.register_buffer("q", q)  # (..., N, K) int8
@@ -35,7 +43,7 @@ class Int8Weight(QuantizedWeight):
         self._packed: Any = None
 
     @classmethod
-    def from_float(cls, w: Tensor, *, dynamic_activations: bool = True) -> "Int8Weight":
+    def from_float(cls, w: Tensor, *, dynamic_activations: bool = False) -> "Int8Weight":
         w = w.detach().float()
         scale = (w.abs().amax(dim=-1) / 127).clamp(min=1e-12)  # (..., N)
         q = (w / scale[..., None]).round().clamp(-127, 127).to(torch.int8)
@@ -50,6 +58,12 @@ class Int8Weight(QuantizedWeight):
                 self._packed = _prepack(self.q, self.scale)
             # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
             return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+        if x.device.type == "cpu" and len(self.shape) == 2 and hasattr(torch, "_weight_int8pack_mm"):
+            if self._packed is None:
+                self._packed = self.scale.to(torch.bfloat16)
+            flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K)
+            y = torch._weight_int8pack_mm(flat, self.q, self._packed)  # (M, N)
+            return y.to(x.dtype).view(*x.shape[:-1], self.shape[0])
         return super().matmul(x)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:

@@ -74,9 +74,12 @@ def test_quantized_perplexity_stays_within_bounds(trained) -> None:
         quantized = copy.deepcopy(model)
         quantize(quantized, {"kind": "int4", "group_size": 32} if scheme == "int4" else scheme)
         ppl = perplexity(quantized, held_out)
+        with torch.no_grad():
+            assert not torch.equal(quantized(held_out[:2, :-1]), model(held_out[:2, :-1]))  # it was quantized
         results[scheme] = ppl
         assert abs(ppl / fp32 - 1) < bound, f"{scheme}: perplexity {ppl:.3f} vs fp32 {fp32:.3f}"
-    print(f"held-out perplexity fp32 {fp32:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in results.items()))
+    print(f"held-out perplexity fp32 {fp32:.4f}; " + ", ".join(f"{k} {v:.4f} ({v / fp32 - 1:+.3%})"
+                                                             for k, v in results.items()))
 
     quantized = copy.deepcopy(model)
     quantize(quantized, "int8")
