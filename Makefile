@@ -17,16 +17,18 @@ STAMP := $(VENV)/.specformer-installed
 # - older versions installed the tests' plugins into .venv, where they showed up in every
 #   catalogue; the tests now stage them themselves, so they are removed if present.
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (once): PyTorch's CPU build, then specformer with its train, test and docs extras"
+	@echo "setting up $(VENV) (once): PyTorch's CPU build, then specformer with its train, eval, test and docs extras"
 	@python3 -m venv $(VENV)
 	@$(PIP) install --upgrade pip setuptools
 	@$(PIP) install torch==2.13.0
-	@PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -e '.[train,test,docs]'
+	@PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -e '.[train,eval,test,docs]'
 	@$(PIP) uninstall --yes specformer-toy specformer-tutorial 2>/dev/null || true
 	@touch $(STAMP)
 
+# The demo starts afresh each time: --overwrite replaces the previous demo's runs/tiny (a plain
+# `specformer train` refuses to touch an earlier run's checkpoints).
 demo: $(STAMP)
-	$(VENV)/bin/specformer train specs/tiny.yaml
+	$(VENV)/bin/specformer train specs/tiny.yaml --overwrite
 	@echo "specformer is in $(VENV): '. $(VENV)/bin/activate' puts it on your PATH (or run $(VENV)/bin/specformer)"
 
 # The suite builds the docs with `mkdocs build --strict` itself (tests/docs), so it is not built twice.

@@ -1,4 +1,4 @@
-"""CPU threads: one per idle core by default, OMP_NUM_THREADS respected, the saved count kept on resume."""
+"""Training threads: the core's idle-core rule for ``auto``, an explicit count, the saved count kept on resume."""
 
 from __future__ import annotations
 
@@ -10,23 +10,9 @@ import pytest
 import torch
 
 from specformer_train import threads, train
-from specformer_train.threads import auto_threads, choose_threads
+from specformer_train.threads import choose_threads
 
 from .conftest import tiny_spec
-
-
-def test_auto_takes_one_thread_per_idle_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads, "_DEFAULT", 8)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    for load, expected in ((0.2, 8), (3.4, 5), (7.6, 1), (20.0, 1)):
-        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
-        assert auto_threads() == expected, load
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    monkeypatch.setattr(threads, "_DEFAULT", 4)  # never more than PyTorch's own default (physical cores)
-    assert auto_threads() == 4
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert auto_threads() == 3
 
 
 def test_explicit_counts_and_resumed_runs() -> None:
