@@ -200,7 +200,7 @@ def _quantize(model: Any, scheme: str) -> None:
         raise UserError("--quantize: the checkpoint is already quantized; drop --quantize")
     try:
         quantize(model, scheme)
-    except SpecError as exc:
+    except ValueError as exc:  # SpecError for an unknown scheme; a width int4's group size does not divide
         raise UserError(f"--quantize {scheme}: {exc}") from None
 
 

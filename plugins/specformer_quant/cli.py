@@ -47,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.checkpoint} is already quantized; quantize the float checkpoint it came from")
     model = specformer.load(args.checkpoint).eval()
     before = weight_bytes(model)
-    recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head)
+    try:
+        recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head)
+    except ValueError as exc:  # a layer width the scheme cannot take (int4's group size must divide it)
+        raise UserError(f"--method {args.method}: {exc}") from None
     kept = {TOKENIZER_KEY: metadata[TOKENIZER_KEY]} if TOKENIZER_KEY in metadata else {}
     specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
     after = weight_bytes(model)

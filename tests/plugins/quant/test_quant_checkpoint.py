@@ -148,3 +148,13 @@ def test_bad_methods_write_nothing(capsys, float_checkpoint, tmp_path) -> None:
     assert code == 2 and "already quantized" in err and not out.exists()
     code, _, err = cli(capsys, "generate", float_checkpoint, "--quantize", "int5", "--prompt", "a")
     assert code == 2 and "unknown quantization 'int5'" in err
+    narrow = tmp_path / "narrow.safetensors"  # d_model 48: int4's group of 32 does not divide it
+    data = moe_spec()
+    data["model"].update(d_model=48)
+    data["model"]["block"]["attention"].update(n_heads=4, n_kv_heads=2)
+    specformer.save(specformer.build(data, seed=0), narrow)
+    for command in (("quantize", narrow, "--method", "int4", "-o", out), ("generate", narrow, "--quantize", "int4",
+                                                                        "--prompt", "a")):
+        code, _, err = cli(capsys, *command)
+        assert code == 2 and "multiple of it" in err and "Traceback" not in err, err
+        assert not out.exists()
