@@ -67,6 +67,7 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/hf/test_config_vintages.py",
     ],
     "plugins/specformer_generate/beam.py": [
+        "tests/plugins/generate/test_beam_mutants.py",
         "tests/plugins/generate/test_gen_beam.py",
         "tests/plugins/generate/test_gen_beam_penalty.py",
     ],
