@@ -121,7 +121,8 @@ class Muon(torch.optim.Optimizer):
                 from torch.distributed.tensor import distribute_tensor
 
                 whole = muon_direction(direction.full_tensor(), steps=group["ns_steps"], dtype=self.ns_dtype)
-                update = distribute_tensor(whole, p.device_mesh, p.placements)
+                # Every process computed the same whole update: each keeps its shard, no broadcast.
+                update = distribute_tensor(whole, p.device_mesh, p.placements, src_data_rank=None)
             else:
                 update = muon_direction(direction, steps=group["ns_steps"], dtype=self.ns_dtype)
             if wd:
