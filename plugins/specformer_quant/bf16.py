@@ -27,7 +27,7 @@ class Bf16Weight(QuantizedWeight):
 
 
 class Bf16:
-    """The ``bf16`` scheme (a ``quantization`` component)."""
+    """Weights stored and multiplied in bfloat16: half the bytes of float32, float32's exponent range."""
 
     name = "bf16"
     Params = Bf16Params

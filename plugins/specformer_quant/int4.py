@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from specformer_quant.weights import QuantizedWeight, check_stored
@@ -19,7 +19,7 @@ from specformer_quant.weights import QuantizedWeight, check_stored
 
 class Int4Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    group_size: Literal[32, 64, 128] = 32
+    group_size: Literal[32, 64, 128] = Field(default=32, description="inputs sharing one scale and minimum")
 
 
 class Int4Weight(QuantizedWeight):
@@ -94,7 +94,8 @@ def _cpu_kernel(weight: Int4Weight) -> tuple[Tensor, Tensor] | None:
 
 
 class Int4:
-    """The ``int4`` scheme (a ``quantization`` component)."""
+    """Asymmetric group-wise 4-bit weights (a scale and a minimum per group of inputs, two weights a byte);
+    on CPU PyTorch's int4-pack kernel with bfloat16 activations."""
 
     name = "int4"
     Params = Int4Params

@@ -20,7 +20,7 @@ import warnings
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from specformer_quant.weights import QuantizedWeight, check_stored
@@ -28,8 +28,9 @@ from specformer_quant.weights import QuantizedWeight, check_stored
 
 class Int8Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # fbgemm's int8 x int8 kernel with per-call activation scales (faster; rows then depend on each other)
-    dynamic_activations: bool = False
+    dynamic_activations: bool = Field(default=False, description=(
+        "fbgemm's int8 x int8 CPU kernel with one activation scale per call: about twice as fast, but a row's "
+        "output then depends on the other rows and tokens in the forward"))
 
 
 class Int8Weight(QuantizedWeight):
@@ -80,7 +81,8 @@ def _prepack(q: Tensor, scale: Tensor) -> Any:
 
 
 class Int8:
-    """The ``int8`` scheme (a ``quantization`` component)."""
+    """Symmetric per-output-channel int8 weights (half of bf16, a quarter of float32); on CPU a weight-only
+    int8 kernel, or fbgemm's int8 x int8 one with dynamic_activations (faster, rows then depend on each other)."""
 
     name = "int8"
     Params = Int8Params
