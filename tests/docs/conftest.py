@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 # pytest runs in importlib mode: make this folder's helper modules (docs_site, docs_browser) importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Appended, not put first: `from conftest import ...` in other folders means tests/conftest.py.
+sys.path.append(str(Path(__file__).resolve().parent))
 
 from docs_site import REPO  # noqa: E402
 
