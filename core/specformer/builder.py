@@ -20,6 +20,7 @@ import torch
 
 from specformer.assemble import assemble
 from specformer.decoder import Decoder
+from specformer.errors import InputError, excerpt
 from specformer.memory import check_memory
 from specformer.sizes import CheckedSpec, check_spec
 from specformer.spec_shapes import Spec
@@ -85,8 +86,16 @@ def _seeded_ctx(seed: int) -> Iterator[None]:
         yield
 
 
+#: The seeds torch.manual_seed takes; a larger one is torch's ValueError from deep inside (found by fuzzing).
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
 def _seeded(seed: int | None) -> contextlib.AbstractContextManager[None]:
-    return _seeded_ctx(seed) if seed is not None else contextlib.nullcontext()
+    if seed is None:
+        return contextlib.nullcontext()
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise InputError(f"seed must be an integer from -2**63 to 2**64 - 1, got {excerpt(seed)}")
+    return _seeded_ctx(seed)
 
 
 __all__ = ["build", "build_checked"]

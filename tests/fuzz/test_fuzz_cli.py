@@ -200,6 +200,8 @@ def _case(outside: Path, argv: list[str]) -> None:
 @example(argv=["hf", "import", f"{PREFIX}hf", f"{PREFIX}missing/out.safetensors"])
 @example(argv=["train", f"{PREFIX}tiny.yaml", "--set", "train.lr=1e308", "--data", f"{PREFIX}corpus.txt", "--steps", "0"])
 @example(argv=["train", f"{PREFIX}tiny.yaml", "--steps", str(2**53 + 1), "--data", f"{PREFIX}corpus.txt", "--steps", "0"])
+@example(argv=["train", f"{PREFIX}tiny.yaml", "--set", "train.seed=18446744073709551617", "--data", f"{PREFIX}corpus.txt",
+               "--steps", "1"])  # torch.manual_seed's ValueError (found by fuzzing)
 def test_any_command_line(outside, argv):
     _case(outside, argv)
 
