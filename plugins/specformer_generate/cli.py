@@ -8,6 +8,7 @@ override them. The text goes to stdout, the speed to stderr.
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 import time
@@ -112,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     sampler = parse_sampler_option(args.sampler) if args.sampler is not None else section.build_sampler()
     num_beams = args.num_beams if args.num_beams is not None else section.num_beams
     length_penalty = args.length_penalty if args.length_penalty is not None else section.length_penalty
+    if not math.isfinite(length_penalty):  # generate() refuses it too, but as a ValueError (found by fuzzing)
+        raise UserError(f"--length-penalty must be a finite number, got {length_penalty}")
     seed = args.seed if args.seed is not None else section.seed
     end_of_text = getattr(tokenizer, "eot_id", None)
     eos = None if args.ignore_eos else (section.eos_ids() or ([end_of_text] if end_of_text is not None else None))
@@ -353,6 +356,9 @@ def _device(name: str) -> torch.device:
         raise UserError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise UserError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    if device.type == "meta":  # shapes only: no weights to load nor tokens to compute (found by fuzzing)
+        raise UserError(f"--device {name}: the meta device holds no data, so nothing can be generated on it; use cpu, "
+                        "cuda, cuda:N or mps")
     return device
 
 

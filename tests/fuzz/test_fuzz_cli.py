@@ -202,6 +202,9 @@ def _case(outside: Path, argv: list[str]) -> None:
 @example(argv=["train", f"{PREFIX}tiny.yaml", "--steps", str(2**53 + 1), "--data", f"{PREFIX}corpus.txt", "--steps", "0"])
 @example(argv=["train", f"{PREFIX}tiny.yaml", "--set", "train.seed=18446744073709551617", "--data", f"{PREFIX}corpus.txt",
                "--steps", "1"])  # torch.manual_seed's ValueError (found by fuzzing)
+@example(argv=["generate", f"{PREFIX}tiny.safetensors", "--prompt", "ab", "--max-new-tokens", "2", "--batch",
+               "--length-penalty", "inf"])  # generate()'s ValueError reached the CLI (found by fuzzing)
+@example(argv=["generate", f"{PREFIX}tiny.safetensors", "--prompt", "ab", "--device", "meta"])  # NotImplementedError
 def test_any_command_line(outside, argv):
     _case(outside, argv)
 

@@ -193,3 +193,15 @@ def test_any_sampler_list_many(outside, model, data, form, seed):
 def test_the_valid_values_cover_every_registered_sampler_and_parameter():
     """A sampler added without valid values here would only ever be fuzzed on its error path."""
     assert {name: sorted(fields) for name, fields in VALID.items()} == SAMPLERS
+
+
+def test_a_value_sharing_its_parts_is_quoted_without_walking_it():
+    """A mapping holding 2**40 items by reference (a few kB in memory): refused at once, not printed in full."""
+    from fuzz.harness import bounded
+    from specformer.errors import SpecError
+
+    value: Any = [1]
+    for _ in range(40):
+        value = [value, value]
+    with bounded(30), pytest.raises(SpecError, match="expected a list of sampler components, got dict"):
+        build_sampler({"kind": "top_k", "k": value})

@@ -15,7 +15,7 @@ import torch
 from pydantic import ValidationError
 from torch import Generator, Tensor
 
-from specformer.errors import Problem, SpecError, UnknownComponentError
+from specformer.errors import Problem, SpecError, UnknownComponentError, excerpt
 from specformer.messages import join_path
 from specformer.params import as_component_ref
 from specformer.plugins import get_registry
@@ -123,10 +123,11 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
     if entries is None:
         return greedy()
     if isinstance(entries, (str, dict)):
-        raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} {entries!r}")])
+        # excerpt(): a value sharing its parts (2**40 items in a few kB) is quoted without walking it (found by fuzzing).
+        raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} {excerpt(entries)}")])
     if not isinstance(entries, (list, tuple)):
         raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} "
-                                       f"{str(entries)[:60]!r}")])
+                                       f"{excerpt(entries, 60)}")])
     registry = registry or get_registry()
     steps: list[LogitsStep] = []
     problems: list[Problem] = []
