@@ -118,10 +118,6 @@ def specformer_on_train_end(step: int, metrics: "dict[str, float]", out_dir: str
     """Once, when training stops (finished, interrupted or stopped on a non-finite loss)."""
 
 
-@hookspec
-def specformer_on_generate_end(tokens: int, seconds: float) -> None:
-    """After a ``generate`` call: the number of new tokens and the wall time it took."""
-
 
 @hookspec(firstresult=True)
 def specformer_checkpoint_layout(metadata: "dict[str, str]", tensors: "dict[str, Any]", where: str) -> "Any":

@@ -32,7 +32,8 @@ class Kind:
     sizes: tuple[str, ...] = ()
 
 
-#: The kinds the core knows how to wire into a Decoder. Plugins may add kinds of their own.
+#: The kinds the core wires into a Decoder, and only those. Plugins add kinds of their own
+#: in their ``specformer_add_kinds`` hook (the generate plugin's ``sampler``, for one).
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
@@ -53,7 +54,6 @@ KINDS: dict[str, Kind] = {
             "How a block wires its norms, attention and feed-forward around the residual stream.",
             ("d_model", "attention", "ffn", "make_norm", "layer_index", "n_layers"),
         ),
-        Kind("sampler", "A step that turns next-token logits into a choice (a logits processor or a draw).", ()),
     )
 }
 

@@ -32,17 +32,20 @@ ROPE_SCALING_KIND = "rope_scaling"
 
 
 @hookimpl
-def specformer_register_components(registry: PluginRegistry) -> None:
-    def add(kind: str, name: str, cls: type, paper: str, **kwargs: object) -> None:
-        registry.register(kind, name, factory=kwargs.pop("factory", cls.from_params),
-                          params=kwargs.pop("params", getattr(cls, "Params", None)),
-                          doc=kwargs.pop("doc", cls.__doc__), paper=paper)
-
+def specformer_add_kinds(registry: PluginRegistry) -> None:
     registry.add_kind(
         ROPE_SCALING_KIND,
         doc="How a rotary positional scheme changes its frequencies to reach past its trained context.",
         sizes=("rotary_dim", "theta", "context_length"),
     )
+
+
+@hookimpl
+def specformer_register_components(registry: PluginRegistry) -> None:
+    def add(kind: str, name: str, cls: type, paper: str, **kwargs: object) -> None:
+        registry.register(kind, name, factory=kwargs.pop("factory", cls.from_params),
+                          params=kwargs.pop("params", getattr(cls, "Params", None)),
+                          doc=kwargs.pop("doc", cls.__doc__), paper=paper)
 
     add("positional", "learned", LearnedPositions, "https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf")
     add("positional", "sinusoidal", SinusoidalPositions, "https://arxiv.org/abs/1706.03762")

@@ -87,3 +87,17 @@ def test_a_kind_defined_differently_by_two_plugins_names_the_second():
     with pytest.raises(RegistryError, match="plugin 'rival' redefines kind 'widget'"):
         plugins.build_registry(pm)
 
+
+
+def test_the_core_declares_only_the_kinds_a_decoder_is_built_from():
+    assert set(KINDS) == {"positional", "norm", "attention", "ffn", "layout"}
+
+
+def test_the_built_in_plugins_own_their_kinds_and_hooks():
+    registry = plugins.get_registry()
+    assert {"sampler", "rope_scaling"} <= set(registry.kinds) and not {"sampler", "rope_scaling"} & set(KINDS)
+    hooks = plugins.get_plugin_manager().hook
+    from specformer import hookspecs
+
+    assert not hasattr(hookspecs, "specformer_on_generate_end")
+    assert hooks.specformer_on_generate_end.spec.namespace.__name__ == "specformer_generate.hookspecs"

@@ -13,22 +13,7 @@ from specformer_generate.samplers.top_k import TopK
 from specformer_generate.samplers.top_p import TopP
 from specformer_generate.samplers.typical import Typical
 
-#: name -> (class, paper): what the plugin registers as components of kind ``sampler``.
-BUILTIN_SAMPLERS: dict[str, tuple[type, str | None]] = {
-    "temperature": (Temperature, None),
-    "top_k": (TopK, "https://arxiv.org/abs/1805.04833"),
-    "top_p": (TopP, "https://arxiv.org/abs/1904.09751"),
-    "min_p": (MinP, "https://arxiv.org/abs/2407.01082"),
-    "typical": (Typical, "https://arxiv.org/abs/2202.00666"),
-    "repetition_penalty": (RepetitionPenalty, "https://arxiv.org/abs/1909.05858"),
-    "frequency_penalty": (FrequencyPenalty, "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties"),
-    "presence_penalty": (PresencePenalty, "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties"),
-    "no_repeat_ngram": (NoRepeatNGram, "https://arxiv.org/abs/1705.04304"),
-    "greedy": (Greedy, None),
-}
-
 __all__ = [
-    "BUILTIN_SAMPLERS",
     "FrequencyPenalty",
     "Greedy",
     "MinP",

@@ -16,8 +16,8 @@ from specformer.errors import SpecError
 from specformer.plugins import get_registry
 from specformer_generate import build_sampler
 from specformer_generate.samplers import (
-    BUILTIN_SAMPLERS,
     FrequencyPenalty,
+    Greedy,
     MinP,
     NoRepeatNGram,
     PresencePenalty,
@@ -183,10 +183,18 @@ def test_composition_runs_in_the_order_written() -> None:
     assert not torch.equal(torch.isinf(expected_a), torch.isinf(expected_b))  # the order matters here
 
 
+BUILTIN_SAMPLERS = {
+    "temperature": Temperature, "top_k": TopK, "top_p": TopP, "min_p": MinP, "typical": Typical,
+    "repetition_penalty": RepetitionPenalty, "frequency_penalty": FrequencyPenalty,
+    "presence_penalty": PresencePenalty, "no_repeat_ngram": NoRepeatNGram, "greedy": Greedy,
+}
+
+
 def test_every_builtin_sampler_is_registered_with_its_params() -> None:
     registry = get_registry()
-    assert set(BUILTIN_SAMPLERS) <= set(registry.names("sampler"))
-    for name, (cls, _paper) in BUILTIN_SAMPLERS.items():
+    assert {c.name for c in registry if c.kind == "sampler" and c.plugin == "generate"} == set(BUILTIN_SAMPLERS)
+    assert registry.kinds["sampler"].sizes == ()  # the generate plugin's own kind: samplers receive no size
+    for name, cls in BUILTIN_SAMPLERS.items():
         component = registry.get("sampler", name)
         assert component.params is cls.Params
         assert component.plugin == "generate"
