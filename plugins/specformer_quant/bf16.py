@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
+from specformer.params import Params
 from specformer_quant.weights import QuantizedWeight
 
 
-class Bf16Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Bf16Params(Params):
+    """No settings: bfloat16 has one layout."""
 
 
 class Bf16Weight(QuantizedWeight):

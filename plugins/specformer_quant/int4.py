@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import Tensor
 
+from specformer.params import Params
 from specformer_quant.weights import QuantizedWeight, check_stored
 
 
-class Int4Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Int4Params(Params):
     group_size: Literal[32, 64, 128] = Field(default=32, description="inputs sharing one scale and minimum")
 
 

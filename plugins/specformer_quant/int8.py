@@ -20,14 +20,14 @@ import warnings
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import Tensor
 
+from specformer.params import Params
 from specformer_quant.weights import QuantizedWeight, check_stored
 
 
-class Int8Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Int8Params(Params):
     dynamic_activations: bool = Field(default=False, description=(
         "fbgemm's int8 x int8 CPU kernel with one activation scale per call: about twice as fast, but a row's "
         "output then depends on the other rows and tokens in the forward"))

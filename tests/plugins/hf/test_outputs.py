@@ -216,7 +216,7 @@ def test_import_spec_out_with_a_missing_parent_fails_before_any_work(checkpoint,
 
 
 def test_import_that_fails_while_saving_keeps_the_old_checkpoint(checkpoint, tmp_path, monkeypatch, capsys):
-    import specformer.checkpoint as core_checkpoint
+    import specformer.checkpoint_file as core_checkpoint_file
 
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"previous")
@@ -225,7 +225,7 @@ def test_import_that_fails_while_saving_keeps_the_old_checkpoint(checkpoint, tmp
         Path(filename).write_bytes(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(core_checkpoint, "save_file", disk_full)
+    monkeypatch.setattr(core_checkpoint_file, "save_file", disk_full)
     assert main(["hf", "import", str(checkpoint.parent / "llama"), str(out), "--force"]) == 2
     assert "could not be written (No space left on device)" in _error(capsys)
     assert out.read_bytes() == b"previous"

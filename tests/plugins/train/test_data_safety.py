@@ -186,11 +186,11 @@ def test_a_disk_full_during_a_save_stops_with_one_line_and_keeps_the_last_checkp
     real = checkpointing._save_optimizer
     calls = []
 
-    def full_disk(state: Any, path: Path) -> None:
+    def full_disk(state: Any, path: Path, **kwargs: Any) -> None:
         calls.append(path)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(state, path)
+        real(state, path, **kwargs)
 
     monkeypatch.setattr(checkpointing, "_save_optimizer", full_disk)
     out = tmp_path / "out"
