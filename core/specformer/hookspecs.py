@@ -98,27 +98,6 @@ def specformer_validate_spec(spec: "Spec", registry: Any) -> "list[Any] | None":
     """
 
 
-@hookspec
-def specformer_on_train_step(step: int, metrics: "dict[str, float]") -> None:
-    """After each optimizer step: ``metrics`` has at least ``loss``, ``lr``, ``tokens_per_s``."""
-
-
-@hookspec
-def specformer_on_eval(step: int, metrics: "dict[str, float]") -> None:
-    """After each evaluation: ``metrics`` has at least ``val_loss`` and ``val_perplexity``."""
-
-
-@hookspec
-def specformer_on_checkpoint_saved(step: int, path: str) -> None:
-    """After a checkpoint was written (atomically) to ``path``."""
-
-
-@hookspec
-def specformer_on_train_end(step: int, metrics: "dict[str, float]", out_dir: str) -> None:
-    """Once, when training stops (finished, interrupted or stopped on a non-finite loss)."""
-
-
-
 @hookspec(firstresult=True)
 def specformer_checkpoint_layout(metadata: "dict[str, str]", tensors: "dict[str, Any]", where: str) -> "Any":
     """A plugin's stored layout (a quantized checkpoint): return the float layout it stands for, else None.

@@ -1,4 +1,5 @@
-"""Hook implementations of the train plugin: the ``train:`` spec section, the ``optimizer`` kind and the ``train`` command."""
+"""Hook implementations of the train plugin: its training hooks, the ``train:`` spec section, the ``optimizer`` kind
+and the ``train`` command."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ from typing import Any
 
 from specformer.hookspecs import hookimpl
 from specformer.registry import PluginRegistry
+
+from specformer_train import hookspecs
+
+
+@hookimpl
+def specformer_add_hookspecs(pluginmanager: Any) -> None:
+    pluginmanager.add_hookspecs(hookspecs)  # the training events loggers and callbacks implement
 
 
 @hookimpl

@@ -152,6 +152,8 @@ class Trainer:
 
         metrics = MetricsLog(self.out_dir, resume_step=resume_step) if ctx.is_main else None
         logger = self._start_logger(resume_step)
+        if ctx.is_main:
+            self.hooks.specformer_on_train_start(out_dir=str(self.out_dir))
         bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
                           flops_per_token=self.flops_per_token, peak=peak_flops(self.device, precision=self.precision),
                           world_size=ctx.world_size)

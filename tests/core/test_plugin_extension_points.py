@@ -99,5 +99,8 @@ def test_the_built_in_plugins_own_their_kinds_and_hooks():
     hooks = plugins.get_plugin_manager().hook
     from specformer import hookspecs
 
-    assert not hasattr(hookspecs, "specformer_on_generate_end")
-    assert hooks.specformer_on_generate_end.spec.namespace.__name__ == "specformer_generate.hookspecs"
+    for hook, owner in (("specformer_on_generate_end", "specformer_generate"), ("specformer_on_train_start", "specformer_train"),
+                        ("specformer_on_train_step", "specformer_train"), ("specformer_on_eval", "specformer_train"),
+                        ("specformer_on_checkpoint_saved", "specformer_train"), ("specformer_on_train_end", "specformer_train")):
+        assert not hasattr(hookspecs, hook)
+        assert getattr(hooks, hook).spec.namespace.__name__ == f"{owner}.hookspecs"

@@ -206,7 +206,11 @@ def test_the_auxiliary_loss_is_added_to_the_objective(tmp_path: Path, corpus_dir
 
 class _Recorder:
     def __init__(self) -> None:
-        self.events: list[tuple[str, int]] = []
+        self.events: list[tuple[str, int | str]] = []
+
+    @hookimpl
+    def specformer_on_train_start(self, out_dir: str) -> None:
+        self.events.append(("start", Path(out_dir).name))
 
     @hookimpl
     def specformer_on_train_step(self, step: int, metrics: dict) -> None:
@@ -236,7 +240,7 @@ def test_training_events_reach_plugins(tmp_path: Path, corpus_dir: Path) -> None
         run(tmp_path / "run", corpus_dir, steps=4, eval_every=2, save_every=2)
     finally:
         pm.unregister(recorder)
-    assert recorder.events == [("step", 1), ("step", 2), ("eval", 2), ("saved", 2), ("step", 3), ("step", 4),
+    assert recorder.events == [("start", "run"), ("step", 1), ("step", 2), ("eval", 2), ("saved", 2), ("step", 3), ("step", 4),
                                ("eval", 4), ("saved", 4), ("end", 4)]
 
 
