@@ -76,7 +76,11 @@ def register_plugin(pm: pluggy.PluginManager, plugin: Any, *, name: str, distrib
     try:
         pm.register(plugin, name=name)
     except (ValueError, pluggy.PluginValidationError) as exc:
-        raise RegistryError(f"plugin {name!r}: {exc}") from exc
+        # Registering a plugin that adds hookspecs checks the implementations already registered:
+        # the one that does not fit may be another plugin's.
+        culprit = getattr(exc, "plugin", None)
+        blamed = (pm.get_name(culprit) if culprit is not None else None) or name
+        raise RegistryError(f"plugin {blamed!r}: {exc}") from exc
     if check:
         check_hooks(pm)
     _infos[name] = PluginInfo(

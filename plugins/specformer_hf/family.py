@@ -116,19 +116,11 @@ def _with_plugin(family: Family, plugin: str) -> Family:
 
 
 def get_families(pm: Any = None) -> Families:
-    """Ask every plugin for its families (the hook spec is added to the plugin manager on first use)."""
+    """Ask every plugin for its families (the hf plugin declared the hook when it was registered)."""
     from specformer.plugins import get_plugin_manager
 
-    from specformer_hf import hookspecs
-
     pm = pm or get_plugin_manager()
-    caller = getattr(pm.hook, "specformer_hf_register_families", None)
-    if caller is None or not caller.has_spec():
-        try:
-            pm.add_hookspecs(hookspecs)
-        except Exception as exc:  # pluggy.PluginValidationError: an implementation with the wrong arguments
-            raise RegistryError(f"a specformer_hf_register_families implementation does not fit the hook: {exc}") from exc
-        caller = pm.hook.specformer_hf_register_families
+    caller = pm.hook.specformer_hf_register_families
     families = Families()
     # The built-in families first (a plugin cannot take over their model_types), then in registration order.
     for impl in sorted(caller.get_hookimpls(), key=lambda impl: impl.plugin_name != BUILTIN_PLUGIN):

@@ -12,29 +12,20 @@ A plugin that wants ``specformer hf import`` / ``export`` to understand another
 and declares its module under ``[project.entry-points.specformer]`` like any other
 specformer plugin. The built-in families are registered through this same hook.
 
-The hf plugin adds this hook specification to the plugin manager lazily, the first
-time the families are needed (:func:`specformer_hf.family.get_families`), so that
-loading specformer costs nothing for people who never touch Hugging Face files.
-Until then a plugin's implementation has no specification to be checked against;
-:data:`hookimpl` marks it optional so the plugin manager does not reject it as
-unknown at start-up, and pluggy checks its signature when the spec is added.
+The hf plugin adds this specification to the plugin manager when it is registered
+(its ``specformer_add_hookspecs``, the core's mechanism for a plugin's own extension
+points), so an implementation is checked against it whatever order plugins load in.
+:data:`hookimpl` is specformer's own marker, re-exported for convenience.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from specformer.hookspecs import PROJECT, hookspec
-from specformer.hookspecs import hookimpl as _core_hookimpl
+from specformer.hookspecs import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from specformer_hf.family import Families
-
-
-def hookimpl(function: Any = None, **options: Any) -> Any:
-    """Mark a ``specformer_hf_*`` hook implementation (an optional hook, see the module doc)."""
-    options.setdefault("optionalhook", True)
-    return _core_hookimpl(function, **options) if function is not None else _core_hookimpl(**options)
 
 
 @hookspec

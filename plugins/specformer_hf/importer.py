@@ -116,7 +116,7 @@ def import_hf(
     # A bad --tokenizer fails here, before the weights are read.
     tokenizer_result = _tokenizer(directory, spec, override=tokenizer, eos_token=eos_token)
     _check_against_headers(family, directory, spec, reader)
-    model = _build(family, directory, spec)
+    model = _build(family, directory, spec, init=False)  # allocated once: every tensor comes from the files
     tensors = convert_weights(family, directory, model)
     load_weights(model, tensors, where=str(directory.path))
     if dtype is not None:
@@ -144,9 +144,10 @@ def _tokenizer_settings(directory: HFDirectory) -> dict[str, Any] | None:
     return settings
 
 
-def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None) -> Any:
+def _build(family: Family, directory: HFDirectory, spec: dict[str, Any], *, device: str | None = None,
+           init: bool = True) -> Any:
     try:
-        return specformer.build(spec, device=device)
+        return specformer.build(spec, device=device, init=init)
     except SpecError as exc:
         raise UserError(
             f"{directory.path}: the {family.name} config maps to a spec specformer rejects:\n{exc}"

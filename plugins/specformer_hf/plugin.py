@@ -1,4 +1,4 @@
-"""Hook implementations of the hf plugin: the ``specformer hf`` command and the built-in families."""
+"""Hook implementations of the hf plugin: its family hook, the ``specformer hf`` command and the built-in families."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from typing import Any
 
 from specformer.hookspecs import hookimpl
 
-from specformer_hf.hookspecs import hookimpl as hf_hookimpl
+from specformer_hf import hookspecs
+
+
+@hookimpl
+def specformer_add_hookspecs(pluginmanager: Any) -> None:
+    pluginmanager.add_hookspecs(hookspecs)  # specformer_hf_register_families, for plugins that add families
 
 
 @hookimpl
@@ -21,7 +26,7 @@ def specformer_register_commands(commands: Any) -> None:
     )
 
 
-@hf_hookimpl
+@hookimpl
 def specformer_hf_register_families(families: Any) -> None:
     from specformer_hf.families import builtin_families
 

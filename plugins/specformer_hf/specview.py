@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection
 
+from specformer.attention import head_sizes
 from specformer.errors import UserError
 from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
@@ -100,8 +101,9 @@ class SpecView:
     def attention_sizes(self, layer: int = 0) -> tuple[int, int, int]:
         """(n_heads, n_kv_heads, head_dim) of a layer, defaults resolved."""
         a = self.layers[layer]["attention"]
-        n_heads = a["n_heads"]
-        return n_heads, a.get("n_kv_heads") or n_heads, a.get("head_dim") or self.model.d_model // n_heads
+        sizes = head_sizes(d_model=self.model.d_model, n_heads=a["n_heads"], n_kv_heads=a.get("n_kv_heads"),
+                           head_dim=a.get("head_dim"))
+        return sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
 
 
 # -- comparing on the maths -----------------------------------------------------------------

@@ -6,14 +6,12 @@ import dataclasses
 import json
 import shutil
 
-import pluggy
 import pytest
 import torch
 
 import specformer_hf
-from specformer import hookspecs
 from specformer.errors import RegistryError
-from specformer.plugins import register_plugin
+from specformer.plugins import check_hooks, new_plugin_manager, register_plugin
 from specformer_hf import plugin as hf_plugin
 from specformer_hf.families import builtin_families
 from specformer_hf.families import llama as llama_family
@@ -29,10 +27,11 @@ class ThirdParty:
 
 
 def _manager(*plugins):
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    """Plugins loaded as start-up loads entry points: each registered, the hooks checked once all are in."""
+    pm = new_plugin_manager()
     for name, plugin in plugins:
-        register_plugin(pm, plugin, name=name)  # runs pluggy's check_pending, as start-up does
+        register_plugin(pm, plugin, name=name, check=False)
+    check_hooks(pm)
     return pm
 
 
@@ -64,15 +63,22 @@ def test_two_plugins_adding_one_model_type_is_an_error_naming_both():
         specformer_hf.get_families(pm)
 
 
-def test_a_hook_implementation_with_wrong_arguments_is_reported():
-    class Wrong:
-        @specformer_hf.hookimpl
-        def specformer_hf_register_families(self, registry):
-            pass
+class Wrong:
+    @specformer_hf.hookimpl
+    def specformer_hf_register_families(self, registry):
+        pass
 
-    pm = _manager(("wrong", Wrong()))
-    with pytest.raises(RegistryError, match="does not fit the hook"):
-        specformer_hf.get_families(pm)
+
+@pytest.mark.parametrize("order", [("wrong", "hf"), ("hf", "wrong")])
+def test_a_hook_implementation_with_wrong_arguments_is_reported_naming_its_plugin(order):
+    plugins = {"wrong": Wrong(), "hf": hf_plugin}
+    with pytest.raises(RegistryError, match=r"(?s)plugin 'wrong': .*'registry'"):
+        _manager(*[(name, plugins[name]) for name in order])
+
+
+def test_a_family_hook_without_the_hf_plugin_is_an_unknown_hook():
+    with pytest.raises(RegistryError, match="plugin 'aaa_third_party': unknown hook 'specformer_hf_register_families'"):
+        _manager(("aaa_third_party", ThirdParty()))
 
 
 def test_the_installed_plugin_manager_knows_the_builtin_families():
