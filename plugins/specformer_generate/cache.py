@@ -120,14 +120,10 @@ class StaticKVCache:
         keep that many slots beyond their window; speculative decoding passes its draft length).
         """
         reference = next(model.parameters())
+        # Each attention's public facts (specformer.attention.AttentionLayer): what it caches, and where.
         layers = [
-            LayerShape(
-                layer_index=getattr(m, "layer_index", i),
-                n_kv_heads=m.n_kv_heads,
-                head_dim=m.head_dim,
-                window=getattr(m, "window", None),
-            )
-            for i, m in enumerate(model.attention_modules())
+            LayerShape(layer_index=m.layer_index, n_kv_heads=m.n_kv_heads, head_dim=m.head_dim, window=m.window)
+            for m in model.attention_modules()
         ]
         return cls(layers=layers, batch_size=batch_size, capacity=capacity,
                    device=device or reference.device, dtype=dtype or reference.dtype, spare=spare)

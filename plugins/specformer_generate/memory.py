@@ -63,10 +63,10 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     slot_sizes: set[int] = set()
     widest_heads = 1
     for module in model.attention_modules():
-        window = getattr(module, "window", None)
+        window = module.window  # an AttentionLayer's public facts
         slots = window if (use_cache and window is not None and window < length) else length
         slot_sizes.add(slots)
-        widest_heads = max(widest_heads, int(getattr(module, "n_heads", 1)))
+        widest_heads = max(widest_heads, int(module.n_heads))
         if use_cache:
             cache += 2 * rows * int(module.n_kv_heads) * slots * int(module.head_dim) * element
     cache += rows * sum(slot_sizes) * 8 if use_cache else 0
