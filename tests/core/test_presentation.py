@@ -103,6 +103,7 @@ def fancy(params: FancyParams, *, dim: int) -> object:
 
 def test_components_listing_is_plain_text_with_types_bounds_defaults_and_counts():
     registry = Registry()
+    registry.add_kind("sampler", doc="A step that turns next-token logits into a choice.")  # a plugin's kind
     registry.for_plugin("acme").register("norm", "fancy", factory=fancy, params=FancyParams)
     registry.for_plugin("acme").register("sampler", "plain", factory=lambda params: None, params=Params)
     registry.for_plugin("other").register("sampler", "plainer", factory=lambda params: None, params=Params,
