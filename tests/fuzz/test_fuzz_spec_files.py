@@ -198,8 +198,6 @@ def test_any_spec_file_many(outside, file):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open: rope computes its float32 tables on the CPU even while a spec is sized on "
-                                       "the meta device, so d_model: 1000000000 takes ~1.4 GiB to validate (found by fuzzing)")
 def test_validating_a_huge_head_dim_takes_little_memory(outside):
     """``specformer validate`` of the tiny spec with ``d_model: 1e9`` in a fresh process: peak memory under 1 GiB."""
     import subprocess

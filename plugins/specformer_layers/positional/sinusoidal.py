@@ -10,7 +10,7 @@ from torch import Tensor
 
 from specformer.params import FromParams, Params
 from specformer.positional import PositionalScheme
-from specformer_layers.positional.fp32 import Float32Tables
+from specformer_layers.positional.fp32 import Float32Tables, table_device
 
 
 class SinusoidalPositions(FromParams, PositionalScheme, Float32Tables):
@@ -27,7 +27,7 @@ class SinusoidalPositions(FromParams, PositionalScheme, Float32Tables):
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
-        exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device="cpu") / d_model
+        exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=table_device((d_model + 1) // 2)) / d_model
         self.register_table("inv_freq", torch.exp(-math.log(base) * exponents))  # float32 whatever the model's dtype
 
     def embed(self, positions: Tensor) -> Tensor:
