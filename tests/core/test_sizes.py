@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import specformer
+from specformer import sizes
 from specformer.errors import SpecError
 from specformer.layer_groups import group_layers, overrides_of_layer
 from specformer.sizes import estimate, model_bytes
@@ -48,9 +49,7 @@ def test_groups_match_a_layer_by_layer_count(n_layers):
 
 def test_group_count_does_not_grow_with_layers():
     selections = [layer_selection("0::2", 10**12), layer_selection("-1", 10**12)]
-    start = time.monotonic()
-    groups = group_layers(10**12, selections)
-    assert time.monotonic() - start < 1
+    groups = group_layers(10**12, selections)  # a walk over the layers would never return
     assert sorted(g.count for g in groups) == [1, 5 * 10**11 - 1, 5 * 10**11]
 
 
@@ -83,16 +82,23 @@ def test_estimate_and_summary_equal_a_real_build(model):
     assert summarize(spec).to_dict() == summarize(built).to_dict()
 
 
-def test_a_million_layers_validate_and_summarise_quickly():
+def test_a_million_layers_validate_and_summarise_from_one_block_per_distinct_layer(monkeypatch):
     spec = _spec(n_layers=1_000_000, layers=[{"select": "0::2", "attention": {"window": 8}}])
-    start = time.monotonic()
+    built = []
+    real_make_block = sizes.make_block
+
+    def counting_make_block(*args, **kwargs):
+        built.append(args)
+        return real_make_block(*args, **kwargs)
+
+    monkeypatch.setattr(sizes, "make_block", counting_make_block)
     specformer.load_spec(spec)
     s = summarize(spec)
-    elapsed = time.monotonic() - start
+    # Two distinct layers (windowed, full): a layer-by-layer walk would build a million blocks.
+    assert 0 < len(built) <= 2 * 2, len(built)
     per_block = summarize(_spec(n_layers=1))
     block = per_block.params["attention"] + per_block.params["ffn"] + per_block.params.get("block norms", 0)
     assert s.total - s.params["embedding"] - s.params.get("final_norm", 0) == 1_000_000 * block
-    assert elapsed < 30  # a bound that only a layer-by-layer walk could exceed (it took minutes)
 
 
 def test_a_bad_override_in_one_group_is_still_found_at_its_path():
@@ -111,5 +117,5 @@ def test_a_long_explicit_layer_list_stays_fast():
     spec = _spec(n_layers=40_000, layers=[{"select": list(range(0, 40_000, 2)), "attention": {"window": 8}}])
     start = time.monotonic()
     s = summarize(spec)
-    assert time.monotonic() - start < 30  # membership in a list per layer made this quadratic
+    assert time.monotonic() - start < 30  # a hang bound, not a speed target: list membership per layer took minutes
     assert s.n_layers == 40_000
