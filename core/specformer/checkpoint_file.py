@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specformer.atomic import fsync_file, temp_sibling
 from specformer.datafile import path_kind
 from specformer.errors import CheckpointError, InputError, excerpt
 
@@ -22,11 +23,10 @@ FORMAT = "specformer-checkpoint/1"
 
 
 def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(path)
     try:
         save_file(tensors, str(tmp), metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        fsync_file(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

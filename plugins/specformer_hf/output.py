@@ -17,12 +17,12 @@ target is not already there) is made before any weights are converted.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from specformer import atomic
 from specformer.errors import UserError
 
 
@@ -35,7 +35,7 @@ def _probe_writable(folder: Path, target: Path) -> None:
     and a read-only mount is not visible in them)."""
     if not folder.is_dir():
         raise UserError(f"{target}: the folder {folder} does not exist; create it first")
-    probe = folder / f".{target.name}.probe-{os.getpid()}-{secrets.token_hex(4)}"
+    probe = folder / f".{target.name}.probe-{atomic.unique_suffix()}"
     try:
         probe.mkdir()
     except OSError as exc:
@@ -55,17 +55,10 @@ def check_file_target(path: Path, *, force: bool) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a uniquely named temporary sibling renamed into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic.write_text_atomic(path, text)
     except OSError as exc:
         raise UserError(f"{path}: could not be written ({_reason(exc)}); nothing was changed") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def check_directory_target(path: Path, *, force: bool) -> None:
@@ -93,7 +86,7 @@ def staged_directory(path: Path, *, force: bool) -> Iterator[Path]:
     On an error inside the block the sibling is deleted and ``path`` is left as it was.
     """
     check_directory_target(path, force=force)
-    stage = path.with_name(f".{path.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+    stage = path.with_name(f".{path.name}.partial-{atomic.unique_suffix()}")
     try:
         stage.mkdir()  # not mkdtemp: its 0700 mode would end up on the export
     except OSError as exc:
@@ -114,7 +107,7 @@ def _commit(stage: Path, path: Path, *, force: bool) -> None:
     check_directory_target(path, force=force)  # again: something may have appeared there meanwhile
     old = None
     if path.is_dir() and any(path.iterdir()):
-        old = path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        old = path.with_name(f".{path.name}.old-{atomic.unique_suffix()}")
         os.rename(path, old)
     elif path.is_dir():
         path.rmdir()  # empty: renaming onto it is not portable
@@ -124,23 +117,9 @@ def _commit(stage: Path, path: Path, *, force: bool) -> None:
         if old is not None:
             os.rename(old, path)  # put the previous export back
         raise UserError(f"{path}: could not move the export into place ({_reason(exc)}); nothing was changed") from None
-    _fsync_folder(path.parent)
+    atomic.fsync_dir(path.parent)  # the renames are durable only once the folder's entries are
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_folder(folder: Path) -> None:
-    # The renames are durable only once the parent folder's entry list is on disk.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems do not fsync folders; the rename itself is still atomic
-    finally:
-        os.close(fd)
 
 
 __all__ = ["check_directory_target", "check_file_target", "staged_directory", "write_text_atomic"]
