@@ -26,7 +26,7 @@ from specformer.tokenizer import (
     Tokenizer,
     tokenizer_from_metadata,
 )
-from specformer_generate.cli import _device as parse_device
+from specformer.devices import parse_device
 from specformer_train.tokenization import load_tokenizer_file
 
 

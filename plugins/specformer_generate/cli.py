@@ -20,6 +20,7 @@ import torch
 import specformer
 from specformer.checkpoint import read_metadata
 from specformer.datafile import parse_text, read_text
+from specformer.devices import parse_device
 from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.threads import auto_threads
 from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
@@ -97,7 +98,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = _device(args.device)
+    device = parse_device(args.device)
     threads = _threads(args.threads, device)
     if args.max_memory is not None:
         try:
@@ -345,21 +346,6 @@ def new_token_budget(requested: int | None, *, default: int, prompt_length: int,
               f"model's {context}-token context (default {default}; set --max-new-tokens to choose)", file=sys.stderr)
         return room
     return default
-
-
-def _device(name: str) -> torch.device:
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise UserError(f"--device {name!r} is not a device name ({exc}); use cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    if device.type == "meta":  # shapes only: no weights to load nor tokens to compute (found by fuzzing)
-        raise UserError(f"--device {name}: the meta device holds no data, so nothing can be generated on it; use cpu, "
-                        "cuda, cuda:N or mps")
-    return device
 
 
 def _threads(value: str, device: torch.device) -> int:

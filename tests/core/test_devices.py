@@ -1,0 +1,30 @@
+"""parse_device: the one place a typed device name becomes a torch.device or a clear error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specformer.devices import parse_device
+from specformer.errors import UserError
+
+
+def test_cpu_names_parse_to_the_cpu_device() -> None:
+    assert parse_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("gpu", "is not a device name"),
+    ("meta", "holds no data"),
+])
+def test_bad_names_name_the_option_and_what_is_accepted(name: str, fragment: str) -> None:
+    with pytest.raises(UserError) as info:
+        parse_device(name, option="--serve-device")
+    message = str(info.value)
+    assert fragment in message and "--serve-device" in message and "cpu, cuda, cuda:N or mps" in message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_cuda_says_so_and_suggests_cpu() -> None:
+    with pytest.raises(UserError, match="CUDA is not available on this machine; use --device cpu"):
+        parse_device("cuda:0")
