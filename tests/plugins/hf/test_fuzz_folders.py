@@ -15,15 +15,13 @@ The default suite runs a few dozen cases per target (derandomized, so always the
 from __future__ import annotations
 
 import json
-import resource
-import signal
 import tempfile
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import hf_forge
+from fuzz.harness import bounded, peak_rss_bytes, snapshot
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -126,39 +124,17 @@ def weight_maps(draw: Any) -> Any:
     return forged
 
 
-@contextmanager
-def _bounded(limit_s: int):
-    def expire(*_: Any) -> None:
-        raise TimeoutError(f"the case ran past {limit_s} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(limit_s)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
-
-
 def _import_within_bounds(folder: Path, outside: Path) -> None:
     """The invariant: a model or a UserError, in time and memory; the files outside ``folder`` untouched."""
-    before_rss, before_files = _peak_rss_bytes(), _snapshot(outside)
-    with _bounded(TIME_LIMIT_S), warnings.catch_warnings():
+    before_rss, before_files = peak_rss_bytes(), snapshot(outside)
+    with bounded(TIME_LIMIT_S), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unread config fields and the missing tokenizer warn; that is allowed
         try:
             specformer_hf.import_hf(folder)
         except UserError as exc:
             assert str(exc).strip(), "an error without a message"
-    assert _peak_rss_bytes() - before_rss < MEMORY_LIMIT_BYTES
-    assert _snapshot(outside) == before_files
+    assert peak_rss_bytes() - before_rss < MEMORY_LIMIT_BYTES
+    assert snapshot(outside) == before_files
 
 
 def _case(write) -> None:
