@@ -148,7 +148,14 @@ class TrainConfig(BaseModel):
     log_every: Int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this many steps.")
     progress: StrictBool = Field(default=True, description="Show a progress bar.")
     plot: StrictBool = Field(default=True, description="Write a loss-curve PNG at the end (needs matplotlib).")
-    tensorboard: StrictBool = Field(default=True, description="Also log to TensorBoard when its package is installed.")
+    loggers: list[SubComponent("logger")] = Field(  # type: ignore[valid-type]
+        default=["jsonl", "tensorboard"], validate_default=True,
+        description="Where metrics go: logger components (jsonl: metrics.jsonl and loss.png; tensorboard: event "
+                    "files when its package is installed; or a plugin's), each a name or {kind: <name>, ...}.",
+    )
+    tensorboard: StrictBool = Field(
+        default=True, description="false turns the tensorboard logger off even when train.loggers lists it."
+    )
 
     @field_validator("threads")
     @classmethod

@@ -2,7 +2,7 @@
 
 Added to the plugin manager when the plugin is registered (its
 ``specformer_add_hookspecs``). Implement one with ``specformer.hookimpl``; a logger such
-as :mod:`specformer_train.tensorboard_logger` is nothing more. Every hook runs on the
+as :mod:`specformer_train.loggers.tensorboard` is nothing more. Every hook runs on the
 main process only.
 """
 

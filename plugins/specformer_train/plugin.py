@@ -1,5 +1,5 @@
-"""Hook implementations of the train plugin: its training hooks, the ``train:`` spec section, the ``optimizer`` kind
-and the ``train`` command."""
+"""Hook implementations of the train plugin: its training hooks, the ``train:`` spec section, the ``optimizer`` and
+``logger`` kinds and the ``train`` command."""
 
 from __future__ import annotations
 
@@ -18,18 +18,22 @@ def specformer_add_hookspecs(pluginmanager: Any) -> None:
 
 @hookimpl
 def specformer_add_kinds(registry: PluginRegistry) -> None:
-    from specformer_train.optimizers import KIND, KIND_DOC, SIZES
+    from specformer_train import loggers, optimizers
 
-    registry.add_kind(KIND, doc=KIND_DOC, sizes=SIZES)  # before any plugin registers an optimizer
+    # Before any plugin registers an optimizer or a logger, whatever order the plugins load in.
+    registry.add_kind(optimizers.KIND, doc=optimizers.KIND_DOC, sizes=optimizers.SIZES)
+    registry.add_kind(loggers.KIND, doc=loggers.KIND_DOC, sizes=loggers.SIZES)
 
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
     from specformer_train.config import TrainConfig
+    from specformer_train.loggers import register_loggers
     from specformer_train.optimizers import register_optimizers
 
     registry.add_section("train", TrainConfig)
     register_optimizers(registry)
+    register_loggers(registry)
 
 
 @hookimpl

@@ -41,7 +41,7 @@ from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
-from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
+from specformer_train.loggers import RunLoggers
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.recompute import enable_activation_checkpointing
@@ -150,8 +150,9 @@ class Trainer:
         last_saved = self.state.step if resume_from is not None else None
         last_eval = self.state.step if resume_from is not None else None
 
-        metrics = MetricsLog(self.out_dir, resume_step=resume_step) if ctx.is_main else None
-        logger = self._start_logger(resume_step)
+        # Metrics reach the loggers (train.loggers) through the training hooks, on the main process only.
+        loggers = RunLoggers(config.loggers if ctx.is_main else [], out_dir=self.out_dir, resume_step=resume_step,
+                             train=config)
         if ctx.is_main:
             self.hooks.specformer_on_train_start(out_dir=str(self.out_dir))
         bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
@@ -182,11 +183,11 @@ class Trainer:
                     if len(pending) >= config.log_every or at_end:
                         elapsed = time.perf_counter() - window_start
                         self.state.elapsed_s += elapsed
-                        last_loss = self._flush(pending, metrics, bar, tokens_per_s=window_tokens / max(elapsed, 1e-9),
+                        last_loss = self._flush(pending, bar, tokens_per_s=window_tokens / max(elapsed, 1e-9),
                                                 last_good=checkpoint)
                         pending, window_start, window_tokens = [], time.perf_counter(), 0
                     if config.eval_every and step % config.eval_every == 0 and not at_end:
-                        self._evaluate_and_sample(step, metrics)
+                        self._evaluate_and_sample(step)
                         last_eval = step
                     if config.save_every and step % config.save_every == 0 and not at_end:
                         checkpoint = self._save()
@@ -195,11 +196,11 @@ class Trainer:
                         status = "interrupted"
                         break
                 if pending:  # interrupted between log points: still account for those steps
-                    last_loss = self._flush(pending, metrics, bar, tokens_per_s=window_tokens / max(
+                    last_loss = self._flush(pending, bar, tokens_per_s=window_tokens / max(
                         time.perf_counter() - window_start, 1e-9), last_good=checkpoint)
                 step = self.state.step
                 if status == "finished" and last_eval != step:
-                    self._evaluate_and_sample(step, metrics)
+                    self._evaluate_and_sample(step)
                 if last_saved != step:
                     checkpoint = self._save()
                 model_path = self._export_final(checkpoint) if status == "finished" else None
@@ -208,7 +209,7 @@ class Trainer:
             ended, last_loss = "diverged", float("nan")
             raise
         finally:
-            self._end(metrics, logger, bar, status=ended, loss=last_loss)
+            self._end(loggers, bar, status=ended, loss=last_loss)
         return TrainResult(status=status, step=self.state.step, loss=last_loss, val_loss=self.state.last_val_loss,
                            checkpoint=checkpoint, model_path=model_path, out_dir=self.out_dir)
 
@@ -266,8 +267,8 @@ class Trainer:
 
     # -- reading the loss back, metrics and hooks --------------------------------------
 
-    def _flush(self, pending: list[tuple[int, Tensor, float, Tensor | None]], metrics: MetricsLog | None,
-               bar: ProgressBar, *, tokens_per_s: float, last_good: Path | None) -> float:
+    def _flush(self, pending: list[tuple[int, Tensor, float, Tensor | None]], bar: ProgressBar, *,
+               tokens_per_s: float, last_good: Path | None) -> float:
         losses = torch.stack([loss for _, loss, _, _ in pending]).tolist()  # one host sync per window
         norms: list[float | None] = [None] * len(pending)
         if pending[0][3] is not None:
@@ -289,8 +290,6 @@ class Trainer:
                 record["tokens_per_s"] = tokens_per_s
                 record.update(bar.update(len(pending), loss=loss, lr=lr, tokens_per_s=tokens_per_s))
             if self.ctx.is_main:
-                assert metrics is not None
-                metrics.write("train", step, record)
                 self.hooks.specformer_on_train_step(step=step, metrics=record)
         return losses[-1]
 
@@ -321,14 +320,12 @@ class Trainer:
         sums = all_reduce_mean(sums, ctx)
         return float(sums[0] / sums[1]) if sums[1] > 0 else None
 
-    def _evaluate_and_sample(self, step: int, metrics: MetricsLog | None) -> None:
+    def _evaluate_and_sample(self, step: int) -> None:
         val_loss = self.evaluate()
         if val_loss is not None:
             self.state.last_val_loss = val_loss
             record = {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
             if self.ctx.is_main:
-                assert metrics is not None
-                metrics.write("eval", step, record)
                 self.hooks.specformer_on_eval(step=step, metrics=record)
                 self._say(f"step {step}: val loss {val_loss:.4f}, perplexity {record['val_perplexity']:.2f}")
         text = self.sample(step)
@@ -376,16 +373,11 @@ class Trainer:
                                   f"{checkpoint}") from None
         return target
 
-    def _end(self, metrics: MetricsLog | None, logger: Any, bar: ProgressBar, *, status: str,
-             loss: float | None) -> None:
-        """Close the bar and files; tell plugins the run ended (unless it crashed: then only clean up)."""
+    def _end(self, loggers: RunLoggers, bar: ProgressBar, *, status: str, loss: float | None) -> None:
+        """Close the bar; tell plugins the run ended (unless it crashed: then only clean up); close the loggers."""
         try:
             bar.close()
             if self.ctx.is_main:
-                assert metrics is not None
-                metrics.close()
-                if self.config.plot:
-                    plot_losses(metrics.path, self.out_dir / PLOT_FILE, title=f"{self.out_dir.name} ({status})")
                 if status != "failed":
                     final = {"loss": float("nan") if loss is None else loss, "tokens": self.state.tokens,
                              "elapsed_s": self.state.elapsed_s}
@@ -394,19 +386,7 @@ class Trainer:
                     self.hooks.specformer_on_train_end(step=self.state.step, metrics=final,
                                                        out_dir=str(self.out_dir))
         finally:
-            if logger is not None:
-                get_plugin_manager().unregister(logger)
-                logger.close()
-
-    def _start_logger(self, resume_step: int | None) -> Any:
-        if not (self.config.tensorboard and self.ctx.is_main):
-            return None
-        from specformer_train.tensorboard_logger import make_logger
-
-        logger = make_logger(self.out_dir, resume_step=resume_step)
-        if logger is not None:
-            get_plugin_manager().register(logger, name=f"tensorboard-{id(logger)}")
-        return logger
+            loggers.close(status)  # files closed, loss.png drawn, hook implementations unregistered
 
     def _apply_config_to_groups(self) -> None:
         """After a resume, this run's settings (lr, betas, weight decay, ...) win over those saved with the optimizer."""

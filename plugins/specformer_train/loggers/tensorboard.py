@@ -1,9 +1,9 @@
-"""A TensorBoard logger, written as a plugin: it only implements the training hooks.
+"""``tensorboard``: scalars of every step and evaluation as TensorBoard event files.
 
-The trainer registers one for the length of a run when ``train.tensorboard`` is true
-and ``torch.utils.tensorboard`` (the ``tensorboard`` package) imports; event files go
-to ``<out_dir>/tensorboard`` (``tensorboard --logdir runs/``). A W&B or MLflow logger
-is the same few lines around its own client.
+Event files go to ``<out_dir>/tensorboard`` (``tensorboard --logdir runs/``). Without the
+``tensorboard`` package (the ``tensorboard`` extra) the logger is skipped, so it can be on
+by default; ``train.tensorboard: false`` turns it off too. A W&B or MLflow logger is the
+same few lines around its own client.
 """
 
 from __future__ import annotations
@@ -12,16 +12,27 @@ from pathlib import Path
 from typing import Any
 
 from specformer.hookspecs import hookimpl
+from specformer.params import Params
 
 
 class TensorBoardLogger:
-    """Scalars of every training step and evaluation, under ``train/`` and ``eval/``."""
+    """Scalars of every training step and evaluation, under train/ and eval/, in <out_dir>/tensorboard."""
+
+    class Params(Params):
+        pass
 
     def __init__(self, log_dir: Path, *, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops events past a resumed checkpoint, as metrics.jsonl does.
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+
+    @classmethod
+    def from_params(cls, params: Params, *, out_dir: Path, resume_step: int | None,
+                    train: Any) -> "TensorBoardLogger | None":
+        if not train.tensorboard or not tensorboard_available():
+            return None
+        return cls(Path(out_dir) / "tensorboard", purge_step=None if resume_step is None else resume_step + 1)
 
     @hookimpl
     def specformer_on_train_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -39,7 +50,7 @@ class TensorBoardLogger:
     def specformer_on_train_end(self, step: int, metrics: dict[str, float], out_dir: str) -> None:
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, status: str) -> None:
         self.writer.close()
 
 
@@ -50,10 +61,3 @@ def tensorboard_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def make_logger(out_dir: Path, *, resume_step: int | None) -> Any:
-    """A logger writing to ``<out_dir>/tensorboard``, or None when TensorBoard is not installed."""
-    if not tensorboard_available():
-        return None
-    return TensorBoardLogger(Path(out_dir) / "tensorboard", purge_step=None if resume_step is None else resume_step + 1)

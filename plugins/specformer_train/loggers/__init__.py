@@ -1,0 +1,77 @@
+"""The ``logger`` component kind: where a run's metrics go, chosen with ``train.loggers``.
+
+A logger is a component like an optimizer or a sampler. Its factory receives the run
+directory, the step a resumed run continues from (None for a fresh run) and the whole
+``train:`` config, and returns an object whose methods implement the training hooks
+(:mod:`specformer_train.hookspecs`: ``specformer_on_train_step``, ``specformer_on_eval``,
+...) marked with ``specformer.hookimpl`` -- or None when it cannot log in this
+environment (TensorBoard without its package). The trainer registers each one with the
+plugin manager for the length of the run, on the main process only, and at the end calls
+its ``close(status)`` when it has one (``status``: finished, interrupted, diverged or
+failed). The trainer names no logger; another plugin adds one from its
+``specformer_register_components``::
+
+    registry.register("logger", "wandb", factory=make_wandb_logger, params=WandbParams)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specformer.plugins import get_plugin_manager
+
+KIND = "logger"
+KIND_DOC = "Where a training run's metrics go (a file, TensorBoard, a tracking service): training-hook implementations."
+SIZES = ("out_dir", "resume_step", "train")
+
+#: What ``train.loggers`` is when a spec does not say: metrics.jsonl, and TensorBoard when installed.
+DEFAULT_LOGGERS = ("jsonl", "tensorboard")
+
+
+def register_loggers(registry: Any) -> None:
+    """Register the built-in loggers (the kind itself is added by the plugin's ``specformer_add_kinds``)."""
+    from specformer_train.loggers.jsonl import JsonlLogger
+    from specformer_train.loggers.tensorboard import TensorBoardLogger
+
+    for name, cls in (("jsonl", JsonlLogger), ("tensorboard", TensorBoardLogger)):
+        registry.register(KIND, name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__)
+
+
+class RunLoggers:
+    """The loggers of one run, registered as hook implementations until :meth:`close`."""
+
+    def __init__(self, chosen: list[Any], *, out_dir: Path, resume_step: int | None, train: Any) -> None:
+        self._loggers: list[tuple[str, Any]] = []
+        manager = get_plugin_manager()
+        try:
+            for resolved in chosen:
+                logger = resolved.make(out_dir=Path(out_dir), resume_step=resume_step, train=train)
+                if logger is None:
+                    continue  # not available here (a missing optional package)
+                name = f"logger-{resolved.component.name}-{id(logger)}"
+                manager.register(logger, name=name)
+                self._loggers.append((name, logger))
+        except BaseException:
+            self.close("failed")
+            raise
+
+    @property
+    def loggers(self) -> list[Any]:
+        return [logger for _, logger in self._loggers]
+
+    def close(self, status: str) -> None:
+        """Unregister every logger and close each (all of them, even when one fails; the first error is raised)."""
+        manager, first_error = get_plugin_manager(), None
+        for name, logger in reversed(self._loggers):
+            manager.unregister(name=name)
+            close = getattr(logger, "close", None)
+            if close is None:
+                continue
+            try:
+                close(status)
+            except Exception as exc:  # noqa: BLE001 - closed the rest first, then re-raised
+                first_error = first_error or exc
+        self._loggers = []
+        if first_error is not None:
+            raise first_error
