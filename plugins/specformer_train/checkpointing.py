@@ -51,6 +51,7 @@ from torch import nn
 import specformer
 from specformer.checkpoint import read_metadata, read_tensors
 from specformer.errors import CheckpointError
+from specformer.plugins import get_plugin_manager
 from specformer.tokenizer import METADATA_KEY, Tokenizer
 
 from specformer_train.atomic import OutputError, fsync_dir, fsync_file, unique_suffix, write_text_atomic
@@ -195,8 +196,14 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
 
         model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
         if ctx.is_main:
-            specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors",
-                            metadata={METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)})
+            header = {METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)}
+            # A plugin may store a part of the weights (an adapter's) with header entries of its own.
+            part = get_plugin_manager().hook.specformer_train_saved_weights(
+                model=model, weights=model_state, path=str(final / "model.safetensors"))
+            if part is not None:
+                model_state, entries = part
+                header = {**entries, **header}
+            specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors", metadata=header)
             _save_optimizer(optim_state, tmp / "optimizer.safetensors", optimizer_class=type(optimizer).__name__)
         _save_rng(tmp / f"rng-rank{ctx.rank}.safetensors")
         barrier(ctx)
@@ -345,9 +352,12 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
 
     path = contents.path
     check_tokenizer(contents, tokenizer)
-    _check_shapes(model, contents.weights, where=str(path / "model.safetensors"))
+    # A checkpoint storing a part of the weights (an adapter's): its plugin completes them from the model.
+    weights = get_plugin_manager().hook.specformer_train_resumed_weights(model=model, weights=contents.weights)
+    weights = contents.weights if weights is None else weights
+    _check_shapes(model, weights, where=str(path / "model.safetensors"))
     options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, contents.weights, options=options)
+    set_model_state_dict(model, weights, options=options)
     saved_class = contents.optimizer.get("optimizer", "AdamW")  # checkpoints from before the kind existed: AdamW
     if saved_class != type(optimizer).__name__:
         raise CheckpointError(f"{path}: the run was trained with the optimizer {saved_class}, this spec's "

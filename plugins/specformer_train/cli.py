@@ -1,4 +1,4 @@
-"""``specformer train SPEC [--data PATH] [--out DIR] [--resume [CHECKPOINT] [--new-data] | --overwrite] [--steps N] [--set KEY=VALUE ...]``."""
+"""``specformer train SPEC [--data PATH] [--out DIR] [--resume [CHECKPOINT] [--new-data] | --overwrite] [--init CKPT] [--steps N] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ examples:
   specformer train specs/tiny.yaml --data notes/ --out runs/notes --steps 500 --set train.lr=3e-4
   specformer train specs/tiny.yaml --resume              # continue from runs/tiny/checkpoints/latest
   specformer train specs/tiny.yaml --overwrite           # start again, replacing the run in runs/tiny
+  specformer train imported.yaml --init imported.safetensors --data chats.jsonl --set train.adapter=lora
   torchrun --standalone --nproc_per_node=2 -m specformer.cli train specs/tiny.yaml --set train.distributed=ddp
 """
 
@@ -31,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="start afresh in a run directory that holds an earlier run, deleting its checkpoints")
     parser.add_argument("--new-data", action="store_true",
                         help="with --resume: continue on --data although it differs from the data the run recorded")
+    parser.add_argument("--init", metavar="CKPT",
+                        help="fine-tune: start from this checkpoint's weights and tokenizer (same as --set train.init=CKPT; "
+                             "the spec's model must be the checkpoint's)")
     parser.add_argument("--steps", type=int, metavar="N", help="train for N optimizer steps (same as --set train.steps=N)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value by its dotted key, e.g. --set train.lr=3e-4 (repeatable)")
@@ -41,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = train(args.spec, data=args.data, out_dir=args.out, resume=args.resume or False,
-                       overwrite=args.overwrite, new_data=args.new_data, overrides=args.overrides, steps=args.steps)
+                       overwrite=args.overwrite, new_data=args.new_data, overrides=args.overrides, steps=args.steps,
+                       init=args.init)
     except KeyboardInterrupt:
         # Ctrl-C before the training loop took over (or a second one during a save): nothing
         # half-written is left, since every file is written under a temporary name first.

@@ -133,6 +133,23 @@ class TrainConfig(BaseModel):
     threads: Int | Literal["auto"] = Field(
         default="auto",
         description="CPU threads (1 to 1024) or auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
+    # -- fine-tuning (the adapter kind and chat data come from the finetune plugin) -------
+    init: str | None = Field(
+        default=None,
+        description="Start from this checkpoint's weights and tokenizer (fine-tuning); the spec's model must be the "
+                    "checkpoint's. --init overrides it.",
+    )
+    adapter: SubComponent("adapter") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Train only an adapter ({kind: lora, rank: 8, alpha: 16, targets: [blocks.*.attention.qkv]}) on "
+                    "the frozen train.init weights; checkpoints then hold the adapter and a reference to the base.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="Chat data (.jsonl with messages or prompt/completion): a Jinja template file or a built-in name "
+                    "(chatml); default the train.init checkpoint's own chat_template.",
+    )
+
                     "a resumed run keeps the count it was saved with.",
     )
     activation_checkpointing: StrictBool = Field(
@@ -175,3 +192,5 @@ class TrainConfig(BaseModel):
     @property
     def clip_norm(self) -> float | None:
         return self.grad_clip if self.grad_clip else None
+        if self.adapter is not None and self.init is None:
+            raise ValueError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")

@@ -8,6 +8,8 @@ main process only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pluggy
 
 from specformer.hookspecs import PROJECT
@@ -40,5 +42,24 @@ def specformer_on_train_end(step: int, metrics: "dict[str, float]", out_dir: str
     """Once, when training stops (finished, interrupted or stopped on a non-finite loss)."""
 
 
-__all__ = ["specformer_on_checkpoint_saved", "specformer_on_eval", "specformer_on_train_end",
+@hookspec
+def specformer_train_prepare_model(model: "Any", config: "Any", init: "str | None") -> None:
+    """Once the model is built (and loaded from ``init``, the ``train.init`` checkpoint, when given), before the
+    optimizer is made: change it in place (the fine-tuning plugin applies ``train.adapter`` here). Every process."""
+
+
+@hookspec(firstresult=True)
+def specformer_train_saved_weights(model: "Any", weights: "dict[str, Any]", path: str) -> "Any":
+    """Which weights a checkpoint's ``model.safetensors`` (at ``path``) stores: ``(weights, header_entries)`` to
+    store a part of them with header entries of the plugin's own (an adapter's tensors and its base), else None."""
+
+
+@hookspec(firstresult=True)
+def specformer_train_resumed_weights(model: "Any", weights: "dict[str, Any]") -> "Any":
+    """On resume, the full state dict to load into ``model`` from a checkpoint's stored ``weights`` (which a
+    ``specformer_train_saved_weights`` implementation made partial), else None."""
+
+
+__all__ = ["specformer_train_prepare_model", "specformer_train_resumed_weights", "specformer_train_saved_weights",
+           "specformer_on_checkpoint_saved", "specformer_on_eval", "specformer_on_train_end",
            "specformer_on_train_start", "specformer_on_train_step"]

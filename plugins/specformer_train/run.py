@@ -18,9 +18,11 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+
 import specformer
 from specformer.errors import UserError
-from specformer.plugins import get_registry
+from specformer.plugins import get_plugin_manager, get_registry
 from specformer.sizes import check_spec
 from specformer.spec import Spec, read_spec_file
 from specformer.summary import summarize
@@ -35,6 +37,7 @@ from specformer_train.datasource import absolute_source, check_same_data, data_r
 from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
                                           resolve_mode, shutdown)
 from specformer_train.hint import generate_command
+from specformer_train.init_weights import load_init
 from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
 from specformer_train.resume import find_resumable
@@ -47,7 +50,7 @@ SpecSource = str | Path | dict[str, Any] | Spec  # what train() accepts as a spe
 
 
 def load_train_spec(spec: SpecSource, *, overrides: Sequence[str] = (), data: str | None = None,
-                    out_dir: str | None = None, steps: int | None = None) -> Spec:
+                    out_dir: str | None = None, steps: int | None = None, init: str | None = None) -> Spec:
     """The spec with command-line overrides applied, validated again (a SpecError lists every problem)."""
     source = None if isinstance(spec, (dict, Spec)) else str(spec)
     if isinstance(spec, Spec):
@@ -62,7 +65,7 @@ def load_train_spec(spec: SpecSource, *, overrides: Sequence[str] = (), data: st
         raw["train"] = {}
     if isinstance(raw["train"], dict):  # otherwise validation reports the malformed section
         # Paths are set as given, not read as YAML (a directory named "1e3" stays a string).
-        raw["train"].update({k: v for k, v in (("data", data), ("out_dir", out_dir)) if v is not None})
+        raw["train"].update({k: v for k, v in (("data", data), ("out_dir", out_dir), ("init", init)) if v is not None})
     return check_spec(raw, registry=get_registry(), source=source).spec
 
 
@@ -73,13 +76,13 @@ def default_out_dir(spec: SpecSource) -> Path:
 
 def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = None,
           resume: bool | str | Path = False, overwrite: bool = False, new_data: bool = False,
-          overrides: Sequence[str] = (), steps: int | None = None) -> TrainResult:
+          overrides: Sequence[str] = (), steps: int | None = None, init: str | None = None) -> TrainResult:
     """Train the model of ``spec`` (a file, a dict or a :class:`Spec`) on ``data``.
 
     ``resume`` is True (the run directory's latest intact checkpoint) or a checkpoint
     directory; without it, a run directory holding an earlier run is refused unless
     ``overwrite`` is True. ``new_data`` lets a resumed run continue on other data than it
-    recorded. ``overrides`` are ``--set`` items (``"train.lr=3e-4"``). Raises
+    recorded. ``overrides`` are ``--set`` items (``"train.lr=3e-4"``); ``init`` is ``--init``. Raises
     :class:`UserError` for bad input (another run holding the directory included) and
     :class:`~specformer_train.trainer.TrainingDiverged` on a non-finite loss.
     """
@@ -87,7 +90,7 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         raise UserError("--resume continues the run in the directory and --overwrite replaces it; give one of them")
     if new_data and not resume:
         raise UserError("--new-data only applies with --resume (a fresh run uses whatever --data says)")
-    loaded = load_train_spec(spec, overrides=overrides, data=data, out_dir=out_dir, steps=steps)
+    loaded = load_train_spec(spec, overrides=overrides, data=data, out_dir=out_dir, steps=steps, init=init)
     config: TrainConfig = loaded.section("train") or TrainConfig()
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     ctx = init_distributed(resolve_mode(config.distributed))
@@ -137,8 +140,10 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     corpus = _find_corpus(config.data, recorded_data if known and not data_given else None)
     if not ctx.is_main:
         barrier(ctx)
-    tokenizer = make_tokenizer(config.tokenizer, vocab_size=spec.model.vocab_size, corpus=corpus,
-                               cache=config.cache_dir)
+    # Fine-tuning (train.init): the checkpoint's weights and its tokenizer, whatever train.tokenizer says.
+    started = load_init(config.init, spec) if config.init else None
+    tokenizer = started.tokenizer if started else make_tokenizer(config.tokenizer, vocab_size=spec.model.vocab_size,
+                                                                 corpus=corpus, cache=config.cache_dir)
     if resume_from is not None:
         check_tokenizer(resume_from, tokenizer)
     tokens = tokenize_corpus(corpus, tokenizer, cache=config.cache_dir, progress=ctx.is_main)
@@ -154,7 +159,9 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     split = split_tokens(tokens, val_fraction=config.val_fraction, seq_len=seq_len)
     train_rows = PackedRows(split.train, seq_len=seq_len, seed=config.seed)
     val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
-    model = specformer.build(spec, seed=config.seed)
+    model = started.model if started else specformer.build(spec, seed=config.seed)
+    torch.manual_seed(config.seed)  # what a plugin adds to the model (an adapter) starts the same on every process
+    get_plugin_manager().hook.specformer_train_prepare_model(model=model, config=config, init=config.init)
     trainer = Trainer(model=model, config=config, train_rows=train_rows, val_rows=val_rows, tokenizer=tokenizer,
                       out_dir=run_dir, ctx=ctx, data_record=record)
 
@@ -203,7 +210,10 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
     lines = [
         f"specformer train -> {run_dir}" + (f" (resuming {resume_from.path.name})" if resume_from else ""),
         f"  model   {trainer.n_params / 1e6:.2f}M parameters: {m.n_layers} layers, d_model {m.d_model}, "
-        f"context {m.context_length}, vocab {m.vocab_size}; {trainer.flops_per_token / 1e6:.1f} MFLOP per trained token",
+        f"context {m.context_length}, vocab {m.vocab_size}; {trainer.flops_per_token / 1e6:.1f} MFLOP per trained token"
+        + (f"\n  trains  {trainer.n_trainable:,} of {trainer.n_params:,} parameters "
+           f"({100 * trainer.n_trainable / max(1, trainer.n_params):.2f}%)" if trainer.n_trainable != trainer.n_params else "")
+        + (f"\n  init    {config.init}" if config.init else ""),
         f"  data    {corpus_description}: {n_tokens:,} tokens ({config.tokenizer} tokenizer), "
         f"{n_train:,} train / {n_val:,} validation",
         f"  batch   {config.batch_size} x {trainer.seq_len} tokens x {config.grad_accum} accumulation x "

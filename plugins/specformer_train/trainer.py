@@ -110,6 +110,7 @@ class Trainer:
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
 
+        self.n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # an adapter run: a few %
         self.model = model.to(self.device)  # the Decoder: parameters by name, generation, saving
         self.model.train()
         if config.activation_checkpointing:

@@ -1,0 +1,68 @@
+"""Hook implementations of the fine-tuning plugin: the ``adapter`` kind and ``lora``, adapter checkpoints,
+the ``merge`` command, and the train hooks that apply an adapter and save it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+from specformer.registry import PluginRegistry
+
+
+@hookimpl
+def specformer_add_kinds(registry: PluginRegistry) -> None:
+    registry.add_kind("adapter", doc="Trainable additions to a frozen model's linear layers (LoRA), for fine-tuning.")
+
+
+@hookimpl
+def specformer_register_components(registry: PluginRegistry) -> None:
+    from specformer_finetune.lora import LoRA
+
+    registry.register("adapter", LoRA.name, factory=LoRA.from_params, params=LoRA.Params, doc=LoRA.__doc__,
+                      paper="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models")
+
+
+@hookimpl
+def specformer_checkpoint_layout(metadata: dict[str, str], tensors: dict[str, Any], where: str) -> Any:
+    from specformer_finetune.adapter_file import float_layout
+
+    return float_layout(metadata, tensors, where)
+
+
+@hookimpl
+def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
+    from specformer_finetune.adapter_file import load_adapted
+
+    return load_adapted(checked, device)
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_finetune.merge_cli import configure, run
+
+    commands.add("merge", help="Fold an adapter checkpoint into its base: a plain checkpoint (W + B @ A * alpha / rank).",
+                 configure=configure, run=run)
+
+
+# -- the train plugin's hooks: apply train.adapter, save only its tensors, complete them on resume --------------
+
+
+@hookimpl
+def specformer_train_prepare_model(model: Any, config: Any, init: str | None) -> None:
+    from specformer_finetune.training import prepare_model
+
+    prepare_model(model, config, init)
+
+
+@hookimpl
+def specformer_train_saved_weights(model: Any, weights: dict[str, Any], path: str) -> Any:
+    from specformer_finetune.training import saved_weights
+
+    return saved_weights(model, weights, path)
+
+
+@hookimpl
+def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any:
+    from specformer_finetune.training import resumed_weights
+
+    return resumed_weights(model, weights)
