@@ -66,3 +66,11 @@ def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any
     from specformer_finetune.training import resumed_weights
 
     return resumed_weights(model, weights)
+
+
+@hookimpl
+def specformer_train_rows(config: Any, tokenizer: Any, seq_len: int, metadata: dict[str, str] | None,
+                          vocab_size: int) -> Any:
+    from specformer_finetune.training import chat_rows
+
+    return chat_rows(config, tokenizer, seq_len=seq_len, metadata=metadata, vocab_size=vocab_size)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from specformer.checkpoint import read_metadata
@@ -51,3 +52,45 @@ def resumed_weights(model: Any, weights: dict[str, Any]) -> dict[str, Any] | Non
         raise CheckpointError(f"the checkpoint does not hold this run's adapter (differs in {', '.join(other[:4])}"
                               f"{' ...' if len(other) > 4 else ''}); resume with the adapter the run started with")
     return {**model.state_dict(), **weights}
+
+
+@dataclass
+class ChatTraining:
+    """The rows of a chat corpus as the train plugin's ``specformer_train_rows`` hook returns them."""
+
+    tokenizer: Any
+    train_rows: Any
+    val_rows: Any
+    description: str
+    n_tokens: int
+    n_train: int
+    n_val: int
+    record: dict[str, Any]
+
+
+def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, str] | None,
+              vocab_size: int) -> ChatTraining | None:
+    """Rows with a loss mask when ``train.data`` is a chat jsonl (messages or prompt/completion); else None."""
+    from specformer_train.datasource import data_record
+    from specformer_train.tokenization import make_tokenizer
+
+    from specformer_finetune.chat_data import chat_data, encode_file, looks_like_chat
+    from specformer_finetune.chat_template import resolve_template
+
+    if not looks_like_chat(config.data):
+        if config.chat_template is not None and config.data is not None:
+            raise UserError(f"train.chat_template is set but {config.data} is not chat data (a .jsonl file whose "
+                            "records hold 'messages' or 'prompt' and 'completion')")
+        return None
+    if tokenizer is None:
+        if config.tokenizer == "bpe":
+            raise UserError("chat data needs a tokenizer that exists before the data is read: the train.init "
+                            "checkpoint's, byte, or a tokenizer.json path (not bpe, which is trained on a corpus)")
+        tokenizer = make_tokenizer(config.tokenizer, vocab_size=vocab_size, corpus=None, cache=config.cache_dir)
+    template = resolve_template(config.chat_template, metadata)
+    corpus = encode_file(config.data, tokenizer, template)
+    data = chat_data(corpus, seq_len=seq_len, seed=config.seed, val_fraction=config.val_fraction)
+    record = data_record(data=config.data, description=corpus.description, tokens=corpus.tokens)
+    return ChatTraining(tokenizer=tokenizer, train_rows=data.train_rows, val_rows=data.val_rows,
+                        description=data.description, n_tokens=data.n_tokens, n_train=data.n_train, n_val=data.n_val,
+                        record=record)

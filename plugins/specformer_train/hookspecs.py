@@ -60,6 +60,20 @@ def specformer_train_resumed_weights(model: "Any", weights: "dict[str, Any]") ->
     ``specformer_train_saved_weights`` implementation made partial), else None."""
 
 
-__all__ = ["specformer_train_prepare_model", "specformer_train_resumed_weights", "specformer_train_saved_weights",
+@hookspec(firstresult=True)
+def specformer_train_rows(config: "Any", tokenizer: "Any", seq_len: int, metadata: "dict[str, str] | None",
+                          vocab_size: int) -> "Any":
+    """Training rows a plugin reads from ``config.data`` itself (chat data with a loss mask), else None.
+
+    ``tokenizer`` and ``metadata`` are the ``train.init`` checkpoint's (None without one).
+    Return an object with ``tokenizer``, ``train_rows`` (a :class:`~specformer_train.data.PackedRows`,
+    optionally with ``loss_mask(first, count)``), ``val_rows`` (an ``EvalRows`` or None,
+    optionally with ``loss_mask(indices)``), ``description``, ``n_tokens``, ``n_train``,
+    ``n_val`` and ``record`` (the data record, :func:`specformer_train.datasource.data_record`).
+    A loss mask is a bool array aligned with the rows; targets where it is False do not count.
+    """
+
+
+__all__ = ["specformer_train_prepare_model", "specformer_train_rows", "specformer_train_resumed_weights", "specformer_train_saved_weights",
            "specformer_on_checkpoint_saved", "specformer_on_eval", "specformer_on_train_end",
            "specformer_on_train_start", "specformer_on_train_step"]

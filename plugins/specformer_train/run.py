@@ -136,12 +136,25 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
         spec, config = _with_data(spec, recorded_data, source=source)
         say(f"note: resuming on the data the run was trained on: {describe(recorded or {})}")
 
+    # Fine-tuning (train.init): the checkpoint's weights and its tokenizer, whatever train.tokenizer says.
+    started = load_init(config.init, spec) if config.init else None
+    seq_len = config.seq_len or spec.model.context_length
+    # Chat data (a plugin's rows with a loss mask, e.g. the finetune plugin's conversations) instead of a corpus.
+    chat = get_plugin_manager().hook.specformer_train_rows(
+        config=config, tokenizer=started.tokenizer if started else None, seq_len=seq_len,
+        metadata=started.metadata if started else None, vocab_size=spec.model.vocab_size)
+    if chat is not None:
+        if resume_from is not None:
+            check_tokenizer(resume_from, chat.tokenizer)
+        return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started, seq_len=seq_len,
+                         tokenizer=chat.tokenizer, train_rows=chat.train_rows, val_rows=chat.val_rows,
+                         description=chat.description, counts=(chat.n_tokens, chat.n_train, chat.n_val),
+                         record=_checked_record(chat.record, recorded, resume_from, new_data=new_data, say=say))
+
     # The first process fills the caches (tokenizer, tokens); the others then find them there.
     corpus = _find_corpus(config.data, recorded_data if known and not data_given else None)
     if not ctx.is_main:
         barrier(ctx)
-    # Fine-tuning (train.init): the checkpoint's weights and its tokenizer, whatever train.tokenizer says.
-    started = load_init(config.init, spec) if config.init else None
     tokenizer = started.tokenizer if started else make_tokenizer(config.tokenizer, vocab_size=spec.model.vocab_size,
                                                                  corpus=corpus, cache=config.cache_dir)
     if resume_from is not None:
@@ -158,6 +171,24 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     seq_len = config.seq_len or spec.model.context_length
     split = split_tokens(tokens, val_fraction=config.val_fraction, seq_len=seq_len)
     train_rows = PackedRows(split.train, seq_len=seq_len, seed=config.seed)
+    return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started, seq_len=seq_len,
+                     tokenizer=tokenizer, train_rows=train_rows, val_rows=val_rows, description=corpus.description,
+                     counts=(len(tokens), len(split.train), 0 if split.val is None else len(split.val)), record=record)
+
+
+def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, resume_from: Any, *, new_data: bool,
+                    say: Callable[..., None]) -> dict[str, Any]:
+    if resume_from is not None:
+        note = check_same_data(recorded, record, new_data=new_data)
+        if note:
+            say(note)
+    return record
+
+
+def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, say: Callable[..., None],
+              resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
+              val_rows: Any, description: str, counts: tuple[int, int, int], record: dict[str, Any]) -> TrainResult:
+    """Build (or take from train.init) the model, let plugins prepare it, and train on the rows."""
     val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
     model = started.model if started else specformer.build(spec, seed=config.seed)
     torch.manual_seed(config.seed)  # what a plugin adds to the model (an adapter) starts the same on every process
@@ -171,9 +202,9 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
         if removed:
             say(f"note: --overwrite: removed {removed} checkpoint(s) of the earlier run in {run_dir}")
     barrier(ctx)
-    say(_header(spec, config, trainer, corpus_description=corpus.description, n_tokens=len(tokens),
-                n_train=len(split.train), n_val=0 if split.val is None else len(split.val), run_dir=run_dir,
-                resume_from=resume_from))
+    n_tokens, n_train, n_val = counts
+    say(_header(spec, config, trainer, corpus_description=description, n_tokens=n_tokens, n_train=n_train,
+                n_val=n_val, run_dir=run_dir, resume_from=resume_from))
     result = trainer.fit(resume_from=resume_from)
     if result.model_path is not None:
         result.generate_command = generate_command(result.model_path, prompt=config.sample_prompt,
