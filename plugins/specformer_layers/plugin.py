@@ -26,9 +26,13 @@ from specformer_layers.positional.rope_scaling.llama3 import Llama3Scaling
 from specformer_layers.positional.rope_scaling.longrope import LongRopeScaling
 from specformer_layers.positional.rope_scaling.yarn import YarnScaling
 from specformer_layers.positional.sinusoidal import SinusoidalPositions
+from specformer_layers.routers.sigmoid_topk import SigmoidTopK
+from specformer_layers.routers.softmax_topk import SoftmaxTopK
 
 #: The kind this plugin adds: what ``rope``'s ``scaling`` param names.
 ROPE_SCALING_KIND = "rope_scaling"
+#: The kind this plugin adds: what ``moe``'s ``router`` param names.
+ROUTER_KIND = "router"
 
 
 @hookimpl
@@ -37,6 +41,12 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
         ROPE_SCALING_KIND,
         doc="How a rotary positional scheme changes its frequencies to reach past its trained context.",
         sizes=("rotary_dim", "theta", "context_length"),
+    )
+    registry.add_kind(
+        ROUTER_KIND,
+        doc="Which experts of a mixture each token goes to, and with what weights: called with the tokens (N, D), "
+            "returns (weights (N, top_k), experts (N, top_k), probs (N, n_experts)).",
+        sizes=("d_model", "n_experts", "top_k"),
     )
 
 
@@ -69,6 +79,8 @@ def specformer_register_components(registry: PluginRegistry) -> None:
         add("ffn", name, GatedMLP, "https://arxiv.org/abs/2002.05202", params=gated_params(activation),
             doc=f"Gated feed-forward, {activation} gate by default: " + (GatedMLP.__doc__ or ""))
     add("ffn", "moe", MoE, "https://arxiv.org/abs/2401.04088")
+    add(ROUTER_KIND, "softmax_topk", SoftmaxTopK, "https://arxiv.org/abs/1701.06538")
+    add(ROUTER_KIND, "sigmoid_topk", SigmoidTopK, "https://arxiv.org/abs/2412.19437")
 
     add("attention", "attention", CausalSelfAttention, "https://arxiv.org/abs/1706.03762")
 

@@ -1,4 +1,4 @@
-"""Sparse mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE)."""
+"""Sparse mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE, DeepSeek-MoE, gpt-oss)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,36 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.params import Params, SubComponent
 from specformer_layers.ffn.activations import ACTIVATIONS, Activation
 from specformer_layers.ffn.gated import GatedMLP, default_gated_hidden
 from specformer_layers.ffn.mlp import MLP
+from specformer_layers.routers.base import Routing
+from specformer_layers.routers.softmax_topk import SoftmaxTopK
 
-Routing = Literal["softmax_then_topk", "topk_then_softmax"]
+#: How the default router (no ``router`` given) orders softmax and top-k.
+DefaultRouting = Literal["softmax_then_topk", "topk_then_softmax"]
 
 
 class MoE(nn.Module):
     """A router sends each token to ``top_k`` of ``n_experts`` feed-forward experts; their outputs are mixed.
 
-    Routing: ``softmax_then_topk`` takes the softmax over all experts, keeps the ``top_k``
-    largest probabilities and, with ``normalize_topk``, rescales them to sum to one
-    (Mixtral, Qwen3-MoE; without it, Qwen2-MoE and Switch); ``topk_then_softmax`` keeps
-    the ``top_k`` largest logits and takes the softmax over those (the same weights as
-    normalised softmax-then-top-k). Experts are gated (SwiGLU with the default ``silu``,
-    as Mixtral and Qwen-MoE) or plain MLPs. ``n_shared_experts`` adds an always-on
-    expert of width ``shared_hidden`` (DeepSeek-MoE, Qwen2-MoE; ``shared_gate`` scales it
-    by a learned sigmoid gate as Qwen2-MoE does).
+    The ``router`` is a component of its own kind (``softmax_topk``, ``sigmoid_topk`` or a
+    plugin's): it returns, for each token, the chosen experts and their weights. Without
+    one, ``routing``/``normalize_topk`` describe the default softmax top-k router:
+    ``softmax_then_topk`` keeps the ``top_k`` largest probabilities and, with
+    ``normalize_topk``, rescales them to sum to one (Mixtral, Qwen3-MoE; without it,
+    Qwen2-MoE and Switch); ``topk_then_softmax`` is the softmax over the top-k logits (the
+    same weights as normalised softmax-then-top-k).
+
+    Experts are gated (SwiGLU with the default ``silu``, as Mixtral and Qwen-MoE) or plain
+    MLPs, with biases when ``expert_bias`` (gpt-oss). ``swiglu_limit`` switches gated
+    experts to gpt-oss's clamped SwiGLU: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
+    with ``g = min(gate, limit)``. ``n_shared_experts`` adds an always-on expert of width
+    ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
+    sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
+    ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
+    giving those layers another ffn.
 
     Dropless: every token reaches all its experts, whatever the load. Tokens are sorted
     by expert and each expert runs once on its contiguous block (one matmul pair per
@@ -47,13 +58,26 @@ class MoE(nn.Module):
         )
         activation: Activation = Field(default="silu", description="Non-linearity of the experts (on the gate when gated).")
         gated: bool = Field(default=True, description="Gated experts down(act(gate(x)) * up(x)) (SwiGLU with silu); false: plain MLPs.")
-        routing: Routing = Field(
+        router: SubComponent("router") | None = Field(  # type: ignore[valid-type]
+            default=None,
+            description="The router component ({kind: softmax_topk|sigmoid_topk|<a plugin's>, ...}); "
+                        "default softmax_topk as routing and normalize_topk say.",
+        )
+        routing: DefaultRouting = Field(
             default="softmax_then_topk",
-            description="softmax_then_topk: softmax over all experts, keep the top k; topk_then_softmax: softmax over the top k logits.",
+            description="Default router only: softmax_then_topk: softmax over all experts, keep the top k; "
+                        "topk_then_softmax: softmax over the top k logits.",
         )
         normalize_topk: bool = Field(
-            default=True, description="Rescale the kept top-k probabilities to sum to 1 (softmax_then_topk only).",
+            default=True, description="Default router only: rescale the kept top-k probabilities to sum to 1.",
         )
+        expert_bias: bool = Field(default=False, description="Biases on every expert's projections (gpt-oss).")
+        swiglu_limit: float | None = Field(
+            default=None, gt=0,
+            description="gpt-oss's clamped SwiGLU: clamp the gate above and the up projection to +-limit, "
+                        "then (up + 1) * gate * sigmoid(swiglu_alpha * gate); null: the activation as usual.",
+        )
+        swiglu_alpha: float = Field(default=1.702, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit).")
         n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
         shared_hidden: int | None = Field(
             default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
@@ -67,8 +91,15 @@ class MoE(nn.Module):
                 raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
             if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate):
                 raise ValueError("shared_hidden and shared_gate need n_shared_experts >= 1")
+            if self.router is not None and {"routing", "normalize_topk"} & self.model_fields_set:
+                raise ValueError("routing and normalize_topk describe the default router; with router given, "
+                                 "set them in the router ({kind: softmax_topk, normalize: ...})")
             if self.routing == "topk_then_softmax" and not self.normalize_topk:
                 raise ValueError("topk_then_softmax always yields weights summing to 1; normalize_topk: false needs softmax_then_topk")
+            if self.swiglu_limit is not None and (not self.gated or self.activation != "silu"):
+                raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
+            if self.swiglu_limit is None and "swiglu_alpha" in self.model_fields_set:
+                raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
             return self
 
     def __init__(
@@ -80,8 +111,12 @@ class MoE(nn.Module):
         hidden: int,
         activation: str = "silu",
         gated: bool = True,
+        router: nn.Module | None = None,
         routing: str = "softmax_then_topk",
         normalize_topk: bool = True,
+        expert_bias: bool = False,
+        swiglu_limit: float | None = None,
+        swiglu_alpha: float = 1.702,
         shared_hidden: int = 0,
         shared_gate: bool = False,
         aux_loss_coef: float = 0.01,
@@ -91,19 +126,28 @@ class MoE(nn.Module):
             raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
         if routing not in ("softmax_then_topk", "topk_then_softmax"):
             raise ValueError(f"routing must be softmax_then_topk or topk_then_softmax, got {routing!r}")
+        if swiglu_limit is not None and not gated:
+            raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated experts")
         self.d_model = d_model
         self.n_experts = n_experts
         self.top_k = top_k
         self.hidden = hidden
         self.gated = gated
-        self.routing = routing
-        self.normalize_topk = normalize_topk
+        self.swiglu_limit = swiglu_limit
+        self.swiglu_alpha = swiglu_alpha
         self.aux_loss_coef = aux_loss_coef
         self.activation = ACTIVATIONS[activation]
-        self.router = nn.Linear(d_model, n_experts, bias=False)
+        if router is None:
+            # topk_then_softmax is the normalised softmax over the kept experts.
+            router = SoftmaxTopK(d_model=d_model, n_experts=n_experts, top_k=top_k,
+                                 normalize=normalize_topk or routing == "topk_then_softmax")
+        self.router = router
         # Expert e's input projection is experts_in[e] (rows [gate; up] when gated), as nn.Linear stores it.
-        self.experts_in = nn.Parameter(torch.empty(n_experts, (2 if gated else 1) * hidden, d_model))
+        width_in = (2 if gated else 1) * hidden
+        self.experts_in = nn.Parameter(torch.empty(n_experts, width_in, d_model))
         self.experts_out = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        self.experts_in_bias = nn.Parameter(torch.zeros(n_experts, width_in)) if expert_bias else None
+        self.experts_out_bias = nn.Parameter(torch.zeros(n_experts, d_model)) if expert_bias else None
         self.shared: nn.Module | None = None
         self.shared_gate: nn.Linear | None = None
         if shared_hidden:
@@ -119,10 +163,14 @@ class MoE(nn.Module):
     def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "MoE":
         hidden = params.hidden or (default_gated_hidden(d_model) if params.gated else 4 * d_model)
         shared_hidden = (params.shared_hidden or params.n_shared_experts * hidden) if params.n_shared_experts else 0
+        router = None
+        if params.router is not None:
+            router = params.router.make(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k)
         return cls(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k, hidden=hidden,
-                   activation=params.activation, gated=params.gated, routing=params.routing,
-                   normalize_topk=params.normalize_topk, shared_hidden=shared_hidden,
-                   shared_gate=params.shared_gate, aux_loss_coef=params.aux_loss_coef)
+                   activation=params.activation, gated=params.gated, router=router, routing=params.routing,
+                   normalize_topk=params.normalize_topk, expert_bias=params.expert_bias,
+                   swiglu_limit=params.swiglu_limit, swiglu_alpha=params.swiglu_alpha,
+                   shared_hidden=shared_hidden, shared_gate=params.shared_gate, aux_loss_coef=params.aux_loss_coef)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
@@ -137,19 +185,9 @@ class MoE(nn.Module):
             out = out + shared
         return out.view(shape)
 
-    def route(self, tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Mixing weights ``(N, k)``, chosen experts ``(N, k)``, router probabilities ``(N, E)`` (at least float32)."""
-        logits = self.router(tokens)  # (N, E)
-        if logits.dtype not in (torch.float32, torch.float64):
-            logits = logits.float()  # routing decisions in float32, as Mixtral and Qwen do
-        probs = logits.softmax(dim=-1)
-        if self.routing == "topk_then_softmax":
-            top, experts = logits.topk(self.top_k, dim=-1)
-            return top.softmax(dim=-1), experts, probs
-        weights, experts = probs.topk(self.top_k, dim=-1)
-        if self.normalize_topk:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights, experts, probs
+    def route(self, tokens: Tensor) -> Routing:
+        """The router's mixing weights ``(N, k)``, chosen experts ``(N, k)`` and probabilities ``(N, E)``."""
+        return self.router(tokens)
 
     def run_experts(self, tokens: Tensor, experts: Tensor, weights: Tensor) -> Tensor:
         """``sum_j weights[n, j] * expert_{experts[n, j]}(tokens[n])`` for every token ``n``."""
@@ -163,36 +201,50 @@ class MoE(nn.Module):
         grouped = tokens[order // k]  # (N*k, D): each slot's token, sorted by expert
         outputs = []
         for e, block in enumerate(grouped.split(counts.tolist())):
-            h = F.linear(block, self.experts_in[e])
-            if self.gated:
-                gate, up = h.chunk(2, dim=-1)  # (n_e, hidden) each
-                h = self.activation(gate) * up
-            else:
-                h = self.activation(h)
-            outputs.append(F.linear(h, self.experts_out[e]))
+            outputs.append(self.expert(e, block))
         # Back to slot order by a copy (not an atomic scatter-add), so results are deterministic.
         per_slot = _unsort(torch.cat(outputs), order).view(n_tokens, k, -1)  # (N, k, D)
         return (per_slot * weights[..., None]).sum(dim=1)  # (N, D)
 
+    def expert(self, e: int, block: Tensor) -> Tensor:
+        """Expert ``e`` on the rows ``block`` ``(n_e, D)`` routed to it."""
+        h = F.linear(block, self.experts_in[e], None if self.experts_in_bias is None else self.experts_in_bias[e])
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)  # (n_e, hidden) each
+            if self.swiglu_limit is not None:  # gpt-oss: clamped, with a shifted up projection
+                gate = gate.clamp(max=self.swiglu_limit)
+                up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
+                h = (up + 1) * (gate * torch.sigmoid(self.swiglu_alpha * gate))
+            else:
+                h = self.activation(gate) * up
+        else:
+            h = self.activation(h)
+        return F.linear(h, self.experts_out[e], None if self.experts_out_bias is None else self.experts_out_bias[e])
+
     def active_parameters(self) -> int:
         """Weights one token's forward multiplies by: the router, ``top_k`` experts and the shared experts."""
-        per_expert = (self.experts_in.numel() + self.experts_out.numel()) // self.n_experts
-        total = self.router.weight.numel() + self.top_k * per_expert
+        expert_params = [p for p in (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias)
+                         if p is not None]
+        per_expert = sum(p.numel() for p in expert_params) // self.n_experts
+        total = sum(p.numel() for p in self.router.parameters()) + self.top_k * per_expert
         for module in (self.shared, self.shared_gate):
             if module is not None:
                 total += sum(p.numel() for p in module.parameters())
         return total
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
-        nn.init.normal_(self.router.weight, std=std)
+        # The router and the shared experts initialise themselves (Decoder.init_weights reaches every module).
         nn.init.normal_(self.experts_in, std=std)
         nn.init.normal_(self.experts_out, std=residual_std)  # feeds the residual stream
+        for bias in (self.experts_in_bias, self.experts_out_bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
         if self.shared_gate is not None:
             nn.init.normal_(self.shared_gate.weight, std=std)
 
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
-                f"routing={self.routing}, normalize_topk={self.normalize_topk}")
+                f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}")
 
 
 def _unsort(sorted_rows: Tensor, order: Tensor) -> Tensor:

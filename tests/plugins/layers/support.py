@@ -17,7 +17,7 @@ N_HEADS = 4
 HEAD_DIM = D_MODEL // N_HEADS
 
 #: The kinds whose components make up a Decoder (the sampler kind belongs to generation).
-LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "attention", "layout")
+LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "attention", "layout", "router")
 
 
 def tiny_spec(**model_changes: Any) -> dict[str, Any]:
@@ -52,6 +52,8 @@ def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
         model["final_norm"] = ref
     elif kind in ("ffn", "attention", "layout"):
         model["block"][kind] = ref
+    elif kind == "router":
+        model["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "router": ref}
     else:
         raise ValueError(f"no place for a {kind} component in a Decoder spec")
     return spec

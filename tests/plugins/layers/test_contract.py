@@ -42,7 +42,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_experts": 4, "top_k": 2, "hidden": 16},
         {"n_experts": 4, "top_k": 1, "hidden": 16, "routing": "topk_then_softmax", "gated": False, "activation": "gelu"},
         {"n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False, "n_shared_experts": 1, "shared_gate": True},
+        {"n_experts": 4, "top_k": 2, "hidden": 16, "expert_bias": True, "swiglu_limit": 7.0, "router": {"kind": "softmax_topk", "bias": True}},
+        {"n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1, "router": "sigmoid_topk"},
     ],
+    ("router", "softmax_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.0, "n_group": 2, "topk_group": 1}],
+    ("router", "sigmoid_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.5, "n_group": 2, "topk_group": 1}],
     ("attention", "attention"): [
         {"n_heads": 4, "n_kv_heads": 2},
         {"n_heads": 4, "n_kv_heads": 1, "head_dim": 12, "window": 3, "qkv_bias": True, "out_bias": True},

@@ -13,6 +13,7 @@ EXPECTED = {
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
     "attention": {"attention"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
+    "router": {"softmax_topk", "sigmoid_topk"},
 }
 
 OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
@@ -28,6 +29,12 @@ def test_registered_names() -> None:
 def test_rope_scaling_kind() -> None:
     kind = specformer.get_registry().kinds["rope_scaling"]
     assert kind.sizes == ("rotary_dim", "theta", "context_length")
+    assert kind.doc
+
+
+def test_router_kind() -> None:
+    kind = specformer.get_registry().kinds["router"]
+    assert kind.sizes == ("d_model", "n_experts", "top_k")
     assert kind.doc
 
 
@@ -50,6 +57,7 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
 
     registered = {c.source.split(" ")[0] for c in OURS}  # "module (file:line)"
     support = {"specformer_layers.plugin", "specformer_layers.positional.fp32", "specformer_layers.ffn.activations",
-               "specformer_layers.positional.rope_scaling.base", "specformer_layers.layouts.base"}
+               "specformer_layers.positional.rope_scaling.base", "specformer_layers.layouts.base",
+               "specformer_layers.routers.base", "specformer_layers.routers.groups"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()

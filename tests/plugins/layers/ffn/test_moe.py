@@ -13,29 +13,39 @@ from specformer_layers.ffn.moe import MoE, load_balancing_loss
 from ..support import tiny_spec
 
 
-def dense_reference(moe: MoE, x: torch.Tensor) -> torch.Tensor:
-    """Every token, one at a time, through each of its top-k experts, weighted and summed."""
+def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
+    """Every token, one at a time, through each of its top-k experts, weighted and summed.
+
+    Routing is the default softmax router's, written out (the routers have their own
+    formula tests in tests/plugins/layers/routers); ``normalize`` is its ``normalize_topk``.
+    """
     act = moe.activation  # the activations themselves are checked by formula in test_activations
     tokens = x.reshape(-1, x.shape[-1])
     out = torch.zeros_like(tokens)
     for n, token in enumerate(tokens):
         logits = moe.router.weight.double() @ token.double()
-        probs = torch.softmax(logits, dim=-1)
-        if moe.routing == "topk_then_softmax":
-            top, chosen = logits.topk(moe.top_k)
-            weights = torch.softmax(top, dim=-1)
-        else:
-            weights, chosen = probs.topk(moe.top_k)
-            if moe.normalize_topk:
-                weights = weights / weights.sum()
+        weights, chosen = torch.softmax(logits, dim=-1).topk(moe.top_k)
+        if normalize:
+            weights = weights / weights.sum()
         for w, e in zip(weights.tolist(), chosen.tolist()):
             h = moe.experts_in[e] @ token
+            if moe.experts_in_bias is not None:
+                h = h + moe.experts_in_bias[e]
             if moe.gated:
                 gate, up = h.split(moe.hidden)
-                h = act(gate) * up
+                if moe.swiglu_limit is not None:  # gpt-oss: min(gate, L) * sigmoid(alpha * .) * (clip(up, -L, L) + 1)
+                    g = torch.minimum(gate, torch.tensor(moe.swiglu_limit, dtype=gate.dtype))
+                    u = torch.maximum(torch.minimum(up, torch.tensor(moe.swiglu_limit, dtype=up.dtype)),
+                                      torch.tensor(-moe.swiglu_limit, dtype=up.dtype))
+                    h = g / (1 + torch.exp(-moe.swiglu_alpha * g)) * (u + 1)
+                else:
+                    h = act(gate) * up
             else:
                 h = act(h)
-            out[n] += w * (moe.experts_out[e] @ h)
+            y = moe.experts_out[e] @ h
+            if moe.experts_out_bias is not None:
+                y = y + moe.experts_out_bias[e]
+            out[n] += w * y
         if moe.shared is not None:
             shared = moe.shared(token)
             if moe.shared_gate is not None:
@@ -60,6 +70,9 @@ CONFIGS = [
     {"activation": "relu2", "shared_hidden": 24},
     {"shared_hidden": 12, "shared_gate": True, "normalize_topk": False},
     {"n_experts": 2, "top_k": 2},
+    {"expert_bias": True},
+    {"expert_bias": True, "swiglu_limit": 0.5, "swiglu_alpha": 1.702, "top_k": 3},
+    {"swiglu_limit": 7.0, "swiglu_alpha": 2.5},
 ]
 
 
@@ -67,7 +80,14 @@ CONFIGS = [
 def test_matches_dense_reference(config: dict) -> None:
     moe = _random_moe(**config)
     x = torch.randn(3, 7, 16, dtype=torch.float64)
-    torch.testing.assert_close(moe(x), dense_reference(moe, x))
+    torch.testing.assert_close(moe(x), dense_reference(moe, x, normalize=config.get("normalize_topk", True)))
+
+
+def test_clamp_is_active_in_the_clamped_swiglu_case() -> None:
+    """The 0.5 limit must actually cut values, or the clamped test above would test nothing."""
+    moe = _random_moe(expert_bias=True, swiglu_limit=0.5)
+    h = torch.einsum("ehd,nd->neh", moe.experts_in, torch.randn(20, 16, dtype=torch.float64))
+    assert (h.abs() > 0.5).float().mean() > 0.3
 
 
 def test_dropless_when_every_token_picks_the_same_experts() -> None:
@@ -127,7 +147,7 @@ def test_aux_loss_matches_transformers(top_k: int) -> None:
     moe = _random_moe(top_k=top_k, aux_loss_coef=0.02).float()
     x = torch.randn(4, 8, 16)
     moe(x)
-    logits = moe.router(x.reshape(-1, 16))
+    logits = moe.router.logits(x.reshape(-1, 16))
     expected = load_balancing_loss_func((logits,), num_experts=6, top_k=top_k)
     torch.testing.assert_close(moe.aux_loss, 0.02 * expected, rtol=1e-5, atol=1e-7)
 
@@ -206,6 +226,12 @@ def test_mixtral_active_parameters() -> None:
     ({"shared_hidden": 8}, "need n_shared_experts >= 1"),
     ({"routing": "topk_then_softmax", "normalize_topk": False}, "normalize_topk: false needs softmax_then_topk"),
     ({"routing": "sigmoid"}, "routing"),
+    ({"router": "sigmoid_topk", "normalize_topk": False}, "with router given, set them in the router"),
+    ({"swiglu_limit": 7.0, "gated": False}, "swiglu_limit .* needs gated: true and activation: silu"),
+    ({"swiglu_limit": 7.0, "activation": "gelu"}, "swiglu_limit .* needs gated: true and activation: silu"),
+    ({"swiglu_alpha": 1.5}, "swiglu_alpha is used only with swiglu_limit"),
+    ({"router": "sinkhorn"}, "unknown router 'sinkhorn'"),
+    ({"router": {"kind": "softmax_topk", "n_group": 2, "topk_group": 3}}, "topk_group \\(3\\) cannot exceed n_group \\(2\\)"),
 ])
 def test_bad_params(params: dict, message: str) -> None:
     spec = tiny_spec()

@@ -1,0 +1,94 @@
+"""What every router returns, the linear scoring they share, and grouped (node-limited) selection."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Routing(NamedTuple):
+    """A router's decision for ``N`` tokens.
+
+    ``weights`` ``(N, k)``: how much each chosen expert's output counts (at least float32);
+    ``experts`` ``(N, k)``: the chosen experts' indices; ``probs`` ``(N, E)``: a probability
+    per expert summing to one per token, the ``P_e`` of the load-balancing loss.
+    """
+
+    weights: Tensor
+    experts: Tensor
+    probs: Tensor
+
+
+class LinearRouter(nn.Module):
+    """Base of the built-in routers: one score per expert, ``tokens @ weight.T (+ bias)``, in float32.
+
+    ``weight`` is ``(n_experts, d_model)``, laid out as ``nn.Linear`` stores it (so a checkpoint's
+    ``gate.weight`` copies in unchanged). It is a plain parameter, not an ``nn.Linear``: routing
+    decisions stay in float whatever else is quantized. Scores are computed in float32 (float64
+    for a float64 model) as DeepSeek does, so a bfloat16 model picks experts as a float32 one would.
+
+    A subclass implements ``forward(tokens (N, D)) -> Routing``.
+    """
+
+    def __init__(self, *, d_model: int, n_experts: int, top_k: int, bias: bool = False) -> None:
+        super().__init__()
+        if not 0 < top_k <= n_experts:
+            raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
+        self.d_model = d_model
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.weight = nn.Parameter(torch.empty(n_experts, d_model))
+        self.bias = nn.Parameter(torch.zeros(n_experts)) if bias else None
+        nn.init.normal_(self.weight, std=0.02)
+
+    def logits(self, tokens: Tensor) -> Tensor:
+        """One score per expert ``(N, E)``, at least float32."""
+        dtype = torch.promote_types(tokens.dtype, torch.float32)
+        bias = self.bias.to(dtype) if self.bias is not None else None
+        return F.linear(tokens.to(dtype), self.weight.to(dtype), bias)
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        nn.init.normal_(self.weight, std=std)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, bias={self.bias is not None}"
+
+
+def check_groups(*, n_experts: int, top_k: int, n_group: int, topk_group: int, min_per_group: int = 1) -> None:
+    """Refuse a grouping that cannot split the experts or cannot hold ``top_k`` choices."""
+    if n_group == 1:
+        return
+    if n_experts % n_group:
+        raise ValueError(f"n_group ({n_group}) must divide n_experts ({n_experts})")
+    per_group = n_experts // n_group
+    if per_group < min_per_group:
+        raise ValueError(f"each of the n_group ({n_group}) groups needs at least {min_per_group} experts; "
+                         f"n_experts ({n_experts}) gives {per_group}")
+    if top_k > topk_group * per_group:
+        raise ValueError(f"top_k ({top_k}) exceeds the experts of the topk_group ({topk_group}) kept groups "
+                         f"({topk_group} x {per_group} = {topk_group * per_group})")
+
+
+def keep_best_groups(scores: Tensor, *, n_group: int, topk_group: int, group_score: str) -> Tensor:
+    """``scores`` ``(N, E)`` with every expert outside each token's ``topk_group`` best groups set to -inf.
+
+    Experts are split into ``n_group`` contiguous groups (DeepSeek's devices or nodes); a
+    group's score is its best expert's (``max``, DeepSeek-V2) or the sum of its two best
+    (``top2_sum``, DeepSeek-V3). Top-k selection then only sees the kept groups, which
+    bounds how many devices a token's experts live on.
+    """
+    n_tokens, n_experts = scores.shape
+    grouped = scores.view(n_tokens, n_group, n_experts // n_group)  # (N, G, E/G)
+    if group_score == "max":
+        per_group = grouped.amax(dim=-1)  # (N, G)
+    else:
+        per_group = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+    best = per_group.topk(topk_group, dim=-1).indices  # (N, topk_group)
+    kept = torch.zeros_like(per_group, dtype=torch.bool).scatter(1, best, True)  # (N, G)
+    kept = kept[..., None].expand_as(grouped).reshape(n_tokens, n_experts)  # (N, E)
+    return scores.masked_fill(~kept, float("-inf"))

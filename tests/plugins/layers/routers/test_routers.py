@@ -1,0 +1,207 @@
+"""The built-in routers against routing written out token by token, and their bad specs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import specformer
+from specformer_layers.routers.sigmoid_topk import SigmoidTopK
+from specformer_layers.routers.softmax_topk import SoftmaxTopK
+
+from ..support import tiny_spec
+
+D, E = 12, 8
+
+
+def _softmax(values: list[float]) -> list[float]:
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    return [v / sum(exps) for v in exps]
+
+
+def _best(candidates: list[int], score: list[float], k: int) -> list[int]:
+    return sorted(candidates, key=lambda e: -score[e])[:k]
+
+
+def _kept_groups(score: list[float], n_group: int, topk_group: int, group_score: str) -> list[int]:
+    """The experts of the ``topk_group`` best groups, a group scored by its best one or its best two."""
+    size = len(score) // n_group
+    def group_value(g: int) -> float:
+        members = sorted(score[g * size:(g + 1) * size], reverse=True)
+        return members[0] if group_score == "max" else members[0] + members[1]
+    groups = sorted(range(n_group), key=lambda g: -group_value(g))[:topk_group]
+    return [e for e in range(len(score)) if e // size in groups]
+
+
+def softmax_reference(router: SoftmaxTopK, token: list[float]) -> tuple[dict[int, float], list[float]]:
+    """``{expert: weight}`` and the probabilities of one token, from the formula."""
+    weight = router.weight.tolist()
+    bias = router.bias.tolist() if router.bias is not None else [0.0] * E
+    logits = [sum(w * x for w, x in zip(row, token)) + b for row, b in zip(weight, bias)]
+    probs = _softmax(logits)
+    candidates = list(range(E))
+    if router.n_group > 1:
+        candidates = _kept_groups(probs, router.n_group, router.topk_group, "max")
+    chosen = _best(candidates, probs, router.top_k)
+    total = sum(probs[e] for e in chosen) if router.normalize else 1.0
+    return {e: probs[e] / total * router.scaling_factor for e in chosen}, probs
+
+
+def sigmoid_reference(router: SigmoidTopK, token: list[float]) -> tuple[dict[int, float], list[float]]:
+    weight, selection = router.weight.tolist(), router.selection_bias.tolist()
+    bias = router.bias.tolist() if router.bias is not None else [0.0] * E
+    scores = [1 / (1 + math.exp(-sum(w * x for w, x in zip(row, token)) - b)) for row, b in zip(weight, bias)]
+    biased = [s + b for s, b in zip(scores, selection)]  # used for choosing only
+    candidates = list(range(E))
+    if router.n_group > 1:
+        candidates = _kept_groups(biased, router.n_group, router.topk_group, "top2_sum")
+    chosen = _best(candidates, biased, router.top_k)
+    total = sum(scores[e] for e in chosen) if router.normalize else 1.0
+    return {e: scores[e] / total * router.scaling_factor for e in chosen}, [s / sum(scores) for s in scores]
+
+
+def _check(router: torch.nn.Module, reference, tokens: torch.Tensor) -> None:
+    weights, experts, probs = router(tokens)
+    assert weights.shape == experts.shape == (len(tokens), router.top_k)
+    for n, token in enumerate(tokens.tolist()):
+        expected, expected_probs = reference(router, token)
+        got = dict(zip(experts[n].tolist(), weights[n].tolist()))
+        assert got.keys() == expected.keys(), f"token {n}: chose {sorted(got)}, formula {sorted(expected)}"
+        for e in expected:
+            assert got[e] == pytest.approx(expected[e], rel=1e-12, abs=1e-12)
+        assert probs[n].tolist() == pytest.approx(expected_probs, rel=1e-12, abs=1e-12)
+
+
+def _randomise(router: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    router = router.double()
+    with torch.no_grad():
+        for p in router.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return router
+
+
+SOFTMAX = [
+    {"top_k": 2},
+    {"top_k": 3, "normalize": False},
+    {"top_k": 2, "bias": True},  # gpt-oss
+    {"top_k": 4, "normalize": False, "scaling_factor": 16.0, "n_group": 4, "topk_group": 2},  # DeepSeek-V2
+    {"top_k": 1, "n_group": 8, "topk_group": 3},
+]
+
+
+@pytest.mark.parametrize("config", SOFTMAX)
+def test_softmax_topk_matches_formula(config: dict) -> None:
+    router = _randomise(SoftmaxTopK(d_model=D, n_experts=E, **config))
+    _check(router, softmax_reference, torch.randn(40, D, dtype=torch.float64))
+
+
+SIGMOID = [
+    {"top_k": 2},
+    {"top_k": 3, "normalize": False},
+    {"top_k": 4, "scaling_factor": 2.5, "n_group": 4, "topk_group": 2},  # DeepSeek-V3's shape, scaled down
+    {"top_k": 2, "n_group": 2, "topk_group": 1, "bias": True},
+]
+
+
+@pytest.mark.parametrize("config", SIGMOID)
+@pytest.mark.parametrize("with_selection_bias", [False, True])
+def test_sigmoid_topk_matches_formula(config: dict, with_selection_bias: bool) -> None:
+    router = _randomise(SigmoidTopK(d_model=D, n_experts=E, **config))
+    if with_selection_bias:  # large enough to change choices and group ranking
+        router.selection_bias.copy_(torch.randn(E, generator=torch.Generator().manual_seed(3)) * 0.3)
+    _check(router, sigmoid_reference, torch.randn(40, D, dtype=torch.float64))
+
+
+def test_grouping_changes_the_choice() -> None:
+    """With one group kept of four, some tokens lose an expert they would otherwise take (the test bites)."""
+    tokens = torch.randn(40, D, dtype=torch.float64)
+    free = _randomise(SoftmaxTopK(d_model=D, n_experts=E, top_k=2))
+    grouped = _randomise(SoftmaxTopK(d_model=D, n_experts=E, top_k=2, n_group=4, topk_group=1))
+    assert not torch.equal(free(tokens).experts.sort().values, grouped(tokens).experts.sort().values)
+    # Every chosen pair lies in one group of two.
+    assert (grouped(tokens).experts // 2).unique(dim=1).shape[1] == 1
+
+
+def test_selection_bias_chooses_but_does_not_weigh() -> None:
+    router = _randomise(SigmoidTopK(d_model=D, n_experts=E, top_k=2, normalize=False))
+    tokens = torch.randn(30, D, dtype=torch.float64)
+    router.selection_bias[5] = 10.0  # dominates any sigmoid score
+    weights, experts, _ = router(tokens)
+    assert (experts == 5).any(dim=1).all()
+    chosen_five = weights[experts == 5]
+    plain = torch.sigmoid(tokens @ router.weight[5])
+    torch.testing.assert_close(chosen_five, plain)  # the weight is the unbiased score
+
+
+def test_selection_bias_stays_float32_is_saved_and_reset_by_init() -> None:
+    router = SigmoidTopK(d_model=D, n_experts=E, top_k=2)
+    router.selection_bias.fill_(0.1234567)
+    cast = router.to(torch.bfloat16)
+    assert cast.selection_bias.dtype == torch.float32
+    assert cast.selection_bias[0].item() == pytest.approx(0.1234567, rel=1e-7)  # bfloat16 would give 0.1235
+    assert "selection_bias" in router.state_dict()
+    router.init_weights(std=0.02, residual_std=0.01)
+    assert router.selection_bias.abs().sum() == 0
+
+
+def test_load_is_observed_only_while_training_with_a_rate() -> None:
+    tokens = torch.randn(10, D)
+    router = SigmoidTopK(d_model=D, n_experts=E, top_k=3)
+    router.eval()(tokens)
+    assert router.observed_load is None
+    router.train()
+    _, experts, _ = router(tokens)
+    router(tokens)
+    expected = torch.bincount(experts.flatten(), minlength=E).float() * 2  # two forwards add up
+    torch.testing.assert_close(router.observed_load, expected)
+    fixed = SigmoidTopK(d_model=D, n_experts=E, top_k=3, bias_update_rate=0.0).train()
+    fixed(tokens)
+    assert fixed.observed_load is None
+
+
+def test_moe_with_a_router_uses_it() -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 2, "hidden": 16,
+                                     "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 2,
+                                                "scaling_factor": 2.5}}
+    moe = specformer.build(spec, seed=0).blocks[0].ffn
+    assert isinstance(moe.router, SigmoidTopK)
+    assert (moe.router.n_experts, moe.router.top_k, moe.router.n_group, moe.router.scaling_factor) == (8, 2, 4, 2.5)
+
+
+def test_default_router_is_the_softmax_router_of_the_shorthand() -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}
+    router = specformer.build(spec, seed=0).blocks[0].ffn.router
+    assert isinstance(router, SoftmaxTopK) and router.normalize is False
+    assert router.bias is None and router.scaling_factor == 1.0
+
+
+@pytest.mark.parametrize(("router", "message"), [
+    ({"kind": "sigmoid_topk", "n_group": 2, "topk_group": 3}, r"topk_group \(3\) cannot exceed n_group \(2\)"),
+    ({"kind": "softmax_topk", "n_group": 3, "topk_group": 1}, r"n_group \(3\) must divide n_experts \(8\)"),
+    ({"kind": "softmax_topk", "n_group": 4, "topk_group": 1, "top_k": 3}, "top_k"),  # top_k is the moe's
+    ({"kind": "sigmoid_topk", "n_group": 8, "topk_group": 2}, r"needs at least 2 experts; n_experts \(8\) gives 1"),
+    ({"kind": "sigmoid_topk", "bias_update_rate": -0.1}, "bias_update_rate"),
+    ({"kind": "softmax_topk", "scaling_factor": 0}, "scaling_factor"),
+])
+def test_bad_router_specs(router: dict, message: str) -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 2, "hidden": 16, "router": router}
+    with pytest.raises(specformer.SpecError, match=message) as info:
+        specformer.load_spec(spec)
+    assert len(str(info.value).strip().splitlines()) <= 2, str(info.value)
+
+
+def test_too_few_experts_in_the_kept_groups_is_one_line() -> None:
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 3, "hidden": 16,
+                                     "router": {"kind": "softmax_topk", "n_group": 4, "topk_group": 1}}
+    with pytest.raises(specformer.SpecError, match=r"top_k \(3\) exceeds the experts of the topk_group \(1\) kept "
+                                                   r"groups \(1 x 2 = 2\)") as info:
+        specformer.load_spec(spec)
+    assert "model.block.ffn" in str(info.value)
