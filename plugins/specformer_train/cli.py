@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 EPILOG = """\
@@ -21,8 +22,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("spec", metavar="SPEC", help="spec file (.yaml, .yml, .json, .toml); its train: section sets the run")
     parser.add_argument("--data", metavar="PATH",
-                        help="a file, directory or glob of .txt/.md/.py/.jsonl, or a tokenized .bin/.npy "
+                        help="a file, directory or glob of .txt/.md/.py/.jsonl/.json/.parquet/.arrow, a datasets "
+                             "save_to_disk directory, or a tokenized .bin/.npy "
                              "(default: train.data, else the Python standard library's source)")
+    parser.add_argument("--text-field", metavar="NAME",
+                        help="the field holding each document's text in .jsonl/.json/.parquet/.arrow records and "
+                             "datasets directories (same as --set train.text_field=NAME; default text)")
+    parser.add_argument("--streaming", action="store_true",
+                        help="read and tokenize the corpus lazily while training, without a pre-pass "
+                             "(same as --set train.streaming=true)")
     parser.add_argument("--out", metavar="DIR", help="run directory (default: train.out_dir, else runs/<spec name>)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
@@ -43,9 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specformer_train.run import train
 
+    overrides = list(args.overrides)
+    if args.text_field is not None:  # JSON-quoted, so a field named "1" or "true" stays a string
+        overrides.append(f"train.text_field={json.dumps(args.text_field)}")
+    if args.streaming:
+        overrides.append("train.streaming=true")
     try:
         result = train(args.spec, data=args.data, out_dir=args.out, resume=args.resume or False,
-                       overwrite=args.overwrite, new_data=args.new_data, overrides=args.overrides, steps=args.steps,
+                       overwrite=args.overwrite, new_data=args.new_data, overrides=overrides, steps=args.steps,
                        init=args.init)
     except KeyboardInterrupt:
         # Ctrl-C before the training loop took over (or a second one during a save): nothing

@@ -89,8 +89,34 @@ class TrainConfig(BaseModel):
     # -- data ------------------------------------------------------------------------
     data: str | None = Field(
         default=None,
-        description="Corpus: a file, directory or glob of .txt/.md/.py/.jsonl, or a tokenized .bin/.npy; "
-                    "default the Python standard library's own source. --data overrides it.",
+        description="Corpus: a file, directory or glob of .txt/.md/.py/.jsonl, Hugging Face datasets files "
+                    "(.parquet, .arrow, .json) or a save_to_disk directory, or a tokenized .bin/.npy; default the "
+                    "Python standard library's own source. --data overrides it.",
+    )
+    text_field: str = Field(
+        default="text", min_length=1,
+        description="The field holding each document's text in .jsonl/.json/.parquet/.arrow records and "
+                    "datasets directories. --text-field overrides it.",
+    )
+    streaming: StrictBool = Field(
+        default=False,
+        description="Read and tokenize the corpus lazily while training (no pre-pass, no token cache): files in a "
+                    "seeded order each epoch, rows in stream order; the position is saved in checkpoints.",
+    )
+    tokenize_workers: Int | Literal["auto"] = Field(
+        default="auto",
+        description="Processes tokenizing the corpus before training: auto (one per CPU core, up to 8, for "
+                    "corpora over 4 MB) or a count (1: in this process).",
+    )
+    document_mask: StrictBool | None = Field(
+        default=None,
+        description="Attention stops at end-of-text tokens, so packed documents never see each other; "
+                    "null: true for a new run, what the checkpoint recorded for a resumed one.",
+    )
+    reset_positions: StrictBool | None = Field(
+        default=None,
+        description="Positions restart at 0 at each document of a packed row; null: true for a new run, what "
+                    "the checkpoint recorded for a resumed one.",
     )
     tokenizer: str = Field(
         default="byte",
@@ -179,6 +205,13 @@ class TrainConfig(BaseModel):
     def _thread_count(cls, value: int | str) -> int | str:
         if isinstance(value, int) and not 1 <= value <= 1024:
             raise ValueError("must be auto or a thread count from 1 to 1024")
+        return value
+
+    @field_validator("tokenize_workers")
+    @classmethod
+    def _worker_count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 256:
+            raise ValueError("must be auto or a process count from 1 to 256")
         return value
 
     @model_validator(mode="after")

@@ -1,9 +1,11 @@
 """Finding the training corpus: which files, and the documents in them.
 
-``--data`` names a file, a directory (searched recursively) or a glob of text files
-(``.txt``, ``.md``, ``.py``: one document per file; ``.jsonl``: one document per line,
-its ``text`` field), or one already tokenized array (``.bin``: raw uint16 token ids as
-nanoGPT writes them, uint32 when the vocabulary needs it; ``.npy``: any integer dtype).
+``--data`` names a file, a directory (searched recursively) or a glob of document files
+(``.txt``, ``.md``, ``.py``: one document per file; ``.jsonl``/``.json``, ``.parquet``,
+``.arrow``: one document per record, its text field; a directory ``datasets`` saved with
+``save_to_disk``: one document per row; see :mod:`specformer_train.sources`), or one
+already tokenized array (``.bin``: raw uint16 token ids as nanoGPT writes them, uint32
+when the vocabulary needs it; ``.npy``: any integer dtype).
 
 Without ``--data`` the corpus is the Python standard library's own ``.py`` source,
 which every machine that runs Python has: tests and IDLE are left out, files that are
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import sysconfig
 from dataclasses import dataclass, field
@@ -25,10 +26,12 @@ from typing import Iterator
 
 from specformer.errors import UserError
 
-TEXT_SUFFIXES = (".txt", ".md", ".py")
-JSONL_SUFFIX = ".jsonl"
+from specformer_train.sources import (RECORD_SUFFIXES, TEXT_SUFFIXES, check_readable, is_saved_dataset,
+                                      read_documents, read_text)
+
 TOKEN_SUFFIXES = (".bin", ".npy")
-ACCEPTED = ", ".join((*TEXT_SUFFIXES, JSONL_SUFFIX, *TOKEN_SUFFIXES))
+DOCUMENT_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_SUFFIXES)
+ACCEPTED = ", ".join((*DOCUMENT_SUFFIXES, *TOKEN_SUFFIXES)) + ", a datasets save_to_disk directory"
 
 #: The default corpus stops after this many bytes of source, so the demo tokenizes in a blink.
 DEFAULT_CORPUS_BYTES = 4_000_000
@@ -37,37 +40,39 @@ _STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "_
 
 @dataclass
 class Corpus:
-    """The files a run reads: either text files (documents) or one tokenized array."""
+    """The files a run reads: document files (or saved datasets directories) or one tokenized array."""
 
     description: str
-    files: list[Path] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # in reading order (sorted)
     tokenized: Path | None = None
     total_bytes: int = 0
+    text_field: str = "text"  # the records' text field (.jsonl, .json, .parquet, .arrow, datasets)
 
     def fingerprint(self) -> str:
-        """Changes when any file is added, removed, resized or touched (path, size, mtime)."""
+        """Changes when any file is added, removed, resized or touched (path, size, mtime), or the text field
+        of record files changes."""
         h = hashlib.sha256()
         for path in [*self.files, *([self.tokenized] if self.tokenized else [])]:
-            stat = path.stat()
-            h.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+            for member in _members(path):
+                stat = member.stat()
+                h.update(f"{member.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        if any(p.is_dir() or p.suffix in RECORD_SUFFIXES for p in self.files):
+            h.update(f"field\0{self.text_field}".encode())
         return h.hexdigest()
 
     def documents(self) -> Iterator[str]:
         """Each document's text, in order; a file that cannot be read is a :class:`UserError`."""
         for path in self.files:
-            if path.suffix == JSONL_SUFFIX:
-                yield from _jsonl_documents(path)
-            else:
-                yield read_text(path)
+            yield from read_documents(path, text_field=self.text_field)
 
 
-def find_corpus(data: str | None) -> Corpus:
+def find_corpus(data: str | None, *, text_field: str = "text") -> Corpus:
     """The corpus ``data`` names (see the module doc), or the standard library's source when None."""
     if data is None:
         return default_corpus()
     paths = _expand(data)
-    tokenized = [p for p in paths if p.suffix in TOKEN_SUFFIXES]
-    texts = [p for p in paths if p.suffix in TEXT_SUFFIXES or p.suffix == JSONL_SUFFIX]
+    tokenized = [p for p in paths if p.suffix in TOKEN_SUFFIXES and not p.is_dir()]
+    texts = [p for p in paths if p.is_dir() or p.suffix in DOCUMENT_SUFFIXES]
     if tokenized:
         if len(tokenized) > 1 or texts:
             raise UserError(
@@ -77,11 +82,13 @@ def find_corpus(data: str | None) -> Corpus:
         return Corpus(description=str(tokenized[0]), tokenized=tokenized[0], total_bytes=tokenized[0].stat().st_size)
     if not texts:
         raise UserError(f"--data {data!r}: no usable files found; accepted file types: {ACCEPTED}")
-    total = sum(p.stat().st_size for p in texts)
+    total = sum(member.stat().st_size for p in texts for member in _members(p))
     if total == 0:
         raise UserError(f"--data {data!r}: the corpus is empty ({len(texts)} files, all of size 0)")
+    for path in texts:
+        check_readable(path, text_field=text_field)  # columnar files: the field exists, the file opens
     what = str(texts[0]) if len(texts) == 1 else f"{data} ({len(texts)} files)"
-    return Corpus(description=what, files=texts, total_bytes=total)
+    return Corpus(description=what, files=texts, total_bytes=total, text_field=text_field)
 
 
 def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> Corpus:
@@ -115,51 +122,49 @@ def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> Corpus:
     )
 
 
-def read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); convert it or leave it out") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-
-
-def _jsonl_documents(path: Path) -> Iterator[str]:
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        text = record.get("text") if isinstance(record, dict) else None
-        if not isinstance(text, str):
-            raise UserError(f"{path}:{number}: each line must be a JSON object with a string 'text' field")
-        yield text
-
-
 def _expand(data: str) -> list[Path]:
     """The files ``data`` names: itself, every accepted file under it, or the matches of a glob."""
     path = Path(data).expanduser()
     if any(ch in data for ch in "*?["):
         matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
-        files = [p for p in matches if p.is_file()]
+        files = [p for p in matches if p.is_file() or is_saved_dataset(p)]
         if not files:
             raise UserError(f"--data {data!r}: the pattern matches no file")
-        return [p for p in files if p.suffix in (*TEXT_SUFFIXES, JSONL_SUFFIX, *TOKEN_SUFFIXES)] or _unaccepted(data, files)
+        return [p for p in files if p.is_dir() or p.suffix in (*DOCUMENT_SUFFIXES, *TOKEN_SUFFIXES)] or _unaccepted(data, files)
     if not path.exists():
         raise UserError(f"--data {data!r}: no such file or directory")
+    if is_saved_dataset(path):
+        return [path]
     if path.is_dir():
-        found = sorted(
-            p for p in path.rglob("*")
-            if p.is_file() and p.suffix in (*TEXT_SUFFIXES, JSONL_SUFFIX) and not any(s.startswith(".") for s in p.relative_to(path).parts)
-        )
+        found = _document_files(path)
         if not found:
-            raise UserError(f"--data {data!r}: the directory holds no {', '.join((*TEXT_SUFFIXES, JSONL_SUFFIX))} file")
+            raise UserError(f"--data {data!r}: the directory holds no {', '.join(DOCUMENT_SUFFIXES)} file "
+                            "and no saved datasets directory")
         return found
-    if path.suffix not in (*TEXT_SUFFIXES, JSONL_SUFFIX, *TOKEN_SUFFIXES):
+    if path.suffix not in (*DOCUMENT_SUFFIXES, *TOKEN_SUFFIXES):
         return _unaccepted(data, [path])
     return [path]
+
+
+def _document_files(root: Path) -> list[Path]:
+    """Every document file under ``root``, sorted; a saved datasets directory counts as one (its own
+    ``state.json`` is not a document); hidden files and folders are skipped."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            if name.startswith(".") or is_saved_dataset(here / name):
+                dirnames.remove(name)
+                if not name.startswith("."):
+                    found.append(here / name)
+        found += [here / name for name in filenames
+                  if not name.startswith(".") and Path(name).suffix in DOCUMENT_SUFFIXES]
+    return sorted(found)
+
+
+def _members(path: Path) -> list[Path]:
+    """The files behind one corpus entry: itself, or every file of a saved datasets directory."""
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
 
 
 def _unaccepted(data: str, files: list[Path]) -> list[Path]:

@@ -152,7 +152,7 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
                          record=_checked_record(chat.record, recorded, resume_from, new_data=new_data, say=say))
 
     # The first process fills the caches (tokenizer, tokens); the others then find them there.
-    corpus = _find_corpus(config.data, recorded_data if known and not data_given else None)
+    corpus = _find_corpus(config.data, recorded_data if known and not data_given else None, text_field=config.text_field)
     if not ctx.is_main:
         barrier(ctx)
     tokenizer = started.tokenizer if started else make_tokenizer(config.tokenizer, vocab_size=spec.model.vocab_size,
@@ -220,9 +220,9 @@ def _with_data(spec: Spec, data: str | None, *, source: str | None) -> tuple[Spe
     return updated, updated.section("train")
 
 
-def _find_corpus(data: str | None, recorded: str | None) -> Corpus:
+def _find_corpus(data: str | None, recorded: str | None, *, text_field: str) -> Corpus:
     try:
-        return find_corpus(data)
+        return find_corpus(data, text_field=text_field)
     except UserError as exc:
         if recorded is None:
             raise

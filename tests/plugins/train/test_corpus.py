@@ -33,7 +33,11 @@ def test_jsonl_documents_come_from_the_text_field(tmp_path: Path) -> None:
     path.write_text(json.dumps({"text": "first"}) + "\n\n" + json.dumps({"text": "second", "id": 2}) + "\n")
     assert list(find_corpus(str(path)).documents()) == ["first", "second"]
     path.write_text(json.dumps({"text": "ok"}) + "\n" + json.dumps({"body": "x"}) + "\n")
-    with pytest.raises(UserError, match=r"d.jsonl:2: each line must be a JSON object with a string 'text' field"):
+    with pytest.raises(UserError, match=r"d.jsonl:2: no 'text' field \(the record has: body\); name the text "
+                                        r"field with --text-field NAME"):
+        list(find_corpus(str(path)).documents())
+    path.write_text(json.dumps({"text": 3}) + "\n")
+    with pytest.raises(UserError, match=r"d.jsonl:1: the 'text' field is int, not a string"):
         list(find_corpus(str(path)).documents())
     path.write_text("{not json\n")
     with pytest.raises(UserError, match=r"d.jsonl:1: not valid JSON"):
