@@ -30,15 +30,28 @@ class ForwardContext:
     """Per-forward facts shared by every layer."""
 
     positions: Tensor  # (B, T) absolute positions of the tokens in this forward; < 0 is padding
-    positional: PositionalScheme
+    positional: PositionalScheme  # the model-level scheme (what was added to the embeddings)
     positional_state: Any = None
     cache: KVCache | None = None
+    # Per-layer schemes (``model.layers[].positional``): layer i uses layer_schemes[i] with
+    # layer_states[i]; a state object is shared by every layer with the same scheme. None:
+    # every layer uses ``positional``. Read them through positional_for / positional_state_for.
+    layer_schemes: Any = None
+    layer_states: Any = None
     # True when positions are 0..T-1 in every row and there is no cache, so attention may
     # use the fused causal kernel instead of an explicit mask.
     plain_causal: bool = False
     # Keyed by the id of the key-positions tensor, which is kept alive alongside so the id
     # cannot be reused by another tensor during this forward.
     _masks: dict[tuple[int, int | None], tuple[Tensor, Tensor]] = field(default_factory=dict)
+
+    def positional_for(self, layer_index: int) -> PositionalScheme:
+        """The positional scheme acting inside the attention of layer ``layer_index``."""
+        return self.positional if self.layer_schemes is None else self.layer_schemes[layer_index]
+
+    def positional_state_for(self, layer_index: int) -> Any:
+        """What that scheme's ``prepare`` returned for this forward (computed once per distinct scheme)."""
+        return self.positional_state if self.layer_states is None else self.layer_states[layer_index]
 
     def attention_mask(self, k_positions: Tensor, *, window: int | None = None) -> Tensor:
         """Boolean ``(B, 1, Tq, Tk)``: True where a query may attend to a key.

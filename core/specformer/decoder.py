@@ -36,6 +36,8 @@ class Decoder(nn.Module):
         context_length: int,
         positional: PositionalScheme,
         blocks: list[nn.Module],
+        layer_positionals: list[PositionalScheme] = (),
+        layer_scheme: list[int] | None = None,
         final_norm: nn.Module,
         tie_embeddings: bool = True,
         lm_head_bias: bool = False,
@@ -54,6 +56,14 @@ class Decoder(nn.Module):
         self.context_length = context_length
         self.embedding = nn.Embedding(padded_vocab_size, d_model)
         self.positional = positional
+        # Schemes inside attention that differ from ``positional`` (model.layers[].positional),
+        # one module per distinct scheme; layer i uses [positional, *layer_positionals][layer_scheme[i]].
+        self.layer_positionals = nn.ModuleList(layer_positionals)
+        if layer_scheme is not None and len(layer_scheme) != len(blocks):
+            raise ValueError(f"layer_scheme names {len(layer_scheme)} layers, the model has {len(blocks)}")
+        if layer_scheme is not None and not all(0 <= i <= len(layer_positionals) for i in layer_scheme):
+            raise ValueError(f"layer_scheme indices must be 0..{len(layer_positionals)} (0: the model-level scheme)")
+        self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
@@ -95,18 +105,37 @@ class Decoder(nn.Module):
             x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
         x = self.embedding_dropout(x)
 
-        ctx = ForwardContext(
-            positions=positions,
-            positional=self.positional,
-            positional_state=self.positional.prepare(positions),
-            cache=cache,
-            plain_causal=plain_causal,
-        )
+        ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:
             x = x[:, -1:, :]
         return self.head_logits(x)
+
+    def _context(self, positions: Tensor, *, cache: KVCache | None, plain_causal: bool) -> ForwardContext:
+        """The per-forward context: each distinct positional scheme prepared once, whatever the number of layers."""
+        if self.layer_scheme is None:
+            return ForwardContext(positions=positions, positional=self.positional,
+                                  positional_state=self.positional.prepare(positions), cache=cache,
+                                  plain_causal=plain_causal)
+        schemes = [self.positional, *self.layer_positionals]
+        used = set(self.layer_scheme)
+        states = [s.prepare(positions) if i in used else None for i, s in enumerate(schemes)]
+        return ForwardContext(
+            positions=positions,
+            positional=self.positional,
+            positional_state=states[0],
+            cache=cache,
+            plain_causal=plain_causal,
+            layer_schemes=[schemes[i] for i in self.layer_scheme],
+            layer_states=[states[i] for i in self.layer_scheme],
+        )
+
+    def positional_of_layer(self, layer_index: int) -> PositionalScheme:
+        """The positional scheme inside the attention of layer ``layer_index``."""
+        if self.layer_scheme is None:
+            return self.positional
+        return [self.positional, *self.layer_positionals][self.layer_scheme[layer_index]]
 
     def head_logits(self, x: Tensor) -> Tensor:
         """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, soft-cap.

@@ -66,7 +66,10 @@ def apply_adapter(model: nn.Module, ref: Any, *, quantize_base: bool = True) -> 
     if quantize_base and base is not None:
         from specformer_quant import quantize
 
+        from specformer_finetune.frozen import freeze_quantized
+
         recipe = quantize(model, base.to_dict() if hasattr(base, "to_dict") else base)
+        freeze_quantized(model)  # the quantized kernels have no backward: give the inputs their gradient
     for param in model.parameters():
         param.requires_grad_(False)
     for name in targets:

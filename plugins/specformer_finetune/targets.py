@@ -19,7 +19,7 @@ def is_linear(module: nn.Module) -> bool:
     """An ``nn.Linear`` or a layer standing for one (a quantized linear: ``in_features`` and ``out_features``)."""
     if isinstance(module, nn.Linear):
         return True
-    return type(module).__name__ == "QuantizedLinear" and hasattr(module, "in_features")
+    return hasattr(module, "qweight") and hasattr(module, "in_features")  # the quant plugin's QuantizedLinear
 
 
 def matches(pattern: str, name: str) -> bool:

@@ -124,13 +124,15 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         if self.q_norm is not None and self.qk_norm_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
-        q = ctx.positional.rotate(q, ctx.positional_state)
-        k = ctx.positional.rotate(k, ctx.positional_state)
+        # This layer's own scheme (model.layers[].positional), its tables prepared once per forward.
+        positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
+        q = positional.rotate(q, state)
+        k = positional.rotate(k, state)
         if ctx.cache is not None:
             k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
         else:
             k_positions = ctx.positions
-        bias = ctx.positional.attention_bias(ctx.positions, k_positions, ctx.positional_state)
+        bias = positional.attention_bias(ctx.positions, k_positions, state)
 
         dropout = self.dropout if self.training else 0.0
         fused_causal = ctx.plain_causal and bias is None and (self.window is None or T <= self.window)

@@ -1,0 +1,104 @@
+"""``specformer train --init`` and ``train.adapter``: what changes, what is saved, resuming, merging."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+import specformer
+from specformer.cli import main
+from specformer.errors import SpecError, UserError
+from specformer_train import train
+from specformer_train.init_weights import load_init
+
+from .conftest import tiny_spec
+
+ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.*", "blocks.*.ffn.down"]}
+
+
+def _keys(path: Path) -> set[str]:
+    with safe_open(str(path), "pt") as f:
+        return set(f.keys())
+
+
+def test_adapter_run_changes_only_the_adapter(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
+    result = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    assert result.status == "finished" and result.model_path is not None
+    stored = _keys(result.model_path)
+    assert stored and all(k.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for k in stored)
+    assert _keys(result.checkpoint / "model.safetensors") == stored
+    header = json.loads(specformer.checkpoint.read_metadata(result.model_path)["adapter"])
+    assert header["base"]["path"] == str(base_ckpt.resolve()) and len(header["base"]["sha256"]) == 64
+
+    base = specformer.load(base_ckpt).state_dict()
+    tuned = specformer.load(result.model_path)
+    for name, tensor in tuned.state_dict().items():
+        if "lora_" in name:
+            continue
+        assert torch.equal(tensor, base[name.replace(".base.", ".")]), name  # the base is bit-identical
+    assert any(tensor.abs().sum() > 0 for name, tensor in tuned.state_dict().items() if name.endswith("lora_B"))
+
+
+def test_resumed_adapter_run_equals_an_uninterrupted_one(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
+    whole = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "a"), init=str(base_ckpt))
+    # The run "b" stopped after its step-3 checkpoint: a copy of the uninterrupted run's.
+    shutil.copytree(tmp_path / "a" / "checkpoints" / "step-0000003", tmp_path / "b" / "checkpoints" / "step-0000003")
+    (tmp_path / "b" / "checkpoints" / "latest").write_text("step-0000003")
+    resumed = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "b"), init=str(base_ckpt),
+                    resume=True)
+    a = specformer.load(whole.model_path).state_dict()
+    b = specformer.load(resumed.model_path).state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_merge_command_writes_a_plain_checkpoint_with_the_adapter_logits(tmp_path: Path, base_ckpt: Path,
+                                                                         text_file: Path) -> None:
+    result = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    out = tmp_path / "merged.safetensors"
+    assert main(["merge", str(result.model_path), "-o", str(out)]) == 0
+    assert not any("lora" in k for k in _keys(out))
+    x = torch.randint(0, 259, (2, 24))
+    adapted = specformer.load(result.model_path).eval()
+    merged = specformer.load(out).eval()
+    torch.testing.assert_close(merged(x), adapted(x), rtol=1e-5, atol=1e-5)
+    assert main(["merge", str(base_ckpt), "-o", str(tmp_path / "x.safetensors")]) == 2  # not an adapter
+
+
+def test_full_fine_tune_starts_from_the_checkpoint_weights(tmp_path: Path, base_ckpt: Path) -> None:
+    from specformer.sizes import check_spec
+
+    started = load_init(str(base_ckpt), check_spec(tiny_spec()).spec)
+    saved = specformer.load(base_ckpt).state_dict()
+    assert started.model.state_dict().keys() == saved.keys()
+    assert all(torch.equal(started.model.state_dict()[k], saved[k]) for k in saved)
+    assert json.loads(started.tokenizer.to_json()) == {"kind": "byte"}
+
+
+def test_init_refuses_a_spec_of_another_model(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
+    spec = tiny_spec()
+    spec["model"]["d_model"] = 48
+    with pytest.raises(UserError, match=r"model\.d_model: spec 48, checkpoint 32"):
+        train(spec, data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+
+
+def test_adapter_without_init_is_a_spec_error(tmp_path: Path, text_file: Path) -> None:
+    with pytest.raises(SpecError, match="set train.init"):
+        train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"))
+
+
+def test_cli_init_flag(tmp_path: Path, base_ckpt: Path, text_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec(steps=2, save_every=0, eval_every=0, adapter="lora")))
+    code = main(["train", str(spec_path), "--data", str(text_file), "--out", str(tmp_path / "run"),
+                 "--init", str(base_ckpt)])
+    assert code == 0
+    err = capsys.readouterr().out
+    assert "trains  " in err and "of 29," in err or "parameters (" in err
