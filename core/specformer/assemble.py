@@ -13,14 +13,17 @@ the ``meta`` device, and :func:`specformer.build` constructs the whole model onc
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from specformer.attention import positional_dim_of
 from specformer.decoder import Decoder
 from specformer.errors import Problem, SpecError
+from specformer.positional import PositionalScheme, adds_to_embeddings
 from specformer.spec_shapes import ModelSpec
 from specformer.validate import ResolvedModel, ResolvedPart
 
@@ -49,28 +52,70 @@ def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.M
     )
 
 
-def check_same_heads(attentions: list[nn.Module]) -> None:
-    """The positional scheme is shared by all layers and is sized once: heads must agree."""
-    head_dims = {a.head_dim for a in attentions}
-    n_heads = {a.n_heads for a in attentions}
-    if len(head_dims) > 1 or len(n_heads) > 1:
-        raise SpecError(
-            [Problem("model.layers", f"every layer must have the same head_dim and n_heads; got head_dim {sorted(head_dims)}, n_heads {sorted(n_heads)}")]
-        )
+def make_layer_positional(part: ResolvedPart, attention: nn.Module, m: ModelSpec) -> PositionalScheme:
+    """The positional scheme inside one layer's attention, sized by its heads; SpecError for an embedding scheme.
+
+    A scheme that adds to the token embeddings (learned, sinusoidal) is model-level: on a
+    layer it could only be ignored, so it is refused at the path it was written at.
+    """
+    scheme = _make(part, d_model=m.d_model, n_heads=attention.n_heads, head_dim=positional_dim_of(attention),
+                   context_length=m.context_length)
+    if part.path != "model.positional" and adds_to_embeddings(scheme):
+        name = part.resolved.component.name
+        raise SpecError([Problem(part.path, f"{name!r} adds to the token embeddings, so it belongs in model.positional only; "
+                                            "a layer takes a scheme that acts inside attention (such as rope, alibi or none)")])
+    return scheme
+
+
+def layer_positionals(resolved: ResolvedModel, blocks: list[nn.Module], model_scheme: PositionalScheme,
+                      first_attention: nn.Module) -> tuple[list[PositionalScheme], list[int] | None]:
+    """The distinct schemes the layers use beyond ``model_scheme``, and each layer's index into ``[model_scheme, *those]``.
+
+    Layers whose scheme has the same params and is sized by the same heads share one module
+    (so its tables are prepared once per forward). None for the index when every layer
+    uses ``model_scheme``.
+    """
+    m = resolved.spec
+
+    def key(part: ResolvedPart, attention: nn.Module) -> tuple[str, int, int]:
+        ref = json.dumps(part.resolved.to_dict(), sort_keys=True)
+        return ref, int(attention.n_heads), positional_dim_of(attention)
+
+    found = {key(resolved.positional, first_attention): 0}
+    schemes: list[PositionalScheme] = []
+    chosen: list[int] = []
+    for parts, block in zip(resolved.layers, blocks):
+        part = parts.get("positional", resolved.positional)
+        if part is resolved.positional and adds_to_embeddings(model_scheme):
+            chosen.append(0)  # an embedding scheme does nothing inside attention, whatever the heads
+            continue
+        k = key(part, block.attention)
+        if k not in found:
+            schemes.append(make_layer_positional(part, block.attention, m))
+            found[k] = len(schemes)
+        chosen.append(found[k])
+    return schemes, (chosen if any(chosen) else None)
+
+
+def check_layer_positionals(resolved: ResolvedModel, blocks: list[tuple[nn.Module, ResolvedPart | None]]) -> None:
+    """Size check: every per-layer scheme can be built for its layer's heads and acts inside attention."""
+    for block, part in blocks:
+        if part is not None and part is not resolved.positional:
+            make_layer_positional(part, block.attention, resolved.spec)
 
 
 def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module) -> Decoder:
     """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
     m = resolved.spec
-    check_same_heads([b.attention for b in blocks] or [first_attention])
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     positional = _make(
         resolved.positional,
         d_model=m.d_model,
         n_heads=first_attention.n_heads,
-        head_dim=first_attention.head_dim,
+        head_dim=positional_dim_of(first_attention),
         context_length=m.context_length,
     )
+    extra, chosen = layer_positionals(resolved, blocks, positional, first_attention) if blocks else ([], None)
     final_norm = _make(resolved.final_norm, dim=m.d_model)
     try:
         return Decoder(
@@ -79,6 +124,8 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
             d_model=m.d_model,
             context_length=m.context_length,
             positional=positional,
+            layer_positionals=extra,
+            layer_scheme=chosen,
             blocks=blocks,
             final_norm=final_norm,
             tie_embeddings=m.tie_embeddings,
@@ -125,4 +172,5 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
     return make_norm
 
 
-__all__ = ["assemble", "check_same_heads", "make_block", "make_decoder"]
+__all__ = ["assemble", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
+           "make_layer_positional"]

@@ -10,17 +10,30 @@ A scheme can act in three places, and implements the ones it needs:
 ``prepare(positions)`` runs once per forward and its result (``state``) is handed to
 every layer, so per-position tables (RoPE's cos/sin) are computed once, not per layer.
 Positions are absolute token positions ``(B, T)``; a negative position marks padding.
+
+A scheme that acts inside attention (``rotate``, ``attention_bias``) may differ from
+layer to layer (``model.layers[].positional``); one that adds to the embeddings is
+model-level only (:func:`adds_to_embeddings`). The Decoder prepares each distinct scheme
+once per forward and attention reads its own through ``ctx.positional_for(layer_index)``
+and ``ctx.positional_state_for(layer_index)``.
+
+``extrapolates`` says what happens past ``context_length`` (generation reads it):
+"yes" (ALiBi, NoPE, RoPE with dynamic scaling), "warn" (plain RoPE: it runs, but the
+model never saw such angles), "no" (a learned or fixed table with one row per position).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
 
 class PositionalScheme(nn.Module):
     """Base class: by default a scheme adds nothing and changes nothing."""
+
+    #: Past ``context_length``: "yes" runs as is, "warn" runs with a warning, "no" refuses.
+    extrapolates: Literal["yes", "warn", "no"] = "yes"
 
     def embed(self, positions: Tensor) -> Tensor | None:
         """``(B, T, d_model)`` to add to the token embeddings, or None."""
@@ -37,3 +50,8 @@ class PositionalScheme(nn.Module):
     def attention_bias(self, q_positions: Tensor, k_positions: Tensor, state: Any) -> Tensor | None:
         """An additive score bias ``(B or 1, H, Tq, Tk)`` or None."""
         return None
+
+
+def adds_to_embeddings(scheme: PositionalScheme) -> bool:
+    """True when ``scheme`` implements ``embed`` (so it belongs to the model, not to one layer)."""
+    return type(scheme).embed is not PositionalScheme.embed

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from specformer.assemble import check_same_heads, make_block, make_decoder
+from specformer.assemble import check_layer_positionals, make_block, make_decoder
 from specformer.errors import Problem, SpecError
 from specformer.plugins import get_registry
 from specformer.registry import Registry
@@ -140,14 +140,13 @@ def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
     """Build the skeleton and one block per distinct layer on meta; SpecError for sizes that cannot exist.
 
     This is also the size check of validation: each component checks its own sizes
-    while being constructed, and the heads of every distinct block must agree.
+    while being constructed, and every per-layer positional scheme is built for its layer.
     """
     m = resolved.spec
     with torch.device("meta"):
         blocks = [(make_block(g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
-        attentions = [b.attention for b, _ in blocks]
-        check_same_heads(attentions)
-        skeleton = make_decoder(resolved, [], first_attention=attentions[0])
+        check_layer_positionals(resolved, [(b, g.parts.get("positional")) for (b, _), g in zip(blocks, resolved.groups)])
+        skeleton = make_decoder(resolved, [], first_attention=blocks[0][0].attention)
     result = SizeEstimate(skeleton=skeleton, blocks=blocks)
     total = result.total_bytes()
     if total > ADDRESSABLE_BYTES:

@@ -76,9 +76,16 @@ class BlockSpec(StrictNumbers):
     norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
     attention: ComponentRef = Field(description="The self-attention sublayer.")
     ffn: ComponentRef = Field(description="The feed-forward sublayer.")
+    positional: ComponentRef | None = Field(
+        default=None,
+        description=("The positional scheme inside this block's attention (rope, alibi, nope); default model.positional. "
+                     "Schemes that add to the embeddings (learned, sinusoidal) are model-level only."),
+    )
 
 
 BLOCK_FIELDS = ("layout", "norm", "attention", "ffn")
+#: Block fields a layer override may change: the components, and the positional scheme inside attention.
+OVERRIDE_FIELDS = (*BLOCK_FIELDS, "positional")
 
 
 class LayerOverride(StrictNumbers):
@@ -101,6 +108,10 @@ class LayerOverride(StrictNumbers):
     norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the norm of the selected layers (merged; a new kind replaces).")
     attention: dict[str, Any] | str | None = Field(default=None, description="Changes to the attention of the selected layers (merged; a new kind replaces).")
     ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward of the selected layers (merged; a new kind replaces).")
+    positional: dict[str, Any] | str | None = Field(
+        default=None,
+        description="Changes to the positional scheme inside the selected layers' attention (merged; a new kind replaces).",
+    )
 
     def layer_indices(self, n_layers: int) -> list[int]:
         """The layers this override selects; ValueError naming the bad selection."""
@@ -158,11 +169,15 @@ class ModelSpec(StrictNumbers):
         return [layer_selection(o.select, self.n_layers) for o in self.layers]
 
     def block_with(self, overrides: Iterable[int]) -> dict[str, dict[str, Any]]:
-        """The base block with the overrides at these indices of ``layers`` applied, in order."""
+        """The base block with the overrides at these indices of ``layers`` applied, in order.
+
+        Its ``positional`` is the scheme inside attention: the block's, else ``model.positional``.
+        """
         block = {f: getattr(self.block, f).as_dict() for f in BLOCK_FIELDS}
+        block["positional"] = (self.block.positional or self.positional).as_dict()
         for j in overrides:
             override = self.layers[j]
-            for f in BLOCK_FIELDS:
+            for f in OVERRIDE_FIELDS:
                 change = getattr(override, f)
                 if change is None:
                     continue
@@ -357,6 +372,7 @@ def _first_model(annotation: Any) -> Any:
 
 
 __all__ = [
+    "OVERRIDE_FIELDS",
     "BlockSpec",
     "ComponentRef",
     "LayerOverride",

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from specformer.attention import cache_slots_of
 from specformer.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
 from specformer.sizes import estimate
@@ -28,6 +29,7 @@ class ModelSummary:
 
     params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
     total: int = 0
+    active: int = 0  # parameters one token uses (total less the experts it is not routed to)
     non_embedding: int = 0
     matmul_params: int = 0
     attention_flops_per_token: int = 0
@@ -50,6 +52,7 @@ class ModelSummary:
         return {
             "params": dict(self.params),
             "total_params": self.total,
+            "active_params": self.active,
             "non_embedding_params": self.non_embedding,
             "forward_flops_per_token": self.forward_flops_per_token,
             "train_flops_per_token": self.train_flops_per_token,
@@ -103,11 +106,13 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         if callable(getattr(m, "active_parameters", None))
     )
     s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
+    s.active = s.total - inactive
     for block, count in blocks:
         attention = block.attention
         span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
         s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span * count
-        s.kv_elements_per_token += 2 * attention.n_kv_heads * attention.head_dim * count
+        kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
+        s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
     return s
 
 
@@ -121,6 +126,8 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     rows = [(k, f"{v:,}", f"{100 * v / max(s.total, 1):.1f}%") for k, v in s.params.items()]
     rows.append(("total", f"{s.total:,}", "100.0%"))
     rows.append(("non-embedding", f"{s.non_embedding:,}", f"{100 * s.non_embedding / max(s.total, 1):.1f}%"))
+    if s.active != s.total:
+        rows.append(("active / token", f"{s.active:,}", f"{100 * s.active / max(s.total, 1):.1f}%"))
     width = max(len(r[0]) for r in rows)
     numw = max(len(r[1]) for r in rows)
     lines = [title] if title else []

@@ -107,6 +107,18 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
             part = resolve("layout" if f == "layout" else f, block[f], origin)
             if part is not None:
                 parts[f] = part
+        # The scheme inside attention: model.positional's own part unless the block or an override sets one.
+        origin = "model.block.positional" if model.block.positional is not None else None
+        for j in group.overrides:
+            if model.layers[j].positional is not None:
+                origin = join_path("model", ["layers", j, "positional"])
+        if origin is None:
+            if positional is not None:
+                parts["positional"] = positional
+        else:
+            part = resolve("positional", block["positional"], origin)
+            if part is not None:
+                parts["positional"] = part
         groups.append(ResolvedGroup(group, parts))
     if problems or positional is None or final_norm is None:
         return None, problems

@@ -1,6 +1,9 @@
 """A static key/value cache: preallocated buffers written by index, ring buffers for sliding windows.
 
-Every layer gets keys and values ``(B, n_kv_heads, S, head_dim)`` allocated once, with
+Every layer gets what its attention declares it keeps per token
+(:func:`specformer.attention.cache_slots_of`: by default keys and values
+``(B, n_kv_heads, S, head_dim)``; a latent attention keeps a compressed latent and a
+shared rotary key instead; a layer that keeps nothing gets no buffer) allocated once, with
 ``S`` the prompt plus the new tokens (not the context length). A layer whose attention
 has a ``window`` shorter than that keeps only a ring of ``window`` slots, so its memory
 is bounded by the window whatever the length generated.
@@ -25,15 +28,32 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from specformer.attention import cache_slots_of
+
 
 @dataclass(frozen=True)
 class LayerShape:
-    """What the cache needs to know about one attention layer."""
+    """What the cache needs to know about one attention layer.
+
+    Its two tensors are ``(B, n_kv_heads, S, head_dim)`` ("keys") and
+    ``(B, value_heads, S, value_dim)`` ("values"; by default the same shape as the keys).
+    """
 
     layer_index: int
     n_kv_heads: int
     head_dim: int
     window: int | None = None
+    value_heads: int | None = None  # default n_kv_heads
+    value_dim: int | None = None  # default head_dim
+
+    @classmethod
+    def of(cls, layer: Any) -> "LayerShape | None":
+        """The shape an attention layer declares (:func:`~specformer.attention.cache_slots_of`); None if it keeps nothing."""
+        slots = cache_slots_of(layer)
+        if slots is None:
+            return None
+        return cls(layer_index=int(layer.layer_index), n_kv_heads=slots.key_heads, head_dim=slots.key_dim,
+                   window=layer.window, value_heads=slots.value_heads, value_dim=slots.value_dim)
 
 
 @dataclass
@@ -78,7 +98,7 @@ class StaticKVCache:
             raise ValueError(f"a cache needs batch_size >= 1, capacity >= 1 and spare >= 0, got {batch_size}, "
                              f"{capacity} and {spare}")
         if not layers:
-            raise ValueError("a cache needs at least one attention layer")
+            raise ValueError("a cache needs at least one attention layer that keeps something per token")
         self.batch_size = batch_size
         self.capacity = capacity
         self.spare = spare
@@ -94,10 +114,11 @@ class StaticKVCache:
             if size not in groups:
                 positions = torch.full((batch_size, size), -1, dtype=torch.long, device=device)
                 groups[size] = _SlotGroup(size=size, ring=ring, positions=positions)
-            buffer = (batch_size, shape.n_kv_heads, size, shape.head_dim)
+            keys = (batch_size, shape.n_kv_heads, size, shape.head_dim)
+            values = (batch_size, shape.value_heads or shape.n_kv_heads, size, shape.value_dim or shape.head_dim)
             self._layers[shape.layer_index] = _Layer(
-                keys=torch.zeros(buffer, dtype=dtype, device=device),
-                values=torch.zeros(buffer, dtype=dtype, device=device),
+                keys=torch.zeros(keys, dtype=dtype, device=device),
+                values=torch.zeros(values, dtype=dtype, device=device),
                 group=groups[size],
             )
         self._groups = list(groups.values())
@@ -121,17 +142,17 @@ class StaticKVCache:
         """
         reference = next(model.parameters())
         # Each attention's public facts (specformer.attention.AttentionLayer): what it caches, and where.
-        layers = [
-            LayerShape(layer_index=m.layer_index, n_kv_heads=m.n_kv_heads, head_dim=m.head_dim, window=m.window)
-            for m in model.attention_modules()
-        ]
+        shapes = [LayerShape.of(m) for m in model.attention_modules()]
+        layers = [shape for shape in shapes if shape is not None]
         return cls(layers=layers, batch_size=batch_size, capacity=capacity,
                    device=device or reference.device, dtype=dtype or reference.dtype, spare=spare)
 
     # -- the KVCache protocol ------------------------------------------------------------
 
     def update(self, layer_index: int, key: Tensor, value: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Store this forward's keys/values ``(B, n_kv, T, hd)`` at ``positions`` ``(B, T)``; return what to attend to."""
+        """Store this forward's keys/values ``(B, n_kv, T, hd)`` at ``positions`` ``(B, T)``; return what to attend to.
+
+        Keys and values may differ in heads and width (see :class:`LayerShape`)."""
         if layer_index == self._first_layer:
             self._claim_columns(positions)
         layer = self._layers[layer_index]

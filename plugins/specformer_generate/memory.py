@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from specformer.attention import cache_slots_of
 from specformer.errors import InputError, MemoryLimitError
 from specformer.memory import ENV_VAR, memory_limit, parse_bytes
 from specformer.messages import format_bytes
@@ -67,8 +68,9 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
         slots = window if (use_cache and window is not None and window < length) else length
         slot_sizes.add(slots)
         widest_heads = max(widest_heads, int(module.n_heads))
-        if use_cache:
-            cache += 2 * rows * int(module.n_kv_heads) * slots * int(module.head_dim) * element
+        kept = cache_slots_of(module)  # what the layer declares it keeps per token (None: nothing)
+        if use_cache and kept is not None:
+            cache += rows * slots * kept.bytes_per_token(element)
     cache += rows * sum(slot_sizes) * 8 if use_cache else 0
     tokens = (2 * rows + 2 * candidates) * length * 8  # history/running/finished and beam candidates
     logits = 4 * (rows + candidates) * model.vocab_size * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 from specformer.hookspecs import hookimpl
 from specformer.registry import PluginRegistry
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.mla import LatentAttention
 from specformer_layers.ffn.gated import GatedMLP, gated_params
 from specformer_layers.ffn.mlp import MLP
 from specformer_layers.ffn.moe import MoE
@@ -83,6 +84,7 @@ def specformer_register_components(registry: PluginRegistry) -> None:
     add(ROUTER_KIND, "sigmoid_topk", SigmoidTopK, "https://arxiv.org/abs/2412.19437")
 
     add("attention", "attention", CausalSelfAttention, "https://arxiv.org/abs/1706.03762")
+    add("attention", "mla", LatentAttention, "https://arxiv.org/abs/2405.04434")
 
     add("layout", "prenorm", PreNormBlock, "https://arxiv.org/abs/2002.04745")
     add("layout", "postnorm", PostNormBlock, "https://arxiv.org/abs/1706.03762")

@@ -41,6 +41,7 @@ from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
+from specformer_train.router_balance import balance_routers
 from specformer_train.loggers import RunLoggers
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
@@ -241,6 +242,7 @@ class Trainer:
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
+        balance_routers(self.model, ctx)  # MoE routers balanced by bias move it from this step's expert load
         self.optimizer.zero_grad(set_to_none=True)
         return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from specformer.cli import main
+from specformer.plugins import get_registry
 from specformer.spec import read_spec_file
 
 from conftest import SPECS
@@ -80,7 +81,8 @@ def test_summary_flops_by_formula(capsys):
 def test_components_lists_kind_plugin_doc_and_defaults(capsys):
     code, out, _ = run(capsys, "components", "attention")
     assert code == 0
-    assert out.startswith("attention (1 component)\n  attention  [layers] ")
+    count = len(get_registry().names("attention"))
+    assert out.startswith(f"attention ({count} component{'s' if count > 1 else ''})\n  attention  [layers] ")
     assert re.search(r"^      n_heads +int > 0 +required +Number of query heads\.$", out, re.M)
     assert re.search(r"^      n_kv_heads +int > 0 or null +default null +Key/value heads", out, re.M)
     code, _, err = run(capsys, "components", "nonsense")

@@ -61,12 +61,18 @@ def test_head_sizes_names_sizes_that_do_not_fit(given, message):
         head_sizes(**given)
 
 
+#: Required params of attentions beyond the heads (sized so that the head is 8 channels wide).
+REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8}}
+
+
 def test_every_registered_attention_declares_its_public_facts(tiny_spec):
     registry = get_registry()
     for name in registry.names("attention"):
         component = registry.get("attention", name)
         params = {k: v for k, v in {"n_heads": 4, "n_kv_heads": 2, "window": 8}.items() if k in component.params.model_fields}
+        params.update(REQUIRED_EXTRA.get(name, {}))
         with torch.device("meta"):
             layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2)
         assert isinstance(layer, AttentionLayer), name
-        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, 2, 8, 8, 1), name
+        kv = params.get("n_kv_heads", 4)  # without n_kv_heads, every head has its own key and value
+        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, kv, 8, 8, 1), name

@@ -107,10 +107,14 @@ def test_a_bad_override_in_one_group_is_still_found_at_its_path():
         specformer.load_spec(spec)
 
 
-def test_heads_must_agree_across_groups():
+def test_layers_may_differ_in_heads_each_positional_sized_by_its_own():
+    """Each layer's positional scheme is built for its own heads (ALiBi slopes, RoPE width)."""
     spec = _spec(n_layers=4, layers=[{"select": 1, "attention": {"n_heads": 2, "n_kv_heads": 2}}])
-    with pytest.raises(SpecError, match="same head_dim and n_heads"):
-        specformer.load_spec(spec)
+    spec["model"]["positional"] = {"kind": "alibi"}
+    model = specformer.build(spec, seed=0)
+    heads = [model.positional_of_layer(i).n_heads for i in range(4)]
+    assert heads == [a.n_heads for a in model.attention_modules()] and heads[1] != heads[0]
+    assert model(torch.zeros(1, 5, dtype=torch.long)).shape[:2] == (1, 5)
 
 
 def test_a_long_explicit_layer_list_stays_fast():

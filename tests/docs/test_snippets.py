@@ -217,13 +217,14 @@ def test_a_kind_no_spec_field_takes_gets_a_page_without_snippets():
     class RouterParams(Params):
         top: int = Field(default=1, gt=0, description="Experts per token.")
 
+    # A kind of its own: the layers plugin's `router` is taken by moe's `router` field.
     def add(registry):
-        registry.for_plugin("moe_extras").add_kind("router", doc="Chooses experts.", sizes=("d_model",))
-        registry.for_plugin("moe_extras").register("router", "topk", factory=lambda params, *, d_model: None,
+        registry.for_plugin("moe_extras").add_kind("dispatcher", doc="Chooses experts.", sizes=("d_model",))
+        registry.for_plugin("moe_extras").register("dispatcher", "topk", factory=lambda params, *, d_model: None,
                                                    params=RouterParams, doc="Keep the best experts.")
 
     pages, snippets = catalogue_pages(_registry_with(add))
-    assert "## topk { #topk }" in pages["catalogue/router.md"]
-    assert "No spec field takes a `router` component" in pages["catalogue/router.md"]
-    assert snippets["router/topk"] == []
-    assert "[`topk`](router.md#topk)" in pages["catalogue/index.md"]
+    assert "## topk { #topk }" in pages["catalogue/dispatcher.md"]
+    assert "No spec field takes a `dispatcher` component" in pages["catalogue/dispatcher.md"]
+    assert snippets["dispatcher/topk"] == []
+    assert "[`topk`](dispatcher.md#topk)" in pages["catalogue/index.md"]

@@ -18,6 +18,8 @@ from specformer_layers.routers.softmax_topk import SoftmaxTopK
 
 #: How the default router (no ``router`` given) orders softmax and top-k.
 DefaultRouting = Literal["softmax_then_topk", "topk_then_softmax"]
+#: gpt-oss's sigmoid slope in its clamped SwiGLU: g * sigmoid(1.702 g) approximates GELU.
+GPT_OSS_SWIGLU_ALPHA = 1.702
 
 
 class MoE(nn.Module):
@@ -77,7 +79,9 @@ class MoE(nn.Module):
             description="gpt-oss's clamped SwiGLU: clamp the gate above and the up projection to +-limit, "
                         "then (up + 1) * gate * sigmoid(swiglu_alpha * gate); null: the activation as usual.",
         )
-        swiglu_alpha: float = Field(default=1.702, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit).")
+        swiglu_alpha: float | None = Field(
+            default=None, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit only); default 1.702 (gpt-oss).",
+        )
         n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
         shared_hidden: int | None = Field(
             default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
@@ -98,7 +102,7 @@ class MoE(nn.Module):
                 raise ValueError("topk_then_softmax always yields weights summing to 1; normalize_topk: false needs softmax_then_topk")
             if self.swiglu_limit is not None and (not self.gated or self.activation != "silu"):
                 raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
-            if self.swiglu_limit is None and "swiglu_alpha" in self.model_fields_set:
+            if self.swiglu_limit is None and self.swiglu_alpha is not None:
                 raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
             return self
 
@@ -116,7 +120,7 @@ class MoE(nn.Module):
         normalize_topk: bool = True,
         expert_bias: bool = False,
         swiglu_limit: float | None = None,
-        swiglu_alpha: float = 1.702,
+        swiglu_alpha: float = GPT_OSS_SWIGLU_ALPHA,
         shared_hidden: int = 0,
         shared_gate: bool = False,
         aux_loss_coef: float = 0.01,
@@ -169,7 +173,8 @@ class MoE(nn.Module):
         return cls(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k, hidden=hidden,
                    activation=params.activation, gated=params.gated, router=router, routing=params.routing,
                    normalize_topk=params.normalize_topk, expert_bias=params.expert_bias,
-                   swiglu_limit=params.swiglu_limit, swiglu_alpha=params.swiglu_alpha,
+                   swiglu_limit=params.swiglu_limit,
+                   swiglu_alpha=GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha,
                    shared_hidden=shared_hidden, shared_gate=params.shared_gate, aux_loss_coef=params.aux_loss_coef)
 
     def forward(self, x: Tensor) -> Tensor:
