@@ -102,3 +102,17 @@ def test_cli_init_flag(tmp_path: Path, base_ckpt: Path, text_file: Path, capsys:
     assert code == 0
     err = capsys.readouterr().out
     assert "trains  " in err and "of 29," in err or "parameters (" in err
+
+
+def test_adapter_run_on_chat_data(tmp_path: Path, base_ckpt: Path, chat_file: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    result = train(tiny_spec(adapter=ADAPTER, chat_template="chatml"), data=str(chat_file),
+                   out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    assert result.status == "finished" and result.val_loss is not None
+    assert "120 conversations, loss on replies only" in capsys.readouterr().out
+
+
+def test_chat_template_on_plain_text_is_refused(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
+    with pytest.raises(UserError, match="is not chat data"):
+        train(tiny_spec(chat_template="chatml"), data=str(text_file), out_dir=str(tmp_path / "run"),
+              init=str(base_ckpt))
