@@ -74,6 +74,10 @@ MODULES: dict[str, list[str]] = {
     "plugins/specformer_generate/cache.py": [
         "tests/plugins/generate/test_gen_cache.py",
     ],
+    # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
+    **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py"]
+       for name in ("greedy", "temperature", "top_k", "top_p", "min_p", "typical", "repetition", "penalties",
+                    "no_repeat_ngram", "history", "pipeline")},
     "plugins/specformer_train/data.py": [
         "tests/plugins/train/test_data_mutants.py",
         "tests/plugins/train/test_data.py",
