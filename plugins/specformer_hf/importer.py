@@ -214,10 +214,11 @@ def convert_weights(
         layers = range(len(model.blocks)) if rule.per_layer else [None]
         for layer in layers:
             site = Site(model, layer)
-            hf_names, our_names = rule.expand_at(site)
+            # A rule with several checkpoint layouts (per-expert or fused experts) reads the one the file has.
+            chosen, hf_names, our_names = rule.for_import(site, lambda name: locate(name) is not None)
             if not all(name in expected for name in our_names):
                 continue  # the spec has no such parameter (a bias it leaves out): nothing to fill
-            jobs.append((rule, site, hf_names, our_names))
+            jobs.append((chosen, site, hf_names, our_names))
 
     for rule, site, hf_names, our_names in tqdm(jobs, desc="converting weights", unit="rule", disable=None, leave=False):
         found = {name: locate(name) for name in hf_names}

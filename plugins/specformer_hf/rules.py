@@ -60,6 +60,10 @@ class Rule(ABC):
     def describe(self) -> str:
         return f"{', '.join(self.hf)} -> {', '.join(self.ours)}"
 
+    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple["Rule", tuple[str, ...], tuple[str, ...]]:
+        """The rule that reads ``site`` from a checkpoint whose tensors ``present`` tells, with its names."""
+        return (self, *self.expand_at(site))
+
 
 class Copy(Rule):
     """The same tensor under another name."""
@@ -168,6 +172,44 @@ class PerExpert(Rule):
         return f"{', '.join(self.parts)} (every expert j) -> {', '.join(self.ours)}"
 
 
+class OneOf(Rule):
+    """Checkpoints name the same parameters in several ways: import reads whichever the file has, export the first.
+
+    transformers 5 keeps a mixture's experts as fused 3-D tensors in memory
+    (``mlp.experts.gate_up_proj``) and saves most families per expert; files written either
+    way are read (Mixtral, Qwen-MoE).
+    """
+
+    def __init__(self, *options: Rule) -> None:
+        if len({o.ours for o in options}) != 1:
+            raise ValueError("OneOf options must fill the same parameters")
+        self.options = options
+        self.hf, self.ours = options[0].hf, options[0].ours
+
+    @property
+    def per_layer(self) -> bool:
+        return self.options[0].per_layer
+
+    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.options[0].expand_at(site)
+
+    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple[Rule, tuple[str, ...], tuple[str, ...]]:
+        for option in self.options:
+            hf, ours = option.expand_at(site)
+            if all(present(name) for name in hf):
+                return option, hf, ours
+        return (self.options[0], *self.options[0].expand_at(site))  # report the names export writes as missing
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return self.options[0].to_ours(tensors, site)
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return self.options[0].to_hf(tensors, site)
+
+    def describe(self) -> str:
+        return " or ".join(o.describe() for o in self.options)
+
+
 # -- split sizes ------------------------------------------------------------------------
 
 
@@ -183,4 +225,4 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "PerExpert", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]
+__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "OneOf", "PerExpert", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]

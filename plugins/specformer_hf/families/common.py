@@ -1,17 +1,32 @@
-"""Pieces most families share: sizes, gated feed-forwards, RoPE, sliding windows, Llama-style tensor names.
+"""What Hugging Face families share, as data: two-way helpers, declarative parts, and the family builder.
 
-Each helper does one mapping in both directions so a family module can read as a
-list of what its config and checkpoint contain.
+A Llama-like family is written as a table (see :func:`decoder_family`): the transformers
+config defaults, and a list of :class:`Part` objects, each stating one mapping in both
+directions -- which ``config.json`` fields become which spec fields, and back -- together
+with the checkpoint tensors it accounts for::
+
+    FAMILY = decoder_family(
+        name="Mistral", model_type="mistral", architecture="MistralForCausalLM", defaults=DEFAULTS,
+        parts=[*LLAMA_PARTS, Value("sliding_window", "attention.window")],
+    )
+
+``to_spec`` (config -> spec) runs every part's :meth:`Part.read` in order;
+``to_config`` (spec -> config) every part's :meth:`Part.write`; the weight rules are the
+parts' :meth:`Part.rules`. Export reads its own config back with ``to_spec`` and compares the
+maths, so a part only needs to refuse what it cannot write with a clear message.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 from specformer.errors import UserError
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf, rope_parameters
-from specformer_hf.rules import Copy, Fused, Rule, halves, qkv_sizes
+from specformer_hf.family import Family
+from specformer_hf.rules import Copy, Fused, OneOf, PerExpert, Rule, Site, halves, qkv_sizes
 from specformer_hf.specview import NotExpressible, SpecView
 
 GATED_FFNS = ("swiglu", "geglu", "reglu")
@@ -245,41 +260,6 @@ def single_window(view: SpecView, family: str) -> int | None:
     return windows.pop() if windows else None
 
 
-# -- Llama-style checkpoint names ---------------------------------------------------------------------
-
-
-def llama_rules(*, attention: str = "model.layers.{i}.self_attn", mlp: str | None = "model.layers.{i}.mlp") -> list[Rule]:
-    """Embedding, q/k/v/o (+ biases), gate/up/down (unless ``mlp`` is None), final norm and head of a Llama-style checkpoint."""
-    rules: list[Rule] = [
-        Copy("model.embed_tokens.weight", "embedding.weight"),
-        Fused([f"{attention}.q_proj.weight", f"{attention}.k_proj.weight", f"{attention}.v_proj.weight"],
-              "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
-        Fused([f"{attention}.q_proj.bias", f"{attention}.k_proj.bias", f"{attention}.v_proj.bias"],
-              "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
-        Copy(f"{attention}.o_proj.weight", "blocks.{i}.attention.out.weight"),
-        Copy(f"{attention}.o_proj.bias", "blocks.{i}.attention.out.bias"),
-    ]
-    if mlp is not None:
-        rules += [
-            Fused([f"{mlp}.gate_proj.weight", f"{mlp}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight", sizes=halves),
-            Fused([f"{mlp}.gate_proj.bias", f"{mlp}.up_proj.bias"], "blocks.{i}.ffn.gate_up.bias", sizes=halves),
-            Copy(f"{mlp}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
-            Copy(f"{mlp}.down_proj.bias", "blocks.{i}.ffn.down.bias"),
-        ]
-    rules += [
-        Copy("model.norm.weight", "final_norm.weight"),
-        Copy("lm_head.weight", "lm_head.weight"),
-    ]
-    return rules
-
-
-def prenorm_rules() -> list[Rule]:
-    return [
-        Copy("model.layers.{i}.input_layernorm.weight", "blocks.{i}.attention_norm.weight"),
-        Copy("model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.ffn_norm.weight"),
-    ]
-
-
 def check_rotary_dim(cfg: ConfigReader, n_heads: int, positional: dict[str, Any]) -> None:
     """transformers rotates int(head_dim * partial_rotary_factor) channels; an odd count has no pairing."""
     head_dim = cfg.get("head_dim", None) or cfg.get_size("hidden_size") // n_heads
@@ -297,24 +277,522 @@ def no_output_bias(view: SpecView, family: str) -> None:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {family} has no LM head bias")
 
 
+# -- parts: one mapping each, both directions ------------------------------------------------------
+
+#: Where a Llama-style checkpoint keeps layer i.
+LAYER = "model.layers.{i}"
+ATTN = f"{LAYER}.self_attn"
+MLP = f"{LAYER}.mlp"
+
+
+class FamilyView:
+    """A :class:`SpecView` as one family asks it: every question names the family once, here."""
+
+    def __init__(self, view: SpecView, name: str) -> None:
+        self.view, self.name = view, name
+
+    @property
+    def model(self) -> Any:
+        return self.view.model
+
+    @property
+    def positional(self) -> dict[str, Any]:
+        return self.view.positional
+
+    def uniform(self, field: str, key: str | None = None) -> Any:
+        return self.view.uniform(field, key, family=self.name)
+
+    def per_layer(self, field: str, key: str) -> list[Any]:
+        return self.view.per_layer(field, key)
+
+    def block_kind(self, field: str, kinds: Sequence[str]) -> str:
+        return self.view.block_kind(field, kinds, family=self.name)
+
+    def attention_sizes(self) -> tuple[int, int, int]:
+        return self.view.attention_sizes()
+
+    def get(self, path: str) -> Any:
+        """A spec value by path: ``"attention.window"`` (the same in every layer) or a model field (``"logit_softcap"``)."""
+        if "." in path:
+            field_name, key = path.split(".", 1)
+            return self.uniform(field_name, key)
+        return getattr(self.model, path)
+
+
+def _set(model: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``"attention.window"`` in the block (creating the component dict) or a model field."""
+    if "." in path:
+        field_name, key = path.split(".", 1)
+        model.setdefault("block", {}).setdefault(field_name, {})[key] = value
+    else:
+        model[path] = value
+
+
+class Part:
+    """One mapping between config.json fields and spec fields, and the checkpoint tensors it covers."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        """config -> spec: fill ``model`` (the spec's ``model`` section being built)."""
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        """spec -> config: add fields to ``config``; raise NotExpressible for what the family cannot hold."""
+
+    def rules(self) -> list[Rule]:
+        """The weight rules for the tensors this part accounts for."""
+        return []
+
+
+@dataclass(frozen=True)
+class Sizes(Part):
+    """vocab_size, hidden_size, num_hidden_layers, max_position_embeddings, tie_word_embeddings; embedding, final norm, head."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.update(model_sizes(cfg))
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        no_output_bias(view.view, view.name)
+        config.update(model_sizes_config(view.view))
+
+    def rules(self) -> list[Rule]:
+        return [Copy("model.embed_tokens.weight", "embedding.weight"), Copy("model.norm.weight", "final_norm.weight"),
+                Copy("lm_head.weight", "lm_head.weight")]
+
+
+@dataclass(frozen=True)
+class Rope(Part):
+    """rope_parameters (and the legacy rope_theta / rope_scaling) <-> the ``rope`` positional scheme."""
+
+    rope_types: tuple[str, ...] = ROPE_TYPES
+    #: Whether the family's attention rotates only part of each head (partial_rotary_factor).
+    partial: bool = False
+    #: A top-level field that, when present, is the scaling's original context (Phi-3).
+    original_override: str | None = None
+    legacy_theta: str | None = "rope_theta"
+    extra_legacy: Mapping[str, str] = field(default_factory=dict)
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        positional = rope(cfg, rope_types=self.rope_types, extra_legacy=dict(self.extra_legacy),
+                          original_override=self.original_override, partial=self.partial)
+        if self.partial:
+            check_rotary_dim(cfg, cfg.get_size("num_attention_heads"), positional)
+        model["positional"] = positional
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(rope_config(view.view, view.name, legacy_theta=self.legacy_theta, rope_types=self.rope_types,
+                                  partial=self.partial))
+
+
+#: Each layout's norm tensors, Llama-style names (our name, Hugging Face name).
+_LAYOUT_NORMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "prenorm": (("attention_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm")),
+    "postnorm_inside": (("attention_norm", "post_attention_layernorm"), ("ffn_norm", "post_feedforward_layernorm")),
+    "sandwich": (("attention_norm", "input_layernorm"), ("attention_post_norm", "post_attention_layernorm"),
+                 ("ffn_norm", "pre_feedforward_layernorm"), ("ffn_post_norm", "post_feedforward_layernorm")),
+    "parallel": (("attention_norm", "input_layernorm"),),  # one shared norm (GPT-J style)
+}
+
+
+@dataclass(frozen=True)
+class Layout(Part):
+    """The block layout (which fixes the norms' places and their tensor names)."""
+
+    kind: str = "prenorm"
+    #: Norms with biases (LayerNorm) have ``.bias`` tensors too.
+    norm_bias: bool = False
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        block = model.setdefault("block", {})
+        block["layout"] = {"kind": "parallel", "shared_norm": True} if self.kind == "parallel" else self.kind
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("layout", (self.kind,))
+        if self.kind == "parallel" and not view.uniform("layout", "shared_norm"):
+            raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {view.name}'s parallel blocks share one norm")
+
+    def rules(self) -> list[Rule]:
+        suffixes = ("weight", "bias") if self.norm_bias else ("weight",)
+        return [Copy(f"{LAYER}.{hf}.{s}", f"blocks.{{i}}.{ours}.{s}") for ours, hf in _LAYOUT_NORMS[self.kind] for s in suffixes]
+
+
+@dataclass(frozen=True)
+class RMSNorm(Part):
+    """RMSNorm everywhere, eps from ``eps_key``; ``offset`` 1 for Gemma's (1 + w) weights."""
+
+    eps_key: str = "rms_norm_eps"
+    offset: float = 0.0
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["norm"] = rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(rmsnorm_config(view.view, view.name, eps_key=self.eps_key))
+
+
+@dataclass(frozen=True)
+class LayerNorm(Part):
+    """LayerNorm (with bias) everywhere, eps from ``eps_key``; the final norm has a bias too."""
+
+    eps_key: str = "layer_norm_eps"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["norm"] = {"kind": "layernorm", "eps": cfg.get_float(self.eps_key)}
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("norm", ("layernorm",))
+        if not view.uniform("norm", "bias") or not view.uniform("norm", "affine"):
+            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have a weight and a bias")
+        config[self.eps_key] = view.uniform("norm", "eps")
+
+    def rules(self) -> list[Rule]:
+        return [Copy("model.norm.bias", "final_norm.bias")]
+
+
+@dataclass(frozen=True)
+class Attention(Part):
+    """num_attention_heads, num_key_value_heads, head_dim; q/k/v fused into our qkv, o_proj, their biases."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {}).setdefault("attention", {}).update(attention_sizes(cfg))
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(attention_sizes_config(view.view, view.name))
+
+    def rules(self) -> list[Rule]:
+        return [
+            Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"],
+                  "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+            Fused([f"{ATTN}.q_proj.bias", f"{ATTN}.k_proj.bias", f"{ATTN}.v_proj.bias"],
+                  "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
+            Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+            Copy(f"{ATTN}.o_proj.bias", "blocks.{i}.attention.out.bias"),
+        ]
+
+
+@dataclass(frozen=True)
+class Switch(Part):
+    """A boolean config field that sets one or more spec fields alike (attention_bias -> qkv_bias and out_bias)."""
+
+    key: str
+    paths: tuple[str, ...]
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        value = bool(cfg.get(self.key))
+        for path in self.paths:
+            _set(model, path, value)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config[self.key] = view.get(self.paths[0])  # the read-back check refuses specs where the paths differ
+
+
+@dataclass(frozen=True)
+class Value(Part):
+    """A config field copied as is to a spec field (sliding_window -> attention.window)."""
+
+    key: str
+    path: str
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        _set(model, self.path, cfg.get(self.key))
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config[self.key] = view.get(self.path)
+
+
+@dataclass(frozen=True)
+class Fixed(Part):
+    """A spec field the family always has at one value (Qwen2's q/k/v biases); ``why`` says so on export."""
+
+    path: str
+    value: Any
+    why: str
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        _set(model, self.path, self.value)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        if view.get(self.path) != self.value:
+            where = f"model.block.{self.path}" if "." in self.path else f"model.{self.path}"
+            raise NotExpressible(where, f"Hugging Face {view.name} {self.why}")
+
+
+@dataclass(frozen=True)
+class Refuse(Part):
+    """A config field whose other values specformer cannot reproduce (a bidirectional Gemma)."""
+
+    key: str
+    allowed: tuple[Any, ...]
+    why: str
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        cfg.require(self.key, self.allowed, why=self.why)
+
+
+@dataclass(frozen=True)
+class QKNorm(Part):
+    """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2); always on."""
+
+    scope: str = "head"
+    eps_key: str = "rms_norm_eps"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        attention = model.setdefault("block", {}).setdefault("attention", {})
+        attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key), qk_norm_scope=self.scope)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        if view.uniform("attention", "qk_norm") is None:
+            raise NotExpressible("model.block.attention.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
+
+    def rules(self) -> list[Rule]:
+        return [Copy(f"{ATTN}.q_norm.weight", "blocks.{i}.attention.q_norm.weight"),
+                Copy(f"{ATTN}.k_norm.weight", "blocks.{i}.attention.k_norm.weight")]
+
+
+@dataclass(frozen=True)
+class GatedFFN(Part):
+    """intermediate_size and the activation (``act_key``) <-> a gated feed-forward; gate/up fused, down; ``bias_key`` switches biases."""
+
+    act_key: str = "hidden_act"
+    bias_key: str | None = None
+    #: Gemma's configs say "gelu" for the tanh approximation, and may name the field hidden_activation.
+    gemma_gelu: bool = False
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        key = self.act_key
+        if self.gemma_gelu:
+            key = next((k for k in ("hidden_activation", self.act_key) if cfg.has(k) and cfg.data[k] is not None), self.act_key)
+            cfg.mark_read("hidden_activation", self.act_key)
+            if cfg.get(key) == "gelu":
+                cfg.data[key] = "gelu_pytorch_tanh"
+        bias = bool(cfg.get(self.bias_key)) if self.bias_key else False
+        model.setdefault("block", {})["ffn"] = gated_ffn(cfg, act_key=key, bias=bias)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(gated_ffn_config(view.view, view.name, act_key=self.act_key))
+        if self.bias_key:
+            config[self.bias_key] = view.uniform("ffn", "bias")
+
+    def rules(self) -> list[Rule]:
+        return [
+            Fused([f"{MLP}.gate_proj.weight", f"{MLP}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight", sizes=halves),
+            Fused([f"{MLP}.gate_proj.bias", f"{MLP}.up_proj.bias"], "blocks.{i}.ffn.gate_up.bias", sizes=halves),
+            Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
+            Copy(f"{MLP}.down_proj.bias", "blocks.{i}.ffn.down.bias"),
+        ]
+
+
+@dataclass(frozen=True)
+class EmbeddingScale(Part):
+    """Embeddings multiplied by sqrt(hidden_size), always (Gemma)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model["embedding_multiplier"] = "sqrt_d_model"
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        m = view.model
+        if m.embedding_multiplier != "sqrt_d_model" and float(m.embedding_multiplier) != m.d_model ** 0.5:
+            raise NotExpressible("model.embedding_multiplier", f"{m.embedding_multiplier!r}: Hugging Face {view.name} always scales embeddings by sqrt(d_model)")
+
+
+@dataclass(frozen=True)
+class QueryScale(Part):
+    """query_pre_attn_scalar s: scores scaled by s^-1/2 instead of head_dim^-1/2 (Gemma 2 and 3)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        attention = model.setdefault("block", {}).setdefault("attention", {})
+        scalar = cfg.get_float("query_pre_attn_scalar")
+        if scalar != attention["head_dim"]:
+            attention["scale"] = scalar ** -0.5
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        _, _, head_dim = view.attention_sizes()
+        scale = view.uniform("attention", "scale")
+        scalar: float = head_dim
+        if scale is not None:
+            scalar = scale ** -2
+            if math.isclose(scalar, round(scalar), rel_tol=1e-9):
+                scalar = int(round(scalar))
+        config["query_pre_attn_scalar"] = scalar
+
+
+# -- sliding windows per layer --------------------------------------------------------------------
+
+
+def _windowed(model: dict[str, Any], windows: list[int | None]) -> None:
+    """The block's window is the most common one; the other layers get overrides."""
+    base = max(set(windows), key=lambda w: (windows.count(w), w is None))
+    model.setdefault("block", {}).setdefault("attention", {})["window"] = base
+    layers = window_layers(base, windows)
+    if layers:
+        model["layers"] = layers
+
+
+@dataclass(frozen=True)
+class LayerTypes(Part):
+    """layer_types + sliding_window <-> per-layer windows; ``sliding(i)`` gives the default pattern; ``required``: a window must exist."""
+
+    sliding: Callable[[int], bool]
+    required: bool = False
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        n_layers = cfg.get_layers("num_hidden_layers")
+        types = layer_types_from_config(cfg, ["sliding_attention" if self.sliding(i) else "full_attention" for i in range(n_layers)])
+        window = cfg.get("sliding_window")
+        _windowed(model, [window if t == "sliding_attention" else None for t in types])
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        window = single_window(view.view, view.name)
+        if window is None and self.required:
+            raise NotExpressible("model.layers[*].attention.window", f"Hugging Face {view.name} needs sliding-window layers (sliding_window)")
+        config["sliding_window"] = window
+        config["layer_types"] = ["sliding_attention" if w is not None else "full_attention"
+                                 for w in view.per_layer("attention", "window")]
+
+
+@dataclass(frozen=True)
+class QwenWindows(Part):
+    """use_sliding_window, sliding_window, max_window_layers (transformers 4) and layer_types <-> per-layer windows."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        window = cfg.get("sliding_window")  # read either way: it matters only with use_sliding_window
+        window = window if cfg.get("use_sliding_window") else None
+        n_layers, first_sliding = cfg.get_layers("num_hidden_layers"), cfg.get_int("max_window_layers")
+        default = ["sliding_attention" if window is not None and i >= first_sliding else "full_attention" for i in range(n_layers)]
+        types = layer_types_from_config(cfg, default)
+        _windowed(model, [window if t == "sliding_attention" else None for t in types])
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        window = single_window(view.view, view.name)
+        types = ["sliding_attention" if w is not None else "full_attention" for w in view.per_layer("attention", "window")]
+        sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+        # max_window_layers is what transformers 4 reads; it only describes "every layer from k on".
+        first = sliding[0] if sliding and sliding == list(range(sliding[0], len(types))) else len(types)
+        config.update(use_sliding_window=window is not None, sliding_window=window, max_window_layers=first, layer_types=types)
+
+
+# -- mixtures of experts ------------------------------------------------------------------------------
+
+
+def _n_experts(site: Site) -> int:
+    return site.ffn.n_experts
+
+
+def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: str = "up_proj",
+                 down: str = "down_proj") -> list[Rule]:
+    """Router and experts, read from either layout transformers uses, written per expert as it saves them.
+
+    ``saved`` is the module that ``save_pretrained`` writes: ``{saved}.gate.weight`` (the
+    router) and, per expert j, ``{saved}.experts.{j}.{gate|up|down}.weight``. ``fused`` is
+    transformers 5's module as it is in memory (and in files saved from it as they are):
+    ``{fused}.gate.weight``, ``{fused}.experts.gate_up_proj`` (n_experts, 2 * hidden, d_model)
+    = [gate; up] per expert, exactly our ``experts_in``, and ``{fused}.experts.down_proj``
+    (n_experts, d_model, hidden) = our ``experts_out``.
+    """
+    router = Copy(f"{saved}.gate.weight", "blocks.{i}.ffn.router.weight")
+    return [
+        router if saved == fused else OneOf(router, Copy(f"{fused}.gate.weight", "blocks.{i}.ffn.router.weight")),
+        OneOf(PerExpert([f"{saved}.experts.{{j}}.{gate}.weight", f"{saved}.experts.{{j}}.{up}.weight"],
+                        "blocks.{i}.ffn.experts_in", n_experts=_n_experts),
+              Copy(f"{fused}.experts.gate_up_proj", "blocks.{i}.ffn.experts_in")),
+        OneOf(PerExpert([f"{saved}.experts.{{j}}.{down}.weight"], "blocks.{i}.ffn.experts_out", n_experts=_n_experts),
+              Copy(f"{fused}.experts.down_proj", "blocks.{i}.ffn.experts_out")),
+    ]
+
+
+@dataclass(frozen=True)
+class MixtureOfExperts(Part):
+    """A routed mixture of gated experts (softmax over all experts, then top-k), in place of the gated feed-forward.
+
+    ``n_experts``, ``hidden`` and ``normalize`` name the family's config fields (``normalize``
+    None: the top-k weights are always renormalised, as Mixtral's router does); ``saved``
+    and the expert tensor names as in :func:`expert_rules`.
+    """
+
+    n_experts: str = "num_experts"
+    hidden: str = "intermediate_size"
+    normalize: str | None = None
+    saved: str = MLP
+    gate: str = "gate_proj"
+    up: str = "up_proj"
+    down: str = "down_proj"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["ffn"] = {
+            "kind": "moe",
+            "n_experts": cfg.get_int(self.n_experts),
+            "top_k": cfg.get_int("num_experts_per_tok"),
+            "hidden": cfg.get_int(self.hidden),
+            "activation": activation_from_hf(cfg, "hidden_act"),
+            "gated": True,
+            "routing": "softmax_then_topk",
+            "normalize_topk": bool(cfg.get(self.normalize)) if self.normalize else True,
+            "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
+        }
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("ffn", ("moe",))
+        ffn = view.uniform("ffn")
+        if ffn.get("n_shared_experts"):
+            raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
+        config.update({
+            self.n_experts: ffn["n_experts"],
+            "num_experts_per_tok": ffn["top_k"],
+            self.hidden: ffn["hidden"] or default_gated_hidden(view.model.d_model),
+            "hidden_act": ACTIVATIONS_TO_HF[ffn["activation"]],
+            "router_aux_loss_coef": ffn["aux_loss_coef"],
+        })
+        if self.normalize:
+            config[self.normalize] = ffn["normalize_topk"]
+
+    def rules(self) -> list[Rule]:
+        return expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+
+
+# -- the family builder --------------------------------------------------------------------------------
+
+#: What a Llama-style decoder is made of: sizes, RoPE, pre-norm RMSNorm blocks, GQA, a gated feed-forward.
+LLAMA_PARTS: tuple[Part, ...] = (Sizes(), Rope(), Layout("prenorm"), RMSNorm(), Attention(), GatedFFN())
+
+
+def decoder_family(*, name: str, model_type: str, architecture: str, defaults: Mapping[str, Any],
+                   parts: Sequence[Part], extra_rules: Sequence[Rule] = (), rules: Sequence[Rule] | None = None,
+                   **family: Any) -> Family:
+    """A :class:`Family` made of ``parts``: to_spec, to_config and the weight rules are theirs, in order.
+
+    ``rules`` replaces the parts' weight rules (a family with its own tensor names);
+    ``extra_rules`` adds to them. Other keywords are :class:`Family` fields (maps, caveats, ...).
+    """
+    parts = tuple(parts)
+
+    def to_spec(cfg: ConfigReader) -> dict[str, Any]:
+        model: dict[str, Any] = {}
+        for part in parts:
+            part.read(cfg, model)
+        return model
+
+    def to_config(view: SpecView) -> dict[str, Any]:
+        asked, config = FamilyView(view, name), {}
+        for part in parts:
+            part.write(asked, config)
+        return config
+
+    weights = list(rules) if rules is not None else [rule for part in parts for rule in part.rules()]
+    return Family(name=name, model_type=model_type, architecture=architecture, defaults=dict(defaults),
+                  to_spec=to_spec, to_config=to_config, weights=weights + list(extra_rules), **family)
+
+
+def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | None = None) -> tuple[Part, ...]:
+    """``parts`` with the part of type ``instead_of`` (default: ``new``'s type) swapped for ``new``."""
+    old = instead_of or type(new)
+    if not any(type(p) is old for p in parts):
+        raise ValueError(f"no {old.__name__} part to replace")
+    return tuple(new if type(p) is old else p for p in parts)
+
+
 __all__ = [
-    "GATED_FFNS",
-    "attention_sizes",
-    "check_rotary_dim",
-    "default_gated_hidden",
-    "attention_sizes_config",
-    "gated_ffn",
-    "gated_ffn_config",
-    "layer_types_from_config",
-    "llama_rules",
-    "model_sizes",
-    "model_sizes_config",
-    "no_output_bias",
-    "prenorm_rules",
-    "rmsnorm",
-    "rmsnorm_config",
-    "rope",
-    "rope_config",
-    "single_window",
-    "window_layers",
+    "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "LAYER", "LLAMA_PARTS",
+    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
+    "Rope", "Sizes", "Switch", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
+    "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
+    "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "replace_part", "rmsnorm",
+    "rmsnorm_config", "rope", "rope_config", "single_window", "window_layers",
 ]

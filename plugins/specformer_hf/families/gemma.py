@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common
-from specformer_hf.specview import NotExpressible, SpecView
-
-NAME = "Gemma"
+from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, GatedFFN, RMSNorm, Refuse, Switch,
+                                           decoder_family, replace_part)
 
 #: transformers' GemmaConfig defaults.
 DEFAULTS = {
@@ -19,60 +13,17 @@ DEFAULTS = {
     "use_bidirectional_attention": None, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
-
-def gemma_activation(cfg: ConfigReader, keys: tuple[str, ...] = ("hidden_act",)) -> dict[str, Any]:
-    """Gemma's feed-forward; its configs say "gelu" where they mean the tanh approximation, as transformers knows."""
-    key = next((k for k in ("hidden_activation", *keys) if cfg.has(k) and cfg.data[k] is not None), keys[0])
-    cfg.mark_read("hidden_activation", *keys)
-    if cfg.get(key) == "gelu":
-        cfg.data[key] = "gelu_pytorch_tanh"
-    return common.gated_ffn(cfg, act_key=key)
-
-
-def check_embedding_scale(view: SpecView, family: str) -> None:
-    m = view.model
-    if m.embedding_multiplier != "sqrt_d_model" and float(m.embedding_multiplier) != m.d_model ** 0.5:
-        raise NotExpressible("model.embedding_multiplier", f"{m.embedding_multiplier!r}: Hugging Face {family} always scales embeddings by sqrt(d_model)")
-
-
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    cfg.require("use_bidirectional_attention", (None, False), why="Gemma with bidirectional attention is not a causal LM")
-    attention_bias = bool(cfg.get("attention_bias"))
-    return {
-        **common.model_sizes(cfg),
-        "embedding_multiplier": "sqrt_d_model",
-        "positional": common.rope(cfg),
-        "block": {
-            "layout": "prenorm",
-            "norm": common.rmsnorm(cfg, offset=1.0),
-            "attention": {**common.attention_sizes(cfg), "qkv_bias": attention_bias, "out_bias": attention_bias},
-            "ffn": gemma_activation(cfg),
-        },
-    }
-
-
-def to_config(view: SpecView) -> dict[str, Any]:
-    common.no_output_bias(view, NAME)
-    check_embedding_scale(view, NAME)
-    view.block_kind("layout", ("prenorm",), family=NAME)
-    return {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
-        **common.gated_ffn_config(view, NAME),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME),
-    }
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Gemma",
     model_type="gemma",
     architecture="GemmaForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.prenorm_rules() + common.llama_rules(),
+    parts=[
+        Refuse("use_bidirectional_attention", (None, False), why="Gemma with bidirectional attention is not a causal LM"),
+        *replace_part(replace_part(LLAMA_PARTS, RMSNorm(offset=1.0)), GatedFFN(gemma_gelu=True)),
+        EmbeddingScale(),
+        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+    ],
     maps="as Llama with rmsnorm offset 1 (weights stored as w, applied as 1 + w), embedding_multiplier sqrt_d_model, GeGLU (tanh GELU)",
     caveats='hidden_act "gelu" is read as the tanh approximation, as transformers does for Gemma',
 )

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common, gemma
-from specformer_hf.rules import Copy
-from specformer_hf.specview import NotExpressible, SpecView
-
-NAME = "Gemma 2"
+from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, GatedFFN, LayerTypes, Layout, QueryScale,
+                                           RMSNorm, Refuse, Switch, Value, decoder_family, replace_part)
 
 #: transformers' Gemma2Config defaults.
 DEFAULTS = {
@@ -23,82 +15,24 @@ DEFAULTS = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
+PARTS = replace_part(replace_part(replace_part(LLAMA_PARTS, Layout("sandwich")), RMSNorm(offset=1.0)),
+                     GatedFFN(act_key="hidden_activation", gemma_gelu=True))
 
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    cfg.require("use_bidirectional_attention", (None, False), why="Gemma 2 with bidirectional attention is not a causal LM")
-    bias = bool(cfg.get("attention_bias"))
-    attention: dict[str, Any] = {**common.attention_sizes(cfg), "qkv_bias": bias, "out_bias": bias,
-                                 "logit_softcap": cfg.get("attn_logit_softcapping")}
-    scalar = cfg.get_float("query_pre_attn_scalar")
-    if scalar != attention["head_dim"]:
-        attention["scale"] = scalar ** -0.5
-    n_layers = cfg.get_layers("num_hidden_layers")
-    # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).
-    types = common.layer_types_from_config(cfg, ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)])
-    window = cfg.get("sliding_window")
-    windows = [window if t == "sliding_attention" else None for t in types]
-    base = max(set(windows), key=lambda w: (windows.count(w), w is None))
-    spec: dict[str, Any] = {
-        **common.model_sizes(cfg),
-        "embedding_multiplier": "sqrt_d_model",
-        "logit_softcap": cfg.get("final_logit_softcapping"),
-        "positional": common.rope(cfg),
-        "block": {
-            "layout": "sandwich",
-            "norm": common.rmsnorm(cfg, offset=1.0),
-            "attention": {**attention, "window": base},
-            "ffn": gemma.gemma_activation(cfg, keys=("hidden_activation",)),
-        },
-    }
-    layers = common.window_layers(base, windows)
-    if layers:
-        spec["layers"] = layers
-    return spec
-
-
-def to_config(view: SpecView) -> dict[str, Any]:
-    m = view.model
-    common.no_output_bias(view, NAME)
-    gemma.check_embedding_scale(view, NAME)
-    view.block_kind("layout", ("sandwich",), family=NAME)
-    _, _, head_dim = view.attention_sizes()
-    scale = view.uniform("attention", "scale", family=NAME)
-    scalar: float = head_dim
-    if scale is not None:
-        scalar = scale ** -2
-        if math.isclose(scalar, round(scalar), rel_tol=1e-9):
-            scalar = int(round(scalar))
-    window = common.single_window(view, NAME)
-    windows = view.per_layer("attention", "window")
-    if window is None:
-        raise NotExpressible("model.layers[*].attention.window", "Hugging Face Gemma 2 needs sliding-window layers (sliding_window)")
-    return {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
-        "attn_logit_softcapping": view.uniform("attention", "logit_softcap", family=NAME),
-        "final_logit_softcapping": m.logit_softcap,
-        "query_pre_attn_scalar": scalar,
-        "sliding_window": window,
-        "layer_types": ["sliding_attention" if w is not None else "full_attention" for w in windows],
-        **common.gated_ffn_config(view, NAME, act_key="hidden_activation"),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME),
-    }
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Gemma 2",
     model_type="gemma2",
     architecture="Gemma2ForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.llama_rules() + [
-        Copy("model.layers.{i}.input_layernorm.weight", "blocks.{i}.attention_norm.weight"),
-        Copy("model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.attention_post_norm.weight"),
-        Copy("model.layers.{i}.pre_feedforward_layernorm.weight", "blocks.{i}.ffn_norm.weight"),
-        Copy("model.layers.{i}.post_feedforward_layernorm.weight", "blocks.{i}.ffn_post_norm.weight"),
+    parts=[
+        Refuse("use_bidirectional_attention", (None, False), why="Gemma 2 with bidirectional attention is not a causal LM"),
+        *PARTS,
+        EmbeddingScale(),
+        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Value("attn_logit_softcapping", "attention.logit_softcap"),
+        Value("final_logit_softcapping", "logit_softcap"),
+        QueryScale(),
+        # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).
+        LayerTypes(sliding=lambda i: (i + 1) % 2 == 1, required=True),
     ],
     maps="as Gemma with layout sandwich, attn_logit_softcapping -> attention logit_softcap, final_logit_softcapping -> "
          "logit_softcap, query_pre_attn_scalar -> scale, layer_types + sliding_window -> per-layer windows",

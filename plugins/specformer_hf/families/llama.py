@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common
-from specformer_hf.specview import SpecView
-
-NAME = "Llama"
+from specformer_hf.families.common import LLAMA_PARTS, Switch, decoder_family
 
 #: transformers' LlamaConfig defaults (a saved config.json may leave any of these out).
 DEFAULTS = {
@@ -19,43 +12,16 @@ DEFAULTS = {
     "attention_bias": False, "mlp_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
-
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    attention_bias = bool(cfg.get("attention_bias"))
-    return {
-        **common.model_sizes(cfg),
-        "positional": common.rope(cfg),
-        "block": {
-            "layout": "prenorm",
-            "norm": common.rmsnorm(cfg),
-            "attention": {**common.attention_sizes(cfg), "qkv_bias": attention_bias, "out_bias": attention_bias},
-            "ffn": common.gated_ffn(cfg, bias=bool(cfg.get("mlp_bias"))),
-        },
-    }
-
-
-def to_config(view: SpecView) -> dict[str, Any]:
-    common.no_output_bias(view, NAME)
-    view.block_kind("layout", ("prenorm",), family=NAME)
-    return {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
-        **common.gated_ffn_config(view, NAME),
-        "mlp_bias": view.uniform("ffn", "bias", family=NAME),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME),
-    }
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Llama",
     model_type="llama",
     architecture="LlamaForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.prenorm_rules() + common.llama_rules(),
+    parts=[
+        *LLAMA_PARTS,
+        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("mlp_bias", ("ffn.bias",)),
+    ],
     ignore_tensors=(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),
     maps="prenorm RMSNorm, rope (theta), GQA, head_dim, attention_bias, mlp_bias, SwiGLU, tied or untied head",
     caveats="attention_bias applies to q, k, v and o alike (as in transformers)",

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common
-from specformer_hf.specview import SpecView
-
-NAME = "Mistral"
+from specformer_hf.families.common import LLAMA_PARTS, Value, decoder_family
 
 #: transformers' MistralConfig defaults.
 DEFAULTS = {
@@ -19,41 +12,12 @@ DEFAULTS = {
     "sliding_window": 4096, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
-
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    return {
-        **common.model_sizes(cfg),
-        "positional": common.rope(cfg),
-        "block": {
-            "layout": "prenorm",
-            "norm": common.rmsnorm(cfg),
-            "attention": {**common.attention_sizes(cfg), "window": cfg.get("sliding_window")},
-            "ffn": common.gated_ffn(cfg),
-        },
-    }
-
-
-def to_config(view: SpecView) -> dict[str, Any]:
-    common.no_output_bias(view, NAME)
-    view.block_kind("layout", ("prenorm",), family=NAME)
-    return {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "sliding_window": view.uniform("attention", "window", family=NAME),
-        **common.gated_ffn_config(view, NAME),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME),
-    }
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Mistral",
     model_type="mistral",
     architecture="MistralForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.prenorm_rules() + common.llama_rules(),
+    parts=[*LLAMA_PARTS, Value("sliding_window", "attention.window")],
     maps="as Llama, plus sliding_window on every layer (null: full attention); no biases",
     caveats="a key is visible to a query when query - key < sliding_window, as in transformers 5",
 )

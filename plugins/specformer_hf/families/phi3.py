@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common
+from specformer_hf.families.common import (ATTN, LLAMA_PARTS, MLP, FamilyView, Layout, Rope, Sizes, Value,
+                                           decoder_family, replace_part)
 from specformer_hf.rules import Copy
-from specformer_hf.specview import SpecView
-
-NAME = "Phi-3"
-ROPE_TYPES = ("default", "longrope")
 
 #: transformers' Phi3Config defaults.
 DEFAULTS = {
@@ -22,64 +19,48 @@ DEFAULTS = {
 }
 
 
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    # Phi3Config has no head_dim field, but the attention reads one if config.json has it.
-    sizes = common.attention_sizes(cfg)
-    cfg.mark_read("original_max_position_embeddings")
-    for key in ("rope_scaling", "rope_parameters"):  # the legacy field wins when both are there
-        params = cfg.data.get(key)
-        if isinstance(params, dict):
-            if params.get("rope_type", params.get("type")) in ("su", "yarn"):
-                # transformers reads Phi-3's old "su" and "yarn" as longrope (Phi3Config.convert_rope_params_to_dict).
-                cfg.data[key] = {**{k: v for k, v in params.items() if k != "type"}, "rope_type": "longrope"}
-            break
-    positional = common.rope(cfg, rope_types=ROPE_TYPES, original_override="original_max_position_embeddings", partial=True)
-    common.check_rotary_dim(cfg, sizes["n_heads"], positional)
-    return {
-        **common.model_sizes(cfg),
-        "positional": positional,
-        "block": {
-            "layout": "prenorm",
-            "norm": common.rmsnorm(cfg),
-            "attention": {**sizes, "window": cfg.get("sliding_window")},
-            "ffn": common.gated_ffn(cfg),
-        },
-    }
+@dataclass(frozen=True)
+class LongRope(Rope):
+    """Rope (default or longrope, partial) with Phi-3's history: "su" and "yarn" meant longrope, and a top-level
+    original_max_position_embeddings is LongRoPE's original context."""
+
+    rope_types: tuple[str, ...] = ("default", "longrope")
+    partial: bool = True
+    original_override: str | None = "original_max_position_embeddings"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        cfg.mark_read("original_max_position_embeddings")
+        for key in ("rope_scaling", "rope_parameters"):  # the legacy field wins when both are there
+            params = cfg.data.get(key)
+            if isinstance(params, dict):
+                if params.get("rope_type", params.get("type")) in ("su", "yarn"):
+                    # transformers reads Phi-3's old "su" and "yarn" as longrope (Phi3Config.convert_rope_params_to_dict).
+                    cfg.data[key] = {**{k: v for k, v in params.items() if k != "type"}, "rope_type": "longrope"}
+                break
+        super().read(cfg, model)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        super().write(view, config)
+        scaling = view.positional.get("scaling") or {}
+        # transformers takes LongRoPE's original context from this top-level field when it is there.
+        config["original_max_position_embeddings"] = scaling.get("original_context_length") or view.model.context_length
 
 
-def to_config(view: SpecView) -> dict[str, Any]:
-    common.no_output_bias(view, NAME)
-    view.block_kind("layout", ("prenorm",), family=NAME)
-    config = {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "sliding_window": view.uniform("attention", "window", family=NAME),
-        **common.gated_ffn_config(view, NAME),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME, rope_types=ROPE_TYPES, partial=True),
-    }
-    scaling = view.positional.get("scaling") or {}
-    # transformers takes LongRoPE's original context from this top-level field when it is there.
-    config["original_max_position_embeddings"] = scaling.get("original_context_length") or view.model.context_length
-    return config
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Phi-3",
     model_type="phi3",
     architecture="Phi3ForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.prenorm_rules() + [
-        Copy("model.embed_tokens.weight", "embedding.weight"),
+    # Phi3Config has no head_dim field, but the attention reads one if config.json has it (Attention does).
+    parts=[*replace_part(LLAMA_PARTS, LongRope(), instead_of=Rope), Value("sliding_window", "attention.window")],
+    rules=[
+        *Sizes().rules(),
+        *Layout("prenorm").rules(),
         # qkv_proj rows are [q; k; v] and gate_up_proj rows [gate; up]: our fused layouts exactly.
-        Copy("model.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attention.qkv.weight"),
-        Copy("model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attention.out.weight"),
-        Copy("model.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.ffn.gate_up.weight"),
-        Copy("model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.ffn.down.weight"),
-        Copy("model.norm.weight", "final_norm.weight"),
-        Copy("lm_head.weight", "lm_head.weight"),
+        Copy(f"{ATTN}.qkv_proj.weight", "blocks.{i}.attention.qkv.weight"),
+        Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+        Copy(f"{MLP}.gate_up_proj.weight", "blocks.{i}.ffn.gate_up.weight"),
+        Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
     ],
     maps="fused qkv_proj and gate_up_proj copied as is, rope (default or longrope, partial_rotary_factor), "
          "sliding_window on every layer",

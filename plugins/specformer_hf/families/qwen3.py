@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from specformer_hf.config import ConfigReader
-from specformer_hf.family import Family
-from specformer_hf.families import common, qwen2
-from specformer_hf.rules import Copy
-from specformer_hf.specview import NotExpressible, SpecView
-
-NAME = "Qwen3"
+from specformer_hf.families.common import LLAMA_PARTS, QKNorm, QwenWindows, Switch, decoder_family
 
 #: transformers' Qwen3Config defaults.
 DEFAULTS = {
@@ -21,41 +13,12 @@ DEFAULTS = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
-
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    bias = bool(cfg.get("attention_bias"))
-    attention = {**common.attention_sizes(cfg), "qkv_bias": bias, "out_bias": bias,
-                 "qk_norm": common.rmsnorm(cfg), "qk_norm_scope": "head"}
-    return qwen2.prenorm_spec(cfg, attention)
-
-
-def to_config(view: SpecView) -> dict[str, Any]:
-    common.no_output_bias(view, NAME)
-    view.block_kind("layout", ("prenorm",), family=NAME)
-    if view.uniform("attention", "qk_norm", family=NAME) is None:
-        raise NotExpressible("model.block.attention.qk_norm", "Hugging Face Qwen3 always normalises queries and keys (qk_norm: rmsnorm)")
-    return {
-        **common.model_sizes_config(view),
-        **common.attention_sizes_config(view, NAME),
-        "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
-        **qwen2.window_config(view, NAME),
-        **common.gated_ffn_config(view, NAME),
-        **common.rmsnorm_config(view, NAME),
-        **common.rope_config(view, NAME),
-    }
-
-
-FAMILY = Family(
-    name=NAME,
+FAMILY = decoder_family(
+    name="Qwen3",
     model_type="qwen3",
     architecture="Qwen3ForCausalLM",
     defaults=DEFAULTS,
-    to_spec=to_spec,
-    to_config=to_config,
-    weights=common.prenorm_rules() + common.llama_rules() + [
-        Copy("model.layers.{i}.self_attn.q_norm.weight", "blocks.{i}.attention.q_norm.weight"),
-        Copy("model.layers.{i}.self_attn.k_norm.weight", "blocks.{i}.attention.k_norm.weight"),
-    ],
+    parts=[*LLAMA_PARTS, Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")), QKNorm("head"), QwenWindows()],
     maps="as Qwen2 plus qk_norm (RMSNorm per head, before RoPE, eps rms_norm_eps); attention_bias on q, k, v, o",
     caveats="the q/k norms share rms_norm_eps with the block norms",
 )
