@@ -1,0 +1,377 @@
+"""The HTTP side: OpenAI's routes on Starlette, server-sent events, errors, the API key.
+
+Routes: ``GET /`` (the playground page), ``GET /health`` (engine counters), ``GET
+/v1/models``, ``POST /v1/completions`` and ``POST /v1/chat/completions``. A handler checks
+the request (:mod:`.protocol`), turns it into one engine request per choice, and waits on an
+asyncio queue the engine thread fills. Every failure a client can cause is an OpenAI-style
+JSON error with a 4xx status; an unexpected one is a 500 with the same shape, and the
+server goes on. A client that goes away (closed stream, dropped connection) cancels its
+choices, which frees their blocks at the engine's next turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from specformer.errors import UserError
+from specformer_generate import arguments
+from specformer_generate.samplers.pipeline import build_sampler
+from specformer_serve.chat_template import TemplateError
+from specformer_serve.choices import Choice, decode
+from specformer_serve.engine import Engine, SequenceRequest
+from specformer_serve.playground import PAGE
+from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, sampler_entries
+
+log = logging.getLogger("specformer.serve")
+
+#: The largest request body read (a prompt is bounded by the context anyway).
+MAX_BODY_BYTES = 4 * 2**20
+#: The most choices (prompts x n) one request may ask for.
+MAX_CHOICES = 64
+#: How often a waiting handler looks whether its client is still there (seconds).
+DISCONNECT_POLL = 0.2
+
+
+@dataclass
+class ServeConfig:
+    """What the routes need besides the engine."""
+
+    model_id: str
+    tokenizer: Any
+    render_chat: Callable[[list[dict[str, Any]]], str]
+    eos: frozenset[int]
+    api_key: str | None = None
+
+
+def create_app(engine: Engine, config: ServeConfig) -> Starlette:
+    """The ASGI application; the engine must be started (and stopped) by the caller."""
+    created = int(time.time())
+
+    async def playground(request: Request) -> Response:
+        return HTMLResponse(PAGE.replace("{{MODEL_ID}}", json.dumps(config.model_id)))
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", **engine.stats()})
+
+    async def models(request: Request) -> Response:
+        _authorize(request, config)
+        entry = {"id": config.model_id, "object": "model", "created": created, "owned_by": "specformer",
+                 "context_length": engine.context_length}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def completions(request: Request) -> Response:
+        _authorize(request, config)
+        body: CompletionRequest = parse(CompletionRequest, await _json(request), "completions")
+        _check_model(body.model, config)
+        if body.echo:
+            raise RequestError("echo is not supported by this server (specformer serve)", param="echo",
+                               code="unsupported_parameter")
+        prompts = [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt") for p in body.prompts()]
+        return await _respond(request, engine, config, body, prompts, chat=False,
+                              max_tokens=body.max_tokens, logprobs=body.logprobs)
+
+    async def chat(request: Request) -> Response:
+        _authorize(request, config)
+        body: ChatRequest = parse(ChatRequest, await _json(request), "chat")
+        _check_model(body.model, config)
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        try:
+            text = config.render_chat(messages)
+            budget, logprobs = body.token_budget(), body.logprob_count()
+        except (TemplateError, ValueError) as exc:
+            raise RequestError(str(exc), param="messages" if isinstance(exc, TemplateError) else None) from None
+        prompt = _prompt_ids(text, config.tokenizer, engine.vocab_size, "messages")
+        return await _respond(request, engine, config, body, [prompt], chat=True, max_tokens=budget,
+                              logprobs=logprobs)
+
+    routes = [
+        Route("/", playground, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ]
+    handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _server_error}
+    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+
+
+# -- one request ----------------------------------------------------------------------------------
+
+
+async def _respond(request: Request, engine: Engine, config: ServeConfig, body: Any, prompts: list[list[int]], *,
+                   chat: bool, max_tokens: int | None, logprobs: int | None) -> Response:
+    try:
+        stops = body.stop_strings()
+        seed = arguments.seed(body.seed)
+    except ValueError as exc:
+        raise RequestError(str(exc), param="stop" if "stop" in str(exc) else "seed") from None
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise RequestError(f"{len(prompts)} prompt(s) x n={body.n} is {len(prompts) * body.n} choices; at most "
+                           f"{MAX_CHOICES} per request", param="n")
+    for i, prompt in enumerate(prompts):
+        budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
+        try:
+            engine.check(len(prompt), max(budget, 1))
+        except ValueError as exc:
+            raise RequestError(str(exc), param="max_tokens" if "max_tokens" in str(exc) else "prompt",
+                               code="context_length_exceeded") from None
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    choices: list[Choice] = []
+    for i, prompt in enumerate(prompts):
+        budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
+        for j in range(body.n):
+            index = len(choices)
+            choice = Choice(index=index, prompt=prompt, tokenizer=config.tokenizer, stops=stops)
+            choices.append(choice)
+
+            def emit(event: Any, index: int = index) -> None:
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, (index, event))
+                except RuntimeError:  # the event loop is gone (server shutting down)
+                    pass
+
+            # Choice j of a prompt is that prompt alone with seed + j (so n > 1 gives different draws).
+            request_seed = None if seed is None else seed + j
+            choice.handle = engine.submit(SequenceRequest(
+                prompt=prompt, max_new_tokens=budget, sampler=build_sampler(sampler_entries(body)), emit=emit,
+                seed=request_seed, eos=config.eos, logprobs=logprobs,
+            ))
+    meta = _Meta(id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),
+                 model=config.model_id, chat=chat, token_ids=body.return_token_ids)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        events = _stream(request, queue, choices, meta, config.tokenizer, include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    try:
+        while not all(c.done for c in choices):
+            if not await _next_event(request, queue, choices):
+                return Response(status_code=499)  # the client is gone; nobody reads this
+    finally:
+        _cancel_unfinished(choices)
+    failed = [c for c in choices if c.error]
+    if failed:
+        raise RequestError(f"generation failed: {failed[0].error}", status=500, type="server_error")
+    return JSONResponse({
+        "id": meta.id, "object": "chat.completion" if chat else "text_completion", "created": meta.created,
+        "model": meta.model, "choices": [_choice_body(c, meta, config.tokenizer) for c in choices],
+        "usage": _usage(choices),
+    })
+
+
+@dataclass
+class _Meta:
+    id: str
+    created: int
+    model: str
+    chat: bool
+    token_ids: bool
+
+
+async def _next_event(request: Request, queue: asyncio.Queue, choices: list[Choice]) -> bool:
+    """Wait for the next engine event and hand it to its choice; False when the client disconnected.
+
+    Whether the client is still there is looked at every ``DISCONNECT_POLL`` seconds, whether
+    or not tokens keep coming (a busy stream would otherwise never look).
+    """
+    state = request.scope.setdefault("specformer.serve", {"checked": time.monotonic()})
+    while True:
+        now = time.monotonic()
+        if now - state["checked"] >= DISCONNECT_POLL:
+            state["checked"] = now
+            if await request.is_disconnected():
+                return False
+        try:
+            index, event = await asyncio.wait_for(queue.get(), timeout=DISCONNECT_POLL)
+        except asyncio.TimeoutError:
+            continue
+        choices[index].feed(event)
+        return True
+
+
+async def _stream(request: Request, queue: asyncio.Queue, choices: list[Choice], meta: _Meta, tokenizer: Any,
+                  include_usage: bool) -> AsyncIterator[str]:
+    try:
+        if meta.chat:
+            for c in choices:  # the first chunk of a chat stream names the role
+                yield _sse(_chunk(meta, c.index, {"role": "assistant", "content": ""}, None))
+        while not all(c.done for c in choices):
+            if not await _next_event(request, queue, choices):
+                return
+            for c in choices:
+                if c.error:
+                    yield _sse({"error": {"message": f"generation failed: {c.error}", "type": "server_error",
+                                          "param": None, "code": None}})
+                    return
+                piece = c.delta()
+                new_logprobs = c.logprobs[c.streamed_logprobs:]
+                finish = c.finish_reason if c.done and not c.ended else None
+                if not (piece or new_logprobs or finish):
+                    continue
+                c.streamed_logprobs, c.ended = len(c.logprobs), c.ended or finish is not None
+                extra: dict[str, Any] = {}
+                if new_logprobs:
+                    extra["logprobs"] = _logprobs_body(new_logprobs, tokenizer, meta.chat)
+                if finish and meta.token_ids:
+                    extra["token_ids"] = c.tokens
+                content = {"content": piece} if meta.chat else piece
+                yield _sse(_chunk(meta, c.index, content, finish, **extra))
+        if include_usage:
+            yield _sse({"id": meta.id, "object": _chunk_object(meta), "created": meta.created, "model": meta.model,
+                        "choices": [], "usage": _usage(choices)})
+        yield "data: [DONE]\n\n"
+    finally:
+        _cancel_unfinished(choices)
+
+
+def _cancel_unfinished(choices: list[Choice]) -> None:
+    for c in choices:
+        if not c.done and c.handle is not None:
+            c.handle.cancel()
+
+
+# -- response bodies ------------------------------------------------------------------------------
+
+
+def _sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _chunk_object(meta: _Meta) -> str:
+    return "chat.completion.chunk" if meta.chat else "text_completion"
+
+
+def _chunk(meta: _Meta, index: int, content: Any, finish: str | None, **extra: Any) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish}
+    if meta.chat:
+        choice["delta"] = content
+    else:
+        choice["text"] = content
+    choice.update(extra)
+    return {"id": meta.id, "object": _chunk_object(meta), "created": meta.created, "model": meta.model,
+            "choices": [choice]}
+
+
+def _choice_body(c: Choice, meta: _Meta, tokenizer: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"index": c.index, "finish_reason": c.finish_reason,
+                            "logprobs": _logprobs_body(c.logprobs, tokenizer, meta.chat) if c.logprobs else None}
+    if meta.chat:
+        body["message"] = {"role": "assistant", "content": c.text}
+    else:
+        body["text"] = c.text
+    if meta.token_ids:
+        body["prompt_token_ids"] = c.prompt
+        body["token_ids"] = c.tokens
+    return body
+
+
+def _logprobs_body(events: list[Any], tokenizer: Any, chat: bool) -> dict[str, Any]:
+    def text(token: int) -> str:
+        return decode(tokenizer, [token])
+
+    if chat:
+        return {"content": [
+            {"token": text(e.token), "logprob": e.logprob, "bytes": list(text(e.token).encode()),
+             "top_logprobs": [{"token": text(t), "logprob": lp, "bytes": list(text(t).encode())} for t, lp in e.top]}
+            for e in events
+        ]}
+    offsets, at = [], 0
+    for e in events:
+        offsets.append(at)
+        at += len(text(e.token))
+    return {"tokens": [text(e.token) for e in events], "token_logprobs": [e.logprob for e in events],
+            "top_logprobs": [_by_text(e.top, text) for e in events], "text_offset": offsets}
+
+
+def _by_text(top: Any, text: Callable[[int], str]) -> dict[str, float]:
+    """Alternatives keyed by their text (OpenAI's completions format); tokens that decode alike keep the likeliest."""
+    keyed: dict[str, float] = {}
+    for token, logprob in top:  # likeliest first
+        keyed.setdefault(text(token), logprob)
+    return keyed
+
+
+def _usage(choices: list[Choice]) -> dict[str, int]:
+    prompt = sum(len(p) for p in {id(c.prompt): c.prompt for c in choices}.values())
+    completion = sum(len(c.tokens) for c in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def _authorize(request: Request, config: ServeConfig) -> None:
+    if config.api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), config.api_key.encode()):
+        raise RequestError("missing or wrong API key: send the header 'Authorization: Bearer <key>' with the key "
+                           "the server was started with (--api-key)", status=401, code="invalid_api_key")
+
+
+async def _json(request: Request) -> Any:
+    data = b""
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise RequestError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+
+
+def _check_model(name: str, config: ServeConfig) -> None:
+    if name != config.model_id:
+        raise RequestError(f"the model {name!r} does not exist here; this server serves {config.model_id!r} "
+                           f"(GET /v1/models)", status=404, param="model", code="model_not_found")
+
+
+def _prompt_ids(prompt: str | list[int], tokenizer: Any, vocab_size: int, param: str) -> list[int]:
+    if isinstance(prompt, str):
+        try:
+            return list(tokenizer.encode(prompt))
+        except UserError as exc:  # a checkpoint without a tokenizer takes token ids only
+            raise RequestError(str(exc), param=param) from None
+    bad = [t for t in prompt if not 0 <= t < vocab_size]
+    if bad:
+        raise RequestError(f"{param}: token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", param=param)
+    return list(prompt)
+
+
+# -- error responses ------------------------------------------------------------------------------
+
+
+async def _request_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    if exc.status_code == 404:
+        message += "; the routes are GET /v1/models, POST /v1/completions, POST /v1/chat/completions and GET /"
+    error = RequestError(message, status=exc.status_code, code=code)
+    return JSONResponse(error.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    error = RequestError(f"internal error: {type(exc).__name__}: {exc}", status=500, type="server_error")
+    return JSONResponse(error.body(), status_code=500)

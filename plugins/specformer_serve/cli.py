@@ -1,0 +1,122 @@
+"""``specformer serve CKPT``: an OpenAI-compatible HTTP server for a checkpoint.
+
+Loads the checkpoint (any checkpoint ``specformer.load`` reads: float, quantized, ...) and
+its tokenizer, sizes the paged KV cache from ``--max-tokens-in-flight``, and serves until
+Ctrl-C. Every check (device, chat template, port) runs before the server starts, each a
+one-line error with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import os
+import sys
+from pathlib import Path
+
+import specformer
+from specformer.checkpoint import read_metadata
+from specformer.devices import parse_device
+from specformer.errors import UserError
+from specformer.threads import auto_threads
+from specformer.tokenizer import tokenizer_from_metadata
+from specformer_serve.app import ServeConfig
+from specformer_serve.chat_template import chat_renderer
+from specformer_serve.engine import Engine
+
+#: The environment variable read when --api-key is not given.
+API_KEY_ENV = "SPECFORMER_API_KEY"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    parser.add_argument("--max-batch", type=int, default=16, metavar="N",
+                        help="most requests (choices) decoded together in one step (default 16)")
+    parser.add_argument("--max-tokens-in-flight", type=int, default=None, metavar="N",
+                        help="KV cache size in tokens shared by all running requests; a request waits until its "
+                             "prompt + max_tokens fits (default: max-batch x the context length, at most 65536)")
+    parser.add_argument("--block-size", type=int, default=16, metavar="N",
+                        help="tokens per KV cache block (default 16)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on /v1/ routes (default: ${API_KEY_ENV} if set)")
+    parser.add_argument("--model-name", default=None,
+                        help="the model id clients send and /v1/models lists (default: the checkpoint's file name "
+                             "without .safetensors)")
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="a Jinja chat template file, or a built-in name (chatml), for /v1/chat/completions "
+                             "(default: the checkpoint's own, else one 'role: content' line per message)")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="do not end a choice at the end-of-text token (benchmarks: fixed lengths)")
+    parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
+    parser.add_argument("--threads", default="auto", metavar="N", help="CPU threads: a number, or auto (default)")
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("max_batch", "block_size"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
+    device = parse_device(args.device)
+    _threads(args.threads)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if api_key is not None and not api_key.strip():
+        raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
+    metadata = read_metadata(args.checkpoint)
+    tokenizer = tokenizer_from_metadata(metadata)
+    render, template_source = chat_renderer(args.chat_template, metadata)
+    model = specformer.load(args.checkpoint, device=device).eval()
+    in_flight = args.max_tokens_in_flight
+    if in_flight is None:
+        in_flight = min(args.max_batch * model.context_length, 65536)
+    if in_flight < 1:
+        raise UserError(f"--max-tokens-in-flight must be at least 1, got {in_flight}")
+    try:
+        engine = Engine(model, max_batch=args.max_batch, num_blocks=math.ceil(in_flight / args.block_size),
+                        block_size=args.block_size)
+    except ValueError as exc:  # an attention layer this cache cannot hold
+        raise UserError(f"cannot serve {args.checkpoint}: {exc}") from None
+    eot = getattr(tokenizer, "eot_id", None)
+    config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
+                         tokenizer=tokenizer, render_chat=render, api_key=api_key,
+                         eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]))
+    from specformer_serve.server import Server
+
+    try:
+        server = Server(engine, config, host=args.host, port=args.port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    cache_mib = engine.cache.nbytes / 2**20
+    print(f"serving {config.model_id!r} on {server.url} (playground at {server.url}/, OpenAI API at {server.url}/v1); "
+          f"KV cache {engine.pool.num_blocks} blocks x {args.block_size} tokens ({cache_mib:.1f} MiB), "
+          f"up to {args.max_batch} requests per step; chat through {template_source}"
+          f"{'; API key required' if api_key else ''}; Ctrl-C stops",
+          file=sys.stderr, flush=True)
+    if api_key is None and not _loopback(args.host):
+        print(f"note: listening on {args.host} without --api-key: anyone who can reach this address can use the model",
+              file=sys.stderr)
+    server.run()
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _threads(value: str) -> int:
+    import torch
+
+    if value == "auto":
+        count = auto_threads()
+    elif value.isdigit() and int(value) >= 1:
+        count = int(value)
+    else:
+        raise UserError(f"--threads must be a number >= 1 or auto, got {value!r}")
+    torch.set_num_threads(count)
+    return count

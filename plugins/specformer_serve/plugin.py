@@ -1,0 +1,15 @@
+"""Hook implementations of the serve plugin: the ``specformer serve`` command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specformer.hookspecs import hookimpl
+
+
+@hookimpl
+def specformer_register_commands(commands: Any) -> None:
+    from specformer_serve.cli import configure, run
+
+    commands.add("serve", help="Serve a checkpoint over an OpenAI-compatible HTTP API (continuous batching, playground).",
+                 configure=configure, run=run)
