@@ -8,8 +8,11 @@ variants to cover their options.
 Each variant is placed in a tiny two-layer Decoder (see ``support.spec_with``) and must:
 give logits of the right shape; keep the model's dtype in every module's output (float64
 and bfloat16); be causal (changing later tokens never changes earlier outputs); pass
-gradients to every parameter; build identically from the same seed; and, in the slow
-suite, compile with ``torch.compile(fullgraph=True)`` to the same results.
+gradients to every parameter; build identically from the same seed; give through the
+generation cache (laid out from what each attention declares it keeps) the logits of a
+full recompute; and, in the slow suite, compile with ``torch.compile(fullgraph=True)`` to
+the same results. Every registered attention is also checked with the cache against
+every registered positional scheme, and against a per-layer mix of schemes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 
 import specformer
 
-from .support import HEAD_DIM, LAYER_KINDS, VOCAB, spec_with
+from .support import D_MODEL, HEAD_DIM, LAYER_KINDS, VOCAB, spec_with
 
 PAIRS = HEAD_DIM // 2  # rotary channel pairs of the tiny spec's heads
 
@@ -52,6 +55,12 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 4, "n_kv_heads": 1, "head_dim": 12, "window": 3, "qkv_bias": True, "out_bias": True},
         {"n_heads": 4, "qk_norm": "rmsnorm", "logit_softcap": 20.0, "scale": 0.3},
         {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm"}, "qk_norm_scope": "all", "backend": "eager"},
+    ],
+    ("attention", "mla"): [
+        {"n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 4, "v_head_dim": 6,
+         "q_lora_rank": 10},
+        {"n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 0, "v_head_dim": 16,
+         "window": 3, "bias": True, "backend": "eager", "latent_norm": "layernorm"},
     ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
@@ -192,3 +201,77 @@ def test_compiles_fullgraph(kind: str, name: str, params: dict[str, Any]) -> Non
     with torch.no_grad():
         got = compiled(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+# -- the cache contract: generation with the cache equals recompute ---------------------------------
+
+#: Short enough that rope scalings that switch at original_context_length 8 (dynamic, longrope)
+#: never switch: past it, cached keys legitimately differ from a recompute (as in transformers).
+CACHE_LENGTH = 8
+
+
+def _cached_equals_recompute(model: specformer.Decoder) -> None:
+    """Logits fed through the generation cache (prefill 3, one chunk of 2, then one by one) equal a full forward."""
+    from specformer_generate.cache import StaticKVCache
+
+    model = model.double().eval()
+    ids = _tokens(2, CACHE_LENGTH, seed=4)
+    positions = torch.arange(CACHE_LENGTH).expand_as(ids)
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=CACHE_LENGTH)
+    out, start = [], 0
+    for size in (3, 2, 1, 1, 1):
+        out.append(model(ids[:, start:start + size], positions=positions[:, start:start + size], cache=cache))
+        start += size
+    torch.testing.assert_close(torch.cat(out, 1), model(ids), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("kind", "name", "params"), CASES)
+def test_generation_with_the_cache_equals_recompute(kind: str, name: str, params: dict[str, Any]) -> None:
+    _cached_equals_recompute(_build(kind, name, params, seed=0))
+
+
+def _attention_by_positional() -> list[Any]:
+    """Every attention variant with every positional scheme, and with a per-layer mix of schemes."""
+    registry = specformer.get_registry()
+    attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "attention" and not c.marks]
+    schemes: list[tuple[str, dict[str, Any]]] = [
+        (name, {"kind": name, **VARIANTS.get(("positional", name), [{}])[0]}) for name in registry.names("positional")
+    ]
+    schemes += [(f"rope+{name}", {"kind": "rope", "scaling": {"kind": name, **VARIANTS.get(("rope_scaling", name), [{}])[0]}})
+                for name in registry.names("rope_scaling")]
+
+    def fitted(scheme: dict[str, Any], attention: dict[str, Any]) -> dict[str, Any]:
+        """LongRoPE's factors sized for this attention's rotary channels (one per pair)."""
+        scaling = scheme.get("scaling") or {}
+        if scaling.get("kind") != "longrope":
+            return scheme
+        width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention["n_heads"]
+        pairs = width // 2
+        return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],
+                                      "long_factor": [2.0 + i for i in range(pairs)]}}
+
+    mix = [{"select": 0, "positional": "none"}, {"select": 1, "positional": {"kind": "rope", "theta": 500.0}},
+           {"select": 2, "positional": "alibi"}]
+    cases = []
+    for i, (name, params) in enumerate(attentions):
+        for label, scheme in schemes:
+            cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}"))
+        cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
+    return cases
+
+
+@pytest.mark.parametrize(("attention", "positional", "layers"), _attention_by_positional())
+def test_every_attention_and_positional_generate_with_the_cache_as_recompute(
+        attention: dict[str, Any], positional: dict[str, Any], layers: list[dict[str, Any]]) -> None:
+    spec = spec_with("attention", attention)
+    spec["model"]["positional"] = positional
+    if layers:
+        spec["model"]["n_layers"] = 4
+        spec["model"]["layers"] = layers
+    model = specformer.build(spec, seed=0)
+    _cached_equals_recompute(model)
+    if layers:  # the mix is causal too
+        x = _tokens(2, 10)
+        changed = x.clone()
+        changed[:, 6:] = (changed[:, 6:] + 1) % VOCAB
+        torch.testing.assert_close(model(changed)[:, :6], model(x)[:, :6], rtol=1e-10, atol=1e-10)
