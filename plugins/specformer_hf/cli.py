@@ -33,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--eos-token", metavar="TOKEN", help="the tokenizer's end-of-text token (default: the config's "
                    "eos_token_id token, else <|endoftext|>)")
     p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist")
+    p.add_argument("--base", metavar="BASE.safetensors", help="DIR is a PEFT LoRA adapter (adapter_config.json): write "
+                   "it as a specformer adapter checkpoint on this imported base (the finetune plugin)")
 
     p = actions.add_parser("export", help="Write a specformer checkpoint as a Hugging Face model directory.",
                            description="Write config.json, model.safetensors and generation_config.json (and "
@@ -42,6 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
+    p.add_argument("--peft", action="store_true", help="CHECKPOINT is an adapter checkpoint: write it as a PEFT LoRA "
+                   "folder (adapter_config.json, adapter_model.safetensors) for the base exported on its own; without "
+                   "--peft an adapter checkpoint exports merged into its base")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
                    "export is complete)")
 
@@ -78,6 +83,8 @@ def _run_import(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
+    if args.base is not None or (Path(args.directory) / "adapter_config.json").is_file():
+        return _run_import_peft(args, out)
     spec_path = Path(args.spec_out) if args.spec_out else out.with_suffix(".yaml")
     if spec_path.resolve() == out.resolve():
         raise UserError(f"{spec_path}: the spec and the checkpoint cannot be the same file")
@@ -117,7 +124,12 @@ def _run_export(args: argparse.Namespace) -> int:
     if args.force and (checkpoint == out.resolve() or out.resolve() in checkpoint.parents):
         raise UserError(f"{out}: holds the checkpoint being exported ({args.checkpoint}); --force would delete it")
     metadata = read_metadata(args.checkpoint)
-    model = specformer.load(args.checkpoint)
+    if args.peft or "adapter" in metadata:  # an adapter checkpoint (the finetune plugin): PEFT files, or merged
+        model = _adapter_export(args, out, metadata)
+        if model is None:
+            return 0
+    else:
+        model = specformer.load(args.checkpoint)
     base = _json_object(metadata.get(CONFIG_KEY))  # only token ids come from it: a damaged copy is not worth failing over
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
@@ -128,6 +140,49 @@ def _run_export(args: argparse.Namespace) -> int:
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
     return 0
+
+
+def _finetune() -> Any:
+    try:
+        import specformer_finetune.peft_io as peft_io
+    except ImportError:
+        raise UserError("adapters and PEFT folders need specformer's finetune plugin (specformer_finetune)") from None
+    return peft_io
+
+
+def _run_import_peft(args: argparse.Namespace, out: Path) -> int:
+    from specformer_hf.output import check_file_target
+
+    if args.base is None:
+        raise UserError(f"{args.directory} is a PEFT adapter (adapter_config.json): name the imported base it was "
+                        "trained on with --base BASE.safetensors")
+    check_file_target(out, force=args.force)
+    model = _finetune().import_peft(args.directory, args.base, out)
+    print(f"{args.directory}: PEFT LoRA on {args.base} -> {out} (adapter checkpoint, rank {model.adapter.ref['rank']}, "
+          f"{len(model.adapter.targets)} layers)")
+    return 0
+
+
+def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str]) -> Any:
+    """``--peft``: write the PEFT folder and return None; otherwise the adapter merged into its float base."""
+    from specformer.checkpoint_check import check_checkpoint
+    from specformer_hf.importer import FAMILY_KEY
+
+    if "adapter" not in metadata:
+        raise UserError(f"--peft exports an adapter checkpoint; {args.checkpoint} is a plain checkpoint (export it "
+                        "without --peft)")
+    peft_io = _finetune()
+    from specformer_finetune.adapter_file import load_adapted
+    from specformer_finetune.apply import merge_adapter
+
+    model = load_adapted(check_checkpoint(args.checkpoint), "cpu", quantize_base=False)
+    if not args.peft:
+        return merge_adapter(model)
+    peft_io.export_peft(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY),
+                        base_path=model.adapter.base["path"] if model.adapter.base else None)
+    print(f"{args.checkpoint} -> {out} as a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors); "
+          f"load it with peft.PeftModel.from_pretrained onto the base exported by `specformer hf export`")
+    return None
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:

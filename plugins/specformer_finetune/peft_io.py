@@ -1,0 +1,221 @@
+"""PEFT interop: an adapter checkpoint as a PEFT LoRA folder, and a PEFT LoRA folder as an adapter checkpoint.
+
+specformer and Hugging Face name and lay out the same layers differently (one fused QKV
+projection here, ``q_proj``/``k_proj``/``v_proj`` there; split, concatenated or
+head-interleaved rows depending on the family). Rather than knowing every layout, both
+directions go through the family's own weight rules (:mod:`specformer_hf.rules`), which
+are linear in the weights: each adapted layer's update ``delta = B @ A * scaling`` is
+converted like a weight (other parts of a fused tensor as zeros), and each converted
+update is factored back into ``B @ A`` by an SVD, truncated to the rank the update can
+have. That is exact up to float rounding: a part of ``B @ A`` has rank at most ``r``, and
+a fused update of ``k`` parts at most ``k * r``.
+
+- Export writes ``adapter_config.json`` (LoRA, rank ``r``, ``lora_alpha = r`` so the
+  scaling is 1, the Hugging Face module names as ``target_modules``) and
+  ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight`` / ``lora_B``),
+  which ``peft.PeftModel.from_pretrained`` loads onto the base exported by ``hf export``.
+- Import reads such a folder (plain LoRA: no DoRA, no ``fan_in_fan_out``; rsLoRA and
+  per-module rank/alpha patterns are honoured) onto a specformer base checkpoint and
+  writes an adapter checkpoint whose rank is the largest any layer needs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specformer.errors import UserError
+
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapter_model.safetensors"
+PREFIX = "base_model.model."
+
+
+def _family(model: Any, family: str | None, prefer: str | None) -> Any:
+    from specformer_hf.exporter import choose_family
+    from specformer_hf.family import get_families
+    from specformer_hf.specview import SpecView
+
+    chosen, _ = choose_family(SpecView.of(model.spec), get_families(), prefer=prefer, only=family)
+    return chosen
+
+
+def _factor(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, A)`` with ``B @ A == delta`` for a ``delta`` of rank at most ``rank``: ``B (out, r)``, ``A (r, in)``."""
+    u, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)
+    rank = min(rank, s.shape[0])
+    return (u[:, :rank] * s[:rank]).float().contiguous(), vh[:rank].float().contiguous()
+
+
+# -- export -------------------------------------------------------------------------------------
+
+
+def hf_deltas(model: Any, family: Any) -> dict[str, torch.Tensor]:
+    """Each Hugging Face module's update (``module name -> (out, in)``) from the adapter on ``model``."""
+    from specformer_hf.rules import Site, Transposed
+
+    from specformer_finetune.apply import adapter_of
+
+    info = adapter_of(model)
+    deltas = {f"{name}.weight": model.get_submodule(name).delta_weight().detach().float() for name in info.targets}
+    out: dict[str, torch.Tensor] = {}
+    done: set[str] = set()
+    for rule in family.weights:
+        for layer in range(len(model.blocks)) if rule.per_layer else [None]:
+            hf_names, our_names = rule.expand_at(Site(model, layer))
+            touched = [n for n in our_names if n in deltas]
+            if not touched:
+                continue
+            if isinstance(rule, Transposed) or len(touched) != len(our_names):
+                raise UserError(f"Hugging Face {family.name} stores {', '.join(our_names)} in a layout PEFT's LoRA "
+                                f"cannot express; adapt other layers or merge the adapter (specformer merge)")
+            converted = rule.to_hf([deltas[n] for n in our_names], Site(model, layer))
+            for name, tensor in zip(hf_names, converted):
+                if not name.endswith(".weight") or tensor.dim() != 2:
+                    raise UserError(f"{name}: not a linear layer's weight in Hugging Face {family.name}")
+                out[name.removesuffix(".weight")] = tensor
+            done.update(touched)
+    missing = sorted(set(deltas) - done)
+    if missing:
+        raise UserError(f"Hugging Face {family.name} has no place for the adapted layers {', '.join(missing)}")
+    return out
+
+
+def export_peft(model: Any, directory: str | Path, *, family: str | None = None, prefer: str | None = None,
+                base_path: str | None = None) -> Path:
+    """Write ``model``'s adapter as a PEFT LoRA folder at ``directory`` (created; must be empty)."""
+    from specformer_hf.output import check_directory_target, staged_directory
+
+    from specformer_finetune.apply import adapter_of
+
+    info = adapter_of(model)
+    if info is None:
+        raise UserError("--peft exports an adapter, and this checkpoint has none")
+    if info.ref.get("kind") != "lora":
+        raise UserError(f"--peft writes LoRA adapters; this one is {info.ref.get('kind')!r}")
+    directory = Path(directory)
+    check_directory_target(directory, force=False)
+    chosen = _family(model, family, prefer)
+    deltas = hf_deltas(model, chosen)
+    rank = int(info.ref["rank"])
+    tensors: dict[str, torch.Tensor] = {}
+    for module, delta in deltas.items():
+        b, a = _factor(delta, rank)
+        if b.shape[1] < rank:  # a layer narrower than the rank: pad with zero directions
+            b = torch.cat([b, b.new_zeros(b.shape[0], rank - b.shape[1])], dim=1)
+            a = torch.cat([a, a.new_zeros(rank - a.shape[0], a.shape[1])], dim=0)
+        tensors[f"{PREFIX}{module}.lora_A.weight"] = a
+        tensors[f"{PREFIX}{module}.lora_B.weight"] = b
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": rank, "lora_dropout": 0.0,
+        "target_modules": sorted(deltas), "bias": "none", "fan_in_fan_out": False, "use_rslora": False,
+        "use_dora": False, "init_lora_weights": True, "inference_mode": True, "modules_to_save": None,
+        "rank_pattern": {}, "alpha_pattern": {}, "base_model_name_or_path": base_path,
+    }
+    from safetensors.torch import save_file
+
+    with staged_directory(directory, force=False) as stage:
+        save_file(tensors, str(stage / WEIGHTS), metadata={"format": "pt"})
+        (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return directory
+
+
+# -- import -------------------------------------------------------------------------------------
+
+
+def read_peft(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A PEFT LoRA folder's config and each module's update ``B @ A * scaling``; UserError for what is not plain LoRA."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    try:
+        config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{directory}: no readable {CONFIG} ({exc})") from None
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        raise UserError(f"{directory}: {CONFIG} is not a LoRA adapter (peft_type {config.get('peft_type')!r})")
+    for flag, why in (("use_dora", "DoRA"), ("fan_in_fan_out", "fan_in_fan_out (Conv1D layers)")):
+        if config.get(flag):
+            raise UserError(f"{directory}: {why} adapters are not read; plain LoRA is")
+    if config.get("modules_to_save"):
+        raise UserError(f"{directory}: modules_to_save ({config['modules_to_save']}) trains whole layers; only LoRA "
+                        "updates are read")
+    try:
+        tensors = load_file(str(directory / WEIGHTS))
+    except Exception as exc:  # safetensors' own error types
+        raise UserError(f"{directory}: {WEIGHTS} cannot be read ({type(exc).__name__}: {exc})") from None
+    r, alpha = config.get("r", 8), config.get("lora_alpha", 8)
+    ranks, alphas = config.get("rank_pattern") or {}, config.get("alpha_pattern") or {}
+    deltas: dict[str, torch.Tensor] = {}
+    for key in tensors:
+        if not key.endswith(".lora_A.weight"):
+            continue
+        module = key.removesuffix(".lora_A.weight").removeprefix(PREFIX)
+        b = tensors.get(f"{PREFIX}{module}.lora_B.weight")
+        if b is None:
+            raise UserError(f"{directory}: {key} has no matching lora_B")
+        rank = next((v for k, v in ranks.items() if module == k or module.endswith(f".{k}")), r)
+        scale_alpha = next((v for k, v in alphas.items() if module == k or module.endswith(f".{k}")), alpha)
+        scaling = scale_alpha / (rank ** 0.5 if config.get("use_rslora") else rank)
+        deltas[module] = (b.float() @ tensors[key].float()) * scaling  # (out, in)
+    if not deltas:
+        raise UserError(f"{directory}: {WEIGHTS} holds no lora_A/lora_B pairs")
+    return config, deltas
+
+
+def import_peft(directory: str | Path, base: str | Path, output: str | Path, *, family: str | None = None) -> Any:
+    """Write an adapter checkpoint at ``output``: the PEFT LoRA folder ``directory`` on the checkpoint ``base``."""
+    import specformer
+    from specformer.checkpoint import read_metadata
+    from specformer_hf.importer import FAMILY_KEY
+    from specformer_hf.rules import Site
+
+    from specformer_finetune.adapter_file import base_reference, save_adapter
+    from specformer_finetune.apply import apply_adapter
+
+    _, deltas = read_peft(directory)
+    model = specformer.load(base)
+    chosen = _family(model, family, read_metadata(base).get(FAMILY_KEY))
+    state = model.state_dict()
+    ours: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for rule in chosen.weights:
+        for layer in range(len(model.blocks)) if rule.per_layer else [None]:
+            site = Site(model, layer)
+            hf_names, our_names = rule.expand_at(site)
+            modules = [n.removesuffix(".weight") for n in hf_names]
+            if not any(m in deltas for m in modules):
+                continue
+            if not all(n in state for n in our_names):
+                continue
+            # The HF shapes of every part, from the base's own weights converted (zeros where no update).
+            shapes = [t.shape for t in rule.to_hf([state[n].float() for n in our_names], site)]
+            parts = [deltas[m] if m in deltas else torch.zeros(shape) for m, shape in zip(modules, shapes)]
+            for name, tensor in zip(our_names, rule.to_ours(parts, site)):
+                ours[name.removesuffix(".weight")] = tensor
+            used.update(m for m in modules if m in deltas)
+    unplaced = sorted(set(deltas) - used)
+    if unplaced:
+        raise UserError(f"{directory}: the adapter updates {', '.join(unplaced[:4])}, which the base "
+                        f"({chosen.name}) does not have")
+    # The rank each update has (float32 products: singular values below 1e-5 of the largest are rounding).
+    rank = max(1, max(int(torch.linalg.matrix_rank(d.double(), rtol=1e-5).item()) for d in ours.values()))
+    model = specformer.load(base)
+    info = apply_adapter(model, {"kind": "lora", "rank": rank, "alpha": float(rank), "targets": sorted(ours)})
+    with torch.no_grad():
+        for name, delta in ours.items():
+            layer = model.get_submodule(name)
+            b, a = _factor(delta, rank)
+            layer.lora_A.zero_()
+            layer.lora_B.zero_()
+            layer.lora_A[: a.shape[0]].copy_(a)
+            layer.lora_B[:, : b.shape[1]].copy_(b)
+    info.base = base_reference(base)
+    save_adapter(model, output)
+    return model
+
+
+__all__ = ["export_peft", "hf_deltas", "import_peft", "read_peft"]
