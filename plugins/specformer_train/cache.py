@@ -1,7 +1,8 @@
 """The tokenized corpus, cached on disk as a memory-mapped array.
 
 Documents are tokenized once, each followed by the end-of-text token, into one flat
-array of ids. The array is stored under the cache directory keyed by a hash of the
+array of ids (by ``train.tokenize_workers`` processes for a large corpus, see
+:mod:`specformer_train.tokenize_workers`; the ids are the same whatever their number). The array is stored under the cache directory keyed by a hash of the
 corpus fingerprint (every file's path, size and modification time) and the tokenizer,
 so a second run with the same data starts at once, and a changed file or tokenizer
 tokenizes again. An entry is a ``.bin`` of raw ids plus a ``.json`` describing it,
@@ -23,6 +24,7 @@ from specformer.tokenizer import Tokenizer
 
 from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
 from specformer_train.corpus import Corpus
+from specformer_train.tokenize_workers import choose_workers, encoded_documents
 
 CACHE_FORMAT = "specformer-tokens/1"
 
@@ -42,8 +44,12 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, *, cache: str | None = None,
-                    progress: bool = True) -> np.ndarray:
-    """The corpus as one read-only array of token ids (memory-mapped from the cache)."""
+                    progress: bool = True, workers: int | str = "auto") -> np.ndarray:
+    """The corpus as one read-only array of token ids (memory-mapped from the cache).
+
+    ``workers`` processes tokenize it when it is not cached yet (``auto``: see
+    :func:`~specformer_train.tokenize_workers.choose_workers`).
+    """
     if corpus.tokenized is not None:
         return load_tokenized(corpus.tokenized, vocab_size=tokenizer.vocab_size)
     key = hashlib.sha256(f"{CACHE_FORMAT}\n{corpus.fingerprint()}\n{tokenizer.to_json()}".encode()).hexdigest()[:32]
@@ -54,29 +60,30 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, *, cache: str | None =
     if cached is not None:
         return cached
     try:
-        return _write_entry(corpus, tokenizer, data_path, info_path, dtype, progress=progress)
+        return _write_entry(corpus, tokenizer, data_path, info_path, dtype, progress=progress,
+                            workers=choose_workers(workers, tokenizer=tokenizer, total_bytes=corpus.total_bytes))
     except OSError as exc:
         raise OutputError(f"could not write the token cache in {folder}: {exc.strerror or exc}; free some space "
                           "or put the cache elsewhere with train.cache_dir or $SPECFORMER_CACHE") from None
 
 
 def _write_entry(corpus: Corpus, tokenizer: Tokenizer, data_path: Path, info_path: Path, dtype: np.dtype, *,
-                 progress: bool) -> np.ndarray:
+                 progress: bool, workers: int) -> np.ndarray:
     """Tokenize the corpus into a new cache entry (data first, its description last) and read it back."""
     data_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(data_path)
     count = documents = 0
     eot = np.array([tokenizer.eot_id], dtype=dtype)
     try:
-        with open(tmp, "wb") as out, tqdm(total=corpus.total_bytes, unit="B", unit_scale=True, desc="tokenizing",
+        desc = "tokenizing" + (f" ({workers} processes)" if workers > 1 else "")
+        with open(tmp, "wb") as out, tqdm(total=corpus.total_bytes, unit="B", unit_scale=True, desc=desc,
                                           disable=not progress or corpus.total_bytes < 20_000_000, leave=False) as bar:
-            for text in corpus.documents():
-                ids = _encode(tokenizer, text, dtype)
+            for ids, characters in encoded_documents(corpus.documents(), tokenizer, dtype=dtype, workers=workers):
                 out.write(ids.tobytes())
                 out.write(eot.tobytes())
                 count += len(ids) + 1
                 documents += 1
-                bar.update(len(text))
+                bar.update(characters)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, data_path)
@@ -108,12 +115,6 @@ def load_tokenized(path: Path, *, vocab_size: int) -> np.ndarray:
     if top >= vocab_size or int(tokens.min()) < 0:
         raise UserError(f"{path}: holds token id {top} but the vocabulary has {vocab_size} ids (0..{vocab_size - 1})")
     return tokens
-
-
-def _encode(tokenizer: Tokenizer, text: str, dtype: np.dtype) -> np.ndarray:
-    if getattr(tokenizer, "kind", None) == "byte":
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(dtype)  # ids are the bytes
-    return np.asarray(tokenizer.encode(text), dtype=dtype)
 
 
 def _read_entry(data_path: Path, info_path: Path, dtype: np.dtype) -> np.ndarray | None:

@@ -159,7 +159,8 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
                                                                  corpus=corpus, cache=config.cache_dir)
     if resume_from is not None:
         check_tokenizer(resume_from, tokenizer)
-    tokens = tokenize_corpus(corpus, tokenizer, cache=config.cache_dir, progress=ctx.is_main)
+    tokens = tokenize_corpus(corpus, tokenizer, cache=config.cache_dir, progress=ctx.is_main,
+                             workers=config.tokenize_workers)
     if ctx.is_main:
         barrier(ctx)
     record = data_record(data=config.data, description=corpus.description, tokens=tokens)

@@ -38,14 +38,14 @@ def test_second_run_reads_the_cache_and_a_change_invalidates_it(corpus_dir: Path
     corpus = find_corpus(str(corpus_dir))
     first = tokenize_corpus(corpus, ByteTokenizer())
     calls = []
-    original = cache_module._encode
-    monkeypatch.setattr(cache_module, "_encode", lambda *a: calls.append(1) or original(*a))
+    original = cache_module.encoded_documents
+    monkeypatch.setattr(cache_module, "encoded_documents", lambda *a, **k: calls.append(1) or original(*a, **k))
     again = tokenize_corpus(find_corpus(str(corpus_dir)), ByteTokenizer())
     assert calls == [] and np.array_equal(first, again)
     path = corpus_dir / "doc1.txt"
     path.write_text(path.read_text() + "one more line\n")
     changed = tokenize_corpus(find_corpus(str(corpus_dir)), ByteTokenizer())
-    assert len(calls) == 3 and len(changed) == len(first) + len("one more line\n")
+    assert len(calls) == 1 and len(changed) == len(first) + len("one more line\n")
 
 
 def test_an_incomplete_entry_is_not_used(corpus_dir: Path, _private_cache: Path) -> None:

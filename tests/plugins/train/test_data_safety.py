@@ -228,9 +228,9 @@ INTERRUPT_AT_START = r"""
 import os, signal, sys
 import specformer_train.run as run
 original = run.find_corpus
-def interrupted(data):
+def interrupted(data, **settings):
     os.kill(os.getpid(), signal.SIGINT)
-    return original(data)
+    return original(data, **settings)
 run.find_corpus = interrupted
 from specformer.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -242,7 +242,7 @@ def test_ctrl_c_during_start_up_exits_130_with_one_line(tmp_path: Path, spec_fil
                                                        capsys: pytest.CaptureFixture) -> None:
     from specformer_train import run
 
-    def interrupted(data: Any) -> None:
+    def interrupted(data: Any, **settings: Any) -> None:
         raise KeyboardInterrupt  # what Python raises on SIGINT; the real signal: the slow test below
 
     monkeypatch.setattr(run, "find_corpus", interrupted)
@@ -274,7 +274,7 @@ def test_a_token_cache_that_cannot_be_written_is_one_clear_line(tmp_path: Path, 
     def full_disk(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cache, "_encode", full_disk)
+    monkeypatch.setattr(cache, "encoded_documents", full_disk)
     assert main(["train", str(spec_file), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
