@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from specformer.attention import AttentionLayer
 from specformer.context import ForwardContext, KVCache, default_positions
+from specformer.masks import check_document_ids
 from specformer.positional import PositionalScheme
 
 
@@ -81,14 +82,22 @@ class Decoder(nn.Module):
         input_ids: Tensor,
         *,
         positions: Tensor | None = None,
+        document_ids: Tensor | None = None,
         cache: KVCache | None = None,
         last_only: bool = False,
     ) -> Tensor:
-        """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``."""
+        """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``.
+
+        ``document_ids`` ``(B, T)`` (integers, packed training): a token attends only to
+        earlier tokens of its own document. Without a cache, attention is causal by
+        column, so ``positions`` restarting per document never reach a later token.
+        """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
         batch, length = input_ids.shape
-        plain_causal = positions is None and cache is None
+        if document_ids is not None:
+            check_document_ids(document_ids, input_ids, cache=cache)
+        plain_causal = positions is None and cache is None and document_ids is None
         if positions is None:
             if cache is not None:
                 raise ValueError("a forward with a cache needs the absolute positions of its tokens")
@@ -106,6 +115,7 @@ class Decoder(nn.Module):
         x = self.embedding_dropout(x)
 
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
+        ctx.document_ids = document_ids
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:
@@ -136,6 +146,19 @@ class Decoder(nn.Module):
         if self.layer_scheme is None:
             return self.positional
         return [self.positional, *self.layer_positionals][self.layer_scheme[layer_index]]
+
+    def positional_schemes(self) -> list[PositionalScheme]:
+        """Every distinct positional scheme of the model: the model-level one, then the per-layer ones."""
+        return [self.positional, *self.layer_positionals]
+
+    def past_context(self) -> tuple[str, PositionalScheme]:
+        """Whether positions allow going past ``context_length``: "no" over "warn" over "yes", and the scheme that says so."""
+        rank = {"yes": 0, "warn": 1, "no": 2}
+        return max(((s.extrapolates, s) for s in self.positional_schemes()), key=lambda pair: rank[pair[0]])
+
+    def cache_restarts(self) -> set[int]:
+        """Lengths at which keys cached before become stale (a scheme's ``restart_cache_at``, e.g. LongRoPE's switch)."""
+        return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
 
     def head_logits(self, x: Tensor) -> Tensor:
         """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, soft-cap.

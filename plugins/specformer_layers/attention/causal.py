@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from specformer.attention import head_sizes
 from specformer.context import ForwardContext
+from specformer.masks import MaskRule
 from specformer.params import Params, SubComponent
+
+from specformer_layers.attention.kernels import BACKENDS, Scores, attend
 
 
 class CausalSelfAttention(nn.Module):
@@ -24,9 +26,15 @@ class CausalSelfAttention(nn.Module):
     (sliding window, Mistral); ``qk_norm`` normalises queries and keys before RoPE, per
     head (``qk_norm_scope: head``, Qwen3, Gemma 3) or over all heads at once (``all``,
     OLMo-2); ``logit_softcap`` bounds scores smoothly (Gemma 2); ``scale`` replaces
-    ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``). The ``sdpa``
-    backend uses PyTorch's fused kernels; ``eager`` writes the softmax out and is the
-    reference (soft-capping always takes this path). Both give the same results.
+    ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
+    each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
+    adds a learned per-head logit to the softmax normalisation (gpt-oss), so a head may
+    attend to nothing. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
+    no ``T x T`` tensor) for every other mask and score modification where it can run;
+    ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
+    FlexAttention; ``eager`` writes the softmax out and is the reference. All give the
+    same results.
     Setting ``observe_weights`` to a callable hands it the attention probabilities of
     every forward (the contract :func:`specformer_eval.capture` relies on).
     """
@@ -46,7 +54,13 @@ class CausalSelfAttention(nn.Module):
         logit_softcap: float | None = Field(default=None, gt=0, description="Scores become cap * tanh(scores / cap).")
         scale: float | None = Field(default=None, gt=0, description="Score scale; default 1 / sqrt(head_dim).")
         dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
-        backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
+        chunk: int | None = Field(default=None, gt=0, description="Chunked local attention: attend only within the same block of this many positions (Llama 4).")
+        sinks: bool = Field(default=False, description="Learned per-head sink logits that join the softmax normalisation (gpt-oss).")
+        backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
+            default="auto",
+            description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
+                        "flex: FlexAttention; eager: explicit softmax (the reference).",
+        )
 
         @model_validator(mode="after")
         def _kv_heads_divide(self) -> "CausalSelfAttention.Params":
@@ -70,7 +84,9 @@ class CausalSelfAttention(nn.Module):
         logit_softcap: float | None = None,
         scale: float | None = None,
         dropout: float = 0.0,
-        backend: str = "sdpa",
+        chunk: int | None = None,
+        sinks: bool = False,
+        backend: str = "auto",
         layer_index: int = 0,
     ) -> None:
         super().__init__()
@@ -84,7 +100,13 @@ class CausalSelfAttention(nn.Module):
         self.logit_softcap = logit_softcap
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
         self.dropout = dropout
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.backend = backend
+        self.chunk = chunk
+        self.mask_rule = MaskRule(window=window, chunk=chunk)
+        # gpt-oss's sinks: one logit per query head, a column of the softmax with no value.
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         self.layer_index = layer_index
         if (q_norm is None) != (k_norm is None):
             raise ValueError("give both q_norm and k_norm, or neither")
@@ -132,59 +154,33 @@ class CausalSelfAttention(nn.Module):
             k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
         else:
             k_positions = ctx.positions
-        bias = positional.attention_bias(ctx.positions, k_positions, state)
-
-        dropout = self.dropout if self.training else 0.0
-        fused_causal = ctx.plain_causal and bias is None and (self.window is None or T <= self.window)
-        if self.backend == "eager" or self.logit_softcap is not None or self.observe_weights is not None:
-            y = self._eager(q, k, v, ctx.attention_mask(k_positions, window=self.window), bias, dropout)
-        elif fused_causal:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=self.scale,
-                                               enable_gqa=KV != H)
-        else:
-            mask: Any = ctx.attention_mask(k_positions, window=self.window)  # (B, 1, T, S) bool
-            if bias is not None:
-                # An additive float mask: the bias where allowed, -inf elsewhere. (B, H, T, S)
-                mask = torch.where(mask, bias.to(q.dtype), float("-inf"))
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale,
-                                               enable_gqa=KV != H)
+        # The positional bias (ALiBi) is handed over as the scheme itself: the dense kernels
+        # build it, FlexAttention evaluates it per score (kernels.Scores.bias).
+        scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=self.sinks, positional=positional,
+                        state=state)
+        y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
+                   scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
         y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
         return self.out(y)
-
-    def _eager(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
-        group = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # (B, H, S, hd)
-        v = v.repeat_interleave(group, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
-        if self.logit_softcap is not None:
-            scores = torch.tanh(scores / self.logit_softcap) * self.logit_softcap
-        if scores.dtype not in (torch.float32, torch.float64):
-            scores = scores.float()  # the softmax (and any bias) in at least float32
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        # A query that may attend to no key at all would get 0/0 = NaN weights; give it zero
-        # weights instead, as PyTorch's fused kernels do, so a NaN can never leave this layer.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-        if self.observe_weights is not None:
-            self.observe_weights(weights)
-        weights = weights.to(q.dtype)
-        weights = F.dropout(weights, p=dropout, training=dropout > 0)
-        return weights @ v  # (B, H, T, hd)
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_kv_heads={self.n_kv_heads}", f"head_dim={self.head_dim}",
                  f"backend={self.backend}"]
         if self.window is not None:
             parts.append(f"window={self.window}")
+        if self.chunk is not None:
+            parts.append(f"chunk={self.chunk}")
         if self.logit_softcap is not None:
             parts.append(f"logit_softcap={self.logit_softcap}")
+        if self.sinks is not None:
+            parts.append("sinks=True")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.qkv.weight, std=std)
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
+        if self.sinks is not None:
+            nn.init.normal_(self.sinks, std=std)  # as transformers initialises gpt-oss's sinks
         for bias in (self.qkv.bias, self.out.bias):
             if bias is not None:
                 nn.init.zeros_(bias)

@@ -36,6 +36,10 @@ class ALiBi(FromParams, PositionalScheme, Float32Tables):
         distance = q_positions[:, None, :, None] - k_positions[:, None, None, :]  # (B, 1, Tq, Tk)
         return -self.slopes[None, :, None, None] * distance.float()  # (B, H, Tq, Tk), float32
 
+    def score_bias(self, q_position: Tensor, k_position: Tensor, head: Tensor, state: Any) -> Tensor:
+        """The same bias for single scores (FlexAttention's score_mod): elementwise, no (Tq, Tk) tensor."""
+        return -self.slopes[head] * (q_position - k_position).float()
+
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"
 

@@ -1,0 +1,286 @@
+"""Every attention backend against the eager reference, for every option, mask and positional scheme.
+
+``eager`` is the written-out softmax; ``sdpa`` and ``auto`` must equal it in values and
+gradients (fp32, 1e-5). ``flex`` is checked two ways: its mask_mod/score_mod/sink slot
+through PyTorch's reference (uncompiled) FlexAttention in the fast suite, and the
+compiled, block-sparse kernel itself (so the block masks too) on one fast case and all
+of them in the slow suite. PyTorch has no CPU backward for FlexAttention, so on CPU
+flex is compared on values; with gradients it falls back to the dense path (checked).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import pytest
+import torch
+
+from specformer.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
+from specformer_layers.attention import flex, kernels
+from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.positional.alibi import ALiBi
+from specformer_layers.positional.rope import RotaryPositions
+
+from ..support import ListCache, context
+
+D_MODEL, N_HEADS, N_KV = 32, 4, 2
+
+#: Attention options, each alone and some together.
+OPTIONS = {
+    "plain": {},
+    "window": {"window": 5},
+    "chunk": {"chunk": 4},
+    "softcap": {"logit_softcap": 2.0},
+    "sinks": {"sinks": True},
+    "window+sinks+softcap": {"window": 3, "sinks": True, "logit_softcap": 3.0},
+    "chunk+window": {"chunk": 6, "window": 4},
+}
+SCHEMES = {"none": None, "rope": lambda: RotaryPositions(head_dim=D_MODEL // N_HEADS), "alibi": lambda: ALiBi(n_heads=N_HEADS)}
+
+
+def make(backend: str, seed: int = 0, **options) -> CausalSelfAttention:
+    torch.manual_seed(seed)
+    attention = CausalSelfAttention(d_model=D_MODEL, n_heads=N_HEADS, n_kv_heads=N_KV, backend=backend, **options)
+    attention.init_weights(std=0.1, residual_std=0.1)
+    if attention.sinks is not None:
+        torch.nn.init.normal_(attention.sinks, std=1.0)  # sinks that matter
+    return attention
+
+
+def scheme(name: str):
+    return None if SCHEMES[name] is None else SCHEMES[name]()
+
+
+def run(attention: CausalSelfAttention, x: torch.Tensor, positions: torch.Tensor, positional=None, *,
+        document_ids=None, plain_causal=False):
+    ctx = context(positions, positional, plain_causal=plain_causal)
+    ctx.document_ids = document_ids
+    return attention(x, ctx)
+
+
+def inputs(batch: int = 2, length: int = 11, seed: int = 1):
+    torch.manual_seed(seed)
+    return torch.randn(batch, length, D_MODEL)
+
+
+def padded_positions(batch: int, length: int) -> torch.Tensor:
+    positions = torch.arange(length).expand(batch, length).clone()
+    positions[1] = torch.arange(length) - 3  # row 1 left-padded by three
+    positions[1, :3] = -1
+    return positions
+
+
+DOCUMENTS = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2], [5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7]])
+
+
+def reset(documents: torch.Tensor) -> torch.Tensor:
+    """Positions restarting at 0 at each document's first token."""
+    positions = torch.zeros_like(documents)
+    for row in range(documents.shape[0]):
+        for t in range(1, documents.shape[1]):
+            same = documents[row, t] == documents[row, t - 1]
+            positions[row, t] = positions[row, t - 1] + 1 if same else 0
+    return positions
+
+
+CASES = {
+    "causal": lambda: dict(positions=torch.arange(11).expand(2, 11), plain_causal=True),
+    "padded": lambda: dict(positions=padded_positions(2, 11)),
+    "documents": lambda: dict(positions=reset(DOCUMENTS), document_ids=DOCUMENTS),
+}
+
+
+def close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal to 1e-5 of the larger of 1 and the reference's magnitude (weight gradients reach ~10)."""
+    return bool((got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max().item()))
+
+
+def compare(backend: str, option: str, scheme_name: str, case: str, *, grads: bool) -> None:
+    x = inputs()
+    kwargs = CASES[case]()
+    ref_x, got_x = x.clone().requires_grad_(grads), x.clone().requires_grad_(grads)
+    reference, candidate = make("eager", **OPTIONS[option]), make(backend, **OPTIONS[option])
+    positional = scheme(scheme_name)
+    want = run(reference, ref_x, positional=positional, **kwargs)
+    got = run(candidate, got_x, positional=positional, **kwargs)
+    real = kwargs["positions"] >= 0  # padded rows' outputs are never used
+    assert torch.allclose(got[real], want[real], atol=1e-5, rtol=1e-5), (got - want)[real].abs().max()
+    if grads:
+        weight = torch.randn_like(want)
+        (want * weight)[real].sum().backward()
+        (got * weight)[real].sum().backward()
+        assert close(got_x.grad, ref_x.grad)
+        for (name, p), (_, q) in zip(reference.named_parameters(), candidate.named_parameters()):
+            assert close(q.grad, p.grad), name
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("scheme_name", list(SCHEMES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_sdpa_equals_eager_values_and_gradients(option, scheme_name, case) -> None:
+    compare("sdpa", option, scheme_name, case, grads=True)
+
+
+@pytest.mark.parametrize("option", ["plain", "window", "sinks", "softcap"])
+@pytest.mark.parametrize("scheme_name", list(SCHEMES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_auto_equals_eager_values_and_gradients(option, scheme_name, case) -> None:
+    compare("auto", option, scheme_name, case, grads=True)
+
+
+@pytest.fixture
+def reference_flex(monkeypatch):
+    """FlexAttention uncompiled: PyTorch's reference of the same mask_mod and score_mod (fast, materialises)."""
+    monkeypatch.setattr(flex, "_kernel", lambda: flex._flex_attention)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        yield
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("scheme_name", list(SCHEMES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_flex_score_and_mask_mods_equal_eager(reference_flex, option, scheme_name, case) -> None:
+    with torch.no_grad():
+        compare("flex", option, scheme_name, case, grads=False)
+
+
+def test_flex_compiled_kernel_equals_eager() -> None:
+    """The compiled block-sparse kernel on one mixed case (window, documents, padding-free, ALiBi)."""
+    with torch.no_grad():
+        compare("flex", "window", "alibi", "documents", grads=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option,scheme_name,case", [
+    ("chunk", "rope", "padded"), ("window+sinks+softcap", "alibi", "padded"), ("chunk+window", "none", "documents"),
+    ("sinks", "rope", "causal"), ("softcap", "alibi", "causal"),
+])
+def test_flex_compiled_kernel_equals_eager_slow(option, scheme_name, case) -> None:
+    with torch.no_grad():
+        compare("flex", option, scheme_name, case, grads=False)
+
+
+def test_flex_with_gradients_on_cpu_falls_back_to_the_dense_path_with_one_warning(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="no backward on cpu"):
+        compare("flex", "window", "alibi", "documents", grads=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compare("flex", "chunk", "none", "padded", grads=True)  # same reason: no second warning
+
+
+def test_a_failed_compile_falls_back_to_dense_with_one_warning(monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C compiler found")
+
+    monkeypatch.setattr(flex, "_kernel", lambda: broken)
+    monkeypatch.setattr(flex, "_broken", None)
+    monkeypatch.setattr(kernels, "_warned", set())
+    with torch.no_grad():
+        with pytest.warns(RuntimeWarning, match="could not be compiled.*no C compiler found"):
+            compare("flex", "window", "none", "padded", grads=False)
+        with pytest.warns(RuntimeWarning, match="backend flex: FlexAttention could not be compiled"):
+            compare("flex", "chunk", "none", "padded", grads=False)  # the explicit request says so once
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compare("flex", "chunk", "rope", "padded", grads=False)
+            compare("auto", "chunk", "rope", "padded", grads=False)
+
+
+@pytest.mark.parametrize("option", ["window", "chunk", "window+sinks+softcap"])
+def test_cached_decoding_equals_eager_on_every_backend(reference_flex, option) -> None:
+    """Prefill then one token at a time through a cache, each backend against eager recompute."""
+    x = inputs(batch=2, length=9)
+    positions = padded_positions(2, 9)
+    positional = RotaryPositions(head_dim=D_MODEL // N_HEADS)
+    want = run(make("eager", **OPTIONS[option]), x, positions, positional).detach()
+    for backend in ("sdpa", "auto", "flex"):
+        attention, cache = make(backend, **OPTIONS[option]), ListCache()
+        with torch.no_grad():
+            outs = [attention(x[:, :5], context(positions[:, :5], positional, cache=cache))]
+            for t in range(5, 9):
+                outs.append(attention(x[:, t:t + 1], context(positions[:, t:t + 1], positional, cache=cache)))
+        got = torch.cat(outs, dim=1)
+        real = positions >= 0
+        assert torch.allclose(got[real], want[real], atol=1e-5), backend
+
+
+# -- the mask rule itself ------------------------------------------------------------------
+
+
+def written_out(q_order, k_order, q_pos, k_pos, q_doc, k_doc, window, chunk):
+    """allowed[b][i][j] by loops: the rule of specformer.masks, read aloud."""
+    out = []
+    for b in range(len(q_order)):
+        rows = []
+        for i in range(len(q_order[b])):
+            row = []
+            for j in range(len(k_order[b])):
+                if q_order[b][i] < 0:
+                    row.append(True)
+                    continue
+                ok = 0 <= k_order[b][j] <= q_order[b][i]
+                ok = ok and (window is None or q_order[b][i] - k_order[b][j] < window)
+                ok = ok and (chunk is None or q_pos[b][i] // chunk == k_pos[b][j] // chunk)
+                ok = ok and (q_doc is None or q_doc[b][i] == k_doc[b][j])
+                row.append(ok)
+            rows.append(row)
+        out.append(rows)
+    return torch.tensor(out)[:, None]
+
+
+@pytest.mark.parametrize("window,chunk", [(None, None), (3, None), (None, 4), (5, 3)])
+def test_dense_mask_is_the_written_out_rule(window, chunk) -> None:
+    positions, documents = reset(DOCUMENTS), DOCUMENTS
+    for docs in (None, documents):
+        inp = mask_inputs(positions, positions, document_ids=docs, same_tokens=True)
+        got = dense_mask(inp, MaskRule(window=window, chunk=chunk))
+        lists = [t.tolist() if t is not None else None for t in (inp.q_order, inp.k_order, inp.q_positions,
+                                                                  inp.k_positions, inp.q_documents, inp.k_documents)]
+        assert torch.equal(got, written_out(*lists, window, chunk))
+
+
+def test_causality_without_a_cache_is_by_column_not_by_position_value() -> None:
+    # Positions restart (a second document) but no document ids: a token must still not see later ones.
+    positions = torch.tensor([[0, 1, 2, 0, 1]])
+    mask = dense_mask(mask_inputs(positions, positions, same_tokens=True), MaskRule())[0, 0]
+    assert torch.equal(mask, torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+def test_document_ids_refused_with_a_cache() -> None:
+    positions = torch.tensor([[0, 1]])
+    with pytest.raises(ValueError, match="without a cache"):
+        mask_inputs(positions, torch.tensor([[0, 1]]), document_ids=torch.tensor([[0, 0]]), same_tokens=False)
+
+
+@pytest.mark.parametrize("length,keys,block", [(300, 300, 128), (37, 100, 16), (64, 64, 16)])
+def test_block_summary_is_the_dense_mask_reduced_per_tile(length, keys, block) -> None:
+    torch.manual_seed(0)
+    q_positions = torch.arange(length).expand(2, length) + torch.tensor([[0], [keys - length]])
+    k_positions = torch.arange(keys).expand(2, keys).clone()
+    k_positions[1, :7] = -1  # empty slots
+    rule = MaskRule(window=23, chunk=40)
+    inputs = MaskInputs(q_positions, k_positions, q_positions, k_positions)
+    some, every = block_summary(inputs, rule, block=block)
+    dense = dense_mask(inputs, rule)[:, 0]  # (B, Tq, S)
+    nq, nk = -(-length // block), -(-keys // block)
+    padded = torch.zeros(2, nq * block, nk * block, dtype=torch.bool)
+    padded[:, :length, :keys] = dense
+    real = torch.zeros_like(padded)
+    real[:, :length, :keys] = True
+    tiles = padded.view(2, nq, block, nk, block)
+    assert torch.equal(some, tiles.any(dim=4).any(dim=2))
+    # "every": all real queries of the tile see all its keys, and no key of the tile is past S.
+    full_keys = real.view(2, nq, block, nk, block)[:, 0, 0].all(dim=-1)  # (2, nk)
+    every_want = (tiles | ~real.view(2, nq, block, nk, block)).all(dim=4).all(dim=2) & full_keys[:, None, :]
+    assert torch.equal(every, every_want)
+
+
+def test_summary_names_the_kernel_of_each_option() -> None:
+    rows = {name: kernels.describe(**{k: v for k, v in opts.items()}, backend="auto")
+            for name, opts in itertools.islice(OPTIONS.items(), 5)}
+    assert rows["plain"].startswith("sdpa (fused causal)")
+    assert "flex" in rows["window"] and "flex" in rows["sinks"]
+    assert kernels.describe(backend="eager") == "eager"
