@@ -369,6 +369,8 @@ class Rope(Part):
     original_override: str | None = None
     legacy_theta: str | None = "rope_theta"
     extra_legacy: Mapping[str, str] = field(default_factory=dict)
+    #: Write partial_rotary_factor even when it is 1 (a family whose default is not 1: StableLM's 0.25).
+    write_fraction: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         positional = rope(cfg, rope_types=self.rope_types, extra_legacy=dict(self.extra_legacy),
@@ -378,8 +380,14 @@ class Rope(Part):
         model["positional"] = positional
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        config.update(rope_config(view.view, view.name, legacy_theta=self.legacy_theta, rope_types=self.rope_types,
-                                  partial=self.partial))
+        written = rope_config(view.view, view.name, legacy_theta=self.legacy_theta, rope_types=self.rope_types,
+                              partial=self.partial)
+        if self.write_fraction:
+            fraction = written["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
+            written["partial_rotary_factor"] = fraction  # where transformers 4 reads it
+            if "rope_scaling" in written:
+                written["rope_scaling"]["partial_rotary_factor"] = fraction
+        config.update(written)
 
 
 #: Each layout's norm tensors, Llama-style names (our name, Hugging Face name).
@@ -394,24 +402,34 @@ _LAYOUT_NORMS: dict[str, tuple[tuple[str, str], ...]] = {
 
 @dataclass(frozen=True)
 class Layout(Part):
-    """The block layout (which fixes the norms' places and their tensor names)."""
+    """The block layout (which fixes the norms' places and their tensor names).
+
+    ``parallel_key`` names a boolean config field that switches to parallel attention and
+    feed-forward sharing one norm (StableLM's use_parallel_residual).
+    """
 
     kind: str = "prenorm"
     #: Norms with biases (LayerNorm) have ``.bias`` tensors too.
     norm_bias: bool = False
+    parallel_key: str | None = None
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        block = model.setdefault("block", {})
-        block["layout"] = {"kind": "parallel", "shared_norm": True} if self.kind == "parallel" else self.kind
+        kind = "parallel" if self.parallel_key and cfg.get(self.parallel_key) else self.kind
+        model.setdefault("block", {})["layout"] = {"kind": "parallel", "shared_norm": True} if kind == "parallel" else kind
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("layout", (self.kind,))
-        if self.kind == "parallel" and not view.uniform("layout", "shared_norm"):
+        kind = view.block_kind("layout", (self.kind, "parallel") if self.parallel_key else (self.kind,))
+        if kind == "parallel" and not view.uniform("layout", "shared_norm"):
             raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {view.name}'s parallel blocks share one norm")
+        if self.parallel_key:
+            config[self.parallel_key] = kind == "parallel"
 
     def rules(self) -> list[Rule]:
         suffixes = ("weight", "bias") if self.norm_bias else ("weight",)
-        return [Copy(f"{LAYER}.{hf}.{s}", f"blocks.{{i}}.{ours}.{s}") for ours, hf in _LAYOUT_NORMS[self.kind] for s in suffixes]
+        names = dict(_LAYOUT_NORMS[self.kind])
+        if self.parallel_key:
+            names.update(_LAYOUT_NORMS["parallel"])  # a parallel block has only the first norm: its rule is skipped otherwise
+        return [Copy(f"{LAYER}.{hf}.{s}", f"blocks.{{i}}.{ours}.{s}") for ours, hf in names.items() for s in suffixes]
 
 
 @dataclass(frozen=True)
@@ -449,13 +467,28 @@ class LayerNorm(Part):
 
 @dataclass(frozen=True)
 class Attention(Part):
-    """num_attention_heads, num_key_value_heads, head_dim; q/k/v fused into our qkv, o_proj, their biases."""
+    """num_attention_heads, num_key_value_heads, head_dim; q/k/v fused into our qkv, o_proj, their biases.
+
+    ``head_dim`` False: the family's attention always uses hidden_size / num_attention_heads
+    (StableLM), whatever a head_dim field says.
+    """
+
+    head_dim: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {}).setdefault("attention", {}).update(attention_sizes(cfg))
+        sizes = attention_sizes(cfg)
+        if not self.head_dim:
+            sizes["head_dim"] = cfg.get_size("hidden_size") // sizes["n_heads"]
+        model.setdefault("block", {}).setdefault("attention", {}).update(sizes)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        config.update(attention_sizes_config(view.view, view.name))
+        sizes = attention_sizes_config(view.view, view.name)
+        if not self.head_dim:
+            if sizes["head_dim"] * sizes["num_attention_heads"] != view.model.d_model:
+                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                                     f"d_model / n_heads ({view.model.d_model} / {sizes['num_attention_heads']})")
+            del sizes["head_dim"]
+        config.update(sizes)
 
     def rules(self) -> list[Rule]:
         return [

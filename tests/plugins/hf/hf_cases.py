@@ -101,6 +101,11 @@ CASES = [
          no_generate="transformers' Phi-3 re-encodes the whole prompt with the long factors once generation "
                      "crosses original_max_position_embeddings; specformer keeps the cached keys (as Llama does)"),
     Case("olmo2", "Olmo2Config", "Olmo2ForCausalLM", _llama_like()),
+    # StableLM 2: LayerNorm with biases, a quarter of each head rotated, q/k/v biases; and the parallel variant.
+    Case("stablelm", "StableLmConfig", "StableLmForCausalLM", _llama_like(use_qkv_bias=True)),
+    Case("stablelm-parallel", "StableLmConfig", "StableLmForCausalLM",
+         _llama_like(num_key_value_heads=4, use_parallel_residual=True, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.5))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

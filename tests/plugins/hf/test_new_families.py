@@ -1,0 +1,71 @@
+"""What the families added from declarative parts refuse, each with one clear line (their parity runs in test_parity)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hf_cases import BY_NAME
+from safetensors.torch import save_file
+
+import specformer
+import specformer_hf
+from specformer.errors import UserError
+
+
+def _folder(tmp_path, case_name: str, **changes):
+    """A transformers-saved folder of ``case_name`` whose config.json then gets ``changes``."""
+    hf = BY_NAME[case_name].build()
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **changes}))
+    return tmp_path
+
+
+def test_stablelm_qk_layernorm_is_refused_saying_why(tmp_path):
+    folder = _folder(tmp_path, "stablelm", qk_layernorm=True)
+    with pytest.raises(UserError, match="qk_layernorm.*separate weights for every head"):
+        specformer_hf.from_hf(folder)
+
+
+def test_stablelm_without_rope_parameters_rotates_a_quarter_of_each_head(tmp_path):
+    folder = _folder(tmp_path, "stablelm")
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("rope_parameters")
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = specformer_hf.import_hf(folder).spec
+    assert spec["model"]["positional"]["fraction"] == 0.25  # StableLmConfig's default, not whole heads
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"head_dim": 8}, r"head_dim = d_model / n_heads"),
+    ({"qkv_bias": True, "out_bias": True}, r"out_bias.*no o_proj bias"),
+])
+def test_stablelm_export_refuses_what_it_cannot_hold(tmp_path, changes, needle):
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32,
+        "positional": {"kind": "rope", "fraction": 0.5},
+        "block": {"layout": "prenorm", "norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2, **changes},
+                  "ffn": {"kind": "swiglu", "hidden": 48}},
+    }}
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
+
+
+def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
+    """StableLM's default fraction is 0.25: a spec rotating whole heads must say 1.0 in the config."""
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
+        "block": {"layout": "prenorm", "norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2},
+                  "ffn": {"kind": "swiglu", "hidden": 48}},
+    }}
+    model = specformer.build(spec, seed=0)
+    out = specformer_hf.to_hf(model, tmp_path / "out", family="stablelm")
+    assert json.loads((out / "config.json").read_text())["rope_parameters"]["partial_rotary_factor"] == 1.0
+    from transformers import AutoModelForCausalLM
+
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.arange(20).reshape(1, 20) % 64
+    with torch.no_grad():
+        assert (reloaded(ids).logits - model(ids)).abs().max().item() <= 1e-4
