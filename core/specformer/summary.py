@@ -11,6 +11,7 @@ import torch
 from specformer.attention import cache_slots_of
 from specformer.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
+from specformer.positional import PositionalScheme
 from specformer.sizes import estimate
 
 
@@ -36,6 +37,8 @@ class ModelSummary:
     kv_elements_per_token: int = 0
     context_length: int = 0
     n_layers: int = 0
+    # What each attention will run (its describe_kernel(), e.g. "sdpa (fused causal); flex for ...") -> layers.
+    attention_kernels: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
 
     @property
     def forward_flops_per_token(self) -> int:
@@ -112,8 +115,17 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
         s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span * count
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
+        if callable(getattr(attention, "describe_kernel", None)):
+            kernel = attention.describe_kernel(bias=_has_bias(skeleton))
+            s.attention_kernels[kernel] = s.attention_kernels.get(kernel, 0) + count
         s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
     return s
+
+
+def _has_bias(skeleton: Any) -> bool:
+    # A scheme that biases scores (ALiBi) takes attention off the plain causal kernel.
+    scheme = getattr(skeleton, "positional", None)
+    return scheme is not None and type(scheme).attention_bias is not PositionalScheme.attention_bias
 
 
 def format_summary(s: ModelSummary, *, title: str = "") -> str:
@@ -144,4 +156,6 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     lines.append(
         f"KV cache at full context       {format_bytes(s.kv_bytes_per_token(torch.bfloat16) * s.context_length)} bf16 per sequence"
     )
+    for kernel, layers in s.attention_kernels.items():
+        lines.append(f"attention kernel               {kernel}  ({layers} layer{'s' if layers != 1 else ''})")
     return "\n".join(lines)

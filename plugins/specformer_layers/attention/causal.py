@@ -14,7 +14,7 @@ from specformer.context import ForwardContext
 from specformer.masks import MaskRule
 from specformer.params import Params, SubComponent
 
-from specformer_layers.attention.kernels import BACKENDS, Scores, attend
+from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 
 
 class CausalSelfAttention(nn.Module):
@@ -162,6 +162,11 @@ class CausalSelfAttention(nn.Module):
                    scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
         y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
         return self.out(y)
+
+    def describe_kernel(self, *, bias: bool = False) -> str:
+        """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
+        return describe(backend=self.backend, window=self.window, chunk=self.chunk, logit_softcap=self.logit_softcap,
+                        sinks=self.sinks is not None, bias=bias)
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_kv_heads={self.n_kv_heads}", f"head_dim={self.head_dim}",

@@ -284,3 +284,14 @@ def test_summary_names_the_kernel_of_each_option() -> None:
     assert rows["plain"].startswith("sdpa (fused causal)")
     assert "flex" in rows["window"] and "flex" in rows["sinks"]
     assert kernels.describe(backend="eager") == "eager"
+
+
+def test_specformer_summary_prints_each_layers_kernel() -> None:
+    from specformer.summary import format_summary, summarize
+
+    from ..support import tiny_spec
+
+    spec = tiny_spec(n_layers=3, layers=[{"select": "0::2", "attention": {"window": 8}}])
+    text = format_summary(summarize(spec))
+    assert "attention kernel               flex; sdpa dense mask for CPU training and short inputs  (2 layers)" in text
+    assert "attention kernel               sdpa (fused causal); flex for padded, packed or cached input  (1 layer)" in text
