@@ -133,6 +133,23 @@ class TrainConfig(BaseModel):
     )
     seed: Int = Field(default=1337, description="Seeds initialisation, data order and dropout.")
 
+    # -- fine-tuning (the adapter kind and chat data come from the finetune plugin) -------
+    init: str | None = Field(
+        default=None,
+        description="Start from this checkpoint's weights and tokenizer (fine-tuning); the spec's model must be the "
+                    "checkpoint's. --init overrides it.",
+    )
+    adapter: SubComponent("adapter") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Train only an adapter ({kind: lora, rank: 8, alpha: 16, targets: [blocks.*.attention.qkv]}) on "
+                    "the frozen train.init weights; checkpoints then hold the adapter and a reference to the base.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="Chat data (.jsonl with messages or prompt/completion): a Jinja template file or a built-in name "
+                    "(chatml); default the train.init checkpoint's own chat_template.",
+    )
+
     # -- evaluation and samples ------------------------------------------------------
     eval_every: Int = Field(default=100, ge=0, description="Evaluate every this many steps (0: only at the end).")
     eval_steps: Int | None = Field(
@@ -159,23 +176,6 @@ class TrainConfig(BaseModel):
     threads: Int | Literal["auto"] = Field(
         default="auto",
         description="CPU threads (1 to 1024) or auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
-    # -- fine-tuning (the adapter kind and chat data come from the finetune plugin) -------
-    init: str | None = Field(
-        default=None,
-        description="Start from this checkpoint's weights and tokenizer (fine-tuning); the spec's model must be the "
-                    "checkpoint's. --init overrides it.",
-    )
-    adapter: SubComponent("adapter") | None = Field(  # type: ignore[valid-type]
-        default=None,
-        description="Train only an adapter ({kind: lora, rank: 8, alpha: 16, targets: [blocks.*.attention.qkv]}) on "
-                    "the frozen train.init weights; checkpoints then hold the adapter and a reference to the base.",
-    )
-    chat_template: str | None = Field(
-        default=None,
-        description="Chat data (.jsonl with messages or prompt/completion): a Jinja template file or a built-in name "
-                    "(chatml); default the train.init checkpoint's own chat_template.",
-    )
-
                     "a resumed run keeps the count it was saved with.",
     )
     activation_checkpointing: StrictBool = Field(
@@ -220,10 +220,13 @@ class TrainConfig(BaseModel):
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
+        if self.streaming and self.eval_steps is None and self.val_fraction > 0:
+            raise ValueError("streaming holds out eval_steps x batch_size rows for validation: give eval_steps a "
+                             "number (null, the whole split, needs the whole corpus), or set val_fraction: 0")
+        if self.adapter is not None and self.init is None:
+            raise ValueError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
         return self
 
     @property
     def clip_norm(self) -> float | None:
         return self.grad_clip if self.grad_clip else None
-        if self.adapter is not None and self.init is None:
-            raise ValueError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
