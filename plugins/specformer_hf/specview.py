@@ -52,9 +52,12 @@ class SpecView:
         def full(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
             return registry.resolve(kind, ref).to_dict()
 
-        layers = [
-            {f: full("layout" if f == "layout" else f, block[f]) for f in BLOCK_FIELDS} for block in m.layer_blocks()
-        ]
+        layers = []
+        for block in m.layer_blocks():
+            layer = {f: full("layout" if f == "layout" else f, block[f]) for f in BLOCK_FIELDS}
+            if "positional" in block:  # the scheme inside this layer's attention (per-layer positions)
+                layer["positional"] = full("positional", block["positional"])
+            layers.append(layer)
         return cls(spec=spec, positional=full("positional", m.positional.as_dict()),
                    final_norm=full("norm", m.final_norm_ref()), layers=layers)
 
@@ -86,8 +89,17 @@ class SpecView:
             raise NotExpressible(where, f"differs between layers ({_short(values)}); Hugging Face {family} needs one value for all layers")
         return first
 
-    def per_layer(self, field: str, key: str) -> list[Any]:
-        return [layer[field].get(key) for layer in self.layers]
+    def per_layer(self, field: str, key: str | None = None) -> list[Any]:
+        """``layers[*][field][key]`` (or the whole component) of every layer."""
+        return [layer.get(field) if key is None else layer[field].get(key) for layer in self.layers]
+
+    def one_positional(self, *, family: str) -> None:
+        """Refuse per-layer positional schemes: ``family`` has one scheme for every layer."""
+        for i, scheme in enumerate(self.per_layer("positional")):
+            if scheme is not None and scheme != self.positional:
+                raise NotExpressible(f"model.layers[{i}].positional",
+                                     f"{scheme['kind']!r} differs from model.positional; Hugging Face {family} "
+                                     "has one positional scheme for all layers")
 
     def block_kind(self, field: str, kinds: Collection[str], *, family: str) -> str:
         kind = self.uniform(field, "kind", family=family)
@@ -139,6 +151,8 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     for i, layer in enumerate(view.layers):
         resolved = {**layer, "ffn": _resolved_ffn(layer["ffn"], m.d_model)}
         fields = {f: identity("layout" if f == "layout" else f, resolved[f]) for f in BLOCK_FIELDS}
+        if "positional" in layer:
+            fields["positional"] = _resolved_scaling(identity("positional", layer["positional"]), m.context_length)
         attention = fields["attention"]
         if "n_heads" in attention:  # the built-in attention's defaults, written out
             n_heads, n_kv, head_dim = view.attention_sizes(i)

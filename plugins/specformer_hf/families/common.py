@@ -188,6 +188,7 @@ def _warn_unused(cfg: ConfigReader, rope_type: str, params: dict[str, Any]) -> N
 def rope_config(view: SpecView, family: str, *, legacy_theta: str | None = "rope_theta",
                 rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False) -> dict[str, Any]:
     """``rope_parameters`` (transformers 5) plus the legacy fields transformers 4 reads."""
+    view.one_positional(family=family)
     pos = view.expect(view.positional, "model.positional", ("rope",), family=family)
     if pos.get("interleaved"):
         raise NotExpressible("model.positional.interleaved", f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")

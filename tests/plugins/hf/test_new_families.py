@@ -69,3 +69,18 @@ def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
     ids = torch.arange(20).reshape(1, 20) % 64
     with torch.no_grad():
         assert (reloaded(ids).logits - model(ids)).abs().max().item() <= 1e-4
+
+
+def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
+    """A NoPE layer in a Llama-shaped spec: every one-rope family refuses it rather than export it with rope."""
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
+        "block": {"layout": "prenorm", "norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
+                  "ffn": {"kind": "swiglu", "hidden": 48}},
+        "layers": [{"select": 1, "positional": "none"}],
+    }}
+    model = specformer.build(spec, seed=0)
+    with pytest.raises(UserError, match=r"model\.layers\[1\]\.positional: 'none' differs from model\.positional"):
+        specformer_hf.to_hf(model, tmp_path / "llama", family="llama")
+    with pytest.raises(UserError, match="no Hugging Face family can express this spec"):
+        specformer_hf.to_hf(model, tmp_path / "any")
