@@ -19,7 +19,10 @@ and ``ctx.positional_state_for(layer_index)``.
 
 ``extrapolates`` says what happens past ``context_length`` (generation reads it):
 "yes" (ALiBi, NoPE, RoPE with dynamic scaling), "warn" (plain RoPE: it runs, but the
-model never saw such angles), "no" (a learned or fixed table with one row per position).
+model never saw such angles), "no" (learned or sinusoidal positions added to the
+embeddings: refused). ``restart_cache_at`` is a length at which keys cached before it
+become stale (LongRoPE switches factors there): generation re-encodes the sequence
+once it reaches that many columns, as transformers' Phi-3 does.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class PositionalScheme(nn.Module):
 
     #: Past ``context_length``: "yes" runs as is, "warn" runs with a warning, "no" refuses.
     extrapolates: Literal["yes", "warn", "no"] = "yes"
+    #: Columns after which keys cached earlier are stale (generation re-encodes once there); None: never.
+    restart_cache_at: int | None = None
 
     def embed(self, positions: Tensor) -> Tensor | None:
         """``(B, T, d_model)`` to add to the token embeddings, or None."""

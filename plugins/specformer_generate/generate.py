@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence, Union
 
@@ -189,6 +190,8 @@ def _decode(run: _Run) -> Iterator[int]:
         cache = StaticKVCache.for_model(model, batch_size=batch.batch_size, capacity=capacity)
         step_fn = step_function(run.compile)
         logits = prefill(model, batch.tokens, batch.positions, cache)
+        # Lengths at which the cached keys go stale (LongRoPE switching to its long factors).
+        restarts = model.cache_restarts() if callable(getattr(model, "cache_restarts", None)) else set()
     else:
         # The model reads the raw draws (a finished row's pad may not be a valid id).
         tokens = torch.cat((batch.tokens, torch.zeros_like(run.history[:, width:])), dim=1)  # (B, T + N)
@@ -204,7 +207,16 @@ def _decode(run: _Run) -> Iterator[int]:
         yield step
         if step + 1 == n:
             return
-        if run.use_cache:
+        if run.use_cache and column in restarts:
+            # The cache holds exactly `restart` columns and this token goes past them: encode the whole
+            # sequence again with a fresh cache, as transformers' Phi-3 generate drops its cache there.
+            cache.reset()
+            so_far = torch.cat((batch.tokens, run.history[:, width:column + 1].clamp(0, model.vocab_size - 1)), dim=1)
+            so_far[:, column] = drawn  # a finished row's pad is not a token; its output is never used
+            positions_so_far = torch.cat((batch.positions, next_position + torch.arange(-step, 1, device=so_far.device)), 1)
+            logits = prefill(model, so_far, positions_so_far, cache)
+            next_position += 1
+        elif run.use_cache:
             logits = step_fn(model, drawn[:, None], next_position, cache)
             next_position += 1
         else:
@@ -299,19 +311,31 @@ def _check_budget(model: Any, batch: PromptBatch, max_new_tokens: int) -> int:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     longest, context = max(batch.lengths), model.context_length
+    if longest + max_new_tokens <= context:
+        return max_new_tokens
+    # Past the context: allowed where every positional scheme allows it (Decoder.past_context).
+    verdict, scheme = model.past_context() if callable(getattr(model, "past_context", None)) else ("no", None)
+    if verdict == "warn":
+        if not getattr(model, "_warned_past_context", False):
+            warnings.warn(f"generating {longest + max_new_tokens} tokens, past the model's context length of {context}: "
+                          f"its positions ({type(scheme).__name__}) were never trained there, so quality may drop",
+                          stacklevel=4)
+            model._warned_past_context = True  # once per model
+        return max_new_tokens
+    if verdict == "yes":
+        return max_new_tokens
+    why = f" (its {type(scheme).__name__} has no position past it)" if scheme is not None else ""
     if longest >= context:
         raise ValueError(
-            f"the longest prompt is {longest} tokens, but the model's context length is {context} tokens and "
+            f"the longest prompt is {longest} tokens, but the model's context length is {context} tokens{why} and "
             f"at least one must be left for a new token; shorten the prompt to at most {context - 1} tokens "
             f"(for example keep its last {context - 1})"
         )
-    if longest + max_new_tokens > context:
-        raise ValueError(
-            f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
-            f"{longest + max_new_tokens} tokens, more than the model's context length of {context}; "
-            f"use max_new_tokens={context - longest} or less, or shorten the prompt"
-        )
-    return max_new_tokens
+    raise ValueError(
+        f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
+        f"{longest + max_new_tokens} tokens, more than the model's context length of {context}{why}; "
+        f"use max_new_tokens={context - longest} or less, or shorten the prompt"
+    )
 
 
 @contextlib.contextmanager

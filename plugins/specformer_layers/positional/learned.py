@@ -11,6 +11,9 @@ from specformer.positional import PositionalScheme
 class LearnedPositions(FromParams, PositionalScheme):
     """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
 
+    #: One row per position up to context_length: nothing to add past it.
+    extrapolates = "no"
+
     class Params(Params):
         pass
 

@@ -48,6 +48,9 @@ class RotaryPositions(PositionalScheme, Float32Tables):
         self.interleaved = interleaved
         self.scaling = scaling
         self.attention_scaling = scaling.attention_scaling if scaling is not None else 1.0
+        # Past context_length: dynamic scaling keeps adapting; any other rope runs, with a warning.
+        self.extrapolates = "yes" if scaling is not None and scaling.keeps_adapting else "warn"
+        self.restart_cache_at = scaling.restart_cache_at if scaling is not None else None
         if scaling is None:
             self.register_table("inv_freq", default_inv_freq(rotary_dim, theta))
 

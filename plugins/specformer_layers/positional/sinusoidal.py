@@ -20,6 +20,10 @@ class SinusoidalPositions(FromParams, PositionalScheme, Float32Tables):
     Computed from the positions on every forward, so it has no length limit.
     """
 
+    #: Computable at any position, but added to the embeddings of a model trained up to
+    #: context_length only: generation refuses to go past it (the issue's rule for such schemes).
+    extrapolates = "no"
+
     class Params(Params):
         base: float = Field(default=10000.0, gt=1, description="The wavelength base (10000 in the paper).")
 

@@ -19,6 +19,11 @@ class RopeScaling(Float32Tables):
 
     #: True when the frequencies change with the length of the forward pass (dynamic NTK, LongRoPE).
     length_dependent: bool = False
+    #: True when the scaling keeps adapting to any length (dynamic NTK): generation past
+    #: context_length runs without a warning.
+    keeps_adapting: bool = False
+    #: Columns after which keys cached before are stale (LongRoPE's switch); None: never.
+    restart_cache_at: int | None = None
 
     def __init__(self, *, rotary_dim: int, theta: float, attention_scaling: float = 1.0) -> None:
         super().__init__()

@@ -27,6 +27,7 @@ class DynamicNTKScaling(RopeScaling):
     """
 
     length_dependent = True
+    keeps_adapting = True
 
     class Params(Params):
         factor: float = Field(gt=0, description="Scaling strength: at length factor * C theta grows by factor^(d/(d-2)).")

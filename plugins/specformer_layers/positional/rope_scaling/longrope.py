@@ -45,6 +45,9 @@ class LongRopeScaling(RopeScaling):
             attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original_context_length))
         super().__init__(rotary_dim=rotary_dim, theta=theta, attention_scaling=attention_factor)
         self.original_context_length = original_context_length
+        # Past it the long factors apply and keys cached with the short ones are stale; generation
+        # re-encodes the sequence once, there, as transformers' Phi-3 generate does.
+        self.restart_cache_at = original_context_length
         wavelength_scale = theta ** rope_exponents(rotary_dim)
         self.register_table("short_inv_freq", 1.0 / (torch.tensor(short_factor, dtype=torch.float32, device="cpu") * wavelength_scale))
         self.register_table("long_inv_freq", 1.0 / (torch.tensor(long_factor, dtype=torch.float32, device="cpu") * wavelength_scale))
