@@ -74,6 +74,13 @@ class PackedRows:
             self._order = rng.permutation(self.rows_per_epoch)
             self._epoch = epoch
 
+    def position(self, sequences: int) -> dict | None:
+        """What a checkpoint must store beyond ``sequences`` to resume: nothing, rows are a function of it."""
+        return None
+
+    def restore(self, position: dict | None, *, sequences: int) -> None:
+        """Continue after ``sequences`` rows (nothing to do: see :meth:`position`)."""
+
     def rows(self, first: int, count: int) -> np.ndarray:
         """Sequences ``first .. first + count - 1`` of the run's stream, as ``(count, seq_len + 1)`` int64."""
         out = np.empty((count, self.seq_len + 1), dtype=np.int64)

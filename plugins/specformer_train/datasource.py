@@ -6,7 +6,11 @@ Every checkpoint's ``trainer.json`` records the run's data source:
   (the Python standard library's source);
 - ``description``, ``tokens``: what the run's header showed;
 - ``fingerprint``: ``sha256:`` of the token ids themselves (the tokenized corpus in the
-  cache, or the given ``.bin``/``.npy``), so an edited file is noticed even at the same path.
+  cache, or the given ``.bin``/``.npy``), so an edited file is noticed even at the same path;
+  a streaming run (``train.streaming``), which never holds all the ids, records
+  ``files:`` and a hash of every file's path, size and modification time, the text field
+  and the tokenizer instead (and ``tokens`` is null). Switching streaming on or off thus
+  counts as other data: the rows come in another order.
 
 ``--resume`` without ``--data`` reads the recorded source again; resuming on data whose
 fingerprint differs (another ``--data``, or the same path with other contents) is refused
@@ -44,6 +48,13 @@ def data_record(*, data: str | None, description: str, tokens: np.ndarray) -> di
             "fingerprint": fingerprint_tokens(tokens)}
 
 
+def stream_record(*, data: str | None, description: str, corpus_fingerprint: str, tokenizer_json: str) -> dict[str, Any]:
+    """The record of a streaming run: the files as they are (see the module doc), not their ids."""
+    digest = hashlib.sha256(f"{corpus_fingerprint}\n{tokenizer_json}".encode()).hexdigest()
+    return {"data": absolute_source(data), "description": description, "tokens": None,
+            "fingerprint": f"files:{digest}", "streaming": True}
+
+
 def recorded_source(record: dict[str, Any] | None) -> tuple[bool, str | None]:
     """``(known, data)``: whether the checkpoint recorded its data, and the source it recorded."""
     if not isinstance(record, dict) or "fingerprint" not in record:
@@ -53,10 +64,12 @@ def recorded_source(record: dict[str, Any] | None) -> tuple[bool, str | None]:
 
 
 def describe(record: dict[str, Any]) -> str:
-    fingerprint = str(record.get("fingerprint", "?")).removeprefix("sha256:")[:12]
+    fingerprint = str(record.get("fingerprint", "?"))
     tokens = record.get("tokens")
+    if fingerprint.startswith("files:"):
+        return f"{record.get('description', record.get('data'))} (streamed, files {fingerprint[6:18]})"
     count = f"{tokens:,}" if isinstance(tokens, int) else "?"
-    return f"{record.get('description', record.get('data'))} ({count} tokens, sha256 {fingerprint})"
+    return f"{record.get('description', record.get('data'))} ({count} tokens, sha256 {fingerprint.removeprefix('sha256:')[:12]})"
 
 
 def check_same_data(recorded: dict[str, Any] | None, current: dict[str, Any], *, new_data: bool) -> str | None:

@@ -33,7 +33,8 @@ from specformer_train.checkpointing import (CheckpointContents, check_tokenizer,
 from specformer_train.config import TrainConfig
 from specformer_train.corpus import Corpus, find_corpus
 from specformer_train.data import EvalRows, PackedRows, split_tokens
-from specformer_train.datasource import absolute_source, check_same_data, data_record, describe, recorded_source
+from specformer_train.datasource import (absolute_source, check_same_data, data_record, describe, recorded_source,
+                                         stream_record)
 from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
                                           resolve_mode, shutdown)
 from specformer_train.hint import generate_command
@@ -41,6 +42,7 @@ from specformer_train.init_weights import load_init
 from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
 from specformer_train.resume import find_resumable
+from specformer_train.stream import StreamRows
 from specformer_train.rundir import check_space, check_writable, refuse_earlier_run
 from specformer_train.tokenization import make_tokenizer
 from specformer_train.trainer import Trainer, TrainResult
@@ -159,6 +161,20 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
                                                                  corpus=corpus, cache=config.cache_dir)
     if resume_from is not None:
         check_tokenizer(resume_from, tokenizer)
+    if config.streaming:  # no pre-pass: documents are read and tokenized as rows need them
+        if ctx.is_main:
+            barrier(ctx)
+        stream = StreamRows(corpus, tokenizer, seq_len=seq_len, seed=config.seed,
+                            holdout_rows=0 if config.val_fraction == 0 else (config.eval_steps or 0) * config.batch_size)
+        record = _checked_record(stream_record(data=config.data, description=corpus.description,
+                                               corpus_fingerprint=corpus.fingerprint(),
+                                               tokenizer_json=tokenizer.to_json()),
+                                 recorded, resume_from, new_data=new_data, say=say)
+        n_val = 0 if stream.val_tokens is None else len(stream.val_tokens)
+        return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started,
+                         seq_len=seq_len, tokenizer=tokenizer, train_rows=stream,
+                         val_rows=EvalRows(stream.val_tokens, seq_len=seq_len) if n_val else None,
+                         description=corpus.description, counts=(None, None, n_val), record=record)
     tokens = tokenize_corpus(corpus, tokenizer, cache=config.cache_dir, progress=ctx.is_main,
                              workers=config.tokenize_workers)
     if ctx.is_main:
@@ -188,7 +204,7 @@ def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, res
 
 def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, say: Callable[..., None],
               resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
-              val_rows: Any, description: str, counts: tuple[int, int, int], record: dict[str, Any]) -> TrainResult:
+              val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any]) -> TrainResult:
     """Build (or take from train.init) the model, let plugins prepare it, and train on the rows."""
     val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
     model = started.model if started else specformer.build(spec, seed=config.seed)
@@ -231,11 +247,12 @@ def _find_corpus(data: str | None, recorded: str | None, *, text_field: str) -> 
                         "its new place with --data PATH (and --new-data if its contents changed)") from None
 
 
-def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_description: str, n_tokens: int,
-            n_train: int, n_val: int, run_dir: Path, resume_from: CheckpointContents | None) -> str:
+def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_description: str, n_tokens: int | None,
+            n_train: int | None, n_val: int, run_dir: Path, resume_from: CheckpointContents | None) -> str:
     m = spec.model
     tokens_per_step = trainer.global_batch * trainer.seq_len
-    epochs = config.steps * trainer.global_batch / max(1, trainer.train_rows.rows_per_epoch)
+    per_epoch = trainer.train_rows.rows_per_epoch  # None when streaming: unknown until the corpus is read
+    epochs = f"= {config.steps * trainer.global_batch / max(1, per_epoch):.2f} epochs" if per_epoch is not None else "(streamed)"
     mode = "compiled" if trainer.compiled else "eager"
     extras = [trainer.ctx.mode] if trainer.ctx.enabled else []
     extras += ["activation checkpointing"] if config.activation_checkpointing else []
@@ -247,10 +264,12 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
            f"({100 * trainer.n_trainable / max(1, trainer.n_params):.2f}%)" if trainer.n_trainable != trainer.n_params else "")
         + (f"\n  init    {config.init}" if config.init else ""),
         f"  data    {corpus_description}: {n_tokens:,} tokens ({config.tokenizer} tokenizer), "
-        f"{n_train:,} train / {n_val:,} validation",
+        f"{n_train:,} train / {n_val:,} validation" if n_tokens is not None else
+        f"  data    {corpus_description}: streamed, tokenized while training ({config.tokenizer} tokenizer); "
+        f"{n_val:,} validation tokens held out",
         f"  batch   {config.batch_size} x {trainer.seq_len} tokens x {config.grad_accum} accumulation x "
         f"{trainer.ctx.world_size} process(es) = {tokens_per_step:,} tokens/step; {config.steps} steps "
-        f"= {epochs:.2f} epochs",
+        f"{epochs}",
         f"  device  {trainer.device}, {trainer.precision}, {mode}" + "".join(f", {e}" for e in extras)
         + (f"; {trainer.threads} CPU thread(s)" if trainer.threads else ""),
     ]

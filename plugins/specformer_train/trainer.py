@@ -38,6 +38,7 @@ from specformer_train.checkpointing import (CheckpointContents, OutputError, Tra
                                             read_checkpoint, save_checkpoint)
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, local_slice
+from specformer_train.documents import document_layout, document_settings
 from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
@@ -125,6 +126,9 @@ class Trainer:
         self.lr_at = schedule_from_config(config)
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
+        # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
+        self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
+        self.state.extra["documents"] = dict(self.documents)
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
         self._bar: ProgressBar | None = None
 
@@ -139,6 +143,11 @@ class Trainer:
             self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
                                           tokenizer=self.tokenizer)
             self.state.data = self.data_record if self.data_record is not None else self.state.data
+            self.documents = document_settings(document_mask=config.document_mask,
+                                               reset_positions=config.reset_positions,
+                                               recorded=self.state.extra.get("documents"), resumed=True)
+            self.state.extra["documents"] = dict(self.documents)
+            self.train_rows.restore(self.state.extra.get("stream"), sequences=self.state.sequences)
             self._apply_config_to_groups()
             if self.threads is not None:
                 # The saved thread count (when auto) keeps the matmuls' rounding, so the curve matches.
@@ -225,10 +234,10 @@ class Trainer:
         for group, group_lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = group_lr
         total = torch.zeros((), device=self.device)
-        for micro, (inputs, targets) in enumerate(self._micro_batches()):
+        for micro, (inputs, targets, layout) in enumerate(self._micro_batches()):
             last = micro == config.grad_accum - 1
             with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
-                logits = self.wrapped(inputs)  # (B, T, vocab)
+                logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
                 objective = loss
                 aux = self.model.auxiliary_loss()
@@ -246,7 +255,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
 
-    def _micro_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+    def _micro_batches(self) -> Iterator[tuple[Tensor, Tensor, dict[str, Tensor]]]:
         """This process' rows of the current global batch, one micro-batch at a time, on the device."""
         config, ctx = self.config, self.ctx
         for micro in range(config.grad_accum):
@@ -254,7 +263,13 @@ class Trainer:
                                rank=ctx.rank, world_size=ctx.world_size)
             rows = self.train_rows.rows(self.state.sequences + part.start, config.batch_size)
             batch = self._to_device(rows)
-            yield batch[:, :-1], batch[:, 1:]  # inputs, next-token targets: (B, T) each
+            yield batch[:, :-1], batch[:, 1:], self._layout(rows[:, :-1])  # inputs, next-token targets: (B, T) each
+
+    def _layout(self, inputs: np.ndarray) -> dict[str, Tensor]:
+        """The forward's ``document_ids``/``positions`` for host ``inputs`` (B, T); empty when plain causal is exact."""
+        layout = document_layout(inputs, eot_id=self.tokenizer.eot_id, **self.documents)
+        given = {"document_ids": layout.document_ids, "positions": layout.positions}
+        return {name: self._to_device(array) for name, array in given.items() if array is not None}
 
     def _to_device(self, rows: np.ndarray) -> Tensor:
         batch = torch.from_numpy(rows)
@@ -312,9 +327,10 @@ class Trainer:
         self.wrapped.eval()
         try:
             for start in range(0, len(mine), config.batch_size):
-                batch = self._to_device(self.val_rows.rows(mine[start : start + config.batch_size]))
+                rows = self.val_rows.rows(mine[start : start + config.batch_size])
+                batch = self._to_device(rows)
                 with self._autocast():
-                    logits = self.wrapped(batch[:, :-1])
+                    logits = self.wrapped(batch[:, :-1], **self._layout(rows[:, :-1]))  # masked as in training
                 loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
                 sums[0] += loss.double()
                 sums[1] += batch[:, 1:].numel()
@@ -357,6 +373,9 @@ class Trainer:
     # -- checkpoints and the end of a run ---------------------------------------------
 
     def _save(self) -> Path:
+        position = self.train_rows.position(self.state.sequences)  # a stream's place in its files (else None)
+        if position is not None:
+            self.state.extra["stream"] = position
         path = save_checkpoint(out_dir=self.out_dir, model=self.model, optimizer=self.optimizer, state=self.state,
                                tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last, tag=self._tag)
         if self.ctx.is_main:
