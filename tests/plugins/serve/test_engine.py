@@ -181,3 +181,40 @@ def test_a_model_error_ends_its_requests_and_the_engine_goes_on(model) -> None:
         assert engine.pool.free == 32
     finally:
         engine.stop()
+
+
+#: Attention layouts the paged cache must hold: sliding windows, multi-query with ALiBi, per-layer
+#: mixes, and latent attention (which caches a compressed latent and a rotary key, not keys and values).
+ARCHITECTURES = {
+    "window": {"block": {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 5}}},
+    "mqa-alibi": {"positional": {"kind": "alibi"},
+                  "block": {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1}}},
+    "per-layer-window": {"layers": [{"select": 0, "attention": {"window": 4}}]},
+    "mla": {"block": {"attention": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8,
+                                    "qk_nope_head_dim": 4, "v_head_dim": 6, "q_lora_rank": 10}}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_every_attention_layout_batches_to_its_results_alone(name) -> None:
+    import specformer
+
+    from .conftest import tiny_spec
+
+    spec = tiny_spec()
+    changes = ARCHITECTURES[name]
+    for key, value in changes.items():
+        if key == "block":
+            spec["model"]["block"] = {**spec["model"]["block"], **value}
+        else:
+            spec["model"][key] = value
+    model = specformer.build(spec, seed=3).eval()
+    requests = _requests(6, seed=4, longest=20)
+    engine = Engine(model, max_batch=6, num_blocks=64, block_size=4).start()
+    try:
+        collector = _run(engine, requests)
+    finally:
+        engine.stop()
+    for i, r in enumerate(requests):
+        assert collector.tokens[i] == _alone(model, r), f"{name}: request {i}"
+    assert engine.largest_batch > 1 and engine.pool.free == engine.pool.num_blocks
