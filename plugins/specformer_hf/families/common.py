@@ -707,7 +707,7 @@ class QwenWindows(Part):
 
 
 def _n_experts(site: Site) -> int:
-    return site.ffn.n_experts
+    return getattr(site.ffn, "n_experts", 0)  # 0 in a dense layer: no expert tensors there
 
 
 def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: str = "up_proj",
@@ -732,13 +732,21 @@ def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: s
     ]
 
 
+def _shared_halves(site: Site) -> tuple[int, int]:
+    hidden = site.ffn.shared.hidden
+    return hidden, hidden
+
+
 @dataclass(frozen=True)
 class MixtureOfExperts(Part):
     """A routed mixture of gated experts (softmax over all experts, then top-k), in place of the gated feed-forward.
 
     ``n_experts``, ``hidden`` and ``normalize`` name the family's config fields (``normalize``
     None: the top-k weights are always renormalised, as Mixtral's router does); ``saved``
-    and the expert tensor names as in :func:`expert_rules`.
+    and the expert tensor names as in :func:`expert_rules`. ``shared``: one always-on gated
+    expert of width shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate . x)
+    (Qwen2-MoE). ``dense``: decoder_sparse_step and mlp_only_layers make some layers a plain
+    gated feed-forward of width intermediate_size (Qwen-MoE), written as ``layers:`` overrides.
     """
 
     n_experts: str = "num_experts"
@@ -748,37 +756,112 @@ class MixtureOfExperts(Part):
     gate: str = "gate_proj"
     up: str = "up_proj"
     down: str = "down_proj"
+    shared: bool = False
+    dense: bool = False
+    #: Other names config.json may give the expert count (Qwen3-MoE saves num_local_experts, its hub files num_experts).
+    n_experts_aliases: tuple[str, ...] = ()
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {})["ffn"] = {
+        activation = activation_from_hf(cfg, "hidden_act")
+        count_key = next((k for k in (self.n_experts, *self.n_experts_aliases) if cfg.has(k)), self.n_experts)
+        cfg.mark_read(*self.n_experts_aliases)
+        ffn: dict[str, Any] = {
             "kind": "moe",
-            "n_experts": cfg.get_int(self.n_experts),
+            "n_experts": cfg.get_int(count_key),
             "top_k": cfg.get_int("num_experts_per_tok"),
             "hidden": cfg.get_int(self.hidden),
-            "activation": activation_from_hf(cfg, "hidden_act"),
+            "activation": activation,
             "gated": True,
             "routing": "softmax_then_topk",
             "normalize_topk": bool(cfg.get(self.normalize)) if self.normalize else True,
             "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
         }
+        if self.shared:
+            ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"), shared_gate=True)
+        model.setdefault("block", {})["ffn"] = ffn
+        if self.dense:
+            n_layers, step = cfg.get_layers("num_hidden_layers"), cfg.get_size("decoder_sparse_step")
+            only = cfg.get("mlp_only_layers") or []
+            if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < n_layers for i in only):
+                raise UserError(f"{cfg.family}: mlp_only_layers must list layer indices below {n_layers}, got {only!r}")
+            dense = [i for i in range(n_layers) if i in only or (i + 1) % step != 0]
+            if dense:
+                swiglu = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size"),
+                          "activation": activation}
+                model.setdefault("layers", []).append({"select": dense[0] if len(dense) == 1 else dense, "ffn": swiglu})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("ffn", ("moe",))
-        ffn = view.uniform("ffn")
-        if ffn.get("n_shared_experts"):
-            raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
+        kinds = view.per_layer("ffn", "kind")
+        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
+        dense = [i for i, kind in enumerate(kinds) if kind != "moe"]
+        if not moe:
+            raise NotExpressible("model.block.ffn.kind", f"Hugging Face {view.name} needs mixture-of-experts layers (moe)")
+        if dense and not self.dense:
+            raise NotExpressible("model.layers[*].ffn.kind", f"Hugging Face {view.name} has experts in every layer")
+        if any(f != moe[0] for f in moe[1:]):
+            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one expert setting")
+        ffn = moe[0]
+        if ffn.get("router") is not None:
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "
+                                 "(write it with routing and normalize_topk)")
+        for key, wanted in (("expert_bias", False), ("swiglu_limit", None), ("routing", "softmax_then_topk"), ("gated", True)):
+            if ffn.get(key, wanted) != wanted:
+                raise NotExpressible(f"model.block.ffn.{key}", f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
+        hidden = ffn["hidden"] or default_gated_hidden(view.model.d_model)
         config.update({
             self.n_experts: ffn["n_experts"],
             "num_experts_per_tok": ffn["top_k"],
-            self.hidden: ffn["hidden"] or default_gated_hidden(view.model.d_model),
+            self.hidden: hidden,
             "hidden_act": ACTIVATIONS_TO_HF[ffn["activation"]],
             "router_aux_loss_coef": ffn["aux_loss_coef"],
         })
         if self.normalize:
             config[self.normalize] = ffn["normalize_topk"]
+        if self.shared:
+            if ffn.get("n_shared_experts") != 1 or not ffn.get("shared_gate"):
+                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one gated shared expert "
+                                     "(n_shared_experts: 1, shared_gate: true)")
+            config["shared_expert_intermediate_size"] = ffn.get("shared_hidden") or hidden
+        elif ffn.get("n_shared_experts"):
+            raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
+        if self.dense:
+            config.update(decoder_sparse_step=1, mlp_only_layers=dense)
+            widths = {view.view.layers[i]["ffn"].get("hidden") or default_gated_hidden(view.model.d_model) for i in dense}
+            if len(widths) > 1:
+                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; Hugging Face "
+                                     f"{view.name} has one intermediate_size")
+            if dense:
+                config["intermediate_size"] = widths.pop()
 
     def rules(self) -> list[Rule]:
-        return expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+        rules = expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+        if self.shared:
+            rules += [
+                Fused([f"{MLP}.shared_expert.gate_proj.weight", f"{MLP}.shared_expert.up_proj.weight"],
+                      "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves),
+                Copy(f"{MLP}.shared_expert.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+                Copy(f"{MLP}.shared_expert_gate.weight", "blocks.{i}.ffn.shared_gate.weight"),
+            ]
+        if self.dense:
+            rules += GatedFFN().rules()  # the dense layers' mlp (a rule whose parameters a layer lacks is skipped)
+        return rules
+
+
+@dataclass(frozen=True)
+class NoWindows(Part):
+    """use_sliding_window must be false (Qwen-MoE's windows are not mapped); the window fields are then inert."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        cfg.require("use_sliding_window", (False,), why=f"sliding windows are not mapped for {cfg.family}")
+        cfg.mark_read("sliding_window", "max_window_layers")
+        types = cfg.get("layer_types", None)
+        if types is not None and any(t != "full_attention" for t in types):
+            raise UserError(f"{cfg.family}: layer_types with sliding_attention are not mapped; supported: full_attention only")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        if single_window(view.view, view.name) is not None:
+            raise NotExpressible("model.layers[*].attention.window", f"sliding windows are not mapped for Hugging Face {view.name}")
+        config["use_sliding_window"] = False
 
 
 # -- the family builder --------------------------------------------------------------------------------
@@ -824,7 +907,7 @@ def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | N
 
 __all__ = [
     "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "LAYER", "LLAMA_PARTS",
-    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
+    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoWindows", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
     "Rope", "Sizes", "Switch", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
     "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
     "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "replace_part", "rmsnorm",

@@ -106,6 +106,13 @@ CASES = [
     Case("stablelm-parallel", "StableLmConfig", "StableLmForCausalLM",
          _llama_like(num_key_value_heads=4, use_parallel_residual=True, tie_word_embeddings=True,
                      rope_parameters=_rope("default", partial_rotary_factor=0.5))),
+    # Routed experts (several per token) with a gated shared expert, and a dense first layer (mlp_only_layers).
+    Case("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40,
+                     shared_expert_intermediate_size=56, mlp_only_layers=[0])),
+    Case("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=48,
+                     norm_topk_prob=True, decoder_sparse_step=2, attention_bias=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

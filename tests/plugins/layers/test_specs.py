@@ -79,6 +79,14 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "StableLmConfig", vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
         num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True,
         tie_word_embeddings=False),
+    "qwen3-30b-a3b.yaml": _llama_like(
+        "Qwen3MoeConfig", vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, max_position_embeddings=40960, tie_word_embeddings=False),
+    "qwen1.5-moe-a2.7b.yaml": _llama_like(
+        "Qwen2MoeConfig", vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
+        num_experts=60, num_experts_per_tok=4, max_position_embeddings=8192, tie_word_embeddings=False),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -134,6 +142,8 @@ def shrink(data: Any) -> Any:
                     value = 96
                 elif key == "n_experts":
                     value = 4
+                elif key == "top_k":
+                    value = min(value, 2)
                 elif key == "window":
                     value = 8
                 elif key == "original_context_length":

@@ -1,0 +1,35 @@
+"""Qwen3-MoE (``model_type: qwen3_moe``, Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen3's attention, routed experts, optional
+dense layers."""
+
+from __future__ import annotations
+
+from specformer_hf.families.common import (LLAMA_PARTS, GatedFFN, MixtureOfExperts, NoWindows, QKNorm, Switch,
+                                           decoder_family, replace_part)
+
+#: transformers' Qwen3MoeConfig defaults.
+DEFAULTS = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False,
+    "sliding_window": 4096, "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+    "num_experts": 128, "norm_topk_prob": False, "router_aux_loss_coef": 0.001, "mlp_only_layers": None,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+
+FAMILY = decoder_family(
+    name="Qwen3-MoE",
+    model_type="qwen3_moe",
+    architecture="Qwen3MoeForCausalLM",
+    defaults=DEFAULTS,
+    parts=[
+        *replace_part(LLAMA_PARTS, MixtureOfExperts(hidden="moe_intermediate_size", normalize="norm_topk_prob", dense=True,
+                                                     n_experts_aliases=("num_local_experts",)),
+                      instead_of=GatedFFN),
+        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        QKNorm("head"),
+        NoWindows(),
+    ],
+    maps="as Qwen3 (per-head q/k RMSNorm, attention_bias) with ffn moe: num_experts, num_experts_per_tok, "
+         "moe_intermediate_size, norm_topk_prob; decoder_sparse_step and mlp_only_layers -> dense layers",
+    caveats="use_sliding_window must be false; reads per-expert and fused 3-D expert tensors, writes per-expert",
+)

@@ -1,0 +1,71 @@
+"""The real-shape specs of the Hugging Face families added here: active parameters per token against transformers.
+
+Totals are checked for every real-shape spec in tests/plugins/layers/test_specs.py. For a
+mixture of experts the active count is the transformers model's total (built on the meta
+device, no memory) less the experts a token does not use: in every MoE layer,
+(n_experts - top_k) experts' gate, up and down projections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import specformer
+
+SPECS = Path(__file__).resolve().parents[3] / "specs"
+
+ROPE_1M = {"rope_type": "default", "rope_theta": 1e6}
+
+#: spec file -> (transformers config class, the spec's model as its config fields).
+MOE_SPECS = {
+    "qwen3-30b-a3b.yaml": ("Qwen3MoeConfig", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, max_position_embeddings=40960, tie_word_embeddings=False, rope_parameters=ROPE_1M)),
+    "qwen1.5-moe-a2.7b.yaml": ("Qwen2MoeConfig", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
+        num_experts=60, num_experts_per_tok=4, max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=ROPE_1M)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_SPECS))
+def test_active_parameters_match_transformers(name):
+    import transformers
+
+    config_class, fields = MOE_SPECS[name]
+    config = getattr(transformers, config_class)(**fields)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in hf.parameters())
+    idle = 0
+    for layer in hf.model.layers:
+        experts = getattr(layer.mlp, "experts", None)
+        if experts is None:
+            continue  # a dense layer
+        per_expert = sum(p.numel() for p in experts.parameters()) // config.num_experts
+        idle += (config.num_experts - config.num_experts_per_tok) * per_expert
+    summary = specformer.summarize(SPECS / name)
+    assert summary.total == total
+    assert summary.active == total - idle
+
+
+@pytest.mark.parametrize("name", sorted(MOE_SPECS))
+def test_the_spec_is_what_importing_its_config_gives(name):
+    """The hand-written spec and the family's reading of the same config build the same maths."""
+    from specformer_hf.config import ConfigReader
+    from specformer_hf.family import get_families
+    from specformer_hf.specview import differences, math_view
+
+    import transformers
+
+    config_class, fields = MOE_SPECS[name]
+    config = getattr(transformers, config_class)(**fields).to_dict()
+    family = get_families().get(config["model_type"])
+    read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))
+    ours = yaml.safe_load((SPECS / name).read_text())
+    assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
