@@ -118,3 +118,13 @@ def test_the_command_line_names_the_field_and_exits_2(tmp_path: Path, capsys: py
     assert main(["train", str(spec), "--data", str(data)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no 'text' column (columns: body, id)" in err[0]
+
+
+def test_the_command_line_trains_on_the_named_field(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import yaml
+
+    data = _parquet(tmp_path / "d.parquet", TEXTS * 20, field="body")
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(out_dir=str(tmp_path / "out"), steps=2, eval_every=0, eval_steps=1)))
+    assert main(["train", str(spec), "--data", str(data), "--text-field", "body"]) == 0, capsys.readouterr().err
+    assert f"data    {data}:" in capsys.readouterr().out

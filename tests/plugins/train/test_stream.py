@@ -182,3 +182,17 @@ def test_a_position_in_other_files_starts_the_new_corpus_at_its_beginning(tmp_pa
     new.restore(position, sequences=7)  # --resume --new-data: the row count goes on, the new data from its start
     fresh = StreamRows(find_corpus(str(tmp_path / "b")), ByteTokenizer(), seq_len=SEQ, seed=1)
     assert np.array_equal(new.rows(7, 3), fresh.rows(0, 3))
+
+
+def test_streaming_reads_lazily_and_writes_no_token_cache(tmp_path: Path, _private_cache: Path) -> None:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"text": "y" * 50}) + "\n" for _ in range(20)) + "{broken\n")
+    stream = StreamRows(find_corpus(str(folder)), ByteTokenizer(), seq_len=SEQ, seed=0)
+    assert stream.rows(0, 10).shape == (10, SEQ + 1)  # the broken last line is not read yet
+    with pytest.raises(UserError, match=r"a.jsonl:21: not valid JSON"):
+        stream.rows(10, 100)
+    _many_files(tmp_path / "d", n_files=30)
+    train(tiny_spec(data=str(tmp_path / "d"), out_dir=str(tmp_path / "r"), streaming=True, eval_steps=1, steps=2,
+                    eval_every=0))
+    assert not (_private_cache / "tokens").exists()
