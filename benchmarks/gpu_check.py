@@ -1,0 +1,243 @@
+"""GPU readiness in under five minutes: training MFU and decoding bandwidth on one CUDA card.
+
+On a CUDA machine this
+
+1. trains GPT-2-124M-shaped models (``specs/gpt2-124m.yaml``: plain causal, and the same
+   with a sliding window in every layer) in bf16 autocast on random tokens for a few
+   hundred steps and prints tokens/s and MFU (model FLOPs per token from
+   ``specformer.summarize``: ``6N + 12·L·H·hd·span``, span = window or sequence);
+2. decodes greedily with a Llama-shaped model (``specs/llama-3.2-1b.yaml``, bf16, KV
+   cache) and prints tokens/s and the memory bandwidth that implies (every weight and
+   the cached keys/values read once per token) against the card's peak.
+
+The figures of a card come from :data:`CARDS` (NVIDIA datasheets, dense bf16). Without
+CUDA it prints why and exits 0, so it can sit in any script. Nothing is asserted.
+
+    python benchmarks/gpu_check.py                       # everything, defaults below
+    python benchmarks/gpu_check.py --steps 300 --batch 16 --seq 1024 --decode-tokens 256
+    python benchmarks/gpu_check.py --only decode --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN_SPEC = ROOT / "specs" / "gpt2-124m.yaml"
+DECODE_SPEC = ROOT / "specs" / "llama-3.2-1b.yaml"
+CASES = ("train-causal", "train-window", "decode")
+
+
+@dataclass(frozen=True)
+class Card:
+    bf16_tflops: float  # dense bf16 tensor-core peak
+    bandwidth_gbs: float  # HBM bandwidth, GB/s (10^9 bytes)
+
+
+#: Peak figures by a fragment of ``torch.cuda.get_device_name()``; the first match wins (order matters).
+CARDS: list[tuple[str, Card]] = [
+    ("H200", Card(989.0, 4800.0)),
+    ("H100 PCIe", Card(756.0, 2000.0)),
+    ("H100 NVL", Card(835.0, 3900.0)),
+    ("H100", Card(989.0, 3350.0)),  # SXM5
+    ("A100-SXM4-80GB", Card(312.0, 2039.0)),
+    ("A100 80GB PCIe", Card(312.0, 1935.0)),
+    ("A100", Card(312.0, 1555.0)),  # 40 GB
+]
+
+
+def card_for(name: str) -> Card | None:
+    """The peak figures of a device named ``name``, or None when it is not in :data:`CARDS`."""
+    for fragment, card in CARDS:
+        if fragment in name:
+            return card
+    return None
+
+
+# -- argument handling -----------------------------------------------------------------------------
+
+
+def positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES), help="run only these cases")
+    parser.add_argument("--steps", type=positive(int), default=200, help="training steps per case (default 200)")
+    parser.add_argument("--batch", type=positive(int), default=16, help="training batch (default 16)")
+    parser.add_argument("--seq", type=positive(int), default=1024, help="training sequence length (default 1024)")
+    parser.add_argument("--window", type=positive(int), default=256, help="window of train-window (default 256)")
+    parser.add_argument("--decode-tokens", type=positive(int), default=256, help="tokens decoded (default 256)")
+    parser.add_argument("--prompt", type=positive(int), default=128, help="prompt length for decoding (default 128)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training step and decoding")
+    parser.add_argument("--device", default="cuda", help="a CUDA device (default cuda)")
+    args = parser.parse_args(argv)
+    if not args.device.startswith("cuda"):
+        parser.error(f"--device must be a CUDA device (cuda or cuda:N), got {args.device!r}")
+    if args.window >= args.seq:
+        parser.error(f"--window ({args.window}) must be shorter than --seq ({args.seq}) to exercise the window")
+    return args
+
+
+# -- FLOPs and bytes -------------------------------------------------------------------------------
+
+
+def train_spec(*, seq: int, window: int | None) -> dict[str, Any]:
+    """GPT-2 124M's spec with context ``seq`` (and a window in every layer when given)."""
+    from specformer.spec import read_spec_file
+
+    spec = copy.deepcopy(read_spec_file(TRAIN_SPEC))
+    spec["model"]["context_length"] = seq
+    if window is not None:
+        spec["model"]["block"]["attention"]["window"] = window
+    spec.pop("train", None)
+    return spec
+
+
+def train_flops_per_token(spec: dict[str, Any]) -> float:
+    """Model FLOPs per trained token: 3 x (2 N_matmul + 4 L H hd span), from specformer.summarize."""
+    from specformer.summary import summarize
+
+    return float(summarize(spec).train_flops_per_token)
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops: float) -> float:
+    return tokens_per_s * flops_per_token / (peak_tflops * 1e12)
+
+
+def decode_bytes_per_token(*, param_bytes: int, kv_bytes_per_position: int, prompt: int, new_tokens: int) -> float:
+    """Bytes read per decoded token: every weight once, plus the cache up to the current position (mean)."""
+    mean_context = prompt + (new_tokens + 1) / 2
+    return param_bytes + kv_bytes_per_position * mean_context
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    case: str
+    tokens_per_s: float
+    utilisation: float | None  # MFU or bandwidth / peak, 0..1; None when the card is unknown
+    detail: str
+
+
+def format_report(device_name: str, rows: list[Row]) -> str:
+    lines = [f"gpu_check on {device_name}", f"{'case':<14}{'tokens/s':>12}{'of peak':>10}  detail"]
+    for row in rows:
+        share = "-" if row.utilisation is None else f"{100 * row.utilisation:.1f}%"
+        lines.append(f"{row.case:<14}{row.tokens_per_s:>12,.0f}{share:>10}  {row.detail}")
+    return "\n".join(lines)
+
+
+# -- the runs (CUDA only) --------------------------------------------------------------------------
+
+
+def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None) -> Row:
+    import torch
+    import torch.nn.functional as F
+
+    from specformer.builder import build
+
+    spec = train_spec(seq=args.seq, window=window)
+    model = build(spec, device=args.device, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    step_model = torch.compile(model) if args.compile else model
+    vocab = model.vocab_size
+    data = torch.randint(0, vocab, (args.batch, args.seq + 1), device=args.device)  # one batch: loss must fall
+    x, y = data[:, :-1], data[:, 1:]
+
+    def step() -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(step_model(x).flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()  # no sync per step
+
+    warm = min(10, args.steps)
+    first = float(step())
+    for _ in range(warm - 1):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps - warm):
+        last = step()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    tokens_per_s = (args.steps - warm) * args.batch * args.seq / max(elapsed, 1e-9)
+    flops = train_flops_per_token(spec)
+    name = "train-window" if window else "train-causal"
+    util = mfu(tokens_per_s, flops, card.bf16_tflops) if card else None
+    detail = (f"loss {first:.3f} -> {float(last):.3f}, {flops / 1e9:.2f} GFLOP/token, batch {args.batch} x {args.seq}"
+              + (f", window {window}" if window else ""))
+    return Row(name, tokens_per_s, util, detail)
+
+
+def run_decode(args: argparse.Namespace, *, card: Card | None) -> Row:
+    import torch
+
+    from specformer.builder import build
+    from specformer.spec import read_spec_file
+    from specformer.summary import summarize
+    from specformer_generate.generate import generate
+
+    spec = read_spec_file(DECODE_SPEC)
+    model = build(spec, device=args.device, dtype=torch.bfloat16, seed=0).eval()
+    prompt = torch.randint(0, model.vocab_size, (1, args.prompt), device=args.device)
+    generate(model, prompt, max_new_tokens=8, compile=args.compile)  # warm-up (and compile)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    generate(model, prompt, max_new_tokens=args.decode_tokens, compile=args.compile)
+    torch.cuda.synchronize()
+    tokens_per_s = args.decode_tokens / (time.perf_counter() - start)
+    summary = summarize(model)
+    read = decode_bytes_per_token(param_bytes=2 * summary.total, kv_bytes_per_position=summary.kv_bytes_per_token(
+        torch.bfloat16), prompt=args.prompt, new_tokens=args.decode_tokens)
+    achieved = tokens_per_s * read / 1e9
+    util = achieved / card.bandwidth_gbs if card else None
+    return Row("decode", tokens_per_s, util, f"{achieved:,.0f} GB/s achieved ({read / 1e9:.2f} GB read per token), "
+                                              f"batch 1, prompt {args.prompt}, {args.decode_tokens} new tokens")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to measure. "
+              "Run it on a machine with an NVIDIA GPU.")
+        return 0
+    name = torch.cuda.get_device_name(torch.device(args.device))
+    card = card_for(name)
+    if card is None:
+        print(f"gpu_check: {name} is not in the peak table (CARDS); tokens/s only, no share of peak")
+    rows = []
+    if "train-causal" in args.only:
+        rows.append(run_train(args, window=None, card=card))
+    if "train-window" in args.only:
+        rows.append(run_train(args, window=args.window, card=card))
+    if "decode" in args.only:
+        rows.append(run_decode(args, card=card))
+    print(format_report(name, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""benchmarks/gpu_check.py's CPU side: arguments, FLOP and byte counting, the card table, the report, no CUDA."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specformer.builder import build
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+spec = importlib.util.spec_from_file_location("gpu_check", PATH)
+gpu_check = importlib.util.module_from_spec(spec)
+sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
+spec.loader.exec_module(gpu_check)
+
+
+def test_without_cuda_it_says_so_and_exits_zero(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main([]) == 0
+    assert "no CUDA device here" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "0"], "--steps: expected a positive int, got '0'"),
+    (["--batch", "two"], "--batch: expected a positive int, got 'two'"),
+    (["--device", "cpu"], "--device must be a CUDA device"),
+    (["--window", "2048", "--seq", "1024"], "--window (2048) must be shorter than --seq (1024)"),
+    (["--only", "prefill"], "invalid choice: 'prefill'"),
+])
+def test_bad_arguments_exit_2_with_one_clear_line(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.parse_args(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_defaults_run_every_case_in_bf16_sized_for_five_minutes() -> None:
+    args = gpu_check.parse_args([])
+    assert args.only == ["train-causal", "train-window", "decode"]
+    assert (args.steps, args.batch, args.seq, args.window, args.decode_tokens) == (200, 16, 1024, 256, 256)
+
+
+def written_out_train_flops(model, *, seq: int, window: int | None) -> float:
+    """6 x (matmul parameters: every Linear in the blocks, biases counted, and the tied LM head) + 12 L H hd span."""
+    linears = [m for m in model.blocks.modules() if isinstance(m, torch.nn.Linear)]
+    matmul = sum(m.weight.numel() + (m.bias.numel() if m.bias is not None else 0) for m in linears)
+    matmul += model.embedding.weight.numel()  # the tied LM head is a matmul over the embedding
+    span = seq if window is None else min(window, seq)
+    attention = sum(12 * a.n_heads * a.head_dim * span for a in model.attention_modules())
+    return 6 * matmul + attention
+
+
+@pytest.mark.parametrize("window", [None, 256])
+def test_train_flops_per_token_are_the_written_out_count(window) -> None:
+    spec = gpu_check.train_spec(seq=1024, window=window)
+    assert spec["model"]["context_length"] == 1024
+    model = build(spec, device="meta")
+    assert gpu_check.train_flops_per_token(spec) == written_out_train_flops(model, seq=1024, window=window)
+
+
+def test_the_window_lowers_the_attention_flops_only() -> None:
+    full = gpu_check.train_flops_per_token(gpu_check.train_spec(seq=1024, window=None))
+    windowed = gpu_check.train_flops_per_token(gpu_check.train_spec(seq=1024, window=256))
+    model = build(gpu_check.train_spec(seq=1024, window=None), device="meta")
+    a = model.attention_modules()[0]
+    assert full - windowed == 12 * len(model.blocks) * a.n_heads * a.head_dim * (1024 - 256)
+
+
+def test_mfu_and_decode_bandwidth_formulas() -> None:
+    # 100k tokens/s at 1 GFLOP/token on a 989 TFLOP/s card.
+    assert gpu_check.mfu(1e5, 1e9, 989.0) == pytest.approx(1e14 / 989e12)
+    # 1 GB of weights, 1 KiB of cache per position; positions 129..256 read on average 128 + 128.5.
+    read = gpu_check.decode_bytes_per_token(param_bytes=10**9, kv_bytes_per_position=1024, prompt=128,
+                                            new_tokens=256)
+    assert read == pytest.approx(10**9 + 1024 * (128 + 128.5))
+
+
+@pytest.mark.parametrize("name,tflops,bandwidth", [
+    ("NVIDIA H100 80GB HBM3", 989.0, 3350.0), ("NVIDIA H100 PCIe", 756.0, 2000.0),
+    ("NVIDIA H200", 989.0, 4800.0), ("NVIDIA A100-SXM4-80GB", 312.0, 2039.0), ("NVIDIA A100-SXM4-40GB", 312.0, 1555.0),
+])
+def test_the_card_table_matches_the_device_names_cuda_reports(name, tflops, bandwidth) -> None:
+    card = gpu_check.card_for(name)
+    assert (card.bf16_tflops, card.bandwidth_gbs) == (tflops, bandwidth)
+
+
+def test_an_unknown_card_has_no_peak() -> None:
+    assert gpu_check.card_for("NVIDIA GeForce GTX 1080") is None
+
+
+def test_report_lines() -> None:
+    rows = [gpu_check.Row("train-causal", 123456.7, 0.4321, "loss 10.9 -> 3.2"),
+            gpu_check.Row("decode", 98.76, None, "unknown card")]
+    assert gpu_check.format_report("NVIDIA H100", rows).splitlines() == [
+        "gpu_check on NVIDIA H100",
+        "case              tokens/s   of peak  detail",
+        "train-causal       123,457     43.2%  loss 10.9 -> 3.2",
+        "decode                  99         -  unknown card",
+    ]
