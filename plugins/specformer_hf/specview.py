@@ -93,10 +93,11 @@ class SpecView:
         """``layers[*][field][key]`` (or the whole component) of every layer."""
         return [layer.get(field) if key is None else layer[field].get(key) for layer in self.layers]
 
-    def one_positional(self, *, family: str) -> None:
-        """Refuse per-layer positional schemes: ``family`` has one scheme for every layer."""
+    def one_positional(self, *, family: str, except_kinds: Collection[str] = ()) -> None:
+        """Refuse per-layer positional schemes: ``family`` has one scheme for every layer (layers of ``except_kinds``
+        aside, which the family maps itself: SmolLM3's NoPE layers)."""
         for i, scheme in enumerate(self.per_layer("positional")):
-            if scheme is not None and scheme != self.positional:
+            if scheme is not None and scheme != self.positional and scheme["kind"] not in except_kinds:
                 raise NotExpressible(f"model.layers[{i}].positional",
                                      f"{scheme['kind']!r} differs from model.positional; Hugging Face {family} "
                                      "has one positional scheme for all layers")

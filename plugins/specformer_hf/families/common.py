@@ -186,9 +186,13 @@ def _warn_unused(cfg: ConfigReader, rope_type: str, params: dict[str, Any]) -> N
 
 
 def rope_config(view: SpecView, family: str, *, legacy_theta: str | None = "rope_theta",
-                rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False) -> dict[str, Any]:
-    """``rope_parameters`` (transformers 5) plus the legacy fields transformers 4 reads."""
-    view.one_positional(family=family)
+                rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False,
+                other_layers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``rope_parameters`` (transformers 5) plus the legacy fields transformers 4 reads.
+
+    ``other_layers``: positional kinds some layers may have instead, which the family maps
+    elsewhere (``none`` for NoPE layers)."""
+    view.one_positional(family=family, except_kinds=other_layers)
     pos = view.expect(view.positional, "model.positional", ("rope",), family=family)
     if pos.get("interleaved"):
         raise NotExpressible("model.positional.interleaved", f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")
@@ -303,7 +307,7 @@ class FamilyView:
     def uniform(self, field: str, key: str | None = None) -> Any:
         return self.view.uniform(field, key, family=self.name)
 
-    def per_layer(self, field: str, key: str) -> list[Any]:
+    def per_layer(self, field: str, key: str | None = None) -> list[Any]:
         return self.view.per_layer(field, key)
 
     def block_kind(self, field: str, kinds: Sequence[str]) -> str:
@@ -372,6 +376,8 @@ class Rope(Part):
     extra_legacy: Mapping[str, str] = field(default_factory=dict)
     #: Write partial_rotary_factor even when it is 1 (a family whose default is not 1: StableLM's 0.25).
     write_fraction: bool = False
+    #: Positional kinds some layers may have instead of this rope, mapped by another part (NoPE layers: "none").
+    other_layers: tuple[str, ...] = ()
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         positional = rope(cfg, rope_types=self.rope_types, extra_legacy=dict(self.extra_legacy),
@@ -382,7 +388,7 @@ class Rope(Part):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         written = rope_config(view.view, view.name, legacy_theta=self.legacy_theta, rope_types=self.rope_types,
-                              partial=self.partial)
+                              partial=self.partial, other_layers=self.other_layers)
         if self.write_fraction:
             fraction = written["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
             written["partial_rotary_factor"] = fraction  # where transformers 4 reads it
@@ -703,6 +709,28 @@ class QwenWindows(Part):
         config.update(use_sliding_window=window is not None, sliding_window=window, max_window_layers=first, layer_types=types)
 
 
+@dataclass(frozen=True)
+class NoRopeLayers(Part):
+    """no_rope_layers (1: rope, 0: no positions) or every ``no_rope_layer_interval``-th layer without rope (SmolLM3)
+    <-> ``layers: [{select: ..., positional: none}]`` overrides."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        n_layers = cfg.get_layers("num_hidden_layers")
+        flags = cfg.get("no_rope_layers", None)
+        interval = cfg.get_size("no_rope_layer_interval")
+        if flags is None:
+            flags = [int((i + 1) % interval != 0) for i in range(n_layers)]
+        if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+            raise UserError(f"{cfg.family}: no_rope_layers must hold a 0 or 1 for each of the {n_layers} layers, got {flags!r}")
+        nope = [i for i, use_rope in enumerate(flags) if not use_rope]
+        if nope:
+            model.setdefault("layers", []).append({"select": _selection(nope, n_layers), "positional": "none"})
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = [scheme["kind"] if scheme else view.positional["kind"] for scheme in view.per_layer("positional")]
+        config["no_rope_layers"] = [int(kind != "none") for kind in kinds]
+
+
 # -- mixtures of experts ------------------------------------------------------------------------------
 
 
@@ -907,7 +935,7 @@ def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | N
 
 __all__ = [
     "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "LAYER", "LLAMA_PARTS",
-    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoWindows", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
+    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "NoWindows", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
     "Rope", "Sizes", "Switch", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
     "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
     "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "replace_part", "rmsnorm",

@@ -113,6 +113,11 @@ CASES = [
     Case("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=48,
                      norm_topk_prob=True, decoder_sparse_step=2, attention_bias=True)),
+    # NoPE every second layer (no_rope_layer_interval) and a hand-picked pattern.
+    Case("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM",
+         _llama_like(num_hidden_layers=4, no_rope_layer_interval=2, tie_word_embeddings=False, attention_bias=True)),
+    Case("smollm3-no_rope_layers", "SmolLM3Config", "SmolLM3ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, no_rope_layers=[0, 1, 1], mlp_bias=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -31,6 +31,16 @@ MOE_SPECS = {
         shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
         num_experts=60, num_experts_per_tok=4, max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=ROPE_1M)),
 }
+#: The dense ones: only the reading of their config is checked here.
+DENSE_SPECS = {
+    "stablelm-2-1.6b.yaml": ("StableLmConfig", dict(
+        vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True, tie_word_embeddings=False)),
+    "smollm3-3b.yaml": ("SmolLM3Config", dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+        num_key_value_heads=4, max_position_embeddings=65536, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 5e6})),
+}
 
 
 @pytest.mark.parametrize("name", sorted(MOE_SPECS))
@@ -54,7 +64,7 @@ def test_active_parameters_match_transformers(name):
     assert summary.active == total - idle
 
 
-@pytest.mark.parametrize("name", sorted(MOE_SPECS))
+@pytest.mark.parametrize("name", sorted({**MOE_SPECS, **DENSE_SPECS}))
 def test_the_spec_is_what_importing_its_config_gives(name):
     """The hand-written spec and the family's reading of the same config build the same maths."""
     from specformer_hf.config import ConfigReader
@@ -63,7 +73,7 @@ def test_the_spec_is_what_importing_its_config_gives(name):
 
     import transformers
 
-    config_class, fields = MOE_SPECS[name]
+    config_class, fields = {**MOE_SPECS, **DENSE_SPECS}[name]
     config = getattr(transformers, config_class)(**fields).to_dict()
     family = get_families().get(config["model_type"])
     read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))

@@ -87,6 +87,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Qwen2MoeConfig", vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
         shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
         num_experts=60, num_experts_per_tok=4, max_position_embeddings=8192, tie_word_embeddings=False),
+    "smollm3-3b.yaml": _llama_like(
+        "SmolLM3Config", vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=65536, tie_word_embeddings=True),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -158,6 +161,8 @@ def shrink(data: Any) -> Any:
 
     data = walk(data)
     data["model"].update(SHRINK)
+    if data["model"].get("layers"):
+        data["model"]["n_layers"] = 4  # layer overrides such as "3::4" (SmolLM3's NoPE layers) still select one
     return data
 
 
@@ -183,7 +188,7 @@ def test_reduced_size_builds_and_trains(name: str) -> None:
 
 def test_gemma2_alternates_local_and_global_layers() -> None:
     model = specformer.build(shrink(yaml.safe_load((SPECS / "gemma-2-2b.yaml").read_text())), device="meta")
-    assert [a.window for a in model.attention_modules()] == [8, None]
+    assert [a.window for a in model.attention_modules()] == [8, None, 8, None]
     full = specformer.build(SPECS / "gemma-2-2b.yaml", device="meta")
     windows = [a.window for a in full.attention_modules()]
     assert windows[0::2] == [4096] * 13 and windows[1::2] == [None] * 13
