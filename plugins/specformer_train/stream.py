@@ -12,7 +12,9 @@ corpus larger than memory or than the disk cache trains at once:
   :class:`~specformer_train.data.PackedRows` cuts rows (without the per-epoch offset and
   shuffle, which need the whole corpus).
 - **Validation.** The first documents in sorted file order, as many as make
-  ``eval_steps * batch_size`` rows, are held out (kept in memory) and never trained on.
+  ``eval_steps * batch_size`` rows, are held out (kept in memory, cut to exactly those
+  rows, so evaluation reads the same rows whatever the number of processes) and never
+  trained on.
 - **Position.** The stream's place is ``(epoch, file in the epoch's order, document in
   the file, tokens of that document already read)``: JSON in ``trainer.json`` (key
   ``extra.stream``). Resuming opens that file, skips to that document and that token,
@@ -196,8 +198,8 @@ class StreamRows:
         parts, total = [], 0
         for index, path in enumerate(self.files):
             for document, text in enumerate(read_documents(path, text_field=self.text_field)):
-                if total >= count:
-                    return np.concatenate(parts), (index, document)
+                if total >= count:  # exactly the rows asked for; the rest of the last document is not trained on
+                    return np.concatenate(parts)[:count], (index, document)
                 parts.append(self._encode(text))
                 total += len(parts[-1])
         raise UserError(f"train.streaming: the corpus ({total:,} tokens) is no longer than the {count:,} tokens "

@@ -94,3 +94,25 @@ def test_a_refused_start_stops_every_process_at_once(single) -> None:
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode != 0
     assert "holds an earlier run" in done.stderr and "could not start the run" in done.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_streaming_match_one(tmp_path: Path) -> None:
+    """Each process reads the whole stream and keeps its slice of every global batch."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"part-{i:02d}.txt").write_text(make_text(300, seed=10 + i))
+    settings = dict(data=str(corpus), steps=6, save_every=3, eval_every=3, eval_steps=1, seed=5, streaming=True)
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, eval_steps=2, **{
+        k: v for k, v in settings.items() if k != "eval_steps"})))  # the same 4 validation rows held out
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(tmp_path / "one.yaml", out_dir=str(tmp_path / "single"))
+    finally:
+        torch.set_num_threads(before)
+    torchrun(tmp_path / "two.yaml", tmp_path / "ddp", "--set", "train.distributed=ddp")
+    assert curve(tmp_path / "ddp") == curve(tmp_path / "single")
+    assert values(tmp_path / "ddp") == pytest.approx(values(tmp_path / "single"), abs=1e-5)

@@ -107,12 +107,15 @@ def test_validation_holds_out_the_first_documents_and_training_never_reads_them(
     docs = _many_files(tmp_path / "c")
     corpus = find_corpus(str(tmp_path / "c"))
     stream = StreamRows(corpus, ByteTokenizer(), seq_len=SEQ, seed=3, holdout_rows=2)
-    held = _documents_of(stream.val_tokens.tolist())
+    val = stream.val_tokens.tolist()
     all_docs = [d for name in sorted(docs) for d in docs[name]]
-    assert held == all_docs[: len(held)] and len(stream.val_tokens) >= 2 * SEQ + 1
-    per_epoch = sum(len(d.encode()) + 1 for d in all_docs[len(held):])
+    assert len(val) == 2 * SEQ + 1  # exactly the rows asked for
+    n_held = val.count(EOT) + (val[-1] != EOT)  # the last held-out document may be cut short
+    expected_val = [t for d in all_docs[:n_held] for t in [*d.encode(), EOT]][: len(val)]
+    assert val == expected_val  # the first documents in sorted file order
+    per_epoch = sum(len(d.encode()) + 1 for d in all_docs[n_held:])
     trained = _documents_of(_stream_text(stream.rows(0, (2 * per_epoch) // SEQ)))
-    assert not set(held) & set(trained) and set(trained) == set(all_docs[len(held):])
+    assert set(trained) == set(all_docs[n_held:])  # the rest, and none held out
 
 
 def test_a_corpus_no_longer_than_the_validation_is_one_clear_error(tmp_path: Path) -> None:
