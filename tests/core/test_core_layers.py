@@ -18,7 +18,8 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 #: layers below it, never above. A new module must be placed here.
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundations", {"errors", "messages", "strict", "layer_groups", "positional", "context", "threads",
-                     "version", "datafile", "memory", "tokenizer", "checkpoint_file", "attention", "atomic", "devices"}),
+                     "version", "datafile", "memory", "tokenizer", "checkpoint_file", "attention", "atomic", "devices",
+                     "masks"}),
     ("spec shapes", {"spec_shapes"}),
     ("registry and plugins", {"registry", "hookspecs", "plugins", "params"}),
     ("validation", {"validate", "provenance"}),
