@@ -35,7 +35,8 @@ def forward_step(model: nn.Module, x: Tensor) -> None:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor) -> None:
-    """Forward, backward and AdamW; an auxiliary loss (MoE load balancing) is added when present."""
+    """Forward, backward and AdamW; an auxiliary loss (MoE load balancing) is added when present, and a
+    model's ``after_optimizer_step()`` runs after the step when it has one (as a trainer would call it)."""
     loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
     aux = model.auxiliary_loss() if hasattr(model, "auxiliary_loss") else None
     if aux is not None:
@@ -43,6 +44,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tenso
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
+    after_step = getattr(model, "after_optimizer_step", None)  # e.g. MoE routers balanced by bias
+    if after_step is not None:
+        after_step()
 
 
 def compare(ours: nn.Module, peer: nn.Module, *, vocab: int, batch: int, seq: int, repeats: int, device: str) -> Rows:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -47,8 +47,8 @@ class MoE(nn.Module):
     expert, no loop over tokens). Each forward sets ``self.aux_loss``: the Switch/Mixtral
     load-balancing loss ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing
     slots that went to expert ``e``, summing to ``top_k``; ``P_e``: mean router
-    probability of ``e``) times ``aux_loss_coef``; ``Decoder.auxiliary_loss()`` adds
-    these up over layers for the trainer.
+    probability of ``e``) times ``aux_loss_coef`` (None when the coefficient is 0);
+    ``Decoder.auxiliary_loss()`` adds these up over layers for the trainer.
     """
 
     class Params(Params):
@@ -181,7 +181,9 @@ class MoE(nn.Module):
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D)
         weights, experts, probs = self.route(tokens)
-        self.aux_loss = self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
+        # No loss term at all when its weight is 0 (DeepSeek-V3 balances by bias instead).
+        self.aux_loss = (self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
+                         if self.aux_loss_coef else None)
         out = self.run_experts(tokens, experts, weights.to(x.dtype))
         if self.shared is not None:
             shared = self.shared(tokens)
@@ -203,28 +205,32 @@ class MoE(nn.Module):
         # data: torch.compile can trace this one.
         counts = torch.zeros(self.n_experts, dtype=torch.long, device=slots.device)
         counts = counts.scatter_add(0, slots, torch.ones_like(slots))
+        sizes = counts.tolist()
         grouped = tokens[order // k]  # (N*k, D): each slot's token, sorted by expert
+        grouped_weights = weights.flatten()[order, None]  # (N*k, 1), in the same order
+        w_in, w_out, b_in, b_out = (_per_expert(p) for p in
+                                    (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
         outputs = []
-        for e, block in enumerate(grouped.split(counts.tolist())):
-            outputs.append(self.expert(e, block))
-        # Back to slot order by a copy (not an atomic scatter-add), so results are deterministic.
-        per_slot = _unsort(torch.cat(outputs), order).view(n_tokens, k, -1)  # (N, k, D)
-        return (per_slot * weights[..., None]).sum(dim=1)  # (N, D)
+        for e, (block, block_weights) in enumerate(zip(grouped.split(sizes), grouped_weights.split(sizes))):
+            h = F.linear(block, w_in[e], None if b_in is None else b_in[e])  # (n_e, 2*hidden or hidden)
+            outputs.append(F.linear(self.hidden_activation(h), w_out[e], None if b_out is None else b_out[e])
+                           * block_weights)  # weighted while the block is small
+        # Back to slot order by one copy (not an atomic scatter-add), so results are deterministic.
+        sorted_out = torch.cat(outputs)  # (N*k, D), sorted by expert
+        per_slot = torch.empty_like(sorted_out).index_copy_(0, order, sorted_out)  # (N*k, D), slot order
+        return per_slot.view(n_tokens, k, -1).sum(dim=1)  # (N, D)
 
-    def expert(self, e: int, block: Tensor) -> Tensor:
-        """Expert ``e`` on the rows ``block`` ``(n_e, D)`` routed to it."""
-        h = F.linear(block, self.experts_in[e], None if self.experts_in_bias is None else self.experts_in_bias[e])
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)  # (n_e, hidden) each
-            if self.swiglu_limit is not None:  # gpt-oss: clamped, with a shifted up projection
-                gate = gate.clamp(max=self.swiglu_limit)
-                up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
-                h = (up + 1) * (gate * torch.sigmoid(self.swiglu_alpha * gate))
-            else:
-                h = self.activation(gate) * up
-        else:
-            h = self.activation(h)
-        return F.linear(h, self.experts_out[e], None if self.experts_out_bias is None else self.experts_out_bias[e])
+    def hidden_activation(self, h: Tensor) -> Tensor:
+        """An expert's hidden activation from its input projection ``h`` (``[gate; up]`` when gated)."""
+        if not self.gated:
+            return self.activation(h)
+        gate, up = h.chunk(2, dim=-1)  # (n_e, hidden) each
+        if self.swiglu_limit is None:
+            return self.activation(gate) * up
+        # gpt-oss: the gate clamped from above, the up projection both ways and shifted by one.
+        gate = gate.clamp(max=self.swiglu_limit)
+        up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
+        return (up + 1) * (gate * torch.sigmoid(self.swiglu_alpha * gate))
 
     def active_parameters(self) -> int:
         """Weights one token's forward multiplies by: the router, ``top_k`` experts and the shared experts."""
@@ -252,9 +258,14 @@ class MoE(nn.Module):
                 f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}")
 
 
-def _unsort(sorted_rows: Tensor, order: Tensor) -> Tensor:
-    """Rows back in their original order: ``out[order[i]] = sorted_rows[i]``."""
-    return torch.empty_like(sorted_rows).index_copy(0, order, sorted_rows)
+def _per_expert(stack: Any) -> Any:
+    """Expert ``e``'s slice of a stacked weight as ``result[e]``.
+
+    A parameter is unbound once, so backward assembles its gradient in one piece; indexing
+    it expert by expert would make backward write a full-size zero gradient per expert. A
+    quantized stack (not a tensor) is indexed as it is.
+    """
+    return stack.unbind(0) if isinstance(stack, Tensor) else stack
 
 
 def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:

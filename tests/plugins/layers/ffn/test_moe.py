@@ -175,10 +175,15 @@ def test_decoder_collects_aux_loss_of_every_layer() -> None:
     assert all(0.1 * 2 * 0.99 < v.item() < 0.1 * 4 for v in per_layer)  # between balanced and fully collapsed
 
 
-def test_zero_coefficient_gives_zero_loss() -> None:
+def test_zero_coefficient_gives_no_loss() -> None:
     moe = _random_moe(aux_loss_coef=0.0)
     moe(torch.randn(1, 4, 16, dtype=torch.float64))
-    assert moe.aux_loss.item() == 0.0
+    assert moe.aux_loss is None
+    spec = tiny_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "aux_loss_coef": 0.0}
+    model = specformer.build(spec, seed=0)
+    model(torch.randint(0, 61, (1, 5)))
+    assert model.auxiliary_loss() is None  # nothing for the trainer to add
 
 
 def test_topk_then_softmax_equals_normalised_softmax_then_topk() -> None:
