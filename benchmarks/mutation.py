@@ -159,6 +159,30 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "killed outside the run (warning stacklevel; see pytest_add_cli_args)",
 }
 
+# Whole families of equivalent mutants, as (module prefix, pattern on the original line, its
+# replacement, reason): a survivor is equivalent when one match of the pattern, replaced, gives
+# the mutated line.
+SAMPLERS = "plugins/specformer_generate/samplers/"
+TWO_AXES = "a sampler's logits are (B, V) by contract (Sampler.process refuses any other rank), so axis -1 is axis 1"
+EQUIVALENT_PATTERNS: list[tuple[str, str, str, str]] = [
+    ("", r'float\("-inf"\)', 'float("-INF")', "Python reads the string case-insensitively: the same -inf"),
+    (SAMPLERS, r"dim=-1", "dim=+1", TWO_AXES),
+    (SAMPLERS, r"shape\[-1\]", "shape[+1]", TWO_AXES),
+    (SAMPLERS, r"(gather|scatter_?)\(-1", r"\1(+1", TWO_AXES),
+    (SAMPLERS, r"(torch\.(?:sort|topk)\(.*), dim=-1\)", r"\1, )", "torch.sort and torch.topk default to the last axis"),
+]
+
+
+def pattern_equivalence(module: str, removed: str, added: str) -> str | None:
+    """The reason a survivor belongs to one of :data:`EQUIVALENT_PATTERNS`, if it does."""
+    for prefix, pattern, replacement, reason in EQUIVALENT_PATTERNS:
+        if not module.startswith(prefix):
+            continue
+        for match in re.finditer(pattern, removed):
+            if removed[: match.start()] + match.expand(replacement) + removed[match.end():] == added:
+                return reason
+    return None
+
 
 @dataclass
 class Survivor:
@@ -389,7 +413,8 @@ def describe_survivor(module: str, name: str, stage: Path) -> Survivor:
     shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=stage, capture_output=True, text=True)
     diff = "\n".join(line for line in shown.stdout.splitlines() if not line.startswith("#")).strip()
     line, removed, added = changed_line(stage / src_path(module), name, diff)
-    equivalent = EQUIVALENT.get((module, removed.strip(), added.strip()))
+    equivalent = EQUIVALENT.get((module, removed.strip(), added.strip())) or pattern_equivalence(
+        module, removed.strip(), added.strip())
     return Survivor(name=name, location=f"{module}:{line}", diff=diff, equivalent=equivalent)
 
 
