@@ -86,6 +86,8 @@ def _write_entry(corpus: Corpus, tokenizer: Tokenizer, data_path: Path, info_pat
                 bar.update(characters)
             out.flush()
             os.fsync(out.fileno())
+        if documents == 0:  # e.g. Parquet files without rows: nothing to train on, and no entry to keep
+            raise UserError(f"{corpus.description}: the corpus holds no document (every file has no records)")
         os.replace(tmp, data_path)
     finally:
         if tmp.exists():

@@ -128,3 +128,13 @@ def test_the_command_line_trains_on_the_named_field(tmp_path: Path, capsys: pyte
     spec.write_text(yaml.safe_dump(tiny_spec(out_dir=str(tmp_path / "out"), steps=2, eval_every=0, eval_steps=1)))
     assert main(["train", str(spec), "--data", str(data), "--text-field", "body"]) == 0, capsys.readouterr().err
     assert f"data    {data}:" in capsys.readouterr().out
+
+
+def test_files_without_records_are_one_clear_error(tmp_path: Path) -> None:
+    from specformer.tokenizer import ByteTokenizer
+    from specformer_train.cache import tokenize_corpus
+
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
+    with pytest.raises(UserError, match=r"empty.parquet: the corpus holds no document"):
+        tokenize_corpus(find_corpus(str(tmp_path / "empty.parquet")), ByteTokenizer(), cache=str(tmp_path / "c"))
+    assert not list((tmp_path / "c" / "tokens").iterdir())  # no entry, no temporary left
