@@ -194,33 +194,44 @@ def rope_config(view: SpecView, family: str, *, legacy_theta: str | None = "rope
     elsewhere (``none`` for NoPE layers)."""
     view.one_positional(family=family, except_kinds=other_layers)
     pos = view.expect(view.positional, "model.positional", ("rope",), family=family)
-    if pos.get("interleaved"):
-        raise NotExpressible("model.positional.interleaved", f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")
-    params: dict[str, Any] = {"rope_type": "default", "rope_theta": pos["theta"]}
-    if pos.get("fraction", 1.0) != 1.0:
-        if not partial:
-            raise NotExpressible("model.positional.fraction", f"{pos['fraction']}: Hugging Face {family} rotates whole heads")
-        params["partial_rotary_factor"] = pos["fraction"]
+    params = rope_parameters_of(pos, family, path="model.positional", rope_types=rope_types, partial=partial,
+                                context_length=view.model.context_length)
     scaling = pos.get("scaling")
-    if scaling:
-        rope_type = next((t for t, (kind, _) in ROPE_SCALINGS.items() if kind == scaling["kind"]), None)
-        if rope_type is None or rope_type not in rope_types:
-            raise NotExpressible("model.positional.scaling.kind", f"{scaling['kind']!r} has no equivalent in Hugging Face {family}")
-        params["rope_type"] = rope_type
-        if rope_type == "dynamic" and scaling.get("original_context_length") not in (None, view.model.context_length):
-            raise NotExpressible(
-                "model.positional.scaling.original_context_length",
-                f"Hugging Face dynamic scaling starts at max_position_embeddings (the context_length, {view.model.context_length})",
-            )
-        for key, name in ROPE_SCALINGS[rope_type][1].items():
-            if scaling.get(name) is not None:
-                params[key] = scaling[name]
     out: dict[str, Any] = {"rope_parameters": params}
     if scaling:
         out["rope_scaling"] = dict(params)  # transformers 4 reads this (5 too, and finds the same)
     elif legacy_theta:
         out[legacy_theta] = pos["theta"]
     return out
+
+
+def rope_parameters_of(pos: dict[str, Any], family: str, *, path: str, context_length: int,
+                       rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False) -> dict[str, Any]:
+    """One ``rope`` scheme (full params) as transformers' rope parameters; NotExpressible (at ``path``) otherwise."""
+    if pos["kind"] != "rope":
+        raise NotExpressible(f"{path}.kind", f"{pos['kind']!r} has no equivalent in Hugging Face {family} (which uses 'rope')")
+    if pos.get("interleaved"):
+        raise NotExpressible(f"{path}.interleaved", f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")
+    params: dict[str, Any] = {"rope_type": "default", "rope_theta": pos["theta"]}
+    if pos.get("fraction", 1.0) != 1.0:
+        if not partial:
+            raise NotExpressible(f"{path}.fraction", f"{pos['fraction']}: Hugging Face {family} rotates whole heads")
+        params["partial_rotary_factor"] = pos["fraction"]
+    scaling = pos.get("scaling")
+    if scaling:
+        rope_type = next((t for t, (kind, _) in ROPE_SCALINGS.items() if kind == scaling["kind"]), None)
+        if rope_type is None or rope_type not in rope_types:
+            raise NotExpressible(f"{path}.scaling.kind", f"{scaling['kind']!r} has no equivalent in Hugging Face {family}")
+        params["rope_type"] = rope_type
+        if rope_type == "dynamic" and scaling.get("original_context_length") not in (None, context_length):
+            raise NotExpressible(
+                f"{path}.scaling.original_context_length",
+                f"Hugging Face dynamic scaling starts at max_position_embeddings (the context_length, {context_length})",
+            )
+        for key, name in ROPE_SCALINGS[rope_type][1].items():
+            if scaling.get(name) is not None:
+                params[key] = scaling[name]
+    return params
 
 
 # -- sliding windows ------------------------------------------------------------------------------
@@ -573,10 +584,12 @@ class QKNorm(Part):
 
     scope: str = "head"
     eps_key: str = "rms_norm_eps"
+    #: 1 for Gemma 3's (1 + w) weights.
+    offset: float = 0.0
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         attention = model.setdefault("block", {}).setdefault("attention", {})
-        attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key), qk_norm_scope=self.scope)
+        attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset), qk_norm_scope=self.scope)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         if view.uniform("attention", "qk_norm") is None:
@@ -663,7 +676,7 @@ def _windowed(model: dict[str, Any], windows: list[int | None]) -> None:
     model.setdefault("block", {}).setdefault("attention", {})["window"] = base
     layers = window_layers(base, windows)
     if layers:
-        model["layers"] = layers
+        model.setdefault("layers", []).extend(layers)
 
 
 @dataclass(frozen=True)
@@ -939,5 +952,5 @@ __all__ = [
     "Rope", "Sizes", "Switch", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
     "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
     "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "replace_part", "rmsnorm",
-    "rmsnorm_config", "rope", "rope_config", "single_window", "window_layers",
+    "rmsnorm_config", "rope", "rope_config", "rope_parameters_of", "single_window", "window_layers",
 ]

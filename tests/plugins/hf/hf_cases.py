@@ -118,6 +118,16 @@ CASES = [
          _llama_like(num_hidden_layers=4, no_rope_layer_interval=2, tie_word_embeddings=False, attention_bias=True)),
     Case("smollm3-no_rope_layers", "SmolLM3Config", "SmolLM3ForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, no_rope_layers=[0, 1, 1], mlp_bias=True)),
+    # Local layers (window, theta 10k) and global ones (theta 1M, linear scaling 8), q/k (1 + w) norms, untied.
+    Case("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=24,
+                     layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                     tie_word_embeddings=False,
+                     rope_parameters={"sliding_attention": _rope("default"),
+                                      "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}})),
+    Case("gemma3-pattern-softcapped", "Gemma3TextConfig", "Gemma3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=32, sliding_window=WINDOW,
+                     sliding_window_pattern=2, final_logit_softcapping=3.0)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -40,6 +40,9 @@ DENSE_SPECS = {
         vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
         num_key_value_heads=4, max_position_embeddings=65536, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 5e6})),
+    "gemma-3-1b.yaml": ("Gemma3TextConfig", dict(
+        vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, sliding_window=512, max_position_embeddings=32768)),
 }
 
 

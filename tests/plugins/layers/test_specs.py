@@ -90,6 +90,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "smollm3-3b.yaml": _llama_like(
         "SmolLM3Config", vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=65536, tie_word_embeddings=True),
+    "gemma-3-1b.yaml": _llama_like(
+        "Gemma3TextConfig", vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512, max_position_embeddings=32768),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -162,7 +165,7 @@ def shrink(data: Any) -> Any:
     data = walk(data)
     data["model"].update(SHRINK)
     if data["model"].get("layers"):
-        data["model"]["n_layers"] = 4  # layer overrides such as "3::4" (SmolLM3's NoPE layers) still select one
+        data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
     return data
 
 
@@ -188,7 +191,7 @@ def test_reduced_size_builds_and_trains(name: str) -> None:
 
 def test_gemma2_alternates_local_and_global_layers() -> None:
     model = specformer.build(shrink(yaml.safe_load((SPECS / "gemma-2-2b.yaml").read_text())), device="meta")
-    assert [a.window for a in model.attention_modules()] == [8, None, 8, None]
+    assert [a.window for a in model.attention_modules()] == [8, None] * 3
     full = specformer.build(SPECS / "gemma-2-2b.yaml", device="meta")
     windows = [a.window for a in full.attention_modules()]
     assert windows[0::2] == [4096] * 13 and windows[1::2] == [None] * 13
