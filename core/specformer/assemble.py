@@ -77,9 +77,12 @@ def layer_positionals(resolved: ResolvedModel, blocks: list[nn.Module], model_sc
     """
     m = resolved.spec
 
+    refs: dict[int, str] = {}  # one JSON form per resolved part (shared by the layers of a group)
+
     def key(part: ResolvedPart, attention: nn.Module) -> tuple[str, int, int]:
-        ref = json.dumps(part.resolved.to_dict(), sort_keys=True)
-        return ref, int(attention.n_heads), positional_dim_of(attention)
+        if id(part) not in refs:
+            refs[id(part)] = json.dumps(part.resolved.to_dict(), sort_keys=True)
+        return refs[id(part)], int(attention.n_heads), positional_dim_of(attention)
 
     found = {key(resolved.positional, first_attention): 0}
     schemes: list[PositionalScheme] = []

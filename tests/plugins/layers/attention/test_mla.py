@@ -12,6 +12,7 @@ The formula (DeepSeek-V2, arXiv:2405.04434, section 2.1), per token t and head h
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,3 +191,24 @@ def test_matches_transformers_deepseek_v3(case: str) -> None:
                              min_new_tokens=10)
     assert torch.equal(ours, theirs)
 
+
+
+def test_summary_reports_cache_bytes_and_total_against_active_parameters(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A DeepSeek-shaped spec: MLA and a routed MoE, 2 of 4 experts per token (each expert 3 x 16 x 32 weights)."""
+    import yaml
+
+    from specformer.cli import main
+
+    spec = mla_spec()
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}
+    s = summarize(spec)
+    assert s.total == specformer.build(spec, seed=0).num_parameters()
+    assert s.active == s.total - 2 * (4 - 2) * 3 * 16 * 32  # two layers, two experts each left out
+    assert s.to_dict()["active_params"] == s.active
+    path = tmp_path / "deepseek-like.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["summary", str(path)]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert f"active / token {s.active:,} {100 * s.active / s.total:.1f}%" in lines
+    assert "KV cache / token 128 B fp32, 64 B bf16" in lines  # 2 layers x (12 + 4) values x 4 bytes
