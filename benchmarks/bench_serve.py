@@ -12,7 +12,7 @@ each streamed, and a plain transformers loop runs ``LlamaForCausalLM.generate`` 
 weights over the same prompts in batches of ``--clients`` (left-padded, the usual way to
 batch offline with transformers; no server, no HTTP). Printed: aggregate tokens/s and the
 ratio to the sequential figure, time to first token and inter-token latency percentiles
-(each streamed chunk carries its tokens' logprobs, so latencies are per token), and whether
+(each streamed chunk carries its new tokens' ids, so latencies are per token), and whether
 the concurrent results equal the sequential ones token for token.
 
     python benchmarks/bench_serve.py                        # CPU, d_model 256, 4 layers, ~2 min on 2 cores
@@ -67,7 +67,7 @@ def start_server(checkpoint: Path, *, max_batch: int, threads: int) -> tuple[sub
 def one_request(client: httpx.Client, url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
     """Stream one completion; the arrival time of each token, and the tokens."""
     body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "logprobs": 0, "return_token_ids": True}
+            "return_token_ids": True}
     start = time.perf_counter()
     arrivals: list[float] = []
     tokens: list[int] = []
@@ -79,8 +79,9 @@ def one_request(client: httpx.Client, url: str, prompt: list[int], max_tokens: i
             chunk = json.loads(line[6:])
             for choice in chunk["choices"]:
                 now = time.perf_counter()
-                arrivals += [now] * len((choice.get("logprobs") or {}).get("tokens") or [])
-                tokens = choice.get("token_ids", tokens)
+                new = choice.get("token_ids") or []  # each chunk carries its new tokens' ids
+                arrivals += [now] * len(new)
+                tokens += new
     return {"start": start, "arrivals": arrivals, "tokens": tokens}
 
 
@@ -157,6 +158,7 @@ def main() -> None:
     rng = random.Random(0)
     prompts = [[rng.randrange(256) for _ in range(rng.randrange(16, 49))] for _ in range(args.requests)]
     total_tokens = args.requests * args.max_tokens
+    load = os.getloadavg()
     print(f"torch {torch.__version__}, {args.threads} thread(s); Llama-shaped d_model={d}, {args.layers} layers, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; {args.requests} requests of "
           f"{args.max_tokens} new tokens, prompts 16-48 tokens, greedy")
@@ -190,6 +192,7 @@ def main() -> None:
         print(f"\nspecformer serve concurrent / transformers batched: {con_rate / rate:.2f}")
     print(f"concurrent results identical to sequential: {'yes' if same else 'NO'}; largest decode batch "
           f"{stats['largest_batch']}, KV blocks free after the run {stats['free_blocks']}/{stats['total_blocks']}")
+    print(f"load average before / after: {load[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

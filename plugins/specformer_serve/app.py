@@ -15,6 +15,7 @@ import asyncio
 import hmac
 import json
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -128,8 +129,8 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         except ValueError as exc:
             raise RequestError(str(exc), param="max_tokens" if "max_tokens" in str(exc) else "prompt",
                                code="context_length_exceeded") from None
-    loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
+    post = _Poster.for_app(request)
     choices: list[Choice] = []
     for i, prompt in enumerate(prompts):
         budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
@@ -139,10 +140,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
             choices.append(choice)
 
             def emit(event: Any, index: int = index) -> None:
-                try:
-                    loop.call_soon_threadsafe(queue.put_nowait, (index, event))
-                except RuntimeError:  # the event loop is gone (server shutting down)
-                    pass
+                post(queue, (index, event))
 
             # Choice j of a prompt is that prompt alone with seed + j (so n > 1 gives different draws).
             request_seed = None if seed is None else seed + j
@@ -172,6 +170,45 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
     })
 
 
+class _Poster:
+    """Hands engine events to the event loop, waking it once per batch rather than once per token.
+
+    The engine thread emits one event per running request per step; waking the loop for each
+    (``call_soon_threadsafe`` writes to its self-pipe) costs a system call and a context
+    switch apiece. Events wait in a list; the first one of a batch schedules a drain.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: list[tuple[asyncio.Queue, Any]] = []
+        self.lock = threading.Lock()
+
+    @classmethod
+    def for_app(cls, request: Request) -> "_Poster":
+        """The application's poster for the running event loop (one per loop, kept in the app's state)."""
+        loop = asyncio.get_running_loop()
+        poster = getattr(request.app.state, "poster", None)
+        if poster is None or poster.loop is not loop:
+            poster = request.app.state.poster = cls(loop)
+        return poster
+
+    def __call__(self, queue: asyncio.Queue, item: Any) -> None:
+        with self.lock:
+            self.pending.append((queue, item))
+            if len(self.pending) > 1:
+                return  # a drain is scheduled already
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the event loop is gone (server shutting down)
+            pass
+
+    def _drain(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for queue, item in pending:
+            queue.put_nowait(item)
+
+
 @dataclass
 class _Meta:
     id: str
@@ -199,6 +236,9 @@ async def _next_event(request: Request, queue: asyncio.Queue, choices: list[Choi
         except asyncio.TimeoutError:
             continue
         choices[index].feed(event)
+        while not queue.empty():  # whatever else has arrived: one wake-up, one write
+            index, event = queue.get_nowait()
+            choices[index].feed(event)
         return True
 
 
@@ -211,6 +251,7 @@ async def _stream(request: Request, queue: asyncio.Queue, choices: list[Choice],
         while not all(c.done for c in choices):
             if not await _next_event(request, queue, choices):
                 return
+            out = []
             for c in choices:
                 if c.error:
                     yield _sse({"error": {"message": f"generation failed: {c.error}", "type": "server_error",
@@ -218,17 +259,21 @@ async def _stream(request: Request, queue: asyncio.Queue, choices: list[Choice],
                     return
                 piece = c.delta()
                 new_logprobs = c.logprobs[c.streamed_logprobs:]
+                new_tokens = c.tokens[c.streamed_tokens:] if meta.token_ids else []
                 finish = c.finish_reason if c.done and not c.ended else None
-                if not (piece or new_logprobs or finish):
+                if not (piece or new_logprobs or new_tokens or finish):
                     continue
-                c.streamed_logprobs, c.ended = len(c.logprobs), c.ended or finish is not None
+                c.streamed_logprobs, c.streamed_tokens = len(c.logprobs), len(c.tokens)
+                c.ended = c.ended or finish is not None
                 extra: dict[str, Any] = {}
                 if new_logprobs:
                     extra["logprobs"] = _logprobs_body(new_logprobs, tokenizer, meta.chat)
-                if finish and meta.token_ids:
-                    extra["token_ids"] = c.tokens
+                if new_tokens:
+                    extra["token_ids"] = new_tokens  # the ids of this chunk's new tokens (vLLM's streaming form)
                 content = {"content": piece} if meta.chat else piece
-                yield _sse(_chunk(meta, c.index, content, finish, **extra))
+                out.append(_sse(_chunk(meta, c.index, content, finish, **extra)))
+            if out:
+                yield "".join(out)  # one write for every choice's chunk
         if include_usage:
             yield _sse({"id": meta.id, "object": _chunk_object(meta), "created": meta.created, "model": meta.model,
                         "choices": [], "usage": _usage(choices)})

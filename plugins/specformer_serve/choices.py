@@ -30,6 +30,7 @@ class Choice:
     finish_reason: str | None = None  # stop, length; set once the choice is over
     error: str | None = None
     streamed_logprobs: int = 0  # how many logprob entries a stream has delivered
+    streamed_tokens: int = 0  # how many token ids a stream has delivered (return_token_ids)
     ended: bool = False  # a stream has sent this choice's finish_reason
 
     @property

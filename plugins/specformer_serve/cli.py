@@ -25,6 +25,8 @@ from specformer_serve.app import ServeConfig
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
 
+#: Seconds a Python thread may hold the GIL while another waits (CPython's default is 0.005).
+SWITCH_INTERVAL = 0.0005
 #: The environment variable read when --api-key is not given.
 API_KEY_ENV = "SPECFORMER_API_KEY"
 
@@ -98,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     if api_key is None and not _loopback(args.host):
         print(f"note: listening on {args.host} without --api-key: anyone who can reach this address can use the model",
               file=sys.stderr)
+    # The engine thread gives up the GIL inside every PyTorch call; with the default 5 ms switch
+    # interval, getting it back from a busy event loop can cost up to 5 ms a time, many times a step.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     server.run()
     return 0
 

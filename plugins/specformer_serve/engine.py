@@ -85,6 +85,7 @@ class _Sequence:
     need_blocks: int  # blocks for prompt + max_new_tokens: the most it can ever hold
     blocks: list[int] = field(default_factory=list)
     cached: int = 0  # tokens whose keys/values are in the cache
+    last: int = -1  # the latest token emitted: the next decode step's input
     produced: int = 0  # tokens emitted
     cancelled: bool = False
 
@@ -265,22 +266,30 @@ class Engine:
         for sequence in rows:
             self._grow(sequence, sequence.cached + 1)
         self.cache.plan([s.blocks for s in rows], [s.cached for s in rows], 1)
-        last = [int(s.history[0, s.length - 1]) for s in rows]
-        tokens = torch.tensor(last, dtype=torch.long, device=self.device)[:, None]  # (B, 1)
+        tokens = torch.tensor([s.last for s in rows], dtype=torch.long, device=self.device)[:, None]  # (B, 1)
         positions = torch.tensor([s.cached for s in rows], device=self.device)[:, None]  # (B, 1)
         logits = self.model(tokens, positions=positions, cache=self.cache)[:, -1].float()  # (B, V)
         self.steps += 1
         self.largest_batch = max(self.largest_batch, len(rows))
+        # Plain argmax rows are chosen together (the same per row as alone); every other row alone.
+        plain = [row for row, s in enumerate(rows) if _plain_argmax(s.request.sampler)]
+        chosen: dict[int, int] = {}
+        if plain:
+            index = torch.tensor(plain, device=self.device)
+            chosen = dict(zip(plain, logits.index_select(0, index).argmax(dim=-1).tolist()))
         for row, sequence in enumerate(rows):
             sequence.cached += 1
-            self._emit_next(sequence, logits[row : row + 1])
+            self._emit_next(sequence, logits[row : row + 1], chosen.get(row))
 
-    def _emit_next(self, sequence: _Sequence, logits: Tensor) -> None:
-        """Draw this row's next token from its logits ``(1, V)`` alone; send it; end the request if it is done."""
+    def _emit_next(self, sequence: _Sequence, logits: Tensor, token: int | None = None) -> None:
+        """Draw this row's next token from its logits ``(1, V)`` alone (unless ``token`` was chosen already);
+        send it; end the request if it is done."""
         request = sequence.request
-        history = sequence.history[:, : sequence.length]  # (1, T)
-        token = int(request.sampler.sample(logits, history, sequence.generator)[0])
+        if token is None:
+            history = sequence.history[:, : sequence.length]  # (1, T)
+            token = int(request.sampler.sample(logits, history, sequence.generator)[0])
         sequence.history[0, sequence.length] = token
+        sequence.last = token
         sequence.produced += 1
         request.emit(_token_event(token, logits, request.logprobs))
         reason = None
@@ -291,6 +300,11 @@ class Engine:
         if reason is not None:
             with self._lock:
                 self._finish(sequence, EndEvent(reason))
+
+
+def _plain_argmax(sampler: Sampler) -> bool:
+    """Greedy decoding with no processor: the row's token is the argmax of its logits, batched or not."""
+    return not sampler.steps and sampler.greedy_default
 
 
 def _token_event(token: int, logits: Tensor, logprobs: int | None) -> TokenEvent:

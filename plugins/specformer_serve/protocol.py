@@ -153,11 +153,12 @@ def parse(model: type[_Body], data: Any, endpoint: str) -> Any:
         raise RequestError(f"{where}: {message}", param=where) from None
 
 
-def sampler_entries(body: _Sampling) -> list[Any]:
+def sampler_entries(body: _Sampling) -> list[Any] | None:
     """The sampler components for the request's sampling fields, in the order they apply.
 
     Penalties first (they read the history), then temperature, then top-p. ``temperature
-    0`` is greedy decoding (the penalties still apply; top_p then changes nothing).
+    0`` is greedy decoding: ``None`` (``generate``'s plain argmax) without penalties, else
+    the penalties then ``greedy`` (top_p changes nothing then).
     """
     entries: list[Any] = []
     if body.frequency_penalty:
@@ -165,8 +166,7 @@ def sampler_entries(body: _Sampling) -> list[Any]:
     if body.presence_penalty:
         entries.append({"kind": "presence_penalty", "penalty": float(body.presence_penalty)})
     if body.temperature == 0:
-        entries.append("greedy")
-        return entries
+        return entries + ["greedy"] if entries else None
     if body.temperature != 1:
         entries.append({"kind": "temperature", "value": float(body.temperature)})
     if body.top_p < 1:

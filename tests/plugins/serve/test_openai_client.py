@@ -93,6 +93,17 @@ def test_streamed_completion_is_the_same_text_in_pieces(client) -> None:
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_a_stream_carries_each_new_tokens_ids_when_asked(client, model) -> None:
+    prompt = "Stream ids"
+    chunks = list(client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=20, temperature=0, stream=True,
+                                            extra_body={"return_token_ids": True}))
+    pieces = [getattr(c.choices[0], "token_ids", None) or [] for c in chunks]
+    assert [t for piece in pieces for t in piece] == alone(model, BYTES.encode(prompt), 20, None, None)
+    # A chunk per step (several tokens when the client fell behind), whether or not a token ends a character;
+    # only the closing chunk may carry none.
+    assert len(pieces) > 3 and all(pieces[:-1])
+
+
 def test_streamed_chat_is_the_same_text_in_pieces(client) -> None:
     fields = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Tell me"}], max_tokens=25, seed=2)
     whole = client.chat.completions.create(**fields)
