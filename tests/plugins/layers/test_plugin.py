@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
     "norm": {"layernorm", "rmsnorm", "scalenorm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
-    "attention": {"attention"},
+    "attention": {"attention", "mla"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk"},
 }
