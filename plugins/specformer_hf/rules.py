@@ -172,6 +172,39 @@ class PerExpert(Rule):
         return f"{', '.join(self.parts)} (every expert j) -> {', '.join(self.ours)}"
 
 
+class InterleavedGateUp(Rule):
+    """gpt-oss's fused experts: ``gate_up_proj`` (n_experts, d_model, 2 * hidden) with gate and up in alternate
+    columns (gate = 0::2, up = 1::2), its bias (n_experts, 2 * hidden) alike; ours is (n_experts, 2 * hidden,
+    d_model) with rows [gate; up], the bias [gate; up]. ``bias``: the rule moves the bias."""
+
+    def __init__(self, hf: str, ours: str, *, bias: bool = False) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+        self.bias = bias
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        t = tensors[0] if self.bias else tensors[0].transpose(1, 2)  # (E, 2H[, D]) interleaved
+        return [torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).contiguous()]  # (E, 2H[, D]): [gate; up]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        t = tensors[0]
+        gate, up = t.chunk(2, dim=1)  # (E, H[, D]) each
+        interleaved = torch.stack([gate, up], dim=2).flatten(1, 2)  # (E, 2H[, D]): gate_0, up_0, gate_1, ...
+        return [interleaved.contiguous() if self.bias else interleaved.transpose(1, 2).contiguous()]
+
+
+class TransposedExperts(Rule):
+    """A stack of expert matrices stored (n_experts, in, out) where ours are (n_experts, out, in) (gpt-oss's down_proj)."""
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].transpose(1, 2).contiguous()]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].transpose(1, 2).contiguous()]
+
+
 class OneOf(Rule):
     """Checkpoints name the same parameters in several ways: import reads whichever the file has, export the first.
 
@@ -225,4 +258,4 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "OneOf", "PerExpert", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]
+__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]

@@ -128,6 +128,12 @@ CASES = [
     Case("gemma3-pattern-softcapped", "Gemma3TextConfig", "Gemma3ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=32, sliding_window=WINDOW,
                      sliding_window_pattern=2, final_logit_softcapping=3.0)),
+    # Sinks, biases everywhere, alternating windows, YaRN, 5 experts with 2 per token, a tight SwiGLU clamp.
+    Case("gpt_oss", "GptOssConfig", "GptOssForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW, num_local_experts=5, num_experts_per_tok=2,
+                     swiglu_limit=0.5,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0,
+                                      "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16})),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

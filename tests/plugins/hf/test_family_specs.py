@@ -30,6 +30,10 @@ MOE_SPECS = {
         vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
         shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
         num_experts=60, num_experts_per_tok=4, max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=ROPE_1M)),
+    "gpt-oss-20b.yaml": ("GptOssConfig", dict(
+        num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False, "original_max_position_embeddings": 4096})),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -60,8 +64,9 @@ def test_active_parameters_match_transformers(name):
         experts = getattr(layer.mlp, "experts", None)
         if experts is None:
             continue  # a dense layer
-        per_expert = sum(p.numel() for p in experts.parameters()) // config.num_experts
-        idle += (config.num_experts - config.num_experts_per_tok) * per_expert
+        n_experts = getattr(config, "num_experts", None) or config.num_local_experts
+        per_expert = sum(p.numel() for p in experts.parameters()) // n_experts  # biases included (gpt-oss)
+        idle += (n_experts - config.num_experts_per_tok) * per_expert
     summary = specformer.summarize(SPECS / name)
     assert summary.total == total
     assert summary.active == total - idle

@@ -93,6 +93,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "gemma-3-1b.yaml": _llama_like(
         "Gemma3TextConfig", vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
         num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512, max_position_embeddings=32768),
+    "gpt-oss-20b.yaml": _llama_like(
+        "GptOssConfig", num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False, "original_max_position_embeddings": 4096}),
 }
 
 REAL = sorted(HF_CONFIGS)
