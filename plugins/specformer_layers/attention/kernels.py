@@ -10,11 +10,15 @@ masked [, with sink logits in the normalisation]) v``, with the mask rule of
   mask is plain causal, otherwise a dense ``(B, 1 or H, Tq, S)`` mask.
 * ``flex``: FlexAttention (:mod:`.flex`): block-sparse, masks and score modifications
   applied per score, nothing of size ``Tq x S``.
+* ``tiled`` (:mod:`.tiled`): the dense kernels on query tiles, each over the key range
+  its rows may read: linear work and memory for windows and documents, no ``T x T``
+  tensor, gradients as the dense path.
 * ``auto`` (the default): ``sdpa``'s fused causal kernel where the mask is plain causal
   and nothing modifies scores; ``flex`` otherwise where it can run (on CUDA; on CPU only
   without gradients, PyTorch has no CPU backward for it, and only for masks of at least
   :data:`FLEX_MIN_SCORES` scores, below which compiling costs more than it saves); else
-  the dense ``sdpa`` path (``eager`` when scores are soft-capped).
+  ``tiled`` for inputs longer than one tile, and the dense ``sdpa`` path (``eager`` when
+  scores are soft-capped) for shorter ones.
 
 :func:`plan` says which kernel a call will use, without running it (``specformer
 summary`` prints it per layer); :func:`attend` runs it.
@@ -34,7 +38,7 @@ from specformer.context import ForwardContext
 from specformer.masks import MaskRule
 from specformer.positional import PositionalScheme
 
-from specformer_layers.attention import flex
+from specformer_layers.attention import flex, tiled
 
 BACKENDS = ("auto", "sdpa", "flex", "eager")
 
@@ -79,7 +83,7 @@ class Scores:
 
 def plan(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, k_positions: Tensor,
          rule: MaskRule, scores: Scores, dropout: float, observed: bool) -> str:
-    """The kernel this call runs: ``eager``, ``sdpa-causal``, ``sdpa``, ``flex``."""
+    """The kernel this call runs: ``eager``, ``sdpa-causal``, ``sdpa``, ``flex``, ``tiled``."""
     if backend == "eager" or observed:
         return "eager"
     Tq, S = q.shape[2], k.shape[2]
@@ -99,9 +103,9 @@ def plan(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, 
             warnings.warn(f"backend flex: {why_not}; using SDPA with a dense mask", RuntimeWarning, stacklevel=4)
         return dense if why_not is not None else "flex"
     # auto
-    if why_not is not None or (q.device.type == "cpu" and Tq * S < FLEX_MIN_SCORES):
-        return dense
-    return "flex"
+    if why_not is None and not (q.device.type == "cpu" and Tq * S < FLEX_MIN_SCORES):
+        return "flex"
+    return "tiled" if Tq > tiled.TILE else dense
 
 
 def attend(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, k_positions: Tensor,
@@ -123,6 +127,11 @@ def attend(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor
         kernel = "eager" if scores.softcap is not None else "sdpa"  # could not compile: warned once
     # chunk is passed only when set, so a context written before chunks existed still works.
     limits = {"window": rule.window} if rule.chunk is None else {"window": rule.window, "chunk": rule.chunk}
+    if kernel == "tiled":
+        dense = eager if scores.softcap is not None else sdpa_dense
+        return tiled.tiled(q, k, v, ctx=ctx, k_positions=k_positions, rule=rule, bias=scores.bias,
+                           kernel=lambda *qkv, mask, bias: dense(*qkv, mask=mask, bias=bias, scores=scores,
+                                                                 dropout=dropout))
     mask = ctx.attention_mask(k_positions, **limits)  # (B, 1, Tq, S) bool
     bias = scores.bias(ctx.positions, k_positions)
     if kernel == "eager":
@@ -194,4 +203,4 @@ def describe(*, backend: str, window: int | None = None, chunk: int | None = Non
         return f"flex; {dense} where flex cannot run (CPU training)"
     if plain:
         return "sdpa (fused causal); flex for padded, packed or cached input"
-    return f"flex; {dense} for CPU training and short inputs"
+    return f"flex; tiled {dense} for CPU training"

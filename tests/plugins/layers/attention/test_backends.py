@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from specformer.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
-from specformer_layers.attention import flex, kernels
+from specformer_layers.attention import flex, kernels, tiled
 from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.positional.alibi import ALiBi
 from specformer_layers.positional.rope import RotaryPositions
@@ -127,6 +127,33 @@ def test_sdpa_equals_eager_values_and_gradients(option, scheme_name, case) -> No
 @pytest.mark.parametrize("case", list(CASES))
 def test_auto_equals_eager_values_and_gradients(option, scheme_name, case) -> None:
     compare("auto", option, scheme_name, case, grads=True)
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("scheme_name", list(SCHEMES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_tiled_equals_eager_values_and_gradients(monkeypatch, option, scheme_name, case) -> None:
+    """auto on CPU with gradients and inputs longer than a tile: the dense kernels on query tiles."""
+    monkeypatch.setattr(tiled, "TILE", 4)  # 11 tokens: three tiles, the last one ragged
+    compare("auto", option, scheme_name, case, grads=True)
+
+
+def test_tiles_read_only_the_keys_their_rows_may_read(monkeypatch) -> None:
+    monkeypatch.setattr(tiled, "TILE", 4)
+    positions = torch.arange(16).expand(1, 16)
+    ctx = context(positions)
+    assert tiled.spans(ctx, positions, MaskRule(window=3)) == [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 4, 12),
+                                                                (12, 16, 8, 16)]
+    ctx.document_ids = torch.tensor([[0] * 6 + [1] * 10])
+    assert tiled.spans(ctx, positions, MaskRule()) == [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 4, 12), (12, 16, 4, 16)]
+    with torch.enable_grad():
+        x = inputs(batch=1, length=16).requires_grad_()
+        attention = make("auto", window=3)
+        assert kernels.plan("auto", ctx=ctx, q=torch.zeros(1, 4, 16, 8, requires_grad=True),
+                            k=torch.zeros(1, 2, 16, 8), v=torch.zeros(1, 2, 16, 8), k_positions=positions,
+                            rule=attention.mask_rule, scores=kernels.Scores(scale=1.0), dropout=0.0,
+                            observed=False) == "tiled"
+        attention(x, ctx).sum().backward()
 
 
 @pytest.fixture
@@ -293,5 +320,5 @@ def test_specformer_summary_prints_each_layers_kernel() -> None:
 
     spec = tiny_spec(n_layers=3, layers=[{"select": "0::2", "attention": {"window": 8}}])
     text = format_summary(summarize(spec))
-    assert "attention kernel               flex; sdpa dense mask for CPU training and short inputs  (2 layers)" in text
+    assert "attention kernel               flex; tiled sdpa dense mask for CPU training  (2 layers)" in text
     assert "attention kernel               sdpa (fused causal); flex for padded, packed or cached input  (1 layer)" in text
