@@ -75,7 +75,8 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/generate/test_gen_cache.py",
     ],
     # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
-    **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py"]
+    **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py",
+                                                          "tests/plugins/generate/test_sampler_mutants.py"]
        for name in ("greedy", "temperature", "top_k", "top_p", "min_p", "typical", "repetition", "penalties",
                     "no_repeat_ngram", "history", "pipeline")},
     "plugins/specformer_train/data.py": [
@@ -94,6 +95,8 @@ MODULES: dict[str, list[str]] = {
 # survives edits elsewhere in the file.
 STOPPING = "plugins/specformer_generate/stopping.py"
 DATA = "plugins/specformer_train/data.py"
+SAMPLERS_HISTORY = "plugins/specformer_generate/samplers/history.py"
+PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -157,6 +160,53 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "killed outside the run (warning stacklevel; see pytest_add_cli_args)",
     ("plugins/specformer_hf/config.py", "stacklevel=3,", ")"):
         "killed outside the run (warning stacklevel; see pytest_add_cli_args)",
+    # The samplers' spare column: ids outside the vocabulary are scattered into one extra column that is cut off.
+    (SAMPLERS_HISTORY,
+     "outside = (input_ids < 0) | (input_ids >= vocab_size)", "outside = (input_ids < 0) | (input_ids > vocab_size)"):
+        "an id equal to vocab_size is moved to column vocab_size, where it already is",
+    (SAMPLERS_HISTORY, "counts = torch.zeros(ids.shape[0], vocab_size + 1, dtype=dtype, device=ids.device)",
+     "counts = torch.zeros(ids.shape[0], vocab_size + 2, dtype=dtype, device=ids.device)"):
+        "a second spare column is cut off with the first",
+    (SAMPLERS_HISTORY, "seen = torch.zeros(ids.shape[0], vocab_size + 1, dtype=torch.bool, device=ids.device)",
+     "seen = torch.zeros(ids.shape[0], vocab_size + 2, dtype=torch.bool, device=ids.device)"):
+        "a second spare column is cut off with the first",
+    ("plugins/specformer_generate/samplers/no_repeat_ngram.py",
+     "banned = torch.zeros(logits.shape[0], vocab + 1, dtype=torch.bool, device=logits.device)",
+     "banned = torch.zeros(logits.shape[0], vocab + 2, dtype=torch.bool, device=logits.device)"):
+        "a second spare column is cut off with the first",
+    ("plugins/specformer_generate/samplers/repetition.py",
+     "penalised = torch.where(logits < 0, logits * self.penalty, logits / self.penalty)",
+     "penalised = torch.where(logits <= 0, logits * self.penalty, logits / self.penalty)"):
+        "at a logit of exactly 0 both branches give 0 (or -0.0 for -0.0)",
+    # draw(): Exp(1) is exponential_()'s default, and scaling every E_i by one constant leaves argmax(p_i / E_i) alone.
+    (PIPELINE,
+     "race = torch.empty_like(probs).exponential_(1.0, generator=generator)",
+     "race = torch.empty_like(probs).exponential_(generator=generator)"): "1.0 is exponential_'s default rate",
+    (PIPELINE, "race = torch.empty_like(probs).exponential_(1.0, generator=generator)",
+     "race = torch.empty_like(probs).exponential_(2.0, generator=generator)"):
+        "every E_i halved: argmax(p_i / E_i) is the same index",
+    (PIPELINE, 'processed = torch.where(certain.any(dim=-1, keepdim=True), torch.where(certain, 0.0, float("-inf")), processed)',
+     'processed = torch.where(certain.any(dim=-1, keepdim=True), torch.where(certain, 1.0, float("-inf")), processed)'):
+        "the certain tokens get one equal logit either way: a uniform draw among them",
+    (PIPELINE, "return Sampler((), greedy_default=True)", "return Sampler(greedy_default=True)"):
+        "() is the default of steps",
+    # +inf and -inf survive float32's nan_to_num as +-3.4e38: softmax gives the same probabilities (a row
+    # with every logit -inf, which no built-in step leaves since each keeps min_tokens_to_keep >= 1, aside).
+    (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=None, neginf=float("-inf"))'):
+        "+inf becomes float32's largest value: the same softmax among the top logits",
+    (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), neginf=float("-inf"))'):
+        "+inf becomes float32's largest value: the same softmax among the top logits",
+    (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=None)'):
+        "-inf becomes float32's lowest value: probability 0 beside any finite logit",
+    (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), )'):
+        "-inf becomes float32's lowest value: probability 0 beside any finite logit",
+    (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
+        "Python reads the string case-insensitively: the same inf",
 }
 
 # Whole families of equivalent mutants, as (module prefix, pattern on the original line, its

@@ -139,3 +139,113 @@ def test_no_repeat_ngram_bans_when_the_history_is_exactly_one_ngram_long() -> No
 
 def test_greedy_names_itself() -> None:
     assert repr(Greedy()) == "greedy"
+
+
+# -- the pipeline: building it from a spec, the filtered set, the draw --------------------------
+
+
+from specformer.errors import SpecError  # noqa: E402
+from specformer.plugins import get_registry  # noqa: E402
+from specformer_generate.samplers import Sampler, build_sampler, draw  # noqa: E402
+
+
+def problems(entries) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as info:
+        build_sampler(entries, path="generate.sampler")
+    return [(p.path, p.message) for p in info.value.problems]
+
+
+def test_a_sampler_that_is_not_a_list_is_named_with_its_type_and_value() -> None:
+    assert problems("top_k") == [("generate.sampler", "expected a list of sampler components, got str 'top_k'")]
+    assert problems(5) == [("generate.sampler", "expected a list of sampler components, got int 5")]
+
+
+def test_every_bad_entry_is_reported_with_its_own_path() -> None:
+    found = problems([{"kind": "top_k", "k": 0}, {"kind": "nope"}, 5, {"kind": "top_k", "k": 2, "bogus": 1}])
+    assert [path for path, _ in found] == [
+        "generate.sampler[0].k", "generate.sampler[1].kind", "generate.sampler[2]", "generate.sampler[3].bogus"]
+    assert found[0][1] == "Input should be greater than 0 (got 0)"
+    assert found[1][1].startswith("unknown sampler 'nope'; registered sampler components: ")
+    assert found[2][1] == "expected a component as a name or a mapping with 'kind', got 5"
+    assert found[3][1] == "unknown field; accepted: k, min_tokens_to_keep"
+
+
+def test_a_choosing_entry_before_the_end_is_a_spec_problem_counting_what_follows() -> None:
+    assert problems([{"kind": "temperature", "value": 0.5}, "greedy",
+                     {"kind": "top_k", "k": 3}, {"kind": "top_p", "p": 0.5}]) == [
+        ("generate.sampler", "sampler entry 1 (greedy) chooses the token itself, so it must be the last entry; "
+                             "got it before 2 more")]
+
+
+def test_already_resolved_entries_are_used_as_they_are() -> None:
+    resolved = get_registry().resolve("sampler", {"kind": "top_k", "k": 2})
+    sampler = build_sampler([resolved, {"kind": "temperature", "value": 0.5}])
+    assert [repr(s) for s in sampler.steps] == [repr(TopK(k=2)), repr(Temperature(value=0.5))]
+
+
+def test_the_last_entry_is_the_chooser_even_after_several_processors() -> None:
+    sampler = build_sampler([{"kind": "temperature", "value": 0.5}, {"kind": "top_k", "k": 3}, "greedy"])
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
+    assert sampler.sample(logits, NO_HISTORY).tolist() == [1]
+
+
+def test_a_custom_chooser_receives_the_generator() -> None:
+    seen = []
+
+    class Chooser:
+        def __call__(self, logits, input_ids):
+            return logits
+
+        def choose(self, logits, generator=None):
+            seen.append(generator)
+            return logits.argmax(dim=-1)
+
+    generator = torch.Generator().manual_seed(0)
+    Sampler([Chooser()]).sample(torch.zeros(1, 3), NO_HISTORY, generator)
+    assert seen == [generator]
+
+
+def test_a_batch_mismatch_names_the_logits_batch() -> None:
+    with pytest.raises(ValueError, match=r"input_ids must be \(batch, time\) with batch 2, got shape \(3, 4\)"):
+        Sampler([Temperature(value=1.0)]).process(torch.zeros(2, 5), torch.zeros(3, 4, dtype=torch.long))
+
+
+class _Unfilter:
+    """A (badly behaved) step that turns -inf back into a finite logit."""
+
+    def __call__(self, logits, input_ids):
+        return logits.nan_to_num(neginf=0.0)
+
+
+class _MakesNaN:
+    """A step that rescales -inf (and one finite logit) into NaN."""
+
+    def __call__(self, logits, input_ids):
+        out = logits * 0.0  # -inf * 0 = NaN
+        out[:, 0] = float("nan")
+        return out
+
+
+def test_a_filtered_token_stays_filtered_whatever_later_steps_do() -> None:
+    logits = torch.tensor([[1.0, 5.0, 2.0, 0.5]])
+    out = Sampler([TopK(k=2), _Unfilter()]).process(logits, NO_HISTORY)
+    assert kept(out) == {1, 2}
+
+
+def test_a_nan_made_by_a_step_is_filtered() -> None:
+    out = Sampler([TopK(k=3), _MakesNaN()]).process(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), NO_HISTORY)
+    assert kept(out) == {1, 2}
+
+
+def test_draw_never_picks_nan_and_picks_among_infinite_logits_per_row() -> None:
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.tensor([
+        [float("nan"), -30.0, -30.0, -30.0],     # NaN is never a token: 1, 2 or 3
+        [0.0, float("inf"), 0.0, float("inf")],  # certain tokens: 1 or 3, uniformly
+        [0.0, 0.0, 0.0, 60.0],                    # another row's +inf must not touch this one: 3
+    ]).repeat(200, 1)
+    tokens = draw(logits, generator).view(200, 3)
+    assert set(tokens[:, 0].tolist()) == {1, 2, 3}
+    assert set(tokens[:, 1].tolist()) == {1, 3}
+    assert 60 < (tokens[:, 1] == 1).sum() < 140  # uniform between the two: 100 expected, sd 7
+    assert set(tokens[:, 2].tolist()) == {3}
