@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +118,9 @@ class LatentAttention(nn.Module):
         # Rows per head: [k_nope (qk_nope_head_dim); value (v_head_dim)].
         self.kv_b = nn.Linear(kv_lora_rank, n_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=bias)
+        # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
+        # (B, H, T, S) of each forward; while it is set the written-out softmax is used.
+        self.observe_weights: Callable[[Tensor], None] | None = None
 
     @classmethod
     def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "LatentAttention":
@@ -153,7 +156,7 @@ class LatentAttention(nn.Module):
         bias = positional.attention_bias(ctx.positions, k_positions, state)
 
         dropout = self.dropout if self.training else 0.0
-        if self.backend == "eager":
+        if self.backend == "eager" or self.observe_weights is not None:
             y = self._eager(q, k, v, ctx.attention_mask(k_positions, window=self.window), bias, dropout)
         elif ctx.plain_causal and bias is None and (self.window is None or T <= self.window):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=self.scale)
@@ -174,6 +177,8 @@ class LatentAttention(nn.Module):
         scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a query with no key: zeros, not NaN
+        if self.observe_weights is not None:
+            self.observe_weights(weights)
         weights = F.dropout(weights.to(q.dtype), p=dropout, training=dropout > 0)
         return weights @ v  # (B, H, T, vd)
 

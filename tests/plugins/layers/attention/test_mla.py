@@ -212,3 +212,18 @@ def test_summary_reports_cache_bytes_and_total_against_active_parameters(tmp_pat
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     assert f"active / token {s.active:,} {100 * s.active / s.total:.1f}%" in lines
     assert "KV cache / token 128 B fp32, 64 B bf16" in lines  # 2 layers x (12 + 4) values x 4 bytes
+
+
+def test_an_inspector_receives_the_attention_probabilities() -> None:
+    from specformer_eval import capture
+
+    model = specformer.build(mla_spec(), seed=0, dtype=torch.float64).eval()
+    ids = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(0))
+    plain = model(ids)
+    with capture(model, attention=True) as cap:
+        observed = model(ids)
+    torch.testing.assert_close(observed, plain, rtol=1e-10, atol=1e-10)  # the eager path computes the same
+    weights = cap.attention[1]
+    assert weights.shape == (1, 4, 7, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 4, 7, dtype=torch.float64))
+    assert torch.all(weights.triu(1) == 0)  # causal
