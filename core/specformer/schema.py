@@ -28,6 +28,7 @@ _COMPONENT_FIELDS = {
     ("BlockSpec", "norm"): "norm",
     ("BlockSpec", "attention"): "attention",
     ("BlockSpec", "ffn"): "ffn",
+    ("BlockSpec", "positional"): "positional",
 }
 
 

@@ -78,7 +78,7 @@ class BlockSpec(StrictNumbers):
     ffn: ComponentRef = Field(description="The feed-forward sublayer.")
     positional: ComponentRef | None = Field(
         default=None,
-        description=("The positional scheme inside this block's attention (rope, alibi, nope); default model.positional. "
+        description=("The positional scheme inside this block's attention (rope, alibi, none); default model.positional. "
                      "Schemes that add to the embeddings (learned, sinusoidal) are model-level only."),
     )
 
