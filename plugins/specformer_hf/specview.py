@@ -29,7 +29,7 @@ class NotExpressible(UserError):
 
 
 #: Params that change speed or training, never what a forward pass in eval mode computes.
-NON_MATH_PARAMS = frozenset({"backend", "dropout"})
+NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate"})  # the last two: training only
 NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional"})
 
 

@@ -170,6 +170,10 @@ def rope(cfg: ConfigReader, *, rope_types: tuple[str, ...] = ROPE_TYPES, extra_l
             params["original_max_position_embeddings"] = cfg.get(original_override)
         params.setdefault("original_max_position_embeddings", cfg.get_int("max_position_embeddings"))
     scaling = {"kind": kind}
+    if rope_type == "yarn":
+        # transformers truncates YaRN's correction range unless told otherwise; written out, an export of the
+        # spec says the same and reads back to the same spec.
+        params.setdefault("truncate", True)
     for key, name in names.items():
         if params.get(key) is not None:
             scaling[name] = params.pop(key)

@@ -134,6 +134,21 @@ CASES = [
                      swiglu_limit=0.5,
                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0,
                                       "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16})),
+    # Latent attention with a query bottleneck, 8 experts in 4 groups (2 groups kept), 3 per token, a shared
+    # expert, one dense first layer; and a variant without the query bottleneck, YaRN scaling the scores.
+    Case("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+                     routed_scaling_factor=2.5)),
+    Case("deepseek_v3-no-q-lora-yarn", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+                     qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                     topk_group=1, n_shared_experts=2, moe_intermediate_size=24, first_k_dense_replace=0,
+                     norm_topk_prob=False, routed_scaling_factor=1.0, attention_bias=True,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                      "beta_fast": 32.0, "beta_slow": 1.0})),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

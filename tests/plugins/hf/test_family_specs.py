@@ -34,6 +34,10 @@ MOE_SPECS = {
         num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                          "truncate": False, "original_max_position_embeddings": 4096})),
+    "deepseek-v3.yaml": ("DeepseekV3Config", dict(
+        max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -64,7 +68,8 @@ def test_active_parameters_match_transformers(name):
         experts = getattr(layer.mlp, "experts", None)
         if experts is None:
             continue  # a dense layer
-        n_experts = getattr(config, "num_experts", None) or config.num_local_experts
+        n_experts = (getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None)
+                     or config.num_local_experts)
         per_expert = sum(p.numel() for p in experts.parameters()) // n_experts  # biases included (gpt-oss)
         idle += (n_experts - config.num_experts_per_tok) * per_expert
     summary = specformer.summarize(SPECS / name)

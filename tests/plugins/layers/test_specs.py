@@ -97,6 +97,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "GptOssConfig", num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                          "truncate": False, "original_max_position_embeddings": 4096}),
+    "deepseek-v3.yaml": _llama_like(
+        "DeepseekV3Config", max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -154,6 +158,10 @@ def shrink(data: Any) -> Any:
                     value = 4
                 elif key == "top_k":
                     value = min(value, 2)
+                elif key == "n_group":  # 4 experts: 2 groups of 2, one kept (DeepSeek-V3's grouped routing)
+                    value = min(value, 2)
+                elif key == "topk_group":
+                    value = 1
                 elif key == "window":
                     value = 8
                 elif key == "original_context_length":

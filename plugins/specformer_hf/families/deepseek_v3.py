@@ -1,0 +1,170 @@
+"""DeepSeek-V3 (``model_type: deepseek_v3``): multi-head latent attention, sigmoid-scored experts picked per group
+with a selection-only bias, always-on shared experts, and dense first layers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specformer_hf.config import ConfigReader, activation_from_hf
+from specformer_hf.families.common import (ATTN, MLP, FamilyView, GatedFFN, Layout, Part, RMSNorm, Sizes,
+                                           _shared_halves, decoder_family, expert_rules, rope, rope_parameters_of)
+from specformer_hf.rules import Copy, Fused, Rule
+from specformer_hf.specview import NotExpressible
+
+#: transformers' DeepseekV3Config defaults.
+DEFAULTS = {
+    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+    "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True, "hidden_act": "silu",
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_interleave": True,
+    "attention_bias": False, "num_mtp_layers": 1, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+#: DeepseekV3RMSNorm's own eps, which the latent norms use (the config's rms_norm_eps is for the block norms).
+LATENT_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class LatentRope(Part):
+    """rope_parameters (with YaRN's mscale_all_dim also scaling the scores) and rope_interleave <-> the rope of
+    the latent attention's rotary channels."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        positional = rope(cfg)
+        positional["interleaved"] = bool(cfg.get("rope_interleave"))
+        model["positional"] = positional
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.view.one_positional(family=view.name)
+        pos = dict(view.positional)
+        interleaved = bool(pos.pop("interleaved", False))
+        params = rope_parameters_of({**pos, "interleaved": False}, view.name, path="model.positional",
+                                    context_length=view.model.context_length)
+        config.update(rope_parameters=params, rope_interleave=interleaved)
+
+
+@dataclass(frozen=True)
+class LatentAttention(Part):
+    """num_attention_heads, q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias
+    <-> attention ``mla``; the q_a/q_b (or q), kv_a, kv_b and o projections and the two latent norms."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        attention: dict[str, Any] = {
+            "kind": "mla",
+            "n_heads": cfg.get_size("num_attention_heads"),
+            "kv_lora_rank": cfg.get_size("kv_lora_rank"),
+            "qk_rope_head_dim": cfg.get_size("qk_rope_head_dim"),
+            "qk_nope_head_dim": cfg.get_int("qk_nope_head_dim"),
+            "v_head_dim": cfg.get_size("v_head_dim"),
+            "q_lora_rank": cfg.get("q_lora_rank"),
+            "latent_norm": {"kind": "rmsnorm", "eps": LATENT_EPS},
+            "bias": bool(cfg.get("attention_bias")),
+        }
+        # Every head has its own key and value from the latent; head_dim and qk_head_dim are derived sizes.
+        cfg.mark_read("num_key_value_heads", "head_dim", "qk_head_dim")
+        scaling = model["positional"].get("scaling") or {}
+        if scaling.get("kind") == "yarn" and scaling.get("mscale_all_dim"):
+            attention.update(yarn_factor=scaling["factor"], yarn_mscale_all_dim=scaling["mscale_all_dim"])
+        model.setdefault("block", {})["attention"] = attention
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("attention", ("mla",))
+        a = view.uniform("attention")
+        if a["latent_norm"].get("kind") != "rmsnorm" or a["latent_norm"].get("eps") != LATENT_EPS or a["window"] is not None:
+            raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s latent attention has RMSNorm "
+                                 f"latents (eps {LATENT_EPS}) and no window")
+        config.update(num_attention_heads=a["n_heads"], num_key_value_heads=a["n_heads"], kv_lora_rank=a["kv_lora_rank"],
+                      qk_rope_head_dim=a["qk_rope_head_dim"], qk_nope_head_dim=a["qk_nope_head_dim"],
+                      v_head_dim=a["v_head_dim"], q_lora_rank=a["q_lora_rank"], attention_bias=a["bias"])
+
+    def rules(self) -> list[Rule]:
+        pairs = [("q_proj", "q_proj"), ("q_a_proj", "q_a"), ("q_b_proj", "q_b"), ("kv_a_proj_with_mqa", "kv_a"),
+                 ("kv_b_proj", "kv_b"), ("o_proj", "out")]
+        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.{p}", f"blocks.{{i}}.attention.{ours}.{p}") for hf, ours in pairs
+                             for p in ("weight", "bias")]
+        return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
+                        Copy(f"{ATTN}.kv_a_layernorm.weight", "blocks.{i}.attention.kv_norm.weight")]
+
+
+@dataclass(frozen=True)
+class GroupedExperts(Part):
+    """n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, norm_topk_prob,
+    routed_scaling_factor, n_group, topk_group, first_k_dense_replace <-> ffn moe with a sigmoid_topk router
+    (e_score_correction_bias is its selection_bias) and ``layers:`` overrides for the dense first layers."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        n_shared = cfg.get_int("n_shared_experts") or 0
+        ffn: dict[str, Any] = {
+            "kind": "moe",
+            "n_experts": cfg.get_int("n_routed_experts"),
+            "top_k": cfg.get_int("num_experts_per_tok"),
+            "hidden": cfg.get_int("moe_intermediate_size"),
+            "activation": activation,
+            "router": {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
+                       "scaling_factor": cfg.get_float("routed_scaling_factor"),
+                       "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1},
+            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss
+        }
+        if n_shared:
+            ffn["n_shared_experts"] = n_shared
+        model.setdefault("block", {})["ffn"] = ffn
+        dense = min(cfg.get_int("first_k_dense_replace") or 0, cfg.get_layers("num_hidden_layers"))
+        if dense:
+            model.setdefault("layers", []).append({"select": 0 if dense == 1 else f"0:{dense}", "ffn": {
+                "kind": "swiglu" if activation == "silu" else "geglu", "hidden": cfg.get_int("intermediate_size"),
+                "activation": activation}})
+        # The multi-token prediction modules are not part of the causal LM; intermediate_size only sizes dense layers.
+        cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "intermediate_size")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = view.per_layer("ffn", "kind")
+        dense = [i for i, k in enumerate(kinds) if k != "moe"]
+        if dense != list(range(len(dense))) or len(dense) == len(kinds):
+            raise NotExpressible("model.layers[*].ffn", f"Hugging Face {view.name} has dense layers first, then moe layers")
+        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
+        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
+        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
+            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
+        ffn, router = moe[0], moe[0].get("router") or {}
+        if router.get("kind") != "sigmoid_topk" or router.get("bias"):
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
+        hidden = ffn["hidden"]
+        if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
+            raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")
+        config.update(n_routed_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], moe_intermediate_size=hidden,
+                      n_shared_experts=ffn["n_shared_experts"], norm_topk_prob=router["normalize"],
+                      routed_scaling_factor=router["scaling_factor"], n_group=router["n_group"],
+                      topk_group=router["topk_group"], first_k_dense_replace=len(dense),
+                      hidden_act={"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[ffn["activation"]])
+        if dense:
+            widths = {view.view.layers[i]["ffn"]["hidden"] for i in dense}
+            if len(widths) > 1:
+                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; one intermediate_size")
+            config["intermediate_size"] = widths.pop()
+
+    def rules(self) -> list[Rule]:
+        return [
+            *expert_rules(saved=MLP),
+            Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias"),
+            Fused([f"{MLP}.shared_experts.gate_proj.weight", f"{MLP}.shared_experts.up_proj.weight"],
+                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves),
+            Copy(f"{MLP}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+            *GatedFFN().rules(),  # the dense first layers
+        ]
+
+
+FAMILY = decoder_family(
+    name="DeepSeek-V3",
+    model_type="deepseek_v3",
+    architecture="DeepseekV3ForCausalLM",
+    defaults=DEFAULTS,
+    parts=[Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), GroupedExperts()],
+    maps="attention mla (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias; YaRN "
+         "mscale_all_dim on the scores), rope_interleave -> interleaved rope, ffn moe with router sigmoid_topk "
+         "(norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), "
+         "n_shared_experts, first_k_dense_replace -> dense layers",
+    caveats="the multi-token-prediction layers of the published checkpoints are not read; aux_loss_coef is 0 on import",
+)
