@@ -43,6 +43,9 @@ from specformer_serve.paged_cache import PagedKVCache
 
 log = logging.getLogger("specformer.serve")
 
+#: The most tokens (padded prompts) one prefill forward reads; newly admitted requests beyond it wait a forward.
+PREFILL_TOKENS = 4096
+
 
 @dataclass(frozen=True)
 class TokenEvent:
@@ -123,6 +126,7 @@ class Engine:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._listeners: list[Callable[[], None]] = []
         self.steps = 0  # decode forwards run (for tests and stats)
         self.largest_batch = 0
         self.ended: dict[str, int] = {"stop": 0, "length": 0, "cancelled": 0, "error": 0}  # requests, by how they ended
@@ -202,19 +206,36 @@ class Engine:
                 admitted = self._admit()
             try:
                 with torch.inference_mode():
-                    for sequence in admitted:
-                        self._prefill(sequence)
+                    for group in self._prefill_groups(admitted):
+                        self._prefill(group)
                     if self._running:
-                        self._decode_step()
+                        self._decode_step(list(self._running))
             except Exception as exc:  # noqa: BLE001 - a failing forward ends its requests, never the server
                 log.error("engine step failed:\n%s", traceback.format_exc())
                 with self._lock:
                     for sequence in list(self._running):
                         self._finish(sequence, EndEvent("error", f"{type(exc).__name__}: {exc}"))
+            self._step_done()
         with self._lock:
             for sequence in [*self._running, *self._waiting]:
                 self._finish(sequence, EndEvent("error", "the server is shutting down"))
             self._waiting.clear()
+        self._step_done()
+
+    def add_step_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` on the engine thread after every turn (after that turn's events were emitted).
+
+        The HTTP layer uses it to wake its event loop once per turn instead of once per token.
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _step_done(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a listener's failure must not stop the engine
+                log.error("step listener failed:\n%s", traceback.format_exc())
 
     def _drop_cancelled(self) -> None:
         for sequence in [s for s in self._waiting if s.cancelled]:
@@ -251,18 +272,38 @@ class Engine:
         while len(sequence.blocks) * self.pool.block_size < tokens:
             sequence.blocks.append(self.pool.allocate())
 
-    def _prefill(self, sequence: _Sequence) -> None:
-        prompt = sequence.request.prompt
-        self._grow(sequence, len(prompt))
-        self.cache.plan([sequence.blocks], [0], len(prompt))
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)  # (1, P)
-        positions = torch.arange(len(prompt), device=self.device)[None]  # (1, P)
-        logits = self.model(ids, positions=positions, cache=self.cache, last_only=True)[:, -1].float()  # (1, V)
-        sequence.cached = len(prompt)
-        self._emit_next(sequence, logits)
+    def _prefill_groups(self, admitted: list[_Sequence]) -> list[list[_Sequence]]:
+        """Newly admitted requests in groups read by one forward each: at most ``PREFILL_TOKENS`` padded tokens."""
+        groups: list[list[_Sequence]] = []
+        for sequence in admitted:
+            group = groups[-1] if groups else None
+            if group is not None:
+                longest = max(len(sequence.request.prompt), *(len(s.request.prompt) for s in group))
+                if longest * (len(group) + 1) <= PREFILL_TOKENS:
+                    group.append(sequence)
+                    continue
+            groups.append([sequence])
+        return groups
 
-    def _decode_step(self) -> None:
-        rows = list(self._running)
+    def _prefill(self, group: list[_Sequence]) -> None:
+        """Read the prompts of ``group`` into the cache in one forward (left-padded), and draw each first token."""
+        prompts = [s.request.prompt for s in group]
+        width = max(map(len, prompts))
+        for sequence in group:
+            self._grow(sequence, len(sequence.request.prompt))
+        self.cache.plan([s.blocks for s in group], [0] * len(group), [len(p) for p in prompts])
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=self.device)  # (B, P)
+        positions = torch.tensor([[-1] * (width - len(p)) + list(range(len(p))) for p in prompts],
+                                 device=self.device)  # (B, P); -1: padding
+        logits = self.model(ids, positions=positions, cache=self.cache, last_only=True)[:, -1].float()  # (B, V)
+        for sequence in group:
+            sequence.cached = len(sequence.request.prompt)
+        self._emit_all(group, logits)
+
+    def _decode_step(self, rows: list[_Sequence]) -> None:
+        """One token for every row in ``rows`` (requests already prefilled), in one forward."""
+        if not rows:
+            return
         for sequence in rows:
             self._grow(sequence, sequence.cached + 1)
         self.cache.plan([s.blocks for s in rows], [s.cached for s in rows], 1)
@@ -271,14 +312,19 @@ class Engine:
         logits = self.model(tokens, positions=positions, cache=self.cache)[:, -1].float()  # (B, V)
         self.steps += 1
         self.largest_batch = max(self.largest_batch, len(rows))
-        # Plain argmax rows are chosen together (the same per row as alone); every other row alone.
+        for sequence in rows:
+            sequence.cached += 1
+        self._emit_all(rows, logits)
+
+    def _emit_all(self, rows: list[_Sequence], logits: Tensor) -> None:
+        """Each row's next token from its logits ``(B, V)``: plain argmax rows in one batched argmax (the same
+        per row as alone), every other row drawn alone."""
         plain = [row for row, s in enumerate(rows) if _plain_argmax(s.request.sampler)]
         chosen: dict[int, int] = {}
         if plain:
             index = torch.tensor(plain, device=self.device)
             chosen = dict(zip(plain, logits.index_select(0, index).argmax(dim=-1).tolist()))
         for row, sequence in enumerate(rows):
-            sequence.cached += 1
             self._emit_next(sequence, logits[row : row + 1], chosen.get(row))
 
     def _emit_next(self, sequence: _Sequence, logits: Tensor, token: int | None = None) -> None:

@@ -136,22 +136,30 @@ class PagedKVCache:
 
     # -- before a forward -------------------------------------------------------------------
 
-    def plan(self, tables: Sequence[Sequence[int]], cached: Sequence[int], new: int) -> None:
-        """The next forward writes ``new`` tokens to each row, after its ``cached`` ones, in its blocks.
+    def plan(self, tables: Sequence[Sequence[int]], cached: Sequence[int], new: int | Sequence[int]) -> None:
+        """The next forward writes ``new`` tokens to each row (a count per row, or one for all), after its
+        ``cached`` ones, in its blocks.
 
-        ``tables[i]`` must already hold the blocks for ``cached[i] + new`` tokens.
+        Rows with fewer new tokens than the widest are left-padded: their first columns are
+        padding (position ``-1`` in the forward), written to the null block and never read.
+        ``tables[i]`` must already hold the blocks for ``cached[i] + new[i]`` tokens.
         """
         bs = self.block_size
+        news = [new] * len(tables) if isinstance(new, int) else list(new)
+        for row, (blocks, length, count) in enumerate(zip(tables, cached, news)):
+            if len(blocks) * bs < length + count:
+                raise ValueError(f"row {row} has {len(blocks)} blocks of {bs} slots, too few for {length + count} tokens")
         width = max(len(table) for table in tables)
         padded = [list(table) + [NULL_BLOCK] * (width - len(table)) for table in tables]
         table = torch.tensor(padded, dtype=torch.long, device=self.device)  # (B, W)
         offsets = torch.arange(bs, device=self.device)
         self._read_slots = (table[:, :, None] * bs + offsets).reshape(len(tables), width * bs)  # (B, W*bs)
-        columns = torch.tensor(list(cached), device=self.device)[:, None] + torch.arange(new, device=self.device)  # (B, T)
-        for row, (blocks, length) in enumerate(zip(tables, cached)):
-            if len(blocks) * bs < length + new:
-                raise ValueError(f"row {row} has {len(blocks)} blocks of {bs} slots, too few for {length + new} tokens")
-        self._write_slots = self._read_slots.gather(1, columns)  # (B, T): column c lives at read slot c
+        longest = max(news)
+        pad = torch.tensor([longest - n for n in news], device=self.device)[:, None]  # (B, 1) padding columns
+        steps = torch.arange(longest, device=self.device)  # (T,)
+        columns = torch.tensor(list(cached), device=self.device)[:, None] + steps - pad  # (B, T); < cached: padding
+        slots = self._read_slots.gather(1, columns.clamp(min=0))  # (B, T): column c lives at read slot c
+        self._write_slots = torch.where(steps < pad, NULL_BLOCK * bs, slots)
         self._read_positions = None
 
     # -- the KVCache protocol ---------------------------------------------------------------

@@ -114,3 +114,20 @@ def test_a_sliding_window_model_reads_only_its_window_through_the_cache() -> Non
             cache.plan([table], [n], 1)
             logits = model(torch.tensor([[sequence[n]]]), positions=torch.tensor([[n]]), cache=cache)[0, -1]
             torch.testing.assert_close(logits, model(torch.tensor([sequence[: n + 1]]))[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_left_padded_rows_write_their_padding_to_the_null_block() -> None:
+    """A prefill of prompts of different lengths: padding columns go nowhere anyone reads."""
+    model = specformer.build(tiny_spec(), seed=4).eval()
+    cache = PagedKVCache.for_model(model, num_blocks=8, block_size=2)
+    prompts = [[4, 9, 1, 7], [6]]
+    tables = [[cache.pool.allocate(), cache.pool.allocate()], [cache.pool.allocate()]]
+    cache.plan(tables, [0, 0], [4, 1])
+    ids = torch.tensor([prompts[0], [0, 0, 0, 6]])
+    positions = torch.tensor([[0, 1, 2, 3], [-1, -1, -1, 0]])
+    with torch.inference_mode():
+        logits = model(ids, positions=positions, cache=cache, last_only=True)[:, -1]
+        for row, prompt in enumerate(prompts):
+            torch.testing.assert_close(logits[row], model(torch.tensor([prompt]))[0, -1], rtol=1e-5, atol=1e-5)
+    assert cache.slot_positions[: cache.block_size].tolist() == [-1, -1]  # the null block stayed empty
+    assert cache.slot_positions[tables[1][0] * 2].item() == 0  # row 1's one real token, in its own block
