@@ -17,8 +17,9 @@ masked [, with sink logits in the normalisation]) v``, with the mask rule of
   and nothing modifies scores; ``flex`` otherwise where it can run (on CUDA; on CPU only
   without gradients, PyTorch has no CPU backward for it, and only for masks of at least
   :data:`FLEX_MIN_SCORES` scores, below which compiling costs more than it saves); else
-  ``tiled`` for inputs longer than one tile, and the dense ``sdpa`` path (``eager`` when
-  scores are soft-capped) for shorter ones.
+  ``tiled`` for inputs longer than one tile whose tiles skip more than half of the
+  scores (:data:`TILED_MAX_COVER`), and the dense ``sdpa`` path (``eager`` when scores
+  are soft-capped) otherwise.
 
 :func:`plan` says which kernel a call will use, without running it (``specformer
 summary`` prints it per layer); :func:`attend` runs it.
@@ -44,6 +45,9 @@ BACKENDS = ("auto", "sdpa", "flex", "eager")
 
 #: ``auto`` on CPU uses FlexAttention only for masks of at least this many scores (Tq x S).
 FLEX_MIN_SCORES = 1 << 20
+
+#: ``auto`` takes the tiled path only when its tiles read at most this share of the Tq x S scores.
+TILED_MAX_COVER = 0.5
 
 # Reasons already warned about (explicit ``backend: flex`` that had to fall back): one warning each.
 _warned: set[str] = set()
@@ -127,6 +131,8 @@ def attend(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor
         kernel = "eager" if scores.softcap is not None else "sdpa"  # could not compile: warned once
     # chunk is passed only when set, so a context written before chunks existed still works.
     limits = {"window": rule.window} if rule.chunk is None else {"window": rule.window, "chunk": rule.chunk}
+    if kernel == "tiled" and tiled.covered(ctx, k_positions, rule) > TILED_MAX_COVER:
+        kernel = "eager" if scores.softcap is not None else "sdpa"  # the tiles would read most keys anyway
     if kernel == "tiled":
         dense = eager if scores.softcap is not None else sdpa_dense
         return tiled.tiled(q, k, v, ctx=ctx, k_positions=k_positions, rule=rule, bias=scores.bias,

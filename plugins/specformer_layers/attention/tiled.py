@@ -45,6 +45,13 @@ def spans(ctx: ForwardContext, k_positions: Tensor, rule: MaskRule) -> list[tupl
     return ctx.mask_memo(("tiles", rule, tile), k_positions, build)
 
 
+def covered(ctx: ForwardContext, k_positions: Tensor, rule: MaskRule) -> float:
+    """The share of the ``Tq x S`` scores the tiles compute (1.0: no saving over the dense path)."""
+    pieces = spans(ctx, k_positions, rule)
+    area = sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1 in pieces)
+    return area / max(1, pieces[-1][1] * k_positions.shape[1])
+
+
 def tiled(q: Tensor, k: Tensor, v: Tensor, *, ctx: ForwardContext, k_positions: Tensor, rule: MaskRule,
           bias: Callable[[Tensor, Tensor], Tensor | None],
           kernel: Callable[..., Tensor]) -> Tensor:

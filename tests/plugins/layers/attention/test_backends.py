@@ -135,7 +135,22 @@ def test_auto_equals_eager_values_and_gradients(option, scheme_name, case) -> No
 def test_tiled_equals_eager_values_and_gradients(monkeypatch, option, scheme_name, case) -> None:
     """auto on CPU with gradients and inputs longer than a tile: the dense kernels on query tiles."""
     monkeypatch.setattr(tiled, "TILE", 4)  # 11 tokens: three tiles, the last one ragged
+    monkeypatch.setattr(kernels, "TILED_MAX_COVER", 1.0)  # tiles even where they save little
     compare("auto", option, scheme_name, case, grads=True)
+
+
+def test_auto_tiles_only_where_the_tiles_skip_most_scores(monkeypatch) -> None:
+    monkeypatch.setattr(tiled, "TILE", 4)
+    positions = torch.arange(32).expand(1, 32)
+    assert tiled.covered(context(positions), positions, MaskRule(window=4)) < 0.5  # tiled
+    assert tiled.covered(context(positions), positions, MaskRule()) > 0.5  # plain causal + bias: dense
+    calls = []
+    monkeypatch.setattr(tiled, "tiled", lambda *a, **k: calls.append(1) or torch.zeros(1, N_HEADS, 32, 8))
+    x = inputs(batch=1, length=32).requires_grad_()
+    make("auto", window=4)(x, context(positions))
+    assert calls == [1]
+    make("auto")(x, context(positions, ALiBi(n_heads=N_HEADS)))
+    assert calls == [1]  # ALiBi over the full causal triangle: the dense path
 
 
 def test_tiles_read_only_the_keys_their_rows_may_read(monkeypatch) -> None:
