@@ -38,6 +38,9 @@ class LongRope(Rope):
                     cfg.data[key] = {**{k: v for k, v in params.items() if k != "type"}, "rope_type": "longrope"}
                 break
         super().read(cfg, model)
+        scaling = model["positional"].get("scaling")
+        if isinstance(scaling, dict) and scaling.get("kind") == "longrope":
+            scaling["reencode"] = True  # Phi3ForCausalLM.generate drops its cache at the switch; we encode again
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         super().write(view, config)
