@@ -82,5 +82,13 @@ def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
     model = specformer.build(spec, seed=0)
     with pytest.raises(UserError, match=r"model\.layers\[1\]\.positional: 'none' differs from model\.positional"):
         specformer_hf.to_hf(model, tmp_path / "llama", family="llama")
-    with pytest.raises(UserError, match="no Hugging Face family can express this spec"):
-        specformer_hf.to_hf(model, tmp_path / "any")
+    # SmolLM3 is the family with NoPE layers: chosen when none is forced, and transformers computes the same logits.
+    out = specformer_hf.to_hf(model, tmp_path / "any")
+    assert json.loads((out / "config.json").read_text())["no_rope_layers"] == [1, 0]
+    from transformers import AutoModelForCausalLM
+
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(reloaded).__name__ == "SmolLM3ForCausalLM"
+    ids = torch.arange(24).reshape(1, 24) % 64
+    with torch.no_grad():
+        assert (reloaded(ids).logits - model(ids)).abs().max().item() <= 1e-4
