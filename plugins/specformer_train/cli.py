@@ -12,7 +12,6 @@ examples:
   specformer train specs/tiny.yaml --data notes/ --out runs/notes --steps 500 --set train.lr=3e-4
   specformer train specs/tiny.yaml --resume              # continue from runs/tiny/checkpoints/latest
   specformer train specs/tiny.yaml --overwrite           # start again, replacing the run in runs/tiny
-  specformer train imported.yaml --init imported.safetensors --data chats.jsonl --set train.adapter=lora
   torchrun --standalone --nproc_per_node=2 -m specformer.cli train specs/tiny.yaml --set train.distributed=ddp
 """
 

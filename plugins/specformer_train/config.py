@@ -223,8 +223,6 @@ class TrainConfig(BaseModel):
         if self.streaming and self.eval_steps is None and self.val_fraction > 0:
             raise ValueError("streaming holds out eval_steps x batch_size rows for validation: give eval_steps a "
                              "number (null, the whole split, needs the whole corpus), or set val_fraction: 0")
-        if self.adapter is not None and self.init is None:
-            raise ValueError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
         return self
 
     @property

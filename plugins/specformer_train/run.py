@@ -94,6 +94,8 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         raise UserError("--new-data only applies with --resume (a fresh run uses whatever --data says)")
     loaded = load_train_spec(spec, overrides=overrides, data=data, out_dir=out_dir, steps=steps, init=init)
     config: TrainConfig = loaded.section("train") or TrainConfig()
+    if config.adapter is not None and config.init is None:  # a spec may name an adapter for --init to complete
+        raise UserError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     ctx = init_distributed(resolve_mode(config.distributed))
     say = print if ctx.is_main else (lambda *a, **k: None)
@@ -185,9 +187,9 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
         if note:
             say(note)
 
-    seq_len = config.seq_len or spec.model.context_length
     split = split_tokens(tokens, val_fraction=config.val_fraction, seq_len=seq_len)
     train_rows = PackedRows(split.train, seq_len=seq_len, seed=config.seed)
+    val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
     return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started, seq_len=seq_len,
                      tokenizer=tokenizer, train_rows=train_rows, val_rows=val_rows, description=corpus.description,
                      counts=(len(tokens), len(split.train), 0 if split.val is None else len(split.val)), record=record)
@@ -206,7 +208,6 @@ def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, 
               resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
               val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any]) -> TrainResult:
     """Build (or take from train.init) the model, let plugins prepare it, and train on the rows."""
-    val_rows = EvalRows(split.val, seq_len=seq_len) if split.val is not None else None
     model = started.model if started else specformer.build(spec, seed=config.seed)
     torch.manual_seed(config.seed)  # what a plugin adds to the model (an adapter) starts the same on every process
     get_plugin_manager().hook.specformer_train_prepare_model(model=model, config=config, init=config.init)
@@ -256,6 +257,7 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
     mode = "compiled" if trainer.compiled else "eager"
     extras = [trainer.ctx.mode] if trainer.ctx.enabled else []
     extras += ["activation checkpointing"] if config.activation_checkpointing else []
+    tokenizer_name = "the --init checkpoint's" if config.init else config.tokenizer
     lines = [
         f"specformer train -> {run_dir}" + (f" (resuming {resume_from.path.name})" if resume_from else ""),
         f"  model   {trainer.n_params / 1e6:.2f}M parameters: {m.n_layers} layers, d_model {m.d_model}, "
@@ -263,7 +265,8 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
         + (f"\n  trains  {trainer.n_trainable:,} of {trainer.n_params:,} parameters "
            f"({100 * trainer.n_trainable / max(1, trainer.n_params):.2f}%)" if trainer.n_trainable != trainer.n_params else "")
         + (f"\n  init    {config.init}" if config.init else ""),
-        f"  data    {corpus_description}: {n_tokens:,} tokens ({config.tokenizer} tokenizer), "
+        f"  data    {corpus_description}: {n_tokens:,} tokens "
+        f"({tokenizer_name} tokenizer), "
         f"{n_train:,} train / {n_val:,} validation" if n_tokens is not None else
         f"  data    {corpus_description}: streamed, tokenized while training ({config.tokenizer} tokenizer); "
         f"{n_val:,} validation tokens held out",

@@ -111,8 +111,8 @@ class Trainer:
         summary = summarize(model)
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
-
         self.n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # an adapter run: a few %
+
         self.model = model.to(self.device)  # the Decoder: parameters by name, generation, saving
         self.model.train()
         if config.activation_checkpointing:
@@ -238,7 +238,7 @@ class Trainer:
             last = micro == config.grad_accum - 1
             with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
                 logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+                loss = lm_loss(logits, targets, masked=hasattr(self.train_rows, "loss_mask"))
                 objective = loss
                 aux = self.model.auxiliary_loss()
                 if aux is not None:
@@ -261,9 +261,19 @@ class Trainer:
         for micro in range(config.grad_accum):
             part = local_slice(self.global_batch, micro_batch=config.batch_size, micro_step=micro,
                                rank=ctx.rank, world_size=ctx.world_size)
-            rows = self.train_rows.rows(self.state.sequences + part.start, config.batch_size)
+            first = self.state.sequences + part.start
+            rows = self.train_rows.rows(first, config.batch_size)
             batch = self._to_device(rows)
-            yield batch[:, :-1], batch[:, 1:], self._layout(rows[:, :-1])  # inputs, next-token targets: (B, T) each
+            # Chat data: rows may carry a loss mask (only the assistant's tokens count).
+            mask = self.train_rows.loss_mask(first, config.batch_size) if hasattr(self.train_rows, "loss_mask") else None
+            # inputs, next-token targets: (B, T) each
+            yield batch[:, :-1], self._targets(batch, mask), self._layout(rows[:, :-1])
+
+    def _targets(self, batch: Tensor, mask: np.ndarray | None) -> Tensor:
+        """Next-token targets ``(B, T)``; IGNORE where a loss mask ``(B, T + 1)`` (aligned with the row) is False."""
+        if mask is None:
+            return batch[:, 1:]
+        return batch[:, 1:].masked_fill(~self._to_device(mask[:, 1:]), IGNORE)
 
     def _layout(self, inputs: np.ndarray) -> dict[str, Tensor]:
         """The forward's ``document_ids``/``positions`` for host ``inputs`` (B, T); empty when plain causal is exact."""
@@ -329,11 +339,15 @@ class Trainer:
             for start in range(0, len(mine), config.batch_size):
                 rows = self.val_rows.rows(mine[start : start + config.batch_size])
                 batch = self._to_device(rows)
+                mask = (self.val_rows.loss_mask(mine[start : start + config.batch_size])
+                        if hasattr(self.val_rows, "loss_mask") else None)
+                targets = self._targets(batch, mask)  # (B, T)
                 with self._autocast():
                     logits = self.wrapped(batch[:, :-1], **self._layout(rows[:, :-1]))  # masked as in training
-                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum",
+                                       ignore_index=IGNORE)
                 sums[0] += loss.double()
-                sums[1] += batch[:, 1:].numel()
+                sums[1] += (targets != IGNORE).sum() if mask is not None else targets.numel()
         finally:
             self.wrapped.train()
         sums = all_reduce_mean(sums, ctx)
@@ -414,6 +428,24 @@ class Trainer:
         """After a resume, this run's settings (lr, betas, weight decay, ...) win over those saved with the optimizer."""
         for group, settings in zip(self.optimizer.param_groups, self._settings, strict=True):
             group.update(settings)
+
+
+#: The target id a loss mask turns excluded targets into (``F.cross_entropy``'s ``ignore_index``).
+IGNORE = -100
+
+
+def lm_loss(logits: Tensor, targets: Tensor, *, masked: bool = False) -> Tensor:
+    """Mean next-token cross-entropy over the targets that count (IGNORE marks those a loss mask excludes).
+
+    Unmasked rows: plain ``F.cross_entropy``. Masked (``masked``, known on the host, so no
+    device sync): the sum over the counted targets divided by their number, at least 1, so
+    a micro-batch holding only prompt tokens contributes 0 rather than NaN.
+    """
+    flat, wanted = logits.float().flatten(0, 1), targets.flatten()  # (B*T, vocab), (B*T,)
+    if not masked:
+        return F.cross_entropy(flat, wanted)
+    counted = (wanted != IGNORE).sum().clamp(min=1)
+    return F.cross_entropy(flat, wanted, reduction="sum", ignore_index=IGNORE) / counted
 
 
 def _precision(requested: str, device: torch.device) -> str:

@@ -346,6 +346,18 @@ def _tokenizer(path: Path) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
+def _chats(path: Path) -> None:
+    """docs/fine-tuning.md's chat data: 300 short conversations (jsonl with messages)."""
+    import json
+
+    facts = [("colour of the sky", "blue"), ("colour of grass", "green"), ("sound of a cat", "meow"),
+             ("sound of a dog", "woof"), ("capital of France", "Paris"), ("capital of Italy", "Rome")]
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"What is the {q}?"},
+                                      {"role": "assistant", "content": f"The {q} is {a}."}]})
+             for i in range(300) for q, a in [facts[i % len(facts)]]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def _text_file(path: Path) -> None:
     path.write_text("\n\n".join((REPO / "docs" / name).read_text(encoding="utf-8") for name in CORPUS_PAGES))
 
@@ -355,6 +367,7 @@ def _text_file(path: Path) -> None:
 INPUTS = {
     "README.md": lambda p: shutil.copy(REPO / "README.md", p),
     "notes.txt": _text_file,
+    "chats.jsonl": _chats,
     "llama.safetensors": _imported_llama,
     "llama-tokenizer": _tokenizer,
     "llama-tokenizer/tokenizer.json": _tokenizer,

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 import specformer
 from specformer.cli import main
-from specformer.errors import SpecError, UserError
+from specformer.errors import UserError
 from specformer_train import train
 from specformer_train.init_weights import load_init
 
@@ -89,9 +89,9 @@ def test_init_refuses_a_spec_of_another_model(tmp_path: Path, base_ckpt: Path, t
         train(spec, data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
 
 
-def test_adapter_without_init_is_a_spec_error(tmp_path: Path, text_file: Path) -> None:
-    with pytest.raises(SpecError, match="set train.init"):
-        train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"))
+def test_adapter_without_init_is_refused_before_any_data_is_read(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="set train.init"):
+        train(tiny_spec(adapter=ADAPTER), data=str(tmp_path / "missing.txt"), out_dir=str(tmp_path / "run"))
 
 
 def test_cli_init_flag(tmp_path: Path, base_ckpt: Path, text_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
