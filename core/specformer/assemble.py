@@ -135,6 +135,7 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
             lm_head_bias=m.lm_head_bias,
             embedding_multiplier=multiplier,
             logit_softcap=m.logit_softcap,
+            logit_scale=m.logit_scale,
             embedding_dropout=m.embedding_dropout,
         )
     except (RuntimeError, OverflowError) as exc:

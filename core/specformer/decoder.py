@@ -44,6 +44,7 @@ class Decoder(nn.Module):
         lm_head_bias: bool = False,
         embedding_multiplier: float = 1.0,
         logit_softcap: float | None = None,
+        logit_scale: float = 1.0,
         embedding_dropout: float = 0.0,
         spec: Any = None,
     ) -> None:
@@ -70,6 +71,7 @@ class Decoder(nn.Module):
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
         self.embedding_multiplier = embedding_multiplier
         self.logit_softcap = logit_softcap
+        self.logit_scale = logit_scale
         self.embedding_dropout = nn.Dropout(embedding_dropout)
         self.spec = spec
 
@@ -174,12 +176,14 @@ class Decoder(nn.Module):
         return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
 
     def head_logits(self, x: Tensor) -> Tensor:
-        """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, soft-cap.
+        """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, scale, soft-cap.
 
         The forward ends with this; the logit lens applies it to the stream after every layer.
         """
         x = self.final_norm(x)
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
+        if self.logit_scale != 1.0:
+            logits = logits * self.logit_scale
         if self.logit_softcap is not None:
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         if logits.shape[-1] != self.vocab_size:

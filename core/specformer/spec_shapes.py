@@ -147,6 +147,9 @@ class ModelSpec(StrictNumbers):
     logit_softcap: float | None = Field(
         default=None, gt=0, description="Cap final logits smoothly: cap * tanh(logits / cap) (Gemma 2)."
     )
+    logit_scale: float = Field(
+        default=1.0, gt=0, description="Multiply the final logits by this, before any soft-cap (Cohere's logit_scale)."
+    )
     pad_vocab_to_multiple: int = Field(
         default=1, gt=0, description="Pad embedding rows to a multiple of this for faster matmuls; logits keep vocab_size."
     )
