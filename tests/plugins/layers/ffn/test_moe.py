@@ -243,3 +243,26 @@ def test_bad_params(params: dict, message: str) -> None:
     spec["model"]["block"]["ffn"] = {"kind": "moe", **params}
     with pytest.raises(specformer.SpecError, match=message):
         specformer.load_spec(spec)
+
+
+def test_dense_first_layers_and_active_parameters_of_a_deepseek_shaped_spec() -> None:
+    """first_k_dense_replace as a layers: override; summary's active count written out by hand."""
+    d, experts, top_k, hidden, dense_hidden = 32, 8, 2, 16, 64
+    spec = tiny_spec(n_layers=4)
+    spec["model"]["block"]["ffn"] = {
+        "kind": "moe", "n_experts": experts, "top_k": top_k, "hidden": hidden, "n_shared_experts": 1,
+        "aux_loss_coef": 0.0,
+        "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 2, "scaling_factor": 2.5},
+    }
+    spec["model"]["layers"] = [{"select": "0:1", "ffn": {"kind": "swiglu", "hidden": dense_hidden}}]
+    model = specformer.build(spec, seed=0)
+    assert [type(b.ffn).__name__ for b in model.blocks] == ["GatedMLP", "MoE", "MoE", "MoE"]
+    summary = specformer.summarize(spec)
+    assert summary.total == model.num_parameters()
+    per_expert = 3 * d * hidden
+    router = experts * d  # the selection bias is a buffer, not a parameter
+    shared = 3 * d * hidden
+    unused = (experts - top_k) * per_expert  # per MoE layer, per token
+    assert summary.total - summary.active == 3 * unused
+    moe_active = sum(b.ffn.active_parameters() for b in model.blocks[1:])
+    assert moe_active == 3 * (router + top_k * per_expert + shared)
