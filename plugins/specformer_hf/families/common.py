@@ -470,21 +470,26 @@ class RMSNorm(Part):
 
 @dataclass(frozen=True)
 class LayerNorm(Part):
-    """LayerNorm (with bias) everywhere, eps from ``eps_key``; the final norm has a bias too."""
+    """LayerNorm everywhere, eps from ``eps_key``, with a bias (the final norm's too) unless ``bias`` is False (Cohere)."""
 
     eps_key: str = "layer_norm_eps"
+    bias: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {})["norm"] = {"kind": "layernorm", "eps": cfg.get_float(self.eps_key)}
+        norm = {"kind": "layernorm", "eps": cfg.get_float(self.eps_key)}
+        if not self.bias:
+            norm["bias"] = False
+        model.setdefault("block", {})["norm"] = norm
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         view.block_kind("norm", ("layernorm",))
-        if not view.uniform("norm", "bias") or not view.uniform("norm", "affine"):
-            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have a weight and a bias")
+        if view.uniform("norm", "bias") != self.bias or not view.uniform("norm", "affine"):
+            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have a weight "
+                                 + ("and a bias" if self.bias else "and no bias"))
         config[self.eps_key] = view.uniform("norm", "eps")
 
     def rules(self) -> list[Rule]:
-        return [Copy("model.norm.bias", "final_norm.bias")]
+        return [Copy("model.norm.bias", "final_norm.bias")] if self.bias else []
 
 
 @dataclass(frozen=True)

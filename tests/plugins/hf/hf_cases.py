@@ -149,6 +149,12 @@ CASES = [
                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                       "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
                                       "beta_fast": 32.0, "beta_slow": 1.0})),
+    # Three sliding layers with interleaved rope, then a global layer without positions; scaled logits, untied.
+    Case("cohere2", "Cohere2Config", "Cohere2ForCausalLM",
+         _llama_like(num_hidden_layers=4, sliding_window=WINDOW, logit_scale=0.5, tie_word_embeddings=False)),
+    Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
+                     attention_bias=True, logit_scale=4.0)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

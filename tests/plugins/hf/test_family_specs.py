@@ -51,6 +51,10 @@ DENSE_SPECS = {
     "gemma-3-1b.yaml": ("Gemma3TextConfig", dict(
         vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
         num_key_value_heads=1, head_dim=256, sliding_window=512, max_position_embeddings=32768)),
+    "command-r7b.yaml": ("Cohere2Config", dict(
+        vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192, sliding_window=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
 }
 
 
