@@ -119,6 +119,9 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         seed = arguments.seed(body.seed)
     except ValueError as exc:
         raise RequestError(str(exc), param="stop" if "stop" in str(exc) else "seed") from None
+    if seed is not None and seed + body.n - 1 >= 2**64:  # choice j is seeded with seed + j
+        raise RequestError(f"seed: with n={body.n} the seeds run up to seed + {body.n - 1}, which must be below 2**64",
+                           param="seed")
     if len(prompts) * body.n > MAX_CHOICES:
         raise RequestError(f"{len(prompts)} prompt(s) x n={body.n} is {len(prompts) * body.n} choices; at most "
                            f"{MAX_CHOICES} per request", param="n")
@@ -399,6 +402,9 @@ def _prompt_ids(prompt: str | list[int], tokenizer: Any, vocab_size: int, param:
             return list(tokenizer.encode(prompt))
         except UserError as exc:  # a checkpoint without a tokenizer takes token ids only
             raise RequestError(str(exc), param=param) from None
+        except UnicodeError as exc:  # a lone surrogate ("\\ud800") is valid JSON but not text
+            raise RequestError(f"{param}: not valid Unicode text ({exc.reason} at position {exc.start})",
+                               param=param) from None
     bad = [t for t in prompt if not 0 <= t < vocab_size]
     if bad:
         raise RequestError(f"{param}: token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", param=param)

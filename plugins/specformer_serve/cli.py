@@ -1,6 +1,7 @@
 """``specformer serve CKPT``: an OpenAI-compatible HTTP server for a checkpoint.
 
-Loads the checkpoint (any checkpoint ``specformer.load`` reads: float, quantized, ...) and
+Needs the ``serve`` extra (Starlette, uvicorn, Jinja2), imported only when the command runs,
+so other commands never pay for it. Loads the checkpoint (any checkpoint ``specformer.load`` reads: float, quantized, ...) and
 its tokenizer, sizes the paged KV cache from ``--max-tokens-in-flight``, and serves until
 Ctrl-C. Every check (device, chat template, port) runs before the server starts, each a
 one-line error with exit code 2.
@@ -21,7 +22,6 @@ from specformer.devices import parse_device
 from specformer.errors import UserError
 from specformer.threads import auto_threads
 from specformer.tokenizer import tokenizer_from_metadata
-from specformer_serve.app import ServeConfig
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
 
@@ -57,6 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _require_server_stack()
     for name in ("max_batch", "block_size"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
                         block_size=args.block_size)
     except ValueError as exc:  # an attention layer this cache cannot hold
         raise UserError(f"cannot serve {args.checkpoint}: {exc}") from None
+    from specformer_serve.app import ServeConfig
+
     eot = getattr(tokenizer, "eot_id", None)
     config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
                          tokenizer=tokenizer, render_chat=render, api_key=api_key,
@@ -105,6 +108,23 @@ def run(args: argparse.Namespace) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL)
     server.run()
     return 0
+
+
+def _require_server_stack() -> None:
+    """The HTTP stack is an optional extra; its absence is one line saying how to install it."""
+    import importlib.util
+
+    missing = []
+    for name in ("starlette", "uvicorn", "jinja2"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken one
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise UserError(f"specformer serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                        f"installed; install the serve extra: pip install 'specformer[serve]'")
 
 
 def _loopback(host: str) -> bool:

@@ -107,3 +107,9 @@ def test_a_template_refusing_the_messages_is_a_400(model) -> None:
         assert r.json()["error"]["param"] == "messages"
         body["messages"][0]["role"] = "user"
         assert httpx.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
+
+
+def test_without_the_serve_extra_the_command_says_how_to_install_it(capsys, checkpoint, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what an environment without the extra looks like
+    err = _error(capsys, checkpoint)
+    assert "specformer serve needs uvicorn" in err and "pip install 'specformer[serve]'" in err

@@ -218,3 +218,22 @@ def test_every_attention_layout_batches_to_its_results_alone(name) -> None:
     for i, r in enumerate(requests):
         assert collector.tokens[i] == _alone(model, r), f"{name}: request {i}"
     assert engine.largest_batch > 1 and engine.pool.free == engine.pool.num_blocks
+
+
+def test_a_quantized_model_batches_to_its_results_alone() -> None:
+    """Any model ``specformer.load`` gives can be served: here int8 weights (the quant plugin)."""
+    import specformer
+    from specformer_quant import quantize
+
+    from .conftest import tiny_spec
+
+    model = specformer.build(tiny_spec(), seed=5).eval()
+    quantize(model, "int8")
+    requests = _requests(5, seed=6, longest=16)
+    engine = Engine(model, max_batch=5, num_blocks=64, block_size=4).start()
+    try:
+        collector = _run(engine, requests)
+    finally:
+        engine.stop()
+    for i, r in enumerate(requests):
+        assert collector.tokens[i] == _alone(model, r), f"request {i}"
