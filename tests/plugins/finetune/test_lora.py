@@ -131,3 +131,23 @@ def test_adapter_checkpoint_refuses_a_changed_or_missing_base(tmp_path: Path, ba
     base_ckpt.unlink()
     with pytest.raises(CheckpointError, match="base checkpoint .* is not there"):
         specformer.load(tmp_path / "adapter.safetensors")
+
+
+def test_generate_eval_and_summary_take_an_adapter_checkpoint(tmp_path: Path, base_ckpt: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from specformer.cli import main
+
+    model = specformer.load(base_ckpt)
+    apply_adapter(model, LORA).base = base_reference(base_ckpt)
+    _randomise_adapter(model)
+    save_adapter(model, tmp_path / "adapter.safetensors")
+    (tmp_path / "notes.txt").write_text("the model reads tokens and predicts the next one\n" * 40)
+    adapter = str(tmp_path / "adapter.safetensors")
+    assert main(["generate", adapter, "--prompt", "the", "--max-new-tokens", "4", "--seed", "0"]) == 0
+    assert main(["eval", adapter, "--data", str(tmp_path / "notes.txt")]) == 0
+    adapted = capsys.readouterr().out
+    assert main(["eval", str(base_ckpt), "--data", str(tmp_path / "notes.txt")]) == 0
+    plain = capsys.readouterr().out
+    # eval scored the adapted model, not the bare base: the losses differ.
+    assert float(adapted.split("loss")[1].split()[0]) != float(plain.split("loss")[1].split()[0])
+    assert main(["summary", adapter]) == 0
