@@ -44,20 +44,20 @@ def beam_search(
     *,
     max_new_tokens: int,
     num_beams: int,
-    length_penalty: float = 1.0,
-    early_stopping: bool | str = False,
-    sampler: Sampler | None = None,
-    eos: Sequence[int] = (),
-    stop: Sequence[Sequence[int]] = (),
-    pad_token_id: int | None = None,
-    use_cache: bool = True,
-    compile: bool | str = False,
+    length_penalty: float,
+    early_stopping: bool | str,
+    sampler: Sampler | None,
+    eos: Sequence[int],
+    stop: Sequence[Sequence[int]],
+    pad_token_id: int | None,
+    use_cache: bool,
+    compile: bool | str,
 ) -> "tuple[Tensor | list[list[int]], int]":
-    """The best beam of each prompt (full sequence) and the number of tokens generated in them."""
-    if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be true, false or 'never', got {early_stopping!r}")
-    if num_beams < 2:
-        raise ValueError(f"beam search needs num_beams >= 2, got {num_beams}")
+    """The best beam of each prompt (full sequence) and the number of tokens generated in them.
+
+    Every setting is required: ``generate(num_beams=...)`` is the public entry and owns the defaults.
+    """
+    # generate() has checked the settings (specformer_generate.arguments) and calls this only for num_beams > 1.
     B, nb, width, n = batch.batch_size, num_beams, batch.width, max_new_tokens
     rows = batch.repeat_rows(nb)
     device = batch.tokens.device

@@ -30,3 +30,11 @@ def test_beam_search_stops_a_beam_at_a_stop_sequence() -> None:
     # The winner may be a beam that never produced the stop (a full-length beam can score higher),
     # but no returned beam runs on past one.
     assert ends_at_first_stop(out, len(PROMPT), stop)
+
+
+def test_beam_settings_are_checked_once_by_generate_with_the_accepted_values() -> None:
+    import pytest
+
+    model = specformer.build(TINY)
+    with pytest.raises(ValueError, match=r"early_stopping must be True, False or 'never', got str 'sometimes'"):
+        generate(model, [[1, 2, 3]], max_new_tokens=2, num_beams=2, early_stopping="sometimes")
