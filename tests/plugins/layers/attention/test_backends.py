@@ -337,3 +337,60 @@ def test_specformer_summary_prints_each_layers_kernel() -> None:
     text = format_summary(summarize(spec))
     assert "attention kernel               flex; tiled sdpa dense mask for CPU training  (2 layers)" in text
     assert "attention kernel               sdpa (fused causal); flex for padded, packed or cached input  (1 layer)" in text
+
+
+# -- whole models: per-layer mixes and packed documents -----------------------------------------
+
+
+def mixed_model(backend: str, positional: dict):
+    from specformer.builder import build
+
+    from ..support import tiny_spec
+
+    spec = tiny_spec(n_layers=4, context_length=64, positional=positional, layers=[
+        {"select": "0::2", "attention": {"window": 3, "logit_softcap": 20.0}},
+        {"select": "1", "attention": {"chunk": 4, "sinks": True}},
+    ])
+    spec["model"]["block"]["attention"]["backend"] = backend
+    return build(spec, seed=0)
+
+
+@pytest.mark.parametrize("positional", [{"kind": "rope"}, {"kind": "alibi"}, {"kind": "learned"}])
+def test_per_layer_mixes_equal_eager_on_every_backend_with_packed_documents(reference_flex, positional) -> None:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 61, (2, 11))
+    want = mixed_model("eager", positional)(ids, positions=reset(DOCUMENTS), document_ids=DOCUMENTS)
+    for backend in ("sdpa", "auto"):
+        got = mixed_model(backend, positional)(ids, positions=reset(DOCUMENTS), document_ids=DOCUMENTS)
+        assert close(got, want), backend
+    with torch.no_grad():
+        got = mixed_model("flex", positional)(ids, positions=reset(DOCUMENTS), document_ids=DOCUMENTS)
+    assert close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa", "auto"])
+def test_a_packed_row_gives_each_documents_logits_alone(backend) -> None:
+    """With document ids and restarting positions, every document's logits are those it has alone."""
+    model = mixed_model(backend, {"kind": "rope"})
+    torch.manual_seed(1)
+    ids = torch.randint(0, 61, (2, 11))
+    packed = model(ids, positions=reset(DOCUMENTS), document_ids=DOCUMENTS)
+    unmasked = model(ids, positions=reset(DOCUMENTS))
+    for row in range(2):
+        for doc in DOCUMENTS[row].unique():
+            columns = (DOCUMENTS[row] == doc).nonzero().flatten()
+            alone = model(ids[row:row + 1, columns])[0]
+            assert close(packed[row, columns], alone)
+    assert not close(unmasked, packed)  # without the ids the documents see each other (the test can fail)
+
+
+def test_document_ids_are_checked() -> None:
+    model = mixed_model("auto", {"kind": "rope"})
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"document_ids must have the shape of input_ids \(2, 5\)"):
+        model(ids, document_ids=torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="document_ids must be an integer tensor"):
+        model(ids, document_ids=torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="without a cache"):
+        model(ids, positions=torch.zeros(2, 5, dtype=torch.long), document_ids=torch.zeros(2, 5, dtype=torch.long),
+              cache=ListCache())
