@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.spec import read_spec_file
+from specformer.spec import layer_selection, read_spec_file
 
 from conftest import SPECS
 from fixtures.handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec
@@ -23,9 +23,13 @@ def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128
     scale = d_model / m["d_model"]
     m.update(d_model=d_model, n_layers=min(m["n_layers"], n_layers), vocab_size=min(m["vocab_size"], vocab),
              context_length=min(m["context_length"], 64))
-    m["layers"] = [o for o in m.get("layers", []) if not isinstance(o.get("select"), int) or o["select"] < n_layers]
+    m["layers"] = [o for o in m.get("layers", []) if _selects_some(o.get("select"), m["n_layers"])]
     attention = m["block"]["attention"]
-    if isinstance(attention, dict):
+    if isinstance(attention, dict) and attention.get("kind") == "mla":  # latent attention: its own sizes
+        attention.update(n_heads=4, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
+        if attention.get("q_lora_rank"):
+            attention["q_lora_rank"] = 16
+    elif isinstance(attention, dict):
         heads, kv = attention["n_heads"], attention.get("n_kv_heads") or attention["n_heads"]
         group = heads // kv
         attention["n_kv_heads"] = max(1, min(kv, 2))
@@ -35,6 +39,14 @@ def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128
     if isinstance(ffn, dict) and ffn.get("hidden"):
         ffn["hidden"] = max(8, int(ffn["hidden"] * scale))
     return data
+
+
+def _selects_some(select: object, n_layers: int) -> bool:
+    """Overrides of layers a shrunk model no longer has are dropped (Gemma 3's '5::6' of 2 layers)."""
+    try:
+        return bool(layer_selection(select, n_layers))
+    except ValueError:
+        return False
 
 
 @pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.name)
