@@ -162,19 +162,6 @@ class Decoder(nn.Module):
         """Lengths at which keys cached before become stale (a scheme's ``restart_cache_at``, e.g. LongRoPE's switch)."""
         return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
 
-    def positional_schemes(self) -> list[PositionalScheme]:
-        """Every distinct positional scheme of the model: the model-level one, then the per-layer ones."""
-        return [self.positional, *self.layer_positionals]
-
-    def past_context(self) -> tuple[str, PositionalScheme]:
-        """Whether positions allow going past ``context_length``: "no" over "warn" over "yes", and the scheme that says so."""
-        rank = {"yes": 0, "warn": 1, "no": 2}
-        return max(((s.extrapolates, s) for s in self.positional_schemes()), key=lambda pair: rank[pair[0]])
-
-    def cache_restarts(self) -> set[int]:
-        """Lengths at which keys cached before become stale (a scheme's ``restart_cache_at``, e.g. LongRoPE's switch)."""
-        return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
-
     def head_logits(self, x: Tensor) -> Tensor:
         """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, scale, soft-cap.
 
