@@ -97,9 +97,7 @@ CASES = [
          _llama_like(original_max_position_embeddings=16,
                      rope_parameters=_rope("longrope", partial_rotary_factor=0.5,
                                            short_factor=[1.0 + 0.1 * i for i in range(4)],
-                                           long_factor=[2.0 + 0.3 * i for i in range(4)])),
-         no_generate="transformers' Phi-3 re-encodes the whole prompt with the long factors once generation "
-                     "crosses original_max_position_embeddings; specformer keeps the cached keys (as Llama does)"),
+                                           long_factor=[2.0 + 0.3 * i for i in range(4)]))),
     Case("olmo2", "Olmo2Config", "Olmo2ForCausalLM", _llama_like()),
     # StableLM 2: LayerNorm with biases, a quarter of each head rotated, q/k/v biases; and the parallel variant.
     Case("stablelm", "StableLmConfig", "StableLmForCausalLM", _llama_like(use_qkv_bias=True)),
