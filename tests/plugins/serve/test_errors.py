@@ -133,3 +133,39 @@ def test_a_client_leaving_before_the_answer_frees_its_slot(long_server) -> None:
     stats = _wait_idle(long_server)
     assert stats["ended_cancelled"] == before["ended_cancelled"] + 1
     assert stats["free_blocks"] == stats["total_blocks"]
+
+
+def test_random_bad_bodies_never_get_a_server_error(server) -> None:
+    """Valid requests with a field or two replaced by a value of any JSON type: an answer or a 4xx, never a 5xx."""
+    _fuzz(server, count=15, seed=0)
+
+
+@pytest.mark.slow
+def test_many_random_bad_bodies_never_get_a_server_error(server) -> None:
+    _fuzz(server, count=400, seed=1)
+
+
+def _fuzz(server, *, count: int, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    values = [None, True, -1, 0, 1, 3, 2**80, -(2**70), 1e308, -0.5, float("nan"), float("inf"), "", "x", "tiny",
+              [], [1, "a"], [[1, 2], [3]], ["a", "b"], {}, {"include_usage": True}, {"role": "user"}, [{"role": "user"}],
+              [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], [{"role": "user", "content": 5}]]
+    fields = sorted({*OK, *CHAT, "n", "stop", "seed", "top_p", "stream", "stream_options", "logprobs", "top_logprobs",
+                     "presence_penalty", "frequency_penalty", "max_completion_tokens", "return_token_ids", "prompt"})
+    statuses = set()
+    for _ in range(count):
+        route, base = rng.choice([("completions", OK), ("chat/completions", CHAT)])
+        body = {**base, rng.choice(fields): rng.choice(values)}
+        if rng.random() < 0.3:
+            body[rng.choice(fields)] = rng.choice(values)
+        r = httpx.post(f"{server.url}/v1/{route}", content=json.dumps(body).encode(), timeout=60)
+        statuses.add(r.status_code)
+        assert r.status_code in (200, 400, 404), (body, r.status_code, r.text)
+        if r.status_code != 200:
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert 400 in statuses and (count < 100 or 200 in statuses)
+    assert httpx.post(f"{server.url}/v1/completions", json=OK).status_code == 200
+    stats = httpx.get(f"{server.url}/health").json()
+    assert stats["ended_error"] == 0
