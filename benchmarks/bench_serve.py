@@ -180,7 +180,7 @@ def main() -> None:
     seq_rate, con_rate = total_tokens / seq_seconds, total_tokens / con_seconds
     same = all(a["tokens"] == b["tokens"] for a, b in zip(seq, con))
     print(f"\n{'who':<42} {'tokens/s':>9} {'ratio':>6}   {'TTFT ms p50 p90 p99':>23}   {'ITL ms p50 p90 p99':>23}")
-    for name, rate, results in ((f"specformer serve, 1 client (sequential)", seq_rate, seq),
+    for name, rate, results in (("specformer serve, 1 client (sequential)", seq_rate, seq),
                                 (f"specformer serve, {args.clients} concurrent clients", con_rate, con)):
         ttft, itl = latencies(results)
         print(f"{name:<42} {rate:9.1f} {rate / seq_rate:6.2f}   {percentiles(ttft):>23}   {percentiles(itl):>23}")

@@ -9,16 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-import specformer
 from specformer.cli import main
 
-from .conftest import BYTES, SPEC
+from .conftest import BYTES
 
 
 def _error(capsys, *args: str) -> str:
