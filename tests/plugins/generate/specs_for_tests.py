@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from specformer.spec import read_spec_file
+from specformer.spec import layer_selection, read_spec_file
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
 SPEC_FILES = sorted(p for p in SPEC_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
@@ -21,7 +21,7 @@ def small_version(data: dict[str, Any]) -> dict[str, Any]:
     model = data["model"]
     model["vocab_size"] = min(model["vocab_size"], 300)
     model["d_model"] = 64
-    model["n_layers"] = min(model["n_layers"], 3)
+    model["n_layers"] = min(model["n_layers"], 6)  # six keep every-fourth / every-sixth layer patterns (Gemma 3, SmolLM3)
     model["context_length"] = min(model["context_length"], 128)
     attention = model["block"]["attention"]
     if isinstance(attention, dict):
@@ -39,9 +39,11 @@ def small_version(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _selects_missing(override: dict[str, Any], n_layers: int) -> bool:
-    select = override.get("select")
-    indices = select if isinstance(select, list) else [select] if isinstance(select, int) else []
-    return any(i >= n_layers or i < -n_layers for i in indices)
+    """True when the override names a layer the smaller model does not have, or selects none of its layers."""
+    try:
+        return not layer_selection(override.get("select"), n_layers)
+    except ValueError:
+        return True
 
 
 def spec_data(path: Path) -> dict[str, Any]:
