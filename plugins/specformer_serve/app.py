@@ -15,7 +15,6 @@ import asyncio
 import hmac
 import json
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from specformer_generate.samplers.pipeline import build_sampler
 from specformer_serve.chat_template import TemplateError
 from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
+from specformer_serve.events import Poster
 from specformer_serve.playground import PAGE
 from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, sampler_entries
 
@@ -133,7 +133,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
             raise RequestError(str(exc), param="max_tokens" if "max_tokens" in str(exc) else "prompt",
                                code="context_length_exceeded") from None
     queue: asyncio.Queue = asyncio.Queue()
-    post = _Poster.for_app(request, engine)
+    post = Poster.for_app(request, engine)
     choices: list[Choice] = []
     for i, prompt in enumerate(prompts):
         budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
@@ -171,52 +171,6 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         "model": meta.model, "choices": [_choice_body(c, meta, config.tokenizer) for c in choices],
         "usage": _usage(choices),
     })
-
-
-class _Poster:
-    """Hands engine events to the event loop, waking it once per engine turn rather than once per token.
-
-    The engine thread emits one event per running request per step; waking the loop for each
-    (``call_soon_threadsafe`` writes to its self-pipe) costs a system call and a thread switch
-    apiece. Events wait in a list; the engine's step listener (:meth:`flush`, called after each
-    turn) schedules one drain for all of them.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.pending: list[tuple[asyncio.Queue, Any]] = []
-        self.scheduled = False
-        self.lock = threading.Lock()
-
-    @classmethod
-    def for_app(cls, request: Request, engine: Engine) -> "_Poster":
-        """The application's poster for the running event loop (one per loop, kept in the app's state)."""
-        loop = asyncio.get_running_loop()
-        poster = getattr(request.app.state, "poster", None)
-        if poster is None or poster.loop is not loop:
-            poster = request.app.state.poster = cls(loop)
-            engine.add_step_listener(poster.flush)
-        return poster
-
-    def __call__(self, queue: asyncio.Queue, item: Any) -> None:
-        with self.lock:
-            self.pending.append((queue, item))
-
-    def flush(self) -> None:
-        with self.lock:
-            if not self.pending or self.scheduled:
-                return
-            self.scheduled = True
-        try:
-            self.loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the event loop is gone (server shutting down)
-            pass
-
-    def _drain(self) -> None:
-        with self.lock:
-            pending, self.pending, self.scheduled = self.pending, [], False
-        for queue, item in pending:
-            queue.put_nowait(item)
 
 
 @dataclass
