@@ -126,7 +126,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         raise RequestError(f"{len(prompts)} prompt(s) x n={body.n} is {len(prompts) * body.n} choices; at most "
                            f"{MAX_CHOICES} per request", param="n")
     for i, prompt in enumerate(prompts):
-        budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
+        budget = max_tokens if max_tokens is not None else engine.room_after(len(prompt))
         try:
             engine.check(len(prompt), max(budget, 1))
         except ValueError as exc:
@@ -136,7 +136,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
     post = Poster.for_app(request, engine)
     choices: list[Choice] = []
     for i, prompt in enumerate(prompts):
-        budget = max_tokens if max_tokens is not None else engine.context_length - len(prompt)
+        budget = max_tokens if max_tokens is not None else engine.room_after(len(prompt))
         for j in range(body.n):
             index = len(choices)
             choice = Choice(index=index, prompt=prompt, tokenizer=config.tokenizer, stops=stops)

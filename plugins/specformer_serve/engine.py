@@ -150,6 +150,10 @@ class Engine:
                              f"server's whole KV cache holds ({capacity} tokens, --max-tokens-in-flight); lower "
                              f"max_tokens")
 
+    def room_after(self, prompt_tokens: int) -> int:
+        """The most new tokens a prompt of this length can have: what the context and the whole cache leave."""
+        return min(self.context_length, self.pool.num_blocks * self.pool.block_size) - prompt_tokens
+
     def submit(self, request: SequenceRequest) -> Handle:
         """Queue a request (checked with :meth:`check` first); it is admitted when there is room."""
         self.check(len(request.prompt), request.max_new_tokens)

@@ -169,3 +169,16 @@ def _fuzz(server, *, count: int, seed: int) -> None:
     assert httpx.post(f"{server.url}/v1/completions", json=OK).status_code == 200
     stats = httpx.get(f"{server.url}/health").json()
     assert stats["ended_error"] == 0
+
+
+def test_without_max_tokens_a_chat_gets_what_the_cache_can_hold(model) -> None:
+    with make_server(model, eos=False, num_blocks=8, block_size=4) as small:  # 32 tokens of cache, context 96
+        body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "return_token_ids": True}
+        r = httpx.post(f"{small.url}/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert len(choice["prompt_token_ids"]) + len(choice["token_ids"]) == 32
+        assert choice["finish_reason"] == "length"
+        too_long = {**body, "max_tokens": 40}
+        r = httpx.post(f"{small.url}/v1/chat/completions", json=too_long)
+        assert r.status_code == 400 and "whole KV cache holds (32 tokens" in r.json()["error"]["message"]
