@@ -106,15 +106,15 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
-def best_of(fns: dict[str, Callable[[], Any]], *, repeats: int, device: torch.device) -> dict[str, tuple[float, float, Any]]:
-    """Interleaved runs; per name (best seconds, median seconds, last output)."""
+def best_of(fns: dict[str, Callable[[], Any]], *, repeats: int, device: torch.device) -> dict[str, tuple[list[float], Any]]:
+    """Interleaved runs (every runner once per round); per name (seconds of each round, last output)."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     outs: dict[str, Any] = {}
     for _ in range(repeats):
         for name, fn in fns.items():
             seconds, outs[name] = timed(fn, device)
             times[name].append(seconds)
-    return {name: (min(t), statistics.median(t), outs[name]) for name, t in times.items()}
+    return {name: (t, outs[name]) for name, t in times.items()}
 
 
 def card_bandwidth_gbs(device: torch.device, override: float | None) -> float | None:
@@ -142,10 +142,15 @@ def cpu_read_bandwidth_gbs() -> float:
     return data.numel() * 4 / best / 1e9
 
 
-def weight_bytes(model: Any) -> int:
-    """Bytes of every parameter and buffer (quantized weights at their stored size)."""
+def read_per_step(model: Any, batch: int) -> int:
+    """Bytes of weights one decode step reads: every parameter and buffer (quantized weights at their stored
+    size), except an embedding table the logits do not come from, of which the step reads ``batch`` rows."""
     tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    table = model.embedding.weight
+    if model.lm_head is not None:  # untied, or a quantized copy of a tied head: the table is only looked up
+        total -= table.numel() * table.element_size() - batch * table.shape[1] * table.element_size()
+    return total
 
 
 def fast_variants(ours: Any, shape: dict, *, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
@@ -222,7 +227,7 @@ def main() -> None:
     cpu_bandwidth = cpu_read_bandwidth_gbs() if device.type == "cpu" else 0.0
     g = torch.Generator().manual_seed(0)
     header = (f"{'batch':>5}  {'who':<26} {'tokens/s':>10} {'(median)':>10}  {'ratio':>6} {'(median)':>9}  "
-              f"{'same tokens':>11}  {'read per step':>15} {'achieved':>9}")
+              f"{'spread':>11} {'same tokens':>11}  {'read per step':>15} {'achieved':>9}")
     print(header)
     print("-" * len(header))
     memory_rows = []
@@ -251,19 +256,29 @@ def main() -> None:
             run(n if "compile" in name else 8)
         results = best_of({name: (lambda run=run: run(n)) for name, run in runners.items()},
                           repeats=args.repeats, device=device)
-        peer_best, peer_median, reference = results["transformers generate()"]
+        peer_times, reference = results["transformers generate()"]
+        peer_best, peer_median = min(peer_times), statistics.median(peer_times)
         cache = StaticKVCache.for_model(ours, batch_size=batch, capacity=PROMPT_LENGTH + n)
-        for name, (best, median, out) in results.items():
+        for name, (seconds, out) in results.items():
+            best, median = min(seconds), statistics.median(seconds)
+            ratios = [theirs_s / ours_s for theirs_s, ours_s in zip(peer_times, seconds)]  # same round
             prompt = out.shape[1] - n
             if "*" in name:  # another prompt: compared with plain decoding of that prompt
-                same = (out[:, prompt:] == results["specformer plain*"][2][:, prompt:]).float().mean().item()
+                same = (out[:, prompt:] == results["specformer plain*"][1][:, prompt:]).float().mean().item()
             else:
                 same = (out[:, prompt:] == reference[:, PROMPT_LENGTH:]).float().mean().item()
             model = variants.get("quantized", {}).get(name.replace("specformer ", ""), ours)
-            step_bytes = weight_bytes(model) + cache.nbytes
+            step_bytes = read_per_step(model, batch) + cache.nbytes
+            over_plain = ""
+            if "*" in name and name != "specformer plain*":  # the same prompt decoded plainly, same rounds
+                plain_times = results["specformer plain*"][0]
+                over_plain = (f"  ({statistics.median(plain_times) / median:.2f}x over plain*, rounds "
+                              f"{min(p / s for p, s in zip(plain_times, seconds)):.2f}.."
+                              f"{max(p / s for p, s in zip(plain_times, seconds)):.2f})")
             print(f"{batch:>5}  {name:<26} {batch * n / best:>10.1f} {batch * n / median:>10.1f}  "
-                  f"{peer_best / best:>5.2f}x {peer_median / median:>8.2f}x  {same:>10.1%}  "
-                  f"{step_bytes / 1e6:>7.1f} MB/step {step_bytes * n / best / 1e9:>6.1f} GB/s")
+                  f"{peer_best / best:>5.2f}x {peer_median / median:>8.2f}x {min(ratios):>5.2f}..{max(ratios):<5.2f} "
+                  f"{same:>10.1%}  {step_bytes / 1e6:>7.1f} MB/step {step_bytes * n / best / 1e9:>6.1f} GB/s"
+                  + over_plain)
         if variants:
             for name, prompt_ids, draft in (("draft model", ids, variants["draft"]), ("prompt lookup*", repetitive, "ngram")):
                 print(f"       {name}: {tokens_per_forward(ours, prompt_ids, n, draft, args.draft_tokens):.2f} tokens "
@@ -271,8 +286,8 @@ def main() -> None:
                       f"{args.draft_tokens + 1} = every draft accepted)")
         memory_rows.append((batch, cache.nbytes))
         # Each decode step reads every weight once and the whole static cache buffer.
-        step_bytes = weight_bytes(ours) + cache.nbytes
-        achieved = step_bytes * n / results["specformer"][0] / 1e9
+        step_bytes = read_per_step(ours, batch) + cache.nbytes
+        achieved = step_bytes * n / min(results["specformer"][0]) / 1e9
         if device.type == "cuda":
             peak = card_bandwidth_gbs(device, args.bandwidth_gbs)
             share = f" = {achieved / peak:.0%} of the card's {peak:.0f} GB/s" if peak else " (peak unknown: --bandwidth-gbs)"

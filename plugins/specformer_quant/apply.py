@@ -5,6 +5,13 @@ Every ``nn.Linear`` becomes a :class:`~specformer_quant.weights.QuantizedLinear`
 higher precision: embeddings always (a lookup reads one row, not the whole table), the
 LM head unless ``quantize_lm_head``, MoE routers (their argmax picks the experts) and
 anything tied to an embedding.
+
+A tied LM head (the model multiplies by its embedding table; ``model.lm_head`` is None)
+is quantized with ``quantize_lm_head`` as a separate copy: the model gets a quantized
+``lm_head`` made from the embedding, the embedding stays float for its lookups, and the
+recipe says ``"tied_head": true``. Decoding reads the whole head every token but one
+embedding row, so this is where a tied model's bytes per token go (a third of the 40M
+Llama of ``benchmarks/bench_generate.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +64,9 @@ def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False) -
                     del module._parameters[pname]
                     setattr(module, pname, scheme_obj.quantize(param))
                     recipe["stacks"].append(f"{name}.{pname}" if name else pname)
+    if quantize_lm_head and _has_tied_head(model):
+        model.lm_head = QuantizedLinear(weight=scheme_obj.quantize(model.embedding.weight), bias=None)
+        recipe["tied_head"] = True
     model.quantization = recipe  # type: ignore[attr-defined]
     return recipe
 
@@ -77,6 +87,10 @@ def rebuild(model: nn.Module, recipe: dict[str, Any]) -> None:
             raise ValueError(f"the recipe quantizes {name!r}, which is not a stacked expert weight of this model")
         del module._parameters[pname]
         setattr(module, pname, scheme.empty(tuple(param.shape)))
+    if recipe.get("tied_head"):
+        if not _has_tied_head(model):
+            raise ValueError("the recipe quantizes a copy of the tied LM head, but this model's head is not tied")
+        model.lm_head = QuantizedLinear(weight=scheme.empty(tuple(model.embedding.weight.shape)), bias=None)
     model.quantization = recipe  # type: ignore[attr-defined]
 
 
@@ -84,6 +98,11 @@ def weight_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and buffer (quantized weights at their stored size)."""
     tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _has_tied_head(model: nn.Module) -> bool:
+    """A decoder whose logits come from its embedding table (``lm_head`` is None)."""
+    return getattr(model, "lm_head", False) is None and isinstance(getattr(model, "embedding", None), nn.Embedding)
 
 
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:

@@ -51,10 +51,13 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
     layout = dict(tensors)
     entries = [(f"{n}.qweight", f"{n}.weight") for n in recipe.get("linears", [])]
     entries += [(n, n) for n in recipe.get("stacks", [])]
+    if recipe.get("tied_head"):  # a quantized copy of the tied embedding: no float tensor stands behind it
+        entries.append(("lm_head.qweight", None))
     for prefix, logical in entries:
+        label = logical or "lm_head (a quantized copy of the tied embedding)"
         primary = tensors.get(f"{prefix}.{scheme.primary}")
         if primary is None:
-            raise CheckpointError(f"{where}: the quantization recipe lists {logical}, but the file has no "
+            raise CheckpointError(f"{where}: the quantization recipe lists {label}, but the file has no "
                                   f"{prefix}.{scheme.primary}")
         if len(primary.shape) < 2:
             raise CheckpointError(f"{where}: {prefix}.{scheme.primary} has shape {primary.shape}; a quantized weight "
@@ -64,14 +67,21 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
             with torch.device("meta"):  # shapes only
                 expected = {name: tuple(b.shape) for name, b in scheme.empty(shape).named_buffers()}
         except ValueError as exc:
-            raise CheckpointError(f"{where}: {logical}: {exc}") from None
+            raise CheckpointError(f"{where}: {label}: {exc}") from None
         for name, dims in expected.items():
             stored = layout.pop(f"{prefix}.{name}", None)
             if stored is None:
-                raise CheckpointError(f"{where}: {logical} is quantized ({scheme.name}) but {prefix}.{name} is missing")
+                raise CheckpointError(f"{where}: {label} is quantized ({scheme.name}) but {prefix}.{name} is missing")
             if stored.shape != dims:
                 raise CheckpointError(f"{where}: {prefix}.{name} has shape {stored.shape}, but a {scheme.name} weight "
                                       f"of shape {shape} stores it as {dims} (mismatched quantization shapes)")
+        if logical is None:
+            embedding = tensors.get("embedding.weight")
+            if embedding is None or tuple(embedding.shape) != tuple(shape):
+                raise CheckpointError(f"{where}: the quantized copy of the tied LM head has shape {shape}, but the "
+                                      f"embedding is {None if embedding is None else embedding.shape} (mismatched "
+                                      f"quantization shapes)")
+            continue
         layout[logical] = TensorInfo(dtype="F32", shape=shape)
     return layout
 

@@ -1,21 +1,26 @@
 """``int8``: symmetric per-output-channel int8 weights.
 
-Two CPU kernels (measured on this project's CPU, docs/quantization.md):
+CPU kernels (measured on this project's CPU by ``benchmarks/bench_quant_kernels.py``,
+docs/quantization.md):
 
-- default: PyTorch's weight-only ``_weight_int8pack_mm`` with bfloat16 activations
-  (about 2.5x faster than the float32 matmul at batch 1). Each row's result depends on
-  that row alone, so batched rows equal rows run alone and speculative decoding's greedy
-  output equals plain greedy decoding.
-- ``dynamic_activations: true``: fbgemm's ``quantized::linear_dynamic``, which quantizes
-  the activations of the whole call to 7 bits with one scale and multiplies in int8
-  (about 5x faster). Faster, but one scale per call makes a row's result depend on the
-  other rows and tokens in the same forward (batch, prompt length, speculative drafts).
+- default, float32 activations: fbgemm's int8 x int8 ``quantized::linear_dynamic`` with
+  *per-row* activation scales. fbgemm quantizes its whole input with one scale taken
+  from the input's range; each row is divided by its own max |x| first and a guard row
+  ``[1, -1, 0, ...]`` is appended, so the call's range is always [-1, 1], the
+  quantization of a row depends on that row alone, and the result is scaled back per
+  row. Batched rows then equal rows run alone, bit for bit, and speculative decoding's
+  greedy output equals plain greedy decoding.
+- other activation dtypes (bfloat16): PyTorch's weight-only ``_weight_int8pack_mm``.
+- ``dynamic_activations: true``: fbgemm's kernel as it is, one activation scale for the
+  whole call (no rescaling, no guard row: a little faster at several rows, but a row's
+  result depends on the other rows and tokens in the same forward).
 
 Elsewhere (other devices, MoE expert stacks) the weight is dequantized for the matmul.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -29,8 +34,8 @@ from specformer_quant.weights import QuantizedWeight, check_stored
 
 class Int8Params(Params):
     dynamic_activations: bool = Field(default=False, description=(
-        "fbgemm's int8 x int8 CPU kernel with one activation scale per call: about twice as fast, but a row's "
-        "output then depends on the other rows and tokens in the forward"))
+        "fbgemm's int8 x int8 CPU kernel with one activation scale per call instead of one per row: a little "
+        "faster with several rows, but a row's output then depends on the other rows and tokens in the forward"))
 
 
 class Int8Weight(QuantizedWeight):
@@ -54,16 +59,20 @@ class Int8Weight(QuantizedWeight):
         return (self.q.float() * self.scale[..., None]).to(dtype)
 
     def matmul(self, x: Tensor) -> Tensor:
-        if self.dynamic_activations and x.device.type == "cpu" and x.dtype == torch.float32 and len(self.shape) == 2:
+        if x.device.type == "cpu" and x.dtype == torch.float32 and len(self.shape) == 2 and self.shape[1] >= 2 \
+                and _has_fbgemm():
             if self._packed is None:
-                self._packed = _prepack(self.q, self.scale)
-            # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
-            return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+                guard = torch.zeros(1, self.shape[1])  # pins a call's range to [-1, 1] whatever its rows hold
+                guard[0, 0], guard[0, 1] = 1.0, -1.0
+                self._packed = _prepack(self.q, self.scale), guard
+            packed, guard = self._packed
+            if self.dynamic_activations:
+                # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
+                return torch.ops.quantized.linear_dynamic(x, packed, True)
+            return _per_row(x, packed, guard, self.shape[0])
         if x.device.type == "cpu" and len(self.shape) == 2 and hasattr(torch, "_weight_int8pack_mm"):
-            if self._packed is None:
-                self._packed = self.scale.to(torch.bfloat16)
             flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K)
-            y = torch._weight_int8pack_mm(flat, self.q, self._packed)  # (M, N)
+            y = torch._weight_int8pack_mm(flat, self.q, self.scale.to(torch.bfloat16))  # (M, N)
             return y.to(x.dtype).view(*x.shape[:-1], self.shape[0])
         return super().matmul(x)
 
@@ -80,9 +89,25 @@ def _prepack(q: Tensor, scale: Tensor) -> Any:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+def _per_row(x: Tensor, packed: Any, guard: Tensor, n_out: int) -> Tensor:
+    """fbgemm's dynamic int8 matmul with one activation scale per row (see the module docstring)."""
+    flat = x.reshape(-1, x.shape[-1])  # (M, K)
+    row_max = torch.linalg.vector_norm(flat, ord=float("inf"), dim=-1, keepdim=True)  # (M, 1): max |x| of each row
+    row_max.clamp_(min=torch.finfo(torch.float32).tiny)  # an all-zero row stays zero instead of 0 / 0
+    # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
+    y = torch.ops.quantized.linear_dynamic(torch.cat((flat / row_max, guard)), packed, True)  # (M + 1, N)
+    return y[:-1].mul_(row_max).view(*x.shape[:-1], n_out)
+
+
+@functools.cache
+def _has_fbgemm() -> bool:
+    return "fbgemm" in torch.backends.quantized.supported_engines or "x86" in torch.backends.quantized.supported_engines
+
+
 class Int8:
-    """Symmetric per-output-channel int8 weights (half of bf16, a quarter of float32); on CPU a weight-only
-    int8 kernel, or fbgemm's int8 x int8 one with dynamic_activations (faster, rows then depend on each other)."""
+    """Symmetric per-output-channel int8 weights (half of bf16, a quarter of float32); on CPU fbgemm's
+    int8 x int8 kernel with per-row activation scales (per-call with dynamic_activations: rows then depend
+    on each other)."""
 
     name = "int8"
     Params = Int8Params

@@ -158,3 +158,38 @@ def test_bad_methods_write_nothing(capsys, float_checkpoint, tmp_path) -> None:
         code, _, err = cli(capsys, *command)
         assert code == 2 and "multiple of it" in err and "Traceback" not in err, err
         assert not out.exists()
+
+
+def test_a_tied_lm_head_is_quantized_as_a_copy_and_read_back(capsys, tmp_path) -> None:
+    """--quantize-lm-head on a tied model: the head becomes a quantized copy of the embedding (the embedding stays
+    float for lookups), the file stores it as lm_head.qweight.*, and load gives the same logits."""
+    data = moe_spec()
+    data["model"]["tie_embeddings"] = True
+    source = tmp_path / "tied.safetensors"
+    float_model = specformer.build(data, seed=0).eval()
+    specformer.save(float_model, source, metadata={"tokenizer": json.dumps({"kind": "byte"})})
+    out = tmp_path / "tied-int8.safetensors"
+    code, _, err = cli(capsys, "quantize", source, "--method", "int8", "--quantize-lm-head", "-o", out)
+    assert code == 0, err
+    recipe = json.loads(read_metadata(out)["quantization"])
+    assert recipe["tied_head"] is True
+    with safe_open(str(out), framework="pt") as f:
+        assert {"lm_head.qweight.q", "lm_head.qweight.scale", "embedding.weight"} <= set(f.keys())
+
+    loaded = specformer.load(out).eval()
+    expected = specformer.load(source).eval()
+    quantize(expected, "int8", quantize_lm_head=True)
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, reference = loaded(ids), float_model(ids)
+        assert torch.equal(got, expected(ids))
+        # The head is int8 now: the logits moved a little, and only a little.
+        error = float((got - reference).abs().max()) / float(reference.abs().max())
+        assert 0 < error < 0.05
+    assert torch.equal(loaded.embedding.weight, float_model.embedding.weight)
+
+    forged = tmp_path / "forged.safetensors"
+    _forge(out, forged, tensors={"lm_head.qweight.q": torch.zeros(7, 64, dtype=torch.int8),
+                                 "lm_head.qweight.scale": torch.ones(7)})
+    with pytest.raises(CheckpointError, match="tied LM head"):
+        specformer.load(forged)

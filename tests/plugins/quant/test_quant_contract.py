@@ -1,7 +1,7 @@
 """Every registered attention and FFN (MoE included) component, quantized: logits stay near float32.
 
 Tolerances (relative to the largest float32 logit, model with init_std 0.02):
-int8 4% (its CPU kernel takes bfloat16 activations), int4 (group 32) 20%, bf16 1%. The int4 bound is loose because a random model's
+int8 4% (its CPU kernel quantizes activations to 7 bits per row), int4 (group 32) 20%, bf16 1%. The int4 bound is loose because a random model's
 weights have no structure for 4 bits to keep; the perplexity test measures int4 on a
 trained model.
 """
@@ -109,7 +109,30 @@ def test_int8_per_channel_formula_and_kernel() -> None:
     torch.testing.assert_close(q.dequantize(), (w / s).round() * s, atol=1e-6, rtol=0)
     x = torch.randn(4, 32)
     exact = x @ q.dequantize().T
-    assert float((q.matmul(x) - exact).abs().max()) < 0.03 * float(exact.abs().max())  # bfloat16 activations in the kernel
+    assert float((q.matmul(x) - exact).abs().max()) < 0.03 * float(exact.abs().max())  # 7-bit activations in the kernel
+
+
+def test_int8_kernel_scales_each_row_alone() -> None:
+    """The default int8 CPU kernel quantizes activations per row: a row multiplied next to rows 1000x larger or
+    smaller gives bit for bit what it gives alone, and its error stays that of a row alone (7-bit activations
+    and int8 weights: under 3% of the row's largest output). One scale per call (dynamic_activations) would
+    round the small row to nearly nothing."""
+    from specformer_quant.int8 import Int8Weight
+
+    g = torch.Generator().manual_seed(3)
+    w = Int8Weight.from_float(torch.randn(48, 64, generator=g))
+    per_call = Int8Weight.from_float(w.dequantize(), dynamic_activations=True)
+    x = torch.randn(5, 64, generator=g) * torch.tensor([[1.0], [1000.0], [1e-3], [5.0], [0.0]])  # (M, K)
+    together = w.matmul(x)
+    alone = torch.cat([w.matmul(x[i : i + 1]) for i in range(5)])
+    assert torch.equal(together, alone)
+    assert torch.equal(w.matmul(x[:2].view(1, 2, 64)), together[:2].view(1, 2, 48))  # leading dims kept
+    exact = x @ w.dequantize().T
+    for i in range(4):
+        assert float((together[i] - exact[i]).abs().max()) < 0.03 * float(exact[i].abs().max()), f"row {i}"
+    assert float(together[4].abs().max()) == 0.0
+    small_per_call = per_call.matmul(x)[2]
+    assert float((small_per_call - exact[2]).abs().max()) > 0.2 * float(exact[2].abs().max())
 
 
 @pytest.mark.parametrize("scheme", ["int8", {"kind": "int4", "group_size": 32}, "bf16"])
