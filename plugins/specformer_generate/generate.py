@@ -107,6 +107,7 @@ def generate(
                                   eos_token_id=eos_token_id, stop=stop, use_cache=use_cache,
                                   pad_token_id=pad_token_id, compile=compile, max_memory=max_memory,
                                   num_beams=num_beams)
+        _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="beam search")
         with _inference(model):
             result, produced = beam_search(
                 model, batch, max_new_tokens=checked.max_new_tokens, num_beams=num_beams,
@@ -277,6 +278,7 @@ def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, see
     generator = torch.Generator(device=device).manual_seed(checked.seed) if checked.seed is not None else None
     drafter = None
     if draft is not None:
+        _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="speculative decoding")
         drafter = speculation_drafter(model, draft, sampler=checked.sampler, use_cache=use_cache, compile=compile,
                                       needed=batch.width + checked.max_new_tokens)
         draft_tokens = arguments.positive_int("draft_tokens", draft_tokens)
@@ -299,6 +301,21 @@ def _collect(run: _Run) -> "tuple[Tensor | list[list[int]], int]":
 
 
 # -- checks and small helpers -----------------------------------------------------------
+
+
+def _check_no_restart(model: Any, batch: PromptBatch, max_new_tokens: int, *, use_cache: Any, what: str) -> None:
+    """Refuse a cached beam search or speculative run that would cross a cache restart (LongRoPE reencode).
+
+    Only the plain decode loop encodes the sequence again at the restart; the others would go on
+    with stale keys and give other tokens than transformers.
+    """
+    restarts = model.cache_restarts() if use_cache and callable(getattr(model, "cache_restarts", None)) else set()
+    crossed = sorted(r for r in restarts if batch.width <= r <= batch.width + max_new_tokens - 2)
+    if crossed:
+        raise ValueError(f"{what} would pass {crossed[0]} tokens, where this model's positions switch (longrope "
+                         f"reencode) and the cached keys must be encoded again, which only greedy decoding and "
+                         f"sampling do; use num_beams=1 and no draft, use_cache=False, or at most "
+                         f"{crossed[0] - batch.width + 1} new tokens")
 
 
 def _batch(model: Any, input_ids: Any) -> PromptBatch:

@@ -132,3 +132,19 @@ def test_phi3_longrope_switches_factors_as_transformers_generate_does(tmp_path: 
         ours = generate(model, prompt, max_new_tokens=14)
         assert torch.equal(ours, _greedy(hf, prompt, 14)), width
         assert torch.equal(ours, generate(model, prompt, max_new_tokens=14, use_cache=False))
+
+
+def test_beam_search_and_speculation_refuse_to_cross_a_cache_restart() -> None:
+    pairs = 4
+    scaling = {"kind": "longrope", "short_factor": [1.0] * pairs, "long_factor": [4.0] * pairs,
+               "original_context_length": 8, "reencode": True}
+    spec = spec_with_positional({"kind": "rope", "scaling": scaling})
+    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 8, "n_kv_heads": 2}  # head_dim 8
+    model = specformer.build(spec, seed=0).eval()
+    prompt = torch.zeros(1, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match="beam search would pass 8 tokens.*at most 4 new tokens"):
+        generate(model, prompt, max_new_tokens=6, num_beams=2)
+    with pytest.raises(ValueError, match="speculative decoding would pass 8 tokens"):
+        generate(model, prompt, max_new_tokens=6, draft=model)
+    assert generate(model, prompt, max_new_tokens=4, num_beams=2).shape == (1, 9)  # stops before the switch
+    assert generate(model, prompt, max_new_tokens=6, num_beams=2, use_cache=False).shape == (1, 11)
