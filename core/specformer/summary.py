@@ -23,9 +23,12 @@ class ModelSummary:
     through an ``active_parameters()`` method; only those count towards FLOPs.
     FLOPs follow the convention of Kaplan et al. and PaLM's MFU appendix: a matmul
     with N weights costs 2N FLOPs per token forward; attention scores and the weighted
-    sum cost ``4 * n_heads * head_dim * T`` per layer per token, with T the context
-    length (or the window, for sliding-window layers). Training = 3 x forward
-    (``6N + 12 * L * H * hd * T``).
+    sum cost ``2 * n_heads * (head_dim + v_head_dim) * T`` per layer per token (``4 * n_heads
+    * head_dim * T`` when values are as wide as keys; an attention whose values differ, as
+    latent attention's, declares ``v_head_dim``), with T the context length (or the window,
+    for sliding-window layers). Training = 3 x forward (``6N + 12 * L * H * hd * T``).
+    The KV cache per token is what one more token adds with every layer still growing;
+    at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
     """
 
     params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
@@ -35,6 +38,7 @@ class ModelSummary:
     matmul_params: int = 0
     attention_flops_per_token: int = 0
     kv_elements_per_token: int = 0
+    kv_elements_at_context: int = 0  # one sequence of context_length tokens, windowed layers capped
     context_length: int = 0
     n_layers: int = 0
     # What each attention will run (its describe_kernel(), e.g. "sdpa (fused causal); flex for ...") -> layers.
@@ -51,6 +55,9 @@ class ModelSummary:
     def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
         return self.kv_elements_per_token * torch.empty((), dtype=dtype).element_size()
 
+    def kv_bytes_at_context(self, dtype: torch.dtype = torch.bfloat16) -> int:
+        return self.kv_elements_at_context * torch.empty((), dtype=dtype).element_size()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "params": dict(self.params),
@@ -61,6 +68,7 @@ class ModelSummary:
             "train_flops_per_token": self.train_flops_per_token,
             "kv_cache_bytes_per_token_fp32": self.kv_bytes_per_token(torch.float32),
             "kv_cache_bytes_per_token_bf16": self.kv_bytes_per_token(torch.bfloat16),
+            "kv_cache_bytes_at_context_bf16": self.kv_bytes_at_context(torch.bfloat16),
             "context_length": self.context_length,
         }
 
@@ -113,12 +121,14 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     for block, count in blocks:
         attention = block.attention
         span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
-        s.attention_flops_per_token += 4 * attention.n_heads * attention.head_dim * span * count
+        value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
+        s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
         if callable(getattr(attention, "describe_kernel", None)):
             kernel = attention.describe_kernel(bias=_has_bias(skeleton))
             s.attention_kernels[kernel] = s.attention_kernels.get(kernel, 0) + count
         s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
+        s.kv_elements_at_context += (kept.elements_per_token if kept is not None else 0) * span * count
     return s
 
 
@@ -154,7 +164,7 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
         f"{format_bytes(s.kv_bytes_per_token(torch.bfloat16))} bf16"
     )
     lines.append(
-        f"KV cache at full context       {format_bytes(s.kv_bytes_per_token(torch.bfloat16) * s.context_length)} bf16 per sequence"
+        f"KV cache at full context       {format_bytes(s.kv_bytes_at_context(torch.bfloat16))} bf16 per sequence"
     )
     for kernel, layers in s.attention_kernels.items():
         lines.append(f"attention kernel               {kernel}  ({layers} layer{'s' if layers != 1 else ''})")
