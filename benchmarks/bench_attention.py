@@ -91,10 +91,11 @@ def peak_bytes(fn: Callable[[], Any]) -> int:
     """The peak of bytes allocated during ``fn`` (allocations minus frees, in order)."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recording:
         fn()
-    events = sorted((e for e in recording.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
+    # Self memory: an allocation counts once, in the op that made it (not again in each enclosing op).
+    events = sorted((e for e in recording.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
     level = peak = 0
     for event in events:
-        level += event.cpu_memory_usage
+        level += event.self_cpu_memory_usage
         peak = max(peak, level)
     return peak
 
