@@ -163,3 +163,28 @@ def test_the_table_prints_the_four_figures(name, capsys, references):
     assert format_bytes(want["kv_cache_bytes_per_token_bf16"]) + " bf16" in rows["KV cache / token"]
     assert format_bytes(want["kv_cache_bytes_at_context_bf16"]) + " bf16" in rows["KV cache at full context"]
 
+
+
+def test_the_cache_at_full_context_is_what_generate_allocates():
+    """The capped figure equals the generate plugin's cache for one sequence of context_length tokens."""
+    from specformer.attention import cache_slots_of
+    from specformer_generate.cache import StaticKVCache
+
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 6, "context_length": 48, "positional": "rope",
+        "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 16},
+                  "ffn": "swiglu"},
+        "layers": [
+            {"select": "2::3", "attention": {"window": None}},  # layers 2 and 5 global
+            {"select": "4", "attention": {"kind": "mla", "n_heads": 2, "kv_lora_rank": 12, "qk_rope_head_dim": 4,
+                                          "qk_nope_head_dim": 6, "v_head_dim": 10, "window": 8}},
+        ],
+    }}
+    model = specformer.build(spec, seed=0)
+    cache = StaticKVCache.for_model(model, batch_size=1, capacity=model.context_length, dtype=torch.bfloat16)
+    slots = cache.slot_counts()  # tokens each layer's buffers hold: 16 on windowed layers, 8 on the mla one, 48 on global
+    assert sorted(set(slots.values())) == [8, 16, 48]
+    per_token = {i: cache_slots_of(a).bytes_per_token(2) for i, a in enumerate(model.attention_modules())}
+    s = specformer.summarize(model)
+    assert s.kv_bytes_at_context(torch.bfloat16) == sum(slots[i] * per_token[i] for i in slots)
+    assert s.kv_bytes_per_token(torch.bfloat16) == sum(per_token.values())
