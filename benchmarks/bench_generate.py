@@ -16,10 +16,13 @@ step, so tokens/s <= bandwidth / bytes per step). Runs alternate (ours, theirs, 
     python benchmarks/bench_generate.py --no-fast    # only specformer fp32 against transformers
 
 Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8,
-int4 group 32, bf16; LM head included, embeddings kept) and speculative decoding with
-prompt lookup and with a draft model about a tenth of the target's size (int8 twice: the
-default weight-only kernel and fbgemm's dynamic one), with the
-tokens each verifying forward yields (acceptance). The weights are random, so a draft
+int4 group 32, bf16; the tied LM head quantized as a copy, the embedding kept float for
+lookups) and speculative decoding with prompt lookup and with a draft model about a
+tenth of the target's size (int8 twice: the default per-row activation scales and
+``dynamic_activations``, one scale per call), with the tokens each verifying forward
+yields (acceptance). "read per step" counts the bytes a decode step reads (weights at
+their stored size, one row per sequence of a table only looked up, the KV cache);
+"spread" is the lowest and highest ratio over the interleaved rounds. The weights are random, so a draft
 model agrees with the target only by chance; the prompt-lookup row uses a prompt that
 repeats itself, the case it is for.
 """
