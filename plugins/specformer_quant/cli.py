@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a registered quantization scheme: int8, int4, bf16 (see `specformer components`)")
     parser.add_argument("--group-size", type=int, default=None, help="int4 only: 32 (default), 64 or 128")
     parser.add_argument("--quantize-lm-head", action="store_true",
-                        help="quantize the LM head too (default: kept in float; embeddings always are)")
+                        help="quantize the LM head too (default: kept in float; embeddings always are; a head tied "
+                             "to the embedding is quantized as a separate copy)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write it")
 
 
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
     after = weight_bytes(model)
     print(f"wrote {args.output}: {args.method}, {len(recipe['linears'])} linear layers and "
-          f"{len(recipe['stacks'])} expert stacks quantized; weights {before / 2**20:.1f} MiB -> "
+          f"{len(recipe['stacks'])} expert stacks quantized"
+          f"{' (and a copy of the tied LM head)' if recipe.get('tied_head') else ''}; weights {before / 2**20:.1f} MiB -> "
           f"{after / 2**20:.1f} MiB", file=sys.stderr)
     return 0
