@@ -171,7 +171,7 @@ def test_summary_prints_kv_cache_sizes_in_the_one_size_style():
     text = format_summary(summarize(SPECS / "gpt2-124m.yaml"))
     # 2 (k and v) x 12 layers x 768 channels x 4 bytes = 73,728 B per token in fp32; 1024 tokens of bf16.
     assert "KV cache / token               72.0 KiB fp32, 36.0 KiB bf16\n" in text
-    assert text.endswith("KV cache at full context       36.0 MiB bf16 per sequence")
+    assert "KV cache at full context       36.0 MiB bf16 per sequence\n" in text
 
 
 # -- the plugins print sizes and paths with the core's functions ---------------------------
