@@ -249,3 +249,31 @@ def test_draw_never_picks_nan_and_picks_among_infinite_logits_per_row() -> None:
     assert set(tokens[:, 1].tolist()) == {1, 3}
     assert 60 < (tokens[:, 1] == 1).sum() < 140  # uniform between the two: 100 expected, sd 7
     assert set(tokens[:, 2].tolist()) == {3}
+
+
+def test_typical_survives_a_cumulative_mass_that_rounds_below_p() -> None:
+    # float32 sums of 1000 probabilities can stop short of 1; with p just below 1 every mass is
+    # then < p, and the crossing index must stay inside the vocabulary (every token kept).
+    p = 0.99999994  # the largest float32 below 1
+    logits = torch.randn(1, 1000, generator=torch.Generator().manual_seed(3))
+    lp = logits.log_softmax(-1)
+    order = (-lp + (lp * lp.exp()).sum(-1, keepdim=True)).abs().argsort(dim=-1, stable=True)
+    assert logits.gather(-1, order).softmax(-1).cumsum(-1)[0, -1] < torch.tensor(p)  # the case this test is about
+    assert len(kept(Typical(p=p)(logits, NO_HISTORY))) == 1000
+
+
+def test_history_counts_stay_on_the_device_of_the_ids() -> None:
+    # The meta device stands in for a second device on a CPU-only machine: a table made on the
+    # default device instead would fail to take the ids' scatter.
+    from specformer_generate.samplers.history import token_counts, token_seen
+
+    ids = torch.tensor([[1, 2, 2, -1]], device="meta")
+    assert token_counts(ids, 5).device.type == "meta"
+    assert token_seen(ids, 5).device.type == "meta"
+    assert NoRepeatNGram(n=2)(torch.zeros(1, 5, device="meta"), ids).device.type == "meta"
+
+
+def test_a_long_non_list_sampler_is_quoted_in_sixty_characters() -> None:
+    [(path, message)] = problems(10**100)
+    quoted = message.removeprefix("expected a list of sampler components, got int ")
+    assert path == "generate.sampler" and len(quoted) == 60 and quoted.startswith("1000")
