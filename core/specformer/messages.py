@@ -120,6 +120,7 @@ _ROLE = re.compile(r":(?:[a-z]+:)+`~?([^`<]*?)(?:\s*<[^>]*>)?`")  # :class:`~a.B
 _LITERAL = re.compile(r"``(.+?)``")
 _LINK = re.compile(r"`([^`<]+?)\s*<[^>]+>`_{1,2}")  # `text <url>`_ -> text
 _EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*]*?)\*{1,2}(?![\w*])")
+_CODE = re.compile(r"(`[^`\n]+`)")  # a Markdown code span: kept as written, its * are not emphasis
 
 
 def plain_text(doc: str) -> str:
@@ -132,7 +133,7 @@ def plain_text(doc: str) -> str:
     text = _ROLE.sub(role, doc)
     text = _LINK.sub(r"\1", text)
     text = _LITERAL.sub(r"\1", text)
-    text = _EMPHASIS.sub(r"\1", text)
+    text = "".join(part if _CODE.fullmatch(part) else _EMPHASIS.sub(r"\1", part) for part in _CODE.split(text))
     return text.replace("::\n", ":\n")
 
 

@@ -24,7 +24,7 @@ class AdapterParams(Params):
     targets: list[str] = Field(
         default_factory=lambda: ["blocks.*.attention.*"], min_length=1,
         description="Linear layers to adapt, by the model's own module paths with globs: `*` within a segment, "
-                    "`**` across (e.g. blocks.*.attention.qkv, blocks.*.ffn.*).")
+                    "`**` across (e.g. `blocks.*.attention.qkv`, `blocks.*.ffn.*`).")
     base: SubComponent("quantization") | None = Field(  # type: ignore[valid-type]
         default=None,
         description="Hold the frozen base weights at lower precision (a quantization scheme: bf16, int8); "

@@ -74,6 +74,9 @@ def test_parse_error_message_never_shows_the_parsers_placeholder_name():
          "From the paper (Zhang and Sennrich)."),
         ("Multiply a*b*c and 2 * 3 * 4.", "Multiply a*b*c and 2 * 3 * 4."),
         ("Example::\n\n    x = 1", "Example:\n\n    x = 1"),
+        # Globs in Markdown code spans are not emphasis (found on the lora targets' description).
+        ("Globs: `*` in a segment, `**` across (e.g. `blocks.*.ffn.*`), *really*.",
+         "Globs: `*` in a segment, `**` across (e.g. `blocks.*.ffn.*`), really."),
     ],
 )
 def test_plain_text_removes_restructuredtext_markup(rst, plain):
