@@ -112,6 +112,7 @@ class Trainer:
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
         self.n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # an adapter run: a few %
+        self._sizes_logged = False
 
         self.model = model.to(self.device)  # the Decoder: parameters by name, generation, saving
         self.model.train()
@@ -314,6 +315,9 @@ class Trainer:
             record: dict[str, float] = {"loss": loss, "lr": lr, "tokens": tokens}
             if norm is not None:
                 record["grad_norm"] = norm
+            if not self._sizes_logged:  # once per run (and per resume): what the optimizer moves, of what there is
+                record.update(params=float(self.n_params), trainable_params=float(self.n_trainable))
+                self._sizes_logged = True
             if step == last_step:
                 record["tokens_per_s"] = tokens_per_s
                 record.update(bar.update(len(pending), loss=loss, lr=lr, tokens_per_s=tokens_per_s))

@@ -44,6 +44,11 @@ def test_adapter_run_changes_only_the_adapter(tmp_path: Path, base_ckpt: Path, t
         assert torch.equal(tensor, base[name.replace(".base.", ".")]), name  # the base is bit-identical
     assert any(tensor.abs().sum() > 0 for name, tensor in tuned.state_dict().items() if name.endswith("lora_B"))
 
+    # The metrics say what the optimizer moved, of what there is (the first train record of the run).
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    lora = sum(t.numel() for name, t in tuned.state_dict().items() if "lora_" in name)
+    assert first["trainable_params"] == lora and first["params"] == sum(t.numel() for t in tuned.parameters())
+
 
 def test_resumed_adapter_run_equals_an_uninterrupted_one(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
     whole = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "a"), init=str(base_ckpt))
