@@ -32,6 +32,11 @@ ATTENTION_VARIANTS = {
         {"n_heads": 4, "n_kv_heads": 1, "window": 3},
         {"n_heads": 4, "logit_softcap": 5.0, "qk_norm": "rmsnorm"},
     ],
+    "mla": [
+        {"n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8, "qk_nope_head_dim": 4, "v_head_dim": 6},
+        {"n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8, "qk_nope_head_dim": 0, "v_head_dim": 8,
+         "q_lora_rank": 10, "window": 3},
+    ],
 }
 
 

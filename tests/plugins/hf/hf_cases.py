@@ -68,9 +68,7 @@ CASES = [
     Case("llama-tied-head_dim", "LlamaConfig", "LlamaForCausalLM", _llama_like(head_dim=32, tie_word_embeddings=True)),
     Case("llama-rope-linear", "LlamaConfig", "LlamaForCausalLM", _llama_like(rope_parameters=_rope("linear", factor=2.0))),
     Case("llama-rope-dynamic", "LlamaConfig", "LlamaForCausalLM",
-         _llama_like(max_position_embeddings=16, rope_parameters=_rope("dynamic", factor=2.0)),
-         no_generate="dynamic scaling acts past max_position_embeddings, which is specformer's context_length, "
-                     "and generate stops there; the logits test covers longer inputs"),
+         _llama_like(max_position_embeddings=16, rope_parameters=_rope("dynamic", factor=2.0))),  # generates past 16
     Case("llama-rope-yarn", "LlamaConfig", "LlamaForCausalLM",
          _llama_like(rope_parameters=_rope("yarn", factor=4.0, original_max_position_embeddings=16, beta_fast=16.0,
                                            beta_slow=2.0, mscale=0.8, mscale_all_dim=0.5, truncate=False))),

@@ -58,6 +58,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, root / "single"
 
 
+@pytest.mark.slow  # the default suite keeps FSDP through test_optimizer_runs.py (muon-fsdp)
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_two_processes_match_one_with_the_same_global_batch(single, mode: str) -> None:
     root, reference = single
@@ -71,6 +72,7 @@ def test_two_processes_match_one_with_the_same_global_batch(single, mode: str) -
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.slow
 def test_fsdp_resumes_from_a_full_checkpoint(single) -> None:
     root, reference = single
     out = root / "fsdp-resumed"

@@ -43,7 +43,9 @@ def spec_file(root: Path, name: str, **settings) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", marked(list(OPTIMIZERS)))
+# AdamW's kill-and-resume runs in the default suite (test_interrupts.py); these in the slow one.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_sigkill_then_resume_matches_the_uninterrupted_run(tmp_path: Path, name: str) -> None:
     spec = spec_file(tmp_path, name, steps=10, save_every=4, eval_every=4)
     done = cli(spec, tmp_path / "uninterrupted")
