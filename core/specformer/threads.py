@@ -28,3 +28,20 @@ def auto_threads() -> int:
     except (AttributeError, OSError):  # no load average (Windows): keep PyTorch's default
         return _DEFAULT
     return max(1, min(_DEFAULT, int(available - busy + 0.5)))
+
+
+def use_threads(value: str, *, option: str = "--threads") -> int:
+    """Set PyTorch's CPU thread count from a command's ``--threads`` (a number or ``auto``); the count used.
+
+    :class:`~specformer.errors.UserError` naming ``option`` for anything else.
+    """
+    from specformer.errors import UserError
+
+    if value == "auto":
+        count = auto_threads()
+    elif value.isdigit() and int(value) >= 1:
+        count = int(value)
+    else:
+        raise UserError(f"{option} must be a number >= 1 or auto, got {value!r}")
+    torch.set_num_threads(count)
+    return count

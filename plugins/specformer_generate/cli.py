@@ -22,7 +22,7 @@ from specformer.checkpoint import read_metadata
 from specformer.datafile import parse_text, read_text
 from specformer.devices import parse_device
 from specformer.errors import InputError, SpecError, UserError, excerpt
-from specformer.threads import auto_threads
+from specformer.threads import use_threads
 from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer.tokenizer import Tokenizer, tokenizer_from_metadata
 from specformer_generate.generate import generate, stream
@@ -99,7 +99,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device = parse_device(args.device)
-    threads = _threads(args.threads, device)
+    threads = use_threads(args.threads)
     if args.max_memory is not None:
         try:
             parse_max_memory(args.max_memory)
@@ -348,13 +348,3 @@ def new_token_budget(requested: int | None, *, default: int, prompt_length: int,
     return default
 
 
-def _threads(value: str, device: torch.device) -> int:
-    """Set PyTorch's CPU thread count from ``--threads`` (a number or ``auto``); the count used."""
-    if value == "auto":
-        count = auto_threads()
-    elif value.isdigit() and int(value) >= 1:
-        count = int(value)
-    else:
-        raise UserError(f"--threads must be a number >= 1 or auto, got {value!r}")
-    torch.set_num_threads(count)
-    return count

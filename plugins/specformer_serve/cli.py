@@ -20,7 +20,7 @@ import specformer
 from specformer.checkpoint import read_metadata
 from specformer.devices import parse_device
 from specformer.errors import UserError
-from specformer.threads import auto_threads
+from specformer.threads import use_threads
 from specformer.tokenizer import tokenizer_from_metadata
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     device = parse_device(args.device)
-    _threads(args.threads)
+    use_threads(args.threads)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     if api_key is not None and not api_key.strip():
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
@@ -134,14 +134,3 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _threads(value: str) -> int:
-    import torch
-
-    if value == "auto":
-        count = auto_threads()
-    elif value.isdigit() and int(value) >= 1:
-        count = int(value)
-    else:
-        raise UserError(f"--threads must be a number >= 1 or auto, got {value!r}")
-    torch.set_num_threads(count)
-    return count

@@ -22,3 +22,18 @@ def test_auto_takes_one_thread_per_idle_core(monkeypatch: pytest.MonkeyPatch) ->
     assert auto_threads() == 4
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert auto_threads() == 3
+
+
+def test_use_threads_sets_the_count_or_names_the_option() -> None:
+    import pytest
+
+    from specformer.errors import UserError
+    from specformer.threads import use_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert use_threads("1") == 1 and torch.get_num_threads() == 1
+        with pytest.raises(UserError, match=r"--workers must be a number >= 1 or auto, got '0'"):
+            use_threads("0", option="--workers")
+    finally:
+        torch.set_num_threads(before)
