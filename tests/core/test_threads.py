@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from specformer import threads
 from specformer.threads import auto_threads
@@ -25,8 +26,6 @@ def test_auto_takes_one_thread_per_idle_core(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_use_threads_sets_the_count_or_names_the_option() -> None:
-    import pytest
-
     from specformer.errors import UserError
     from specformer.threads import use_threads
 
