@@ -81,6 +81,7 @@ def test_cli_writes_the_package_and_says_what_to_do_next(tmp_path, capsys):
     assert "class FancyNorm(FromParams, nn.Module)" in (root / "src/specformer_fancy_norm/norm.py").read_text()
 
 
+@pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite
 def test_the_written_package_installs_and_passes_its_own_tests(tmp_path):
     """As installed (its entry point found on the path), never pip-installed into this environment:
     other processes sharing it would see the plugin, then fail to import it once tmp_path is gone."""
@@ -103,6 +104,7 @@ def test_the_written_package_installs_and_passes_its_own_tests(tmp_path):
     assert "scaffoldcheck" not in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}
 
 
+@pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite
 def test_generated_test_fails_when_the_component_is_wrong(tmp_path):
     """The generated test checks the formula: break the formula and the test must say so."""
     root = new_plugin("brokencheck", directory=tmp_path)

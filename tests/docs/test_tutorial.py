@@ -31,8 +31,7 @@ def run(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subp
 
 @pytest.fixture(scope="module")
 def own_tests(tutorial_staged):
-    """The tutorial's own suite, started in the background as soon as a test of this module needs
-    the plugin: it runs beside the probe below (the suite itself keeps one core busy)."""
+    """The tutorial's own suite, run in the background while the test waits (slow suite only)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(TUTORIAL / "tests")],
         cwd=TUTORIAL, env=tutorial_staged.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -90,7 +89,7 @@ print(json.dumps(report))
 
 
 @pytest.fixture(scope="module")
-def probe(own_tests, tutorial_staged, tmp_path_factory) -> dict:
+def probe(tutorial_staged, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("tutorial") / "gpt2-dyt.yaml"
     header = f"HOOKS, PAGE, OUT = {str(HOOKS)!r}, {str(PAGE)!r}, {str(out)!r}\n"
     result = run("-c", header + PROBE, env=tutorial_staged.env())
@@ -128,6 +127,7 @@ def test_a_site_built_with_the_plugin_lists_its_components(probe):
     assert "## eta { #eta }" in probe["sampler_page"] and "epsilon: 0.0009" in probe["sampler_page"]
 
 
+@pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite
 def test_its_own_tests_pass(own_tests):
     output, _ = own_tests.communicate(timeout=600)
     assert own_tests.returncode == 0, output

@@ -92,6 +92,7 @@ def test_sigkill_then_resume_matches_the_uninterrupted_run(setup, mode: str, at:
     assert not list((out / "checkpoints").glob(".step-*"))
 
 
+@pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite
 def test_ctrl_c_saves_exits_cleanly_and_resumes_exactly(setup) -> None:
     root, spec, expected = setup
     out = root / "ctrl-c"
