@@ -28,7 +28,7 @@ from specformer_train.router_balance import balance_routers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pairwise  # noqa: E402
-from bench_components import rms_norm, rotate  # noqa: E402
+import bench_components  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
     "router": dict(vocab=8192, d=512, n_layers=4, n_heads=8, n_kv=2, hidden=256, experts=16, top_k=4,
@@ -103,52 +103,28 @@ class PeerDeepSeekMoE(nn.Module):
         self.load = torch.zeros(self.experts)
 
 
-class PeerBlock(nn.Module):
+class PeerBlock(bench_components.PeerBlock):
+    """bench_components' hand-written Llama block with DeepSeek-V3's MoE as its feed-forward."""
+
     def __init__(self, shape: dict[str, Any]) -> None:
-        super().__init__()
-        d, self.n_heads, self.n_kv = shape["d"], shape["n_heads"], shape["n_kv"]
-        self.hd = d // self.n_heads
-        self.attn_norm = nn.Parameter(torch.ones(d))
-        self.wq = nn.Linear(d, self.n_heads * self.hd, bias=False)
-        self.wk = nn.Linear(d, self.n_kv * self.hd, bias=False)
-        self.wv = nn.Linear(d, self.n_kv * self.hd, bias=False)
-        self.wo = nn.Linear(self.n_heads * self.hd, d, bias=False)
-        self.ffn_norm = nn.Parameter(torch.ones(d))
+        super().__init__({**shape, "experts": 0})
+        del self.w1, self.w2, self.w3  # the dense FFN the base builds without experts
         self.moe = PeerDeepSeekMoE(shape)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        h = rms_norm(x, self.attn_norm)
-        q = self.wq(h).view(B, T, self.n_heads, self.hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.wk(h).view(B, T, self.n_kv, self.hd).transpose(1, 2)  # (B, KV, T, hd)
-        v = self.wv(h).view(B, T, self.n_kv, self.hd).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.wo(y.transpose(1, 2).reshape(B, T, -1))
-        return x + self.moe(rms_norm(x, self.ffn_norm))
 
+class PeerModel(bench_components.PeerModel):
+    """bench_components' hand-written model (plain causal) with the blocks above."""
 
-class PeerModel(nn.Module):
     def __init__(self, shape: dict[str, Any]) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(shape["vocab"], shape["d"])
+        super().__init__({**shape, "experts": 0, "window": None})
         self.layers = nn.ModuleList(PeerBlock(shape) for _ in range(shape["n_layers"]))
-        self.norm = nn.Parameter(torch.ones(shape["d"]))
-        self.head = nn.Linear(shape["d"], shape["vocab"], bias=False)
-        hd = shape["d"] // shape["n_heads"]
-        self.register_buffer("inv_freq", 1.0 / shape["theta"] ** (torch.arange(0, hd, 2).float() / hd), persistent=False)
+
+    def auxiliary_loss(self) -> None:
+        return None  # balanced by the selection bias, no loss term
 
     def after_optimizer_step(self) -> None:
         for layer in self.layers:
             layer.moe.update_bias()
-
-    def forward(self, idx: Tensor) -> Tensor:
-        angles = torch.arange(idx.shape[1], device=idx.device).float()[:, None] * self.inv_freq  # (T, hd/2)
-        cos, sin = angles.cos(), angles.sin()
-        x = self.tok(idx)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.head(rms_norm(x, self.norm))
 
 
 def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
