@@ -26,7 +26,8 @@ class ModelSummary:
     sum cost ``2 * n_heads * (head_dim + v_head_dim) * T`` per layer per token (``4 * n_heads
     * head_dim * T`` when values are as wide as keys; an attention whose values differ, as
     latent attention's, declares ``v_head_dim``), with T the context length (or the window,
-    for sliding-window layers). Training = 3 x forward (``6N + 12 * L * H * hd * T``).
+    for sliding-window layers). Training = 3 x forward: ``6N + 3 * attention``, which is the
+    familiar ``6N + 12 * L * H * hd * T`` when values are as wide as keys and no layer slides.
     The KV cache per token is what one more token adds with every layer still growing;
     at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
     """
@@ -158,7 +159,7 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     lines.append("")
     lines.append(f"context length                 {s.context_length:,}")
     lines.append(f"forward FLOPs / token          {human(s.forward_flops_per_token)}  (2N + attention)")
-    lines.append(f"training FLOPs / token         {human(s.train_flops_per_token)}  (6N + 12·L·H·hd·T)")
+    lines.append(f"training FLOPs / token         {human(s.train_flops_per_token)}  (3 × forward: 6N + 3·attention)")
     lines.append(
         f"KV cache / token               {format_bytes(s.kv_bytes_per_token(torch.float32))} fp32, "
         f"{format_bytes(s.kv_bytes_per_token(torch.bfloat16))} bf16"

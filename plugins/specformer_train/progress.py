@@ -2,8 +2,8 @@
 
 MFU (PaLM, Chowdhery et al. 2022, appendix B) = achieved model FLOPs / peak FLOPs.
 Model FLOPs per trained token come from :func:`specformer.summarize`:
-``6 * N_matmul + 12 * n_layers * n_heads * head_dim * T`` (3x the forward's
-``2N + attention``; T the context length, or the window of sliding-window layers).
+3x the forward's ``2N + attention`` (``6 * N_matmul + 12 * n_layers * n_heads * head_dim * T``
+when values are as wide as keys; T the context length, or the window of sliding-window layers).
 Recomputation from activation checkpointing is not counted (it is not model work).
 
 Peak FLOPs are the dense tensor-core figures of NVIDIA's datasheets for the precision
