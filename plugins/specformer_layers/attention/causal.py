@@ -15,6 +15,10 @@ from specformer.masks import MaskRule
 from specformer.params import Params, SubComponent
 
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
+from specformer_layers.attention.per_head_norm import PerHeadNorm
+
+#: Where qk_norm's statistics and weights span (CausalSelfAttention.Params.qk_norm_scope).
+QK_NORM_SCOPES = ("head", "per_head_weights", "all")
 
 
 class CausalSelfAttention(nn.Module):
@@ -24,7 +28,8 @@ class CausalSelfAttention(nn.Module):
     multi-query (Shazeer 2019), anything between that divides ``n_heads`` is grouped-query
     (Ainslie et al. 2023). ``window`` limits each query to the last ``window`` tokens
     (sliding window, Mistral); ``qk_norm`` normalises queries and keys before RoPE, per
-    head (``qk_norm_scope: head``, Qwen3, Gemma 3) or over all heads at once (``all``,
+    head (``qk_norm_scope: head``, Qwen3, Gemma 3), per head with separate weights for
+    every head (``per_head_weights``, StableLM 2 12B) or over all heads at once (``all``,
     OLMo-2); ``logit_softcap`` bounds scores smoothly (Gemma 2); ``scale`` replaces
     ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
     each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
@@ -47,9 +52,11 @@ class CausalSelfAttention(nn.Module):
         out_bias: bool = Field(default=False, description="Bias on the output projection.")
         window: int | None = Field(default=None, gt=0, description="Sliding window: attend to at most this many latest tokens.")
         qk_norm: SubComponent("norm") | None = Field(default=None, description="A norm applied to queries and keys (before RoPE).")
-        qk_norm_scope: Literal["head", "all"] = Field(
+        qk_norm_scope: Literal["head", "per_head_weights", "all"] = Field(
             default="head",
-            description="head: qk_norm over each head's channels (Qwen3); all: over all heads' channels at once (OLMo-2).",
+            description="head: qk_norm over each head's channels, one weight shared by the heads (Qwen3); "
+                        "per_head_weights: the same with a separate weight for every head (StableLM 2 12B); "
+                        "all: over all heads' channels at once (OLMo-2).",
         )
         logit_softcap: float | None = Field(default=None, gt=0, description="Scores become cap * tanh(scores / cap).")
         scale: float | None = Field(default=None, gt=0, description="Score scale; default 1 / sqrt(head_dim).")
@@ -110,8 +117,13 @@ class CausalSelfAttention(nn.Module):
         self.layer_index = layer_index
         if (q_norm is None) != (k_norm is None):
             raise ValueError("give both q_norm and k_norm, or neither")
-        if qk_norm_scope not in ("head", "all"):
-            raise ValueError(f"qk_norm_scope must be 'head' or 'all', got {qk_norm_scope!r}")
+        if qk_norm_scope not in QK_NORM_SCOPES:
+            raise ValueError(f"qk_norm_scope must be one of {', '.join(QK_NORM_SCOPES)}, got {qk_norm_scope!r}")
+        if qk_norm_scope == "per_head_weights" and q_norm is not None and not (
+                isinstance(q_norm, PerHeadNorm) and isinstance(k_norm, PerHeadNorm)
+                and (len(q_norm), len(k_norm)) == (n_heads, n_kv_heads)):
+            raise ValueError(f"qk_norm_scope 'per_head_weights' needs q_norm and k_norm as PerHeadNorm of {n_heads} "
+                             f"and {n_kv_heads} norms (one per query and per key head)")
         self.qk_norm_scope = qk_norm_scope
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * head_dim, bias=qkv_bias)
@@ -128,10 +140,16 @@ class CausalSelfAttention(nn.Module):
         sizes = head_sizes(d_model=d_model, n_heads=params.n_heads, n_kv_heads=params.n_kv_heads, head_dim=params.head_dim)
         q_norm = k_norm = None
         if params.qk_norm is not None:
-            # Per head, each norm spans head_dim channels; over all heads, the whole projection.
-            per_head = params.qk_norm_scope == "head"
-            q_norm = params.qk_norm.make(dim=sizes.head_dim if per_head else sizes.n_heads * sizes.head_dim)
-            k_norm = params.qk_norm.make(dim=sizes.head_dim if per_head else sizes.n_kv_heads * sizes.head_dim)
+            # Per head, each norm spans head_dim channels (one shared, or one per head: H of them for
+            # queries, n_kv for keys); over all heads, the whole projection.
+            if params.qk_norm_scope == "head":
+                q_norm, k_norm = params.qk_norm.make(dim=sizes.head_dim), params.qk_norm.make(dim=sizes.head_dim)
+            elif params.qk_norm_scope == "per_head_weights":
+                q_norm = PerHeadNorm([params.qk_norm.make(dim=sizes.head_dim) for _ in range(params.n_heads)])
+                k_norm = PerHeadNorm([params.qk_norm.make(dim=sizes.head_dim) for _ in range(sizes.n_kv_heads)])
+            else:
+                q_norm = params.qk_norm.make(dim=sizes.n_heads * sizes.head_dim)
+                k_norm = params.qk_norm.make(dim=sizes.n_kv_heads * sizes.head_dim)
         others = {name: getattr(params, name) for name in type(params).model_fields if name != "qk_norm"}
         return cls(d_model=d_model, q_norm=q_norm, k_norm=k_norm, layer_index=layer_index, **others)
 
@@ -144,7 +162,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        if self.q_norm is not None and self.qk_norm_scope == "head":
+        if self.q_norm is not None and self.qk_norm_scope != "all":  # head, per_head_weights
             q, k = self.q_norm(q), self.k_norm(k)
         # This layer's own scheme (model.layers[].positional), its tables prepared once per forward.
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)

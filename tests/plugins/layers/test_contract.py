@@ -55,6 +55,7 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 4, "n_kv_heads": 1, "head_dim": 12, "window": 3, "qkv_bias": True, "out_bias": True},
         {"n_heads": 4, "qk_norm": "rmsnorm", "logit_softcap": 20.0, "scale": 0.3},
         {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm"}, "qk_norm_scope": "all", "backend": "eager"},
+        {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False}, "qk_norm_scope": "per_head_weights"},
     ],
     ("attention", "mla"): [
         {"n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 4, "v_head_dim": 6,

@@ -10,6 +10,7 @@ import torch
 
 import specformer
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.per_head_norm import PerHeadNorm
 from specformer_layers.norms.layernorm import LayerNorm
 from specformer_layers.norms.rmsnorm import RMSNorm
 from specformer_layers.positional.alibi import ALiBi
@@ -27,8 +28,12 @@ def make(**kwargs: object) -> CausalSelfAttention:
     return attention
 
 
-def naive(attention: CausalSelfAttention, x: torch.Tensor, positions: torch.Tensor, positional=None) -> torch.Tensor:
-    """Each head's softmax over the keys it may see, written out; KV heads repeated for their query group."""
+def naive(attention: CausalSelfAttention, x: torch.Tensor, positions: torch.Tensor, positional=None,
+          head_norms=None) -> torch.Tensor:
+    """Each head's softmax over the keys it may see, written out; KV heads repeated for their query group.
+
+    ``head_norms(q, k)``, when given, normalises the (B, heads, T, hd) queries and keys instead of the module's norms.
+    """
     B, T, _ = x.shape
     H, KV, hd = attention.n_heads, attention.n_kv_heads, attention.head_dim
     qkv = x @ attention.qkv.weight.T + (attention.qkv.bias if attention.qkv.bias is not None else 0)
@@ -38,7 +43,9 @@ def naive(attention: CausalSelfAttention, x: torch.Tensor, positions: torch.Tens
     q = q.view(B, T, H, hd).transpose(1, 2)
     k = k.view(B, T, KV, hd).transpose(1, 2)
     v = v.view(B, T, KV, hd).transpose(1, 2)
-    if attention.q_norm is not None and attention.qk_norm_scope == "head":
+    if head_norms is not None:
+        q, k = head_norms(q, k)
+    elif attention.q_norm is not None and attention.qk_norm_scope in ("head", "per_head_weights"):
         q, k = attention.q_norm(q), attention.k_norm(k)
     if positional is not None:
         state = positional.prepare(positions)
@@ -126,6 +133,48 @@ def test_qk_norm_scopes_differ() -> None:
     assert not torch.allclose(per_head(x, ctx), whole(x, ctx))
 
 
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
+def test_per_head_weights_qk_norm_matches_its_formula(norm: str) -> None:
+    """StableLM 2's q/k LayerNorm: each head's channels normalised, then scaled by that head's own weights."""
+    spec = tiny_spec()
+    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
+                                           "qk_norm": {"kind": norm, "eps": 1e-5, **({"bias": False} if norm == "layernorm" else {})},
+                                           "qk_norm_scope": "per_head_weights"}
+    attention = specformer.build(spec, seed=0).blocks[0].attention.double()
+    names = sorted(n for n, _ in attention.named_parameters() if "norm" in n)
+    assert names == [f"k_norm.{h}.weight" for h in range(2)] + [f"q_norm.{h}.weight" for h in range(4)]
+    for p in attention.parameters():
+        p.data.normal_(0, 0.3)
+    wq = torch.stack([attention.q_norm[h].weight for h in range(4)]).detach()  # (H, hd)
+    wk = torch.stack([attention.k_norm[h].weight for h in range(2)]).detach()  # (KV, hd)
+
+    def formula(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def one(t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # t: (B, heads, T, hd), w: (heads, hd)
+            if norm == "layernorm":
+                t = t - t.mean(-1, keepdim=True)
+            return t / torch.sqrt((t * t).mean(-1, keepdim=True) + 1e-5) * w[None, :, None, :]
+        return one(q, wq), one(k, wk)
+
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    positions = causal_positions(2, 5)
+    rope = RotaryPositions(head_dim=8)
+    expected = naive(attention, x, positions, rope, head_norms=formula)
+    torch.testing.assert_close(attention(x, context(positions, rope, plain_causal=True)), expected)
+    # One weight shared by the heads gives another result: the heads' own weights are used.
+    shared = naive(attention, x, positions, rope, head_norms=lambda q, k: (attention.q_norm[0](q), attention.k_norm[0](k)))
+    assert not torch.allclose(expected, shared)
+
+
+def test_per_head_weights_needs_one_norm_per_head() -> None:
+    with pytest.raises(ValueError, match="PerHeadNorm of 4 and 2 norms"):
+        CausalSelfAttention(d_model=D, n_heads=4, n_kv_heads=2, q_norm=RMSNorm(dim=6), k_norm=RMSNorm(dim=6),
+                            qk_norm_scope="per_head_weights")
+    with pytest.raises(ValueError, match="PerHeadNorm of 4 and 2 norms"):
+        CausalSelfAttention(d_model=D, n_heads=4, n_kv_heads=2, qk_norm_scope="per_head_weights",
+                            q_norm=PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]),
+                            k_norm=PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]))
+
+
 def test_softcap_and_scale() -> None:
     attention = make(logit_softcap=0.5, scale=0.9)
     x = torch.randn(1, 6, D, dtype=torch.float64) * 3
@@ -142,14 +191,15 @@ GRIDS = {
     "full": list(itertools.product(
         [4, 2, 1],  # n_kv_heads: MHA, GQA, MQA
         [None, 3, 100],  # window: none, active, longer than the sequence
-        [None, "head", "all"],  # qk_norm scope
+        [None, "head", "per_head_weights", "all"],  # qk_norm scope
         [None, 20.0],  # logit_softcap
         [None, 0.2],  # scale
     )),
     # Every heads x window x qk_norm combination, with (softcap, scale) cycling through its four
     # combinations so that each of them meets every value of the other options (default suite).
     "reduced": [(kv, w, qk, *[(None, None), (20.0, 0.2), (None, 0.2), (20.0, None)][i % 4])
-                for i, (kv, w, qk) in enumerate(itertools.product([4, 2, 1], [None, 3, 100], [None, "head", "all"]))],
+                for i, (kv, w, qk) in enumerate(itertools.product([4, 2, 1], [None, 3, 100],
+                                                                    [None, "head", "per_head_weights", "all"]))],
 }
 
 
@@ -164,7 +214,10 @@ def test_sdpa_and_eager_agree_for_every_option_combination(positional: str, mode
         pair = []
         for backend in ("sdpa", "eager"):
             norms = {}
-            if qk is not None:
+            if qk == "per_head_weights":
+                norms = {"q_norm": PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]),
+                         "k_norm": PerHeadNorm([RMSNorm(dim=6) for _ in range(n_kv)]), "qk_norm_scope": qk}
+            elif qk is not None:
                 dim_q, dim_k = (6, 6) if qk == "head" else (24, 6 * n_kv)
                 norms = {"q_norm": RMSNorm(dim=dim_q), "k_norm": RMSNorm(dim=dim_k), "qk_norm_scope": qk}
             pair.append(make(backend=backend, **options, **norms))
