@@ -1,0 +1,459 @@
+"""The training loop's bookkeeping pinned against hand computations, on a model small enough for the
+mutation run (benchmarks/mutation.py): which step logs, evaluates and saves, the learning rate and
+gradient each optimizer step gets, what a micro-batch reads, the loss it reports, the NaN stop,
+Ctrl-C, resuming, and what ends up in the checkpoint and the final files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import specformer
+from specformer.errors import UserError
+from specformer.hookspecs import hookimpl
+from specformer.plugins import get_plugin_manager
+from specformer.tokenizer import ByteTokenizer
+from specformer_train.config import TrainConfig
+from specformer_train.data import EvalRows, PackedRows
+from specformer_train.trainer import IGNORE, Trainer, TrainingDiverged, _precision, _step_of, lm_loss
+
+T = 8  # sequence length
+MODEL: dict[str, Any] = {
+    "vocab_size": 259,
+    "d_model": 16,
+    "n_layers": 1,
+    "context_length": T,
+    "positional": {"kind": "rope"},
+    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
+              "ffn": {"kind": "swiglu", "hidden": 32}},
+}
+BASE: dict[str, Any] = {
+    "steps": 4, "batch_size": 2, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 1, "schedule": "linear",
+    "eval_every": 0, "eval_steps": None, "save_every": 0, "keep_last": 10, "sample_tokens": 0,
+    "progress": False, "plot": False, "tensorboard": False, "threads": 1, "seed": 5,
+}
+
+
+def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
+                 data_record: dict | None = None, **settings: Any) -> Trainer:
+    train = {**BASE, **settings}
+    config = TrainConfig(**train)
+    tokens = np.random.default_rng(0).integers(0, 256, size=2000)  # no end-of-text (256): plain causal rows
+    if val_rows is None and val:
+        val_rows = EvalRows(np.random.default_rng(1).integers(0, 256, size=5 * T + 1), seq_len=T)
+    model = specformer.build({"model": copy.deepcopy(MODEL), "train": train}, seed=model_seed)
+    return Trainer(model=model, config=config, train_rows=PackedRows(tokens, seq_len=T, seed=0), val_rows=val_rows,
+                   tokenizer=ByteTokenizer(), out_dir=out, device="cpu", data_record=data_record)
+
+
+def hand_lr(step: int, *, lr: float = 1e-2, min_lr: float = 1e-3, warmup: int = 1, steps: int = 4) -> float:
+    """``schedule: linear``, written out: linear warm-up to ``lr``, then a straight line down to ``min_lr``."""
+    if step < warmup:
+        return lr * (step + 1) / (warmup + 1)
+    return lr + (min_lr - lr) * (step - warmup) / (steps - warmup)
+
+
+def mean_ce(model: torch.nn.Module, rows: np.ndarray) -> float:
+    """Mean next-token cross-entropy of ``rows`` (B, T + 1), summed token by token in float64."""
+    batch = torch.from_numpy(rows)
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(batch[:, :-1]).double(), dim=-1)  # (B, T, vocab)
+    picked = log_probs.gather(-1, batch[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return float(-picked.sum() / picked.numel())
+
+
+class Recorder:
+    """The training hooks, recorded in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+        self.steps: dict[int, dict] = {}
+        self.evals: dict[int, dict] = {}
+        self.end: dict | None = None
+        self.rng_at_start: torch.Tensor | None = None
+        self.interrupt_at: int | None = None
+
+    @hookimpl
+    def specformer_on_train_start(self, out_dir: str) -> None:
+        self.rng_at_start = torch.get_rng_state()
+        self.events.append(("start", 0))
+
+    @hookimpl
+    def specformer_on_train_step(self, step: int, metrics: dict) -> None:
+        self.events.append(("step", step))
+        self.steps[step] = dict(metrics)
+        if step == self.interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the loop finishes this step and stops
+
+    @hookimpl
+    def specformer_on_eval(self, step: int, metrics: dict) -> None:
+        self.events.append(("eval", step))
+        self.evals[step] = dict(metrics)
+
+    @hookimpl
+    def specformer_on_checkpoint_saved(self, step: int, path: str) -> None:
+        assert Path(path).name == f"step-{step:07d}"
+        self.events.append(("saved", step))
+
+    @hookimpl
+    def specformer_on_train_end(self, step: int, metrics: dict, out_dir: str) -> None:
+        self.events.append(("end", step))
+        self.end = dict(metrics)
+
+
+@pytest.fixture
+def recorder() -> Any:
+    rec = Recorder()
+    manager = get_plugin_manager()
+    manager.register(rec, name="trainer-mutants-recorder")
+    yield rec
+    manager.unregister(rec)
+
+
+class StepSpy:
+    """Records what each ``optimizer.step`` is called with: the gradients and the groups' settings."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.grads: list[dict[str, torch.Tensor]] = []
+        self.groups: list[list[dict[str, Any]]] = []
+        step = trainer.optimizer.step
+        model = trainer.model
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            self.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+            self.groups.append([{k: v for k, v in g.items() if k != "params"} for g in trainer.optimizer.param_groups])
+            return step(*args, **kwargs)
+
+        trainer.optimizer.step = spy
+
+
+def seen_inputs(trainer: Trainer) -> list[torch.Tensor]:
+    """Every training forward's input ids, in order."""
+    seen: list[torch.Tensor] = []
+    trainer.model.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].clone()) if module.training else None)
+    return seen
+
+
+def test_log_eval_and_save_happen_at_their_intervals_and_once_at_the_end(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=5, log_every=2, eval_every=2, save_every=2)
+    result = trainer.fit()
+    assert recorder.events == [
+        ("start", 0), ("step", 1), ("step", 2), ("eval", 2), ("saved", 2), ("step", 3), ("step", 4), ("eval", 4),
+        ("saved", 4), ("step", 5), ("eval", 5), ("saved", 5), ("end", 5)]
+    per_step = 2 * T  # batch_size rows of T targets
+    for step, record in recorder.steps.items():
+        assert record["tokens"] == step * per_step
+        assert record["lr"] == pytest.approx(hand_lr(step - 1, steps=5))
+        assert record["grad_norm"] > 0
+        assert ("tokens_per_s" in record) == (step in (2, 4, 5)), step  # the last step of each read-back window
+        assert ("params" in record) == (step == 1) and ("trainable_params" in record) == (step == 1)
+    assert recorder.steps[1]["params"] == recorder.steps[1]["trainable_params"] == sum(
+        p.numel() for p in trainer.model.parameters())
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.glob("step-*")) == ["step-0000002", "step-0000004", "step-0000005"]
+    assert (root / "latest").read_text() == "step-0000005"
+    assert result.status == "finished" and result.step == 5 and result.checkpoint == root / "step-0000005"
+    assert result.loss == recorder.steps[5]["loss"] and result.val_loss == recorder.evals[5]["val_loss"]
+    assert result.model_path == tmp_path / "model.safetensors"
+    assert result.model_path.read_bytes() == (root / "step-0000005" / "model.safetensors").read_bytes()
+    assert (tmp_path / "tokenizer.json").read_text() == (root / "step-0000005" / "tokenizer.json").read_text()
+    assert recorder.end is not None
+    assert recorder.end["loss"] == result.loss and recorder.end["tokens"] == 5 * per_step
+    assert recorder.end["val_loss"] == result.val_loss and recorder.end["elapsed_s"] > 0
+    for step, record in recorder.evals.items():
+        assert record["val_perplexity"] == pytest.approx(math.exp(record["val_loss"]))
+    saved = json.loads((root / "step-0000005" / "trainer.json").read_text())
+    assert saved["step"] == 5 and saved["sequences"] == 10 and saved["tokens"] == 5 * per_step
+    assert saved["last_val_loss"] == result.val_loss and saved["world_size"] == 1 and saved["threads"] == 1
+
+
+def test_without_intervals_only_the_final_evaluation_and_checkpoint_happen(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=3, eval_every=0, save_every=0)
+    trainer.fit()
+    assert recorder.events == [("start", 0), ("step", 1), ("step", 2), ("step", 3), ("eval", 3), ("saved", 3),
+                               ("end", 3)]
+
+
+def test_a_run_without_validation_rows_reports_no_validation_loss(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, val=False, steps=2, eval_every=1)
+    result = trainer.fit()
+    assert result.val_loss is None and "eval" not in [kind for kind, _ in recorder.events]
+    assert recorder.end is not None and "val_loss" not in recorder.end
+    assert trainer.evaluate() is None
+
+
+def test_each_step_runs_at_the_scheduled_learning_rate(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=4)
+    spy = StepSpy(trainer)
+    trainer.fit()
+    assert len(spy.groups) == 4
+    for index, groups in enumerate(spy.groups):
+        for group in groups:
+            assert group["lr"] == pytest.approx(hand_lr(index)), (index, group["lr"])
+        assert recorder.steps[index + 1]["lr"] == pytest.approx(hand_lr(index))
+
+
+def test_micro_batches_read_consecutive_rows_and_the_reported_loss_is_their_mean(tmp_path: Path,
+                                                                                 recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=2, grad_accum=2, grad_clip=None)
+    start = copy.deepcopy(trainer.model).eval()
+    seen = seen_inputs(trainer)
+    spy = StepSpy(trainer)
+    trainer.fit()
+    rows = trainer.train_rows
+    assert len(seen) == 4  # two steps of two micro-batches of two rows
+    for k, inputs in enumerate(seen):
+        assert torch.equal(inputs, torch.from_numpy(rows.rows(2 * k, 2)[:, :-1])), k
+    first = (mean_ce(start, rows.rows(0, 2)) + mean_ce(start, rows.rows(2, 2))) / 2
+    assert recorder.steps[1]["loss"] == pytest.approx(first, rel=1e-5)
+    # The first step's gradient is the mean over its 4 rows, as one backward over the whole batch gives it.
+    whole = copy.deepcopy(start).train()
+    batch = torch.from_numpy(rows.rows(0, 4))
+    F.cross_entropy(whole(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten()).backward()
+    for name, p in whole.named_parameters():
+        torch.testing.assert_close(spy.grads[0][name], p.grad, rtol=1e-4, atol=1e-7)
+    assert trainer.state.sequences == 8 and trainer.state.tokens == 8 * T
+    assert all("grad_norm" not in r for r in recorder.steps.values())  # no clipping: no norm computed
+
+
+def test_the_step_uses_the_clipped_gradient_and_logs_the_norm_before_clipping(tmp_path: Path,
+                                                                           recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=1, grad_clip=0.05)
+    start = copy.deepcopy(trainer.model)
+    batch = torch.from_numpy(trainer.train_rows.rows(0, 2))
+    F.cross_entropy(start(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten()).backward()
+    raw = math.sqrt(sum(float(p.grad.double().square().sum()) for p in start.parameters()))
+    assert raw > 10 * 0.05, "the test needs a gradient the clip shortens"
+    spy = StepSpy(trainer)
+    trainer.fit()
+    stepped = math.sqrt(sum(float(g.double().square().sum()) for g in spy.grads[0].values()))
+    assert stepped == pytest.approx(0.05, rel=1e-4)
+    assert recorder.steps[1]["grad_norm"] == pytest.approx(raw, rel=1e-4)
+
+
+class NaNFrom:
+    """Makes the final norm's output NaN from the ``n``-th training forward on."""
+
+    def __init__(self, n: int) -> None:
+        self.calls, self.n = 0, n
+
+    def __call__(self, module: torch.nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        if module.training:
+            self.calls += 1
+            if self.calls >= self.n:
+                return output * float("nan")
+        return output
+
+
+def test_a_nan_loss_stops_at_its_step_naming_the_last_good_checkpoint(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=6, save_every=2)
+    trainer.model.final_norm.register_forward_hook(NaNFrom(3))
+    with pytest.raises(TrainingDiverged) as info:
+        trainer.fit()
+    message = str(info.value)
+    assert "became nan at step 3;" in message
+    assert f"the last good checkpoint is {tmp_path / 'checkpoints' / 'step-0000002'} (step 2)" in message
+    assert "now 0.01" in message  # the lr it suggests lowering
+    assert recorder.events == [("start", 0), ("step", 1), ("step", 2), ("saved", 2), ("end", 3)]
+    assert recorder.end is not None and math.isnan(recorder.end["loss"])
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000002"
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_a_nan_loss_before_any_checkpoint_says_none_was_saved(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=4, log_every=3)
+    trainer.model.final_norm.register_forward_hook(NaNFrom(2))
+    with pytest.raises(TrainingDiverged, match=r"became nan at step 2; training stopped and no checkpoint was saved"):
+        trainer.fit()
+    assert [e for e in recorder.events if e[0] == "step"] == [("step", 1)]  # the window is read up to the bad step
+
+
+def test_an_unexpected_error_is_not_reported_as_the_end_of_a_run(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=3)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("disk on fire")
+
+    trainer.optimizer.step = broken
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        trainer.fit()
+    assert recorder.end is None and recorder.events == [("start", 0)]
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_skips_the_final_evaluation(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=5, eval_every=0, log_every=1)
+    recorder.interrupt_at = 2
+    result = trainer.fit()
+    assert result.status == "interrupted" and result.step == 2
+    assert recorder.events == [("start", 0), ("step", 1), ("step", 2), ("saved", 2), ("end", 2)]
+    assert result.checkpoint == tmp_path / "checkpoints" / "step-0000002" and result.model_path is None
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_ctrl_c_between_read_backs_still_logs_the_steps_it_ran(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=6, log_every=4)
+    original = trainer._train_step
+
+    def step_then_interrupt(lr: Any) -> Any:
+        out = original(lr)
+        if trainer.state.step == 1:  # state.step is the count before this step's increment
+            os.kill(os.getpid(), signal.SIGINT)
+        return out
+
+    trainer._train_step = step_then_interrupt
+    result = trainer.fit()
+    assert result.status == "interrupted" and result.step == 2
+    assert [e for e in recorder.events if e[0] == "step"] == [("step", 1), ("step", 2)]
+    assert result.loss == recorder.steps[2]["loss"]
+    assert recorder.steps[2]["tokens"] == 2 * 2 * T and "tokens_per_s" in recorder.steps[2]
+
+
+def test_the_run_is_seeded_from_train_seed(tmp_path: Path, recorder: Recorder) -> None:
+    make_trainer(tmp_path, steps=1, seed=11).fit()
+    assert torch.equal(recorder.rng_at_start, torch.manual_seed(11).get_state())
+
+
+def test_resuming_continues_the_counters_rows_and_weights_exactly(tmp_path: Path, recorder: Recorder) -> None:
+    whole = make_trainer(tmp_path / "a", steps=4, save_every=2)
+    whole.fit()
+    recorder.events.clear()
+    recorder.steps.clear()
+    resumed = make_trainer(tmp_path / "a", model_seed=1, steps=4, data_record={"kind": "test"})
+    seen = seen_inputs(resumed)
+    result = resumed.fit(resume_from=tmp_path / "a" / "checkpoints" / "step-0000002")
+    assert [e for e in recorder.events if e[0] in ("step", "saved")] == [("step", 3), ("step", 4), ("saved", 4)]
+    assert [recorder.steps[s]["tokens"] for s in (3, 4)] == [3 * 2 * T, 4 * 2 * T]
+    assert recorder.steps[3]["lr"] == pytest.approx(hand_lr(2))
+    assert "params" in recorder.steps[3]  # sizes logged once per run, resumed or not
+    rows = resumed.train_rows
+    assert len(seen) == 2
+    assert torch.equal(seen[0], torch.from_numpy(rows.rows(4, 2)[:, :-1]))
+    assert torch.equal(seen[1], torch.from_numpy(rows.rows(6, 2)[:, :-1]))
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name  # restored weights, moments and counters: the same run
+    assert result.checkpoint == tmp_path / "a" / "checkpoints" / "step-0000004"
+    saved = json.loads((result.checkpoint / "trainer.json").read_text())
+    assert saved["step"] == 4 and saved["sequences"] == 8 and saved["data"] == {"kind": "test"}
+    assert saved["extra"]["documents"] == {"document_mask": True, "reset_positions": True}
+
+
+def test_a_resumed_run_keeps_its_own_optimizer_settings(tmp_path: Path) -> None:
+    make_trainer(tmp_path, steps=1).fit()
+    resumed = make_trainer(tmp_path, steps=2, weight_decay=0.05, betas=[0.8, 0.9], eps=1e-6, threads=2)
+    spy = StepSpy(resumed)
+    resumed.fit(resume_from=tmp_path / "checkpoints" / "step-0000001")
+    groups = [g for g in spy.groups if g[0]["lr"] > 0]  # torch's state loading first steps once at lr 0
+    assert len(groups) == 1
+    for group in groups[0]:  # this run's settings, not the checkpoint's
+        assert group["betas"] == (0.8, 0.9) and group["eps"] == 1e-6
+        assert group["lr"] == pytest.approx(hand_lr(1, steps=2))
+    assert [g["weight_decay"] for g in groups[0]] == [0.05, 0.0]
+    assert TrainConfig().weight_decay != 0.05
+    assert resumed.threads == 2 and torch.get_num_threads() == 2 and resumed.state.threads == 2
+
+
+def test_resuming_a_finished_run_trains_saves_and_evaluates_nothing(tmp_path: Path, recorder: Recorder) -> None:
+    make_trainer(tmp_path, steps=2).fit()
+    recorder.events.clear()
+    final = tmp_path / "checkpoints" / "step-0000002"
+    result = make_trainer(tmp_path, steps=2).fit(resume_from=final)
+    assert recorder.events == [("start", 0), ("end", 2)]
+    assert result.status == "finished" and result.step == 2 and result.checkpoint == final
+    assert result.model_path == tmp_path / "model.safetensors"
+
+
+def test_evaluation_averages_over_the_chosen_rows_tokens(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, eval_steps=1, batch_size=2)
+    val = trainer.val_rows
+    assert val.count == 5
+    chosen = val.chosen(2)  # eval_steps x batch_size rows, spread over the split
+    model = trainer.model.eval()
+    expected = sum(mean_ce(model, val.rows(chosen[i : i + 1])) for i in range(2)) / 2
+    model.train()
+    assert trainer.evaluate() == pytest.approx(expected, rel=1e-6)
+    assert trainer.model.training  # evaluation puts the model back into training mode
+
+
+class MaskedEvalRows(EvalRows):
+    """Validation rows with a loss mask: only targets at even positions of the row count."""
+
+    def loss_mask(self, indices: np.ndarray) -> np.ndarray:
+        mask = np.zeros((len(indices), self.seq_len + 1), dtype=bool)  # (B, T + 1), aligned with the row
+        mask[:, ::2] = True
+        return mask
+
+
+def test_a_loss_mask_limits_the_evaluation_to_the_counted_targets(tmp_path: Path) -> None:
+    tokens = np.random.default_rng(3).integers(0, 256, size=3 * T + 1)
+    trainer = make_trainer(tmp_path, val_rows=MaskedEvalRows(tokens, seq_len=T), batch_size=2)
+    model = trainer.model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for index in range(3):
+            row = torch.from_numpy(tokens[index * T : index * T + T + 1])
+            log_probs = torch.log_softmax(model(row[None, :-1])[0].double(), dim=-1)  # (T, vocab)
+            for t in range(T):
+                if (t + 1) % 2 == 0:  # target t is row position t + 1
+                    total -= float(log_probs[t, row[t + 1]])
+                    count += 1
+    model.train()
+    assert count == 3 * T // 2
+    assert trainer.evaluate() == pytest.approx(total / count, rel=1e-6)
+
+
+def test_lm_loss_masked_is_the_mean_over_counted_targets_and_zero_when_none_count() -> None:
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([[1, IGNORE, 4], [IGNORE, 0, IGNORE]])
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    expected = -(log_probs[0, 0, 1] + log_probs[0, 2, 4] + log_probs[1, 1, 0]) / 3
+    assert float(lm_loss(logits, targets, masked=True)) == pytest.approx(float(expected), rel=1e-6)
+    plain = torch.tensor([[1, 2, 4], [3, 0, 2]])
+    every = -log_probs.gather(-1, plain.unsqueeze(-1)).mean()
+    assert float(lm_loss(logits, plain)) == pytest.approx(float(every), rel=1e-6)
+    nothing = torch.full((2, 3), IGNORE)
+    assert float(lm_loss(logits, nothing, masked=True)) == 0.0
+
+
+def test_evaluation_and_samples_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("specformer_generate")
+    trainer = make_trainer(tmp_path, steps=1, sample_tokens=3, sample_prompt="ab")
+    trainer.fit()
+    out = capsys.readouterr().out
+    loss = trainer.state.last_val_loss
+    assert f"step 1: val loss {loss:.4f}, perplexity {math.exp(loss):.2f}" in out
+    assert "--- sample at step 1 ---\nab" in out
+    assert trainer.sample(1).startswith("ab")
+    assert make_trainer(tmp_path / "quiet", sample_tokens=0).sample(1) is None
+
+
+def test_a_sequence_longer_than_the_context_is_refused(tmp_path: Path) -> None:
+    config = TrainConfig(**BASE)
+    model = specformer.build({"model": {**copy.deepcopy(MODEL), "context_length": T - 1}, "train": BASE}, seed=0)
+    rows = PackedRows(np.zeros(200, dtype=np.int64), seq_len=T, seed=0)
+    with pytest.raises(UserError, match=f"train.seq_len {T} is longer than model.context_length {T - 1}"):
+        Trainer(model=model, config=config, train_rows=rows, val_rows=None, tokenizer=ByteTokenizer(),
+                out_dir=tmp_path, device="cpu")
+
+
+def test_the_thread_count_and_precision_are_set_for_the_cpu(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, threads=2)
+    assert trainer.threads == 2 and torch.get_num_threads() == 2 and trainer.state.threads == 2
+    assert trainer.precision == "fp32" and not trainer.compiled
+    assert _precision("auto", torch.device("cpu")) == "fp32" and _precision("bf16", torch.device("cpu")) == "bf16"
+
+
+def test_step_of_reads_the_step_from_a_checkpoint_name() -> None:
+    assert _step_of(Path("run/checkpoints/step-0000120")) == "120"
+    assert _step_of(Path("step-0000000")) == "0"
+    assert _step_of(None) == "?"
