@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (Attention, Fixed, GatedFFN, LayerNorm, Layout, Refuse, Rope, Sizes, Switch,
-                                           decoder_family)
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torch import Tensor
+
+from specformer_hf.config import ConfigReader
+from specformer_hf.specview import NotExpressible
+from specformer_hf.families.common import (ATTN, Attention, FamilyView, Fixed, GatedFFN, LayerNorm, Layout, Part, Rope,
+                                           Sizes, Switch, decoder_family)
+from specformer_hf.rules import Rule, Site
 
 #: transformers' StableLmConfig defaults.
 DEFAULTS = {
@@ -13,6 +21,61 @@ DEFAULTS = {
     "use_parallel_residual": False,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
 }
+
+
+class PerHead(Rule):
+    """One checkpoint tensor per head (``...norms.{h}.weight``) <-> one parameter per head (``q_norm.{h}.weight``)."""
+
+    def __init__(self, hf: str, ours: str, *, heads: Callable[[Site], int]) -> None:
+        self.templates, self.heads = (hf, ours), heads
+        self.hf, self.ours = (hf,), (ours,)  # templates; expand_at gives every head's names
+
+    @property
+    def per_layer(self) -> bool:
+        return True
+
+    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        hf, ours = self.templates
+        heads = range(self.heads(site))
+        return (tuple(hf.format(i=site.layer, h=h) for h in heads), tuple(ours.format(i=site.layer, h=h) for h in heads))
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return list(tensors)
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return list(tensors)
+
+    def describe(self) -> str:
+        return f"{self.templates[0]} -> {self.templates[1]} (every head h)"
+
+
+@dataclass(frozen=True)
+class QKLayerNorm(Part):
+    """qk_layernorm <-> qk_norm bias-free LayerNorm (eps layer_norm_eps) with ``qk_norm_scope: per_head_weights``.
+
+    transformers' StableLmLayerNormPerHead keeps one LayerNorm (no bias) per query and per key head.
+    """
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        if cfg.require("qk_layernorm", (False, True), why="it switches per-head q/k LayerNorms on or off"):
+            model.setdefault("block", {}).setdefault("attention", {}).update(
+                qk_norm={"kind": "layernorm", "eps": cfg.get_float("layer_norm_eps"), "bias": False},
+                qk_norm_scope="per_head_weights")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        norm = view.uniform("attention", "qk_norm")
+        if norm is not None and view.uniform("attention", "qk_norm_scope") != "per_head_weights":
+            raise NotExpressible("model.block.attention.qk_norm_scope",
+                                 f"Hugging Face {view.name}'s qk_layernorm keeps separate weights for every head "
+                                 "(qk_norm_scope: per_head_weights)")
+        config["qk_layernorm"] = norm is not None  # the read-back comparison checks its kind, bias and eps
+
+    def rules(self) -> list[Rule]:
+        return [PerHead(f"{ATTN}.q_layernorm.norms.{{h}}.weight", "blocks.{i}.attention.q_norm.{h}.weight",
+                        heads=lambda site: site.attention.n_heads),
+                PerHead(f"{ATTN}.k_layernorm.norms.{{h}}.weight", "blocks.{i}.attention.k_norm.{h}.weight",
+                        heads=lambda site: site.attention.n_kv_heads)]
+
 
 FAMILY = decoder_family(
     name="StableLM",
@@ -28,10 +91,10 @@ FAMILY = decoder_family(
         GatedFFN(),
         Switch("use_qkv_bias", ("attention.qkv_bias",)),
         Fixed("attention.out_bias", False, why="has no o_proj bias"),
-        Refuse("qk_layernorm", (False,), why="StableLM's q/k LayerNorms have separate weights for every head, which "
-                                             "specformer's qk_norm (one weight shared by the heads) cannot hold"),
+        QKLayerNorm(),
     ],
     maps="LayerNorm with biases, rope with partial_rotary_factor (default 0.25), GQA, use_qkv_bias, SwiGLU, "
-         "use_parallel_residual -> layout parallel with one shared norm",
-    caveats="qk_layernorm (per-head LayerNorm weights, StableLM 2 12B) is refused; head_dim is always hidden / heads",
+         "use_parallel_residual -> layout parallel with one shared norm, qk_layernorm -> qk_norm bias-free LayerNorm "
+         "with qk_norm_scope per_head_weights (a separate norm for every head, StableLM 2 12B)",
+    caveats="head_dim is always hidden / heads",
 )

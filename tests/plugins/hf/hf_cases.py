@@ -102,6 +102,9 @@ CASES = [
     Case("stablelm-parallel", "StableLmConfig", "StableLmForCausalLM",
          _llama_like(num_key_value_heads=4, use_parallel_residual=True, tie_word_embeddings=True,
                      rope_parameters=_rope("default", partial_rotary_factor=0.5))),
+    # StableLM 2 12B's per-head q/k LayerNorms (a separate weight for each of 4 query and 2 key heads), parallel.
+    Case("stablelm-qk_layernorm", "StableLmConfig", "StableLmForCausalLM",
+         _llama_like(qk_layernorm=True, use_parallel_residual=True, layer_norm_eps=1e-4)),
     # Routed experts (several per token) with a gated shared expert, and a dense first layer (mlp_only_layers).
     Case("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40,

@@ -23,10 +23,35 @@ def _folder(tmp_path, case_name: str, **changes):
     return tmp_path
 
 
-def test_stablelm_qk_layernorm_is_refused_saying_why(tmp_path):
-    folder = _folder(tmp_path, "stablelm", qk_layernorm=True)
-    with pytest.raises(UserError, match="qk_layernorm.*separate weights for every head"):
-        specformer_hf.from_hf(folder)
+def test_stablelm_qk_layernorm_imports_as_per_head_weights(tmp_path):
+    """StableLM 2 12B: one bias-free LayerNorm per query and per key head, eps layer_norm_eps (parity: test_parity)."""
+    hf = BY_NAME["stablelm-qk_layernorm"].build()
+    hf.save_pretrained(tmp_path)
+    imported = specformer_hf.import_hf(tmp_path)
+    attention = imported.spec["model"]["block"]["attention"]
+    assert attention["qk_norm"] == {"kind": "layernorm", "eps": 1e-4, "bias": False}
+    assert attention["qk_norm_scope"] == "per_head_weights"
+    ours = imported.model.blocks[1].attention
+    theirs = hf.model.layers[1].self_attn
+    for h in range(4):
+        assert torch.equal(ours.q_norm[h].weight, theirs.q_layernorm.norms[h].weight)
+    for h in range(2):
+        assert torch.equal(ours.k_norm[h].weight, theirs.k_layernorm.norms[h].weight)
+
+
+def test_stablelm_exports_only_per_head_qk_norms(tmp_path):
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope", "fraction": 0.5},
+        "block": {"layout": "prenorm", "norm": "layernorm",
+                  "attention": {"kind": "attention", "n_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False},
+                                "qk_norm_scope": "head"},
+                  "ffn": {"kind": "swiglu", "hidden": 48}},
+    }}
+    with pytest.raises(UserError, match="qk_layernorm keeps separate weights for every head"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
+    spec["model"]["block"]["attention"].update(qk_norm={"kind": "layernorm", "bias": True}, qk_norm_scope="per_head_weights")
+    with pytest.raises(UserError, match=r"qk_norm\.bias: True"):  # transformers' per-head LayerNorms have no bias
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
 
 
 def test_stablelm_without_rope_parameters_rotates_a_quarter_of_each_head(tmp_path):
