@@ -310,6 +310,34 @@ def test_for_model_sizes_every_layer_and_takes_the_model_dtype_and_device() -> N
     assert keys.shape == values.shape == (2, 2, 8, 8)  # (B, n_kv_heads, capacity, head_dim 32 / 4)
     assert StaticKVCache.for_model(model, batch_size=1, capacity=8, dtype=torch.bfloat16).update(
         0, key[:1].bfloat16(), key[:1].bfloat16(), torch.tensor([[0]]))[0].dtype == torch.bfloat16
+    default = StaticKVCache.for_model(model, batch_size=1, capacity=8)  # no spare unless asked: the window exactly
+    assert default.slot_counts() == {0: 8, 1: 3} and default.spare == 0
     on_meta = StaticKVCache.for_model(model.to("meta"), batch_size=1, capacity=8)
     assert on_meta.cursor.device.type == "meta"
     assert StaticKVCache.for_model(windowed_model(), batch_size=1, capacity=8, device="meta").cursor.device.type == "meta"
+
+
+def test_the_cache_makes_its_index_tensors_on_its_own_device_not_the_default_one() -> None:
+    """Under another default device (meta standing in for an accelerator) a CPU cache works unchanged."""
+
+    def run(cache: StaticKVCache) -> list[torch.Tensor]:
+        seen = []
+        for column, length in ((0, 5), (5, 1), (6, 1)):
+            positions = torch.arange(column, column + length, device="cpu").repeat(B, 1)
+            for index, (heads, dim, vheads, vdim) in {1: (1, 2, 3, 5), 2: (2, 3, 2, 3), 4: (2, 3, 2, 3)}.items():
+                key = torch.full((B, heads, length, dim), float(column), dtype=torch.float64, device="cpu")
+                value = torch.full((B, vheads, length, vdim), -float(column), dtype=torch.float64, device="cpu")
+                seen += cache.update(index, key, value, positions)
+        cache.rollback(6)
+        cache.reorder(torch.tensor([2, 0, 1], device="cpu"))
+        one = torch.ones(B, 1, 1, 2, dtype=torch.float64, device="cpu")
+        seen += cache.update(1, one, torch.ones(B, 3, 1, 5, dtype=torch.float64, device="cpu"), positions)
+        return seen
+
+    expected = run(new_cache())
+    cache = new_cache()
+    with torch.device("meta"):
+        got = run(cache)
+    assert all(g.device.type == "cpu" for g in got)
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert int(cache.cursor) == 7
