@@ -56,7 +56,25 @@ MODULES: dict[str, list[str]] = {
     "core/specformer/checkpoint.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
+        "tests/core/test_checkpoint_mutants.py",
     ],
+    "core/specformer/checkpoint_check.py": [
+        "tests/core/test_checkpoint.py",
+        "tests/core/test_checkpoint_headers.py",
+        "tests/core/test_checkpoint_mutants.py",
+    ],
+    "core/specformer/checkpoint_file.py": [
+        "tests/core/test_checkpoint.py",
+        "tests/core/test_checkpoint_headers.py",
+        "tests/core/test_checkpoint_mutants.py",
+    ],
+    "plugins/specformer_train/checkpointing.py": [
+        "tests/plugins/train/test_checkpointing.py",
+        "tests/plugins/train/test_checkpointing_mutants.py",
+    ],
+    # The training loop: only its fast file (a tiny model, a few steps per test); the other trainer
+    # tests train for seconds each, once per mutant they reach.
+    "plugins/specformer_train/trainer.py": ["tests/plugins/train/test_trainer_mutants.py"],
     "core/specformer/context.py": [
         "tests/core/test_decoder.py",
         "tests/core/test_context_mutants.py",

@@ -1,0 +1,252 @@
+"""Checkpoint saving, the file's header and the layout check, behaviour by behaviour, for the
+mutation run (benchmarks/mutation.py): what the header holds, which messages name which problem,
+the bytes the memory check is asked for, and the dtype a loaded model keeps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import specformer
+import specformer.checkpoint as checkpoint
+import specformer.checkpoint_file as checkpoint_file
+from specformer.checkpoint import FORMAT, load_weights, read_metadata, read_tensors
+from specformer.checkpoint_check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
+                                         compare_layout, spec_data, tensor_infos)
+from specformer.errors import CheckpointError
+from specformer.version import __version__
+
+from conftest import TINY
+
+
+@pytest.fixture
+def model() -> torch.nn.Module:
+    return specformer.build(TINY, seed=0)
+
+
+@pytest.fixture
+def saved(tmp_path, model):
+    return specformer.save(model, tmp_path / "deeper" / "tiny.safetensors")
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+# -- checkpoint.py -----------------------------------------------------------------------
+
+
+def test_save_writes_the_header_and_the_weights_into_a_new_folder(tmp_path, model, saved):
+    assert saved == tmp_path / "deeper" / "tiny.safetensors"
+    header = read_metadata(saved)
+    assert header["format"] == FORMAT == "specformer-checkpoint/1"
+    assert json.loads(header["spec"]) == json.loads(model.spec.to_json())
+    assert header["specformer_version"] == __version__
+    assert "component_sources" in header  # which plugin provided each component
+    tensors = read_tensors(saved)
+    assert tensors.keys() == model.state_dict().keys()
+    for name, t in model.state_dict().items():
+        assert torch.equal(tensors[name], t), name
+    tagged = specformer.save(model, tmp_path / "tagged.safetensors", metadata={"note": "x", "format": FORMAT})
+    assert read_metadata(tagged)["note"] == "x"
+
+
+def test_a_model_without_a_spec_cannot_be_saved(tmp_path):
+    with pytest.raises(ValueError, match=r"the model has no \.spec; build it with specformer.build\(\) to save it"):
+        specformer.save(torch.nn.Linear(2, 2), tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_load_asks_for_the_memory_of_the_model_and_the_file_side_by_side(saved, model, monkeypatch):
+    asked = []
+    monkeypatch.setattr(checkpoint, "check_memory", lambda need, **kw: asked.append((need, kw)))
+    loaded = specformer.load(saved)
+    checked = check_checkpoint(saved)
+    assert asked == [(checked.shape.total_bytes() + weight_bytes(model),
+                      {"what": f"loading {saved}", "device": "cpu"})]
+    assert checked.shape.total_bytes() >= weight_bytes(model)
+    for name, t in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], t), name
+
+
+def test_load_weights_keeps_one_saved_precision_and_casts_a_mix_to_the_model(model):
+    halves = {name: t.to(torch.bfloat16) for name, t in model.state_dict().items()}
+    target = specformer.build(TINY, seed=1)
+    load_weights(target, halves, where="here")
+    assert {t.dtype for t in target.state_dict().values()} == {torch.bfloat16}
+    mixed = dict(model.state_dict())
+    first = next(iter(mixed))
+    mixed[first] = mixed[first].to(torch.float16)
+    target = specformer.build(TINY, seed=1)
+    load_weights(target, mixed, where="here")
+    assert {t.dtype for t in target.state_dict().values()} == {torch.float32}
+    assert torch.equal(target.state_dict()[first], model.state_dict()[first].half().float())
+
+
+def test_load_weights_names_each_kind_of_problem(model):
+    tensors = dict(model.state_dict())
+    names = list(tensors)
+    del tensors[names[0]]
+    tensors["extra.weight"] = torch.zeros(2)
+    tensors[names[1]] = torch.zeros(3, 3)
+    tensors[names[2]] = tensors[names[2]].to(torch.int32)
+    with pytest.raises(CheckpointError) as info:
+        load_weights(specformer.build(TINY, seed=1), tensors, where="file.safetensors")
+    message = str(info.value)
+    assert message.startswith("file.safetensors: does not match its spec; missing tensors: " + names[0] + "; ")
+    assert "; unexpected tensors: extra.weight; " in message
+    shape = tuple(model.state_dict()[names[1]].shape)
+    assert f"; mis-shaped tensors: {names[1]} (checkpoint (3, 3), model {shape}); " in message
+    assert (f"; tensors that are not floating point where the model has float weights: {names[2]} (torch.int32); "
+            "specformer does not cast") in message
+
+
+# -- checkpoint_file.py -----------------------------------------------------------------
+
+
+def test_a_failed_write_leaves_no_temporary_and_the_old_file_intact(tmp_path, model, saved, monkeypatch):
+    before = saved.read_bytes()
+
+    def full_disk(*args, **kwargs):  # the temporary is written; flushing it fails
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_file, "fsync_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        specformer.save(model, saved)
+    assert saved.read_bytes() == before
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["tiny.safetensors"]
+
+
+@pytest.mark.parametrize("header, detail", [
+    ({}, "its header has no 'format' entry and no 'spec'"),
+    ({"spec": "{}"}, "its header has no 'format' entry;"),
+    ({"format": "specformer-checkpoint/2", "spec": "{}"}, "its format is 'specformer-checkpoint/2', which this version"),
+    ({"format": "gguf"}, "its header says format 'gguf';"),
+])
+def test_a_header_of_another_format_says_what_it_found(tmp_path, header, detail):
+    path = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(1)}, str(path), metadata=header or None)
+    with pytest.raises(CheckpointError) as info:
+        read_metadata(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: a safetensors file but not a specformer checkpoint (")
+    assert detail in message and message.endswith(f"expected format {FORMAT!r})")
+
+
+def test_a_specformer_header_without_its_spec_is_damaged(tmp_path):
+    path = tmp_path / "nospec.safetensors"
+    save_file({"w": torch.zeros(1)}, str(path), metadata={"format": FORMAT})
+    with pytest.raises(CheckpointError, match=r"a specformer checkpoint header without its 'spec' entry"):
+        read_metadata(path)
+
+
+def test_reading_tensors_of_a_damaged_file_says_so(tmp_path, saved):
+    assert read_tensors(saved, device="cpu").keys() == read_tensors(saved).keys()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read tensors \("):
+        read_tensors(broken)
+    with pytest.raises(CheckpointError, match=rf"{tmp_path / 'none.safetensors'}: no such checkpoint file"):
+        read_metadata(tmp_path / "none.safetensors")
+    with pytest.raises(CheckpointError, match=rf"{tmp_path}: is a directory, not a checkpoint file"):
+        read_metadata(tmp_path)
+
+
+# -- checkpoint_check.py ----------------------------------------------------------------
+
+
+def test_tensor_info_reads_kind_and_size_from_the_header():
+    assert TensorInfo("BF16", (3, 4)).floating and TensorInfo("F8_E4M3", ()).floating
+    assert not TensorInfo("I64", (2,)).floating and not TensorInfo("BOOL", (2,)).floating
+    assert TensorInfo("F32", (3, 4)).nbytes == 48 and TensorInfo("BF16", (3, 4)).nbytes == 24
+    assert TensorInfo("I64", (5,)).nbytes == 40 and TensorInfo("F32", ()).nbytes == 4
+    assert TensorInfo("F8_E5M2", (7,)).nbytes == 7  # a dtype without a listed size counts one byte each
+
+
+def test_the_check_reports_the_layout_of_the_file(saved, model):
+    checked = check_checkpoint(saved)
+    infos = tensor_infos(saved)
+    assert checked.tensors == infos and checked.stored is None and checked.path == saved
+    assert infos == {name: TensorInfo("F32", tuple(t.shape)) for name, t in model.state_dict().items()}
+    assert checked.tensor_bytes == checked.stored_bytes == weight_bytes(model)
+    assert checked.spec.to_json() == model.spec.to_json() and checked.resolved is checked.checked.resolved
+    other = CheckedCheckpoint(path=saved, metadata={}, checked=checked.checked, tensors=infos,
+                              stored={"q": TensorInfo("I8", (10,))})
+    assert other.stored_bytes == 10 and other.tensor_bytes == weight_bytes(model)
+
+
+def test_the_check_uses_the_header_it_is_given(saved):
+    metadata = dict(read_metadata(saved))
+    metadata["spec"] = "[1]"
+    with pytest.raises(CheckpointError, match="the spec in the header is a JSON list"):
+        check_checkpoint(saved, metadata=metadata)
+
+
+def test_spec_data_returns_the_mapping_and_names_a_missing_spec(tmp_path):
+    assert spec_data("x", {"spec": '{"model": {"d_model": 8}}'}) == {"model": {"d_model": 8}}
+    with pytest.raises(CheckpointError, match=r"^x: the checkpoint header has no 'spec' entry"):
+        spec_data("x", {})
+    with pytest.raises(CheckpointError, match=r"is a JSON number \(1.5\), not a mapping"):
+        spec_data("x", {"spec": "1.5"})
+
+
+def test_tensor_infos_of_a_damaged_header_says_so(tmp_path):
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read the tensor list \("):
+        tensor_infos(broken)
+
+
+@pytest.fixture
+def checked(saved):
+    return check_checkpoint(saved)
+
+
+def test_compare_layout_counts_tensors_first(checked):
+    fewer = dict(checked.tensors)
+    fewer.pop(next(iter(fewer)))
+    count = len(checked.tensors)
+    with pytest.raises(CheckpointError) as info:
+        compare_layout(fewer, checked.resolved, checked.shape, where="w")
+    size = sum(t.nbytes for t in fewer.values())
+    assert str(info.value) == (f"w: does not match its spec: the spec describes a model of {checked.shape.parameters:,} "
+                               f"parameters in {count:,} tensors, the file holds {count - 1:,} tensors ({size:,} bytes)")
+    more = {**checked.tensors, "extra": TensorInfo("F32", (1,))}
+    with pytest.raises(CheckpointError) as info:
+        compare_layout(more, checked.resolved, checked.shape, where="w")
+    assert str(info.value).endswith(f"the file holds {count + 1:,} tensors")
+
+
+def test_compare_layout_names_renamed_misshaped_and_integer_tensors(checked):
+    names = list(checked.tensors)
+    renamed = {("other" if n == names[0] else n): t for n, t in checked.tensors.items()}
+    with pytest.raises(CheckpointError) as info:
+        compare_layout(renamed, checked.resolved, checked.shape, where="w")
+    assert str(info.value) == f"w: does not match its spec; missing tensors: {names[0]}; unexpected tensors: other"
+    changed = dict(checked.tensors)
+    changed[names[1]] = TensorInfo("F32", (1, 2))
+    changed[names[2]] = TensorInfo("I32", checked.tensors[names[2]].shape)
+    with pytest.raises(CheckpointError) as info:
+        compare_layout(changed, checked.resolved, checked.shape, where="w")
+    message = str(info.value)
+    assert message.startswith(f"w: does not match its spec; mis-shaped tensors: {names[1]} (checkpoint (1, 2), model "
+                              f"{checked.tensors[names[1]].shape}); tensors that are not floating point where the "
+                              f"model has float weights: {names[2]} (I32); ")
+    assert "missing" not in message and "unexpected" not in message
+    compare_layout(checked.tensors, checked.resolved, checked.shape, where="w")  # the file's own layout passes
+
+
+def test_long_lists_are_cut_after_eight():
+    items = [str(i) for i in range(10)]
+    assert _few(items) == "0, 1, 2, 3, 4, 5, 6, 7 and 2 more"
+    assert _few(items[:8]) == "0, 1, 2, 3, 4, 5, 6, 7"
+    assert _few(items, limit=2) == "0, 1 and 8 more"
+
+
+def test_json_types_are_named_as_json_names_them():
+    assert [_json_type(v) for v in ([], "s", 1, 1.5, True, None)] == [
+        "list", "string", "number", "number", "boolean", "null"]
+    assert _json_type({}) == "dict"
