@@ -731,6 +731,17 @@ class QwenWindows(Part):
         config.update(use_sliding_window=window is not None, sliding_window=window, max_window_layers=first, layer_types=types)
 
 
+def no_rope_flags(cfg: ConfigReader, n_layers: int) -> list[int]:
+    """SmolLM3's no_rope_layers (1: rope, 0: no positions), or every ``no_rope_layer_interval``-th layer without rope."""
+    flags = cfg.get("no_rope_layers", None)
+    interval = cfg.get_size("no_rope_layer_interval")
+    if flags is None:
+        flags = [int((i + 1) % interval != 0) for i in range(n_layers)]
+    if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+        raise UserError(f"{cfg.family}: no_rope_layers must hold a 0 or 1 for each of the {n_layers} layers, got {flags!r}")
+    return flags
+
+
 @dataclass(frozen=True)
 class NoRopeLayers(Part):
     """no_rope_layers (1: rope, 0: no positions) or every ``no_rope_layer_interval``-th layer without rope (SmolLM3)
@@ -738,13 +749,7 @@ class NoRopeLayers(Part):
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         n_layers = cfg.get_layers("num_hidden_layers")
-        flags = cfg.get("no_rope_layers", None)
-        interval = cfg.get_size("no_rope_layer_interval")
-        if flags is None:
-            flags = [int((i + 1) % interval != 0) for i in range(n_layers)]
-        if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
-            raise UserError(f"{cfg.family}: no_rope_layers must hold a 0 or 1 for each of the {n_layers} layers, got {flags!r}")
-        nope = [i for i, use_rope in enumerate(flags) if not use_rope]
+        nope = [i for i, use_rope in enumerate(no_rope_flags(cfg, n_layers)) if not use_rope]
         if nope:
             model.setdefault("layers", []).append({"select": _selection(nope, n_layers), "positional": "none"})
 
@@ -898,20 +903,48 @@ class MixtureOfExperts(Part):
 
 
 @dataclass(frozen=True)
-class NoWindows(Part):
-    """use_sliding_window must be false (Qwen-MoE's windows are not mapped); the window fields are then inert."""
+class SwitchedWindows(Part):
+    """use_sliding_window + sliding_window (+ layer_types where the family reads it) <-> per-layer windows.
+
+    ``default(cfg, n_layers)`` says which layers slide when use_sliding_window is on and the
+    config has no layer_types; it differs per family in transformers 5: Qwen2-MoE slides
+    the even layers below max_window_layers, SmolLM3 its NoPE layers, Qwen3-MoE every layer
+    (it has no layer_types: ``layer_types=False``, so every layer slides or none does).
+    Layers that slide while use_sliding_window is off are refused: transformers runs them
+    inconsistently (Qwen2-MoE's window becomes 0, SmolLM3's flash kernel does not slide).
+    """
+
+    default: Callable[[ConfigReader, int], list[bool]]
+    layer_types: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        cfg.require("use_sliding_window", (False,), why=f"sliding windows are not mapped for {cfg.family}")
-        cfg.mark_read("sliding_window", "max_window_layers")
-        types = cfg.get("layer_types", None)
-        if types is not None and any(t != "full_attention" for t in types):
-            raise UserError(f"{cfg.family}: layer_types with sliding_attention are not mapped; supported: full_attention only")
+        n_layers = cfg.get_layers("num_hidden_layers")
+        use = cfg.require("use_sliding_window", (False, True), why="it switches sliding windows on or off")
+        default = [bool(use) and d for d in self.default(cfg, n_layers)]  # called either way: it reads its fields
+        if self.layer_types:
+            types = layer_types_from_config(cfg, ["sliding_attention" if d else "full_attention" for d in default])
+            sliding = [t == "sliding_attention" for t in types]
+        else:
+            sliding = default
+        window = cfg.get("sliding_window")  # read either way: it matters only where layers slide
+        if any(sliding):
+            if not use:
+                raise UserError(f"{cfg.family}: layer_types names sliding_attention layers but use_sliding_window is "
+                                "false, which transformers does not run consistently; set use_sliding_window: true, "
+                                "or make every layer full_attention")
+            window = cfg.get_size("sliding_window")
+        _windowed(model, [window if s else None for s in sliding])
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        if single_window(view.view, view.name) is not None:
-            raise NotExpressible("model.layers[*].attention.window", f"sliding windows are not mapped for Hugging Face {view.name}")
-        config["use_sliding_window"] = False
+        window = single_window(view.view, view.name)
+        windows = view.per_layer("attention", "window")
+        if not self.layer_types and window is not None and None in windows:
+            raise NotExpressible("model.layers[*].attention.window",
+                                 f"Hugging Face {view.name} slides every layer or none (use_sliding_window), "
+                                 f"got windows {windows}")
+        config.update(use_sliding_window=window is not None, sliding_window=window)
+        if self.layer_types:
+            config["layer_types"] = ["sliding_attention" if w is not None else "full_attention" for w in windows]
 
 
 # -- the family builder --------------------------------------------------------------------------------
@@ -957,9 +990,9 @@ def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | N
 
 __all__ = [
     "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "LAYER", "LLAMA_PARTS",
-    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "NoWindows", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
-    "Rope", "Sizes", "Switch", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
+    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
+    "Rope", "Sizes", "Switch", "SwitchedWindows", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
     "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
-    "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "replace_part", "rmsnorm",
+    "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "no_rope_flags", "replace_part", "rmsnorm",
     "rmsnorm_config", "rope", "rope_config", "rope_parameters_of", "single_window", "window_layers",
 ]

@@ -3,7 +3,8 @@ one gated shared expert, optional dense layers."""
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, Fixed, GatedFFN, MixtureOfExperts, NoWindows, Switch,
+from specformer_hf.config import ConfigReader
+from specformer_hf.families.common import (LLAMA_PARTS, Fixed, GatedFFN, MixtureOfExperts, Switch, SwitchedWindows,
                                            decoder_family, replace_part)
 
 #: transformers' Qwen2MoeConfig defaults.
@@ -17,6 +18,14 @@ DEFAULTS = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
+
+
+def sliding_by_default(cfg: ConfigReader, n_layers: int) -> list[bool]:
+    """Qwen2MoeConfig without layer_types: the even layers below max_window_layers slide (Qwen2 slides those from it on)."""
+    first_full = cfg.get_int("max_window_layers")
+    return [i % 2 == 0 and i < first_full for i in range(n_layers)]
+
+
 FAMILY = decoder_family(
     name="Qwen2-MoE",
     model_type="qwen2_moe",
@@ -27,10 +36,11 @@ FAMILY = decoder_family(
                                                     shared=True, dense=True), instead_of=GatedFFN),
         Switch("qkv_bias", ("attention.qkv_bias",)),
         Fixed("attention.out_bias", False, why="has no o_proj bias"),
-        NoWindows(),
+        SwitchedWindows(sliding_by_default),
     ],
     maps="as Qwen2 (qkv_bias switch) with ffn moe: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, "
          "one shared expert (shared_expert_intermediate_size) gated by sigmoid(shared_expert_gate); decoder_sparse_step "
-         "and mlp_only_layers -> dense layers (layers: overrides)",
-    caveats="use_sliding_window must be false; reads per-expert and fused 3-D expert tensors, writes per-expert",
+         "and mlp_only_layers -> dense layers (layers: overrides); use_sliding_window, sliding_window, layer_types (or, "
+         "without it, the even layers below max_window_layers) -> per-layer windows",
+    caveats="reads per-expert and fused 3-D expert tensors, writes per-expert; sliding layers need use_sliding_window",
 )

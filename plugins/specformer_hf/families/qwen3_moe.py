@@ -3,8 +3,9 @@ dense layers."""
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, GatedFFN, MixtureOfExperts, NoWindows, QKNorm, Switch,
-                                           decoder_family, replace_part)
+from specformer_hf.config import ConfigReader
+from specformer_hf.families.common import (LLAMA_PARTS, GatedFFN, MixtureOfExperts, QKNorm, Switch,
+                                           SwitchedWindows, decoder_family, replace_part)
 
 #: transformers' Qwen3MoeConfig defaults.
 DEFAULTS = {
@@ -15,6 +16,15 @@ DEFAULTS = {
     "num_experts": 128, "norm_topk_prob": False, "router_aux_loss_coef": 0.001, "mlp_only_layers": None,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
+
+
+
+def every_layer_slides(cfg: ConfigReader, n_layers: int) -> list[bool]:
+    """Qwen3MoeConfig has no layer_types: with use_sliding_window every layer slides. max_window_layers, in the
+    published configs, is not read by transformers 5's Qwen3-MoE (nor here)."""
+    cfg.mark_read("max_window_layers")
+    return [True] * n_layers
+
 
 FAMILY = decoder_family(
     name="Qwen3-MoE",
@@ -27,9 +37,11 @@ FAMILY = decoder_family(
                       instead_of=GatedFFN),
         Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
         QKNorm("head"),
-        NoWindows(),
+        SwitchedWindows(every_layer_slides, layer_types=False),
     ],
     maps="as Qwen3 (per-head q/k RMSNorm, attention_bias) with ffn moe: num_experts, num_experts_per_tok, "
-         "moe_intermediate_size, norm_topk_prob; decoder_sparse_step and mlp_only_layers -> dense layers",
-    caveats="use_sliding_window must be false; reads per-expert and fused 3-D expert tensors, writes per-expert",
+         "moe_intermediate_size, norm_topk_prob; decoder_sparse_step and mlp_only_layers -> dense layers; "
+         "use_sliding_window and sliding_window -> the same window on every layer",
+    caveats="reads per-expert and fused 3-D expert tensors, writes per-expert; windows slide on every layer or none "
+            "(max_window_layers is not read, as in transformers 5)",
 )

@@ -3,8 +3,9 @@ positions (NoPE)."""
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, NoRopeLayers, NoWindows, Rope, Switch, decoder_family,
-                                           replace_part)
+from specformer_hf.config import ConfigReader
+from specformer_hf.families.common import (LLAMA_PARTS, NoRopeLayers, Rope, Switch, SwitchedWindows, decoder_family,
+                                           no_rope_flags, replace_part)
 
 #: transformers' SmolLM3Config defaults.
 DEFAULTS = {
@@ -14,6 +15,14 @@ DEFAULTS = {
     "no_rope_layer_interval": 4, "layer_types": None, "attention_bias": False, "mlp_bias": False,
     "tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 2000000.0},
 }
+
+
+
+def nope_layers_slide(cfg: ConfigReader, n_layers: int) -> list[bool]:
+    """SmolLM3Config without layer_types: the NoPE layers slide, when a sliding_window is set."""
+    has_window = cfg.get("sliding_window") is not None
+    return [has_window and not use_rope for use_rope in no_rope_flags(cfg, n_layers)]
+
 
 FAMILY = decoder_family(
     name="SmolLM3",
@@ -25,9 +34,10 @@ FAMILY = decoder_family(
         NoRopeLayers(),
         Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
-        NoWindows(),
+        SwitchedWindows(nope_layers_slide),
     ],
     maps="as Llama (attention_bias, mlp_bias) with per-layer positions: no_rope_layers / no_rope_layer_interval -> "
-         "layers: [{select: ..., positional: none}] (NoPE layers)",
-    caveats="use_sliding_window must be false (SmolLM3's windows on NoPE layers are not mapped)",
+         "layers: [{select: ..., positional: none}] (NoPE layers); use_sliding_window, sliding_window, layer_types (or, "
+         "without it, the NoPE layers) -> per-layer windows",
+    caveats="sliding layers need use_sliding_window",
 )

@@ -112,11 +112,22 @@ CASES = [
     Case("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=48,
                      norm_topk_prob=True, decoder_sparse_step=2, attention_bias=True)),
+    # Sliding windows (transformers 5 decides per family which layers slide): Qwen2-MoE the even layers below
+    # max_window_layers (0 and 2 of 4), Qwen3-MoE every layer, SmolLM3 its NoPE layers (1 and 3).
+    Case("qwen2_moe-sliding", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+         _llama_like(num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=40,
+                     shared_expert_intermediate_size=56, use_sliding_window=True, sliding_window=WINDOW,
+                     max_window_layers=3)),
+    Case("qwen3_moe-sliding", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+         _llama_like(num_hidden_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                     use_sliding_window=True, sliding_window=WINDOW)),
     # NoPE every second layer (no_rope_layer_interval) and a hand-picked pattern.
     Case("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM",
          _llama_like(num_hidden_layers=4, no_rope_layer_interval=2, tie_word_embeddings=False, attention_bias=True)),
     Case("smollm3-no_rope_layers", "SmolLM3Config", "SmolLM3ForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, no_rope_layers=[0, 1, 1], mlp_bias=True)),
+    Case("smollm3-sliding", "SmolLM3Config", "SmolLM3ForCausalLM",
+         _llama_like(num_hidden_layers=4, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=WINDOW)),
     # Local layers (window, theta 10k) and global ones (theta 1M, linear scaling 8), q/k (1 + w) norms, untied.
     Case("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM",
          _llama_like(num_hidden_layers=4, head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=24,

@@ -117,3 +117,55 @@ def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
     ids = torch.arange(24).reshape(1, 24) % 64
     with torch.no_grad():
         assert (reloaded(ids).logits - model(ids)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize(("case", "changes", "needle"), [
+    # Qwen2-MoE's window becomes 0 without use_sliding_window; SmolLM3's flash kernel would not slide.
+    ("qwen2_moe", {"layer_types": ["sliding_attention", "full_attention", "full_attention"]},
+     "layer_types names sliding_attention layers but use_sliding_window is false"),
+    ("smollm3", {"layer_types": ["full_attention", "sliding_attention"] * 2, "sliding_window": 8},
+     "layer_types names sliding_attention layers but use_sliding_window is false"),
+    ("smollm3", {"use_sliding_window": True, "sliding_window": None, "layer_types": ["full_attention", "sliding_attention"] * 2},
+     "'sliding_window' must be an integer, got None"),
+    ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 0}, "'sliding_window' must be a positive integer, got 0"),
+    ("qwen3_moe", {"use_sliding_window": "yes"}, "'use_sliding_window' = 'yes' is not supported"),
+])
+def test_sliding_windows_that_transformers_cannot_run_are_refused(tmp_path, case, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.from_hf(_folder(tmp_path, case, **changes))
+
+
+@pytest.mark.parametrize(("case", "changes", "windows"), [
+    # Without use_sliding_window nothing slides, whatever sliding_window and max_window_layers say (Qwen1.5-MoE's config).
+    # layer_types None: the default pattern (save_pretrained writes the one it computed).
+    ("qwen2_moe", {"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 21, "layer_types": None},
+     [None] * 3),
+    ("qwen2_moe", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 3, "layer_types": None},
+     [4, None, 4]),
+    ("qwen2_moe", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1, "layer_types": None},
+     [4, None, None]),
+    ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, [4, 4, 4]),
+    ("smollm3", {"use_sliding_window": True, "sliding_window": 4, "layer_types": None}, [None, 4, None, 4]),  # NoPE layers
+    ("smollm3", {"use_sliding_window": True, "sliding_window": None, "layer_types": None}, [None] * 4),
+])
+def test_which_layers_slide_follows_transformers(tmp_path, case, changes, windows):
+    from transformers import AutoConfig
+
+    folder = _folder(tmp_path, case, **changes)
+    model = specformer_hf.from_hf(folder)
+    assert [block.attention.window for block in model.blocks] == windows
+    config = AutoConfig.from_pretrained(folder)  # transformers' own reading, where the config has one
+    if hasattr(config, "layer_types"):
+        assert [t == "sliding_attention" for t in config.layer_types] == [w is not None for w in windows]
+
+
+def test_qwen3_moe_slides_every_layer_or_none(tmp_path):
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
+        "block": {"layout": "prenorm", "norm": "rmsnorm",
+                  "attention": {"kind": "attention", "n_heads": 2, "qk_norm": "rmsnorm"},
+                  "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}},
+        "layers": [{"select": 0, "attention": {"window": 4}}],
+    }}
+    with pytest.raises(UserError, match="slides every layer or none"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="qwen3_moe")
