@@ -188,7 +188,8 @@ class TrainConfig(BaseModel):
     )
 
     # -- logging ---------------------------------------------------------------------
-    log_every: Int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this many steps.")
+    log_every: Int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this "
+                                                         "many steps (and before each evaluation and checkpoint).")
     progress: StrictBool = Field(default=True, description="Show a progress bar.")
     plot: StrictBool = Field(default=True, description="Write a loss-curve PNG at the end (needs matplotlib).")
     loggers: list[SubComponent("logger")] = Field(  # type: ignore[valid-type]

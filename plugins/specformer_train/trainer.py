@@ -7,9 +7,9 @@ from the schedule and steps the optimizer (``train.optimizer``, AdamW by default
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
 AdamW and (by default) ``torch.compile``.
 
-The loss is read back to the host every ``log_every`` steps; a non-finite loss stops
-the run there, naming the step, without saving the broken state (the last good
-checkpoint stays the latest). Every ``eval_every`` steps the validation loss and
+The loss is read back to the host every ``log_every`` steps and before every evaluation
+and save; a non-finite loss stops the run there, naming the step, without saving the
+broken state (the last good checkpoint stays the latest). Every ``eval_every`` steps the validation loss and
 perplexity are computed and a short sample is printed; every ``save_every`` steps a
 checkpoint is written (see :mod:`specformer_train.checkpointing`).
 """
@@ -192,16 +192,20 @@ class Trainer:
                     pending.append((self.state.step, loss, lr, grad_norm))
                     step = self.state.step
                     at_end = step == config.steps
-                    if len(pending) >= config.log_every or at_end:
+                    evaluating = bool(config.eval_every) and step % config.eval_every == 0 and not at_end
+                    saving = bool(config.save_every) and step % config.save_every == 0 and not at_end
+                    # The losses are read before an evaluation or a save, so a non-finite one stops the run
+                    # before a broken state is evaluated or checkpointed (log_every may be longer).
+                    if len(pending) >= config.log_every or at_end or evaluating or saving:
                         elapsed = time.perf_counter() - window_start
                         self.state.elapsed_s += elapsed
                         last_loss = self._flush(pending, bar, tokens_per_s=window_tokens / max(elapsed, 1e-9),
                                                 last_good=checkpoint)
                         pending, window_start, window_tokens = [], time.perf_counter(), 0
-                    if config.eval_every and step % config.eval_every == 0 and not at_end:
+                    if evaluating:
                         self._evaluate_and_sample(step)
                         last_eval = step
-                    if config.save_every and step % config.save_every == 0 and not at_end:
+                    if saving:
                         checkpoint = self._save()
                         last_saved = step
                     if any_process(interrupt.requested, ctx, self.device):

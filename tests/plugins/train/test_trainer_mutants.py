@@ -279,6 +279,20 @@ def test_a_nan_loss_before_any_checkpoint_says_none_was_saved(tmp_path: Path, re
     assert [e for e in recorder.events if e[0] == "step"] == [("step", 1)]  # the window is read up to the bad step
 
 
+def test_a_checkpoint_is_saved_only_after_its_steps_losses_were_read(tmp_path: Path, recorder: Recorder) -> None:
+    """log_every longer than save_every: the losses are read before saving, so a NaN is never checkpointed."""
+    trainer = make_trainer(tmp_path, steps=8, log_every=4, save_every=2, eval_every=2)
+    trainer.model.final_norm.register_forward_hook(NaNFrom(6))
+    with pytest.raises(TrainingDiverged, match=r"became nan at step 6; training stopped and the last good checkpoint "
+                                               rf"is {tmp_path / 'checkpoints' / 'step-0000004'} \(step 4\)"):
+        trainer.fit()
+    assert recorder.events == [("start", 0), ("step", 1), ("step", 2), ("eval", 2), ("saved", 2), ("step", 3),
+                               ("step", 4), ("eval", 4), ("saved", 4), ("step", 5), ("end", 6)]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000004"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-0000002", "step-0000004"]
+    assert all(math.isfinite(r["loss"]) for r in recorder.steps.values())
+
+
 def test_an_unexpected_error_is_not_reported_as_the_end_of_a_run(tmp_path: Path, recorder: Recorder) -> None:
     trainer = make_trainer(tmp_path, steps=3)
 
