@@ -9,7 +9,7 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, FamilyView, GatedFFN, Layout, Part, QKNorm,
+from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, FamilyView, Fixed, GatedFFN, Layout, Part, QKNorm,
                                            QueryScale, RMSNorm, Refuse, Rope, Switch, Value, _selection, _windowed,
                                            decoder_family, layer_types_from_config, replace_part, rope,
                                            rope_parameters_of)
@@ -113,11 +113,19 @@ FAMILY = decoder_family(
         Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
         QKNorm("head", offset=1.0),
         QueryScale(),
-        Value("attn_logit_softcapping", "attention.logit_softcap"),
+        # transformers 5.24's Gemma3Attention keeps attn_logit_softcapping but never passes it to any attention
+        # kernel (eager included), unlike Gemma 2's; Google's reference would apply it. Every published Gemma 3
+        # config has null, so a value is refused rather than read one way or the other.
+        Refuse("attn_logit_softcapping", (None,),
+               why="transformers' Gemma 3 stores it but never applies it (in any attention implementation), so such a "
+                   "config has no agreed meaning; every published Gemma 3 config has null"),
+        Fixed("attention.logit_softcap", None, why="does not soft-cap attention scores (transformers ignores "
+                                                   "attn_logit_softcapping in Gemma 3)"),
         Value("final_logit_softcapping", "logit_softcap"),
     ],
     maps="as Gemma 2 (sandwich norms, (1 + w) RMSNorm, sqrt(d) embeddings, query_pre_attn_scalar) with qk_norm "
          "((1 + w) RMSNorm per head), layer_types / sliding_window_pattern -> per-layer windows, and "
          "rope_parameters per layer type (or rope_theta + rope_scaling and rope_local_base_freq) -> per-layer positional",
-    caveats="text only (Gemma3ForCausalLM); model_type gemma3_text",
+    caveats="text only (Gemma3ForCausalLM); model_type gemma3_text; attn_logit_softcapping must be null (transformers "
+            "never applies it to Gemma 3)",
 )

@@ -169,3 +169,39 @@ def test_qwen3_moe_slides_every_layer_or_none(tmp_path):
     }}
     with pytest.raises(UserError, match="slides every layer or none"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="qwen3_moe")
+
+
+def test_transformers_gemma3_never_applies_attn_logit_softcapping():
+    """The reason the Gemma 3 import refuses the field: transformers keeps it but no attention kernel gets it.
+
+    If a later transformers applies it, this fails, and the family should map it as Gemma 2 does.
+    """
+    from dataclasses import replace
+
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(0))
+    case = BY_NAME["gemma3"]
+    logits = []
+    for cap in (None, 0.05):  # a cap this tight changes every score, were it applied
+        model = replace(case, kwargs={**case.kwargs, "attn_logit_softcapping": cap}).build()
+        model.config._attn_implementation = "eager"
+        with torch.no_grad():
+            logits.append(model(ids).logits)
+    assert torch.equal(logits[0], logits[1])
+
+
+def test_gemma3_attn_logit_softcapping_is_refused_and_never_written(tmp_path):
+    with pytest.raises(UserError, match="'attn_logit_softcapping' = 50.0 is not supported: transformers' Gemma 3 stores it "
+                                        "but never applies it"):
+        specformer_hf.from_hf(_folder(tmp_path / "in", "gemma3", attn_logit_softcapping=50.0))
+    model = specformer_hf.from_hf(_folder(tmp_path / "ok", "gemma3", attn_logit_softcapping=None))
+    assert all(block.attention.logit_softcap is None for block in model.blocks)
+    capped = specformer.build({"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
+        "embedding_multiplier": "sqrt_d_model",
+        "block": {"layout": "sandwich", "norm": {"kind": "rmsnorm", "offset": 1.0},
+                  "attention": {"kind": "attention", "n_heads": 2, "logit_softcap": 50.0,
+                                "qk_norm": {"kind": "rmsnorm", "offset": 1.0}},
+                  "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
+    }}, seed=0)
+    with pytest.raises(UserError, match="does not soft-cap attention scores"):
+        specformer_hf.to_hf(capped, tmp_path / "out", family="gemma3_text")
