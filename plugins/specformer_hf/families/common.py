@@ -844,6 +844,8 @@ class MixtureOfExperts(Part):
                 swiglu = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size"),
                           "activation": activation}
                 model.setdefault("layers", []).append({"select": dense[0] if len(dense) == 1 else dense, "ffn": swiglu})
+            else:
+                cfg.mark_read("intermediate_size")  # only dense layers use it: inert here, not worth a warning
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         kinds = view.per_layer("ffn", "kind")

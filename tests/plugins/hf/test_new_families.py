@@ -205,3 +205,15 @@ def test_gemma3_attn_logit_softcapping_is_refused_and_never_written(tmp_path):
     }}, seed=0)
     with pytest.raises(UserError, match="does not soft-cap attention scores"):
         specformer_hf.to_hf(capped, tmp_path / "out", family="gemma3_text")
+
+
+@pytest.mark.parametrize("case", ["qwen2_moe-sliding", "qwen3_moe-sliding"])
+def test_a_moe_config_without_dense_layers_imports_without_warnings(tmp_path, case):
+    """Their intermediate_size sizes only dense layers: with experts in every layer it is inert, and not reported."""
+    import warnings
+
+    BY_NAME[case].build().save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*has no tokenizer.json")
+        specformer_hf.import_hf(tmp_path)
