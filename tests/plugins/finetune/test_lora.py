@@ -44,6 +44,43 @@ def test_forward_is_base_plus_scaled_low_rank_update() -> None:
     torch.testing.assert_close(layer.delta_weight(), layer.lora_B @ layer.lora_A * 2.0)
 
 
+def test_gradients_equal_the_written_out_formula() -> None:
+    """The fused forward (one addmm, B.T laid out row-major) gives x, A and B the formula's gradients."""
+    torch.manual_seed(0)
+    layer = LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    A, B = (p.detach().clone().requires_grad_() for p in (layer.lora_A, layer.lora_B))
+    x = torch.randn(2, 5, 12, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    weights = torch.randn(2, 5, 7)
+    (layer(x) * weights).sum().backward()
+    expected = x_ref @ layer.base.weight.T + layer.base.bias + (x_ref @ A.T @ B.T) * 2.0
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer.lora_A.grad, A.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer.lora_B.grad, B.grad, rtol=1e-5, atol=1e-6)
+    assert layer.base.weight.grad is None  # frozen: autograd forms no weight gradient for the base
+
+
+def test_dropout_applies_to_the_adapter_input_only() -> None:
+    torch.manual_seed(0)
+    layer = LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0, dropout=0.5)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    x = torch.randn(4, 12)
+    torch.manual_seed(5)
+    dropped = torch.nn.functional.dropout(x, 0.5, training=True)
+    torch.manual_seed(5)
+    trained = layer(x)
+    torch.testing.assert_close(trained, layer.base(x) + dropped @ layer.lora_A.T @ layer.lora_B.T * 2.0,
+                               rtol=1e-5, atol=1e-6)
+    layer.eval()
+    torch.testing.assert_close(layer(x), layer.base(x) + x @ layer.lora_A.T @ layer.lora_B.T * 2.0,
+                               rtol=1e-5, atol=1e-6)
+    assert LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0).dropout is None  # dropout 0: no op
+
+
 def test_zero_b_first_forward_equals_base_exactly() -> None:
     model = _model()
     x = torch.randint(0, 259, (2, 20))
