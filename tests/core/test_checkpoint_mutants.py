@@ -147,8 +147,15 @@ def test_reading_tensors_of_a_damaged_file_says_so(tmp_path, saved):
     assert read_tensors(saved, device="cpu").keys() == read_tensors(saved).keys()
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
-    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read tensors \("):
+    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read tensors \(SafetensorError: "):
         read_tensors(broken)
+    with pytest.raises(CheckpointError, match=r"cannot read tensors \(SafetensorError: device nonsense is invalid\)"):
+        read_tensors(saved, device="nonsense")  # the device is passed on to safetensors
+    with pytest.raises(CheckpointError, match=r"not a readable safetensors checkpoint \(SafetensorError: "):
+        read_metadata(broken)
+    too_long = tmp_path / ("x" * 300)
+    with pytest.raises(CheckpointError, match=r"x': cannot be opened \(File name too long\)"):
+        read_metadata(too_long)
     with pytest.raises(CheckpointError, match=rf"{tmp_path / 'none.safetensors'}: no such checkpoint file"):
         read_metadata(tmp_path / "none.safetensors")
     with pytest.raises(CheckpointError, match=rf"{tmp_path}: is a directory, not a checkpoint file"):

@@ -82,10 +82,12 @@ class Recorder:
         self.end: dict | None = None
         self.rng_at_start: torch.Tensor | None = None
         self.interrupt_at: int | None = None
+        self.out_dirs: list[str] = []
 
     @hookimpl
     def specformer_on_train_start(self, out_dir: str) -> None:
         self.rng_at_start = torch.get_rng_state()
+        self.out_dirs.append(out_dir)
         self.events.append(("start", 0))
 
     @hookimpl
@@ -471,3 +473,156 @@ def test_step_of_reads_the_step_from_a_checkpoint_name() -> None:
     assert _step_of(Path("run/checkpoints/step-0000120")) == "120"
     assert _step_of(Path("step-0000000")) == "0"
     assert _step_of(None) == "?"
+
+
+class FakeClock:
+    """``time.perf_counter`` advancing one second per reading: read-back windows of exactly 1 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_throughput_is_the_window_tokens_over_the_window_time(tmp_path: Path, recorder: Recorder,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    import specformer_train.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "time", FakeClock())
+    trainer = make_trainer(tmp_path, steps=5, log_every=2, progress=True)
+    trainer.fit()
+    per_step = 2 * T
+    shown = {step: r["tokens_per_s"] for step, r in recorder.steps.items() if "tokens_per_s" in r}
+    assert shown == {2: 2 * per_step, 4: 2 * per_step, 5: per_step}  # each window took one fake second
+    for step, rate in shown.items():
+        assert recorder.steps[step]["gflops_per_s"] == pytest.approx(rate * trainer.flops_per_token / 1e9)
+    assert trainer.state.elapsed_s == 3.0 and recorder.end is not None and recorder.end["elapsed_s"] == 3.0
+    assert "5/5" in capsys.readouterr().err  # the bar counted every step
+
+
+def test_rows_with_documents_get_their_document_ids_and_positions(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, steps=1)
+    tokens = np.random.default_rng(0).integers(0, 256, size=2000)
+    tokens[3::5] = 256  # an end-of-text token every five
+    trainer.train_rows = PackedRows(tokens, seq_len=T, seed=0)
+    given: list[dict] = []
+    trainer.model.register_forward_pre_hook(lambda m, args, kwargs: given.append(dict(kwargs)), with_kwargs=True)
+    trainer.fit()
+    inputs = trainer.train_rows.rows(0, 2)[:, :-1]
+    ids, positions = np.zeros_like(inputs), np.zeros_like(inputs)
+    for b in range(2):  # by hand: a document starts at each end-of-text token
+        doc, start = 0, 0
+        for t in range(T):
+            if inputs[b, t] == 256:
+                doc, start = doc + 1, t
+            ids[b, t], positions[b, t] = doc, t - start
+    assert (inputs[:, 1:] == 256).any()
+    assert np.array_equal(given[0]["document_ids"].numpy(), ids)
+    assert np.array_equal(given[0]["positions"].numpy(), positions)
+
+
+class MaskedRows(PackedRows):
+    """Training rows whose loss counts only the targets at even row positions."""
+
+    def loss_mask(self, first: int, count: int) -> np.ndarray:
+        mask = np.zeros((count, self.seq_len + 1), dtype=bool)  # (B, T + 1)
+        mask[:, ::2] = True
+        return mask
+
+
+def test_a_loss_mask_limits_the_training_loss_to_the_counted_targets(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=1)
+    tokens = np.random.default_rng(0).integers(0, 256, size=2000)
+    trainer.train_rows = MaskedRows(tokens, seq_len=T, seed=0)
+    model = copy.deepcopy(trainer.model).eval()
+    rows = torch.from_numpy(trainer.train_rows.rows(0, 2))
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(rows[:, :-1]).double(), dim=-1)  # (B, T, vocab)
+    picked = [-float(log_probs[b, t, rows[b, t + 1]]) for b in range(2) for t in range(T) if (t + 1) % 2 == 0]
+    trainer.fit()
+    assert recorder.steps[1]["loss"] == pytest.approx(sum(picked) / len(picked), rel=1e-5)
+
+
+def test_samples_are_drawn_with_the_configured_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.trainer as trainer_module
+
+    calls: list[dict] = []
+    monkeypatch.setattr(trainer_module, "sample_text", lambda model, tokenizer, **kw: calls.append(kw) or "text")
+    trainer = make_trainer(tmp_path, sample_tokens=4, sample_prompt="hi", sample_temperature=0.7, sample_top_k=3)
+    assert trainer.sample(6) == "text"
+    assert calls == [{"prompt": "hi", "max_new_tokens": 4, "temperature": 0.7, "top_k": 3, "seed": 5 + 6,
+                      "device": torch.device("cpu")}]
+
+
+def test_a_huge_validation_loss_reports_a_finite_perplexity(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make_trainer(tmp_path, steps=1)
+    trainer.evaluate = lambda: 800.0  # type: ignore[method-assign]
+    trainer.fit()
+    assert recorder.evals[1] == {"val_loss": 800.0, "val_perplexity": math.exp(700.0)}
+
+
+def test_a_failed_export_names_where_the_final_weights_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.trainer as trainer_module
+
+    def full(source: Path, dest: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trainer_module, "copy_file_atomic", full)
+    with pytest.raises(trainer_module.OutputError) as info:
+        make_trainer(tmp_path, steps=1).fit()
+    assert str(info.value) == (f"could not write {tmp_path / 'model.safetensors'}: No space left on device; the final "
+                               f"weights are in {tmp_path / 'checkpoints' / 'step-0000001'}")
+
+
+def test_the_model_is_put_in_training_mode_and_compiled_only_when_asked(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path)
+    trainer.model.eval()
+    again = Trainer(model=trainer.model, config=trainer.config, train_rows=trainer.train_rows, val_rows=None,
+                    tokenizer=ByteTokenizer(), out_dir=tmp_path, device="cpu")
+    assert again.model.training and not again.compiled
+    assert not make_trainer(tmp_path, compile=False).compiled
+    assert make_trainer(tmp_path, compile=True).compiled  # torch compiles lazily, at the first forward
+    assert trainer.global_batch == 2 and make_trainer(tmp_path, grad_accum=3).global_batch == 6
+
+
+def test_too_few_rows_for_one_global_batch_are_refused(tmp_path: Path) -> None:
+    config = TrainConfig(**{**BASE, "batch_size": 4, "grad_accum": 2})
+    model = specformer.build({"model": copy.deepcopy(MODEL), "train": BASE}, seed=0)
+    rows = PackedRows(np.zeros(7 * (T + 1), dtype=np.int64), seq_len=T, seed=0)  # 7 rows, a batch needs 8
+    with pytest.raises(UserError, match="fewer than one global batch of 8 sequences"):
+        Trainer(model=model, config=config, train_rows=rows, val_rows=None, tokenizer=ByteTokenizer(),
+                out_dir=tmp_path, device="cpu")
+
+
+def test_bf16_precision_runs_the_forward_under_autocast(tmp_path: Path) -> None:
+    context = make_trainer(tmp_path, precision="bf16")._autocast()
+    assert isinstance(context, torch.autocast) and context.fast_dtype == torch.bfloat16 and context.device == "cpu"
+    assert not isinstance(make_trainer(tmp_path)._autocast(), torch.autocast)
+
+
+def test_a_resume_keeps_what_this_run_does_not_say(tmp_path: Path, recorder: Recorder,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint's data record, its auto thread count, the metrics written so far, and for a checkpoint
+    from before document settings were recorded, training without them."""
+    import specformer_train.threads as threads
+
+    make_trainer(tmp_path, steps=1, data_record={"kind": "first"}).fit()
+    path = tmp_path / "checkpoints" / "step-0000001"
+    data = json.loads((path / "trainer.json").read_text())
+    del data["extra"]["documents"]
+    (path / "trainer.json").write_text(json.dumps(data))
+    monkeypatch.setattr(threads, "auto_threads", lambda: 7)
+    resumed = make_trainer(tmp_path, steps=2, threads="auto")
+    assert resumed.threads == 7
+    result = resumed.fit(resume_from=path)
+    assert resumed.threads == 1 and torch.get_num_threads() == 1  # the saved count, for the same rounding
+    assert resumed.documents == {"document_mask": False, "reset_positions": False}
+    saved = json.loads((result.checkpoint / "trainer.json").read_text())
+    assert saved["data"] == {"kind": "first"} and saved["threads"] == 1
+    assert saved["extra"]["documents"] == {"document_mask": False, "reset_positions": False}
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if r["kind"] == "train"] == [1, 2]
+    assert recorder.events[0] == ("start", 0) and recorder.out_dirs == [str(tmp_path)] * 2
