@@ -166,5 +166,9 @@ FAMILY = decoder_family(
          "mscale_all_dim on the scores), rope_interleave -> interleaved rope, ffn moe with router sigmoid_topk "
          "(norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), "
          "n_shared_experts, first_k_dense_replace -> dense layers",
-    caveats="the multi-token-prediction layers of the published checkpoints are not read; aux_loss_coef is 0 on import",
+    caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
+            "skips it; aux_loss_coef is 0 on import",
+    # The published 61-layer checkpoints store their multi-token-prediction module as layer 61; transformers'
+    # DeepseekV3PreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected), and so does import.
+    ignore_tensors=(r"model\.layers\.61\..*",),
 )

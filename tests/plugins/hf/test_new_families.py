@@ -217,3 +217,23 @@ def test_a_moe_config_without_dense_layers_imports_without_warnings(tmp_path, ca
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", message=".*has no tokenizer.json")
         specformer_hf.import_hf(tmp_path)
+
+
+def test_deepseek_v3_skips_the_published_multi_token_prediction_layer_as_transformers_does(tmp_path):
+    """The published checkpoints keep their MTP module as model.layers.61.*; transformers ignores those tensors."""
+    from safetensors.torch import load_file
+
+    hf = BY_NAME["deepseek_v3"].build()
+    hf.save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    mtp = {"model.layers.61.eh_proj.weight": torch.ones(64, 128), "model.layers.61.enorm.weight": torch.ones(64),
+           "model.layers.61.self_attn.kv_a_layernorm.weight": torch.ones(20)}
+    save_file({**tensors, **mtp}, tmp_path / "model.safetensors")
+    model = specformer_hf.from_hf(tmp_path)
+    ids = torch.arange(12).reshape(1, 12)
+    with torch.no_grad():
+        assert (model(ids) - hf(ids).logits).abs().max().item() <= 1e-4
+    # Only that layer: a tensor of a layer past the config's count anywhere else is still refused.
+    save_file({**tensors, "model.layers.3.enorm.weight": torch.ones(64)}, tmp_path / "model.safetensors")
+    with pytest.raises(UserError, match=r"does not use.*model\.layers\.3\.enorm\.weight"):
+        specformer_hf.from_hf(tmp_path)
