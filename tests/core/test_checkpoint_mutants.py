@@ -17,6 +17,8 @@ from specformer.checkpoint import FORMAT, load_weights, read_metadata, read_tens
 from specformer.checkpoint_check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
                                          compare_layout, spec_data, tensor_infos)
 from specformer.errors import CheckpointError
+from specformer.hookspecs import hookimpl
+from specformer.plugins import get_plugin_manager
 from specformer.version import __version__
 
 from conftest import TINY
@@ -29,7 +31,7 @@ def model() -> torch.nn.Module:
 
 @pytest.fixture
 def saved(tmp_path, model):
-    return specformer.save(model, tmp_path / "deeper" / "tiny.safetensors")
+    return specformer.save(model, tmp_path / "new" / "deeper" / "tiny.safetensors")
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -40,7 +42,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 def test_save_writes_the_header_and_the_weights_into_a_new_folder(tmp_path, model, saved):
-    assert saved == tmp_path / "deeper" / "tiny.safetensors"
+    assert saved == tmp_path / "new" / "deeper" / "tiny.safetensors"  # both folders made
     header = read_metadata(saved)
     assert header["format"] == FORMAT == "specformer-checkpoint/1"
     assert json.loads(header["spec"]) == json.loads(model.spec.to_json())
@@ -55,7 +57,7 @@ def test_save_writes_the_header_and_the_weights_into_a_new_folder(tmp_path, mode
 
 
 def test_a_model_without_a_spec_cannot_be_saved(tmp_path):
-    with pytest.raises(ValueError, match=r"the model has no \.spec; build it with specformer.build\(\) to save it"):
+    with pytest.raises(ValueError, match=r"^the model has no \.spec; build it with specformer.build\(\) to save it$"):
         specformer.save(torch.nn.Linear(2, 2), tmp_path / "x.safetensors")
     assert not (tmp_path / "x.safetensors").exists()
 
@@ -70,6 +72,46 @@ def test_load_asks_for_the_memory_of_the_model_and_the_file_side_by_side(saved, 
     assert checked.shape.total_bytes() >= weight_bytes(model)
     for name, t in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], t), name
+
+
+def test_load_checks_against_the_registry_it_is_given(saved):
+    import copy
+
+    from specformer.plugins import get_registry
+
+    registry = copy.copy(get_registry())
+    registry._components = {kind: dict(named) for kind, named in registry._components.items()}
+    del registry._components["ffn"]["swiglu"]  # the spec's feed-forward, not registered there
+    with pytest.raises(CheckpointError, match=f"^{saved}: .*swiglu"):
+        specformer.load(saved, registry=registry)
+
+
+def test_load_puts_the_model_on_the_device_asked_for(saved):
+    loaded = specformer.load(saved, device="meta")
+    assert {p.device.type for p in loaded.parameters()} == {"meta"}
+
+
+class DeclaredLayout:
+    """A plugin that loads every checkpoint itself (as a quantization plugin does its own layout)."""
+
+    def __init__(self):
+        self.calls = []
+
+    @hookimpl
+    def specformer_load_checkpoint(self, checked, device):
+        self.calls.append((checked.path, device))
+        return "loaded by the plugin"
+
+
+def test_a_plugin_that_declared_the_layout_loads_the_checkpoint(saved):
+    plugin = DeclaredLayout()
+    manager = get_plugin_manager()
+    manager.register(plugin, name="declared-layout-test")
+    try:
+        assert specformer.load(saved, device="meta") == "loaded by the plugin"
+    finally:
+        manager.unregister(plugin)
+    assert plugin.calls == [(saved, "meta")]
 
 
 def test_load_weights_keeps_one_saved_precision_and_casts_a_mix_to_the_model(model):
@@ -88,20 +130,22 @@ def test_load_weights_keeps_one_saved_precision_and_casts_a_mix_to_the_model(mod
 
 def test_load_weights_names_each_kind_of_problem(model):
     tensors = dict(model.state_dict())
-    names = list(tensors)
-    del tensors[names[0]]
-    tensors["extra.weight"] = torch.zeros(2)
-    tensors[names[1]] = torch.zeros(3, 3)
-    tensors[names[2]] = tensors[names[2]].to(torch.int32)
+    names = sorted(tensors)
+    del tensors[names[0]], tensors[names[1]]
+    tensors["extra.a"] = tensors["extra.b"] = torch.zeros(2)
+    tensors[names[2]] = tensors[names[3]] = torch.zeros(3, 3)
+    tensors[names[4]] = tensors[names[4]].to(torch.int32)
+    tensors[names[5]] = tensors[names[5]].to(torch.int64)
     with pytest.raises(CheckpointError) as info:
         load_weights(specformer.build(TINY, seed=1), tensors, where="file.safetensors")
     message = str(info.value)
-    assert message.startswith("file.safetensors: does not match its spec; missing tensors: " + names[0] + "; ")
-    assert "; unexpected tensors: extra.weight; " in message
-    shape = tuple(model.state_dict()[names[1]].shape)
-    assert f"; mis-shaped tensors: {names[1]} (checkpoint (3, 3), model {shape}); " in message
-    assert (f"; tensors that are not floating point where the model has float weights: {names[2]} (torch.int32); "
-            "specformer does not cast") in message
+    assert message.startswith(f"file.safetensors: does not match its spec; missing tensors: {names[0]}, {names[1]}; ")
+    assert "; unexpected tensors: extra.a, extra.b; " in message
+    shapes = [tuple(model.state_dict()[n].shape) for n in names[2:4]]
+    assert (f"; mis-shaped tensors: {names[2]} (checkpoint (3, 3), model {shapes[0]}), "
+            f"{names[3]} (checkpoint (3, 3), model {shapes[1]}); ") in message
+    assert ("; tensors that are not floating point where the model has float weights: "
+            f"{names[4]} (torch.int32), {names[5]} (torch.int64); specformer does not cast") in message
 
 
 # -- checkpoint_file.py -----------------------------------------------------------------
