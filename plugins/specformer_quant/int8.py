@@ -21,6 +21,7 @@ Elsewhere (other devices, MoE expert stacks) the weight is dequantized for the m
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from typing import Any
 
@@ -89,14 +90,40 @@ def _prepack(q: Tensor, scale: Tensor) -> Any:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+#: Calls of at most this many rows (decode steps, speculative verification) reuse a scratch buffer.
+SCRATCH_ROWS = 16
+
+# Per thread (a server may decode on several): (rows, K) -> ((rows + 1, K) buffer whose last row is the
+# guard, its first ``rows`` rows). Saves the concatenation and its allocation on every decode-step matmul.
+_scratch = threading.local()
+
+
 def _per_row(x: Tensor, packed: Any, guard: Tensor, n_out: int) -> Tensor:
     """fbgemm's dynamic int8 matmul with one activation scale per row (see the module docstring)."""
     flat = x.reshape(-1, x.shape[-1])  # (M, K)
+    rows = flat.shape[0]
     row_max = torch.linalg.vector_norm(flat, ord=float("inf"), dim=-1, keepdim=True)  # (M, 1): max |x| of each row
     row_max.clamp_(min=torch.finfo(torch.float32).tiny)  # an all-zero row stays zero instead of 0 / 0
+    if rows <= SCRATCH_ROWS:
+        scaled, head = _scratch_for(rows, guard)
+        torch.div(flat, row_max, out=head)  # (M + 1, K): the scaled rows, then the guard row
+    else:
+        scaled = torch.cat((flat / row_max, guard))
     # reduce_range: 7-bit activations, so that fbgemm's int16 pair sums cannot saturate on CPUs without VNNI
-    y = torch.ops.quantized.linear_dynamic(torch.cat((flat / row_max, guard)), packed, True)  # (M + 1, N)
-    return y[:-1].mul_(row_max).view(*x.shape[:-1], n_out)
+    y = torch.ops.quantized.linear_dynamic(scaled, packed, True)  # (M + 1, N)
+    return y[:rows].mul_(row_max).view(*x.shape[:-1], n_out)
+
+
+def _scratch_for(rows: int, guard: Tensor) -> tuple[Tensor, Tensor]:
+    """This thread's ``(rows + 1, K)`` input buffer (guard row last) and a view of its first ``rows`` rows."""
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    key = (rows, guard.shape[1])
+    if key not in buffers:
+        buffer = torch.cat((torch.zeros(rows, guard.shape[1]), guard))
+        buffers[key] = (buffer, buffer[:rows])
+    return buffers[key]
 
 
 @functools.cache

@@ -145,6 +145,22 @@ def test_int8_kernel_scales_each_row_alone() -> None:
     assert float((small_per_call - exact[2]).abs().max()) > 0.2 * float(exact[2].abs().max())
 
 
+def test_int8_scratch_buffer_path_equals_the_allocating_path() -> None:
+    """Calls of at most ``SCRATCH_ROWS`` rows write into a reused per-thread buffer instead of concatenating:
+    the same bits as the allocating path taken by larger calls, and an earlier result is not overwritten."""
+    from specformer_quant.int8 import SCRATCH_ROWS, Int8Weight
+
+    g = torch.Generator().manual_seed(4)
+    w = Int8Weight.from_float(torch.randn(40, 64, generator=g))
+    x = torch.randn(SCRATCH_ROWS + 3, 64, generator=g)  # (M, K): more rows than the scratch path takes
+    large = w.matmul(x)
+    first = w.matmul(x[:2])
+    second = w.matmul(x[5:7])  # same row count: the same buffer is written again
+    assert torch.equal(first, large[:2])
+    assert torch.equal(second, large[5:7])
+    assert torch.equal(w.matmul(x[:SCRATCH_ROWS]), large[:SCRATCH_ROWS])
+
+
 @pytest.mark.parametrize("scheme", ["int8", {"kind": "int4", "group_size": 32}, "bf16"])
 def test_quantized_rows_do_not_depend_on_each_other(scheme) -> None:
     """Batched equals alone, and speculative greedy equals plain greedy, on a quantized model (default kernels).
