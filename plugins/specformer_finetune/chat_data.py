@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -46,20 +46,27 @@ def looks_like_chat(path: str | None) -> bool:
 
 def read_records(path: str) -> list[dict[str, Any]]:
     """Every record of a chat jsonl, checked; UserError naming the first bad line and what is accepted."""
-    records = []
+    records = list(iter_records(path))
+    if not records:
+        raise UserError(f"{path}: holds no conversations")
+    return records
+
+
+def iter_records(path: str | Path, *, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """The records of a chat jsonl from record ``skip`` on (blank lines are not records), checked as read."""
+    index = 0
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            where = f"{path}, line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not JSON ({exc.msg})") from None
-            records.append(_checked(record, where))
-    if not records:
-        raise UserError(f"{path}: holds no conversations")
-    return records
+            if index >= skip:
+                where = f"{path}, line {number}"
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{where}: not JSON ({exc.msg})") from None
+                yield _checked(record, where)
+            index += 1
 
 
 def _checked(record: Any, where: str) -> dict[str, Any]:
@@ -128,6 +135,12 @@ def encode_record(record: dict[str, Any], tokenizer: Any, template: tuple[str, d
     return ids, mask
 
 
+def eot_counts(record: dict[str, Any], template: tuple[str, dict[str, str]] | None) -> bool:
+    """Whether the end-of-text after ``record`` is a target the loss counts: without a template the one after a
+    completion is its end marker (learnt, so generation stops); after a templated conversation it only separates."""
+    return "prompt" in record and template is None
+
+
 @dataclass
 class ChatCorpus:
     """Every conversation's tokens, end-of-text separated, and the loss mask beside them."""
@@ -145,8 +158,7 @@ def encode_file(path: str, tokenizer: Any, template: tuple[str, dict[str, str]] 
     for record in records:
         piece, counted = encode_record(record, tokenizer, template)
         ids += piece + [tokenizer.eot_id]
-        # Without a template the end-of-text after a completion is its end marker: learnt, so generation stops.
-        mask += counted + ["prompt" in record and template is None]
+        mask += counted + [eot_counts(record, template)]
     if not any(mask):
         raise UserError(f"{path}: no assistant or completion tokens to train on")
     dtype = np.int32 if max(ids) < 2**31 else np.int64

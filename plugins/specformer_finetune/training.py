@@ -62,8 +62,8 @@ class ChatTraining:
     train_rows: Any
     val_rows: Any
     description: str
-    n_tokens: int
-    n_train: int
+    n_tokens: int | None  # None (and n_train) when streamed: unknown until the file is read
+    n_train: int | None
     n_val: int
     record: dict[str, Any]
 
@@ -88,9 +88,36 @@ def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, 
                             "checkpoint's, byte, or a tokenizer.json path (not bpe, which is trained on a corpus)")
         tokenizer = make_tokenizer(config.tokenizer, vocab_size=vocab_size, corpus=None, cache=config.cache_dir)
     template = resolve_template(config.chat_template, metadata)
+    if config.streaming:
+        return _streamed_chat(config, tokenizer, template, seq_len=seq_len)
     corpus = encode_file(config.data, tokenizer, template)
     data = chat_data(corpus, seq_len=seq_len, seed=config.seed, val_fraction=config.val_fraction)
     record = data_record(data=config.data, description=corpus.description, tokens=corpus.tokens)
     return ChatTraining(tokenizer=tokenizer, train_rows=data.train_rows, val_rows=data.val_rows,
                         description=data.description, n_tokens=data.n_tokens, n_train=data.n_train, n_val=data.n_val,
                         record=record)
+
+
+def _streamed_chat(config: Any, tokenizer: Any, template: tuple[str, dict[str, str]] | None, *,
+                   seq_len: int) -> ChatTraining:
+    """Chat rows read lazily (``train.streaming``), the validation rows held out as for streamed text."""
+    import hashlib
+
+    from specformer_train.corpus import find_corpus
+    from specformer_train.datasource import stream_record
+
+    from specformer_finetune.chat_data import ChatEvalRows
+    from specformer_finetune.chat_stream import ChatStreamRows
+
+    corpus = find_corpus(config.data, text_field=config.text_field)
+    holdout = 0 if config.val_fraction == 0 else (config.eval_steps or 0) * config.batch_size
+    stream = ChatStreamRows(corpus, tokenizer, template, seq_len=seq_len, seed=config.seed, holdout_rows=holdout)
+    val = None if stream.val_tokens is None else ChatEvalRows(stream.val_tokens, stream.val_mask, seq_len=seq_len)
+    # The template decides the tokens and their mask as much as the files do: a resumed run must render alike.
+    rendering = hashlib.sha256(repr(template).encode()).hexdigest()
+    record = stream_record(data=config.data, description=corpus.description,
+                           corpus_fingerprint=f"{corpus.fingerprint()}\ntemplate:{rendering}",
+                           tokenizer_json=tokenizer.to_json())
+    return ChatTraining(tokenizer=tokenizer, train_rows=stream, val_rows=val,
+                        description=f"{corpus.description}, chat records (loss on replies only)", n_tokens=None,
+                        n_train=None, n_val=0 if stream.val_tokens is None else len(stream.val_tokens), record=record)

@@ -268,7 +268,7 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
         f"  data    {corpus_description}: {n_tokens:,} tokens "
         f"({tokenizer_name} tokenizer), "
         f"{n_train:,} train / {n_val:,} validation" if n_tokens is not None else
-        f"  data    {corpus_description}: streamed, tokenized while training ({config.tokenizer} tokenizer); "
+        f"  data    {corpus_description}: streamed, tokenized while training ({tokenizer_name} tokenizer); "
         f"{n_val:,} validation tokens held out",
         f"  batch   {config.batch_size} x {trainer.seq_len} tokens x {config.grad_accum} accumulation x "
         f"{trainer.ctx.world_size} process(es) = {tokens_per_step:,} tokens/step; {config.steps} steps "

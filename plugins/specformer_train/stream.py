@@ -85,7 +85,7 @@ class StreamRows:
             raise ValueError(f"a stream is read forward only: asked for row {first}, already at row {self._row}")
         while self._row < first:  # rows of the other processes of this global batch
             self._advance()
-        out = np.empty((count, self.seq_len + 1), dtype=np.int64)
+        out = np.empty((count, self.seq_len + 1, *self._columns), dtype=np.int64)
         for i in range(count):
             self._fill(self.seq_len + 1)
             out[i] = self._peek(self.seq_len + 1)
@@ -141,8 +141,7 @@ class StreamRows:
                     continue  # the whole file is validation
                 if first and shard == start.shard:
                     skip = max(skip, start.document)
-                for document, text in enumerate(read_documents(self.files[index], text_field=self.text_field,
-                                                               skip=skip), start=skip):
+                for document, text in enumerate(self.documents(self.files[index], skip=skip), start=skip):
                     found = True
                     tokens = self._encode(text)
                     offset = start.offset if first and (shard, document) == (start.shard, start.document) else 0
@@ -152,6 +151,15 @@ class StreamRows:
                                 f"{0 if self.val_tokens is None else len(self.val_tokens):,} tokens held out for validation; use more data or "
                                 "train.val_fraction: 0")
             epoch, first = epoch + 1, False
+
+    # A subclass streams other documents (the finetune plugin's chat records) by overriding these two and
+    # ``_columns``: documents are whatever ``documents`` yields, and ``_encode`` turns one into its tokens,
+    # ``(n,)`` or ``(n, *_columns)`` with the token id in column 0 (more columns travel beside it, cut alike).
+    _columns: tuple[int, ...] = ()
+
+    def documents(self, path: Path, *, skip: int = 0) -> Iterator[Any]:
+        """The documents of ``path`` from document ``skip`` on (0-based), in file order."""
+        return read_documents(path, text_field=self.text_field, skip=skip)
 
     def _encode(self, text: str) -> np.ndarray:
         ids = encode_document(self.tokenizer, text, np.dtype(np.int64))
@@ -197,7 +205,7 @@ class StreamRows:
             return None, (0, 0)
         parts, total = [], 0
         for index, path in enumerate(self.files):
-            for document, text in enumerate(read_documents(path, text_field=self.text_field)):
+            for document, text in enumerate(self.documents(path)):
                 if total >= count:  # exactly the rows asked for; the rest of the last document is not trained on
                     return np.concatenate(parts)[:count], (index, document)
                 parts.append(self._encode(text))
