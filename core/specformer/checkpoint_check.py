@@ -173,13 +173,11 @@ def compare_layout(tensors: dict[str, TensorInfo], resolved: ResolvedModel, shap
             + (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count > len(tensors) else "")
         )
     missing, misshaped, not_float = [], [], []
-    seen = 0
     for name, dims, floating in expected_tensors(resolved, shape):
         info = tensors.get(name)
         if info is None:
             missing.append(name)
             continue
-        seen += 1
         if info.shape != dims:
             misshaped.append(f"{name} (checkpoint {info.shape}, model {dims})")
         if floating and not info.floating:

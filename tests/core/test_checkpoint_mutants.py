@@ -4,6 +4,7 @@ the bytes the memory check is asked for, and the dtype a loaded model keeps."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -75,8 +76,6 @@ def test_load_asks_for_the_memory_of_the_model_and_the_file_side_by_side(saved, 
 
 
 def test_load_checks_against_the_registry_it_is_given(saved):
-    import copy
-
     from specformer.plugins import get_registry
 
     registry = copy.copy(get_registry())
@@ -244,10 +243,72 @@ def test_spec_data_returns_the_mapping_and_names_a_missing_spec(tmp_path):
         spec_data("x", {"spec": "1.5"})
 
 
+def test_a_spec_too_large_to_check_is_refused():
+    text = json.dumps({"model": {}, "notes": [0] * 200_001})
+    with pytest.raises(CheckpointError, match=r"^x: the spec in the header holds more than 200,000 values"):
+        spec_data("x", {"spec": text})
+
+
+def test_a_checkpoint_without_provenance_is_still_validated_against_the_given_registry(tmp_path, saved):
+    from specformer.plugins import get_registry
+
+    metadata = dict(read_metadata(saved))
+    del metadata["component_sources"]  # written before provenance was recorded: nothing to look up first
+    registry = copy.copy(get_registry())
+    registry._components = {kind: dict(named) for kind, named in registry._components.items()}
+    del registry._components["ffn"]["swiglu"]
+    with pytest.raises(CheckpointError, match="the spec stored in the checkpoint does not validate here"):
+        check_checkpoint(saved, metadata=metadata, registry=registry)
+    check_checkpoint(saved, metadata=metadata)
+
+
+def test_layers_with_overrides_are_checked_with_their_own_shapes(tmp_path):
+    spec = copy.deepcopy(TINY)
+    spec["model"]["layers"] = [{"select": "1", "ffn": {"kind": "swiglu", "hidden": 64}}]
+    model = specformer.build(spec, seed=0)
+    path = specformer.save(model, tmp_path / "mixed.safetensors")
+    checked = check_checkpoint(path)
+    assert checked.tensors == {n: TensorInfo("F32", tuple(t.shape)) for n, t in model.state_dict().items()}
+    for (name, a), b in zip(model.state_dict().items(), specformer.load(path).state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+class QuantizedLayout:
+    """A plugin declaring that ``<name>.q`` int8 tensors stand for the float tensor ``<name>``."""
+
+    def __init__(self):
+        self.calls = []
+
+    @hookimpl
+    def specformer_checkpoint_layout(self, metadata, tensors, where):
+        if metadata.get("quantized") != "test":
+            return None
+        self.calls.append((dict(tensors), where))
+        return {name.removesuffix(".q"): TensorInfo("F32", info.shape) for name, info in tensors.items()}
+
+
+def test_a_plugin_declared_layout_is_checked_in_place_of_the_stored_one(tmp_path, model):
+    path = tmp_path / "quantized.safetensors"
+    metadata = {**read_metadata(specformer.save(model, tmp_path / "plain.safetensors")), "quantized": "test"}
+    save_file({f"{n}.q": t.to(torch.int8) for n, t in model.state_dict().items()}, str(path), metadata=metadata)
+    plugin = QuantizedLayout()
+    manager = get_plugin_manager()
+    manager.register(plugin, name="quantized-layout-test")
+    try:
+        checked = check_checkpoint(path)
+    finally:
+        manager.unregister(plugin)
+    stored = tensor_infos(path)
+    assert plugin.calls == [(stored, str(path))]
+    assert checked.stored == stored and all(info.dtype == "I8" for info in stored.values())
+    assert checked.tensors == {n: TensorInfo("F32", tuple(t.shape)) for n, t in model.state_dict().items()}
+    assert checked.stored_bytes * 4 == checked.tensor_bytes == weight_bytes(model)
+
+
 def test_tensor_infos_of_a_damaged_header_says_so(tmp_path):
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"not safetensors")
-    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read the tensor list \("):
+    with pytest.raises(CheckpointError, match=rf"{broken}: cannot read the tensor list \(SafetensorError: "):
         tensor_infos(broken)
 
 
@@ -283,10 +344,15 @@ def test_compare_layout_names_renamed_misshaped_and_integer_tensors(checked):
     with pytest.raises(CheckpointError) as info:
         compare_layout(changed, checked.resolved, checked.shape, where="w")
     message = str(info.value)
-    assert message.startswith(f"w: does not match its spec; mis-shaped tensors: {names[1]} (checkpoint (1, 2), model "
-                              f"{checked.tensors[names[1]].shape}); tensors that are not floating point where the "
-                              f"model has float weights: {names[2]} (I32); ")
-    assert "missing" not in message and "unexpected" not in message
+    assert message == (f"w: does not match its spec; mis-shaped tensors: {names[1]} (checkpoint (1, 2), model "
+                       f"{checked.tensors[names[1]].shape}); tensors that are not floating point where the model has "
+                       f"float weights: {names[2]} (I32); specformer does not cast integer or bool tensors into weights "
+                       "(a quantized checkpoint needs a plugin that declares its layout)")
+    changed["other"] = changed.pop(names[0])  # a missing tensor does not stop the scan for the others
+    with pytest.raises(CheckpointError) as info:
+        compare_layout(changed, checked.resolved, checked.shape, where="w")
+    assert f"missing tensors: {names[0]}; unexpected tensors: other; mis-shaped tensors: {names[1]}" in str(info.value)
+    assert f"model has float weights: {names[2]} (I32)" in str(info.value)
     compare_layout(checked.tensors, checked.resolved, checked.shape, where="w")  # the file's own layout passes
 
 
