@@ -720,6 +720,9 @@ class QwenWindows(Part):
         n_layers, first_sliding = cfg.get_layers("num_hidden_layers"), cfg.get_int("max_window_layers")
         default = ["sliding_attention" if window is not None and i >= first_sliding else "full_attention" for i in range(n_layers)]
         types = layer_types_from_config(cfg, default)
+        if window is None and "sliding_attention" in types:  # transformers cannot build their mask either
+            raise UserError(f"{cfg.family}: layer_types names sliding_attention layers but there is no window "
+                            "(use_sliding_window false or sliding_window null); set both, or make every layer full_attention")
         _windowed(model, [window if t == "sliding_attention" else None for t in types])
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:

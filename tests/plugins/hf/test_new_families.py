@@ -128,6 +128,11 @@ def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
     ("smollm3", {"use_sliding_window": True, "sliding_window": None, "layer_types": ["full_attention", "sliding_attention"] * 2},
      "'sliding_window' must be an integer, got None"),
     ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 0}, "'sliding_window' must be a positive integer, got 0"),
+    # Qwen2 and Qwen3 (transformers cannot run these either: no window for the sliding mask).
+    ("qwen2", {"use_sliding_window": False, "layer_types": ["sliding_attention", "full_attention", "full_attention"]},
+     "layer_types names sliding_attention layers but there is no window"),
+    ("qwen3", {"sliding_window": None, "use_sliding_window": True, "layer_types": ["sliding_attention", "full_attention"]},
+     "layer_types names sliding_attention layers but there is no window"),
     ("qwen3_moe", {"use_sliding_window": "yes"}, "'use_sliding_window' = 'yes' is not supported"),
 ])
 def test_sliding_windows_that_transformers_cannot_run_are_refused(tmp_path, case, changes, needle):
