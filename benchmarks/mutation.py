@@ -115,6 +115,7 @@ STOPPING = "plugins/specformer_generate/stopping.py"
 DATA = "plugins/specformer_train/data.py"
 SAMPLERS_HISTORY = "plugins/specformer_generate/samplers/history.py"
 PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
+CHECKPOINT = "core/specformer/checkpoint.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -172,6 +173,24 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (DATA, 'self._epoch = epoch',
      'self._epoch = None'):
         "only the memo: the epoch's offset and order are drawn again from the same (seed, epoch) generator, identical",
+    # specformer.load: check_checkpoint has refused every mismatch before load_weights runs, and load_weights
+    # compares the names itself before load_state_dict.
+    **{(CHECKPOINT, "model = build_checked(checked.checked, init=False)", mutated):
+       "init only decides whether fresh weights are drawn first; load_weights overwrites every one of them "
+       "(the names and shapes were checked), so only the time differs"
+       for mutated in ("model = build_checked(checked.checked, init=None)", "model = build_checked(checked.checked, )",
+                       "model = build_checked(checked.checked, init=True)")},
+    **{(CHECKPOINT, "load_weights(model, tensors, where=str(path))", mutated):
+       "unreachable message: check_checkpoint already refused every mismatch load_weights would name"
+       for mutated in ("load_weights(model, tensors, where=None)", "load_weights(model, tensors, where=str(None))")},
+    **{(CHECKPOINT, "model.load_state_dict(tensors, strict=True)", mutated):
+       "load_weights raised on any missing or unexpected name just above, so strict has nothing left to refuse"
+       for mutated in ("model.load_state_dict(tensors, strict=None)", "model.load_state_dict(tensors, )",
+                       "model.load_state_dict(tensors, strict=False)")},
+    ("core/specformer/checkpoint_check.py",
+     '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count > len(tensors) else "")',
+     '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count >= len(tensors) else "")'):
+        "only evaluated when count != len(tensors) (the raise above it), where > and >= agree",
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):
