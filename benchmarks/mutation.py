@@ -115,6 +115,8 @@ STOPPING = "plugins/specformer_generate/stopping.py"
 DATA = "plugins/specformer_train/data.py"
 SAMPLERS_HISTORY = "plugins/specformer_generate/samplers/history.py"
 PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
+CACHE = "plugins/specformer_generate/cache.py"
+BEAM = "plugins/specformer_generate/beam.py"
 CHECKPOINT = "core/specformer/checkpoint.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
@@ -191,6 +193,18 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count > len(tensors) else "")',
      '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count >= len(tensors) else "")'):
         "only evaluated when count != len(tensors) (the raise above it), where > and >= agree",
+    (CACHE, "positions = torch.full((batch_size, size), -1, dtype=torch.long, device=device)",
+     "positions = torch.full((batch_size, size), -1, dtype=None, device=device)"):
+        "torch.full infers int64 from an int fill value",
+    (CACHE, "positions = torch.full((batch_size, size), -1, dtype=torch.long, device=device)",
+     "positions = torch.full((batch_size, size), -1, device=device)"):
+        "torch.full infers int64 from an int fill value",
+    (CACHE, "assert group.slots is not None and group.read_positions is not None",
+     "assert group.slots is not None or group.read_positions is not None"):
+        "_claim_columns sets both together: the assert only narrows types, it never fires",
+    (CACHE, "slots = dropped % group.size if group.ring else dropped",
+     "slots = dropped % group.size if (group.ring) or True else dropped"):
+        "a layer without a ring has capacity slots and every written column is below capacity: the modulo changes nothing",
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):
