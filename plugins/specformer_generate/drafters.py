@@ -2,8 +2,10 @@
 
 ``PromptLookup`` (Saxena 2023, "prompt lookup decoding") finds the most recent earlier
 occurrence of the text's last ``n`` tokens (``n`` from ``max_ngram`` down to 1) and
-proposes the tokens that followed it: free, and good on text that repeats its input
-(code edits, extraction, summaries quoting the source).
+proposes the ``k`` tokens that followed it: free, and good on text that repeats its input
+(code edits, extraction, summaries quoting the source) or itself (a loop: when the
+occurrence is so recent that fewer than ``k`` tokens follow it, the text is taken to
+repeat with that period and the copy goes on over the drafts themselves).
 
 ``DraftModel`` runs another specformer model with the same vocabulary one token at a
 time with its own KV cache, drawing each draft with the same sampler as the target (so
@@ -59,7 +61,12 @@ class PromptLookup:
             hits = (windows == tail).all(dim=1).nonzero()
             if hits.numel():
                 begin = int(hits[-1]) + n  # the most recent occurrence's successor
-                return text[begin : begin + k].tolist()
+                follows = text[begin : begin + k].tolist()
+                # A match that ends right before the tail (text repeating with period len(follows))
+                # has fewer than k successors: the text goes on repeating, so copy on from the
+                # drafts themselves (an overlapping copy, as in LZ77). Otherwise text in a loop would
+                # be drafted one token a round.
+                return [follows[j % len(follows)] for j in range(k)]
         return []
 
     def keep(self, columns: int) -> None:

@@ -105,6 +105,22 @@ def test_prompt_lookup_drafts_what_followed_the_last_occurrence() -> None:
     assert calls[0] == 3  # prefill (token 4), then 5..8 drafted and accepted with 9, then 10..12 with none left over
 
 
+def test_prompt_lookup_drafts_k_tokens_of_text_in_a_loop() -> None:
+    """Text repeating with a period shorter than k: the last occurrence of the tail ends right before it, so
+    fewer than k tokens follow it; the drafter copies on over its own drafts (period 2 here), drafts k
+    tokens a round, and all of them are accepted. Drafting only what followed would keep 2 of 4."""
+    model = counting_model()
+    with torch.no_grad():  # the greedy next token becomes the last token xor 1: 6 7 6 7 ...
+        partner = (torch.arange(model.lm_head.weight.shape[0]) ^ 1).clamp(max=model.lm_head.weight.shape[0] - 1)
+        model.lm_head.weight.copy_(model.embedding.weight[partner])
+    prompt = [6, 7, 6, 7]
+    plain = generate(model, [prompt], max_new_tokens=21)
+    assert plain[0][len(prompt):] == [6, 7] * 10 + [6]
+    calls = count_forwards(model)
+    assert generate(model, [prompt], max_new_tokens=21, draft="ngram", draft_tokens=4) == plain
+    assert calls[0] == 1 + 20 // 5  # prefill (the first token), then four rounds of four drafts and one more
+
+
 def test_stop_sequences_eos_and_tensor_input(models, draft) -> None:
     model = models["rope"]
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
