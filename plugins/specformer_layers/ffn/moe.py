@@ -44,11 +44,14 @@ class MoE(nn.Module):
 
     Dropless: every token reaches all its experts, whatever the load. Tokens are sorted
     by expert and each expert runs once on its contiguous block (one matmul pair per
-    expert, no loop over tokens). Each forward sets ``self.aux_loss``: the Switch/Mixtral
-    load-balancing loss ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing
-    slots that went to expert ``e``, summing to ``top_k``; ``P_e``: mean router
-    probability of ``e``) times ``aux_loss_coef`` (None when the coefficient is 0);
-    ``Decoder.auxiliary_loss()`` adds these up over layers for the trainer.
+    expert, no loop over tokens); without autograd the blocks are written in place into one
+    buffer. Each token's weighted outputs are summed in a fixed order, so results repeat
+    exactly and a token's sum does not depend on the other tokens in the batch. Each
+    forward sets ``self.aux_loss``: the Switch/Mixtral load-balancing loss
+    ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing slots that went to
+    expert ``e``, summing to ``top_k``; ``P_e``: mean router probability of ``e``) times
+    ``aux_loss_coef`` (None when the coefficient is 0); ``Decoder.auxiliary_loss()`` adds
+    these up over layers for the trainer.
     """
 
     class Params(Params):
@@ -206,19 +209,36 @@ class MoE(nn.Module):
         counts = torch.zeros(self.n_experts, dtype=torch.long, device=slots.device)
         counts = counts.scatter_add(0, slots, torch.ones_like(slots))
         sizes = counts.tolist()
-        grouped = tokens[order // k]  # (N*k, D): each slot's token, sorted by expert
-        grouped_weights = weights.flatten()[order, None]  # (N*k, 1), in the same order
+        token_of = order // k  # (N*k,): the token of each slot, sorted by expert
+        grouped = tokens.index_select(0, token_of)  # (N*k, D): each slot's token, sorted by expert
+        grouped_weights = weights.flatten().index_select(0, order)[:, None]  # (N*k, 1), in the same order
         w_in, w_out, b_in, b_out = (_per_expert(p) for p in
                                     (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
-        outputs = []
-        for e, (block, block_weights) in enumerate(zip(grouped.split(sizes), grouped_weights.split(sizes))):
-            h = F.linear(block, w_in[e], None if b_in is None else b_in[e])  # (n_e, 2*hidden or hidden)
-            outputs.append(F.linear(self.hidden_activation(h), w_out[e], None if b_out is None else b_out[e])
-                           * block_weights)  # weighted while the block is small
-        # Back to slot order by one copy (not an atomic scatter-add), so results are deterministic.
-        sorted_out = torch.cat(outputs)  # (N*k, D), sorted by expert
-        per_slot = torch.empty_like(sorted_out).index_copy_(0, order, sorted_out)  # (N*k, D), slot order
-        return per_slot.view(n_tokens, k, -1).sum(dim=1)  # (N, D)
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            # Autograd (and the compiler, which fuses the copies anyway) needs each block as a
+            # new tensor: the blocks are concatenated.
+            sorted_out = torch.cat([
+                F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
+                         w_out[e], None if b_out is None else b_out[e])
+                for e, block in enumerate(grouped.split(sizes))
+            ]) * grouped_weights  # (N*k, D), sorted by expert
+        else:
+            # Without autograd each expert writes its block straight into one buffer (no
+            # concatenation), experts without tokens are skipped and the weighting is in place.
+            sorted_out = tokens.new_empty(grouped.shape)  # (N*k, D), sorted by expert
+            start = 0
+            for e, size in enumerate(sizes):
+                if size == 0:
+                    continue
+                end = start + size
+                h = F.linear(grouped[start:end], w_in[e], None if b_in is None else b_in[e])  # (n_e, [2*]hidden)
+                if b_out is None:
+                    torch.mm(self.hidden_activation(h), w_out[e].t(), out=sorted_out[start:end])
+                else:
+                    torch.addmm(b_out[e], self.hidden_activation(h), w_out[e].t(), out=sorted_out[start:end])
+                start = end
+            sorted_out.mul_(grouped_weights)
+        return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
 
     def hidden_activation(self, h: Tensor) -> Tensor:
         """An expert's hidden activation from its input projection ``h`` (``[gate; up]`` when gated)."""
@@ -266,6 +286,25 @@ def _per_expert(stack: Any) -> Any:
     quantized stack (not a tensor) is indexed as it is.
     """
     return stack.unbind(0) if isinstance(stack, Tensor) else stack
+
+
+def _combine(sorted_out: Tensor, *, token_of: Tensor, order: Tensor, n_tokens: int) -> Tensor:
+    """Each token's sum of its weighted slot outputs ``(N, D)`` from the slots sorted by expert.
+
+    Deterministic on every device, and a token's sum never depends on the other tokens (a
+    batch row equals the row run alone). On the CPU ``index_add_`` is exact in that sense:
+    it adds each row's contributions one after another in slot order (for a token, its
+    experts in ascending order), whether it runs as scatter_add's serial loop or its
+    sorted, row-parallel path, never with atomics; it reads each slot once, where the copy
+    back to slot order below reads and writes everything twice. Elsewhere (CUDA adds with
+    atomics, in no fixed order), and when compiling (the generated scatter may too), the
+    slots go back to slot order by one copy and each token sums its ``k`` rows.
+    """
+    if sorted_out.device.type == "cpu" and not torch.compiler.is_compiling():
+        out = sorted_out.new_zeros(n_tokens, sorted_out.shape[-1])  # (N, D)
+        return out.index_add_(0, token_of, sorted_out)
+    per_slot = torch.empty_like(sorted_out).index_copy_(0, order, sorted_out)  # (N*k, D), slot order
+    return per_slot.view(n_tokens, -1, sorted_out.shape[-1]).sum(dim=1)  # (N, D)
 
 
 def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:

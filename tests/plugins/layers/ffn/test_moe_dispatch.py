@@ -1,0 +1,110 @@
+"""The MoE's expert dispatch: the in-place inference path, the autograd path and the portable combine agree.
+
+``MoE.run_experts`` has two ways to assemble the experts' outputs (written straight into one
+buffer without autograd; concatenated with it) and two ways to sum each token's slots
+(``index_add_`` on the CPU; a copy back to slot order elsewhere and when compiling). Each is
+checked against the dense per-token reference of test_moe, and the properties generation
+relies on (same result run to run, a batch row equal to the row alone) are checked bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specformer_layers.ffn.moe import MoE, _combine
+
+from .test_moe import CONFIGS, _random_moe, dense_reference
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_inference_path_matches_dense_reference_and_the_autograd_path(config: dict) -> None:
+    moe = _random_moe(**config)
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    with_autograd = moe(x)
+    assert with_autograd.requires_grad  # the concatenating path ran
+    with torch.no_grad():
+        in_place = moe(x)
+    torch.testing.assert_close(in_place, dense_reference(moe, x, normalize=config.get("normalize_topk", True)))
+    # Same matmuls, same weighting, same sum order: not just close, equal.
+    assert torch.equal(in_place, with_autograd.detach())
+
+
+@pytest.mark.parametrize("expert_bias", [False, True])
+def test_inference_path_skips_empty_experts(expert_bias: bool) -> None:
+    moe = _random_moe(n_experts=8, top_k=1, expert_bias=expert_bias)
+    x = torch.randn(1, 2, 16, dtype=torch.float64)  # 2 tokens, 8 experts: at least 6 get nothing
+    with torch.inference_mode():
+        y = moe(x)
+    torch.testing.assert_close(y, dense_reference(moe, x))
+
+
+@pytest.mark.parametrize("compiling", [False, True])
+@pytest.mark.parametrize("grad", [False, True])
+def test_batch_rows_equal_rows_alone_and_runs_repeat_exactly(grad: bool, compiling: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bit for bit on both sums (index_add_ and, as when compiling, the slot-order copy).
+
+    One thread: with more, the matmul library itself may split a block's rows differently
+    from a lone row's (the combine alone is checked with two threads below).
+    """
+    if compiling:  # the portable combine and the concatenating path, as torch.compile traces them
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(0)
+    moe = MoE(d_model=64, n_experts=8, top_k=3, hidden=48, expert_bias=True)
+    x = torch.randn(6, 40, 64)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.set_grad_enabled(grad):
+            batch = moe(x).detach()
+            again = moe(x).detach()
+            alone = [moe(x[i:i + 1]).detach() for i in range(x.shape[0])]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(batch, again)
+    for i, row in enumerate(alone):
+        assert torch.equal(batch[i:i + 1], row), f"batch row {i} differs from the row alone"
+
+
+def test_portable_combine_matches_dense_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sum used off the CPU (and when compiling), exercised here on the CPU."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    moe = _random_moe(top_k=3, expert_bias=True)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    torch.testing.assert_close(moe(x), dense_reference(moe, x))
+
+
+def test_expert_gradients_through_the_dispatch_match_the_dense_reference() -> None:
+    """Backward of the gather, the weighting and index_add_ into every expert's weights and biases."""
+    moe = _random_moe(top_k=3, expert_bias=True)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    probe = torch.randn(2, 5, 16, dtype=torch.float64)
+    (moe(x) * probe).sum().backward()
+    ours = {name: p.grad.clone() for name, p in moe.named_parameters() if name.startswith("experts")}
+    moe.zero_grad()
+    # The reference's routing weights are plain numbers: only the experts' gradients compare.
+    (dense_reference(moe, x) * probe).sum().backward()
+    assert len(ours) == 4
+    for name, grad in ours.items():
+        torch.testing.assert_close(grad, dict(moe.named_parameters())[name].grad, msg=name)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_combine_adds_each_tokens_slots_in_expert_order_with_two_threads(dtype: torch.dtype) -> None:
+    """index_add_ (serial, or sorted and row-parallel) equals adding a token's rows one by one, bit for bit."""
+    torch.manual_seed(0)
+    n_tokens, k, n_experts, d = 300, 4, 16, 96
+    experts = torch.rand(n_tokens, n_experts).argsort(dim=-1)[:, :k]  # (N, k), distinct per token
+    order = experts.flatten().argsort(stable=True)
+    token_of = order // k
+    sorted_out = torch.randn(n_tokens * k, d).to(dtype)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
+    finally:
+        torch.set_num_threads(threads)
+    expected = torch.zeros(n_tokens, d, dtype=torch.float32)  # float32 sums (index_add_ accumulates bf16 in float32)
+    for row, token in enumerate(token_of.tolist()):  # sorted by expert: each token's experts in ascending order
+        expected[token] += sorted_out[row].float()
+    assert torch.equal(got, expected.to(dtype))
