@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  imported once here, not in each test: the mutation run forks per mutant
+import torch.distributed.checkpoint.state_dict  # noqa: F401  (what every checkpoint save imports)
 import torch.nn.functional as F
 
 import specformer
@@ -577,15 +579,19 @@ def test_a_failed_export_names_where_the_final_weights_are(tmp_path: Path, monke
                                f"weights are in {tmp_path / 'checkpoints' / 'step-0000001'}")
 
 
-def test_the_model_is_put_in_training_mode_and_compiled_only_when_asked(tmp_path: Path) -> None:
+def test_the_model_is_put_in_training_mode_and_wrapped_for_dynamo_only_when_asked(tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path)
     trainer.model.eval()
     again = Trainer(model=trainer.model, config=trainer.config, train_rows=trainer.train_rows, val_rows=None,
                     tokenizer=ByteTokenizer(), out_dir=tmp_path, device="cpu")
     assert again.model.training and not again.compiled
     assert not make_trainer(tmp_path, compile=False).compiled
-    assert make_trainer(tmp_path, compile=True).compiled  # torch compiles lazily, at the first forward
     assert trainer.global_batch == 2 and make_trainer(tmp_path, grad_accum=3).global_batch == 6
+
+
+@pytest.mark.slow
+def test_compile_true_compiles_on_the_cpu_too(tmp_path: Path) -> None:
+    assert make_trainer(tmp_path, compile=True).compiled  # torch compiles lazily, at the first forward
 
 
 def test_too_few_rows_for_one_global_batch_are_refused(tmp_path: Path) -> None:
