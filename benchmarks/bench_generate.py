@@ -16,15 +16,24 @@ step, so tokens/s <= bandwidth / bytes per step). Runs alternate (ours, theirs, 
     python benchmarks/bench_generate.py --no-fast    # only specformer fp32 against transformers
 
 Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8,
-int4 group 32, bf16; the tied LM head quantized as a copy, the embedding kept float for
+int4 group 32 and group 128, bf16; the tied LM head quantized as a copy, the embedding kept float for
 lookups) and speculative decoding with prompt lookup and with a draft model about a
 tenth of the target's size (int8 twice: the default per-row activation scales and
 ``dynamic_activations``, one scale per call), with the tokens each verifying forward
 yields (acceptance). "read per step" counts the bytes a decode step reads (weights at
 their stored size, one row per sequence of a table only looked up, the KV cache);
 "spread" is the lowest and highest ratio over the interleaved rounds. The weights are random, so a draft
-model agrees with the target only by chance; the prompt-lookup row uses a prompt that
-repeats itself, the case it is for.
+model agrees with the target only by chance.
+
+Prompt lookup runs on the same 16-token prompt as every other row, beside ``transformers``'
+own prompt lookup (``prompt_lookup_num_tokens``, batch 1 only: transformers' assisted
+generation takes one sequence). What it gets to copy: the random model's greedy output is
+one token repeated (a period-1 loop, for any prompt), so from the second new token on the
+n-gram drafter finds every draft in the text so far and nearly all are accepted. That is
+prompt lookup's best case, like copying a quoted source verbatim; on real text acceptance
+depends on how much the output repeats its input. The figure that carries over is printed
+beside it: what one verifying forward of ``K + 1`` tokens costs in one-token decode steps
+(speed-up = tokens per verifying forward / that cost).
 """
 
 from __future__ import annotations
@@ -162,7 +171,8 @@ def fast_variants(ours: Any, shape: dict, *, device: torch.device, dtype: torch.
 
     quantized = {}
     for name, scheme in (("int8", "int8"), ("int8 dynamic", {"kind": "int8", "dynamic_activations": True}),
-                         ("int4", {"kind": "int4", "group_size": 32}), ("bf16", "bf16")):
+                         ("int4", {"kind": "int4", "group_size": 32}),
+                         ("int4 g128", {"kind": "int4", "group_size": 128}), ("bf16", "bf16")):
         model = copy.deepcopy(ours)
         quantize(model, scheme, quantize_lm_head=True)
         quantized[name] = model
@@ -236,8 +246,6 @@ def main() -> None:
     memory_rows = []
     for batch in args.batches:
         ids = torch.randint(0, args.vocab, (batch, PROMPT_LENGTH), generator=g).to(device)
-        # The model's own plain greedy output, fed back, repeats: prompt lookup's case.
-        repetitive = torch.cat((ids, ids), dim=1)
         n = args.new_tokens
         runners: dict[str, Callable[[int], Any]] = {
             "specformer": lambda k: generate(ours, ids, max_new_tokens=k),
@@ -252,9 +260,12 @@ def main() -> None:
             K = args.draft_tokens
             runners["specformer draft model"] = lambda k: generate(ours, ids, max_new_tokens=k, draft=variants["draft"],
                                                                    draft_tokens=K)
-            runners["specformer prompt lookup*"] = lambda k: generate(ours, repetitive, max_new_tokens=k, draft="ngram",
-                                                                      draft_tokens=K)
-            runners["specformer plain*"] = lambda k: generate(ours, repetitive, max_new_tokens=k)
+            runners["specformer prompt lookup"] = lambda k: generate(ours, ids, max_new_tokens=k, draft="ngram",
+                                                                     draft_tokens=K)
+            if batch == 1:  # transformers' assisted generation takes one sequence
+                runners["transformers prompt lookup"] = lambda k: theirs.generate(
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=k, min_new_tokens=k, do_sample=False,
+                    prompt_lookup_num_tokens=K)
         for name, run in runners.items():  # warm-up: allocator, kernels; compilation at the timed length
             run(n if "compile" in name else 8)
         results = best_of({name: (lambda run=run: run(n)) for name, run in runners.items()},
@@ -265,17 +276,13 @@ def main() -> None:
         for name, (seconds, out) in results.items():
             best, median = min(seconds), statistics.median(seconds)
             ratios = [theirs_s / ours_s for theirs_s, ours_s in zip(peer_times, seconds)]  # same round
-            prompt = out.shape[1] - n
-            if "*" in name:  # another prompt: compared with plain decoding of that prompt
-                same = (out[:, prompt:] == results["specformer plain*"][1][:, prompt:]).float().mean().item()
-            else:
-                same = (out[:, prompt:] == reference[:, PROMPT_LENGTH:]).float().mean().item()
+            same = (out[:, PROMPT_LENGTH:] == reference[:, PROMPT_LENGTH:]).float().mean().item()
             model = variants.get("quantized", {}).get(name.replace("specformer ", ""), ours)
             step_bytes = read_per_step(model, batch) + cache.nbytes
             over_plain = ""
-            if "*" in name and name != "specformer plain*":  # the same prompt decoded plainly, same rounds
-                plain_times = results["specformer plain*"][0]
-                over_plain = (f"  ({statistics.median(plain_times) / median:.2f}x over plain*, rounds "
+            if "prompt lookup" in name or "draft" in name:  # against plain specformer decoding, same rounds
+                plain_times = results["specformer"][0]
+                over_plain = (f"  ({statistics.median(plain_times) / median:.2f}x over specformer plain, rounds "
                               f"{min(p / s for p, s in zip(plain_times, seconds)):.2f}.."
                               f"{max(p / s for p, s in zip(plain_times, seconds)):.2f})")
             print(f"{batch:>5}  {name:<26} {batch * n / best:>10.1f} {batch * n / median:>10.1f}  "
@@ -283,10 +290,14 @@ def main() -> None:
                   f"{same:>10.1%}  {step_bytes / 1e6:>7.1f} MB/step {step_bytes * n / best / 1e9:>6.1f} GB/s"
                   + over_plain)
         if variants:
-            for name, prompt_ids, draft in (("draft model", ids, variants["draft"]), ("prompt lookup*", repetitive, "ngram")):
-                print(f"       {name}: {tokens_per_forward(ours, prompt_ids, n, draft, args.draft_tokens):.2f} tokens "
-                      f"per verifying forward of the target (1.00 = every draft rejected, "
-                      f"{args.draft_tokens + 1} = every draft accepted)")
+            plain_step = statistics.median(results["specformer"][0]) / n  # seconds per one-token step
+            for name, draft in (("draft model", variants["draft"]), ("prompt lookup", "ngram")):
+                per_forward = tokens_per_forward(ours, ids, n, draft, args.draft_tokens)
+                # Seconds of a round (drafting and verifying) per plain step: time per token x tokens per round.
+                round_cost = statistics.median(results[f"specformer {name}"][0]) / n * per_forward / plain_step
+                print(f"       {name}: {per_forward:.2f} tokens per verifying forward of the target (1.00 = every "
+                      f"draft rejected, {args.draft_tokens + 1} = every draft accepted); a round (drafting and "
+                      f"one {args.draft_tokens + 1}-token verifying forward) costs {round_cost:.2f} plain steps")
         memory_rows.append((batch, cache.nbytes))
         # Each decode step reads every weight once and the whole static cache buffer.
         step_bytes = read_per_step(ours, batch) + cache.nbytes
