@@ -12,6 +12,9 @@ is quantized with ``quantize_lm_head`` as a separate copy: the model gets a quan
 recipe says ``"tied_head": true``. Decoding reads the whole head every token but one
 embedding row, so this is where a tied model's bytes per token go (a third of the 40M
 Llama of ``benchmarks/bench_generate.py``).
+
+``lm_head_scheme`` quantizes the LM head (tied copy or not) with another scheme than the
+layers, e.g. int4 layers with an int8 head: the recipe then says ``"lm_head_scheme"``.
 """
 
 from __future__ import annotations
@@ -44,19 +47,27 @@ def scheme_from(ref: Any, *, path: str = "quantization") -> Any:
         raise SpecError([Problem(path, str(exc))]) from None
 
 
-def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False) -> dict[str, Any]:
-    """Quantize ``model``'s weights in place with ``scheme`` (a name, a mapping or a resolved scheme); the recipe."""
-    scheme_obj = scheme_from(scheme) if isinstance(scheme, (str, dict)) else scheme
-    ref = as_component_ref(scheme) if isinstance(scheme, (str, dict)) else None
-    recipe = {"scheme": ref or {"kind": scheme_obj.name, **scheme_obj.params.model_dump()},
-              "linears": [], "stacks": []}
+def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False,
+             lm_head_scheme: Any = None) -> dict[str, Any]:
+    """Quantize ``model``'s weights in place with ``scheme`` (a name, a mapping or a resolved scheme); the recipe.
+
+    ``lm_head_scheme`` (with ``quantize_lm_head``): the LM head's own scheme instead of ``scheme``.
+    """
+    scheme_obj, ref = _scheme_and_ref(scheme, path="quantization")
+    recipe: dict[str, Any] = {"scheme": ref, "linears": [], "stacks": []}
+    head_obj = scheme_obj
+    if lm_head_scheme is not None:
+        if not quantize_lm_head:
+            raise ValueError("lm_head_scheme is the LM head's own scheme; it needs quantize_lm_head=True")
+        head_obj, recipe["lm_head_scheme"] = _scheme_and_ref(lm_head_scheme, path="lm_head_scheme")
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.Linear):
             leaf = name.rsplit(".", 1)[-1]
             if leaf in KEPT_LINEARS or id(module.weight) in tied or (name == "lm_head" and not quantize_lm_head):
                 continue
-            _replace(model, name, QuantizedLinear(weight=scheme_obj.quantize(module.weight), bias=module.bias))
+            chosen = head_obj if name == "lm_head" else scheme_obj
+            _replace(model, name, QuantizedLinear(weight=chosen.quantize(module.weight), bias=module.bias))
             recipe["linears"].append(name)
         else:
             for pname, param in list(module.named_parameters(recurse=False)):
@@ -65,7 +76,7 @@ def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False) -
                     setattr(module, pname, scheme_obj.quantize(param))
                     recipe["stacks"].append(f"{name}.{pname}" if name else pname)
     if quantize_lm_head and _has_tied_head(model):
-        model.lm_head = QuantizedLinear(weight=scheme_obj.quantize(model.embedding.weight), bias=None)
+        model.lm_head = QuantizedLinear(weight=head_obj.quantize(model.embedding.weight), bias=None)
         recipe["tied_head"] = True
     model.quantization = recipe  # type: ignore[attr-defined]
     return recipe
@@ -73,12 +84,13 @@ def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False) -
 
 def rebuild(model: nn.Module, recipe: dict[str, Any]) -> None:
     """Give a float model the quantized modules a recipe lists (empty, to load stored buffers into)."""
-    scheme = scheme_from(recipe.get("scheme"), path="quantization.scheme")
+    scheme, head_scheme = schemes_of(recipe)
     for name in recipe.get("linears", []):
         linear = model.get_submodule(name)
         if not isinstance(linear, nn.Linear):
             raise ValueError(f"the recipe quantizes {name!r}, which is not a linear layer of this model")
-        _replace(model, name, QuantizedLinear(weight=scheme.empty(tuple(linear.weight.shape)), bias=linear.bias))
+        chosen = head_scheme if name == "lm_head" else scheme
+        _replace(model, name, QuantizedLinear(weight=chosen.empty(tuple(linear.weight.shape)), bias=linear.bias))
     for name in recipe.get("stacks", []):
         owner, _, pname = name.rpartition(".")
         module = model.get_submodule(owner)
@@ -90,8 +102,23 @@ def rebuild(model: nn.Module, recipe: dict[str, Any]) -> None:
     if recipe.get("tied_head"):
         if not _has_tied_head(model):
             raise ValueError("the recipe quantizes a copy of the tied LM head, but this model's head is not tied")
-        model.lm_head = QuantizedLinear(weight=scheme.empty(tuple(model.embedding.weight.shape)), bias=None)
+        model.lm_head = QuantizedLinear(weight=head_scheme.empty(tuple(model.embedding.weight.shape)), bias=None)
     model.quantization = recipe  # type: ignore[attr-defined]
+
+
+def schemes_of(recipe: dict[str, Any]) -> tuple[Any, Any]:
+    """The scheme objects of a recipe: the layers', and the LM head's (its own ``lm_head_scheme``, or the same)."""
+    scheme = scheme_from(recipe.get("scheme"), path="quantization.scheme")
+    if recipe.get("lm_head_scheme") is None:
+        return scheme, scheme
+    return scheme, scheme_from(recipe["lm_head_scheme"], path="quantization.lm_head_scheme")
+
+
+def _scheme_and_ref(scheme: Any, *, path: str) -> tuple[Any, Any]:
+    """A scheme given as a name, a mapping or a resolved object: the object, and the reference a recipe stores."""
+    if isinstance(scheme, (str, dict)):
+        return scheme_from(scheme, path=path), as_component_ref(scheme)
+    return scheme, {"kind": scheme.name, **scheme.params.model_dump()}
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -114,4 +141,5 @@ def recipe_json(recipe: dict[str, Any]) -> str:
     return json.dumps(recipe, sort_keys=True)
 
 
-__all__ = ["QuantizedWeight", "RECIPE_KEY", "quantize", "rebuild", "recipe_json", "scheme_from", "weight_bytes"]
+__all__ = ["QuantizedWeight", "RECIPE_KEY", "quantize", "rebuild", "recipe_json", "scheme_from", "schemes_of",
+           "weight_bytes"]

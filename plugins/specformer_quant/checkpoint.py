@@ -19,7 +19,7 @@ from specformer.builder import build_checked
 from specformer.checkpoint_check import TensorInfo
 from specformer.checkpoint_file import read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt
-from specformer_quant.apply import RECIPE_KEY, rebuild, scheme_from
+from specformer_quant.apply import RECIPE_KEY, rebuild, schemes_of
 
 
 def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
@@ -35,7 +35,7 @@ def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
         raise CheckpointError(f"{where}: the quantization recipe must be a mapping with 'scheme', 'linears' and "
                               f"'stacks', got {excerpt(recipe)}")
     try:
-        scheme_from(recipe.get("scheme"), path="quantization.scheme")
+        schemes_of(recipe)
     except SpecError as exc:
         raise CheckpointError(f"{where}: the quantization recipe names a scheme this installation cannot read:\n"
                               f"{exc}") from None
@@ -47,7 +47,7 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
     recipe = read_recipe(metadata, where)
     if recipe is None:
         return None
-    scheme = scheme_from(recipe["scheme"])
+    layer_scheme, head_scheme = schemes_of(recipe)
     layout = dict(tensors)
     entries = [(f"{n}.qweight", f"{n}.weight") for n in recipe.get("linears", [])]
     entries += [(n, n) for n in recipe.get("stacks", [])]
@@ -55,6 +55,7 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
         entries.append(("lm_head.qweight", None))
     for prefix, logical in entries:
         label = logical or "lm_head (a quantized copy of the tied embedding)"
+        scheme = head_scheme if prefix == "lm_head.qweight" else layer_scheme
         primary = tensors.get(f"{prefix}.{scheme.primary}")
         if primary is None:
             raise CheckpointError(f"{where}: the quantization recipe lists {label}, but the file has no "

@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize-lm-head", action="store_true",
                         help="quantize the LM head too (default: kept in float; embeddings always are; a head tied "
                              "to the embedding is quantized as a separate copy)")
+    parser.add_argument("--lm-head-method", default=None, metavar="SCHEME",
+                        help="quantize the LM head with this scheme instead of --method (implies --quantize-lm-head; "
+                             "e.g. --method int4 --lm-head-method int8)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write it")
 
 
@@ -43,19 +46,28 @@ def method_ref(method: str, group_size: int | None) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     ref = method_ref(args.method, args.group_size)
+    head_ref = None
+    if args.lm_head_method is not None:
+        try:
+            scheme_from(args.lm_head_method, path="--lm-head-method")
+        except SpecError as exc:
+            raise UserError(f"--lm-head-method {args.lm_head_method}: {exc}") from None
+        head_ref = args.lm_head_method
     metadata = read_metadata(args.checkpoint)
     if RECIPE_KEY in metadata:
         raise UserError(f"{args.checkpoint} is already quantized; quantize the float checkpoint it came from")
     model = specformer.load(args.checkpoint).eval()
     before = weight_bytes(model)
     try:
-        recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head)
+        recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head or head_ref is not None,
+                          lm_head_scheme=head_ref)
     except ValueError as exc:  # a layer width the scheme cannot take (int4's group size must divide it)
         raise UserError(f"--method {args.method}: {exc}") from None
     kept = {TOKENIZER_KEY: metadata[TOKENIZER_KEY]} if TOKENIZER_KEY in metadata else {}
     specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
     after = weight_bytes(model)
-    print(f"wrote {args.output}: {args.method}, {len(recipe['linears'])} linear layers and "
+    head = f" ({head_ref} LM head)" if head_ref is not None else ""
+    print(f"wrote {args.output}: {args.method}{head}, {len(recipe['linears'])} linear layers and "
           f"{len(recipe['stacks'])} expert stacks quantized"
           f"{' (and a copy of the tied LM head)' if recipe.get('tied_head') else ''}; weights {before / 2**20:.1f} MiB -> "
           f"{after / 2**20:.1f} MiB", file=sys.stderr)

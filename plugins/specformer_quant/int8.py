@@ -104,7 +104,7 @@ def _per_row(x: Tensor, packed: Any, guard: Tensor, n_out: int) -> Tensor:
     rows = flat.shape[0]
     row_max = torch.linalg.vector_norm(flat, ord=float("inf"), dim=-1, keepdim=True)  # (M, 1): max |x| of each row
     row_max.clamp_(min=torch.finfo(torch.float32).tiny)  # an all-zero row stays zero instead of 0 / 0
-    if rows <= SCRATCH_ROWS:
+    if rows <= SCRATCH_ROWS and not (flat.requires_grad and torch.is_grad_enabled()):  # out= has no autograd
         scaled, head = _scratch_for(rows, guard)
         torch.div(flat, row_max, out=head)  # (M + 1, K): the scaled rows, then the guard row
     else:
@@ -121,7 +121,8 @@ def _scratch_for(rows: int, guard: Tensor) -> tuple[Tensor, Tensor]:
         buffers = _scratch.buffers = {}
     key = (rows, guard.shape[1])
     if key not in buffers:
-        buffer = torch.cat((torch.zeros(rows, guard.shape[1]), guard))
+        with torch.inference_mode(False):  # a normal tensor: writable inside and outside inference mode
+            buffer = torch.cat((torch.zeros(rows, guard.shape[1]), guard))
         buffers[key] = (buffer, buffer[:rows])
     return buffers[key]
 

@@ -193,3 +193,36 @@ def test_a_tied_lm_head_is_quantized_as_a_copy_and_read_back(capsys, tmp_path) -
                                  "lm_head.qweight.scale": torch.ones(7)})
     with pytest.raises(CheckpointError, match="tied LM head"):
         specformer.load(forged)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_lm_head_can_have_its_own_scheme(capsys, tmp_path, tied) -> None:
+    """--method int4 --lm-head-method int8: the layers int4, the head (tied copy or its own linear) int8; the
+    recipe says so, load rebuilds each with its scheme and gives the same logits; a bad head scheme is exit 2."""
+    from specformer_quant.int4 import Int4Weight
+    from specformer_quant.int8 import Int8Weight
+
+    data = moe_spec()
+    data["model"]["tie_embeddings"] = tied
+    data["model"]["block"]["ffn"] = {"kind": "swiglu", "hidden": 128}
+    source = tmp_path / "float.safetensors"
+    specformer.save(specformer.build(data, seed=0).eval(), source, metadata={"tokenizer": json.dumps({"kind": "byte"})})
+    out = tmp_path / "mixed.safetensors"
+    code, _, err = cli(capsys, "quantize", source, "--method", "int4", "--lm-head-method", "int8", "-o", out)
+    assert code == 0, err
+    recipe = json.loads(read_metadata(out)["quantization"])
+    assert recipe["scheme"] == {"kind": "int4"} and recipe["lm_head_scheme"] == {"kind": "int8"}
+    loaded = specformer.load(out).eval()
+    assert isinstance(loaded.lm_head.qweight, Int8Weight)
+    assert isinstance(loaded.blocks[0].attention.qkv.qweight, Int4Weight)
+    expected = specformer.load(source).eval()
+    quantize(expected, "int4", quantize_lm_head=True, lm_head_scheme="int8")
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), expected(ids))
+
+    bad = tmp_path / "bad.safetensors"
+    code, _, err = cli(capsys, "quantize", source, "--method", "int4", "--lm-head-method", "int3", "-o", bad)
+    assert code == 2 and "--lm-head-method int3" in err and not bad.exists()
+    with pytest.raises(ValueError, match="quantize_lm_head"):
+        quantize(specformer.build(data, seed=0), "int4", lm_head_scheme="int8")

@@ -159,6 +159,11 @@ def test_int8_scratch_buffer_path_equals_the_allocating_path() -> None:
     assert torch.equal(first, large[:2])
     assert torch.equal(second, large[5:7])
     assert torch.equal(w.matmul(x[:SCRATCH_ROWS]), large[:SCRATCH_ROWS])
+    with torch.inference_mode():  # generate's mode: the buffer made here is written again outside it
+        assert torch.equal(w.matmul(x[7:10]), large[7:10])
+    assert torch.equal(w.matmul(x[10:13]), large[10:13])
+    grad_input = x[:3].clone().requires_grad_()  # autograd cannot go through out=: the allocating path
+    assert torch.equal(w.matmul(grad_input).detach(), large[:3])
 
 
 @pytest.mark.parametrize("scheme", ["int8", {"kind": "int4", "group_size": 32}, "bf16"])
