@@ -15,12 +15,12 @@ step, so tokens/s <= bandwidth / bytes per step). Runs alternate (ours, theirs, 
     python benchmarks/bench_generate.py --device cuda --dtype bfloat16
     python benchmarks/bench_generate.py --no-fast    # only specformer fp32 against transformers
 
-Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8,
-int4 group 32 and group 128, bf16; the tied LM head quantized as a copy, the embedding kept float for
-lookups) and speculative decoding with prompt lookup and with a draft model about a
-tenth of the target's size (int8 twice: the default per-row activation scales and
-``dynamic_activations``, one scale per call), with the tokens each verifying forward
-yields (acceptance). "read per step" counts the bytes a decode step reads (weights at
+Rows beyond plain decoding (``--no-fast`` drops them): the same weights quantized (int8
+twice: the default per-row activation scales and ``dynamic_activations``, one scale per
+call; int4 group 32 and group 128; int4 group 32 with an int8 LM head; bf16; the tied LM
+head quantized as a copy, the embedding kept float for lookups) and speculative decoding
+with prompt lookup and with a draft model about a tenth of the target's size, with the
+tokens each verifying forward yields (acceptance). "read per step" counts the bytes a decode step reads (weights at
 their stored size, one row per sequence of a table only looked up, the KV cache);
 "spread" is the lowest and highest ratio over the interleaved rounds. The weights are random, so a draft
 model agrees with the target only by chance.
@@ -170,11 +170,12 @@ def fast_variants(ours: Any, shape: dict, *, device: torch.device, dtype: torch.
     from specformer_quant import quantize
 
     quantized = {}
-    for name, scheme in (("int8", "int8"), ("int8 dynamic", {"kind": "int8", "dynamic_activations": True}),
-                         ("int4", {"kind": "int4", "group_size": 32}),
-                         ("int4 g128", {"kind": "int4", "group_size": 128}), ("bf16", "bf16")):
+    int4 = {"kind": "int4", "group_size": 32}
+    for name, scheme, head in (("int8", "int8", None), ("int8 dynamic", {"kind": "int8", "dynamic_activations": True}, None),
+                               ("int4", int4, None), ("int4 g128", {"kind": "int4", "group_size": 128}, None),
+                               ("int4 int8-head", int4, "int8"), ("bf16", "bf16", None)):
         model = copy.deepcopy(ours)
-        quantize(model, scheme, quantize_lm_head=True)
+        quantize(model, scheme, quantize_lm_head=True, lm_head_scheme=head)
         quantized[name] = model
     d = max(64, shape["d"] // 4)
     small = dict(shape, d=d, layers=max(1, shape["layers"] // 4), heads=max(1, d // 64), kv_heads=max(1, d // 128),
