@@ -205,6 +205,62 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (CACHE, "slots = dropped % group.size if group.ring else dropped",
      "slots = dropped % group.size if (group.ring) or True else dropped"):
         "a layer without a ring has capacity slots and every written column is below capacity: the modulo changes nothing",
+    (BEAM, 'keep = min(max(2, 1 + len(eos) + len(stop)) * nb, nb * vocab)',
+     'keep = min(max(3, 1 + len(eos) + len(stop)) * nb, nb * vocab)'):
+        "more candidates than (1 + eos ids + stop sequences) * num_beams change nothing: each beam ends on at most "
+        "that many tokens, so the best num_beams that run on are already among them, and only the first num_beams "
+        "may finish",
+    (BEAM, 'keep = min(max(2, 1 + len(eos) + len(stop)) * nb, nb * vocab)',
+     'keep = min(max(2, 2 + len(eos) + len(stop)) * nb, nb * vocab)'):
+        "more candidates than (1 + eos ids + stop sequences) * num_beams change nothing: each beam ends on at most "
+        "that many tokens, so the best num_beams that run on are already among them, and only the first num_beams "
+        "may finish",
+    (BEAM, 'running = torch.full((B, nb, width + n), -1, dtype=torch.long, device=device)',
+     'running = torch.full((B, nb, width + n), -1, dtype=None, device=device)'):
+        "torch.full infers int64 from an int fill value",
+    (BEAM, 'running = torch.full((B, nb, width + n), -1, dtype=torch.long, device=device)',
+     'running = torch.full((B, nb, width + n), -1, device=device)'):
+        "torch.full infers int64 from an int fill value",
+    (BEAM, 'lengths_now = torch.full((B, keep), step + 1, dtype=torch.long, device=device)',
+     'lengths_now = torch.full((B, keep), step + 1, dtype=None, device=device)'):
+        "torch.full infers int64 from an int fill value",
+    (BEAM, 'lengths_now = torch.full((B, keep), step + 1, dtype=torch.long, device=device)',
+     'lengths_now = torch.full((B, keep), step + 1, device=device)'):
+        "torch.full infers int64 from an int fill value",
+    (BEAM, 'running = torch.full((B, nb, width + n), -1, dtype=torch.long, device=device)',
+     'running = torch.full((B, nb, width + n), +1, dtype=torch.long, device=device)'):
+        "the fill of the columns not generated yet: each is written before it is read, and the result cuts or pads "
+        "them",
+    (BEAM, 'running = torch.full((B, nb, width + n), -1, dtype=torch.long, device=device)',
+     'running = torch.full((B, nb, width + n), -2, dtype=torch.long, device=device)'):
+        "the fill of the columns not generated yet: each is written before it is read, and the result cuts or pads "
+        "them",
+    (BEAM, 'improvable = torch.ones(B, 1, dtype=torch.bool, device=device)',
+     'improvable = torch.ones(1, dtype=torch.bool, device=device)'):
+        "(1,) broadcasts against the (B, 1) of _can_improve on the first step and is (B, 1) from then on",
+    (BEAM, 'length=n if (early_stopping == "never" and length_penalty > 0) else step + 1,',
+     'length=n if (early_stopping == "never" and length_penalty >= 0) else step + 1,'):
+        "at length_penalty 0 every length scores length ** 0 = 1: n and step + 1 give the same bound",
+    (BEAM, 'if not bool(improvable.any()) or all_full or bool(ended.all()):',
+     'if not bool(improvable.any()) or all_full or bool(None):'):
+        "at the last step every candidate ends, the finished set fills, and the running beams score -1e9: "
+        "improvable (or, with early_stopping=True, all_full) already stops the loop",
+    (BEAM, 'capacity = cache_capacity(width + n, context_length=model.context_length, compile=compile)',
+     'capacity = cache_capacity(width + n, context_length=model.context_length, compile=None)'):
+        "compile=None or no rounding only changes which graph runs or how many empty (masked) cache slots there "
+        "are, not the tokens; the run leaves torch.compile tests out anyway",
+    (BEAM, 'capacity = cache_capacity(width + n, context_length=model.context_length, compile=compile)',
+     'capacity = cache_capacity(width + n, context_length=model.context_length, )'):
+        "compile=None or no rounding only changes which graph runs or how many empty (masked) cache slots there "
+        "are, not the tokens; the run leaves torch.compile tests out anyway",
+    (BEAM, 'step_fn = step_function(compile)',
+     'step_fn = step_function(None)'):
+        "compile=None or no rounding only changes which graph runs or how many empty (masked) cache slots there "
+        "are, not the tokens; the run leaves torch.compile tests out anyway",
+    (BEAM, 'capacity = cache_capacity(width + n, context_length=model.context_length, compile=compile)',
+     'capacity = cache_capacity(width + n, context_length=None, compile=compile)'):
+        "killed outside the run: test_beam_search_with_a_torch_compile_step_rounds_its_cache_within_the_context "
+        "(slow suite; the run leaves torch.compile tests out)",
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):
@@ -270,7 +326,9 @@ EQUIVALENT_PATTERNS: list[tuple[str, str, str, str]] = [
     (SAMPLERS, r"dim=-1", "dim=+1", TWO_AXES),
     (SAMPLERS, r"shape\[-1\]", "shape[+1]", TWO_AXES),
     (SAMPLERS, r"(gather|scatter_?)\(-1", r"\1(+1", TWO_AXES),
-    (SAMPLERS, r"(torch\.(?:sort|topk)\(.*), dim=-1\)", r"\1, )", "torch.sort and torch.topk default to the last axis"),
+    (SAMPLERS, r"(torch\.(?:sort|topk)\(.*), dim=-1\)", r"\1, )", "torch.sort and torch.topk default to the last axis"),    # beam.py's scores are 2-D: (B*nb, V) logits, (B, nb*V) totals, (B, K) candidates, (B, nb) finished.
+    (BEAM, r"dim=-1", "dim=+1", "beam search's score tensors are 2-D: axis -1 is axis 1"),
+    (BEAM, r"(torch\.topk\(.*), dim=-1\)", r"\1, )", "torch.topk defaults to the last axis"),
 ]
 
 
