@@ -19,6 +19,8 @@ from safetensors.torch import save_file
 import specformer
 from specformer.checkpoint import read_metadata
 from specformer.errors import CheckpointError
+from specformer.hookspecs import hookimpl
+from specformer.plugins import get_plugin_manager
 from specformer.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_train.atomic import OutputError
 from specformer_train.checkpointing import (TRAINER_FORMAT, CheckpointContents, DamagedCheckpoint, TrainerState,
@@ -203,7 +205,9 @@ def test_a_failed_save_puts_the_old_copy_back_and_says_which_checkpoint_is_lates
     replace = os.replace
 
     def failing(src: Any, dst: Any) -> None:
-        if ".tmp-" in Path(src).name:  # the new copy's rename into place fails, after the old one moved aside
+        if Path(src).name.startswith(".step-") and ".tmp-" in Path(src).name:  # the new copy's rename into place
+            if Path(dst).name == "step-0000002":  # the old copy was moved aside first
+                assert any(p.name.startswith(".step-0000002.old-") for p in Path(src).parent.iterdir())
             raise OSError(28, "No space left on device")
         replace(src, dst)
 
@@ -437,3 +441,103 @@ def test_a_damaged_rng_file_is_refused_and_leaves_the_generators_alone(tmp_path:
     with pytest.raises(DamagedCheckpoint, match="rng-rank0.safetensors: not a readable random-number-generator state"):
         read_checkpoint(path)
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
+
+
+# -- found by the mutation run ------------------------------------------------------------
+
+
+def test_the_shape_message_says_none_for_what_is_not_wrong(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    contents = read_checkpoint(path)
+    del contents.weights["final_norm.weight"]
+    model, optimizer = trained()
+    with pytest.raises(CheckpointError) as info:
+        apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
+    assert str(info.value).startswith(f"{path / 'model.safetensors'}: does not fit the model of this spec (missing "
+                                      "['final_norm.weight'], unexpected none, mis-shaped none); ")
+
+
+def test_the_optimizer_class_is_recorded_and_a_hand_made_state_without_it_is_adamw(tmp_path: Path) -> None:
+    model = specformer.build({"model": MODEL}, seed=0)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
+    sgd.step()
+    path = save(tmp_path, 1, model_and_optimizer=(model, sgd))
+    assert read_checkpoint(path).optimizer["optimizer"] == "SGD"
+    contents = read_checkpoint(save(tmp_path / "adamw", 1))
+    del contents.optimizer["optimizer"]
+    other, optimizer = trained()
+    apply_checkpoint(contents, model=other, optimizer=optimizer, tokenizer=ByteTokenizer())
+
+
+def test_an_unreadable_optimizer_header_names_the_error(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    rewrite_optimizer(path / "optimizer.safetensors", metadata={"param_groups": "{"})
+    with pytest.raises(DamagedCheckpoint, match=r"not a readable optimizer state \(JSONDecodeError: "):
+        read_checkpoint(path)
+
+
+def test_a_cuda_generator_state_is_read_back(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    rng = path / "rng-rank0.safetensors"
+    with safe_open(str(rng), framework="pt") as f:
+        meta, tensors = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
+    cuda_state = torch.arange(16, dtype=torch.uint8)  # as a CUDA machine would have saved it
+    save_file({**tensors, "torch_cuda": cuda_state}, str(rng), metadata=meta)
+    assert torch.equal(read_checkpoint(path).rng["torch_cuda"], cuda_state)
+    assert read_checkpoint(save(tmp_path / "cpu", 1)).rng["torch_cuda"] is None
+
+
+def test_each_process_restores_only_its_own_generator_states(tmp_path: Path) -> None:
+    from specformer_train.checkpointing import load_checkpoint
+
+    path = save(tmp_path, 1)
+    model, optimizer = trained()
+    torch.manual_seed(42)
+    before = torch.get_rng_state()
+    load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(),
+                    ctx=DistContext(rank=1, world_size=1))  # no rng-rank1 file: nothing to restore
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_what_cannot_be_removed_does_not_fail_a_save_or_a_recovery(tmp_path: Path) -> None:
+    root = fake_step_dirs(tmp_path, 5)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "step-0000001").symlink_to(elsewhere, target_is_directory=True)  # rmtree refuses symbolic links
+    (root / ".step-0000003.tmp-1").symlink_to(elsewhere, target_is_directory=True)
+    assert recover_interrupted_saves(tmp_path) == []
+    prune(tmp_path, keep_last=1, keep=root / "step-0000005")
+    assert (root / "step-0000001").is_symlink() and elsewhere.is_dir()
+
+
+def test_a_save_that_cannot_even_start_reports_it(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").write_text("a file where the folder should be")
+    with pytest.raises(OutputError, match=r"could not save checkpoint .*step-0000001: .*; no earlier checkpoint"):
+        save(tmp_path, 1)
+
+
+class SavedWeights:
+    """A plugin storing the weights with a header entry of its own (as an adapter stores its part)."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    @hookimpl
+    def specformer_train_saved_weights(self, model: Any, weights: dict, path: str) -> Any:
+        self.paths.append(path)
+        return {name: t * 0 for name, t in weights.items()}, {"adapter_base": "base.safetensors", "train_step": "99"}
+
+
+def test_a_plugin_chooses_the_stored_weights_and_adds_its_header_entries(tmp_path: Path) -> None:
+    plugin = SavedWeights()
+    manager = get_plugin_manager()
+    manager.register(plugin, name="saved-weights-test")
+    try:
+        path = save(tmp_path, 4)
+    finally:
+        manager.unregister(plugin)
+    assert plugin.paths == [str(path / "model.safetensors")]
+    header = read_metadata(path / "model.safetensors")
+    assert header["adapter_base"] == "base.safetensors" and header["train_step"] == "4"  # ours win
+    assert all(not t.any() for t in read_checkpoint(path).weights.values())
