@@ -70,6 +70,8 @@ class Scores:
         return self.positional.attention_bias(q_positions, k_positions, self.state)
 
     def has_bias(self, ctx: ForwardContext, k_positions: Tensor) -> bool:
+        if self.positional is None or type(self.positional).attention_bias is PositionalScheme.attention_bias:
+            return False  # the base scheme's bias is always None: no slicing per layer and decode step
         # Asked on one (query, key) pair, so finding out never builds a Tq x S tensor.
         return self.bias(ctx.positions[:, :1], k_positions[:, :1]) is not None
 

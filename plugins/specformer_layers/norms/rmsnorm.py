@@ -31,8 +31,8 @@ class RMSNorm(FromParams, nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype in (torch.float32, torch.float64):
-            scale = self.weight.to(x.dtype) + self.offset if self.offset else self.weight.to(x.dtype)
-            return F.rms_norm(x, (self.dim,), scale, self.eps)
+            weight = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
+            return F.rms_norm(x, (self.dim,), weight + self.offset if self.offset else weight, self.eps)
         normed = F.rms_norm(x.float(), (self.dim,), None, self.eps)
         if self.offset:  # Gemma multiplies in float32, then casts
             return (normed * (self.weight.float() + self.offset)).to(x.dtype)

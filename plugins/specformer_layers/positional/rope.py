@@ -92,15 +92,18 @@ class RotaryPositions(PositionalScheme, Float32Tables):
         return cos[:, None], sin[:, None]  # (B, 1, T, rotary_dim) each
 
     def rotate(self, x: Tensor, state: Any) -> Tensor:
-        cos, signed_sin = (t.to(x.dtype) for t in state)
-        rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        cos, signed_sin = state
+        if cos.dtype != x.dtype:  # checked first: a decode step calls this twice per layer, each op counts
+            cos, signed_sin = cos.to(x.dtype), signed_sin.to(x.dtype)
+        whole = self.rotary_dim == x.shape[-1]
+        rot = x if whole else x[..., : self.rotary_dim]
         if self.interleaved:
             swapped = rot.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (b0, a0, b1, a1, ...)
         else:
             a, b = rot.chunk(2, dim=-1)  # (B, H, T, rotary_dim/2) each
             swapped = torch.cat((b, a), dim=-1)
         rotated = rot * cos + swapped * signed_sin
-        return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
+        return rotated if whole else torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, interleaved={self.interleaved}"
