@@ -632,3 +632,15 @@ def test_a_resume_keeps_what_this_run_does_not_say(tmp_path: Path, recorder: Rec
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in metrics if r["kind"] == "train"] == [1, 2]
     assert recorder.events[0] == ("start", 0) and recorder.out_dirs == [str(tmp_path)] * 2
+
+
+def test_samples_run_eagerly_even_for_a_model_torch_would_trace() -> None:
+    from specformer_train.trainer import _eager
+
+    def traced_or_not(x: torch.Tensor) -> torch.Tensor:
+        return x + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+    optimized = torch.compile(traced_or_not, backend="eager")
+    with _eager():
+        assert float(optimized(torch.zeros(1))) == 0.0  # run as plain Python
+    assert float(optimized(torch.zeros(1))) == 1.0  # traced outside it
