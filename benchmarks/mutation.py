@@ -93,7 +93,8 @@ MODULES: dict[str, list[str]] = {
     # per mutant); test_cache_mutants.py drives it directly against slots written out in the test.
     "plugins/specformer_generate/cache.py": ["tests/plugins/generate/test_cache_mutants.py"],
     # Speculative decoding: its greedy tokens against plain greedy, its samples against the distribution.
-    "plugins/specformer_generate/speculative.py": ["tests/plugins/generate/test_gen_speculative.py"],
+    "plugins/specformer_generate/speculative.py": ["tests/plugins/generate/test_gen_speculative.py",
+                                                   "tests/plugins/generate/test_speculative_mutants.py"],
     # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
     **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py",
                                                           "tests/plugins/generate/test_sampler_mutants.py"]
