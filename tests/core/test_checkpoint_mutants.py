@@ -16,7 +16,7 @@ import specformer.checkpoint as checkpoint
 import specformer.checkpoint_file as checkpoint_file
 from specformer.checkpoint import FORMAT, load_weights, read_metadata, read_tensors
 from specformer.checkpoint_check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
-                                         compare_layout, spec_data, tensor_infos)
+                                         compare_layout, expected_tensors, spec_data, tensor_infos)
 from specformer.errors import CheckpointError
 from specformer.hookspecs import hookimpl
 from specformer.plugins import get_plugin_manager
@@ -348,11 +348,13 @@ def test_compare_layout_names_renamed_misshaped_and_integer_tensors(checked):
                        f"{checked.tensors[names[1]].shape}); tensors that are not floating point where the model has "
                        f"float weights: {names[2]} (I32); specformer does not cast integer or bool tensors into weights "
                        "(a quantized checkpoint needs a plugin that declares its layout)")
-    changed["other"] = changed.pop(names[0])  # a missing tensor does not stop the scan for the others
+    order = [name for name, _, _ in expected_tensors(checked.resolved, checked.shape)]
+    scanned = dict(checked.tensors)
+    scanned["other"] = scanned.pop(order[0])  # missing first: the scan still goes on to the others
+    scanned[order[-1]] = TensorInfo("F32", (1, 2))
     with pytest.raises(CheckpointError) as info:
-        compare_layout(changed, checked.resolved, checked.shape, where="w")
-    assert f"missing tensors: {names[0]}; unexpected tensors: other; mis-shaped tensors: {names[1]}" in str(info.value)
-    assert f"model has float weights: {names[2]} (I32)" in str(info.value)
+        compare_layout(scanned, checked.resolved, checked.shape, where="w")
+    assert f"missing tensors: {order[0]}; unexpected tensors: other; mis-shaped tensors: {order[-1]}" in str(info.value)
     compare_layout(checked.tensors, checked.resolved, checked.shape, where="w")  # the file's own layout passes
 
 

@@ -455,6 +455,10 @@ def test_the_shape_message_says_none_for_what_is_not_wrong(tmp_path: Path) -> No
         apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
     assert str(info.value).startswith(f"{path / 'model.safetensors'}: does not fit the model of this spec (missing "
                                       "['final_norm.weight'], unexpected none, mis-shaped none); ")
+    contents = read_checkpoint(path)
+    contents.weights["extra.weight"] = torch.zeros(1)
+    with pytest.raises(CheckpointError, match=r"\(missing none, unexpected \['extra.weight'\], mis-shaped none\)"):
+        apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
 
 
 def test_the_optimizer_class_is_recorded_and_a_hand_made_state_without_it_is_adamw(tmp_path: Path) -> None:
