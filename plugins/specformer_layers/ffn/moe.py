@@ -215,8 +215,8 @@ class MoE(nn.Module):
         w_in, w_out, b_in, b_out = (_per_expert(p) for p in
                                     (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            # Autograd (and the compiler, which fuses the copies anyway) needs each block as a
-            # new tensor: the blocks are concatenated.
+            # Autograd needs each block as a new tensor (out= has no gradient), and the compiler
+            # traces this functional form: the blocks are concatenated.
             sorted_out = torch.cat([
                 F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
                          w_out[e], None if b_out is None else b_out[e])
