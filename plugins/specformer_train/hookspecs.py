@@ -67,9 +67,11 @@ def specformer_train_rows(config: "Any", tokenizer: "Any", seq_len: int, metadat
 
     ``tokenizer`` and ``metadata`` are the ``train.init`` checkpoint's (None without one).
     Return an object with ``tokenizer``, ``train_rows`` (a :class:`~specformer_train.data.PackedRows`,
-    optionally with ``loss_mask(first, count)``), ``val_rows`` (an ``EvalRows`` or None,
-    optionally with ``loss_mask(indices)``), ``description``, ``n_tokens``, ``n_train``,
-    ``n_val`` and ``record`` (the data record, :func:`specformer_train.datasource.data_record`).
+    or with ``config.streaming`` a :class:`~specformer_train.stream.StreamRows`, optionally
+    with ``loss_mask(first, count)``), ``val_rows`` (an ``EvalRows`` or None, optionally with
+    ``loss_mask(indices)``), ``description``, ``n_tokens``, ``n_train`` (both None when
+    streamed), ``n_val`` and ``record`` (the data record,
+    :func:`specformer_train.datasource.data_record`, or ``stream_record`` when streamed).
     A loss mask is a bool array aligned with the rows; targets where it is False do not count.
     """
 
