@@ -31,7 +31,8 @@ def mixed_file(tmp_path: Path) -> Path:
     lines = []
     for i in range(40):
         if i % 3 == 2:
-            lines.append(json.dumps({"prompt": f"count to {i % 4}:", "completion": " " + " ".join(map(str, range(i % 4 + 1)))}))
+            counted = " ".join(map(str, range(i % 4 + 1)))
+            lines.append(json.dumps({"prompt": f"count to {i % 4}:", "completion": " " + counted}))
         else:
             lines.append(json.dumps({"messages": [
                 {"role": "system", "content": "be brief"}, {"role": "user", "content": f"what is {i} plus one?"},
