@@ -545,3 +545,111 @@ def test_a_plugin_chooses_the_stored_weights_and_adds_its_header_entries(tmp_pat
     header = read_metadata(path / "model.safetensors")
     assert header["adapter_base"] == "base.safetensors" and header["train_step"] == "4"  # ours win
     assert all(not t.any() for t in read_checkpoint(path).weights.values())
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_with_the_whole_reason(tmp_path: Path) -> None:
+    model = specformer.build({"model": MODEL}, seed=0)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = save(tmp_path, 1, model_and_optimizer=(model, sgd))
+    other, adamw = trained()
+    with pytest.raises(CheckpointError) as info:
+        apply_checkpoint(read_checkpoint(path), model=other, optimizer=adamw, tokenizer=ByteTokenizer())
+    assert str(info.value) == (f"{path}: the run was trained with the optimizer SGD, this spec's train.optimizer builds "
+                               "AdamW; resume with the optimizer the run was started with")
+    one_group = torch.optim.AdamW(other.parameters(), lr=0.1)
+    with pytest.raises(CheckpointError) as info:
+        apply_checkpoint(read_checkpoint(save(tmp_path / "b", 1)), model=other, optimizer=one_group,
+                         tokenizer=ByteTokenizer())
+    assert str(info.value).endswith("the optimizer state has 2 parameter groups, this spec's train.optimizer makes 1; "
+                                    "resume with the groups rules the run was started with")
+
+
+def test_the_tokenizer_refusal_says_what_to_do(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    contents = read_checkpoint(path)
+    contents.tokenizer_json = json.dumps({"kind": "other"})
+    model, optimizer = trained()
+    with pytest.raises(CheckpointError) as info:
+        apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
+    assert str(info.value) == (f"{path}: the checkpoint was trained with a different tokenizer than train.tokenizer "
+                               "gives now; resume with the same tokenizer and data")
+
+
+class ResumedWeights:
+    """A plugin completing stored weights on resume (as an adapter completes its part from the base)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, dict]] = []
+
+    @hookimpl
+    def specformer_train_resumed_weights(self, model: Any, weights: dict) -> Any:
+        self.seen.append((model, weights))
+        return {name: torch.full_like(t, 0.5) for name, t in model.state_dict().items()}
+
+
+def test_a_plugin_completes_the_weights_on_resume(tmp_path: Path) -> None:
+    contents = read_checkpoint(save(tmp_path, 1))
+    model, optimizer = trained()
+    plugin = ResumedWeights()
+    manager = get_plugin_manager()
+    manager.register(plugin, name="resumed-weights-test")
+    try:
+        apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
+    finally:
+        manager.unregister(plugin)
+    assert len(plugin.seen) == 1 and plugin.seen[0][0] is model and plugin.seen[0][1] is contents.weights
+    assert all(bool((t == 0.5).all()) for t in model.state_dict().values())
+
+
+def test_recovery_looks_past_entries_it_does_not_own(tmp_path: Path) -> None:
+    root = fake_step_dirs(tmp_path)
+    (root / "!first").mkdir(parents=True)  # sorts before the leftovers
+    (root / ".step-0000002.tmp-1").mkdir()
+    recover_interrupted_saves(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["!first"]
+
+
+def test_rng_states_are_not_restored_into_another_number_of_processes(tmp_path: Path) -> None:
+    from specformer_train.checkpointing import load_checkpoint
+
+    path = save(tmp_path, 1)
+    model, optimizer = trained()
+    torch.manual_seed(42)
+    before = torch.get_rng_state()
+    load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(),
+                    ctx=DistContext(rank=0, world_size=2))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+class FakeCuda:
+    """torch.cuda as a machine with CUDA shows it to the RNG code: a generator state to save and restore."""
+
+    def __init__(self) -> None:
+        self.state = torch.arange(8, dtype=torch.uint8)
+        self.set_to: list[torch.Tensor] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: self.state)
+        monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state: self.set_to.append(state))
+
+
+def test_the_cuda_generator_state_is_saved_and_restored_where_there_is_cuda(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from specformer_train.checkpointing import _get_rng, _save_rng, _set_rng
+
+    fake = FakeCuda()
+    pair = trained()
+    fake.install(monkeypatch)
+    _save_rng(tmp_path / "rng.safetensors")
+    with safe_open(str(tmp_path / "rng.safetensors"), framework="pt") as f:
+        assert torch.equal(f.get_tensor("torch_cuda"), fake.state)
+    _set_rng({**_get_rng(), "torch_cuda": torch.ones(3, dtype=torch.uint8)})
+    assert len(fake.set_to) == 1 and torch.equal(fake.set_to[0], torch.ones(3, dtype=torch.uint8))
+    _set_rng(_get_rng())  # no CUDA state recorded: nothing to set
+    assert len(fake.set_to) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _set_rng({**_get_rng(), "torch_cuda": torch.ones(3, dtype=torch.uint8)})  # a CUDA state where there is none
+    assert len(fake.set_to) == 1
+    assert pair  # (the model was built before torch.cuda was faked)
