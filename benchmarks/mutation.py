@@ -272,9 +272,29 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (TRAIN_CHECKPOINTS, 'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))',
      'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=2))'):
         "only the indentation of trainer.json: the same JSON",
-    (TRAIN_CHECKPOINTS, 'if rng.get("torch_cuda") is not None and torch.cuda.is_available():',
-     'if rng.get("torch_cuda") is None and torch.cuda.is_available():'):
-        "not equivalent, but CUDA only: the branch cannot run on a machine without CUDA",
+    **{(TRAIN_CHECKPOINTS, "options = StateDictOptions(full_state_dict=True)", mutated):
+       "one unsharded process: the full state dict is the local one"
+       for mutated in ("options = None", "options = StateDictOptions(full_state_dict=None)",
+                       "options = StateDictOptions(full_state_dict=False)")},
+    **{(TRAIN_CHECKPOINTS, original, mutated): "one unsharded process: the default options load the same state"
+       for original, mutated in (
+           ("set_model_state_dict(model, weights, options=options)", "set_model_state_dict(model, weights, options=None)"),
+           ("set_optimizer_state_dict(model, optimizer, state, options=options)",
+            "set_optimizer_state_dict(model, optimizer, state, options=None)"),
+           ("set_optimizer_state_dict(model, optimizer, state, options=options)",
+            "set_optimizer_state_dict(model, optimizer, state, )"))},
+    **{(TRAIN_CHECKPOINTS, 'state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}', mutated):
+       "set_optimizer_state_dict reads only 'state' and 'param_groups': the class name passed along is ignored"
+       for mutated in ('state = {k: v for k, v in contents.optimizer.items() if k != "XXoptimizerXX"}',
+                       'state = {k: v for k, v in contents.optimizer.items() if k != "OPTIMIZER"}')},
+    **{(TRAIN_CHECKPOINTS, 'return {"torch_cpu": torch.get_rng_state(), "torch_cuda": None, "python": random.getstate(),',
+        mutated): "_set_rng reads the CUDA state with .get(): a missing key is None, like the value"
+       for mutated in ('return {"torch_cpu": torch.get_rng_state(), "XXtorch_cudaXX": None, "python": random.getstate(),',
+                       'return {"torch_cpu": torch.get_rng_state(), "TORCH_CUDA": None, "python": random.getstate(),')},
+    **{(TRAIN_CHECKPOINTS, 'return pointer.read_text(encoding="utf-8").strip() or None', mutated):
+       "the pointer holds an ASCII step name; codec names are case-insensitive and the locale here is UTF-8"
+       for mutated in ('return pointer.read_text(encoding=None).strip() or None',
+                       'return pointer.read_text(encoding="UTF-8").strip() or None')},
     **{(TRAIN_CHECKPOINTS, original, mutated):
        "one unsharded process: the full state dict is the local one, already on the CPU"
        for original, mutated in (
