@@ -291,6 +291,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         mutated): "_set_rng reads the CUDA state with .get(): a missing key is None, like the value"
        for mutated in ('return {"torch_cpu": torch.get_rng_state(), "XXtorch_cudaXX": None, "python": random.getstate(),',
                        'return {"torch_cpu": torch.get_rng_state(), "TORCH_CUDA": None, "python": random.getstate(),')},
+    **{(TRAIN_CHECKPOINTS, 'data = json.loads(path.read_text(encoding="utf-8"))', mutated):
+       "trainer.json is written by json.dumps, which writes ASCII; codec names are case-insensitive"
+       for mutated in ('data = json.loads(path.read_text(encoding=None))',
+                       'data = json.loads(path.read_text(encoding="UTF-8"))')},
+    (TRAIN_CHECKPOINTS, 'param_name, _, key = slot.rpartition("/")', 'param_name, _, key = slot.partition("/")'):
+        "a slot holds one '/': parameter names are dotted and optimizer state keys are plain words",
+    **{(TRAIN_CHECKPOINTS, 'rng["numpy"] = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)', mutated):
+       "np.random.set_state converts the key array to uint32 itself"
+       for mutated in ('rng["numpy"] = (name, np.asarray(keys, dtype=None), pos, has_gauss, gauss)',
+                       'rng["numpy"] = (name, np.asarray(keys, ), pos, has_gauss, gauss)')},
     **{(TRAIN_CHECKPOINTS, 'return pointer.read_text(encoding="utf-8").strip() or None', mutated):
        "the pointer holds an ASCII step name; codec names are case-insensitive and the locale here is UTF-8"
        for mutated in ('return pointer.read_text(encoding=None).strip() or None',
