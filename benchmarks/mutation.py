@@ -120,6 +120,7 @@ SAMPLERS_HISTORY = "plugins/specformer_generate/samplers/history.py"
 PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
 CACHE = "plugins/specformer_generate/cache.py"
 BEAM = "plugins/specformer_generate/beam.py"
+SPECULATIVE = "plugins/specformer_generate/speculative.py"
 CHECKPOINT = "core/specformer/checkpoint.py"
 TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
@@ -312,6 +313,42 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
            ("options = StateDictOptions(full_state_dict=True, cpu_offload=True)", "options = StateDictOptions(cpu_offload=True)"),
            ("return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)",
             "return get_model_state_dict(model, options=None), get_optimizer_state_dict(model, optimizer, options=options)"))},
+    (SPECULATIVE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=None, neginf=float("-inf"))'):
+        "+inf becomes float32's largest value: the same softmax among the top logits",
+    (SPECULATIVE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), neginf=float("-inf"))'):
+        "+inf becomes float32's largest value: the same softmax among the top logits",
+    (SPECULATIVE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
+        "Python reads the string case-insensitively: the same inf",
+    (SPECULATIVE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=None)'):
+        "-inf becomes float32's lowest value: probability 0 beside any finite logit (no processor leaves a row all -inf)",
+    (SPECULATIVE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
+     'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), )'):
+        "-inf becomes float32's lowest value: probability 0 beside any finite logit (no processor leaves a row all -inf)",
+    (SPECULATIVE, 'processed = torch.where(certain.any(dim=-1, keepdim=True), torch.where(certain, 0.0, float("-inf")), processed)',
+     'processed = torch.where(certain.any(dim=-1, keepdim=True), torch.where(certain, 1.0, float("-inf")), processed)'):
+        "the certain tokens get one equal logit either way: they share the mass equally",
+    (SPECULATIVE, 'race = torch.empty_like(probs).exponential_(1.0, generator=generator)',
+     'race = torch.empty_like(probs).exponential_(generator=generator)'):
+        "1.0 is exponential_'s default rate",
+    (SPECULATIVE, 'race = torch.empty_like(probs).exponential_(1.0, generator=generator)',
+     'race = torch.empty_like(probs).exponential_(2.0, generator=generator)'):
+        "every E_i halved: argmax(p_i / E_i) is the same index",
+    (SPECULATIVE, 'residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p[:, :k])',
+     'residual = torch.where(residual.sum(dim=None, keepdim=True) > 0, residual, p[:, :k])'):
+        "p <= q at every token means p == q (both sum to 1): no draft there can be rejected, so that position's "
+        "replacement is never used",
+    (SPECULATIVE, 'residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p[:, :k])',
+     'residual = torch.where(residual.sum(dim=-1, keepdim=True) >= 0, residual, p[:, :k])'):
+        "p <= q at every token means p == q (both sum to 1): no draft there can be rejected, so that position's "
+        "replacement is never used",
+    (SPECULATIVE, 'q = q * draft.valid[..., None]  # nothing proposed: q = 0, so the "residual" is p itself',
+     'q = q / draft.valid[..., None]  # nothing proposed: q = 0, so the "residual" is p itself'):
+        "a valid draft's q is divided by 1; an invalid one's becomes inf or NaN, so its residual (p - q).clamp(0) "
+        "sums to 0 or NaN and falls back to p, which is what q = 0 gives",
     # Not equivalent, but invisible to the run: killed by test_stacklevel_points_the_warning_at_the_callers_caller
     # in the normal suite, which the run leaves out (a trampoline frame moves every warning).
     ("plugins/specformer_hf/config.py", "stacklevel=3,", "stacklevel=4,"):

@@ -8,11 +8,15 @@ does not read torch's global random state, and every tensor lands on the prompts
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import specformer
-from specformer_generate import generate
+from specformer.hookspecs import hookimpl
+from specformer.plugins import get_plugin_manager
+from specformer_generate import generate, stream
 from specformer_generate.samplers.pipeline import Sampler
 from specformer_generate.speculative import Draft, probabilities, verify
 
@@ -28,6 +32,10 @@ def test_probabilities_give_nan_logits_no_mass_and_share_it_among_infinite_ones(
     e = torch.e
     expected = torch.tensor([[1 / (1 + e), 0.0, e / (1 + e), 0.0], [0.5, 0.0, 0.5, 0.0]])
     assert torch.allclose(probabilities(processed), expected)
+    # verify passes (B, k + 1, V): an infinite logit at one position says nothing about the next one
+    rounds = torch.tensor([[[inf, 0.0, 1.0], [0.0, 0.0, 1.0]]])
+    expected = torch.tensor([[[1.0, 0.0, 0.0], [1 / (2 + e), 1 / (2 + e), e / (2 + e)]]])
+    assert torch.allclose(probabilities(rounds), expected)
 
 
 def test_a_round_without_drafts_accepts_none_and_draws_from_p_with_the_generator() -> None:
@@ -93,3 +101,54 @@ def test_speculative_decoding_makes_its_tensors_on_the_prompts_device_not_the_de
     with torch.device("meta"):
         got = generate(model, IDS, **settings)
     assert got.device.type == "cpu" and torch.equal(got, expected)
+
+
+class Recorder:
+    """Collects the token counts generate() reports to plugins."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    @hookimpl
+    def specformer_on_generate_end(self, tokens: int, seconds: float) -> None:
+        self.tokens.append(tokens)
+
+
+@pytest.fixture
+def recorder():
+    pm = get_plugin_manager()
+    rec = Recorder()
+    pm.register(rec, name="test-speculative-recorder")
+    yield rec
+    pm.unregister(rec)
+
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3, 4], [7, 8, 9]]
+
+
+def test_rounds_of_several_tokens_stop_sample_and_count_like_plain_greedy(recorder) -> None:
+    """With a copy of the model as the drafter every draft is accepted, so each round emits k + 1 tokens: an
+    eos inside a round, a sampler that reads the history at each position, the stream's columns and the
+    token count must all be those of plain greedy decoding (itself checked against transformers)."""
+    model, _ = models()
+    twin = copy.deepcopy(model)
+    sampler = [{"kind": "repetition_penalty", "penalty": 1.5}, "greedy"]
+    free = generate(model, PROMPTS, max_new_tokens=12, sampler=sampler)
+    new = free[0][len(PROMPTS[0]):]
+    assert_not_degenerate([new], [PROMPTS[0]])
+    eos = new[6]  # step 6: the second token of a round (step 0 alone, then rounds of k + 1 = 4 from step 1)
+    assert eos not in new[:6] and eos not in free[1][len(PROMPTS[1]):]  # ends row 0 there and only row 0
+    settings = dict(max_new_tokens=12, sampler=sampler, eos_token_id=eos)
+    plain = generate(model, PROMPTS, **settings)
+    assert len(plain[0]) == len(PROMPTS[0]) + 7 and len(plain[1]) == len(PROMPTS[1]) + 12
+    assert generate(model, PROMPTS, draft=twin, draft_tokens=3, **settings) == plain
+    # Without the penalty on the history, the tokens differ: the check above reads it.
+    assert generate(model, PROMPTS, max_new_tokens=12) != free
+    padded = torch.tensor([PROMPTS[0], [7, 8, 9] * 3 + [7]])
+    assert torch.equal(generate(model, padded, draft=twin, draft_tokens=3, **settings), generate(model, padded, **settings))
+    assert list(stream(model, PROMPTS, draft=twin, draft_tokens=3, **settings)) == list(stream(model, PROMPTS, **settings))
+    recorder.tokens.clear()
+    for draft in (None, twin):
+        generate(model, PROMPTS, draft=draft, draft_tokens=3, **settings)
+        generate(model, PROMPTS, draft=draft, draft_tokens=3, max_new_tokens=9, sampler=sampler)  # no eos: every step
+    assert recorder.tokens == [7 + 12, 2 * 9] * 2
