@@ -273,6 +273,26 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (TRAIN_CHECKPOINTS, 'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))',
      'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=2))'):
         "only the indentation of trainer.json: the same JSON",
+    **{(TRAIN_CHECKPOINTS, "options = StateDictOptions(full_state_dict=True, cpu_offload=True)", mutated):
+       "one unsharded process on the CPU: the full state dict is the local one, already on the CPU"
+       for mutated in ("options = None", "options = StateDictOptions(full_state_dict=None, cpu_offload=True)",
+                       "options = StateDictOptions(full_state_dict=True, cpu_offload=None)",
+                       "options = StateDictOptions(full_state_dict=True, )",
+                       "options = StateDictOptions(full_state_dict=False, cpu_offload=True)",
+                       "options = StateDictOptions(full_state_dict=True, cpu_offload=False)")},
+    **{(TRAIN_CHECKPOINTS,
+        "return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)",
+        mutated): "one unsharded process on the CPU: the default options give the same state"
+       for mutated in (
+           "return get_model_state_dict(model, ), get_optimizer_state_dict(model, optimizer, options=options)",
+           "return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=None)",
+           "return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, )")},
+    **{(TRAIN_CHECKPOINTS,
+        'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=1))',
+        mutated): "only the layout of trainer.json: the same JSON"
+       for mutated in (
+           'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, indent=None))',
+           'write_text_atomic(tmp / "trainer.json", json.dumps({"format": TRAINER_FORMAT, **asdict(state)}, ))')},
     **{(TRAIN_CHECKPOINTS, "options = StateDictOptions(full_state_dict=True)", mutated):
        "one unsharded process: the full state dict is the local one"
        for mutated in ("options = None", "options = StateDictOptions(full_state_dict=None)",

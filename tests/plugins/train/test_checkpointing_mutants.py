@@ -531,6 +531,7 @@ class SavedWeights:
 
     @hookimpl
     def specformer_train_saved_weights(self, model: Any, weights: dict, path: str) -> Any:
+        assert hasattr(model, "spec") and weights.keys() == model.state_dict().keys()
         self.paths.append(path)
         return {name: t * 0 for name, t in weights.items()}, {"adapter_base": "base.safetensors", "train_step": "99"}
 
@@ -649,9 +650,44 @@ def test_the_cuda_generator_state_is_saved_and_restored_where_there_is_cuda(tmp_
         assert torch.equal(f.get_tensor("torch_cuda"), fake.state)
     _set_rng({**_get_rng(), "torch_cuda": torch.ones(3, dtype=torch.uint8)})
     assert len(fake.set_to) == 1 and torch.equal(fake.set_to[0], torch.ones(3, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    _save_rng(tmp_path / "unused.safetensors")  # CUDA there but never used: no state to save
+    with safe_open(str(tmp_path / "unused.safetensors"), framework="pt") as f:
+        assert set(f.keys()) == {"torch_cpu"}
     _set_rng(_get_rng())  # no CUDA state recorded: nothing to set
     assert len(fake.set_to) == 1
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     _set_rng({**_get_rng(), "torch_cuda": torch.ones(3, dtype=torch.uint8)})  # a CUDA state where there is none
     assert len(fake.set_to) == 1
     assert pair  # (the model was built before torch.cuda was faked)
+
+
+def test_a_trainer_state_without_a_format_tag_is_damaged(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    data = json.loads((path / "trainer.json").read_text())
+    del data["format"]
+    (path / "trainer.json").write_text(json.dumps(data))
+    with pytest.raises(DamagedCheckpoint, match="unknown format"):
+        read_checkpoint(path)
+
+
+def test_temporary_names_carry_the_runs_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    renamed: list[str] = []
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (renamed.append(Path(src).name), replace(src, dst))[1])
+    model, optimizer = trained()
+    save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer, state=TrainerState(step=1),
+                    tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=3, tag="run7")
+    assert ".step-0000001.tmp-run7" in renamed
+    renamed.clear()
+    save(tmp_path, 2)
+    untagged = [n for n in renamed if n.startswith(".step-0000002.tmp-")]
+    assert len(untagged) == 1 and untagged[0] != ".step-0000002.tmp-None"
+
+
+def test_a_step_saved_again_after_a_resume_is_not_pruned_though_newer_ones_exist(tmp_path: Path) -> None:
+    pair = trained()
+    for step in (5, 6, 1):  # step 1 again: resumed from it, newer checkpoints still on disk
+        save(tmp_path, step, keep_last=2, model_and_optimizer=pair)
+    assert [s for s, _ in step_dirs(tmp_path)] == [1, 5, 6]  # the oldest by number is the one just saved
+    assert latest_checkpoint(tmp_path) == checkpoint_root(tmp_path) / "step-0000001"
