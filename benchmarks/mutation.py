@@ -95,6 +95,9 @@ MODULES: dict[str, list[str]] = {
     # Speculative decoding: its greedy tokens against plain greedy, its samples against the distribution.
     "plugins/specformer_generate/speculative.py": ["tests/plugins/generate/test_gen_speculative.py",
                                                    "tests/plugins/generate/test_speculative_mutants.py"],
+    # The decode loop and generate()'s own bookkeeping (padding, trimming, the token count).
+    "plugins/specformer_generate/generate.py": ["tests/plugins/generate/test_gen_generate.py",
+                                                "tests/plugins/generate/test_gen_padding.py"],
     # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
     **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py",
                                                           "tests/plugins/generate/test_sampler_mutants.py"]
