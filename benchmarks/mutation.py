@@ -95,9 +95,13 @@ MODULES: dict[str, list[str]] = {
     # Speculative decoding: its greedy tokens against plain greedy, its samples against the distribution.
     "plugins/specformer_generate/speculative.py": ["tests/plugins/generate/test_gen_speculative.py",
                                                    "tests/plugins/generate/test_speculative_mutants.py"],
-    # The decode loop and generate()'s own bookkeeping (padding, trimming, the token count).
+    # The decode loop and generate()'s own bookkeeping (padding, trimming, the token count), and the
+    # paths it dispatches to: past-context checks, speculative decoding, beam search.
     "plugins/specformer_generate/generate.py": ["tests/plugins/generate/test_gen_generate.py",
-                                                "tests/plugins/generate/test_gen_padding.py"],
+                                                "tests/plugins/generate/test_gen_padding.py",
+                                                "tests/plugins/generate/test_past_context.py",
+                                                "tests/plugins/generate/test_speculative_mutants.py",
+                                                "tests/plugins/generate/test_beam_mutants.py"],
     # Each sampler is one small module; its formula tests (and the transformers comparisons) live together.
     **{f"plugins/specformer_generate/samplers/{name}.py": ["tests/plugins/generate/test_gen_samplers.py",
                                                           "tests/plugins/generate/test_sampler_mutants.py"]
