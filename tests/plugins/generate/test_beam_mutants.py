@@ -222,6 +222,18 @@ def test_a_tensor_result_pads_shorter_winners_and_counts_the_generated_tokens(se
     assert beam_search(model, prompt_batch(prompts.tolist(), vocab_size=8, device=torch.device("cpu")), eos=eos,
                        stop=stop, pad_token_id=pad_token_id, sampler=None, use_cache=False, compile=False,
                        **settings) == (winners, sum(generated))
+    # generate() hands its pad_token_id on to the search
+    assert torch.equal(generate(model, prompts, eos_token_id=eos, stop=stop, pad_token_id=pad_token_id,
+                                use_cache=False, **settings), expected)
+
+
+def test_beam_search_keeps_to_the_memory_limit_it_is_given() -> None:
+    from specformer.errors import MemoryLimitError
+
+    model = specformer.build(TINY, seed=0)
+    with pytest.raises(MemoryLimitError):
+        generate(model, [PROMPT], max_new_tokens=8, num_beams=2, max_memory=1024)
+    assert len(generate(model, [PROMPT], max_new_tokens=8, num_beams=2, max_memory="unlimited")[0]) == len(PROMPT) + 8
 
 
 def test_beam_search_makes_its_tensors_on_the_batchs_device_not_the_default_one() -> None:
