@@ -141,7 +141,12 @@ def test_rounds_of_several_tokens_stop_sample_and_count_like_plain_greedy(record
     settings = dict(max_new_tokens=12, sampler=sampler, eos_token_id=eos)
     plain = generate(model, PROMPTS, **settings)
     assert len(plain[0]) == len(PROMPTS[0]) + 7 and len(plain[1]) == len(PROMPTS[1]) + 12
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
     assert generate(model, PROMPTS, draft=twin, draft_tokens=3, **settings) == plain
+    hook.remove()
+    # speculation did run: the prompt, then one forward per round of up to k + 1 = 4 tokens (12 steps: 1 + 3 rounds)
+    assert len(calls) == 4
     # Without the penalty on the history, the tokens differ: the check above reads it.
     assert generate(model, PROMPTS, max_new_tokens=12) != free
     padded = torch.tensor([PROMPTS[0], [7, 8, 9] * 3 + [7]])
