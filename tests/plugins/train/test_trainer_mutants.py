@@ -644,3 +644,14 @@ def test_samples_run_eagerly_even_for_a_model_torch_would_trace() -> None:
     with _eager():
         assert float(optimized(torch.zeros(1))) == 0.0  # run as plain Python
     assert float(optimized(torch.zeros(1))) == 1.0  # traced outside it
+
+
+def test_only_the_main_process_exports_and_only_a_saved_checkpoint(tmp_path: Path) -> None:
+    from specformer_train.distributed import DistContext
+
+    trainer = make_trainer(tmp_path, steps=1)
+    result = trainer.fit()
+    (tmp_path / "model.safetensors").unlink()
+    assert trainer._export_final(None) is None
+    trainer.ctx = DistContext(rank=1, world_size=2)
+    assert trainer._export_final(result.checkpoint) is None and not (tmp_path / "model.safetensors").exists()
