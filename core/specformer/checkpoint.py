@@ -37,7 +37,7 @@ def save(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] |
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
     header = {"format": FORMAT, "spec": spec.to_json(), "specformer_version": __version__,
-              **header_entry(spec, registry or get_registry()), **(metadata or {})}
+              **header_entry(spec, registry if registry is not None else get_registry()), **(metadata or {})}
     write_safetensors_atomic(tensors, path, header)
     return path
 

@@ -92,7 +92,7 @@ class CheckedCheckpoint:
 def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[str, str] | None = None) -> CheckedCheckpoint:
     """Every check a checkpoint goes through before its model is allocated; CheckpointError if one fails."""
     path = Path(path)
-    registry = registry or get_registry()
+    registry = registry if registry is not None else get_registry()
     metadata = metadata if metadata is not None else read_metadata(path)
     check_installed(metadata, registry, where=str(path))  # "install plugin X", not "unknown norm"
     data = spec_data(path, metadata)

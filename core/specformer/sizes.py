@@ -100,7 +100,7 @@ def check_spec(
     ``source`` names the spec in messages (default: the path, when one is given).
     Raises :class:`SpecError` listing every problem found by the first step that finds any.
     """
-    registry = registry or get_registry()
+    registry = registry if registry is not None else get_registry()
     if isinstance(spec, Spec):
         data = spec.to_dict()
     elif isinstance(spec, dict):

@@ -46,7 +46,7 @@ class SpecView:
     def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
         from specformer.plugins import get_registry
 
-        registry = registry or get_registry()
+        registry = registry if registry is not None else get_registry()
         m = spec.model
 
         def full(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     """
     from specformer.plugins import get_registry
 
-    registry = registry or get_registry()
+    registry = registry if registry is not None else get_registry()
     view = SpecView.of(spec, registry)
 
     def identity(kind: str, part: dict[str, Any]) -> dict[str, Any]:

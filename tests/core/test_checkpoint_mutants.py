@@ -369,3 +369,14 @@ def test_json_types_are_named_as_json_names_them():
     assert [_json_type(v) for v in ([], "s", 1, 1.5, True, None)] == [
         "list", "string", "number", "number", "boolean", "null"]
     assert _json_type({}) == "dict"
+
+
+def test_an_empty_registry_given_is_used_not_replaced_by_the_default(saved):
+    """An empty Registry is falsy (it has a length): ``registry or get_registry()`` silently checked against the
+    installed components instead of the (empty) one the caller gave."""
+    from specformer.registry import Registry
+
+    metadata = dict(read_metadata(saved))
+    del metadata["component_sources"]
+    with pytest.raises(CheckpointError, match="the spec stored in the checkpoint does not validate here"):
+        check_checkpoint(saved, metadata=metadata, registry=Registry())

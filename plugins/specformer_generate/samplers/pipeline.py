@@ -128,7 +128,7 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
     if not isinstance(entries, (list, tuple)):
         raise SpecError([Problem(path, f"expected a list of sampler components, got {type(entries).__name__} "
                                        f"{excerpt(entries, 60)}")])
-    registry = registry or get_registry()
+    registry = registry if registry is not None else get_registry()
     steps: list[LogitsStep] = []
     problems: list[Problem] = []
     for i, entry in enumerate(entries):
