@@ -46,6 +46,20 @@ BASE: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _thread_count_recorded_not_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's thread count is checked as the count it asks torch for, and torch keeps one thread.
+
+    The mutation run forks one child per mutant from a process that has run these tests; once a
+    test had trained on two threads there, libgomp's thread team did not survive the fork and the
+    child's next parallel region waited forever (gdb: ``gomp_team_barrier_wait_end``), which mutmut
+    then counted as a kill by timeout.
+    """
+    asked = [torch.get_num_threads()]
+    monkeypatch.setattr(torch, "set_num_threads", asked.append)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: asked[-1])
+
+
 def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
                  data_record: dict | None = None, **settings: Any) -> Trainer:
     train = {**BASE, **settings}
