@@ -446,9 +446,9 @@ def test_a_loss_mask_limits_the_evaluation_to_the_counted_targets(tmp_path: Path
 
 def test_lm_loss_masked_is_the_mean_over_counted_targets_and_zero_when_none_count() -> None:
     logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
-    targets = torch.tensor([[1, IGNORE, 4], [IGNORE, 0, IGNORE]])
+    targets = torch.tensor([[1, IGNORE, 4], [IGNORE, 0, 2]])  # 4 counted, 2 not: the two counts differ
     log_probs = torch.log_softmax(logits.double(), dim=-1)
-    expected = -(log_probs[0, 0, 1] + log_probs[0, 2, 4] + log_probs[1, 1, 0]) / 3
+    expected = -(log_probs[0, 0, 1] + log_probs[0, 2, 4] + log_probs[1, 1, 0] + log_probs[1, 2, 2]) / 4
     assert float(lm_loss(logits, targets, masked=True)) == pytest.approx(float(expected), rel=1e-6)
     plain = torch.tensor([[1, 2, 4], [3, 0, 2]])
     every = -log_probs.gather(-1, plain.unsqueeze(-1)).mean()
@@ -669,3 +669,42 @@ def test_only_the_main_process_exports_and_only_a_saved_checkpoint(tmp_path: Pat
     assert trainer._export_final(None) is None
     trainer.ctx = DistContext(rank=1, world_size=2)
     assert trainer._export_final(result.checkpoint) is None and not (tmp_path / "model.safetensors").exists()
+
+
+class FirstRowUnmasked(MaskedRows):
+    """Rows whose even global rows count nothing at all, odd ones their even positions."""
+
+    def loss_mask(self, first: int, count: int) -> np.ndarray:
+        mask = super().loss_mask(first, count)
+        mask[[(first + i) % 2 == 0 for i in range(count)]] = False
+        return mask
+
+
+def test_a_micro_batch_with_no_counted_target_adds_zero_not_nan(tmp_path: Path, recorder: Recorder) -> None:
+    # Plain F.cross_entropy over only ignored targets is 0 / 0: the masked loss must say 0 instead.
+    trainer = make_trainer(tmp_path, steps=1, batch_size=1, grad_accum=2)  # micro-batches of one row each
+    trainer.train_rows = FirstRowUnmasked(np.random.default_rng(0).integers(0, 256, size=2000), seq_len=T, seed=0)
+    trainer.fit()
+    assert math.isfinite(recorder.steps[1]["loss"]) and recorder.steps[1]["loss"] > 0
+
+
+def test_activation_checkpointing_wraps_every_block_and_trains_the_same(tmp_path: Path, recorder: Recorder) -> None:
+    plain = make_trainer(tmp_path / "plain", steps=1)
+    plain.fit()
+    loss = recorder.steps[1]["loss"]
+    recomputed = make_trainer(tmp_path / "recomputed", steps=1, activation_checkpointing=True)
+    assert all(getattr(block, "_specformer_recompute", False) for block in recomputed.model.blocks)
+    recomputed.fit()
+    assert recorder.steps[1]["loss"] == pytest.approx(loss, rel=1e-6)
+    for a, b in zip(plain.model.parameters(), recomputed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_loggers_are_closed_with_the_runs_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.trainer as trainer_module
+
+    seen: list[str] = []
+    close = trainer_module.RunLoggers.close
+    monkeypatch.setattr(trainer_module.RunLoggers, "close", lambda self, status: (seen.append(status), close(self, status)))
+    make_trainer(tmp_path, steps=1).fit()
+    assert seen == ["finished"]
