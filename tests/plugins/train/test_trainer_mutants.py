@@ -708,3 +708,15 @@ def test_the_loggers_are_closed_with_the_runs_status(tmp_path: Path, monkeypatch
     monkeypatch.setattr(trainer_module.RunLoggers, "close", lambda self, status: (seen.append(status), close(self, status)))
     make_trainer(tmp_path, steps=1).fit()
     assert seen == ["finished"]
+
+
+def test_the_auxiliary_loss_is_added_to_the_objective_with_its_weight(tmp_path: Path) -> None:
+    # An auxiliary loss that is the final norm's weight summed: its gradient on that weight is
+    # aux_loss_weight per element, far above the LM loss's, so AdamW's first step (about lr times
+    # the gradient's sign) must lower every element; a subtracted auxiliary loss would raise them.
+    trainer = make_trainer(tmp_path, steps=1, aux_loss_weight=100.0, weight_decay=0.0)
+    weight = trainer.model.final_norm.weight
+    before = weight.detach().clone()
+    trainer.model.auxiliary_loss = lambda: weight.sum()  # type: ignore[method-assign]
+    trainer.fit()
+    assert bool((weight.detach() < before).all())
