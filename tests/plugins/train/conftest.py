@@ -92,3 +92,17 @@ def spec_file(tmp_path: Path, corpus_dir: Path) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_spec(data=str(corpus_dir))), encoding="utf-8")
     return path
+
+
+class NaNFrom:
+    """Makes the final norm's output NaN from the ``n``-th training forward on."""
+
+    def __init__(self, n: int) -> None:
+        self.calls, self.n = 0, n
+
+    def __call__(self, module: torch.nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        if module.training:
+            self.calls += 1
+            if self.calls >= self.n:
+                return output * float("nan")
+        return output

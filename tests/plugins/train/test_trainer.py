@@ -20,7 +20,7 @@ from specformer_train.checkpointing import latest_checkpoint
 from specformer_train.metrics import read_metrics
 from specformer_train.trainer import Trainer
 
-from .conftest import tiny_spec
+from .conftest import NaNFrom, tiny_spec
 
 
 def run(out: Path, corpus: Path, **train_settings: Any) -> tuple[Any, list[dict]]:
@@ -142,27 +142,13 @@ def test_resuming_with_another_tokenizer_is_refused(tmp_path: Path, corpus_dir: 
         train(spec, resume=True)
 
 
-class _NaNAfter:
-    """Makes the final norm's output NaN from the ``n``-th training forward on."""
-
-    def __init__(self, n: int) -> None:
-        self.calls, self.n = 0, n
-
-    def __call__(self, module: torch.nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        if module.training:
-            self.calls += 1
-            if self.calls >= self.n:
-                return output * float("nan")
-        return output
-
-
 def test_a_non_finite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
         tmp_path: Path, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     original_init = Trainer.__init__
 
     def init(self: Trainer, **kwargs: Any) -> None:
         original_init(self, **kwargs)
-        self.model.final_norm.register_forward_hook(_NaNAfter(6))
+        self.model.final_norm.register_forward_hook(NaNFrom(6))
 
     monkeypatch.setattr(Trainer, "__init__", init)
     with pytest.raises(TrainingDiverged) as info:

@@ -29,6 +29,8 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
 from specformer_train.trainer import IGNORE, Trainer, TrainingDiverged, _precision, _step_of, lm_loss
 
+from .conftest import NaNFrom
+
 T = 8  # sequence length
 MODEL: dict[str, Any] = {
     "vocab_size": 259,
@@ -258,20 +260,6 @@ def test_the_step_uses_the_clipped_gradient_and_logs_the_norm_before_clipping(tm
     stepped = math.sqrt(sum(float(g.double().square().sum()) for g in spy.grads[0].values()))
     assert stepped == pytest.approx(0.05, rel=1e-4)
     assert recorder.steps[1]["grad_norm"] == pytest.approx(raw, rel=1e-4)
-
-
-class NaNFrom:
-    """Makes the final norm's output NaN from the ``n``-th training forward on."""
-
-    def __init__(self, n: int) -> None:
-        self.calls, self.n = 0, n
-
-    def __call__(self, module: torch.nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        if module.training:
-            self.calls += 1
-            if self.calls >= self.n:
-                return output * float("nan")
-        return output
 
 
 def test_a_nan_loss_stops_at_its_step_naming_the_last_good_checkpoint(tmp_path: Path, recorder: Recorder) -> None:
