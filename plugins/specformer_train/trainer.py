@@ -131,7 +131,6 @@ class Trainer:
         self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
         self.state.extra["documents"] = dict(self.documents)
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
-        self._bar: ProgressBar | None = None
 
     # -- the run ----------------------------------------------------------------------
 
@@ -170,7 +169,6 @@ class Trainer:
         bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
                           flops_per_token=self.flops_per_token, peak=peak_flops(self.device, precision=self.precision),
                           world_size=ctx.world_size)
-        self._bar = bar
         pending: list[tuple[int, Tensor, float, Tensor | None]] = []
         window_start, window_tokens = time.perf_counter(), 0
         last_loss: float | None = None
@@ -203,7 +201,7 @@ class Trainer:
                                                 last_good=checkpoint)
                         pending, window_start, window_tokens = [], time.perf_counter(), 0
                     if evaluating:
-                        self._evaluate_and_sample(step)
+                        self._evaluate_and_sample(step, bar)
                         last_eval = step
                     if saving:
                         checkpoint = self._save()
@@ -216,7 +214,7 @@ class Trainer:
                         time.perf_counter() - window_start, 1e-9), last_good=checkpoint)
                 step = self.state.step
                 if status == "finished" and last_eval != step:
-                    self._evaluate_and_sample(step)
+                    self._evaluate_and_sample(step, bar)
                 if last_saved != step:
                     checkpoint = self._save()
                 model_path = self._export_final(checkpoint) if status == "finished" else None
@@ -361,23 +359,17 @@ class Trainer:
         sums = all_reduce_mean(sums, ctx)
         return float(sums[0] / sums[1]) if sums[1] > 0 else None
 
-    def _evaluate_and_sample(self, step: int) -> None:
+    def _evaluate_and_sample(self, step: int, bar: ProgressBar) -> None:
         val_loss = self.evaluate()
         if val_loss is not None:
             self.state.last_val_loss = val_loss
             record = {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
             if self.ctx.is_main:
                 self.hooks.specformer_on_eval(step=step, metrics=record)
-                self._say(f"step {step}: val loss {val_loss:.4f}, perplexity {record['val_perplexity']:.2f}")
+                bar.write(f"step {step}: val loss {val_loss:.4f}, perplexity {record['val_perplexity']:.2f}")
         text = self.sample(step)
         if text is not None and self.ctx.is_main:
-            self._say(f"--- sample at step {step} ---\n{text}\n---")
-
-    def _say(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.write(text)
-        else:
-            print(text, flush=True)
+            bar.write(f"--- sample at step {step} ---\n{text}\n---")
 
     def sample(self, step: int) -> str | None:
         """A short continuation of ``sample_prompt`` (None without the generate plugin)."""

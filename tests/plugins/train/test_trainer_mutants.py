@@ -708,3 +708,34 @@ def test_the_auxiliary_loss_is_added_to_the_objective_with_its_weight(tmp_path: 
     trainer.model.auxiliary_loss = lambda: weight.sum()  # type: ignore[method-assign]
     trainer.fit()
     assert bool((weight.detach() < before).all())
+
+
+def test_one_learning_rate_is_given_to_every_group_and_a_wrong_count_is_refused(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path)
+    spy = StepSpy(trainer)
+    assert len(trainer.optimizer.param_groups) == 2  # with weight decay and without
+    trainer._train_step(3e-3)
+    assert [group["lr"] for group in spy.groups[0]] == [3e-3, 3e-3]
+    trainer._train_step([1e-3, 2e-3])
+    assert [group["lr"] for group in spy.groups[1]] == [1e-3, 2e-3]
+    with pytest.raises(ValueError):  # a schedule that forgets a group must not leave it at the last lr
+        trainer._train_step([1e-3])
+
+
+def test_a_nan_loss_found_after_ctrl_c_names_the_last_good_checkpoint(tmp_path: Path, recorder: Recorder) -> None:
+    """Interrupted between log points: the steps still pending are read, and a NaN there names step 2's save."""
+    trainer = make_trainer(tmp_path, steps=6, log_every=5, save_every=2)
+    trainer.model.final_norm.register_forward_hook(NaNFrom(3))
+    original = trainer._train_step
+
+    def step_then_interrupt(lr: Any) -> Any:
+        out = original(lr)
+        if trainer.state.step == 2:  # the third step, before its increment
+            os.kill(os.getpid(), signal.SIGINT)
+        return out
+
+    trainer._train_step = step_then_interrupt
+    with pytest.raises(TrainingDiverged, match=r"became nan at step 3; training stopped and the last good checkpoint "
+                                               rf"is {tmp_path / 'checkpoints' / 'step-0000002'} \(step 2\)"):
+        trainer.fit()
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000002"
