@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch.distributed.checkpoint.state_dict  # noqa: F401  (what every checkp
 import torch.nn.functional as F
 
 import specformer
+import specformer_train.progress
 from specformer.errors import UserError
 from specformer.hookspecs import hookimpl
 from specformer.plugins import get_plugin_manager
@@ -60,6 +62,21 @@ def _thread_count_recorded_not_applied(monkeypatch: pytest.MonkeyPatch) -> None:
     asked = [torch.get_num_threads()]
     monkeypatch.setattr(torch, "set_num_threads", asked.append)
     monkeypatch.setattr(torch, "get_num_threads", lambda: asked[-1])
+
+
+@pytest.fixture(autouse=True)
+def _progress_bars_without_a_shared_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tqdm's bars (disabled ones too) here take a process-local lock and start no monitor thread.
+
+    By default tqdm guards its bars with a ``multiprocessing`` lock, a semaphore that forked
+    processes share, and a monitor thread takes it every 10 s. In the mutation run every mutant is
+    a forked child; one that exited (or was killed) while its monitor thread held the semaphore
+    left it taken, and every later child then waited for it forever and was counted as killed by
+    timeout (gdb: ``SemLock.acquire`` in ``tqdm.__new__``).
+    """
+    bar_class = specformer_train.progress.tqdm
+    monkeypatch.setattr(bar_class, "_lock", threading.RLock(), raising=False)
+    monkeypatch.setattr(bar_class, "monitor_interval", 0)
 
 
 def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
