@@ -105,9 +105,7 @@ class Trainer:
             self.threads = choose_threads(config.threads)
             torch.set_num_threads(self.threads)
         self.precision = _precision(config.precision, self.device)
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: fp32 range, tensor-core speed
-            torch.backends.cudnn.allow_tf32 = True
+        _allow_tf32(self.device)
         summary = summarize(model)
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
@@ -119,7 +117,7 @@ class Trainer:
         if config.activation_checkpointing:
             enable_activation_checkpointing(self.model)
         self.wrapped = wrap_model(self.model, self.ctx, self.device)  # what the loop calls
-        self.compiled = config.compile is True or (config.compile == "auto" and self.device.type == "cuda")
+        self.compiled = _compiles(config.compile, self.device)
         if self.compiled:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
@@ -452,6 +450,18 @@ def _precision(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     return requested
+
+
+def _allow_tf32(device: torch.device) -> None:
+    """On CUDA, TF32 matmuls and convolutions: fp32's range at tensor-core speed."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def _compiles(setting: bool | str, device: torch.device) -> bool:
+    """``compile: auto`` compiles on CUDA only: on the CPU compiling costs more than it saves in a short run."""
+    return setting is True or (setting == "auto" and device.type == "cuda")
 
 
 def _eager() -> contextlib.AbstractContextManager[Any]:

@@ -29,7 +29,10 @@ from specformer.plugins import get_plugin_manager
 from specformer.tokenizer import ByteTokenizer
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
-from specformer_train.trainer import IGNORE, Trainer, TrainingDiverged, _precision, _step_of, lm_loss
+import specformer_train.trainer as trainer_module
+from specformer_train.distributed import DistContext
+from specformer_train.trainer import (IGNORE, Trainer, TrainingDiverged, _allow_tf32, _compiles, _precision, _step_of,
+                                     lm_loss)
 
 from .conftest import NaNFrom
 
@@ -80,7 +83,7 @@ def _progress_bars_without_a_shared_lock(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
-                 data_record: dict | None = None, **settings: Any) -> Trainer:
+                 data_record: dict | None = None, ctx: DistContext | None = None, **settings: Any) -> Trainer:
     train = {**BASE, **settings}
     config = TrainConfig(**train)
     tokens = np.random.default_rng(0).integers(0, 256, size=2000)  # no end-of-text (256): plain causal rows
@@ -88,7 +91,7 @@ def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: 
         val_rows = EvalRows(np.random.default_rng(1).integers(0, 256, size=5 * T + 1), seq_len=T)
     model = specformer.build({"model": copy.deepcopy(MODEL), "train": train}, seed=model_seed)
     return Trainer(model=model, config=config, train_rows=PackedRows(tokens, seq_len=T, seed=0), val_rows=val_rows,
-                   tokenizer=ByteTokenizer(), out_dir=out, device="cpu", data_record=data_record)
+                   tokenizer=ByteTokenizer(), out_dir=out, device="cpu", data_record=data_record, ctx=ctx)
 
 
 def hand_lr(step: int, *, lr: float = 1e-2, min_lr: float = 1e-3, warmup: int = 1, steps: int = 4) -> float:
@@ -756,3 +759,70 @@ def test_a_nan_loss_found_after_ctrl_c_names_the_last_good_checkpoint(tmp_path: 
                                                rf"is {tmp_path / 'checkpoints' / 'step-0000002'} \(step 2\)"):
         trainer.fit()
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000002"
+
+
+def test_cuda_gets_bf16_where_supported_tf32_matmuls_and_compiling_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert _precision("auto", cuda) == "bf16" and _precision("auto", cpu) == "fp32"
+    assert _precision("fp32", cuda) == "fp32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert _precision("auto", cuda) == "fp32"
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # flags behind properties
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        _allow_tf32(cpu)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        _allow_tf32(cuda)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    assert _compiles("auto", cuda) and not _compiles("auto", cpu)
+    assert _compiles(True, cpu) and not _compiles(False, cuda)
+
+
+def test_the_loop_hands_its_wrapper_and_context_to_gradient_sync_and_router_balancing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What only several processes could observe, pinned as the calls: no all-reduce before the last micro-batch."""
+    syncs: list[tuple[Any, Any, bool]] = []
+    balanced: list[tuple[Any, Any]] = []
+    real_sync, real_balance = trainer_module.gradient_sync, trainer_module.balance_routers
+
+    def sync(wrapped: Any, ctx: Any, *, sync: bool) -> Any:
+        syncs.append((wrapped, ctx, sync))
+        return real_sync(wrapped, ctx, sync=sync)
+
+    def balance(model: Any, ctx: Any = None) -> int:
+        balanced.append((model, ctx))
+        return real_balance(model, ctx)
+
+    monkeypatch.setattr(trainer_module, "gradient_sync", sync)
+    monkeypatch.setattr(trainer_module, "balance_routers", balance)
+    trainer = make_trainer(tmp_path, steps=2, grad_accum=3)
+    trainer.fit()
+    wrapped, ctx = trainer.wrapped, trainer.ctx
+    assert syncs == [(wrapped, ctx, False), (wrapped, ctx, False), (wrapped, ctx, True)] * 2
+    assert balanced == [(trainer.model, ctx)] * 2
+
+
+def test_a_second_process_seeds_apart_reads_its_own_rows_and_leaves_reports_to_the_first(
+        tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 of 2, without a process group (mode none): its seed, its half of each global batch, and silence."""
+    trainer = make_trainer(tmp_path, steps=2, sample_tokens=4, ctx=DistContext(rank=1, world_size=2))
+    seeds: list[int] = []
+    real_seed = torch.manual_seed
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: seeds.append(seed) or real_seed(seed))
+    saved: list[int] = []
+    monkeypatch.setattr(trainer, "_save", lambda: saved.append(trainer.state.step) or tmp_path / "nowhere")
+    seen = seen_inputs(trainer)
+    sampled: list[int] = []
+    monkeypatch.setattr(trainer_module, "sample_text", lambda *args, **kwargs: sampled.append(1) or "text")
+    result = trainer.fit()
+    assert seeds == [BASE["seed"] + 1]
+    assert trainer.global_batch == 4
+    for step, inputs in enumerate(seen):  # rows 2 and 3 of each global batch of 4
+        assert torch.equal(inputs, torch.from_numpy(trainer.train_rows.rows(4 * step + 2, 2))[:, :-1])
+    assert len(seen) == 2 and saved == [2]
+    assert recorder.events == [] and sampled == []  # no hooks, no logs, no sample on rank 1
+    assert result.model_path is None and not (tmp_path / "model.safetensors").exists()
+    assert trainer.sample(1) is None
