@@ -100,10 +100,7 @@ class Trainer:
         if self.seq_len > model.context_length:
             raise UserError(f"train.seq_len {self.seq_len} is longer than model.context_length {model.context_length}")
 
-        self.threads: int | None = None
-        if self.device.type == "cpu":
-            self.threads = choose_threads(config.threads)
-            torch.set_num_threads(self.threads)
+        self.threads = _cpu_threads(config.threads, self.device)
         self.precision = _precision(config.precision, self.device)
         _allow_tf32(self.device)
         summary = summarize(model)
@@ -156,8 +153,7 @@ class Trainer:
         else:
             torch.manual_seed(config.seed + ctx.rank)
             resume_step = None
-        last_saved = self.state.step if resume_from is not None else None
-        last_eval = self.state.step if resume_from is not None else None
+        started_at = last_saved = self.state.step  # nothing new to evaluate or save at the step a run starts from
 
         # Metrics reach the loggers (train.loggers) through the training hooks, on the main process only.
         loggers = RunLoggers(config.loggers if ctx.is_main else [], out_dir=self.out_dir, resume_step=resume_step,
@@ -200,7 +196,6 @@ class Trainer:
                         pending, window_start, window_tokens = [], time.perf_counter(), 0
                     if evaluating:
                         self._evaluate_and_sample(step, bar)
-                        last_eval = step
                     if saving:
                         checkpoint = self._save()
                         last_saved = step
@@ -211,7 +206,8 @@ class Trainer:
                     last_loss = self._flush(pending, bar, tokens_per_s=window_tokens / max(
                         time.perf_counter() - window_start, 1e-9), last_good=checkpoint)
                 step = self.state.step
-                if status == "finished" and last_eval != step:
+                # The last step is never a periodic evaluation, so a finished run that took a step evaluates here.
+                if status == "finished" and step != started_at:
                     self._evaluate_and_sample(step, bar)
                 if last_saved != step:
                     checkpoint = self._save()
@@ -432,7 +428,7 @@ class Trainer:
 IGNORE = -100
 
 
-def lm_loss(logits: Tensor, targets: Tensor, *, masked: bool = False) -> Tensor:
+def lm_loss(logits: Tensor, targets: Tensor, *, masked: bool) -> Tensor:
     """Mean next-token cross-entropy over the targets that count (IGNORE marks those a loss mask excludes).
 
     Unmasked rows: plain ``F.cross_entropy``. Masked (``masked``, known on the host, so no
@@ -450,6 +446,15 @@ def _precision(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     return requested
+
+
+def _cpu_threads(setting: int | str, device: torch.device) -> int | None:
+    """Set and return the thread count for a run on the CPU (None, and torch left alone, elsewhere)."""
+    if device.type != "cpu":
+        return None
+    threads = choose_threads(setting)
+    torch.set_num_threads(threads)
+    return threads
 
 
 def _allow_tf32(device: torch.device) -> None:

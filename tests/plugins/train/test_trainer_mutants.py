@@ -31,8 +31,8 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
 import specformer_train.trainer as trainer_module
 from specformer_train.distributed import DistContext
-from specformer_train.trainer import (IGNORE, Trainer, TrainingDiverged, _allow_tf32, _compiles, _precision, _step_of,
-                                     lm_loss)
+from specformer_train.trainer import (IGNORE, Trainer, TrainingDiverged, _allow_tf32, _compiles, _cpu_threads, _precision,
+                                     _step_of, lm_loss)
 
 from .conftest import NaNFrom
 
@@ -149,6 +149,7 @@ class Recorder:
     def specformer_on_train_end(self, step: int, metrics: dict, out_dir: str) -> None:
         self.events.append(("end", step))
         self.end = dict(metrics)
+        self.out_dirs.append(out_dir)
 
 
 @pytest.fixture
@@ -341,7 +342,9 @@ def test_ctrl_c_finishes_the_step_saves_it_and_skips_the_final_evaluation(tmp_pa
     assert not (tmp_path / "model.safetensors").exists()
 
 
-def test_ctrl_c_between_read_backs_still_logs_the_steps_it_ran(tmp_path: Path, recorder: Recorder) -> None:
+def test_ctrl_c_between_read_backs_still_logs_the_steps_it_ran(tmp_path: Path, recorder: Recorder,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trainer_module, "time", FakeClock())
     trainer = make_trainer(tmp_path, steps=6, log_every=4)
     original = trainer._train_step
 
@@ -356,7 +359,7 @@ def test_ctrl_c_between_read_backs_still_logs_the_steps_it_ran(tmp_path: Path, r
     assert result.status == "interrupted" and result.step == 2
     assert [e for e in recorder.events if e[0] == "step"] == [("step", 1), ("step", 2)]
     assert result.loss == recorder.steps[2]["loss"]
-    assert recorder.steps[2]["tokens"] == 2 * 2 * T and "tokens_per_s" in recorder.steps[2]
+    assert recorder.steps[2]["tokens"] == 2 * 2 * T and recorder.steps[2]["tokens_per_s"] == 2 * 2 * T / 0.5
 
 
 def test_the_run_is_seeded_from_train_seed(tmp_path: Path, recorder: Recorder) -> None:
@@ -409,6 +412,7 @@ def test_resuming_a_finished_run_trains_saves_and_evaluates_nothing(tmp_path: Pa
     final = tmp_path / "checkpoints" / "step-0000002"
     result = make_trainer(tmp_path, steps=2).fit(resume_from=final)
     assert recorder.events == [("start", 0), ("end", 2)]
+    assert recorder.end is not None and math.isnan(recorder.end["loss"])  # no step ran: no loss to report
     assert result.status == "finished" and result.step == 2 and result.checkpoint == final
     assert result.model_path == tmp_path / "model.safetensors"
 
@@ -460,7 +464,10 @@ def test_lm_loss_masked_is_the_mean_over_counted_targets_and_zero_when_none_coun
     assert float(lm_loss(logits, targets, masked=True)) == pytest.approx(float(expected), rel=1e-6)
     plain = torch.tensor([[1, 2, 4], [3, 0, 2]])
     every = -log_probs.gather(-1, plain.unsqueeze(-1)).mean()
-    assert float(lm_loss(logits, plain)) == pytest.approx(float(every), rel=1e-6)
+    assert float(lm_loss(logits, plain, masked=False)) == pytest.approx(float(every), rel=1e-6)
+    one = torch.full((2, 3), IGNORE)
+    one[1, 2] = 2  # a single counted target: its own loss, not half of it
+    assert float(lm_loss(logits, one, masked=True)) == pytest.approx(float(-log_probs[1, 2, 2]), rel=1e-6)
     nothing = torch.full((2, 3), IGNORE)
     assert float(lm_loss(logits, nothing, masked=True)) == 0.0
 
@@ -500,13 +507,13 @@ def test_step_of_reads_the_step_from_a_checkpoint_name() -> None:
 
 
 class FakeClock:
-    """``time.perf_counter`` advancing one second per reading: read-back windows of exactly 1 s."""
+    """``time.perf_counter`` advancing ``tick`` seconds per reading: every read-back window lasts one tick."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, tick: float = 0.5) -> None:
+        self.now, self.tick = 0.0, tick
 
     def perf_counter(self) -> float:
-        self.now += 1.0
+        self.now += self.tick
         return self.now
 
 
@@ -520,10 +527,10 @@ def test_throughput_is_the_window_tokens_over_the_window_time(tmp_path: Path, re
     trainer.fit()
     per_step = 2 * T
     shown = {step: r["tokens_per_s"] for step, r in recorder.steps.items() if "tokens_per_s" in r}
-    assert shown == {2: 2 * per_step, 4: 2 * per_step, 5: per_step}  # each window took one fake second
+    assert shown == {2: 4 * per_step, 4: 4 * per_step, 5: 2 * per_step}  # each window took half a fake second
     for step, rate in shown.items():
         assert recorder.steps[step]["gflops_per_s"] == pytest.approx(rate * trainer.flops_per_token / 1e9)
-    assert trainer.state.elapsed_s == 3.0 and recorder.end is not None and recorder.end["elapsed_s"] == 3.0
+    assert trainer.state.elapsed_s == 1.5 and recorder.end is not None and recorder.end["elapsed_s"] == 1.5
     assert "5/5" in capsys.readouterr().err  # the bar counted every step
 
 
@@ -653,7 +660,7 @@ def test_a_resume_keeps_what_this_run_does_not_say(tmp_path: Path, recorder: Rec
     assert saved["extra"]["documents"] == {"document_mask": False, "reset_positions": False}
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in metrics if r["kind"] == "train"] == [1, 2]
-    assert recorder.events[0] == ("start", 0) and recorder.out_dirs == [str(tmp_path)] * 2
+    assert recorder.events[0] == ("start", 0) and recorder.out_dirs == [str(tmp_path)] * 4  # start and end, twice
 
 
 def test_samples_run_eagerly_even_for_a_model_torch_would_trace() -> None:
@@ -714,8 +721,12 @@ def test_the_loggers_are_closed_with_the_runs_status(tmp_path: Path, monkeypatch
     seen: list[str] = []
     close = trainer_module.RunLoggers.close
     monkeypatch.setattr(trainer_module.RunLoggers, "close", lambda self, status: (seen.append(status), close(self, status)))
-    make_trainer(tmp_path, steps=1).fit()
-    assert seen == ["finished"]
+    make_trainer(tmp_path / "a", steps=1).fit()
+    diverging = make_trainer(tmp_path / "b", steps=2)
+    diverging.model.final_norm.register_forward_hook(NaNFrom(1))
+    with pytest.raises(TrainingDiverged):
+        diverging.fit()
+    assert seen == ["finished", "diverged"]
 
 
 def test_the_auxiliary_loss_is_added_to_the_objective_with_its_weight(tmp_path: Path) -> None:
@@ -819,10 +830,148 @@ def test_a_second_process_seeds_apart_reads_its_own_rows_and_leaves_reports_to_t
     monkeypatch.setattr(trainer_module, "sample_text", lambda *args, **kwargs: sampled.append(1) or "text")
     result = trainer.fit()
     assert seeds == [BASE["seed"] + 1]
-    assert trainer.global_batch == 4
+    assert trainer.global_batch == 4 and trainer.state.world_size == 2
     for step, inputs in enumerate(seen):  # rows 2 and 3 of each global batch of 4
         assert torch.equal(inputs, torch.from_numpy(trainer.train_rows.rows(4 * step + 2, 2))[:, :-1])
     assert len(seen) == 2 and saved == [2]
     assert recorder.events == [] and sampled == []  # no hooks, no logs, no sample on rank 1
     assert result.model_path is None and not (tmp_path / "model.safetensors").exists()
+    assert not (tmp_path / "metrics.jsonl").exists()  # the loggers run on the first process only
     assert trainer.sample(1) is None
+
+
+def test_the_device_comes_from_the_config_unless_one_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, DistContext]] = []
+    monkeypatch.setattr(trainer_module, "device_for",
+                        lambda setting, ctx: asked.append((setting, ctx)) or torch.device("cpu"))
+    config = TrainConfig(**{**BASE, "device": "cpu"})
+    model = specformer.build({"model": copy.deepcopy(MODEL), "train": BASE}, seed=0)
+    rows = PackedRows(np.zeros(200, dtype=np.int64), seq_len=T, seed=0)
+    ctx = DistContext()
+    chosen = Trainer(model=model, config=config, train_rows=rows, val_rows=None, tokenizer=ByteTokenizer(),
+                     out_dir=tmp_path, ctx=ctx)
+    assert asked == [("cpu", ctx)] and chosen.device == torch.device("cpu")
+    Trainer(model=model, config=config, train_rows=rows, val_rows=None, tokenizer=ByteTokenizer(), out_dir=tmp_path,
+            ctx=ctx, device="cpu")
+    assert len(asked) == 1  # a given device is used as it is
+
+
+def test_threads_are_chosen_and_set_only_for_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _cpu_threads(3, torch.device("cpu")) == 3 and torch.get_num_threads() == 3
+    assert _cpu_threads(5, torch.device("cuda")) is None and torch.get_num_threads() == 3
+
+
+def test_bf16_autocasts_on_the_runs_device_type(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, precision="bf16")
+    trainer.device = torch.device("cuda")  # autocast's default dtype on CUDA is float16, not the bf16 asked for
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        context = trainer._autocast()
+    assert context.device == "cuda" and context.fast_dtype == torch.bfloat16
+
+
+def test_a_step_frees_the_gradients_so_an_unused_parameter_is_not_moved_next_step(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path)
+    trainer._train_step(1e-2)
+    assert all(p.grad is None for p in trainer.model.parameters())  # AdamW skips a parameter whose grad is None
+
+
+def test_samples_only_when_asked_and_on_every_process_under_fsdp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(trainer_module, "sample_text", lambda model, tokenizer, **kw: calls.append(kw["max_new_tokens"])
+                        or "text")
+    assert make_trainer(tmp_path / "none", sample_tokens=0).sample(1) is None and calls == []
+    trainer = make_trainer(tmp_path / "one", sample_tokens=1)
+    assert trainer.sample(1) == "text" and calls == [1]
+    trainer.ctx = DistContext(mode="fsdp", rank=1, world_size=2)  # every process takes part in an FSDP forward
+    assert trainer.sample(1) == "text" and calls == [1, 1]
+    trainer.ctx = DistContext(mode="ddp", rank=1, world_size=2)  # otherwise the first process samples alone
+    assert trainer.sample(1) is None and calls == [1, 1]
+
+
+def test_no_sample_text_prints_no_sample_block(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    make_trainer(tmp_path, steps=1, sample_tokens=0).fit()
+    out = capsys.readouterr().out
+    assert "step 1: val loss" in out and "sample" not in out
+
+
+def test_an_evaluation_reads_the_pending_losses_first(tmp_path: Path, recorder: Recorder) -> None:
+    make_trainer(tmp_path, steps=5, log_every=4, eval_every=2).fit()
+    assert recorder.events == [("start", 0), ("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("step", 4),
+                               ("eval", 4), ("step", 5), ("eval", 5), ("saved", 5), ("end", 5)]
+
+
+def test_ctrl_c_right_after_a_save_does_not_save_that_step_again(tmp_path: Path, recorder: Recorder) -> None:
+    recorder.interrupt_at = 2
+    result = make_trainer(tmp_path, steps=5, log_every=1, save_every=2).fit()
+    assert result.status == "interrupted" and result.checkpoint == tmp_path / "checkpoints" / "step-0000002"
+    assert [e for e in recorder.events if e[0] == "saved"] == [("saved", 2)]
+
+
+def test_the_result_names_the_run_directory(tmp_path: Path) -> None:
+    assert make_trainer(tmp_path / "run", steps=1).fit().out_dir == tmp_path / "run"
+
+
+def test_a_fresh_run_starts_its_metrics_anew(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 9.0}) + "\n")
+    make_trainer(tmp_path, steps=1).fit()
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if r["kind"] == "train"] == [1] and metrics[0]["loss"] != 9.0
+
+
+def test_utilisation_is_logged_against_the_devices_peak(tmp_path: Path, recorder: Recorder,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    asked: list[tuple[torch.device, str]] = []
+    monkeypatch.setattr(trainer_module, "peak_flops", lambda device, *, precision: asked.append((device, precision))
+                        or 1e12)
+    monkeypatch.setattr(trainer_module, "time", FakeClock())
+    trainer = make_trainer(tmp_path, steps=2, log_every=2)
+    trainer.fit()
+    assert asked == [(torch.device("cpu"), "fp32")]
+    rate = 2 * 2 * T / 0.5
+    assert recorder.steps[2]["mfu"] == pytest.approx(rate * trainer.flops_per_token / 1e12)
+    assert capsys.readouterr().err == ""  # progress: false draws no bar
+
+
+class StreamingRows(PackedRows):
+    """Rows whose place in their source is more than a row count (as a streamed corpus's is)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.restored: list[tuple[dict | None, int]] = []
+
+    def position(self, sequences: int) -> dict:
+        return {"file": 0, "offset": 10 * sequences}
+
+    def restore(self, position: dict | None, *, sequences: int) -> None:
+        self.restored.append((position, sequences))
+
+
+def test_a_streams_place_is_saved_and_restored_on_resume(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, steps=2)
+    trainer.train_rows = StreamingRows(trainer.train_rows.tokens, seq_len=T, seed=0)
+    result = trainer.fit()
+    saved = json.loads((result.checkpoint / "trainer.json").read_text())
+    assert saved["extra"]["stream"] == {"file": 0, "offset": 10 * 4}
+    resumed = make_trainer(tmp_path, steps=3)
+    resumed.train_rows = StreamingRows(resumed.train_rows.tokens, seq_len=T, seed=0)
+    resumed.fit(resume_from=result.checkpoint)
+    assert resumed.train_rows.restored == [({"file": 0, "offset": 40}, 4)]
+
+
+def test_resuming_from_a_directory_restores_the_random_state(tmp_path: Path) -> None:
+    make_trainer(tmp_path, steps=2).fit()
+    expected = torch.get_rng_state()  # as saved with the final checkpoint
+    resumed = make_trainer(tmp_path, steps=2)
+    torch.manual_seed(123)
+    resumed.fit(resume_from=str(tmp_path / "checkpoints" / "step-0000002"))  # finished: no step draws after it
+    assert torch.equal(torch.get_rng_state(), expected)
+
+
+def test_the_document_settings_come_from_the_config_fresh_and_resumed(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, steps=1, document_mask=False, reset_positions=True)
+    assert trainer.documents == {"document_mask": False, "reset_positions": True}
+    trainer.fit()
+    resumed = make_trainer(tmp_path, steps=2, document_mask=True, reset_positions=False)
+    resumed.fit(resume_from=tmp_path / "checkpoints" / "step-0000001")
+    assert resumed.documents == {"document_mask": True, "reset_positions": False}
