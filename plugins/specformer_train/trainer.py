@@ -168,7 +168,6 @@ class Trainer:
         last_loss: float | None = None
         status = "finished"
         ended = "failed"  # what _end reports if an unexpected exception escapes
-        model_path: Path | None = None
         checkpoint: Path | None = resume_from.path if isinstance(resume_from, CheckpointContents) else None
         try:
             with StopOnInterrupt() as interrupt:

@@ -618,6 +618,15 @@ def test_the_model_is_put_in_training_mode_and_wrapped_for_dynamo_only_when_aske
     assert trainer.global_batch == 2 and make_trainer(tmp_path, grad_accum=3).global_batch == 6
 
 
+def test_compile_true_asks_torch_to_compile_the_wrapped_model_on_the_cpu_too(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[torch.nn.Module] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kwargs: compiled.append(self))
+    trainer = make_trainer(tmp_path, compile=True)
+    assert trainer.compiled and compiled == [trainer.wrapped]
+    assert not make_trainer(tmp_path, compile=False).compiled and len(compiled) == 1
+
+
 @pytest.mark.slow
 def test_compile_true_compiles_on_the_cpu_too(tmp_path: Path) -> None:
     assert make_trainer(tmp_path, compile=True).compiled  # torch compiles lazily, at the first forward
@@ -969,9 +978,26 @@ def test_resuming_from_a_directory_restores_the_random_state(tmp_path: Path) -> 
 
 
 def test_the_document_settings_come_from_the_config_fresh_and_resumed(tmp_path: Path) -> None:
-    trainer = make_trainer(tmp_path, steps=1, document_mask=False, reset_positions=True)
-    assert trainer.documents == {"document_mask": False, "reset_positions": True}
+    trainer = make_trainer(tmp_path, steps=1, document_mask=False, reset_positions=False)  # both default to true
+    assert trainer.documents == {"document_mask": False, "reset_positions": False}
     trainer.fit()
-    resumed = make_trainer(tmp_path, steps=2, document_mask=True, reset_positions=False)
+    resumed = make_trainer(tmp_path, steps=2, document_mask=True, reset_positions=True)  # not the saved ones
     resumed.fit(resume_from=tmp_path / "checkpoints" / "step-0000001")
-    assert resumed.documents == {"document_mask": True, "reset_positions": False}
+    assert resumed.documents == {"document_mask": True, "reset_positions": True}
+
+
+class ShardedNorm:
+    """What ``clip_grad_norm_`` returns under FSDP: a DTensor of this process' shard, whole through ``full_tensor``."""
+
+    def __init__(self, full: torch.Tensor) -> None:
+        self.full = full
+
+    def full_tensor(self) -> torch.Tensor:
+        return self.full
+
+
+def test_under_fsdp_the_logged_norm_is_the_whole_models(tmp_path: Path, recorder: Recorder,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda parameters, max_norm: ShardedNorm(torch.tensor(7.0)))
+    make_trainer(tmp_path, steps=1).fit()
+    assert recorder.steps[1]["grad_norm"] == 7.0
