@@ -130,6 +130,7 @@ BEAM = "plugins/specformer_generate/beam.py"
 SPECULATIVE = "plugins/specformer_generate/speculative.py"
 CHECKPOINT = "core/specformer/checkpoint.py"
 TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
+TRAINER = "plugins/specformer_train/trainer.py"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -433,6 +434,27 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
      'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
         "Python reads the string case-insensitively: the same inf",
+    # The trainer (plugins/specformer_train/trainer.py).
+    (TRAINER, 'set_stance = getattr(torch.compiler, "set_stance", None)',
+     'set_stance = getattr(torch.compiler, "set_stance", )'):
+        "torch.compiler.set_stance exists from torch 2.6 (2.13 is installed); the default keeps 2.4 and 2.5 working",
+    (TRAINER, 'return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()',
+     'return set_stance("force_eager") if (set_stance is not None) or True else contextlib.nullcontext()'):
+        "torch.compiler.set_stance exists from torch 2.6 (2.13 is installed); the fallback is for 2.4 and 2.5",
+    (TRAINER, 'return path.name.removeprefix("step-").lstrip("0") or "0" if path else "?"',
+     'return path.name.removeprefix("step-").lstrip("XX0XX") or "0" if path else "?"'):
+        "a checkpoint's name is step- and digits: also stripping X from the left changes nothing",
+    (TRAINER, 'return F.cross_entropy(flat, wanted, reduction="sum", ignore_index=IGNORE) / counted',
+     'return F.cross_entropy(flat, wanted, reduction="sum", ) / counted'):
+        "IGNORE is -100, cross_entropy's default ignore_index",
+    (TRAINER, 'self._sizes_logged = False', 'self._sizes_logged = None'):
+        "only read as `not self._sizes_logged`: None is as false as False",
+    **{(TRAINER, 'for group, settings in zip(self.optimizer.param_groups, self._settings, strict=True):', mutated):
+       "_settings is read from this optimizer's own groups in __init__ and nothing adds or removes a group later "
+       "(apply_checkpoint refuses a checkpoint with another number of groups before this runs)"
+       for mutated in ('for group, settings in zip(self.optimizer.param_groups, self._settings, strict=None):',
+                       'for group, settings in zip(self.optimizer.param_groups, self._settings, ):',
+                       'for group, settings in zip(self.optimizer.param_groups, self._settings, strict=False):')},
 }
 
 # Whole families of equivalent mutants, as (module prefix, pattern on the original line, its
@@ -442,6 +464,7 @@ SAMPLERS = "plugins/specformer_generate/samplers/"
 TWO_AXES = "a sampler's logits are (B, V) by contract (Sampler.process refuses any other rank), so axis -1 is axis 1"
 EQUIVALENT_PATTERNS: list[tuple[str, str, str, str]] = [
     ("", r'float\("-inf"\)', 'float("-INF")', "Python reads the string case-insensitively: the same -inf"),
+    ("", r'float\("nan"\)', 'float("NAN")', "Python reads the string case-insensitively: the same NaN"),
     (SAMPLERS, r"dim=-1", "dim=+1", TWO_AXES),
     (SAMPLERS, r"shape\[-1\]", "shape[+1]", TWO_AXES),
     (SAMPLERS, r"(gather|scatter_?)\(-1", r"\1(+1", TWO_AXES),

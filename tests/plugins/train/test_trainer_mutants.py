@@ -1001,3 +1001,12 @@ def test_under_fsdp_the_logged_norm_is_the_whole_models(tmp_path: Path, recorder
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda parameters, max_norm: ShardedNorm(torch.tensor(7.0)))
     make_trainer(tmp_path, steps=1).fit()
     assert recorder.steps[1]["grad_norm"] == 7.0
+
+
+def test_every_tensor_the_run_makes_is_on_its_device(tmp_path: Path, recorder: Recorder) -> None:
+    """With meta as torch's default device, a tensor made without ``device=`` would not hold a value (see docs/testing)."""
+    trainer = make_trainer(tmp_path, steps=2, save_every=1)
+    with torch.device("meta"):
+        result = trainer.fit()
+    assert result.status == "finished" and math.isfinite(result.loss) and math.isfinite(result.val_loss)
+    assert all(math.isfinite(r["loss"]) for r in recorder.steps.values())
