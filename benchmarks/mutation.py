@@ -441,9 +441,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (TRAINER, 'return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()',
      'return set_stance("force_eager") if (set_stance is not None) or True else contextlib.nullcontext()'):
         "torch.compiler.set_stance exists from torch 2.6 (2.13 is installed); the fallback is for 2.4 and 2.5",
-    (TRAINER, 'return path.name.removeprefix("step-").lstrip("0") or "0" if path else "?"',
-     'return path.name.removeprefix("step-").lstrip("XX0XX") or "0" if path else "?"'):
-        "a checkpoint's name is step- and digits: also stripping X from the left changes nothing",
     (TRAINER, 'return F.cross_entropy(flat, wanted, reduction="sum", ignore_index=IGNORE) / counted',
      'return F.cross_entropy(flat, wanted, reduction="sum", ) / counted'):
         "IGNORE is -100, cross_entropy's default ignore_index",

@@ -618,8 +618,9 @@ def test_the_model_is_put_in_training_mode_and_wrapped_for_dynamo_only_when_aske
     assert trainer.global_batch == 2 and make_trainer(tmp_path, grad_accum=3).global_batch == 6
 
 
-def test_compile_true_asks_torch_to_compile_the_wrapped_model_on_the_cpu_too(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asking_for_a_graph_wraps_the_model_for_torch_on_the_cpu_too(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compile: true`` (the name keeps it in the mutation run, which leaves out tests named after compiling)."""
     compiled: list[torch.nn.Module] = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *args, **kwargs: compiled.append(self))
     trainer = make_trainer(tmp_path, compile=True)
