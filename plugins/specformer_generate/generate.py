@@ -9,6 +9,8 @@ stop sequence to finish on).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ class _Run:
     history: Tensor  # (B, T + N): prompt (-1 on padding) then emitted tokens; what samplers read
     steps: int = 0  # tokens generated per row so far
     drafter: Any = None  # speculative decoding's drafter (specformer_generate.drafters), or None
-    draft_tokens: int = 0
+    draft_tokens: int = 0  # tokens the drafter proposes a round; read only when there is a drafter
 
 
 def generate(
@@ -266,8 +268,8 @@ def _prepare(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, s
 
 
 def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
-           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any = None, draft: Any = None,
-           draft_tokens: Any = 4) -> _Run:
+           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any, draft: Any,
+           draft_tokens: Any) -> _Run:
     batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
                               eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
                               compile=compile, max_memory=max_memory)
@@ -284,7 +286,7 @@ def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, see
         draft_tokens = arguments.positive_int("draft_tokens", draft_tokens)
     return _Run(model=model, batch=batch, max_new_tokens=checked.max_new_tokens, sampler=checked.sampler,
                 generator=generator, stopper=stopper, pad=checked.pad, use_cache=use_cache,
-                compile=compile, history=history, drafter=drafter, draft_tokens=draft_tokens if drafter else 0)
+                compile=compile, history=history, drafter=drafter, draft_tokens=draft_tokens)
 
 
 def _collect(run: _Run) -> "tuple[Tensor | list[list[int]], int]":
@@ -336,7 +338,7 @@ def _check_budget(model: Any, batch: PromptBatch, max_new_tokens: int) -> int:
         if not getattr(model, "_warned_past_context", False):
             warnings.warn(f"generating {longest + max_new_tokens} tokens, past the model's context length of {context}: "
                           f"its positions ({type(scheme).__name__}) were never trained there, so quality may drop",
-                          stacklevel=4)
+                          stacklevel=_user_stacklevel())
             model._warned_past_context = True  # once per model
         return max_new_tokens
     if verdict == "yes":
@@ -381,6 +383,22 @@ def _check_mode(model: Any) -> None:
                 f"generation random; call model.eval() before generating (generate never switches the mode itself, "
                 f"so that other threads using the model are not affected)"
             )
+
+
+#: This package's folder (with the separator, so that no sibling folder matches): frames in it are ours.
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by our caller point at the first frame outside this package.
+
+    generate, beam search and stream reach the warning through different numbers of frames,
+    so a fixed stacklevel would name one of our own files for some of them.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _report(tokens: int, seconds: float) -> None:
