@@ -97,7 +97,8 @@ MODULES: dict[str, list[str]] = {
                                                    "tests/plugins/generate/test_speculative_mutants.py"],
     # The decode loop and generate()'s own bookkeeping (padding, trimming, the token count), and the
     # paths it dispatches to: past-context checks, speculative decoding, beam search.
-    "plugins/specformer_generate/generate.py": ["tests/plugins/generate/test_gen_generate.py",
+    "plugins/specformer_generate/generate.py": ["tests/plugins/generate/test_generate_mutants.py",
+                                                "tests/plugins/generate/test_gen_generate.py",
                                                 "tests/plugins/generate/test_gen_padding.py",
                                                 "tests/plugins/generate/test_past_context.py",
                                                 "tests/plugins/generate/test_speculative_mutants.py",

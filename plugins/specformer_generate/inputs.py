@@ -67,12 +67,13 @@ def prompt_batch(input_ids: "Tensor | Sequence[Sequence[int]]", *, vocab_size: i
 
     prompts = [list(p) for p in _as_lists(input_ids)]
     width = max(len(p) for p in prompts)
-    tokens = torch.full((len(prompts), width), PAD_INPUT, dtype=torch.long)
-    positions = torch.full((len(prompts), width), -1, dtype=torch.long)
+    # Laid out on the host (whatever torch's default device is), then moved in one copy each.
+    tokens = torch.full((len(prompts), width), PAD_INPUT, dtype=torch.long, device="cpu")
+    positions = torch.full((len(prompts), width), -1, dtype=torch.long, device="cpu")
     for row, prompt in enumerate(prompts):
         pad = width - len(prompt)
-        tokens[row, pad:] = torch.tensor(prompt, dtype=torch.long)
-        positions[row, pad:] = torch.arange(len(prompt))
+        tokens[row, pad:] = torch.tensor(prompt, dtype=torch.long, device="cpu")
+        positions[row, pad:] = torch.arange(len(prompt), device="cpu")
     _check_ids(tokens, vocab_size)
     return PromptBatch(tokens.to(device), positions.to(device), [len(p) for p in prompts], from_tensor=False)
 

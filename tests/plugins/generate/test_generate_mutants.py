@@ -189,7 +189,7 @@ def test_a_restart_is_refused_from_the_prompt_width_to_the_last_token_fed_back()
 # -- the decode loop ----------------------------------------------------------------------------------
 
 
-def test_compile_sizes_the_cache_for_a_compiled_step_and_asks_for_the_compiled_step(monkeypatch) -> None:
+def test_a_graph_step_gets_its_rounded_cache_and_is_asked_for_by_its_setting(monkeypatch) -> None:
     asked, capacities = [], []
     monkeypatch.setattr(GEN, "step_function", lambda compile: (asked.append(compile), step_function(False))[1])
     for_model = GEN.StaticKVCache.for_model
@@ -387,3 +387,18 @@ def test_stream_passes_max_memory_and_the_draft_on(monkeypatch) -> None:
     monkeypatch.setattr(GEN, "speculative_decode", lambda *args: (rounds.append(args[2]), real(*args))[1])
     items = list(stream(model, [[1, 2, 1, 2, 1]], max_new_tokens=4, draft="ngram", draft_tokens=2))
     assert rounds == [2] and len(items) == 4
+
+
+def test_every_tensor_the_loop_makes_is_on_the_prompts_device() -> None:
+    """With meta as torch's default device, a tensor made without ``device=`` holds no value (see docs/testing)."""
+    model, prompt = tiny(), torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    restarting, prompts = longrope_model(), [[11, 12, 13, 14, 15], [16, 17, 18]]
+    calls = [
+        (model, prompt, {}), (model, prompt, {"use_cache": False}), (model, prompt, {"sampler": [], "seed": 3}),
+        (restarting, prompts, {"max_new_tokens": 8}),  # through the LongRoPE restart at column 8
+    ]
+    expected = [generate(m, p, **{"max_new_tokens": 4, **kw}) for m, p, kw in calls]
+    with torch.device("meta"):
+        for (m, p, kw), want in zip(calls, expected):
+            got = generate(m, p, **{"max_new_tokens": 4, **kw})
+            assert (torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want), kw
