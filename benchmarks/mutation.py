@@ -132,6 +132,9 @@ SPECULATIVE = "plugins/specformer_generate/speculative.py"
 CHECKPOINT = "core/specformer/checkpoint.py"
 TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
 TRAINER = "plugins/specformer_train/trainer.py"
+GENERATE = "plugins/specformer_generate/generate.py"
+HISTORY = "history = torch.full((batch.batch_size, batch.width + checked.max_new_tokens), -1, dtype=torch.long, device=device)"
+VERDICT = 'verdict, scheme = model.past_context() if callable(getattr(model, "past_context", None)) else ("no", None)'
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("plugins/specformer_train/schedule.py", "if step < warmup_steps:", "if step <= warmup_steps:"):
         "at step == warmup_steps the warm-up formula gives lr * (w + 1) / (w + 1) = lr, and every schedule "
@@ -435,6 +438,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
      'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
         "Python reads the string case-insensitively: the same inf",
+    # The decode loop (plugins/specformer_generate/generate.py).
+    **{(GENERATE, HISTORY, HISTORY.replace(", dtype=torch.long", replacement)):
+       "torch.full infers int64 from an int fill value" for replacement in (", dtype=None", "")},
+    **{(GENERATE, HISTORY, HISTORY.replace("), -1,", f"), {fill},")):
+       "every new column is written before it is read (the loop, the restart's slice, _collect, stream, speculation's "
+       "rounds): the fill is never seen" for fill in ("+1", "-2")},
+    **{(GENERATE, VERDICT, VERDICT.replace('("no", None)', f'("{word}", None)')):
+       'any verdict other than "warn" or "yes" is refused the same way' for word in ("XXnoXX", "NO")},
+    (GENERATE, 'if not getattr(model, "_warned_past_context", False):',
+     'if not getattr(model, "_warned_past_context", None):'): "the default is only tested for truth: None is false too",
     # The trainer (plugins/specformer_train/trainer.py).
     (TRAINER, 'set_stance = getattr(torch.compiler, "set_stance", None)',
      'set_stance = getattr(torch.compiler, "set_stance", )'):

@@ -135,7 +135,8 @@ def test_the_past_context_warning_counts_the_tokens_once_per_model() -> None:
 
 
 @pytest.mark.parametrize("call", ["greedy", "beam", "stream"])
-def test_the_past_context_warning_points_at_the_callers_line(call: str) -> None:
+def test_the_past_context_warning_stacklevel_points_at_the_callers_line(call: str) -> None:
+    """Named for stacklevel: the mutation run leaves it out (mutmut's trampolines add frames from its own files)."""
     model = tiny(context_length=8)  # plain rope: verdict "warn"
     prompt = torch.tensor([[1, 2, 3, 4, 5]])
     with warnings.catch_warnings(record=True) as caught:
