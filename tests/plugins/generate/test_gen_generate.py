@@ -6,8 +6,6 @@ import pytest
 import torch
 
 import specformer
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
 from specformer_generate import generate, stream
 
 from .specs_for_tests import assert_not_degenerate, tiny_with
@@ -138,24 +136,6 @@ def test_stream_ends_once_every_row_finished(model) -> None:
     new = free[len(PROMPTS[0]):]
     eos = new[2]
     assert len(list(stream(model, [PROMPTS[0]], max_new_tokens=10, eos_token_id=eos))) == new.index(eos) + 1
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, float]] = []
-
-    @hookimpl
-    def specformer_on_generate_end(self, tokens: int, seconds: float) -> None:
-        self.calls.append((tokens, seconds))
-
-
-@pytest.fixture
-def recorder():
-    pm = get_plugin_manager()
-    rec = Recorder()
-    pm.register(rec, name="test-generate-recorder")
-    yield rec
-    pm.unregister(rec)
 
 
 def test_the_generate_end_hook_gets_tokens_and_seconds(model, recorder) -> None:

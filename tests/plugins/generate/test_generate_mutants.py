@@ -20,8 +20,6 @@ import torch
 
 import specformer
 from specformer.errors import MemoryLimitError
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
 from specformer_generate import generate, stream
 from specformer_generate.decode import cache_capacity, step_function
 from specformer_generate.inputs import prompt_batch
@@ -56,24 +54,6 @@ def forwards(model: torch.nn.Module) -> list[int]:
     calls: list[int] = []
     model.register_forward_hook(lambda module, args, output: calls.append(1))
     return calls
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, float]] = []
-
-    @hookimpl
-    def specformer_on_generate_end(self, tokens: int, seconds: float) -> None:
-        self.calls.append((tokens, seconds))
-
-
-@pytest.fixture
-def recorder():
-    pm = get_plugin_manager()
-    rec = Recorder()
-    pm.register(rec, name="test-generate-mutants-recorder")
-    yield rec
-    pm.unregister(rec)
 
 
 # -- the context budget -------------------------------------------------------------------------------
