@@ -438,6 +438,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
      'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
         "Python reads the string case-insensitively: the same inf",
+    # The attention mask's memo (core/specformer/context.py).
+    **{("core/specformer/context.py",
+        'return self.mask_memo(("dense", rule), k_positions, lambda inputs: dense_mask(inputs, rule))',
+        f'return self.mask_memo(("{word}", rule), k_positions, lambda inputs: dense_mask(inputs, rule))'):
+       'the tag only keeps dense masks apart from the kernels\' memo entries ("tiles", "flex"): any other string does'
+       for word in ("XXdenseXX", "DENSE")},
     # The decode loop (plugins/specformer_generate/generate.py).
     **{(GENERATE, HISTORY, HISTORY.replace(", dtype=torch.long", replacement)):
        "torch.full infers int64 from an int fill value" for replacement in (", dtype=None", "")},

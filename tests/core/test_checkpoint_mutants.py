@@ -380,3 +380,21 @@ def test_an_empty_registry_given_is_used_not_replaced_by_the_default(saved):
     del metadata["component_sources"]
     with pytest.raises(CheckpointError, match="the spec stored in the checkpoint does not validate here"):
         check_checkpoint(saved, metadata=metadata, registry=Registry())
+
+
+def test_save_records_where_the_given_registrys_components_come_from(tmp_path, model):
+    from dataclasses import replace
+
+    from specformer.provenance import HEADER_KEY
+    from specformer.plugins import get_registry
+    from specformer.registry import Registry
+
+    everywhere = get_registry()
+    given = Registry(kinds=dict(everywhere.kinds), sections=dict(everywhere.sections),
+                     _components={kind: dict(names) for kind, names in everywhere._components.items()})
+    for name, component in given._components["norm"].items():
+        given._components["norm"][name] = replace(component, plugin="elsewhere")  # not the installed registry's
+    path = specformer.save(model, tmp_path / "m.safetensors", registry=given)
+    records = json.loads(read_metadata(path)[HEADER_KEY])
+    assert {r["plugin"] for r in records if r["kind"] == "norm"} == {"elsewhere"}
+    assert {r["plugin"] for r in records if r["kind"] == "ffn"} == {"layers"}

@@ -77,3 +77,31 @@ def test_the_traced_path_builds_the_same_mask_without_the_memo(monkeypatch, wind
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     got = context.attention_mask(keys, window=window)
     assert torch.equal(got, reference(positions.tolist(), keys.tolist(), window))
+
+
+def test_a_chunked_rule_lets_a_query_read_only_its_own_chunk() -> None:
+    positions = torch.tensor([[0, 1, 2, 3, 4]])
+    context = ForwardContext(positions=positions, positional=PositionalScheme())
+    expected = [[k <= q and k // 2 == q // 2 for k in range(5)] for q in range(5)]  # chunks of 2 positions
+    assert context.attention_mask(positions, chunk=2)[0, 0].tolist() == expected
+    assert context.attention_mask(positions)[0, 0].tolist() == [[k <= q for k in range(5)] for q in range(5)]
+
+
+def test_packed_documents_read_only_their_own_earlier_tokens() -> None:
+    positions = torch.tensor([[0, 1, 2, 0, 1]])  # the second document restarts its positions
+    documents = [0, 0, 0, 1, 1]
+    context = ForwardContext(positions=positions, positional=PositionalScheme(),
+                             document_ids=torch.tensor([documents]))
+    expected = [[k <= q and documents[k] == documents[q] for k in range(5)] for q in range(5)]  # by column
+    assert context.attention_mask(positions)[0, 0].tolist() == expected  # this forward's own tokens as keys
+
+
+def test_each_layer_reads_its_own_positional_scheme_and_state() -> None:
+    positions = torch.tensor([[0, 1]])
+    model_level, first, second = PositionalScheme(), PositionalScheme(), PositionalScheme()
+    per_layer = ForwardContext(positions=positions, positional=model_level, positional_state="model",
+                               layer_schemes=[first, second], layer_states=["first", "second"])
+    assert per_layer.positional_for(1) is second and per_layer.positional_state_for(1) == "second"
+    assert per_layer.positional_for(0) is first and per_layer.positional_state_for(0) == "first"
+    shared = ForwardContext(positions=positions, positional=model_level, positional_state="model")
+    assert shared.positional_for(1) is model_level and shared.positional_state_for(1) == "model"
