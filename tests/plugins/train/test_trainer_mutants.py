@@ -520,8 +520,6 @@ class FakeClock:
 def test_throughput_is_the_window_tokens_over_the_window_time(tmp_path: Path, recorder: Recorder,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture) -> None:
-    import specformer_train.trainer as trainer_module
-
     monkeypatch.setattr(trainer_module, "time", FakeClock())
     trainer = make_trainer(tmp_path, steps=5, log_every=2, progress=True)
     trainer.fit()
@@ -578,8 +576,6 @@ def test_a_loss_mask_limits_the_training_loss_to_the_counted_targets(tmp_path: P
 
 
 def test_samples_are_drawn_with_the_configured_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specformer_train.trainer as trainer_module
-
     calls: list[dict] = []
     monkeypatch.setattr(trainer_module, "sample_text", lambda model, tokenizer, **kw: calls.append(kw) or "text")
     trainer = make_trainer(tmp_path, sample_tokens=4, sample_prompt="hi", sample_temperature=0.7, sample_top_k=3)
@@ -596,8 +592,6 @@ def test_a_huge_validation_loss_reports_a_finite_perplexity(tmp_path: Path, reco
 
 
 def test_a_failed_export_names_where_the_final_weights_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specformer_train.trainer as trainer_module
-
     def full(source: Path, dest: Path) -> None:
         raise OSError(28, "No space left on device")
 
@@ -726,8 +720,6 @@ def test_activation_checkpointing_wraps_every_block_and_trains_the_same(tmp_path
 
 
 def test_the_loggers_are_closed_with_the_runs_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specformer_train.trainer as trainer_module
-
     seen: list[str] = []
     close = trainer_module.RunLoggers.close
     monkeypatch.setattr(trainer_module.RunLoggers, "close", lambda self, status: (seen.append(status), close(self, status)))
@@ -866,7 +858,7 @@ def test_the_device_comes_from_the_config_unless_one_is_given(tmp_path: Path, mo
     assert len(asked) == 1  # a given device is used as it is
 
 
-def test_threads_are_chosen_and_set_only_for_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_are_chosen_and_set_only_for_the_cpu() -> None:
     assert _cpu_threads(3, torch.device("cpu")) == 3 and torch.get_num_threads() == 3
     assert _cpu_threads(5, torch.device("cuda")) is None and torch.get_num_threads() == 3
 
