@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
 
-.PHONY: demo test test-slow docs bench mutation clean
+.PHONY: demo test test-slow docs docs-refresh bench mutation clean
 
 # The set-up, once (a changed pyproject.toml redoes it). Notes on the steps:
 # - torch is pinned to its CPU build: an unpinned torch would pull a multi-GB CUDA build.
@@ -40,6 +40,11 @@ test-slow: $(STAMP)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
+
+# Command output and included files are kept in the docs pages themselves (so they read the same in an
+# editor and on the repository page); this regenerates them. The test suite fails while any is stale.
+docs-refresh: $(STAMP)
+	$(PY) docs/_hooks/refresh_docs.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py

@@ -2,8 +2,9 @@
 
 Generated at build time from the live registry, hookspecs and CLI (nothing is written to
 docs/): the component catalogue, the spec, hooks and CLI references, and one Python API
-page per module. ``<!-- specformer-output: ARGS -->`` lines in any page become the real
-output of ``specformer ARGS``. Pages written alongside features are listed in
+page per module. Command output and included files are kept in the pages themselves
+(``docsgen.transcripts``; ``make docs-refresh`` regenerates them), so a page reads the same
+in an editor as on the site. Pages written alongside features are listed in
 ``mkdocs.yml`` and left out of the navigation while they do not exist (``OPTIONAL_PAGES``).
 The plugins documented are the built-in ones unless ``extra.specformer_plugins`` in
 ``mkdocs.yml`` (``SPECFORMER_DOCS_PLUGINS``) says ``installed`` (``docsgen.plugin_scope``).
@@ -22,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from docsgen.pages import Generated, api_nav, catalogue_nav, generate  # noqa: E402
 from docsgen.plugin_scope import load_plugins  # noqa: E402
-from docsgen.transcripts import expand  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.specformer_docs")
 
@@ -74,11 +74,3 @@ def on_files(files, config, **kwargs):
         files.append(File.generated(config, path, content=content))
     return files
 
-
-def on_page_markdown(markdown, page, config, files, **kwargs):
-    expanded, ran = expand(markdown)
-    for args, code in ran:
-        # A transcript may show a failure on purpose (validation errors); a crash never.
-        if code not in (0, 2):
-            log.warning("%s: `specformer %s` exited with %d", page.file.src_uri, args, code)
-    return expanded

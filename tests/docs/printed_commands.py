@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+)(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
                    re.M | re.S)
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console", "text"}
+#: The marker line of a generated transcript, directly above its block (docs/_hooks/docsgen/transcripts.py).
+GENERATED = re.compile(r"<!-- specformer-output: .+? -->[ \t]*\n\Z")
 #: A line a command prints to suggest the next one.
 HINT = re.compile(r"^(?:try|next|then):\s+(?P<command>specformer\s.+?)\s*$", re.M)
 
@@ -66,6 +68,8 @@ def from_markdown(path: Path) -> list[Printed]:
         language = block["lang"].lower()
         if language not in SHELL_LANGUAGES:
             continue
+        if GENERATED.search(text, 0, block.start()):
+            continue  # generated from the command itself; test_generated_blocks.py keeps it fresh
         first_line = text.count("\n", 0, block.start("body")) + 1
         lines = [line.removeprefix(block["indent"]) for line in block["body"].splitlines()]
         prompted = language in ("console", "text")
@@ -358,14 +362,25 @@ def _chats(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _repository_file(name: str) -> Any:
+    """A maker of the repository's file ``name`` at ``path`` in the workspace (a clone has it there)."""
+    def make(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, path)
+
+    return make
+
+
 def _text_file(path: Path) -> None:
     path.write_text("\n\n".join((REPO / "docs" / name).read_text(encoding="utf-8") for name in CORPUS_PAGES))
 
 
+EVALUATED = "examples/specformer-tutorial/src/specformer_tutorial/dyt.py"
 #: What a page takes for granted, by the name a command gives it. The workspace stands for a
-#: clone of this repository (specs/ and README.md are there) after `make demo` (runs/tiny/).
+#: clone of this repository (specs/, README.md and the files named here are there) after `make demo` (runs/tiny/).
 INPUTS = {
     "README.md": lambda p: shutil.copy(REPO / "README.md", p),
+    EVALUATED: _repository_file(EVALUATED),  # evaluation.md's example
     "notes.txt": _text_file,
     "chats.jsonl": _chats,
     "llama.safetensors": _imported_llama,

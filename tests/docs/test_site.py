@@ -154,14 +154,6 @@ def test_transcripts_show_what_the_cli_prints_now(built_site: Path):
     assert code == 0 and " ".join(output.split()) in summary
 
 
-def test_transcript_markers_are_replaced_and_failures_flagged(tmp_path):
-    expanded, ran = docsgen.transcripts.expand("before\n<!-- specformer-output: validate specs/tiny.yaml -->\nafter\n")
-    assert ran == [("validate specs/tiny.yaml", 0)]
-    assert "```console\n$ specformer validate specs/tiny.yaml\nspecs/tiny.yaml: ok\n```" in expanded
-    _, ran = docsgen.transcripts.expand("<!-- specformer-output: validate no/such.yaml -->")
-    assert ran == [("validate no/such.yaml", 2)]
-
-
 def test_nav_lists_pages_of_other_work_streams_only_once_they_exist(tmp_path):
     (tmp_path / "training.md").write_text("# Training\n")
     nav = [{"Home": "index.md"}, {"Training": "training.md"}, {"Interop": "interop.md"},

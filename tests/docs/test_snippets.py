@@ -148,14 +148,6 @@ def test_invalid_on_purpose_must_really_be_invalid():
         check_block(_block("# invalid on purpose\n" + WHOLE), registry)
 
 
-def test_included_files_are_checked(tmp_path):
-    registry = get_registry()
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(WHOLE.replace("n_heads: 4", "n_heads: 3"))
-    with pytest.raises(AssertionError, match=r"n_heads \(3\)"):
-        check_block(_block(f'--8<-- "{spec}"'), registry)
-
-
 def test_toml_and_json_specs_are_validated():
     registry = get_registry()
     bad_toml = "[model]\nvocab_size = 64\n"

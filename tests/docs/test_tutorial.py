@@ -142,7 +142,7 @@ def test_the_page_includes_every_file_of_the_package():
              and p.name != "README.md"]
     assert len(files) >= 9
     for path in files:
-        include = f'--8<-- "{path.relative_to(REPO)}"'
+        include = f"<!-- specformer-include: {path.relative_to(REPO)} -->"
         assert include in page, f"{path.relative_to(REPO)} is not shown on the tutorial page"
 
 

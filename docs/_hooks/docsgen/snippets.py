@@ -13,8 +13,6 @@ The convention every page follows (``tests/docs`` enforces it on every page):
 * a block whose first line starts with ``# not a spec`` is not checked;
 * a block whose first line starts with ``# invalid on purpose`` must fail validation
   (the examples of error messages);
-* a block that includes a file (``--8<-- "path"``, pymdownx.snippets) is checked with the
-  file's content, by the same rules;
 * a block whose first line is ``# needs plugin: <distribution>`` is checked by the rules
   above only where that distribution is installed (the plugin tutorial's snippets);
 * JSON and TOML blocks are checked when they have a top-level ``model``.
@@ -44,7 +42,6 @@ FRAGMENT_MARK = "# fragment"
 NOT_A_SPEC_MARK = "# not a spec"
 NEEDS_PLUGIN_MARK = "# needs plugin:"
 INVALID_MARK = "# invalid on purpose"
-_INCLUDE = re.compile(r'^\s*-{1,3}8<-{1,3}\s+"([^"]+)"\s*$')
 FRAGMENT_HEADER = "# fragment: merged into a full spec such as specs/tiny.yaml"
 #: The smallest sensible model: head_dim 2, so per-channel params need a single value.
 SMALLEST: dict[str, Any] = {
@@ -400,11 +397,6 @@ def check_block(block: CodeBlock, registry: Registry) -> str:
     Raises ``AssertionError`` with the page, line and problems when it does not hold.
     """
     where = f"{block.page}:{block.line}"
-    include = _INCLUDE.match(block.code.strip()) if block.code.strip().count("\n") == 0 else None
-    if include:
-        path = Path(include.group(1))
-        text = (path if path.is_absolute() else REPO / path).read_text(encoding="utf-8")
-        return check_block(CodeBlock(f"{block.page} (including {path})", block.line, block.language, text), registry)
     first = next((line.strip() for line in block.code.splitlines() if line.strip()), "")
     if first.startswith(NEEDS_PLUGIN_MARK):
         distribution = first[len(NEEDS_PLUGIN_MARK):].strip()

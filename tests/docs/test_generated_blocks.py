@@ -1,0 +1,91 @@
+"""Generated blocks live in the Markdown (so a page reads the same anywhere) and are never stale."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import specformer
+from docsgen.snippets import REPO
+from docsgen.transcripts import MARKER, markdown_pages, refresh
+
+
+@pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: str(p.relative_to(REPO / "docs")))
+def test_every_generated_block_is_up_to_date(page):
+    text = page.read_text(encoding="utf-8")
+    fresh = refresh(text)
+    assert all(code in (0, 2) for _, code in fresh.ran), f"{page}: a command crashed: {fresh.ran}"
+    assert fresh.text == text, f"{page.relative_to(REPO)} is stale: run `make docs-refresh` and commit the result"
+
+
+def test_no_page_keeps_a_placeholder_that_only_the_site_would_fill():
+    for page in markdown_pages():
+        text = page.read_text(encoding="utf-8")
+        assert '--8<--' not in text, f"{page}: a snippet include shows as a raw line outside the site; use " \
+                                     "<!-- specformer-include: PATH --> and make docs-refresh"
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if MARKER.match(line):
+                assert i + 1 < len(lines) and lines[i + 1].lstrip().startswith(("```", "~~~")), \
+                    f"{page}:{i + 1}: a marker without its generated block"
+
+
+def test_an_output_marker_gets_the_command_and_what_it_printed():
+    fresh = refresh("before\n<!-- specformer-output: validate specs/tiny.yaml -->\nafter\n")
+    assert fresh.ran == [("validate specs/tiny.yaml", 0)]
+    assert fresh.text == ("before\n<!-- specformer-output: validate specs/tiny.yaml -->\n```console\n"
+                          "$ specformer validate specs/tiny.yaml\nspecs/tiny.yaml: ok\n```\nafter\n")
+    assert refresh(fresh.text).text == fresh.text  # refreshing a fresh page changes nothing
+
+
+def test_a_stale_block_is_replaced_and_the_authors_fence_kept():
+    stale = "<!-- specformer-include: specs/tiny.yaml -->\n```yaml title=\"tiny\"\nold: text\n```\nafter"
+    fresh = refresh(stale).text
+    body = (REPO / "specs" / "tiny.yaml").read_text(encoding="utf-8").rstrip("\n")
+    assert fresh == f"<!-- specformer-include: specs/tiny.yaml -->\n```yaml title=\"tiny\"\n{body}\n```\nafter"
+
+
+def test_a_failing_command_shows_its_exit_code():
+    fresh = refresh("<!-- specformer-output: validate no/such.yaml -->")
+    assert fresh.ran == [("validate no/such.yaml", 2)]
+    assert fresh.text.endswith("$ echo $?\n2\n```")
+
+
+def test_a_body_with_backticks_gets_a_longer_fence_and_indentation_is_kept(tmp_path, monkeypatch):
+    import docsgen.transcripts as transcripts
+
+    monkeypatch.setattr(transcripts, "included", lambda path: "a\n```\nb")
+    fresh = refresh("- item\n\n    <!-- specformer-include: x.md -->\n    ```\n    old\n    ```\n").text
+    assert fresh == "- item\n\n    <!-- specformer-include: x.md -->\n    ````\n    a\n    ```\n    b\n    ````\n"
+
+
+def test_a_missing_include_is_an_error():
+    with pytest.raises(ValueError, match="no/such.txt: no such file"):
+        refresh("<!-- specformer-include: no/such.txt -->")
+
+
+def test_the_evaluation_page_figures_are_what_eval_computes_now(tmp_path):
+    """docs/evaluation.md shows a run on the demo model; its counts depend only on the file scored and the windows."""
+    import contextlib
+    import io
+    import json
+
+    from specformer.cli import main
+
+    page = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    command = re.search(r"\$ specformer eval runs/tiny/model.safetensors --data (\S+) --context (\d+) --stride (\d+)\n", page)
+    shown = re.search(r"scored\s+([\d,]+) tokens of (\d+) document\(s\) in (\d+) windows \(context (\d+), stride (\d+)\)",
+                      page)
+    assert command and shown, "docs/evaluation.md no longer shows the eval run this test checks"
+    data, context, stride = command.groups()
+    assert (context, stride) == shown.groups()[3:]
+    checkpoint = tmp_path / "tiny.safetensors"
+    specformer.save(specformer.build(REPO / "specs" / "tiny.yaml", seed=0), checkpoint)  # weights do not change counts
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["eval", str(checkpoint), "--data", str(REPO / data), "--context", context, "--stride", stride,
+                     "--json"]) == 0
+    result = json.loads(out.getvalue())
+    assert (f"{result['tokens']:,}", str(result["documents"]), str(result["windows"])) == shown.groups()[:3], \
+        f"docs/evaluation.md's counts have drifted from {data}: re-run the command it shows and update the page"
