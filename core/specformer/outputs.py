@@ -22,6 +22,7 @@ nothing is in the way) are made before it, so a refusal costs nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -44,13 +45,33 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+class _Place:
+    """A path as the comparisons see it: resolved, and by device and inode where it exists."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.resolved = self.path.resolve()
+        self.identity = _identity(self.path)
+        self.folder = self.path.is_dir()
+
+    @functools.cached_property
+    def above(self) -> set[tuple[int, int] | None]:
+        """The device and inode of every folder above it (asked only when a containing folder exists)."""
+        return {_identity(parent) for parent in self.resolved.parents}
+
+    def is_(self, other: _Place) -> bool:
+        return self.resolved == other.resolved or (self.identity is not None and self.identity == other.identity)
+
+    def holds(self, other: _Place) -> bool:
+        """Whether ``other`` lies inside this folder (itself excluded)."""
+        if self.resolved in other.resolved.parents:
+            return True
+        return self.folder and self.identity is not None and self.identity in other.above
+
+
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether ``a`` and ``b`` name one file or folder: the same path once resolved, or the same device and inode."""
-    a, b = Path(a), Path(b)
-    if a.resolve() == b.resolve():
-        return True
-    found = _identity(a)
-    return found is not None and found == _identity(b)
+    return _Place(a).is_(_Place(b))
 
 
 def lies_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
@@ -59,14 +80,8 @@ def lies_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) ->
     Compared by resolved paths, and each folder above ``path`` also by device and inode
     (a folder reached by two routes, a bind mount say, is still the same folder).
     """
-    path, folder = Path(path).resolve(), Path(folder)
-    if same_file(path, folder):
-        return True
-    where = folder.resolve()
-    if where in path.parents:
-        return True
-    found = _identity(folder)
-    return found is not None and any(_identity(parent) == found for parent in path.parents)
+    inner, outer = _Place(path), _Place(folder)
+    return outer.is_(inner) or outer.holds(inner)
 
 
 def refuse_inputs(outputs: Iterable[str | os.PathLike[str]], inputs: Iterable[str | os.PathLike[str] | None], *,
@@ -77,22 +92,19 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike[str]], inputs: Iterable[st
     is a folder counts as everything in it: replacing it would delete them. The message
     ends with ``instead`` (what to do) and says that ``flag`` does not change this.
     """
-    # Each output is resolved and identified once: a corpus glob may bring thousands of inputs.
-    targets = [(output, output.resolve(), _identity(output), output.is_dir()) for output in map(Path, outputs)]
-    for source in (Path(i) for i in inputs if i is not None):
-        resolved, found = source.resolve(), _identity(source)
-        above: set[tuple[int, int] | None] | None = None  # the folders above the input, identified when needed
-        for output, where, identity, folder in targets:
-            if resolved == where or (found is not None and found == identity):
-                what = "is also" if str(output) == str(source) else f"is {source} (the same file),"
-                raise UserError(f"{output}: {what} an input of this command; {instead} ({flag} never replaces an input)")
-            inside = where in resolved.parents
-            if not inside and folder and identity is not None:
-                above = {_identity(parent) for parent in resolved.parents} if above is None else above
-                inside = identity in above
-            if inside:
-                raise UserError(f"{output}: holds {source}, an input of this command, which replacing it would delete; "
-                                f"{instead} ({flag} never replaces an input)")
+    targets = [_Place(output) for output in outputs]  # once each: a corpus glob may bring thousands of inputs
+    for given in inputs:
+        if given is None:
+            continue
+        source = _Place(given)
+        for output in targets:
+            if output.is_(source):
+                what = "is also" if str(output.path) == str(source.path) else f"is {source.path} (the same file),"
+                raise UserError(f"{output.path}: {what} an input of this command; {instead} ({flag} never replaces "
+                                "an input)")
+            if output.holds(source):
+                raise UserError(f"{output.path}: holds {source.path}, an input of this command, which replacing it "
+                                f"would delete; {instead} ({flag} never replaces an input)")
 
 
 def _probe_writable(folder: Path, target: Path) -> None:
@@ -122,12 +134,16 @@ def check_file_output(path: str | os.PathLike[str], *, inputs: Iterable[str | os
     """Raise :class:`UserError` unless the file ``path`` may be written (the rule in the module doc).
 
     It must not be one of ``inputs``, nor (unless ``force``) exist already, nor be a
-    folder; the folder it goes in must exist and take a new entry.
+    folder or anything else that is not a regular file; the folder it goes in must exist
+    and take a new entry.
     """
     path = Path(path)
     refuse_inputs([path], inputs)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name")
+    if path.exists() and not path.is_file():
+        # The new file would be renamed over it: /dev/null, say, would become a plain file.
+        raise UserError(f"{path}: is not a regular file (a device, pipe or socket); give a file name")
     if os.path.lexists(path) and not force:
         raise UserError(f"{path}: already exists; pass --force to replace it")
     _probe_writable(path.parent, path)
