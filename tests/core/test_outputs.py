@@ -107,8 +107,16 @@ def test_an_existing_file_is_replaced_only_with_force(tmp_path):
         check_file_output(dangling, force=False)
     write_text_output(out, "new", force=True)
     assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "out.txt"]
+    (tmp_path / "link.txt").symlink_to(out)
+    write_text_output(tmp_path / "link.txt", "newer", force=True)  # the link itself is replaced, not what it names
+    assert out.read_text() == "new" and (tmp_path / "link.txt").read_text() == "newer"
     with pytest.raises(UserError, match="is a folder; give a file name"):
         check_file_output(tmp_path, force=True)
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "to-pipe").symlink_to(tmp_path / "pipe")
+    for special in ("pipe", "to-pipe"):  # never renamed over: /dev/null would become a plain file
+        with pytest.raises(UserError, match="is not a regular file"):
+            check_file_output(tmp_path / special, force=True)
     with pytest.raises(UserError, match=f"the folder {tmp_path / 'no'} does not exist"):
         check_file_output(tmp_path / "no" / "x", force=False)
 
