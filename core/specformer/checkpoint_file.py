@@ -8,14 +8,13 @@ models on top of both.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specformer.atomic import fsync_file, temp_sibling
+from specformer.atomic import replacing
 from specformer.datafile import path_kind
 from specformer.errors import CheckpointError, InputError, excerpt
 
@@ -23,14 +22,9 @@ FORMAT = "specformer-checkpoint/1"
 
 
 def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    tmp = temp_sibling(path)
-    try:
+    """Write a safetensors file through :func:`specformer.atomic.replacing` (complete or absent, umask's mode)."""
+    with replacing(Path(path)) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
-        fsync_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:

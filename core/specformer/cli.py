@@ -251,16 +251,17 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 def _configure_schema(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="replace the -o file if it exists")
 
 
 def _run_schema(args: argparse.Namespace) -> int:
+    from specformer.outputs import write_text_output
     from specformer.plugins import get_registry
     from specformer.schema import spec_json_schema
 
     text = json.dumps(spec_json_schema(get_registry()), indent=2)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        write_text_output(args.output, text + "\n", force=args.force)
     else:
         print(text)
     return 0

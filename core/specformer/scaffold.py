@@ -19,6 +19,7 @@ from pathlib import Path
 from string import Template
 
 from specformer.errors import UserError
+from specformer.outputs import staged_folder
 from specformer.plugins import get_plugin_manager, get_registry
 from specformer.version import __version__
 
@@ -32,10 +33,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="plugin name: a lowercase Python identifier; also the name of the example norm")
     parser.add_argument("--dir", default=".", metavar="DIR",
                         help="where to create the package folder specformer-NAME (default: the current directory)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a folder specformer-NAME that already holds files (once the new one is complete)")
 
 
 def run(args: argparse.Namespace) -> int:
-    root = new_plugin(args.name, directory=Path(args.dir))
+    root = new_plugin(args.name, directory=Path(args.dir), force=args.force)
     print(f"created {root} (plugin {args.name!r}, package specformer_{args.name}, norm component {args.name!r})")
     print("next:")
     print(f"  pip install -e {root}")
@@ -66,15 +69,17 @@ def check_name(name: str) -> None:
         )
 
 
-def new_plugin(name: str, *, directory: Path | str = ".") -> Path:
-    """Create ``directory/specformer-<name>/`` and return its path."""
+def new_plugin(name: str, *, directory: Path | str = ".", force: bool = False) -> Path:
+    """Create ``directory/specformer-<name>/`` (and ``directory`` if needed) and return its path.
+
+    The folder is written whole or not at all (:mod:`specformer.outputs`); one that already
+    holds files is refused, or with ``force`` replaced once the new one is complete.
+    """
     check_name(name)
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserError(f"--dir {str(directory)!r} is a file, not a directory")
     root = directory / f"specformer-{name.replace('_', '-')}"
-    if root.exists():
-        raise UserError(f"{str(root)!r} already exists; choose another name or --dir, or remove it")
     values = {
         "name": name,
         "package": f"specformer_{name}",
@@ -90,10 +95,11 @@ def new_plugin(name: str, *, directory: Path | str = ".") -> Path:
         f"src/{values['package']}/norm.py": _NORM,
         f"tests/test_{name}.py": _TEST,
     }
-    for relative, template in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Template(template).substitute(values), encoding="utf-8")
+    with staged_folder(root, force=force, parents=True) as stage:
+        for relative, template in files.items():
+            path = stage / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(Template(template).substitute(values), encoding="utf-8")
     return root
 
 

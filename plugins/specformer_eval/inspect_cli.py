@@ -3,6 +3,8 @@
 Writes ``attention.png`` (every layer's and head's attention), ``attention-<token>.png``
 (where the ``--token`` looks, per layer), ``logit-lens.png`` (each layer's prediction) and
 ``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR.
+DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
+files is replaced only with ``--force``, and never while it holds the checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 
 from specformer.errors import UserError
+from specformer.outputs import check_folder_output, staged_folder
 from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
@@ -32,7 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
     parser.add_argument("--prompt", required=True, help="the text to run through the model")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the pictures and index.html to")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the pictures and index.html to "
+                        "(created, with the folders above it)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it already holds files (once the new "
+                        "pictures are complete; never a folder holding CHECKPOINT or --tokenizer)")
     parser.add_argument("--token", metavar="T",
                         help="the query token of attention-<token>.png: a position (negative counts from the end) "
                              "or a token's text (its last occurrence); default: the last token")
@@ -45,21 +51,18 @@ def run(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {args.out}: exists and is not a folder")
+    inputs = [args.checkpoint, args.tokenizer]
+    check_folder_output(out, inputs=inputs, force=args.force, parents=True)  # before the model is loaded
     model = load_model(args.checkpoint, device=args.device)
     tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
     inspection = inspect_prompt(model, tokenizer, args.prompt, k=args.top_k)
     position = choose_token(inspection, args.token)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
-    written = write_inspection(inspection, out=out, position=position, title=f"{args.checkpoint}: {args.prompt!r}")
+    with staged_folder(out, inputs=inputs, force=args.force, parents=True) as stage:
+        written = write_inspection(inspection, out=stage, position=position, title=f"{args.checkpoint}: {args.prompt!r}")
     for path in written:
-        print(path)
+        print(out / path.name)
     return 0
 
 

@@ -22,6 +22,7 @@ a fused update of ``k`` parts at most ``k * r``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,14 @@ def hf_deltas(model: Any, family: Any) -> dict[str, torch.Tensor]:
 
 
 def export_peft(model: Any, directory: str | Path, *, family: str | None = None, prefer: str | None = None,
-                base_path: str | None = None) -> Path:
-    """Write ``model``'s adapter as a PEFT LoRA folder at ``directory`` (created; must be empty)."""
-    from specformer_hf.output import check_directory_target, staged_directory
+                base_path: str | None = None, force: bool = False, inputs: Sequence[str | Path] = ()) -> Path:
+    """Write ``model``'s adapter as a PEFT LoRA folder at ``directory``.
+
+    The folder follows :mod:`specformer.outputs`: absent or empty, or with ``force`` replaced
+    once the new one is complete; never one that is or holds any of ``inputs``.
+    """
+    from specformer.checkpoint import write_safetensors_atomic
+    from specformer.outputs import check_folder_output, staged_folder
 
     from specformer_finetune.apply import adapter_of
 
@@ -97,7 +103,7 @@ def export_peft(model: Any, directory: str | Path, *, family: str | None = None,
     if info.ref.get("kind") != "lora":
         raise UserError(f"--peft writes LoRA adapters; this one is {info.ref.get('kind')!r}")
     directory = Path(directory)
-    check_directory_target(directory, force=False)
+    check_folder_output(directory, inputs=inputs, force=force)
     chosen = _family(model, family, prefer)
     deltas = hf_deltas(model, chosen)
     rank = int(info.ref["rank"])
@@ -115,10 +121,8 @@ def export_peft(model: Any, directory: str | Path, *, family: str | None = None,
         "use_dora": False, "init_lora_weights": True, "inference_mode": True, "modules_to_save": None,
         "rank_pattern": {}, "alpha_pattern": {}, "base_model_name_or_path": base_path,
     }
-    from safetensors.torch import save_file
-
-    with staged_directory(directory, force=False) as stage:
-        save_file(tensors, str(stage / WEIGHTS), metadata={"format": "pt"})
+    with staged_folder(directory, inputs=inputs, force=force) as stage:
+        write_safetensors_atomic(tensors, stage / WEIGHTS, {"format": "pt"})
         (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return directory
 

@@ -1,8 +1,9 @@
 """``specformer hf import DIR OUT.safetensors`` | ``specformer hf export CHECKPOINT DIR`` |
 ``specformer hf attach-tokenizer CHECKPOINT TOKENIZER.json`` | ``specformer hf families``.
 
-Outputs are checked before any weights are read (the folder exists and can be written,
-nothing is there already unless ``--force``) and written complete or not at all.
+Outputs follow :mod:`specformer.outputs`: checked before any weights are read (the folder
+exists and can be written, nothing is there already unless ``--force``, no input is
+overwritten even with it) and written complete or not at all.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    "DIR's own; without either, the checkpoint records that it has no tokenizer")
     p.add_argument("--eos-token", metavar="TOKEN", help="the tokenizer's end-of-text token (default: the config's "
                    "eos_token_id token, else <|endoftext|>)")
-    p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist")
+    p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist "
+                   "(never a file of DIR, --tokenizer or --base: those are refused even with --force)")
     p.add_argument("--base", metavar="BASE.safetensors", help="DIR is a PEFT LoRA adapter (adapter_config.json): write "
                    "it as a specformer adapter checkpoint on this imported base (the finetune plugin)")
 
@@ -48,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    "folder (adapter_config.json, adapter_model.safetensors) for the base exported on its own; without "
                    "--peft an adapter checkpoint exports merged into its base")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
-                   "export is complete)")
+                   "export is complete; never a folder holding CHECKPOINT or its base)")
 
     p = actions.add_parser("attach-tokenizer", help="Store a tokenizer.json in an existing checkpoint.",
                            description="Store TOKENIZER (a tokenizer.json, or a folder holding one) in CHECKPOINT's "
@@ -57,7 +59,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("tokenizer", metavar="TOKENIZER", help="a tokenizer.json, or a Hugging Face folder holding one")
     p.add_argument("--eos-token", metavar="TOKEN", help="the end-of-text token (default: the imported config's "
                    "eos_token_id token, else <|endoftext|>)")
-    p.add_argument("--force", action="store_true", help="replace a tokenizer the checkpoint already has")
+    p.add_argument("--force", action="store_true", help="replace a tokenizer the checkpoint already has (the "
+                   "checkpoint is rewritten in place, atomically; TOKENIZER may not be the checkpoint itself)")
 
     actions.add_parser("families", help="List the Hugging Face families import and export understand.")
 
@@ -77,32 +80,33 @@ def _run_import(args: argparse.Namespace) -> int:
     import yaml
 
     import specformer
+    from specformer.outputs import check_file_output, same_file, write_text_output, writing
     from specformer_hf.importer import import_hf
-    from specformer_hf.output import check_file_target, write_text_atomic
 
     out = Path(args.output)
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
+    inputs = [*_read_files(args.directory), *_read_files(args.tokenizer)]
     if args.base is not None or (Path(args.directory) / "adapter_config.json").is_file():
-        return _run_import_peft(args, out)
+        return _run_import_peft(args, out, [*inputs, args.base])
     spec_path = Path(args.spec_out) if args.spec_out else out.with_suffix(".yaml")
-    if spec_path.resolve() == out.resolve():
+    if same_file(spec_path, out):
         raise UserError(f"{spec_path}: the spec and the checkpoint cannot be the same file")
     for target in (out, spec_path):  # before any weights are read
-        check_file_target(target, force=args.force)
+        check_file_output(target, inputs=inputs, force=args.force)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         imported = import_hf(args.directory, dtype=dtype, tokenizer=args.tokenizer, eos_token=args.eos_token)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
-    try:
+    check_file_output(out, inputs=inputs, force=args.force)  # again: the import took a while
+    with writing(out):
         specformer.save(imported.model, out, metadata=imported.metadata())  # atomic: a temporary file renamed
-    except OSError as exc:
-        raise UserError(f"{out}: could not be written ({exc.strerror or exc}); nothing was changed") from None
     header = (f"# Imported by `specformer hf import` from {args.directory} "
               f"(Hugging Face {imported.family.name}, model_type {imported.family.model_type}).\n")
-    write_text_atomic(spec_path, header + yaml.safe_dump(imported.spec, sort_keys=False, default_flow_style=None, width=110))
+    text = header + yaml.safe_dump(imported.spec, sort_keys=False, default_flow_style=None, width=110)
+    write_text_output(spec_path, text, inputs=inputs, force=args.force)
     n_params = imported.model.num_parameters()
     tokenizer = ("no tokenizer" if not imported.has_tokenizer else
                  f"with the tokenizer from {args.tokenizer}" if args.tokenizer else "with its tokenizer")
@@ -114,18 +118,16 @@ def _run_export(args: argparse.Namespace) -> int:
     import specformer
     from specformer.checkpoint import read_metadata
     from specformer.tokenizer import METADATA_KEY, tokenizer_from_metadata
+    from specformer.outputs import check_folder_output
     from specformer_hf.exporter import to_hf
     from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
-    from specformer_hf.output import check_directory_target
 
     out = Path(args.directory)
-    check_directory_target(out, force=args.force)  # before the checkpoint is loaded
-    checkpoint = Path(args.checkpoint).resolve()
-    if args.force and (checkpoint == out.resolve() or out.resolve() in checkpoint.parents):
-        raise UserError(f"{out}: holds the checkpoint being exported ({args.checkpoint}); --force would delete it")
+    inputs: list[Any] = [args.checkpoint]
+    check_folder_output(out, inputs=inputs, force=args.force)  # before the checkpoint is loaded
     metadata = read_metadata(args.checkpoint)
     if args.peft or "adapter" in metadata:  # an adapter checkpoint (the finetune plugin): PEFT files, or merged
-        model = _adapter_export(args, out, metadata)
+        model = _adapter_export(args, out, metadata, inputs)
         if model is None:
             return 0
     else:
@@ -135,7 +137,8 @@ def _run_export(args: argparse.Namespace) -> int:
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
     tokenizer = tokenizer_from_metadata(metadata) if METADATA_KEY in metadata else None
     out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings)
+                tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
+                inputs=inputs)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
@@ -150,22 +153,34 @@ def _finetune() -> Any:
     return peft_io
 
 
-def _run_import_peft(args: argparse.Namespace, out: Path) -> int:
-    from specformer_hf.output import check_file_target
+def _read_files(given: str | None) -> list[Path]:
+    """What import may read from ``given``: the files of a folder, else the path itself (none if not given)."""
+    if given is None:
+        return []
+    path = Path(given)
+    return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+
+
+def _run_import_peft(args: argparse.Namespace, out: Path, inputs: list[Any]) -> int:
+    from specformer.outputs import check_file_output
 
     if args.base is None:
         raise UserError(f"{args.directory} is a PEFT adapter (adapter_config.json): name the imported base it was "
                         "trained on with --base BASE.safetensors")
-    check_file_target(out, force=args.force)
+    check_file_output(out, inputs=inputs, force=args.force)
     model = _finetune().import_peft(args.directory, args.base, out)
     print(f"{args.directory}: PEFT LoRA on {args.base} -> {out} (adapter checkpoint, rank {model.adapter.ref['rank']}, "
           f"{len(model.adapter.targets)} layers)")
     return 0
 
 
-def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str]) -> Any:
-    """``--peft``: write the PEFT folder and return None; otherwise the adapter merged into its float base."""
+def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str], inputs: list[Any]) -> Any:
+    """``--peft``: write the PEFT folder and return None; otherwise the adapter merged into its float base.
+
+    The base checkpoint is read too, so it joins ``inputs``: the folder may not hold it either.
+    """
     from specformer.checkpoint_check import check_checkpoint
+    from specformer.outputs import check_folder_output
     from specformer_hf.importer import FAMILY_KEY
 
     if "adapter" not in metadata:
@@ -176,10 +191,14 @@ def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str
     from specformer_finetune.apply import merge_adapter
 
     model = load_adapted(check_checkpoint(args.checkpoint), "cpu", quantize_base=False)
+    if model.adapter.base:
+        inputs.append(model.adapter.base["path"])
+        check_folder_output(out, inputs=inputs, force=args.force)
     if not args.peft:
         return merge_adapter(model)
     peft_io.export_peft(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY),
-                        base_path=model.adapter.base["path"] if model.adapter.base else None)
+                        base_path=model.adapter.base["path"] if model.adapter.base else None, force=args.force,
+                        inputs=inputs)
     print(f"{args.checkpoint} -> {out} as a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors); "
           f"load it with peft.PeftModel.from_pretrained onto the base exported by `specformer hf export`")
     return None

@@ -13,6 +13,7 @@ none does, the error names, for each family, the part of the spec it cannot expr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,11 @@ import torch
 
 from specformer.checkpoint import write_safetensors_atomic
 from specformer.errors import SpecError, UserError
+from specformer.outputs import check_folder_output, staged_folder
 from specformer.spec import load_spec
 
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
-from specformer_hf.output import check_directory_target, staged_directory
 from specformer_hf.reader import CONFIG, TOKENIZER, WEIGHTS
 from specformer_hf.tokenizer_file import TOKEN_ID_FIELDS, special_token_ids, tokenizer_config
 from specformer_hf.rules import Site
@@ -90,6 +91,7 @@ def to_hf(
     force: bool = False,
     generation_config: dict[str, Any] | None = None,
     tokenizer_settings: dict[str, Any] | None = None,
+    inputs: Sequence[str | Path] = (),
 ) -> Path:
     """Write ``model`` as a Hugging Face directory loadable by ``AutoModelForCausalLM.from_pretrained``.
 
@@ -105,8 +107,9 @@ def to_hf(
     read with the folder's own tokenizer): written with ``tokenizer``, its chat template,
     padding side and special tokens win over the ones made here.
 
-    The folder is written complete or not at all (see :mod:`specformer_hf.output`): one that
-    already holds files is refused, or with ``force`` replaced once the new one is complete.
+    The folder is written complete or not at all (see :mod:`specformer.outputs`): one that
+    already holds files is refused, or with ``force`` replaced once the new one is complete;
+    one that is or holds any of ``inputs`` (the checkpoint ``model`` came from) is refused.
     """
     spec = getattr(model, "spec", None)
     if spec is None:
@@ -115,7 +118,7 @@ def to_hf(
     if base_config is None:
         base_config = getattr(model, "hf_config", None) or {}  # set by import_hf
     prefer = prefer or base_config.get("model_type")
-    check_directory_target(Path(path), force=force)  # before any work: a refusal here costs nothing
+    check_folder_output(path, inputs=inputs, force=force)  # before any work: a refusal here costs nothing
     chosen, config = choose_family(view, families or get_families(), prefer=prefer, only=family)
 
     # Token ids are not part of the spec: keep the source's, else say there are none, because a
@@ -128,7 +131,7 @@ def to_hf(
     dtype = {"dtype": str(dtypes.pop()).removeprefix("torch.")} if len(dtypes) == 1 else {}
     config = {**kept, **config, **dtype}
 
-    with staged_directory(Path(path), force=force) as stage:
+    with staged_folder(path, inputs=inputs, force=force) as stage:
         write_safetensors_atomic(hf_tensors(chosen, model), stage / WEIGHTS, {"format": "pt"})
         (stage / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if generation_config is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError, UserError
+from specformer.outputs import refuse_inputs, writing
 from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, NoTokenizer, tokenizer_from_json
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -107,6 +108,7 @@ def attach_tokenizer(
     from specformer_hf.importer import CONFIG_KEY, TOKENIZER_CONFIG_KEY
 
     checkpoint = Path(checkpoint)
+    refuse_inputs([checkpoint], [tokenizer])  # the checkpoint is rewritten in place; the tokenizer is only read
     metadata = read_metadata(checkpoint)
     current = metadata.get(METADATA_KEY)
     kind = tokenizer_from_json(current).kind if current else "byte"  # no key: the byte tokenizer, as ever
@@ -118,12 +120,10 @@ def attach_tokenizer(
     config = _json_object(metadata.get(CONFIG_KEY))
     found = load_tokenizer_json(tokenizer, config=config, vocab_size=_vocab_size(checkpoint, metadata), eos_token=eos_token)
     tensors = read_tensors(checkpoint)
-    try:
-        # The imported tokenizer_config.json (chat template, special tokens) described the tokenizer replaced here.
-        kept = {k: v for k, v in metadata.items() if k != TOKENIZER_CONFIG_KEY}
+    # The imported tokenizer_config.json (chat template, special tokens) described the tokenizer replaced here.
+    kept = {k: v for k, v in metadata.items() if k != TOKENIZER_CONFIG_KEY}
+    with writing(checkpoint):
         write_safetensors_atomic(tensors, checkpoint, {**kept, METADATA_KEY: found.to_json()})
-    except OSError as exc:
-        raise UserError(f"{checkpoint}: could not be rewritten ({exc.strerror or exc}); it is unchanged") from None
     return found
 
 

@@ -2,8 +2,9 @@
 
 The output is one safetensors file like any checkpoint (spec, tokenizer and plugin
 sources in the header) plus the recipe; ``specformer.load``, ``generate``, ``eval`` and
-``summary`` read it. Every check runs before anything is written, and the file is
-written atomically.
+``summary`` read it. Every check runs before anything is written, and the output follows
+:mod:`specformer.outputs`: an existing file is replaced only with ``--force``, the input
+checkpoint never (even with it), and the file is written atomically.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import specformer
 from specformer.checkpoint import read_metadata
 from specformer.errors import SpecError, UserError
+from specformer.outputs import check_file_output, writing
 from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer_quant.apply import RECIPE_KEY, quantize, recipe_json, scheme_from, weight_bytes
 
@@ -30,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="quantize the LM head with this scheme instead of --method (implies --quantize-lm-head; "
                              "e.g. --method int4 --lm-head-method int8)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write it")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT.safetensors if it exists (never the input checkpoint: that is refused even "
+                             "with --force)")
 
 
 def method_ref(method: str, group_size: int | None) -> dict:
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             raise UserError(f"--lm-head-method {args.lm_head_method}: {exc}") from None
         head_ref = args.lm_head_method
+    check_file_output(args.output, inputs=[args.checkpoint], force=args.force)  # before the work: a refusal is free
     metadata = read_metadata(args.checkpoint)
     if RECIPE_KEY in metadata:
         raise UserError(f"{args.checkpoint} is already quantized; quantize the float checkpoint it came from")
@@ -64,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a layer width the scheme cannot take (int4's group size must divide it)
         raise UserError(f"--method {args.method}: {exc}") from None
     kept = {TOKENIZER_KEY: metadata[TOKENIZER_KEY]} if TOKENIZER_KEY in metadata else {}
-    specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
+    check_file_output(args.output, inputs=[args.checkpoint], force=args.force)  # again: quantizing took a while
+    with writing(args.output):
+        specformer.save(model, args.output, metadata={**kept, RECIPE_KEY: recipe_json(recipe)})
     after = weight_bytes(model)
     head = f" ({head_ref} LM head)" if head_ref is not None else ""
     print(f"wrote {args.output}: {args.method}{head}, {len(recipe['linears'])} linear layers and "

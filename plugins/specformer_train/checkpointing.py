@@ -45,16 +45,15 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 import specformer
-from specformer.checkpoint import read_metadata, read_tensors
+from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
 from specformer.plugins import get_plugin_manager
 from specformer.tokenizer import METADATA_KEY, Tokenizer
 
-from specformer_train.atomic import OutputError, fsync_dir, fsync_file, unique_suffix, write_text_atomic
+from specformer_train.atomic import OutputError, fsync_dir, unique_suffix, write_text_atomic
 from specformer_train.distributed import DistContext, barrier
 
 CHECKPOINTS = "checkpoints"
@@ -281,9 +280,9 @@ def _save_optimizer(state: dict[str, Any], path: Path, *, optimizer_class: str) 
             else:
                 scalars[slot] = value
     groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state["param_groups"]]
-    save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups), "scalars": json.dumps(scalars),
-                                            "optimizer": optimizer_class})
-    fsync_file(path)
+    # Through the atomic writer for its file mode too: safetensors alone writes 0600 files, not the umask's.
+    write_safetensors_atomic(tensors, path, {"param_groups": json.dumps(groups), "scalars": json.dumps(scalars),
+                                             "optimizer": optimizer_class})
 
 
 def _save_rng(path: Path) -> None:
@@ -296,8 +295,7 @@ def _save_rng(path: Path) -> None:
         "python": json.dumps([version, list(internal), gauss_next]),
         "numpy": json.dumps([name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]),
     }
-    save_file(tensors, str(path), metadata=metadata)
-    fsync_file(path)
+    write_safetensors_atomic(tensors, path, metadata)
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ model; and only then are an earlier run's files replaced and training started.
 from __future__ import annotations
 
 import contextlib
+import glob
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -43,7 +44,7 @@ from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
 from specformer_train.resume import find_resumable
 from specformer_train.stream import StreamRows
-from specformer_train.rundir import check_space, check_writable, refuse_earlier_run
+from specformer_train.rundir import check_space, check_writable, refuse_earlier_run, refuse_inputs_in_run
 from specformer_train.tokenization import make_tokenizer
 from specformer_train.trainer import Trainer, TrainResult
 
@@ -107,7 +108,8 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
             if ctx.is_main:
                 try:
                     held.enter_context(RunLock(run_dir, say=say))
-                    _check_run_dir(run_dir, loaded, config, resume=bool(resume), overwrite=overwrite, say=say)
+                    _check_run_dir(run_dir, loaded, config, resume=bool(resume), overwrite=overwrite, say=say,
+                                   source=None if isinstance(spec, (dict, Spec)) else spec)
                 except UserError as exc:
                     refused = exc
             if any_process(refused is not None, ctx, device_for(config.device, ctx)):
@@ -119,15 +121,28 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
 
 
 def _check_run_dir(run_dir: Path, spec: Spec, config: TrainConfig, *, resume: bool, overwrite: bool,
-                   say: Callable[[str], None]) -> None:
-    """Under the lock, before any data is read: finish interrupted saves, then check that the
-    directory can be written, may be used, and has room for the run's checkpoints."""
+                   say: Callable[[str], None], source: str | Path | None) -> None:
+    """Under the lock, before any data is read: check that no input lies where the run writes,
+    finish interrupted saves, then check that the directory can be written, may be used, and
+    has room for the run's checkpoints."""
+    refuse_inputs_in_run(run_dir, _input_paths(config, source))
     for note in recover_interrupted_saves(run_dir):
         say(f"note: {note}")
     check_writable(run_dir)
     if not resume and not overwrite:
         refuse_earlier_run(run_dir)
     check_space(run_dir, n_params=summarize(spec).total, keep_last=config.keep_last)
+
+
+def _input_paths(config: TrainConfig, source: str | Path | None) -> list[Path]:
+    """The files and folders a run reads that exist: the spec file, train.init, the data (a glob's
+    matches), and a tokenizer or chat template given as a file."""
+    given = [source, config.init, config.tokenizer, config.chat_template]
+    paths = [Path(p) for p in given if p is not None and Path(p).exists()]
+    if config.data is not None:
+        data = Path(config.data)
+        paths += [data] if data.exists() else [Path(p) for p in glob.glob(config.data, recursive=True)]
+    return paths
 
 
 def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, resume: bool | str | Path,

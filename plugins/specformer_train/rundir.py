@@ -1,29 +1,38 @@
-"""Checks on the run directory before any expensive work: writable, free space, no earlier run overwritten.
+"""Checks on the run directory before any expensive work: writable, free space, no earlier run or input overwritten.
 
 A run that would fail to save its first checkpoint an hour in is refused at the start:
 the directory must take a file, and its disk must hold the checkpoints the run will
 keep (``keep_last + 1`` at the moment a new one is written, then the final copy of the
 weights). A fresh start into a directory holding an earlier run's checkpoints or model
 is refused unless ``--overwrite`` says to replace them, so no run is ever lost to a
-forgotten ``--resume``.
+forgotten ``--resume``. Nor, with either, is an input of the run (the spec, ``--init``,
+``--data``, a tokenizer or chat template file) ever one of the files the run writes or
+deletes there (:func:`specformer.outputs.refuse_inputs`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from specformer.errors import UserError
 from specformer.messages import format_bytes
+from specformer.outputs import refuse_inputs
 
 from specformer_train.atomic import OutputError, temp_sibling
-from specformer_train.checkpointing import checkpoint_root, earlier_run_files, step_dirs
+from specformer_train.checkpointing import CHECKPOINTS, checkpoint_root, earlier_run_files, step_dirs
+from specformer_train.lock import LOCK_FILE
+from specformer_train.metrics import METRICS_FILE, PLOT_FILE
 
 #: Bytes per parameter of a training checkpoint: float32 weights and AdamW's two float32 moments.
 CHECKPOINT_BYTES_PER_PARAM = 4 * 3
 #: Bytes per parameter of the final ``model.safetensors``.
 MODEL_BYTES_PER_PARAM = 4
+#: What a run writes, replaces or deletes in its directory (``--overwrite`` clears the earlier run's):
+#: an input lying there would be lost.
+RUN_ENTRIES = (CHECKPOINTS, "model.safetensors", "tokenizer.json", METRICS_FILE, PLOT_FILE, "tensorboard", LOCK_FILE)
 
 
 def check_writable(run_dir: Path) -> None:
@@ -68,6 +77,13 @@ def refuse_earlier_run(run_dir: Path) -> None:
             f"{run_dir} holds an earlier run ({shown}); continue it with --resume, replace it with --overwrite, "
             "or train into another directory with --out DIR"
         )
+
+
+def refuse_inputs_in_run(run_dir: Path, inputs: Iterable[str | Path | None]) -> None:
+    """A run may not write over what it reads: refuse an input that is one of :data:`RUN_ENTRIES` or inside one."""
+    refuse_inputs([run_dir / name for name in RUN_ENTRIES], inputs,
+                  instead="train into another directory with --out DIR, or move the input out of the run directory",
+                  flag="--overwrite")
 
 
 def _size(path: Path) -> int:

@@ -82,7 +82,7 @@ def test_ctrl_c_in_a_real_process_during_plugin_loading():
 def test_writing_into_a_missing_folder_is_one_line(tmp_path, capsys):
     code = main(["schema", "-o", str(tmp_path / "no" / "such" / "dir" / "schema.json")])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "No such file or directory" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"the folder {tmp_path / 'no' / 'such' / 'dir'} does not exist" in err
 
 
 def test_validate_refuses_untrusted_specs_with_exit_2(tmp_path, capsys):

@@ -47,7 +47,7 @@ def test_a_name_taken_by_a_registered_norm_is_refused(tmp_path):
 def test_an_existing_folder_is_never_overwritten(tmp_path):
     (tmp_path / "specformer-mine").mkdir()
     (tmp_path / "specformer-mine" / "keep.txt").write_text("mine")
-    with pytest.raises(UserError, match="already exists"):
+    with pytest.raises(UserError, match="already holds files; choose a new or empty folder, or pass --force"):
         new_plugin("mine", directory=tmp_path)
     assert (tmp_path / "specformer-mine" / "keep.txt").read_text() == "mine"
 

@@ -131,7 +131,7 @@ def test_bfloat16_model_exports_in_bfloat16_and_round_trips_exactly(tmp_path):
 def test_a_folder_holding_files_is_not_overwritten(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "model.safetensors.index.json").write_text("{}")
-    with pytest.raises(UserError, match="already holds files .* pass --force"):
+    with pytest.raises(UserError, match="already holds files;.* pass --force"):
         specformer_hf.to_hf(_build(_llama_spec()), tmp_path / "out")
 
 

@@ -105,7 +105,7 @@ def test_an_export_that_fails_while_writing_changes_nothing(checkpoint, tmp_path
         before = _listing(target)
     else:
         target = tmp_path / "out"
-    with pytest.raises(UserError, match=r"out: could not write the export \(No space left on device\); nothing was changed"):
+    with pytest.raises(UserError, match=r"out: could not be written \(No space left on device\); nothing was changed"):
         specformer_hf.to_hf(model, target, force=force)
     if force:
         assert _listing(target) == before  # the previous export is intact
@@ -118,7 +118,7 @@ def test_the_old_folder_is_replaced_only_after_the_new_one_is_complete(checkpoin
     # Watch the renames: the old folder is moved aside only when the new one holds every file.
     import os
 
-    import specformer_hf.output as output
+    import specformer.outputs as output
 
     old = _previous_export(tmp_path)
     seen = []
@@ -177,7 +177,7 @@ def test_force_never_deletes_the_checkpoint_being_exported_or_the_current_folder
     here.mkdir()
     shutil.copy(checkpoint, here / "c.safetensors")
     assert main(["hf", "export", str(here / "c.safetensors"), str(here), "--force"]) == 2
-    assert "holds the checkpoint being exported" in _error(capsys)
+    assert f"{here}: holds {here / 'c.safetensors'}, an input of this command" in _error(capsys)
     monkeypatch.chdir(here / "..")
     with pytest.raises(UserError, match="is the current folder or one above it"):
         specformer_hf.to_hf(specformer.load(checkpoint), Path("."), force=True)
