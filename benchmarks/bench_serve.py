@@ -171,7 +171,7 @@ def main() -> None:
             run_clients(url, prompts[:2], 4, 1)  # warm-up
             seq_seconds, seq = run_clients(url, prompts, args.max_tokens, 1)
             con_seconds, con = run_clients(url, prompts, args.max_tokens, args.clients)
-            stats = httpx.get(f"{url}/health").json()
+            stats = httpx.get(f"{url}/v1/stats").json()
         finally:
             process.terminate()
             process.wait(timeout=30)

@@ -15,6 +15,11 @@ run here the way transformers runs it, so the text is the same character for cha
 - the variables ``messages``, ``add_generation_prompt``, ``tools``, ``documents`` and the
   tokenizer's special tokens (``bos_token``, ``eos_token``, ...).
 
+Unlike transformers, rendering is bounded (:mod:`.template_bounds`): by default a template
+may run for 1 s and produce 1 MiB (1,048,576 characters), and no value it builds may be
+larger. A template that fails, recurses too deep, overflows or runs past a bound raises
+one :class:`TemplateError` naming the template as the cause and the bound it hit.
+
 ``specformer_finetune.chat_template.render(template, messages, add_generation_prompt=True)``
 is also what other plugins (a server) call.
 """
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.errors import UserError
+from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
 
 #: Templates a spec can name instead of a file (``train.chat_template: chatml``).
 BUILTIN = {
@@ -52,7 +58,9 @@ class TemplateError(UserError):
 def compile_template(source: str) -> Any:
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from specformer_finetune.template_bounds import json_size, refuse_over
+    from specformer_finetune.template_sandbox import BoundedSandbox, bound_tilde
 
     class GenerationBlock(jinja2.ext.Extension):
         """``{% generation %}...{% endgeneration %}``: transformers marks the assistant's text with it; the body renders."""
@@ -90,33 +98,61 @@ def compile_template(source: str) -> Any:
 
     def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
                sort_keys: bool = False) -> str:
+        compact = json.dumps(value, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
+        refuse_over(json_size(compact, value, indent), "a string with tojson")
+        if indent is None:
+            return compact
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt: str) -> str:
         return datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, namespace=SafeNamespace)
     try:
-        return env.from_string(source)
+        return bound_tilde(env.from_string(source))
     except jinja2.exceptions.TemplateSyntaxError as exc:
         raise TemplateError(f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError) as exc:  # nesting deep enough to overflow the parser
+        raise TemplateError(f"the chat template does not compile: {_python_error(exc)}") from None
 
 
 def render(template: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool = False,
            tools: list[dict[str, Any]] | None = None, documents: list[dict[str, Any]] | None = None,
-           **extra: Any) -> str:
-    """The text of ``messages`` under ``template`` (its source); ``extra`` are more variables (special tokens)."""
+           timeout: float = DEFAULT_TIMEOUT, max_output: int = DEFAULT_MAX_OUTPUT, **extra: Any) -> str:
+    """The text of ``messages`` under ``template`` (its source); ``extra`` are more variables (special tokens).
+
+    The template may run for ``timeout`` seconds and produce ``max_output`` characters (no
+    value it builds may be larger either); past either, or on any failure, TemplateError.
+    """
     import jinja2
 
-    compiled = compile_template(template)
+    from specformer_finetune.template_bounds import BoundExceeded, Bounds, render_bounded
+
     try:
-        return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                               documents=documents, **extra)
+        bounds = Bounds(timeout=timeout, max_output=max_output)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    compiled = compile_template(template)
+    variables = dict(messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                     documents=documents, **extra)
+    try:
+        return render_bounded(compiled, variables, bounds=bounds)
+    except BoundExceeded as exc:
+        raise TemplateError(f"the chat template {exc}") from None
     except jinja2.exceptions.TemplateError as exc:
         raise TemplateError(f"the chat template refused the conversation: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the template is code: whatever it raises is its failure
+        raise TemplateError(f"the chat template failed: {_python_error(exc)}") from None
+
+
+def _python_error(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "it recursed too deeply (a macro that calls itself without end?)"
+    if isinstance(exc, MemoryError):
+        return "it ran out of memory"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def special_tokens(settings: dict[str, Any] | None) -> dict[str, str]:

@@ -1,45 +1,54 @@
 """The HTTP side: OpenAI's routes on Starlette, server-sent events, errors, the API key.
 
-Routes: ``GET /`` (the playground page), ``GET /health`` (engine counters), ``GET
-/v1/models``, ``POST /v1/completions`` and ``POST /v1/chat/completions``. A handler checks
-the request (:mod:`.protocol`), turns it into one engine request per choice, and waits on an
+Routes: ``GET /`` (the playground page) and ``GET /health`` (liveness) are public; ``GET
+/v1/models``, ``GET /v1/stats`` (the engine's counters), ``POST /v1/completions`` and ``POST
+/v1/chat/completions`` need the API key when the server has one. A handler checks the
+request (:mod:`.protocol`), turns it into one engine request per choice, and waits on an
 asyncio queue the engine thread fills. Every failure a client can cause is an OpenAI-style
 JSON error with a 4xx status; an unexpected one is a 500 with the same shape, and the
 server goes on. A client that goes away (closed stream, dropped connection) cancels its
 choices, which frees their blocks at the engine's next turn.
+
+Nothing a client sends can hold the event loop: the body must arrive within
+``body_timeout`` seconds and ``max_body_bytes``; a chat request's message count is checked
+before anything else is done with it; parsing the JSON, rendering the chat template (itself
+bounded in time and size) and tokenizing run on a small pool of worker threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from specformer.errors import UserError
 from specformer_generate import arguments
 from specformer_generate.samplers.pipeline import build_sampler
+from specformer_serve import limits
 from specformer_serve.chat_template import TemplateError
 from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
 from specformer_serve.events import Poster
-from specformer_serve.playground import PAGE
+from specformer_serve.playground import page
 from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, sampler_entries
 
 log = logging.getLogger("specformer.serve")
 
-#: The largest request body read (a prompt is bounded by the context anyway).
-MAX_BODY_BYTES = 4 * 2**20
+#: Worker threads that parse, render and tokenize requests, off the event loop.
+PREPARE_THREADS = 4
 #: The most choices (prompts x n) one request may ask for.
 MAX_CHOICES = 64
 #: How often a waiting handler looks whether its client is still there (seconds).
@@ -55,17 +64,37 @@ class ServeConfig:
     render_chat: Callable[[list[dict[str, Any]]], str]
     eos: frozenset[int]
     api_key: str | None = None
+    max_body_bytes: int = limits.MAX_BODY_BYTES
+    body_timeout: float = limits.BODY_TIMEOUT
+    max_messages: int = limits.MAX_MESSAGES
+
+
+_T = TypeVar("_T")
 
 
 def create_app(engine: Engine, config: ServeConfig) -> Starlette:
     """The ASGI application; the engine must be started (and stopped) by the caller."""
     created = int(time.time())
+    # Its own pool, not the loop's default one: a burst of slow templates waits here, and
+    # nothing else (Starlette's own thread use included) waits behind it.
+    workers = ThreadPoolExecutor(max_workers=PREPARE_THREADS, thread_name_prefix="specformer-serve-prepare")
+
+    async def off_loop(work: Callable[[], _T]) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(workers, work)
+
+    async def read_json(request: Request) -> Any:
+        data = await _body(request, config)
+        return await off_loop(lambda: _parse_json(data))
 
     async def playground(request: Request) -> Response:
-        return HTMLResponse(PAGE.replace("{{MODEL_ID}}", json.dumps(config.model_id)))
+        return HTMLResponse(page(model_id=config.model_id))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", **engine.stats()})
+        return JSONResponse({"status": "ok"})
+
+    async def stats(request: Request) -> Response:
+        _authorize(request, config)
+        return JSONResponse(engine.stats())
 
     async def models(request: Request) -> Response:
         _authorize(request, config)
@@ -75,38 +104,60 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
 
     async def completions(request: Request) -> Response:
         _authorize(request, config)
-        body: CompletionRequest = parse(CompletionRequest, await _json(request), "completions")
+        body: CompletionRequest = parse(CompletionRequest, await read_json(request), "completions")
         _check_model(body.model, config)
         if body.echo:
             raise RequestError("echo is not supported by this server (specformer serve)", param="echo",
                                code="unsupported_parameter")
-        prompts = [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt") for p in body.prompts()]
+        prompts = await off_loop(lambda: [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt")
+                                          for p in body.prompts()])
         return await _respond(request, engine, config, body, prompts, chat=False,
                               max_tokens=body.max_tokens, logprobs=body.logprobs)
 
     async def chat(request: Request) -> Response:
         _authorize(request, config)
-        body: ChatRequest = parse(ChatRequest, await _json(request), "chat")
+        data = await read_json(request)
+        _check_message_count(data, config)
+        body: ChatRequest = parse(ChatRequest, data, "chat")
         _check_model(body.model, config)
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
         try:
-            text = config.render_chat(messages)
             budget, logprobs = body.token_budget(), body.logprob_count()
-        except (TemplateError, ValueError) as exc:
-            raise RequestError(str(exc), param="messages" if isinstance(exc, TemplateError) else None) from None
-        prompt = _prompt_ids(text, config.tokenizer, engine.vocab_size, "messages")
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        prompt = await off_loop(lambda: _chat_prompt(messages, config, engine.vocab_size))
         return await _respond(request, engine, config, body, [prompt], chat=True, max_tokens=budget,
                               logprobs=logprobs)
 
     routes = [
         Route("/", playground, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/v1/stats", stats, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
-    handlers = {RequestError: _request_error, HTTPException: _http_error, Exception: _server_error}
-    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    handlers = {RequestError: _request_error, HTTPException: _http_error, ClientDisconnect: _client_gone,
+                Exception: _server_error}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            workers.shutdown(wait=False, cancel_futures=True)
+
+    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+
+
+def _chat_prompt(messages: list[dict[str, Any]], config: ServeConfig, vocab_size: int) -> list[int]:
+    """The prompt's token ids: the messages rendered with the chat template (a worker thread's job), tokenized."""
+    try:
+        text = config.render_chat(messages)
+    except TemplateError as exc:
+        raise RequestError(f"{exc} (the server's chat template could not render these messages)",
+                           param="messages") from None
+    return _prompt_ids(text, config.tokenizer, vocab_size, "messages")
 
 
 # -- one request ----------------------------------------------------------------------------------
@@ -332,16 +383,46 @@ def _authorize(request: Request, config: ServeConfig) -> None:
                            "the server was started with (--api-key)", status=401, code="invalid_api_key")
 
 
-async def _json(request: Request) -> Any:
-    data = b""
-    async for piece in request.stream():
-        data += piece
-        if len(data) > MAX_BODY_BYTES:
-            raise RequestError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB", status=413)
+async def _body(request: Request, config: ServeConfig) -> bytes:
+    """The request body, refused (and the connection closed) when too large or not all there within the deadline."""
+    def too_large() -> RequestError:
+        return RequestError(f"the request body is larger than {config.max_body_bytes:,} bytes (--max-body-bytes)",
+                            status=413, close=True)
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > config.max_body_bytes:
+        raise too_large()  # before reading any of it
+
+    async def read() -> bytes:
+        data = bytearray()
+        async for piece in request.stream():
+            data += piece
+            if len(data) > config.max_body_bytes:
+                raise too_large()
+        return bytes(data)
+
+    # A deadline for the whole body, not for each piece: a client trickling a byte a second
+    # would pass any per-piece timeout while holding its connection for days.
+    try:
+        return await asyncio.wait_for(read(), timeout=config.body_timeout)
+    except asyncio.TimeoutError:
+        raise RequestError(f"the request body did not arrive within {config.body_timeout:g} s (--body-timeout)",
+                           status=408, code="request_timeout", close=True) from None
+
+
+def _parse_json(data: bytes) -> Any:
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
+
+
+def _check_message_count(data: Any, config: ServeConfig) -> None:
+    """Refuse a conversation longer than ``max_messages`` before it is validated or rendered."""
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if isinstance(messages, list) and len(messages) > config.max_messages:
+        raise RequestError(f"messages: {len(messages):,} messages; this server takes at most {config.max_messages:,} "
+                           "per request (--max-messages)", status=413, param="messages")
 
 
 def _check_model(name: str, config: ServeConfig) -> None:
@@ -370,7 +451,14 @@ def _prompt_ids(prompt: str | list[int], tokenizer: Any, vocab_size: int, param:
 
 async def _request_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers={"Connection": "close"} if exc.close else None)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # An everyday event (a closed tab, a killed script), not a server fault: one line, no traceback.
+    client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+    log.warning("%s disconnected during %s %s before its request was read", client, request.method, request.url.path)
+    return Response(status_code=499)  # nobody reads it: the connection is gone
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -378,7 +466,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     message = f"{request.method} {request.url.path}: {exc.detail}"
     if exc.status_code == 404:
-        message += "; the routes are GET /v1/models, POST /v1/completions, POST /v1/chat/completions and GET /"
+        message += ("; the routes are GET /v1/models, POST /v1/completions, POST /v1/chat/completions, "
+                    "GET /v1/stats, GET /health and GET /")
     error = RequestError(message, status=exc.status_code, code=code)
     return JSONResponse(error.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 

@@ -6,7 +6,9 @@ its header), else :data:`PLAIN` (one ``role: content`` line per message, then
 ``assistant:``), for a model trained on plain text. Rendering is the fine-tuning plugin's
 (:mod:`specformer_finetune.chat_template`: transformers' ``apply_chat_template``
 semantics, sandboxed), so a model is served with the very text it was fine-tuned on;
-the generation prompt is always added.
+the generation prompt is always added. Rendering is bounded in time and output
+(``--chat-template-timeout``, ``--chat-template-max-chars``); a template past a bound, or
+failing, raises TemplateError, which the server answers with a 400.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Callable
 from specformer.errors import UserError
 from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, \
     template_from_metadata
+from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
 
 #: The template used when neither the command line nor the checkpoint gives one.
 PLAIN = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -27,33 +30,39 @@ Renderer = Callable[[list[dict[str, Any]]], str]
 __all__ = ["PLAIN", "Renderer", "TemplateError", "chat_renderer", "renderer_for"]
 
 
-def renderer_for(source: str, tokens: dict[str, str] | None = None) -> Renderer:
-    """Messages -> prompt text under the template ``source`` (TemplateError, a UserError, if it does not compile)."""
+def renderer_for(source: str, tokens: dict[str, str] | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_output: int = DEFAULT_MAX_OUTPUT) -> Renderer:
+    """Messages -> prompt text under the template ``source``, within ``timeout`` seconds and ``max_output`` characters.
+
+    TemplateError (a UserError) now if the template does not compile, on a call if it fails.
+    """
     compile_template(source)  # fail now, at start-up, not on the first request
     extra = dict(tokens or {})
 
     def render_messages(messages: list[dict[str, Any]]) -> str:
-        return render(source, messages, add_generation_prompt=True, **extra)
+        return render(source, messages, add_generation_prompt=True, timeout=timeout, max_output=max_output, **extra)
 
     return render_messages
 
 
-def chat_renderer(choice: str | None, metadata: dict[str, str]) -> tuple[Renderer, str]:
+def chat_renderer(choice: str | None, metadata: dict[str, str], *, timeout: float = DEFAULT_TIMEOUT,
+                  max_output: int = DEFAULT_MAX_OUTPUT) -> tuple[Renderer, str]:
     """The renderer for ``--chat-template`` ``choice`` and a checkpoint's header; and where its template came from."""
     found = template_from_metadata(metadata)
     tokens = found[1] if found is not None else {}
+    bounds = {"timeout": timeout, "max_output": max_output}
     if choice is None:
         if found is not None:
-            return renderer_for(found[0], tokens), "the checkpoint's chat template"
-        return renderer_for(PLAIN), "the plain 'role: content' template"
+            return renderer_for(found[0], tokens, **bounds), "the checkpoint's chat template"
+        return renderer_for(PLAIN, **bounds), "the plain 'role: content' template"
     if choice in BUILTIN:
-        return renderer_for(BUILTIN[choice], tokens), f"the built-in {choice!r} template"
+        return renderer_for(BUILTIN[choice], tokens, **bounds), f"the built-in {choice!r} template"
     try:
         source = Path(choice).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--chat-template {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor a "
                         f"readable file ({exc})") from None
     try:
-        return renderer_for(source, tokens), choice
+        return renderer_for(source, tokens, **bounds), choice
     except TemplateError as exc:
         raise UserError(f"--chat-template {choice}: {exc}") from None

@@ -22,6 +22,8 @@ from specformer.devices import parse_device
 from specformer.errors import UserError
 from specformer.threads import use_threads
 from specformer.tokenizer import tokenizer_from_metadata
+from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
+from specformer_serve import limits
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
 
@@ -50,6 +52,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-template", default=None, metavar="FILE",
                         help="a Jinja chat template file, or a built-in name (chatml), for /v1/chat/completions "
                              "(default: the checkpoint's own, else one 'role: content' line per message)")
+    parser.add_argument("--chat-template-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"most time one rendering of the chat template may take (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--chat-template-max-chars", type=int, default=DEFAULT_MAX_OUTPUT, metavar="N",
+                        help=f"most characters a rendering, or any value the template builds, may hold "
+                             f"(default {DEFAULT_MAX_OUTPUT})")
+    group = parser.add_argument_group("limits on clients")
+    group.add_argument("--max-connections", type=int, default=limits.MAX_CONNECTIONS, metavar="N",
+                       help=f"most connections open at once; requests past it are answered 503 "
+                            f"(default {limits.MAX_CONNECTIONS})")
+    group.add_argument("--header-timeout", type=float, default=limits.HEADER_TIMEOUT, metavar="SECONDS",
+                       help=f"a request's line and headers must arrive within this, else 408 and the connection is "
+                            f"closed (default {limits.HEADER_TIMEOUT:g})")
+    group.add_argument("--body-timeout", type=float, default=limits.BODY_TIMEOUT, metavar="SECONDS",
+                       help=f"a request's whole body must arrive within this after its headers, else 408 and the "
+                            f"connection is closed (default {limits.BODY_TIMEOUT:g})")
+    group.add_argument("--max-body-bytes", type=int, default=limits.MAX_BODY_BYTES, metavar="N",
+                       help=f"largest request body; a larger one is 413 (default {limits.MAX_BODY_BYTES}: 4 MiB)")
+    group.add_argument("--max-messages", type=int, default=limits.MAX_MESSAGES, metavar="N",
+                       help=f"most messages in one chat request; more is 413 before anything is rendered "
+                            f"(default {limits.MAX_MESSAGES})")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not end a choice at the end-of-text token (benchmarks: fixed lengths)")
     parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
@@ -58,9 +80,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _require_server_stack()
-    for name in ("max_batch", "block_size"):
+    for name in ("max_batch", "block_size", "chat_template_max_chars", "max_connections", "max_body_bytes",
+                 "max_messages"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    for name in ("chat_template_timeout", "header_timeout", "body_timeout"):
+        if not 0 < getattr(args, name) < math.inf:
+            raise UserError(f"--{name.replace('_', '-')} must be a number of seconds above 0, got "
+                            f"{getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     device = parse_device(args.device)
@@ -70,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
     metadata = read_metadata(args.checkpoint)
     tokenizer = tokenizer_from_metadata(metadata)
-    render, template_source = chat_renderer(args.chat_template, metadata)
+    render, template_source = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
+                                            max_output=args.chat_template_max_chars)
     model = specformer.load(args.checkpoint, device=device).eval()
     in_flight = args.max_tokens_in_flight
     if in_flight is None:
@@ -87,11 +115,14 @@ def run(args: argparse.Namespace) -> int:
     eot = getattr(tokenizer, "eot_id", None)
     config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
                          tokenizer=tokenizer, render_chat=render, api_key=api_key,
-                         eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]))
+                         eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]),
+                         max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
+                         max_messages=args.max_messages)
     from specformer_serve.server import Server
 
     try:
-        server = Server(engine, config, host=args.host, port=args.port)
+        server = Server(engine, config, host=args.host, port=args.port, header_timeout=args.header_timeout,
+                        max_connections=args.max_connections)
     except OSError as exc:
         raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     cache_mib = engine.cache.nbytes / 2**20

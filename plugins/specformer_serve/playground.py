@@ -3,16 +3,24 @@
 Self-contained (inline CSS and JavaScript, no external asset, no build step). It calls
 this server's own ``/v1/completions`` or ``/v1/chat/completions`` with ``stream: true`` and
 reads the server-sent events with ``fetch``; the API key, when the server has one, is
-typed into the page and sent as a bearer token. ``{{MODEL_ID}}`` is replaced by the
-served model's id (as a JSON string) when the page is sent.
+typed into the page and sent as a bearer token.
+
+:func:`page` fills in the served model's id, which the operator chose and which may hold
+anything: it goes into the page's script as JSON whose ``<``, ``>`` and ``&`` are written
+as ``\\u003c``, ``\\u003e`` and ``\\u0026`` (so no ``</script>`` or ``<!--`` can end or
+change the script element), and into the page's text HTML-escaped.
 """
+
+import html
+import json
+import re
 
 PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>specformer playground</title>
+<title>specformer playground: {{MODEL_TEXT}}</title>
 <style>
   body { font-family: system-ui, sans-serif; margin: 0; background: #f6f7f9; color: #1d2330; }
   header { background: #243b6b; color: white; padding: 12px 24px; }
@@ -34,7 +42,7 @@ PAGE = """<!doctype html>
 </style>
 </head>
 <body>
-<header><h1>specformer playground</h1><span id="model"></span></header>
+<header><h1>specformer playground</h1><span id="model">{{MODEL_TEXT}}</span></header>
 <main>
   <section>
     <textarea id="prompt" placeholder="Write a prompt, then Generate (Ctrl+Enter)"></textarea>
@@ -138,3 +146,16 @@ $("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrl
 </body>
 </html>
 """
+
+
+def script_json(value: object) -> str:
+    """``value`` as JSON that cannot end or alter the <script> element it is written into."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def page(*, model_id: str) -> str:
+    """The playground's HTML for a server serving ``model_id``."""
+    filled = {"{{MODEL_ID}}": script_json(model_id), "{{MODEL_TEXT}}": html.escape(model_id)}
+    # One pass, so a model id that itself holds a placeholder is not filled in again.
+    return re.sub(r"\{\{MODEL_(?:ID|TEXT)\}\}", lambda match: filled[match.group(0)], PAGE)

@@ -123,9 +123,11 @@ class RequestError(ValueError):
     """A request the server cannot take: the HTTP status, and the OpenAI error's message, param and code."""
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error") -> None:
+                 type: str = "invalid_request_error", close: bool = False) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.code, self.type = message, status, param, code, type
+        #: Close the connection after the answer: the client may still be sending a body nobody reads.
+        self.close = close
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

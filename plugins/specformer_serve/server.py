@@ -4,6 +4,11 @@
 (:meth:`Server.run`), and tests and ``benchmarks/bench_serve.py`` start it on a background
 thread (``with Server(...) as server: server.url``). The socket is bound before uvicorn
 starts, so a port that is taken is one clear error and port 0 picks a free one.
+
+Connections are bounded: at most ``max_connections`` at once (uvicorn answers requests past
+that with 503), a request head must arrive within ``header_timeout`` seconds
+(:mod:`.connections`), an idle kept-alive connection is closed after ``keep_alive`` seconds;
+the body's deadline is the application's (``ServeConfig.body_timeout``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import time
 from typing import Any
 
 from specformer_serve.app import ServeConfig, create_app
+from specformer_serve import limits
+from specformer_serve.connections import head_deadline_protocol
 from specformer_serve.engine import Engine
 
 
@@ -35,7 +42,8 @@ class Server:
     """An engine and its HTTP server on one bound socket."""
 
     def __init__(self, engine: Engine, config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", header_timeout: float = limits.HEADER_TIMEOUT,
+                 max_connections: int = limits.MAX_CONNECTIONS, keep_alive: int = limits.KEEP_ALIVE) -> None:
         import uvicorn
 
         self.engine = engine
@@ -43,8 +51,10 @@ class Server:
         self.host, self.port = self.socket.getsockname()[:2]
         app = create_app(engine, config)
         # timeout_graceful_shutdown: open streams are closed rather than waited for on Ctrl-C.
-        self._uvicorn = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=2,
-                                                      access_log=False))
+        self._uvicorn = uvicorn.Server(uvicorn.Config(
+            app, log_level=log_level, timeout_graceful_shutdown=2, access_log=False,
+            http=head_deadline_protocol(header_timeout), limit_concurrency=max_connections,
+            timeout_keep_alive=keep_alive))
         self._thread: threading.Thread | None = None
 
     @property

@@ -121,3 +121,16 @@ def test_chat_template_on_plain_text_is_refused(tmp_path: Path, base_ckpt: Path,
     with pytest.raises(UserError, match="is not chat data"):
         train(tiny_spec(chat_template="chatml"), data=str(text_file), out_dir=str(tmp_path / "run"),
               init=str(base_ckpt))
+
+
+def test_a_runaway_chat_template_stops_train_with_one_line(tmp_path: Path, base_ckpt: Path, chat_file: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    template = tmp_path / "runaway.jinja"
+    template.write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec(adapter=ADAPTER, chat_template=str(template))))
+    code = main(["train", str(spec_path), "--data", str(chat_file), "--out", str(tmp_path / "run"),
+                 "--init", str(base_ckpt)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "the chat template ran longer than its time bound of 1 s" in err, err

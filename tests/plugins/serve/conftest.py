@@ -59,11 +59,14 @@ def model(checkpoint: Path) -> Any:
 
 
 def make_server(model: Any, *, eos: bool = True, api_key: str | None = None, max_batch: int = 16,
-                num_blocks: int = 256, block_size: int = 8) -> Server:
-    config = ServeConfig(model_id=MODEL_ID, tokenizer=BYTES, render_chat=renderer_for(PLAIN),
-                         eos=frozenset([EOT]) if eos else frozenset(), api_key=api_key)
+                num_blocks: int = 256, block_size: int = 8, config: dict[str, Any] | None = None,
+                **server_options: Any) -> Server:
+    """A server for ``model``; ``config`` changes ServeConfig fields, ``server_options`` go to Server."""
+    settings = dict(model_id=MODEL_ID, tokenizer=BYTES, render_chat=renderer_for(PLAIN),
+                    eos=frozenset([EOT]) if eos else frozenset(), api_key=api_key)
+    settings.update(config or {})
     engine = Engine(model, max_batch=max_batch, num_blocks=num_blocks, block_size=block_size)
-    return Server(engine, config)
+    return Server(engine, ServeConfig(**settings), **server_options)
 
 
 @pytest.fixture(scope="module")

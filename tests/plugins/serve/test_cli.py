@@ -33,6 +33,11 @@ def test_start_up_errors_are_one_clear_line(capsys, checkpoint, tmp_path) -> Non
     assert "--threads must be a number" in _error(capsys, checkpoint, "--threads", "many")
     assert "--api-key is empty" in _error(capsys, checkpoint, "--api-key", " ")
     assert "--max-tokens-in-flight must be at least 1" in _error(capsys, checkpoint, "--max-tokens-in-flight", "0")
+    for flag in ("--chat-template-max-chars", "--max-connections", "--max-body-bytes", "--max-messages"):
+        assert f"{flag} must be at least 1, got 0" in _error(capsys, checkpoint, flag, "0")
+    for flag in ("--chat-template-timeout", "--header-timeout", "--body-timeout"):
+        assert f"{flag} must be a number of seconds above 0, got" in _error(capsys, checkpoint, flag, "0")
+        assert f"{flag} must be a number of seconds above 0, got" in _error(capsys, checkpoint, flag, "inf")
     assert "neither a built-in template (chatml) nor a readable file" in _error(
         capsys, checkpoint, "--chat-template", tmp_path / "missing.jinja")
     broken = tmp_path / "broken.jinja"

@@ -100,7 +100,7 @@ def long_server():
 def _wait_idle(server, timeout: float = 30) -> dict[str, int]:
     deadline = time.monotonic() + timeout
     while True:
-        stats = httpx.get(f"{server.url}/health").json()
+        stats = httpx.get(f"{server.url}/v1/stats").json()
         if stats["running"] == 0 and stats["waiting"] == 0:
             return stats
         assert time.monotonic() < deadline, f"the request is still running: {stats}"
@@ -108,7 +108,7 @@ def _wait_idle(server, timeout: float = 30) -> dict[str, int]:
 
 
 def test_a_client_leaving_a_stream_frees_its_slot(long_server) -> None:
-    before = httpx.get(f"{long_server.url}/health").json()
+    before = httpx.get(f"{long_server.url}/v1/stats").json()
     body = {"model": MODEL_ID, "prompt": "go", "max_tokens": 4000, "stream": True}
     with httpx.stream("POST", f"{long_server.url}/v1/completions", json=body) as r:
         assert r.status_code == 200
@@ -121,13 +121,13 @@ def test_a_client_leaving_a_stream_frees_its_slot(long_server) -> None:
 
 
 def test_a_client_leaving_before_the_answer_frees_its_slot(long_server) -> None:
-    before = httpx.get(f"{long_server.url}/health").json()
+    before = httpx.get(f"{long_server.url}/v1/stats").json()
     body = json.dumps({"model": MODEL_ID, "prompt": "go", "max_tokens": 4000}).encode()
     with socket.create_connection((long_server.host, long_server.port)) as raw:
         raw.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         deadline = time.monotonic() + 30
-        while httpx.get(f"{long_server.url}/health").json()["running"] == 0:
+        while httpx.get(f"{long_server.url}/v1/stats").json()["running"] == 0:
             assert time.monotonic() < deadline
             time.sleep(0.01)
     stats = _wait_idle(long_server)
@@ -167,7 +167,7 @@ def _fuzz(server, *, count: int, seed: int) -> None:
             assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert 400 in statuses and (count < 100 or 200 in statuses)
     assert httpx.post(f"{server.url}/v1/completions", json=OK).status_code == 200
-    stats = httpx.get(f"{server.url}/health").json()
+    stats = httpx.get(f"{server.url}/v1/stats").json()
     assert stats["ended_error"] == 0
 
 
