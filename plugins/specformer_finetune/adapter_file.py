@@ -96,10 +96,12 @@ def read_record(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
     except (json.JSONDecodeError, RecursionError):
         raise CheckpointError(f"{where}: the adapter entry in the header is not valid JSON") from None
     base = record.get("base") if isinstance(record, dict) else None
-    if not (isinstance(record, dict) and isinstance(record.get("adapter"), dict) and isinstance(record.get("targets"), list)
+    targets = record.get("targets") if isinstance(record, dict) else None
+    if not (isinstance(record, dict) and isinstance(record.get("adapter"), dict) and isinstance(targets, list)
+            and all(isinstance(t, str) for t in targets)
             and isinstance(base, dict) and isinstance(base.get("path"), str) and isinstance(base.get("sha256"), str)):
-        raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' and 'base' (path and "
-                              f"sha256), got {excerpt(record)}")
+        raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' (a list of layer names) and "
+                              f"'base' (path and sha256), got {excerpt(record)}")
     try:  # checked here, so that summary refuses what load would: each bad field on the one line
         resolve_adapter(record["adapter"], path=ADAPTER_KEY)
     except SpecError as exc:
