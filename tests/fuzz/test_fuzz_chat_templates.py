@@ -250,7 +250,7 @@ def _case(renderer: Renderer, template: str, conversation: list[dict[str, Any]],
 @example(template="{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", conversation=[],
          add_generation_prompt=False)  # unbounded recursion: RecursionError
 @example(template="{{ 'ab' * 10**10 }}", conversation=[], add_generation_prompt=False)  # 20 GB string
-@example(template="{{ 2 ** (10 ** 9) }}", conversation=[], add_generation_prompt=False)  # too many digits to print
+@example(template="{{ 2 ** (10 ** 9) }}", conversation=[], add_generation_prompt=False)  # a billion-bit power: seconds of arithmetic
 @example(template="{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", conversation=[],
          add_generation_prompt=False)  # ten billion steps
 def test_any_chat_template(renderer, template, conversation, add_generation_prompt):

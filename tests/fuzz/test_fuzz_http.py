@@ -176,9 +176,11 @@ def posts(draw: Any) -> tuple[str, bytes]:
     return route, data
 
 
-def _check_clean(server_log: LogRecords, capfd: Any) -> None:
+def _check_clean(server: Any, server_log: LogRecords, capfd: Any, sent: bytes) -> None:
+    # A request on a new connection: the server's loop has by then gone past what the case's connection left to do.
+    assert httpx.get(f"{server.url}/health", timeout=HTTP_TIMEOUT_S).status_code == 200
     problems = server_log.problems()
-    assert not problems, "the server logged an error:\n" + "\n".join(problems)[-3000:]
+    assert not problems, f"the server logged an error after {sent[:500]!r}:\n" + "\n".join(problems)[-3000:]
     err = capfd.readouterr().err
     assert "Traceback" not in err, f"a traceback on stderr:\n{err[-3000:]}"
 
@@ -192,7 +194,7 @@ def _post_case(server: Any, server_log: LogRecords, capfd: Any, route: str, data
     if r.status_code >= 400:
         error = r.json()["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"], r.text[:1000]
-    _check_clean(server_log, capfd)
+    _check_clean(server, server_log, capfd, data)
 
 
 OK = json.dumps({"model": serve.MODEL_ID, "prompt": "ok", "max_tokens": 2}).encode()
@@ -293,7 +295,7 @@ def _raw_case(server: Any, server_log: LogRecords, capfd: Any, data: bytes) -> N
     event(f"raw: {statuses[0] if statuses else 'no answer'}")
     assert all(s < 500 for s in statuses), (data[:500], received[:1000])
     assert b"server_error" not in received, (data[:500], received[:1000])
-    _check_clean(server_log, capfd)
+    _check_clean(server, server_log, capfd, data)
 
 
 @FAST_HTTP
@@ -311,6 +313,14 @@ def test_any_raw_request(server, server_log, capfd, data):
 @SLOW
 @given(data=raw_requests())
 def test_any_raw_request_many(server, server_log, capfd, data):
+    _raw_case(server, server_log, capfd, data)
+
+
+@pytest.mark.xfail(strict=True, reason="found by this target; the fix belongs in specformer_serve: "
+                   "uvicorn's h11 layer answers a broken chunk with its own 400 while the route's response is on its "
+                   "way; the app's send then fails (h11 LocalProtocolError) and the 500 handler logs a traceback")
+def test_a_broken_chunk_leaves_no_traceback_in_the_log(server, server_log, capfd):
+    data = b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
     _raw_case(server, server_log, capfd, data)
 
 
