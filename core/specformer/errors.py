@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 #: Longest excerpt of a user's value quoted in a message (characters).
 EXCERPT_CHARS = 80
@@ -49,6 +49,18 @@ class Problem:
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
         return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
+
+
+def problems_line(problems: Sequence[Problem]) -> str:
+    """Problems on one line, ``adapter.rank: ...; adapter.alpha: ...``, for a message that names its file first.
+
+    A checkpoint's header or a flag carries a component outside any spec; its problems
+    are worded as a spec's are (:func:`specformer.spec.problems_from_validation_error`)
+    but belong inside one sentence, not under a "problems in the spec" heading.
+    """
+    shown = "; ".join(map(str, problems[:MAX_PROBLEMS_SHOWN]))
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    return shown + (f"; ... and {more:,} more" if more > 0 else "")
 
 
 class SpecError(UserError, ValueError):

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Callable
 from pydantic import ConfigDict, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from specformer.errors import UnknownComponentError
+from specformer.errors import Problem, SpecError, UnknownComponentError, problems_line
+from specformer.messages import join_path
 from specformer.plugins import get_registry
 from specformer.registry import Resolved
 from specformer.spec_shapes import as_component_ref, problems_from_validation_error
@@ -99,7 +100,7 @@ def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotatio
             raise PydanticCustomError(
                 "invalid_component",
                 "{name}: {detail}",
-                {"name": ref["kind"], "detail": "; ".join(map(str, problems)),
+                {"name": ref["kind"], "detail": problems_line(problems),
                  "problems": [(p.path, p.message) for p in problems]},
             ) from None
 
@@ -111,4 +112,28 @@ def SubComponent(kind: str) -> Any:  # noqa: N802 - reads as a type in annotatio
     ]
 
 
-__all__ = ["FromParams", "Params", "StrictNumbers", "construct", "SubComponent", "as_component_ref", "component_schema_ref"]
+def resolve_component(kind: str, value: Any, *, path: str, registry: Any = None) -> Resolved:
+    """The ``kind`` component ``value`` names (``"int8"`` or ``{"kind": "lora", "rank": 8}``), validated.
+
+    For a component read from somewhere other than a spec (a checkpoint's header, a
+    flag): a mistake is a :class:`~specformer.errors.SpecError` whose problems are
+    located under ``path`` and worded as a spec's are, one per field
+    (``adapter.rank: Input should be less than or equal to 4096 (got 1000000000)``),
+    never pydantic's own multi-line text.
+    """
+    registry = registry if registry is not None else get_registry()
+    try:
+        ref = as_component_ref(value)
+    except ValueError as exc:  # a number, a list, a mapping without a string 'kind'
+        raise SpecError([Problem(path, str(exc))]) from None
+    try:
+        return registry.resolve(kind, ref)
+    except UnknownComponentError as exc:
+        raise SpecError([Problem(join_path(path, ["kind"]), str(exc))]) from None
+    except ValidationError as exc:
+        params_model = registry.get(kind, ref["kind"]).params
+        raise SpecError(problems_from_validation_error(exc, prefix=path, model=params_model)) from None
+
+
+__all__ = ["FromParams", "Params", "StrictNumbers", "construct", "SubComponent", "as_component_ref", "component_schema_ref",
+           "resolve_component"]

@@ -22,8 +22,8 @@ import torch
 
 from specformer.checkpoint_check import TensorInfo
 from specformer.checkpoint_file import read_metadata, read_tensors
-from specformer.errors import CheckpointError, excerpt
-from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter
+from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
+from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter, resolve_adapter
 
 #: The header entry of an adapter checkpoint.
 ADAPTER_KEY = "adapter"
@@ -96,10 +96,17 @@ def read_record(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
     except (json.JSONDecodeError, RecursionError):
         raise CheckpointError(f"{where}: the adapter entry in the header is not valid JSON") from None
     base = record.get("base") if isinstance(record, dict) else None
-    if not (isinstance(record, dict) and isinstance(record.get("adapter"), dict) and isinstance(record.get("targets"), list)
+    targets = record.get("targets") if isinstance(record, dict) else None
+    if not (isinstance(record, dict) and isinstance(record.get("adapter"), dict) and isinstance(targets, list)
+            and all(isinstance(t, str) for t in targets)
             and isinstance(base, dict) and isinstance(base.get("path"), str) and isinstance(base.get("sha256"), str)):
-        raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' and 'base' (path and "
-                              f"sha256), got {excerpt(record)}")
+        raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' (a list of layer names) and "
+                              f"'base' (path and sha256), got {excerpt(record)}")
+    try:  # checked here, so that summary refuses what load would: each bad field on the one line
+        resolve_adapter(record["adapter"], path=ADAPTER_KEY)
+    except SpecError as exc:
+        raise CheckpointError(f"{where}: the adapter entry in the header is not an adapter this installation can "
+                              f"apply: {problems_line(exc.problems)}") from None
     return record
 
 
@@ -151,8 +158,10 @@ def load_adapted(checked: Any, device: Any, *, quantize_base: bool = True, verif
                                   f"adapter only fits the exact weights it was trained on")
     model = specformer.load(path)
     try:
-        info = apply_adapter(model, record["adapter"], quantize_base=quantize_base)
-    except Exception as exc:  # a component this installation lacks, targets that do not fit
+        info = apply_adapter(model, record["adapter"], quantize_base=quantize_base, path=ADAPTER_KEY)
+    except SpecError as exc:
+        raise CheckpointError(f"{where}: the adapter cannot be applied to its base: {problems_line(exc.problems)}") from None
+    except Exception as exc:  # targets that match no layer of the base
         raise CheckpointError(f"{where}: the adapter cannot be applied to its base: {exc}") from None
     if info.targets != record["targets"]:
         raise CheckpointError(f"{where}: the adapter's targets select other layers of the base than were recorded")

@@ -18,9 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specformer.errors import Problem, SpecError, UnknownComponentError
-from specformer.params import as_component_ref
-from specformer.plugins import get_registry
+from specformer.params import resolve_component
 from specformer_finetune.targets import select_targets
 
 KIND = "adapter"
@@ -40,25 +38,22 @@ class AdapterInfo:
 
 
 def resolve_adapter(ref: Any, *, path: str = "train.adapter") -> Any:
-    """The adapter component ``ref`` names, made; SpecError naming what is wrong."""
+    """The adapter component ``ref`` names, made; SpecError naming each bad field under ``path``."""
     if hasattr(ref, "make") and hasattr(ref, "component"):  # already resolved by the spec's validation
         return ref.make()
-    try:
-        return get_registry().resolve(KIND, as_component_ref(ref)).make()
-    except UnknownComponentError as exc:
-        raise SpecError([Problem(f"{path}.kind", str(exc))]) from None
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise SpecError([Problem(path, str(exc))]) from None
+    return resolve_component(KIND, ref, path=path).make()
 
 
-def apply_adapter(model: nn.Module, ref: Any, *, quantize_base: bool = True) -> AdapterInfo:
+def apply_adapter(model: nn.Module, ref: Any, *, quantize_base: bool = True, path: str = "train.adapter") -> AdapterInfo:
     """Freeze ``model`` and wrap its target layers with the adapter ``ref`` names (in place); the AdapterInfo.
 
     ``quantize_base=False`` ignores the component's ``base`` setting (merging wants float weights).
+    ``path`` is where ``ref`` was written, for the messages about it (``train.adapter``, or
+    ``adapter`` in an adapter checkpoint's header).
     """
     if getattr(model, "adapter", None) is not None:
         raise ValueError("the model already has an adapter; merge it first (specformer merge) to stack another")
-    adapter = resolve_adapter(ref)
+    adapter = resolve_adapter(ref, path=path)
     spec_form = ref.to_dict() if hasattr(ref, "to_dict") else {"kind": adapter.name, **adapter.params.model_dump(mode="json")}
     targets = select_targets(model, list(adapter.params.targets))
     recipe = None

@@ -25,9 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specformer.errors import Problem, SpecError, UnknownComponentError
-from specformer.params import as_component_ref
-from specformer.plugins import get_registry
+from specformer.params import as_component_ref, resolve_component
 from specformer_quant.weights import QuantizedLinear, QuantizedWeight
 
 #: The header entry of a quantized checkpoint.
@@ -37,14 +35,8 @@ KEPT_LINEARS = ("router", "shared_gate")
 
 
 def scheme_from(ref: Any, *, path: str = "quantization") -> Any:
-    """The scheme object for ``"int8"`` or ``{"kind": "int4", "group_size": 64}``; SpecError naming what is wrong."""
-    registry = get_registry()
-    try:
-        return registry.resolve("quantization", as_component_ref(ref)).make()
-    except UnknownComponentError as exc:
-        raise SpecError([Problem(f"{path}.kind", str(exc))]) from None
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise SpecError([Problem(path, str(exc))]) from None
+    """The scheme object for ``"int8"`` or ``{"kind": "int4", "group_size": 64}``; SpecError naming each bad field."""
+    return resolve_component("quantization", ref, path=path).make()
 
 
 def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False,

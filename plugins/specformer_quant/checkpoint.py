@@ -18,7 +18,7 @@ import torch
 from specformer.builder import build_checked
 from specformer.checkpoint_check import TensorInfo
 from specformer.checkpoint_file import read_tensors
-from specformer.errors import CheckpointError, SpecError, excerpt
+from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer_quant.apply import RECIPE_KEY, rebuild, schemes_of
 
 
@@ -37,8 +37,8 @@ def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
     try:
         schemes_of(recipe)
     except SpecError as exc:
-        raise CheckpointError(f"{where}: the quantization recipe names a scheme this installation cannot read:\n"
-                              f"{exc}") from None
+        raise CheckpointError(f"{where}: the quantization recipe in the header is not one this installation can "
+                              f"read: {problems_line(exc.problems)}") from None
     return recipe
 
 
@@ -96,7 +96,9 @@ def load_quantized(checked: Any, device: Any) -> Any:
     model = build_checked(checked.checked, init=False)
     try:
         rebuild(model, recipe)
-    except (ValueError, SpecError, AttributeError) as exc:  # get_submodule: AttributeError for a missing name
+    except SpecError as exc:
+        raise CheckpointError(f"{where}: the quantization recipe does not fit the model: {problems_line(exc.problems)}") from None
+    except (ValueError, AttributeError) as exc:  # get_submodule: AttributeError for a missing name
         raise CheckpointError(f"{where}: the quantization recipe does not fit the model: {exc}") from None
     tensors = read_tensors(Path(checked.path))
     try:

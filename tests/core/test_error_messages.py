@@ -11,7 +11,8 @@ import pytest
 
 import specformer
 from specformer.cli import main
-from specformer.errors import SpecError
+from specformer.errors import MAX_PROBLEMS_SHOWN, Problem, SpecError, problems_line
+from specformer.params import resolve_component
 from specformer.spec import ModelSpec
 
 
@@ -203,3 +204,26 @@ def test_a_missing_field_no_key_was_meant_for_is_still_reported(tiny_spec):
     found = problems(tiny_spec)
     assert found[0] == "model.d_model: required field is missing"
     assert found[1].startswith("model.zzz: unknown field; accepted: ")
+
+
+@pytest.mark.parametrize("ref", [
+    {"kind": "attention", "n_heads": "four", "qk_norm": {"kind": "rmsnorm", "epss": 1e-5}, "windw": 3},
+    {"kind": "atention", "n_heads": 4},
+    {"n_heads": 4},
+])
+def test_a_component_read_outside_a_spec_is_worded_as_the_spec_words_it(tiny_spec, ref):
+    """resolve_component (a checkpoint's header, a flag) gives the lines load_spec gives, under its own path."""
+    tiny_spec["model"]["block"]["attention"] = ref
+    in_spec = problems(tiny_spec)
+    with pytest.raises(SpecError) as info:
+        resolve_component("attention", ref, path="header.attention")
+    outside = [str(p) for p in info.value.problems]
+    assert outside == [line.replace("model.block.attention", "header.attention") for line in in_spec]
+    assert all("\n" not in line and "pydantic.dev" not in line for line in outside)
+
+
+def test_problems_on_one_line_are_joined_and_capped():
+    assert problems_line([Problem("a.b", "bad"), Problem("", "no path")]) == "a.b: bad; no path"
+    many = [Problem(f"x[{i}]", "bad") for i in range(MAX_PROBLEMS_SHOWN + 3)]
+    line = problems_line(many)
+    assert "\n" not in line and line.endswith(f"x[{MAX_PROBLEMS_SHOWN - 1}]: bad; ... and 3 more")
