@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -147,7 +148,52 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
         finally:
             workers.shutdown(wait=False, cancel_futures=True)
 
-    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,  # type: ignore[arg-type]
+                     middleware=[Middleware(_AnsweredByTheHttpLayer)])
+
+
+class _AnsweredByTheHttpLayer:
+    """Drop a response the HTTP layer can no longer send, with one log line instead of two tracebacks.
+
+    A request whose body turns out malformed (a broken chunk) is answered 400 by uvicorn's
+    h11 layer itself, while the route may already be producing its own response; sending
+    that one then raises h11's ``LocalProtocolError``. Nothing is wrong with the server, and
+    the connection is closing, so the rest of the response goes nowhere (found by
+    tests/fuzz/test_fuzz_http.py).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from h11 import LocalProtocolError  # uvicorn's HTTP/1.1 implementation, which server.py chooses
+
+        dropped = False
+
+        async def send_while_open(message: Any) -> None:
+            nonlocal dropped
+            if dropped:
+                return
+            try:
+                await send(message)
+            except LocalProtocolError as exc:
+                dropped = True
+                log.warning("%s %s: the response was dropped: the HTTP layer had already answered a malformed "
+                            "request (%s)", scope.get("method"), scope.get("path"), exc)
+                # Return only once uvicorn has seen the connection close (it has closed it already), so it
+                # counts the response as abandoned, not as one the app left unfinished (an error line).
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(_disconnected(receive), timeout=5.0)
+
+        await self.app(scope, receive, send_while_open)
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _chat_prompt(messages: list[dict[str, Any]], config: ServeConfig, vocab_size: int) -> list[int]:

@@ -289,10 +289,11 @@ def exchange(server: Any, data: bytes) -> bytes:
     return received
 
 
-def _raw_case(server: Any, server_log: LogRecords, capfd: Any, data: bytes) -> None:
+def _raw_case(server: Any, server_log: LogRecords, capfd: Any, data: bytes, *, drawn: bool = True) -> None:
     received = exchange(server, data)
     statuses = [int(s) for s in STATUS.findall(received)]
-    event(f"raw: {statuses[0] if statuses else 'no answer'}")
+    if drawn:  # hypothesis's statistics, only inside a @given test
+        event(f"raw: {statuses[0] if statuses else 'no answer'}")
     assert all(s < 500 for s in statuses), (data[:500], received[:1000])
     assert b"server_error" not in received, (data[:500], received[:1000])
     _check_clean(server, server_log, capfd, data)
@@ -316,17 +317,18 @@ def test_any_raw_request_many(server, server_log, capfd, data):
     _raw_case(server, server_log, capfd, data)
 
 
-@pytest.mark.xfail(strict=True, reason="found by this target; the fix belongs in specformer_serve: "
-                   "uvicorn's h11 layer answers a broken chunk with its own 400 while the route's response is on its "
-                   "way; the app's send then fails (h11 LocalProtocolError) and the 500 handler logs a traceback")
 def test_a_broken_chunk_leaves_no_traceback_in_the_log(server, server_log, capfd):
+    """Found by the target above: uvicorn answers the broken chunk with its own 400 while the route's response is on
+    its way; sending that one then fails, which once logged two tracebacks."""
     data = b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
-    _raw_case(server, server_log, capfd, data)
+    for _ in range(5):  # the race goes either way; it went the failing way 20 times out of 20
+        _raw_case(server, server_log, capfd, data, drawn=False)
 
 
 def test_the_server_still_answers_after_the_fuzzing(server):
     """Last in the module: after every case above, /health answers and no request ended in error."""
-    r = httpx.get(f"{server.url}/health", timeout=HTTP_TIMEOUT_S)
+    assert httpx.get(f"{server.url}/health", timeout=HTTP_TIMEOUT_S).json() == {"status": "ok"}
+    r = httpx.get(f"{server.url}/v1/stats", timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
     assert r.json()["ended_error"] == 0, r.json()
     assert httpx.post(f"{server.url}/v1/completions", content=OK, timeout=HTTP_TIMEOUT_S).status_code == 200
