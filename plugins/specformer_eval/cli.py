@@ -17,12 +17,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_train.cache import load_tokenized
 from specformer_train.corpus import find_corpus
 from specformer_train.threads import auto_threads
 
-from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.loading import load_model
 from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens
 
 EPILOG = """\
@@ -72,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = _task_names(args.tasks) if args.tasks is not None else None
     harness = _harness() if tasks else None
     model = load_model(args.checkpoint, device=args.device)
-    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
+                                     where=args.checkpoint, override=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import torch
 
+from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
 from specformer_eval.inspection import Inspection, choose_token, inspect_prompt
-from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.loading import load_model
 from specformer_eval.page import write_page
 
 EPILOG = """\
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out}: exists and is not a folder")
     model = load_model(args.checkpoint, device=args.device)
-    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
+                                     where=args.checkpoint, override=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
     inspection = inspect_prompt(model, tokenizer, args.prompt, k=args.top_k)
