@@ -75,7 +75,8 @@ def is_byte_tokenizer_json(data: Any) -> bool:
 
     Checked on what changes ids, not on formatting or on fields a tokenizers version adds:
     no normaliser, a ByteLevel pre-tokenizer without a prefix space (splitting rules do not
-    matter with no merges), a ByteLevel decoder, no post-processor, a BPE model without
+    matter with no merges), a ByteLevel decoder, a post-processor that adds no token (none,
+    or the one transformers writes when it saves the file again), a BPE model without
     merges whose vocabulary is exactly the byte table and the special tokens, and those
     special tokens as the only added ones.
     """
@@ -84,7 +85,7 @@ def is_byte_tokenizer_json(data: Any) -> bool:
     model, pre, decoder = data.get("model"), data.get("pre_tokenizer"), data.get("decoder")
     if not all(isinstance(part, dict) for part in (model, pre, decoder)):
         return False
-    if data.get("normalizer") is not None or data.get("post_processor") is not None:
+    if data.get("normalizer") is not None or not _adds_nothing(data.get("post_processor")):
         return False
     if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or decoder.get("type") != "ByteLevel":
         return False
@@ -99,6 +100,19 @@ def is_byte_tokenizer_json(data: Any) -> bool:
         return False
     found = sorted(((token.get("id"), token.get("content")) for token in added), key=repr)
     return found == sorted(((256 + i, token) for i, token in enumerate(SPECIAL_TOKENS)), key=repr)
+
+
+def _adds_nothing(post: Any) -> bool:
+    """No post-processor, a ByteLevel one (offsets only), or a template of the text alone."""
+    if post is None:
+        return True
+    if not isinstance(post, dict):
+        return False
+    if post.get("type") == "ByteLevel":
+        return True
+    single = post.get("single")
+    return (post.get("type") == "TemplateProcessing" and isinstance(single, list) and len(single) == 1
+            and isinstance(single[0], dict) and set(single[0]) == {"Sequence"})
 
 
 __all__ = ["BYTE_TOKENIZER_SETTINGS", "byte_to_char", "byte_tokenizer_json", "is_byte_tokenizer_json"]
