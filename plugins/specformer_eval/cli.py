@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 def _perplexity(args: argparse.Namespace, model: Any, tokenizer: Any, corpus: Any) -> EvalResult:
     context = args.context if args.context is not None else model.context_length
     if context > model.context_length:
-        raise UserError(f"--context {context} is longer than the model's context length {model.context_length}")
+        _check_past_context(model, context)
     if args.stride is not None and args.stride > context:
         raise UserError(f"--stride {args.stride} is larger than the context ({context}); use --stride {context} or less")
     settings: dict[str, Any] = dict(context=context, stride=args.stride, batch_size=args.batch_size)
@@ -115,6 +115,19 @@ def _perplexity(args: argparse.Namespace, model: Any, tokenizer: Any, corpus: An
         result = evaluate_documents(model, tokenizer, corpus.documents(), on_progress=bar.update, **settings)
         bar.update(bar.total - bar.n)  # jsonl files hold more bytes than their text
     return result
+
+
+def _check_past_context(model: Any, context: int) -> None:
+    """``--context`` past the model's context length: as the forward allows it (Decoder.past_context), said once here."""
+    verdict, scheme = model.past_context()
+    length = model.context_length
+    if verdict == "no":
+        raise UserError(f"--context {context} is longer than the model's context length {length} (its "
+                        f"{type(scheme).__name__} has no position past it); use --context {length} or less")
+    if verdict == "warn":
+        print(f"note: --context {context} is past the model's context length of {length}: its positions "
+              f"({type(scheme).__name__}) were never trained there, so the loss may be higher", file=sys.stderr)
+        model._warned_past_context = True  # the forward's own warning would say the same again
 
 
 def _task_names(text: str) -> list[str]:
