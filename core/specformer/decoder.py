@@ -8,6 +8,9 @@ attention, an ffn and norms) and a final norm.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -93,6 +96,9 @@ class Decoder(nn.Module):
         ``document_ids`` ``(B, T)`` (integers, packed training): a token attends only to
         earlier tokens of its own document. Without a cache, attention is causal by
         column, so ``positions`` restarting per document never reach a later token.
+
+        A sequence longer than ``context_length`` runs where every positional scheme allows
+        it (:meth:`check_past_context`), as generation does; learned positions refuse it.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
@@ -104,7 +110,7 @@ class Decoder(nn.Module):
             if cache is not None:
                 raise ValueError("a forward with a cache needs the absolute positions of its tokens")
             if length > self.context_length:
-                raise ValueError(f"sequence of {length} tokens is longer than the context length {self.context_length}")
+                self.check_past_context(length)
             positions = default_positions(batch, length, device=input_ids.device)
 
         x = self.embedding(input_ids)  # (B, T, D)
@@ -157,6 +163,20 @@ class Decoder(nn.Module):
         """Whether positions allow going past ``context_length``: "no" over "warn" over "yes", and the scheme that says so."""
         rank = {"yes": 0, "warn": 1, "no": 2}
         return max(((s.extrapolates, s) for s in self.positional_schemes()), key=lambda pair: rank[pair[0]])
+
+    def check_past_context(self, length: int) -> None:
+        """Allow a forward of ``length`` tokens past ``context_length`` as :meth:`past_context` says: "yes"
+        silently, "warn" with one warning per model (the positions were never trained there), "no" a ValueError."""
+        verdict, scheme = self.past_context()
+        name = type(scheme).__name__
+        if verdict == "no":
+            raise ValueError(f"sequence of {length} tokens is longer than the context length {self.context_length} "
+                             f"(its {name} has no position past it); give at most {self.context_length} tokens")
+        if verdict == "warn" and not getattr(self, "_warned_past_context", False):
+            warnings.warn(f"a sequence of {length} tokens, past the model's context length of {self.context_length}: "
+                          f"its positions ({name}) were never trained there, so quality may drop",
+                          stacklevel=_caller_stacklevel())
+            self._warned_past_context = True  # once per model, shared with generation's warning
 
     def cache_restarts(self) -> set[int]:
         """Lengths at which keys cached before become stale (a scheme's ``restart_cache_at``, e.g. LongRoPE's switch)."""
@@ -216,3 +236,13 @@ class Decoder(nn.Module):
         for module in self.modules():
             if module is not self and callable(getattr(module, "init_weights", None)):
                 yield module
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the code that called the model: the first frame
+    outside specformer's core and torch.nn (``model(ids)`` reaches ``forward`` through ``Module.__call__``)."""
+    ours = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(nn.__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -4,8 +4,9 @@ Two kinds: ``byte`` (the UTF-8 bytes of the text, 256 ids, then special tokens) 
 ``bpe`` (a Hugging Face ``tokenizers`` tokenizer, serialised as its ``tokenizer.json``).
 Both are written as one JSON string under the checkpoint header key ``tokenizer``.
 A third, ``none``, records that a checkpoint has no tokenizer at all (a Hugging Face
-import without ``tokenizer.json``): token ids work, text is refused. A header without
-the key means the byte tokenizer, as it always has.
+import without ``tokenizer.json``): token ids work, text is refused. Which tokenizer a
+command uses for a checkpoint (a header without the key included) is decided in one
+place, :func:`specformer.tokenizer_choice.checkpoint_tokenizer`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ SPECIAL_TOKENS = (END_OF_TEXT, "<|pad|>", "<|bos|>")
 
 @runtime_checkable
 class Tokenizer(Protocol):
+    kind: str
     vocab_size: int
     eot_id: int
 
@@ -162,7 +164,11 @@ def _bpe_from_json(data: dict[str, Any]) -> "BPETokenizer":
     return BPETokenizer(tokenizer, eot_token=eot_token)
 
 
-def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer:
-    """The tokenizer saved in a checkpoint header, or the byte tokenizer when none was saved."""
+def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer | None:
+    """The tokenizer entry of a checkpoint header as stored; None when the header has none.
+
+    Commands choose with :func:`specformer.tokenizer_choice.checkpoint_tokenizer`, which also
+    decides what a header without an entry means.
+    """
     text = metadata.get(METADATA_KEY)
-    return tokenizer_from_json(text) if text else ByteTokenizer()
+    return tokenizer_from_json(text) if text else None

@@ -17,12 +17,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_train.cache import load_tokenized
 from specformer_train.corpus import find_corpus
 from specformer_train.threads import auto_threads
 
-from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.loading import load_model
 from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens
 
 EPILOG = """\
@@ -72,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = _task_names(args.tasks) if args.tasks is not None else None
     harness = _harness() if tasks else None
     model = load_model(args.checkpoint, device=args.device)
-    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
+                                     where=args.checkpoint, override=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
 
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 def _perplexity(args: argparse.Namespace, model: Any, tokenizer: Any, corpus: Any) -> EvalResult:
     context = args.context if args.context is not None else model.context_length
     if context > model.context_length:
-        raise UserError(f"--context {context} is longer than the model's context length {model.context_length}")
+        _check_past_context(model, context)
     if args.stride is not None and args.stride > context:
         raise UserError(f"--stride {args.stride} is larger than the context ({context}); use --stride {context} or less")
     settings: dict[str, Any] = dict(context=context, stride=args.stride, batch_size=args.batch_size)
@@ -112,6 +115,19 @@ def _perplexity(args: argparse.Namespace, model: Any, tokenizer: Any, corpus: An
         result = evaluate_documents(model, tokenizer, corpus.documents(), on_progress=bar.update, **settings)
         bar.update(bar.total - bar.n)  # jsonl files hold more bytes than their text
     return result
+
+
+def _check_past_context(model: Any, context: int) -> None:
+    """``--context`` past the model's context length: as the forward allows it (Decoder.past_context), said once here."""
+    verdict, scheme = model.past_context()
+    length = model.context_length
+    if verdict == "no":
+        raise UserError(f"--context {context} is longer than the model's context length {length} (its "
+                        f"{type(scheme).__name__} has no position past it); use --context {length} or less")
+    if verdict == "warn":
+        print(f"note: --context {context} is past the model's context length of {length}: its positions "
+              f"({type(scheme).__name__}) were never trained there, so the loss may be higher", file=sys.stderr)
+        model._warned_past_context = True  # the forward's own warning would say the same again
 
 
 def _task_names(text: str) -> list[str]:

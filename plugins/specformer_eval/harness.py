@@ -34,11 +34,13 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
+from specformer.checkpoint import read_metadata
 from specformer.tokenizer import Tokenizer
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_generate import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 
-from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.loading import load_model
 from specformer_eval.scoring import score_windows
 from specformer_eval.windows import Window, sliding_windows
 
@@ -71,7 +73,8 @@ class SpecformerLM(TemplateLM):
             raise ValueError("give either checkpoint= (a path) or model= (a loaded model with tokenizer=)")
         if model is None:
             model = load_model(checkpoint, device=device or "cpu")
-            tokenizer = checkpoint_tokenizer(checkpoint, vocab_size=model.vocab_size, tokenizer=tokenizer_path)
+            tokenizer = checkpoint_tokenizer(read_metadata(checkpoint), vocab_size=model.vocab_size,
+                                             where=str(checkpoint), override=tokenizer_path)
         elif tokenizer is None:
             raise ValueError("a model= needs its tokenizer= too")
         self.model = model.eval()

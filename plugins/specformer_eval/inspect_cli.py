@@ -15,13 +15,18 @@ from pathlib import Path
 
 import torch
 
+from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
+<<<<<<< HEAD
 from specformer.outputs import check_folder_output, staged_folder
+=======
+from specformer.tokenizer_choice import checkpoint_tokenizer
+>>>>>>> wip-tok
 from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
 from specformer_eval.inspection import Inspection, choose_token, inspect_prompt
-from specformer_eval.loading import checkpoint_tokenizer, load_model
+from specformer_eval.loading import load_model
 from specformer_eval.page import write_page
 
 EPILOG = """\
@@ -54,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = [args.checkpoint, args.tokenizer]
     check_folder_output(out, inputs=inputs, force=args.force, parents=True)  # before the model is loaded
     model = load_model(args.checkpoint, device=args.device)
-    tokenizer = checkpoint_tokenizer(args.checkpoint, vocab_size=model.vocab_size, tokenizer=args.tokenizer)
+    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
+                                     where=args.checkpoint, override=args.tokenizer)
     if next(model.parameters()).device.type == "cpu":
         torch.set_num_threads(auto_threads())
     inspection = inspect_prompt(model, tokenizer, args.prompt, k=args.top_k)

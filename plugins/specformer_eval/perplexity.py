@@ -92,7 +92,9 @@ def evaluate_documents(
 
     ``context`` defaults to the model's context length and ``stride`` to ``context``
     (disjoint windows); ``batch_size`` (windows per forward) to about 8192 tokens.
-    ``on_progress`` receives bytes of text as they are scored.
+    ``context`` may pass the model's context length where its positions allow it
+    (``Decoder.past_context``: not with learned positions). ``on_progress`` receives
+    bytes of text as they are scored.
     """
     context, stride, batch_size = _settings(model, context, stride, batch_size)
     totals = _Totals(on_progress)
@@ -140,8 +142,15 @@ def evaluate_tokens(
 def _settings(model: Any, context: int | None, stride: int | None, batch_size: int | None) -> tuple[int, int, int]:
     context = model.context_length if context is None else context
     stride = context if stride is None else stride
-    check_window_sizes(context=context, stride=stride, limit=model.context_length)
+    check_window_sizes(context=context, stride=stride, limit=context_limit(model))
     return context, stride, default_batch_size(context) if batch_size is None else batch_size
+
+
+def context_limit(model: Any) -> int | None:
+    """The longest window ``model`` can score: its context length, or None (no limit) where every positional
+    scheme allows going past it (``Decoder.past_context``: "yes", or "warn" with a warning from the forward)."""
+    verdict = model.past_context()[0] if callable(getattr(model, "past_context", None)) else "no"
+    return model.context_length if verdict == "no" else None
 
 
 def _result(totals: _Totals, *, context: int, stride: int, seconds: float, has_bytes: bool) -> EvalResult:

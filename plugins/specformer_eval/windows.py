@@ -37,9 +37,9 @@ class Window:
         return len(self.tokens) - 1
 
 
-def check_window_sizes(*, context: int, stride: int, limit: int) -> None:
-    """ValueError unless ``1 <= stride <= context <= limit`` (the model's context length)."""
-    if context < 1 or context > limit:
+def check_window_sizes(*, context: int, stride: int, limit: int | None) -> None:
+    """ValueError unless ``1 <= stride <= context <= limit`` (the model's context length; None: no limit)."""
+    if context < 1 or (limit is not None and context > limit):
         raise ValueError(f"context must be between 1 and the model's context length {limit}, got {context}")
     if stride < 1 or stride > context:
         raise ValueError(f"stride must be between 1 and the context ({context}), got {stride}")

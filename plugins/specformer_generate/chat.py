@@ -57,8 +57,6 @@ def chat(model: Any, tokenizer: Tokenizer, args: Any, *, sampler: Any, seed: int
         try:
             ids = encode(turn, tokenizer, ids_mode=args.ids, where="the turn", vocab_size=model.vocab_size).ids
         except UserError as exc:
-            if getattr(tokenizer, "kind", None) == "none":
-                raise
             print(f"error: {exc}", file=sys.stderr)
             continue
         if len(ids) >= session.room:

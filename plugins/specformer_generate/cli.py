@@ -1,8 +1,9 @@
 """``specformer generate CHECKPOINT --prompt TEXT``: continue a prompt with a saved model.
 
-The tokenizer is the one stored in the checkpoint's header (the byte tokenizer when
-none was stored); the defaults come from the spec's ``generate`` section, and flags
-override them. The text goes to stdout, the speed to stderr.
+The tokenizer is chosen by :func:`specformer.tokenizer_choice.checkpoint_tokenizer` (the one
+stored in the header, ``--tokenizer FILE``, or the byte tokenizer for a 259-token model
+without one), as every command chooses it; the defaults come from the spec's ``generate``
+section, and flags override them. The text goes to stdout, the speed to stderr.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from specformer.datafile import parse_text, read_text
 from specformer.devices import parse_device
 from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.threads import use_threads
-from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
-from specformer.tokenizer import Tokenizer, tokenizer_from_metadata
+from specformer.tokenizer import Tokenizer
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_generate.generate import generate, stream
 from specformer_generate.memory import parse_max_memory
 from specformer_generate.prompt_input import Prompt, read_prompts
@@ -72,6 +73,9 @@ def _prompt_options(parser: argparse.ArgumentParser, *, opening: bool = False) -
     parser.add_argument("--ids", action="store_true",
                         help="prompts are token ids written as numbers ('12 7 99'); the output is ids too "
                              "(works for a checkpoint without a tokenizer)")
+    parser.add_argument("--tokenizer", default=None, metavar="FILE",
+                        help="a tokenizer.json to encode and decode with, for a checkpoint that stores no tokenizer "
+                             "(default: the checkpoint's own)")
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -105,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
             parse_max_memory(args.max_memory)
         except ValueError as exc:
             raise UserError(f"--max-memory: {exc}") from None
-    tokenizer = tokenizer_from_metadata(read_metadata(args.checkpoint))
     model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
+    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
+                                     where=args.checkpoint, override=args.tokenizer, ids_only=args.ids)
     section = model.spec.section("generate") or GenerateSpec()
     if args.quantize is not None:
         _quantize(model, args.quantize)
@@ -131,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--stop matches text, and --ids prompts give token ids; drop one of them")
     if any(not stop for stop in args.stop):
         raise UserError("--stop needs some text; an empty string would stop at once")
-    draft = _draft(args, model, device) if args.draft is not None else None
+    draft = _draft(args, model, device, tokenizer) if args.draft is not None else None
     if args.interactive:
         from specformer_generate.chat import chat
 
@@ -172,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _draft(args: argparse.Namespace, model: Any, device: torch.device) -> Any:
+def _draft(args: argparse.Namespace, model: Any, device: torch.device, tokenizer: Tokenizer) -> Any:
     """``--draft``: "ngram", or a checkpoint with the same tokenizer and vocabulary, loaded; a UserError otherwise."""
     if args.draft_tokens < 1:
         raise UserError(f"--draft-tokens must be at least 1, got {args.draft_tokens}")
@@ -183,14 +188,15 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device) -> Any:
         return args.draft
     if not Path(args.draft).is_file():
         raise UserError(f"--draft must be ngram (prompt lookup) or a draft checkpoint file; {args.draft!r} is neither")
-    ours, theirs = read_metadata(args.checkpoint), read_metadata(args.draft)
-    if _tokenizer_entry(ours) != _tokenizer_entry(theirs):
-        raise UserError(f"the draft checkpoint {args.draft} stores a different tokenizer than {args.checkpoint}; "
-                        f"a draft model must use the same tokenizer and vocabulary")
     draft = specformer.load(args.draft, device=device).eval()
     if draft.vocab_size != model.vocab_size:
         raise UserError(f"the draft checkpoint {args.draft} has a vocabulary of {draft.vocab_size} tokens, the model "
                         f"{model.vocab_size}; a draft model must use the same tokenizer and vocabulary")
+    theirs = checkpoint_tokenizer(read_metadata(args.draft), vocab_size=draft.vocab_size, where=args.draft,
+                                  override=args.tokenizer, ids_only=True)
+    if json.loads(theirs.to_json()) != json.loads(tokenizer.to_json()):  # as data: formatting does not count
+        raise UserError(f"the draft checkpoint {args.draft} stores a different tokenizer than {args.checkpoint}; "
+                        f"a draft model must use the same tokenizer and vocabulary")
     return draft
 
 
@@ -206,15 +212,6 @@ def _quantize(model: Any, scheme: str) -> None:
         quantize(model, scheme)
     except ValueError as exc:  # SpecError for an unknown scheme; a width int4's group size does not divide
         raise UserError(f"--quantize {scheme}: {exc}") from None
-
-
-def _tokenizer_entry(metadata: dict[str, str]) -> Any:
-    """A header's tokenizer as data, so formatting differences do not count (none stored: the byte tokenizer)."""
-    text = metadata.get(TOKENIZER_KEY)
-    try:
-        return json.loads(text) if text else {"kind": "byte"}
-    except ValueError:
-        return text
 
 
 def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str]) -> tuple[str, bool]:

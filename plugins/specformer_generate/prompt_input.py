@@ -1,9 +1,12 @@
 """Where ``specformer generate`` gets its prompts: ``--prompt``, ``--prompt-file`` or standard input.
 
+Standard input is read with ``--prompt-file -``, and also when neither option is given and
+standard input is not a terminal (``echo "def " | specformer generate CKPT``), as Unix
+filters do; on a terminal, no prompt is an error rather than a wait for typed text.
+
 A prompt is text (encoded with the checkpoint's tokenizer) or, with ``--ids``, token ids
 written as numbers. ``--batch`` reads one prompt per line. Every mistake is one
-:class:`~specformer.errors.UserError`: no prompt, text that is not UTF-8, an empty prompt,
-a text prompt for a checkpoint that has no tokenizer.
+:class:`~specformer.errors.UserError`: no prompt, text that is not UTF-8, an empty prompt.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.errors import UserError
-from specformer.tokenizer import NO_TOKENIZER_HINT, Tokenizer
+from specformer.tokenizer import Tokenizer
 
 
 @dataclass
@@ -25,7 +28,11 @@ class Prompt:
 
 
 def prompt_source(args: Any, *, required: bool = True) -> tuple[str, str] | None:
-    """``(text, where)`` from ``--prompt`` or ``--prompt-file`` (``-``: standard input); None when neither."""
+    """``(text, where)`` from ``--prompt`` or ``--prompt-file`` (``-``: standard input); None when neither.
+
+    ``required``: a prompt must be given, and standard input that is not a terminal gives it
+    when neither option does (a chat asks with False: its standard input carries the turns).
+    """
     if args.prompt is not None and args.prompt_file is not None:
         raise UserError("give the prompt once: --prompt TEXT or --prompt-file PATH, not both")
     if args.prompt is not None:
@@ -36,19 +43,36 @@ def prompt_source(args: Any, *, required: bool = True) -> tuple[str, str] | None
             raise UserError(f"--prompt is not UTF-8 text (byte 0x{bad[0]:02x} at character {exc.start}); "
                             f"pass UTF-8, or put the text in a UTF-8 file for --prompt-file") from None
         return args.prompt, "--prompt"
+    if args.prompt_file is None and required and stdin_is_piped():
+        return _decoded(read_stdin(), where="standard input")
     if args.prompt_file is not None:
         where = "standard input" if args.prompt_file == "-" else args.prompt_file
         data = read_stdin() if args.prompt_file == "-" else _read_bytes(Path(args.prompt_file))
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                            f"save it as UTF-8") from None
-        return _drop_final_newline(text), where
+        return _decoded(data, where=where)
     if required:
-        raise UserError("give the text to continue with --prompt TEXT, --prompt-file PATH, or --prompt-file - "
-                        "to read standard input")
+        raise UserError("give the text to continue with --prompt TEXT, --prompt-file PATH, or on standard input "
+                        "(a pipe or file: `echo TEXT | specformer generate CKPT`)")
     return None
+
+
+def _decoded(data: bytes, *, where: str) -> tuple[str, str]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        f"save it as UTF-8") from None
+    return _drop_final_newline(text), where
+
+
+def stdin_is_piped() -> bool:
+    """Whether standard input is a pipe or a file to read: not a terminal, not closed, not an unreadable stand-in."""
+    stdin = sys.stdin
+    if stdin is None:
+        return False
+    try:
+        return not stdin.isatty() and stdin.readable()
+    except (ValueError, OSError):  # closed
+        return False
 
 
 def read_prompts(args: Any, tokenizer: Tokenizer, *, vocab_size: int) -> list[Prompt]:
@@ -64,12 +88,10 @@ def read_prompts(args: Any, tokenizer: Tokenizer, *, vocab_size: int) -> list[Pr
 
 
 def encode(text: str, tokenizer: Tokenizer, *, ids_mode: bool, where: str, vocab_size: int) -> Prompt:
-    """One prompt: token ids parsed (``--ids``) or the text encoded; refused if the tokenizer is missing."""
+    """One prompt: token ids parsed (``--ids``) or the text encoded."""
     if ids_mode:
         ids = parse_ids(text, where=where)
     else:
-        if getattr(tokenizer, "kind", None) == "none":
-            raise UserError(f"{NO_TOKENIZER_HINT}; or give the prompt as token ids: --ids --prompt '1 2 3'")
         ids = tokenizer.encode(text)
         if not ids:
             raise UserError(f"{where} {text[:40]!r} encodes to no tokens; give some text the tokenizer can encode")

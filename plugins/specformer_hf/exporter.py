@@ -1,7 +1,8 @@
 """Export: a Decoder -> a Hugging Face model directory.
 
 It holds config.json, model.safetensors and generation_config.json, plus tokenizer.json
-and tokenizer_config.json when the model has a BPE tokenizer: what transformers'
+and tokenizer_config.json when the model has a tokenizer (a BPE one as it is; the byte
+tokenizer as :mod:`specformer.byte_tokenizer_file` writes it): what transformers'
 ``pipeline("text-generation", DIR)`` needs as it is.
 
 The family is chosen by trying each one: its ``to_config`` writes the config, which is
@@ -21,8 +22,14 @@ import torch
 
 from specformer.checkpoint import write_safetensors_atomic
 from specformer.errors import SpecError, UserError
+<<<<<<< HEAD
 from specformer.outputs import check_folder_output, staged_folder
+=======
+from specformer.byte_tokenizer_file import BYTE_TOKENIZER_SETTINGS, byte_tokenizer_json
+>>>>>>> wip-tok
 from specformer.spec import load_spec
+from specformer.tokenizer import SPECIAL_TOKENS
+from specformer.tokenizer_choice import checkpoint_tokenizer
 
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
@@ -99,8 +106,11 @@ def to_hf(
     the spec exactly is used, trying ``prefer`` first. Non-architectural fields of
     ``base_config`` (token ids and the like) are kept. Both default to what a model made
     by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
-    tokenizer (specformer's BPE tokenizer) is written as tokenizer.json with a
-    tokenizer_config.json naming its special tokens; generation_config.json is the
+    tokenizer (specformer's BPE tokenizer), or the byte tokenizer, is written as tokenizer.json
+    with a tokenizer_config.json naming its special tokens; without one, the model's tokenizer
+    is what :func:`~specformer.tokenizer_choice.checkpoint_tokenizer` decides for a checkpoint
+    with no tokenizer entry (the byte tokenizer for its 259-token vocabulary, else none).
+    generation_config.json is the
     source's ``generation_config`` (default: the one import_hf read) with the bos/eos/pad
     ids it leaves out filled in from the config (the source's, else the tokenizer's).
     ``tokenizer_settings`` is the source's tokenizer_config.json (default: the one import_hf
@@ -115,6 +125,8 @@ def to_hf(
     if spec is None:
         raise UserError("the model has no .spec; build it with specformer.build() or load it with specformer.load()")
     view = SpecView.of(spec)
+    if tokenizer is None:
+        tokenizer = checkpoint_tokenizer({}, vocab_size=model.vocab_size, where="the model", ids_only=True)
     if base_config is None:
         base_config = getattr(model, "hf_config", None) or {}  # set by import_hf
     prefer = prefer or base_config.get("model_type")
@@ -141,14 +153,33 @@ def to_hf(
             if generation.get(k) is None and config.get(k) is not None:
                 generation[k] = config[k]
         (stage / GENERATION_CONFIG).write_text(json.dumps(generation, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        inner = getattr(tokenizer, "inner", None)
-        if inner is not None and hasattr(inner, "to_str"):
-            (stage / TOKENIZER).write_text(inner.to_str(), encoding="utf-8")
+        files = _tokenizer_files(tokenizer)
+        if files is not None:
+            text, names, own = files
+            (stage / TOKENIZER).write_text(text, encoding="utf-8")
             if tokenizer_settings is None:
                 tokenizer_settings = getattr(model, "hf_tokenizer_config", None) or {}  # set by import_hf
-            settings = {**tokenizer_config(inner, config, context_length=spec.model.context_length), **tokenizer_settings}
+            settings = {**tokenizer_config(names, config, context_length=spec.model.context_length), **own,
+                        **tokenizer_settings}
             (stage / TOKENIZER_CONFIG).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(path)
+
+
+class _ByteSpecials:
+    """``id_to_token`` for the byte tokenizer's special tokens: the names tokenizer_config.json gives them."""
+
+    def id_to_token(self, i: int) -> str | None:
+        return SPECIAL_TOKENS[i - 256] if 256 <= i < 256 + len(SPECIAL_TOKENS) else None
+
+
+def _tokenizer_files(tokenizer: Any) -> tuple[str, Any, dict[str, Any]] | None:
+    """tokenizer.json's text, what names its ids, and tokenizer_config.json entries of its own; None: no tokenizer."""
+    if getattr(tokenizer, "kind", None) == "byte":
+        return json.dumps(byte_tokenizer_json(), ensure_ascii=False), _ByteSpecials(), dict(BYTE_TOKENIZER_SETTINGS)
+    inner = getattr(tokenizer, "inner", None)
+    if inner is not None and hasattr(inner, "to_str"):
+        return inner.to_str(), inner, {}
+    return None
 
 
 def hf_tensors(family: Family, model: Any) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 import specformer
 from specformer.checkpoint import load_weights
 from specformer.errors import SpecError, UserError, excerpt
-from specformer.tokenizer import METADATA_KEY, BPETokenizer, NoTokenizer
+from specformer.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
 
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
@@ -38,7 +38,8 @@ class Imported:
     family: Family
     config: dict[str, Any]
     spec: dict[str, Any]  # the spec as the family wrote it (compact; model.spec is the validated form)
-    tokenizer: BPETokenizer | NoTokenizer  # NoTokenizer: the folder had none (recorded so text is refused later)
+    # ByteTokenizer: the folder held the byte tokenizer's own tokenizer.json; NoTokenizer: none (text is refused later)
+    tokenizer: BPETokenizer | ByteTokenizer | NoTokenizer
     notes: list[str] = field(default_factory=list)
     generation_config: dict[str, Any] | None = None  # the folder's generation_config.json, exported back
     tokenizer_config: dict[str, Any] | None = None  # the folder's tokenizer_config.json, with its own tokenizer
@@ -283,7 +284,7 @@ def _listing(names: list[str], *, limit: int = 8, sep: str = ", ") -> str:
 
 
 def _tokenizer(directory: HFDirectory, spec: dict[str, Any], *, override: str | Path | None,
-               eos_token: str | None) -> tuple[BPETokenizer | NoTokenizer, list[str]]:
+               eos_token: str | None) -> tuple[BPETokenizer | ByteTokenizer | NoTokenizer, list[str]]:
     """The tokenizer to store: ``override``, else the folder's tokenizer.json, else the record of none (with a warning)."""
     vocab_size = spec["model"]["vocab_size"]
     if override is not None:

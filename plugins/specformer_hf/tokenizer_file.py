@@ -5,6 +5,8 @@ imported folder without ``tokenizer.json`` gets :class:`~specformer.tokenizer.No
 there, so that text is refused later with advice rather than read as bytes of a
 vocabulary the model never saw. A tokenizer.json from elsewhere can be given at import
 (``--tokenizer``) or attached to a checkpoint afterwards (:func:`attach_tokenizer`).
+The byte tokenizer's tokenizer.json (:mod:`specformer.byte_tokenizer_file`, which
+``hf export`` writes) is read back as the byte tokenizer itself.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 
 from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError, UserError
+from specformer.byte_tokenizer_file import is_byte_tokenizer_json
 from specformer.outputs import refuse_inputs, writing
-from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, NoTokenizer, tokenizer_from_json
+from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
+from specformer.tokenizer_choice import checkpoint_tokenizer
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -27,9 +31,11 @@ def load_tokenizer_json(
     config: dict[str, Any],
     vocab_size: int | None,
     eos_token: str | None = None,
-) -> BPETokenizer:
+) -> BPETokenizer | ByteTokenizer:
     """The tokenizer in ``path`` (a tokenizer.json, or a folder holding one), ending documents with
-    ``eos_token``, else the config's ``eos_token_id`` token, else ``<|endoftext|>``.
+    ``eos_token``, else the config's ``eos_token_id`` token, else ``<|endoftext|>``. The byte
+    tokenizer's own tokenizer.json gives the byte tokenizer (unless ``eos_token`` names
+    another end than its ``<|endoftext|>``).
 
     UserError when the file is unreadable, names more tokens than the model's ``vocab_size``
     has rows, or no end-of-text token can be found.
@@ -45,6 +51,8 @@ def load_tokenizer_json(
             f"{path}: has {inner.get_vocab_size():,} tokens but the model has only {vocab_size:,} embedding rows; "
             "this tokenizer belongs to another model"
         )
+    if _is_byte_tokenizer(path) and (eos_token or end_of_text(config, inner)) == END_OF_TEXT:
+        return ByteTokenizer()
     if eos_token is not None:
         if inner.token_to_id(eos_token) is None:
             raise UserError(f"{path}: has no token {eos_token!r} (given as the end-of-text token)")
@@ -67,6 +75,13 @@ def _read(path: Path) -> Any:
         return HFTokenizer.from_file(str(path))
     except Exception as exc:
         raise UserError(f"{path}: not a readable tokenizer.json ({str(exc)[:300]})") from None
+
+
+def _is_byte_tokenizer(path: Path) -> bool:
+    try:
+        return is_byte_tokenizer_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False  # the tokenizers library read it; whatever it is, it is not the byte tokenizer's
 
 
 def end_of_text(config: dict[str, Any], inner: Any) -> str | None:
@@ -99,7 +114,7 @@ def attach_tokenizer(
     *,
     eos_token: str | None = None,
     force: bool = False,
-) -> BPETokenizer:
+) -> BPETokenizer | ByteTokenizer:
     """Store ``tokenizer`` (a tokenizer.json or a folder holding one) in ``checkpoint``'s header, rewriting the
     file atomically (a complete new file renamed over the old).
 
@@ -110,15 +125,15 @@ def attach_tokenizer(
     checkpoint = Path(checkpoint)
     refuse_inputs([checkpoint], [tokenizer])  # the checkpoint is rewritten in place; the tokenizer is only read
     metadata = read_metadata(checkpoint)
-    current = metadata.get(METADATA_KEY)
-    kind = tokenizer_from_json(current).kind if current else "byte"  # no key: the byte tokenizer, as ever
+    vocab_size = _vocab_size(checkpoint, metadata)
+    kind = checkpoint_tokenizer(metadata, vocab_size=vocab_size, where=str(checkpoint), ids_only=True).kind
     if kind != "none" and not force:
         raise UserError(
             f"{checkpoint}: already has a {kind} tokenizer, the one its weights were trained with; pass --force to "
             "replace it anyway"
         )
     config = _json_object(metadata.get(CONFIG_KEY))
-    found = load_tokenizer_json(tokenizer, config=config, vocab_size=_vocab_size(checkpoint, metadata), eos_token=eos_token)
+    found = load_tokenizer_json(tokenizer, config=config, vocab_size=vocab_size, eos_token=eos_token)
     tensors = read_tensors(checkpoint)
     # The imported tokenizer_config.json (chat template, special tokens) described the tokenizer replaced here.
     kept = {k: v for k, v in metadata.items() if k != TOKENIZER_CONFIG_KEY}
@@ -166,7 +181,8 @@ def special_token_ids(tokenizer: Any, *, vocab_size: int) -> dict[str, int]:
 
 def tokenizer_config(inner: Any, ids: dict[str, Any], *, context_length: int) -> dict[str, Any]:
     """tokenizer_config.json for a tokenizer.json: the fast tokenizer class (transformers 4 and 5 load it from
-    tokenizer.json alone) and the special tokens, so pipelines know where text ends and what pads a batch."""
+    tokenizer.json alone) and the special tokens, so pipelines know where text ends and what pads a batch.
+    ``inner`` needs only ``id_to_token`` (a ``tokenizers`` tokenizer has it)."""
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": context_length,

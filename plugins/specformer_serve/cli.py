@@ -21,7 +21,7 @@ from specformer.checkpoint import read_metadata
 from specformer.devices import parse_device
 from specformer.errors import UserError
 from specformer.threads import use_threads
-from specformer.tokenizer import tokenizer_from_metadata
+from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
 from specformer_serve import limits
 from specformer_serve.chat_template import chat_renderer
@@ -96,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if api_key is not None and not api_key.strip():
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
     metadata = read_metadata(args.checkpoint)
-    tokenizer = tokenizer_from_metadata(metadata)
     render, template_source = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
                                             max_output=args.chat_template_max_chars)
     model = specformer.load(args.checkpoint, device=device).eval()
+    tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint, ids_only=True)
     in_flight = args.max_tokens_in_flight
     if in_flight is None:
         in_flight = min(args.max_batch * model.context_length, 65536)

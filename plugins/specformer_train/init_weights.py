@@ -20,7 +20,8 @@ from specformer.checkpoint import load_weights, read_tensors
 from specformer.checkpoint_check import check_checkpoint
 from specformer.errors import CheckpointError, UserError
 from specformer.spec import Spec
-from specformer.tokenizer import METADATA_KEY, Tokenizer, tokenizer_from_metadata
+from specformer.tokenizer import Tokenizer
+from specformer.tokenizer_choice import checkpoint_tokenizer
 
 
 @dataclass
@@ -46,13 +47,10 @@ def load_init(path: str, spec: Spec) -> InitCheckpoint:
                           for k in differing[:4])
         raise UserError(f"train.init: the spec's model is not the model of {path} ({shown}); fine-tune with the "
                         f"checkpoint's own spec (`specformer hf import` writes it beside the checkpoint)")
-    if METADATA_KEY not in checked.metadata:
-        raise UserError(f"train.init: {path} stores no tokenizer; attach its tokenizer.json first "
-                        f"(`specformer hf attach-tokenizer {path} TOKENIZER.json`)")
-    tokenizer = tokenizer_from_metadata(checked.metadata)
-    if getattr(tokenizer, "kind", None) == "none":
-        raise UserError(f"train.init: {path} records that it has no tokenizer; attach one first "
-                        f"(`specformer hf attach-tokenizer {path} TOKENIZER.json`)")
+    try:  # the rule every command uses: a 259-token model without a tokenizer entry is byte-level
+        tokenizer = checkpoint_tokenizer(checked.metadata, vocab_size=checked.spec.model.vocab_size, where=str(path))
+    except UserError as exc:
+        raise UserError(f"train.init: {exc}") from None
     model = specformer.build(spec, init=False)  # every tensor is about to be copied in
     try:
         load_weights(model, read_tensors(path), where=str(path))

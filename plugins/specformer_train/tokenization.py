@@ -8,12 +8,12 @@ run does not train it again.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
 
 from specformer.errors import UserError
-from specformer.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer, tokenizer_from_json
+from specformer.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer
+from specformer.tokenizer_choice import tokenizer_file
 
 from specformer_train.atomic import OutputError, write_text_atomic
 from specformer_train.cache import cache_dir
@@ -39,18 +39,13 @@ def make_tokenizer(choice: str, *, vocab_size: int, corpus: Corpus, cache: str |
 
 
 def load_tokenizer_file(path: Path) -> Tokenizer:
-    """A Hugging Face ``tokenizer.json``, or the JSON specformer writes beside a checkpoint."""
+    """A Hugging Face ``tokenizer.json`` (the byte tokenizer's, as ``hf export`` writes it, gives the byte
+    tokenizer back), or the JSON specformer writes beside a checkpoint."""
     if not path.is_file():
         raise UserError(
             f"train.tokenizer {str(path)!r}: no such file; accepted: byte, bpe, or the path to a tokenizer.json"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"train.tokenizer {str(path)!r}: not a readable JSON tokenizer ({exc})") from None
-    if isinstance(data, dict) and "kind" in data:
-        return tokenizer_from_json(json.dumps(data))
-    return BPETokenizer.from_file(str(path))
+    return tokenizer_file(path, option="train.tokenizer")
 
 
 def trained_bpe(corpus: Corpus, *, vocab_size: int, cache: str | None = None) -> BPETokenizer:

@@ -133,10 +133,37 @@ def test_llama_logits_equal_a_hand_written_llama():
     torch.testing.assert_close(ours(x), peer(x), rtol=0, atol=1e-5)
 
 
-def test_sequence_longer_than_context_is_refused(tiny_spec):
+@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
+def test_sequence_longer_than_context_is_refused_by_positions_that_end_there(tiny_spec, kind):
+    tiny_spec["model"]["positional"] = {"kind": kind}
     model = specformer.build(tiny_spec)
-    with pytest.raises(ValueError, match="longer than the context length 32"):
+    with pytest.raises(ValueError, match=f"longer than the context length 32 \\(its {type(model.positional).__name__} "
+                                         "has no position past it\\); give at most 32 tokens"):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+@pytest.mark.parametrize("positional, warns", [({"kind": "rope"}, True), ({"kind": "alibi"}, False),
+                                               ({"kind": "none"}, False),
+                                               ({"kind": "rope", "scaling": {"kind": "dynamic", "factor": 2.0}}, False)])
+def test_sequence_longer_than_context_runs_where_the_positions_allow_it(tiny_spec, positional, warns):
+    """Decoder.past_context's policy, as generation applies it: "warn" warns once per model, "yes" says nothing."""
+    import warnings
+
+    tiny_spec["model"]["positional"] = positional
+    model = specformer.build(tiny_spec, seed=0).eval()
+    ids = torch.randint(0, 97, (2, 40), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            long, again = model(ids), model(ids)
+    said = [str(w.message) for w in caught]
+    assert said == (["a sequence of 40 tokens, past the model's context length of 32: its positions (RotaryPositions) "
+                     "were never trained there, so quality may drop"] if warns else [])
+    assert long.shape == (2, 40, 97) and torch.equal(long, again)
+    with torch.no_grad():  # the same as giving the positions explicitly, which never was refused
+        assert torch.equal(long, model(ids, positions=torch.arange(40).expand(2, 40)))
+        if "scaling" not in positional:  # causal, so a prefix agrees (dynamic scaling's theta follows the length)
+            torch.testing.assert_close(long[:, :32], model(ids[:, :32]), rtol=0, atol=1e-5)
 
 
 def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):

@@ -95,12 +95,23 @@ def test_a_checkpoint_without_its_tokenizer(capsys, tmp_path, corpus):
 def test_a_missing_checkpoint_and_bad_windows(capsys, checkpoint, corpus, tmp_path):
     code, _, err = run(capsys, tmp_path / "nothing.safetensors", "--data", corpus)
     assert code == 2 and "no such checkpoint file" in err
-    code, _, err = run(capsys, checkpoint, "--data", corpus, "--context", 64)
-    assert code == 2 and "longer than the model's context length 32" in err
+    learned = save_with_tokenizer(byte_model(positional={"kind": "learned"}), tmp_path / "learned.safetensors")
+    code, _, err = run(capsys, learned, "--data", corpus, "--context", 64)
+    assert code == 2 and err.strip() == ("error: --context 64 is longer than the model's context length 32 (its "
+                                         "LearnedPositions has no position past it); use --context 32 or less")
     code, _, err = run(capsys, checkpoint, "--data", corpus, "--context", 8, "--stride", 9)
     assert code == 2 and "--stride 9 is larger than the context (8)" in err
     code, _, err = run(capsys, checkpoint)
     assert code == 2 and "--data" in err
+
+
+def test_a_context_past_the_models_where_its_positions_allow_it(capsys, checkpoint, corpus):
+    """RoPE ("warn"): scored, with one note on stderr instead of the forward's warning."""
+    code, out, err = run(capsys, checkpoint, "--data", corpus, "--context", 64, "--json")
+    assert code == 0 and json.loads(out)["context"] == 64
+    assert err.count("note: --context 64 is past the model's context length of 32: its positions (RotaryPositions) "
+                     "were never trained there, so the loss may be higher") == 1
+    assert "UserWarning" not in err
 
 
 def test_tasks_without_the_eval_extra_say_how_to_install_it(capsys, checkpoint, monkeypatch):

@@ -48,6 +48,16 @@ def test_strided_evaluation_equals_a_hand_written_loop(model, context, stride):
     assert result.documents == 3  # the empty one has nothing to score
 
 
+@pytest.mark.filterwarnings("ignore:a sequence of 48 tokens, past")  # the forward's warning; tested in core
+def test_windows_past_the_context_where_the_positions_allow_it(model):
+    """RoPE goes past its context of 32 (with the forward's warning); the windows are scored as a hand-written loop does."""
+    text = DOCUMENTS[0]  # 105 bytes: windows of 48 pass the context
+    nll, count = reference_nll(model, [BYTES.eot_id, *BYTES.encode(text)], context=48, stride=48)
+    result = evaluate_documents(model, BYTES, [text], context=48)
+    assert result.context == 48 and result.tokens == count
+    assert result.loss == pytest.approx(nll / count, rel=1e-5)
+
+
 def test_bits_per_byte_by_formula(model):
     total, _ = map(sum, zip(*(reference_nll(model, [BYTES.eot_id, *BYTES.encode(t)], context=32, stride=16)
                               for t in DOCUMENTS)))
@@ -103,8 +113,9 @@ def test_scoring_streams(model):
 
 
 def test_window_sizes_are_checked(model):
+    learned = byte_model(positional={"kind": "learned"})  # no position past 32
     with pytest.raises(ValueError, match="context must be between 1 and the model's context length 32"):
-        evaluate_documents(model, BYTES, ["abc"], context=33)
+        evaluate_documents(learned, BYTES, ["abc"], context=33)
     with pytest.raises(ValueError, match="stride must be between 1 and the context"):
         evaluate_documents(model, BYTES, ["abc"], context=8, stride=9)
 

@@ -82,6 +82,36 @@ def test_prompts_that_are_not_utf8_are_one_clear_error(capsys, monkeypatch, chec
     assert "--prompt is not UTF-8 text (byte 0xe9 at character 3)" in _error(capsys, checkpoint, "--prompt", surrogate)
 
 
+class _Terminal(io.TextIOWrapper):
+    """Standard input on a terminal: nothing piped, so nothing may be waited for."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_piped_standard_input_is_the_prompt_when_no_option_gives_one(capsys, monkeypatch, checkpoint) -> None:
+    """`echo "def f" | specformer generate CKPT`, as Unix filters read their input."""
+    _, expected, _ = run_cli(capsys, checkpoint, "--prompt", "def f", "--max-new-tokens", 8, "--ignore-eos")
+    code, out, err = run_cli(capsys, checkpoint, "--max-new-tokens", 8, "--ignore-eos", stdin=b"def f\n",
+                             monkeypatch=monkeypatch)
+    assert code == 0 and out == expected, err
+    code, out, _ = run_cli(capsys, checkpoint, "--prompt", "def f", "--max-new-tokens", 8, "--ignore-eos",
+                           stdin=b"something else\n", monkeypatch=monkeypatch)  # an option wins over the pipe
+    assert code == 0 and out == expected
+    code, out, _ = run_cli(capsys, checkpoint, "--ids", "--max-new-tokens", 2, "--ignore-eos", stdin=b"100 101\n",
+                           monkeypatch=monkeypatch)
+    assert code == 0 and out.startswith("100 101 ")
+    err = _error(capsys, checkpoint, stdin=b"", monkeypatch=monkeypatch)
+    assert "standard input is empty" in err
+
+
+def test_a_terminal_on_standard_input_is_not_read(capsys, monkeypatch, checkpoint) -> None:
+    monkeypatch.setattr(sys, "stdin", _Terminal(io.BytesIO(b"def f\n")))
+    err = _error(capsys, checkpoint)
+    assert "give the text to continue with --prompt TEXT, --prompt-file PATH, or on standard input" in err
+    assert sys.stdin.read() == "def f\n"  # left unread
+
+
 def test_missing_or_doubled_prompts_are_errors(capsys, checkpoint, tmp_path) -> None:
     assert "give the text to continue with --prompt TEXT" in _error(capsys, checkpoint)
     assert "not both" in _error(capsys, checkpoint, "--prompt", "a", "--prompt-file", "x.txt")

@@ -79,6 +79,7 @@ saved_neox = _saved_case("gpt_neox")
 saved_gemma = _saved_case("gemma")
 saved_phi3 = _saved_case("phi3")
 saved_qwen2 = _saved_case("qwen2")
+saved_rope_dynamic = _saved_case("llama-rope-dynamic")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,6 +6,8 @@ imported with specformer_hf, and compared with the transformers model it came fr
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hf_cases import SEQ_LEN
@@ -19,17 +21,15 @@ NEW_TOKENS = 32
 
 def _inputs(model, *, batch: int = 2, length: int = SEQ_LEN, seed: int = 1):
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, model.vocab_size, (batch, length), generator=generator)
-    # Past the context length (dynamic rope scaling's territory) the Decoder wants explicit positions.
-    positions = torch.arange(length).expand(batch, length) if length > model.context_length else None
-    return ids, positions
+    # Past the context length of llama-rope-dynamic (16): the plain forward goes there as transformers does.
+    return torch.randint(0, model.vocab_size, (batch, length), generator=generator)
 
 
 def test_logits_match_transformers(saved):
-    ids, positions = _inputs(saved.model)
+    ids = _inputs(saved.model)
     with torch.no_grad():
         reference = saved.hf(ids).logits
-        ours = saved.model(ids, positions=positions)
+        ours = saved.model(ids)
     assert ours.shape == reference.shape
     assert reference.abs().max() > 0.5, "degenerate logits would make the comparison meaningless"
     assert (ours - reference).abs().max().item() <= TOLERANCE
@@ -40,7 +40,7 @@ def test_greedy_generation_matches_transformers(saved):
         pytest.skip(saved.case.no_generate)
     from specformer_generate import generate
 
-    prompt, _ = _inputs(saved.model, length=8, seed=2)
+    prompt = _inputs(saved.model, length=8, seed=2)
     with torch.no_grad():
         reference = saved.hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                       max_new_tokens=NEW_TOKENS, pad_token_id=0)
@@ -55,7 +55,7 @@ def test_export_loads_in_transformers_with_the_same_logits(saved, tmp_path):
     out = specformer_hf.to_hf(saved.model, tmp_path / "export")
     reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(reloaded).__name__ == type(saved.hf).__name__
-    ids, _ = _inputs(saved.model, seed=3)
+    ids = _inputs(saved.model, seed=3)
     with torch.no_grad():
         assert (reloaded(ids).logits - saved.hf(ids).logits).abs().max().item() <= TOLERANCE
 
@@ -74,3 +74,24 @@ def test_import_export_import_is_bit_exact(saved, tmp_path):
     assert original.keys() == exported.keys()
     for name in original:
         assert torch.equal(original[name], exported[name]), name
+
+
+def test_dynamic_rope_past_the_context_recomputes_its_frequencies_as_transformers_does(saved_rope_dynamic):
+    """A plain forward of 24 tokens through a model of context 16: no refusal, no warning (dynamic scaling
+    keeps adapting), and theta follows the length of the forward, so even the first 16 tokens' logits change.
+
+    transformers keeps the frequencies of the longest forward it has seen until one shorter than the
+    original context resets them, where specformer takes each forward's own length; so the transformers
+    side runs on a reset model, the shorter forward first.
+    """
+    model, hf = saved_rope_dynamic.model, saved_rope_dynamic.hf
+    assert model.context_length == 16 and model.past_context()[0] == "yes"
+    ids = _inputs(model, length=24, seed=4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf(ids[:, :8])  # under 16 tokens: transformers goes back to the original frequencies
+        short, short_reference = model(ids[:, :16]), hf(ids[:, :16]).logits
+        ours, reference = model(ids), hf(ids).logits
+    assert (ours - reference).abs().max().item() <= TOLERANCE
+    assert (short - short_reference).abs().max().item() <= TOLERANCE
+    assert (ours[:, :16] - short).abs().max().item() > 100 * TOLERANCE  # the frequencies of length 24, not 16
