@@ -17,11 +17,8 @@ import torch
 
 from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
-<<<<<<< HEAD
 from specformer.outputs import check_folder_output, staged_folder
-=======
 from specformer.tokenizer_choice import checkpoint_tokenizer
->>>>>>> wip-tok
 from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid

@@ -22,11 +22,8 @@ import torch
 
 from specformer.checkpoint import write_safetensors_atomic
 from specformer.errors import SpecError, UserError
-<<<<<<< HEAD
-from specformer.outputs import check_folder_output, staged_folder
-=======
 from specformer.byte_tokenizer_file import BYTE_TOKENIZER_SETTINGS, byte_tokenizer_json
->>>>>>> wip-tok
+from specformer.outputs import check_folder_output, staged_folder
 from specformer.spec import load_spec
 from specformer.tokenizer import SPECIAL_TOKENS
 from specformer.tokenizer_choice import checkpoint_tokenizer
