@@ -117,7 +117,7 @@ def _run_import(args: argparse.Namespace) -> int:
 def _run_export(args: argparse.Namespace) -> int:
     import specformer
     from specformer.checkpoint import read_metadata
-    from specformer.tokenizer import METADATA_KEY, tokenizer_from_metadata
+    from specformer.tokenizer_choice import checkpoint_tokenizer
     from specformer.outputs import check_folder_output
     from specformer_hf.exporter import to_hf
     from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
@@ -135,7 +135,7 @@ def _run_export(args: argparse.Namespace) -> int:
     base = _json_object(metadata.get(CONFIG_KEY))  # only token ids come from it: a damaged copy is not worth failing over
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
-    tokenizer = tokenizer_from_metadata(metadata) if METADATA_KEY in metadata else None
+    tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint, ids_only=True)
     out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
                 tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
                 inputs=inputs)

@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 import specformer
 from specformer.errors import UserError
 from specformer.plugins import get_registry
+from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
+from specformer.tokenizer import ByteTokenizer
 from specformer_generate.cli import parse_sampler_option
 from specformer_generate.generate import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
@@ -115,7 +117,9 @@ def inline_text(data: Any, form: int) -> str:
 def outside(tmp_path_factory):
     """The sentinel folder holds the tiny checkpoint every case generates from (it must never change)."""
     folder = sentinel(tmp_path_factory, "samplers")
-    specformer.save(specformer.build(TINY, seed=0), folder / f"{PREFIX}tiny.safetensors")
+    # A byte tokenizer stored with it: the prompts are text, and this vocabulary is not the byte tokenizer's own.
+    specformer.save(specformer.build(TINY, seed=0), folder / f"{PREFIX}tiny.safetensors",
+                    metadata={TOKENIZER_KEY: ByteTokenizer().to_json()})
     return folder
 
 
