@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
 
-.PHONY: demo test test-slow docs docs-refresh bench mutation clean
+.PHONY: demo test test-kernels test-slow docs docs-refresh bench mutation clean
 
 # The set-up, once (a changed pyproject.toml redoes it). Notes on the steps:
 # - torch is pinned to its CPU build: an unpinned torch would pull a multi-GB CUDA build.
@@ -34,6 +34,13 @@ demo: $(STAMP)
 # The suite builds the docs with `mkdocs build --strict` itself (tests/docs), so it is not built twice.
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
+
+# The default suite again on PyTorch's plain CPU kernels. PyTorch picks its SIMD kernels (AVX2,
+# AVX-512, ...) by CPU, and float32 sums round differently in each, so a test that passes only
+# on this CPU's kernels fails here, not on a user's machine (docs/testing.md). `default` is the
+# lowest capability, the one every CPU has, x86 or ARM: the furthest from the usual AVX ones.
+test-kernels: $(STAMP)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status

@@ -38,15 +38,26 @@ def write_page(inspection: Inspection, *, path: Path, title: str, position: int,
         f'{base64.b64encode(Path(png).read_bytes()).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
         for caption, png in images.items()
     )
-    # "</" inside the JSON would end the script element early; "<\/" means the same in JSON.
-    payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
     page = TEMPLATE.replace("{{title}}", html.escape(title)).replace("{{figures}}", figures)
-    page = page.replace("{{data}}", payload)
+    page = page.replace("{{data}}", script_json(data))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def script_json(value: object) -> str:
+    """``value`` as JSON that can sit inside a ``<script>`` element whatever its strings hold.
+
+    The HTML parser reads a script element's text before any JSON parser does: ``</script>``
+    would end it early, and ``<!--`` followed by ``<script>`` switches the parser into a state
+    where the next ``</script>`` no longer ends it. Token strings are text from the tokenizer, so
+    ``<``, ``>`` and ``&`` are written as JSON escapes (``\\u003c``, ``\\u003e``, ``\\u0026``), which
+    decode to the same strings and leave the parser nothing to act on.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _rounded(array: np.ndarray) -> list:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ import torch
 import specformer
 from specformer.cli import main
 from specformer_eval import capture, logit_lens
-from specformer_eval.inspection import choose_token, inspect_prompt
+from specformer_eval.inspection import choose_token, inspect_prompt, token_label
+from specformer_eval.page import write_page
 
 from .support import BYTES, byte_model, save_with_tokenizer
 
@@ -135,3 +137,79 @@ def test_the_page_in_headless_chromium(written):
             assert shot.stat().st_size > 20_000
     finally:
         browser.close()
+
+
+class _PayloadTokenizer:
+    """Each token is a whole piece of markup, matched longest first: what a real vocabulary may hold."""
+
+    VOCAB = ["<!--<script>", "</script>", "<img src=x onerror=alert(1)>", "&amp;", "]]>", "-->", "x"]
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        while text:
+            piece = max((t for t in self.VOCAB if text.startswith(t)), key=len)
+            ids.append(self.VOCAB.index(piece))
+            text = text[len(piece):]
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.VOCAB[i] for i in ids)
+
+    def to_json(self) -> str:
+        return json.dumps({"vocab": self.VOCAB})
+
+
+class _Elements(HTMLParser):
+    """Every element the HTML parser opens, with its attributes, and each script element's text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[str] = []
+        self.comments: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in_script = True
+            self.scripts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts[-1] += data
+
+    def handle_comment(self, data: str) -> None:
+        self.comments.append(data)
+
+
+def test_markup_in_the_tokens_stays_inside_the_data_script(tmp_path):
+    # "<!--<script>" inside a script element makes an HTML5 parser ignore the next "</script>";
+    # "</script>" would end the element; the others would be markup or a reference outside it.
+    tokenizer = _PayloadTokenizer()
+    prompt = "x<!--<script>x</script><img src=x onerror=alert(1)>&amp;]]>-->x"
+    model = byte_model(vocab_size=len(tokenizer.VOCAB))
+    inspection = inspect_prompt(model, tokenizer, prompt, k=len(tokenizer.VOCAB))
+    assert "<!--<script>" in inspection.labels and "</script>" in inspection.labels
+    page = write_page(inspection, path=tmp_path / "index.html", title="payloads", position=1, images={}).read_text(
+        encoding="utf-8")
+
+    elements = _Elements()
+    elements.feed(page)
+    elements.close()
+    scripts = [attrs for tag, attrs in elements.tags if tag == "script"]
+    assert scripts == [{"id": "data", "type": "application/json"}, {}]
+    assert not [tag for tag, _ in elements.tags if tag in ("img", "figure")] and not elements.comments
+    # Neither parser state nor entity can start in the data: no "<", ">" or "&" reaches the HTML parser.
+    assert sorted(set("<>&") & set(elements.scripts[0])) == []
+    data = json.loads(elements.scripts[0])
+    assert data["tokens"] == inspection.labels == [token_label(tokenizer, i) for i in tokenizer.encode(prompt)]
+    assert data["lens"]["labels"] == inspection.lens_labels
+    # Every token of the vocabulary is somewhere in the lens (its top-k is the whole vocabulary).
+    assert {label for layer in data["lens"]["labels"] for position in layer for label in position} == {
+        token_label(tokenizer, i) for i in range(len(tokenizer.VOCAB))}
+    assert "const D = JSON.parse" in elements.scripts[1]

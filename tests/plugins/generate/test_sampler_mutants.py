@@ -251,15 +251,32 @@ def test_draw_never_picks_nan_and_picks_among_infinite_logits_per_row() -> None:
     assert set(tokens[:, 2].tolist()) == {3}
 
 
-def test_typical_survives_a_cumulative_mass_that_rounds_below_p() -> None:
-    # float32 sums of 1000 probabilities can stop short of 1; with p just below 1 every mass is
-    # then < p, and the crossing index must stay inside the vocabulary (every token kept).
-    p = 0.99999994  # the largest float32 below 1
-    logits = torch.randn(1, 1000, generator=torch.Generator().manual_seed(3))
-    lp = logits.log_softmax(-1)
-    order = (-lp + (lp * lp.exp()).sum(-1, keepdim=True)).abs().argsort(dim=-1, stable=True)
-    assert logits.gather(-1, order).softmax(-1).cumsum(-1)[0, -1] < torch.tensor(p)  # the case this test is about
-    assert len(kept(Typical(p=p)(logits, NO_HISTORY))) == 1000
+def _float32_steps_below(x: torch.Tensor, steps: int) -> torch.Tensor:
+    for _ in range(steps):
+        x = torch.nextafter(x, torch.tensor(-math.inf))
+    return x
+
+
+@pytest.mark.parametrize("banned", [0, 997], ids=["3 tokens", "997 more banned"])
+def test_typical_survives_a_cumulative_mass_that_rounds_below_p(banned: int) -> None:
+    # float32 probabilities can add up to less than 1; with p the largest float32 below 1 every
+    # mass is then < p, and the crossing index must stay inside the vocabulary (every token kept).
+    # Built so that every SIMD kernel meets the case: with ln2 rounded to float32, the logits
+    # 0, -2 ln2 and -5 ln2, each two float32 steps lower, have the exps 1, (1 - 2^-22) / 4 and
+    # (1 - 2^-21) / 32 exactly. The true exps lie within 0.16 ulp of those, and PyTorch's own
+    # polynomial exp reduces by the same float32 ln2, so libm, Sleef and it all return them.
+    # Their float32 sum rounds up to 1.28125 in every order of addition, which leaves the
+    # probabilities 2^-23 short of 1 in whichever order they are added. Banned tokens (-inf) add 0.
+    ln2 = torch.tensor(0x3F317218, dtype=torch.int32).view(torch.float32)
+    logits = torch.cat([
+        torch.zeros(1), _float32_steps_below(-2 * ln2, 2).view(1), _float32_steps_below(-5 * ln2, 2).view(1),
+        torch.full((banned,), -math.inf),
+    ]).view(1, -1)
+    assert logits[0, :3].exp().tolist() == [1.0, (1 - 2**-22) / 4, (1 - 2**-21) / 32]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):  # the sampler sorts; the mass ends short in any order
+        ordered = logits[:, order + list(range(3, 3 + banned))]
+        assert ordered.softmax(-1).cumsum(-1)[0, -1].item() == 1 - 2**-23  # the case this test is about
+    assert kept(Typical(p=0.99999994)(logits, NO_HISTORY)) == {0, 1, 2}
 
 
 def test_history_counts_stay_on_the_device_of_the_ids() -> None:
