@@ -1,13 +1,15 @@
 """The HTTP side: OpenAI's routes on Starlette, server-sent events, errors, the API key.
 
 Routes: ``GET /`` (the playground page) and ``GET /health`` (liveness) are public; ``GET
-/v1/models``, ``GET /v1/stats`` (the engine's counters), ``POST /v1/completions`` and ``POST
-/v1/chat/completions`` need the API key when the server has one. A handler checks the
-request (:mod:`.protocol`), turns it into one engine request per choice, and waits on an
-asyncio queue the engine thread fills. Every failure a client can cause is an OpenAI-style
-JSON error with a 4xx status; an unexpected one is a 500 with the same shape, and the
-server goes on. A client that goes away (closed stream, dropped connection) cancels its
-choices, which frees their blocks at the engine's next turn.
+/v1/models``, ``GET /v1/models/{id}``, ``GET /v1/stats`` (the engine's counters), ``POST
+/v1/completions`` and ``POST /v1/chat/completions`` need the API key when the server has
+one. A handler checks the request (:mod:`.protocol`), turns it into one engine request
+per choice (a completion with ``echo`` and ``logprobs`` also asks for the prompt's
+logprobs, which the prefill reports), and waits on an asyncio queue the engine thread
+fills. Every failure a client can cause is an OpenAI-style JSON error with a 4xx status
+and a ``code``; an unexpected one is a 500 with the same shape, and the server goes on.
+A client that goes away (closed stream, dropped connection) cancels its choices, which
+frees their blocks at the engine's next turn.
 
 Nothing a client sends can hold the event loop: the body must arrive within
 ``body_timeout`` seconds and ``max_body_bytes``; a chat request's message count is checked
@@ -37,14 +39,13 @@ from starlette.routing import Route
 
 from specformer.errors import UserError
 from specformer_generate import arguments
-from specformer_generate.samplers.pipeline import build_sampler
 from specformer_serve import limits
 from specformer_serve.chat_template import TemplateError
 from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
 from specformer_serve.events import Poster
 from specformer_serve.playground import page
-from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, sampler_entries
+from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, request_sampler
 
 log = logging.getLogger("specformer.serve")
 
@@ -97,23 +98,27 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
         _authorize(request, config)
         return JSONResponse(engine.stats())
 
+    def model_entry() -> dict[str, Any]:
+        return {"id": config.model_id, "object": "model", "created": created, "owned_by": "specformer",
+                "context_length": engine.context_length}
+
     async def models(request: Request) -> Response:
         _authorize(request, config)
-        entry = {"id": config.model_id, "object": "model", "created": created, "owned_by": "specformer",
-                 "context_length": engine.context_length}
-        return JSONResponse({"object": "list", "data": [entry]})
+        return JSONResponse({"object": "list", "data": [model_entry()]})
+
+    async def model(request: Request) -> Response:
+        _authorize(request, config)
+        _check_model(request.path_params["model_id"], config)
+        return JSONResponse(model_entry())
 
     async def completions(request: Request) -> Response:
         _authorize(request, config)
         body: CompletionRequest = parse(CompletionRequest, await read_json(request), "completions")
         _check_model(body.model, config)
-        if body.echo:
-            raise RequestError("echo is not supported by this server (specformer serve)", param="echo",
-                               code="unsupported_parameter")
         prompts = await off_loop(lambda: [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt")
                                           for p in body.prompts()])
         return await _respond(request, engine, config, body, prompts, chat=False,
-                              max_tokens=body.max_tokens, logprobs=body.logprobs)
+                              max_tokens=body.max_tokens, logprobs=body.logprobs, echo=body.echo)
 
     async def chat(request: Request) -> Response:
         _authorize(request, config)
@@ -135,6 +140,7 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/v1/stats", stats, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),  # an id may hold a slash (org/name)
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
@@ -210,7 +216,8 @@ def _chat_prompt(messages: list[dict[str, Any]], config: ServeConfig, vocab_size
 
 
 async def _respond(request: Request, engine: Engine, config: ServeConfig, body: Any, prompts: list[list[int]], *,
-                   chat: bool, max_tokens: int | None, logprobs: int | None) -> Response:
+                   chat: bool, max_tokens: int | None, logprobs: int | None, echo: bool = False) -> Response:
+    """Run the request's choices; ``echo`` (completions): each choice's text and logprobs start with its prompt's."""
     try:
         stops = body.stop_strings()
         seed = arguments.seed(body.seed)
@@ -222,10 +229,11 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
     if len(prompts) * body.n > MAX_CHOICES:
         raise RequestError(f"{len(prompts)} prompt(s) x n={body.n} is {len(prompts) * body.n} choices; at most "
                            f"{MAX_CHOICES} per request", param="n")
+    request_sampler(body, vocab_size=engine.vocab_size)  # a bad logit_bias is refused before anything runs
     for i, prompt in enumerate(prompts):
         budget = max_tokens if max_tokens is not None else engine.room_after(len(prompt))
         try:
-            engine.check(len(prompt), max(budget, 1))
+            engine.check(len(prompt), budget if echo else max(budget, 1))
         except ValueError as exc:
             raise RequestError(str(exc), param="max_tokens" if "max_tokens" in str(exc) else "prompt",
                                code="context_length_exceeded") from None
@@ -245,11 +253,13 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
             # Choice j of a prompt is that prompt alone with seed + j (so n > 1 gives different draws).
             request_seed = None if seed is None else seed + j
             choice.handle = engine.submit(SequenceRequest(
-                prompt=prompt, max_new_tokens=budget, sampler=build_sampler(sampler_entries(body)), emit=emit,
-                seed=request_seed, eos=config.eos, logprobs=logprobs,
+                prompt=prompt, max_new_tokens=budget, sampler=request_sampler(body, vocab_size=engine.vocab_size),
+                emit=emit, seed=request_seed, eos=config.eos,
+                logprobs=logprobs, prompt_logprobs=logprobs if echo else None,
             ))
     meta = _Meta(id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),
-                 model=config.model_id, chat=chat, token_ids=body.return_token_ids)
+                 model=config.model_id, chat=chat, token_ids=body.return_token_ids, echo=echo,
+                 scores_prompt=echo and logprobs is not None)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = _stream(request, queue, choices, meta, config.tokenizer, include_usage)
@@ -277,6 +287,8 @@ class _Meta:
     model: str
     chat: bool
     token_ids: bool
+    echo: bool = False
+    scores_prompt: bool = False  # echo with logprobs: the prompt's logprobs come from the prefill
 
 
 async def _next_event(request: Request, queue: asyncio.Queue, choices: list[Choice]) -> bool:
@@ -318,6 +330,12 @@ async def _stream(request: Request, queue: asyncio.Queue, choices: list[Choice],
                     yield _sse({"error": {"message": f"generation failed: {c.error}", "type": "server_error",
                                           "param": None, "code": None}})
                     return
+                if meta.echo and not c.echoed:
+                    if meta.scores_prompt and c.prompt_logprobs is None and not c.done:
+                        continue  # the prompt's chunk carries its logprobs: wait for the prefill
+                    c.echoed = True
+                    echoed = {"logprobs": _logprobs_body(c.prompt_logprobs, tokenizer, False)} if c.prompt_logprobs else {}
+                    out.append(_sse(_chunk(meta, c.index, decode(tokenizer, c.prompt), None, **echoed)))
                 piece = c.delta()
                 new_logprobs = c.logprobs[c.streamed_logprobs:]
                 new_tokens = c.tokens[c.streamed_tokens:] if meta.token_ids else []
@@ -372,12 +390,13 @@ def _chunk(meta: _Meta, index: int, content: Any, finish: str | None, **extra: A
 
 
 def _choice_body(c: Choice, meta: _Meta, tokenizer: Any) -> dict[str, Any]:
+    scored = [*(c.prompt_logprobs or []), *c.logprobs] if meta.echo else c.logprobs
     body: dict[str, Any] = {"index": c.index, "finish_reason": c.finish_reason,
-                            "logprobs": _logprobs_body(c.logprobs, tokenizer, meta.chat) if c.logprobs else None}
+                            "logprobs": _logprobs_body(scored, tokenizer, meta.chat) if scored else None}
     if meta.chat:
         body["message"] = {"role": "assistant", "content": c.text}
     else:
-        body["text"] = c.text
+        body["text"] = decode(tokenizer, c.prompt) + c.text if meta.echo else c.text
     if meta.token_ids:
         body["prompt_token_ids"] = c.prompt
         body["token_ids"] = c.tokens
@@ -398,8 +417,10 @@ def _logprobs_body(events: list[Any], tokenizer: Any, chat: bool) -> dict[str, A
     for e in events:
         offsets.append(at)
         at += len(text(e.token))
+    # An echoed prompt's first token has no logprob, and no alternatives: null for both (OpenAI's form).
     return {"tokens": [text(e.token) for e in events], "token_logprobs": [e.logprob for e in events],
-            "top_logprobs": [_by_text(e.top, text) for e in events], "text_offset": offsets}
+            "top_logprobs": [None if e.logprob is None else _by_text(e.top, text) for e in events],
+            "text_offset": offsets}
 
 
 def _by_text(top: Any, text: Callable[[int], str]) -> dict[str, float]:
@@ -433,7 +454,7 @@ async def _body(request: Request, config: ServeConfig) -> bytes:
     """The request body, refused (and the connection closed) when too large or not all there within the deadline."""
     def too_large() -> RequestError:
         return RequestError(f"the request body is larger than {config.max_body_bytes:,} bytes (--max-body-bytes)",
-                            status=413, close=True)
+                            status=413, code="request_too_large", close=True)
 
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > config.max_body_bytes:
@@ -460,7 +481,7 @@ def _parse_json(data: bytes) -> Any:
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        raise RequestError(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
 
 
 def _check_message_count(data: Any, config: ServeConfig) -> None:
@@ -468,7 +489,8 @@ def _check_message_count(data: Any, config: ServeConfig) -> None:
     messages = data.get("messages") if isinstance(data, dict) else None
     if isinstance(messages, list) and len(messages) > config.max_messages:
         raise RequestError(f"messages: {len(messages):,} messages; this server takes at most {config.max_messages:,} "
-                           "per request (--max-messages)", status=413, param="messages")
+                           "per request (--max-messages)", status=413, param="messages",
+                           code="request_too_large")
 
 
 def _check_model(name: str, config: ServeConfig) -> None:
@@ -512,8 +534,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     message = f"{request.method} {request.url.path}: {exc.detail}"
     if exc.status_code == 404:
-        message += ("; the routes are GET /v1/models, POST /v1/completions, POST /v1/chat/completions, "
-                    "GET /v1/stats, GET /health and GET /")
+        message += ("; the routes are GET /v1/models, GET /v1/models/{id}, POST /v1/completions, "
+                    "POST /v1/chat/completions, GET /v1/stats, GET /health and GET /")
     error = RequestError(message, status=exc.status_code, code=code)
     return JSONResponse(error.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 

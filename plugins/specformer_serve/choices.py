@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specformer_serve.engine import EndEvent, Handle, TokenEvent
+from specformer_serve.engine import EndEvent, Handle, PromptEvent, TokenEvent
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Choice:
     handle: Handle | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenEvent] = field(default_factory=list)
+    prompt_logprobs: list[TokenEvent] | None = None  # the prompt's tokens scored by the prefill (echo with logprobs)
     text: str = ""  # the text so far, cut at a stop string when one was found
     sent: str = ""  # what a stream has delivered already
     finish_reason: str | None = None  # stop, length; set once the choice is over
@@ -32,13 +33,17 @@ class Choice:
     streamed_logprobs: int = 0  # how many logprob entries a stream has delivered
     streamed_tokens: int = 0  # how many token ids a stream has delivered (return_token_ids)
     ended: bool = False  # a stream has sent this choice's finish_reason
+    echoed: bool = False  # a stream has sent the prompt's text (echo)
 
     @property
     def done(self) -> bool:
         return self.finish_reason is not None or self.error is not None
 
     def feed(self, event: Any) -> None:
-        """Take one engine event (a token or the end)."""
+        """Take one engine event (the scored prompt, a token or the end)."""
+        if isinstance(event, PromptEvent):
+            self.prompt_logprobs = list(event.tokens)
+            return
         if isinstance(event, EndEvent):
             if event.reason == "error":
                 self.error = event.message or "generation failed"

@@ -6,7 +6,8 @@ Requests join and leave the running batch at token boundaries. Each turn of the 
 2. admits waiting requests, first come first served, while the batch has room
    (``max_batch`` rows) and the pool can hold every admitted request's worst case,
 3. prefills each newly admitted request alone (its prompt, one forward) and draws its
-   first token,
+   first token (and, when the request asks for them, reports every prompt token's
+   log-probability from that same forward: OpenAI's ``echo`` with ``logprobs``),
 4. runs one decode forward over every running request (one new token per row, each at
    its own position, each reading its own blocks) and draws each row's next token.
 
@@ -57,6 +58,17 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class PromptEvent:
+    """The prompt's tokens with their log-probabilities under the model, read from the prefill forward.
+
+    One entry per prompt token; the first has no logprob (nothing precedes it) and no alternatives.
+    Sent once, before the first :class:`TokenEvent`, to requests that ask for ``prompt_logprobs``.
+    """
+
+    tokens: tuple[TokenEvent, ...]
+
+
+@dataclass(frozen=True)
 class EndEvent:
     """A request ended: ``"stop"`` (an end-of-sequence token), ``"length"`` (max tokens), ``"cancelled"`` or ``"error"``."""
 
@@ -71,10 +83,11 @@ class SequenceRequest:
     prompt: list[int]
     max_new_tokens: int
     sampler: Sampler
-    emit: Callable[[Any], None]  # receives TokenEvent, then one EndEvent; called on the engine thread
+    emit: Callable[[Any], None]  # receives PromptEvent if asked, TokenEvents, then one EndEvent; on the engine thread
     seed: int | None = None
     eos: frozenset[int] = frozenset()
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's and the k likeliest alternatives'
+    prompt_logprobs: int | None = None  # the same for every prompt token (a PromptEvent); max_new_tokens may be 0
 
 
 @dataclass
@@ -137,9 +150,13 @@ class Engine:
         """A ValueError saying why a request of this size can never run here (context or pool)."""
         if prompt_tokens < 1:
             raise ValueError("the prompt is empty; give at least one token")
-        if prompt_tokens >= self.context_length:
+        if max_new_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_new_tokens}")
+        # A prompt that only gets scored (max_tokens 0, echo) may fill the context; any other leaves room for one.
+        if prompt_tokens > self.context_length or (max_new_tokens > 0 and prompt_tokens == self.context_length):
+            leave = "" if prompt_tokens > self.context_length else " and at least one must be left to generate"
             raise ValueError(f"the prompt is {prompt_tokens} tokens, but the model's context is {self.context_length} "
-                             f"tokens and at least one must be left to generate")
+                             f"tokens{leave}")
         if prompt_tokens + max_new_tokens > self.context_length:
             raise ValueError(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_new_tokens}) is "
                              f"{prompt_tokens + max_new_tokens} tokens, more than the model's context of "
@@ -299,10 +316,25 @@ class Engine:
         ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=self.device)  # (B, P)
         positions = torch.tensor([[-1] * (width - len(p)) + list(range(len(p))) for p in prompts],
                                  device=self.device)  # (B, P); -1: padding
-        logits = self.model(ids, positions=positions, cache=self.cache, last_only=True)[:, -1].float()  # (B, V)
-        for sequence in group:
+        scored = [s.request.prompt_logprobs is not None for s in group]
+        # Every position's logits only when some request scores its prompt: (B, P, V) is large.
+        every = self.model(ids, positions=positions, cache=self.cache, last_only=not any(scored))  # (B, P or 1, V)
+        for row, sequence in enumerate(group):
             sequence.cached = len(sequence.request.prompt)
-        self._emit_all(group, logits)
+            if scored[row]:
+                prompt = sequence.request.prompt
+                sequence.request.emit(_prompt_event(prompt, every[row, width - len(prompt):],
+                                                    sequence.request.prompt_logprobs))
+        logits = every[:, -1].float()  # (B, V)
+        drawing = [row for row, s in enumerate(group) if s.request.max_new_tokens > 0]
+        if len(drawing) < len(group):
+            with self._lock:  # a prompt only scored (max_tokens 0) ends here, drawing nothing
+                for row, sequence in enumerate(group):
+                    if row not in drawing:
+                        self._finish(sequence, EndEvent("length"))
+        if drawing:
+            index = torch.tensor(drawing, device=self.device)
+            self._emit_all([group[row] for row in drawing], logits.index_select(0, index))
 
     def _decode_step(self, rows: list[_Sequence]) -> None:
         """One token for every row in ``rows`` (requests already prefilled), in one forward."""
@@ -366,3 +398,29 @@ def _token_event(token: int, logits: Tensor, logprobs: int | None) -> TokenEvent
         values, ids = log_probs.topk(min(logprobs, log_probs.numel()))
         top = tuple(zip(ids.tolist(), values.tolist()))
     return TokenEvent(token, float(log_probs[token]), top)
+
+
+#: Prompt positions whose float32 log-softmax is taken at once: bounds the memory of scoring a long prompt.
+PROMPT_SCORE_CHUNK = 512
+
+
+def _prompt_event(prompt: list[int], logits: Tensor, logprobs: int) -> PromptEvent:
+    """Each prompt token's logprob (and the ``logprobs`` likeliest alternatives) from the prefill's ``logits``
+    ``(P, V)``: position ``i``'s logits predict token ``i + 1``, as in training's loss."""
+    targets = torch.tensor(prompt[1:], dtype=torch.long, device=logits.device)  # (P - 1,)
+    chosen: list[float] = []
+    top_values: list[list[float]] = []
+    top_ids: list[list[int]] = []
+    for start in range(0, len(prompt) - 1, PROMPT_SCORE_CHUNK):
+        end = min(start + PROMPT_SCORE_CHUNK, len(prompt) - 1)
+        log_probs = torch.log_softmax(logits[start:end].float(), dim=-1)  # (C, V)
+        chosen += log_probs.gather(1, targets[start:end, None])[:, 0].tolist()
+        if logprobs > 0:
+            values, ids = log_probs.topk(min(logprobs, log_probs.shape[-1]), dim=-1)  # (C, k)
+            top_values += values.tolist()
+            top_ids += ids.tolist()
+    events = [TokenEvent(prompt[0])]
+    for i, token in enumerate(prompt[1:]):
+        top = tuple(zip(top_ids[i], top_values[i])) if logprobs > 0 else ()
+        events.append(TokenEvent(token, chosen[i], top))
+    return PromptEvent(tuple(events))

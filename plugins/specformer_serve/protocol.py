@@ -1,28 +1,45 @@
 """The OpenAI request bodies this server reads, checked field by field, and what they mean here.
 
 Every body is a pydantic model with ``extra="forbid"``: an unknown field is an error
-naming it, not silently ignored. Fields of OpenAI's API that this server does not
-implement (tools, logit_bias, ...) are listed in :data:`UNSUPPORTED` and refused with a
-message saying so. :func:`sampler_entries` maps the sampling fields onto the registered
-``sampler`` components of the generate plugin.
+naming it (code ``unknown_parameter``), not silently ignored. Fields of OpenAI's API that
+this server does not implement are listed in :data:`UNSUPPORTED` and refused by name
+(``unsupported_parameter``); fields that ask for something only in some of their values
+(``tools``, ``tool_choice``, ``response_format``) are taken when they ask for nothing this
+server lacks and refused otherwise (``unsupported_value``). The fields of :data:`IGNORED`
+change nothing a local model produces and are accepted and ignored.
+:func:`sampler_entries` maps the sampling fields onto the registered ``sampler``
+components of the generate plugin, and :func:`request_sampler` adds ``logit_bias``.
+
+Every refusal is a :class:`RequestError` with a ``code``: ``unknown_parameter``,
+``unsupported_parameter``, ``unsupported_value``, ``missing_required_parameter``,
+``invalid_type``, ``invalid_value`` (a value out of its range), ``invalid_json``,
+``model_not_found``, ``context_length_exceeded``, ``invalid_api_key`` and the few the
+routes name themselves.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specformer_generate import Sampler, build_sampler
+from specformer_serve.logit_bias import LogitBias
 
 #: OpenAI fields a client may send that this server does not implement: refused, by name.
 UNSUPPORTED = {
-    "completions": ("best_of", "suffix", "logit_bias"),
-    "chat": ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
-             "logit_bias", "audio", "modalities", "prediction", "web_search_options"),
+    "completions": ("best_of", "suffix"),
+    "chat": ("functions", "function_call", "audio", "modalities", "prediction", "web_search_options"),
 }
-#: Fields a client may send that change nothing in a local server; accepted and ignored.
-IGNORED = ("user", "metadata", "store", "service_tier")
+#: Fields a client may send that change nothing in a local server; accepted and ignored. (``reasoning_effort``
+#: tunes a reasoning model's hidden thinking, which a specformer model does not have; ``parallel_tool_calls``
+#: only matters with tools.)
+IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "reasoning_effort",
+           "parallel_tool_calls")
 
 Number = Union[int, float]
+#: OpenAI's bounds for a logit bias.
+Bias = Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]  # strict float takes ints too
 
 
 class _Body(BaseModel):
@@ -47,12 +64,30 @@ class _Sampling(_Body):
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
     presence_penalty: Number = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
     frequency_penalty: Number = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
+    logit_bias: dict[str, Bias] | None = None  # token id (as a string) -> added to its logit before sampling
     return_token_ids: bool = False  # an extension (vLLM's name): the prompt's and each choice's token ids
     # Accepted and ignored (see IGNORED).
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+    def refusal(self) -> "RequestError | None":
+        """Why a body that is well formed still asks for what this server does not do (None: nothing)."""
+        return None
+
+    def bias(self, vocab_size: int) -> dict[int, float]:
+        """``logit_bias`` by token id, each id checked against the vocabulary."""
+        bias: dict[int, float] = {}
+        for key, value in (self.logit_bias or {}).items():
+            token = int(key) if key.isascii() and key.isdigit() and len(key) <= 12 else -1
+            if not 0 <= token < vocab_size:
+                raise RequestError(f"logit_bias: the key {_short(key)} is not a token id of this model; keys are "
+                                   f"token ids written as strings, \"0\" to \"{vocab_size - 1}\"", param="logit_bias")
+            bias[token] = float(value)
+        return bias
 
     def stop_strings(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -67,9 +102,15 @@ class CompletionRequest(_Sampling):
     """``POST /v1/completions``."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=1)
+    max_tokens: int | None = Field(default=16, ge=0)  # 0 only with echo: score the prompt, generate nothing
     logprobs: int | None = Field(default=None, ge=0, le=20)
-    echo: bool = False
+    echo: bool = False  # the text (and logprobs) start with the prompt's
+
+    def refusal(self) -> "RequestError | None":
+        if self.max_tokens == 0 and not self.echo:
+            return RequestError("max_tokens: 0 generates nothing; it is allowed only with echo: true (to score the "
+                                "prompt), else give max_tokens >= 1", param="max_tokens")
+        return None
 
     def prompts(self) -> list[str | list[int]]:
         """One entry per prompt: text, or token ids."""
@@ -90,13 +131,37 @@ class ContentPart(_Body):
 
 class Message(_Body):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart]
+    content: str | list[ContentPart] | None = None  # null only for an assistant's turn (OpenAI's rule)
     name: str | None = None
 
+    @model_validator(mode="after")
+    def _content_present(self) -> "Message":
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content (a string or a list of text parts); only an "
+                             f"assistant message may have content null")
+        return self
+
     def text(self) -> str:
+        if self.content is None:
+            return ""  # an assistant turn with nothing said, rendered as empty
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class Function(_Body):
+    model_config = ConfigDict(extra="allow", strict=True)  # a tool's schema is the client's, whatever it holds
+    name: str
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: Function
 
 
 class ChatRequest(_Sampling):
@@ -107,6 +172,26 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    # Accepted and ignored (see IGNORED).
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+
+    def refusal(self) -> "RequestError | None":
+        if self.response_format is not None and self.response_format.type != "text":
+            return RequestError(f"response_format: {self.response_format.type!r} is not supported by this server "
+                                "(specformer serve does not constrain its output to JSON); the supported value is "
+                                "{\"type\": \"text\"}", param="response_format", code="unsupported_value")
+        if self.tools:
+            return RequestError("tools: tool calling is not supported by this server (specformer serve); send no "
+                                "tools, or an empty list", param="tools", code="unsupported_value")
+        if self.tool_choice not in (None, "none", "auto"):
+            return RequestError(f"tool_choice: {_short(self.tool_choice)} asks for a tool call, and this server "
+                                "calls no tools; the accepted values are \"none\" and \"auto\"",
+                                param="tool_choice", code="unsupported_value")
+        return None
 
     def token_budget(self) -> int | None:
         if self.max_tokens is not None and self.max_completion_tokens is not None:
@@ -120,11 +205,17 @@ class ChatRequest(_Sampling):
 
 
 class RequestError(ValueError):
-    """A request the server cannot take: the HTTP status, and the OpenAI error's message, param and code."""
+    """A request the server cannot take: the HTTP status, and the OpenAI error's message, param and code.
+
+    A client's error (4xx) always has a code, ``invalid_value`` unless a more precise one is
+    given; a server error has none (as OpenAI's).
+    """
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None,
                  type: str = "invalid_request_error", close: bool = False) -> None:
         super().__init__(message)
+        if code is None and status < 500:
+            code = "invalid_value"
         self.message, self.status, self.param, self.code, self.type = message, status, param, code, type
         #: Close the connection after the answer: the client may still be sending a body nobody reads.
         self.close = close
@@ -136,13 +227,13 @@ class RequestError(ValueError):
 def parse(model: type[_Body], data: Any, endpoint: str) -> Any:
     """The checked body, or a RequestError naming the first bad field (unsupported ones by name)."""
     if not isinstance(data, dict):
-        raise RequestError(f"the request body must be a JSON object, got {type(data).__name__}")
+        raise RequestError(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_type")
     for name in UNSUPPORTED[endpoint]:
         if name in data:
             raise RequestError(f"{name} is not supported by this server (specformer serve)", param=name,
                                code="unsupported_parameter")
     try:
-        return model.model_validate(data)
+        body = model.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
@@ -152,7 +243,34 @@ def parse(model: type[_Body], data: Any, endpoint: str) -> Any:
         message = error["msg"]
         if error["type"] != "missing":
             message += f", got {_short(error.get('input'))}"
-        raise RequestError(f"{where}: {message}", param=where) from None
+        raise RequestError(f"{where}: {message}", param=where, code=_code(error["type"])) from None
+    refusal = body.refusal()
+    if refusal is not None:
+        raise refusal
+    return body
+
+
+def _code(error_type: str) -> str:
+    """The error code for a pydantic error type: a missing field, a value of the wrong type, or a bad value."""
+    if error_type == "missing":
+        return "missing_required_parameter"
+    if error_type.endswith(("_type", "_parsing")) or error_type in ("union_tag_invalid", "model_attributes_type"):
+        return "invalid_type"
+    return "invalid_value"
+
+
+def request_sampler(body: _Sampling, *, vocab_size: int) -> Sampler:
+    """The request's sampler: its ``logit_bias`` (when any) before the steps of :func:`sampler_entries`.
+
+    The bias comes first, as OpenAI adds it to the model's logits before sampling, so the
+    penalties, temperature and top-p all see the biased logits, and greedy decoding takes
+    their argmax.
+    """
+    sampler = build_sampler(sampler_entries(body))
+    bias = body.bias(vocab_size)
+    if not bias:
+        return sampler
+    return Sampler([LogitBias(bias=bias, vocab_size=vocab_size), *sampler.steps], greedy_default=sampler.greedy_default)
 
 
 def sampler_entries(body: _Sampling) -> list[Any] | None:

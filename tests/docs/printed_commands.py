@@ -177,6 +177,8 @@ SKIPPED: list[tuple[str, str]] = [
                              "calls it and stops it"),
     (r"curl\s", "an HTTP request to a running server; tests/plugins/serve send the same ones with httpx and the "
                  "openai client"),
+    (r"lm_eval\s", "lm-evaluation-harness against a running server, on a task it downloads; "
+                    "tests/plugins/serve/test_lm_eval_client.py runs its local-completions model on a local task"),
 ]
 
 #: Exit codes a page implies without printing ``echo $?`` (the README shows bad.yaml's errors).

@@ -22,10 +22,16 @@ BAD: list[tuple[str, Any, int, str | None, str]] = [
     ("completions", b"\xff\xfe", 400, None, "not valid JSON"),
     ("completions", [1, 2], 400, None, "must be a JSON object"),
     ("completions", {**OK, "foo": 1}, 400, "foo", "unknown field 'foo'"),
-    ("completions", {**OK, "logit_bias": {"1": 5}}, 400, "logit_bias", "not supported"),
-    ("completions", {**OK, "echo": True}, 400, "echo", "not supported"),
+    ("completions", {**OK, "best_of": 2}, 400, "best_of", "not supported"),
+    ("completions", {**OK, "logit_bias": {"259": 5}}, 400, "logit_bias", "\"0\" to \"258\""),
+    ("completions", {**OK, "logit_bias": {"-1": 5}}, 400, "logit_bias", "not a token id"),
+    ("completions", {**OK, "logit_bias": {"a": 5}}, 400, "logit_bias", "not a token id"),
+    ("completions", {**OK, "logit_bias": {"5": 101}}, 400, "logit_bias.5", "less than or equal to 100"),
+    ("completions", {**OK, "logit_bias": {"5": "1"}}, 400, "logit_bias.5", "valid"),
+    ("completions", {**OK, "prompt": "x" * 97, "max_tokens": 0, "echo": True}, 400, "prompt", "context is 96"),
     ("completions", {k: v for k, v in OK.items() if k != "prompt"}, 400, "prompt", "Field required"),
-    ("completions", {**OK, "max_tokens": 0}, 400, "max_tokens", "greater than or equal to 1"),
+    ("completions", {**OK, "max_tokens": 0}, 400, "max_tokens", "only with echo: true"),
+    ("completions", {**OK, "max_tokens": -1}, 400, "max_tokens", "greater than or equal to 0"),
     ("completions", {**OK, "max_tokens": "5"}, 400, "max_tokens", "valid integer"),
     ("completions", {**OK, "temperature": 2.5}, 400, "temperature", "less than or equal to 2"),
     ("completions", {**OK, "top_p": 0}, 400, "top_p", "greater than 0"),
@@ -47,7 +53,22 @@ BAD: list[tuple[str, Any, int, str | None, str]] = [
     ("completions", {**OK, "n": 16, "prompt": ["a", "b", "c", "d", "e"]}, 400, "n", "at most 64"),
     ("chat/completions", {**CHAT, "messages": []}, 400, "messages", "at least 1 item"),
     ("chat/completions", {**CHAT, "messages": [{"role": "tool", "content": "x"}]}, 400, "messages.0.role", "Input should be"),
-    ("chat/completions", {**CHAT, "tools": []}, 400, "tools", "not supported"),
+    ("chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, 400,
+     "tools", "tool calling is not supported"),
+    ("chat/completions", {**CHAT, "tools": [{"type": "web"}]}, 400, "tools.0.type", "Input should be"),
+    ("chat/completions", {**CHAT, "tool_choice": "required"}, 400, "tool_choice", "calls no tools"),
+    ("chat/completions", {**CHAT, "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400, "tool_choice",
+     "calls no tools"),
+    ("chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, 400, "response_format",
+     "{\"type\": \"text\"}"),
+    ("chat/completions", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
+     "response_format", "not supported"),
+    ("chat/completions", {**CHAT, "response_format": {"type": "yaml"}}, 400, "response_format.type", "Input should be"),
+    ("chat/completions", {**CHAT, "reasoning_effort": "extreme"}, 400, "reasoning_effort", "Input should be"),
+    ("chat/completions", {**CHAT, "functions": []}, 400, "functions", "not supported"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": None}]}, 400, "messages.0",
+     "only an assistant message may have content null"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user"}]}, 400, "messages.0", "needs content"),
     ("chat/completions", {**CHAT, "max_completion_tokens": 3}, 400, None, "not both"),
     ("chat/completions", {**CHAT, "top_logprobs": 2}, 400, None, "needs logprobs"),
     ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": "x" * 300}]}, 400, "prompt", "context"),
@@ -62,10 +83,38 @@ def test_a_bad_request_is_a_4xx_openai_error_and_the_server_goes_on(server, rout
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error"
+    assert isinstance(error["code"], str) and error["code"], error  # a client's error always has a code
     assert words in error["message"], error["message"]
     assert error["param"] == param
     again = httpx.post(f"{server.url}/v1/completions", json=OK)
     assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+#: (route, body, code): what kind of mistake each refusal was, in OpenAI's words where OpenAI has them.
+CODES: list[tuple[str, Any, str]] = [
+    ("completions", {**OK, "reasoning_level": 1}, "unknown_parameter"),
+    ("chat/completions", {**CHAT, "best_of": 2}, "unknown_parameter"),
+    ("completions", {**OK, "suffix": "x"}, "unsupported_parameter"),
+    ("chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "unsupported_value"),
+    ("chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "unsupported_value"),
+    ("completions", {k: v for k, v in OK.items() if k != "prompt"}, "missing_required_parameter"),
+    ("completions", {**OK, "max_tokens": "5"}, "invalid_type"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": None}]}, "invalid_value"),
+    ("completions", {**OK, "temperature": 2.5}, "invalid_value"),
+    ("completions", {**OK, "logit_bias": {"259": 1}}, "invalid_value"),
+    ("completions", [1], "invalid_type"),
+    ("completions", b"{", "invalid_json"),
+    ("completions", {**OK, "model": "gpt-4"}, "model_not_found"),
+    ("completions", {**OK, "prompt": "x" * 200}, "context_length_exceeded"),
+]
+
+
+@pytest.mark.parametrize("route, body, code", CODES, ids=[c[2] + f"-{i}" for i, c in enumerate(CODES)])
+def test_each_refusal_names_its_kind_in_the_code(server, route, body, code) -> None:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(f"{server.url}/v1/{route}", content=content, headers={"Content-Type": "application/json"})
+    assert r.status_code in (400, 404), r.text
+    assert r.json()["error"]["code"] == code, r.json()
 
 
 def test_unknown_routes_and_methods(server) -> None:
