@@ -182,8 +182,13 @@ def template_from_metadata(metadata: dict[str, str]) -> tuple[str, dict[str, str
     return (template, special_tokens(settings)) if isinstance(template, str) else None
 
 
-def resolve_template(choice: str | None, metadata: dict[str, str] | None) -> tuple[str, dict[str, str]] | None:
-    """``train.chat_template`` (a built-in name or a file), else the checkpoint's own template, else None."""
+def resolve_template(choice: str | None, metadata: dict[str, str] | None, *,
+                     what: str = "train.chat_template") -> tuple[str, dict[str, str]] | None:
+    """``choice`` (a built-in name or a file), else the checkpoint's own template, else None.
+
+    ``what`` names the setting in a UserError (``train.chat_template``, ``--chat-template``);
+    a file's template is compiled here, so a broken one fails before anything else runs.
+    """
     tokens = special_tokens(None)
     found = template_from_metadata(metadata or {})
     if found is not None:
@@ -194,9 +199,14 @@ def resolve_template(choice: str | None, metadata: dict[str, str] | None) -> tup
         return BUILTIN[choice], tokens
     path = Path(choice)
     if not path.is_file():
-        raise UserError(f"train.chat_template: {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor "
+        raise UserError(f"{what}: {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor "
                         "a readable file")
     try:
-        return path.read_text(encoding="utf-8"), tokens
+        source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"train.chat_template: {choice}: cannot be read ({exc})") from None
+        raise UserError(f"{what}: {choice}: cannot be read ({exc})") from None
+    try:
+        compile_template(source)
+    except TemplateError as exc:
+        raise TemplateError(f"{what} {choice}: {exc}") from None
+    return source, tokens
