@@ -147,6 +147,16 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
         raise TemplateError(f"the chat template failed: {_python_error(exc)}") from None
 
 
+def _checkpoint_template(path: Path, *, what: str) -> tuple[str, dict[str, str]]:
+    from specformer.checkpoint import read_metadata
+
+    found = template_from_metadata(read_metadata(path))
+    if found is None:
+        raise UserError(f"{what}: the checkpoint {path} has no chat template in its header (only an imported model "
+                        "keeps one); give a template file or a built-in name")
+    return found
+
+
 def _python_error(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "it recursed too deeply (a macro that calls itself without end?)"
@@ -184,7 +194,8 @@ def template_from_metadata(metadata: dict[str, str]) -> tuple[str, dict[str, str
 
 def resolve_template(choice: str | None, metadata: dict[str, str] | None, *,
                      what: str = "train.chat_template") -> tuple[str, dict[str, str]] | None:
-    """``choice`` (a built-in name or a file), else the checkpoint's own template, else None.
+    """``choice`` (a built-in name, a Jinja file, or a ``.safetensors`` checkpoint whose header holds a
+    template), else the checkpoint's own template (``metadata``'s), else None.
 
     ``what`` names the setting in a UserError (``train.chat_template``, ``--chat-template``);
     a file's template is compiled here, so a broken one fails before anything else runs.
@@ -201,6 +212,8 @@ def resolve_template(choice: str | None, metadata: dict[str, str] | None, *,
     if not path.is_file():
         raise UserError(f"{what}: {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor "
                         "a readable file")
+    if path.suffix == ".safetensors":  # another checkpoint's own template (a full fine-tune's base)
+        return _checkpoint_template(path, what=what)
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -115,6 +115,14 @@ def test_the_checkpoints_own_template_is_the_default_and_no_chat_template_turns_
     assert code == 0, err
     assert out == "Fine.\n"
     assert scripted["model"].reads[0][0] == BYTES.encode("<start_of_turn>user\nHow?<end_of_turn>\n<start_of_turn>model\n")
+    # Another checkpoint's own template (a full fine-tune's base, as a chat run's hint names it).
+    plain = _checkpoint(tmp_path / "plain.safetensors")
+    rig(["Fine.<end_of_turn>\nxx"])
+    code, out, err = _run(capsys, monkeypatch, "generate", plain, "--chat-template", ckpt, "--prompt", "How?",
+                          "--max-new-tokens", "30")
+    assert code == 0 and out == "Fine.\n", err
+    code, out, err = _run(capsys, monkeypatch, "generate", ckpt, "--chat-template", plain, "--prompt", "How?")
+    assert code == 2 and "has no chat template in its header" in err, err
     scripted = rig(["Fine.<end_of_turn>\nxx"])
     code, out, err = _run(capsys, monkeypatch, "generate", ckpt, "--prompt", "How?", "--max-new-tokens", "20",
                           "--no-chat-template")
