@@ -147,6 +147,16 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
         raise TemplateError(f"the chat template failed: {_python_error(exc)}") from None
 
 
+def _checkpoint_template(path: Path, *, what: str) -> tuple[str, dict[str, str]]:
+    from specformer.checkpoint import read_metadata
+
+    found = template_from_metadata(read_metadata(path))
+    if found is None:
+        raise UserError(f"{what}: the checkpoint {path} has no chat template in its header (only an imported model "
+                        "keeps one); give a template file or a built-in name")
+    return found
+
+
 def _python_error(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "it recursed too deeply (a macro that calls itself without end?)"
@@ -182,8 +192,14 @@ def template_from_metadata(metadata: dict[str, str]) -> tuple[str, dict[str, str
     return (template, special_tokens(settings)) if isinstance(template, str) else None
 
 
-def resolve_template(choice: str | None, metadata: dict[str, str] | None) -> tuple[str, dict[str, str]] | None:
-    """``train.chat_template`` (a built-in name or a file), else the checkpoint's own template, else None."""
+def resolve_template(choice: str | None, metadata: dict[str, str] | None, *,
+                     what: str = "train.chat_template") -> tuple[str, dict[str, str]] | None:
+    """``choice`` (a built-in name, a Jinja file, or a ``.safetensors`` checkpoint whose header holds a
+    template), else the checkpoint's own template (``metadata``'s), else None.
+
+    ``what`` names the setting in a UserError (``train.chat_template``, ``--chat-template``);
+    a file's template is compiled here, so a broken one fails before anything else runs.
+    """
     tokens = special_tokens(None)
     found = template_from_metadata(metadata or {})
     if found is not None:
@@ -194,9 +210,16 @@ def resolve_template(choice: str | None, metadata: dict[str, str] | None) -> tup
         return BUILTIN[choice], tokens
     path = Path(choice)
     if not path.is_file():
-        raise UserError(f"train.chat_template: {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor "
+        raise UserError(f"{what}: {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor "
                         "a readable file")
+    if path.suffix == ".safetensors":  # another checkpoint's own template (a full fine-tune's base)
+        return _checkpoint_template(path, what=what)
     try:
-        return path.read_text(encoding="utf-8"), tokens
+        source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"train.chat_template: {choice}: cannot be read ({exc})") from None
+        raise UserError(f"{what}: {choice}: cannot be read ({exc})") from None
+    try:
+        compile_template(source)
+    except TemplateError as exc:
+        raise TemplateError(f"{what} {choice}: {exc}") from None
+    return source, tokens

@@ -9,11 +9,16 @@
   is one too.
 - On ``--resume`` the stored adapter tensors are completed with the base weights the run
   loaded again from ``train.init``.
+- A chat run's rows come with :class:`ChatPrompting`: the run's samples are a user message
+  (``train.sample_prompt``) rendered with the template and answered up to its end of turn,
+  and the command suggested at the end is ``specformer chat`` with that template.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from specformer.checkpoint import read_metadata
@@ -54,6 +59,32 @@ def resumed_weights(model: Any, weights: dict[str, Any]) -> dict[str, Any] | Non
     return {**model.state_dict(), **weights}
 
 
+#: The user message of a chat run's samples when ``train.sample_prompt`` is empty.
+FALLBACK_CHAT_PROMPT = "Hello!"
+
+
+@dataclass(frozen=True)
+class ChatPrompting:
+    """How a chat run talks to its model: the template it trained on, where a reply ends, and how to name the
+    template on the command line (empty when the run's model.safetensors carries it in its header)."""
+
+    source: str
+    tokens: dict[str, str]
+    turn_end: Any  # specformer_finetune.turn_end.TurnEnd
+    option: str  # "--chat-template chatml", or "" when the checkpoint's own template is the one
+
+    def prompt(self, text: str) -> str:
+        """``text`` as the one user message of a conversation, with the assistant's turn opened."""
+        from specformer_finetune.chat_template import render
+
+        return render(self.source, [{"role": "user", "content": text or FALLBACK_CHAT_PROMPT}],
+                      add_generation_prompt=True, **self.tokens)
+
+    def transcript(self, text: str, reply: str) -> str:
+        """A sample as ``specformer chat`` writes a piped conversation."""
+        return f"user: {text or FALLBACK_CHAT_PROMPT}\nassistant: {reply}"
+
+
 @dataclass
 class ChatTraining:
     """The rows of a chat corpus as the train plugin's ``specformer_train_rows`` hook returns them."""
@@ -66,6 +97,7 @@ class ChatTraining:
     n_train: int | None
     n_val: int
     record: dict[str, Any]
+    prompting: ChatPrompting | None = None  # None: the template could not be settled (no template: plain text)
 
 
 def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, str] | None,
@@ -88,14 +120,40 @@ def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, 
                             "checkpoint's, byte, or a tokenizer.json path (not bpe, which is trained on a corpus)")
         tokenizer = make_tokenizer(config.tokenizer, vocab_size=vocab_size, corpus=None, cache=config.cache_dir)
     template = resolve_template(config.chat_template, metadata)
+    prompting = _prompting(config, template, tokenizer, metadata)
     if config.streaming:
-        return _streamed_chat(config, tokenizer, template, seq_len=seq_len)
+        streamed = _streamed_chat(config, tokenizer, template, seq_len=seq_len)
+        streamed.prompting = prompting
+        return streamed
     corpus = encode_file(config.data, tokenizer, template)
     data = chat_data(corpus, seq_len=seq_len, seed=config.seed, val_fraction=config.val_fraction)
     record = data_record(data=config.data, description=corpus.description, tokens=corpus.tokens)
     return ChatTraining(tokenizer=tokenizer, train_rows=data.train_rows, val_rows=data.val_rows,
                         description=data.description, n_tokens=data.n_tokens, n_train=data.n_train, n_val=data.n_val,
-                        record=record)
+                        record=record, prompting=prompting)
+
+
+def _prompting(config: Any, template: tuple[str, dict[str, str]] | None, tokenizer: Any,
+               metadata: dict[str, str] | None) -> ChatPrompting | None:
+    """The run's :class:`ChatPrompting`; None without a template (chat data rendered as plain text)."""
+    from specformer_finetune.chat_template import BUILTIN
+    from specformer_finetune.turn_end import turn_end
+
+    if template is None:
+        return None
+    source, tokens = template
+    choice = config.chat_template
+    if choice is None:
+        # The init checkpoint's own template: an adapter checkpoint copies its base's header (the template with
+        # it); a full fine-tune's checkpoint does not, so the command reads it from the base checkpoint.
+        init = str(Path(config.init).resolve()) if config.init else ""
+        option = "" if config.adapter is not None or not init else f"--chat-template {shlex.quote(init)}"
+    elif choice in BUILTIN:
+        option = f"--chat-template {choice}"
+    else:
+        option = f"--chat-template {shlex.quote(str(Path(choice).resolve()))}"
+    return ChatPrompting(source=source, tokens=tokens, option=option,
+                         turn_end=turn_end(source, tokenizer=tokenizer, metadata=metadata))
 
 
 def _streamed_chat(config: Any, tokenizer: Any, template: tuple[str, dict[str, str]] | None, *,

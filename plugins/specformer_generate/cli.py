@@ -4,6 +4,11 @@ The tokenizer is chosen by :func:`specformer.tokenizer_choice.checkpoint_tokeniz
 stored in the header, ``--tokenizer FILE``, or the byte tokenizer for a 259-token model
 without one), as every command chooses it; the defaults come from the spec's ``generate``
 section, and flags override them. The text goes to stdout, the speed to stderr.
+
+With a chat template (``--chat-template NAME|FILE``, or the checkpoint's own unless
+``--no-chat-template``; :mod:`.chat_format`) each prompt is one user message, rendered with
+the assistant's turn opened, and the output is the reply alone, ended at the template's
+end of turn (which is not printed).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.threads import use_threads
 from specformer.tokenizer import Tokenizer
 from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer_generate.chat_format import ChatFormat, chat_format
 from specformer_generate.generate import generate, stream
 from specformer_generate.memory import parse_max_memory
-from specformer_generate.prompt_input import Prompt, read_prompts
+from specformer_generate.prompt_input import Prompt, encode, read_prompts
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
 from specformer_generate.speculative import PROMPT_LOOKUP_NAMES
@@ -89,7 +95,14 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for the sampling draws")
     parser.add_argument("--stop", action="append", default=[], metavar="STR",
                         help="end a continuation at this text (kept in the output); repeatable")
-    parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-text token")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="do not stop at the end-of-text token, nor at the chat template's end of turn")
+    parser.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                        help="render the text as a chat with this template: a built-in name (chatml) or a Jinja "
+                             "file; the reply ends at the template's end of turn (default: the checkpoint's own "
+                             "template when it has one)")
+    parser.add_argument("--no-chat-template", action="store_true",
+                        help="plain text, even when the checkpoint has a chat template")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every token (slow)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the one-token decode step")
     parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
@@ -110,8 +123,10 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UserError(f"--max-memory: {exc}") from None
     model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
-    tokenizer = checkpoint_tokenizer(read_metadata(args.checkpoint), vocab_size=model.vocab_size,
-                                     where=args.checkpoint, override=args.tokenizer, ids_only=args.ids)
+    metadata = read_metadata(args.checkpoint)
+    tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint,
+                                     override=args.tokenizer, ids_only=args.ids)
+    template = chat_format(args, metadata, tokenizer)
     section = model.spec.section("generate") or GenerateSpec()
     if args.quantize is not None:
         _quantize(model, args.quantize)
@@ -124,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else section.seed
     end_of_text = getattr(tokenizer, "eot_id", None)
     eos = None if args.ignore_eos else (section.eos_ids() or ([end_of_text] if end_of_text is not None else None))
+    if template is not None and not args.ignore_eos:
+        eos = sorted(set(eos or []) | template.turn_end.ids) or None
+    turn_end = None if template is None or args.ignore_eos else template.turn_end
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if num_beams < 1:
@@ -140,9 +158,12 @@ def run(args: argparse.Namespace) -> int:
     if args.interactive:
         from specformer_generate.chat import chat
 
-        return chat(model, tokenizer, args, sampler=sampler, seed=seed, eos=eos, default_new=section.max_new_tokens)
+        return chat(model, tokenizer, args, sampler=sampler, seed=seed, eos=eos, default_new=section.max_new_tokens,
+                    template=template, turn_end=turn_end)
 
     prompts = read_prompts(args, tokenizer, vocab_size=model.vocab_size)
+    if template is not None:
+        prompts = [_as_chat(p, template, tokenizer, vocab_size=model.vocab_size) for p in prompts]
     longest = max(len(p.ids) for p in prompts)
     context = model.context_length
     if longest >= context:
@@ -158,19 +179,21 @@ def run(args: argparse.Namespace) -> int:
         settings.update(draft=draft, draft_tokens=args.draft_tokens)
     ids = [p.ids for p in prompts]
     start = time.perf_counter()
-    if num_beams > 1 or not (args.stream or args.stop):
-        stop_ids = [tokenizer.encode(s) for s in args.stop] if num_beams > 1 else []
+    ends = turn_end.strings if turn_end is not None else ()
+    if num_beams > 1 or not (args.stream or args.stop or ends):
+        # A beam ends at a stop text's tokens as the tokenizer spells it (the text is cut again after decoding).
+        stop_ids = [tokenizer.encode(s) for s in [*args.stop, *ends]] if num_beams > 1 else []
         out = generate(model, ids, num_beams=num_beams, length_penalty=length_penalty,
                        early_stopping=section.early_stopping, stop=[s for s in stop_ids if s] or None, **settings)
         news = [row[len(prompt):] for row, prompt in zip(out, ids)]
         produced = sum(map(len, news))
-        _print_results(prompts, news, tokenizer, args.stop)
+        _print_results(prompts, news, tokenizer, args.stop, turn_end, reply_only=template is not None)
     else:
-        printer = _StreamPrinter(prompts[0], tokenizer) if args.stream else None
-        news = _generate_with_stops(model, ids, settings, tokenizer, args.stop, printer)
+        printer = _StreamPrinter(prompts[0], tokenizer, reply_only=template is not None) if args.stream else None
+        news = _generate_with_stops(model, ids, settings, tokenizer, args.stop, printer, turn_end)
         produced = sum(map(len, news))
         if printer is None:
-            _print_results(prompts, news, tokenizer, args.stop)
+            _print_results(prompts, news, tokenizer, args.stop, turn_end, reply_only=template is not None)
     seconds = time.perf_counter() - start
     print(f"{produced} tokens in {seconds:.2f} s ({produced / max(seconds, 1e-9):.1f} tokens/s, "
           f"{threads} CPU thread{'s' if threads != 1 else ''})", file=sys.stderr)
@@ -214,15 +237,40 @@ def _quantize(model: Any, scheme: str) -> None:
         raise UserError(f"--quantize {scheme}: {exc}") from None
 
 
-def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str]) -> tuple[str, bool]:
-    """The decoded continuation, cut just after the first stop string it contains; and whether one was found."""
+def _as_chat(prompt: Prompt, template: ChatFormat, tokenizer: Tokenizer, *, vocab_size: int) -> Prompt:
+    """``prompt`` as the one user message of a conversation, with the assistant's turn opened."""
+    assert prompt.text is not None  # chat_format refuses --ids
+    rendered = template.prompt([{"role": "user", "content": prompt.text}])
+    return Prompt(text=prompt.text, ids=encode(rendered, tokenizer, ids_mode=False, where=template.where,
+                                               vocab_size=vocab_size).ids)
+
+
+def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str],
+                      turn_end: Any = None) -> tuple[str, bool]:
+    """The decoded continuation, cut just after the first stop string it contains, or just before the first
+    end-of-turn marker of ``turn_end`` (a :class:`specformer_finetune.TurnEnd`); and whether either was found."""
+    if turn_end is not None:
+        new = turn_end.visible(new)
     text = tokenizer.decode(new)
     ends = [text.find(stop) + len(stop) for stop in stops if stop in text]
+    if turn_end is not None:
+        ends += [text.find(marker) for marker in turn_end.strings if marker in text]
     return (text[: min(ends)], True) if ends else (text, False)
 
 
+def shown_so_far(tokenizer: Tokenizer, new: list[int], stops: list[str], turn_end: Any = None) -> tuple[str, bool]:
+    """What a stream may print of the continuation ``new`` now: cut as :func:`continuation_text` cuts, less a
+    tail that may still become an end-of-turn marker or is half a character; and whether it ended."""
+    text, ended = continuation_text(tokenizer, new, stops, turn_end)
+    if ended:
+        return text, True
+    if turn_end is not None:
+        text = turn_end.settled(text)
+    return text.rstrip("\ufffd"), False
+
+
 def _generate_with_stops(model: Any, ids: list[list[int]], settings: dict[str, Any], tokenizer: Tokenizer,
-                         stops: list[str], printer: "_StreamPrinter | None") -> list[list[int]]:
+                         stops: list[str], printer: "_StreamPrinter | None", turn_end: Any = None) -> list[list[int]]:
     """Stream the batch, ending each row at its first stop string; the new tokens of each row."""
     news: list[list[int]] = [[] for _ in ids]
     done = [False] * len(ids)
@@ -231,56 +279,59 @@ def _generate_with_stops(model: Any, ids: list[list[int]], settings: dict[str, A
             if done[row] or token < 0:
                 continue
             news[row].append(token)
-            if stops and continuation_text(tokenizer, news[row], stops)[1]:
+            if (stops or turn_end is not None) and continuation_text(tokenizer, news[row], stops, turn_end)[1]:
                 done[row] = True
         if printer is not None:
-            printer.update(news[0], stops)
+            printer.update(news[0], stops, turn_end)
         if all(done):
             break
     if printer is not None:
-        printer.finish(news[0], stops)
+        printer.finish(news[0], stops, turn_end)
     return news
 
 
-def _print_results(prompts: list[Prompt], news: list[list[int]], tokenizer: Tokenizer, stops: list[str]) -> None:
+def _print_results(prompts: list[Prompt], news: list[list[int]], tokenizer: Tokenizer, stops: list[str],
+                   turn_end: Any = None, *, reply_only: bool = False) -> None:
     for i, (prompt, new) in enumerate(zip(prompts, news)):
         if i:
             print()
         if prompt.text is None:
             print(" ".join(map(str, prompt.ids + new)))
         else:
-            print(prompt.text + continuation_text(tokenizer, new, stops)[0])
+            print(("" if reply_only else prompt.text) + continuation_text(tokenizer, new, stops, turn_end)[0])
 
 
 class _StreamPrinter:
-    """Print text as tokens arrive; a multi-byte character cut in two waits for its other half."""
+    """Print text as tokens arrive; a multi-byte character cut in two, or what may begin an end-of-turn marker,
+    waits for the tokens that settle it."""
 
-    def __init__(self, prompt: Prompt, tokenizer: Tokenizer) -> None:
+    def __init__(self, prompt: Prompt, tokenizer: Tokenizer, *, reply_only: bool = False) -> None:
         self.tokenizer = tokenizer
         self.ids_mode = prompt.text is None
         self.shown = ""
         self.count = 0
-        sys.stdout.write(" ".join(map(str, prompt.ids)) if self.ids_mode else (prompt.text or ""))
+        if not reply_only:
+            sys.stdout.write(" ".join(map(str, prompt.ids)) if self.ids_mode else (prompt.text or ""))
         sys.stdout.flush()
 
-    def update(self, new: list[int], stops: list[str]) -> None:
+    def update(self, new: list[int], stops: list[str], turn_end: Any = None) -> None:
         if self.ids_mode:
             sys.stdout.write("".join(f" {t}" for t in new[self.count:]))
             self.count = len(new)
         else:
-            text, _ = continuation_text(self.tokenizer, new, stops)
-            if text.endswith("\ufffd"):
+            text, _ = shown_so_far(self.tokenizer, new, stops, turn_end)
+            if not text.startswith(self.shown):
                 return
             sys.stdout.write(text[len(self.shown):])
             self.shown = text
         sys.stdout.flush()
 
-    def finish(self, new: list[int], stops: list[str]) -> None:
+    def finish(self, new: list[int], stops: list[str], turn_end: Any = None) -> None:
         if self.ids_mode:
             self.update(new, stops)
             sys.stdout.write("\n")
         else:
-            text, _ = continuation_text(self.tokenizer, new, stops)
+            text, _ = continuation_text(self.tokenizer, new, stops, turn_end)
             sys.stdout.write(text[len(self.shown):] + "\n")
         sys.stdout.flush()
 

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from specformer.errors import UserError
 from specformer_generate import arguments
 from specformer_serve import limits
-from specformer_serve.chat_template import TemplateError
+from specformer_serve.chat_template import TemplateError, TurnEnd
 from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
 from specformer_serve.events import Poster
@@ -65,6 +65,7 @@ class ServeConfig:
     tokenizer: Any
     render_chat: Callable[[list[dict[str, Any]]], str]
     eos: frozenset[int]
+    turn_end: TurnEnd = TurnEnd()  # where a chat reply ends besides eos: the template's end-of-turn marker
     api_key: str | None = None
     max_body_bytes: int = limits.MAX_BODY_BYTES
     body_timeout: float = limits.BODY_TIMEOUT
@@ -133,7 +134,7 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
             raise RequestError(str(exc)) from None
         prompt = await off_loop(lambda: _chat_prompt(messages, config, engine.vocab_size))
         return await _respond(request, engine, config, body, [prompt], chat=True, max_tokens=budget,
-                              logprobs=logprobs)
+                              logprobs=logprobs, turn_end=config.turn_end)
 
     routes = [
         Route("/", playground, methods=["GET"]),
@@ -216,10 +217,13 @@ def _chat_prompt(messages: list[dict[str, Any]], config: ServeConfig, vocab_size
 
 
 async def _respond(request: Request, engine: Engine, config: ServeConfig, body: Any, prompts: list[list[int]], *,
-                   chat: bool, max_tokens: int | None, logprobs: int | None, echo: bool = False) -> Response:
+                   chat: bool, max_tokens: int | None, logprobs: int | None, echo: bool = False,
+                   turn_end: TurnEnd = TurnEnd()) -> Response:
     """Run the request's choices; ``echo`` (completions): each choice's text and logprobs start with its prompt's."""
     try:
+        # A chat reply also ends at its template's end-of-turn marker: a token id (with eos), or text (a stop string).
         stops = body.stop_strings()
+        stops += [s for s in turn_end.strings if s not in stops]
         seed = arguments.seed(body.seed)
     except ValueError as exc:
         raise RequestError(str(exc), param="stop" if "stop" in str(exc) else "seed") from None
@@ -244,7 +248,8 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         budget = max_tokens if max_tokens is not None else engine.room_after(len(prompt))
         for j in range(body.n):
             index = len(choices)
-            choice = Choice(index=index, prompt=prompt, tokenizer=config.tokenizer, stops=stops)
+            choice = Choice(index=index, prompt=prompt, tokenizer=config.tokenizer, stops=stops,
+                            hidden=turn_end.ids)
             choices.append(choice)
 
             def emit(event: Any, index: int = index) -> None:
@@ -254,7 +259,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
             request_seed = None if seed is None else seed + j
             choice.handle = engine.submit(SequenceRequest(
                 prompt=prompt, max_new_tokens=budget, sampler=request_sampler(body, vocab_size=engine.vocab_size),
-                emit=emit, seed=request_seed, eos=config.eos,
+                emit=emit, seed=request_seed, eos=config.eos | turn_end.ids,
                 logprobs=logprobs, prompt_logprobs=logprobs if echo else None,
             ))
     meta = _Meta(id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),

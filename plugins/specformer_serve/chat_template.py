@@ -9,10 +9,16 @@ semantics, sandboxed), so a model is served with the very text it was fine-tuned
 the generation prompt is always added. Rendering is bounded in time and output
 (``--chat-template-timeout``, ``--chat-template-max-chars``); a template past a bound, or
 failing, raises TemplateError, which the server answers with a 400.
+
+The chosen template also says where the model's reply ends (:func:`ServedTemplate.turn_end`,
+from :mod:`specformer_finetune.turn_end`): its end marker (``<|im_end|>`` for ChatML), the
+tokenizer_config's ``eos_token`` and the generation_config's ``eos_token_id``; a chat
+choice stops there with ``finish_reason: stop`` and the marker is not part of its text.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +26,7 @@ from specformer.errors import UserError
 from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, \
     template_from_metadata
 from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
+from specformer_finetune.turn_end import TurnEnd, turn_end
 
 #: The template used when neither the command line nor the checkpoint gives one.
 PLAIN = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -27,7 +34,21 @@ PLAIN = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor 
 
 Renderer = Callable[[list[dict[str, Any]]], str]
 
-__all__ = ["PLAIN", "Renderer", "TemplateError", "chat_renderer", "renderer_for"]
+__all__ = ["PLAIN", "Renderer", "ServedTemplate", "TemplateError", "TurnEnd", "chat_renderer", "renderer_for"]
+
+
+@dataclass(frozen=True)
+class ServedTemplate:
+    """The chat template a server renders with: ``render`` (messages -> prompt text), ``where`` it came from
+    (for the start-up line), and its ``source``."""
+
+    render: Renderer
+    where: str
+    source: str
+
+    def turn_end(self, tokenizer: Any, metadata: dict[str, str]) -> TurnEnd:
+        """What ends a reply under this template for ``tokenizer`` and the checkpoint's header."""
+        return turn_end(self.source, tokenizer=tokenizer, metadata=metadata)
 
 
 def renderer_for(source: str, tokens: dict[str, str] | None = None, *, timeout: float = DEFAULT_TIMEOUT,
@@ -46,23 +67,24 @@ def renderer_for(source: str, tokens: dict[str, str] | None = None, *, timeout: 
 
 
 def chat_renderer(choice: str | None, metadata: dict[str, str], *, timeout: float = DEFAULT_TIMEOUT,
-                  max_output: int = DEFAULT_MAX_OUTPUT) -> tuple[Renderer, str]:
-    """The renderer for ``--chat-template`` ``choice`` and a checkpoint's header; and where its template came from."""
+                  max_output: int = DEFAULT_MAX_OUTPUT) -> ServedTemplate:
+    """The template for ``--chat-template`` ``choice`` and a checkpoint's header, ready to render."""
     found = template_from_metadata(metadata)
     tokens = found[1] if found is not None else {}
     bounds = {"timeout": timeout, "max_output": max_output}
     if choice is None:
         if found is not None:
-            return renderer_for(found[0], tokens, **bounds), "the checkpoint's chat template"
-        return renderer_for(PLAIN, **bounds), "the plain 'role: content' template"
+            return ServedTemplate(renderer_for(found[0], tokens, **bounds), "the checkpoint's chat template", found[0])
+        return ServedTemplate(renderer_for(PLAIN, **bounds), "the plain 'role: content' template", PLAIN)
     if choice in BUILTIN:
-        return renderer_for(BUILTIN[choice], tokens, **bounds), f"the built-in {choice!r} template"
+        return ServedTemplate(renderer_for(BUILTIN[choice], tokens, **bounds), f"the built-in {choice!r} template",
+                              BUILTIN[choice])
     try:
         source = Path(choice).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--chat-template {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor a "
                         f"readable file ({exc})") from None
     try:
-        return renderer_for(source, tokens, **bounds), choice
+        return ServedTemplate(renderer_for(source, tokens, **bounds), choice, source)
     except TemplateError as exc:
         raise UserError(f"--chat-template {choice}: {exc}") from None

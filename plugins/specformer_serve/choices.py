@@ -6,6 +6,11 @@ and is not part of its text (OpenAI's rule). While streaming, text that could st
 out to be the start of a stop string, or an unfinished UTF-8 character (``U+FFFD`` at
 the end), is held back until the next token settles it, so a client never receives text
 it would have to take back.
+
+A chat choice also ends at its template's end-of-turn marker (:mod:`.chat_template`): a
+marker that is one token is an eos id to the engine and one of the choice's ``hidden``
+ids, which are never part of its text (a tokenizer may decode an added token as text); a
+marker spelled with several tokens is one more stop string.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ class Choice:
     tokenizer: Any
     stops: list[str]
     handle: Handle | None = None
+    hidden: frozenset[int] = frozenset()  # end-of-turn token ids: they end the choice and are not in its text
     tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenEvent] = field(default_factory=list)
     prompt_logprobs: list[TokenEvent] | None = None  # the prompt's tokens scored by the prefill (echo with logprobs)
@@ -55,7 +61,8 @@ class Choice:
         self.tokens.append(event.token)
         if event.logprob is not None:
             self.logprobs.append(event)
-        text = decode(self.tokenizer, self.tokens)
+        visible = self.tokens[:-1] if event.token in self.hidden else self.tokens
+        text = decode(self.tokenizer, visible)
         cut = _first_stop(text, self.stops)
         if cut is not None:
             self.text = text[:cut]

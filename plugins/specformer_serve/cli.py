@@ -73,7 +73,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help=f"most messages in one chat request; more is 413 before anything is rendered "
                             f"(default {limits.MAX_MESSAGES})")
     parser.add_argument("--ignore-eos", action="store_true",
-                        help="do not end a choice at the end-of-text token (benchmarks: fixed lengths)")
+                        help="do not end a choice at the end-of-text token, nor a chat reply at the chat template's "
+                             "end of turn (benchmarks: fixed lengths)")
     parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
     parser.add_argument("--threads", default="auto", metavar="N", help="CPU threads: a number, or auto (default)")
 
@@ -96,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if api_key is not None and not api_key.strip():
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
     metadata = read_metadata(args.checkpoint)
-    render, template_source = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
-                                            max_output=args.chat_template_max_chars)
+    template = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
+                             max_output=args.chat_template_max_chars)
     model = specformer.load(args.checkpoint, device=device).eval()
     tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint, ids_only=True)
     in_flight = args.max_tokens_in_flight
@@ -112,10 +113,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"cannot serve {args.checkpoint}: {exc}") from None
     from specformer_serve.app import ServeConfig
 
+    from specformer_finetune.turn_end import TurnEnd
+
     eot = getattr(tokenizer, "eot_id", None)
     config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
-                         tokenizer=tokenizer, render_chat=render, api_key=api_key,
+                         tokenizer=tokenizer, render_chat=template.render, api_key=api_key,
                          eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]),
+                         turn_end=TurnEnd() if args.ignore_eos else template.turn_end(tokenizer, metadata),
                          max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
                          max_messages=args.max_messages)
     from specformer_serve.server import Server
@@ -128,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     cache_mib = engine.cache.nbytes / 2**20
     print(f"serving {config.model_id!r} on {server.url} (playground at {server.url}/, OpenAI API at {server.url}/v1); "
           f"KV cache {engine.pool.num_blocks} blocks x {args.block_size} tokens ({cache_mib:.1f} MiB), "
-          f"up to {args.max_batch} requests per step; chat through {template_source}"
+          f"up to {args.max_batch} requests per step; chat through {template.where}"
           f"{'; API key required' if api_key else ''}; Ctrl-C stops",
           file=sys.stderr, flush=True)
     if api_key is None and not _loopback(args.host):

@@ -156,7 +156,8 @@ class TrainConfig(BaseModel):
         default=20, gt=0, description="Validation batches per evaluation; null evaluates the whole split."
     )
     sample_tokens: Int = Field(default=200, ge=0, description="Length of the sample printed at each evaluation; 0 disables samples.")
-    sample_prompt: str = Field(default="", description="Text the samples continue (after an end-of-text token).")
+    sample_prompt: str = Field(default="", description="Text the samples continue (after an end-of-text token); "
+                                                       "a chat run's samples answer it as a user message.")
     sample_temperature: Float = Field(default=0.8, gt=0, description="Sampling temperature of the samples.")
     sample_top_k: Int | None = Field(default=50, gt=0, description="Keep the k most likely tokens when sampling; null keeps all.")
 

@@ -168,7 +168,8 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
         return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started, seq_len=seq_len,
                          tokenizer=chat.tokenizer, train_rows=chat.train_rows, val_rows=chat.val_rows,
                          description=chat.description, counts=(chat.n_tokens, chat.n_train, chat.n_val),
-                         record=_checked_record(chat.record, recorded, resume_from, new_data=new_data, say=say))
+                         record=_checked_record(chat.record, recorded, resume_from, new_data=new_data, say=say),
+                         chat=getattr(chat, "prompting", None))
 
     # The first process fills the caches (tokenizer, tokens); the others then find them there.
     corpus = _find_corpus(config.data, recorded_data if known and not data_given else None, text_field=config.text_field)
@@ -221,13 +222,15 @@ def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, res
 
 def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, say: Callable[..., None],
               resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
-              val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any]) -> TrainResult:
-    """Build (or take from train.init) the model, let plugins prepare it, and train on the rows."""
+              val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any],
+              chat: Any = None) -> TrainResult:
+    """Build (or take from train.init) the model, let plugins prepare it, and train on the rows; ``chat`` is a
+    chat run's prompting (the template its samples and the suggested command use), else None."""
     model = started.model if started else specformer.build(spec, seed=config.seed)
     torch.manual_seed(config.seed)  # what a plugin adds to the model (an adapter) starts the same on every process
     get_plugin_manager().hook.specformer_train_prepare_model(model=model, config=config, init=config.init)
     trainer = Trainer(model=model, config=config, train_rows=train_rows, val_rows=val_rows, tokenizer=tokenizer,
-                      out_dir=run_dir, ctx=ctx, data_record=record)
+                      out_dir=run_dir, ctx=ctx, data_record=record, chat=chat)
 
     # Only now that everything checked out: a fresh start clears what an earlier run left.
     if resume_from is None and ctx.is_main:
@@ -241,7 +244,8 @@ def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, 
     result = trainer.fit(resume_from=resume_from)
     if result.model_path is not None:
         result.generate_command = generate_command(result.model_path, prompt=config.sample_prompt,
-                                                   tokenizer=tokenizer, context_length=spec.model.context_length)
+                                                   tokenizer=tokenizer, context_length=spec.model.context_length,
+                                                   chat=chat)
     return result
 
 

@@ -4,6 +4,11 @@ The generate plugin is an optional companion: when ``specformer_generate`` canno
 imported, training simply prints no samples. Sampling runs under a forked RNG, so
 whether and how much a run samples never changes its training (a resumed run matches
 an uninterrupted one).
+
+A chat run (chat data; the fine-tuning plugin hands over its ``chat`` prompting) samples a
+conversation instead: ``sample_prompt`` as a user message rendered with the run's chat
+template, answered up to the template's end of turn, shown as ``user: ...`` /
+``assistant: ...`` lines.
 """
 
 from __future__ import annotations
@@ -26,12 +31,22 @@ def load_generate() -> Callable[..., Any] | None:
 
 
 def sample_text(model: nn.Module, tokenizer: Tokenizer, *, prompt: str, max_new_tokens: int, temperature: float,
-                top_k: int | None, seed: int, device: torch.device) -> str | None:
-    """``prompt`` continued by the model from a document start (an end-of-text token) to the next one."""
+                top_k: int | None, seed: int, device: torch.device, chat: Any = None) -> str | None:
+    """``prompt`` continued by the model from a document start (an end-of-text token) to the next one.
+
+    ``chat`` (an object with ``prompt(text)``, ``turn_end`` and ``transcript(text, reply)``): ``prompt``
+    is a user message instead, answered up to the end of the turn.
+    """
     generate = load_generate()
     if generate is None or max_new_tokens <= 0:
         return None
-    ids = [tokenizer.eot_id, *tokenizer.encode(prompt)]
+    if chat is not None:
+        ids = [tokenizer.eot_id, *tokenizer.encode(chat.prompt(prompt))]
+        eos = sorted({tokenizer.eot_id, *chat.turn_end.ids})
+        stop = [seq for seq in (tokenizer.encode(s) for s in chat.turn_end.strings) if seq] or None
+    else:
+        ids = [tokenizer.eot_id, *tokenizer.encode(prompt)]
+        eos, stop = [tokenizer.eot_id], None
     budget = model.context_length - len(ids)
     if budget <= 0:
         return None
@@ -44,10 +59,13 @@ def sample_text(model: nn.Module, tokenizer: Tokenizer, *, prompt: str, max_new_
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
             out = generate(model, [ids], max_new_tokens=min(max_new_tokens, budget), sampler=sampler_spec,
-                           seed=seed, eos_token_id=tokenizer.eot_id)
+                           seed=seed, eos_token_id=eos, stop=stop)
     finally:
         model.train(was_training)
     new = list(out[0])[len(ids):]
-    if tokenizer.eot_id in new:
-        new = new[: new.index(tokenizer.eot_id)]
-    return prompt + tokenizer.decode(new)
+    ends = [i for i, token in enumerate(new) if token in eos]
+    if ends:
+        new = new[: ends[0]]
+    if chat is None:
+        return prompt + tokenizer.decode(new)
+    return chat.transcript(prompt, chat.turn_end.cut(tokenizer.decode(new))[0])

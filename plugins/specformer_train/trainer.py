@@ -85,12 +85,14 @@ class Trainer:
         ctx: DistContext | None = None,
         device: torch.device | str | None = None,
         data_record: dict[str, Any] | None = None,
+        chat: Any = None,
     ) -> None:
         self.config = config
         self.data_record = data_record  # recorded in every checkpoint (see specformer_train.datasource)
         self.ctx = ctx or DistContext()
         self.device = torch.device(device) if device is not None else device_for(config.device, self.ctx)
         self.tokenizer = tokenizer
+        self.chat = chat  # a chat run's prompting (see specformer_train.sampling.sample_text), else None
         self.out_dir = Path(out_dir)
         self.train_rows = train_rows
         self.val_rows = val_rows
@@ -375,7 +377,7 @@ class Trainer:
         with _eager():
             return sample_text(self.model, self.tokenizer, prompt=config.sample_prompt,
                                max_new_tokens=config.sample_tokens, temperature=config.sample_temperature,
-                               top_k=config.sample_top_k, seed=config.seed + step, device=self.device)
+                               top_k=config.sample_top_k, seed=config.seed + step, device=self.device, chat=self.chat)
 
     # -- checkpoints and the end of a run ---------------------------------------------
 

@@ -232,6 +232,7 @@ def test_a_session_runs_each_token_once_and_replies_as_generate_does(checkpoint)
 
 
 def _expected_chat(checkpoint: Path, turns: list[str], n: int) -> str:
+    """The transcript a chat driven through a pipe writes: each turn marked ``user:``, each reply ``assistant:``."""
     model = specformer.load(checkpoint).eval()
     history: list[int] = []
     out = ""
@@ -240,7 +241,7 @@ def _expected_chat(checkpoint: Path, turns: list[str], n: int) -> str:
         reply = generate(model, [history], max_new_tokens=n)[0][len(history):]
         history += reply
         text = BYTES.decode(reply)
-        out += text + ("" if text.endswith("\n") else "\n")
+        out += f"user: {turn.rstrip()}\nassistant: " + text + ("" if text.endswith("\n") else "\n")
     return out
 
 
@@ -272,4 +273,4 @@ def test_chat_with_an_opening_prompt(capsys, monkeypatch, checkpoint) -> None:
     model = specformer.load(checkpoint).eval()
     history = BYTES.encode("import os\n" + turns[0])
     reply = BYTES.decode(generate(model, [history], max_new_tokens=12)[0][len(history):])
-    assert out == reply + ("" if reply.endswith("\n") else "\n")
+    assert out == "user: x = 1\nassistant: " + reply + ("" if reply.endswith("\n") else "\n")

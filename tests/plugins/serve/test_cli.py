@@ -85,12 +85,12 @@ def test_the_checkpoints_own_chat_template_is_used(tmp_path) -> None:
     settings = {"chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
                                  "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}",
                 "bos_token": "<s>"}
-    render, where = chat_renderer(None, {"hf.tokenizer_config": json.dumps(settings)})
-    assert where == "the checkpoint's chat template"
-    assert render([{"role": "user", "content": "Hi"}]) == "<s>[user] Hi\n[assistant] "
-    render, _ = chat_renderer("chatml", {})
+    template = chat_renderer(None, {"hf.tokenizer_config": json.dumps(settings)})
+    assert template.where == "the checkpoint's chat template"
+    assert template.render([{"role": "user", "content": "Hi"}]) == "<s>[user] Hi\n[assistant] "
+    render = chat_renderer("chatml", {}).render
     assert render([{"role": "user", "content": "Hi"}]) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    render, where = chat_renderer(None, {})
+    render = chat_renderer(None, {}).render
     assert render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]) == "system: S\nuser: U\nassistant:"
 
 

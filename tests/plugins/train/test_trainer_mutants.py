@@ -581,7 +581,7 @@ def test_samples_are_drawn_with_the_configured_settings(tmp_path: Path, monkeypa
     trainer = make_trainer(tmp_path, sample_tokens=4, sample_prompt="hi", sample_temperature=0.7, sample_top_k=3)
     assert trainer.sample(6) == "text"
     assert calls == [{"prompt": "hi", "max_new_tokens": 4, "temperature": 0.7, "top_k": 3, "seed": 5 + 6,
-                      "device": torch.device("cpu")}]
+                      "device": torch.device("cpu"), "chat": None}]
 
 
 def test_a_huge_validation_loss_reports_a_finite_perplexity(tmp_path: Path, recorder: Recorder) -> None:
