@@ -35,10 +35,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
-# The default suite again on PyTorch's plain CPU kernels. PyTorch picks its SIMD kernels (AVX2,
+# The default suite again on PyTorch's `default` CPU kernels. PyTorch picks its SIMD kernels (AVX2,
 # AVX-512, ...) by CPU, and float32 sums round differently in each, so a test that passes only
 # on this CPU's kernels fails here, not on a user's machine (docs/testing.md). `default` is the
-# lowest capability, the one every CPU has, x86 or ARM: the furthest from the usual AVX ones.
+# lowest capability, the one every CPU has, x86 or ARM. It compiles into an Inductor cache of its
+# own (tests/conftest.py): PyTorch reads back a kernel compiled under another capability.
 test-kernels: $(STAMP)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import getpass
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,18 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))  # `from conftest import ...` under --import-mode=importlib
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+# Inductor (PyTorch 2.13) files a kernel compiled under one ATEN_CPU_CAPABILITY under the same key
+# as under another and reads it back later: after a run on AVX2 kernels, compiled FlexAttention
+# gave wrong outputs in the next run on an AVX-512 machine's own kernels. A run on chosen kernels
+# (make test-kernels, docs/testing.md) therefore compiles into a cache of its own.
+if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    try:
+        _user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a bare container)
+        _user = f"uid{os.getuid()}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{_user}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}")
 
 from fixtures.isolated_plugin import StagedPlugin, stage  # noqa: E402  (needs tests/ on sys.path, above)
 

@@ -86,9 +86,12 @@ def test_top_p_matches_transformers(seed: int, p: float, keep: int) -> None:
 
 
 def test_top_p_formula_on_a_small_example() -> None:
-    # probabilities 0.5, 0.3, 0.15, 0.05: p = 0.8 keeps the first two (0.5 + 0.3 >= 0.8).
-    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
-    out = TopP(p=0.8)(logits, torch.zeros(1, 0, dtype=torch.long))
+    # probabilities 1/2, 1/4, 1/8, 1/8: p = 3/4 keeps the first two (1/2 + 1/4 reaches 3/4 exactly;
+    # the two below hold 1/4 = 1 - p, so they go). Powers of two keep the boundary exact on every
+    # kernel: the float32 logits are -k ln 2, whose softmax is exactly these probabilities.
+    logits = torch.tensor([[0.5, 0.25, 0.125, 0.125]]).log()
+    assert logits.softmax(-1).tolist() == [[0.5, 0.25, 0.125, 0.125]]
+    out = TopP(p=0.75)(logits, torch.zeros(1, 0, dtype=torch.long))
     assert torch.isfinite(out).tolist() == [[True, True, False, False]]
 
 
