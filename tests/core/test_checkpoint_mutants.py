@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import specformer
 import specformer.checkpoint as checkpoint
-import specformer.checkpoint_file as checkpoint_file
+import specformer.atomic as atomic
 from specformer.checkpoint import FORMAT, load_weights, read_metadata, read_tensors
 from specformer.checkpoint_check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
                                          compare_layout, expected_tensors, spec_data, tensor_infos)
@@ -156,7 +156,7 @@ def test_a_failed_write_leaves_no_temporary_and_the_old_file_intact(tmp_path, mo
     def full_disk(*args, **kwargs):  # the temporary is written; flushing it fails
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_file, "fsync_file", full_disk)
+    monkeypatch.setattr(atomic, "fsync_file", full_disk)  # atomic.replacing, which checkpoint_file writes through
     with pytest.raises(OSError, match="No space left"):
         specformer.save(model, saved)
     assert saved.read_bytes() == before

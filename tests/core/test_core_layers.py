@@ -19,7 +19,7 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundations", {"errors", "messages", "strict", "layer_groups", "positional", "context", "threads",
                      "version", "datafile", "memory", "tokenizer", "checkpoint_file", "attention", "atomic", "devices",
-                     "masks"}),
+                     "masks", "outputs", "byte_tokenizer_file", "tokenizer_choice"}),
     ("spec shapes", {"spec_shapes"}),
     ("registry and plugins", {"registry", "hookspecs", "plugins", "params"}),
     ("validation", {"validate", "provenance"}),
