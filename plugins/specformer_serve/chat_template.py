@@ -1,7 +1,7 @@
 """Which chat template turns a chat request's messages into the prompt text, and rendering it.
 
-The template, first found of: ``--chat-template`` (a file, or a built-in name such as
-``chatml``), the checkpoint's own (an imported model's ``tokenizer_config.json``, kept in
+The template, first found of: ``--chat-template`` (a file, a built-in name such as
+``chatml``, or another checkpoint whose header holds one), the checkpoint's own (an imported model's ``tokenizer_config.json``, kept in
 its header), else :data:`PLAIN` (one ``role: content`` line per message, then
 ``assistant:``), for a model trained on plain text. Rendering is the fine-tuning plugin's
 (:mod:`specformer_finetune.chat_template`: transformers' ``apply_chat_template``
@@ -19,12 +19,9 @@ choice stops there with ``finish_reason: stop`` and the marker is not part of it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from specformer.errors import UserError
-from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, \
-    template_from_metadata
+from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, resolve_template
 from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
 from specformer_finetune.turn_end import TurnEnd, turn_end
 
@@ -68,23 +65,16 @@ def renderer_for(source: str, tokens: dict[str, str] | None = None, *, timeout: 
 
 def chat_renderer(choice: str | None, metadata: dict[str, str], *, timeout: float = DEFAULT_TIMEOUT,
                   max_output: int = DEFAULT_MAX_OUTPUT) -> ServedTemplate:
-    """The template for ``--chat-template`` ``choice`` and a checkpoint's header, ready to render."""
-    found = template_from_metadata(metadata)
-    tokens = found[1] if found is not None else {}
+    """The template for ``--chat-template`` ``choice`` and a checkpoint's header, ready to render.
+
+    ``choice`` is read as ``generate`` and ``chat`` read it (a built-in name, a Jinja file, or a
+    checkpoint whose header holds a template: :func:`~specformer_finetune.resolve_template`).
+    """
     bounds = {"timeout": timeout, "max_output": max_output}
-    if choice is None:
-        if found is not None:
-            return ServedTemplate(renderer_for(found[0], tokens, **bounds), "the checkpoint's chat template", found[0])
+    found = resolve_template(choice, metadata, what="--chat-template")
+    if found is None:
         return ServedTemplate(renderer_for(PLAIN, **bounds), "the plain 'role: content' template", PLAIN)
-    if choice in BUILTIN:
-        return ServedTemplate(renderer_for(BUILTIN[choice], tokens, **bounds), f"the built-in {choice!r} template",
-                              BUILTIN[choice])
-    try:
-        source = Path(choice).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--chat-template {choice!r} is neither a built-in template ({', '.join(BUILTIN)}) nor a "
-                        f"readable file ({exc})") from None
-    try:
-        return ServedTemplate(renderer_for(source, tokens, **bounds), choice, source)
-    except TemplateError as exc:
-        raise UserError(f"--chat-template {choice}: {exc}") from None
+    source, tokens = found
+    where = ("the checkpoint's chat template" if choice is None else
+             f"the built-in {choice!r} template" if choice in BUILTIN else choice)
+    return ServedTemplate(renderer_for(source, tokens, **bounds), where, source)

@@ -50,7 +50,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the model id clients send and /v1/models lists (default: the checkpoint's file name "
                              "without .safetensors)")
     parser.add_argument("--chat-template", default=None, metavar="FILE",
-                        help="a Jinja chat template file, or a built-in name (chatml), for /v1/chat/completions "
+                        help="a Jinja chat template file, a built-in name (chatml), or a checkpoint whose header holds "
+                             "a template (a full fine-tune's base), for /v1/chat/completions "
                              "(default: the checkpoint's own, else one 'role: content' line per message)")
     parser.add_argument("--chat-template-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"most time one rendering of the chat template may take (default {DEFAULT_TIMEOUT:g})")

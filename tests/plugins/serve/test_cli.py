@@ -94,6 +94,23 @@ def test_the_checkpoints_own_chat_template_is_used(tmp_path) -> None:
     assert render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]) == "system: S\nuser: U\nassistant:"
 
 
+def test_another_checkpoints_template_is_read_as_generate_reads_it(tmp_path) -> None:
+    """``--chat-template BASE.safetensors``: a full fine-tune is served with its base's template, as generate does."""
+    import specformer
+    from specformer_serve.chat_template import chat_renderer
+
+    from .conftest import SPEC
+
+    base = tmp_path / "base.safetensors"
+    settings = {"chat_template": "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<bot>"}
+    specformer.save(specformer.build(SPEC, seed=0), base, metadata={"hf.tokenizer_config": json.dumps(settings)})
+    template = chat_renderer(str(base), {})
+    assert template.where == str(base)
+    assert template.render([{"role": "user", "content": "Hi"}]) == "<user>Hi<bot>"
+    with pytest.raises(Exception, match="--chat-template: 'no/such' is neither a built-in template"):
+        chat_renderer("no/such", {})
+
+
 def test_a_template_refusing_the_messages_is_a_400(model) -> None:
     from specformer_serve.app import ServeConfig
     from specformer_serve.chat_template import renderer_for
