@@ -17,6 +17,7 @@ packing and document masking work as for plain text; rows are cut and shuffled e
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +35,14 @@ def looks_like_chat(path: str | None) -> bool:
     if path is None or not path.endswith(".jsonl") or not Path(path).is_file():
         return False
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
+        for _, line in _lines(path):
+            if line.strip():
+                try:
                     record = json.loads(line)
-                    return isinstance(record, dict) and ("messages" in record or "completion" in record)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                except RecursionError:  # too deep to parse here: its keys say what it was meant as, and the
+                    return '"messages"' in line or '"completion"' in line  # reader then names its line
+                return isinstance(record, dict) and ("messages" in record or "completion" in record)
+    except (OSError, UserError, json.JSONDecodeError):
         return False
     return False
 
@@ -55,18 +58,33 @@ def read_records(path: str) -> list[dict[str, Any]]:
 def iter_records(path: str | Path, *, skip: int = 0) -> Iterator[dict[str, Any]]:
     """The records of a chat jsonl from record ``skip`` on (blank lines are not records), checked as read."""
     index = 0
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            if index >= skip:
-                where = f"{path}, line {number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{where}: not JSON ({exc.msg})") from None
-                yield _checked(record, where)
-            index += 1
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        if index >= skip:
+            where = f"{path}, line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where}: not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise UserError(f"{where}: nested too deeply to read; a record is one JSON object whose 'messages' "
+                                "are {role, content} objects") from None
+            yield _checked(record, where)
+        index += 1
+
+
+def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line; a UTF-8 byte order mark at the start (as Windows tools write) is dropped."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}, line {number}: not UTF-8 text (byte {exc.start + 1} of the line, "
+                                f"{raw[exc.start:exc.start + 1]!r}: {exc.reason})") from None
 
 
 def _checked(record: Any, where: str) -> dict[str, Any]:
@@ -80,12 +98,27 @@ def _checked(record: Any, where: str) -> dict[str, Any]:
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
                 for m in messages)):
             raise UserError(f"{where}: 'messages' must be a non-empty list of {{role, content}} strings; {accepted}")
+        for i, m in enumerate(messages):
+            _check_text(m["role"], where, f"messages[{i}].role")
+            _check_text(m["content"], where, f"messages[{i}].content")
         if not any(m["role"] == "assistant" for m in messages):
             raise UserError(f"{where}: the conversation has no assistant message, so nothing to learn from it")
         return {"messages": messages}
     if isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str):
+        _check_text(record["prompt"], where, "prompt")
+        _check_text(record["completion"], where, "completion")
         return {"prompt": record["prompt"], "completion": record["completion"]}
     raise UserError(f"{where}: neither 'messages' nor 'prompt' and 'completion' strings; {accepted}")
+
+
+def _check_text(text: str, where: str, field: str) -> None:
+    """Refuse a lone surrogate escape (``"\\ud800"``): valid JSON, but no character, so no tokenizer can encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(f"{where}: {field} holds the lone surrogate escape \\u{ord(text[exc.start]):04x} at character "
+                        f"{exc.start}, which is half of a UTF-16 pair and no character; write the character itself "
+                        f"or its full surrogate pair") from None
 
 
 def _encode_text(tokenizer: Any, text: str) -> list[int]:

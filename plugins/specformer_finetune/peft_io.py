@@ -22,9 +22,10 @@ a fused update of ``k`` parts at most ``k * r``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -33,6 +34,8 @@ from specformer.errors import UserError
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
 PREFIX = "base_model.model."
+
+_V = TypeVar("_V", int, float)
 
 
 def _family(model: Any, family: str | None, prefer: str | None) -> Any:
@@ -151,23 +154,66 @@ def read_peft(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Te
         tensors = load_file(str(directory / WEIGHTS))
     except Exception as exc:  # safetensors' own error types
         raise UserError(f"{directory}: {WEIGHTS} cannot be read ({type(exc).__name__}: {exc})") from None
-    r, alpha = config.get("r", 8), config.get("lora_alpha", 8)
-    ranks, alphas = config.get("rank_pattern") or {}, config.get("alpha_pattern") or {}
+    config_file, weights_file = directory / CONFIG, directory / WEIGHTS
+    r = _rank(config.get("r", 8), config_file, "r")
+    alpha = _alpha(config.get("lora_alpha", 8), config_file, "lora_alpha")
+    ranks = _pattern(config.get("rank_pattern"), config_file, "rank_pattern", _rank)
+    alphas = _pattern(config.get("alpha_pattern"), config_file, "alpha_pattern", _alpha)
     deltas: dict[str, torch.Tensor] = {}
     for key in tensors:
+        if key.endswith(".lora_B.weight") and f"{key.removesuffix('.lora_B.weight')}.lora_A.weight" not in tensors:
+            raise UserError(f"{weights_file}: {key} has no matching lora_A")
         if not key.endswith(".lora_A.weight"):
             continue
         module = key.removesuffix(".lora_A.weight").removeprefix(PREFIX)
-        b = tensors.get(f"{PREFIX}{module}.lora_B.weight")
+        b_key = f"{PREFIX}{module}.lora_B.weight"
+        a, b = tensors[key], tensors.get(b_key)
         if b is None:
-            raise UserError(f"{directory}: {key} has no matching lora_B")
-        rank = next((v for k, v in ranks.items() if module == k or module.endswith(f".{k}")), r)
+            raise UserError(f"{weights_file}: {key} has no matching lora_B")
+        field, rank = next(((f"rank_pattern[{k!r}]", v) for k, v in ranks.items()
+                            if module == k or module.endswith(f".{k}")), ("r", r))
         scale_alpha = next((v for k, v in alphas.items() if module == k or module.endswith(f".{k}")), alpha)
+        for name, tensor in ((key, a), (b_key, b)):
+            if tensor.dim() != 2 or not tensor.is_floating_point() or 0 in tensor.shape:
+                raise UserError(f"{weights_file}: {name} must be a non-empty 2-d float matrix, got "
+                                f"{tensor.dtype} of shape {tuple(tensor.shape)}")
+        # The scale is alpha / r: an r the tensors do not have would scale the update by a wrong factor
+        # (r: 1e12 on rank-8 tensors makes it vanish), so config and tensors must agree.
+        if a.shape[0] != rank or b.shape[1] != rank:
+            raise UserError(f"{weights_file}: {key} {tuple(a.shape)} and lora_B {tuple(b.shape)} have rank "
+                            f"{a.shape[0] if a.shape[0] != rank else b.shape[1]}, but {config_file.name} says "
+                            f"{field} = {rank}; lora_A must be (r, in) and lora_B (out, r)")
         scaling = scale_alpha / (rank ** 0.5 if config.get("use_rslora") else rank)
-        deltas[module] = (b.float() @ tensors[key].float()) * scaling  # (out, in)
+        delta = (b.float() @ a.float()) * scaling  # (out, in)
+        if not torch.isfinite(delta).all():
+            raise UserError(f"{weights_file}: {module}'s update lora_B @ lora_A holds NaN or infinite values")
+        deltas[module] = delta
     if not deltas:
         raise UserError(f"{directory}: {WEIGHTS} holds no lora_A/lora_B pairs")
     return config, deltas
+
+
+def _rank(value: Any, where: Path, field: str) -> int:
+    # 8.0 is a whole number as JSON writes it; a string, a fraction or a bool is not.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                            and value == int(value) and value >= 1):
+        raise UserError(f"{where}: {field} must be a whole number of at least 1 (the LoRA rank), got {value!r}")
+    return int(value)
+
+
+def _alpha(value: Any, where: Path, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise UserError(f"{where}: {field} must be a number above 0 (the LoRA scale is lora_alpha / r), got {value!r}")
+    return float(value)
+
+
+def _pattern(value: Any, where: Path, field: str, check: Callable[[Any, Path, str], _V]) -> dict[str, _V]:
+    """``rank_pattern`` / ``alpha_pattern``: module name -> rank or alpha, each checked as ``r`` / ``lora_alpha`` are."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {field} must be an object mapping module names to values, got {value!r}")
+    return {str(k): check(v, where, f"{field}[{k!r}]") for k, v in value.items()}
 
 
 def import_peft(directory: str | Path, base: str | Path, output: str | Path, *, family: str | None = None) -> Any:
@@ -197,6 +243,11 @@ def import_peft(directory: str | Path, base: str | Path, output: str | Path, *, 
                 continue
             # The HF shapes of every part, from the base's own weights converted (zeros where no update).
             shapes = [t.shape for t in rule.to_hf([state[n].float() for n in our_names], site)]
+            for module, shape in zip(modules, shapes):
+                if module in deltas and deltas[module].shape != shape:
+                    raise UserError(f"{Path(directory) / WEIGHTS}: {module}'s update is {tuple(deltas[module].shape)} "
+                                    f"(lora_B out x lora_A in), but the base's {module} is {tuple(shape)}; is "
+                                    f"{base} the model this adapter was trained on?")
             parts = [deltas[m] if m in deltas else torch.zeros(shape) for m, shape in zip(modules, shapes)]
             for name, tensor in zip(our_names, rule.to_ours(parts, site)):
                 ours[name.removesuffix(".weight")] = tensor

@@ -101,8 +101,36 @@ def load_quantized(checked: Any, device: Any) -> Any:
     except (ValueError, AttributeError) as exc:  # get_submodule: AttributeError for a missing name
         raise CheckpointError(f"{where}: the quantization recipe does not fit the model: {exc}") from None
     tensors = read_tensors(Path(checked.path))
+    _check_finite(tensors, recipe, where)
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(f"{where}: the quantized tensors do not fit the model ({excerpt(str(exc), 300)})") from None
     return model.to(device)
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], recipe: dict[str, Any], where: str) -> None:
+    """CheckpointError naming the first quantized weight's float part (a scale, a minimum) that is NaN or infinite.
+
+    One such number turns a whole group of weights into NaN: int4 then prints ``perplexity
+    inf`` or empty text, int8's packed kernel fails deep inside PyTorch. The codes are
+    integers and cannot be non-finite; a bf16 weight is a model's own weight, as unchecked
+    as a float checkpoint's, and a pass over it would cost a pass over the model.
+    """
+    layer_scheme, head_scheme = schemes_of(recipe)
+    primary = {f"{n}.qweight": layer_scheme.primary for n in recipe.get("linears", [])}
+    primary.update({n: layer_scheme.primary for n in recipe.get("stacks", [])})
+    if recipe.get("tied_head"):
+        primary["lm_head.qweight"] = head_scheme.primary
+    for key, tensor in tensors.items():
+        owner, _, leaf = key.rpartition(".")
+        if owner not in primary or leaf == primary[owner] or not tensor.is_floating_point():
+            continue
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad = int((~finite).sum())
+            kinds = " and ".join(k for k, present in (("NaN", bool(tensor.isnan().any())),
+                                                      ("infinite", bool(tensor.isinf().any()))) if present)
+            raise CheckpointError(f"{where}: {key} holds {bad:,} {kinds} value{'s' if bad != 1 else ''}; a quantized "
+                                  f"weight's scales must be finite (the file is damaged, or was quantized from "
+                                  f"weights that were not finite)")

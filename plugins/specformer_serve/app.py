@@ -11,6 +11,10 @@ and a ``code``; an unexpected one is a 500 with the same shape, and the server g
 A client that goes away (closed stream, dropped connection) cancels its choices, which
 frees their blocks at the engine's next turn.
 
+A POST must say ``Content-Type: application/json`` (415 otherwise), and one that carries an
+``Origin`` must come from the server's own address or an ``--allow-origin`` (403
+otherwise), so a web page cannot spend a keyless server's compute (:mod:`.origin`).
+
 Nothing a client sends can hold the event loop: the body must arrive within
 ``body_timeout`` seconds and ``max_body_bytes``; a chat request's message count is checked
 before anything else is done with it; parsing the JSON, rendering the chat template (itself
@@ -33,6 +37,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -40,6 +45,7 @@ from starlette.routing import Route
 from specformer.errors import UserError
 from specformer_generate import arguments
 from specformer_serve import limits
+from specformer_serve import origin as origin_rules
 from specformer_serve.chat_template import TemplateError, TurnEnd
 from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
@@ -70,6 +76,8 @@ class ServeConfig:
     max_body_bytes: int = limits.MAX_BODY_BYTES
     body_timeout: float = limits.BODY_TIMEOUT
     max_messages: int = limits.MAX_MESSAGES
+    #: Origins besides the server's own whose pages may POST (normalized, ``*`` for any): ``--allow-origin``.
+    allow_origins: tuple[str, ...] = ()
 
 
 _T = TypeVar("_T")
@@ -113,7 +121,7 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
         return JSONResponse(model_entry())
 
     async def completions(request: Request) -> Response:
-        _authorize(request, config)
+        _check_post(request, config)
         body: CompletionRequest = parse(CompletionRequest, await read_json(request), "completions")
         _check_model(body.model, config)
         prompts = await off_loop(lambda: [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt")
@@ -122,7 +130,7 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
                               max_tokens=body.max_tokens, logprobs=body.logprobs, echo=body.echo)
 
     async def chat(request: Request) -> Response:
-        _authorize(request, config)
+        _check_post(request, config)
         data = await read_json(request)
         _check_message_count(data, config)
         body: ChatRequest = parse(ChatRequest, data, "chat")
@@ -155,8 +163,19 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
         finally:
             workers.shutdown(wait=False, cancel_futures=True)
 
+    middleware = [Middleware(_AnsweredByTheHttpLayer)]
+    if config.allow_origins:  # pages on an allowed origin need CORS answers to read what they asked for
+        middleware.append(Middleware(_AllowedOriginsCors, allow_origins=list(config.allow_origins),
+                                     allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"]))
     return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,  # type: ignore[arg-type]
-                     middleware=[Middleware(_AnsweredByTheHttpLayer)])
+                     middleware=middleware)
+
+
+class _AllowedOriginsCors(CORSMiddleware):
+    """Starlette's CORS answers (preflight included), matching origins as the Origin check does (case, default port)."""
+
+    def is_allowed_origin(self, origin: str) -> bool:
+        return self.allow_all_origins or origin_rules.normalize(origin) in self.allow_origins
 
 
 class _AnsweredByTheHttpLayer:
@@ -443,6 +462,23 @@ def _usage(choices: list[Choice]) -> dict[str, int]:
 
 
 # -- checks ---------------------------------------------------------------------------------------
+
+
+def _check_post(request: Request, config: ServeConfig) -> None:
+    """A POST route's checks before its body is read: the page it came from, the API key, the content type."""
+    origin = request.headers.get("origin")
+    if origin is not None and not origin_rules.same_or_allowed(origin, host=request.headers.get("host", ""),
+                                                               allowed=config.allow_origins):
+        raise RequestError(f"requests from the web page origin {origin!r} are not allowed: only pages served by this "
+                           f"server are, and origins given with --allow-origin", status=403, code="origin_not_allowed",
+                           close=True)
+    _authorize(request, config)
+    content_type = request.headers.get("content-type")
+    if not origin_rules.is_json(content_type):
+        raise RequestError(f"the request body must be sent with 'Content-Type: application/json', got "
+                           f"{content_type!r}" if content_type is not None else
+                           "the request body must be sent with 'Content-Type: application/json', got no Content-Type",
+                           status=415, code="unsupported_content_type", close=True)
 
 
 def _authorize(request: Request, config: ServeConfig) -> None:

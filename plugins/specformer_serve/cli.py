@@ -23,7 +23,7 @@ from specformer.errors import UserError
 from specformer.threads import use_threads
 from specformer.tokenizer_choice import checkpoint_tokenizer
 from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
-from specformer_serve import limits
+from specformer_serve import limits, origin
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
 
@@ -73,6 +73,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-messages", type=int, default=limits.MAX_MESSAGES, metavar="N",
                        help=f"most messages in one chat request; more is 413 before anything is rendered "
                             f"(default {limits.MAX_MESSAGES})")
+    group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="let web pages from this origin (scheme://host[:port], or * for any) POST to the API; "
+                            "repeatable (default: only the server's own pages, such as the playground; clients that "
+                            "send no Origin header, such as curl and SDKs, are always served)")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not end a choice at the end-of-text token, nor a chat reply at the chat template's "
                              "end of turn (benchmarks: fixed lengths)")
@@ -97,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     if api_key is not None and not api_key.strip():
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
+    try:
+        allow_origins = origin.check_allowed(args.allow_origin)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     metadata = read_metadata(args.checkpoint)
     template = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
                              max_output=args.chat_template_max_chars)
@@ -122,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                          eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]),
                          turn_end=TurnEnd() if args.ignore_eos else template.turn_end(tokenizer, metadata),
                          max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
-                         max_messages=args.max_messages)
+                         max_messages=args.max_messages, allow_origins=allow_origins)
     from specformer_serve.server import Server
 
     try:

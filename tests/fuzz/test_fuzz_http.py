@@ -331,4 +331,5 @@ def test_the_server_still_answers_after_the_fuzzing(server):
     r = httpx.get(f"{server.url}/v1/stats", timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
     assert r.json()["ended_error"] == 0, r.json()
-    assert httpx.post(f"{server.url}/v1/completions", content=OK, timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert httpx.post(f"{server.url}/v1/completions", content=OK, headers={"Content-Type": "application/json"},
+                      timeout=HTTP_TIMEOUT_S).status_code == 200

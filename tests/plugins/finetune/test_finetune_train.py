@@ -134,3 +134,49 @@ def test_a_runaway_chat_template_stops_train_with_one_line(tmp_path: Path, base_
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert len(err.splitlines()) == 1 and "the chat template ran longer than its time bound of 1 s" in err, err
+
+
+GOOD_RECORD = json.dumps({"messages": [{"role": "user", "content": "what is 1 plus one?"},
+                                       {"role": "assistant", "content": "2."}]}).encode()
+
+#: (bytes of the bad line, its line number, words the one-line error must hold)
+HOSTILE_CHAT = [
+    (b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 1, "line 1: nested too deeply to read"),
+    (GOOD_RECORD + b"\n" + b"[" * 100_000 + b"]" * 100_000, 2, "line 2: nested too deeply to read"),
+    (GOOD_RECORD + b'\n{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b\\ud800"}]}',
+     2, "line 2: messages[1].content holds the lone surrogate escape \\ud800 at character 1"),
+    (GOOD_RECORD + b'\n{"prompt": "\\udfff", "completion": "b"}', 2,
+     "line 2: prompt holds the lone surrogate escape \\udfff at character 0"),
+    (GOOD_RECORD + b'\n{"prompt": "a\xff", "completion": "b"}', 2, "line 2: not UTF-8 text (byte 14 of the line"),
+]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["in-memory", "streamed"])
+@pytest.mark.parametrize("content, line, words", HOSTILE_CHAT, ids=["deep-first", "deep", "surrogate", "surrogate-prompt",
+                                                                     "not-utf8"])
+def test_a_hostile_chat_line_stops_train_with_one_line_naming_it(tmp_path: Path, base_ckpt: Path, chat_file: Path,
+                                                                 capsys: pytest.CaptureFixture[str], content: bytes,
+                                                                 line: int, words: str, streaming: bool) -> None:
+    data = tmp_path / "hostile.jsonl"
+    data.write_bytes(content + b"\n" + chat_file.read_bytes())
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming,
+                                                  steps=2, eval_every=0, save_every=0)))
+    code = main(["train", str(spec_path), "--data", str(data), "--out", str(tmp_path / "run"), "--init", str(base_ckpt)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{data}, {words}" in err, err
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["in-memory", "streamed"])
+def test_a_chat_file_starting_with_a_byte_order_mark_is_chat_data(tmp_path: Path, base_ckpt: Path, chat_file: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  streaming: bool) -> None:
+    data = tmp_path / "bom.jsonl"
+    data.write_bytes(b"\xef\xbb\xbf" + chat_file.read_bytes())
+    result = train(tiny_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming, steps=2, eval_every=0,
+                             save_every=0), data=str(data), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    assert result.status == "finished"
+    if not streaming:
+        assert "120 conversations, loss on replies only" in capsys.readouterr().out

@@ -109,3 +109,76 @@ def test_export_of_an_adapter_checkpoint_without_peft_is_the_merged_model(tmp_pa
 
 def test_peft_flag_on_a_plain_checkpoint_is_refused(tmp_path: Path, base: Path) -> None:
     assert main(["hf", "export", str(base), str(tmp_path / "x"), "--peft"]) == 2
+
+
+@pytest.fixture
+def peft_dir(tmp_path: Path, llama_dir: Path) -> Path:
+    """A rank-4 PEFT LoRA folder on q_proj and v_proj of the tiny Llama."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
+    tuned = peft.get_peft_model(hf, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                    lora_dropout=0.0))
+    _randomise_lora(tuned, seed=3)
+    tuned.save_pretrained(tmp_path / "peft")
+    return tmp_path / "peft"
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    path = folder / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def _edit_tensors(folder: Path, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "adapter_model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path)
+
+
+Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+
+#: (config changes, tensor change, the file the message names, words it must hold)
+HOSTILE = [
+    ({"r": 1e12}, None, "adapter_model.safetensors", "says r = 1000000000000"),
+    ({"r": 8}, None, "adapter_model.safetensors", "have rank 4, but adapter_config.json says r = 8"),
+    ({"rank_pattern": {"q_proj": 2}}, None, "adapter_model.safetensors", "rank_pattern['q_proj'] = 2"),
+    ({"r": "4"}, None, "adapter_config.json", "r must be a whole number of at least 1 (the LoRA rank), got '4'"),
+    ({"r": 0}, None, "adapter_config.json", "r must be a whole number"),
+    ({"r": 4.5}, None, "adapter_config.json", "r must be a whole number"),
+    ({"r": True}, None, "adapter_config.json", "r must be a whole number"),
+    ({"lora_alpha": -8}, None, "adapter_config.json", "lora_alpha must be a number above 0"),
+    ({"lora_alpha": "8"}, None, "adapter_config.json", "lora_alpha must be a number above 0"),
+    ({"alpha_pattern": {"v_proj": -1}}, None, "adapter_config.json", "alpha_pattern['v_proj'] must be a number"),
+    ({"rank_pattern": [4]}, None, "adapter_config.json", "rank_pattern must be an object"),
+    ({}, lambda t: t.update({Q_A: t[Q_A][:, :-3]}), "adapter_model.safetensors",
+     "q_proj's update is (32, 29) (lora_B out x lora_A in), but the base's"),
+    ({}, lambda t: t.update({Q_A: t[Q_A][None]}), "adapter_model.safetensors", "must be a non-empty 2-d float matrix"),
+    ({}, lambda t: t.update({Q_B: t[Q_B].to(torch.int32)}), "adapter_model.safetensors", "2-d float matrix"),
+    ({}, lambda t: t.update({Q_B: t[Q_B][:, :3]}), "adapter_model.safetensors", "have rank 3"),
+    ({}, lambda t: t.pop(Q_A), "adapter_model.safetensors", "has no matching lora_A"),
+    ({}, lambda t: t[Q_B].fill_(float("nan")), "adapter_model.safetensors", "NaN or infinite"),
+]
+
+
+@pytest.mark.parametrize("changes, tensor_change, file, words", HOSTILE,
+                         ids=[f"{i}-{next(iter(h[0]), 'tensors')}" for i, h in enumerate(HOSTILE)])
+def test_a_config_or_tensors_that_do_not_make_an_adapter_are_one_line(tmp_path, capsys, peft_dir, base, changes,
+                                                                      tensor_change, file, words) -> None:
+    _edit_config(peft_dir, **changes)
+    if tensor_change is not None:
+        _edit_tensors(peft_dir, tensor_change)
+    capsys.readouterr()  # the fixtures' own output
+    code = main(["hf", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert str(peft_dir / file) in lines[0] and words in lines[0], lines[0]
+    assert not (tmp_path / "a.safetensors").exists()
+
+
+def test_a_whole_number_written_as_a_float_is_a_rank(tmp_path, peft_dir, base) -> None:
+    _edit_config(peft_dir, r=4.0, lora_alpha=8)
+    assert main(["hf", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)]) == 0

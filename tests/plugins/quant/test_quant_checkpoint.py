@@ -226,3 +226,29 @@ def test_the_lm_head_can_have_its_own_scheme(capsys, tmp_path, tied) -> None:
     assert code == 2 and "--lm-head-method int3" in err and not bad.exists()
     with pytest.raises(ValueError, match="quantize_lm_head"):
         quantize(specformer.build(data, seed=0), "int4", lm_head_scheme="int8")
+
+
+@pytest.mark.parametrize("method, extra, part", [("int8", (), "scale"), ("int4", ("--group-size", 64), "scale"),
+                                                 ("int4", ("--group-size", 64), "minimum")])
+@pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "infinite"),
+                                         (float("-inf"), "infinite")])
+def test_a_scale_that_is_not_finite_is_refused_on_load(capsys, float_checkpoint, tmp_path, method, extra, part, value,
+                                                       kind) -> None:
+    good = tmp_path / f"{method}.safetensors"
+    assert cli(capsys, "quantize", float_checkpoint, "--method", method, *extra, "-o", good)[0] == 0
+    recipe = json.loads(read_metadata(good)["quantization"])
+    for key in (f"{recipe['linears'][1]}.qweight.{part}", f"{recipe['stacks'][0]}.{part}"):  # a linear, an expert stack
+        with safe_open(str(good), framework="pt") as f:
+            scales = f.get_tensor(key).clone()
+        scales.view(-1)[3] = value
+        bad = tmp_path / "bad.safetensors"
+        _forge(good, bad, tensors={key: scales})
+        message = f"{bad}: {key} holds 1 {kind} value; a quantized weight's scales must be finite"
+        with pytest.raises(CheckpointError, match=message.replace(".", r"\.")):
+            specformer.load(bad)
+        data = tmp_path / "text.txt"
+        data.write_text("some text to score, long enough for a window or two " * 4)
+        for command in (("generate", bad, "--prompt", "a", "--max-new-tokens", 2), ("eval", bad, "--data", data)):
+            code, out, err = cli(capsys, *command)
+            assert code == 2 and message in err, (command, err)
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

@@ -209,7 +209,8 @@ def _fuzz(server, *, count: int, seed: int) -> None:
         body = {**base, rng.choice(fields): rng.choice(values)}
         if rng.random() < 0.3:
             body[rng.choice(fields)] = rng.choice(values)
-        r = httpx.post(f"{server.url}/v1/{route}", content=json.dumps(body).encode(), timeout=60)
+        r = httpx.post(f"{server.url}/v1/{route}", content=json.dumps(body).encode(), timeout=60,
+                       headers={"Content-Type": "application/json"})
         statuses.add(r.status_code)
         assert r.status_code in (200, 400, 404), (body, r.status_code, r.text)
         if r.status_code != 200:

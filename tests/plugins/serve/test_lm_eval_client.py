@@ -1,11 +1,14 @@
-"""lm-evaluation-harness's own ``local-completions`` model against the server scores as its ``hf`` model on the export.
+"""lm-evaluation-harness's ``local-completions`` and ``local-chat-completions`` against the server equal its ``hf`` model.
 
 The way lm_eval's documentation runs an OpenAI-compatible server: ``local-completions``
 with ``base_url`` the server's /v1/completions, a local Hugging Face tokenizer
 (``tokenizer_backend=huggingface``, ``tokenizer=`` the exported folder, which holds the
 byte tokenizer as tokenizer.json), and ``max_length`` the model's context. For every
 log-likelihood it sends token ids with ``echo: true, logprobs: 1, max_tokens: 1`` and
-reads the prompt's logprobs back. Everything is local: a task defined here, no download.
+reads the prompt's logprobs back. ``local-chat-completions`` asks for generations only (lm_eval
+defines no log-likelihood over chat completions): a greedy generate_until task with the chat
+template applied gives the hf model's replies under the same template. Everything is local:
+tasks defined here, no download.
 """
 
 from __future__ import annotations
@@ -144,3 +147,72 @@ def test_rolling_loglikelihood_through_the_server_equals_the_hf_model(served_lm,
     ours = served_lm.loglikelihood_rolling(requests, disable_tqdm=True)
     theirs = hf_lm.loglikelihood_rolling(requests, disable_tqdm=True)
     assert ours == pytest.approx(theirs, abs=1e-3)
+
+
+CHAT_TASK = "specformer_served_chat"
+PROMPTS = ["2 + 2 =", "The sky is", "Name a fruit:", "Once upon a time", "Q: hello\nA:", "abc"]
+
+
+@pytest.fixture(scope="module")
+def chat_exported(model, tmp_path_factory):
+    """The export with ChatML as its tokenizer's chat template, and a greedy generate_until task."""
+    from specformer_finetune.chat_template import BUILTIN
+
+    root = tmp_path_factory.mktemp("lm-eval-chat")
+    hf_dir = specformer_hf.to_hf(model, root / "hf")
+    config_path = hf_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config_path.write_text(json.dumps({**config, "chat_template": BUILTIN["chatml"]}))
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    (tasks / f"{CHAT_TASK}.yaml").write_text(f"""\
+task: {CHAT_TASK}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {tasks / 'prompts.jsonl'}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: ""
+generation_kwargs:
+  until: ["\\n\\n"]
+  max_gen_toks: 16
+  do_sample: false
+  temperature: 0
+metric_list:
+  - metric: exact_match
+""")
+    return hf_dir, tasks
+
+
+def _generations(lm, tasks):
+    result = lm_eval.simple_evaluate(model=lm, tasks=[CHAT_TASK], apply_chat_template=True, log_samples=True,
+                                     task_manager=TaskManager(include_path=str(tasks), include_defaults=False))
+    samples = sorted(result["samples"][CHAT_TASK], key=lambda s: s["doc_id"])
+    return [s["resps"][0][0] for s in samples]
+
+
+def test_chat_generation_through_the_server_equals_the_hf_model_with_the_same_template(model, chat_exported):
+    """``local-chat-completions``: lm_eval sends the messages, the server renders them with ChatML; the hf model
+    renders them with the same template from tokenizer_config.json. Greedy, so the replies are equal. (lm_eval's
+    chat model asks for no log-likelihoods: OpenAI's chat API returns no prompt logprobs.)"""
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.models.openai_completions import LocalChatCompletion
+
+    from specformer_serve.chat_template import chat_renderer
+
+    from .conftest import BYTES, make_server
+
+    hf_dir, tasks = chat_exported
+    template = chat_renderer("chatml", {})
+    with make_server(model, config={"render_chat": template.render, "turn_end": template.turn_end(BYTES, {})}) as server:
+        served = LocalChatCompletion(model="tiny", base_url=f"{server.url}/v1/chat/completions", max_length=CONTEXT,
+                                     max_retries=1)
+        ours = _generations(served, tasks)
+    theirs = _generations(HFLM(pretrained=str(hf_dir), device="cpu", batch_size=1, dtype="float32",
+                               max_length=CONTEXT), tasks)
+    assert len(ours) == len(PROMPTS)
+    assert ours == theirs
+    assert len(set(ours)) > 1 and any(ours), ours  # replies that depend on the prompt
