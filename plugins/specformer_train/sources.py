@@ -80,10 +80,7 @@ def read_text(path: Path) -> str:
 def _json_documents(path: Path, field: str, skip: int) -> Iterator[str]:
     text = read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        records = _loads(text, where=str(path), say_line=True)
         for number, record in enumerate(records[skip:], start=skip + 1):
             yield _field_of(record, field, where=f"{path}: record {number}")
         return
@@ -92,12 +89,20 @@ def _json_documents(path: Path, field: str, skip: int) -> Iterator[str]:
         if not line.strip():
             continue
         if index >= skip:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            record = _loads(line, where=f"{path}:{number}")
             yield _field_of(record, field, where=f"{path}:{number}")
         index += 1
+
+
+def _loads(text: str, *, where: str, say_line: bool = False) -> Any:
+    """A JSON value, or one UserError naming ``where`` (nesting too deep for the parser counts as invalid)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        line = f"line {exc.lineno}: " if say_line else ""
+        raise UserError(f"{where}: not valid JSON ({line}{exc.msg})") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to read") from None
 
 
 def _field_of(record: Any, field: str, *, where: str) -> str:
@@ -110,6 +115,11 @@ def _field_of(record: Any, field: str, *, where: str) -> str:
     value = record[field]
     if not isinstance(value, str):
         raise UserError(f"{where}: the {field!r} field is {type(value).__name__}, not a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate escape ("\\ud800") is no text a tokenizer can encode
+        raise UserError(f"{where}: the {field!r} field holds a lone surrogate (\\u{ord(value[exc.start]):04x} at "
+                        f"character {exc.start}), which is not text; fix or drop the record") from None
     return value
 
 

@@ -95,6 +95,12 @@ def test_a_folder_mixing_files_and_a_saved_dataset_reads_each_once(tmp_path: Pat
     (lambda d: (d / "bad.arrow").write_bytes(b"garbage") and d / "bad.arrow",
      r"bad.arrow: not a readable Arrow file of a Hugging Face dataset"),
     (lambda d: (d / "empty").mkdir() or d / "empty", r"the directory holds no .* file and no saved datasets"),
+    (lambda d: (d / "deep.jsonl").write_text('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n") and d / "deep.jsonl",
+     r"deep.jsonl:1: JSON nested too deeply to read"),
+    (lambda d: (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000) and d / "deep.json",
+     r"deep.json: JSON nested too deeply to read"),
+    (lambda d: (d / "lone.jsonl").write_text('{"text": "ok"}\n{"text": "ab\\ud800cd"}\n') and d / "lone.jsonl",
+     r"lone.jsonl:2: the 'text' field holds a lone surrogate \(\\ud800 at character 2\), which is not text"),
 ])
 def test_bad_sources_are_one_clear_error(tmp_path: Path, make, needle: str) -> None:
     path = make(tmp_path)
