@@ -28,6 +28,7 @@ from specformer.cli import main  # noqa: E402
 from specformer.tokenizer import METADATA_KEY  # noqa: E402
 from specformer_eval.harness import SpecformerLM  # noqa: E402
 from specformer_train.tokenization import train_bpe  # noqa: E402
+from fixtures.lm_eval_tasks import write_choice_task  # noqa: E402
 
 TASK = "specformer_tiny_choice"
 WORDS = ("the cat sat on a mat while the dog ran to the park and a bird sang in the old tree near "
@@ -64,25 +65,7 @@ def exported(tmp_path_factory):
             p.add_(torch.randn_like(p) * 0.3)  # a random model with opinions: choices differ clearly
     checkpoint = specformer.save(model, root / "model.safetensors", metadata={METADATA_KEY: tokenizer.to_json()})
     hf_dir = specformer_hf.to_hf(model.eval(), root / "hf", tokenizer=tokenizer)
-    tasks = root / "tasks"
-    tasks.mkdir()
-    (tasks / "questions.jsonl").write_text(
-        "".join(json.dumps({"question": q, "choices": c, "answer": a}) + "\n" for q, c, a in QUESTIONS))
-    (tasks / f"{TASK}.yaml").write_text(f"""\
-task: {TASK}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {tasks / 'questions.jsonl'}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: answer
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-""")
+    tasks = write_choice_task(root / "tasks", TASK, QUESTIONS, metrics=("acc", "acc_norm"))
     return checkpoint, hf_dir, tasks
 
 

@@ -34,6 +34,7 @@ if importlib.util.find_spec("tenacity") is None or importlib.util.find_spec("aio
 import specformer_hf  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
+from fixtures.lm_eval_tasks import write_choice_task  # noqa: E402
 
 pytestmark = pytest.mark.slow  # loads lm_eval, transformers and a task: tens of seconds
 
@@ -54,24 +55,7 @@ def exported(model, tmp_path_factory):
     """The served model's Hugging Face export (byte tokenizer included) and a task folder."""
     root = tmp_path_factory.mktemp("lm-eval-client")
     hf_dir = specformer_hf.to_hf(model, root / "hf")
-    tasks = root / "tasks"
-    tasks.mkdir()
-    (tasks / "questions.jsonl").write_text(
-        "".join(json.dumps({"question": q, "choices": c, "answer": a}) + "\n" for q, c, a in QUESTIONS))
-    (tasks / f"{TASK}.yaml").write_text(f"""\
-task: {TASK}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {tasks / 'questions.jsonl'}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: answer
-metric_list:
-  - metric: acc
-""")
+    tasks = write_choice_task(root / "tasks", TASK, QUESTIONS, metrics=("acc",))
     return hf_dir, tasks
 
 
