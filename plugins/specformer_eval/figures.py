@@ -71,7 +71,8 @@ def attention_figures(inspection: Inspection) -> Iterator[tuple[str, Any]]:
     about = "attention of every layer and head: queries (the token attending) down, keys (attended to) across"
     if not labelled(tokens):
         note = f"token labels left out: {tokens} tokens, more than {MAX_LABELLED_TOKENS}"
-        yield "attention.png", _draw_sheet(inspection, _overview(inspection, every, cols=heads, title=f"{about}; {note}"))
+        overview = _overview(inspection, every, cols=heads, title=f"{about}; {note}")
+        yield "attention.png", _draw_sheet(inspection, overview)
         return
     whole = _labelled_sheet(inspection, every, cols=heads, title=about)
     if fits(*whole.size):
@@ -156,8 +157,8 @@ def _draw_sheet(inspection: Inspection, sheet: _Sheet) -> Any:
     image = None
     for index, (layer, head) in enumerate(sheet.panels):
         row, col = divmod(index, sheet.cols)
-        ax = canvas.axes(x=left + col * sheet.cell[0] + sheet.label, y=sheet.top + row * sheet.cell[1] + sheet.PANEL_TITLE,
-                         w=sheet.panel, h=sheet.panel)
+        ax = canvas.axes(x=left + col * sheet.cell[0] + sheet.label,
+                         y=sheet.top + row * sheet.cell[1] + sheet.PANEL_TITLE, w=sheet.panel, h=sheet.panel)
         image = ax.imshow(inspection.attention[layer, head], cmap="magma", norm=norm, interpolation="nearest",
                           aspect="auto")
         ax.set_title(f"layer {layer}, head {head}", fontsize=LABEL_POINTS, pad=4)
@@ -206,13 +207,16 @@ def lines_figure(inspection: Inspection, position: int) -> Any:
     label_w = text_size(shown, weight="bold")[0] + 8
     weights = inspection.attention[:, :, position, :tokens].mean(axis=1)  # (layers, tokens)
     strongest = [float(w.max()) or 1.0 for w in weights]
-    titles = [f"layer {layer}\nmean of {inspection.n_heads} heads, max {strongest[layer]:.2f}" for layer in range(layers)]
+    heads = inspection.n_heads
+    titles = [f"layer {layer}\nmean of {heads} heads, max {most:.2f}" for layer, most in enumerate(strongest)]
     title_w, title_h = text_size(titles)
     area = 120  # px of the lines themselves
     panel_w = max(2 * label_w + area, title_w + 8)
     cell_w, cell_h = panel_w + GAP, title_h + 8 + tokens * pitch + GAP
-    # About as wide as tall, so that many layers neither make a strip nor shrink anything.
-    per_row = min(layers, max(1, round(math.sqrt(layers * cell_h / cell_w))))
+    # Full rows (4 layers as 2 + 2, never 3 + 1), as many as make the picture closest to square,
+    # so that many layers neither make a strip nor shrink anything.
+    per_row = min({math.ceil(layers / rows) for rows in range(1, layers + 1)},
+                  key=lambda n: abs(math.log(n * cell_w / (math.ceil(layers / n) * cell_h))))
     rows = math.ceil(layers / per_row)
     heading = f"attention of token {position} {inspection.labels[position]!r} over the tokens up to it"
     if not with_labels:

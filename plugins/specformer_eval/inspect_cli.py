@@ -2,8 +2,9 @@
 
 Writes ``attention.png`` (every layer's and head's attention), ``attention-<token>.png``
 (where the ``--token`` looks, per layer), ``logit-lens.png`` (each layer's prediction) and
-``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR.
-DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
+``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR;
+for a model whose attention grid is too big for one labelled picture, also
+``attention-by-layer/layer-NN.png``, one per layer. DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
 files is replaced only with ``--force``, and never while it holds the checkpoint.
 """
 

@@ -86,12 +86,12 @@ def check_readable(figure) -> list:
         assert text.get_fontsize() >= LABEL_POINTS, (text.get_text(), text.get_fontsize())
         assert across >= MIN_LINE_PX * lines, (text.get_text(), across)
     width, height = figure.bbox.width, figure.bbox.height
-    assert (boxes[:, :2] >= -0.5).all() and (boxes[:, 2] <= width + 0.5).all() and (boxes[:, 3] <= height + 0.5).all(), \
-        [t.get_text() for t, b in zip(texts, boxes) if min(b[:2]) < -0.5 or b[2] > width + 0.5 or b[3] > height + 0.5]
+    outside = (boxes[:, :2] < -0.5).any(axis=1) | (boxes[:, 2] > width + 0.5) | (boxes[:, 3] > height + 0.5)
+    assert not outside.any(), [t.get_text() for t, out in zip(texts, outside) if out]
     pairs = [(i, j) for i, j in _overlaps(boxes, boxes) if i < j]
     assert not pairs, [(texts[i].get_text(), texts[j].get_text()) for i, j in pairs[:5]]
     # No text covers a plot, except a cell text over its own axes (checked against its cell in the lens test).
-    plots = [ax for ax in figure.axes]
+    plots = list(figure.axes)
     plot_boxes = np.array([[b.x0, b.y0, b.x1, b.y1] for b in (ax.get_window_extent(renderer) for ax in plots)])
     for i, k in _overlaps(boxes, plot_boxes):
         text, ax = texts[i], plots[k]
@@ -113,7 +113,7 @@ def test_the_logit_lens_of_64_tokens_and_32_layers(deep, tmp_path):
     figure = lens_figure(deep)
     texts = check_readable(figure)
     heat = figure.axes[0]
-    cells = [t for t in heat.texts]
+    cells = list(heat.texts)
     assert len(cells) == 33 * 64
     assert [t.get_text() for t in heat.get_xticklabels()] == deep.labels
     assert len(heat.get_yticklabels()) == 33 and len(texts) > 33 * 64 + 64 + 33
@@ -175,6 +175,14 @@ def test_where_a_token_looks_with_64_tokens(shallow, tmp_path):
     assert sum(len(ax.texts) for ax in figure.axes) == 4 * 2 * 64
     assert len(texts) == 4 * 2 * 64 + 4 + 1  # the labels, a title per layer, the heading
     check_png(figure, tmp_path, "attention-63.png")
+
+
+def test_where_a_token_looks_in_full_rows_about_as_wide_as_tall(shallow):
+    for position, columns_rows in ((63, (4, 1)), (7, (2, 2))):  # 4 layers: 2 + 2, never 3 + 1
+        figure = lines_figure(shallow, position)
+        corners = [ax.get_position() for ax in figure.axes]
+        assert (len({round(c.x0, 4) for c in corners}), len({round(c.y0, 4) for c in corners})) == columns_rows
+        assert 0.5 <= figure.bbox.width / figure.bbox.height <= 2
 
 
 def test_few_tokens_and_layers_keep_the_rule(tmp_path):
