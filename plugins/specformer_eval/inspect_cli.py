@@ -2,8 +2,9 @@
 
 Writes ``attention.png`` (every layer's and head's attention), ``attention-<token>.png``
 (where the ``--token`` looks, per layer), ``logit-lens.png`` (each layer's prediction) and
-``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR.
-DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
+``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR;
+for a model whose attention grid is too big for one labelled picture, also
+``attention-by-layer/layer-NN.png``, one per layer. DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
 files is replaced only with ``--force``, and never while it holds the checkpoint.
 """
 
@@ -65,21 +66,25 @@ def run(args: argparse.Namespace) -> int:
     with staged_folder(out, inputs=inputs, force=args.force, parents=True) as stage:
         written = write_inspection(inspection, out=stage, position=position, title=f"{args.checkpoint}: {args.prompt!r}")
     for path in written:
-        print(out / path.name)
+        print(out / path.relative_to(stage))
     return 0
 
 
 def write_inspection(inspection: Inspection, *, out: Path, position: int, title: str) -> list[Path]:
-    """The four files of ``specformer inspect`` in ``out``; their paths, index.html last."""
-    grid = attention_grid(inspection, out / "attention.png")
+    """The files of ``specformer inspect`` in ``out``; their paths, index.html last.
+
+    Four files, and one ``attention-by-layer/layer-NN.png`` per layer when the attention of
+    every layer and head is too big for one labelled picture.
+    """
+    grid, *per_layer = attention_grid(inspection, out)
     lines = attention_lines(inspection, position, out / f"attention-{token_slug(inspection, position)}.png")
     lens = lens_grid(inspection, out / "logit-lens.png")
     page = write_page(inspection, path=out / "index.html", title=title, position=position, images={
         "attention: every layer and head": grid,
         f"attention of token {position} {inspection.labels[position]!r}, per layer": lines,
         "logit lens": lens,
-    })
-    return [grid, lines, lens, page]
+    }, layer_images=per_layer)
+    return [grid, *per_layer, lines, lens, page]
 
 
 def token_slug(inspection: Inspection, position: int) -> str:

@@ -5,7 +5,9 @@ It shows the prompt's tokens; hovering one shows where it looks in the chosen la
 head (each earlier token shaded by its weight). Below: the attention of the chosen layer
 and head as a heatmap, the logit lens as a table (cell colour = top-1 probability), the
 share of positions predicting the current versus the next token per layer, and the
-three PNG figures. Every cell shows its exact numbers on hover.
+three PNG figures (for a model whose attention is split into one picture per layer, also
+the chosen layer's). Every cell shows its exact numbers on hover. A table wider than the
+window scrolls sideways inside its own box, its row names staying in view.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from specformer_eval.figure_layout import MAX_LABELLED_TOKENS, labelled
 from specformer_eval.figures import layer_names
 from specformer_eval.inspection import Inspection
 
 
-def write_page(inspection: Inspection, *, path: Path, title: str, position: int, images: dict[str, Path]) -> Path:
-    """Write the page (see the module doc) to ``path``; ``images`` maps a caption to a PNG to embed."""
+def write_page(inspection: Inspection, *, path: Path, title: str, position: int, images: dict[str, Path],
+               layer_images: Sequence[Path] = ()) -> Path:
+    """Write the page (see the module doc) to ``path``; ``images`` maps a caption to a PNG to embed,
+    ``layer_images`` are one attention picture per layer (shown for the layer chosen on the page)."""
     data = {
         "tokens": inspection.labels,
         "ids": inspection.ids,
@@ -33,18 +39,28 @@ def write_page(inspection: Inspection, *, path: Path, title: str, position: int,
         "next": _shares(inspection.next_share),
         "position": position,
     }
-    figures = "\n".join(
-        f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
-        f'{base64.b64encode(Path(png).read_bytes()).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
-        for caption, png in images.items()
-    )
-    page = TEMPLATE.replace("{{title}}", html.escape(title)).replace("{{figures}}", figures)
+    figures = [_figure(caption, png) for caption, png in images.items()]
+    figures += [_figure(f"attention of layer {layer}, every head (the layer chosen above)", png, layer=layer)
+                for layer, png in enumerate(layer_images)]
+    tokens = len(inspection.ids)
+    note = "" if labelled(tokens) else (
+        f'<p class="hint" id="unlabelled">The pictures leave out the token labels: the prompt has {tokens} tokens, '
+        f"more than {MAX_LABELLED_TOKENS}. The tables above have every token.</p>\n")
+    page = TEMPLATE.replace("{{title}}", html.escape(title)).replace("{{figures}}", note + "\n".join(figures))
     page = page.replace("{{data}}", script_json(data))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def _figure(caption: str, png: Path, *, layer: int | None = None) -> str:
+    """A figure element holding ``png`` inline; one of a layer is shown only while that layer is chosen."""
+    data = base64.b64encode(Path(png).read_bytes()).decode()
+    tag = "<figure>" if layer is None else f'<figure data-layer="{layer}" hidden>'
+    return (f'{tag}<img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
 def script_json(value: object) -> str:
@@ -83,6 +99,11 @@ TEMPLATE = """<!doctype html>
   #tokens span { padding: 2px 4px; border: 1px solid #ddd; border-radius: 3px; cursor: pointer; white-space: pre; }
   #tokens span.query { outline: 2px solid #d62728; }
   table { border-collapse: collapse; font-family: ui-monospace, monospace; font-size: 11px; }
+  /* A long prompt makes the tables wider than the window: they scroll inside their box, the page does not,
+     and the row names stay in view while the cells scroll under them. */
+  .scroll { overflow-x: auto; max-width: 100%; }
+  #heat tr > th:first-child, #lens tr > th:first-child { position: sticky; left: 0; z-index: 1; background: #fff;
+                                                         text-align: right; }
   #heat td { width: 12px; height: 12px; padding: 0; }
   #heat th, #lens th { font-weight: normal; color: #555; padding: 0 3px; white-space: pre; }
   #lens td { min-width: 3.2em; height: 2.2em; text-align: center; padding: 0 2px; white-space: pre; }
@@ -105,11 +126,11 @@ TEMPLATE = """<!doctype html>
 <div id="tokens"></div>
 <h2>Attention of the chosen layer and head</h2>
 <p class="hint">Rows are queries (the token attending), columns keys (the token attended to).</p>
-<table id="heat"></table>
+<div class="scroll"><table id="heat"></table></div>
 <h2>Logit lens</h2>
 <p class="hint">Each layer's residual stream read through the final norm and LM head: the top token predicted after
 each input token, shaded by its probability.</p>
-<table id="lens"></table>
+<div class="scroll"><table id="lens"></table></div>
 <h2>What each layer predicts</h2>
 <table id="shares"><thead><tr><th>layer</th><th>top token = current token</th><th>top token = next token</th></tr>
 </thead><tbody></tbody></table>
@@ -211,9 +232,12 @@ lens.addEventListener("mouseover", e => { const td = e.target.closest("td"); if 
   });
 })();
 
-layerSel.addEventListener("change", () => { drawTokens(); drawHeat(); });
+function showLayerFigure() {
+  document.querySelectorAll("figure[data-layer]").forEach(f => { f.hidden = f.dataset.layer !== layerSel.value; });
+}
+layerSel.addEventListener("change", () => { drawTokens(); drawHeat(); showLayerFigure(); });
 headSel.addEventListener("change", () => { drawTokens(); drawHeat(); });
-drawTokens(); drawHeat();
+drawTokens(); drawHeat(); showLayerFigure();
 document.body.dataset.ready = "1";
 </script>
 </body>

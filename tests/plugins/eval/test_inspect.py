@@ -16,7 +16,8 @@ import torch
 
 import specformer
 from specformer.cli import main
-from specformer_eval import capture, logit_lens
+from specformer_eval import capture, figure_layout, logit_lens
+from specformer_eval.figures import BY_LAYER
 from specformer_eval.inspection import choose_token, inspect_prompt, token_label
 from specformer_eval.page import write_page
 
@@ -213,3 +214,77 @@ def test_markup_in_the_tokens_stays_inside_the_data_script(tmp_path):
     assert {label for layer in data["lens"]["labels"] for position in layer for label in position} == {
         token_label(tokenizer, i) for i in range(len(tokenizer.VOCAB))}
     assert "const D = JSON.parse" in elements.scripts[1]
+
+
+class _Nesting(HTMLParser):
+    """For each element with an id, the elements it sits in (outermost first); and the style sheet."""
+
+    VOID = {"meta", "img", "br", "input", "link", "hr"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.open: list[tuple[str, dict[str, str | None]]] = []
+        self.around: dict[str, list[tuple[str, dict[str, str | None]]]] = {}
+        self.style = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        if named.get("id"):
+            self.around[named["id"]] = list(self.open)
+        if tag not in self.VOID:
+            self.open.append((tag, named))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.open and self.open.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if self.open and self.open[-1][0] == "style":
+            self.style += data
+
+
+def _rule(style: str, selector: str) -> dict[str, str]:
+    """The declarations of the CSS rule whose selector list is exactly ``selector``."""
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", re.sub(r"/\*.*?\*/", "", style, flags=re.S)):
+        if " ".join(selectors.split()) == selector:
+            return dict((k.strip(), v.strip()) for k, v in (d.split(":", 1) for d in body.split(";") if ":" in d))
+    raise AssertionError(f"no CSS rule {selector!r}")
+
+
+def test_the_tables_scroll_sideways_inside_their_own_box(written):
+    page = _Nesting()
+    page.feed((written / "index.html").read_text(encoding="utf-8"))
+    for table in ("lens", "heat"):
+        tag, attrs = page.around[table][-1]
+        assert tag == "div" and "scroll" in attrs["class"].split(), (table, page.around[table][-1])
+    assert _rule(page.style, ".scroll")["overflow-x"] == "auto"
+    sticky = _rule(page.style, "#heat tr > th:first-child, #lens tr > th:first-child")
+    assert sticky["position"] == "sticky" and sticky["left"] == "0" and sticky["background"] == "#fff"
+    assert "unlabelled" not in page.around, "27 tokens are labelled in the pictures"
+
+
+def test_past_64_tokens_the_page_says_the_pictures_have_no_labels(tmp_path):
+    inspection = inspect_prompt(byte_model(context_length=128), BYTES, "ab " * 30)
+    assert len(inspection.ids) == 90
+    page = write_page(inspection, path=tmp_path / "index.html", title="long", position=0, images={})
+    note = re.search(r'<p class="hint" id="unlabelled">(.*?)</p>', page.read_text(encoding="utf-8")).group(1)
+    assert "the prompt has 90 tokens, more than 64" in note
+
+
+def test_a_grid_too_big_for_one_picture_is_one_picture_per_layer(checkpoint, tmp_path, monkeypatch, capsys):
+    # The 2-layer model's labelled grid is about 1.7 megapixels: over a limit of 1, it is split.
+    monkeypatch.setattr(figure_layout, "MAX_PIXELS", 1_000_000)
+    out = tmp_path / "out"
+    assert main(["inspect", str(checkpoint), "--prompt", PROMPT, "--token", "b", "--out", str(out)]) == 0
+    per_layer = [out / BY_LAYER / f"layer-{layer:02d}.png" for layer in range(2)]
+    expected = [out / "attention.png", *per_layer, out / "attention-b.png", out / "logit-lens.png", out / "index.html"]
+    assert capsys.readouterr().out.split() == [str(path) for path in expected]
+    assert all(path.is_file() for path in expected)
+    from matplotlib.image import imread
+
+    assert all(imread(path).shape[0] * imread(path).shape[1] <= 1_000_000 for path in per_layer)
+    text = (out / "index.html").read_text(encoding="utf-8")
+    figures = re.findall(r"<figure([^>]*)><img[^>]*><figcaption>([^<]*)</figcaption>", text)
+    assert [attrs for attrs, _ in figures] == ["", "", "", ' data-layer="0" hidden', ' data-layer="1" hidden']
+    assert figures[3][1] == "attention of layer 0, every head (the layer chosen above)"
+    assert "f.hidden = f.dataset.layer !== layerSel.value" in text
