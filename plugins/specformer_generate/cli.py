@@ -165,14 +165,8 @@ def run(args: argparse.Namespace) -> int:
     if template is not None:
         prompts = [_as_chat(p, template, tokenizer, vocab_size=model.vocab_size) for p in prompts]
     longest = max(len(p.ids) for p in prompts)
-    context = model.context_length
-    if longest >= context:
-        raise UserError(
-            f"the prompt is {longest} tokens long, but the model's context is {context} tokens and at least one "
-            f"must be left to generate; shorten the prompt to at most {context - 1} tokens"
-        )
-    max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens,
-                                      prompt_length=longest, context=context)
+    max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens, prompt_length=longest,
+                                      model=model)
     settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampler=sampler, seed=seed, eos_token_id=eos,
                                     use_cache=not args.no_cache, compile=args.compile, max_memory=args.max_memory)
     if draft is not None:
@@ -373,26 +367,38 @@ def parse_sampler_option(text: str) -> Sampler:
         raise UserError("bad --sampler:\n" + "\n".join(f"  {p}" for p in exc.problems)) from None
 
 
-def new_token_budget(requested: int | None, *, default: int, prompt_length: int, context: int) -> int:
+def new_token_budget(requested: int | None, *, default: int, prompt_length: int, model: Any) -> int:
     """How many tokens to generate after a prompt of ``prompt_length`` tokens.
 
-    An explicit ``--max-new-tokens`` that does not fit the context is an error that says
-    the limit. The default (the spec's ``generate.max_new_tokens``, else 128) is a wish, not
-    an order: it is cut to what the context leaves, with a note on stderr, so that the
-    plain ``specformer generate CKPT --prompt TEXT`` works on a model of any context length.
+    Within the model's context, always. Past it as the model's positional schemes allow
+    (``Decoder.past_context``, the policy of ``generate()`` and the forward): "yes" silently,
+    "warn" with one note, "no" never: then an explicit ``--max-new-tokens`` that does not
+    fit, or a prompt that fills the context, is an error that says the limit. The default
+    (the spec's ``generate.max_new_tokens``, else 128) is a wish, not an order: it is cut to
+    what the context leaves, with a note on stderr, so that the plain ``specformer generate
+    CKPT --prompt TEXT`` stays within the trained context on a model of any length.
     """
+    context = model.context_length
     room = context - prompt_length
-    if requested is not None:
-        if requested > room:
-            raise UserError(
-                f"--prompt ({prompt_length} tokens) plus --max-new-tokens {requested} exceeds the model's context of "
-                f"{context} tokens; use --max-new-tokens {room} or less"
-            )
-        return requested
-    if default > room:
+    verdict, scheme = model.past_context() if callable(getattr(model, "past_context", None)) else ("no", None)
+    wanted = requested if requested is not None else (default if room < 1 else min(default, room))
+    if prompt_length + wanted > context:
+        if verdict == "no":
+            why = f" (its {type(scheme).__name__} has no position past it)" if scheme is not None else ""
+            if room < 1:
+                raise UserError(f"the prompt is {prompt_length} tokens long, but the model's context is {context} tokens"
+                                f"{why} and at least one must be left to generate; shorten the prompt to at most "
+                                f"{context - 1} tokens")
+            raise UserError(f"--prompt ({prompt_length} tokens) plus --max-new-tokens {requested} exceeds the model's "
+                            f"context of {context} tokens{why}; use --max-new-tokens {room} or less")
+        if verdict == "warn":
+            print(f"note: generating {prompt_length + wanted} tokens, past the model's {context}-token context: its "
+                  f"positions ({type(scheme).__name__}) were never trained there, so quality may drop", file=sys.stderr)
+            model._warned_past_context = True  # generate()'s own warning would say the same again
+        return wanted
+    if requested is None and default > room:
         print(f"note: generating at most {room} new tokens: the prompt's {prompt_length} tokens leave {room} of the "
               f"model's {context}-token context (default {default}; set --max-new-tokens to choose)", file=sys.stderr)
-        return room
-    return default
+    return wanted
 
 

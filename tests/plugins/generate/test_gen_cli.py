@@ -70,9 +70,40 @@ def test_a_default_that_fits_prints_no_note(capsys, tmp_path) -> None:
     assert out == expected_text(path, "def ", 5, eos=None) + "\n"
 
 
-def test_an_explicit_max_new_tokens_that_does_not_fit_says_the_limit(capsys, checkpoint) -> None:
-    err = _error(capsys, checkpoint, "--prompt", "def ", "--max-new-tokens", 61)
-    assert "exceeds the model's context of 64 tokens; use --max-new-tokens 60 or less" in err
+@pytest.fixture(scope="module")
+def learned_checkpoint(tmp_path_factory) -> Path:
+    """Learned absolute positions: no position past the context (Decoder.past_context says "no")."""
+    path = tmp_path_factory.mktemp("learned") / "learned.safetensors"
+    data = byte_model_spec()
+    data["model"]["positional"] = {"kind": "learned"}
+    specformer.save(specformer.build(data, seed=0), path)
+    return path
+
+
+def test_an_explicit_max_new_tokens_that_does_not_fit_says_the_limit(capsys, learned_checkpoint) -> None:
+    err = _error(capsys, learned_checkpoint, "--prompt", "def ", "--max-new-tokens", 61)
+    assert ("exceeds the model's context of 64 tokens (its LearnedPositions has no position past it); "
+            "use --max-new-tokens 60 or less") in err
+    err = _error(capsys, learned_checkpoint, "--prompt", "x" * 64)
+    assert "the prompt is 64 tokens long, but the model's context is 64 tokens" in err
+
+
+def test_past_the_context_the_command_follows_the_positional_policy(capsys, checkpoint, tmp_path) -> None:
+    """RoPE was never trained past the context: one note, then the same tokens generate() gives; ALiBi: silent."""
+    code, out, err = run_cli(capsys, checkpoint, "--prompt", "def ", "--max-new-tokens", 70, "--ignore-eos")
+    assert code == 0, err
+    assert err.count("note: generating 74 tokens, past the model's 64-token context") == 1
+    assert "Warning" not in err  # the library's warning is not said a second time
+    with pytest.warns(UserWarning, match="past the model's context"):  # the reference, through generate() itself
+        assert out == expected_text(checkpoint, "def ", 70, eos=None) + "\n"
+    code, _, err = run_cli(capsys, checkpoint, "--prompt", "x" * 70, "--max-new-tokens", 2, "--ignore-eos")
+    assert code == 0 and "note: generating 72 tokens" in err
+    alibi = tmp_path / "alibi.safetensors"
+    data = byte_model_spec()
+    data["model"]["positional"] = {"kind": "alibi"}
+    specformer.save(specformer.build(data, seed=0), alibi)
+    code, out, err = run_cli(capsys, alibi, "--prompt", "def ", "--max-new-tokens", 70, "--ignore-eos")
+    assert code == 0 and "note" not in err and len(out) > 0
 
 
 def test_stream_prints_the_same_text(capsys, checkpoint) -> None:
@@ -152,10 +183,11 @@ def _error(capsys, *args: str) -> str:
     return err
 
 
-def test_user_errors_exit_2_with_one_clear_message(capsys, checkpoint, tmp_path) -> None:
+def test_user_errors_exit_2_with_one_clear_message(capsys, checkpoint, learned_checkpoint, tmp_path) -> None:
     assert "--prompt is empty" in _error(capsys, checkpoint, "--prompt", "")
-    assert "shorten the prompt to at most 63 tokens" in _error(capsys, checkpoint, "--prompt", "x" * 80)
-    assert "use --max-new-tokens 34 or less" in _error(capsys, checkpoint, "--prompt", "y" * 30, "--max-new-tokens", 50)
+    assert "shorten the prompt to at most 63 tokens" in _error(capsys, learned_checkpoint, "--prompt", "x" * 80)
+    assert "use --max-new-tokens 34 or less" in _error(capsys, learned_checkpoint, "--prompt", "y" * 30,
+                                                       "--max-new-tokens", 50)
     assert "no such checkpoint file" in _error(capsys, tmp_path / "missing.safetensors", "--prompt", "a")
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"\x00\x01 not a safetensors file at all")
