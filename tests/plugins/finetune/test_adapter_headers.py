@@ -18,10 +18,11 @@ from safetensors.torch import save_file
 
 import specformer
 from specformer.checkpoint import read_metadata
-from specformer.cli import main
 from specformer.errors import CheckpointError
 from specformer_finetune.adapter_file import base_reference, save_adapter
 from specformer_finetune.apply import apply_adapter
+
+from fixtures.one_line_errors import assert_each_refuses_in_one_line
 
 LORA = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.qkv"]}
 
@@ -69,14 +70,9 @@ def test_bad_adapter_params_in_the_header_are_one_line_naming_the_file_and_each_
     assert "\n" not in message and message.startswith(f"{bad}: the adapter entry in the header")
     assert all(part in message for part in expected), message
     (tmp_path / "notes.txt").write_text("the model reads tokens and predicts the next one\n" * 20)
-    for command in (["generate", str(bad), "--prompt", "a", "--max-new-tokens", "1"], ["summary", str(bad)],
-                    ["merge", str(bad), "-o", str(tmp_path / "merged.safetensors")],
-                    ["eval", str(bad), "--data", str(tmp_path / "notes.txt")]):
-        assert main(command) == 2, command
-        err = capsys.readouterr().err
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0] == f"error: {message}", (command, err)
-        assert "errors.pydantic.dev" not in err and "Traceback" not in err
+    assert_each_refuses_in_one_line([["generate", str(bad), "--prompt", "a", "--max-new-tokens", "1"],
+                                     ["summary", str(bad)], ["merge", str(bad), "-o", str(tmp_path / "merged.safetensors")],
+                                     ["eval", str(bad), "--data", str(tmp_path / "notes.txt")]], message, capsys)
     assert not (tmp_path / "merged.safetensors").exists()
 
 

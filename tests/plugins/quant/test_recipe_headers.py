@@ -20,6 +20,8 @@ from specformer.cli import main
 from specformer.errors import CheckpointError, SpecError
 from specformer_quant.apply import scheme_from
 
+from fixtures.one_line_errors import assert_each_refuses_in_one_line
+
 TINY = {"model": {"vocab_size": 259, "d_model": 64, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
                   "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
                             "ffn": {"kind": "swiglu", "hidden": 64}}}}
@@ -71,13 +73,9 @@ def test_bad_scheme_params_in_the_recipe_are_one_line_naming_the_file_and_each_f
     assert "\n" not in message and message.startswith(f"{bad}: the quantization recipe in the header")
     assert all(part in message for part in expected), message
     (tmp_path / "notes.txt").write_text("the model reads tokens and predicts the next one\n" * 20)
-    for command in (["generate", str(bad), "--prompt", "a", "--max-new-tokens", "1"], ["summary", str(bad)],
-                    ["eval", str(bad), "--data", str(tmp_path / "notes.txt")]):
-        assert main(command) == 2, command
-        err = capsys.readouterr().err
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0] == f"error: {message}", (command, err)
-        assert "errors.pydantic.dev" not in err and "Traceback" not in err
+    assert_each_refuses_in_one_line([["generate", str(bad), "--prompt", "a", "--max-new-tokens", "1"],
+                                     ["summary", str(bad)], ["eval", str(bad), "--data", str(tmp_path / "notes.txt")]],
+                                    message, capsys)
 
 
 def test_a_scheme_given_in_python_is_a_spec_error_at_its_path() -> None:
