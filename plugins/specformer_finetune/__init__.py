@@ -14,14 +14,18 @@ Chat templates, for the plugins that talk to a chat model (generate, chat, serve
     source, tokens = resolve_template("chatml", metadata)      # a built-in name, a file, or the checkpoint's own
     text = render(source, messages, add_generation_prompt=True, **tokens)
     end = turn_end(source, tokenizer=tokenizer, metadata=metadata)   # ids and strings that end the reply
+
+Rendering is bounded (``render(..., timeout=DEFAULT_TIMEOUT, max_output=DEFAULT_MAX_OUTPUT)``);
+``compile_template`` checks a template up front.
 """
 
 from __future__ import annotations
 
 from specformer_finetune.apply import adapter_of, apply_adapter, merge_adapter
-from specformer_finetune.chat_template import BUILTIN, TemplateError, render, resolve_template, \
+from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, resolve_template, \
     template_from_metadata
+from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
 from specformer_finetune.turn_end import TurnEnd, turn_end
 
-__all__ = ["BUILTIN", "TemplateError", "TurnEnd", "adapter_of", "apply_adapter", "merge_adapter", "render",
-           "resolve_template", "template_from_metadata", "turn_end"]
+__all__ = ["BUILTIN", "DEFAULT_MAX_OUTPUT", "DEFAULT_TIMEOUT", "TemplateError", "TurnEnd", "adapter_of", "apply_adapter",
+           "compile_template", "merge_adapter", "render", "resolve_template", "template_from_metadata", "turn_end"]

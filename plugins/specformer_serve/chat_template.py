@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, resolve_template
-from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
-from specformer_finetune.turn_end import TurnEnd, turn_end
+from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, BUILTIN, TemplateError, TurnEnd, \
+    compile_template, render, resolve_template, turn_end
 
 #: The template used when neither the command line nor the checkpoint gives one.
 PLAIN = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

@@ -22,7 +22,7 @@ from specformer.devices import parse_device
 from specformer.errors import UserError
 from specformer.threads import use_threads
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
+from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
 from specformer_serve import limits, origin
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
@@ -121,8 +121,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # an attention layer this cache cannot hold
         raise UserError(f"cannot serve {args.checkpoint}: {exc}") from None
     from specformer_serve.app import ServeConfig
-
-    from specformer_finetune.turn_end import TurnEnd
 
     eot = getattr(tokenizer, "eot_id", None)
     config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
