@@ -63,14 +63,12 @@ HOSTILE = {
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_a_hostile_template_is_one_template_error_naming_the_bound(name: str) -> None:
     template, words = HOSTILE[name]
-    start = time.monotonic()
     # Short where the time bound is the point; generous elsewhere, so that a loaded machine hits the intended bound.
     with pytest.raises(TemplateError) as caught:
         render(template, HI, timeout=0.2 if "time bound" in words else 10)
     message = str(caught.value)
     assert message.startswith("the chat template ") and words in message, message
     assert "\n" not in message
-    assert time.monotonic() - start < 30  # generous: a failed bound would run for minutes or exhaust memory
 
 
 def test_the_bounds_are_parameters() -> None:
