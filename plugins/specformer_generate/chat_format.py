@@ -31,7 +31,7 @@ class ChatFormat:
     def prompt(self, messages: list[dict[str, Any]]) -> str:
         """The text of ``messages`` with the assistant's turn opened (the generation prompt); TemplateError if
         the template fails (a UserError: exit 2)."""
-        from specformer_finetune import render
+        from specformer_finetune import render  # the optional plugin: imported only once a template is in use
 
         return render(self.source, messages, add_generation_prompt=True, **self.tokens)
 
