@@ -13,7 +13,9 @@ deep inside a build.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -58,18 +60,51 @@ KINDS: dict[str, Kind] = {
 }
 
 
-@dataclass(frozen=True)
 class Component:
-    """One registered component: what it is, how to build it, and where it came from."""
+    """One registered component: what it is, how to build it, and where it came from.
 
-    kind: str
-    name: str
-    factory: Callable[..., Any]
-    params: type[BaseModel]
-    plugin: str
-    doc: str
-    source: str
-    paper: str | None = None
+    The factory may be given as ``"package.module:Name"``: it is imported the first time
+    the component is built (or its :attr:`factory` or :attr:`source` is read), so that
+    listing components, their params and their docs never imports torch.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        name: str,
+        factory: "Callable[..., Any] | str",
+        params: type[BaseModel],
+        plugin: str,
+        doc: str,
+        paper: str | None = None,
+    ) -> None:
+        self.kind, self.name, self.params, self.plugin, self.doc, self.paper = kind, name, params, plugin, doc, paper
+        self._factory = factory
+
+    @property
+    def factory(self) -> Callable[..., Any]:
+        """The callable that builds the component (imported now if it was registered by path)."""
+        if isinstance(self._factory, str):
+            self._factory = _import_factory(self._factory, where=f"plugin {self.plugin!r}, {self.kind} {self.name!r}")
+        return self._factory
+
+    @property
+    def factory_path(self) -> str:
+        """``module:qualname`` of the factory, without importing it."""
+        if isinstance(self._factory, str):
+            return self._factory
+        target = _component_object(self._factory)
+        return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
+
+    @property
+    def source(self) -> str:
+        """``module (file:line)`` of the component's definition (imports a factory registered by path)."""
+        return _source_of(self.factory)
+
+    def make(self, params: BaseModel, **sizes: Any) -> Any:
+        """Build from validated ``params`` and the sizes of its kind (only those the factory names are passed)."""
+        return construct(self.factory, params, **sizes)
 
     @property
     def summary(self) -> str:
@@ -83,6 +118,41 @@ class Component:
             out[name] = ... if info.is_required() else info.get_default(call_default_factory=True)
         return out
 
+    def __repr__(self) -> str:
+        return f"Component({self.kind}:{self.name} from {self.plugin}, factory {self.factory_path})"
+
+
+def construct(factory: Callable[..., Any], params: Any, **sizes: Any) -> Any:
+    """``factory(params, **sizes)``, passing only the sizes the factory names (all, if it takes ``**``).
+
+    Every kind's builder passes all the sizes of that kind; a component names the ones it needs.
+    """
+    accepted = _keyword_names(factory)
+    return factory(params, **{k: v for k, v in sizes.items() if accepted is None or k in accepted})
+
+
+def _keyword_names(factory: Callable[..., Any]) -> set[str] | None:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+
+
+def _import_factory(path: str, *, where: str) -> Callable[..., Any]:
+    module_name, _, qualname = path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"{where}: factory {path!r} cannot be imported: {exc}") from exc
+    if not callable(target):
+        raise RegistryError(f"{where}: factory {path!r} is not callable")
+    return target
+
 
 @dataclass
 class Resolved:
@@ -92,7 +162,7 @@ class Resolved:
     params: BaseModel
 
     def make(self, **sizes: Any) -> Any:
-        return self.component.factory(self.params, **sizes)
+        return self.component.make(self.params, **sizes)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec form: ``{"kind": name, **params}``, nested components included."""
@@ -135,13 +205,19 @@ class Registry:
         kind: str,
         name: str,
         *,
-        factory: Callable[..., Any],
+        factory: "Callable[..., Any] | str",
         params: type[BaseModel],
         plugin: str = "?",
         doc: str | None = None,
         paper: str | None = None,
     ) -> Component:
-        """Add a component; raise :class:`RegistryError` naming the plugin if anything is off."""
+        """Add a component; raise :class:`RegistryError` naming the plugin if anything is off.
+
+        ``factory`` is a callable, or ``"module:Name"`` to import it only when first built
+        (the factory's signature is then checked at that point by the registry's contract
+        test, not here). ``doc`` defaults to the factory's docstring, or for a factory given
+        by path to the ``params`` model's.
+        """
         where = f"plugin {plugin!r}, {kind} {name!r}"
         if kind not in self.kinds:
             raise RegistryError(f"{where}: {unknown_message('kind', kind, sorted(self.kinds), accepted='known kinds')}")
@@ -150,19 +226,23 @@ class Registry:
         existing = self._components.get(kind, {}).get(name)
         if existing is not None:
             raise RegistryError(
-                f"{where}: the name is already registered by plugin {existing.plugin!r} ({existing.source})"
+                f"{where}: the name is already registered by plugin {existing.plugin!r} ({existing.factory_path})"
             )
         _check_params_model(params, where=where)
-        _check_factory(factory, params, self.kinds[kind], where=where)
+        if isinstance(factory, str):
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", factory):
+                raise RegistryError(f"{where}: factory {factory!r} must be a callable or 'package.module:Name'")
+            own_doc = params.__doc__ if "__doc__" in vars(params) else None
+        else:
+            _check_factory(factory, params, self.kinds[kind], where=where)
+            own_doc = getattr(factory, "__doc__", None) or getattr(getattr(factory, "__self__", None), "__doc__", None)
         component = Component(
             kind=kind,
             name=name,
             factory=factory,
             params=params,
             plugin=plugin,
-            doc=inspect.cleandoc(doc or getattr(factory, "__doc__", None) or getattr(
-                getattr(factory, "__self__", None), "__doc__", None) or ""),
-            source=_source_of(factory),
+            doc=inspect.cleandoc(doc or own_doc or ""),
             paper=paper,
         )
         self._components.setdefault(kind, {})[name] = component
@@ -262,23 +342,28 @@ def _check_factory(factory: Any, params: type[BaseModel], kind: Kind, *, where: 
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
         return  # builtins without a signature: nothing to check
-    try:
-        signature.bind(_PARAMS_PLACEHOLDER, **{size: None for size in kind.sizes})
+    accepted = _keyword_names(factory)
+    try:  # the builder passes every size of the kind; a factory names those it needs
+        signature.bind(_PARAMS_PLACEHOLDER, **{size: None for size in kind.sizes if accepted is None or size in accepted})
     except TypeError as exc:
         sizes = ", ".join(kind.sizes) or "no sizes"
         raise RegistryError(
             f"{where}: factory {getattr(factory, '__qualname__', factory)}{signature} must accept "
-            f"(params: {params.__name__}, *, {sizes}) as components of kind {kind.name!r} do: {exc}"
+            f"(params: {params.__name__}, *, any of {sizes}) as components of kind {kind.name!r} do: {exc}"
         ) from exc
 
 
 _PARAMS_PLACEHOLDER = object()
 
 
-def _source_of(obj: Any) -> str:
+def _component_object(obj: Any) -> Any:
     owner = getattr(obj, "__self__", None)
-    # A classmethod factory (often one the class inherits, FromParams.from_params): the class is the component.
-    target = owner if inspect.isclass(owner) else getattr(obj, "__func__", obj)
+    # A classmethod factory (often one the class inherits): the class is the component.
+    return owner if inspect.isclass(owner) else getattr(obj, "__func__", obj)
+
+
+def _source_of(obj: Any) -> str:
+    target = _component_object(obj)
     try:
         file = inspect.getsourcefile(target) or "?"
         line = inspect.getsourcelines(target)[1]
@@ -294,6 +379,7 @@ __all__ = [
     "PluginRegistry",
     "Registry",
     "Resolved",
+    "construct",
     "ValidationError",
     "unknown_name_message",
 ]

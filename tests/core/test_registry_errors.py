@@ -70,28 +70,48 @@ def test_params_that_is_not_a_pydantic_model_is_refused(acme):
         view.register("norm", "plain", factory=norm_factory, params=dict)
 
 
-def test_factory_missing_a_size_of_its_kind_is_refused_with_the_expected_signature(acme):
+def test_factory_requiring_a_size_its_kind_does_not_have_is_refused_with_the_expected_signature(acme):
     _, view = acme
 
-    def no_dim(params):  # a norm receives dim=...; this factory cannot take it
+    def needs_width(params, *, width):  # a norm receives dim=...; nobody passes width
         return None
 
     with pytest.raises(RegistryError) as info:
-        view.register("norm", "nodim", factory=no_dim, params=NormParams)
+        view.register("norm", "widthy", factory=needs_width, params=NormParams)
     message = str(info.value)
-    assert "plugin 'acme', norm 'nodim'" in message
-    assert "must accept (params: NormParams, *, dim) as components of kind 'norm' do" in message
-    assert "no_dim(params)" in message  # the signature it actually has
+    assert "plugin 'acme', norm 'widthy'" in message
+    assert "must accept (params: NormParams, *, any of dim) as components of kind 'norm' do" in message
+    assert "needs_width(params, *, width)" in message  # the signature it actually has
 
 
-def test_factory_for_a_kind_with_many_sizes_lists_them_all(acme):
-    _, view = acme
+def test_factory_is_passed_only_the_sizes_it_names(acme):
+    registry, view = acme
+    seen = []
 
-    def attention(params, *, d_model):  # forgets layer_index and n_layers
-        return None
+    def attention(params, *, d_model):  # needs no layer_index or n_layers
+        seen.append(d_model)
+        return d_model
 
-    with pytest.raises(RegistryError, match=r"must accept \(params: NormParams, \*, d_model, layer_index, n_layers\)"):
-        view.register("attention", "forgetful", factory=attention, params=NormParams)
+    view.register("attention", "lean", factory=attention, params=NormParams)
+    component = registry.get("attention", "lean")
+    assert component.make(NormParams(), d_model=8, layer_index=0, n_layers=2) == 8 and seen == [8]
+
+
+def test_factory_registered_by_path_is_imported_when_first_built(acme):
+    registry, view = acme
+    view.register("norm", "bypath", factory="fractions:Fraction", params=NormParams, doc="A number.")
+    component = registry.get("norm", "bypath")
+    assert component.factory_path == "fractions:Fraction" and component.doc == "A number."
+    assert component.make(3, dim=4) == 3  # Fraction(3): imported now, and passed no size it does not name
+
+
+def test_factory_path_that_cannot_be_imported_names_the_plugin_and_the_path(acme):
+    registry, view = acme
+    view.register("norm", "ghost", factory="no_such_module_here:Thing", params=NormParams, doc="x")
+    with pytest.raises(RegistryError, match=r"plugin 'acme', norm 'ghost': factory 'no_such_module_here:Thing' cannot"):
+        registry.get("norm", "ghost").make(NormParams(), dim=4)
+    with pytest.raises(RegistryError, match=r"must be a callable or 'package.module:Name'"):
+        view.register("norm", "badpath", factory="not a path", params=NormParams)
 
 
 def test_factory_that_does_not_take_params_is_refused(acme):
@@ -123,7 +143,7 @@ def test_name_clash_names_both_plugins_and_where_the_first_came_from():
         registry.for_plugin("second").register("norm", "samename", factory=norm_factory, params=NormParams)
     message = str(info.value)
     assert message.startswith("plugin 'second', norm 'samename': the name is already registered by plugin 'first'")
-    assert "test_registry_errors.py" in message  # where the first registration lives
+    assert "test_registry_errors:norm_factory" in message  # where the first registration lives (not imported for it)
 
 
 def test_same_name_in_different_kinds_is_fine(acme):
