@@ -7,20 +7,72 @@
     logits = model(input_ids)                 # (B, T, vocab)
     specformer.save(model, "tiny.safetensors")
     same = specformer.load("tiny.safetensors")
+
+The names below are imported when first used, so ``import specformer`` (and the
+``specformer`` command's ``--help``, ``components`` and ``schema``) start without
+importing torch. The core's subpackages, each one concept:
+
+- :mod:`specformer.spec`: the spec and its pipeline (shapes, validation, the whole check);
+- :mod:`specformer.registry.components`: components, their params, plugin hooks and discovery;
+- :mod:`specformer.model`: the runtime (contracts, masks, context, Decoder, build, sizes);
+- :mod:`specformer.checkpoint.save_load`: the safetensors file, its checks, save and load;
+- :mod:`specformer.tokenizers`: tokenizers stored with checkpoints;
+- :mod:`specformer.files`, :mod:`specformer.machine`: safe file I/O; devices, memory, threads;
+- :mod:`specformer.cli.main`: the ``specformer`` command;
+- :mod:`specformer.errors`, :mod:`specformer.messages`: user errors and how they are worded.
 """
 
 from __future__ import annotations
 
-from specformer.builder import build
-from specformer.checkpoint import load, save
-from specformer.decoder import Decoder
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from specformer.errors import CheckpointError, Problem, RegistryError, SpecError, UserError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params, SubComponent
-from specformer.plugins import get_plugin_manager, get_registry
-from specformer.spec import Spec, load_spec
-from specformer.summary import summarize
 from specformer.version import __version__
+
+#: Public name -> the module that defines it.
+_LAZY = {
+    "build": "specformer.model.builder",
+    "Decoder": "specformer.model.decoder",
+    "summarize": "specformer.model.summary",
+    "load": "specformer.checkpoint.save_load",
+    "save": "specformer.checkpoint.save_load",
+    "hookimpl": "specformer.registry.hookspecs",
+    "Params": "specformer.registry.params",
+    "SubComponent": "specformer.registry.params",
+    "get_plugin_manager": "specformer.registry.discovery",
+    "get_registry": "specformer.registry.discovery",
+    "Spec": "specformer.spec.shapes",
+    "load_spec": "specformer.spec",
+}
+_SUBPACKAGES = {"spec", "registry", "model", "checkpoint", "tokenizers", "files", "machine", "cli", "messages"}
+
+if TYPE_CHECKING:
+    from specformer.checkpoint.save_load import load, save
+    from specformer.model.builder import build
+    from specformer.model.decoder import Decoder
+    from specformer.model.summary import summarize
+    from specformer.registry.discovery import get_plugin_manager, get_registry
+    from specformer.registry.hookspecs import hookimpl
+    from specformer.registry.params import Params, SubComponent
+    from specformer.spec import load_spec
+    from specformer.spec.shapes import Spec
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"specformer.{name}")
+    else:
+        raise AttributeError(f"module 'specformer' has no attribute {name!r}")
+    globals()[name] = value  # once imported, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBPACKAGES)
+
 
 __all__ = [
     "CheckpointError",

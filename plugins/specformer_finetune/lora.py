@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import Params, SubComponent
+from specformer.registry.params import Params, SubComponent
 
 
 class AdapterParams(Params):

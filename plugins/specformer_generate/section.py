@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from specformer.params import Params, SubComponent
-from specformer.registry import Resolved
+from specformer.registry.params import Params, SubComponent
+from specformer.registry.components import Resolved
 from specformer_generate.samplers.pipeline import Sampler
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_quant.weights import QuantizedWeight
 
 

@@ -14,7 +14,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_quant.weights import QuantizedWeight, check_stored
 
 

@@ -46,19 +46,22 @@ def test_every_step_of_the_spec_path_names_a_function_that_exists():
     for line in steps:
         where = re.split(r"\s{2,}", line.strip())[1]
         for ref in where.split(" / "):
-            module, _, name = ref.strip().partition(".")
-            target = importlib.import_module(f"specformer.{module.lower()}") if module[0].islower() else None
-            if target is None:  # a class of the package: Decoder.init_weights
+            parts = ref.strip().split(".")
+            if parts[0][0].isupper():  # a class of the package: Decoder.init_weights
                 import specformer
-                target = getattr(specformer, module)
-            for part in name.split("."):
+                target, rest = getattr(specformer, parts[0]), parts[1:]
+            else:  # the longest module path, then attributes: model.sizes.estimate_resolved
+                cut = max(i for i in range(1, len(parts)) if importlib.util.find_spec(f"specformer.{'.'.join(parts[:i])}"))
+                target, rest = importlib.import_module(f"specformer.{'.'.join(parts[:cut])}"), parts[cut:]
+            for part in rest:
                 target = getattr(target, part)
             assert callable(target), ref
 
 
 def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
     import specformer
-    from specformer import builder, sizes
+    from specformer.model import builder
+    from specformer.spec import check
 
     order = []
 
@@ -70,13 +73,15 @@ def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
             return real(*args, **kwargs)
         monkeypatch.setattr(module, name, wrapper)
 
-    spy(sizes, "validate", "validate.validate")
-    spy(sizes, "estimate_resolved", "sizes.estimate_resolved")
-    spy(sizes, "plugin_problems", "validate.plugin_problems")
-    spy(builder, "check_memory", "memory.check_memory")
-    spy(builder, "assemble", "assemble.assemble")
+    from specformer.model import sizes
+
+    spy(check, "validate", "spec.validate.validate")
+    spy(sizes, "estimate_resolved", "model.sizes.estimate_resolved")
+    spy(check, "plugin_problems", "spec.validate.plugin_problems")
+    spy(builder, "check_memory", "machine.memory.check_memory")
+    spy(builder, "assemble", "model.assemble.assemble")
     spy(specformer.Decoder, "init_weights", "Decoder.init_weights")
     specformer.build(tiny_spec)
     drawn = [re.split(r"\s{2,}", line.strip())[1].split(" / ")[0] for line in block_after("spec-path")]
     assert order == [step for step in drawn if step in order]
-    assert order == [s for s in drawn if s not in ("builder.build", "spec_shapes.read_spec_file")]
+    assert order == [s for s in drawn if s not in ("model.builder.build", "spec.shapes.read_spec_file")]

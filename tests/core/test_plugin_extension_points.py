@@ -13,11 +13,11 @@ import pluggy
 import pytest
 from pydantic import Field
 
-from specformer import plugins
+from specformer.registry import discovery
 from specformer.errors import RegistryError
-from specformer.hookspecs import PROJECT, hookimpl
-from specformer.params import Params
-from specformer.registry import KINDS
+from specformer.registry.hookspecs import PROJECT, hookimpl
+from specformer.registry.params import Params
+from specformer.registry.components import KINDS
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -53,25 +53,25 @@ def user_plugin() -> types.SimpleNamespace:
 
 
 def test_a_hook_declared_by_a_plugin_loaded_later_is_checked_and_called():
-    pm = plugins.new_plugin_manager()
-    plugins.register_plugin(pm, user_plugin(), name="user", check=False)  # its hook has no spec yet
-    plugins.register_plugin(pm, widgets_plugin(), name="widgets", check=False)
-    plugins.check_hooks(pm)
+    pm = discovery.new_plugin_manager()
+    discovery.register_plugin(pm, user_plugin(), name="user", check=False)  # its hook has no spec yet
+    discovery.register_plugin(pm, widgets_plugin(), name="widgets", check=False)
+    discovery.check_hooks(pm)
     assert pm.hook.widgets_on_spin(speed=3) == [6]
 
 
 def test_a_hook_nobody_declares_names_the_plugin_that_implements_it():
-    pm = plugins.new_plugin_manager()
-    plugins.register_plugin(pm, user_plugin(), name="user", check=False)
+    pm = discovery.new_plugin_manager()
+    discovery.register_plugin(pm, user_plugin(), name="user", check=False)
     with pytest.raises(RegistryError, match="plugin 'user'.*widgets_on_spin"):
-        plugins.check_hooks(pm)  # the widgets plugin is not installed
+        discovery.check_hooks(pm)  # the widgets plugin is not installed
 
 
 def test_a_plugin_registers_components_of_a_kind_another_plugin_adds_later():
-    pm = plugins.new_plugin_manager()
-    plugins.register_plugin(pm, user_plugin(), name="user", check=False)
-    plugins.register_plugin(pm, widgets_plugin(), name="widgets")
-    registry = plugins.build_registry(pm)
+    pm = discovery.new_plugin_manager()
+    discovery.register_plugin(pm, user_plugin(), name="user", check=False)
+    discovery.register_plugin(pm, widgets_plugin(), name="widgets")
+    registry = discovery.build_registry(pm)
     assert "widget" in registry.kinds and "widget" not in KINDS
     spinner = registry.resolve("widget", {"kind": "spinner", "speed": 5})
     assert spinner.make(size=7) == ("spinner", 7, 5)
@@ -79,13 +79,13 @@ def test_a_plugin_registers_components_of_a_kind_another_plugin_adds_later():
 
 
 def test_a_kind_defined_differently_by_two_plugins_names_the_second():
-    pm = plugins.new_plugin_manager()
-    plugins.register_plugin(pm, widgets_plugin(), name="widgets")
+    pm = discovery.new_plugin_manager()
+    discovery.register_plugin(pm, widgets_plugin(), name="widgets")
     rival = types.SimpleNamespace(specformer_add_kinds=hookimpl(
         lambda registry: registry.add_kind("widget", doc="Something else.", sizes=())))
-    plugins.register_plugin(pm, rival, name="rival")
+    discovery.register_plugin(pm, rival, name="rival")
     with pytest.raises(RegistryError, match="plugin 'rival' redefines kind 'widget'"):
-        plugins.build_registry(pm)
+        discovery.build_registry(pm)
 
 
 
@@ -94,10 +94,10 @@ def test_the_core_declares_only_the_kinds_a_decoder_is_built_from():
 
 
 def test_the_built_in_plugins_own_their_kinds_and_hooks():
-    registry = plugins.get_registry()
+    registry = discovery.get_registry()
     assert {"sampler", "rope_scaling"} <= set(registry.kinds) and not {"sampler", "rope_scaling"} & set(KINDS)
-    hooks = plugins.get_plugin_manager().hook
-    from specformer import hookspecs
+    hooks = discovery.get_plugin_manager().hook
+    from specformer.registry import hookspecs
 
     for hook, owner in (("specformer_on_generate_end", "specformer_generate"), ("specformer_on_train_start", "specformer_train"),
                         ("specformer_on_train_step", "specformer_train"), ("specformer_on_eval", "specformer_train"),

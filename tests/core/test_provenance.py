@@ -11,13 +11,13 @@ from pydantic import Field
 from safetensors.torch import save_file
 
 import specformer
-from specformer import plugins
-from specformer.checkpoint import read_metadata, read_tensors
-from specformer.cli import main
+from specformer.registry import discovery
+from specformer.checkpoint.save_load import read_metadata, read_tensors
+from specformer.cli.main import main
 from specformer.errors import CheckpointError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params
-from specformer.provenance import HEADER_KEY
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params
+from specformer.checkpoint.provenance import HEADER_KEY
 
 
 class AcmeNormParams(Params):
@@ -45,21 +45,21 @@ def _acme_plugin() -> types.SimpleNamespace:
 
 @pytest.fixture
 def fresh_plugins():
-    plugins.reset()
+    discovery.reset()
     yield
-    plugins.reset()
+    discovery.reset()
 
 
 @pytest.fixture
 def acme_checkpoint(tmp_path, tiny_spec, fresh_plugins):
     """A checkpoint written while plugin 'acme' (distribution specformer-acme 1.2.3) was installed; then it is gone."""
-    plugins.register_plugin(plugins.get_plugin_manager(), _acme_plugin(), name="acme",
+    discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme",
                             distribution="specformer-acme", version="1.2.3")
     tiny_spec["model"]["block"]["norm"] = {"kind": "acmenorm", "eps": 1e-5}
     tiny_spec["model"]["block"]["attention"]["qk_norm"] = "rmsnorm"  # a nested component is recorded too
     tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 5}, {"kind": "temperature", "value": 0.7}]}
     path = specformer.save(specformer.build(tiny_spec, seed=0), tmp_path / "acme.safetensors")
-    plugins.reset()  # "uninstall": the plugin manager no longer knows 'acme'
+    discovery.reset()  # "uninstall": the plugin manager no longer knows 'acme'
     return path
 
 
@@ -103,7 +103,7 @@ def test_the_cli_says_the_same_and_exits_2(acme_checkpoint, capsys):
 
 
 def test_with_the_plugin_installed_again_the_checkpoint_loads(acme_checkpoint):
-    plugins.register_plugin(plugins.get_plugin_manager(), _acme_plugin(), name="acme",
+    discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme",
                             distribution="specformer-acme", version="1.2.3")
     model = specformer.load(acme_checkpoint)
     assert isinstance(model.blocks[0].attention_norm, AcmeNorm)
@@ -111,7 +111,7 @@ def test_with_the_plugin_installed_again_the_checkpoint_loads(acme_checkpoint):
 
 def test_an_installed_plugin_that_lacks_the_component_says_which_version_wrote_it(acme_checkpoint):
     empty = types.SimpleNamespace(specformer_register_components=hookimpl(lambda registry: None))
-    plugins.register_plugin(plugins.get_plugin_manager(), empty, name="acme",
+    discovery.register_plugin(discovery.get_plugin_manager(), empty, name="acme",
                             distribution="specformer-acme", version="2.0.0")
     with pytest.raises(CheckpointError) as info:
         specformer.load(acme_checkpoint)
@@ -123,16 +123,16 @@ def test_an_installed_plugin_that_lacks_the_component_says_which_version_wrote_i
 
 
 def test_a_plugin_registered_in_process_is_named_without_a_pip_command(tmp_path, tiny_spec, fresh_plugins):
-    plugins.register_plugin(plugins.get_plugin_manager(), _acme_plugin(), name="acme")
+    discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme")
     tiny_spec["model"]["block"]["norm"] = "acmenorm"
     path = specformer.save(specformer.build(tiny_spec, seed=0), tmp_path / "m.safetensors")
-    plugins.reset()
+    discovery.reset()
     with pytest.raises(CheckpointError) as info:
         specformer.load(path)
     assert str(info.value) == (
         f"{path}: the checkpoint was written with plugin 'acme' (registered in-process, not from an installed "
         "distribution), which is not loaded here; it provides norm 'acmenorm'. Register that plugin before "
-        "loading (specformer.plugins.register_plugin)"
+        "loading (specformer.registry.discovery.register_plugin)"
     )
 
 

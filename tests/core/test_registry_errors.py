@@ -11,11 +11,11 @@ import types
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from specformer import plugins
+from specformer.registry import discovery
 from specformer.errors import RegistryError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params
-from specformer.registry import Registry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params
+from specformer.registry.components import Registry
 
 
 class NormParams(Params):
@@ -201,9 +201,9 @@ def test_section_errors_name_the_plugin():
 
 def test_a_plugin_hook_registering_badly_fails_the_registry_with_the_entry_point_name():
     """Through the real plugin manager: the name in the message is the plugin's registered name."""
-    plugins.reset()
+    discovery.reset()
     try:
-        pm = plugins.get_plugin_manager()
+        pm = discovery.get_plugin_manager()
 
         class Sloppy(BaseModel):
             eps: float = 1.0
@@ -213,8 +213,8 @@ def test_a_plugin_hook_registering_badly_fails_the_registry_with_the_entry_point
                 lambda registry: registry.register("norm", "sloppynorm", factory=norm_factory, params=Sloppy)
             )
         )
-        plugins.register_plugin(pm, sloppy, name="sloppy_plugin")
+        discovery.register_plugin(pm, sloppy, name="sloppy_plugin")
         with pytest.raises(RegistryError, match=r"plugin 'sloppy_plugin', norm 'sloppynorm': Sloppy must set"):
-            plugins.build_registry(pm)
+            discovery.build_registry(pm)
     finally:
-        plugins.reset()
+        discovery.reset()

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import pkgutil
+from pathlib import Path
 
 import specformer
 
 from docsgen.text import cell, first_sentence, rst_to_md
 
 
+CORE = Path(specformer.__file__).parent
+
+
 def api_modules() -> list[str]:
-    """Every public module of the core package, e.g. ``specformer.registry``."""
-    return sorted(
-        f"specformer.{m.name}" for m in pkgutil.iter_modules(specformer.__path__) if not m.name.startswith("_")
-    )
+    """Every public module and subpackage of the core, e.g. ``specformer.registry.components`` (read from the files)."""
+    names = set()
+    for path in CORE.rglob("*.py"):
+        parts = path.relative_to(CORE).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts and not any(part.startswith("_") for part in parts):
+            names.add("specformer." + ".".join(parts))
+    return sorted(names)
 
 
 def api_page_path(module: str) -> str:
-    return f"api/{module.rsplit('.', 1)[-1]}.md"
+    """``specformer.model.masks`` -> ``api/model/masks.md``; a package's own page is its ``index.md``."""
+    relative = module.removeprefix("specformer.").replace(".", "/")
+    return f"api/{relative}/index.md" if (CORE / relative).is_dir() else f"api/{relative}.md"
 
 
 def api_pages() -> dict[str, str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from specformer import plugins
+from specformer.registry import discovery
 
 SCOPES = ("builtin", "installed")
 #: The distribution whose entry points are the built-in plugins.
@@ -30,23 +30,23 @@ def load_plugins(scope: str) -> list[str]:
     """
     if scope not in SCOPES:
         raise ValueError(f"specformer_plugins / SPECFORMER_DOCS_PLUGINS is {scope!r}; accepted: {', '.join(SCOPES)}")
-    plugins.reset()
+    discovery.reset()
     if scope == "installed":
-        plugins.get_registry()
-        return [info.name for info in plugins.plugin_infos()]
+        discovery.get_registry()
+        return [info.name for info in discovery.plugin_infos()]
     # The plugin manager reads importlib.metadata.entry_points once, when first built: narrow what
     # that one call sees, then restore it before anything else (mkdocs included) looks.
     real = importlib.metadata.entry_points
 
     def builtin_entry_points(**selection):
         found = real(**selection)
-        if selection.get("group") != plugins.ENTRY_POINT_GROUP:
+        if selection.get("group") != discovery.ENTRY_POINT_GROUP:
             return found
         return [ep for ep in found if ep.dist is not None and ep.dist.name == BUILTIN_DISTRIBUTION]
 
     importlib.metadata.entry_points = builtin_entry_points
     try:
-        plugins.get_registry()
+        discovery.get_registry()
     finally:
         importlib.metadata.entry_points = real
-    return [info.name for info in plugins.plugin_infos()]
+    return [info.name for info in discovery.plugin_infos()]

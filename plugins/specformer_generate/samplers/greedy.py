@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Generator, Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class Greedy:

@@ -6,7 +6,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_generate.samplers.history import spare_column_ids
 
 

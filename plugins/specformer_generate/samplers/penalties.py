@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_generate.samplers.history import token_counts, token_seen
 
 

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class Temperature:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specformer.hookspecs import hookimpl
-from specformer.params import Params
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params
 
 
 class TensorBoardLogger:

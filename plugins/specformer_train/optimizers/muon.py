@@ -31,7 +31,7 @@ import torch
 from pydantic import Field, StrictBool
 from torch import Tensor, nn
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_train.config import Float, Int, TrainConfig
 from specformer_train.optimizers.groups import GroupRule, build_groups
 

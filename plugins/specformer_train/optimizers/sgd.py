@@ -12,7 +12,7 @@ import torch
 from pydantic import Field, StrictBool
 from torch import nn
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_train.config import Float, TrainConfig
 from specformer_train.optimizers.adamw import decay_matrices
 from specformer_train.optimizers.groups import GroupRule, build_groups

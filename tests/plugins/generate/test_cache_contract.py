@@ -19,11 +19,11 @@ from pydantic import Field
 from torch import Tensor, nn
 
 import specformer
-from specformer import plugins
-from specformer.attention import CacheSlots
-from specformer.context import ForwardContext
-from specformer.params import FromParams, Params
-from specformer.summary import summarize
+from specformer.registry import discovery
+from specformer.model.attention import CacheSlots
+from specformer.model.context import ForwardContext
+from specformer.registry.params import FromParams, Params
+from specformer.model.summary import summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
 
@@ -82,7 +82,7 @@ class NarrowKeyWideValue(FromParams, nn.Module):
 
 @pytest.fixture(scope="module")
 def registry() -> Any:
-    registry = plugins.build_registry(plugins.get_plugin_manager())
+    registry = discovery.build_registry(discovery.get_plugin_manager())
     third_party = registry.for_plugin("third-party")
     for name, cls in (("own_token", OwnTokenOnly), ("narrow_key", NarrowKeyWideValue)):
         third_party.register("attention", name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__)

@@ -145,7 +145,7 @@ def test_greedy_names_itself() -> None:
 
 
 from specformer.errors import SpecError  # noqa: E402
-from specformer.plugins import get_registry  # noqa: E402
+from specformer.registry.discovery import get_registry  # noqa: E402
 from specformer_generate.samplers import Sampler, build_sampler, draw  # noqa: E402
 
 

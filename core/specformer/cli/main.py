@@ -1,0 +1,271 @@
+"""The ``specformer`` command. Core subcommands live here; plugins add theirs through
+``specformer_register_commands``.
+
+A user's mistake (:class:`~specformer.errors.UserError`) prints one clear message and
+exits with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from specformer.errors import RegistryError, UserError
+
+
+@dataclass
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int | None]
+    plugin: str
+
+
+class Commands:
+    """What ``specformer_register_commands`` receives: ``commands.add(name, help=, configure=, run=)``."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Command] = {}
+        self._plugin = "core"
+
+    def add(
+        self,
+        name: str,
+        *,
+        help: str,
+        configure: Callable[[argparse.ArgumentParser], None],
+        run: Callable[[argparse.Namespace], int | None],
+    ) -> None:
+        if name in self.by_name:
+            raise RegistryError(
+                f"plugin {self._plugin!r} adds command {name!r}, already added by plugin {self.by_name[name].plugin!r}"
+            )
+        self.by_name[name] = Command(name, help, configure, run, self._plugin)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on bad flags already; keep its message to one line plus usage."""
+
+
+def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
+    from specformer.version import __version__
+    from specformer.registry.discovery import get_plugin_manager
+
+    parser = _Parser(
+        prog="specformer",
+        description="Build, inspect, train and sample decoder-only transformers from spec files.",
+    )
+    parser.add_argument("--version", action="version", version=f"specformer {__version__}")
+    parser.add_argument(
+        "--max-memory", metavar="SIZE", dest="global_max_memory",
+        help="largest model to build or load, e.g. 64G or 'unlimited' (default: the memory available; "
+             "same as SPECFORMER_MAX_MEMORY)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = Commands()
+    _core_commands(commands)
+    pm = get_plugin_manager()
+    for impl in pm.hook.specformer_register_commands.get_hookimpls():
+        commands._plugin = impl.plugin_name
+        impl.function(commands=commands)
+    for command in commands.by_name.values():
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(p)
+        p.set_defaults(_run=command.run)
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; the exit code is 0, 2 for a user's mistake, 130 for Ctrl-C, 141 for a closed pipe.
+
+    Ctrl-C at any point (plugins still importing, a spec being read) prints one line;
+    ``specformer summary ... | head`` ends quietly when ``head`` stops reading.
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is noticed while it can still be handled
+        return code
+    except KeyboardInterrupt:
+        print("specformer: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _discard_stdout()  # the reader is gone; Python's final flush must not fail again
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        parser, _ = make_parser()
+    except RegistryError as exc:
+        print(f"specformer: plugin error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        _apply_max_memory(args.global_max_memory)
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RegistryError as exc:
+        print(f"plugin error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        # A file the user named cannot be read or written (missing folder, permissions, disk full).
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _apply_max_memory(value: str | None) -> None:
+    """``--max-memory SIZE`` is ``SPECFORMER_MAX_MEMORY=SIZE`` for this run (checked here, once)."""
+    if value is None:
+        return
+    from specformer.machine.memory import ENV_VAR, parse_bytes
+
+    parse_bytes(value)  # InputError naming the bad value
+    os.environ[ENV_VAR] = value
+
+
+def _discard_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a real file (captured in tests): nothing will flush to a closed pipe
+
+
+# -- core commands ---------------------------------------------------------------------
+
+
+def _core_commands(commands: Commands) -> None:
+    commands.add("validate", help="Check spec files against the registry; exit 2 listing every problem.",
+                 configure=_configure_validate, run=_run_validate)
+    commands.add("summary", help="Parameters per component, FLOPs per token and KV-cache size of a spec.",
+                 configure=_configure_summary, run=_run_summary)
+    commands.add("components", help="List registered components with their plugin, doc and params.",
+                 configure=_configure_components, run=_run_components)
+    commands.add("plugins", help="List loaded plugins and where they came from.",
+                 configure=lambda p: None, run=_run_plugins)
+    commands.add("schema", help="Print the JSON Schema of a spec (every registered component included).",
+                 configure=_configure_schema, run=_run_schema)
+    from specformer.cli import scaffold
+
+    commands.add("new-plugin", help=scaffold.HELP, configure=scaffold.configure, run=scaffold.run)
+
+
+def _configure_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (.yaml, .yml, .json, .toml)")
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from specformer.errors import SpecError
+    from specformer.spec import load_spec
+
+    failed = False
+    for path in args.specs:
+        try:
+            load_spec(path)
+            print(f"{path}: ok")
+        except SpecError as exc:
+            failed = True
+            print(str(exc), file=sys.stderr)
+    return 2 if failed else 0
+
+
+def _configure_summary(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="a spec file, or a .safetensors checkpoint")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_summary(args: argparse.Namespace) -> int:
+    from specformer.model.summary import format_summary, summarize
+
+    spec = _spec_from_file_or_checkpoint(args.spec)
+    s = summarize(spec)
+    stored = _stored_weight_bytes(args.spec)
+    if args.json:
+        print(json.dumps({**s.to_dict(), **({"weight_bytes": stored} if stored is not None else {})}, indent=2))
+    else:
+        print(format_summary(s, title=args.spec))
+        if stored is not None:  # a checkpoint: what its weights take as stored (quantized ones included)
+            print(f"weights in the file: {stored:,} bytes")
+    return 0
+
+
+def _stored_weight_bytes(path: str) -> int | None:
+    from specformer.checkpoint.check import check_checkpoint
+
+    return check_checkpoint(path).stored_bytes if path.endswith(".safetensors") else None
+
+
+def _spec_from_file_or_checkpoint(path: str) -> Any:
+    """A spec file's spec, or a checkpoint's, checked against the checkpoint's own tensors (nothing loaded)."""
+    from specformer.checkpoint.check import check_checkpoint
+    from specformer.spec import load_spec
+
+    if path.endswith(".safetensors"):
+        return check_checkpoint(path).spec
+    return load_spec(path)
+
+
+def _configure_components(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", nargs="?", help="only this kind (positional, norm, ffn, attention, layout, sampler, ...)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_components(args: argparse.Namespace) -> int:
+    from specformer.cli.catalogue import components_json, format_components
+    from specformer.messages import unknown_message
+    from specformer.registry.discovery import get_registry
+
+    registry = get_registry()
+    if args.kind and args.kind not in registry.kinds:
+        raise UserError(unknown_message("kind", args.kind, sorted(registry.kinds), accepted="known kinds"))
+    chosen = [c for c in registry if not args.kind or c.kind == args.kind]
+    print(json.dumps(components_json(chosen), indent=2) if args.json else format_components(chosen))
+    return 0
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    from specformer.messages import plural
+    from specformer.registry.discovery import get_registry, plugin_infos
+
+    registry = get_registry()
+    for info in plugin_infos():
+        count = sum(1 for c in registry if c.plugin == info.name)
+        print(f"{info.name:<12} {info.distribution} {info.version}  module {info.module}  ({plural(count, 'component')})")
+        if info.file:
+            print(f"{'':<12} {info.file}")
+    return 0
+
+
+def _configure_schema(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="replace the -o file if it exists")
+
+
+def _run_schema(args: argparse.Namespace) -> int:
+    from specformer.files.outputs import write_text_output
+    from specformer.registry.discovery import get_registry
+    from specformer.registry.schema import spec_json_schema
+
+    text = json.dumps(spec_json_schema(get_registry()), indent=2)
+    if args.output:
+        write_text_output(args.output, text + "\n", force=args.force)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

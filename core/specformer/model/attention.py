@@ -1,0 +1,115 @@
+"""What other code may know about an attention layer: its heads and what it caches.
+
+An attention component is free inside (its projections, its kernel, its norms), but
+some of its facts are read from outside: the positional scheme is sized by its heads,
+a KV cache (generate) allocates keys and values by its kv heads, head size and
+window, ``summary`` counts its FLOPs and cache bytes, and the hf plugin maps its heads
+to a config. Those facts are declared here, once, as :class:`AttentionLayer`, like
+:class:`~specformer.model.context.KVCache` and :class:`~specformer.model.positional.PositionalScheme`.
+
+Two of them have defaults derived from others (``n_kv_heads`` defaults to ``n_heads``,
+``head_dim`` to ``d_model / n_heads``); :func:`head_sizes` is the one place that derives
+them, for the layer itself and for anyone reading a spec without building it.
+
+What a layer keeps per token in a generation cache is its own business too: it declares
+it as :class:`CacheSlots` (two tensors, "keys" and "values", each with its own head count
+and width: full keys and values, or a compressed latent and a shared rotary key as in
+latent attention), or ``None`` when it keeps nothing. The generate plugin lays its cache
+out from those declarations only, so a third-party attention needs no change there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class CacheSlots:
+    """What one attention layer keeps per token between forward passes.
+
+    Two tensors per layer, written with ``ctx.cache.update(layer_index, key, value, positions)``:
+    ``key`` ``(B, key_heads, T, key_dim)`` and ``value`` ``(B, value_heads, T, value_dim)``.
+    They need not be keys and values: latent attention (DeepSeek-V2) stores its shared
+    rotary key as ``key`` ``(B, 1, T, qk_rope_head_dim)`` and its compressed latent as
+    ``value`` ``(B, 1, T, kv_lora_rank)``.
+    """
+
+    key_heads: int
+    key_dim: int
+    value_heads: int
+    value_dim: int
+
+    @property
+    def elements_per_token(self) -> int:
+        return self.key_heads * self.key_dim + self.value_heads * self.value_dim
+
+    def bytes_per_token(self, element_size: int) -> int:
+        """Bytes one token takes in this layer's cache, for elements of ``element_size`` bytes."""
+        return self.elements_per_token * element_size
+
+
+@runtime_checkable
+class AttentionLayer(Protocol):
+    """The public facts of a self-attention sublayer (``Decoder.attention_modules()`` returns these).
+
+    What it caches: by default keys and values of shape ``(B, n_kv_heads, S, head_dim)``,
+    written through ``ctx.cache.update(layer_index, ...)``; a layer that keeps something
+    else declares ``cache_slots`` (a :class:`CacheSlots`, or None for nothing; read it
+    with :func:`cache_slots_of`). ``S`` need never exceed ``window`` when the layer has
+    one (it attends to at most the ``window`` latest tokens). The positional scheme of
+    the layer is sized by ``n_heads`` and by ``positional_dim`` when the layer declares
+    one (the channels per head a rotary scheme turns; default ``head_dim``; see
+    :func:`positional_dim_of`).
+    """
+
+    n_heads: int  # query heads
+    n_kv_heads: int  # key/value heads (equal to n_heads: multi-head; 1: multi-query)
+    head_dim: int  # channels per head
+    window: int | None  # sliding window in tokens, or None for full causal attention
+    layer_index: int  # the layer whose keys and values this layer caches
+
+
+@dataclass(frozen=True)
+class HeadSizes:
+    """The head sizes of an attention layer, every default resolved."""
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+def head_sizes(*, d_model: int, n_heads: int, n_kv_heads: int | None = None, head_dim: int | None = None) -> HeadSizes:
+    """Resolve the derived defaults: ``n_kv_heads`` -> ``n_heads``, ``head_dim`` -> ``d_model / n_heads``.
+
+    ValueError naming the sizes when they do not fit (``n_kv_heads`` must divide
+    ``n_heads``; ``n_heads`` must divide ``d_model`` unless ``head_dim`` is given).
+    """
+    kv = n_kv_heads or n_heads
+    if n_heads % kv:
+        raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({n_heads})")
+    if head_dim is None:
+        if d_model % n_heads:
+            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model}) unless head_dim is given")
+        head_dim = d_model // n_heads
+    return HeadSizes(n_heads=n_heads, n_kv_heads=kv, head_dim=head_dim)
+
+
+def cache_slots_of(layer: Any) -> CacheSlots | None:
+    """What ``layer`` keeps per token: its declared ``cache_slots``, else keys and values by its kv heads.
+
+    A layer written before ``cache_slots`` existed keeps keys and values
+    ``(B, n_kv_heads, S, head_dim)``; that stays its default.
+    """
+    if hasattr(layer, "cache_slots"):
+        return layer.cache_slots
+    kv, hd = int(layer.n_kv_heads), int(layer.head_dim)
+    return CacheSlots(key_heads=kv, key_dim=hd, value_heads=kv, value_dim=hd)
+
+
+def positional_dim_of(layer: Any) -> int:
+    """Channels per head a positional scheme acts on: ``positional_dim`` when declared, else ``head_dim``."""
+    return int(getattr(layer, "positional_dim", layer.head_dim))
+
+
+__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "positional_dim_of"]

@@ -1,0 +1,248 @@
+"""The Decoder: embed -> positional -> blocks -> final norm -> LM head.
+
+A plain ``nn.Module``. It knows no concrete component: the builder hands it a
+positional scheme, a list of blocks (each built by a layout component from an
+attention, an ffn and norms) and a final norm.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import warnings
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specformer.model.attention import AttentionLayer
+from specformer.model.context import ForwardContext, KVCache, default_positions
+from specformer.model.masks import check_document_ids
+from specformer.model.positional import PositionalScheme
+
+
+class Decoder(nn.Module):
+    """A decoder-only transformer language model.
+
+    ``model(input_ids)`` returns logits ``(B, T, vocab_size)``. A generator passes
+    ``positions`` (absolute, ``(B, T)``, negative for padding) and a ``cache`` holding
+    the keys and values of earlier tokens.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        padded_vocab_size: int,
+        d_model: int,
+        context_length: int,
+        positional: PositionalScheme,
+        blocks: list[nn.Module],
+        layer_positionals: list[PositionalScheme] = (),
+        layer_scheme: list[int] | None = None,
+        final_norm: nn.Module,
+        tie_embeddings: bool = True,
+        lm_head_bias: bool = False,
+        embedding_multiplier: float = 1.0,
+        logit_softcap: float | None = None,
+        logit_scale: float = 1.0,
+        embedding_dropout: float = 0.0,
+        spec: Any = None,
+    ) -> None:
+        super().__init__()
+        if padded_vocab_size < vocab_size:
+            raise ValueError(f"padded_vocab_size {padded_vocab_size} is smaller than vocab_size {vocab_size}")
+        if lm_head_bias and tie_embeddings:
+            raise ValueError("an LM head bias needs untied embeddings")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.context_length = context_length
+        self.embedding = nn.Embedding(padded_vocab_size, d_model)
+        self.positional = positional
+        # Schemes inside attention that differ from ``positional`` (model.layers[].positional),
+        # one module per distinct scheme; layer i uses [positional, *layer_positionals][layer_scheme[i]].
+        self.layer_positionals = nn.ModuleList(layer_positionals)
+        if layer_scheme is not None and len(layer_scheme) != len(blocks):
+            raise ValueError(f"layer_scheme names {len(layer_scheme)} layers, the model has {len(blocks)}")
+        if layer_scheme is not None and not all(0 <= i <= len(layer_positionals) for i in layer_scheme):
+            raise ValueError(f"layer_scheme indices must be 0..{len(layer_positionals)} (0: the model-level scheme)")
+        self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = final_norm
+        self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
+        self.embedding_multiplier = embedding_multiplier
+        self.logit_softcap = logit_softcap
+        self.logit_scale = logit_scale
+        self.embedding_dropout = nn.Dropout(embedding_dropout)
+        self.spec = spec
+
+    @property
+    def tie_embeddings(self) -> bool:
+        return self.lm_head is None
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        positions: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``.
+
+        ``document_ids`` ``(B, T)`` (integers, packed training): a token attends only to
+        earlier tokens of its own document. Without a cache, attention is causal by
+        column, so ``positions`` restarting per document never reach a later token.
+
+        A sequence longer than ``context_length`` runs where every positional scheme allows
+        it (:meth:`check_past_context`), as generation does; learned positions refuse it.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
+        batch, length = input_ids.shape
+        if document_ids is not None:
+            check_document_ids(document_ids, input_ids, cache=cache)
+        plain_causal = positions is None and cache is None and document_ids is None
+        if positions is None:
+            if cache is not None:
+                raise ValueError("a forward with a cache needs the absolute positions of its tokens")
+            if length > self.context_length:
+                self.check_past_context(length)
+            positions = default_positions(batch, length, device=input_ids.device)
+
+        x = self.embedding(input_ids)  # (B, T, D)
+        if self.embedding_multiplier != 1.0:
+            # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
+            x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        added = self.positional.embed(positions)
+        if added is not None:
+            x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
+        x = self.embedding_dropout(x)
+
+        ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
+        ctx.document_ids = document_ids
+        for block in self.blocks:
+            x = block(x, ctx)
+        if last_only:
+            x = x[:, -1:, :]
+        return self.head_logits(x)
+
+    def _context(self, positions: Tensor, *, cache: KVCache | None, plain_causal: bool) -> ForwardContext:
+        """The per-forward context: each distinct positional scheme prepared once, whatever the number of layers."""
+        if self.layer_scheme is None:
+            return ForwardContext(positions=positions, positional=self.positional,
+                                  positional_state=self.positional.prepare(positions), cache=cache,
+                                  plain_causal=plain_causal)
+        schemes = [self.positional, *self.layer_positionals]
+        used = set(self.layer_scheme)
+        states = [s.prepare(positions) if i in used else None for i, s in enumerate(schemes)]
+        return ForwardContext(
+            positions=positions,
+            positional=self.positional,
+            positional_state=states[0],
+            cache=cache,
+            plain_causal=plain_causal,
+            layer_schemes=[schemes[i] for i in self.layer_scheme],
+            layer_states=[states[i] for i in self.layer_scheme],
+        )
+
+    def positional_of_layer(self, layer_index: int) -> PositionalScheme:
+        """The positional scheme inside the attention of layer ``layer_index``."""
+        if self.layer_scheme is None:
+            return self.positional
+        return [self.positional, *self.layer_positionals][self.layer_scheme[layer_index]]
+
+    def positional_schemes(self) -> list[PositionalScheme]:
+        """Every distinct positional scheme of the model: the model-level one, then the per-layer ones."""
+        return [self.positional, *self.layer_positionals]
+
+    def past_context(self) -> tuple[str, PositionalScheme]:
+        """Whether positions allow going past ``context_length``: "no" over "warn" over "yes", and the scheme that says so."""
+        rank = {"yes": 0, "warn": 1, "no": 2}
+        return max(((s.extrapolates, s) for s in self.positional_schemes()), key=lambda pair: rank[pair[0]])
+
+    def check_past_context(self, length: int) -> None:
+        """Allow a forward of ``length`` tokens past ``context_length`` as :meth:`past_context` says: "yes"
+        silently, "warn" with one warning per model (the positions were never trained there), "no" a ValueError."""
+        verdict, scheme = self.past_context()
+        name = type(scheme).__name__
+        if verdict == "no":
+            raise ValueError(f"sequence of {length} tokens is longer than the context length {self.context_length} "
+                             f"(its {name} has no position past it); give at most {self.context_length} tokens")
+        if verdict == "warn" and not getattr(self, "_warned_past_context", False):
+            warnings.warn(f"a sequence of {length} tokens, past the model's context length of {self.context_length}: "
+                          f"its positions ({name}) were never trained there, so quality may drop",
+                          stacklevel=_caller_stacklevel())
+            self._warned_past_context = True  # once per model, shared with generation's warning
+
+    def cache_restarts(self) -> set[int]:
+        """Lengths at which keys cached before become stale (a scheme's ``restart_cache_at``, e.g. LongRoPE's switch)."""
+        return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
+
+    def head_logits(self, x: Tensor) -> Tensor:
+        """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, scale, soft-cap.
+
+        The forward ends with this; the logit lens applies it to the stream after every layer.
+        """
+        x = self.final_norm(x)
+        logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
+        if self.logit_scale != 1.0:
+            logits = logits * self.logit_scale
+        if self.logit_softcap is not None:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        if logits.shape[-1] != self.vocab_size:
+            logits = logits[..., : self.vocab_size]
+        return logits
+
+    # -- facts other plugins need -------------------------------------------------------
+
+    def attention_modules(self) -> list[AttentionLayer]:
+        """Each block's attention, in layer order, with its public facts (:class:`~specformer.model.attention.AttentionLayer`)."""
+        return [block.attention for block in self.blocks]
+
+    def auxiliary_loss(self) -> Tensor | None:
+        """The sum of auxiliary losses (e.g. MoE load balancing) set by the last forward, if any."""
+        losses = [m.aux_loss for m in self.modules() if isinstance(getattr(m, "aux_loss", None), Tensor)]
+        return torch.stack(losses).sum() if losses else None
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            total -= self.embedding.weight.numel()
+            total -= sum(p.numel() for p in self.positional.parameters())
+        return total
+
+    # -- initialisation -------------------------------------------------------------------
+
+    def init_weights(self, *, std: float = 0.02) -> None:
+        """GPT-2 style init: normal(std) everywhere, output projections scaled by 1/sqrt(2 * n_layers).
+
+        Each component knows which of its weights feed the residual stream and implements
+        ``init_weights(std=..., residual_std=...)``; the Decoder only handles its own tensors.
+        """
+        residual_std = std / math.sqrt(2 * len(self.blocks))
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=std)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
+            if self.lm_head.bias is not None:
+                nn.init.zeros_(self.lm_head.bias)
+        for module in self._components():
+            module.init_weights(std=std, residual_std=residual_std)
+
+    def _components(self) -> Iterator[nn.Module]:
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "init_weights", None)):
+                yield module
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the code that called the model: the first frame
+    outside specformer's core and torch.nn (``model(ids)`` reaches ``forward`` through ``Module.__call__``)."""
+    ours = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(nn.__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return level

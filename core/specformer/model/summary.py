@@ -1,0 +1,172 @@
+"""Sizes and costs of a spec'd model, computed from shapes on the ``meta`` device (no memory)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specformer.model.attention import cache_slots_of
+from specformer.model.decoder import Decoder
+from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
+from specformer.model.positional import PositionalScheme
+from specformer.spec.check import estimate
+
+
+@dataclass
+class ModelSummary:
+    """Parameter counts per component and the per-token costs of the model.
+
+    Modules that use only part of their weights per token (mixture of experts) say so
+    through an ``active_parameters()`` method; only those count towards FLOPs.
+    FLOPs follow the convention of Kaplan et al. and PaLM's MFU appendix: a matmul
+    with N weights costs 2N FLOPs per token forward; attention scores and the weighted
+    sum cost ``2 * n_heads * (head_dim + v_head_dim) * T`` per layer per token (``4 * n_heads
+    * head_dim * T`` when values are as wide as keys; an attention whose values differ, as
+    latent attention's, declares ``v_head_dim``), with T the context length (or the window,
+    for sliding-window layers). Training = 3 x forward: ``6N + 3 * attention``, which is the
+    familiar ``6N + 12 * L * H * hd * T`` when values are as wide as keys and no layer slides.
+    The KV cache per token is what one more token adds with every layer still growing;
+    at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
+    """
+
+    params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
+    total: int = 0
+    active: int = 0  # parameters one token uses (total less the experts it is not routed to)
+    non_embedding: int = 0
+    matmul_params: int = 0
+    attention_flops_per_token: int = 0
+    kv_elements_per_token: int = 0
+    kv_elements_at_context: int = 0  # one sequence of context_length tokens, windowed layers capped
+    context_length: int = 0
+    n_layers: int = 0
+    # What each attention will run (its describe_kernel(), e.g. "sdpa (fused causal); flex for ...") -> layers.
+    attention_kernels: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
+
+    @property
+    def forward_flops_per_token(self) -> int:
+        return 2 * self.matmul_params + self.attention_flops_per_token
+
+    @property
+    def train_flops_per_token(self) -> int:
+        return 3 * self.forward_flops_per_token
+
+    def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
+        return self.kv_elements_per_token * torch.empty((), dtype=dtype).element_size()
+
+    def kv_bytes_at_context(self, dtype: torch.dtype = torch.bfloat16) -> int:
+        return self.kv_elements_at_context * torch.empty((), dtype=dtype).element_size()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": dict(self.params),
+            "total_params": self.total,
+            "active_params": self.active,
+            "non_embedding_params": self.non_embedding,
+            "forward_flops_per_token": self.forward_flops_per_token,
+            "train_flops_per_token": self.train_flops_per_token,
+            "kv_cache_bytes_per_token_fp32": self.kv_bytes_per_token(torch.float32),
+            "kv_cache_bytes_per_token_bf16": self.kv_bytes_per_token(torch.bfloat16),
+            "kv_cache_bytes_at_context_bf16": self.kv_bytes_at_context(torch.bfloat16),
+            "context_length": self.context_length,
+        }
+
+
+def summarize(model_or_spec: Any) -> ModelSummary:
+    """Summarise a built Decoder, or a spec (a file, dict or Spec; nothing is allocated).
+
+    For a spec, the skeleton and one block per distinct layer are built on the meta
+    device and each block counted once per layer that shares it
+    (:func:`specformer.spec.check.estimate`), so a million-layer spec is as quick as a small one.
+    """
+    if isinstance(model_or_spec, Decoder):
+        model = model_or_spec
+        return _summarize(model, [(block, 1) for block in model.blocks], context_length=model.context_length)
+    shape = estimate(model_or_spec)
+    return _summarize(shape.skeleton, shape.blocks, context_length=shape.skeleton.context_length)
+
+
+def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, context_length: int) -> ModelSummary:
+    """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
+    s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
+    groups: OrderedDict[str, int] = OrderedDict(
+        (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "final_norm", "lm_head")
+    )
+    for name, p in skeleton.named_parameters():
+        top = name.split(".")[0]
+        if top != "blocks":
+            groups[top] = groups.get(top, 0) + p.numel()
+    for block, count in blocks:
+        for name, p in block.named_parameters():
+            part = name.split(".")[0]
+            key = part if part in ("attention", "ffn") else "block norms"
+            groups[key] += p.numel() * count
+    s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
+    s.total = sum(groups.values())
+    s.non_embedding = s.total - groups["embedding"] - groups["positional"]
+    lm_head_matmul = skeleton.embedding.weight.numel() if skeleton.tie_embeddings else 0
+    norm_params = groups["block norms"] + groups["final_norm"]
+    # Sparse modules (mixture of experts) multiply each token by only some of their weights.
+    in_blocks = {id(m) for m in skeleton.blocks.modules()} if hasattr(skeleton, "blocks") else set()
+    parts = [(m, 1) for m in skeleton.modules() if id(m) not in in_blocks]
+    parts += [(m, count) for block, count in blocks for m in block.modules()]
+    inactive = sum(
+        (sum(p.numel() for p in m.parameters()) - m.active_parameters()) * count
+        for m, count in parts
+        if callable(getattr(m, "active_parameters", None))
+    )
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
+    s.active = s.total - inactive
+    for block, count in blocks:
+        attention = block.attention
+        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
+        value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
+        s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
+        kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
+        if callable(getattr(attention, "describe_kernel", None)):
+            kernel = attention.describe_kernel(bias=_has_bias(skeleton))
+            s.attention_kernels[kernel] = s.attention_kernels.get(kernel, 0) + count
+        s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
+        s.kv_elements_at_context += (kept.elements_per_token if kept is not None else 0) * span * count
+    return s
+
+
+def _has_bias(skeleton: Any) -> bool:
+    # A scheme that biases scores (ALiBi) takes attention off the plain causal kernel.
+    scheme = getattr(skeleton, "positional", None)
+    return scheme is not None and type(scheme).attention_bias is not PositionalScheme.attention_bias
+
+
+def format_summary(s: ModelSummary, *, title: str = "") -> str:
+    def human(n: float) -> str:
+        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+            if abs(n) >= scale:
+                return f"{n / scale:.2f}{unit}"
+        return f"{n:g}"
+
+    rows = [(k, f"{v:,}", f"{100 * v / max(s.total, 1):.1f}%") for k, v in s.params.items()]
+    rows.append(("total", f"{s.total:,}", "100.0%"))
+    rows.append(("non-embedding", f"{s.non_embedding:,}", f"{100 * s.non_embedding / max(s.total, 1):.1f}%"))
+    if s.active != s.total:
+        rows.append(("active / token", f"{s.active:,}", f"{100 * s.active / max(s.total, 1):.1f}%"))
+    width = max(len(r[0]) for r in rows)
+    numw = max(len(r[1]) for r in rows)
+    lines = [title] if title else []
+    lines.append(f"{'component':<{width}}  {'params':>{numw}}  share")
+    lines += [f"{a:<{width}}  {b:>{numw}}  {c:>6}" for a, b, c in rows]
+    lines.append("")
+    lines.append(f"context length                 {s.context_length:,}")
+    lines.append(f"forward FLOPs / token          {human(s.forward_flops_per_token)}  (2N + attention)")
+    lines.append(f"training FLOPs / token         {human(s.train_flops_per_token)}  (3 × forward: 6N + 3·attention)")
+    lines.append(
+        f"KV cache / token               {format_bytes(s.kv_bytes_per_token(torch.float32))} fp32, "
+        f"{format_bytes(s.kv_bytes_per_token(torch.bfloat16))} bf16"
+    )
+    lines.append(
+        f"KV cache at full context       {format_bytes(s.kv_bytes_at_context(torch.bfloat16))} bf16 per sequence"
+    )
+    for kernel, layers in s.attention_kernels.items():
+        lines.append(f"attention kernel               {kernel}  ({layers} layer{'s' if layers != 1 else ''})")
+    return "\n".join(lines)

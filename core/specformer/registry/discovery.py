@@ -1,0 +1,129 @@
+"""Finding plugins and building the registry from them.
+
+Nothing happens at import time: :func:`get_plugin_manager` loads the entry points of
+group ``specformer`` the first time it is called, and :func:`get_registry` asks every
+plugin to register its components the first time it is called.
+
+Each plugin brings its own extension points: its ``specformer_add_hookspecs`` runs as it
+is registered, and every plugin's ``specformer_add_kinds`` runs before any plugin's
+``specformer_register_components``. So the hooks a plugin implements are checked once
+all plugins are loaded, and components can be registered for any plugin's kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from specformer.registry import hookspecs
+from specformer.errors import RegistryError
+from specformer.registry.components import Registry
+
+ENTRY_POINT_GROUP = "specformer"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a loaded plugin came from."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    file: str
+
+
+_infos: dict[str, PluginInfo] = {}
+
+
+@functools.cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The plugin manager with the hookspecs and every ``specformer`` entry point loaded."""
+    pm = new_plugin_manager()
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if pm.has_plugin(ep.name):
+            continue  # the same distribution found twice on sys.path
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            dist = ep.dist.name if ep.dist else "?"
+            raise RegistryError(
+                f"plugin {ep.name!r} (entry point {ep.value!r} of distribution {dist!r}) failed to import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        register_plugin(pm, plugin, name=ep.name, distribution=ep.dist.name if ep.dist else "?",
+                        version=ep.dist.version if ep.dist else "?", check=False)
+    check_hooks(pm)  # only now: a plugin may implement a hook that a plugin loaded after it declares
+    return pm
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    """A plugin manager with the core's hookspecs, ready to let each plugin add its own."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.hook.specformer_add_hookspecs.call_historic(kwargs={"pluginmanager": pm})
+    return pm
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: Any, *, name: str, distribution: str = "(in process)",
+                    version: str = "", check: bool = True) -> None:
+    """Register one plugin object (its ``specformer_add_hookspecs`` runs now), checking its hooks unless ``check=False``."""
+    try:
+        pm.register(plugin, name=name)
+    except (ValueError, pluggy.PluginValidationError) as exc:
+        # Registering a plugin that adds hookspecs checks the implementations already registered:
+        # the one that does not fit may be another plugin's.
+        culprit = getattr(exc, "plugin", None)
+        blamed = (pm.get_name(culprit) if culprit is not None else None) or name
+        raise RegistryError(f"plugin {blamed!r}: {exc}") from exc
+    if check:
+        check_hooks(pm)
+    _infos[name] = PluginInfo(
+        name=name,
+        module=getattr(plugin, "__name__", type(plugin).__name__),
+        distribution=distribution,
+        version=version,
+        file=getattr(plugin, "__file__", "") or "",
+    )
+
+
+def check_hooks(pm: pluggy.PluginManager) -> None:
+    """RegistryError naming the plugin that implements a hook no plugin declared (a misspelt hook)."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        name = pm.get_name(exc.plugin) if exc.plugin is not None else "?"
+        raise RegistryError(f"plugin {name!r}: {exc}") from exc
+
+
+def plugin_infos() -> list[PluginInfo]:
+    pm = get_plugin_manager()
+    return [_infos[name] for name, _ in sorted(pm.list_name_plugin()) if name in _infos]
+
+
+@functools.cache
+def get_registry() -> Registry:
+    """The registry filled by every plugin's ``specformer_register_components``."""
+    return build_registry(get_plugin_manager())
+
+
+def build_registry(pm: pluggy.PluginManager) -> Registry:
+    """Every plugin's kinds first, then every plugin's components, each in registration order."""
+    registry = Registry()
+    for hook in (pm.hook.specformer_add_kinds, pm.hook.specformer_register_components):
+        for impl in hook.get_hookimpls():
+            impl.function(registry=registry.for_plugin(impl.plugin_name))
+    return registry
+
+
+def reset() -> None:
+    """Forget the loaded plugins and registry (tests use this after installing a plugin)."""
+    get_plugin_manager.cache_clear()
+    get_registry.cache_clear()
+    _infos.clear()
+    importlib.invalidate_caches()

@@ -1,0 +1,389 @@
+"""The shapes of a spec: what a person writes down to describe a model, as plain pydantic models.
+
+This module holds the *shapes* of a spec only: plain pydantic models that check the
+structure of a file (which fields exist, their types and bounds), the reading of a
+file into plain data, and the turning of pydantic's errors into problems at
+dotted paths. It knows no registry and no component. The core's path for a spec goes
+upward from here, one layer importing only the ones below it:
+
+1. shapes (this module): the structure of the file;
+2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
+   registry once, each section checked by the model its plugin registered;
+3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so
+   constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
+   components themselves, then the plugins' ``specformer_validate_spec`` hooks;
+4. building (:mod:`specformer.model.builder`): modules from what validation resolved.
+
+:mod:`specformer.spec` is where plugins and users take the spec from: these shapes and
+:func:`~specformer.spec.load_spec`, which takes a spec through every step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specformer.files.datafile import FORMATS, read_data_file
+from specformer.errors import InputError, Problem, SpecError, excerpt
+from specformer.spec.layer_groups import membership, overrides_of_layer
+from specformer.messages import closest, join_path, unknown_message  # the one path format: generate.sampler[1].k
+from specformer.spec.strict import StrictNumbers
+
+# -- pieces of a spec ---------------------------------------------------------------
+
+
+def as_component_ref(value: Any) -> dict[str, Any]:
+    """A spec may name a component by a bare string: ``norm: rmsnorm`` is ``{kind: rmsnorm}``."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict):
+        if "kind" not in value:
+            raise ValueError("a component needs a 'kind' naming the registered component")
+        if not isinstance(value["kind"], str):
+            raise ValueError(f"'kind' must be a string naming a component, got {excerpt(value['kind'])}")
+        return dict(value)
+    raise ValueError(f"expected a component as a name or a mapping with 'kind', got {excerpt(value)}")
+
+
+class ComponentRef(StrictNumbers):
+    """A component named in a spec: ``{kind: <registered name>, <its params>...}`` or just the name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str = Field(description="The registered name of the component.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_bare_name(cls, value: Any) -> Any:
+        return as_component_ref(value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **(self.model_extra or {})}
+
+
+class BlockSpec(StrictNumbers):
+    """One transformer block: how it is wired (layout) and its parts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: ComponentRef = Field(
+        default_factory=lambda: ComponentRef(kind="prenorm"),
+        description="How norms, attention and feed-forward are wired around the residual stream.",
+    )
+    norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
+    attention: ComponentRef = Field(description="The self-attention sublayer.")
+    ffn: ComponentRef = Field(description="The feed-forward sublayer.")
+    positional: ComponentRef | None = Field(
+        default=None,
+        description=("The positional scheme inside this block's attention (rope, alibi, none); default model.positional. "
+                     "Schemes that add to the embeddings (learned, sinusoidal) are model-level only."),
+    )
+
+
+BLOCK_FIELDS = ("layout", "norm", "attention", "ffn")
+#: Block fields a layer override may change: the components, and the positional scheme inside attention.
+OVERRIDE_FIELDS = (*BLOCK_FIELDS, "positional")
+
+
+class LayerOverride(StrictNumbers):
+    """Changes to the block for some layers: any block field, merged into the base block's.
+
+    A component given with the same ``kind`` as the base block's has its params merged
+    (``attention: {window: 4096}`` keeps every other attention param); a different
+    ``kind`` replaces the component whole.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    select: Union[int, list[int], str] = Field(
+        description=(
+            "Which layers: an index (negative counts from the end), a list of indices, "
+            "a Python slice such as '0::2' or '-4:', or 'all'."
+        )
+    )
+    layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout of the selected layers (merged; a new kind replaces).")
+    norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the norm of the selected layers (merged; a new kind replaces).")
+    attention: dict[str, Any] | str | None = Field(default=None, description="Changes to the attention of the selected layers (merged; a new kind replaces).")
+    ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward of the selected layers (merged; a new kind replaces).")
+    positional: dict[str, Any] | str | None = Field(
+        default=None,
+        description="Changes to the positional scheme inside the selected layers' attention (merged; a new kind replaces).",
+    )
+
+    def layer_indices(self, n_layers: int) -> list[int]:
+        """The layers this override selects; ValueError naming the bad selection."""
+        return select_layers(self.select, n_layers)
+
+    def layer_selection(self, n_layers: int) -> "range | list[int]":
+        """Like :meth:`layer_indices`, but a slice stays a ``range``."""
+        return layer_selection(self.select, n_layers)
+
+
+class ModelSpec(StrictNumbers):
+    """The architecture: sizes, positional scheme, block and per-layer changes, head."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(gt=0, description="Number of token ids the model reads and predicts.")
+    d_model: int = Field(gt=0, description="Width of the residual stream.")
+    n_layers: int = Field(gt=0, description="Number of blocks.")
+    context_length: int = Field(gt=0, description="Longest sequence the model is built for.")
+    positional: ComponentRef = Field(description="How positions enter the model.")
+    block: BlockSpec
+    layers: list[LayerOverride] = Field(
+        default_factory=list, description="Per-layer overrides of block fields, applied in order."
+    )
+    final_norm: ComponentRef | None = Field(
+        default=None, description="Norm before the LM head; defaults to the block's norm."
+    )
+    tie_embeddings: bool = Field(default=True, description="Share the token embedding with the LM head.")
+    lm_head_bias: bool = Field(default=False, description="Give the LM head a bias (needs untied embeddings).")
+    embedding_multiplier: float | Literal["sqrt_d_model"] = Field(
+        default=1.0, description="Scale token embeddings by this (Gemma uses sqrt_d_model)."
+    )
+    logit_softcap: float | None = Field(
+        default=None, gt=0, description="Cap final logits smoothly: cap * tanh(logits / cap) (Gemma 2)."
+    )
+    logit_scale: float = Field(
+        default=1.0, gt=0, description="Multiply the final logits by this, before any soft-cap (Cohere's logit_scale)."
+    )
+    pad_vocab_to_multiple: int = Field(
+        default=1, gt=0, description="Pad embedding rows to a multiple of this for faster matmuls; logits keep vocab_size."
+    )
+    embedding_dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the input embeddings.")
+    init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of weights; output projections are scaled by 1/sqrt(2*n_layers).")
+
+    @model_validator(mode="after")
+    def _head_bias_needs_untied(self) -> "ModelSpec":
+        if self.lm_head_bias and self.tie_embeddings:
+            raise ValueError("lm_head_bias: true needs tie_embeddings: false (a tied head has no separate bias)")
+        return self
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_to_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    def layer_selections(self) -> list["range | list[int]"]:
+        """The layers each override selects (a ``range`` for slices); ValueError for a bad one."""
+        return [layer_selection(o.select, self.n_layers) for o in self.layers]
+
+    def block_with(self, overrides: Iterable[int]) -> dict[str, dict[str, Any]]:
+        """The base block with the overrides at these indices of ``layers`` applied, in order.
+
+        Its ``positional`` is the scheme inside attention: the block's, else ``model.positional``.
+        """
+        block = {f: getattr(self.block, f).as_dict() for f in BLOCK_FIELDS}
+        block["positional"] = (self.block.positional or self.positional).as_dict()
+        for j in overrides:
+            override = self.layers[j]
+            for f in OVERRIDE_FIELDS:
+                change = getattr(override, f)
+                if change is None:
+                    continue
+                change = as_component_ref(change) if isinstance(change, str) else dict(change)
+                current = block[f]
+                if "kind" in change and change["kind"] != current["kind"]:
+                    block[f] = change
+                else:
+                    block[f] = {**current, **change}
+        return block
+
+    def layer_blocks(self) -> list[dict[str, dict[str, Any]]]:
+        """The effective block of every layer: base block with the overrides that select it applied."""
+        selections = membership(self.layer_selections())
+        blocks: dict[tuple[int, ...], dict[str, dict[str, Any]]] = {}
+        out = []
+        for i in range(self.n_layers):
+            signature = overrides_of_layer(i, selections)
+            if signature not in blocks:
+                blocks[signature] = self.block_with(signature)
+            out.append({f: dict(v) for f, v in blocks[signature].items()})
+        return out
+
+    def final_norm_ref(self) -> dict[str, Any]:
+        return (self.final_norm or self.block.norm).as_dict()
+
+
+class Spec(StrictNumbers):
+    """A whole spec file: ``model`` plus any sections plugins registered (``train``, ``generate``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: ModelSpec
+
+    def section(self, name: str, default: Any = None) -> Any:
+        """A plugin's section, validated by the model it registered, or ``default``."""
+        return (self.model_extra or {}).get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# -- layer selection -----------------------------------------------------------------
+
+
+def select_layers(select: int | list[int] | str, n_layers: int) -> list[int]:
+    """The sorted layer indices ``select`` names; ValueError naming a bad selection."""
+    return list(layer_selection(select, n_layers))
+
+
+def layer_selection(select: int | list[int] | str, n_layers: int) -> "range | list[int]":
+    """Like :func:`select_layers`, but a slice stays a ``range`` (no list of a million layers)."""
+
+    def one(i: int) -> int:
+        j = i + n_layers if i < 0 else i
+        if not 0 <= j < n_layers:
+            raise ValueError(f"layer {i} does not exist (the model has {n_layers} layers: 0..{n_layers - 1})")
+        return j
+
+    if isinstance(select, bool):
+        raise ValueError(f"select must be an index, a list, a slice or 'all', got {excerpt(select)}")
+    if isinstance(select, int):
+        return [one(select)]
+    if isinstance(select, list):
+        return sorted({one(i) for i in select})
+    text = select.strip()
+    if text == "all":
+        return range(n_layers)
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            return [one(int(text))]
+        if len(parts) > 3:
+            raise ValueError
+        bounds = [int(p) if p.strip() else None for p in parts]
+    except ValueError:
+        raise ValueError(
+            f"select {excerpt(select)} is not an index, a list, a slice such as '0::2' or '-4:', or 'all'"
+        ) from None
+    if len(bounds) == 3 and bounds[2] == 0:
+        raise ValueError(f"select {excerpt(select)}: a slice step cannot be zero")
+    chosen = range(n_layers)[slice(*bounds)]
+    if chosen.step < 0:  # the same layers, in increasing order
+        chosen = chosen[::-1]
+    if not chosen:
+        raise ValueError(f"select {excerpt(select)} selects no layer of {n_layers}")
+    return chosen
+
+
+# -- loading -------------------------------------------------------------------------
+
+SPEC_SUFFIXES = FORMATS
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """Parse a spec file into plain data; a missing, malformed or oversized file is a :class:`SpecError`.
+
+    Reading is bounded (size, nesting, YAML aliases): see :mod:`specformer.files.datafile`.
+    """
+    path = Path(path)
+    where = str(path)
+    try:
+        data = read_data_file(path, what="spec file")
+    except InputError as exc:
+        message = str(exc).removeprefix(f"{where}: ")
+        raise SpecError([Problem("", message)], source=where) from None
+    if not isinstance(data, dict):
+        raise SpecError([Problem("", f"a spec must be a mapping with a 'model' section, got {type(data).__name__}")], source=where)
+    return data
+
+
+def problems_from_validation_error(exc: ValidationError, *, prefix: str = "", model: type[BaseModel] | None = None) -> list[Problem]:
+    """Turn pydantic's errors into one :class:`Problem` per field, with full dotted paths.
+
+    A field whose type is a union fails once per member; those failures are joined
+    into one line ("Input should be a finite number, or Input should be 'sqrt_d_model'").
+    The bad value is quoted as a short excerpt only.
+    """
+    messages: dict[str, list[str]] = {}
+    inputs: dict[str, str] = {}
+    meant: set[str] = set()  # the fields misspelt keys were most likely meant to be
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not _is_union_tag(p)]
+        nested = (err.get("ctx") or {}).get("problems") if err["type"] == "invalid_component" else None
+        if nested:  # a sub-component's own problems, each at its full path (see params.SubComponent)
+            for sub_path, sub_message in nested:
+                messages.setdefault(join_path(prefix, [*loc, sub_path]), []).append(sub_message)
+            continue
+        if err["type"] == "unknown_component":
+            loc = [*loc, "kind"]  # where the name is written, as for the model's own components
+        path = join_path(prefix, loc)
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            accepted = _accepted_fields(model, loc[:-1])
+            message = unknown_message("field", loc[-1], accepted, quote_name=False) if accepted else "unknown field"
+            guess = closest(loc[-1], accepted)
+            if guess is not None:
+                meant.add(join_path(prefix, [*loc[:-1], guess]))
+        elif err["type"] == "missing":
+            message = _MISSING
+        elif "input" in err and err["type"] not in ("unknown_component", "invalid_component") and not (
+            isinstance(err["input"], dict) and err["type"] == "value_error"
+        ):
+            # A check across a whole component's params names the values itself; quoting the mapping is noise.
+            inputs.setdefault(path, f" (got {excerpt(err['input'])})")
+        if message not in messages.setdefault(path, []):
+            messages[path].append(message)
+    # `d_modle: unknown field; did you mean 'd_model'?` already says what to do about the missing d_model.
+    return [
+        Problem(path, ", or ".join(found) + inputs.get(path, ""))
+        for path, found in messages.items()
+        if not (path in meant and found == [_MISSING])
+    ]
+
+
+_MISSING = "required field is missing"
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith(("literal[", "constrained-", "function-")))
+
+
+_UNION_TAGS = {"int", "list[int]", "str", "dict[str,any]", "float", "function-plain[validate()]", "constrained-float"}
+
+
+
+def _accepted_fields(model: type[BaseModel] | None, loc: list[Any]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return []
+        annotation = current.model_fields[part].annotation
+        current = _first_model(annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _first_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+__all__ = [
+    "OVERRIDE_FIELDS",
+    "BlockSpec",
+    "ComponentRef",
+    "LayerOverride",
+    "ModelSpec",
+    "Spec",
+    "as_component_ref",
+    "problems_from_validation_error",
+    "read_spec_file",
+    "layer_selection",
+    "select_layers",
+]
