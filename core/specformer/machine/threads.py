@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from specformer.errors import UserError
+
 _DEFAULT = torch.get_num_threads()  # PyTorch's own choice at import: the physical cores
 
 
@@ -35,8 +37,6 @@ def use_threads(value: str, *, option: str = "--threads") -> int:
 
     :class:`~specformer.errors.UserError` naming ``option`` for anything else.
     """
-    from specformer.errors import UserError
-
     if value == "auto":
         count = auto_threads()
     elif value.isdigit() and int(value) >= 1:
