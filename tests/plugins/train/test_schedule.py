@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specformer_train.config import TrainConfig
-from specformer_train.schedule import learning_rate, schedule_from_config
+from specformer_train.schedule import learning_rate, step_learning_rates
 
 LR, MIN, WARM, STEPS = 1e-3, 1e-4, 10, 110
 
@@ -52,10 +52,9 @@ def test_warmup_longer_than_the_run_only_warms_up() -> None:
     assert learning_rate(4, schedule="warmup_cosine", lr=1.0, min_lr=0.0, warmup_steps=100, steps=5) == pytest.approx(5 / 101)
 
 
-def test_schedule_from_config_uses_the_config() -> None:
+def test_the_runs_rate_uses_the_config() -> None:
     config = TrainConfig(lr=2e-3, min_lr=0.0, warmup_steps=0, steps=10, schedule="linear")
-    at = schedule_from_config(config)
-    assert [round(at(s), 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
+    assert [round(step_learning_rates(s, config, [])[0], 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
 
 
 @pytest.mark.parametrize("steps, warmup, fraction", [(100, 90, 0.2), (100, 80, 0.2), (50, 10, 0.9), (30, 29, 1.0)])
