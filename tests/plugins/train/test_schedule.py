@@ -73,3 +73,21 @@ def test_wsd_never_decays_inside_the_warm_up(steps: int, warmup: int, fraction: 
     # The first step after a warm-up that reaches into the decay window is at the peak, not partly decayed.
     assert learning_rate(warmup, schedule="wsd", lr=lr, min_lr=min_lr, warmup_steps=warmup, steps=steps,
                          decay_fraction=fraction) == pytest.approx(lr)
+
+
+def test_the_rates_of_a_step_evaluate_the_schedule_once_and_equal_each_groups_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.schedule as schedule
+
+    calls: list[int] = []
+    original = schedule.phase_of
+    monkeypatch.setattr(schedule, "phase_of", lambda step, **kw: calls.append(step) or original(step, **kw))
+    config = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=3, steps=20, schedule="wsd", decay_shape="1-sqrt")
+    groups = [{"peak_lr": 1e-3, "min_lr": 1e-4}, {"peak_lr": 0.02, "min_lr": 0.002}, {"peak_lr": 5e-4, "min_lr": 0.0}]
+    for step in (0, 2, 3, 10, 17, 19):
+        calls.clear()
+        lr, rates = schedule.step_learning_rates(step, config, groups)
+        assert calls == [step]
+        kw = dict(schedule="wsd", warmup_steps=3, steps=20, decay_fraction=0.2, decay_shape="1-sqrt")
+        assert lr == original(step, **kw).at(1e-3, 1e-4) == rates[0]  # bit for bit
+        assert rates == [learning_rate(step, lr=g["peak_lr"], min_lr=g["min_lr"], **kw) for g in groups]
