@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specformer.context import ForwardContext, default_positions
-from specformer.positional import PositionalScheme
+from specformer.model.context import ForwardContext, default_positions
+from specformer.model.positional import PositionalScheme
 from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.positional.alibi import ALiBi
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import specformer
-from specformer.checkpoint import load_weights
+from specformer.checkpoint.save_load import load_weights
 from specformer.spec import read_spec_file
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "llama-3.2-1b.yaml"

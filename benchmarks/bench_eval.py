@@ -46,7 +46,7 @@ def main() -> int:
 
     import specformer
     from specformer.spec import load_spec
-    from specformer.tokenizer import ByteTokenizer
+    from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_eval import evaluate_documents
     from specformer_train.config import TrainConfig
     from specformer_train.corpus import default_corpus

@@ -50,7 +50,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import specformer
-    from specformer.tokenizer import ByteTokenizer
+    from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_train.config import TrainConfig
     from specformer_train.data import PackedRows
     from specformer_train.documents import document_ids, document_positions

@@ -89,7 +89,7 @@ def main() -> int:
     import specformer
     from specformer_train.config import TrainConfig
     from specformer_train.data import PackedRows
-    from specformer.tokenizer import ByteTokenizer
+    from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_train.trainer import Trainer
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

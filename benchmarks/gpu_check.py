@@ -112,7 +112,7 @@ def train_spec(*, seq: int, window: int | None) -> dict[str, Any]:
 
 def train_flops_per_token(spec: dict[str, Any]) -> float:
     """Model FLOPs per trained token: 3 x (2 N_matmul + 4 L H hd span), from specformer.summarize."""
-    from specformer.summary import summarize
+    from specformer.model.summary import summarize
 
     return float(summarize(spec).train_flops_per_token)
 
@@ -153,7 +153,7 @@ def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None
     import torch
     import torch.nn.functional as F
 
-    from specformer.builder import build
+    from specformer.model.builder import build
 
     spec = train_spec(seq=args.seq, window=window)
     model = build(spec, device=args.device, seed=0)
@@ -193,9 +193,9 @@ def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None
 def run_decode(args: argparse.Namespace, *, card: Card | None) -> Row:
     import torch
 
-    from specformer.builder import build
+    from specformer.model.builder import build
     from specformer.spec import read_spec_file
-    from specformer.summary import summarize
+    from specformer.model.summary import summarize
     from specformer_generate.generate import generate
 
     spec = read_spec_file(DECODE_SPEC)

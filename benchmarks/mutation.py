@@ -53,17 +53,17 @@ MODULES: dict[str, list[str]] = {
     ],
     # generate()'s own tests reach StopCondition too, but each takes seconds per mutant.
     "plugins/specformer_generate/stopping.py": ["tests/plugins/generate/test_stopping_mutants.py"],
-    "core/specformer/checkpoint.py": [
+    "core/specformer/checkpoint/save_load.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
         "tests/core/test_checkpoint_mutants.py",
     ],
-    "core/specformer/checkpoint_check.py": [
+    "core/specformer/checkpoint/check.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
         "tests/core/test_checkpoint_mutants.py",
     ],
-    "core/specformer/checkpoint_file.py": [
+    "core/specformer/checkpoint/file.py": [
         "tests/core/test_checkpoint.py",
         "tests/core/test_checkpoint_headers.py",
         "tests/core/test_checkpoint_mutants.py",
@@ -75,7 +75,7 @@ MODULES: dict[str, list[str]] = {
     # The training loop: only its fast file (a tiny model, a few steps per test); the other trainer
     # tests train for seconds each, once per mutant they reach.
     "plugins/specformer_train/trainer.py": ["tests/plugins/train/test_trainer_mutants.py"],
-    "core/specformer/context.py": [
+    "core/specformer/model/context.py": [
         "tests/core/test_decoder.py",
         "tests/core/test_context_mutants.py",
     ],
@@ -129,7 +129,7 @@ PIPELINE = "plugins/specformer_generate/samplers/pipeline.py"
 CACHE = "plugins/specformer_generate/cache.py"
 BEAM = "plugins/specformer_generate/beam.py"
 SPECULATIVE = "plugins/specformer_generate/speculative.py"
-CHECKPOINT = "core/specformer/checkpoint.py"
+CHECKPOINT = "core/specformer/checkpoint/save_load.py"
 TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
 TRAINER = "plugins/specformer_train/trainer.py"
 GENERATE = "plugins/specformer_generate/generate.py"
@@ -206,7 +206,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
        "load_weights raised on any missing or unexpected name just above, so strict has nothing left to refuse"
        for mutated in ("model.load_state_dict(tensors, strict=None)", "model.load_state_dict(tensors, )",
                        "model.load_state_dict(tensors, strict=False)")},
-    ("core/specformer/checkpoint_check.py",
+    ("core/specformer/checkpoint/check.py",
      '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count > len(tensors) else "")',
      '+ (f" ({sum(t.nbytes for t in tensors.values()):,} bytes)" if count >= len(tensors) else "")'):
         "only evaluated when count != len(tensors) (the raise above it), where > and >= agree",
@@ -438,8 +438,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
      'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
         "Python reads the string case-insensitively: the same inf",
-    # The attention mask's memo (core/specformer/context.py).
-    **{("core/specformer/context.py",
+    # The attention mask's memo (core/specformer/model/context.py).
+    **{("core/specformer/model/context.py",
         'return self.mask_memo(("dense", rule), k_positions, lambda inputs: dense_mask(inputs, rule))',
         f'return self.mask_memo(("{word}", rule), k_positions, lambda inputs: dense_mask(inputs, rule))'):
        'the tag only keeps dense masks apart from the kernels\' memo entries ("tiles", "flex"): any other string does'
@@ -679,7 +679,7 @@ def export_code(revision: str, into: Path) -> Path:
 
 
 def src_path(module: str) -> Path:
-    """``core/specformer/checkpoint.py`` -> ``src/specformer/checkpoint.py`` (the staged path)."""
+    """``core/specformer/checkpoint/save_load.py`` -> ``src/specformer/checkpoint/save_load.py`` (the staged path)."""
     parts = Path(module).parts
     if parts[0] not in ("core", "plugins"):
         raise SystemExit(f"{module}: expected a path under core/ or plugins/")

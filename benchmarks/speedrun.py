@@ -79,8 +79,8 @@ class Outcome:
 def run(name: str, spec: Path, *, data: str, threads: int, eval_every: int, target: float,
         overrides: list[str], out: Path) -> Outcome:
     import specformer
-    from specformer.hookspecs import hookimpl
-    from specformer.plugins import get_plugin_manager
+    from specformer.registry.hookspecs import hookimpl
+    from specformer.registry.discovery import get_plugin_manager
     from specformer_train import train
 
     clock = Clock()

@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
-from specformer.builder import build
-from specformer.checkpoint import load, save
-from specformer.decoder import Decoder
+from specformer.model.builder import build
+from specformer.checkpoint.save_load import load, save
+from specformer.model.decoder import Decoder
 from specformer.errors import CheckpointError, Problem, RegistryError, SpecError, UserError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params, SubComponent
-from specformer.plugins import get_plugin_manager, get_registry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params, SubComponent
+from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer.spec import Spec, load_spec
-from specformer.summary import summarize
+from specformer.model.summary import summarize
 from specformer.version import __version__
 
 __all__ = [

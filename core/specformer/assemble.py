@@ -2,11 +2,11 @@
 
 Components receive sizes and sub-parts, never the spec. A ``ValueError`` or
 ``TypeError`` a component raises while being constructed is a problem with the spec
-and is reported at the spec path of that component (which :mod:`specformer.validate`
+and is reported at the spec path of that component (which :mod:`specformer.spec.validate`
 recorded while resolving it).
 
 Used twice over, on purpose and in different ways: the size check
-(:mod:`specformer.sizes`) constructs the skeleton and one block per distinct layer on
+(:mod:`specformer.model.sizes`) constructs the skeleton and one block per distinct layer on
 the ``meta`` device, and :func:`specformer.build` constructs the whole model once.
 """
 
@@ -20,12 +20,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from specformer.attention import positional_dim_of
-from specformer.decoder import Decoder
+from specformer.model.attention import positional_dim_of
+from specformer.model.decoder import Decoder
 from specformer.errors import Problem, SpecError
-from specformer.positional import PositionalScheme, adds_to_embeddings
-from specformer.spec_shapes import ModelSpec
-from specformer.validate import ResolvedModel, ResolvedPart
+from specformer.model.positional import PositionalScheme, adds_to_embeddings
+from specformer.spec.shapes import ModelSpec
+from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 
 def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = None) -> Decoder:

@@ -7,7 +7,7 @@ temporary and leaves the target as it was.
 
 A file written this way gets the permission bits any new file gets (``0o666`` less the
 umask), whatever the code that filled the temporary did: safetensors, for one, writes
-its files ``0600``. Which files a command may write at all is :mod:`specformer.outputs`.
+its files ``0600``. Which files a command may write at all is :mod:`specformer.files.outputs`.
 """
 
 from __future__ import annotations

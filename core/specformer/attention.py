@@ -5,7 +5,7 @@ some of its facts are read from outside: the positional scheme is sized by its h
 a KV cache (generate) allocates keys and values by its kv heads, head size and
 window, ``summary`` counts its FLOPs and cache bytes, and the hf plugin maps its heads
 to a config. Those facts are declared here, once, as :class:`AttentionLayer`, like
-:class:`~specformer.context.KVCache` and :class:`~specformer.positional.PositionalScheme`.
+:class:`~specformer.model.context.KVCache` and :class:`~specformer.model.positional.PositionalScheme`.
 
 Two of them have defaults derived from others (``n_kv_heads`` defaults to ``n_heads``,
 ``head_dim`` to ``d_model / n_heads``); :func:`head_sizes` is the one place that derives

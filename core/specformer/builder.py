@@ -3,10 +3,10 @@
 The path, each step once::
 
     file / dict / Spec
-      -> check_spec (specformer.sizes): read, validate and resolve (specformer.validate),
+      -> check_spec (specformer.model.sizes): read, validate and resolve (specformer.spec.validate),
          size on the meta device, plugins' checks  -> CheckedSpec(spec, resolved, shape)
-      -> memory check against the shape (specformer.memory)
-      -> assemble (specformer.assemble): the resolved components become modules, once
+      -> memory check against the shape (specformer.machine.memory)
+      -> assemble (specformer.model.assemble): the resolved components become modules, once
       -> init_weights, or, for a checkpoint, the stored tensors (``init=False``)
 """
 
@@ -18,12 +18,12 @@ from typing import Any, Iterator
 
 import torch
 
-from specformer.assemble import assemble
-from specformer.decoder import Decoder
+from specformer.model.assemble import assemble
+from specformer.model.decoder import Decoder
 from specformer.errors import InputError, excerpt
-from specformer.memory import check_memory
-from specformer.sizes import CheckedSpec, check_spec
-from specformer.spec_shapes import Spec
+from specformer.machine.memory import check_memory
+from specformer.spec.check import CheckedSpec, check_spec
+from specformer.spec.shapes import Spec
 
 
 def build(
@@ -43,7 +43,7 @@ def build(
     only its derived tables (RoPE, ALiBi) hold values; every parameter and persistent
     buffer must then be loaded (``model.load_state_dict(..., strict=True)``).
     A model larger than the memory available on ``device`` is refused before anything
-    is allocated (:class:`~specformer.errors.MemoryLimitError`; see :mod:`specformer.memory`).
+    is allocated (:class:`~specformer.errors.MemoryLimitError`; see :mod:`specformer.machine.memory`).
     """
     return build_checked(check_spec(spec, registry=registry), device=device, dtype=dtype, seed=seed, init=init)
 
@@ -56,7 +56,7 @@ def build_checked(
     seed: int | None = None,
     init: bool = True,
 ) -> Decoder:
-    """:func:`build` for a spec that already went through :func:`~specformer.sizes.check_spec`."""
+    """:func:`build` for a spec that already went through :func:`~specformer.spec.check.check_spec`."""
     assert checked.shape is not None, "build needs the size check"
     if str(device) != "meta":
         # Built in float32 first, then cast: the float32 size is the peak.

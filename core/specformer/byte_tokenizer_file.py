@@ -2,7 +2,7 @@
 
 ``specformer hf export`` writes it so that ``transformers.AutoTokenizer`` reads an exported
 byte-level model as it is, and ``specformer hf import`` (or ``--tokenizer FILE``) turns it
-back into :class:`~specformer.tokenizer.ByteTokenizer`.
+back into :class:`~specformer.tokenizers.tokenizer.ByteTokenizer`.
 
 The construction: a BPE model with no merges behind a ByteLevel pre-tokenizer. ByteLevel
 turns every byte of the UTF-8 text into one printable character (GPT-2's byte-to-unicode
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.tokenizer import SPECIAL_TOKENS
+from specformer.tokenizers.tokenizer import SPECIAL_TOKENS
 
 
 def byte_to_char() -> dict[int, str]:
@@ -49,7 +49,7 @@ _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": F
 
 
 def byte_tokenizer_json() -> dict[str, Any]:
-    """The tokenizer.json (as data) that encodes and decodes as :class:`~specformer.tokenizer.ByteTokenizer`."""
+    """The tokenizer.json (as data) that encodes and decodes as :class:`~specformer.tokenizers.tokenizer.ByteTokenizer`."""
     return {
         "version": "1.0",
         "truncation": None,

@@ -16,8 +16,8 @@ import json
 from typing import Any, Iterable
 
 from specformer.messages import plain_text, plural
-from specformer.registry import Component
-from specformer.schema import param_types
+from specformer.registry.components import Component
+from specformer.registry.schema import param_types
 
 
 def format_components(components: Iterable[Component]) -> str:

@@ -3,7 +3,7 @@
 Never pickle: tensors go through safetensors, everything else through JSON strings in
 the header. Writes are atomic (a temporary file renamed over the target), so an
 interrupted save leaves the previous checkpoint intact. The file itself is read and
-written by :mod:`specformer.checkpoint_file`; its names are re-exported here.
+written by :mod:`specformer.checkpoint.file`; its names are re-exported here.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from specformer.builder import build_checked
-from specformer.checkpoint_check import check_checkpoint
-from specformer.checkpoint_file import FORMAT, read_metadata, read_tensors, write_safetensors_atomic
+from specformer.model.builder import build_checked
+from specformer.checkpoint.check import check_checkpoint
+from specformer.checkpoint.file import FORMAT, read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
-from specformer.memory import check_memory
-from specformer.plugins import get_plugin_manager, get_registry
-from specformer.provenance import header_entry
+from specformer.machine.memory import check_memory
+from specformer.registry.discovery import get_plugin_manager, get_registry
+from specformer.checkpoint.provenance import header_entry
 from specformer.version import __version__
 
 
@@ -46,9 +46,9 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any 
     """Rebuild the model saved at ``path`` (its spec from the header) and load its weights exactly.
 
     Before anything is allocated the header is checked against itself
-    (:func:`specformer.checkpoint_check.check_checkpoint`: format tag, spec, tensor
+    (:func:`specformer.checkpoint.check.check_checkpoint`: format tag, spec, tensor
     names, shapes and dtypes) and the memory needed against the memory available
-    (:mod:`specformer.memory`).
+    (:mod:`specformer.machine.memory`).
     """
     checked = check_checkpoint(path, registry=registry)
     # The model is built in float32, then the file's tensors are read beside it.

@@ -4,7 +4,7 @@ A checkpoint is described only by its own contents: the ``format`` tag and the
 ``spec`` (a JSON mapping) in its safetensors header, and the names, dtypes and shapes
 of its tensors, which the safetensors header lists without any tensor being read.
 :func:`check_checkpoint` compares the spec's model (its shapes computed on the meta
-device, :mod:`specformer.sizes`) with those tensors, so that a 3 MB file whose spec
+device, :mod:`specformer.model.sizes`) with those tensors, so that a 3 MB file whose spec
 claims 30 billion parameters, a spec that does not match its weights, or integer
 tensors posing as float weights are refused in milliseconds, with a message that
 names the problem, before :func:`specformer.load` builds the model.
@@ -19,15 +19,16 @@ from typing import Any, Iterator
 
 from safetensors import safe_open
 
-from specformer.checkpoint_file import read_metadata
-from specformer.datafile import check_shape
+from specformer.checkpoint.file import read_metadata
+from specformer.files.datafile import check_shape
 from specformer.errors import CheckpointError, InputError, SpecError, excerpt
-from specformer.layer_groups import overrides_of_layer
-from specformer.plugins import get_plugin_manager, get_registry
-from specformer.provenance import check_installed
-from specformer.sizes import CheckedSpec, SizeEstimate, check_spec
-from specformer.spec_shapes import Spec
-from specformer.validate import ResolvedModel
+from specformer.spec.layer_groups import overrides_of_layer
+from specformer.registry.discovery import get_plugin_manager, get_registry
+from specformer.checkpoint.provenance import check_installed
+from specformer.model.sizes import SizeEstimate
+from specformer.spec.check import CheckedSpec, check_spec
+from specformer.spec.shapes import Spec
+from specformer.spec.validate import ResolvedModel
 
 #: safetensors dtype names that hold floating-point values, and bytes per element of every dtype.
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"}

@@ -1,8 +1,8 @@
 """The checkpoint file: one ``.safetensors`` file whose header metadata carries the spec.
 
 Reading and writing the file itself, and nothing about models: the header's format
-tag and metadata, the tensors, and atomic writes. :mod:`specformer.checkpoint_check`
-checks a header against its spec and :mod:`specformer.checkpoint` saves and loads
+tag and metadata, the tensors, and atomic writes. :mod:`specformer.checkpoint.check`
+checks a header against its spec and :mod:`specformer.checkpoint.save_load` saves and loads
 models on top of both.
 """
 
@@ -14,15 +14,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specformer.atomic import replacing
-from specformer.datafile import path_kind
+from specformer.files.atomic import replacing
+from specformer.files.datafile import path_kind
 from specformer.errors import CheckpointError, InputError, excerpt
 
 FORMAT = "specformer-checkpoint/1"
 
 
 def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    """Write a safetensors file through :func:`specformer.atomic.replacing` (complete or absent, umask's mode)."""
+    """Write a safetensors file through :func:`specformer.files.atomic.replacing` (complete or absent, umask's mode)."""
     with replacing(Path(path)) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 

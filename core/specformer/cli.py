@@ -54,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 def make_parser() -> tuple[argparse.ArgumentParser, Commands]:
     from specformer.version import __version__
-    from specformer.plugins import get_plugin_manager
+    from specformer.registry.discovery import get_plugin_manager
 
     parser = _Parser(
         prog="specformer",
@@ -130,7 +130,7 @@ def _apply_max_memory(value: str | None) -> None:
     """``--max-memory SIZE`` is ``SPECFORMER_MAX_MEMORY=SIZE`` for this run (checked here, once)."""
     if value is None:
         return
-    from specformer.memory import ENV_VAR, parse_bytes
+    from specformer.machine.memory import ENV_VAR, parse_bytes
 
     parse_bytes(value)  # InputError naming the bad value
     os.environ[ENV_VAR] = value
@@ -158,7 +158,7 @@ def _core_commands(commands: Commands) -> None:
                  configure=lambda p: None, run=_run_plugins)
     commands.add("schema", help="Print the JSON Schema of a spec (every registered component included).",
                  configure=_configure_schema, run=_run_schema)
-    from specformer import scaffold
+    from specformer.cli import scaffold
 
     commands.add("new-plugin", help=scaffold.HELP, configure=scaffold.configure, run=scaffold.run)
 
@@ -188,7 +188,7 @@ def _configure_summary(p: argparse.ArgumentParser) -> None:
 
 
 def _run_summary(args: argparse.Namespace) -> int:
-    from specformer.summary import format_summary, summarize
+    from specformer.model.summary import format_summary, summarize
 
     spec = _spec_from_file_or_checkpoint(args.spec)
     s = summarize(spec)
@@ -203,14 +203,14 @@ def _run_summary(args: argparse.Namespace) -> int:
 
 
 def _stored_weight_bytes(path: str) -> int | None:
-    from specformer.checkpoint_check import check_checkpoint
+    from specformer.checkpoint.check import check_checkpoint
 
     return check_checkpoint(path).stored_bytes if path.endswith(".safetensors") else None
 
 
 def _spec_from_file_or_checkpoint(path: str) -> Any:
     """A spec file's spec, or a checkpoint's, checked against the checkpoint's own tensors (nothing loaded)."""
-    from specformer.checkpoint_check import check_checkpoint
+    from specformer.checkpoint.check import check_checkpoint
     from specformer.spec import load_spec
 
     if path.endswith(".safetensors"):
@@ -224,9 +224,9 @@ def _configure_components(p: argparse.ArgumentParser) -> None:
 
 
 def _run_components(args: argparse.Namespace) -> int:
-    from specformer.catalogue import components_json, format_components
+    from specformer.cli.catalogue import components_json, format_components
     from specformer.messages import unknown_message
-    from specformer.plugins import get_registry
+    from specformer.registry.discovery import get_registry
 
     registry = get_registry()
     if args.kind and args.kind not in registry.kinds:
@@ -238,7 +238,7 @@ def _run_components(args: argparse.Namespace) -> int:
 
 def _run_plugins(args: argparse.Namespace) -> int:
     from specformer.messages import plural
-    from specformer.plugins import get_registry, plugin_infos
+    from specformer.registry.discovery import get_registry, plugin_infos
 
     registry = get_registry()
     for info in plugin_infos():
@@ -255,9 +255,9 @@ def _configure_schema(p: argparse.ArgumentParser) -> None:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from specformer.outputs import write_text_output
-    from specformer.plugins import get_registry
-    from specformer.schema import spec_json_schema
+    from specformer.files.outputs import write_text_output
+    from specformer.registry.discovery import get_registry
+    from specformer.registry.schema import spec_json_schema
 
     text = json.dumps(spec_json_schema(get_registry()), indent=2)
     if args.output:

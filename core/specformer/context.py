@@ -8,8 +8,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from specformer.masks import MaskInputs, MaskRule, causal_mask, dense_mask, mask_inputs  # noqa: F401 (causal_mask re-exported)
-from specformer.positional import PositionalScheme
+from specformer.model.masks import MaskInputs, MaskRule, causal_mask, dense_mask, mask_inputs  # noqa: F401 (causal_mask re-exported)
+from specformer.model.positional import PositionalScheme
 
 
 @runtime_checkable
@@ -60,7 +60,7 @@ class ForwardContext:
     def attention_mask(self, k_positions: Tensor, *, window: int | None = None, chunk: int | None = None) -> Tensor:
         """Boolean ``(B, 1, Tq, Tk)``: True where a query may attend to a key.
 
-        The rule is :mod:`specformer.masks`: keys no later than the query (by column
+        The rule is :mod:`specformer.model.masks`: keys no later than the query (by column
         without a cache, by position with one), within ``window`` and the same ``chunk``
         when given, of the same document when ``document_ids`` is set, never padding.
         Padding queries attend everywhere so their rows stay finite; their outputs are

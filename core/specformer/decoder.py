@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.attention import AttentionLayer
-from specformer.context import ForwardContext, KVCache, default_positions
-from specformer.masks import check_document_ids
-from specformer.positional import PositionalScheme
+from specformer.model.attention import AttentionLayer
+from specformer.model.context import ForwardContext, KVCache, default_positions
+from specformer.model.masks import check_document_ids
+from specformer.model.positional import PositionalScheme
 
 
 class Decoder(nn.Module):
@@ -200,7 +200,7 @@ class Decoder(nn.Module):
     # -- facts other plugins need -------------------------------------------------------
 
     def attention_modules(self) -> list[AttentionLayer]:
-        """Each block's attention, in layer order, with its public facts (:class:`~specformer.attention.AttentionLayer`)."""
+        """Each block's attention, in layer order, with its public facts (:class:`~specformer.model.attention.AttentionLayer`)."""
         return [block.attention for block in self.blocks]
 
     def auxiliary_loss(self) -> Tensor | None:

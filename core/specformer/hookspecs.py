@@ -20,8 +20,8 @@ from typing import Any
 
 import pluggy
 
-from specformer.registry import PluginRegistry
-from specformer.spec_shapes import Spec
+from specformer.registry.components import PluginRegistry
+from specformer.spec.shapes import Spec
 
 PROJECT = "specformer"
 
@@ -102,7 +102,7 @@ def specformer_validate_spec(spec: "Spec", registry: Any) -> "list[Any] | None":
 def specformer_checkpoint_layout(metadata: "dict[str, str]", tensors: "dict[str, Any]", where: str) -> "Any":
     """A plugin's stored layout (a quantized checkpoint): return the float layout it stands for, else None.
 
-    ``tensors`` maps stored names to :class:`~specformer.checkpoint_check.TensorInfo`. A
+    ``tensors`` maps stored names to :class:`~specformer.checkpoint.check.TensorInfo`. A
     plugin that recognises ``metadata`` (its own header entry) returns the name -> TensorInfo
     the model's float ``state_dict`` would have, so the spec is checked against it; a stored
     layout it cannot account for raises :class:`~specformer.errors.CheckpointError`. The
@@ -114,6 +114,6 @@ def specformer_checkpoint_layout(metadata: "dict[str, str]", tensors: "dict[str,
 def specformer_load_checkpoint(checked: "Any", device: "Any") -> "Any":
     """Load a checkpoint whose layout a plugin declared (see ``specformer_checkpoint_layout``); else None.
 
-    ``checked`` is the :class:`~specformer.checkpoint_check.CheckedCheckpoint`; return the
+    ``checked`` is the :class:`~specformer.checkpoint.check.CheckedCheckpoint`; return the
     model on ``device``. The first non-None answer wins; None everywhere is the plain load.
     """

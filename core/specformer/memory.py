@@ -2,7 +2,7 @@
 
 A spec or checkpoint header of a few bytes can describe a model of hundreds of
 gigabytes. :func:`specformer.build` and :func:`specformer.load` compute what they
-will allocate (:mod:`specformer.sizes`) and call :func:`check_memory` first, which
+will allocate (:mod:`specformer.model.sizes`) and call :func:`check_memory` first, which
 compares it with the memory available on the target device:
 
 - CPU: ``MemAvailable`` from ``/proc/meminfo`` (or ``os.sysconf`` elsewhere);

@@ -11,7 +11,7 @@ Every command that writes a file or a folder checks the output here before any w
    another name (a hard link: the same device and inode). A folder that would be
    replaced is refused while any input lies inside it.
 3. What is written is complete or absent: a file goes to a temporary sibling that is
-   renamed over the target (:func:`specformer.atomic.replacing`); a folder is written
+   renamed over the target (:func:`specformer.files.atomic.replacing`); a folder is written
    into a staged sibling (:func:`staged_folder`) renamed into place once every file is
    in it, the old folder moved aside first and deleted last. So an interrupted command
    leaves what was there before, or the new output, never a mixture.
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from specformer import atomic
+from specformer.files import atomic
 from specformer.errors import UserError
 
 def _reason(exc: OSError) -> str:
@@ -177,7 +177,7 @@ def check_folder_output(path: str | os.PathLike[str], *, inputs: Iterable[str | 
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """Turn a failure to write ``path`` (disk full, permissions) into one :class:`UserError` line.
 
-    For atomic writers (:mod:`specformer.atomic`, :func:`specformer.save`), whose failure
+    For atomic writers (:mod:`specformer.files.atomic`, :func:`specformer.save`), whose failure
     leaves the old file in place, which the message says.
     """
     try:

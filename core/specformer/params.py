@@ -2,7 +2,7 @@
 
 ``Params`` models are plain pydantic models with ``extra="forbid"``. A param that is
 itself a component (an attention's ``qk_norm``, a RoPE ``scaling``) is declared with
-:func:`SubComponent`; after validation it holds a :class:`~specformer.registry.Resolved`
+:func:`SubComponent`; after validation it holds a :class:`~specformer.registry.components.Resolved`
 whose ``make(**sizes)`` the parent calls with the sizes only it knows.
 """
 
@@ -16,10 +16,10 @@ from pydantic_core import PydanticCustomError
 
 from specformer.errors import Problem, SpecError, UnknownComponentError, problems_line
 from specformer.messages import join_path
-from specformer.plugins import get_registry
-from specformer.registry import Resolved
-from specformer.spec_shapes import as_component_ref, problems_from_validation_error
-from specformer.strict import StrictNumbers
+from specformer.registry.discovery import get_registry
+from specformer.registry.components import Resolved
+from specformer.spec.shapes import as_component_ref, problems_from_validation_error
+from specformer.spec.strict import StrictNumbers
 
 
 class Params(StrictNumbers):

@@ -20,9 +20,9 @@ from typing import Any
 
 import pluggy
 
-from specformer import hookspecs
+from specformer.registry import hookspecs
 from specformer.errors import RegistryError
-from specformer.registry import Registry
+from specformer.registry.components import Registry
 
 ENTRY_POINT_GROUP = "specformer"
 

@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from specformer.errors import CheckpointError
-from specformer.plugins import plugin_infos
-from specformer.registry import Registry, Resolved
-from specformer.validate import resolve_model
+from specformer.registry.discovery import plugin_infos
+from specformer.registry.components import Registry, Resolved
+from specformer.spec.validate import resolve_model
 
 #: The header key holding the JSON list of :class:`ComponentSource` records.
 HEADER_KEY = "component_sources"
@@ -120,7 +120,7 @@ def missing_plugin_message(sources: list[ComponentSource], loaded: Any = None) -
         return (
             f"the checkpoint was written with plugin {first.plugin!r} (registered in-process, not from an "
             f"installed distribution), which is not loaded here; it provides {needs}. Register that plugin "
-            "before loading (specformer.plugins.register_plugin)"
+            "before loading (specformer.registry.discovery.register_plugin)"
         )
     written = f"plugin {first.plugin!r} (distribution {first.distribution!r}, version {first.version})"
     install = f"pip install {first.distribution}=={first.version}" if first.version else f"pip install {first.distribution}"

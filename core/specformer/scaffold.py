@@ -19,8 +19,8 @@ from pathlib import Path
 from string import Template
 
 from specformer.errors import UserError
-from specformer.outputs import staged_folder
-from specformer.plugins import get_plugin_manager, get_registry
+from specformer.files.outputs import staged_folder
+from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer.version import __version__
 
 HELP = "Write a ready-to-install plugin package (entry point, one component with its Params, one test)."
@@ -72,7 +72,7 @@ def check_name(name: str) -> None:
 def new_plugin(name: str, *, directory: Path | str = ".", force: bool = False) -> Path:
     """Create ``directory/specformer-<name>/`` (and ``directory`` if needed) and return its path.
 
-    The folder is written whole or not at all (:mod:`specformer.outputs`); one that already
+    The folder is written whole or not at all (:mod:`specformer.files.outputs`); one that already
     holds files is refused, or with ``force`` replaced once the new one is complete.
     """
     check_name(name)
@@ -163,8 +163,8 @@ _PLUGIN = '''\
 
 from __future__ import annotations
 
-from specformer.hookspecs import hookimpl
-from specformer.registry import PluginRegistry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.components import PluginRegistry
 from $package.norm import $cls
 
 
@@ -184,7 +184,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 
 
 class $cls(FromParams, nn.Module):

@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from specformer.messages import plain_text
-from specformer.params import COMPONENT_MARKER, component_schema_ref
-from specformer.registry import Registry
-from specformer.spec_shapes import Spec
+from specformer.registry.params import COMPONENT_MARKER, component_schema_ref
+from specformer.registry.components import Registry
+from specformer.spec.shapes import Spec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

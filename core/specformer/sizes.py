@@ -2,10 +2,10 @@
 
 The estimate builds, on the ``meta`` device (shapes only, no memory), the model's
 skeleton (embedding, positional scheme, final norm, head) and one block per distinct
-layer (see :mod:`specformer.layer_groups`), then multiplies each block by the number
+layer (see :mod:`specformer.spec.layer_groups`), then multiplies each block by the number
 of layers that share it. Its cost does not grow with ``n_layers``, so ``validate`` and
 ``summary`` stay fast for any size, and ``build``/``load`` can refuse a model that
-would not fit before allocating it (:mod:`specformer.memory`).
+would not fit before allocating it (:mod:`specformer.machine.memory`).
 
 Components are assumed to have the same parameter shapes at every layer index that
 shares a block (true of every built-in: shapes follow params and sizes only).
@@ -29,12 +29,12 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from specformer.assemble import check_layer_positionals, make_block, make_decoder
+from specformer.model.assemble import check_layer_positionals, make_block, make_decoder
 from specformer.errors import Problem, SpecError
-from specformer.plugins import get_registry
-from specformer.registry import Registry
-from specformer.spec_shapes import Spec, read_spec_file
-from specformer.validate import ResolvedModel, plugin_problems, validate
+from specformer.registry.discovery import get_registry
+from specformer.registry.components import Registry
+from specformer.spec.shapes import Spec, read_spec_file
+from specformer.spec.validate import ResolvedModel, plugin_problems, validate
 
 #: Largest byte count any model may have: beyond it no address space holds the weights.
 ADDRESSABLE_BYTES = 2**63 - 1

@@ -1,17 +1,17 @@
 """The spec: what a person writes down to describe a model (and, through plugins, its training).
 
 This is the module plugins and users import a spec from: its shapes (the pydantic
-models of :mod:`specformer.spec_shapes`) and :func:`load_spec`, which takes a spec
+models of :mod:`specformer.spec.shapes`) and :func:`load_spec`, which takes a spec
 through every check the core has, each once, in one direction:
 
-1. shapes (:mod:`specformer.spec_shapes`): the structure of the file, no registry;
-2. validation (:mod:`specformer.validate`): every ``kind`` resolved against the
+1. shapes (:mod:`specformer.spec.shapes`): the structure of the file, no registry;
+2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
    registry, each plugin's section checked by the model it registered;
-3. sizes (:mod:`specformer.sizes`): the model's shapes on the ``meta`` device, so that
+3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so that
    constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
    components themselves; then the plugins' ``specformer_validate_spec`` hooks.
 
-:func:`specformer.build` goes on from there (:mod:`specformer.builder`), reusing what
+:func:`specformer.build` goes on from there (:mod:`specformer.model.builder`), reusing what
 those steps found. Every problem is reported with the dotted path of its field.
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specformer.sizes import check_spec
-from specformer.spec_shapes import (
+from specformer.spec.check import check_spec
+from specformer.spec.shapes import (
     BLOCK_FIELDS,
     SPEC_SUFFIXES,
     BlockSpec,

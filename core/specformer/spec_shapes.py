@@ -7,12 +7,12 @@ dotted paths. It knows no registry and no component. The core's path for a spec 
 upward from here, one layer importing only the ones below it:
 
 1. shapes (this module): the structure of the file;
-2. validation (:mod:`specformer.validate`): every ``kind`` resolved against the
+2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
    registry once, each section checked by the model its plugin registered;
-3. sizes (:mod:`specformer.sizes`): the model's shapes on the ``meta`` device, so
+3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so
    constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
    components themselves, then the plugins' ``specformer_validate_spec`` hooks;
-4. building (:mod:`specformer.builder`): modules from what validation resolved.
+4. building (:mod:`specformer.model.builder`): modules from what validation resolved.
 
 :mod:`specformer.spec` is where plugins and users take the spec from: these shapes and
 :func:`~specformer.spec.load_spec`, which takes a spec through every step.
@@ -26,11 +26,11 @@ from typing import Any, Iterable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specformer.datafile import FORMATS, read_data_file
+from specformer.files.datafile import FORMATS, read_data_file
 from specformer.errors import InputError, Problem, SpecError, excerpt
-from specformer.layer_groups import membership, overrides_of_layer
+from specformer.spec.layer_groups import membership, overrides_of_layer
 from specformer.messages import closest, join_path, unknown_message  # the one path format: generate.sampler[1].k
-from specformer.strict import StrictNumbers
+from specformer.spec.strict import StrictNumbers
 
 # -- pieces of a spec ---------------------------------------------------------------
 
@@ -281,7 +281,7 @@ SPEC_SUFFIXES = FORMATS
 def read_spec_file(path: str | Path) -> dict[str, Any]:
     """Parse a spec file into plain data; a missing, malformed or oversized file is a :class:`SpecError`.
 
-    Reading is bounded (size, nesting, YAML aliases): see :mod:`specformer.datafile`.
+    Reading is bounded (size, nesting, YAML aliases): see :mod:`specformer.files.datafile`.
     """
     path = Path(path)
     where = str(path)

@@ -1,7 +1,7 @@
 """Numbers are numbers: the base class of every pydantic model a spec is validated by.
 
 It sits at the bottom of the core so that the spec's own shapes (:mod:`specformer.spec`)
-and the components' ``Params`` (:mod:`specformer.params`) share it without importing
+and the components' ``Params`` (:mod:`specformer.registry.params`) share it without importing
 each other.
 """
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from specformer.attention import cache_slots_of
-from specformer.decoder import Decoder
+from specformer.model.attention import cache_slots_of
+from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
-from specformer.positional import PositionalScheme
-from specformer.sizes import estimate
+from specformer.model.positional import PositionalScheme
+from specformer.spec.check import estimate
 
 
 @dataclass
@@ -79,7 +79,7 @@ def summarize(model_or_spec: Any) -> ModelSummary:
 
     For a spec, the skeleton and one block per distinct layer are built on the meta
     device and each block counted once per layer that shares it
-    (:func:`specformer.sizes.estimate`), so a million-layer spec is as quick as a small one.
+    (:func:`specformer.spec.check.estimate`), so a million-layer spec is as quick as a small one.
     """
     if isinstance(model_or_spec, Decoder):
         model = model_or_spec

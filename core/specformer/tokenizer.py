@@ -6,7 +6,7 @@ Both are written as one JSON string under the checkpoint header key ``tokenizer`
 A third, ``none``, records that a checkpoint has no tokenizer at all (a Hugging Face
 import without ``tokenizer.json``): token ids work, text is refused. Which tokenizer a
 command uses for a checkpoint (a header without the key included) is decided in one
-place, :func:`specformer.tokenizer_choice.checkpoint_tokenizer`.
+place, :func:`specformer.tokenizers.choice.checkpoint_tokenizer`.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _bpe_from_json(data: dict[str, Any]) -> "BPETokenizer":
 def tokenizer_from_metadata(metadata: dict[str, str]) -> Tokenizer | None:
     """The tokenizer entry of a checkpoint header as stored; None when the header has none.
 
-    Commands choose with :func:`specformer.tokenizer_choice.checkpoint_tokenizer`, which also
+    Commands choose with :func:`specformer.tokenizers.choice.checkpoint_tokenizer`, which also
     decides what a header without an entry means.
     """
     text = metadata.get(METADATA_KEY)

@@ -14,7 +14,7 @@ answer everywhere:
    records it has none (a Hugging Face import without tokenizer.json).
 
 Commands that can work on token ids alone (``generate --ids``, ``serve``) ask with
-``ids_only=True`` and get a :class:`~specformer.tokenizer.NoTokenizer` instead of the refusal.
+``ids_only=True`` and get a :class:`~specformer.tokenizers.tokenizer.NoTokenizer` instead of the refusal.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specformer.byte_tokenizer_file import is_byte_tokenizer_json
+from specformer.tokenizers.byte_file import is_byte_tokenizer_json
 from specformer.errors import UserError
-from specformer.tokenizer import (
+from specformer.tokenizers.tokenizer import (
     BPETokenizer,
     ByteTokenizer,
     NoTokenizer,

@@ -6,7 +6,7 @@ every component the model section names into :class:`ResolvedModel`: for each di
 block, the component and validated params of its layout, norm, attention and ffn, each
 remembering the spec path it came from so that a problem found later (while sizing or
 building) still points at the right line. What it returns, the spec together with its
-resolved model, is what the size check (:mod:`specformer.sizes`) and the builder use:
+resolved model, is what the size check (:mod:`specformer.model.sizes`) and the builder use:
 nothing is resolved twice.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from specformer.errors import Problem, SpecError, UnknownComponentError
-from specformer.layer_groups import LayerGroup, group_layers, membership, overrides_of_layer
+from specformer.spec.layer_groups import LayerGroup, group_layers, membership, overrides_of_layer
 from specformer.messages import join_path, unknown_message
-from specformer.plugins import get_plugin_manager
-from specformer.registry import Registry, Resolved
-from specformer.spec_shapes import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
+from specformer.registry.discovery import get_plugin_manager
+from specformer.registry.components import Registry, Resolved
+from specformer.spec.shapes import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ResolvedPart:
 
 @dataclass
 class ResolvedGroup:
-    """The layers that share one block (see :mod:`specformer.layer_groups`) and its resolved parts."""
+    """The layers that share one block (see :mod:`specformer.spec.layer_groups`) and its resolved parts."""
 
     group: LayerGroup
     parts: dict[str, ResolvedPart]

@@ -1,4 +1,4 @@
-"""Draw docs/images/mask-*.png from the mask rule itself (specformer.masks), one picture per mask.
+"""Draw docs/images/mask-*.png from the mask rule itself (specformer.model.masks), one picture per mask.
 
 Rows are queries, columns keys, both in token order; a filled cell is a key the query
 may read. Every picture is the dense form of the rule the kernels use, so the pictures
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from specformer.masks import MaskRule, dense_mask, mask_inputs
+from specformer.model.masks import MaskRule, dense_mask, mask_inputs
 
 IMAGES = Path(__file__).resolve().parent.parent / "images"
 T = 12
@@ -32,7 +32,7 @@ BACKGROUND = (255, 255, 255)
 
 
 def masks() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """name -> (allowed (T, T) bool, padding (T,) bool), each from specformer.masks."""
+    """name -> (allowed (T, T) bool, padding (T,) bool), each from specformer.model.masks."""
     arange = torch.arange(T)[None]  # (1, T)
     documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2]])
     padded = (arange - 3).clamp(min=-1)  # a left-padded row: three padding tokens, then positions 0..8

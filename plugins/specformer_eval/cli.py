@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_train.cache import load_tokenized
 from specformer_train.corpus import find_corpus
 from specformer_train.threads import auto_threads

@@ -34,9 +34,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
-from specformer.checkpoint import read_metadata
-from specformer.tokenizer import Tokenizer
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.checkpoint.save_load import read_metadata
+from specformer.tokenizers.tokenizer import Tokenizer
+from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_generate import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 

@@ -4,7 +4,7 @@ Writes ``attention.png`` (every layer's and head's attention), ``attention-<toke
 (where the ``--token`` looks, per layer), ``logit-lens.png`` (each layer's prediction) and
 ``index.html`` (all of it on one self-contained page, exact numbers on hover) into DIR;
 for a model whose attention grid is too big for one labelled picture, also
-``attention-by-layer/layer-NN.png``, one per layer. DIR is written whole or not at all (:mod:`specformer.outputs`): one that already holds
+``attention-by-layer/layer-NN.png``, one per layer. DIR is written whole or not at all (:mod:`specformer.files.outputs`): one that already holds
 files is replaced only with ``--force``, and never while it holds the checkpoint.
 """
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
-from specformer.outputs import check_folder_output, staged_folder
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.files.outputs import check_folder_output, staged_folder
+from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_eval.capturing import capture
 from specformer_eval.lens import lens_agreement, logit_lens

@@ -1,7 +1,7 @@
 """A checkpoint's model, loaded for evaluation and inspection.
 
 The tokenizer its text is encoded with is chosen as every command chooses it, by
-:func:`specformer.tokenizer_choice.checkpoint_tokenizer` (``--tokenizer FILE`` overrides it).
+:func:`specformer.tokenizers.choice.checkpoint_tokenizer` (``--tokenizer FILE`` overrides it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 import specformer
-from specformer.devices import parse_device
+from specformer.machine.devices import parse_device
 
 
 def load_model(checkpoint: str | Path, *, device: str | torch.device = "cpu") -> Any:

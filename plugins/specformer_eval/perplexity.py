@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_eval.scoring import default_batch_size, score_windows
 from specformer_eval.windows import Window, check_window_sizes, sliding_windows

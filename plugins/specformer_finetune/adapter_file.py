@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from specformer.checkpoint_check import TensorInfo
-from specformer.checkpoint_file import read_metadata, read_tensors
+from specformer.checkpoint.check import TensorInfo
+from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter, resolve_adapter
 
@@ -124,7 +124,7 @@ def base_path(record: dict[str, Any], where: str) -> Path:
 
 def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where: str) -> dict[str, TensorInfo] | None:
     """The base's layout, for an adapter checkpoint (its spec is checked against the base's weights); else None."""
-    from specformer.checkpoint_check import check_checkpoint
+    from specformer.checkpoint.check import check_checkpoint
 
     record = read_record(metadata, where)
     if record is None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specformer.params import resolve_component
+from specformer.registry.params import resolve_component
 from specformer_finetune.targets import select_targets
 
 KIND = "adapter"

@@ -148,7 +148,7 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
 
 
 def _checkpoint_template(path: Path, *, what: str) -> tuple[str, dict[str, str]]:
-    from specformer.checkpoint import read_metadata
+    from specformer.checkpoint.save_load import read_metadata
 
     found = template_from_metadata(read_metadata(path))
     if found is None:

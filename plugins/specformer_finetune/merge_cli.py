@@ -3,7 +3,7 @@
 The adapter is loaded onto its base in float (whatever precision it trained the base
 in), each adapted layer becomes ``W + B @ A * alpha / rank``, and the result is written
 atomically with the base's tokenizer and Hugging Face entries, so ``generate``, ``eval``
-and ``hf export`` treat it like any checkpoint. The output follows :mod:`specformer.outputs`:
+and ``hf export`` treat it like any checkpoint. The output follows :mod:`specformer.files.outputs`:
 an existing file is replaced only with ``--force``, and neither the adapter checkpoint nor
 its base ever is.
 """
@@ -27,9 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import specformer
-    from specformer.checkpoint import read_metadata
-    from specformer.checkpoint_check import check_checkpoint
-    from specformer.outputs import check_file_output, writing
+    from specformer.checkpoint.save_load import read_metadata
+    from specformer.checkpoint.check import check_checkpoint
+    from specformer.files.outputs import check_file_output, writing
     from specformer_finetune.adapter_file import COPIED_KEYS, base_path, load_adapted, read_record
     from specformer_finetune.apply import merge_adapter
 

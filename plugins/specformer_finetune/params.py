@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from specformer.params import Params, SubComponent
+from specformer.registry.params import Params, SubComponent
 
 
 class AdapterParams(Params):

@@ -92,11 +92,11 @@ def export_peft(model: Any, directory: str | Path, *, family: str | None = None,
                 base_path: str | None = None, force: bool = False, inputs: Sequence[str | Path] = ()) -> Path:
     """Write ``model``'s adapter as a PEFT LoRA folder at ``directory``.
 
-    The folder follows :mod:`specformer.outputs`: absent or empty, or with ``force`` replaced
+    The folder follows :mod:`specformer.files.outputs`: absent or empty, or with ``force`` replaced
     once the new one is complete; never one that is or holds any of ``inputs``.
     """
-    from specformer.checkpoint import write_safetensors_atomic
-    from specformer.outputs import check_folder_output, staged_folder
+    from specformer.checkpoint.save_load import write_safetensors_atomic
+    from specformer.files.outputs import check_folder_output, staged_folder
 
     from specformer_finetune.apply import adapter_of
 
@@ -219,7 +219,7 @@ def _pattern(value: Any, where: Path, field: str, check: Callable[[Any, Path, st
 def import_peft(directory: str | Path, base: str | Path, output: str | Path, *, family: str | None = None) -> Any:
     """Write an adapter checkpoint at ``output``: the PEFT LoRA folder ``directory`` on the checkpoint ``base``."""
     import specformer
-    from specformer.checkpoint import read_metadata
+    from specformer.checkpoint.save_load import read_metadata
     from specformer_hf.importer import FAMILY_KEY
     from specformer_hf.rules import Site
 

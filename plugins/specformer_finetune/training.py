@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import CheckpointError, UserError
 from specformer_finetune.adapter_file import adapter_metadata, base_reference
 from specformer_finetune.apply import adapter_of, adapter_state, apply_adapter, is_adapter_tensor

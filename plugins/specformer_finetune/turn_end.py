@@ -70,7 +70,7 @@ def template_markers(source: str) -> list[str]:
 def turn_end(source: str, *, tokenizer: Any, metadata: dict[str, str] | None = None) -> TurnEnd:
     """What ends a reply under the chat template ``source``, for ``tokenizer`` and a checkpoint's header ``metadata``.
 
-    ``tokenizer`` is a :class:`specformer.tokenizer.Tokenizer` (or anything with ``encode``,
+    ``tokenizer`` is a :class:`specformer.tokenizers.tokenizer.Tokenizer` (or anything with ``encode``,
     ``decode`` and ``kind``); a ``none`` tokenizer (ids only) keeps only the header's ids.
     """
     markers = template_markers(source)

@@ -1,7 +1,7 @@
 """A static key/value cache: preallocated buffers written by index, ring buffers for sliding windows.
 
 Every layer gets what its attention declares it keeps per token
-(:func:`specformer.attention.cache_slots_of`: by default keys and values
+(:func:`specformer.model.attention.cache_slots_of`: by default keys and values
 ``(B, n_kv_heads, S, head_dim)``; a latent attention keeps a compressed latent and a
 shared rotary key instead; a layer that keeps nothing gets no buffer) allocated once, with
 ``S`` the prompt plus the new tokens (not the context length). A layer whose attention
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from specformer.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class LayerShape:
 
     @classmethod
     def of(cls, layer: Any) -> "LayerShape | None":
-        """The shape an attention layer declares (:func:`~specformer.attention.cache_slots_of`); None if it keeps nothing."""
+        """The shape an attention layer declares (:func:`~specformer.model.attention.cache_slots_of`); None if it keeps nothing."""
         slots = cache_slots_of(layer)
         if slots is None:
             return None
@@ -76,7 +76,7 @@ class _Layer:
 
 
 class StaticKVCache:
-    """Implements :class:`specformer.context.KVCache` with fixed-size buffers; see the module doc.
+    """Implements :class:`specformer.model.context.KVCache` with fixed-size buffers; see the module doc.
 
     ``StaticKVCache.for_model(model, batch_size=B, capacity=S)`` sizes it for a model;
     then pass it with absolute positions: ``model(ids, positions=pos, cache=cache)``.
@@ -141,7 +141,7 @@ class StaticKVCache:
         keep that many slots beyond their window; speculative decoding passes its draft length).
         """
         reference = next(model.parameters())
-        # Each attention's public facts (specformer.attention.AttentionLayer): what it caches, and where.
+        # Each attention's public facts (specformer.model.attention.AttentionLayer): what it caches, and where.
         shapes = [LayerShape.of(m) for m in model.attention_modules()]
         layers = [shape for shape in shapes if shape is not None]
         return cls(layers=layers, batch_size=batch_size, capacity=capacity,

@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 from specformer_generate.chat_format import ChatFormat
 from specformer_generate.prompt_input import encode, prompt_source, read_stdin
 from specformer_generate.session import Session

@@ -1,6 +1,6 @@
 """``specformer generate CHECKPOINT --prompt TEXT``: continue a prompt with a saved model.
 
-The tokenizer is chosen by :func:`specformer.tokenizer_choice.checkpoint_tokenizer` (the one
+The tokenizer is chosen by :func:`specformer.tokenizers.choice.checkpoint_tokenizer` (the one
 stored in the header, ``--tokenizer FILE``, or the byte tokenizer for a 259-token model
 without one), as every command chooses it; the defaults come from the spec's ``generate``
 section, and flags override them. The text goes to stdout, the speed to stderr.
@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.datafile import parse_text, read_text
-from specformer.devices import parse_device
+from specformer.checkpoint.save_load import read_metadata
+from specformer.files.datafile import parse_text, read_text
+from specformer.machine.devices import parse_device
 from specformer.errors import InputError, SpecError, UserError, excerpt
-from specformer.threads import use_threads
-from specformer.tokenizer import Tokenizer
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.machine.threads import use_threads
+from specformer.tokenizers.tokenizer import Tokenizer
+from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_generate.chat_format import ChatFormat, chat_format
 from specformer_generate.generate import generate, stream
 from specformer_generate.memory import parse_max_memory

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from specformer.context import KVCache
+from specformer.model.context import KVCache
 
 StepFn = Callable[[Any, Tensor, Tensor, KVCache], Tensor]
 

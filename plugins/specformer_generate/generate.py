@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence, Union
 import torch
 from torch import Tensor
 
-from specformer.plugins import get_plugin_manager
+from specformer.registry.discovery import get_plugin_manager
 from specformer_generate import arguments
 from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function

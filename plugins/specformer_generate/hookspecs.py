@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pluggy
 
-from specformer.hookspecs import PROJECT
+from specformer.registry.hookspecs import PROJECT
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 

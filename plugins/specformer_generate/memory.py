@@ -5,7 +5,7 @@ of terabytes and take the machine down with it. :func:`check_generation_memory` 
 the big buffers of a call arithmetically (the KV cache, the token tables, the logits
 workspace, the prefill activations) and refuses a call whose estimate exceeds the
 limit: the ``max_memory`` argument (``--max-memory`` of ``specformer generate``), else
-core's limit (:mod:`specformer.memory`: ``SPECFORMER_MAX_MEMORY``, else the memory
+core's limit (:mod:`specformer.machine.memory`: ``SPECFORMER_MAX_MEMORY``, else the memory
 available on the device). The estimate is a floor: small temporaries are not counted.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from specformer.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of
 from specformer.errors import InputError, MemoryLimitError
-from specformer.memory import ENV_VAR, memory_limit, parse_bytes
+from specformer.machine.memory import ENV_VAR, memory_limit, parse_bytes
 from specformer.messages import format_bytes
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.hookspecs import hookimpl
-from specformer.registry import PluginRegistry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.components import PluginRegistry
 from specformer_generate import hookspecs
 from specformer_generate.samplers import params as sampler_params
 from specformer_generate.section import GenerateSpec

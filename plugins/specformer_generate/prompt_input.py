@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 
 @dataclass

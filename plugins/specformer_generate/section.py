@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from specformer.params import Params, SubComponent
+from specformer.registry.params import Params, SubComponent
 from specformer_generate.samplers.params import check_chooser_last
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """``specformer hf import DIR OUT.safetensors`` | ``specformer hf export CHECKPOINT DIR`` |
 ``specformer hf attach-tokenizer CHECKPOINT TOKENIZER.json`` | ``specformer hf families``.
 
-Outputs follow :mod:`specformer.outputs`: checked before any weights are read (the folder
+Outputs follow :mod:`specformer.files.outputs`: checked before any weights are read (the folder
 exists and can be written, nothing is there already unless ``--force``, no input is
 overwritten even with it) and written complete or not at all.
 """
@@ -80,7 +80,7 @@ def _run_import(args: argparse.Namespace) -> int:
     import yaml
 
     import specformer
-    from specformer.outputs import check_file_output, same_file, write_text_output, writing
+    from specformer.files.outputs import check_file_output, same_file, write_text_output, writing
     from specformer_hf.importer import import_hf
 
     out = Path(args.output)
@@ -116,9 +116,9 @@ def _run_import(args: argparse.Namespace) -> int:
 
 def _run_export(args: argparse.Namespace) -> int:
     import specformer
-    from specformer.checkpoint import read_metadata
-    from specformer.tokenizer_choice import checkpoint_tokenizer
-    from specformer.outputs import check_folder_output
+    from specformer.checkpoint.save_load import read_metadata
+    from specformer.tokenizers.choice import checkpoint_tokenizer
+    from specformer.files.outputs import check_folder_output
     from specformer_hf.exporter import to_hf
     from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
 
@@ -162,7 +162,7 @@ def _read_files(given: str | None) -> list[Path]:
 
 
 def _run_import_peft(args: argparse.Namespace, out: Path, inputs: list[Any]) -> int:
-    from specformer.outputs import check_file_output
+    from specformer.files.outputs import check_file_output
 
     if args.base is None:
         raise UserError(f"{args.directory} is a PEFT adapter (adapter_config.json): name the imported base it was "
@@ -179,8 +179,8 @@ def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str
 
     The base checkpoint is read too, so it joins ``inputs``: the folder may not hold it either.
     """
-    from specformer.checkpoint_check import check_checkpoint
-    from specformer.outputs import check_folder_output
+    from specformer.checkpoint.check import check_checkpoint
+    from specformer.files.outputs import check_folder_output
     from specformer_hf.importer import FAMILY_KEY
 
     if "adapter" not in metadata:

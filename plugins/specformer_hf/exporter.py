@@ -2,7 +2,7 @@
 
 It holds config.json, model.safetensors and generation_config.json, plus tokenizer.json
 and tokenizer_config.json when the model has a tokenizer (a BPE one as it is; the byte
-tokenizer as :mod:`specformer.byte_tokenizer_file` writes it): what transformers'
+tokenizer as :mod:`specformer.tokenizers.byte_file` writes it): what transformers'
 ``pipeline("text-generation", DIR)`` needs as it is.
 
 The family is chosen by trying each one: its ``to_config`` writes the config, which is
@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from specformer.checkpoint import write_safetensors_atomic
+from specformer.checkpoint.save_load import write_safetensors_atomic
 from specformer.errors import SpecError, UserError
-from specformer.byte_tokenizer_file import BYTE_TOKENIZER_SETTINGS, byte_tokenizer_json
-from specformer.outputs import check_folder_output, staged_folder
+from specformer.tokenizers.byte_file import BYTE_TOKENIZER_SETTINGS, byte_tokenizer_json
+from specformer.files.outputs import check_folder_output, staged_folder
 from specformer.spec import load_spec
-from specformer.tokenizer import SPECIAL_TOKENS
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.tokenizers.tokenizer import SPECIAL_TOKENS
+from specformer.tokenizers.choice import checkpoint_tokenizer
 
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
@@ -105,7 +105,7 @@ def to_hf(
     by :func:`~specformer_hf.import_hf` came from. A ``tokenizer`` wrapping a ``tokenizers``
     tokenizer (specformer's BPE tokenizer), or the byte tokenizer, is written as tokenizer.json
     with a tokenizer_config.json naming its special tokens; without one, the model's tokenizer
-    is what :func:`~specformer.tokenizer_choice.checkpoint_tokenizer` decides for a checkpoint
+    is what :func:`~specformer.tokenizers.choice.checkpoint_tokenizer` decides for a checkpoint
     with no tokenizer entry (the byte tokenizer for its 259-token vocabulary, else none).
     generation_config.json is the
     source's ``generation_config`` (default: the one import_hf read) with the bos/eos/pad
@@ -114,7 +114,7 @@ def to_hf(
     read with the folder's own tokenizer): written with ``tokenizer``, its chat template,
     padding side and special tokens win over the ones made here.
 
-    The folder is written complete or not at all (see :mod:`specformer.outputs`): one that
+    The folder is written complete or not at all (see :mod:`specformer.files.outputs`): one that
     already holds files is refused, or with ``force`` replaced once the new one is complete;
     one that is or holds any of ``inputs`` (the checkpoint ``model`` came from) is refused.
     """

@@ -117,7 +117,7 @@ def _with_plugin(family: Family, plugin: str) -> Family:
 
 def get_families(pm: Any = None) -> Families:
     """Ask every plugin for its families (the hf plugin declared the hook when it was registered)."""
-    from specformer.plugins import get_plugin_manager
+    from specformer.registry.discovery import get_plugin_manager
 
     pm = pm or get_plugin_manager()
     caller = pm.hook.specformer_hf_register_families

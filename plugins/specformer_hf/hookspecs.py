@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specformer.hookspecs import PROJECT, hookimpl, hookspec
+from specformer.registry.hookspecs import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from specformer_hf.family import Families

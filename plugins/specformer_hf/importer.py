@@ -13,9 +13,9 @@ import torch
 from tqdm.auto import tqdm
 
 import specformer
-from specformer.checkpoint import load_weights
+from specformer.checkpoint.save_load import load_weights
 from specformer.errors import SpecError, UserError, excerpt
-from specformer.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
+from specformer.tokenizers.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
 
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection
 
-from specformer.attention import head_sizes
+from specformer.model.attention import head_sizes
 from specformer.errors import UserError
 from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
@@ -44,7 +44,7 @@ class SpecView:
 
     @classmethod
     def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
-        from specformer.plugins import get_registry
+        from specformer.registry.discovery import get_registry
 
         registry = registry if registry is not None else get_registry()
         m = spec.model
@@ -128,7 +128,7 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     A component's ``kind`` is replaced by its factory: ``{kind: swiglu, activation:
     gelu_tanh}`` and ``{kind: geglu, activation: gelu_tanh}`` build the same module.
     """
-    from specformer.plugins import get_registry
+    from specformer.registry.discovery import get_registry
 
     registry = registry if registry is not None else get_registry()
     view = SpecView.of(spec, registry)

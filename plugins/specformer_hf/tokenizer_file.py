@@ -1,11 +1,11 @@
 """A Hugging Face ``tokenizer.json`` made into the tokenizer a checkpoint stores, or the record that there is none.
 
-A checkpoint keeps its tokenizer in its header (see :mod:`specformer.tokenizer`). An
-imported folder without ``tokenizer.json`` gets :class:`~specformer.tokenizer.NoTokenizer`
+A checkpoint keeps its tokenizer in its header (see :mod:`specformer.tokenizers.tokenizer`). An
+imported folder without ``tokenizer.json`` gets :class:`~specformer.tokenizers.tokenizer.NoTokenizer`
 there, so that text is refused later with advice rather than read as bytes of a
 vocabulary the model never saw. A tokenizer.json from elsewhere can be given at import
 (``--tokenizer``) or attached to a checkpoint afterwards (:func:`attach_tokenizer`).
-The byte tokenizer's tokenizer.json (:mod:`specformer.byte_tokenizer_file`, which
+The byte tokenizer's tokenizer.json (:mod:`specformer.tokenizers.byte_file`, which
 ``hf export`` writes) is read back as the byte tokenizer itself.
 """
 
@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
+from specformer.checkpoint.save_load import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError, UserError
-from specformer.byte_tokenizer_file import is_byte_tokenizer_json
-from specformer.outputs import refuse_inputs, writing
-from specformer.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.tokenizers.byte_file import is_byte_tokenizer_json
+from specformer.files.outputs import refuse_inputs, writing
+from specformer.tokenizers.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
+from specformer.tokenizers.choice import checkpoint_tokenizer
 
 TOKENIZER_JSON = "tokenizer.json"
 

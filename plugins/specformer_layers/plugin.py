@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specformer.hookspecs import hookimpl
-from specformer.registry import PluginRegistry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.attention.mla import LatentAttention
 from specformer_layers.ffn.gated import GatedMLP, gated_params

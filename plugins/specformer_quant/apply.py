@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specformer.params import as_component_ref, resolve_component
+from specformer.registry.params import as_component_ref, resolve_component
 from specformer_quant.weights import QuantizedLinear, QuantizedWeight
 
 #: The header entry of a quantized checkpoint.

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from specformer.builder import build_checked
-from specformer.checkpoint_check import TensorInfo
-from specformer.checkpoint_file import read_tensors
+from specformer.model.builder import build_checked
+from specformer.checkpoint.check import TensorInfo
+from specformer.checkpoint.file import read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer_quant.apply import RECIPE_KEY, rebuild, schemes_of
 

@@ -3,7 +3,7 @@
 The output is one safetensors file like any checkpoint (spec, tokenizer and plugin
 sources in the header) plus the recipe; ``specformer.load``, ``generate``, ``eval`` and
 ``summary`` read it. Every check runs before anything is written, and the output follows
-:mod:`specformer.outputs`: an existing file is replaced only with ``--force``, the input
+:mod:`specformer.files.outputs`: an existing file is replaced only with ``--force``, the input
 checkpoint never (even with it), and the file is written atomically.
 """
 
@@ -13,10 +13,10 @@ import argparse
 import sys
 
 import specformer
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import SpecError, UserError
-from specformer.outputs import check_file_output, writing
-from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
+from specformer.files.outputs import check_file_output, writing
+from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer_quant.apply import RECIPE_KEY, quantize, recipe_json, scheme_from, weight_bytes
 
 

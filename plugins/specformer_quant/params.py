@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class Int8Params(Params):

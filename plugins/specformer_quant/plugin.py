@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.hookspecs import hookimpl
-from specformer.registry import PluginRegistry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.components import PluginRegistry
 
 
 @hookimpl

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.devices import parse_device
+from specformer.checkpoint.save_load import read_metadata
+from specformer.machine.devices import parse_device
 from specformer.errors import UserError
-from specformer.threads import use_threads
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.machine.threads import use_threads
+from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
 from specformer_serve import limits, origin
 from specformer_serve.chat_template import chat_renderer

@@ -10,7 +10,7 @@ over the gathered slots, which is what a CPU can do well).
 
 Block 0 is the *null block*: never handed out, its slot positions always ``-1``. Block
 tables of different lengths are padded with it, so a gathered batch has one width and
-the padding is masked like any empty slot (:class:`specformer.context.KVCache` says a
+the padding is masked like any empty slot (:class:`specformer.model.context.KVCache` says a
 negative position is never attended to).
 
 :class:`BlockPool` is the bookkeeping (which blocks are free); :class:`PagedKVCache` is
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from specformer.attention import CacheSlots, cache_slots_of
+from specformer.model.attention import CacheSlots, cache_slots_of
 
 #: The block every padded block-table entry points to; its positions stay -1.
 NULL_BLOCK = 0
@@ -85,7 +85,7 @@ class CachedLayer:
 def cached_layers(model: Any) -> list[CachedLayer]:
     """The layers a paged cache must hold, from what each attention declares it keeps per token.
 
-    A layer's :func:`specformer.attention.cache_slots_of` says it: full keys and values,
+    A layer's :func:`specformer.model.attention.cache_slots_of` says it: full keys and values,
     anything else stored as two tensors (a latent and a rotary key, for latent attention),
     or nothing (``None``: the layer is left out).
     """
@@ -100,7 +100,7 @@ def cached_layers(model: Any) -> list[CachedLayer]:
 
 
 class PagedKVCache:
-    """Implements :class:`specformer.context.KVCache` over block pools; see the module doc.
+    """Implements :class:`specformer.model.context.KVCache` over block pools; see the module doc.
 
     ``PagedKVCache.for_model(model, num_blocks=N, block_size=16)``. Each caching layer holds
     its two tensors ``(1 + N) * block_size`` slots long (the null block first), laid out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.hookspecs import hookimpl
+from specformer.registry.hookspecs import hookimpl
 
 
 @hookimpl

@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
 from specformer_train.corpus import Corpus

@@ -48,10 +48,10 @@ from safetensors import safe_open
 from torch import nn
 
 import specformer
-from specformer.checkpoint import read_metadata, read_tensors, write_safetensors_atomic
+from specformer.checkpoint.save_load import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
-from specformer.plugins import get_plugin_manager
-from specformer.tokenizer import METADATA_KEY, Tokenizer
+from specformer.registry.discovery import get_plugin_manager
+from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 
 from specformer_train.atomic import OutputError, fsync_dir, unique_suffix, write_text_atomic
 from specformer_train.distributed import DistContext, barrier

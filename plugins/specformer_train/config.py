@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, StrictBool, field_validator, model_validator
 
-from specformer.params import SubComponent
+from specformer.registry.params import SubComponent
 
 Schedule = Literal["warmup_cosine", "linear", "constant", "wsd"]
 DecayShape = Literal["linear", "cosine", "1-sqrt"]

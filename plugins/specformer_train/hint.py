@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 #: The prompt when the spec has no ``sample_prompt`` (samples then start from a document start).
 FALLBACK_PROMPT = "The"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pluggy
 
-from specformer.hookspecs import PROJECT
+from specformer.registry.hookspecs import PROJECT
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 

@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 import specformer
-from specformer.checkpoint import load_weights, read_tensors
-from specformer.checkpoint_check import check_checkpoint
+from specformer.checkpoint.save_load import load_weights, read_tensors
+from specformer.checkpoint.check import check_checkpoint
 from specformer.errors import CheckpointError, UserError
 from specformer.spec import Spec
-from specformer.tokenizer import Tokenizer
-from specformer.tokenizer_choice import checkpoint_tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
+from specformer.tokenizers.choice import checkpoint_tokenizer
 
 
 @dataclass

@@ -23,10 +23,10 @@ import torch
 
 import specformer
 from specformer.errors import UserError
-from specformer.plugins import get_plugin_manager, get_registry
-from specformer.sizes import check_spec
+from specformer.registry.discovery import get_plugin_manager, get_registry
+from specformer.spec.check import check_spec
 from specformer.spec import Spec, read_spec_file
-from specformer.summary import summarize
+from specformer.model.summary import summarize
 
 from specformer_train.cache import tokenize_corpus
 from specformer_train.checkpointing import (CheckpointContents, check_tokenizer, clear_earlier_run,

@@ -7,7 +7,7 @@ weights). A fresh start into a directory holding an earlier run's checkpoints or
 is refused unless ``--overwrite`` says to replace them, so no run is ever lost to a
 forgotten ``--resume``. Nor, with either, is an input of the run (the spec, ``--init``,
 ``--data``, a tokenizer or chat template file) ever one of the files the run writes or
-deletes there (:func:`specformer.outputs.refuse_inputs`).
+deletes there (:func:`specformer.files.outputs.refuse_inputs`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specformer.errors import UserError
 from specformer.messages import format_bytes
-from specformer.outputs import refuse_inputs
+from specformer.files.outputs import refuse_inputs
 
 from specformer_train.atomic import OutputError, temp_sibling
 from specformer_train.checkpointing import CHECKPOINTS, checkpoint_root, earlier_run_files, step_dirs

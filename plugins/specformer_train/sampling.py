@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 
 def load_generate() -> Callable[..., Any] | None:

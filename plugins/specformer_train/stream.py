@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from specformer.errors import UserError
-from specformer.tokenizer import Tokenizer
+from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_train.corpus import Corpus
 from specformer_train.sources import read_documents

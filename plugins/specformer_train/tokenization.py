@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Iterable
 
 from specformer.errors import UserError
-from specformer.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer
-from specformer.tokenizer_choice import tokenizer_file
+from specformer.tokenizers.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer
+from specformer.tokenizers.choice import tokenizer_file
 
 from specformer_train.atomic import OutputError, write_text_atomic
 from specformer_train.cache import cache_dir

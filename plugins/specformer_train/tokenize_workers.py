@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from specformer.tokenizer import Tokenizer, tokenizer_from_json
+from specformer.tokenizers.tokenizer import Tokenizer, tokenizer_from_json
 
 #: Below this many bytes of text, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 4_000_000

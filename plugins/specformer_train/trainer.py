@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specformer.errors import UserError
-from specformer.plugins import get_plugin_manager
-from specformer.summary import summarize
-from specformer.tokenizer import Tokenizer
+from specformer.registry.discovery import get_plugin_manager
+from specformer.model.summary import summarize
+from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_train.atomic import copy_file_atomic
 from specformer_train.checkpointing import (CheckpointContents, OutputError, TrainerState, apply_checkpoint,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specformer.builder import build
+from specformer.model.builder import build
 
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 spec = importlib.util.spec_from_file_location("gpu_check", PATH)

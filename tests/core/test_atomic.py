@@ -1,4 +1,4 @@
-"""specformer.atomic: a file is replaced whole or not at all, and gets the umask's mode whoever filled it.
+"""specformer.files.atomic: a file is replaced whole or not at all, and gets the umask's mode whoever filled it.
 
 safetensors writes its files 0600; a checkpoint saved by specformer must get what any
 other tool's new file gets (0o666 less the umask), under any umask. The commands' files
@@ -16,8 +16,8 @@ import torch
 from conftest import TINY
 
 import specformer
-from specformer.atomic import copy_file_atomic, replacing, write_text_atomic
-from specformer.checkpoint import write_safetensors_atomic
+from specformer.files.atomic import copy_file_atomic, replacing, write_text_atomic
+from specformer.checkpoint.save_load import write_safetensors_atomic
 
 UMASKS = (0o022, 0o077)
 
@@ -75,7 +75,7 @@ def test_a_failure_while_writing_leaves_the_old_file(tmp_path):
 
 
 def test_a_failed_save_leaves_the_old_checkpoint(tmp_path, monkeypatch):
-    import specformer.checkpoint_file as checkpoint_file
+    import specformer.checkpoint.file as checkpoint_file
 
     path = specformer.save(specformer.build(TINY, seed=0), tmp_path / "m.safetensors")
     before = path.read_bytes()

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import specformer
 from specformer.errors import MemoryLimitError, SpecError
-from specformer.memory import ENV_VAR
-from specformer.sizes import estimate
+from specformer.machine.memory import ENV_VAR
+from specformer.spec.check import estimate
 
 from conftest import TINY
 

@@ -167,9 +167,9 @@ def test_sequence_longer_than_context_runs_where_the_positions_allow_it(tiny_spe
 
 
 def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
-    import specformer.builder
-    import specformer.sizes
-    import specformer.validate
+    import specformer.model.builder
+    import specformer.model.sizes
+    import specformer.spec.validate
 
     calls = {"resolve": 0, "size check": 0, "assemble": 0}
 
@@ -179,9 +179,9 @@ def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
             return real(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(specformer.validate, "resolve_model", counting("resolve", specformer.validate.resolve_model))
-    monkeypatch.setattr(specformer.sizes, "estimate_resolved", counting("size check", specformer.sizes.estimate_resolved))
-    monkeypatch.setattr(specformer.builder, "assemble", counting("assemble", specformer.builder.assemble))
+    monkeypatch.setattr(specformer.spec.validate, "resolve_model", counting("resolve", specformer.spec.validate.resolve_model))
+    monkeypatch.setattr(specformer.model.sizes, "estimate_resolved", counting("size check", specformer.model.sizes.estimate_resolved))
+    monkeypatch.setattr(specformer.model.builder, "assemble", counting("assemble", specformer.model.builder.assemble))
     tiny_spec["model"]["n_layers"] = 3
     tiny_spec["model"]["layers"] = [{"select": 1, "attention": {"window": 4}}]  # two distinct blocks
     model = specformer.build(tiny_spec)

@@ -10,7 +10,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import CheckpointError
 
 

@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import FORMAT, read_metadata, read_tensors
-from specformer.checkpoint_check import check_checkpoint
-from specformer.cli import main
+from specformer.checkpoint.save_load import FORMAT, read_metadata, read_tensors
+from specformer.checkpoint.check import check_checkpoint
+from specformer.cli.main import main
 from specformer.errors import CheckpointError, MemoryLimitError
 
 from conftest import TINY
@@ -100,7 +100,7 @@ def test_a_small_file_claiming_a_huge_model_is_refused_quickly(tmp_path, saved, 
     assert specformer.summarize(huge).total > 25e9
     path = forge(tmp_path, saved, spec=json.dumps(huge))
     allocations = []
-    monkeypatch.setattr(specformer.builder, "assemble", lambda *a, **k: allocations.append(1))
+    monkeypatch.setattr(specformer.model.builder, "assemble", lambda *a, **k: allocations.append(1))
     start = time.monotonic()
     err = _load_and_summary_refuse(path, "does not match its spec", capsys)
     assert time.monotonic() - start < 20 and not allocations
@@ -111,7 +111,7 @@ def test_matching_names_with_wrong_shapes_are_refused_before_building(tmp_path, 
     tensors = read_tensors(saved)
     tensors["blocks.0.ffn.up.weight" if "blocks.0.ffn.up.weight" in tensors else next(iter(tensors))] = torch.zeros(3, 3)
     path = forge(tmp_path, saved, tensors=tensors)
-    monkeypatch.setattr(specformer.builder, "assemble", lambda *a, **k: pytest.fail("built before checking"))
+    monkeypatch.setattr(specformer.model.builder, "assemble", lambda *a, **k: pytest.fail("built before checking"))
     _load_and_summary_refuse(path, "mis-shaped tensors", capsys)
 
 
@@ -125,7 +125,7 @@ def test_integer_or_bool_weights_are_refused(tmp_path, saved, dtype, capsys):
 
 
 def test_load_weights_refuses_integer_tensors_too():
-    from specformer.checkpoint import load_weights
+    from specformer.checkpoint.save_load import load_weights
 
     model = specformer.build(TINY, seed=0)
     tensors = {k: v.clone() for k, v in model.state_dict().items()}

@@ -12,14 +12,14 @@ import torch
 from safetensors.torch import save_file
 
 import specformer
-import specformer.checkpoint as checkpoint
-import specformer.atomic as atomic
-from specformer.checkpoint import FORMAT, load_weights, read_metadata, read_tensors
-from specformer.checkpoint_check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
+import specformer.checkpoint.save_load as checkpoint
+import specformer.files.atomic as atomic
+from specformer.checkpoint.save_load import FORMAT, load_weights, read_metadata, read_tensors
+from specformer.checkpoint.check import (CheckedCheckpoint, TensorInfo, _few, _json_type, check_checkpoint,
                                          compare_layout, expected_tensors, spec_data, tensor_infos)
 from specformer.errors import CheckpointError
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
 from specformer.version import __version__
 
 from conftest import TINY
@@ -76,7 +76,7 @@ def test_load_asks_for_the_memory_of_the_model_and_the_file_side_by_side(saved, 
 
 
 def test_load_checks_against_the_registry_it_is_given(saved):
-    from specformer.plugins import get_registry
+    from specformer.registry.discovery import get_registry
 
     registry = copy.copy(get_registry())
     registry._components = {kind: dict(named) for kind, named in registry._components.items()}
@@ -250,7 +250,7 @@ def test_a_spec_too_large_to_check_is_refused():
 
 
 def test_a_checkpoint_without_provenance_is_still_validated_against_the_given_registry(tmp_path, saved):
-    from specformer.plugins import get_registry
+    from specformer.registry.discovery import get_registry
 
     metadata = dict(read_metadata(saved))
     del metadata["component_sources"]  # written before provenance was recorded: nothing to look up first
@@ -374,7 +374,7 @@ def test_json_types_are_named_as_json_names_them():
 def test_an_empty_registry_given_is_used_not_replaced_by_the_default(saved):
     """An empty Registry is falsy (it has a length): ``registry or get_registry()`` silently checked against the
     installed components instead of the (empty) one the caller gave."""
-    from specformer.registry import Registry
+    from specformer.registry.components import Registry
 
     metadata = dict(read_metadata(saved))
     del metadata["component_sources"]
@@ -385,9 +385,9 @@ def test_an_empty_registry_given_is_used_not_replaced_by_the_default(saved):
 def test_save_records_where_the_given_registrys_components_come_from(tmp_path, model):
     from dataclasses import replace
 
-    from specformer.provenance import HEADER_KEY
-    from specformer.plugins import get_registry
-    from specformer.registry import Registry
+    from specformer.checkpoint.provenance import HEADER_KEY
+    from specformer.registry.discovery import get_registry
+    from specformer.registry.components import Registry
 
     everywhere = get_registry()
     given = Registry(kinds=dict(everywhere.kinds), sections=dict(everywhere.sections),

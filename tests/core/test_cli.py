@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from specformer.cli import main
-from specformer.plugins import get_registry
+from specformer.cli.main import main
+from specformer.registry.discovery import get_registry
 from specformer.spec import read_spec_file
 
 from conftest import SPECS

@@ -1,4 +1,4 @@
-"""Every command that writes files follows one rule (:mod:`specformer.outputs`), tried through the CLI.
+"""Every command that writes files follows one rule (:mod:`specformer.files.outputs`), tried through the CLI.
 
 Each registered command (plugins' included) is classified below: either it writes files,
 named by which argument and how (a file, a folder, a checkpoint rewritten in place), or
@@ -30,8 +30,8 @@ import yaml
 from conftest import REPO, TINY
 
 import specformer
-from specformer.cli import main, make_parser
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.cli.main import main, make_parser
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 
 
 def _hf_forge():
@@ -293,7 +293,7 @@ def test_every_command_is_classified_as_writing_files_or_not():
     unclassified = sorted(set(commands) - set(WRITERS) - set(WRITES_NOTHING))
     assert not unclassified, (
         f"command(s) {unclassified} are in neither WRITERS nor WRITES_NOTHING of {__file__}: classify each. A command "
-        "that writes a file must check it with specformer.outputs (refused if it exists, unless --force; never one of "
+        "that writes a file must check it with specformer.files.outputs (refused if it exists, unless --force; never one of "
         "its inputs; written atomically) and be listed in WRITERS with its cases; one that writes none goes in "
         "WRITES_NOTHING with why")
     assert not (set(WRITERS) | set(WRITES_NOTHING)) - set(commands), "the table names commands that no longer exist"
@@ -413,4 +413,4 @@ def test_merge_and_export_name_the_input_they_refuse(w, tmp_path, capsys):
     assert code == 2 and f"{base}: is also an input of this command; write to another path" in err
     code, err = _run(["hf", "export", str(adapter), str(scratch), "--force"], capsys)
     assert code == 2 and f"{scratch}: holds {adapter}, an input of this command" in err
-    assert json.loads(specformer.checkpoint.read_metadata(adapter)["adapter"])["base"]["path"] == str(base.resolve())
+    assert json.loads(specformer.checkpoint.save_load.read_metadata(adapter)["adapter"])["base"]["path"] == str(base.resolve())

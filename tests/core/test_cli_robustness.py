@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-import specformer.cli as cli
-from specformer.cli import main
-from specformer.memory import ENV_VAR
+import specformer.cli.main as cli
+from specformer.cli.main import main
+from specformer.machine.memory import ENV_VAR
 
 from conftest import SPECS, TINY
 
@@ -65,13 +65,13 @@ def test_ctrl_c_during_start_up_or_a_command_is_one_line_and_130(monkeypatch, ca
 def test_ctrl_c_in_a_real_process_during_plugin_loading():
     """SIGINT while the command is starting: exit 130, one line, no traceback (after torch is imported)."""
     code = (
-        "import signal, os, specformer.plugins as p\n"
+        "import signal, os, specformer.registry.discovery as p\n"
         "orig = p.get_plugin_manager\n"
         "def slow():\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    return orig()\n"
         "p.get_plugin_manager = slow\n"
-        "import sys, specformer.cli\n"
+        "import sys, specformer.cli.main\n"
         "sys.exit(specformer.cli.main(['plugins']))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

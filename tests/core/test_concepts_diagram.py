@@ -58,7 +58,8 @@ def test_every_step_of_the_spec_path_names_a_function_that_exists():
 
 def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
     import specformer
-    from specformer import builder, sizes
+    from specformer.model import builder
+    from specformer.model import sizes
 
     order = []
 

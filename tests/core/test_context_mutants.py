@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specformer.context import ForwardContext, causal_mask, default_positions
-from specformer.positional import PositionalScheme
+from specformer.model.context import ForwardContext, causal_mask, default_positions
+from specformer.model.positional import PositionalScheme
 
 
 def reference(q_positions: list[list[int]], k_positions: list[list[int]], window: int | None) -> torch.Tensor:

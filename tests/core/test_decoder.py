@@ -122,7 +122,7 @@ def test_model_level_options_by_formula(tiny_spec):
     # The same computation written out: scale the embeddings, run the blocks, cap the logits.
     h = base.embedding(x) * math.sqrt(32)
     ctx_positions = torch.arange(5).expand(2, 5)
-    from specformer.context import ForwardContext
+    from specformer.model.context import ForwardContext
 
     ctx = ForwardContext(positions=ctx_positions, positional=base.positional,
                          positional_state=base.positional.prepare(ctx_positions), plain_causal=True)

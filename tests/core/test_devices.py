@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specformer.devices import parse_device
+from specformer.machine.devices import parse_device
 from specformer.errors import UserError
 
 

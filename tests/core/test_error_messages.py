@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import MAX_PROBLEMS_SHOWN, Problem, SpecError, problems_line
-from specformer.params import resolve_component
+from specformer.registry.params import resolve_component
 from specformer.spec import ModelSpec
 
 
@@ -173,9 +173,9 @@ def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tin
 
 
 def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(tiny_spec):
-    from specformer.registry import Registry
-    from specformer.plugins import get_registry
-    from specformer.params import Params
+    from specformer.registry.components import Registry
+    from specformer.registry.discovery import get_registry
+    from specformer.registry.params import Params
 
     registry = Registry(kinds=dict(get_registry().kinds))
     for c in get_registry():

@@ -12,11 +12,11 @@ import specformer_launch
 
 def test_ctrl_c_while_the_cli_imports_is_one_line_and_130(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.delitem(sys.modules, "specformer.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "specformer.cli.main", raising=False)
     real_import = builtins.__import__
 
     def interrupted(name, *args, **kwargs):
-        if name == "specformer.cli":
+        if name == "specformer.cli.main":
             raise KeyboardInterrupt
         return real_import(name, *args, **kwargs)
 

@@ -8,8 +8,8 @@ import pytest
 
 import specformer
 from specformer.errors import InputError, MemoryLimitError
-from specformer.memory import ENV_VAR, available_memory, check_memory, memory_limit, parse_bytes
-from specformer.sizes import estimate
+from specformer.machine.memory import ENV_VAR, available_memory, check_memory, memory_limit, parse_bytes
+from specformer.spec.check import estimate
 
 from conftest import TINY
 

@@ -1,4 +1,4 @@
-"""specformer.outputs: the one rule for what a command writes, on plain files and folders.
+"""specformer.files.outputs: the one rule for what a command writes, on plain files and folders.
 
 An input is recognised however the output names it (``./a/../a``, a symbolic link, a hard
 link); a folder to be replaced may not hold an input; an existing output needs ``force``;
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from specformer import outputs
+from specformer.files import outputs
 from specformer.errors import UserError
-from specformer.outputs import (check_file_output, check_folder_output, lies_inside, refuse_inputs, same_file,
+from specformer.files.outputs import (check_file_output, check_folder_output, lies_inside, refuse_inputs, same_file,
                                 staged_folder, write_text_output)
 
 

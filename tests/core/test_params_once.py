@@ -8,9 +8,9 @@ from pydantic import Field
 from torch import nn
 
 import specformer
-from specformer.attention import AttentionLayer, HeadSizes, head_sizes
-from specformer.params import FromParams, Params, construct
-from specformer.plugins import get_registry
+from specformer.model.attention import AttentionLayer, HeadSizes, head_sizes
+from specformer.registry.params import FromParams, Params, construct
+from specformer.registry.discovery import get_registry
 
 
 class Scaled(FromParams, nn.Module):
@@ -36,7 +36,7 @@ def test_a_constructor_taking_any_keyword_gets_every_size():
 
 
 def test_the_default_factory_is_accepted_by_the_registry_and_recorded_at_the_class():
-    registry = specformer.registry.Registry()
+    registry = specformer.registry.components.Registry()
     component = registry.for_plugin("acme").register("norm", "scaled", factory=Scaled.from_params, params=Scaled.Params)
     assert "test_params_once.py" in component.source and __name__ in component.source
     assert registry.resolve("norm", {"kind": "scaled", "factor": 5}).make(dim=3).factor == 5.0

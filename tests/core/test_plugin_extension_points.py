@@ -13,11 +13,11 @@ import pluggy
 import pytest
 from pydantic import Field
 
-from specformer import plugins
+from specformer.registry import discovery as plugins
 from specformer.errors import RegistryError
-from specformer.hookspecs import PROJECT, hookimpl
-from specformer.params import Params
-from specformer.registry import KINDS
+from specformer.registry.hookspecs import PROJECT, hookimpl
+from specformer.registry.params import Params
+from specformer.registry.components import KINDS
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -97,7 +97,7 @@ def test_the_built_in_plugins_own_their_kinds_and_hooks():
     registry = plugins.get_registry()
     assert {"sampler", "rope_scaling"} <= set(registry.kinds) and not {"sampler", "rope_scaling"} & set(KINDS)
     hooks = plugins.get_plugin_manager().hook
-    from specformer import hookspecs
+    from specformer.registry import hookspecs
 
     for hook, owner in (("specformer_on_generate_end", "specformer_generate"), ("specformer_on_train_start", "specformer_train"),
                         ("specformer_on_train_step", "specformer_train"), ("specformer_on_eval", "specformer_train"),

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import specformer
-from specformer import plugins
+from specformer.registry import discovery as plugins
 from specformer.errors import RegistryError
-from specformer.hookspecs import hookimpl
+from specformer.registry.hookspecs import hookimpl
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_validate_spec_hook_problems_are_reported(fresh_plugins, tiny_spec):
 
 
 def test_hookspecs_are_documented():
-    from specformer import hookspecs
+    from specformer.registry import hookspecs
 
     for name in dir(hookspecs):
         if name.startswith("specformer_"):

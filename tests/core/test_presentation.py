@@ -9,14 +9,14 @@ import pytest
 from pydantic import Field
 
 import specformer
-from specformer import plugins
-from specformer.catalogue import components_json, format_components
-from specformer.cli import main
-from specformer.hookspecs import hookimpl
+from specformer.registry import discovery as plugins
+from specformer.cli.catalogue import components_json, format_components
+from specformer.cli.main import main
+from specformer.registry.hookspecs import hookimpl
 from specformer.messages import format_bytes, join_path, parse_error_message, plain_text, plural, unknown_message
-from specformer.params import Params, SubComponent
-from specformer.registry import Registry
-from specformer.summary import format_summary, summarize
+from specformer.registry.params import Params, SubComponent
+from specformer.registry.components import Registry
+from specformer.model.summary import format_summary, summarize
 
 from conftest import SPECS
 
@@ -68,7 +68,7 @@ def test_parse_error_message_never_shows_the_parsers_placeholder_name():
     ("rst", "plain"),
     [
         ("Scale: ``x / rms(x) * weight``.", "Scale: x / rms(x) * weight."),
-        ("See :class:`~specformer.registry.Registry` and :func:`specformer.build`.", "See Registry and specformer.build."),
+        ("See :class:`~specformer.registry.components.Registry` and :func:`specformer.build`.", "See Registry and specformer.build."),
         ("The :py:meth:`Decoder.forward <specformer.Decoder.forward>` pass.", "The Decoder.forward pass."),
         ("From `the paper <https://arxiv.org/abs/1910.07467>`_ (*Zhang* and **Sennrich**).",
          "From the paper (Zhang and Sennrich)."),
@@ -97,7 +97,7 @@ class FancyParams(Params):
 
 
 def fancy(params: FancyParams, *, dim: int) -> object:
-    """Normalise by ``x / rms(x)``, see :class:`~specformer.registry.Registry` and `RMSNorm <https://x.org>`_.
+    """Normalise by ``x / rms(x)``, see :class:`~specformer.registry.components.Registry` and `RMSNorm <https://x.org>`_.
 
     The rest of the docstring is not part of the summary.
     """
@@ -201,7 +201,7 @@ def test_a_bad_sampler_given_outside_a_spec_uses_the_one_path_format():
 
 
 def test_the_memory_limit_message_uses_the_one_size_style():
-    from specformer.memory import human_bytes
+    from specformer.machine.memory import human_bytes
 
     assert [human_bytes(n) for n in (576, 37_786, 1_048_575, 5 * 2**30)] == ["576 B", "36.9 KiB", "1.0 MiB", "5.0 GiB"]
 
@@ -209,7 +209,7 @@ def test_the_memory_limit_message_uses_the_one_size_style():
 def test_the_json_schema_describes_components_in_plain_text():
     import json
 
-    from specformer.schema import spec_json_schema
+    from specformer.registry.schema import spec_json_schema
 
     text = json.dumps(spec_json_schema(specformer.get_registry()))
     rmsnorm = specformer.get_registry().get("norm", "rmsnorm")

@@ -11,13 +11,13 @@ from pydantic import Field
 from safetensors.torch import save_file
 
 import specformer
-from specformer import plugins
-from specformer.checkpoint import read_metadata, read_tensors
-from specformer.cli import main
+from specformer.registry import discovery as plugins
+from specformer.checkpoint.save_load import read_metadata, read_tensors
+from specformer.cli.main import main
 from specformer.errors import CheckpointError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params
-from specformer.provenance import HEADER_KEY
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params
+from specformer.checkpoint.provenance import HEADER_KEY
 
 
 class AcmeNormParams(Params):
@@ -132,7 +132,7 @@ def test_a_plugin_registered_in_process_is_named_without_a_pip_command(tmp_path,
     assert str(info.value) == (
         f"{path}: the checkpoint was written with plugin 'acme' (registered in-process, not from an installed "
         "distribution), which is not loaded here; it provides norm 'acmenorm'. Register that plugin before "
-        "loading (specformer.plugins.register_plugin)"
+        "loading (specformer.registry.discovery.register_plugin)"
     )
 
 

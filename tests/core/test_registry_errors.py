@@ -11,11 +11,11 @@ import types
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from specformer import plugins
+from specformer.registry import discovery as plugins
 from specformer.errors import RegistryError
-from specformer.hookspecs import hookimpl
-from specformer.params import Params
-from specformer.registry import Registry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.params import Params
+from specformer.registry.components import Registry
 
 
 class NormParams(Params):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import UserError
-from specformer.scaffold import new_plugin
+from specformer.cli.scaffold import new_plugin
 
 from fixtures.isolated_plugin import stage
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import specformer
-from specformer import sizes
+from specformer.model import sizes
 from specformer.errors import SpecError
-from specformer.layer_groups import group_layers, overrides_of_layer
-from specformer.sizes import estimate, model_bytes
+from specformer.spec.layer_groups import group_layers, overrides_of_layer
+from specformer.spec.check import estimate, model_bytes
 from specformer.spec import layer_selection
-from specformer.summary import summarize
+from specformer.model.summary import summarize
 
 from conftest import TINY
 

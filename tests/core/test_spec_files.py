@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import specformer
-from specformer import datafile
-from specformer.datafile import MAX_DEPTH, MAX_NODES, parse_yaml, read_data_file
+from specformer.files import datafile
+from specformer.files.datafile import MAX_DEPTH, MAX_NODES, parse_yaml, read_data_file
 from specformer.errors import InputError, SpecError
 
 from conftest import TINY

@@ -10,8 +10,8 @@ from pydantic import Field, ValidationError
 
 import specformer
 from specformer.errors import SpecError
-from specformer.params import Params, StrictNumbers
-from specformer.plugins import get_registry
+from specformer.registry.params import Params, StrictNumbers
+from specformer.registry.discovery import get_registry
 
 from conftest import TINY
 

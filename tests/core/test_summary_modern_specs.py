@@ -35,7 +35,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -167,7 +167,7 @@ def test_the_table_prints_the_four_figures(name, capsys, references):
 
 def test_the_cache_at_full_context_is_what_generate_allocates():
     """The capped figure equals the generate plugin's cache for one sequence of context_length tokens."""
-    from specformer.attention import cache_slots_of
+    from specformer.model.attention import cache_slots_of
     from specformer_generate.cache import StaticKVCache
 
     spec = {"model": {

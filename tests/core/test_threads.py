@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from specformer import threads
-from specformer.threads import auto_threads
+from specformer.machine import threads
+from specformer.machine.threads import auto_threads
 
 
 def test_auto_takes_one_thread_per_idle_core(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +27,7 @@ def test_auto_takes_one_thread_per_idle_core(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_use_threads_sets_the_count_or_names_the_option() -> None:
     from specformer.errors import UserError
-    from specformer.threads import use_threads
+    from specformer.machine.threads import use_threads
 
     before = torch.get_num_threads()
     try:

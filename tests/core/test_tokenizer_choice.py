@@ -17,11 +17,11 @@ import torch
 import yaml
 
 import specformer
-from specformer.byte_tokenizer_file import byte_tokenizer_json
-from specformer.cli import main
+from specformer.tokenizers.byte_file import byte_tokenizer_json
+from specformer.cli.main import main
 from specformer.errors import UserError
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer, NoTokenizer
-from specformer.tokenizer_choice import BYTE_VOCAB_SIZE, checkpoint_tokenizer, tokenizer_file
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer, NoTokenizer
+from specformer.tokenizers.choice import BYTE_VOCAB_SIZE, checkpoint_tokenizer, tokenizer_file
 
 MODEL: dict[str, Any] = {
     "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},

@@ -130,7 +130,7 @@ def strip_comment(line: str) -> str:
 
 def from_epilogs() -> list[Printed]:
     """The example lines of every (sub)command's ``--help`` epilog."""
-    from specformer.cli import make_parser
+    from specformer.cli.main import make_parser
 
     parser, _ = make_parser()
     found: list[Printed] = []
@@ -329,7 +329,7 @@ def _hf_folder(path: Path) -> None:
 
 def _imported_llama(path: Path) -> None:
     """What `specformer hf import` makes of a Llama folder without tokenizer.json (a checkpoint without a tokenizer)."""
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     folder = path.parent / f".{path.stem}-hf"
     _hf_folder(folder)
@@ -493,7 +493,7 @@ class Result:
 
 
 def run_one(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     old_cwd, old_stdin = os.getcwd(), sys.stdin

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from docs_browser import CHROMIUM, Browser, serve
 from docs_site import ARTIFACTS
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),

@@ -71,7 +71,7 @@ def test_the_evaluation_page_figures_are_what_eval_computes_now(tmp_path):
     import io
     import json
 
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     page = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8")
     command = re.search(r"\$ specformer eval runs/tiny/model.safetensors --data (\S+) --context (\d+) --stride (\d+)\n", page)

@@ -16,10 +16,10 @@ from docs_site import REPO, page_html, visible_text
 from docsgen.api_ref import api_modules, api_page_path
 from docsgen.catalogue import kind_page, paper_label
 from docsgen.hooks_ref import hooks, plugin_hooks
-from specformer import hookspecs
-from specformer.cli import make_parser
+from specformer.registry import hookspecs
+from specformer.cli.main import make_parser
 from specformer.errors import SpecError
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 from specformer.spec import BlockSpec, LayerOverride, ModelSpec, load_spec
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -126,7 +126,7 @@ def test_every_core_module_has_an_api_page(built_site: Path):
     import specformer
 
     modules = api_modules()
-    assert "specformer.registry" in modules and "specformer.scaffold" in modules
+    assert "specformer.registry.components" in modules and "specformer.cli.scaffold" in modules
     for module in modules:
         page = page_html(built_site, api_page_path(module))
         assert "doc doc-" in page, f"{module}: mkdocstrings rendered nothing"

@@ -22,7 +22,7 @@ from docsgen.snippets import (  # noqa: E402
     merge,
     placements,
 )
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 
 DOCS = REPO / "docs"
 
@@ -177,7 +177,7 @@ def test_merge_replaces_a_component_of_another_kind_and_merges_the_same_kind():
 
 
 def _registry_with(extra):
-    from specformer import plugins
+    from specformer.registry import discovery as plugins
 
     registry = plugins.build_registry(plugins.get_plugin_manager())
     extra(registry)
@@ -187,7 +187,7 @@ def _registry_with(extra):
 def test_a_component_whose_snippet_cannot_validate_is_reported_by_name():
     from docsgen.catalogue import catalogue_pages
     from pydantic import Field
-    from specformer.params import Params
+    from specformer.registry.params import Params
 
     class Picky(Params):
         width: int = Field(gt=0, description="Must equal 12345, which no example gives.")
@@ -204,7 +204,7 @@ def test_a_component_whose_snippet_cannot_validate_is_reported_by_name():
 def test_a_kind_no_spec_field_takes_gets_a_page_without_snippets():
     from docsgen.catalogue import catalogue_pages
     from pydantic import Field
-    from specformer.params import Params
+    from specformer.registry.params import Params
 
     class RouterParams(Params):
         top: int = Field(default=1, gt=0, description="Experts per token.")

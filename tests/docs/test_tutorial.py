@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from docs_site import HOOKS, REPO
 from specformer.errors import RegistryError
-from specformer.plugins import get_registry
-from specformer.registry import Registry
+from specformer.registry.discovery import get_registry
+from specformer.registry.components import Registry
 
 TUTORIAL = REPO / "examples" / "specformer-tutorial"
 PAGE = REPO / "docs" / "writing-a-plugin.md"
@@ -49,8 +49,8 @@ def own_tests(tutorial_staged):
 PROBE = """
 import contextlib, io, json, sys
 sys.path.insert(0, HOOKS)
-from specformer.cli import main
-from specformer.plugins import get_registry
+from specformer.cli.main import main
+from specformer.registry.discovery import get_registry
 from docsgen.plugin_scope import load_plugins
 
 # The site documents the built-in plugins only, unless mkdocs.yml / SPECFORMER_DOCS_PLUGINS asks for all.

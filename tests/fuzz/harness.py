@@ -169,7 +169,7 @@ class CliResult:
 
 def run_cli(argv: Sequence[str]) -> CliResult:
     """``specformer ARGV`` in this process: exit 0 or 2, no traceback, within the bounds."""
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     before = peak_rss_bytes()

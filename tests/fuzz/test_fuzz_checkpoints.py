@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import read_metadata, read_tensors
-from specformer.checkpoint_check import check_checkpoint
+from specformer.checkpoint.save_load import read_metadata, read_tensors
+from specformer.checkpoint.check import check_checkpoint
 from specformer.errors import MemoryLimitError
 
 from conftest import TINY

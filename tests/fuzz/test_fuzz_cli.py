@@ -1,6 +1,6 @@
 """Property-based: any argument vector ends in exit 0 or 2, never a traceback, a hang or a stray file.
 
-Argument vectors are built from the real parsers (``specformer.cli.make_parser``, every
+Argument vectors are built from the real parsers (``specformer.cli.main.make_parser``, every
 plugin's options included), so a new option is fuzzed as soon as it exists: a command
 (``validate``, ``summary``, ``generate``, ``components``, ``schema``, ``hf import``,
 ``hf export``, ``hf attach-tokenizer``, ``hf families``, ``train``), some of its
@@ -32,7 +32,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import specformer
-from specformer.cli import make_parser
+from specformer.cli.main import make_parser
 
 from conftest import TINY
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, run_cli, run_cli_subprocess, sentinel

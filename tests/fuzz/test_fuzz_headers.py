@@ -42,9 +42,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint_check import check_checkpoint
+from specformer.checkpoint.check import check_checkpoint
 from specformer.errors import MemoryLimitError
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_finetune.adapter_file import base_reference, save_adapter
 from specformer_finetune.apply import apply_adapter
 from specformer_quant import quantize

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 import specformer
 from specformer.errors import UserError
-from specformer.plugins import get_registry
-from specformer.tokenizer import METADATA_KEY as TOKENIZER_KEY
-from specformer.tokenizer import ByteTokenizer
+from specformer.registry.discovery import get_registry
+from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_generate.cli import parse_sampler_option
 from specformer_generate.generate import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler

@@ -206,7 +206,7 @@ def test_validating_a_huge_head_dim_takes_little_memory(outside):
     with case_dir(outside) as case:
         path = case.work / f"{PREFIX}spec.yaml"
         path.write_text(yaml.safe_dump({"model": {**TINY["model"], "d_model": 1_000_000_000}}))
-        script = ("import resource, sys; from specformer.cli import main; code = main(['validate', sys.argv[1]]); "
+        script = ("import resource, sys; from specformer.cli.main import main; code = main(['validate', sys.argv[1]]); "
                   "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
         proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
         assert "more than any machine can address" in proc.stderr

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "core", ROOT / "plugins")

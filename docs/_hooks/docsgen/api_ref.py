@@ -10,7 +10,7 @@ from docsgen.text import cell, first_sentence, rst_to_md
 
 
 def api_modules() -> list[str]:
-    """Every public module of the core package, e.g. ``specformer.registry``."""
+    """Every public module of the core package, e.g. ``specformer.registry.components``."""
     return sorted(
         f"specformer.{m.name}" for m in pkgutil.iter_modules(specformer.__path__) if not m.name.startswith("_")
     )

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from specformer.plugins import plugin_infos
-from specformer.registry import Component, Registry
+from specformer.registry.discovery import plugin_infos
+from specformer.registry.components import Component, Registry
 
 from docsgen.fields import fields_table
 from docsgen.snippets import REPO, ComponentSnippet, Step, component_snippet, placements

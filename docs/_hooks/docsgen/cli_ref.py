@@ -7,7 +7,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from specformer.cli import make_parser
+from specformer.cli.main import make_parser
 
 from docsgen.text import cell
 

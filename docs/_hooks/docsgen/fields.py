@@ -6,7 +6,7 @@ import json
 from typing import Any, Callable
 
 from pydantic import BaseModel
-from specformer.params import COMPONENT_MARKER
+from specformer.registry.params import COMPONENT_MARKER
 
 from docsgen.text import cell, rst_to_md
 

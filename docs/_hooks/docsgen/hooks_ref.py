@@ -1,4 +1,4 @@
-"""The hooks reference, read from ``specformer.hookspecs`` and the loaded plugin manager."""
+"""The hooks reference, read from ``specformer.registry.hookspecs`` and the loaded plugin manager."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from specformer import hookspecs
-from specformer.plugins import get_plugin_manager, plugin_infos
+from specformer.registry import hookspecs
+from specformer.registry.discovery import get_plugin_manager, plugin_infos
 
 from docsgen.text import cell, first_sentence, rst_to_md
 
@@ -93,12 +93,12 @@ def hooks_page() -> str:
         "Callers call them through the plugin manager, always with keyword arguments:",
         "",
         "```python",
-        "from specformer.plugins import get_plugin_manager, plugin_infos",
+        "from specformer.registry.discovery import get_plugin_manager, plugin_infos",
         "",
         "get_plugin_manager().hook.specformer_on_train_step(step=100, metrics={\"loss\": 2.1})",
         "```",
         "",
-        "This page is generated from `specformer/hookspecs.py`; *implemented by* lists the plugins "
+        "This page is generated from `specformer/registry/hookspecs.py`; *implemented by* lists the plugins "
         "loaded when the site was built.",
         "",
         "| Hook | When it is called | firstresult |",
@@ -106,7 +106,7 @@ def hooks_page() -> str:
     ]
     for h in all_hooks:
         lines.append(
-            f"| [`{h.name}`](#{h.name}) | {cell(rst_to_md(first_sentence(h.function.__doc__ or ''), module='specformer.hookspecs'))} "
+            f"| [`{h.name}`](#{h.name}) | {cell(rst_to_md(first_sentence(h.function.__doc__ or ''), module='specformer.registry.hookspecs'))} "
             f"| {'yes' if h.options.get('firstresult') else 'no'} |"
         )
     extra = plugin_hooks()
@@ -118,7 +118,7 @@ def hooks_page() -> str:
             )
     lines.append("")
     for h in all_hooks:
-        lines += _hook_section(h, "specformer.hookspecs", level=2)
+        lines += _hook_section(h, "specformer.registry.hookspecs", level=2)
     for plugin, module, found in extra:
         lines += [
             f"## Hooks of plugin `{plugin}` {{ #plugin-{plugin} }}",

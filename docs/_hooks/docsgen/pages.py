@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specformer.plugins import get_registry
-from specformer.registry import Registry
+from specformer.registry.discovery import get_registry
+from specformer.registry.components import Registry
 
 from docsgen.api_ref import api_modules, api_page_path, api_pages
 from docsgen.catalogue import CATALOGUE_DIR, catalogue_pages, kind_page, kind_title, kinds_with_components

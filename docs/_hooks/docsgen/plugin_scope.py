@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from specformer import plugins
+from specformer.registry import discovery as plugins
 
 SCOPES = ("builtin", "installed")
 #: The distribution whose entry points are the built-in plugins.

@@ -32,8 +32,8 @@ from typing import Any
 import tomllib
 import yaml
 from specformer.errors import SpecError
-from specformer.registry import Component, Registry
-from specformer.schema import spec_json_schema
+from specformer.registry.components import Component, Registry
+from specformer.registry.schema import spec_json_schema
 from specformer.spec import load_spec, read_spec_file
 
 REPO = Path(__file__).resolve().parents[3]

@@ -6,8 +6,8 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel
-from specformer.registry import Registry
-from specformer.schema import spec_json_schema
+from specformer.registry.components import Registry
+from specformer.registry.schema import spec_json_schema
 from specformer.spec import BlockSpec, LayerOverride, ModelSpec, Spec
 
 from docsgen.fields import fields_table

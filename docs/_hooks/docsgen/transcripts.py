@@ -36,7 +36,7 @@ LANGUAGES = {".yaml": "yaml", ".yml": "yaml", ".py": "python", ".toml": "toml", 
 
 
 def run_cli(args: str) -> tuple[int, str]:
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     buffer = io.StringIO()
     old = os.getcwd()

@@ -13,7 +13,7 @@ from typing import ClassVar, Iterable
 
 from pydantic import Field
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class SamplerParams(Params):

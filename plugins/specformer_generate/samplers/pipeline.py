@@ -17,9 +17,9 @@ from torch import Generator, Tensor
 
 from specformer.errors import Problem, SpecError, UnknownComponentError, excerpt
 from specformer.messages import join_path
-from specformer.params import as_component_ref
-from specformer.plugins import get_registry
-from specformer.registry import Resolved
+from specformer.registry.params import as_component_ref
+from specformer.registry.discovery import get_registry
+from specformer.registry.components import Resolved
 from specformer.spec import problems_from_validation_error
 from specformer_generate.samplers.greedy import Greedy
 from specformer_generate.samplers.params import check_chooser_last

@@ -9,10 +9,10 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from specformer.attention import head_sizes
-from specformer.context import ForwardContext
-from specformer.masks import MaskRule
-from specformer.params import Params, SubComponent
+from specformer.model.attention import head_sizes
+from specformer.model.context import ForwardContext
+from specformer.model.masks import MaskRule
+from specformer.registry.params import Params, SubComponent
 
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 from specformer_layers.attention.per_head_norm import PerHeadNorm
@@ -99,7 +99,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         sizes = head_sizes(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
         n_kv_heads, head_dim = sizes.n_kv_heads, sizes.head_dim
-        # The public facts (specformer.attention.AttentionLayer) others read: heads, window, cache slot.
+        # The public facts (specformer.model.attention.AttentionLayer) others read: heads, window, cache slot.
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim

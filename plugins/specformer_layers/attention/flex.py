@@ -1,6 +1,6 @@
 """FlexAttention (PyTorch's ``torch.nn.attention.flex_attention``): any mask, no T x T tensor.
 
-The mask rule of :mod:`specformer.masks` becomes a block mask (which ``128 x 128``
+The mask rule of :mod:`specformer.model.masks` becomes a block mask (which ``128 x 128``
 tiles to visit, which of them need the rule applied score by score) and a
 ``mask_mod`` that applies it; ALiBi-style biases and soft-capping become a
 ``score_mod``, evaluated per score inside the kernel; an attention sink is one more
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from specformer.context import ForwardContext
-from specformer.masks import MaskInputs, MaskRule, allowed, block_summary
+from specformer.model.context import ForwardContext
+from specformer.model.masks import MaskInputs, MaskRule, allowed, block_summary
 
 try:  # PyTorch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask

@@ -2,7 +2,7 @@
 
 Every kernel computes the same thing: ``softmax(scale * q k^T [soft-capped] + bias,
 masked [, with sink logits in the normalisation]) v``, with the mask rule of
-:mod:`specformer.masks`. They differ in what they materialise:
+:mod:`specformer.model.masks`. They differ in what they materialise:
 
 * ``eager``: the written-out softmax, a ``(B, H, Tq, S)`` score tensor. The reference
   (and the only path that can hand attention probabilities to an observer).
@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from specformer.context import ForwardContext
-from specformer.masks import MaskRule
-from specformer.positional import PositionalScheme
+from specformer.model.context import ForwardContext
+from specformer.model.masks import MaskRule
+from specformer.model.positional import PositionalScheme
 
 from specformer_layers.attention import flex, tiled
 

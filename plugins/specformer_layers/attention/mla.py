@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from specformer.attention import CacheSlots
-from specformer.context import ForwardContext
-from specformer.params import Params, SubComponent
+from specformer.model.attention import CacheSlots
+from specformer.model.context import ForwardContext
+from specformer.registry.params import Params, SubComponent
 
 
 class LatentAttention(nn.Module):
@@ -92,7 +92,7 @@ class LatentAttention(nn.Module):
         self.v_head_dim = v_head_dim
         self.kv_lora_rank = kv_lora_rank
         self.q_lora_rank = q_lora_rank
-        # The public facts (specformer.attention.AttentionLayer): every head has its own key and
+        # The public facts (specformer.model.attention.AttentionLayer): every head has its own key and
         # value once expanded; the positional scheme turns only the rotary channels; the cache
         # keeps the shared rotary key as "key" and the latent as "value".
         self.n_heads = n_heads

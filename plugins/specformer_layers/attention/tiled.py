@@ -20,8 +20,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from specformer.context import ForwardContext
-from specformer.masks import MaskInputs, MaskRule, block_summary, dense_mask
+from specformer.model.context import ForwardContext
+from specformer.model.masks import MaskInputs, MaskRule, block_summary, dense_mask
 
 #: Query rows per tile (and the key granularity of each tile's range).
 TILE = 256

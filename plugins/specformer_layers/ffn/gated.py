@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 from specformer_layers.ffn.activations import ACTIVATIONS, Activation
 
 

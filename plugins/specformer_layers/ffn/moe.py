@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from specformer.params import Params, SubComponent
+from specformer.registry.params import Params, SubComponent
 from specformer_layers.ffn.activations import ACTIVATIONS, Activation
 from specformer_layers.ffn.gated import GatedMLP, default_gated_hidden
 from specformer_layers.ffn.mlp import MLP

@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar
 
 from torch import nn
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 SUBLAYERS = ("attention", "ffn")
 

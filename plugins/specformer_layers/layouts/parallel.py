@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import Field
 from torch import Tensor
 
-from specformer.context import ForwardContext
-from specformer.params import Params
+from specformer.model.context import ForwardContext
+from specformer.registry.params import Params
 from specformer_layers.layouts.base import Block
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from specformer.context import ForwardContext
+from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
 
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 
 
 class RMSNorm(FromParams, nn.Module):

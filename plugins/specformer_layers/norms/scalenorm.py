@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 
 
 class ScaleNorm(FromParams, nn.Module):

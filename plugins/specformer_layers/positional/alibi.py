@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from specformer.params import FromParams, Params
-from specformer.positional import PositionalScheme
+from specformer.registry.params import FromParams, Params
+from specformer.model.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
 
 

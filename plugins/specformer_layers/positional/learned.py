@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from specformer.params import FromParams, Params
-from specformer.positional import PositionalScheme
+from specformer.registry.params import FromParams, Params
+from specformer.model.positional import PositionalScheme
 
 
 class LearnedPositions(FromParams, PositionalScheme):

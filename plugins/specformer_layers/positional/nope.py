@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specformer.params import FromParams, Params
-from specformer.positional import PositionalScheme
+from specformer.registry.params import FromParams, Params
+from specformer.model.positional import PositionalScheme
 
 
 class NoPositions(FromParams, PositionalScheme):

@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import Params, SubComponent
-from specformer.positional import PositionalScheme
+from specformer.registry.params import Params, SubComponent
+from specformer.model.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
 from specformer_layers.positional.rope_scaling.base import RopeScaling, default_inv_freq
 

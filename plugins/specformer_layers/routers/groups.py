@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class GroupedParams(Params):

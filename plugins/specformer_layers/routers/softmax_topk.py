@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor
 
-from specformer.params import FromParams
+from specformer.registry.params import FromParams
 from specformer_layers.routers.base import LinearRouter, Routing, check_groups, keep_best_groups
 from specformer_layers.routers.groups import GroupedParams
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specformer.plugins import get_plugin_manager
+from specformer.registry.discovery import get_plugin_manager
 
 KIND = "logger"
 KIND_DOC = "Where a training run's metrics go (a file, TensorBoard, a tracking service): training-hook implementations."

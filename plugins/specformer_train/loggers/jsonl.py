@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specformer.hookspecs import hookimpl
+from specformer.registry.hookspecs import hookimpl
 from specformer_train.loggers.params import JsonlParams
 from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
 

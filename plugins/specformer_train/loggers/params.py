@@ -5,7 +5,7 @@ Each model's docstring is the logger's description in the catalogue.
 
 from __future__ import annotations
 
-from specformer.params import Params
+from specformer.registry.params import Params
 
 
 class JsonlParams(Params):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specformer.hookspecs import hookimpl
+from specformer.registry.hookspecs import hookimpl
 from specformer_train.loggers.params import TensorBoardParams
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_train.config import Float, Int
 
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 
 import specformer
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 
 BYTES = ByteTokenizer()
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer_eval import evaluate_documents
 
 from .support import BYTES, DOCUMENTS, byte_model, reference_nll, save_with_tokenizer

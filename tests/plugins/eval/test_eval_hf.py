@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from specformer.cli import main
+from specformer.cli.main import main
 
 from .support import BYTES, DOCUMENTS
 

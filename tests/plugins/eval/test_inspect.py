@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer_eval import capture, figure_layout, logit_lens
 from specformer_eval.figures import BY_LAYER
 from specformer_eval.inspection import choose_token, inspect_prompt, token_label

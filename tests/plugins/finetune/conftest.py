@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 
 TINY_MODEL: dict[str, Any] = {
     "vocab_size": 259,

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import CheckpointError
 from specformer_finetune.adapter_file import base_reference, save_adapter
 from specformer_finetune.apply import apply_adapter

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_finetune.training import ChatPrompting, chat_rows
 from specformer_finetune.turn_end import turn_end
 from specformer_train import train
@@ -102,7 +102,7 @@ def test_the_hint_names_the_template_only_when_the_model_file_lacks_it(tmp_path:
     base = _base_with_template(tmp_path)
     config = SimpleNamespace(data=str(chat_file), chat_template=None, tokenizer="byte", streaming=False, seed=0,
                              val_fraction=0.1, cache_dir=None, adapter=ADAPTER if adapter else None, init=str(base))
-    prompting = chat_rows(config, BYTES, seq_len=32, metadata=specformer.checkpoint.read_metadata(base),
+    prompting = chat_rows(config, BYTES, seq_len=32, metadata=specformer.checkpoint.save_load.read_metadata(base),
                           vocab_size=259).prompting
     assert prompting.turn_end.strings == ("<|end|>",)
     assert prompting.option == ("" if adapter else f"--chat-template {base.resolve()}")

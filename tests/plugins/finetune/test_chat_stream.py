@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_finetune.chat_data import encode_file
 from specformer_finetune.chat_stream import ChatStreamRows
 from specformer_finetune.chat_template import resolve_template

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
-from specformer.tokenizer import tokenizer_from_metadata
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import tokenizer_from_metadata
 from specformer_finetune.chat_template import render, template_from_metadata
 
 transformers = pytest.importorskip("transformers")
@@ -63,7 +63,7 @@ def _answer(model: torch.nn.Module, tokenizer, template, question: str) -> str:
 @pytest.mark.slow
 def test_lora_learns_to_answer_its_training_prompts(tmp_path: Path) -> None:
     base = _imported(tmp_path)
-    metadata = specformer.checkpoint.read_metadata(base)
+    metadata = specformer.checkpoint.save_load.read_metadata(base)
     tokenizer, template = tokenizer_from_metadata(metadata), template_from_metadata(metadata)
     assert template is not None and template[0] == CHATML
     data = tmp_path / "facts.jsonl"

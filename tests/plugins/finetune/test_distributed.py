@@ -17,7 +17,7 @@ import yaml
 from safetensors import safe_open
 
 import specformer
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer_finetune.adapter_file import base_reference
 from specformer_train import train
 from specformer_train.metrics import read_metrics
@@ -41,7 +41,7 @@ def test_two_processes_train_the_adapter_like_one(tmp_path: Path, base_ckpt: Pat
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-               "specformer.cli", "train", str(tmp_path / "two.yaml"), "--out", str(tmp_path / mode),
+               "specformer.cli.main", "train", str(tmp_path / "two.yaml"), "--out", str(tmp_path / mode),
                "--set", f"train.distributed={mode}"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -57,7 +57,7 @@ def test_two_processes_train_the_adapter_like_one(tmp_path: Path, base_ckpt: Pat
 def _torchrun(spec: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-               "specformer.cli", "train", str(spec), "--out", str(out), "--set", "train.distributed=fsdp", *extra]
+               "specformer.cli.main", "train", str(spec), "--out", str(out), "--set", "train.distributed=fsdp", *extra]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done

@@ -12,7 +12,7 @@ import yaml
 from safetensors import safe_open
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import UserError
 from specformer_train import train
 from specformer_train.init_weights import load_init
@@ -33,7 +33,7 @@ def test_adapter_run_changes_only_the_adapter(tmp_path: Path, base_ckpt: Path, t
     stored = _keys(result.model_path)
     assert stored and all(k.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for k in stored)
     assert _keys(result.checkpoint / "model.safetensors") == stored
-    header = json.loads(specformer.checkpoint.read_metadata(result.model_path)["adapter"])
+    header = json.loads(specformer.checkpoint.save_load.read_metadata(result.model_path)["adapter"])
     assert header["base"]["path"] == str(base_ckpt.resolve()) and len(header["base"]["sha256"]) == 64
 
     base = specformer.load(base_ckpt).state_dict()
@@ -78,7 +78,7 @@ def test_merge_command_writes_a_plain_checkpoint_with_the_adapter_logits(tmp_pat
 
 
 def test_full_fine_tune_starts_from_the_checkpoint_weights(tmp_path: Path, base_ckpt: Path) -> None:
-    from specformer.sizes import check_spec
+    from specformer.spec.check import check_spec
 
     started = load_init(str(base_ckpt), check_spec(tiny_spec()).spec)
     saved = specformer.load(base_ckpt).state_dict()

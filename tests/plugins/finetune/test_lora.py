@@ -173,7 +173,7 @@ def test_adapter_checkpoint_refuses_a_changed_or_missing_base(tmp_path: Path, ba
 
 def test_generate_eval_and_summary_take_an_adapter_checkpoint(tmp_path: Path, base_ckpt: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     model = specformer.load(base_ckpt)
     apply_adapter(model, LORA).base = base_reference(base_ckpt)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from specformer.tokenizer import ByteTokenizer, NoTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer, NoTokenizer
 from specformer_finetune import BUILTIN, TurnEnd, turn_end
 from specformer_finetune.turn_end import template_markers
 

@@ -6,8 +6,8 @@ from typing import Iterator
 
 import pytest
 
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
 
 
 class GenerateEndRecorder:

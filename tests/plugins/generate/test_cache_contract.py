@@ -19,11 +19,11 @@ from pydantic import Field
 from torch import Tensor, nn
 
 import specformer
-from specformer import plugins
-from specformer.attention import CacheSlots
-from specformer.context import ForwardContext
-from specformer.params import FromParams, Params
-from specformer.summary import summarize
+from specformer.registry import discovery as plugins
+from specformer.model.attention import CacheSlots
+from specformer.model.context import ForwardContext
+from specformer.registry.params import FromParams, Params
+from specformer.model.summary import summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
 

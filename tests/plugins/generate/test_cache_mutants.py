@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.attention import CacheSlots
+from specformer.model.attention import CacheSlots
 from specformer_generate.cache import LayerShape, StaticKVCache
 
 from .specs_for_tests import tiny_with

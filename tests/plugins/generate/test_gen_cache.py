@@ -7,7 +7,7 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.cache import LayerShape
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
-from specformer.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer
 
 from .specs_for_tests import tiny_with
 

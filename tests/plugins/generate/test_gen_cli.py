@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
-from specformer.tokenizer import ByteTokenizer
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_generate import generate
 
 from .specs_for_tests import tiny_with
@@ -157,7 +157,7 @@ def test_beam_search_flag(capsys, checkpoint) -> None:
 
 def test_the_tokenizer_stored_in_the_checkpoint_is_used(capsys, tmp_path) -> None:
     tokenizers = pytest.importorskip("tokenizers")
-    from specformer.tokenizer import BPETokenizer
+    from specformer.tokenizers.tokenizer import BPETokenizer
 
     inner = tokenizers.Tokenizer(tokenizers.models.BPE())
     inner.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.cli import main
-from specformer.tokenizer import ByteTokenizer
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_generate import generate
 
 from .specs_for_tests import tiny_with
@@ -164,7 +164,7 @@ def test_a_checkpoint_without_a_tokenizer_refuses_text_and_takes_ids(capsys, tmp
 def test_threads_flag_and_auto(capsys, monkeypatch, checkpoint) -> None:
     code, _, err = run_cli(capsys, checkpoint, "--prompt", "a", "--max-new-tokens", 2, "--threads", 1)
     assert code == 0 and torch.get_num_threads() == 1 and "1 CPU thread)" in err
-    import specformer.threads as threads
+    import specformer.machine.threads as threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (1000.0, 0.0, 0.0))  # every core busy

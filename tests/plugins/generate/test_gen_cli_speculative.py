@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 
 from .specs_for_tests import tiny_with
 

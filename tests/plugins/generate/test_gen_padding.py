@@ -67,7 +67,7 @@ def test_padded_rows_are_finite_and_real_rows_equal_the_prompt_alone(model, use_
 
 def test_the_core_mask_lets_padding_queries_see_every_key() -> None:
     """What keeps padded rows finite on every backend: a padding query (position < 0) is never fully masked."""
-    from specformer.context import causal_mask
+    from specformer.model.context import causal_mask
 
     q = torch.tensor([[-1, -1, 0, 1]])
     k = torch.tensor([[-1, -1, 0, 1]])
@@ -81,7 +81,7 @@ def test_the_core_mask_lets_padding_queries_see_every_key() -> None:
 @pytest.mark.parametrize("softcap", [None, 5.0])
 def test_eager_attention_gives_zeros_not_nan_for_a_query_with_no_key(softcap) -> None:
     """Even with a mask that leaves a query nothing (a third-party cache or mask), eager stays finite."""
-    from specformer.context import ForwardContext
+    from specformer.model.context import ForwardContext
     from specformer_layers.attention.causal import CausalSelfAttention
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 
 from specformer.errors import SpecError
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 from specformer_generate import build_sampler
 from specformer_generate.samplers.greedy import Greedy
 from specformer_generate.samplers.min_p import MinP

@@ -148,7 +148,7 @@ def test_greedy_names_itself() -> None:
 
 
 from specformer.errors import SpecError  # noqa: E402
-from specformer.plugins import get_registry  # noqa: E402
+from specformer.registry.discovery import get_registry  # noqa: E402
 from specformer_generate.samplers.pipeline import Sampler, build_sampler, draw  # noqa: E402
 
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import specformer
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
 from specformer_generate import generate, stream
 from specformer_generate.samplers.pipeline import Sampler
 from specformer_generate.speculative import Draft, probabilities, verify

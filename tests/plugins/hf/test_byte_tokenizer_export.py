@@ -1,6 +1,6 @@
 """The byte tokenizer survives ``hf export`` (a tokenizer.json transformers loads) and comes back from ``hf import``.
 
-Checked against specformer's own :class:`~specformer.tokenizer.ByteTokenizer` on text of
+Checked against specformer's own :class:`~specformer.tokenizers.tokenizer.ByteTokenizer` on text of
 several scripts, emoji, control characters and the special tokens' strings, and on
 random ids (invalid UTF-8 included) for decoding.
 """
@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 import specformer
-from specformer.byte_tokenizer_file import byte_tokenizer_json, is_byte_tokenizer_json
-from specformer.checkpoint import read_metadata
-from specformer.cli import main
-from specformer.tokenizer import METADATA_KEY, SPECIAL_TOKENS, ByteTokenizer
+from specformer.tokenizers.byte_file import byte_tokenizer_json, is_byte_tokenizer_json
+from specformer.checkpoint.save_load import read_metadata
+from specformer.cli.main import main
+from specformer.tokenizers.tokenizer import METADATA_KEY, SPECIAL_TOKENS, ByteTokenizer
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

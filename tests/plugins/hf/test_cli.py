@@ -7,8 +7,8 @@ import json
 import torch
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.cli import main
+from specformer.checkpoint.save_load import read_metadata
+from specformer.cli.main import main
 from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY
 
 

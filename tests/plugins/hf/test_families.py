@@ -11,7 +11,7 @@ import torch
 
 import specformer_hf
 from specformer.errors import RegistryError
-from specformer.plugins import check_hooks, new_plugin_manager, register_plugin
+from specformer.registry.discovery import check_hooks, new_plugin_manager, register_plugin
 from specformer_hf import plugin as hf_plugin
 from specformer_hf.families import builtin_families
 from specformer_hf.families import llama as llama_family

@@ -18,7 +18,7 @@ import torch
 
 import specformer
 import specformer_hf
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import UserError
 
 
@@ -118,7 +118,7 @@ def test_the_old_folder_is_replaced_only_after_the_new_one_is_complete(checkpoin
     # Watch the renames: the old folder is moved aside only when the new one holds every file.
     import os
 
-    import specformer.outputs as output
+    import specformer.files.outputs as output
 
     old = _previous_export(tmp_path)
     seen = []
@@ -216,7 +216,7 @@ def test_import_spec_out_with_a_missing_parent_fails_before_any_work(checkpoint,
 
 
 def test_import_that_fails_while_saving_keeps_the_old_checkpoint(checkpoint, tmp_path, monkeypatch, capsys):
-    import specformer.checkpoint_file as core_checkpoint_file
+    import specformer.checkpoint.file as core_checkpoint_file
 
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"previous")

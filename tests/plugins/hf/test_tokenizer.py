@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.cli import main
+from specformer.checkpoint.save_load import read_metadata
+from specformer.cli.main import main
 from specformer.errors import UserError
-from specformer.tokenizer import NO_TOKENIZER_HINT, BPETokenizer, NoTokenizer, tokenizer_from_metadata
+from specformer.tokenizers.tokenizer import NO_TOKENIZER_HINT, BPETokenizer, NoTokenizer, tokenizer_from_metadata
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 

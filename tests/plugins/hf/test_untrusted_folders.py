@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 
 import specformer
 import specformer_hf
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import UserError
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from specformer.context import ForwardContext
-from specformer.positional import PositionalScheme
+from specformer.model.context import ForwardContext
+from specformer.model.positional import PositionalScheme
 
 VOCAB = 61
 D_MODEL = 32

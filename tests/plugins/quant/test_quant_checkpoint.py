@@ -11,8 +11,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.cli import main
+from specformer.checkpoint.save_load import read_metadata
+from specformer.cli.main import main
 from specformer.errors import CheckpointError
 from specformer_generate import generate
 from specformer_quant import quantize

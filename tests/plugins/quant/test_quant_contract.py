@@ -13,7 +13,7 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
-from specformer.plugins import get_registry
+from specformer.registry.discovery import get_registry
 from specformer_quant import quantize, weight_bytes
 from specformer_quant.weights import QuantizedLinear, QuantizedWeight
 

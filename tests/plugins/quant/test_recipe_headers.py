@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer.errors import CheckpointError, SpecError
 from specformer_quant.apply import scheme_from
 

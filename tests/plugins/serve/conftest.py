@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 
 import specformer
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_serve.app import ServeConfig
 from specformer_serve.chat_template import PLAIN, renderer_for
 from specformer_serve.engine import Engine

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specformer.cli import main
+from specformer.cli.main import main
 
 from .conftest import BYTES
 

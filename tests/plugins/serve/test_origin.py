@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer_serve import origin
 
 from .conftest import MODEL_ID, make_server

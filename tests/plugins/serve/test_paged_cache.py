@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.attention import CacheSlots
+from specformer.model.attention import CacheSlots
 from specformer_serve.paged_cache import NULL_BLOCK, BlockPool, CachedLayer, PagedKVCache
 
 from .conftest import tiny_spec

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import torch
 
-from specformer.tokenizer import BPETokenizer
+from specformer.tokenizers.tokenizer import BPETokenizer
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.cli import run as serve_run
 

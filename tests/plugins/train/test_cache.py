@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specformer.errors import UserError
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train import cache as cache_module
 from specformer_train.cache import tokenize_corpus
 from specformer_train.corpus import find_corpus

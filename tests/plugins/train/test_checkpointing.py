@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specformer
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train.checkpointing import (TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint,
                                             step_dirs)
 from specformer_train.config import TrainConfig

@@ -17,11 +17,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import specformer
-from specformer.checkpoint import read_metadata
+from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import CheckpointError
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
-from specformer.tokenizer import METADATA_KEY, ByteTokenizer
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
+from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_train.atomic import OutputError
 from specformer_train.checkpointing import (TRAINER_FORMAT, CheckpointContents, DamagedCheckpoint, TrainerState,
                                             apply_checkpoint, checkpoint_root, clear_earlier_run,

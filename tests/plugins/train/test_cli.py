@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specformer.cli import main
+from specformer.cli.main import main
 
 from .conftest import tiny_spec
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import specformer
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer_train import checkpointing, rundir, train
 from specformer_train.atomic import temp_sibling
 from specformer_train.checkpointing import latest_checkpoint, recover_interrupted_saves
@@ -232,7 +232,7 @@ def interrupted(data, **settings):
     os.kill(os.getpid(), signal.SIGINT)
     return original(data, **settings)
 run.find_corpus = interrupted
-from specformer.cli import main
+from specformer.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import specformer.decoder
+import specformer.model.decoder
 from specformer_train import train
 from specformer_train.metrics import read_metrics
 
@@ -23,13 +23,13 @@ def test_tiny_alternating_trains_compiled_with_document_masks(tmp_path: Path, mo
     for i in range(120):  # short documents: several end-of-text boundaries in every 64-token row
         (corpus / f"doc{i:03d}.txt").write_text(make_text(12, seed=i), encoding="utf-8")
     seen = []
-    check = specformer.decoder.check_document_ids
+    check = specformer.model.decoder.check_document_ids
 
     def recording(document_ids, input_ids, **kwargs):
         seen.append(tuple(document_ids.shape))
         return check(document_ids, input_ids, **kwargs)
 
-    monkeypatch.setattr(specformer.decoder, "check_document_ids", recording)
+    monkeypatch.setattr(specformer.model.decoder, "check_document_ids", recording)
     spec = json.loads(SPEC.read_text(encoding="utf-8"))
     spec["train"] = {**TINY_TRAIN, "data": str(corpus), "out_dir": str(tmp_path / "out"), "steps": 300,
                      "eval_every": 0, "save_every": 0, "warmup_steps": 20, "compile": True,

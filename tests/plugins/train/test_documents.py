@@ -142,7 +142,7 @@ def _pieces(row: list[int]) -> list[list[int]]:
 
 @pytest.mark.parametrize("masked", [True, False])
 def test_evaluation_masks_documents_as_training_does(tmp_path: Path, masked: bool) -> None:
-    from specformer.tokenizer import ByteTokenizer
+    from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_train.config import TrainConfig
     from specformer_train.data import EvalRows, PackedRows
     from specformer_train.trainer import Trainer

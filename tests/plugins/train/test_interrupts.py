@@ -19,9 +19,9 @@ from .conftest import make_text, tiny_spec
 # Runs the real CLI with one extra plugin that sends this process a signal at a chosen moment.
 DRIVER = r"""
 import os, signal, sys
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
-from specformer.cli import main
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
+from specformer.cli.main import main
 
 mode, at, sig = os.environ.get("KILL_MODE", ""), int(os.environ.get("KILL_AT", "0")), os.environ.get("KILL_SIGNAL")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specformer.cli import main
+from specformer.cli.main import main
 from specformer_train import lock as lock_module
 from specformer_train.lock import LOCK_FILE, RunLock, RunLocked
 

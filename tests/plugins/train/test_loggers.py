@@ -10,7 +10,7 @@ import pytest
 
 from fixtures.isolated_plugin import stage
 from specformer.errors import UserError
-from specformer.plugins import get_plugin_manager, get_registry
+from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer_train import train
 from specformer_train.config import TrainConfig
 from specformer_train.metrics import read_metrics
@@ -36,8 +36,8 @@ CSV_PLUGIN = {
 
         from pydantic import Field
 
-        from specformer.hookspecs import hookimpl
-        from specformer.params import Params
+        from specformer.registry.hookspecs import hookimpl
+        from specformer.registry.params import Params
 
 
         class CsvParams(Params):

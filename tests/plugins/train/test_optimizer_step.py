@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import specformer
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train import train
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows

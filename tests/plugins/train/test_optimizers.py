@@ -11,8 +11,8 @@ from torch import nn
 
 import specformer
 from specformer.errors import SpecError, UserError
-from specformer.plugins import get_registry
-from specformer.validate import validate
+from specformer.registry.discovery import get_registry
+from specformer.spec.validate import validate
 from specformer_train.config import TrainConfig
 from specformer_train.optim import make_optimizer
 from specformer_train.optimizers.groups import role_of

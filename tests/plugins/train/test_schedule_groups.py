@@ -11,9 +11,9 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
-from specformer.plugins import get_registry
-from specformer.tokenizer import ByteTokenizer
-from specformer.validate import validate
+from specformer.registry.discovery import get_registry
+from specformer.tokenizers.tokenizer import ByteTokenizer
+from specformer.spec.validate import validate
 from specformer_train.config import TrainConfig
 from specformer_train.data import PackedRows
 from specformer_train.schedule import learning_rate, step_learning_rates

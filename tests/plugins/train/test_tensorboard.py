@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specformer.plugins import get_plugin_manager
+from specformer.registry.discovery import get_plugin_manager
 from specformer_train import train
 
 from .conftest import tiny_spec

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specformer.errors import UserError
-from specformer.tokenizer import END_OF_TEXT, ByteTokenizer
+from specformer.tokenizers.tokenizer import END_OF_TEXT, ByteTokenizer
 from specformer_train.checkpointing import tokenizer_file_text
 from specformer_train.corpus import find_corpus
 from specformer_train.tokenization import make_tokenizer

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specformer.errors import SpecError
-from specformer.tokenizer import ByteTokenizer
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train.cache import tokenize_corpus
 from specformer_train.corpus import find_corpus
 from specformer_train.tokenization import train_bpe

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import specformer
-from specformer.checkpoint import read_metadata
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
-from specformer.tokenizer import METADATA_KEY
+from specformer.checkpoint.save_load import read_metadata
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
+from specformer.tokenizers.tokenizer import METADATA_KEY
 from specformer_train import TrainingDiverged, train
 from specformer_train.checkpointing import latest_checkpoint
 from specformer_train.metrics import read_metrics

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 import specformer
 import specformer_train.progress
 from specformer.errors import UserError
-from specformer.hookspecs import hookimpl
-from specformer.plugins import get_plugin_manager
-from specformer.tokenizer import ByteTokenizer
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.discovery import get_plugin_manager
+from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
 import specformer_train.trainer as trainer_module

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 from torch import Tensor, nn
 
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 from pydantic import Field
-from specformer.params import Params
+from specformer.registry.params import Params
 from torch import Tensor
 
 

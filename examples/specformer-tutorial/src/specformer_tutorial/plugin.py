@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.hookspecs import hookimpl
-from specformer.registry import PluginRegistry
+from specformer.registry.hookspecs import hookimpl
+from specformer.registry.components import PluginRegistry
 
 from specformer_tutorial import command
 from specformer_tutorial.dyt import DyT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
 
 

@@ -7,7 +7,7 @@ import math
 import torch
 from pydantic import Field, model_validator
 
-from specformer.params import FromParams, Params
+from specformer.registry.params import FromParams, Params
 from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
 
 

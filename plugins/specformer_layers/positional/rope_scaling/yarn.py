@@ -7,7 +7,7 @@ import math
 import torch
 from pydantic import Field, model_validator
 
-from specformer.params import Params
+from specformer.registry.params import Params
 from specformer_layers.positional.fp32 import rope_exponents
 from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor
 

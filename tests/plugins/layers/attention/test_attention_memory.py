@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specformer.builder import build
+from specformer.model.builder import build
 
 from ..support import VOCAB, tiny_spec
 

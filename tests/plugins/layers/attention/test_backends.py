@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-from specformer.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
+from specformer.model.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
 from specformer_layers.attention import flex, kernels, tiled
 from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.positional.alibi import ALiBi
@@ -257,7 +257,7 @@ def test_cached_decoding_equals_eager_on_every_backend(reference_flex, option) -
 
 
 def written_out(q_order, k_order, q_pos, k_pos, q_doc, k_doc, window, chunk):
-    """allowed[b][i][j] by loops: the rule of specformer.masks, read aloud."""
+    """allowed[b][i][j] by loops: the rule of specformer.model.masks, read aloud."""
     out = []
     for b in range(len(q_order)):
         rows = []
@@ -333,7 +333,7 @@ def test_summary_names_the_kernel_of_each_option() -> None:
 
 
 def test_specformer_summary_prints_each_layers_kernel() -> None:
-    from specformer.summary import format_summary, summarize
+    from specformer.model.summary import format_summary, summarize
 
     from ..support import tiny_spec
 
@@ -347,7 +347,7 @@ def test_specformer_summary_prints_each_layers_kernel() -> None:
 
 
 def mixed_model(backend: str, positional: dict):
-    from specformer.builder import build
+    from specformer.model.builder import build
 
     from ..support import tiny_spec
 

@@ -20,7 +20,7 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
-from specformer.summary import summarize
+from specformer.model.summary import summarize
 
 VOCAB = 53
 
@@ -198,7 +198,7 @@ def test_summary_reports_cache_bytes_and_total_against_active_parameters(tmp_pat
     """A DeepSeek-shaped spec: MLA and a routed MoE, 2 of 4 experts per token (each expert 3 x 16 x 32 weights)."""
     import yaml
 
-    from specformer.cli import main
+    from specformer.cli.main import main
 
     spec = mla_spec()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}
