@@ -16,9 +16,10 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    from specformer_finetune.lora import LoRA
+    from specformer_finetune.params import LoRAParams
 
-    registry.register("adapter", LoRA.name, factory=LoRA.from_params, params=LoRA.Params, doc=LoRA.__doc__,
+    # By factory path: listing adapters and checking a spec import no torch.
+    registry.register("adapter", "lora", factory="specformer_finetune.lora:LoRA", params=LoRAParams,
                       paper="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models")
 
 

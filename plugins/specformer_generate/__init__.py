@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from specformer_generate.cache import LayerShape, StaticKVCache
 from specformer_generate.generate import generate, stream
-from specformer_generate.samplers import Sampler, build_sampler
+from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
 from specformer_generate.session import Session
 

@@ -8,8 +8,7 @@ from typing import Any
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 from specformer_generate import hookspecs
-from specformer_generate.samplers import (FrequencyPenalty, Greedy, MinP, NoRepeatNGram, PresencePenalty,
-                                          RepetitionPenalty, Temperature, TopK, TopP, Typical)
+from specformer_generate.samplers import params as sampler_params
 from specformer_generate.section import GenerateSpec
 
 #: The kind this plugin owns: what a spec's ``generate.sampler`` list names.
@@ -28,19 +27,25 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    def add(name: str, cls: type, paper: str | None = None) -> None:
-        registry.register(SAMPLER_KIND, name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__, paper=paper)
+    # By factory path: listing samplers and checking a spec import no torch.
+    def add(name: str, factory: str, params: type, paper: str | None = None) -> None:
+        registry.register(SAMPLER_KIND, name, factory=f"specformer_generate.samplers.{factory}", params=params,
+                          paper=paper)
 
-    add("temperature", Temperature)
-    add("top_k", TopK, "https://arxiv.org/abs/1805.04833")
-    add("top_p", TopP, "https://arxiv.org/abs/1904.09751")
-    add("min_p", MinP, "https://arxiv.org/abs/2407.01082")
-    add("typical", Typical, "https://arxiv.org/abs/2202.00666")
-    add("repetition_penalty", RepetitionPenalty, "https://arxiv.org/abs/1909.05858")
-    add("frequency_penalty", FrequencyPenalty, "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties")
-    add("presence_penalty", PresencePenalty, "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties")
-    add("no_repeat_ngram", NoRepeatNGram, "https://arxiv.org/abs/1705.04304")
-    add("greedy", Greedy)
+    add("temperature", "temperature:Temperature", sampler_params.TemperatureParams)
+    add("top_k", "top_k:TopK", sampler_params.TopKParams, "https://arxiv.org/abs/1805.04833")
+    add("top_p", "top_p:TopP", sampler_params.TopPParams, "https://arxiv.org/abs/1904.09751")
+    add("min_p", "min_p:MinP", sampler_params.MinPParams, "https://arxiv.org/abs/2407.01082")
+    add("typical", "typical:Typical", sampler_params.TypicalParams, "https://arxiv.org/abs/2202.00666")
+    add("repetition_penalty", "repetition:RepetitionPenalty", sampler_params.RepetitionPenaltyParams,
+        "https://arxiv.org/abs/1909.05858")
+    add("frequency_penalty", "penalties:FrequencyPenalty", sampler_params.FrequencyPenaltyParams,
+        "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties")
+    add("presence_penalty", "penalties:PresencePenalty", sampler_params.PresencePenaltyParams,
+        "https://platform.openai.com/docs/advanced-usage/frequency-and-presence-penalties")
+    add("no_repeat_ngram", "no_repeat_ngram:NoRepeatNGram", sampler_params.NoRepeatNGramParams,
+        "https://arxiv.org/abs/1705.04304")
+    add("greedy", "greedy:Greedy", sampler_params.GreedyParams)
     registry.add_section("generate", GenerateSpec)
 
 

@@ -10,13 +10,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from specformer.registry.params import Params, SubComponent
-from specformer.registry.components import Resolved
-from specformer_generate.samplers.pipeline import Sampler
+from specformer_generate.samplers.params import check_chooser_last
+
+if TYPE_CHECKING:
+    from specformer_generate.samplers.pipeline import Sampler
 
 
 class GenerateSpec(Params):
@@ -65,8 +67,9 @@ class GenerateSpec(Params):
     @field_validator("sampler")
     @classmethod
     def _chooser_last(cls, value: Any) -> Any:
-        if value:
-            Sampler([entry.make() if isinstance(entry, Resolved) else entry for entry in value])
+        # By the params' CHOOSES_TOKEN, so that checking a spec builds no sampler (and imports no torch).
+        check_chooser_last((entry.component.name, getattr(entry.params, "CHOOSES_TOKEN", False))
+                           for entry in value or ())
         return value
 
     def build_sampler(self) -> Sampler:

@@ -5,12 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_quant.params import Bf16Params
 from specformer_quant.weights import QuantizedWeight
-
-
-class Bf16Params(Params):
-    """No settings: bfloat16 has one layout."""
 
 
 class Bf16Weight(QuantizedWeight):
@@ -42,10 +38,6 @@ class Bf16:
     def shape_from_stored(shape: tuple[int, ...]) -> tuple[int, ...]:
         """The float weight's shape from the stored ``value`` buffer's."""
         return tuple(shape)
-
-    @classmethod
-    def from_params(cls, params: Bf16Params) -> "Bf16":
-        return cls(params)
 
     def quantize(self, w: Tensor) -> Bf16Weight:
         return Bf16Weight(value=w.detach())

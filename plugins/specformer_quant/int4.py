@@ -8,18 +8,13 @@ activations, float32 accumulate); otherwise the weight is dequantized for the ma
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_quant.params import Int4Params
 from specformer_quant.weights import QuantizedWeight, check_stored
-
-
-class Int4Params(Params):
-    group_size: Literal[32, 64, 128] = Field(default=32, description="inputs sharing one scale and minimum")
 
 
 class Int4Weight(QuantizedWeight):
@@ -110,10 +105,6 @@ class Int4:
     def shape_from_stored(shape: tuple[int, ...]) -> tuple[int, ...]:
         """The float weight's shape from the stored ``packed`` buffer's."""
         return tuple((*shape[:-1], 2 * shape[-1]))
-
-    @classmethod
-    def from_params(cls, params: Int4Params) -> "Int4":
-        return cls(params)
 
     def quantize(self, w: Tensor) -> Int4Weight:
         return Int4Weight.from_float(w, group_size=self.params.group_size)

@@ -26,17 +26,10 @@ import warnings
 from typing import Any
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_quant.params import Int8Params
 from specformer_quant.weights import QuantizedWeight, check_stored
-
-
-class Int8Params(Params):
-    dynamic_activations: bool = Field(default=False, description=(
-        "fbgemm's int8 x int8 CPU kernel with one activation scale per call instead of one per row: a little "
-        "faster with several rows, but a row's output then depends on the other rows and tokens in the forward"))
 
 
 class Int8Weight(QuantizedWeight):
@@ -150,10 +143,6 @@ class Int8:
     def shape_from_stored(shape: tuple[int, ...]) -> tuple[int, ...]:
         """The float weight's shape from the stored ``q`` buffer's."""
         return tuple(shape)
-
-    @classmethod
-    def from_params(cls, params: Int8Params) -> "Int8":
-        return cls(params)
 
     def quantize(self, w: Tensor) -> Int8Weight:
         return Int8Weight.from_float(w, dynamic_activations=self.params.dynamic_activations)

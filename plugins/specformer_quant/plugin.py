@@ -16,14 +16,14 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    from specformer_quant.bf16 import Bf16
-    from specformer_quant.int4 import Int4
-    from specformer_quant.int8 import Int8
+    from specformer_quant.params import Bf16Params, Int4Params, Int8Params
 
-    for cls, paper in ((Int8, "Dettmers et al. 2022, LLM.int8()"), (Int4, "Frantar et al. 2022, GPTQ (group-wise)"),
-                       (Bf16, None)):
-        registry.register("quantization", cls.name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__,
-                          paper=paper)
+    # By factory path: listing the schemes and checking a spec import no torch.
+    for name, factory, params, paper in (
+            ("int8", "int8:Int8", Int8Params, "Dettmers et al. 2022, LLM.int8()"),
+            ("int4", "int4:Int4", Int4Params, "Frantar et al. 2022, GPTQ (group-wise)"),
+            ("bf16", "bf16:Bf16", Bf16Params, None)):
+        registry.register("quantization", name, factory=f"specformer_quant.{factory}", params=params, paper=paper)
 
 
 @hookimpl

@@ -36,7 +36,10 @@ def optimizer_name(config: TrainConfig) -> str:
 def make_optimizer(model: nn.Module, config: TrainConfig, *, device: torch.device) -> torch.optim.Optimizer:
     """The optimizer ``config.optimizer`` names, over ``model``'s parameters; a bad rule is a :class:`UserError`."""
     try:
-        optimizer = config.optimizer.make(model=model, train=config, device=device)
+        # The optimizer gets its own params and the run's settings it may use, never the whole config.
+        optimizer = config.optimizer.make(model=model, lr=config.lr, min_lr=config.min_lr,
+                                          weight_decay=config.weight_decay, betas=config.betas, eps=config.eps,
+                                          device=device)
     except ValueError as exc:  # a group rule matching nothing, an impossible combination of settings
         raise UserError(str(exc)) from None
     for group in optimizer.param_groups:

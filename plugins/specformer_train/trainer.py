@@ -48,7 +48,7 @@ from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.recompute import enable_activation_checkpointing
 from specformer_train.sampling import sample_text
-from specformer_train.schedule import group_learning_rates, schedule_from_config
+from specformer_train.schedule import step_learning_rates
 from specformer_train.threads import choose_threads
 
 
@@ -121,7 +121,6 @@ class Trainer:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
         self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
-        self.lr_at = schedule_from_config(config)
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
         # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
@@ -159,7 +158,7 @@ class Trainer:
 
         # Metrics reach the loggers (train.loggers) through the training hooks, on the main process only.
         loggers = RunLoggers(config.loggers if ctx.is_main else [], out_dir=self.out_dir, resume_step=resume_step,
-                             train=config)
+                             plot=config.plot, tensorboard=config.tensorboard)
         if ctx.is_main:
             self.hooks.specformer_on_train_start(out_dir=str(self.out_dir))
         bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
@@ -175,9 +174,9 @@ class Trainer:
             with StopOnInterrupt() as interrupt:
                 while self.state.step < config.steps:
                     step_index = self.state.step
-                    lr = self.lr_at(step_index)  # the schedule at train.lr: what is logged
-                    loss, grad_norm = self._train_step(
-                        group_learning_rates(step_index, config, self.optimizer.param_groups))
+                    # One evaluation of the schedule: the rate at train.lr (logged) and each group's (applied).
+                    lr, group_lrs = step_learning_rates(step_index, config, self.optimizer.param_groups)
+                    loss, grad_norm = self._train_step(group_lrs)
                     self.state.step += 1
                     self.state.sequences += self.global_batch
                     self.state.tokens += self.global_batch * self.seq_len

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from torch import Generator, Tensor
 
-from specformer.registry.params import Params
+from specformer_generate.samplers.params import GreedyParams
 
 
 class Greedy:
     """Choose the token with the largest processed logit instead of drawing one.
 
-    Must be the last entry of a sampler list; the processors before it (repetition
-    penalties, n-gram bans) still apply. Among tied logits the lowest id wins.
+    Its settings (none) and the rule in full: :class:`GreedyParams`.
     """
 
-    class Params(Params):
-        pass
+    Params = GreedyParams
 
-    @classmethod
-    def from_params(cls, params: Params) -> "Greedy":
-        return cls()
+    def __init__(self, params: GreedyParams | None = None) -> None:
+        pass  # nothing to set: the choice is the argmax
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         return logits

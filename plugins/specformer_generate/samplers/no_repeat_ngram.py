@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_generate.samplers.params import NoRepeatNGramParams
 from specformer_generate.samplers.history import spare_column_ids
 
 
 class NoRepeatNGram:
     """Ban every token that would complete an ``n``-gram already present in the sequence.
 
-    The last ``n - 1`` tokens form a prefix; wherever the same prefix occurred before,
-    the token that followed it there gets ``-inf``. ``n = 1`` bans every token seen.
-    The prompt counts; padding (negative ids) never matches a real prefix.
+    Its settings and the rule in full: :class:`NoRepeatNGramParams`.
     """
 
-    class Params(Params):
-        n: int = Field(gt=0, description="Length of the n-grams that may occur only once.")
+    Params = NoRepeatNGramParams
 
-    def __init__(self, *, n: int) -> None:
-        if n < 1:
-            raise ValueError(f"no_repeat_ngram needs n >= 1, got {n}")
-        self.n = n
-
-    @classmethod
-    def from_params(cls, params: Params) -> "NoRepeatNGram":
-        return cls(n=params.n)
+    def __init__(self, params: NoRepeatNGramParams) -> None:
+        self.n = params.n
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         length = input_ids.shape[-1]

@@ -9,27 +9,19 @@ once. Positive values discourage repeats, negative ones encourage them. Negative
 
 from __future__ import annotations
 
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_generate.samplers.params import FrequencyPenaltyParams, PresencePenaltyParams
 from specformer_generate.samplers.history import token_counts, token_seen
 
 
 class FrequencyPenalty:
-    """Subtract ``penalty`` times the number of occurrences of each token: ``z_j - c_j * penalty``."""
+    """Subtract ``penalty`` times the number of occurrences of each token (:class:`FrequencyPenaltyParams`)."""
 
-    class Params(Params):
-        penalty: float = Field(ge=-2, le=2, description="Subtracted from a logit per occurrence of its token, in [-2, 2].")
+    Params = FrequencyPenaltyParams
 
-    def __init__(self, *, penalty: float) -> None:
-        if not -2 <= penalty <= 2:
-            raise ValueError(f"frequency_penalty must be in [-2, 2], got {penalty}")
-        self.penalty = float(penalty)
-
-    @classmethod
-    def from_params(cls, params: Params) -> "FrequencyPenalty":
-        return cls(penalty=params.penalty)
+    def __init__(self, params: FrequencyPenaltyParams) -> None:
+        self.penalty = float(params.penalty)
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         counts = token_counts(input_ids, logits.shape[-1], dtype=logits.dtype)
@@ -40,19 +32,12 @@ class FrequencyPenalty:
 
 
 class PresencePenalty:
-    """Subtract ``penalty`` once from every token that occurred at all: ``z_j - (c_j > 0) * penalty``."""
+    """Subtract ``penalty`` once from every token that occurred at all (:class:`PresencePenaltyParams`)."""
 
-    class Params(Params):
-        penalty: float = Field(ge=-2, le=2, description="Subtracted once from the logit of every token already present, in [-2, 2].")
+    Params = PresencePenaltyParams
 
-    def __init__(self, *, penalty: float) -> None:
-        if not -2 <= penalty <= 2:
-            raise ValueError(f"presence_penalty must be in [-2, 2], got {penalty}")
-        self.penalty = float(penalty)
-
-    @classmethod
-    def from_params(cls, params: Params) -> "PresencePenalty":
-        return cls(penalty=params.penalty)
+    def __init__(self, params: PresencePenaltyParams) -> None:
+        self.penalty = float(params.penalty)
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         seen = token_seen(input_ids, logits.shape[-1])

@@ -22,6 +22,7 @@ from specformer.registry.discovery import get_registry
 from specformer.registry.components import Resolved
 from specformer.spec import problems_from_validation_error
 from specformer_generate.samplers.greedy import Greedy
+from specformer_generate.samplers.params import check_chooser_last
 
 LogitsStep = Callable[[Tensor, Tensor], Tensor]
 
@@ -36,12 +37,7 @@ class Sampler:
 
     def __init__(self, steps: Sequence[LogitsStep] = (), *, greedy_default: bool = False) -> None:
         steps = list(steps)
-        for i, step in enumerate(steps[:-1]):
-            if _chooses(step):
-                raise ValueError(
-                    f"sampler entry {i} ({step!r}) chooses the token itself, so it must be the last entry; "
-                    f"got it before {len(steps) - 1 - i} more"
-                )
+        check_chooser_last((repr(step), _chooses(step)) for step in steps)
         self.steps = steps
         self.chooser = steps[-1] if steps and _chooses(steps[-1]) else None
         self.greedy_default = greedy_default

@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_generate.samplers.params import RepetitionPenaltyParams
 from specformer_generate.samplers.history import token_seen
 
 
 class RepetitionPenalty:
     """Make every token already in the sequence (prompt included) less likely, once per token.
 
-    A seen token's logit ``z`` becomes ``z / penalty`` when positive and ``z * penalty``
-    when negative, so ``penalty > 1`` discourages repeats and ``penalty < 1`` encourages
-    them; how often the token occurred does not matter. Negative ids (padding) are ignored.
+    Its settings and the rule in full: :class:`RepetitionPenaltyParams`.
     """
 
-    class Params(Params):
-        penalty: float = Field(gt=0, description="> 1 discourages repeats, < 1 encourages them, 1 does nothing.")
+    Params = RepetitionPenaltyParams
 
-    def __init__(self, *, penalty: float) -> None:
-        if not penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
-        self.penalty = float(penalty)
-
-    @classmethod
-    def from_params(cls, params: Params) -> "RepetitionPenalty":
-        return cls(penalty=params.penalty)
+    def __init__(self, params: RepetitionPenaltyParams) -> None:
+        self.penalty = float(params.penalty)
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         seen = token_seen(input_ids, logits.shape[-1])

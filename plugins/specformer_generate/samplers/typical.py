@@ -3,35 +3,22 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params
+from specformer_generate.samplers.params import TypicalParams
 
 
 class Typical:
     """Keep the tokens whose surprisal is closest to the distribution's entropy, up to mass ``p``.
 
-    With ``H = -sum p_i log p_i``, tokens are ranked by ``|-log p_i - H|`` (most typical
-    first) and kept until their probabilities add up to ``p``; the token that crosses
-    ``p`` is kept, and so is every token tied with it. The likeliest token may be dropped.
+    Its settings and the rule in full: :class:`TypicalParams`.
     """
 
-    class Params(Params):
-        p: float = Field(gt=0, lt=1, description="Probability mass of the most typical tokens kept, in (0, 1).")
-        min_tokens_to_keep: int = Field(default=1, ge=1, description="Never keep fewer tokens than this.")
+    Params = TypicalParams
 
-    def __init__(self, *, p: float, min_tokens_to_keep: int = 1) -> None:
-        if not 0 < p < 1:
-            raise ValueError(f"typical needs 0 < p < 1, got {p}")
-        if min_tokens_to_keep < 1:
-            raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep}")
-        self.p = float(p)
-        self.min_tokens_to_keep = min_tokens_to_keep
-
-    @classmethod
-    def from_params(cls, params: Params) -> "Typical":
-        return cls(p=params.p, min_tokens_to_keep=params.min_tokens_to_keep)
+    def __init__(self, params: TypicalParams) -> None:
+        self.p = float(params.p)
+        self.min_tokens_to_keep = params.min_tokens_to_keep
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         log_probs = logits.log_softmax(dim=-1)

@@ -1,8 +1,9 @@
 """The ``logger`` component kind: where a run's metrics go, chosen with ``train.loggers``.
 
-A logger is a component like an optimizer or a sampler. Its factory receives the run
-directory, the step a resumed run continues from (None for a fresh run) and the whole
-``train:`` config, and returns an object whose methods implement the training hooks
+A logger is a component like an optimizer or a sampler. Its factory receives its own params
+and, among the sizes of the kind, those it names: the run directory ``out_dir``, the step a
+resumed run continues from ``resume_step`` (None for a fresh run), ``plot`` (``train.plot``:
+draw pictures at the end) and ``tensorboard`` (``train.tensorboard``), and returns an object whose methods implement the training hooks
 (:mod:`specformer_train.hookspecs`: ``specformer_on_train_step``, ``specformer_on_eval``,
 ...) marked with ``specformer.hookimpl`` -- or None when it cannot log in this
 environment (TensorBoard without its package). The trainer registers each one with the
@@ -11,7 +12,9 @@ its ``close(status)`` when it has one (``status``: finished, interrupted, diverg
 failed). The trainer names no logger; another plugin adds one from its
 ``specformer_register_components``::
 
-    registry.register("logger", "wandb", factory=make_wandb_logger, params=WandbParams)
+    registry.register("logger", "wandb", factory="my_plugin.wandb:make_wandb_logger", params=WandbParams)
+
+(by path, so that registering imports nothing heavy).
 """
 
 from __future__ import annotations
@@ -23,30 +26,32 @@ from specformer.registry.discovery import get_plugin_manager
 
 KIND = "logger"
 KIND_DOC = "Where a training run's metrics go (a file, TensorBoard, a tracking service): training-hook implementations."
-SIZES = ("out_dir", "resume_step", "train")
+SIZES = ("out_dir", "resume_step", "plot", "tensorboard")
 
 #: What ``train.loggers`` is when a spec does not say: metrics.jsonl, and TensorBoard when installed.
 DEFAULT_LOGGERS = ("jsonl", "tensorboard")
 
 
 def register_loggers(registry: Any) -> None:
-    """Register the built-in loggers (the kind itself is added by the plugin's ``specformer_add_kinds``)."""
-    from specformer_train.loggers.jsonl import JsonlLogger
-    from specformer_train.loggers.tensorboard import TensorBoardLogger
+    """Register the built-in loggers by factory path (the kind itself is added by ``specformer_add_kinds``)."""
+    from specformer_train.loggers.params import JsonlParams, TensorBoardParams
 
-    for name, cls in (("jsonl", JsonlLogger), ("tensorboard", TensorBoardLogger)):
-        registry.register(KIND, name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__)
+    registry.register(KIND, "jsonl", factory="specformer_train.loggers.jsonl:JsonlLogger", params=JsonlParams)
+    registry.register(KIND, "tensorboard", factory="specformer_train.loggers.tensorboard:make_tensorboard_logger",
+                      params=TensorBoardParams)
 
 
 class RunLoggers:
     """The loggers of one run, registered as hook implementations until :meth:`close`."""
 
-    def __init__(self, chosen: list[Any], *, out_dir: Path, resume_step: int | None, train: Any) -> None:
+    def __init__(self, chosen: list[Any], *, out_dir: Path, resume_step: int | None, plot: bool,
+                 tensorboard: bool) -> None:
         self._loggers: list[tuple[str, Any]] = []
         manager = get_plugin_manager()
         try:
             for resolved in chosen:
-                logger = resolved.make(out_dir=Path(out_dir), resume_step=resume_step, train=train)
+                logger = resolved.make(out_dir=Path(out_dir), resume_step=resume_step, plot=plot,
+                                       tensorboard=tensorboard)
                 if logger is None:
                     continue  # not available here (a missing optional package)
                 name = f"logger-{resolved.component.name}-{id(logger)}"

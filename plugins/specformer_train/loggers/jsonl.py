@@ -8,27 +8,22 @@ true, draws ``loss.png`` from the file when the run ends (whatever the ending).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from specformer.registry.hookspecs import hookimpl
-from specformer.registry.params import Params
+from specformer_train.loggers.params import JsonlParams
 from specformer_train.metrics import PLOT_FILE, MetricsLog, plot_losses
 
 
 class JsonlLogger:
-    """Metrics as JSON lines in metrics.jsonl (what resume, plots and the tests read), and loss.png."""
+    """Metrics as JSON lines in metrics.jsonl, and loss.png when ``plot`` (see :class:`JsonlParams`)."""
 
-    class Params(Params):
-        pass
+    Params = JsonlParams
 
-    def __init__(self, *, out_dir: Path, resume_step: int | None, plot: bool) -> None:
+    def __init__(self, params: JsonlParams | None = None, *, out_dir: Path, resume_step: int | None,
+                 plot: bool) -> None:
         self.out_dir = Path(out_dir)
         self.plot = plot
         self.log = MetricsLog(self.out_dir, resume_step=resume_step)
-
-    @classmethod
-    def from_params(cls, params: Params, *, out_dir: Path, resume_step: int | None, train: Any) -> "JsonlLogger":
-        return cls(out_dir=out_dir, resume_step=resume_step, plot=train.plot)
 
     @hookimpl
     def specformer_on_train_step(self, step: int, metrics: dict[str, float]) -> None:

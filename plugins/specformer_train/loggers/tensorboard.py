@@ -9,30 +9,21 @@ same few lines around its own client.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from specformer.registry.hookspecs import hookimpl
-from specformer.registry.params import Params
+from specformer_train.loggers.params import TensorBoardParams
 
 
 class TensorBoardLogger:
-    """Scalars of every training step and evaluation, under train/ and eval/, in <out_dir>/tensorboard."""
+    """Scalars of every training step and evaluation as event files in ``log_dir`` (see :class:`TensorBoardParams`)."""
 
-    class Params(Params):
-        pass
+    Params = TensorBoardParams
 
     def __init__(self, log_dir: Path, *, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops events past a resumed checkpoint, as metrics.jsonl does.
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
-
-    @classmethod
-    def from_params(cls, params: Params, *, out_dir: Path, resume_step: int | None,
-                    train: Any) -> "TensorBoardLogger | None":
-        if not train.tensorboard or not tensorboard_available():
-            return None
-        return cls(Path(out_dir) / "tensorboard", purge_step=None if resume_step is None else resume_step + 1)
 
     @hookimpl
     def specformer_on_train_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -52,6 +43,14 @@ class TensorBoardLogger:
 
     def close(self, status: str) -> None:
         self.writer.close()
+
+
+def make_tensorboard_logger(params: TensorBoardParams, *, out_dir: Path, resume_step: int | None,
+                            tensorboard: bool) -> TensorBoardLogger | None:
+    """The logger in ``<out_dir>/tensorboard``; None when ``train.tensorboard`` is false or the package is missing."""
+    if not tensorboard or not tensorboard_available():
+        return None
+    return TensorBoardLogger(Path(out_dir) / "tensorboard", purge_step=None if resume_step is None else resume_step + 1)
 
 
 def tensorboard_available() -> bool:

@@ -6,10 +6,13 @@ the kind in its ``specformer_add_kinds`` hook, so another plugin can add an opti
 
     registry.register("optimizer", "myopt", factory=make_myopt, params=MyOptParams)
 
-where ``make_myopt(params, *, model, train, device)`` returns a ``torch.optim.Optimizer``.
-Its param groups are best built with :func:`specformer_train.optimizers.groups.build_groups`,
-so that the ``groups`` rules work and the schedule applies per group (each group's ``peak_lr``
-and ``min_lr``).
+where ``make_myopt(params, *, model, lr, min_lr, weight_decay, betas, eps, device)`` (naming
+only the ones it uses) returns a ``torch.optim.Optimizer``: its own validated params, the model,
+the run's ``train.lr``, ``train.min_lr``, ``train.weight_decay``, ``train.betas`` and
+``train.eps``, and the device. Its param groups are best built with
+:func:`specformer_train.optimizers.groups.build_groups`, so that the ``groups`` rules work and
+the schedule applies per group (each group's ``peak_lr`` and ``min_lr``). The factory may be
+registered by path (``factory="my_plugin.opt:make_myopt"``) so that registering imports no torch.
 """
 
 from __future__ import annotations
@@ -18,20 +21,17 @@ from typing import Any
 
 KIND = "optimizer"
 KIND_DOC = "How the trainer updates the weights from their gradients: a torch optimizer and its param groups."
-SIZES = ("model", "train", "device")
+SIZES = ("model", "lr", "min_lr", "weight_decay", "betas", "eps", "device")
 
 
 def register_optimizers(registry: Any) -> None:
-    """Register the built-in optimizers (the kind itself is added by the plugin's ``specformer_add_kinds``)."""
-    from specformer_train.optimizers.adamw import AdamWParams, make_adamw
-    from specformer_train.optimizers.lion import LionParams, make_lion
-    from specformer_train.optimizers.muon import MuonParams, make_muon
-    from specformer_train.optimizers.sgd import SGDParams, make_sgd
+    """Register the built-in optimizers by factory path (the kind itself is added by ``specformer_add_kinds``)."""
+    from specformer_train.optimizers.params import AdamWParams, LionParams, MuonParams, SGDParams
 
-    registry.register(KIND, "adamw", factory=make_adamw, params=AdamWParams,
-                      paper="Loshchilov & Hutter 2019, Decoupled Weight Decay Regularization")
-    registry.register(KIND, "muon", factory=make_muon, params=MuonParams,
-                      paper="Jordan et al. 2024, Muon: An optimizer for hidden layers in neural networks")
-    registry.register(KIND, "lion", factory=make_lion, params=LionParams,
-                      paper="Chen et al. 2023, Symbolic Discovery of Optimization Algorithms")
-    registry.register(KIND, "sgd", factory=make_sgd, params=SGDParams)
+    def add(name: str, factory: str, params: type, paper: str | None = None) -> None:
+        registry.register(KIND, name, factory=f"specformer_train.optimizers.{factory}", params=params, paper=paper)
+
+    add("adamw", "adamw:make_adamw", AdamWParams, "Loshchilov & Hutter 2019, Decoupled Weight Decay Regularization")
+    add("muon", "muon:make_muon", MuonParams, "Jordan et al. 2024, Muon: An optimizer for hidden layers in neural networks")
+    add("lion", "lion:make_lion", LionParams, "Chen et al. 2023, Symbolic Discovery of Optimization Algorithms")
+    add("sgd", "sgd:make_sgd", SGDParams)

@@ -22,40 +22,12 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from specformer_train.config import Float, TrainConfig
+from specformer_train.optimizers.params import GroupRule
 
 Role = Literal["matrix", "embedding", "head", "vector"]
 ROLES: tuple[str, ...] = ("matrix", "embedding", "head", "vector")
-
-
-class GroupRule(BaseModel):
-    """Settings for the parameters a rule matches (by role or by name)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    match: list[str] = Field(
-        min_length=1,
-        description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.attention.*') "
-                    "this rule applies to; the first matching rule wins.",
-    )
-    lr: Float | None = Field(default=None, gt=0, le=10, description="Peak learning rate of these parameters.")
-    lr_scale: Float | None = Field(
-        default=None, gt=0, description="Multiply the role's default peak learning rate by this (instead of lr)."
-    )
-    min_lr: Float | None = Field(
-        default=None, ge=0,
-        description="Their learning rate at the end of the decay; default train.min_lr scaled like the peak.",
-    )
-    weight_decay: Float | None = Field(default=None, ge=0, description="Their weight decay.")
-
-    @model_validator(mode="after")
-    def _one_lr(self) -> "GroupRule":
-        if self.lr is not None and self.lr_scale is not None:
-            raise ValueError("give lr or lr_scale, not both")
-        return self
 
 
 def role_of(name: str, param: nn.Parameter) -> str:
@@ -83,9 +55,12 @@ def check_rules(rules: list[GroupRule], model: nn.Module) -> None:
                              f"such as 'blocks.*.attention.*'")
 
 
-def build_groups(model: nn.Module, config: TrainConfig, rules: list[GroupRule],
-                 defaults: Callable[[str, str, nn.Parameter], dict[str, Any]]) -> list[dict[str, Any]]:
+def build_groups(model: nn.Module, rules: list[GroupRule], defaults: Callable[[str, str, nn.Parameter], dict[str, Any]],
+                 *, lr: float, min_lr: float) -> list[dict[str, Any]]:
     """torch param groups: ``defaults(role, name, param)`` gives each parameter's settings, rules change them.
+
+    ``lr`` and ``min_lr`` are the run's (``train.lr``, ``train.min_lr``): a group whose peak is
+    not ``lr`` ends its decay at ``min_lr`` scaled like its peak, unless a rule says otherwise.
 
     Every group carries ``role`` (the roles of its parameters, joined by '+'), ``lr`` and
     ``peak_lr`` (its peak learning rate, which the schedule scales), ``min_lr`` and
@@ -112,7 +87,7 @@ def build_groups(model: nn.Module, config: TrainConfig, rules: list[GroupRule],
             settings["min_lr"] = rule.min_lr
         else:
             # Exactly train.min_lr where the peak is train.lr: the default schedule stays bit-identical.
-            settings["min_lr"] = config.min_lr if peak == config.lr else config.min_lr * peak / config.lr
+            settings["min_lr"] = min_lr if peak == lr else min_lr * peak / lr
         key = tuple(sorted((k, _hashable(v)) for k, v in settings.items()))
         group = groups.setdefault(key, {"params": [], "roles": [], **settings})
         group["params"].append(param)

@@ -15,22 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from specformer.registry.params import Params
-from specformer_train.config import Float, TrainConfig
 from specformer_train.optimizers.adamw import decay_matrices
-from specformer_train.optimizers.groups import GroupRule, build_groups
-
-
-class LionParams(Params):
-    """Settings of ``lion``; learning rate and weight decay come from ``train:`` (and ``groups``)."""
-
-    betas: tuple[Float, Float] = Field(default=(0.9, 0.99), description="(beta1: the update's mix, beta2: the momentum's).")
-    groups: list[GroupRule] = Field(
-        default_factory=list, description="Rules that change the lr / weight decay of some parameters."
-    )
+from specformer_train.optimizers.groups import build_groups
+from specformer_train.optimizers.params import LionParams
 
 
 class Lion(torch.optim.Optimizer):
@@ -65,7 +54,8 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
-def make_lion(params: LionParams, *, model: nn.Module, train: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Lion: sign of the interpolated momentum, decoupled weight decay on matrices only."""
-    return Lion(build_groups(model, train, params.groups, decay_matrices(train)), lr=train.lr,
-                betas=tuple(params.betas))
+def make_lion(params: LionParams, *, model: nn.Module, lr: float, min_lr: float,
+              weight_decay: float) -> torch.optim.Optimizer:
+    """Lion over ``model``'s groups at the run's ``lr``, decoupled ``weight_decay`` on matrices only."""
+    groups = build_groups(model, params.groups, decay_matrices(lr=lr, weight_decay=weight_decay), lr=lr, min_lr=min_lr)
+    return Lion(groups, lr=lr, betas=tuple(params.betas))

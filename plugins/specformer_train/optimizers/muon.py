@@ -25,36 +25,16 @@ and step and the full matrix's memory on every process during its update.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, StrictBool
 from torch import Tensor, nn
 
-from specformer.registry.params import Params
-from specformer_train.config import Float, Int, TrainConfig
-from specformer_train.optimizers.groups import GroupRule, build_groups
+from specformer_train.optimizers.groups import build_groups
+from specformer_train.optimizers.params import MuonParams
 
 #: The quintic Newton-Schulz coefficients of the published Muon.
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
-
-
-class MuonParams(Params):
-    """Settings of ``muon``: Muon for hidden matrices; the other parameters use AdamW with train's settings."""
-
-    lr: Float = Field(default=0.02, gt=0, le=10, description="Peak learning rate of the hidden matrices (Muon's).")
-    momentum: Float = Field(default=0.95, ge=0, lt=1, description="Muon's momentum.")
-    nesterov: StrictBool = Field(default=True, description="Nesterov momentum.")
-    ns_steps: Int = Field(default=5, gt=0, le=20, description="Newton-Schulz iterations.")
-    weight_decay: Float = Field(default=0.0, ge=0, description="Decoupled weight decay of the hidden matrices.")
-    ns_dtype: Literal["auto", "bf16", "fp32"] = Field(
-        default="auto", description="Precision of the Newton-Schulz iteration: auto is bf16 on CUDA, fp32 elsewhere."
-    )
-    betas: tuple[Float, Float] | None = Field(default=None, description="The AdamW part's betas; default train.betas.")
-    eps: Float | None = Field(default=None, gt=0, description="The AdamW part's epsilon; default train.eps.")
-    groups: list[GroupRule] = Field(
-        default_factory=list, description="Rules that change the lr / weight decay of some parameters."
-    )
 
 
 def newton_schulz(g: Tensor, *, steps: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -154,21 +134,23 @@ class Muon(torch.optim.Optimizer):
             p.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
 
 
-def muon_roles(config: TrainConfig, params: MuonParams) -> Any:
-    """Hidden matrices: Muon at params.lr; embeddings and head: AdamW with decay; vectors: AdamW without."""
+def muon_roles(params: MuonParams, *, lr: float, weight_decay: float) -> Any:
+    """Hidden matrices: Muon at params.lr; embeddings and head: AdamW at ``lr`` with decay; vectors: without."""
 
     def defaults(role: str, name: str, param: nn.Parameter) -> dict[str, Any]:
         if role == "matrix":
             return {"lr": params.lr, "weight_decay": params.weight_decay, "use_muon": True}
-        return {"lr": config.lr, "weight_decay": 0.0 if role == "vector" else config.weight_decay, "use_muon": False}
+        return {"lr": lr, "weight_decay": 0.0 if role == "vector" else weight_decay, "use_muon": False}
 
     return defaults
 
 
-def make_muon(params: MuonParams, *, model: nn.Module, train: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Muon (Newton-Schulz orthogonalised Nesterov momentum) for hidden matrices, AdamW for the rest."""
+def make_muon(params: MuonParams, *, model: nn.Module, lr: float, min_lr: float, weight_decay: float,
+              betas: tuple[float, float], eps: float, device: torch.device) -> torch.optim.Optimizer:
+    """Muon for hidden matrices, AdamW at the run's ``lr``, ``betas`` and ``eps`` (unless ``params`` say) for the rest."""
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(
         params.ns_dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    return Muon(build_groups(model, train, params.groups, muon_roles(train, params)), lr=params.lr,
-                momentum=params.momentum, nesterov=params.nesterov, ns_steps=params.ns_steps, ns_dtype=dtype,
-                betas=tuple(params.betas or train.betas), eps=params.eps or train.eps)
+    groups = build_groups(model, params.groups, muon_roles(params, lr=lr, weight_decay=weight_decay),
+                          lr=lr, min_lr=min_lr)
+    return Muon(groups, lr=params.lr, momentum=params.momentum, nesterov=params.nesterov, ns_steps=params.ns_steps,
+                ns_dtype=dtype, betas=tuple(params.betas or betas), eps=params.eps or eps)

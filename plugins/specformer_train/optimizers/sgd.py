@@ -9,28 +9,17 @@ check a plugin's grouping rules against.
 from __future__ import annotations
 
 import torch
-from pydantic import Field, StrictBool
 from torch import nn
 
-from specformer.registry.params import Params
-from specformer_train.config import Float, TrainConfig
 from specformer_train.optimizers.adamw import decay_matrices
-from specformer_train.optimizers.groups import GroupRule, build_groups
+from specformer_train.optimizers.groups import build_groups
+from specformer_train.optimizers.params import SGDParams
 
 
-class SGDParams(Params):
-    """Settings of ``sgd``; learning rate and weight decay (L2, matrices only) come from ``train:``."""
-
-    momentum: Float = Field(default=0.9, ge=0, lt=1, description="Momentum (0: plain SGD).")
-    nesterov: StrictBool = Field(default=False, description="Nesterov momentum (needs momentum > 0).")
-    groups: list[GroupRule] = Field(
-        default_factory=list, description="Rules that change the lr / weight decay of some parameters."
-    )
-
-
-def make_sgd(params: SGDParams, *, model: nn.Module, train: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """SGD with momentum (torch.optim.SGD, foreach); L2 weight decay on matrices only."""
+def make_sgd(params: SGDParams, *, model: nn.Module, lr: float, min_lr: float,
+             weight_decay: float) -> torch.optim.Optimizer:
+    """SGD over ``model``'s groups at the run's ``lr``; L2 ``weight_decay`` on matrices only."""
     if params.nesterov and params.momentum == 0:
         raise ValueError("train.optimizer: nesterov: true needs momentum > 0")
-    return torch.optim.SGD(build_groups(model, train, params.groups, decay_matrices(train)), lr=train.lr,
-                           momentum=params.momentum, nesterov=params.nesterov, foreach=True)
+    groups = build_groups(model, params.groups, decay_matrices(lr=lr, weight_decay=weight_decay), lr=lr, min_lr=min_lr)
+    return torch.optim.SGD(groups, lr=lr, momentum=params.momentum, nesterov=params.nesterov, foreach=True)

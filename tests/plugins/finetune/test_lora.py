@@ -13,6 +13,7 @@ from specformer.errors import CheckpointError, SpecError
 from specformer_finetune.adapter_file import base_reference, save_adapter
 from specformer_finetune.apply import adapter_state, apply_adapter, count_parameters, merge_adapter
 from specformer_finetune.lora import LoRALinear
+from specformer_finetune.params import LoRAParams
 from specformer_finetune.targets import matches
 
 from .conftest import TINY_MODEL
@@ -35,7 +36,7 @@ def _randomise_adapter(model: torch.nn.Module, seed: int = 1) -> None:
 def test_forward_is_base_plus_scaled_low_rank_update() -> None:
     torch.manual_seed(0)
     base = torch.nn.Linear(12, 7)
-    layer = LoRALinear(base=copy.deepcopy(base), rank=3, alpha=6.0)
+    layer = LoRALinear(LoRAParams(rank=3, alpha=6.0), base=copy.deepcopy(base))
     with torch.no_grad():
         layer.lora_B.normal_()
     x = torch.randn(2, 5, 12)
@@ -47,7 +48,7 @@ def test_forward_is_base_plus_scaled_low_rank_update() -> None:
 def test_gradients_equal_the_written_out_formula() -> None:
     """The fused forward (one addmm, B.T laid out row-major) gives x, A and B the formula's gradients."""
     torch.manual_seed(0)
-    layer = LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0)
+    layer = LoRALinear(LoRAParams(rank=3, alpha=6.0), base=torch.nn.Linear(12, 7))
     with torch.no_grad():
         layer.lora_B.normal_()
     A, B = (p.detach().clone().requires_grad_() for p in (layer.lora_A, layer.lora_B))
@@ -65,7 +66,7 @@ def test_gradients_equal_the_written_out_formula() -> None:
 
 def test_dropout_applies_to_the_adapter_input_only() -> None:
     torch.manual_seed(0)
-    layer = LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0, dropout=0.5)
+    layer = LoRALinear(LoRAParams(rank=3, alpha=6.0, dropout=0.5), base=torch.nn.Linear(12, 7))
     with torch.no_grad():
         layer.lora_B.normal_()
     x = torch.randn(4, 12)
@@ -78,7 +79,7 @@ def test_dropout_applies_to_the_adapter_input_only() -> None:
     layer.eval()
     torch.testing.assert_close(layer(x), layer.base(x) + x @ layer.lora_A.T @ layer.lora_B.T * 2.0,
                                rtol=1e-5, atol=1e-6)
-    assert LoRALinear(base=torch.nn.Linear(12, 7), rank=3, alpha=6.0).dropout is None  # dropout 0: no op
+    assert LoRALinear(LoRAParams(rank=3, alpha=6.0), base=torch.nn.Linear(12, 7)).dropout is None  # dropout 0: no op
 
 
 def test_zero_b_first_forward_equals_base_exactly() -> None:

@@ -12,18 +12,20 @@ import math
 import pytest
 import torch
 
-from specformer_generate.samplers import (
-    FrequencyPenalty,
-    Greedy,
-    MinP,
-    NoRepeatNGram,
-    PresencePenalty,
-    RepetitionPenalty,
-    Temperature,
-    TopK,
-    TopP,
-    Typical,
-)
+from pydantic import ValidationError
+
+from specformer_generate.samplers.greedy import Greedy
+from specformer_generate.samplers.min_p import MinP
+from specformer_generate.samplers.no_repeat_ngram import NoRepeatNGram
+from specformer_generate.samplers.params import (FrequencyPenaltyParams, MinPParams, NoRepeatNGramParams,
+                                                 PresencePenaltyParams, RepetitionPenaltyParams, TemperatureParams,
+                                                 TopKParams, TopPParams, TypicalParams)
+from specformer_generate.samplers.penalties import FrequencyPenalty, PresencePenalty
+from specformer_generate.samplers.repetition import RepetitionPenalty
+from specformer_generate.samplers.temperature import Temperature
+from specformer_generate.samplers.top_k import TopK
+from specformer_generate.samplers.top_p import TopP
+from specformer_generate.samplers.typical import Typical
 
 NO_HISTORY = torch.zeros(1, 0, dtype=torch.long)
 
@@ -38,17 +40,17 @@ def log_probs(*probs: float) -> torch.Tensor:
     return torch.tensor([[math.log(p) for p in probs]], dtype=torch.float64)
 
 
-# -- defaults and from_params: min_tokens_to_keep is 1 unless the spec says otherwise -----------
+# -- defaults and params: min_tokens_to_keep is 1 unless the spec says otherwise -----------
 
 
 def test_default_min_tokens_to_keep_is_one_for_every_filter() -> None:
     # A clear winner: each filter set tight keeps exactly it (a default of 2 would keep two).
     logits = log_probs(0.7, 0.2, 0.1)
-    assert kept(TopK(k=1)(logits, NO_HISTORY)) == {0}
-    assert kept(TopP(p=0.01)(logits, NO_HISTORY)) == {0}
-    assert kept(MinP(p=1.0)(logits, NO_HISTORY)) == {0}
+    assert kept(TopK(TopKParams(k=1))(logits, NO_HISTORY)) == {0}
+    assert kept(TopP(TopPParams(p=0.01))(logits, NO_HISTORY)) == {0}
+    assert kept(MinP(MinPParams(p=1.0))(logits, NO_HISTORY)) == {0}
     # Typical: the token nearest the entropy comes first; p tiny keeps only it.
-    assert len(kept(Typical(p=0.01)(logits, NO_HISTORY))) == 1
+    assert len(kept(Typical(TypicalParams(p=0.01))(logits, NO_HISTORY))) == 1
 
 
 @pytest.mark.parametrize("cls, params", [
@@ -57,42 +59,43 @@ def test_default_min_tokens_to_keep_is_one_for_every_filter() -> None:
     (MinP, {"p": 1.0}),
     (Typical, {"p": 0.01}),
 ])
-def test_from_params_passes_min_tokens_to_keep_on(cls: type, params: dict) -> None:
-    sampler = cls.from_params(cls.Params(**params, min_tokens_to_keep=3))
+def test_the_params_pass_min_tokens_to_keep_on(cls: type, params: dict) -> None:
+    sampler = cls(cls.Params(**params, min_tokens_to_keep=3))
     assert len(kept(sampler(log_probs(0.6, 0.2, 0.1, 0.06, 0.04), NO_HISTORY))) == 3
 
 
-# -- bounds: the constructor refuses exactly what its Params refuse, with a message -----------
+# -- bounds: each sampler's Params refuse an out-of-range setting, naming the field ----------------
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Temperature(value=True), "temperature must be a finite number > 0, got True"),
-    (lambda: TopP(p=0.0), "top_p needs 0 < p <= 1, got 0.0"),
-    (lambda: MinP(p=1.5), "min_p needs 0 <= p <= 1, got 1.5"),
-    (lambda: Typical(p=0.0), "typical needs 0 < p < 1, got 0.0"),
-    (lambda: Typical(p=1.0), "typical needs 0 < p < 1, got 1.0"),
-    (lambda: Typical(p=1.5), "typical needs 0 < p < 1, got 1.5"),
-    (lambda: RepetitionPenalty(penalty=0.0), "repetition_penalty must be > 0, got 0.0"),
-    (lambda: FrequencyPenalty(penalty=-2.5), "frequency_penalty must be in [-2, 2], got -2.5"),
-    (lambda: FrequencyPenalty(penalty=2.5), "frequency_penalty must be in [-2, 2], got 2.5"),
-    (lambda: PresencePenalty(penalty=-2.5), "presence_penalty must be in [-2, 2], got -2.5"),
-    (lambda: PresencePenalty(penalty=2.5), "presence_penalty must be in [-2, 2], got 2.5"),
-    (lambda: NoRepeatNGram(n=0), "no_repeat_ngram needs n >= 1, got 0"),
-    (lambda: TopK(k=2, min_tokens_to_keep=0), "min_tokens_to_keep must be >= 1, got 0"),
-    (lambda: TopP(p=0.5, min_tokens_to_keep=0), "min_tokens_to_keep must be >= 1, got 0"),
-    (lambda: MinP(p=0.5, min_tokens_to_keep=0), "min_tokens_to_keep must be >= 1, got 0"),
-    (lambda: Typical(p=0.5, min_tokens_to_keep=0), "min_tokens_to_keep must be >= 1, got 0"),
+@pytest.mark.parametrize("params, value, field", [
+    (TemperatureParams, {"value": True}, "value"),
+    (TemperatureParams, {"value": 0.0}, "value"),
+    (TopPParams, {"p": 0.0}, "p"),
+    (MinPParams, {"p": 1.5}, "p"),
+    (TypicalParams, {"p": 0.0}, "p"),
+    (TypicalParams, {"p": 1.0}, "p"),
+    (TypicalParams, {"p": 1.5}, "p"),
+    (RepetitionPenaltyParams, {"penalty": 0.0}, "penalty"),
+    (FrequencyPenaltyParams, {"penalty": -2.5}, "penalty"),
+    (FrequencyPenaltyParams, {"penalty": 2.5}, "penalty"),
+    (PresencePenaltyParams, {"penalty": -2.5}, "penalty"),
+    (PresencePenaltyParams, {"penalty": 2.5}, "penalty"),
+    (NoRepeatNGramParams, {"n": 0}, "n"),
+    (TopKParams, {"k": 2, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
+    (TopPParams, {"p": 0.5, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
+    (MinPParams, {"p": 0.5, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
+    (TypicalParams, {"p": 0.5, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
 ])
-def test_out_of_range_settings_are_refused_with_the_range(make, message: str) -> None:
-    with pytest.raises(ValueError) as info:
-        make()
-    assert str(info.value).startswith(message)
+def test_out_of_range_settings_are_refused_with_the_field(params: type, value: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        params(**value)
+    assert [error["loc"] for error in info.value.errors()] == [(field,)]
 
 
 @pytest.mark.parametrize("cls", [FrequencyPenalty, PresencePenalty])
 def test_penalties_accept_both_ends_of_their_range(cls: type) -> None:
     for penalty in (-2.0, 2.0):
-        assert cls(penalty=penalty).penalty == penalty
+        assert cls(cls.Params(penalty=penalty)).penalty == penalty
 
 
 # -- typical sampling at its boundaries ------------------------------------------------------------
@@ -104,20 +107,20 @@ def test_typical_stops_at_the_first_token_whose_cumulative_mass_reaches_p() -> N
     # Cumulative mass in that order: 1/4, 3/4, 7/8, 1. With p = 3/4 the mass reaches p at token 0:
     # tokens 1 and 0 are kept (transformers' TypicalLogitsWarper counts masses strictly below p).
     logits = log_probs(0.5, 0.25, 0.125, 0.125)
-    assert kept(Typical(p=0.75)(logits, NO_HISTORY)) == {0, 1}
+    assert kept(Typical(TypicalParams(p=0.75))(logits, NO_HISTORY)) == {0, 1}
 
 
 def test_typical_keeps_every_token_when_only_the_last_reaches_p() -> None:
     # probs (0.5, 0.25, 0.15, 0.1): entropy 1.208 nats, so |-log p - H| = (0.515, 0.178, 0.689, 1.095):
     # order 1, 0, 2, 3 with cumulative mass 0.25, 0.75, 0.9, 1. p = 0.95 is reached only by the last.
     logits = log_probs(0.5, 0.25, 0.15, 0.1)
-    assert kept(Typical(p=0.95)(logits, NO_HISTORY)) == {0, 1, 2, 3}
+    assert kept(Typical(TypicalParams(p=0.95))(logits, NO_HISTORY)) == {0, 1, 2, 3}
 
 
 # -- penalties keep the logits' dtype ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("step", [FrequencyPenalty(penalty=0.5), PresencePenalty(penalty=0.5)])
+@pytest.mark.parametrize("step", [FrequencyPenalty(FrequencyPenaltyParams(penalty=0.5)), PresencePenalty(PresencePenaltyParams(penalty=0.5))])
 def test_penalties_keep_the_logits_dtype(step) -> None:
     logits = torch.zeros(1, 5, dtype=torch.bfloat16)
     history = torch.tensor([[1, 1, 3]])
@@ -133,7 +136,7 @@ def test_penalties_keep_the_logits_dtype(step) -> None:
 def test_no_repeat_ngram_bans_when_the_history_is_exactly_one_ngram_long() -> None:
     # History (5, 5, 5) with n = 3 holds the 3-gram (5, 5, 5); the next token would extend the
     # prefix (5, 5), which that 3-gram starts with, so 5 is banned.
-    out = NoRepeatNGram(n=3)(torch.zeros(1, 8), torch.tensor([[5, 5, 5]]))
+    out = NoRepeatNGram(NoRepeatNGramParams(n=3))(torch.zeros(1, 8), torch.tensor([[5, 5, 5]]))
     assert kept(out) == set(range(8)) - {5}
 
 
@@ -146,7 +149,7 @@ def test_greedy_names_itself() -> None:
 
 from specformer.errors import SpecError  # noqa: E402
 from specformer.registry.discovery import get_registry  # noqa: E402
-from specformer_generate.samplers import Sampler, build_sampler, draw  # noqa: E402
+from specformer_generate.samplers.pipeline import Sampler, build_sampler, draw  # noqa: E402
 
 
 def problems(entries) -> list[tuple[str, str]]:
@@ -180,7 +183,7 @@ def test_a_choosing_entry_before_the_end_is_a_spec_problem_counting_what_follows
 def test_already_resolved_entries_are_used_as_they_are() -> None:
     resolved = get_registry().resolve("sampler", {"kind": "top_k", "k": 2})
     sampler = build_sampler([resolved, {"kind": "temperature", "value": 0.5}])
-    assert [repr(s) for s in sampler.steps] == [repr(TopK(k=2)), repr(Temperature(value=0.5))]
+    assert [repr(s) for s in sampler.steps] == [repr(TopK(TopKParams(k=2))), repr(Temperature(TemperatureParams(value=0.5)))]
 
 
 def test_the_last_entry_is_the_chooser_even_after_several_processors() -> None:
@@ -207,7 +210,7 @@ def test_a_custom_chooser_receives_the_generator() -> None:
 
 def test_a_batch_mismatch_names_the_logits_batch() -> None:
     with pytest.raises(ValueError, match=r"input_ids must be \(batch, time\) with batch 2, got shape \(3, 4\)"):
-        Sampler([Temperature(value=1.0)]).process(torch.zeros(2, 5), torch.zeros(3, 4, dtype=torch.long))
+        Sampler([Temperature(TemperatureParams(value=1.0))]).process(torch.zeros(2, 5), torch.zeros(3, 4, dtype=torch.long))
 
 
 class _Unfilter:
@@ -228,12 +231,12 @@ class _MakesNaN:
 
 def test_a_filtered_token_stays_filtered_whatever_later_steps_do() -> None:
     logits = torch.tensor([[1.0, 5.0, 2.0, 0.5]])
-    out = Sampler([TopK(k=2), _Unfilter()]).process(logits, NO_HISTORY)
+    out = Sampler([TopK(TopKParams(k=2)), _Unfilter()]).process(logits, NO_HISTORY)
     assert kept(out) == {1, 2}
 
 
 def test_a_nan_made_by_a_step_is_filtered() -> None:
-    out = Sampler([TopK(k=3), _MakesNaN()]).process(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), NO_HISTORY)
+    out = Sampler([TopK(TopKParams(k=3)), _MakesNaN()]).process(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), NO_HISTORY)
     assert kept(out) == {1, 2}
 
 
@@ -276,7 +279,7 @@ def test_typical_survives_a_cumulative_mass_that_rounds_below_p(banned: int) -> 
     for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):  # the sampler sorts; the mass ends short in any order
         ordered = logits[:, order + list(range(3, 3 + banned))]
         assert ordered.softmax(-1).cumsum(-1)[0, -1].item() == 1 - 2**-23  # the case this test is about
-    assert kept(Typical(p=0.99999994)(logits, NO_HISTORY)) == {0, 1, 2}
+    assert kept(Typical(TypicalParams(p=0.99999994))(logits, NO_HISTORY)) == {0, 1, 2}
 
 
 def test_history_counts_stay_on_the_device_of_the_ids() -> None:
@@ -287,7 +290,7 @@ def test_history_counts_stay_on_the_device_of_the_ids() -> None:
     ids = torch.tensor([[1, 2, 2, -1]], device="meta")
     assert token_counts(ids, 5).device.type == "meta"
     assert token_seen(ids, 5).device.type == "meta"
-    assert NoRepeatNGram(n=2)(torch.zeros(1, 5, device="meta"), ids).device.type == "meta"
+    assert NoRepeatNGram(NoRepeatNGramParams(n=2))(torch.zeros(1, 5, device="meta"), ids).device.type == "meta"
 
 
 def test_a_long_non_list_sampler_is_quoted_in_sixty_characters() -> None:

@@ -59,7 +59,7 @@ CSV_PLUGIN = {
                 self.file.close()
 
 
-        def make_csv_logger(params, *, out_dir, resume_step, train):
+        def make_csv_logger(params, *, out_dir):
             return CsvLogger(Path(out_dir) / params.file)
 
 

@@ -29,7 +29,7 @@ def test_an_impossible_optimizer_setting_is_a_user_error_with_the_components_mes
 def plugin_optimizer(groups: list[dict]) -> SimpleNamespace:
     """A stand-in for a plugin's optimizer component whose groups are given."""
 
-    def make(*, model, train, device):
+    def make(**sizes):
         return torch.optim.SGD(groups, lr=0.1)
 
     return SimpleNamespace(make=make, component=SimpleNamespace(name="my_sgd"))

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specformer_train.config import TrainConfig
-from specformer_train.schedule import learning_rate, schedule_from_config
+from specformer_train.schedule import learning_rate, step_learning_rates
 
 LR, MIN, WARM, STEPS = 1e-3, 1e-4, 10, 110
 
@@ -52,10 +52,9 @@ def test_warmup_longer_than_the_run_only_warms_up() -> None:
     assert learning_rate(4, schedule="warmup_cosine", lr=1.0, min_lr=0.0, warmup_steps=100, steps=5) == pytest.approx(5 / 101)
 
 
-def test_schedule_from_config_uses_the_config() -> None:
+def test_the_runs_rate_uses_the_config() -> None:
     config = TrainConfig(lr=2e-3, min_lr=0.0, warmup_steps=0, steps=10, schedule="linear")
-    at = schedule_from_config(config)
-    assert [round(at(s), 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
+    assert [round(step_learning_rates(s, config, [])[0], 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
 
 
 @pytest.mark.parametrize("steps, warmup, fraction", [(100, 90, 0.2), (100, 80, 0.2), (50, 10, 0.9), (30, 29, 1.0)])
@@ -74,3 +73,21 @@ def test_wsd_never_decays_inside_the_warm_up(steps: int, warmup: int, fraction: 
     # The first step after a warm-up that reaches into the decay window is at the peak, not partly decayed.
     assert learning_rate(warmup, schedule="wsd", lr=lr, min_lr=min_lr, warmup_steps=warmup, steps=steps,
                          decay_fraction=fraction) == pytest.approx(lr)
+
+
+def test_the_rates_of_a_step_evaluate_the_schedule_once_and_equal_each_groups_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.schedule as schedule
+
+    calls: list[int] = []
+    original = schedule.phase_of
+    monkeypatch.setattr(schedule, "phase_of", lambda step, **kw: calls.append(step) or original(step, **kw))
+    config = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=3, steps=20, schedule="wsd", decay_shape="1-sqrt")
+    groups = [{"peak_lr": 1e-3, "min_lr": 1e-4}, {"peak_lr": 0.02, "min_lr": 0.002}, {"peak_lr": 5e-4, "min_lr": 0.0}]
+    for step in (0, 2, 3, 10, 17, 19):
+        calls.clear()
+        lr, rates = schedule.step_learning_rates(step, config, groups)
+        assert calls == [step]
+        kw = dict(schedule="wsd", warmup_steps=3, steps=20, decay_fraction=0.2, decay_shape="1-sqrt")
+        assert lr == original(step, **kw).at(1e-3, 1e-4) == rates[0]  # bit for bit
+        assert rates == [learning_rate(step, lr=g["peak_lr"], min_lr=g["min_lr"], **kw) for g in groups]

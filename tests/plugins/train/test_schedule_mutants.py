@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specformer_train.config import TrainConfig
-from specformer_train.schedule import group_learning_rates, learning_rate, schedule_from_config
+from specformer_train.schedule import learning_rate, step_learning_rates
 
 LR, MIN = 1.0, 0.1
 
@@ -35,9 +35,11 @@ def test_wsd_decays_over_the_last_fifth_by_default() -> None:
     assert learning_rate(90, **kw) == pytest.approx(LR + (MIN - LR) * 10 / 20)
 
 
-def test_schedule_from_config_passes_the_decay_fraction() -> None:
+def test_the_runs_rate_uses_the_decay_fraction() -> None:
     config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
-    at = schedule_from_config(config)
+
+    def at(step: int) -> float:
+        return step_learning_rates(step, config, [])[0]
     assert at(49) == LR
     assert at(75) == pytest.approx(LR + (MIN - LR) * 25 / 50)
 
@@ -52,17 +54,17 @@ def test_an_unknown_schedule_is_named_with_the_known_ones() -> None:
         learning_rate(50, schedule="cosine", lr=LR, min_lr=MIN, warmup_steps=0, steps=100)
 
 
-def test_schedule_from_config_passes_the_decay_shape() -> None:
+def test_the_runs_rate_uses_the_decay_shape() -> None:
     config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5,
                          decay_shape="cosine")
     # A fifth into the decay (step 60 of 50..100); halfway, cosine and linear would agree.
     cosine = MIN + (LR - MIN) * 0.5 * (1 + math.cos(math.pi * 0.2))
     assert cosine != pytest.approx(LR + (MIN - LR) * 0.2)
-    assert schedule_from_config(config)(60) == pytest.approx(cosine)
+    assert step_learning_rates(60, config, [])[0] == pytest.approx(cosine)
 
 
 def test_group_rates_use_the_runs_decay_fraction() -> None:
     config = TrainConfig(lr=LR, min_lr=MIN, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
     groups = [{"peak_lr": 2.0, "min_lr": 0.0}, {"peak_lr": LR, "min_lr": MIN}]
     # Step 75: halfway through a decay that starts at step 50 (not at 80, the default fraction's start).
-    assert group_learning_rates(75, config, groups) == pytest.approx([1.0, LR + (MIN - LR) * 0.5])
+    assert step_learning_rates(75, config, groups)[1] == pytest.approx([1.0, LR + (MIN - LR) * 0.5])

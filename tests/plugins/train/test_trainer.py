@@ -264,3 +264,19 @@ def test_compiled_training_matches_eager(tmp_path: Path, corpus_dir: Path) -> No
     _, eager = run(tmp_path / "a", corpus_dir)
     _, compiled = run(tmp_path / "b", corpus_dir, compile=True)
     assert losses(compiled) == pytest.approx(losses(eager), abs=1e-4)
+
+
+def test_the_schedule_is_evaluated_once_per_step_and_the_logged_lr_is_the_applied_one(
+        tmp_path: Path, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specformer_train.schedule as schedule
+
+    steps: list[int] = []
+    original = schedule.phase_of
+    monkeypatch.setattr(schedule, "phase_of", lambda step, **kw: steps.append(step) or original(step, **kw))
+    applied: list[float] = []
+    step_once = Trainer._train_step
+    monkeypatch.setattr(Trainer, "_train_step", lambda self, lr: applied.append(lr) or step_once(self, lr))
+    _, records = run(tmp_path / "run", corpus_dir, steps=3, warmup_steps=1, eval_every=0, save_every=0)
+    assert steps == [0, 1, 2]
+    # AdamW's two default groups are both at train.lr: each gets exactly the rate that is logged.
+    assert [rates for rates in applied] == [[r["lr"], r["lr"]] for r in records if r["kind"] == "train"]
