@@ -157,7 +157,7 @@ def ours() -> list[tuple[str, str]]:
 def test_every_factory_is_registered_by_path_and_takes_params_and_the_sizes_it_names(kind: str, name: str) -> None:
     registry = get_registry()
     component = registry.get(kind, name)
-    assert isinstance(component._factory, str), f"{kind} {name!r} is registered by a callable, which imports it"
+    assert isinstance(component.factory_ref, str), f"{kind} {name!r} is registered by a callable, which imports it"
     factory = component.factory  # imports it
     signature = inspect.signature(factory)
     sizes = registry.kinds[kind].sizes
