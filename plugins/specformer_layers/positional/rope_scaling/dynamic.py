@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from specformer_layers.positional.fp32 import rope_exponents
-from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor
+from specformer_layers.positional.rope_scaling.base import RopeScaling
 from specformer_layers.positional.rope_scaling.params import DynamicNTKScalingParams
 
 
@@ -22,7 +22,6 @@ class DynamicNTKScaling(RopeScaling):
         factor = params.factor
         original_context_length = params.original_context_length or context_length
         super().__init__(rotary_dim=rotary_dim, theta=theta)
-        check_factor("dynamic rope scaling", factor)
         if rotary_dim <= 2:
             raise ValueError(f"dynamic rope scaling needs rotary_dim > 2 (its exponent is d/(d-2)), got {rotary_dim}")
         self.factor = factor

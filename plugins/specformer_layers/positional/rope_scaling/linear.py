@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
+from specformer_layers.positional.rope_scaling.base import RopeScaling, default_inv_freq
 from specformer_layers.positional.rope_scaling.params import LinearScalingParams
 
 
@@ -14,6 +14,5 @@ class LinearScaling(RopeScaling):
     def __init__(self, params: LinearScalingParams, *, rotary_dim: int, theta: float) -> None:
         factor = params.factor
         super().__init__(rotary_dim=rotary_dim, theta=theta)
-        check_factor("linear rope scaling", factor)
         self.factor = factor
         self.register_table("inv_freq", default_inv_freq(rotary_dim, theta) / factor)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor, default_inv_freq
+from specformer_layers.positional.rope_scaling.base import RopeScaling, default_inv_freq
 from specformer_layers.positional.rope_scaling.params import Llama3ScalingParams
 
 
@@ -20,7 +20,6 @@ class Llama3Scaling(RopeScaling):
         factor, low_freq_factor, high_freq_factor = params.factor, params.low_freq_factor, params.high_freq_factor
         original_context_length = params.original_context_length
         super().__init__(rotary_dim=rotary_dim, theta=theta)
-        check_factor("llama3 rope scaling", factor)
         self.factor = factor
         freq = default_inv_freq(rotary_dim, theta)
         wavelength = 2 * math.pi / freq

@@ -7,7 +7,7 @@ import math
 import torch
 
 from specformer_layers.positional.fp32 import rope_exponents
-from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor
+from specformer_layers.positional.rope_scaling.base import RopeScaling
 from specformer_layers.positional.rope_scaling.params import YarnScalingParams
 
 
@@ -20,7 +20,6 @@ class YarnScaling(RopeScaling):
         original_context_length = params.original_context_length
         factor = params.factor if params.factor is not None else context_length / original_context_length
         mscale, mscale_all_dim, attention_factor = params.mscale, params.mscale_all_dim, params.attention_factor
-        check_factor("yarn rope scaling", factor)
         if attention_factor is None:
             if mscale and mscale_all_dim:
                 attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
