@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 import torch
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from torch import nn
 
 from specformer.plugins import build_registry, get_plugin_manager, get_registry
