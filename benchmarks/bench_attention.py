@@ -36,6 +36,7 @@ from torch.profiler import ProfilerActivity, profile
 from specformer.model.context import ForwardContext, default_positions
 from specformer.model.positional import PositionalScheme
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.positional.alibi import ALiBi
 
 D_MODEL, N_HEADS, N_KV = 512, 8, 4
@@ -66,8 +67,8 @@ CASES = [
 
 def make(case: Case, T: int, device: str, dtype: torch.dtype) -> Callable[[bool], torch.Tensor]:
     torch.manual_seed(0)
-    layer = CausalSelfAttention(d_model=D_MODEL, n_heads=N_HEADS, n_kv_heads=N_KV, backend=case.backend,
-                                **case.options).to(device, dtype)
+    params = CausalSelfAttentionParams(n_heads=N_HEADS, n_kv_heads=N_KV, backend=case.backend, **case.options)
+    layer = CausalSelfAttention(params, d_model=D_MODEL).to(device, dtype)
     layer.init_weights(std=0.02, residual_std=0.02)
     x = torch.randn(1, T, D_MODEL, device=device, dtype=dtype)
     positional = ALiBi(n_heads=N_HEADS).to(device) if case.alibi else PositionalScheme()

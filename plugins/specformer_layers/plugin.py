@@ -1,39 +1,92 @@
-"""Registers the built-in layers. A third-party plugin looks exactly like this module."""
+"""Registers the built-in layers. A third-party plugin looks exactly like this module.
+
+Each component is registered by the path of its class and with its torch-free
+``Params`` model, so that listing components (``specformer components``, ``schema``,
+``--help``) imports no torch: the class is imported when a model is first built.
+Each component's catalogue description is its Params model's docstring.
+"""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
-from specformer_layers.attention.causal import CausalSelfAttention
-from specformer_layers.attention.mla import LatentAttention
-from specformer_layers.ffn.gated import GatedMLP, gated_params
-from specformer_layers.ffn.mlp import MLP
-from specformer_layers.ffn.moe import MoE
-from specformer_layers.layouts.parallel import ParallelBlock
-from specformer_layers.layouts.postnorm import PostNormBlock
-from specformer_layers.layouts.postnorm_inside import PostNormInsideBlock
-from specformer_layers.layouts.prenorm import PreNormBlock
-from specformer_layers.layouts.sandwich import SandwichBlock
-from specformer_layers.norms.layernorm import LayerNorm
-from specformer_layers.norms.rmsnorm import RMSNorm
-from specformer_layers.norms.scalenorm import ScaleNorm
-from specformer_layers.positional.alibi import ALiBi
-from specformer_layers.positional.learned import LearnedPositions
-from specformer_layers.positional.nope import NoPositions
-from specformer_layers.positional.rope import RotaryPositions
-from specformer_layers.positional.rope_scaling.dynamic import DynamicNTKScaling
-from specformer_layers.positional.rope_scaling.linear import LinearScaling
-from specformer_layers.positional.rope_scaling.llama3 import Llama3Scaling
-from specformer_layers.positional.rope_scaling.longrope import LongRopeScaling
-from specformer_layers.positional.rope_scaling.yarn import YarnScaling
-from specformer_layers.positional.sinusoidal import SinusoidalPositions
-from specformer_layers.routers.sigmoid_topk import SigmoidTopK
-from specformer_layers.routers.softmax_topk import SoftmaxTopK
+from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
+from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
+from specformer_layers.layouts.params import (
+    ParallelBlockParams,
+    PostNormBlockParams,
+    PostNormInsideBlockParams,
+    PreNormBlockParams,
+    SandwichBlockParams,
+)
+from specformer_layers.norms.params import LayerNormParams, RMSNormParams, ScaleNormParams
+from specformer_layers.positional.params import (
+    ALiBiParams,
+    LearnedPositionsParams,
+    NoPositionsParams,
+    RotaryPositionsParams,
+    SinusoidalPositionsParams,
+)
+from specformer_layers.positional.rope_scaling.params import (
+    DynamicNTKScalingParams,
+    LinearScalingParams,
+    Llama3ScalingParams,
+    LongRopeScalingParams,
+    YarnScalingParams,
+)
+from specformer_layers.routers.params import SigmoidTopKParams, SoftmaxTopKParams
 
 #: The kind this plugin adds: what ``rope``'s ``scaling`` param names.
 ROPE_SCALING_KIND = "rope_scaling"
 #: The kind this plugin adds: what ``moe``'s ``router`` param names.
 ROUTER_KIND = "router"
+
+#: (kind, name, class path under specformer_layers, Params, paper) of every built-in component.
+COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
+    ("positional", "learned", "positional.learned:LearnedPositions", LearnedPositionsParams,
+     "https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf"),
+    ("positional", "sinusoidal", "positional.sinusoidal:SinusoidalPositions", SinusoidalPositionsParams,
+     "https://arxiv.org/abs/1706.03762"),
+    ("positional", "rope", "positional.rope:RotaryPositions", RotaryPositionsParams, "https://arxiv.org/abs/2104.09864"),
+    ("positional", "alibi", "positional.alibi:ALiBi", ALiBiParams, "https://arxiv.org/abs/2108.12409"),
+    ("positional", "none", "positional.nope:NoPositions", NoPositionsParams, "https://arxiv.org/abs/2305.19466"),
+
+    (ROPE_SCALING_KIND, "linear", "positional.rope_scaling.linear:LinearScaling", LinearScalingParams,
+     "https://arxiv.org/abs/2306.15595"),
+    (ROPE_SCALING_KIND, "dynamic", "positional.rope_scaling.dynamic:DynamicNTKScaling", DynamicNTKScalingParams,
+     "https://www.reddit.com/r/LocalLLaMA/comments/14mrgpr/dynamically_scaled_rope_further_increases/"),
+    (ROPE_SCALING_KIND, "yarn", "positional.rope_scaling.yarn:YarnScaling", YarnScalingParams,
+     "https://arxiv.org/abs/2309.00071"),
+    (ROPE_SCALING_KIND, "llama3", "positional.rope_scaling.llama3:Llama3Scaling", Llama3ScalingParams,
+     "https://arxiv.org/abs/2407.21783"),
+    (ROPE_SCALING_KIND, "longrope", "positional.rope_scaling.longrope:LongRopeScaling", LongRopeScalingParams,
+     "https://arxiv.org/abs/2402.13753"),
+
+    ("norm", "layernorm", "norms.layernorm:LayerNorm", LayerNormParams, "https://arxiv.org/abs/1607.06450"),
+    ("norm", "rmsnorm", "norms.rmsnorm:RMSNorm", RMSNormParams, "https://arxiv.org/abs/1910.07467"),
+    ("norm", "scalenorm", "norms.scalenorm:ScaleNorm", ScaleNormParams, "https://arxiv.org/abs/1910.05895"),
+
+    ("ffn", "mlp", "ffn.mlp:MLP", MLPParams, "https://arxiv.org/abs/1706.03762"),
+    ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),
+    ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
+    ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
+    ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
+    (ROUTER_KIND, "softmax_topk", "routers.softmax_topk:SoftmaxTopK", SoftmaxTopKParams, "https://arxiv.org/abs/1701.06538"),
+    (ROUTER_KIND, "sigmoid_topk", "routers.sigmoid_topk:SigmoidTopK", SigmoidTopKParams, "https://arxiv.org/abs/2412.19437"),
+
+    ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
+     "https://arxiv.org/abs/1706.03762"),
+    ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
+
+    ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),
+    ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),
+    ("layout", "parallel", "layouts.parallel:ParallelBlock", ParallelBlockParams, "https://arxiv.org/abs/2204.06745"),
+    ("layout", "sandwich", "layouts.sandwich:SandwichBlock", SandwichBlockParams, "https://arxiv.org/abs/2408.00118"),
+    ("layout", "postnorm_inside", "layouts.postnorm_inside:PostNormInsideBlock", PostNormInsideBlockParams,
+     "https://arxiv.org/abs/2501.00656"),
+)
 
 
 @hookimpl
@@ -53,41 +106,5 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    def add(kind: str, name: str, cls: type, paper: str, **kwargs: object) -> None:
-        registry.register(kind, name, factory=kwargs.pop("factory", cls.from_params),
-                          params=kwargs.pop("params", getattr(cls, "Params", None)),
-                          doc=kwargs.pop("doc", cls.__doc__), paper=paper)
-
-    add("positional", "learned", LearnedPositions, "https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf")
-    add("positional", "sinusoidal", SinusoidalPositions, "https://arxiv.org/abs/1706.03762")
-    add("positional", "rope", RotaryPositions, "https://arxiv.org/abs/2104.09864")
-    add("positional", "alibi", ALiBi, "https://arxiv.org/abs/2108.12409")
-    add("positional", "none", NoPositions, "https://arxiv.org/abs/2305.19466")
-
-    add(ROPE_SCALING_KIND, "linear", LinearScaling, "https://arxiv.org/abs/2306.15595")
-    add(ROPE_SCALING_KIND, "dynamic", DynamicNTKScaling,
-        "https://www.reddit.com/r/LocalLLaMA/comments/14mrgpr/dynamically_scaled_rope_further_increases/")
-    add(ROPE_SCALING_KIND, "yarn", YarnScaling, "https://arxiv.org/abs/2309.00071")
-    add(ROPE_SCALING_KIND, "llama3", Llama3Scaling, "https://arxiv.org/abs/2407.21783")
-    add(ROPE_SCALING_KIND, "longrope", LongRopeScaling, "https://arxiv.org/abs/2402.13753")
-
-    add("norm", "layernorm", LayerNorm, "https://arxiv.org/abs/1607.06450")
-    add("norm", "rmsnorm", RMSNorm, "https://arxiv.org/abs/1910.07467")
-    add("norm", "scalenorm", ScaleNorm, "https://arxiv.org/abs/1910.05895")
-
-    add("ffn", "mlp", MLP, "https://arxiv.org/abs/1706.03762")
-    for name, activation in (("swiglu", "silu"), ("geglu", "gelu"), ("reglu", "relu")):
-        add("ffn", name, GatedMLP, "https://arxiv.org/abs/2002.05202", params=gated_params(activation),
-            doc=f"Gated feed-forward, {activation} gate by default: " + (GatedMLP.__doc__ or ""))
-    add("ffn", "moe", MoE, "https://arxiv.org/abs/2401.04088")
-    add(ROUTER_KIND, "softmax_topk", SoftmaxTopK, "https://arxiv.org/abs/1701.06538")
-    add(ROUTER_KIND, "sigmoid_topk", SigmoidTopK, "https://arxiv.org/abs/2412.19437")
-
-    add("attention", "attention", CausalSelfAttention, "https://arxiv.org/abs/1706.03762")
-    add("attention", "mla", LatentAttention, "https://arxiv.org/abs/2405.04434")
-
-    add("layout", "prenorm", PreNormBlock, "https://arxiv.org/abs/2002.04745")
-    add("layout", "postnorm", PostNormBlock, "https://arxiv.org/abs/1706.03762")
-    add("layout", "parallel", ParallelBlock, "https://arxiv.org/abs/2204.06745")
-    add("layout", "sandwich", SandwichBlock, "https://arxiv.org/abs/2408.00118")
-    add("layout", "postnorm_inside", PostNormInsideBlock, "https://arxiv.org/abs/2501.00656")
+    for kind, name, path, params, paper in COMPONENTS:
+        registry.register(kind, name, factory=f"specformer_layers.{path}", params=params, paper=paper)

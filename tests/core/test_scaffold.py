@@ -70,6 +70,7 @@ def test_cli_writes_the_package_and_says_what_to_do_next(tmp_path, capsys):
         "pyproject.toml",
         "src/specformer_fancy_norm/__init__.py",
         "src/specformer_fancy_norm/norm.py",
+        "src/specformer_fancy_norm/params.py",
         "src/specformer_fancy_norm/plugin.py",
         "tests/test_fancy_norm.py",
     ]
@@ -78,7 +79,13 @@ def test_cli_writes_the_package_and_says_what_to_do_next(tmp_path, capsys):
     assert pyproject["project"]["entry-points"]["specformer"] == {"fancy_norm": "specformer_fancy_norm.plugin"}
     for path in root.rglob("*.py"):
         compile(path.read_text(), str(path), "exec")  # every generated module is valid Python
-    assert "class FancyNorm(FromParams, nn.Module)" in (root / "src/specformer_fancy_norm/norm.py").read_text()
+    package = root / "src/specformer_fancy_norm"
+    assert "def __init__(self, params: FancyNormParams | None = None, *, dim: int)" in (package / "norm.py").read_text()
+    # The component convention: Params in a module without torch, the class registered by its path.
+    assert "import torch" not in (package / "params.py").read_text()
+    plugin = (package / "plugin.py").read_text()
+    assert 'factory="specformer_fancy_norm.norm:FancyNorm"' in plugin and "import torch" not in plugin
+    assert "specformer_fancy_norm.norm" not in (package / "__init__.py").read_text().split("__getattr__")[0]
 
 
 @pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite

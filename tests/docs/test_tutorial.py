@@ -48,6 +48,8 @@ def own_tests(tutorial_staged):
 # plugin installed and reports back as JSON: starting Python with torch costs seconds.
 PROBE = """
 import contextlib, io, json, sys
+import specformer_tutorial.plugin  # what specformer imports to list the plugin's components
+registering = sorted(m for m in sys.modules if m.startswith("specformer_tutorial"))
 sys.path.insert(0, HOOKS)
 from specformer.cli.main import main
 from specformer.registry.discovery import get_registry
@@ -84,6 +86,12 @@ report["snippet_errors"] = generated.snippet_errors()
 report["norm_page"] = generated.pages["catalogue/norm.md"]
 report["sampler_page"] = generated.pages["catalogue/sampler.md"]
 report["builtin"] = builtin_norms
+report["registering"] = registering
+from specformer_tutorial import DyT, EtaSampling
+spec_norm, python_norm = get_registry().resolve("norm", {"kind": "dyt"}).make(dim=4), DyT(dim=4)
+report["dyt_defaults"] = [[repr(m), m.alpha_init, m.bias is None] for m in (spec_norm, python_norm)]
+report["factories"] = [get_registry().get("norm", "dyt").factory is DyT,
+                       get_registry().get("sampler", "eta").factory is EtaSampling]
 print(json.dumps(report))
 """
 
@@ -127,6 +135,15 @@ def test_a_site_built_with_the_plugin_lists_its_components(probe):
     assert "## eta { #eta }" in probe["sampler_page"] and "epsilon: 0.0009" in probe["sampler_page"]
 
 
+def test_the_plugin_follows_the_component_convention(probe):
+    """Registering imports only the torch-free Params; the classes are the factories; one default each."""
+    assert "specformer_tutorial.params" in probe["registering"]
+    assert not {"specformer_tutorial.dyt", "specformer_tutorial.eta"} & set(probe["registering"]), probe["registering"]
+    assert probe["factories"] == [True, True]
+    spec_built, python_built = probe["dyt_defaults"]
+    assert spec_built == python_built
+
+
 @pytest.mark.slow  # a subprocess run of many seconds; CI runs it in the slow suite
 def test_its_own_tests_pass(own_tests):
     output, _ = own_tests.communicate(timeout=600)
@@ -149,7 +166,7 @@ def test_the_page_includes_every_file_of_the_package():
 def test_the_registry_errors_quoted_on_the_page_are_what_the_registry_says():
     sys.path.insert(0, str(TUTORIAL / "src"))
     try:
-        from specformer_tutorial.dyt import DyT
+        from specformer_tutorial.params import DyTParams
     finally:
         sys.path.remove(str(TUTORIAL / "src"))
     page = " ".join(PAGE.read_text(encoding="utf-8").split())
@@ -157,26 +174,18 @@ def test_the_registry_errors_quoted_on_the_page_are_what_the_registry_says():
     def message(register) -> str:
         with pytest.raises(RegistryError) as info:
             register()
-        text = re.sub(r"\(/\S+/(norms/\w+\.py):\d+\)", r"(.../\1:NN)", str(info.value))
-        return " ".join(text.split())
-
-    class Forgetful(DyT):
-        @classmethod
-        def from_params(cls, params: Params) -> DyT:  # noqa: F821 - forgets the size every norm receives
-            return cls(dim=1)
-
-    Forgetful.from_params.__func__.__qualname__ = "DyT.from_params"
+        return " ".join(str(info.value).split())
 
     class Params(__import__("pydantic").BaseModel):
         alpha_init: float = 0.5
 
     view = Registry().for_plugin("tutorial")
     expected = [
-        message(lambda: view.register("norm", "dyt", factory=Forgetful.from_params, params=DyT.Params)),
-        message(lambda: view.register("norm", "dyt", factory=DyT.from_params, params=Params)),
-        message(lambda: get_registry().for_plugin("tutorial").register("norm", "rmsnorm", factory=DyT.from_params,
-                                                                        params=DyT.Params)),
+        message(lambda: view.register("norm", "dyt", factory="specformer_tutorial.dyt.DyT", params=DyTParams)),
+        message(lambda: view.register("norm", "dyt", factory="specformer_tutorial.dyt:DyT", params=Params)),
+        message(lambda: get_registry().for_plugin("tutorial").register("norm", "rmsnorm",
+                                                                        factory="specformer_tutorial.dyt:DyT",
+                                                                        params=DyTParams)),
     ]
-    normalised_page = re.sub(r"(\.\.\./norms/\w+\.py):\d+", r"\1:NN", page)
     for text in expected:
-        assert text in normalised_page, f"the tutorial should quote:\n{text}"
+        assert text in page, f"the tutorial should quote:\n{text}"

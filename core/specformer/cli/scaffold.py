@@ -92,6 +92,7 @@ def new_plugin(name: str, *, directory: Path | str = ".", force: bool = False) -
         "README.md": _README,
         f"src/{values['package']}/__init__.py": _INIT,
         f"src/{values['package']}/plugin.py": _PLUGIN,
+        f"src/{values['package']}/params.py": _PARAMS,
         f"src/{values['package']}/norm.py": _NORM,
         f"tests/test_{name}.py": _TEST,
     }
@@ -151,11 +152,24 @@ model:
 """
 
 _INIT = '''\
-"""The $name specformer plugin."""
+"""The $name specformer plugin.
 
-from $package.norm import $cls
+``$cls`` is imported on first use: specformer imports this package for its entry point
+whenever it lists components, and that must not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["$cls"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "$cls":
+        return importlib.import_module("$package.norm").$cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 '''
 
 _PLUGIN = '''\
@@ -165,14 +179,30 @@ from __future__ import annotations
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
-from $package.norm import $cls
+from $package.params import ${cls}Params
 
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    # The registry checks the factory takes (params, *, dim) as every norm must, and that
-    # Params forbids unknown keys; a mistake is reported here, naming this plugin.
-    registry.register("norm", "$name", factory=$cls.from_params, params=$cls.Params)
+    # The class is named by its path, so listing components imports only params.py, never
+    # torch; the registry checks here that the Params forbid unknown keys, naming this plugin.
+    registry.register("norm", "$name", factory="$package.norm:$cls", params=${cls}Params)
+'''
+
+_PARAMS = '''\
+"""The settings of the $name norm, in a module that imports no torch (listing components reads only this)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from specformer.registry.params import Params
+
+
+class ${cls}Params(Params):
+    """Divide each vector by its root mean square, then scale per channel: ``x / sqrt(mean(x^2) + eps) * weight``."""
+
+    eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
 '''
 
 _NORM = '''\
@@ -181,21 +211,20 @@ _NORM = '''\
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
+from $package.params import ${cls}Params
 
 
-class $cls(FromParams, nn.Module):
-    """Divide each vector by its root mean square, then scale per channel: ``x / sqrt(mean(x^2) + eps) * weight``."""
+class $cls(nn.Module):
+    """The $name norm over the last ``dim`` channels; what it computes and its settings: ``${cls}Params``."""
 
-    class Params(Params):
-        eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
+    Params = ${cls}Params
 
-    def __init__(self, *, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, params: ${cls}Params | None = None, *, dim: int) -> None:
         super().__init__()
-        self.eps = eps
+        params = params if params is not None else ${cls}Params()
+        self.eps = params.eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -239,7 +268,7 @@ def test_registered_through_the_entry_point():
 
 
 def test_formula():
-    norm = $cls(dim=8, eps=1e-5)
+    norm = $cls($cls.Params(eps=1e-5), dim=8)
     with torch.no_grad():
         norm.weight.copy_(torch.arange(1.0, 9.0))
     x = torch.randn(2, 3, 8)

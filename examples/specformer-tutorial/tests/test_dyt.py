@@ -26,7 +26,7 @@ def test_registered_by_this_plugin():
 
 
 def test_formula():
-    norm = DyT(dim=8, alpha_init=0.7)
+    norm = DyT(DyT.Params(alpha_init=0.7), dim=8)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(0.5, 2.0, 8))
         norm.bias.copy_(torch.linspace(-1.0, 1.0, 8))

@@ -26,13 +26,13 @@ def reference(logits: torch.Tensor, epsilon: float) -> torch.Tensor:
 def test_matches_the_formula():
     torch.manual_seed(0)
     logits = torch.randn(4, 50) * torch.tensor([[0.5], [2.0], [4.0], [8.0]])
-    got = EtaSampling(epsilon=0.02)(logits, torch.zeros(4, 1, dtype=torch.long))
+    got = EtaSampling(EtaSampling.Params(epsilon=0.02))(logits, torch.zeros(4, 1, dtype=torch.long))
     torch.testing.assert_close(got, reference(logits, 0.02))
 
 
 def test_keeps_the_likeliest_tokens():
     logits = torch.tensor([[10.0, 0.0, 0.0, 0.0]])
-    kept = EtaSampling(epsilon=0.5, min_tokens_to_keep=2)(logits, torch.zeros(1, 1, dtype=torch.long))
+    kept = EtaSampling(EtaSampling.Params(epsilon=0.5, min_tokens_to_keep=2))(logits, torch.zeros(1, 1, dtype=torch.long))
     assert torch.isfinite(kept).sum() == 2
 
 
@@ -40,7 +40,7 @@ def test_matches_transformers_eta_warper():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(1)
     logits = torch.randn(3, 100) * 3
-    ours = EtaSampling(epsilon=0.001)(logits, torch.zeros(3, 1, dtype=torch.long))
+    ours = EtaSampling(EtaSampling.Params(epsilon=0.001))(logits, torch.zeros(3, 1, dtype=torch.long))
     theirs = transformers.EtaLogitsWarper(epsilon=0.001)(torch.zeros(3, 1, dtype=torch.long), logits.clone())
     assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu"]
+from specformer_layers.ffn.params import Activation
 
 
 def _relu2(x: Tensor) -> Tensor:
@@ -19,7 +19,7 @@ def _gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": _gelu_tanh,
     "relu": F.relu,

@@ -2,42 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
-from specformer_layers.ffn.activations import ACTIVATIONS, Activation
+from specformer_layers.ffn.activations import ACTIVATIONS
+from specformer_layers.ffn.params import GatedMLPParams, default_gated_hidden
 
 
-def default_gated_hidden(d_model: int, multiple_of: int = 64) -> int:
-    """Two thirds of 4 * d_model (same parameter count as a 4x MLP), rounded up to ``multiple_of``."""
-    hidden = int(2 * 4 * d_model / 3)
-    return (hidden + multiple_of - 1) // multiple_of * multiple_of
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))``: the gate and up projections run as one matmul (:class:`GatedMLPParams`)."""
 
+    Params = GatedMLPParams
 
-def gated_params(default_activation: str) -> type[Params]:
-    class GatedParams(Params):
-        hidden: int | None = Field(default=None, gt=0, description="Inner width; default 8/3 * d_model rounded up to 64.")
-        activation: Activation = Field(default=default_activation, description="Non-linearity on the gate.")
-        bias: bool = Field(default=False, description="Biases on the projections.")
-        dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
-
-    GatedParams.__name__ = GatedParams.__qualname__ = f"GatedParams_{default_activation}"
-    return GatedParams
-
-
-class GatedMLP(FromParams, nn.Module):
-    """``down(act(gate(x)) * up(x))``: the gate and up projections run as one matmul."""
-
-    def __init__(self, *, d_model: int, hidden: int | None = None, activation: str = "silu", bias: bool = False,
-                 dropout: float = 0.0) -> None:
+    def __init__(self, params: GatedMLPParams | None = None, *, d_model: int) -> None:
+        params = params if params is not None else GatedMLPParams()
         super().__init__()
-        hidden = hidden or default_gated_hidden(d_model)
+        hidden = params.hidden or default_gated_hidden(d_model)
         self.hidden = hidden
-        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=bias)  # rows: [gate; up]
-        self.down = nn.Linear(hidden, d_model, bias=bias)
-        self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=params.bias)  # rows: [gate; up]
+        self.down = nn.Linear(hidden, d_model, bias=params.bias)
+        self.activation = ACTIVATIONS[params.activation]
+        self.dropout = nn.Dropout(params.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each
@@ -49,3 +33,6 @@ class GatedMLP(FromParams, nn.Module):
         for bias in (self.gate_up.bias, self.down.bias):
             if bias is not None:
                 nn.init.zeros_(bias)
+
+
+__all__ = ["GatedMLP", "default_gated_hidden"]

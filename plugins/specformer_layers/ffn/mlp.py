@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
-from specformer_layers.ffn.activations import ACTIVATIONS, Activation
+from specformer_layers.ffn.activations import ACTIVATIONS
+from specformer_layers.ffn.params import MLPParams
 
 
-class MLP(FromParams, nn.Module):
-    """``fc_out(act(fc_in(x)))``, widening to ``hidden`` channels in between."""
+class MLP(nn.Module):
+    """``fc_out(act(fc_in(x)))``, widening to ``hidden`` channels in between (:class:`MLPParams`)."""
 
-    class Params(Params):
-        hidden: int | None = Field(default=None, gt=0, description="Inner width; default 4 * d_model.")
-        activation: Activation = Field(default="gelu", description="Non-linearity between the two projections.")
-        bias: bool = Field(default=True, description="Biases on both projections.")
-        dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
+    Params = MLPParams
 
-    def __init__(self, *, d_model: int, hidden: int | None = None, activation: str = "gelu", bias: bool = True,
-                 dropout: float = 0.0) -> None:
+    def __init__(self, params: MLPParams | None = None, *, d_model: int) -> None:
+        params = params if params is not None else MLPParams()
         super().__init__()
-        hidden = hidden or 4 * d_model
+        hidden = params.hidden or 4 * d_model
+        bias = params.bias
         self.fc_in = nn.Linear(d_model, hidden, bias=bias)
         self.fc_out = nn.Linear(hidden, d_model, bias=bias)
-        self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[params.activation]
+        self.dropout = nn.Dropout(params.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.fc_out(self.activation(self.fc_in(x))))

@@ -2,183 +2,71 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from specformer.registry.params import Params, SubComponent
-from specformer_layers.ffn.activations import ACTIVATIONS, Activation
-from specformer_layers.ffn.gated import GatedMLP, default_gated_hidden
+from specformer_layers.ffn.activations import ACTIVATIONS
+from specformer_layers.ffn.gated import GatedMLP
 from specformer_layers.ffn.mlp import MLP
+from specformer_layers.ffn.params import (
+    GPT_OSS_SWIGLU_ALPHA,
+    GatedMLPParams,
+    MLPParams,
+    MoEParams,
+    default_gated_hidden,
+)
 from specformer_layers.routers.base import Routing
+from specformer_layers.routers.params import SoftmaxTopKParams
 from specformer_layers.routers.softmax_topk import SoftmaxTopK
-
-#: How the default router (no ``router`` given) orders softmax and top-k.
-DefaultRouting = Literal["softmax_then_topk", "topk_then_softmax"]
-#: gpt-oss's sigmoid slope in its clamped SwiGLU: g * sigmoid(1.702 g) approximates GELU.
-GPT_OSS_SWIGLU_ALPHA = 1.702
 
 
 class MoE(nn.Module):
-    """A router sends each token to ``top_k`` of ``n_experts`` feed-forward experts; their outputs are mixed.
+    """Sparse mixture of experts: a router picks ``top_k`` of ``n_experts`` per token (:class:`MoEParams`)."""
 
-    The ``router`` is a component of its own kind (``softmax_topk``, ``sigmoid_topk`` or a
-    plugin's): it returns, for each token, the chosen experts and their weights. Without
-    one, ``routing``/``normalize_topk`` describe the default softmax top-k router:
-    ``softmax_then_topk`` keeps the ``top_k`` largest probabilities and, with
-    ``normalize_topk``, rescales them to sum to one (Mixtral, Qwen3-MoE; without it,
-    Qwen2-MoE and Switch); ``topk_then_softmax`` is the softmax over the top-k logits (the
-    same weights as normalised softmax-then-top-k).
+    Params = MoEParams
 
-    Experts are gated (SwiGLU with the default ``silu``, as Mixtral and Qwen-MoE) or plain
-    MLPs, with biases when ``expert_bias`` (gpt-oss). ``swiglu_limit`` switches gated
-    experts to gpt-oss's clamped SwiGLU: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
-    with ``g = min(gate, limit)``. ``n_shared_experts`` adds an always-on expert of width
-    ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
-    sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
-    ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
-    giving those layers another ffn.
-
-    Dropless: every token reaches all its experts, whatever the load. Tokens are sorted
-    by expert and each expert runs once on its contiguous block (one matmul pair per
-    expert, no loop over tokens); without autograd the blocks are written in place into one
-    buffer. Each token's weighted outputs are summed in a fixed order, so results repeat
-    exactly and a token's sum does not depend on the other tokens in the batch. Each
-    forward sets ``self.aux_loss``: the Switch/Mixtral load-balancing loss
-    ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing slots that went to
-    expert ``e``, summing to ``top_k``; ``P_e``: mean router probability of ``e``) times
-    ``aux_loss_coef`` (None when the coefficient is 0); ``Decoder.auxiliary_loss()`` adds
-    these up over layers for the trainer.
-    """
-
-    class Params(Params):
-        n_experts: int = Field(default=8, gt=1, description="Number of routed experts.")
-        top_k: int = Field(default=2, gt=0, description="Experts each token is sent to.")
-        hidden: int | None = Field(
-            default=None, gt=0,
-            description="Inner width of each expert; default 8/3 * d_model rounded up to 64 (gated) or 4 * d_model.",
-        )
-        activation: Activation = Field(default="silu", description="Non-linearity of the experts (on the gate when gated).")
-        gated: bool = Field(default=True, description="Gated experts down(act(gate(x)) * up(x)) (SwiGLU with silu); false: plain MLPs.")
-        router: SubComponent("router") | None = Field(  # type: ignore[valid-type]
-            default=None,
-            description="The router component ({kind: softmax_topk|sigmoid_topk|<a plugin's>, ...}); "
-                        "default softmax_topk as routing and normalize_topk say.",
-        )
-        routing: DefaultRouting = Field(
-            default="softmax_then_topk",
-            description="Default router only: softmax_then_topk: softmax over all experts, keep the top k; "
-                        "topk_then_softmax: softmax over the top k logits.",
-        )
-        normalize_topk: bool = Field(
-            default=True, description="Default router only: rescale the kept top-k probabilities to sum to 1.",
-        )
-        expert_bias: bool = Field(default=False, description="Biases on every expert's projections (gpt-oss).")
-        swiglu_limit: float | None = Field(
-            default=None, gt=0,
-            description="gpt-oss's clamped SwiGLU: clamp the gate above and the up projection to +-limit, "
-                        "then (up + 1) * gate * sigmoid(swiglu_alpha * gate); null: the activation as usual.",
-        )
-        swiglu_alpha: float | None = Field(
-            default=None, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit only); default 1.702 (gpt-oss).",
-        )
-        n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
-        shared_hidden: int | None = Field(
-            default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
-        )
-        shared_gate: bool = Field(default=False, description="Multiply the shared experts' output by sigmoid(w . x) (Qwen2-MoE).")
-        aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
-
-        @model_validator(mode="after")
-        def _consistent(self) -> "MoE.Params":
-            if self.top_k > self.n_experts:
-                raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
-            if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate):
-                raise ValueError("shared_hidden and shared_gate need n_shared_experts >= 1")
-            if self.router is not None and {"routing", "normalize_topk"} & self.model_fields_set:
-                raise ValueError("routing and normalize_topk describe the default router; with router given, "
-                                 "set them in the router ({kind: softmax_topk, normalize: ...})")
-            if self.routing == "topk_then_softmax" and not self.normalize_topk:
-                raise ValueError("topk_then_softmax always yields weights summing to 1; normalize_topk: false needs softmax_then_topk")
-            if self.swiglu_limit is not None and (not self.gated or self.activation != "silu"):
-                raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
-            if self.swiglu_limit is None and self.swiglu_alpha is not None:
-                raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
-            return self
-
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_experts: int,
-        top_k: int,
-        hidden: int,
-        activation: str = "silu",
-        gated: bool = True,
-        router: nn.Module | None = None,
-        routing: str = "softmax_then_topk",
-        normalize_topk: bool = True,
-        expert_bias: bool = False,
-        swiglu_limit: float | None = None,
-        swiglu_alpha: float = GPT_OSS_SWIGLU_ALPHA,
-        shared_hidden: int = 0,
-        shared_gate: bool = False,
-        aux_loss_coef: float = 0.01,
-    ) -> None:
+    def __init__(self, params: MoEParams | None = None, *, d_model: int) -> None:
+        params = params if params is not None else MoEParams()
         super().__init__()
-        if not 0 < top_k <= n_experts:
-            raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
-        if routing not in ("softmax_then_topk", "topk_then_softmax"):
-            raise ValueError(f"routing must be softmax_then_topk or topk_then_softmax, got {routing!r}")
-        if swiglu_limit is not None and not gated:
-            raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated experts")
+        n_experts, top_k, gated = params.n_experts, params.top_k, params.gated
+        hidden = params.hidden or (default_gated_hidden(d_model) if gated else 4 * d_model)
+        shared_hidden = (params.shared_hidden or params.n_shared_experts * hidden) if params.n_shared_experts else 0
         self.d_model = d_model
         self.n_experts = n_experts
         self.top_k = top_k
         self.hidden = hidden
         self.gated = gated
-        self.swiglu_limit = swiglu_limit
-        self.swiglu_alpha = swiglu_alpha
-        self.aux_loss_coef = aux_loss_coef
-        self.activation = ACTIVATIONS[activation]
-        if router is None:
+        self.swiglu_limit = params.swiglu_limit
+        self.swiglu_alpha = GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha
+        self.aux_loss_coef = params.aux_loss_coef
+        self.activation = ACTIVATIONS[params.activation]
+        if params.router is not None:
+            self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k)
+        else:
             # topk_then_softmax is the normalised softmax over the kept experts.
-            router = SoftmaxTopK(d_model=d_model, n_experts=n_experts, top_k=top_k,
-                                 normalize=normalize_topk or routing == "topk_then_softmax")
-        self.router = router
+            normalize = params.normalize_topk or params.routing == "topk_then_softmax"
+            self.router = SoftmaxTopK(SoftmaxTopKParams(normalize=normalize), d_model=d_model, n_experts=n_experts,
+                                      top_k=top_k)
         # Expert e's input projection is experts_in[e] (rows [gate; up] when gated), as nn.Linear stores it.
         width_in = (2 if gated else 1) * hidden
         self.experts_in = nn.Parameter(torch.empty(n_experts, width_in, d_model))
         self.experts_out = nn.Parameter(torch.empty(n_experts, d_model, hidden))
-        self.experts_in_bias = nn.Parameter(torch.zeros(n_experts, width_in)) if expert_bias else None
-        self.experts_out_bias = nn.Parameter(torch.zeros(n_experts, d_model)) if expert_bias else None
+        self.experts_in_bias = nn.Parameter(torch.zeros(n_experts, width_in)) if params.expert_bias else None
+        self.experts_out_bias = nn.Parameter(torch.zeros(n_experts, d_model)) if params.expert_bias else None
         self.shared: nn.Module | None = None
         self.shared_gate: nn.Linear | None = None
         if shared_hidden:
-            self.shared = (GatedMLP(d_model=d_model, hidden=shared_hidden, activation=activation) if gated
-                           else MLP(d_model=d_model, hidden=shared_hidden, activation=activation, bias=False))
-            if shared_gate:
+            self.shared = (GatedMLP(GatedMLPParams(hidden=shared_hidden, activation=params.activation), d_model=d_model)
+                           if gated else
+                           MLP(MLPParams(hidden=shared_hidden, activation=params.activation, bias=False), d_model=d_model))
+            if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.aux_loss: Tensor | None = None
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, layer_index: int, n_layers: int) -> "MoE":
-        hidden = params.hidden or (default_gated_hidden(d_model) if params.gated else 4 * d_model)
-        shared_hidden = (params.shared_hidden or params.n_shared_experts * hidden) if params.n_shared_experts else 0
-        router = None
-        if params.router is not None:
-            router = params.router.make(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k)
-        return cls(d_model=d_model, n_experts=params.n_experts, top_k=params.top_k, hidden=hidden,
-                   activation=params.activation, gated=params.gated, router=router, routing=params.routing,
-                   normalize_topk=params.normalize_topk, expert_bias=params.expert_bias,
-                   swiglu_limit=params.swiglu_limit,
-                   swiglu_alpha=GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha,
-                   shared_hidden=shared_hidden, shared_gate=params.shared_gate, aux_loss_coef=params.aux_loss_coef)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape

@@ -9,11 +9,11 @@ and a ``forward`` that wires them around the residual stream. Every part other t
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 from torch import nn
 
-from specformer.registry.params import Params
+from specformer_layers.layouts.params import BlockParams
 
 SUBLAYERS = ("attention", "ffn")
 
@@ -21,35 +21,27 @@ SUBLAYERS = ("attention", "ffn")
 class Block(nn.Module):
     """A transformer block: ``attention``, ``ffn`` and the norms its layout names in :attr:`parts`.
 
-    A layout subclasses it with its ``parts`` and its ``forward(x, ctx)``.
+    A layout subclasses it with its ``parts``, its ``Params`` and its ``forward(x, ctx)``.
     """
 
     #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
     parts: ClassVar[tuple[str, ...]] = ()
 
-    class Params(Params):
-        pass
+    Params: ClassVar[type[BlockParams]] = BlockParams
 
-    def __init__(self, *, attention: nn.Module, ffn: nn.Module, **norms: nn.Module | None) -> None:
+    def __init__(self, params: BlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+                 make_norm: Callable[[], nn.Module]) -> None:
         super().__init__()
-        expected = [p for p in self.parts if p not in SUBLAYERS]
-        if sorted(norms) != sorted(expected):
-            raise TypeError(f"{type(self).__name__} takes the norms {', '.join(expected)}; got {', '.join(sorted(norms))}")
-        given = {"attention": attention, "ffn": ffn, **norms}
+        params = params if params is not None else self.Params()
+        made = self.norms_made(params)
+        # Parts in registration order; a norm this layout does without (per its params) is None.
+        given = {"attention": attention, "ffn": ffn}
         for name in self.parts:
-            setattr(self, name, given[name])
+            setattr(self, name, given[name] if name in SUBLAYERS else make_norm() if name in made else None)
 
-    @classmethod
-    def norms_made(cls, params: Any) -> tuple[str, ...]:
+    def norms_made(self, params: BlockParams) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
-        return tuple(p for p in cls.parts if p not in SUBLAYERS)
-
-    @classmethod
-    def from_params(cls, params: Any, *, d_model: int, attention: nn.Module, ffn: nn.Module,
-                    make_norm: Callable[[], nn.Module], layer_index: int, n_layers: int) -> "Block":
-        made = cls.norms_made(params)
-        norms = {name: make_norm() if name in made else None for name in cls.parts if name not in SUBLAYERS}
-        return cls(attention=attention, ffn=ffn, **norms)
+        return tuple(p for p in self.parts if p not in SUBLAYERS)
 
 
 __all__ = ["Block"]

@@ -6,12 +6,15 @@ from torch import Tensor
 
 from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
+from specformer_layers.layouts.params import PostNormBlockParams
 
 
 class PostNormBlock(Block):
-    """``x = norm(x + attention(x))``; ``x = norm(x + ffn(x))`` (Vaswani et al. 2017)."""
+    """Post-norm block: the stream is normalised after each residual add (:class:`PostNormBlockParams`)."""
 
     parts = ("attention", "attention_norm", "ffn", "ffn_norm")
+
+    Params = PostNormBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = self.attention_norm(x + self.attention(x, ctx))

@@ -6,12 +6,15 @@ from torch import Tensor
 
 from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
+from specformer_layers.layouts.params import PreNormBlockParams
 
 
 class PreNormBlock(Block):
-    """``x = x + attention(norm(x))``; ``x = x + ffn(norm(x))``. Trains stably without warm-up tricks (Xiong et al. 2020)."""
+    """Pre-norm block: each sublayer reads the normalised stream (:class:`PreNormBlockParams`)."""
 
     parts = ("attention_norm", "attention", "ffn_norm", "ffn")
+
+    Params = PreNormBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention(self.attention_norm(x), ctx)

@@ -6,17 +6,15 @@ from torch import Tensor
 
 from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
+from specformer_layers.layouts.params import SandwichBlockParams
 
 
 class SandwichBlock(Block):
-    """``x = x + post_norm(attention(pre_norm(x)))``; the same around the FFN (Gemma 2).
-
-    Four norms per block: ``attention_norm`` and ``attention_post_norm`` around attention,
-    ``ffn_norm`` and ``ffn_post_norm`` around the FFN. Normalising each sublayer's output
-    before the residual add keeps the stream's scale in check (Ding et al. 2021, CogView).
-    """
+    """Sandwich block: a norm before and after each sublayer (:class:`SandwichBlockParams`)."""
 
     parts = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn", "ffn_post_norm")
+
+    Params = SandwichBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention_post_norm(self.attention(self.attention_norm(x), ctx))

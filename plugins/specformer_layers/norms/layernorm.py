@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
+from specformer_layers.norms.params import LayerNormParams
 
 
-class LayerNorm(FromParams, nn.Module):
-    """Subtract the mean, divide by the standard deviation, then scale (and shift) per channel.
+class LayerNorm(nn.Module):
+    """Layer normalisation over the last ``dim`` channels; what it computes: :class:`LayerNormParams`."""
 
-    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias``. ``bias: false`` drops the
-    shift (as in nanoGPT's bias-free configs); ``affine: false`` drops both (OLMo).
-    """
+    Params = LayerNormParams
 
-    class Params(Params):
-        eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
-        bias: bool = Field(default=True, description="Learn a per-channel shift.")
-        affine: bool = Field(default=True, description="Learn a per-channel scale (and shift); false = non-parametric.")
-
-    def __init__(self, *, dim: int, eps: float = 1e-5, bias: bool = True, affine: bool = True) -> None:
+    def __init__(self, params: LayerNormParams | None = None, *, dim: int) -> None:
+        params = params if params is not None else LayerNormParams()
         super().__init__()
         self.dim = dim
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
+        self.eps = params.eps
+        self.weight = nn.Parameter(torch.ones(dim)) if params.affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if params.affine and params.bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)

@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
+from specformer_layers.norms.params import RMSNormParams
 
 
-class RMSNorm(FromParams, nn.Module):
-    """Divide by the root mean square of the channels, then scale: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``.
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation over the last ``dim`` channels; what it computes: :class:`RMSNormParams`."""
 
-    Lower-precision inputs are normalised in float32, as Llama and Gemma do (float64 stays
-    float64). ``offset: 1`` stores the scale as ``weight - 1`` (Gemma), so the weight
-    initialises to zero.
-    """
+    Params = RMSNormParams
 
-    class Params(Params):
-        eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
-        offset: float = Field(default=0.0, description="Added to the weight before scaling (1.0 for Gemma).")
-
-    def __init__(self, *, dim: int, eps: float = 1e-6, offset: float = 0.0) -> None:
+    def __init__(self, params: RMSNormParams | None = None, *, dim: int) -> None:
+        params = params if params is not None else RMSNormParams()
         super().__init__()
         self.dim = dim
-        self.eps = eps
-        self.offset = offset
-        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))
+        self.eps = params.eps
+        self.offset = params.offset
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - params.offset))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype in (torch.float32, torch.float64):

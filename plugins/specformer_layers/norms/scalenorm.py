@@ -5,27 +5,21 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
+from specformer_layers.norms.params import ScaleNormParams
 
 
-class ScaleNorm(FromParams, nn.Module):
-    """Project each vector onto a sphere of learned radius: ``g * x / max(||x||_2, eps)``.
+class ScaleNorm(nn.Module):
+    """ScaleNorm over the last ``dim`` channels: one learned length per norm; what it computes: :class:`ScaleNormParams`."""
 
-    A single scalar ``g`` per norm, initialised to ``sqrt(dim)`` so that the output has
-    unit root mean square at the start, as in the paper. Computed in float32 for
-    lower-precision inputs.
-    """
+    Params = ScaleNormParams
 
-    class Params(Params):
-        eps: float = Field(default=1e-5, gt=0, description="Lower bound of the vector norm (avoids dividing by zero).")
-
-    def __init__(self, *, dim: int, eps: float = 1e-5) -> None:
+    def __init__(self, params: ScaleNormParams | None = None, *, dim: int) -> None:
+        params = params if params is not None else ScaleNormParams()
         super().__init__()
         self.dim = dim
-        self.eps = eps
+        self.eps = params.eps
         self.scale = nn.Parameter(torch.full((1,), math.sqrt(dim)))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -8,26 +8,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from specformer.registry.params import FromParams, Params
 from specformer.model.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
+from specformer_layers.positional.params import ALiBiParams
 
 
-class ALiBi(FromParams, PositionalScheme, Float32Tables):
-    """No position embedding; each head penalises a score by ``slope * distance`` to the key.
+class ALiBi(PositionalScheme, Float32Tables):
+    """Linear biases on the attention scores, one slope per head: :class:`ALiBiParams`."""
 
-    The score of query position ``i`` and key position ``j`` gets ``-m_h * (i - j)``, with
-    head slopes ``m_h`` a geometric sequence ``2^(-8/n), 2^(-16/n), ...`` for ``n`` heads
-    (a power of two) and, for other head counts, the slopes of the nearest lower power of
-    two followed by every other slope of the next power, as in the paper's code. The bias
-    is computed from absolute query and key positions, so it works with a KV cache (key
-    positions come from the cache) and with SDPA (as an additive float mask).
-    """
+    Params = ALiBiParams
 
-    class Params(Params):
-        pass
-
-    def __init__(self, *, n_heads: int) -> None:
+    def __init__(self, params: ALiBiParams | None = None, *, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.register_table("slopes", torch.tensor(alibi_slopes(n_heads), dtype=torch.float32, device="cpu"))

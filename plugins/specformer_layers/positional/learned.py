@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from specformer.registry.params import FromParams, Params
 from specformer.model.positional import PositionalScheme
+from specformer_layers.positional.params import LearnedPositionsParams
 
 
-class LearnedPositions(FromParams, PositionalScheme):
-    """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
+class LearnedPositions(PositionalScheme):
+    """Learned absolute positions, one row per position up to ``context_length``: :class:`LearnedPositionsParams`."""
 
     #: One row per position up to context_length: nothing to add past it.
     extrapolates = "no"
 
-    class Params(Params):
-        pass
+    Params = LearnedPositionsParams
 
-    def __init__(self, *, context_length: int, d_model: int) -> None:
+    def __init__(self, params: LearnedPositionsParams | None = None, *, context_length: int, d_model: int) -> None:
         super().__init__()
         self.table = nn.Embedding(context_length, d_model)
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from specformer.registry.params import FromParams, Params
 from specformer.model.positional import PositionalScheme
+from specformer_layers.positional.params import NoPositionsParams
 
 
-class NoPositions(FromParams, PositionalScheme):
-    """No positional encoding at all; the causal mask alone tells order (Kazemnejad et al. 2023)."""
+class NoPositions(PositionalScheme):
+    """No positional encoding: :class:`NoPositionsParams`."""
 
-    class Params(Params):
-        pass
+    Params = NoPositionsParams
 
-    def __init__(self) -> None:  # takes no size (nn.Module's own __init__ would take any)
+    def __init__(self, params: NoPositionsParams | None = None) -> None:  # no size
         super().__init__()

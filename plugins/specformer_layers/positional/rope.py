@@ -5,47 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import Params, SubComponent
 from specformer.model.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
-from specformer_layers.positional.rope_scaling.base import RopeScaling, default_inv_freq
+from specformer_layers.positional.params import RotaryPositionsParams
+from specformer_layers.positional.rope_scaling.base import default_inv_freq
 
 
 class RotaryPositions(PositionalScheme, Float32Tables):
-    """Rotate each pair of query/key channels by an angle proportional to the position.
+    """Rotary position embeddings, optionally scaled for long contexts: :class:`RotaryPositionsParams`."""
 
-    Channel pair ``i`` turns by ``position * theta^(-2i/rotary_dim)``, so the score of a
-    query and a key depends on their distance only. ``fraction`` < 1 rotates only the
-    first channels of each head (GPT-NeoX, Phi); ``interleaved`` pairs channels (0,1),
-    (2,3)... as in the original paper and GPT-J instead of the half-split pairing (i,
-    i + d/2) of GPT-NeoX and Llama. ``scaling`` (a ``rope_scaling`` component: linear,
-    dynamic, yarn, llama3, longrope) changes the frequencies for longer contexts.
+    Params = RotaryPositionsParams
 
-    Frequencies stay float32 when the model is cast to bfloat16, and angles are computed
-    in float32: large positions would lose whole turns otherwise.
-    """
-
-    class Params(Params):
-        theta: float = Field(default=10000.0, gt=1, description="Base of the rotation frequencies.")
-        fraction: float = Field(default=1.0, gt=0, le=1, description="Share of each head's channels that rotate.")
-        interleaved: bool = Field(default=False, description="Pair adjacent channels (GPT-J) instead of halves (NeoX/Llama).")
-        scaling: SubComponent("rope_scaling") | None = Field(
-            default=None, description="How frequencies change for long contexts (a rope_scaling component); none by default."
-        )
-
-    def __init__(self, *, head_dim: int, theta: float = 10000.0, fraction: float = 1.0, interleaved: bool = False,
-                 scaling: RopeScaling | None = None) -> None:
+    def __init__(self, params: RotaryPositionsParams | None = None, *, head_dim: int, context_length: int) -> None:
+        params = params if params is not None else RotaryPositionsParams()
         super().__init__()
-        rotary_dim = rotary_dim_of(head_dim, fraction)
+        rotary_dim = rotary_dim_of(head_dim, params.fraction)
+        theta = params.theta
+        scaling = None
+        if params.scaling is not None:
+            scaling = params.scaling.make(rotary_dim=rotary_dim, theta=theta, context_length=context_length)
         if scaling is not None and scaling.rotary_dim != rotary_dim:
             raise ValueError(f"rope scaling was built for rotary_dim {scaling.rotary_dim}, the rope rotates {rotary_dim}")
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.theta = theta
-        self.interleaved = interleaved
+        self.interleaved = params.interleaved
         self.scaling = scaling
         self.attention_scaling = scaling.attention_scaling if scaling is not None else 1.0
         # Past context_length: dynamic scaling keeps adapting; any other rope runs, with a warning.
@@ -53,15 +39,6 @@ class RotaryPositions(PositionalScheme, Float32Tables):
         self.restart_cache_at = scaling.restart_cache_at if scaling is not None else None
         if scaling is None:
             self.register_table("inv_freq", default_inv_freq(rotary_dim, theta))
-
-    @classmethod
-    def from_params(cls, params: Params, *, d_model: int, n_heads: int, head_dim: int, context_length: int) -> "RotaryPositions":
-        rotary_dim = rotary_dim_of(head_dim, params.fraction)
-        scaling = None
-        if params.scaling is not None:
-            scaling = params.scaling.make(rotary_dim=rotary_dim, theta=params.theta, context_length=context_length)
-        return cls(head_dim=head_dim, theta=params.theta, fraction=params.fraction, interleaved=params.interleaved,
-                   scaling=scaling)
 
     def frequencies(self, positions: Tensor) -> Tensor:
         """The inverse frequencies ``(rotary_dim / 2,)`` for a forward over ``positions``."""

@@ -5,54 +5,28 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import FromParams
 from specformer_layers.routers.base import LinearRouter, Routing, check_groups, keep_best_groups
-from specformer_layers.routers.groups import GroupedParams
+from specformer_layers.routers.params import SigmoidTopKParams
 
 
-class SigmoidTopK(FromParams, LinearRouter):
-    """Independent sigmoid scores; the ``top_k`` experts are chosen by score plus a balancing bias.
+class SigmoidTopK(LinearRouter):
+    """Sigmoid top-k routing with a selection-only balancing bias (:class:`SigmoidTopKParams`)."""
 
-    The bias (``selection_bias``, one value per expert, DeepSeek-V3's
-    ``e_score_correction_bias``) only steers which experts are chosen; the weights are the
-    chosen experts' plain sigmoid scores, rescaled to sum to one with ``normalize`` and
-    multiplied by ``scaling_factor`` (DeepSeek-V3: 2.5). While training, the router counts
-    how many tokens each expert received; after every optimizer step the train plugin moves
-    each expert's bias by ``bias_update_rate`` towards balance (up for an under-loaded
-    expert, down for an over-loaded one), so no auxiliary loss is needed (Wang et al.
-    2024). With ``n_group`` > 1 a token picks only among the experts of its ``topk_group``
-    groups whose two best biased scores sum highest (DeepSeek-V3's node-limited routing).
+    Params = SigmoidTopKParams
 
-    The bias is a buffer saved with the weights and kept in float32 when the model is cast:
-    steps of 0.001 would vanish in bfloat16.
-    """
-
-    class Params(GroupedParams):
-        normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1 (norm_topk_prob).")
-        bias: bool = Field(default=False, description="A learned bias on each expert's score (in the weights, unlike selection_bias).")
-        scaling_factor: float = Field(
-            default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
-        )
-        bias_update_rate: float = Field(
-            default=0.001, ge=0,
-            description="How far training moves each expert's selection bias per step towards balanced load "
-                        "(DeepSeek-V3's gamma); 0 keeps the bias fixed.",
-        )
-
-    def __init__(self, *, d_model: int, n_experts: int, top_k: int, normalize: bool = True, bias: bool = False,
-                 scaling_factor: float = 1.0, n_group: int = 1, topk_group: int = 1,
-                 bias_update_rate: float = 0.001) -> None:
-        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=bias)
+    def __init__(self, params: SigmoidTopKParams | None = None, *, d_model: int, n_experts: int, top_k: int) -> None:
+        params = params if params is not None else SigmoidTopKParams()
+        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
+        n_group, topk_group = params.n_group, params.topk_group
         # A group's score sums its two best experts, so each group needs two.
         check_groups(n_experts=n_experts, top_k=top_k, n_group=n_group, topk_group=topk_group, min_per_group=2)
-        self.normalize = normalize
-        self.scaling_factor = scaling_factor
+        self.normalize = params.normalize
+        self.scaling_factor = params.scaling_factor
         self.n_group = n_group
         self.topk_group = topk_group
-        self.bias_update_rate = bias_update_rate
+        self.bias_update_rate = params.bias_update_rate
         self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32))
         #: Routing slots each expert received in training forwards since the train plugin last read them.
         self.observed_load: Tensor | None = None

@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-from pydantic import Field
 from torch import Tensor
 
-from specformer.registry.params import FromParams
 from specformer_layers.routers.base import LinearRouter, Routing, check_groups, keep_best_groups
-from specformer_layers.routers.groups import GroupedParams
+from specformer_layers.routers.params import SoftmaxTopKParams
 
 
-class SoftmaxTopK(FromParams, LinearRouter):
-    """Softmax over the experts' scores; each token goes to the ``top_k`` most probable.
+class SoftmaxTopK(LinearRouter):
+    """Softmax top-k routing (:class:`SoftmaxTopKParams`)."""
 
-    Weights are the kept probabilities, rescaled to sum to one with ``normalize`` (Mixtral,
-    Qwen3-MoE, and gpt-oss, whose softmax over the top-k logits is the same thing) or left
-    as they are (Qwen2-MoE, Switch, DeepSeek-V2), then multiplied by ``scaling_factor``
-    (DeepSeek's ``routed_scaling_factor``). ``bias`` adds a learned bias to the scores
-    (gpt-oss). With ``n_group`` > 1 a token picks only among the experts of its
-    ``topk_group`` groups with the highest best-expert probability (DeepSeek-V2's
-    group-limited greedy routing).
-    """
+    Params = SoftmaxTopKParams
 
-    class Params(GroupedParams):
-        normalize: bool = Field(default=True, description="Rescale the kept top-k probabilities to sum to 1.")
-        bias: bool = Field(default=False, description="A learned bias on each expert's score (gpt-oss).")
-        scaling_factor: float = Field(
-            default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
-        )
-
-    def __init__(self, *, d_model: int, n_experts: int, top_k: int, normalize: bool = True, bias: bool = False,
-                 scaling_factor: float = 1.0, n_group: int = 1, topk_group: int = 1) -> None:
-        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=bias)
+    def __init__(self, params: SoftmaxTopKParams | None = None, *, d_model: int, n_experts: int, top_k: int) -> None:
+        params = params if params is not None else SoftmaxTopKParams()
+        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
+        n_group, topk_group = params.n_group, params.topk_group
         check_groups(n_experts=n_experts, top_k=top_k, n_group=n_group, topk_group=topk_group)
-        self.normalize = normalize
-        self.scaling_factor = scaling_factor
+        self.normalize = params.normalize
+        self.scaling_factor = params.scaling_factor
         self.n_group = n_group
         self.topk_group = topk_group
 

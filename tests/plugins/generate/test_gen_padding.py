@@ -85,7 +85,8 @@ def test_eager_attention_gives_zeros_not_nan_for_a_query_with_no_key(softcap) ->
     from specformer_layers.attention.causal import CausalSelfAttention
 
     torch.manual_seed(0)
-    attention = CausalSelfAttention(d_model=16, n_heads=2, backend="eager", logit_softcap=softcap).double()
+    params = CausalSelfAttention.Params(n_heads=2, backend="eager", logit_softcap=softcap)
+    attention = CausalSelfAttention(params, d_model=16).double()
     x = torch.randn(1, 3, 16, dtype=torch.double)
 
     class NoKeyForTheFirstQuery(ForwardContext):

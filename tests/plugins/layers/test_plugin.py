@@ -55,11 +55,32 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
 
     import specformer_layers
 
-    registered = {c.source.split(" ")[0] for c in OURS}  # "module (file:line)"
+    registered = {c.source.split(" ")[0] for c in OURS} | {c.params.__module__ for c in OURS}  # "module (file:line)"
     support = {"specformer_layers.plugin", "specformer_layers.positional.fp32", "specformer_layers.ffn.activations",
                "specformer_layers.positional.rope_scaling.base", "specformer_layers.layouts.base",
-               "specformer_layers.routers.base", "specformer_layers.routers.groups",
+               "specformer_layers.routers.base",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
+
+
+def test_registering_imports_only_the_params_modules() -> None:
+    """Listing components needs the plugin and its Params, never a module of layers (those import torch)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; import specformer_layers.plugin; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('specformer_layers'))))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+    layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith(".params")
+              and not _is_package(m)]
+    assert layers == [], f"importing the plugin imported {layers}"
+
+
+def _is_package(module: str) -> bool:
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.submodule_search_locations is not None

@@ -46,7 +46,7 @@ def test_balancing_evens_out_a_skewed_router() -> None:
     from specformer_layers.routers.sigmoid_topk import SigmoidTopK
 
     torch.manual_seed(0)
-    router = SigmoidTopK(d_model=8, n_experts=4, top_k=1, bias_update_rate=0.05).train()
+    router = SigmoidTopK(SigmoidTopK.Params(bias_update_rate=0.05), d_model=8, n_experts=4, top_k=1).train()
     with torch.no_grad():
         router.weight.normal_(0, 0.1)
         router.weight[0, 0] = 3.0  # expert 0 wins for (nearly) every token: their first channel is positive

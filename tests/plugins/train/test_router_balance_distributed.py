@@ -46,7 +46,8 @@ tokens[:, 1, :, 0] += 2.0  # the second half leans towards other experts than th
 
 
 def make_router() -> SigmoidTopK:
-    router = SigmoidTopK(d_model=D, n_experts=EXPERTS, top_k=2, n_group=2, topk_group=1, bias_update_rate=0.01)
+    router = SigmoidTopK(SigmoidTopK.Params(n_group=2, topk_group=1, bias_update_rate=0.01), d_model=D, n_experts=EXPERTS,
+                         top_k=2)
     with torch.no_grad():
         router.weight.copy_(torch.randn(EXPERTS, D, generator=torch.Generator().manual_seed(1)))
     return router.train()
@@ -107,7 +108,7 @@ def test_the_update_sums_the_load_over_processes_before_taking_its_sign(monkeypa
     halves[1, :, 0] += 2.0
 
     def router() -> SigmoidTopK:
-        r = SigmoidTopK(d_model=16, n_experts=8, top_k=2, bias_update_rate=0.01)
+        r = SigmoidTopK(SigmoidTopK.Params(bias_update_rate=0.01), d_model=16, n_experts=8, top_k=2)
         with torch.no_grad():
             r.weight.copy_(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
         return r.train()

@@ -5,36 +5,19 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field
-from specformer.registry.params import Params
 from torch import Tensor
+
+from specformer_tutorial.params import EtaSamplingParams
 
 
 class EtaSampling:
-    """Drop every token whose probability is below ``eta = min(epsilon, sqrt(epsilon) * exp(-entropy))``.
+    """Eta sampling, called with the logits ``(B, V)`` and the tokens so far; its settings: :class:`EtaSamplingParams`."""
 
-    A confident (low-entropy) distribution gets a threshold close to ``epsilon``; a
-    flat one a much lower threshold, so it keeps more of its long tail. The
-    ``min_tokens_to_keep`` likeliest tokens always stay. ``epsilon`` between 3e-4
-    and 2e-3 is the range the paper recommends.
-    """
+    Params = EtaSamplingParams
 
-    class Params(Params):
-        epsilon: float = Field(gt=0, lt=1, examples=[0.0009], description="Upper bound of the threshold, in (0, 1).")
-        min_tokens_to_keep: int = Field(default=1, ge=1, description="Never keep fewer tokens than this.")
-
-    def __init__(self, *, epsilon: float, min_tokens_to_keep: int = 1) -> None:
-        if not 0 < epsilon < 1:
-            raise ValueError(f"eta sampling needs 0 < epsilon < 1, got {epsilon}")
-        if min_tokens_to_keep < 1:
-            raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep}")
-        self.epsilon = float(epsilon)
-        self.min_tokens_to_keep = min_tokens_to_keep
-
-    @classmethod
-    def from_params(cls, params: Params) -> "EtaSampling":
-        # Samplers receive no sizes: only their params.
-        return cls(epsilon=params.epsilon, min_tokens_to_keep=params.min_tokens_to_keep)
+    def __init__(self, params: EtaSamplingParams) -> None:  # samplers receive no sizes: only their params
+        self.epsilon = params.epsilon
+        self.min_tokens_to_keep = params.min_tokens_to_keep
 
     def __call__(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         """``(B, V)`` logits in, the same logits with dropped tokens at ``-inf`` out."""

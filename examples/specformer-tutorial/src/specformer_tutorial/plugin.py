@@ -8,15 +8,15 @@ from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 
 from specformer_tutorial import command
-from specformer_tutorial.dyt import DyT
-from specformer_tutorial.eta import EtaSampling
+from specformer_tutorial.params import DyTParams, EtaSamplingParams
 
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    registry.register("norm", "dyt", factory=DyT.from_params, params=DyT.Params,
+    # By path: the classes (and torch) are imported only when something is built.
+    registry.register("norm", "dyt", factory="specformer_tutorial.dyt:DyT", params=DyTParams,
                       paper="https://arxiv.org/abs/2503.10622")
-    registry.register("sampler", "eta", factory=EtaSampling.from_params, params=EtaSampling.Params,
+    registry.register("sampler", "eta", factory="specformer_tutorial.eta:EtaSampling", params=EtaSamplingParams,
                       paper="https://arxiv.org/abs/2210.15191")
 
 

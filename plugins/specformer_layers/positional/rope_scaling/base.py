@@ -44,8 +44,3 @@ def default_inv_freq(rotary_dim: int, theta: float) -> Tensor:
     """RoPE's frequencies ``theta^(-2i / rotary_dim)`` (float32, on the CPU)."""
     return 1.0 / (theta ** rope_exponents(rotary_dim))
 
-
-def check_factor(name: str, factor: float) -> None:
-    if not factor > 0:
-        raise ValueError(f"{name} needs factor > 0, got {factor}")
-

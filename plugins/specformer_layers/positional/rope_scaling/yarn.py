@@ -5,58 +5,21 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field, model_validator
 
-from specformer.registry.params import Params
 from specformer_layers.positional.fp32 import rope_exponents
-from specformer_layers.positional.rope_scaling.base import RopeScaling, check_factor
+from specformer_layers.positional.rope_scaling.base import RopeScaling
+from specformer_layers.positional.rope_scaling.params import YarnScalingParams
 
 
 class YarnScaling(RopeScaling):
-    """Interpolate low frequencies, keep high ones, blend in between; sharpen attention.
+    """YaRN: interpolate slow channel pairs, keep fast ones, sharpen attention (:class:`YarnScalingParams`)."""
 
-    Channel pairs that turn fewer than ``beta_slow`` times over the original context are
-    interpolated (divided by ``factor``), pairs that turn more than ``beta_fast`` times are
-    left alone, and a linear ramp blends the pairs between. cos and sin are multiplied by
-    the attention factor ``0.1 * mscale * ln(factor) + 1`` (or the ratio of two such
-    terms with ``mscale`` and ``mscale_all_dim``, DeepSeek style, or ``attention_factor``
-    when given), exactly as transformers' ``yarn`` does.
-    """
+    Params = YarnScalingParams
 
-    class Params(Params):
-        factor: float | None = Field(
-            default=None, gt=0,
-            description="Context extension ratio; default context_length / original_context_length.",
-        )
-        original_context_length: int = Field(gt=0, description="The context length the model was pre-trained with.")
-        beta_fast: float = Field(default=32.0, gt=0, description="Pairs turning more often than this over the original context keep their frequency.")
-        beta_slow: float = Field(default=1.0, gt=0, description="Pairs turning less often than this are fully interpolated.")
-        mscale: float | None = Field(default=None, description="Scales ln(factor) in the attention factor (with mscale_all_dim).")
-        mscale_all_dim: float | None = Field(default=None, description="Denominator's mscale of the attention factor (DeepSeek).")
-        attention_factor: float | None = Field(default=None, gt=0, description="Multiplier of cos/sin; default from factor and mscale.")
-        truncate: bool = Field(default=True, description="Round the ramp's bounds to whole channel pairs (floor/ceil).")
-
-        @model_validator(mode="after")
-        def _fast_above_slow(self) -> "YarnScaling.Params":
-            if self.beta_fast < self.beta_slow:
-                raise ValueError(f"beta_fast ({self.beta_fast}) must be at least beta_slow ({self.beta_slow})")
-            return self
-
-    def __init__(
-        self,
-        *,
-        rotary_dim: int,
-        theta: float,
-        factor: float,
-        original_context_length: int,
-        beta_fast: float = 32.0,
-        beta_slow: float = 1.0,
-        mscale: float | None = None,
-        mscale_all_dim: float | None = None,
-        attention_factor: float | None = None,
-        truncate: bool = True,
-    ) -> None:
-        check_factor("yarn rope scaling", factor)
+    def __init__(self, params: YarnScalingParams, *, rotary_dim: int, theta: float, context_length: int) -> None:
+        original_context_length = params.original_context_length
+        factor = params.factor if params.factor is not None else context_length / original_context_length
+        mscale, mscale_all_dim, attention_factor = params.mscale, params.mscale_all_dim, params.attention_factor
         if attention_factor is None:
             if mscale and mscale_all_dim:
                 attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
@@ -67,7 +30,8 @@ class YarnScaling(RopeScaling):
         self.original_context_length = original_context_length
 
         d = rotary_dim
-        low, high = _correction_range(beta_fast, beta_slow, d, theta, original_context_length, truncate)
+        low, high = _correction_range(params.beta_fast, params.beta_slow, d, theta, original_context_length,
+                                      params.truncate)
         if low == high:
             high += 0.001  # a ramp of zero width would divide by zero
         ramp = ((torch.arange(d // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)
@@ -76,14 +40,6 @@ class YarnScaling(RopeScaling):
         extrapolated = 1.0 / wavelength_scale
         interpolated = 1.0 / (factor * wavelength_scale)
         self.register_table("inv_freq", interpolated * (1 - keep) + extrapolated * keep)
-
-    @classmethod
-    def from_params(cls, params: Params, *, rotary_dim: int, theta: float, context_length: int) -> "YarnScaling":
-        factor = params.factor if params.factor is not None else context_length / params.original_context_length
-        return cls(rotary_dim=rotary_dim, theta=theta, factor=factor,
-                   original_context_length=params.original_context_length, beta_fast=params.beta_fast,
-                   beta_slow=params.beta_slow, mscale=params.mscale, mscale_all_dim=params.mscale_all_dim,
-                   attention_factor=params.attention_factor, truncate=params.truncate)
 
 
 def _yarn_mscale(scale: float, mscale: float) -> float:

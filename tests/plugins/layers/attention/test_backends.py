@@ -19,6 +19,7 @@ import torch
 from specformer.model.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
 from specformer_layers.attention import flex, kernels, tiled
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.positional.alibi import ALiBi
 from specformer_layers.positional.rope import RotaryPositions
 
@@ -36,12 +37,13 @@ OPTIONS = {
     "window+sinks+softcap": {"window": 3, "sinks": True, "logit_softcap": 3.0},
     "chunk+window": {"chunk": 6, "window": 4},
 }
-SCHEMES = {"none": None, "rope": lambda: RotaryPositions(head_dim=D_MODEL // N_HEADS), "alibi": lambda: ALiBi(n_heads=N_HEADS)}
+SCHEMES = {"none": None, "rope": lambda: RotaryPositions(head_dim=D_MODEL // N_HEADS, context_length=64), "alibi": lambda: ALiBi(n_heads=N_HEADS)}
 
 
 def make(backend: str, seed: int = 0, **options) -> CausalSelfAttention:
     torch.manual_seed(seed)
-    attention = CausalSelfAttention(d_model=D_MODEL, n_heads=N_HEADS, n_kv_heads=N_KV, backend=backend, **options)
+    params = CausalSelfAttentionParams(n_heads=N_HEADS, n_kv_heads=N_KV, backend=backend, **options)
+    attention = CausalSelfAttention(params, d_model=D_MODEL)
     attention.init_weights(std=0.1, residual_std=0.1)
     if attention.sinks is not None:
         torch.nn.init.normal_(attention.sinks, std=1.0)  # sinks that matter
@@ -240,7 +242,7 @@ def test_cached_decoding_equals_eager_on_every_backend(reference_flex, option) -
     """Prefill then one token at a time through a cache, each backend against eager recompute."""
     x = inputs(batch=2, length=9)
     positions = padded_positions(2, 9)
-    positional = RotaryPositions(head_dim=D_MODEL // N_HEADS)
+    positional = RotaryPositions(head_dim=D_MODEL // N_HEADS, context_length=64)
     want = run(make("eager", **OPTIONS[option]), x, positions, positional).detach()
     for backend in ("sdpa", "auto", "flex"):
         attention, cache = make(backend, **OPTIONS[option]), ListCache()

@@ -10,7 +10,7 @@ import torch
 
 import specformer
 from specformer_layers.attention.causal import CausalSelfAttention
-from specformer_layers.attention.per_head_norm import PerHeadNorm
+from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.norms.layernorm import LayerNorm
 from specformer_layers.norms.rmsnorm import RMSNorm
 from specformer_layers.positional.alibi import ALiBi
@@ -22,7 +22,7 @@ D = 24
 
 
 def make(**kwargs: object) -> CausalSelfAttention:
-    attention = CausalSelfAttention(**{"d_model": D, "n_heads": 4, **kwargs}).double()
+    attention = CausalSelfAttention(CausalSelfAttentionParams(**{"n_heads": 4, **kwargs}), d_model=D).double()
     for p in attention.parameters():
         p.data.normal_(0, 0.3)
     return attention
@@ -92,7 +92,7 @@ def test_matches_naive_attention(backend: str, n_kv_heads: int, window: int | No
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_padding_and_arbitrary_positions(backend: str) -> None:
     attention = make(n_kv_heads=2, window=4, backend=backend)
-    rope = RotaryPositions(head_dim=6)
+    rope = RotaryPositions(head_dim=6, context_length=32)
     x = torch.randn(2, 6, D, dtype=torch.float64)
     positions = torch.tensor([[-1, -1, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]])  # left padding in row 0
     got = attention(x, context(positions, rope))
@@ -122,8 +122,8 @@ def test_qk_norm_scopes(scope: str, norm: str) -> None:
 
 
 def test_qk_norm_scopes_differ() -> None:
-    per_head = make(q_norm=RMSNorm(dim=6), k_norm=RMSNorm(dim=6), qk_norm_scope="head")
-    whole = make(q_norm=RMSNorm(dim=24), k_norm=RMSNorm(dim=24), qk_norm_scope="all")
+    per_head = make(qk_norm="rmsnorm", qk_norm_scope="head")
+    whole = make(qk_norm="rmsnorm", qk_norm_scope="all")
     whole.qkv.load_state_dict(per_head.qkv.state_dict())
     whole.out.load_state_dict(per_head.out.state_dict())
     for n in (whole.q_norm, whole.k_norm, per_head.q_norm, per_head.k_norm):
@@ -157,22 +157,12 @@ def test_per_head_weights_qk_norm_matches_its_formula(norm: str) -> None:
 
     x = torch.randn(2, 5, 32, dtype=torch.float64)
     positions = causal_positions(2, 5)
-    rope = RotaryPositions(head_dim=8)
+    rope = RotaryPositions(head_dim=8, context_length=32)
     expected = naive(attention, x, positions, rope, head_norms=formula)
     torch.testing.assert_close(attention(x, context(positions, rope, plain_causal=True)), expected)
     # One weight shared by the heads gives another result: the heads' own weights are used.
     shared = naive(attention, x, positions, rope, head_norms=lambda q, k: (attention.q_norm[0](q), attention.k_norm[0](k)))
     assert not torch.allclose(expected, shared)
-
-
-def test_per_head_weights_needs_one_norm_per_head() -> None:
-    with pytest.raises(ValueError, match="PerHeadNorm of 4 and 2 norms"):
-        CausalSelfAttention(d_model=D, n_heads=4, n_kv_heads=2, q_norm=RMSNorm(dim=6), k_norm=RMSNorm(dim=6),
-                            qk_norm_scope="per_head_weights")
-    with pytest.raises(ValueError, match="PerHeadNorm of 4 and 2 norms"):
-        CausalSelfAttention(d_model=D, n_heads=4, n_kv_heads=2, qk_norm_scope="per_head_weights",
-                            q_norm=PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]),
-                            k_norm=PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]))
 
 
 def test_softcap_and_scale() -> None:
@@ -207,19 +197,13 @@ GRIDS = {
 @pytest.mark.parametrize("positional", ["rope", "alibi", "none"])
 @pytest.mark.parametrize("mode", ["plain", "padded", "cached"])
 def test_sdpa_and_eager_agree_for_every_option_combination(positional: str, mode: str, grid: str) -> None:
-    scheme = {"rope": RotaryPositions(head_dim=6), "alibi": ALiBi(n_heads=4), "none": None}[positional]
+    scheme = {"rope": RotaryPositions(head_dim=6, context_length=32), "alibi": ALiBi(n_heads=4), "none": None}[positional]
     x = torch.randn(2, 7, D, dtype=torch.float64)
     for n_kv, window, qk, softcap, scale in GRIDS[grid]:
         options = {"n_kv_heads": n_kv, "window": window, "logit_softcap": softcap, "scale": scale}
         pair = []
         for backend in ("sdpa", "eager"):
-            norms = {}
-            if qk == "per_head_weights":
-                norms = {"q_norm": PerHeadNorm([RMSNorm(dim=6) for _ in range(4)]),
-                         "k_norm": PerHeadNorm([RMSNorm(dim=6) for _ in range(n_kv)]), "qk_norm_scope": qk}
-            elif qk is not None:
-                dim_q, dim_k = (6, 6) if qk == "head" else (24, 6 * n_kv)
-                norms = {"q_norm": RMSNorm(dim=dim_q), "k_norm": RMSNorm(dim=dim_k), "qk_norm_scope": qk}
+            norms = {} if qk is None else {"qk_norm": "rmsnorm", "qk_norm_scope": qk}
             pair.append(make(backend=backend, **options, **norms))
         sdpa, eager = pair
         eager.load_state_dict(sdpa.state_dict())
@@ -280,11 +264,9 @@ def test_scale_default_and_attributes() -> None:
 
 def test_bad_sizes() -> None:
     with pytest.raises(ValueError, match=r"n_kv_heads \(3\) must divide n_heads \(4\)"):
-        CausalSelfAttention(d_model=D, n_heads=4, n_kv_heads=3)
+        CausalSelfAttentionParams(n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match=r"n_heads \(5\) must divide d_model \(24\)"):
-        CausalSelfAttention(d_model=D, n_heads=5)
-    with pytest.raises(ValueError, match="both q_norm and k_norm"):
-        CausalSelfAttention(d_model=D, n_heads=4, q_norm=RMSNorm(dim=6))
+        CausalSelfAttention(CausalSelfAttentionParams(n_heads=5), d_model=D)
     spec = tiny_spec()
     spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "qk_norm_scope": "layer"}
     with pytest.raises(specformer.SpecError, match="qk_norm_scope"):

@@ -15,6 +15,7 @@ import torch
 
 from specformer_layers.attention import flex
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.params import CausalSelfAttentionParams
 
 from ..support import context
 
@@ -35,8 +36,9 @@ def reference_flex(monkeypatch):
 
 def ours(backend: str, window: int | None) -> CausalSelfAttention:
     torch.manual_seed(0)
-    attention = CausalSelfAttention(d_model=D_MODEL, n_heads=N_HEADS, n_kv_heads=N_KV, head_dim=HEAD_DIM,
-                                    qkv_bias=True, out_bias=True, window=window, sinks=True, backend=backend)
+    params = CausalSelfAttentionParams(n_heads=N_HEADS, n_kv_heads=N_KV, head_dim=HEAD_DIM, qkv_bias=True,
+                                       out_bias=True, window=window, sinks=True, backend=backend)
+    attention = CausalSelfAttention(params, d_model=D_MODEL)
     attention.init_weights(std=0.2, residual_std=0.2)
     torch.nn.init.normal_(attention.sinks, std=1.5)
     return attention

@@ -7,14 +7,15 @@ import torch
 
 import specformer
 from specformer_layers.ffn.activations import ACTIVATIONS
-from specformer_layers.ffn.gated import GatedMLP, default_gated_hidden
+from specformer_layers.ffn.gated import GatedMLP
+from specformer_layers.ffn.params import GatedMLPParams, default_gated_hidden
 
 from ..support import tiny_spec
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_formula(activation: str) -> None:
-    ffn = GatedMLP(d_model=8, hidden=12, activation=activation, bias=True).double()
+    ffn = GatedMLP(GatedMLPParams(hidden=12, activation=activation, bias=True), d_model=8).double()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     w_gate, w_up = ffn.gate_up.weight.split(12)
     b_gate, b_up = ffn.gate_up.bias.split(12)
@@ -37,7 +38,7 @@ def test_matches_transformers_llama_mlp() -> None:
     from transformers.models.llama.modeling_llama import LlamaMLP
 
     theirs = LlamaMLP(LlamaConfig(hidden_size=16, intermediate_size=40, hidden_act="silu", num_attention_heads=2, num_key_value_heads=2))
-    ours = GatedMLP(d_model=16, hidden=40, activation="silu")
+    ours = GatedMLP(GatedMLPParams(hidden=40, activation="silu"), d_model=16)
     ours.gate_up.weight.data.copy_(torch.cat((theirs.gate_proj.weight, theirs.up_proj.weight)))
     ours.down.weight.data.copy_(theirs.down_proj.weight)
     x = torch.randn(3, 16)
@@ -49,7 +50,7 @@ def test_matches_transformers_gemma_mlp() -> None:
     from transformers.models.gemma.modeling_gemma import GemmaMLP
 
     theirs = GemmaMLP(GemmaConfig(hidden_size=16, intermediate_size=24, hidden_activation="gelu_pytorch_tanh", num_attention_heads=2, num_key_value_heads=1, head_dim=8))
-    ours = GatedMLP(d_model=16, hidden=24, activation="gelu_tanh")
+    ours = GatedMLP(GatedMLPParams(hidden=24, activation="gelu_tanh"), d_model=16)
     ours.gate_up.weight.data.copy_(torch.cat((theirs.gate_proj.weight, theirs.up_proj.weight)))
     ours.down.weight.data.copy_(theirs.down_proj.weight)
     x = torch.randn(3, 16)

@@ -8,6 +8,7 @@ import torch
 import specformer
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.mlp import MLP
+from specformer_layers.ffn.params import MLPParams
 
 from ..support import tiny_spec
 
@@ -15,7 +16,7 @@ from ..support import tiny_spec
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
 def test_formula(activation: str, bias: bool) -> None:
-    mlp = MLP(d_model=8, hidden=20, activation=activation, bias=bias).double()
+    mlp = MLP(MLPParams(hidden=20, activation=activation, bias=bias), d_model=8).double()
     x = torch.randn(2, 3, 8, dtype=torch.float64)
     h = x @ mlp.fc_in.weight.T + (mlp.fc_in.bias if bias else 0)
     expected = ACTIVATIONS[activation](h) @ mlp.fc_out.weight.T + (mlp.fc_out.bias if bias else 0)
@@ -32,7 +33,7 @@ def test_relu2_through_a_spec() -> None:
 
 
 def test_init_scales_the_output_projection() -> None:
-    mlp = MLP(d_model=64, hidden=256)
+    mlp = MLP(MLPParams(hidden=256), d_model=64)
     mlp.init_weights(std=0.02, residual_std=0.002)
     assert abs(mlp.fc_in.weight.std().item() - 0.02) < 0.003
     assert abs(mlp.fc_out.weight.std().item() - 0.002) < 0.0003

@@ -9,6 +9,7 @@ import torch
 
 import specformer
 from specformer_layers.ffn.moe import MoE, load_balancing_loss
+from specformer_layers.ffn.params import MoEParams
 
 from ..support import tiny_spec
 
@@ -55,7 +56,7 @@ def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> tor
 
 
 def _random_moe(**kwargs: object) -> MoE:
-    moe = MoE(**{"d_model": 16, "n_experts": 6, "top_k": 2, "hidden": 20, **kwargs}).double()
+    moe = MoE(MoEParams(**{"n_experts": 6, "top_k": 2, "hidden": 20, **kwargs}), d_model=16).double()
     for p in moe.parameters():
         p.data.normal_(0, 0.3)
     return moe
@@ -67,8 +68,8 @@ CONFIGS = [
     {"top_k": 3, "normalize_topk": False},
     {"routing": "topk_then_softmax"},
     {"gated": False, "activation": "gelu"},
-    {"activation": "relu2", "shared_hidden": 24},
-    {"shared_hidden": 12, "shared_gate": True, "normalize_topk": False},
+    {"activation": "relu2", "n_shared_experts": 1, "shared_hidden": 24},
+    {"n_shared_experts": 1, "shared_hidden": 12, "shared_gate": True, "normalize_topk": False},
     {"n_experts": 2, "top_k": 2},
     {"expert_bias": True},
     {"expert_bias": True, "swiglu_limit": 0.5, "swiglu_alpha": 1.702, "top_k": 3},
@@ -110,7 +111,7 @@ def test_matches_transformers_mixtral_block() -> None:
     theirs = MixtralSparseMoeBlock(config).eval()
     for p in theirs.parameters():
         p.data.normal_(0, 0.3)
-    ours = MoE(d_model=16, n_experts=4, top_k=2, hidden=24, activation="silu")
+    ours = MoE(MoEParams(n_experts=4, top_k=2, hidden=24, activation="silu"), d_model=16)
     ours.router.weight.data.copy_(theirs.gate.weight)
     ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
     ours.experts_out.data.copy_(theirs.experts.down_proj)
@@ -128,7 +129,8 @@ def test_matches_transformers_qwen2_moe_block_with_shared_expert() -> None:
     theirs = Qwen2MoeSparseMoeBlock(config).eval()
     for p in theirs.parameters():
         p.data.normal_(0, 0.3)
-    ours = MoE(d_model=16, n_experts=6, top_k=3, hidden=12, normalize_topk=False, shared_hidden=20, shared_gate=True)
+    ours = MoE(MoEParams(n_experts=6, top_k=3, hidden=12, normalize_topk=False, n_shared_experts=1, shared_hidden=20,
+                         shared_gate=True), d_model=16)
     ours.router.weight.data.copy_(theirs.gate.weight)
     ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
     ours.experts_out.data.copy_(theirs.experts.down_proj)
@@ -195,7 +197,7 @@ def test_topk_then_softmax_equals_normalised_softmax_then_topk() -> None:
 
 
 def test_bfloat16_and_empty_experts() -> None:
-    moe = MoE(d_model=16, n_experts=8, top_k=1, hidden=8).bfloat16()
+    moe = MoE(MoEParams(n_experts=8, top_k=1, hidden=8), d_model=16).bfloat16()
     x = torch.randn(1, 2, 16).bfloat16()  # 2 tokens, 8 experts: most get nothing
     y = moe(x)
     assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()

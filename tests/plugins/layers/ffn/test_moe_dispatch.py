@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specformer_layers.ffn.moe import MoE, _combine
+from specformer_layers.ffn.params import MoEParams
 
 from .test_moe import CONFIGS, _random_moe, dense_reference
 
@@ -61,7 +62,7 @@ def test_batch_rows_equal_rows_alone_and_runs_repeat_exactly(grad: bool, compili
     if compiling:  # the portable combine and the concatenating path, as torch.compile traces them
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     g = torch.Generator().manual_seed(0)
-    moe = MoE(d_model=64, n_experts=8, top_k=3, hidden=48, expert_bias=True, activation="relu")
+    moe = MoE(MoEParams(n_experts=8, top_k=3, hidden=48, expert_bias=True, activation="relu"), d_model=64)
     with torch.no_grad():
         moe.router.weight.copy_(_grid(tuple(moe.router.weight.shape), levels=1024, step=2.0**-10, generator=g))
         for stack in (moe.experts_in, moe.experts_out, moe.experts_in_bias, moe.experts_out_bias):

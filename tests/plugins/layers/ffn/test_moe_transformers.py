@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from specformer_layers.ffn.moe import MoE
-from specformer_layers.routers.sigmoid_topk import SigmoidTopK
-from specformer_layers.routers.softmax_topk import SoftmaxTopK
+from specformer_layers.ffn.params import MoEParams
 
 D = 16
 
@@ -41,8 +40,7 @@ def test_qwen3_moe_block() -> None:
     config = Qwen3MoeConfig(hidden_size=D, moe_intermediate_size=12, num_experts=6, num_experts_per_tok=3,
                             norm_topk_prob=True, num_attention_heads=2, num_key_value_heads=2)
     theirs = _randomise(Qwen3MoeSparseMoeBlock(config))
-    ours = MoE(d_model=D, n_experts=6, top_k=3, hidden=12,
-               router=SoftmaxTopK(d_model=D, n_experts=6, top_k=3, normalize=True))
+    ours = MoE(MoEParams(n_experts=6, top_k=3, hidden=12, router={"kind": "softmax_topk", "normalize": True}), d_model=D)
     ours.router.weight.data.copy_(theirs.gate.weight)
     ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
     ours.experts_out.data.copy_(theirs.experts.down_proj)
@@ -58,8 +56,8 @@ def test_deepseek_v2_moe_group_limited_greedy() -> None:
                               n_group=4, topk_group=2, topk_method="group_limited_greedy", routed_scaling_factor=2.5,
                               n_shared_experts=2, num_attention_heads=2, num_key_value_heads=2)
     theirs = _randomise(DeepseekV2Moe(config))
-    router = SoftmaxTopK(d_model=D, n_experts=8, top_k=3, normalize=False, scaling_factor=2.5, n_group=4, topk_group=2)
-    ours = MoE(d_model=D, n_experts=8, top_k=3, hidden=12, router=router, shared_hidden=24)
+    router = {"kind": "softmax_topk", "normalize": False, "scaling_factor": 2.5, "n_group": 4, "topk_group": 2}
+    ours = MoE(MoEParams(n_experts=8, top_k=3, hidden=12, router=router, n_shared_experts=2), d_model=D)
     ours.router.weight.data.copy_(theirs.gate.weight)
     ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
     ours.experts_out.data.copy_(theirs.experts.down_proj)
@@ -78,8 +76,8 @@ def test_deepseek_v3_moe_with_selection_bias_and_groups() -> None:
     theirs = _randomise(DeepseekV3MoE(config))
     # A bias large enough to change choices (sigmoid scores differ by about 0.1 here).
     theirs.gate.e_score_correction_bias.copy_(torch.randn(8, generator=torch.Generator().manual_seed(2)) * 0.2)
-    router = SigmoidTopK(d_model=D, n_experts=8, top_k=3, normalize=True, scaling_factor=2.5, n_group=4, topk_group=2)
-    ours = MoE(d_model=D, n_experts=8, top_k=3, hidden=12, router=router, shared_hidden=24)
+    router = {"kind": "sigmoid_topk", "normalize": True, "scaling_factor": 2.5, "n_group": 4, "topk_group": 2}
+    ours = MoE(MoEParams(n_experts=8, top_k=3, hidden=12, router=router, n_shared_experts=2), d_model=D)
     ours.router.weight.data.copy_(theirs.gate.weight)
     ours.router.selection_bias.copy_(theirs.gate.e_score_correction_bias)
     ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
@@ -101,9 +99,9 @@ def test_gpt_oss_mlp() -> None:
     config = GptOssConfig(hidden_size=D, intermediate_size=12, num_local_experts=6, num_experts_per_tok=2,
                           swiglu_limit=0.8, num_attention_heads=2, num_key_value_heads=2)
     theirs = _randomise(GptOssMLP(config))
-    router = SoftmaxTopK(d_model=D, n_experts=6, top_k=2, normalize=True, bias=True)
-    ours = MoE(d_model=D, n_experts=6, top_k=2, hidden=12, router=router, expert_bias=True,
-               swiglu_limit=0.8, swiglu_alpha=config.swiglu_alpha)
+    router = {"kind": "softmax_topk", "normalize": True, "bias": True}
+    ours = MoE(MoEParams(n_experts=6, top_k=2, hidden=12, router=router, expert_bias=True, swiglu_limit=0.8,
+                         swiglu_alpha=config.swiglu_alpha), d_model=D)
     ours.router.weight.data.copy_(theirs.router.weight)
     ours.router.bias.data.copy_(theirs.router.bias)
     experts = theirs.experts

@@ -29,11 +29,3 @@ def test_a_layout_registers_its_parts_in_its_declared_order(tiny_spec, name):
     assert all(type(getattr(block, n)).__name__ == "RMSNorm" for n in norms)
     assert len({id(getattr(block, n)) for n in norms}) == len(norms)  # one norm each, never shared by mistake
 
-
-def test_a_block_refuses_norms_its_layout_does_not_name():
-    from torch import nn
-
-    from specformer_layers.layouts.prenorm import PreNormBlock
-
-    with pytest.raises(TypeError, match="takes the norms attention_norm, ffn_norm; got attention_norm"):
-        PreNormBlock(attention=nn.Identity(), ffn=nn.Identity(), attention_norm=nn.Identity())

@@ -10,9 +10,8 @@ from .stubs import D, StubAttention, StubFFN, norm_maker
 
 
 def build(shared_norm: bool) -> ParallelBlock:
-    return ParallelBlock.from_params(ParallelBlock.Params(shared_norm=shared_norm), d_model=D,
-                                     attention=StubAttention(D), ffn=StubFFN(D), make_norm=norm_maker(),
-                                     layer_index=0, n_layers=1)
+    return ParallelBlock(ParallelBlock.Params(shared_norm=shared_norm), attention=StubAttention(D), ffn=StubFFN(D),
+                         make_norm=norm_maker())
 
 
 def test_separate_norms() -> None:

@@ -11,8 +11,7 @@ from .stubs import D, StubAttention, StubFFN, norm_maker
 
 def test_formula() -> None:
     attn, ffn = StubAttention(D), StubFFN(D)
-    block = PreNormBlock.from_params(PreNormBlock.Params(), d_model=D, attention=attn, ffn=ffn,
-                                     make_norm=norm_maker(), layer_index=0, n_layers=1)
+    block = PreNormBlock(attention=attn, ffn=ffn, make_norm=norm_maker())
     x = torch.randn(2, 3, D, dtype=torch.float64)
     h = x + attn(block.attention_norm(x), None)
     torch.testing.assert_close(block(x, None), h + ffn(block.ffn_norm(h)))

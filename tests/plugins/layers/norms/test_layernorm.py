@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from specformer_layers.norms.layernorm import LayerNorm
+from specformer_layers.norms.params import LayerNormParams
 
 
 @pytest.mark.parametrize(("bias", "affine"), [(True, True), (False, True), (True, False), (False, False)])
 def test_formula(bias: bool, affine: bool) -> None:
-    norm = LayerNorm(dim=12, eps=1e-5, bias=bias, affine=affine).double()
+    norm = LayerNorm(LayerNormParams(eps=1e-5, bias=bias, affine=affine), dim=12).double()
     for p in norm.parameters():
         p.data.normal_()
     x = torch.randn(2, 7, 12, dtype=torch.float64) * 4 + 3

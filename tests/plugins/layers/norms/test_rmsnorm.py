@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specformer_layers.norms.params import RMSNormParams
 from specformer_layers.norms.rmsnorm import RMSNorm
 
 
@@ -16,7 +17,7 @@ def reference(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) 
 @pytest.mark.parametrize("offset", [0.0, 1.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_formula(offset: float, dtype: torch.dtype) -> None:
-    norm = RMSNorm(dim=16, eps=1e-5, offset=offset).to(dtype)
+    norm = RMSNorm(RMSNormParams(eps=1e-5, offset=offset), dim=16).to(dtype)
     norm.weight.data.normal_()
     x = torch.randn(3, 5, 16, dtype=dtype) * 3
     tol = 1e-12 if dtype == torch.float64 else 1e-5
@@ -25,7 +26,7 @@ def test_formula(offset: float, dtype: torch.dtype) -> None:
 
 
 def test_offset_one_starts_as_identity_scale() -> None:
-    norm = RMSNorm(dim=8, offset=1.0)
+    norm = RMSNorm(RMSNormParams(offset=1.0), dim=8)
     assert torch.equal(norm.weight, torch.zeros(8))
     x = torch.randn(2, 8)
     torch.testing.assert_close(norm(x), RMSNorm(dim=8)(x))
@@ -37,7 +38,7 @@ def test_offset_one_starts_as_identity_scale() -> None:
 def test_matches_llama_in_bfloat16() -> None:
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    ours, theirs = RMSNorm(dim=32, eps=1e-5), LlamaRMSNorm(32, eps=1e-5)
+    ours, theirs = RMSNorm(RMSNormParams(eps=1e-5), dim=32), LlamaRMSNorm(32, eps=1e-5)
     theirs.weight.data.normal_()
     ours.weight.data.copy_(theirs.weight.data)
     ours, theirs = ours.bfloat16(), theirs.bfloat16()
@@ -48,7 +49,7 @@ def test_matches_llama_in_bfloat16() -> None:
 def test_matches_gemma_in_bfloat16() -> None:
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 
-    ours, theirs = RMSNorm(dim=32, eps=1e-6, offset=1.0), GemmaRMSNorm(32, eps=1e-6)
+    ours, theirs = RMSNorm(RMSNormParams(eps=1e-6, offset=1.0), dim=32), GemmaRMSNorm(32, eps=1e-6)
     theirs.weight.data.normal_()
     ours.weight.data.copy_(theirs.weight.data)
     ours, theirs = ours.bfloat16(), theirs.bfloat16()

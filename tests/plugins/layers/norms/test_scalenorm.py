@@ -6,11 +6,12 @@ import math
 
 import torch
 
+from specformer_layers.norms.params import ScaleNormParams
 from specformer_layers.norms.scalenorm import ScaleNorm
 
 
 def test_formula_and_init() -> None:
-    norm = ScaleNorm(dim=16, eps=1e-5).double()
+    norm = ScaleNorm(ScaleNormParams(eps=1e-5), dim=16).double()
     assert norm.scale.item() == math.sqrt(16)
     norm.scale.data.fill_(2.5)
     x = torch.randn(3, 16, dtype=torch.float64)

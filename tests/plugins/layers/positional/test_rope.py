@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import specformer
+from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions, rotary_dim_of
 
 from ..support import tiny_spec
@@ -31,7 +32,8 @@ def rotate_pairs_reference(x: torch.Tensor, positions: torch.Tensor, *, theta: f
 @pytest.mark.parametrize(("head_dim", "fraction", "interleaved"),
                          [(16, 1.0, False), (16, 1.0, True), (16, 0.25, False), (12, 0.5, True), (10, 1.0, False)])
 def test_rotation_of_pairs(head_dim: int, fraction: float, interleaved: bool) -> None:
-    rope = RotaryPositions(head_dim=head_dim, theta=1000.0, fraction=fraction, interleaved=interleaved)
+    rope = RotaryPositions(RotaryPositionsParams(theta=1000.0, fraction=fraction, interleaved=interleaved), head_dim=head_dim,
+                           context_length=128)
     x = torch.randn(2, 3, 7, head_dim, dtype=torch.float64)
     positions = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [9, 40, 41, 100, 2, 3, -1]])
     got = rope.rotate(x, rope.prepare(positions))
@@ -43,7 +45,7 @@ def test_rotation_of_pairs(head_dim: int, fraction: float, interleaved: bool) ->
 
 
 def test_scores_depend_on_distance_only() -> None:
-    rope = RotaryPositions(head_dim=8)
+    rope = RotaryPositions(head_dim=8, context_length=128)
     q, k = torch.randn(1, 1, 1, 8, dtype=torch.float64), torch.randn(1, 1, 1, 8, dtype=torch.float64)
 
     def score(pq: int, pk: int) -> torch.Tensor:
@@ -62,7 +64,7 @@ def test_matches_transformers_half_split(fraction: float) -> None:
 
     config = GPTNeoXConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=128,
                            rope_parameters={"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": fraction})
-    rope = RotaryPositions(head_dim=16, theta=5000.0, fraction=fraction)
+    rope = RotaryPositions(RotaryPositionsParams(theta=5000.0, fraction=fraction), head_dim=16, context_length=128)
     hf = GPTNeoXRotaryEmbedding(config)
     positions = torch.tensor([[0, 3, 5, 90], [1, 2, 3, 4]])
     q, k = torch.randn(2, 4, 4, 16), torch.randn(2, 4, 4, 16)
@@ -77,7 +79,7 @@ def test_matches_transformers_interleaved_gptj() -> None:
     from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
 
     rotary_dim = 8
-    rope = RotaryPositions(head_dim=16, theta=10000.0, fraction=0.5, interleaved=True)
+    rope = RotaryPositions(RotaryPositionsParams(fraction=0.5, interleaved=True), head_dim=16, context_length=64)
     positions = torch.tensor([[0, 1, 7, 30]])
     x = torch.randn(1, 4, 3, 16)  # GPT-J's layout: (B, T, H, hd)
     table = create_sinusoidal_positions(64, rotary_dim)[positions]  # (B, T, rotary_dim)
@@ -101,7 +103,7 @@ def test_frequencies_stay_float32_under_bfloat16() -> None:
 
 def test_rejects_too_few_rotary_channels() -> None:
     with pytest.raises(ValueError, match="need at least 2"):
-        RotaryPositions(head_dim=4, fraction=0.25)
+        RotaryPositions(RotaryPositionsParams(fraction=0.25), head_dim=4, context_length=8)
     with pytest.raises(specformer.SpecError, match="model.positional"):
         specformer.build(tiny_spec(positional={"kind": "rope", "fraction": 0.1}))
 

@@ -75,6 +75,11 @@ def _check(router: torch.nn.Module, reference, tokens: torch.Tensor) -> None:
         assert probs[n].tolist() == pytest.approx(expected_probs, rel=1e-12, abs=1e-12)
 
 
+def make(cls: type, *, top_k: int, **params: object) -> torch.nn.Module:
+    """A router of ``E`` experts over ``D`` channels, from its Params (``cls.Params``) and its sizes."""
+    return cls(cls.Params(**params), d_model=D, n_experts=E, top_k=top_k)
+
+
 def _randomise(router: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     generator = torch.Generator().manual_seed(seed)
     router = router.double()
@@ -95,7 +100,7 @@ SOFTMAX = [
 
 @pytest.mark.parametrize("config", SOFTMAX)
 def test_softmax_topk_matches_formula(config: dict) -> None:
-    router = _randomise(SoftmaxTopK(d_model=D, n_experts=E, **config))
+    router = _randomise(make(SoftmaxTopK, **config))
     _check(router, softmax_reference, torch.randn(40, D, dtype=torch.float64))
 
 
@@ -110,7 +115,7 @@ SIGMOID = [
 @pytest.mark.parametrize("config", SIGMOID)
 @pytest.mark.parametrize("with_selection_bias", [False, True])
 def test_sigmoid_topk_matches_formula(config: dict, with_selection_bias: bool) -> None:
-    router = _randomise(SigmoidTopK(d_model=D, n_experts=E, **config))
+    router = _randomise(make(SigmoidTopK, **config))
     if with_selection_bias:  # large enough to change choices and group ranking
         router.selection_bias.copy_(torch.randn(E, generator=torch.Generator().manual_seed(3)) * 0.3)
     _check(router, sigmoid_reference, torch.randn(40, D, dtype=torch.float64))
@@ -119,15 +124,15 @@ def test_sigmoid_topk_matches_formula(config: dict, with_selection_bias: bool) -
 def test_grouping_changes_the_choice() -> None:
     """With one group kept of four, some tokens lose an expert they would otherwise take (the test bites)."""
     tokens = torch.randn(40, D, dtype=torch.float64)
-    free = _randomise(SoftmaxTopK(d_model=D, n_experts=E, top_k=2))
-    grouped = _randomise(SoftmaxTopK(d_model=D, n_experts=E, top_k=2, n_group=4, topk_group=1))
+    free = _randomise(make(SoftmaxTopK, top_k=2))
+    grouped = _randomise(make(SoftmaxTopK, top_k=2, n_group=4, topk_group=1))
     assert not torch.equal(free(tokens).experts.sort().values, grouped(tokens).experts.sort().values)
     # Every chosen pair lies in one group of two.
     assert (grouped(tokens).experts // 2).unique(dim=1).shape[1] == 1
 
 
 def test_selection_bias_chooses_but_does_not_weigh() -> None:
-    router = _randomise(SigmoidTopK(d_model=D, n_experts=E, top_k=2, normalize=False))
+    router = _randomise(make(SigmoidTopK, top_k=2, normalize=False))
     tokens = torch.randn(30, D, dtype=torch.float64)
     router.selection_bias[5] = 10.0  # dominates any sigmoid score
     weights, experts, _ = router(tokens)
@@ -138,7 +143,7 @@ def test_selection_bias_chooses_but_does_not_weigh() -> None:
 
 
 def test_selection_bias_stays_float32_is_saved_and_reset_by_init() -> None:
-    router = SigmoidTopK(d_model=D, n_experts=E, top_k=2)
+    router = make(SigmoidTopK, top_k=2)
     router.selection_bias.fill_(0.1234567)
     cast = router.to(torch.bfloat16)
     assert cast.selection_bias.dtype == torch.float32
@@ -150,7 +155,7 @@ def test_selection_bias_stays_float32_is_saved_and_reset_by_init() -> None:
 
 def test_load_is_observed_only_while_training_with_a_rate() -> None:
     tokens = torch.randn(10, D)
-    router = SigmoidTopK(d_model=D, n_experts=E, top_k=3)
+    router = make(SigmoidTopK, top_k=3)
     router.eval()(tokens)
     assert router.observed_load is None
     router.train()
@@ -158,7 +163,7 @@ def test_load_is_observed_only_while_training_with_a_rate() -> None:
     router(tokens)
     expected = torch.bincount(experts.flatten(), minlength=E).float() * 2  # two forwards add up
     torch.testing.assert_close(router.observed_load, expected)
-    fixed = SigmoidTopK(d_model=D, n_experts=E, top_k=3, bias_update_rate=0.0).train()
+    fixed = make(SigmoidTopK, top_k=3, bias_update_rate=0.0).train()
     fixed(tokens)
     assert fixed.observed_load is None
 

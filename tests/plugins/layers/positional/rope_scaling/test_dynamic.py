@@ -6,9 +6,11 @@ import pytest
 import torch
 
 import specformer
+from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions
 from specformer_layers.positional.rope_scaling.base import default_inv_freq
 from specformer_layers.positional.rope_scaling.dynamic import DynamicNTKScaling
+from specformer_layers.positional.rope_scaling.params import DynamicNTKScalingParams
 
 from ...support import ListCache, tiny_spec
 from .hf import hf_config, hf_cos_sin, hf_init
@@ -18,7 +20,8 @@ from .hf import hf_config, hf_cos_sin, hf_init
 @pytest.mark.parametrize("seq_len", [100, 256, 257, 1000, 5000])
 def test_frequencies_match_transformers(head_dim: int, fraction: float, seq_len: int) -> None:
     rotary_dim = int(head_dim * fraction)
-    ours = DynamicNTKScaling(rotary_dim=rotary_dim, theta=10000.0, factor=3.0, original_context_length=256)
+    ours = DynamicNTKScaling(DynamicNTKScalingParams(factor=3.0), rotary_dim=rotary_dim, theta=10000.0,
+                             context_length=256)  # original_context_length: the model's
     config = hf_config(head_dim=head_dim, theta=10000.0, context_length=256, fraction=fraction,
                        rope_type="dynamic", factor=3.0)
     inv_freq, attention = hf_init("dynamic", config, seq_len=seq_len)
@@ -28,7 +31,8 @@ def test_frequencies_match_transformers(head_dim: int, fraction: float, seq_len:
 
 def test_formula() -> None:
     d, theta, factor, c, length = 16, 10000.0, 2.0, 64, 200
-    ours = DynamicNTKScaling(rotary_dim=d, theta=theta, factor=factor, original_context_length=c)
+    ours = DynamicNTKScaling(DynamicNTKScalingParams(factor=factor, original_context_length=c), rotary_dim=d, theta=theta,
+                             context_length=4 * c)
     new_theta = theta * (factor * length / c - (factor - 1)) ** (d / (d - 2))
     torch.testing.assert_close(ours.frequencies(torch.tensor(length)), default_inv_freq(d, new_theta), rtol=1e-5, atol=0)
     # At or below the original context: RoPE's own frequencies.
@@ -40,8 +44,7 @@ def test_formula() -> None:
 def test_forward_of_length_t_matches_transformers_rotary(length: int) -> None:
     """A fresh length-T forward: transformers updates its frequencies to max(position) + 1 = T; so do we."""
     config = hf_config(head_dim=16, theta=10000.0, context_length=16, rope_type="dynamic", factor=4.0)
-    rope = RotaryPositions(head_dim=16, scaling=DynamicNTKScaling(rotary_dim=16, theta=10000.0, factor=4.0,
-                                                                  original_context_length=16))
+    rope = RotaryPositions(RotaryPositionsParams(scaling={"kind": "dynamic", "factor": 4.0}), head_dim=16, context_length=16)
     positions = torch.arange(length).expand(2, length)
     cos, sin = hf_cos_sin(config, positions)  # (B, T, 16): halves repeated
     ours_cos, ours_sin = rope.prepare(positions)
@@ -50,10 +53,10 @@ def test_forward_of_length_t_matches_transformers_rotary(length: int) -> None:
 
 
 def test_uses_the_longest_position_of_the_batch() -> None:
-    scaling = DynamicNTKScaling(rotary_dim=8, theta=10000.0, factor=2.0, original_context_length=4)
-    rope = RotaryPositions(head_dim=8, scaling=scaling)
+    scaling = {"kind": "dynamic", "factor": 2.0, "original_context_length": 4}
+    rope = RotaryPositions(RotaryPositionsParams(scaling=scaling), head_dim=8, context_length=4)
     positions = torch.tensor([[0, 1, 2, -1], [6, 7, 8, 9]])
-    torch.testing.assert_close(rope.frequencies(positions), scaling.frequencies(torch.tensor(10)))
+    torch.testing.assert_close(rope.frequencies(positions), rope.scaling.frequencies(torch.tensor(10)))
 
 
 def test_default_original_context_is_the_models() -> None:
@@ -84,4 +87,4 @@ def test_under_a_cache_keys_keep_the_rotation_they_were_written_with() -> None:
 
 def test_needs_more_than_two_rotary_channels() -> None:
     with pytest.raises(ValueError, match="rotary_dim > 2"):
-        DynamicNTKScaling(rotary_dim=2, theta=10000.0, factor=2.0, original_context_length=8)
+        DynamicNTKScaling(DynamicNTKScalingParams(factor=2.0), rotary_dim=2, theta=10000.0, context_length=8)

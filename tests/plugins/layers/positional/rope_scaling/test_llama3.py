@@ -10,6 +10,7 @@ import torch
 import specformer
 from specformer_layers.positional.rope_scaling.base import default_inv_freq
 from specformer_layers.positional.rope_scaling.llama3 import Llama3Scaling
+from specformer_layers.positional.rope_scaling.params import Llama3ScalingParams
 
 from ...support import tiny_spec
 from .hf import hf_config, hf_init
@@ -22,16 +23,17 @@ def test_matches_transformers(factor: float, low: float, high: float, original: 
                        factor=factor, low_freq_factor=low, high_freq_factor=high,
                        original_max_position_embeddings=original)
     inv_freq, attention = hf_init("llama3", config)
-    ours = Llama3Scaling(rotary_dim=head_dim, theta=500000.0, factor=factor, low_freq_factor=low,
-                         high_freq_factor=high, original_context_length=original)
+    params = Llama3ScalingParams(factor=factor, low_freq_factor=low, high_freq_factor=high,
+                                 original_context_length=original)
+    ours = Llama3Scaling(params, rotary_dim=head_dim, theta=500000.0)
     torch.testing.assert_close(ours.frequencies(None), inv_freq, rtol=1e-6, atol=0)
     assert ours.attention_scaling == attention == 1.0
 
 
 def test_formula_per_pair() -> None:
     d, theta, factor, low, high, c = 128, 500000.0, 8.0, 1.0, 4.0, 8192
-    ours = Llama3Scaling(rotary_dim=d, theta=theta, factor=factor, low_freq_factor=low, high_freq_factor=high,
-                         original_context_length=c).frequencies(None)
+    params = Llama3ScalingParams(factor=factor, low_freq_factor=low, high_freq_factor=high, original_context_length=c)
+    ours = Llama3Scaling(params, rotary_dim=d, theta=theta).frequencies(None)
     base = default_inv_freq(d, theta)
     kinds = set()
     for i, f in enumerate(base.tolist()):
@@ -50,8 +52,8 @@ def test_formula_per_pair() -> None:
 
 def test_spec_defaults_are_llama_3_1() -> None:
     model = specformer.build(tiny_spec(positional={"kind": "rope", "theta": 500000.0, "scaling": "llama3"}))
-    expected = Llama3Scaling(rotary_dim=8, theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                             original_context_length=8192)
+    params = Llama3ScalingParams(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context_length=8192)
+    expected = Llama3Scaling(params, rotary_dim=8, theta=500000.0)
     torch.testing.assert_close(model.positional.frequencies(torch.zeros(1, 1, dtype=torch.long)), expected.frequencies(None))
 
 

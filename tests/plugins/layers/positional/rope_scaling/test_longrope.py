@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import specformer
+from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions
 from specformer_layers.positional.rope_scaling.longrope import LongRopeScaling
+from specformer_layers.positional.rope_scaling.params import LongRopeScalingParams
 
 from ...support import tiny_spec
 from .hf import hf_config, hf_cos_sin, hf_init
@@ -25,16 +27,17 @@ def test_matches_transformers(seq_len: int | None, attention_factor: float | Non
     config = hf_config(head_dim=32, theta=10000.0, context_length=131072, fraction=0.5, rope_type="longrope",
                        short_factor=SHORT, long_factor=LONG, original_max_position_embeddings=4096, **extra)
     inv_freq, attention = hf_init("longrope", config, seq_len=seq_len)
-    ours = LongRopeScaling(rotary_dim=16, theta=10000.0, short_factor=SHORT, long_factor=LONG,
-                           original_context_length=4096, factor=131072 / 4096, attention_factor=attention_factor)
+    params = LongRopeScalingParams(short_factor=SHORT, long_factor=LONG, original_context_length=4096,
+                                   attention_factor=attention_factor)
+    ours = LongRopeScaling(params, rotary_dim=16, theta=10000.0, context_length=131072)  # factor: the context ratio
     got = ours.frequencies(None if seq_len is None else torch.tensor(seq_len))
     torch.testing.assert_close(got, inv_freq, rtol=1e-6, atol=0)
     assert ours.attention_scaling == pytest.approx(attention, rel=1e-12)
 
 
 def test_default_attention_factor() -> None:
-    ours = LongRopeScaling(rotary_dim=16, theta=10000.0, short_factor=SHORT, long_factor=LONG,
-                           original_context_length=4096, factor=32.0)
+    params = LongRopeScalingParams(short_factor=SHORT, long_factor=LONG, original_context_length=4096, factor=32.0)
+    ours = LongRopeScaling(params, rotary_dim=16, theta=10000.0, context_length=4096)
     assert ours.attention_scaling == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
 
 
@@ -42,8 +45,8 @@ def test_default_attention_factor() -> None:
 def test_rotary_switches_like_transformers(length: int) -> None:
     config = hf_config(head_dim=16, theta=10000.0, context_length=64, rope_type="longrope",
                        short_factor=SHORT, long_factor=LONG, original_max_position_embeddings=16)
-    rope = RotaryPositions(head_dim=16, scaling=LongRopeScaling(
-        rotary_dim=16, theta=10000.0, short_factor=SHORT, long_factor=LONG, original_context_length=16, factor=4.0))
+    scaling = {"kind": "longrope", "short_factor": SHORT, "long_factor": LONG, "original_context_length": 16}
+    rope = RotaryPositions(RotaryPositionsParams(scaling=scaling), head_dim=16, context_length=64)
     positions = torch.arange(length)[None]
     cos, sin = hf_cos_sin(config, positions)
     ours_cos, ours_sin = rope.prepare(positions)

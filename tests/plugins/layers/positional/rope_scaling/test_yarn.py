@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import specformer
+from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions
+from specformer_layers.positional.rope_scaling.params import YarnScalingParams
 from specformer_layers.positional.rope_scaling.yarn import YarnScaling
 
 from ...support import tiny_spec
@@ -34,7 +36,8 @@ def test_matches_transformers(case: dict[str, Any], head_dim: int, fraction: flo
     config = hf_config(head_dim=head_dim, theta=theta, context_length=case["original_context_length"] * 4,
                        fraction=fraction, rope_type="yarn", **hf_params)
     inv_freq, attention = hf_init("yarn", config)
-    ours = YarnScaling(rotary_dim=int(head_dim * fraction), theta=theta, **case)
+    ours = YarnScaling(YarnScalingParams(**case), rotary_dim=int(head_dim * fraction), theta=theta,
+                       context_length=case["original_context_length"] * 4)
     torch.testing.assert_close(ours.frequencies(None), inv_freq, rtol=1e-6, atol=0)
     assert ours.attention_scaling == pytest.approx(attention, rel=1e-12)
 
@@ -48,8 +51,8 @@ def test_default_factor_is_the_context_ratio() -> None:
 def test_cos_sin_match_transformers_rotary() -> None:
     config = hf_config(head_dim=16, theta=10000.0, context_length=64, rope_type="yarn", factor=4.0,
                        original_max_position_embeddings=16)
-    rope = RotaryPositions(head_dim=16, scaling=YarnScaling(rotary_dim=16, theta=10000.0, factor=4.0,
-                                                            original_context_length=16))
+    scaling = {"kind": "yarn", "original_context_length": 16}  # factor: the context ratio, 64 / 16
+    rope = RotaryPositions(RotaryPositionsParams(scaling=scaling), head_dim=16, context_length=64)
     positions = torch.arange(40)[None]
     cos, sin = hf_cos_sin(config, positions)
     ours_cos, ours_sin = rope.prepare(positions)

@@ -1,0 +1,161 @@
+"""The settings of the feed-forward networks, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from specformer.registry.params import Params, SubComponent
+
+#: The non-linearities a spec can name (their functions: :mod:`.activations`).
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu"]
+#: How MoE's default router (no ``router`` given) orders softmax and top-k.
+DefaultRouting = Literal["softmax_then_topk", "topk_then_softmax"]
+#: gpt-oss's sigmoid slope in its clamped SwiGLU: g * sigmoid(1.702 g) approximates GELU.
+GPT_OSS_SWIGLU_ALPHA = 1.702
+
+
+def default_gated_hidden(d_model: int, multiple_of: int = 64) -> int:
+    """Two thirds of 4 * d_model (same parameter count as a 4x MLP), rounded up to ``multiple_of``."""
+    hidden = int(2 * 4 * d_model / 3)
+    return (hidden + multiple_of - 1) // multiple_of * multiple_of
+
+
+class MLPParams(Params):
+    """``fc_out(act(fc_in(x)))``, widening to ``hidden`` channels in between."""
+
+    hidden: int | None = Field(default=None, gt=0, description="Inner width; default 4 * d_model.")
+    activation: Activation = Field(default="gelu", description="Non-linearity between the two projections.")
+    bias: bool = Field(default=True, description="Biases on both projections.")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
+
+
+class GatedMLPParams(Params):
+    """Gated feed-forward, silu gate by default (SwiGLU): ``down(act(gate(x)) * up(x))``.
+
+    The gate and up projections run as one matmul.
+    """
+
+    hidden: int | None = Field(default=None, gt=0, description="Inner width; default 8/3 * d_model rounded up to 64.")
+    activation: Activation = Field(default="silu", description="Non-linearity on the gate.")
+    bias: bool = Field(default=False, description="Biases on the projections.")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
+
+
+class GeGLUParams(GatedMLPParams):
+    """Gated feed-forward, gelu gate by default (GeGLU): ``down(act(gate(x)) * up(x))``.
+
+    The gate and up projections run as one matmul.
+    """
+
+    activation: Activation = Field(default="gelu", description="Non-linearity on the gate.")
+
+
+class ReGLUParams(GatedMLPParams):
+    """Gated feed-forward, relu gate by default (ReGLU): ``down(act(gate(x)) * up(x))``.
+
+    The gate and up projections run as one matmul.
+    """
+
+    activation: Activation = Field(default="relu", description="Non-linearity on the gate.")
+
+
+#: The gated feed-forward's params by the default activation of the gate.
+GATED_PARAMS: dict[str, type[GatedMLPParams]] = {"silu": GatedMLPParams, "gelu": GeGLUParams, "relu": ReGLUParams}
+
+
+def gated_params(default_activation: str) -> type[GatedMLPParams]:
+    """The gated feed-forward's Params whose gate activation defaults to ``default_activation``."""
+    try:
+        return GATED_PARAMS[default_activation]
+    except KeyError:
+        raise ValueError(f"no gated params for activation {default_activation!r}; "
+                         f"defined: {', '.join(sorted(GATED_PARAMS))}") from None
+
+
+class MoEParams(Params):
+    """A router sends each token to ``top_k`` of ``n_experts`` feed-forward experts; their outputs are mixed.
+
+    The ``router`` is a component of its own kind (``softmax_topk``, ``sigmoid_topk`` or a
+    plugin's): it returns, for each token, the chosen experts and their weights. Without
+    one, ``routing``/``normalize_topk`` describe the default softmax top-k router:
+    ``softmax_then_topk`` keeps the ``top_k`` largest probabilities and, with
+    ``normalize_topk``, rescales them to sum to one (Mixtral, Qwen3-MoE; without it,
+    Qwen2-MoE and Switch); ``topk_then_softmax`` is the softmax over the top-k logits (the
+    same weights as normalised softmax-then-top-k).
+
+    Experts are gated (SwiGLU with the default ``silu``, as Mixtral and Qwen-MoE) or plain
+    MLPs, with biases when ``expert_bias`` (gpt-oss). ``swiglu_limit`` switches gated
+    experts to gpt-oss's clamped SwiGLU: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
+    with ``g = min(gate, limit)``. ``n_shared_experts`` adds an always-on expert of width
+    ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
+    sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
+    ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
+    giving those layers another ffn.
+
+    Dropless: every token reaches all its experts, whatever the load. Tokens are sorted
+    by expert and each expert runs once on its contiguous block (one matmul pair per
+    expert, no loop over tokens); without autograd the blocks are written in place into one
+    buffer. Each token's weighted outputs are summed in a fixed order, so results repeat
+    exactly and a token's sum does not depend on the other tokens in the batch. Each
+    forward sets ``self.aux_loss``: the Switch/Mixtral load-balancing loss
+    ``n_experts * sum_e f_e * P_e`` (``f_e``: share of the routing slots that went to
+    expert ``e``, summing to ``top_k``; ``P_e``: mean router probability of ``e``) times
+    ``aux_loss_coef`` (None when the coefficient is 0); ``Decoder.auxiliary_loss()`` adds
+    these up over layers for the trainer.
+    """
+
+    n_experts: int = Field(default=8, gt=1, description="Number of routed experts.")
+    top_k: int = Field(default=2, gt=0, description="Experts each token is sent to.")
+    hidden: int | None = Field(
+        default=None, gt=0,
+        description="Inner width of each expert; default 8/3 * d_model rounded up to 64 (gated) or 4 * d_model.",
+    )
+    activation: Activation = Field(default="silu", description="Non-linearity of the experts (on the gate when gated).")
+    gated: bool = Field(default=True, description="Gated experts down(act(gate(x)) * up(x)) (SwiGLU with silu); false: plain MLPs.")
+    router: SubComponent("router") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="The router component ({kind: softmax_topk|sigmoid_topk|<a plugin's>, ...}); "
+                    "default softmax_topk as routing and normalize_topk say.",
+    )
+    routing: DefaultRouting = Field(
+        default="softmax_then_topk",
+        description="Default router only: softmax_then_topk: softmax over all experts, keep the top k; "
+                    "topk_then_softmax: softmax over the top k logits.",
+    )
+    normalize_topk: bool = Field(
+        default=True, description="Default router only: rescale the kept top-k probabilities to sum to 1.",
+    )
+    expert_bias: bool = Field(default=False, description="Biases on every expert's projections (gpt-oss).")
+    swiglu_limit: float | None = Field(
+        default=None, gt=0,
+        description="gpt-oss's clamped SwiGLU: clamp the gate above and the up projection to +-limit, "
+                    "then (up + 1) * gate * sigmoid(swiglu_alpha * gate); null: the activation as usual.",
+    )
+    swiglu_alpha: float | None = Field(
+        default=None, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit only); default 1.702 (gpt-oss).",
+    )
+    n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
+    shared_hidden: int | None = Field(
+        default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
+    )
+    shared_gate: bool = Field(default=False, description="Multiply the shared experts' output by sigmoid(w . x) (Qwen2-MoE).")
+    aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MoEParams":
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
+        if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate):
+            raise ValueError("shared_hidden and shared_gate need n_shared_experts >= 1")
+        if self.router is not None and {"routing", "normalize_topk"} & self.model_fields_set:
+            raise ValueError("routing and normalize_topk describe the default router; with router given, "
+                             "set them in the router ({kind: softmax_topk, normalize: ...})")
+        if self.routing == "topk_then_softmax" and not self.normalize_topk:
+            raise ValueError("topk_then_softmax always yields weights summing to 1; normalize_topk: false needs softmax_then_topk")
+        if self.swiglu_limit is not None and (not self.gated or self.activation != "silu"):
+            raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
+        if self.swiglu_limit is None and self.swiglu_alpha is not None:
+            raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
+        return self

@@ -1,0 +1,49 @@
+"""The settings of the block layouts, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from specformer.registry.params import Params
+
+
+class BlockParams(Params):
+    """What every layout takes: nothing beyond its parts (a layout with settings subclasses it)."""
+
+
+class PreNormBlockParams(BlockParams):
+    """``x = x + attention(norm(x))``; ``x = x + ffn(norm(x))``. Trains stably without warm-up tricks (Xiong et al. 2020)."""
+
+
+class PostNormBlockParams(BlockParams):
+    """``x = norm(x + attention(x))``; ``x = norm(x + ffn(x))`` (Vaswani et al. 2017)."""
+
+
+class ParallelBlockParams(BlockParams):
+    """``x = x + attention(norm_1(x)) + ffn(norm_2(x))``: one residual add, both sublayers side by side.
+
+    With ``shared_norm`` one norm feeds both sublayers (GPT-J, PaLM; the block then has
+    ``attention_norm`` only and ``ffn_norm`` is None); without it each has its own
+    (GPT-NeoX, Pythia: ``attention_norm`` and ``ffn_norm``). The two sublayers can run
+    concurrently, which is why large models used it (Wang & Komatsuzaki 2021).
+    """
+
+    shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
+
+
+class SandwichBlockParams(BlockParams):
+    """``x = x + post_norm(attention(pre_norm(x)))``; the same around the FFN (Gemma 2).
+
+    Four norms per block: ``attention_norm`` and ``attention_post_norm`` around attention,
+    ``ffn_norm`` and ``ffn_post_norm`` around the FFN. Normalising each sublayer's output
+    before the residual add keeps the stream's scale in check (Ding et al. 2021, CogView).
+    """
+
+
+class PostNormInsideBlockParams(BlockParams):
+    """``x = x + norm(attention(x))``; ``x = x + norm(ffn(x))`` (OLMo-2).
+
+    Sublayers read the raw residual stream; their outputs are normalised before being
+    added (``attention_norm`` and ``ffn_norm``), which the OLMo 2 report found more
+    stable than pre-norm. Unlike ``postnorm``, the stream itself is never normalised.
+    """

@@ -1,0 +1,42 @@
+"""The settings of the normalisation layers, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from specformer.registry.params import Params
+
+
+class LayerNormParams(Params):
+    """Subtract the mean, divide by the standard deviation, then scale (and shift) per channel.
+
+    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias``. ``bias: false`` drops the
+    shift (as in nanoGPT's bias-free configs); ``affine: false`` drops both (OLMo).
+    """
+
+    eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
+    bias: bool = Field(default=True, description="Learn a per-channel shift.")
+    affine: bool = Field(default=True, description="Learn a per-channel scale (and shift); false = non-parametric.")
+
+
+class RMSNormParams(Params):
+    """Divide by the root mean square of the channels, then scale: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``.
+
+    Lower-precision inputs are normalised in float32, as Llama and Gemma do (float64 stays
+    float64). ``offset: 1`` stores the scale as ``weight - 1`` (Gemma), so the weight
+    initialises to zero.
+    """
+
+    eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
+    offset: float = Field(default=0.0, description="Added to the weight before scaling (1.0 for Gemma).")
+
+
+class ScaleNormParams(Params):
+    """Project each vector onto a sphere of learned radius: ``g * x / max(||x||_2, eps)``.
+
+    A single scalar ``g`` per norm, initialised to ``sqrt(dim)`` so that the output has
+    unit root mean square at the start, as in the paper. Computed in float32 for
+    lower-precision inputs.
+    """
+
+    eps: float = Field(default=1e-5, gt=0, description="Lower bound of the vector norm (avoids dividing by zero).")

@@ -1,0 +1,73 @@
+"""The settings of the MoE routers, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from specformer.registry.params import Params
+
+
+class GroupedParams(Params):
+    """Router params with DeepSeek's grouped (device/node-limited) selection."""
+
+    n_group: int = Field(
+        default=1, gt=0,
+        description="Split the experts into this many contiguous groups (DeepSeek's devices/nodes); 1: no grouping.",
+    )
+    topk_group: int = Field(
+        default=1, gt=0, description="Groups each token may choose experts from (with n_group > 1); at most n_group.",
+    )
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> "GroupedParams":
+        if self.topk_group > self.n_group:
+            raise ValueError(f"topk_group ({self.topk_group}) cannot exceed n_group ({self.n_group})")
+        return self
+
+
+class SoftmaxTopKParams(GroupedParams):
+    """Softmax over the experts' scores; each token goes to the ``top_k`` most probable.
+
+    Weights are the kept probabilities, rescaled to sum to one with ``normalize`` (Mixtral,
+    Qwen3-MoE, and gpt-oss, whose softmax over the top-k logits is the same thing) or left
+    as they are (Qwen2-MoE, Switch, DeepSeek-V2), then multiplied by ``scaling_factor``
+    (DeepSeek's ``routed_scaling_factor``). ``bias`` adds a learned bias to the scores
+    (gpt-oss). With ``n_group`` > 1 a token picks only among the experts of its
+    ``topk_group`` groups with the highest best-expert probability (DeepSeek-V2's
+    group-limited greedy routing).
+    """
+
+    normalize: bool = Field(default=True, description="Rescale the kept top-k probabilities to sum to 1.")
+    bias: bool = Field(default=False, description="A learned bias on each expert's score (gpt-oss).")
+    scaling_factor: float = Field(
+        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
+    )
+
+
+class SigmoidTopKParams(GroupedParams):
+    """Independent sigmoid scores; the ``top_k`` experts are chosen by score plus a balancing bias.
+
+    The bias (``selection_bias``, one value per expert, DeepSeek-V3's
+    ``e_score_correction_bias``) only steers which experts are chosen; the weights are the
+    chosen experts' plain sigmoid scores, rescaled to sum to one with ``normalize`` and
+    multiplied by ``scaling_factor`` (DeepSeek-V3: 2.5). While training, the router counts
+    how many tokens each expert received; after every optimizer step the train plugin moves
+    each expert's bias by ``bias_update_rate`` towards balance (up for an under-loaded
+    expert, down for an over-loaded one), so no auxiliary loss is needed (Wang et al.
+    2024). With ``n_group`` > 1 a token picks only among the experts of its ``topk_group``
+    groups whose two best biased scores sum highest (DeepSeek-V3's node-limited routing).
+
+    The bias is a buffer saved with the weights and kept in float32 when the model is cast:
+    steps of 0.001 would vanish in bfloat16.
+    """
+
+    normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1 (norm_topk_prob).")
+    bias: bool = Field(default=False, description="A learned bias on each expert's score (in the weights, unlike selection_bias).")
+    scaling_factor: float = Field(
+        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
+    )
+    bias_update_rate: float = Field(
+        default=0.001, ge=0,
+        description="How far training moves each expert's selection bias per step towards balanced load "
+                    "(DeepSeek-V3's gamma); 0 keeps the bias fixed.",
+    )
