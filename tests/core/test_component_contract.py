@@ -38,20 +38,6 @@ from torch import nn
 from specformer.registry.discovery import build_registry, get_plugin_manager, get_registry
 from specformer.registry.components import Component
 
-#: Components of other plugins still written the old way, by the check they fail (a ``from_params``
-#: classmethod registered as the factory, params repeated in ``__init__``, Params next to torch):
-#: converted by another part of issue 30. Strict, so that each set must shrink as they are converted.
-_SAMPLERS = {("sampler", n) for n in ("frequency_penalty", "min_p", "no_repeat_ngram", "presence_penalty",
-                                      "repetition_penalty", "temperature", "top_k", "top_p", "typical")}
-_OPTIMIZERS = {("optimizer", n) for n in ("adamw", "lion", "muon", "sgd")}
-_QUANTIZATION = {("quantization", n) for n in ("bf16", "int4", "int8")}
-NOT_YET_CONVERTED: dict[str, set[tuple[str, str]]] = {
-    "path": {*_SAMPLERS, ("sampler", "greedy"), *_OPTIMIZERS, *_QUANTIZATION, ("adapter", "lora"),
-             ("logger", "jsonl"), ("logger", "tensorboard")},
-    "repeated": _SAMPLERS,
-    "params_module": {*_SAMPLERS, ("sampler", "greedy"), *_OPTIMIZERS, *_QUANTIZATION, ("adapter", "lora")},
-}
-
 ROTARY_DIM = 64  # wide enough that YaRN's ramp bounds move with its betas
 PAIRS = ROTARY_DIM // 2
 
@@ -159,15 +145,8 @@ def _id(c: Component) -> str:
 
 
 def _convention(components: list[Component], check: str | None = None) -> list[Any]:
-    """Each component, strict-xfail where another part of the issue still converts it."""
-    pending = NOT_YET_CONVERTED.get(check, set())
-    return [pytest.param(c, id=_id(c), marks=pytest.mark.xfail(strict=True, reason="converted in another part of issue 30"))
-            if (c.kind, c.name) in pending else pytest.param(c, id=_id(c)) for c in components]
-
-
-def test_not_yet_converted_names_registered_components() -> None:
-    registered = {(c.kind, c.name) for c in ALL}
-    assert all(pending <= registered for pending in NOT_YET_CONVERTED.values())
+    """Each component as a test case named ``kind-name``."""
+    return [pytest.param(c, id=_id(c)) for c in components]
 
 
 # -- structure: registration by path, the factory's signature, torch-free Params -----------------
@@ -176,7 +155,7 @@ def test_not_yet_converted_names_registered_components() -> None:
 @pytest.mark.parametrize("component", _convention(ALL, "path"))
 def test_registered_by_path_and_the_factory_takes_params_and_its_sizes(component: Component) -> None:
     fresh = _fresh_registry().get(component.kind, component.name)
-    assert isinstance(fresh._factory, str), f"register {component.kind} {component.name!r} by 'module:Name' path"
+    assert isinstance(fresh.factory_ref, str), f"register {component.kind} {component.name!r} by 'module:Name' path"
     factory = fresh.factory  # imports
     assert not inspect.ismethod(factory), f"{fresh.factory_path}: the class (or a function) is the factory, not a classmethod"
     signature = inspect.signature(factory)
@@ -194,7 +173,10 @@ def test_no_param_is_repeated_in_the_constructor(component: Component) -> None:
     if inspect.ismethod(factory) and inspect.isclass(factory.__self__):  # the old from_params: look at the class
         factory = factory.__self__
     target = factory.__init__ if inspect.isclass(factory) else factory
-    repeated = sorted(set(inspect.signature(target).parameters) & set(component.params.model_fields))
+    # A size of the kind may share a name with a param that overrides it (an optimizer's betas over train.betas):
+    # the kind declares the size, the component its param, each once.
+    sizes = set(get_registry().kinds[component.kind].sizes)
+    repeated = sorted((set(inspect.signature(target).parameters) - sizes) & set(component.params.model_fields))
     assert not repeated, f"{component.factory_path} repeats params of {component.params.__name__}: {repeated}"
 
 
