@@ -19,10 +19,9 @@ from tqdm.auto import tqdm
 
 from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
+from specformer.threads import auto_threads
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_train.cache import load_tokenized
-from specformer_train.corpus import find_corpus
-from specformer_train.threads import auto_threads
+from specformer_text import find_corpus, load_tokenized
 
 from specformer_eval.loading import load_model
 from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens

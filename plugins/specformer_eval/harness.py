@@ -37,8 +37,7 @@ from tqdm.auto import tqdm
 from specformer.checkpoint import read_metadata
 from specformer.tokenizer import Tokenizer
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_generate import generate
-from specformer_generate.samplers.pipeline import Sampler, build_sampler
+from specformer_generate import Sampler, build_sampler, generate
 
 from specformer_eval.loading import load_model
 from specformer_eval.scoring import score_windows

@@ -19,8 +19,8 @@ import torch
 from specformer.checkpoint import read_metadata
 from specformer.errors import UserError
 from specformer.outputs import check_folder_output, staged_folder
+from specformer.threads import auto_threads
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
 from specformer_eval.inspection import Inspection, choose_token, inspect_prompt

@@ -38,10 +38,12 @@ def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_finetune.merge_cli import configure, run
+    from specformer_finetune import merge_cli, peft_cli  # late: only a command line builds these parsers
 
     commands.add("merge", help="Fold an adapter checkpoint into its base: a plain checkpoint (W + B @ A * alpha / rank).",
-                 configure=configure, run=run)
+                 configure=merge_cli.configure, run=merge_cli.run)
+    commands.add("peft", help="Write an adapter checkpoint as a PEFT LoRA folder, or import one onto its base.",
+                 configure=peft_cli.configure, run=peft_cli.run)
 
 
 # -- the train plugin's hooks: apply train.adapter, save only its tensors, complete them on resume --------------

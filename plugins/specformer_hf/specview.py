@@ -17,6 +17,7 @@ from specformer.attention import head_sizes
 from specformer.errors import UserError
 from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
+from specformer_layers import default_gated_hidden
 
 
 class NotExpressible(UserError):
@@ -169,8 +170,6 @@ def _resolved_ffn(ffn: dict[str, Any], d_model: int) -> dict[str, Any]:
     """The built-in feed-forwards' ``hidden: null``, written out as the width they build."""
     if ffn.get("hidden") is not None or ffn["kind"] not in ("swiglu", "geglu", "reglu", "mlp", "moe"):
         return ffn
-    from specformer_layers.ffn.gated import default_gated_hidden
-
     gated = ffn["kind"] != "mlp" and ffn.get("gated", True)
     return {**ffn, "hidden": default_gated_hidden(d_model) if gated else 4 * d_model}
 

@@ -22,7 +22,8 @@ from specformer.devices import parse_device
 from specformer.errors import UserError
 from specformer.threads import use_threads
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
+from specformer_text import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
+
 from specformer_serve import limits, origin
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
