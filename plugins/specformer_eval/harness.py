@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from specformer.checkpoint import read_metadata
 from specformer.tokenizer import Tokenizer
 from specformer.tokenizer_choice import checkpoint_tokenizer
-from specformer_generate import Sampler, build_sampler, generate
+import specformer_generate
+from specformer_generate import Sampler, build_sampler
 
 from specformer_eval.loading import load_model
 from specformer_eval.scoring import score_windows
@@ -168,7 +169,7 @@ class SpecformerLM(TemplateLM):
                 # Keep the end of each prompt, leaving room for the new tokens (as lm_eval's hf model does).
                 prompts = [self.tok_encode(requests[i].args[0])[-(self.max_length - max_new):] or [self.eot_token_id]
                            for i in chunk]
-                rows = generate(self.model, prompts, max_new_tokens=max_new, sampler=sampler, seed=self.seed,
+                rows = specformer_generate.generate(self.model, prompts, max_new_tokens=max_new, sampler=sampler, seed=self.seed,
                                 eos_token_id=self.eot_token_id, stop=stop)
                 for i, prompt, row in zip(chunk, prompts, rows):
                     new = [t for t in row[len(prompt):] if t != self.eot_token_id]

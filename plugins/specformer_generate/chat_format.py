@@ -4,7 +4,7 @@ The template, first found of: ``--no-chat-template`` (none: plain text), ``--cha
 NAME|FILE`` (a built-in name such as ``chatml``, or a Jinja file), the checkpoint's own (an
 imported model's tokenizer_config.json, kept in its header), else none. Rendering and the
 end of a turn are the text services' (:mod:`specformer_text.chat_template`,
-:mod:`specformer_text.turn_end`), the same code that rendered the model's training
+:mod:`specformer_text.end_of_turn`), the same code that rendered the model's training
 conversations and that ``specformer serve`` uses. With ``--ids`` (token ids in and out) no template applies unless
 one is asked for, which is then an error: a template renders text.
 """

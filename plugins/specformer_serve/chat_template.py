@@ -11,7 +11,7 @@ the generation prompt is always added. Rendering is bounded in time and output
 failing, raises TemplateError, which the server answers with a 400.
 
 The chosen template also says where the model's reply ends (:func:`ServedTemplate.turn_end`,
-from :mod:`specformer_text.turn_end`): its end marker (``<|im_end|>`` for ChatML), the
+from :mod:`specformer_text.end_of_turn`): its end marker (``<|im_end|>`` for ChatML), the
 tokenizer_config's ``eos_token`` and the generation_config's ``eos_token_id``; a chat
 choice stops there with ``finish_reason: stop`` and the marker is not part of its text.
 """

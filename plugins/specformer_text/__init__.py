@@ -12,7 +12,7 @@ hf and serve plugins import these names from here, never from another plugin.
 - Tokenizer files (:mod:`.tokenizer_file`): a Hugging Face ``tokenizer.json`` made into
   the tokenizer a checkpoint stores, and attaching one to a checkpoint.
 - Chat templates (:mod:`.chat_template`, bounded by :mod:`.template_bounds` and
-  :mod:`.template_sandbox`) and where a turn ends (:mod:`.turn_end`).
+  :mod:`.template_sandbox`) and where a turn ends (:mod:`.end_of_turn`).
 - :mod:`.header_keys`, where hf import keeps a model folder's JSON files in a checkpoint
   header; :class:`OutputError`, a file that could not be written.
 
@@ -35,10 +35,6 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
-
-# Eager, and light: the function ``turn_end`` shares its module's name, and only a binding made here, after the
-# submodule's import, keeps ``specformer_text.turn_end`` the function.
-from specformer_text.turn_end import TurnEnd, template_markers, turn_end
 
 _EXPORTS = {
     "DEFAULT_CORPUS_BYTES": "specformer_text.corpus",
@@ -69,6 +65,10 @@ _EXPORTS = {
     "template_from_metadata": "specformer_text.chat_template",
     "DEFAULT_MAX_OUTPUT": "specformer_text.template_bounds",
     "DEFAULT_TIMEOUT": "specformer_text.template_bounds",
+    "KNOWN_MARKERS": "specformer_text.end_of_turn",
+    "TurnEnd": "specformer_text.end_of_turn",
+    "template_markers": "specformer_text.end_of_turn",
+    "turn_end": "specformer_text.end_of_turn",
     "CONFIG_KEY": "specformer_text.header_keys",
     "FAMILY_KEY": "specformer_text.header_keys",
     "GENERATION_CONFIG_KEY": "specformer_text.header_keys",
@@ -76,7 +76,7 @@ _EXPORTS = {
     "OutputError": "specformer_text.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "TurnEnd", "template_markers", "turn_end"])
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
