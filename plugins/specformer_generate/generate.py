@@ -21,6 +21,7 @@ from torch import Tensor
 
 from specformer.plugins import get_plugin_manager
 from specformer_generate import arguments
+from specformer_generate.beam import beam_search
 from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
 from specformer_generate.inputs import PromptBatch, prompt_batch
@@ -100,8 +101,6 @@ def generate(
     length_penalty = arguments.finite_number("length_penalty", length_penalty)
     early_stopping = arguments.early_stopping(early_stopping)
     if num_beams > 1:
-        from specformer_generate.beam import beam_search
-
         if draft is not None:
             raise ValueError("draft= (speculative decoding) works with sampling and greedy decoding, not beam search; "
                              "drop num_beams or draft")
@@ -156,7 +155,7 @@ def stream(
     start = time.perf_counter()
     produced = 0
     # The consumer runs between items, so inference mode is entered per step, not held.
-    _check_mode(model)
+    arguments.check_mode(model)
     try:
         with torch.inference_mode():
             run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
@@ -366,23 +365,11 @@ def _inference(model: Any) -> Iterator[None]:
     the mode the other one set. Generation therefore never writes module state; a model
     whose training mode would change its output (active dropout) is refused instead.
     """
-    _check_mode(model)
+    arguments.check_mode(model)
     with torch.inference_mode():
         yield
 
 
-def _check_mode(model: Any) -> None:
-    """A ValueError when a module of ``model`` is in training mode with dropout that would apply."""
-    for name, module in model.named_modules():
-        if not module.training:
-            continue
-        rate = module.p if isinstance(module, torch.nn.modules.dropout._DropoutNd) else getattr(module, "dropout", None)
-        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
-            raise ValueError(
-                f"the model is in training mode and {name or 'the model'} applies dropout ({rate}), which would make "
-                f"generation random; call model.eval() before generating (generate never switches the mode itself, "
-                f"so that other threads using the model are not affected)"
-            )
 
 
 #: This package's folder (with the separator, so that no sibling folder matches): frames in it are ours.
