@@ -142,7 +142,7 @@ def _harness() -> Any:
     if importlib.util.find_spec("lm_eval") is None:
         raise UserError("--tasks needs lm-evaluation-harness, which is not installed; "
                         "install it with: pip install 'specformer[eval]'")
-    from specformer_eval import harness
+    from specformer_eval import harness  # late: imports lm_eval, an optional extra checked just above
 
     return harness
 

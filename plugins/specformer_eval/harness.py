@@ -35,6 +35,7 @@ from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_tex
 from tqdm.auto import tqdm
 
 from specformer.checkpoint import read_metadata
+from specformer.errors import UserError
 from specformer.tokenizer import Tokenizer
 from specformer.tokenizer_choice import checkpoint_tokenizer
 import specformer_generate
@@ -217,8 +218,6 @@ def run_tasks(lm: SpecformerLM, tasks: list[str], *, include_path: str | None = 
 
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-
-    from specformer.errors import UserError
 
     manager = None
     if include_path:

@@ -24,14 +24,14 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_checkpoint_layout(metadata: dict[str, str], tensors: dict[str, Any], where: str) -> Any:
-    from specformer_finetune.adapter_file import float_layout
+    from specformer_finetune.adapter_file import float_layout  # late: imports torch; loading the plugin must not
 
     return float_layout(metadata, tensors, where)
 
 
 @hookimpl
 def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
-    from specformer_finetune.adapter_file import load_adapted
+    from specformer_finetune.adapter_file import load_adapted  # late: imports torch, as above
 
     return load_adapted(checked, device)
 
@@ -51,21 +51,21 @@ def specformer_register_commands(commands: Any) -> None:
 
 @hookimpl
 def specformer_train_prepare_model(model: Any, config: Any, init: str | None) -> None:
-    from specformer_finetune.training import prepare_model
+    from specformer_finetune.training import prepare_model  # late: imports torch, as above
 
     prepare_model(model, config, init)
 
 
 @hookimpl
 def specformer_train_saved_weights(model: Any, weights: dict[str, Any], path: str) -> Any:
-    from specformer_finetune.training import saved_weights
+    from specformer_finetune.training import saved_weights  # late: imports torch, as above
 
     return saved_weights(model, weights, path)
 
 
 @hookimpl
 def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any:
-    from specformer_finetune.training import resumed_weights
+    from specformer_finetune.training import resumed_weights  # late: imports torch, as above
 
     return resumed_weights(model, weights)
 
@@ -73,6 +73,6 @@ def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any
 @hookimpl
 def specformer_train_rows(config: Any, tokenizer: Any, seq_len: int, metadata: dict[str, str] | None,
                           vocab_size: int) -> Any:
-    from specformer_finetune.training import chat_rows
+    from specformer_finetune.training import chat_rows  # late: imports torch, as above
 
     return chat_rows(config, tokenizer, seq_len=seq_len, metadata=metadata, vocab_size=vocab_size)

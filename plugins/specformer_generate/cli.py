@@ -220,7 +220,7 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device, tokenizer
 def _quantize(model: Any, scheme: str) -> None:
     """``--quantize``: the model's weights quantized in place by the quantization plugin."""
     try:
-        from specformer_quant import quantize
+        from specformer_quant import quantize  # late: the quantization plugin is optional here
     except ImportError:
         raise UserError("--quantize needs the specformer_quant plugin, which is not installed") from None
     if getattr(model, "quantization", None):

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from specformer.params import Params, SubComponent
 from specformer.registry import Resolved
-from specformer_generate.samplers.pipeline import Sampler
+from specformer_generate.samplers.pipeline import Sampler, build_sampler
 
 
 class GenerateSpec(Params):
@@ -70,8 +70,6 @@ class GenerateSpec(Params):
         return value
 
     def build_sampler(self) -> Sampler:
-        from specformer_generate.samplers.pipeline import build_sampler
-
         return build_sampler(self.sampler)
 
     def eos_ids(self) -> list[int] | None:

@@ -17,6 +17,7 @@ from specformer.attention import head_sizes
 from specformer.errors import UserError
 from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
+from specformer.plugins import get_registry
 from specformer_layers import default_gated_hidden
 
 
@@ -45,8 +46,6 @@ class SpecView:
 
     @classmethod
     def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
-        from specformer.plugins import get_registry
-
         registry = registry if registry is not None else get_registry()
         m = spec.model
 
@@ -129,8 +128,6 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     A component's ``kind`` is replaced by its factory: ``{kind: swiglu, activation:
     gelu_tanh}`` and ``{kind: geglu, activation: gelu_tanh}`` build the same module.
     """
-    from specformer.plugins import get_registry
-
     registry = registry if registry is not None else get_registry()
     view = SpecView.of(spec, registry)
 
