@@ -20,8 +20,7 @@ import torch
 from torch import Tensor
 
 from specformer.plugins import get_plugin_manager
-from specformer_generate import arguments
-from specformer_generate.beam import beam_search
+from specformer_generate import arguments, beam
 from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
 from specformer_generate.inputs import PromptBatch, prompt_batch
@@ -110,7 +109,7 @@ def generate(
                                   num_beams=num_beams)
         _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="beam search")
         with _inference(model):
-            result, produced = beam_search(
+            result, produced = beam.beam_search(
                 model, batch, max_new_tokens=checked.max_new_tokens, num_beams=num_beams,
                 length_penalty=length_penalty, early_stopping=early_stopping,
                 sampler=None if sampler is None else checked.sampler, eos=checked.eos, stop=checked.stop,
