@@ -49,7 +49,7 @@ def main() -> int:
     from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_eval import evaluate_documents
     from specformer_train.config import TrainConfig
-    from specformer_train.corpus import default_corpus
+    from specformer_text.corpus import default_corpus
 
     spec = load_spec(args.spec)
     config = spec.section("train") or TrainConfig()

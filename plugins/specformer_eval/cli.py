@@ -19,10 +19,9 @@ from tqdm.auto import tqdm
 
 from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
+from specformer.machine.threads import auto_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
-from specformer_train.cache import load_tokenized
-from specformer_train.corpus import find_corpus
-from specformer_train.threads import auto_threads
+from specformer_text import find_corpus, load_tokenized
 
 from specformer_eval.loading import load_model
 from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens
@@ -143,7 +142,7 @@ def _harness() -> Any:
     if importlib.util.find_spec("lm_eval") is None:
         raise UserError("--tasks needs lm-evaluation-harness, which is not installed; "
                         "install it with: pip install 'specformer[eval]'")
-    from specformer_eval import harness
+    from specformer_eval import harness  # late: imports lm_eval, an optional extra checked just above
 
     return harness
 

@@ -35,10 +35,11 @@ from lm_eval.models.utils import normalize_gen_kwargs, postprocess_generated_tex
 from tqdm.auto import tqdm
 
 from specformer.checkpoint.save_load import read_metadata
+from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import Tokenizer
 from specformer.tokenizers.choice import checkpoint_tokenizer
-from specformer_generate import generate
-from specformer_generate.samplers.pipeline import Sampler, build_sampler
+import specformer_generate
+from specformer_generate import Sampler, build_sampler
 
 from specformer_eval.loading import load_model
 from specformer_eval.scoring import score_windows
@@ -169,7 +170,7 @@ class SpecformerLM(TemplateLM):
                 # Keep the end of each prompt, leaving room for the new tokens (as lm_eval's hf model does).
                 prompts = [self.tok_encode(requests[i].args[0])[-(self.max_length - max_new):] or [self.eot_token_id]
                            for i in chunk]
-                rows = generate(self.model, prompts, max_new_tokens=max_new, sampler=sampler, seed=self.seed,
+                rows = specformer_generate.generate(self.model, prompts, max_new_tokens=max_new, sampler=sampler, seed=self.seed,
                                 eos_token_id=self.eot_token_id, stop=stop)
                 for i, prompt, row in zip(chunk, prompts, rows):
                     new = [t for t in row[len(prompt):] if t != self.eot_token_id]
@@ -217,8 +218,6 @@ def run_tasks(lm: SpecformerLM, tasks: list[str], *, include_path: str | None = 
 
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-
-    from specformer.errors import UserError
 
     manager = None
     if include_path:

@@ -19,8 +19,8 @@ import torch
 from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
 from specformer.files.outputs import check_folder_output, staged_folder
+from specformer.machine.threads import auto_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
-from specformer_train.threads import auto_threads
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
 from specformer_eval.inspection import Inspection, choose_token, inspect_prompt

@@ -1,5 +1,5 @@
 """specformer's fine-tuning plugin: adapters (a registry kind ``adapter``, with ``lora``), adapter checkpoints,
-chat templates and chat data with loss masking, ``specformer merge``, and PEFT interop.
+chat data with loss masking, ``specformer merge``, and PEFT interop (``specformer peft``).
 
 ::
 
@@ -8,24 +8,30 @@ chat templates and chat data with loss masking, ``specformer merge``, and PEFT i
     ...                                   # train: only the adapter's tensors require gradients
     merge_adapter(model)                  # fold B @ A * alpha / rank into the base weights, in place
 
-Chat templates, for the plugins that talk to a chat model (generate, chat, serve)::
+Chat templates, which the chat data is rendered with, are :mod:`specformer_text`'s, shared
+with the plugins that talk to a chat model (generate, chat, serve).
 
-    from specformer_finetune import render, resolve_template, turn_end
-    source, tokens = resolve_template("chatml", metadata)      # a built-in name, a file, or the checkpoint's own
-    text = render(source, messages, add_generation_prompt=True, **tokens)
-    end = turn_end(source, tokenizer=tokenizer, metadata=metadata)   # ids and strings that end the reply
-
-Rendering is bounded (``render(..., timeout=DEFAULT_TIMEOUT, max_output=DEFAULT_MAX_OUTPUT)``);
-``compile_template`` checks a template up front.
+Names are imported on first use, so loading the plugin (which every ``specformer``
+command does) imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from specformer_finetune.apply import adapter_of, apply_adapter, merge_adapter
-from specformer_finetune.chat_template import BUILTIN, TemplateError, compile_template, render, resolve_template, \
-    template_from_metadata
-from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
-from specformer_finetune.turn_end import TurnEnd, turn_end
+import importlib
+from typing import Any
 
-__all__ = ["BUILTIN", "DEFAULT_MAX_OUTPUT", "DEFAULT_TIMEOUT", "TemplateError", "TurnEnd", "adapter_of", "apply_adapter",
-           "compile_template", "merge_adapter", "render", "resolve_template", "template_from_metadata", "turn_end"]
+_EXPORTS = {
+    "adapter_of": "specformer_finetune.apply",
+    "apply_adapter": "specformer_finetune.apply",
+    "merge_adapter": "specformer_finetune.apply",
+    "export_peft": "specformer_finetune.peft_io",
+    "import_peft": "specformer_finetune.peft_io",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specformer_finetune' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from specformer.checkpoint.check import TensorInfo
+import specformer
+from specformer.checkpoint.check import TensorInfo, check_checkpoint
 from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter, resolve_adapter
@@ -75,8 +76,6 @@ def adapter_metadata(model: torch.nn.Module, where: str | Path, base_metadata: d
 
 def save_adapter(model: torch.nn.Module, path: str | Path, *, metadata: dict[str, str] | None = None) -> Path:
     """Write ``model``'s adapter (tensors and header) to ``path`` atomically."""
-    import specformer
-
     info = adapter_of(model)
     if info is None:
         raise ValueError("the model has no adapter to save")
@@ -124,8 +123,6 @@ def base_path(record: dict[str, Any], where: str) -> Path:
 
 def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where: str) -> dict[str, TensorInfo] | None:
     """The base's layout, for an adapter checkpoint (its spec is checked against the base's weights); else None."""
-    from specformer.checkpoint.check import check_checkpoint
-
     record = read_record(metadata, where)
     if record is None:
         return None
@@ -143,8 +140,6 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
 
 def load_adapted(checked: Any, device: Any, *, quantize_base: bool = True, verify: bool = True) -> Any:
     """The base model with the adapter of an adapter checkpoint applied and loaded; None for any other checkpoint."""
-    import specformer
-
     where = str(checked.path)
     record = read_record(checked.metadata, where)
     if record is None:

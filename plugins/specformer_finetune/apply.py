@@ -19,6 +19,9 @@ import torch
 from torch import nn
 
 from specformer.registry.params import resolve_component
+from specformer_quant import quantize
+
+from specformer_finetune.frozen import freeze_quantized
 from specformer_finetune.targets import select_targets
 
 KIND = "adapter"
@@ -59,10 +62,6 @@ def apply_adapter(model: nn.Module, ref: Any, *, quantize_base: bool = True, pat
     recipe = None
     base = getattr(adapter.params, "base", None)
     if quantize_base and base is not None:
-        from specformer_quant import quantize
-
-        from specformer_finetune.frozen import freeze_quantized
-
         recipe = quantize(model, base.to_dict() if hasattr(base, "to_dict") else base)
         freeze_quantized(model)  # the quantized kernels have no backward: give the inputs their gradient
     for param in model.parameters():

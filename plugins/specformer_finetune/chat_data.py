@@ -2,7 +2,7 @@
 
 A ``.jsonl`` file whose records hold ``messages`` (a list of ``{"role", "content"}``) or
 ``prompt`` and ``completion`` is read as training conversations. Each conversation is
-rendered with the chat template (:mod:`specformer_finetune.chat_template`) piece by piece:
+rendered with the chat template (:mod:`specformer_text.chat_template`) piece by piece:
 for each assistant message the text up to it with the generation prompt (``<|im_start|>
 assistant\\n``) is the context, and what the full rendering adds after that (the reply and
 its end marker) is the assistant's. The pieces are tokenized one after another (special
@@ -12,7 +12,7 @@ the prompt followed by the completion and the end-of-text token (these two count
 
 Conversations follow each other separated by the end-of-text token (never counted), so
 packing and document masking work as for plain text; rows are cut and shuffled exactly as
-:class:`~specformer_train.data.PackedRows` cuts text, the mask cut beside the tokens.
+:class:`~specformer_train.PackedRows` cuts text, the mask cut beside the tokens.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from specformer.errors import UserError
-from specformer_finetune.chat_template import TemplateError, render
-from specformer_train.data import EvalRows, PackedRows, split_tokens
+from specformer_text import TemplateError, render
+from specformer_train import EvalRows, PackedRows, split_tokens
 
 
 def looks_like_chat(path: str | None) -> bool:

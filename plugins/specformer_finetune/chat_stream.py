@@ -21,9 +21,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from specformer_text import Corpus
+from specformer_train import StreamRows
+
 from specformer_finetune.chat_data import encode_record, eot_counts, iter_records
-from specformer_train.corpus import Corpus
-from specformer_train.stream import StreamRows
 
 
 class ChatStreamRows(StreamRows):

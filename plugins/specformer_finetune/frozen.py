@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from specformer_quant.weights import QuantizedLinear
+from specformer_quant import QuantizedLinear
 
 
 class _InputGradOnly(torch.autograd.Function):

@@ -26,6 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # late: these import torch; `specformer merge --help` must not
     import specformer
     from specformer.checkpoint.save_load import read_metadata
     from specformer.checkpoint.check import check_checkpoint

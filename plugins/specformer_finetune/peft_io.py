@@ -3,7 +3,7 @@
 specformer and Hugging Face name and lay out the same layers differently (one fused QKV
 projection here, ``q_proj``/``k_proj``/``v_proj`` there; split, concatenated or
 head-interleaved rows depending on the family). Rather than knowing every layout, both
-directions go through the family's own weight rules (:mod:`specformer_hf.rules`), which
+directions go through the family's own weight rules (:mod:`specformer_hf`'s :class:`~specformer_hf.Rule`), which
 are linear in the weights: each adapted layer's update ``delta = B @ A * scaling`` is
 converted like a weight (other parts of a fused tensor as zeros), and each converted
 update is factored back into ``B @ A`` by an SVD, truncated to the rank the update can
@@ -13,10 +13,11 @@ a fused update of ``k`` parts at most ``k * r``.
 - Export writes ``adapter_config.json`` (LoRA, rank ``r``, ``lora_alpha = r`` so the
   scaling is 1, the Hugging Face module names as ``target_modules``) and
   ``adapter_model.safetensors`` (``base_model.model.<module>.lora_A.weight`` / ``lora_B``),
-  which ``peft.PeftModel.from_pretrained`` loads onto the base exported by ``hf export``.
+  which ``peft.PeftModel.from_pretrained`` loads onto the base exported by ``hf export``
+  (the ``specformer peft export`` command, :mod:`.peft_cli`).
 - Import reads such a folder (plain LoRA: no DoRA, no ``fan_in_fan_out``; rsLoRA and
   per-module rank/alpha patterns are honoured) onto a specformer base checkpoint and
-  writes an adapter checkpoint whose rank is the largest any layer needs.
+  writes an adapter checkpoint whose rank is the largest any layer needs (``specformer peft import``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from safetensors.torch import load_file
 
+import specformer
+from specformer.checkpoint.save_load import read_metadata, write_safetensors_atomic
 from specformer.errors import UserError
+from specformer.files.outputs import check_folder_output, staged_folder
+from specformer_hf import SpecView, Site, Transposed, choose_family, get_families
+from specformer_text import FAMILY_KEY
+
+from specformer_finetune.adapter_file import base_reference, save_adapter
+from specformer_finetune.apply import adapter_of, apply_adapter
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -39,10 +49,6 @@ _V = TypeVar("_V", int, float)
 
 
 def _family(model: Any, family: str | None, prefer: str | None) -> Any:
-    from specformer_hf.exporter import choose_family
-    from specformer_hf.family import get_families
-    from specformer_hf.specview import SpecView
-
     chosen, _ = choose_family(SpecView.of(model.spec), get_families(), prefer=prefer, only=family)
     return chosen
 
@@ -59,9 +65,7 @@ def _factor(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def hf_deltas(model: Any, family: Any) -> dict[str, torch.Tensor]:
     """Each Hugging Face module's update (``module name -> (out, in)``) from the adapter on ``model``."""
-    from specformer_hf.rules import Site, Transposed
 
-    from specformer_finetune.apply import adapter_of
 
     info = adapter_of(model)
     deltas = {f"{name}.weight": model.get_submodule(name).delta_weight().detach().float() for name in info.targets}
@@ -95,16 +99,11 @@ def export_peft(model: Any, directory: str | Path, *, family: str | None = None,
     The folder follows :mod:`specformer.files.outputs`: absent or empty, or with ``force`` replaced
     once the new one is complete; never one that is or holds any of ``inputs``.
     """
-    from specformer.checkpoint.save_load import write_safetensors_atomic
-    from specformer.files.outputs import check_folder_output, staged_folder
-
-    from specformer_finetune.apply import adapter_of
-
     info = adapter_of(model)
     if info is None:
-        raise UserError("--peft exports an adapter, and this checkpoint has none")
+        raise UserError("peft export writes an adapter, and this checkpoint has none")
     if info.ref.get("kind") != "lora":
-        raise UserError(f"--peft writes LoRA adapters; this one is {info.ref.get('kind')!r}")
+        raise UserError(f"peft export writes LoRA adapters; this one is {info.ref.get('kind')!r}")
     directory = Path(directory)
     check_folder_output(directory, inputs=inputs, force=force)
     chosen = _family(model, family, prefer)
@@ -135,8 +134,6 @@ def export_peft(model: Any, directory: str | Path, *, family: str | None = None,
 
 def read_peft(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """A PEFT LoRA folder's config and each module's update ``B @ A * scaling``; UserError for what is not plain LoRA."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     try:
         config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
@@ -218,14 +215,6 @@ def _pattern(value: Any, where: Path, field: str, check: Callable[[Any, Path, st
 
 def import_peft(directory: str | Path, base: str | Path, output: str | Path, *, family: str | None = None) -> Any:
     """Write an adapter checkpoint at ``output``: the PEFT LoRA folder ``directory`` on the checkpoint ``base``."""
-    import specformer
-    from specformer.checkpoint.save_load import read_metadata
-    from specformer_hf.importer import FAMILY_KEY
-    from specformer_hf.rules import Site
-
-    from specformer_finetune.adapter_file import base_reference, save_adapter
-    from specformer_finetune.apply import apply_adapter
-
     _, deltas = read_peft(directory)
     model = specformer.load(base)
     chosen = _family(model, family, read_metadata(base).get(FAMILY_KEY))

@@ -25,24 +25,26 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_checkpoint_layout(metadata: dict[str, str], tensors: dict[str, Any], where: str) -> Any:
-    from specformer_finetune.adapter_file import float_layout
+    from specformer_finetune.adapter_file import float_layout  # late: imports torch; loading the plugin must not
 
     return float_layout(metadata, tensors, where)
 
 
 @hookimpl
 def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
-    from specformer_finetune.adapter_file import load_adapted
+    from specformer_finetune.adapter_file import load_adapted  # late: imports torch, as above
 
     return load_adapted(checked, device)
 
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_finetune.merge_cli import configure, run
+    from specformer_finetune import merge_cli, peft_cli  # late: only a command line builds these parsers
 
     commands.add("merge", help="Fold an adapter checkpoint into its base: a plain checkpoint (W + B @ A * alpha / rank).",
-                 configure=configure, run=run)
+                 configure=merge_cli.configure, run=merge_cli.run)
+    commands.add("peft", help="Write an adapter checkpoint as a PEFT LoRA folder, or import one onto its base.",
+                 configure=peft_cli.configure, run=peft_cli.run)
 
 
 # -- the train plugin's hooks: apply train.adapter, save only its tensors, complete them on resume --------------
@@ -50,21 +52,21 @@ def specformer_register_commands(commands: Any) -> None:
 
 @hookimpl
 def specformer_train_prepare_model(model: Any, config: Any, init: str | None) -> None:
-    from specformer_finetune.training import prepare_model
+    from specformer_finetune.training import prepare_model  # late: imports torch, as above
 
     prepare_model(model, config, init)
 
 
 @hookimpl
 def specformer_train_saved_weights(model: Any, weights: dict[str, Any], path: str) -> Any:
-    from specformer_finetune.training import saved_weights
+    from specformer_finetune.training import saved_weights  # late: imports torch, as above
 
     return saved_weights(model, weights, path)
 
 
 @hookimpl
 def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any:
-    from specformer_finetune.training import resumed_weights
+    from specformer_finetune.training import resumed_weights  # late: imports torch, as above
 
     return resumed_weights(model, weights)
 
@@ -72,6 +74,6 @@ def specformer_train_resumed_weights(model: Any, weights: dict[str, Any]) -> Any
 @hookimpl
 def specformer_train_rows(config: Any, tokenizer: Any, seq_len: int, metadata: dict[str, str] | None,
                           vocab_size: int) -> Any:
-    from specformer_finetune.training import chat_rows
+    from specformer_finetune.training import chat_rows  # late: imports torch, as above
 
     return chat_rows(config, tokenizer, seq_len=seq_len, metadata=metadata, vocab_size=vocab_size)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,13 @@ from typing import Any
 
 from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import CheckpointError, UserError
+from specformer_text import BUILTIN, TurnEnd, find_corpus, make_tokenizer, render, resolve_template, turn_end
+from specformer_train import data_record, stream_record
+
 from specformer_finetune.adapter_file import adapter_metadata, base_reference
 from specformer_finetune.apply import adapter_of, adapter_state, apply_adapter, is_adapter_tensor
+from specformer_finetune.chat_data import ChatEvalRows, chat_data, encode_file, looks_like_chat
+from specformer_finetune.chat_stream import ChatStreamRows
 
 
 def prepare_model(model: Any, config: Any, init: str | None) -> None:
@@ -70,13 +76,11 @@ class ChatPrompting:
 
     source: str
     tokens: dict[str, str]
-    turn_end: Any  # specformer_finetune.turn_end.TurnEnd
+    turn_end: TurnEnd
     option: str  # "--chat-template chatml", or "" when the checkpoint's own template is the one
 
     def prompt(self, text: str) -> str:
         """``text`` as the one user message of a conversation, with the assistant's turn opened."""
-        from specformer_finetune.chat_template import render
-
         return render(self.source, [{"role": "user", "content": text or FALLBACK_CHAT_PROMPT}],
                       add_generation_prompt=True, **self.tokens)
 
@@ -103,12 +107,6 @@ class ChatTraining:
 def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, str] | None,
               vocab_size: int) -> ChatTraining | None:
     """Rows with a loss mask when ``train.data`` is a chat jsonl (messages or prompt/completion); else None."""
-    from specformer_train.datasource import data_record
-    from specformer_train.tokenization import make_tokenizer
-
-    from specformer_finetune.chat_data import chat_data, encode_file, looks_like_chat
-    from specformer_finetune.chat_template import resolve_template
-
     if not looks_like_chat(config.data):
         if config.chat_template is not None and config.data is not None:
             raise UserError(f"train.chat_template is set but {config.data} is not chat data (a .jsonl file whose "
@@ -136,9 +134,6 @@ def chat_rows(config: Any, tokenizer: Any, *, seq_len: int, metadata: dict[str, 
 def _prompting(config: Any, template: tuple[str, dict[str, str]] | None, tokenizer: Any,
                metadata: dict[str, str] | None) -> ChatPrompting | None:
     """The run's :class:`ChatPrompting`; None without a template (chat data rendered as plain text)."""
-    from specformer_finetune.chat_template import BUILTIN
-    from specformer_finetune.turn_end import turn_end
-
     if template is None:
         return None
     source, tokens = template
@@ -159,14 +154,6 @@ def _prompting(config: Any, template: tuple[str, dict[str, str]] | None, tokeniz
 def _streamed_chat(config: Any, tokenizer: Any, template: tuple[str, dict[str, str]] | None, *,
                    seq_len: int) -> ChatTraining:
     """Chat rows read lazily (``train.streaming``), the validation rows held out as for streamed text."""
-    import hashlib
-
-    from specformer_train.corpus import find_corpus
-    from specformer_train.datasource import stream_record
-
-    from specformer_finetune.chat_data import ChatEvalRows
-    from specformer_finetune.chat_stream import ChatStreamRows
-
     corpus = find_corpus(config.data, text_field=config.text_field)
     holdout = 0 if config.val_fraction == 0 else (config.eval_steps or 0) * config.batch_size
     stream = ChatStreamRows(corpus, tokenizer, template, seq_len=seq_len, seed=config.seed, holdout_rows=holdout)

@@ -1,5 +1,8 @@
 """Checks of ``generate()``'s and ``stream()``'s arguments: one clear ValueError each, never a raw TypeError.
 
+:func:`check_mode` checks the model itself (no dropout in training mode); a session and a
+draft model are checked by it too.
+
 Each function returns the value in the form the loop uses (``eos_ids`` a list of ids,
 ``stop_sequences`` a list of id lists) or raises a ``ValueError`` naming the argument,
 what it got (shortened) and what is accepted.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from torch import Tensor
 
 
@@ -108,3 +112,15 @@ def early_stopping(value: Any) -> bool | str:
         return value
     raise ValueError(f"early_stopping must be True, False or 'never', got {_shown(value)}")
 
+def check_mode(model: Any) -> None:
+    """A ValueError when a module of ``model`` is in training mode with dropout that would apply."""
+    for name, module in model.named_modules():
+        if not module.training:
+            continue
+        rate = module.p if isinstance(module, torch.nn.modules.dropout._DropoutNd) else getattr(module, "dropout", None)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+            raise ValueError(
+                f"the model is in training mode and {name or 'the model'} applies dropout ({rate}), which would make "
+                f"generation random; call model.eval() before generating (generate never switches the mode itself, "
+                f"so that other threads using the model are not affected)"
+            )

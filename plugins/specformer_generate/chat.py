@@ -29,6 +29,7 @@ from typing import Any
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import Tokenizer
 from specformer_generate.chat_format import ChatFormat
+from specformer_generate.continuation import continuation_text, shown_so_far
 from specformer_generate.prompt_input import encode, prompt_source, read_stdin
 from specformer_generate.session import Session
 
@@ -116,8 +117,6 @@ def _mark_turn(line: str) -> None:
 def _reply(session: Session, tokenizer: Tokenizer, *, per_turn: int, stops: list[str], ids_mode: bool,
            turn_end: Any = None, transcript: bool = False) -> str:
     """Print the reply as it is generated, up to the first stop string or end of turn; its text (ids: empty)."""
-    from specformer_generate.cli import continuation_text, shown_so_far
-
     if transcript:
         sys.stdout.write(ASSISTANT_MARK)
     new: list[int] = []

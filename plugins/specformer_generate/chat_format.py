@@ -3,10 +3,9 @@
 The template, first found of: ``--no-chat-template`` (none: plain text), ``--chat-template
 NAME|FILE`` (a built-in name such as ``chatml``, or a Jinja file), the checkpoint's own (an
 imported model's tokenizer_config.json, kept in its header), else none. Rendering and the
-end of a turn are the fine-tuning plugin's (:mod:`specformer_finetune.chat_template`,
-:mod:`specformer_finetune.turn_end`), the same code that rendered the model's training
-conversations and that ``specformer serve`` uses; without that plugin installed, only
-plain text is available. With ``--ids`` (token ids in and out) no template applies unless
+end of a turn are the text services' (:mod:`specformer_text.chat_template`,
+:mod:`specformer_text.end_of_turn`), the same code that rendered the model's training
+conversations and that ``specformer serve`` uses. With ``--ids`` (token ids in and out) no template applies unless
 one is asked for, which is then an error: a template renders text.
 """
 
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer.errors import UserError
+from specformer_text import TurnEnd, render, resolve_template, turn_end
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,12 @@ class ChatFormat:
 
     source: str
     tokens: dict[str, str]
-    turn_end: Any  # specformer_finetune.turn_end.TurnEnd
+    turn_end: TurnEnd
     where: str
 
     def prompt(self, messages: list[dict[str, Any]]) -> str:
         """The text of ``messages`` with the assistant's turn opened (the generation prompt); TemplateError if
         the template fails (a UserError: exit 2)."""
-        from specformer_finetune import render  # the optional plugin: imported only once a template is in use
-
         return render(self.source, messages, add_generation_prompt=True, **self.tokens)
 
 
@@ -47,13 +45,6 @@ def chat_format(args: Any, metadata: dict[str, str], tokenizer: Any) -> ChatForm
         if choice is not None:
             raise UserError("--chat-template renders text, and --ids gives token ids; drop one of them")
         return None
-    try:
-        from specformer_finetune import resolve_template, turn_end
-    except ImportError:
-        if choice is None:
-            return None
-        raise UserError("--chat-template needs specformer's finetune plugin (specformer_finetune), which is not "
-                        "installed") from None
     found = resolve_template(choice, metadata, what="--chat-template")
     if found is None:
         return None

@@ -31,7 +31,9 @@ from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.machine.threads import use_threads
 from specformer.tokenizers.tokenizer import Tokenizer
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer_generate.chat import chat
 from specformer_generate.chat_format import ChatFormat, chat_format
+from specformer_generate.continuation import continuation_text, shown_so_far
 from specformer_generate.generate import generate, stream
 from specformer_generate.memory import parse_max_memory
 from specformer_generate.prompt_input import Prompt, encode, read_prompts
@@ -156,8 +158,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--stop needs some text; an empty string would stop at once")
     draft = _draft(args, model, device, tokenizer) if args.draft is not None else None
     if args.interactive:
-        from specformer_generate.chat import chat
-
         return chat(model, tokenizer, args, sampler=sampler, seed=seed, eos=eos, default_new=section.max_new_tokens,
                     template=template, turn_end=turn_end)
 
@@ -220,7 +220,7 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device, tokenizer
 def _quantize(model: Any, scheme: str) -> None:
     """``--quantize``: the model's weights quantized in place by the quantization plugin."""
     try:
-        from specformer_quant import quantize
+        from specformer_quant import quantize  # late: the quantization plugin is optional here
     except ImportError:
         raise UserError("--quantize needs the specformer_quant plugin, which is not installed") from None
     if getattr(model, "quantization", None):
@@ -237,30 +237,6 @@ def _as_chat(prompt: Prompt, template: ChatFormat, tokenizer: Tokenizer, *, voca
     rendered = template.prompt([{"role": "user", "content": prompt.text}])
     return Prompt(text=prompt.text, ids=encode(rendered, tokenizer, ids_mode=False, where=template.where,
                                                vocab_size=vocab_size).ids)
-
-
-def continuation_text(tokenizer: Tokenizer, new: list[int], stops: list[str],
-                      turn_end: Any = None) -> tuple[str, bool]:
-    """The decoded continuation, cut just after the first stop string it contains, or just before the first
-    end-of-turn marker of ``turn_end`` (a :class:`specformer_finetune.TurnEnd`); and whether either was found."""
-    if turn_end is not None:
-        new = turn_end.visible(new)
-    text = tokenizer.decode(new)
-    ends = [text.find(stop) + len(stop) for stop in stops if stop in text]
-    if turn_end is not None:
-        ends += [text.find(marker) for marker in turn_end.strings if marker in text]
-    return (text[: min(ends)], True) if ends else (text, False)
-
-
-def shown_so_far(tokenizer: Tokenizer, new: list[int], stops: list[str], turn_end: Any = None) -> tuple[str, bool]:
-    """What a stream may print of the continuation ``new`` now: cut as :func:`continuation_text` cuts, less a
-    tail that may still become an end-of-turn marker or is half a character; and whether it ended."""
-    text, ended = continuation_text(tokenizer, new, stops, turn_end)
-    if ended:
-        return text, True
-    if turn_end is not None:
-        text = turn_end.settled(text)
-    return text.rstrip("\ufffd"), False
 
 
 def _generate_with_stops(model: Any, ids: list[list[int]], settings: dict[str, Any], tokenizer: Tokenizer,

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from specformer.registry.discovery import get_plugin_manager
-from specformer_generate import arguments
+from specformer_generate import arguments, beam
 from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
 from specformer_generate.inputs import PromptBatch, prompt_batch
@@ -100,8 +100,6 @@ def generate(
     length_penalty = arguments.finite_number("length_penalty", length_penalty)
     early_stopping = arguments.early_stopping(early_stopping)
     if num_beams > 1:
-        from specformer_generate.beam import beam_search
-
         if draft is not None:
             raise ValueError("draft= (speculative decoding) works with sampling and greedy decoding, not beam search; "
                              "drop num_beams or draft")
@@ -111,7 +109,7 @@ def generate(
                                   num_beams=num_beams)
         _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="beam search")
         with _inference(model):
-            result, produced = beam_search(
+            result, produced = beam.beam_search(
                 model, batch, max_new_tokens=checked.max_new_tokens, num_beams=num_beams,
                 length_penalty=length_penalty, early_stopping=early_stopping,
                 sampler=None if sampler is None else checked.sampler, eos=checked.eos, stop=checked.stop,
@@ -156,7 +154,7 @@ def stream(
     start = time.perf_counter()
     produced = 0
     # The consumer runs between items, so inference mode is entered per step, not held.
-    _check_mode(model)
+    arguments.check_mode(model)
     try:
         with torch.inference_mode():
             run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
@@ -366,23 +364,11 @@ def _inference(model: Any) -> Iterator[None]:
     the mode the other one set. Generation therefore never writes module state; a model
     whose training mode would change its output (active dropout) is refused instead.
     """
-    _check_mode(model)
+    arguments.check_mode(model)
     with torch.inference_mode():
         yield
 
 
-def _check_mode(model: Any) -> None:
-    """A ValueError when a module of ``model`` is in training mode with dropout that would apply."""
-    for name, module in model.named_modules():
-        if not module.training:
-            continue
-        rate = module.p if isinstance(module, torch.nn.modules.dropout._DropoutNd) else getattr(module, "dropout", None)
-        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
-            raise ValueError(
-                f"the model is in training mode and {name or 'the model'} applies dropout ({rate}), which would make "
-                f"generation random; call model.eval() before generating (generate never switches the mode itself, "
-                f"so that other threads using the model are not affected)"
-            )
 
 
 #: This package's folder (with the separator, so that no sibling folder matches): frames in it are ours.

@@ -73,7 +73,7 @@ class GenerateSpec(Params):
         return value
 
     def build_sampler(self) -> Sampler:
-        from specformer_generate.samplers.pipeline import build_sampler
+        from specformer_generate.samplers.pipeline import build_sampler  # late: imports torch; the section is read without it
 
         return build_sampler(self.sampler)
 

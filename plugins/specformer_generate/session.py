@@ -26,7 +26,7 @@ import torch
 
 from specformer_generate import arguments
 from specformer_generate.cache import StaticKVCache
-from specformer_generate.generate import _check_mode
+from specformer_generate.arguments import check_mode
 from specformer_generate.memory import check_generation_memory, estimate
 from specformer_generate.samplers.pipeline import build_sampler
 
@@ -76,7 +76,7 @@ class Session:
         arguments.positive_int("max_new_tokens", max_new_tokens)
         if not self.tokens:
             raise ValueError("append a turn before asking for a reply: the session is empty")
-        _check_mode(self.model)
+        check_mode(self.model)
         for _ in range(min(max_new_tokens, self.room)):
             with torch.inference_mode():
                 logits = self._run_pending()

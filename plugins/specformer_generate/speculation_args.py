@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from specformer_generate.arguments import check_mode
 from specformer_generate.drafters import DraftModel, PromptLookup
 from specformer_generate.samplers.pipeline import Sampler
 from specformer_generate.speculative import PROMPT_LOOKUP_NAMES, Drafter
@@ -43,7 +44,5 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
     device, draft_device = next(model.parameters()).device, next(draft.parameters()).device
     if device != draft_device:
         raise ValueError(f"the draft model is on {draft_device} but the model is on {device}; move one of them")
-    from specformer_generate.generate import _check_mode
-
-    _check_mode(draft)
+    check_mode(draft)
     return DraftModel(draft)

@@ -9,35 +9,48 @@
 On the command line: ``specformer hf import DIR OUT.safetensors`` and
 ``specformer hf export CHECKPOINT DIR``. A plugin adds a family with the
 ``specformer_hf_register_families`` hook (see :mod:`specformer_hf.hookspecs`).
+
+The weight-rule walk is public for plugins that convert more than weights (the
+fine-tuning plugin's PEFT interop): :func:`choose_family` picks the family of a
+:class:`SpecView`, and each family's :class:`Rule` objects map names and tensors at a
+:class:`Site` (the model and a layer).
+
+Names are imported on first use, so loading the plugin (which every ``specformer``
+command does) imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from specformer_hf.config import ConfigReader
-from specformer_hf.exporter import to_hf
-from specformer_hf.family import Families, Family, get_families
-from specformer_hf.hookspecs import hookimpl
-from specformer_hf.importer import Imported, from_hf, import_hf
-from specformer_hf.rules import Copy, Fused, HeadInterleavedQKV, PerExpert, Rule, Site, Transposed
-from specformer_hf.specview import NotExpressible, SpecView
+import importlib
+from typing import Any
 
-__all__ = [
-    "ConfigReader",
-    "Copy",
-    "Families",
-    "Family",
-    "Fused",
-    "HeadInterleavedQKV",
-    "Imported",
-    "NotExpressible",
-    "PerExpert",
-    "Rule",
-    "Site",
-    "SpecView",
-    "Transposed",
-    "from_hf",
-    "get_families",
-    "hookimpl",
-    "import_hf",
-    "to_hf",
-]
+from specformer_hf.hookspecs import hookimpl
+
+_EXPORTS = {
+    "ConfigReader": "specformer_hf.config",
+    "choose_family": "specformer_hf.exporter",
+    "to_hf": "specformer_hf.exporter",
+    "Families": "specformer_hf.family",
+    "Family": "specformer_hf.family",
+    "get_families": "specformer_hf.family",
+    "Imported": "specformer_hf.importer",
+    "from_hf": "specformer_hf.importer",
+    "import_hf": "specformer_hf.importer",
+    "Copy": "specformer_hf.rules",
+    "Fused": "specformer_hf.rules",
+    "HeadInterleavedQKV": "specformer_hf.rules",
+    "PerExpert": "specformer_hf.rules",
+    "Rule": "specformer_hf.rules",
+    "Site": "specformer_hf.rules",
+    "Transposed": "specformer_hf.rules",
+    "NotExpressible": "specformer_hf.specview",
+    "SpecView": "specformer_hf.specview",
+}
+
+__all__ = sorted([*_EXPORTS, "hookimpl"])
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specformer_hf' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

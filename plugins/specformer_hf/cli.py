@@ -15,7 +15,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from specformer.errors import UserError
+from specformer.files.outputs import check_file_output, check_folder_output, same_file, write_text_output, writing
+from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, attach_tokenizer
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -34,9 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--eos-token", metavar="TOKEN", help="the tokenizer's end-of-text token (default: the config's "
                    "eos_token_id token, else <|endoftext|>)")
     p.add_argument("--force", action="store_true", help="replace OUT.safetensors and the spec file if they exist "
-                   "(never a file of DIR, --tokenizer or --base: those are refused even with --force)")
-    p.add_argument("--base", metavar="BASE.safetensors", help="DIR is a PEFT LoRA adapter (adapter_config.json): write "
-                   "it as a specformer adapter checkpoint on this imported base (the finetune plugin)")
+                   "(never a file of DIR or --tokenizer: those are refused even with --force)")
 
     p = actions.add_parser("export", help="Write a specformer checkpoint as a Hugging Face model directory.",
                            description="Write config.json, model.safetensors and generation_config.json (and "
@@ -46,11 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
-    p.add_argument("--peft", action="store_true", help="CHECKPOINT is an adapter checkpoint: write it as a PEFT LoRA "
-                   "folder (adapter_config.json, adapter_model.safetensors) for the base exported on its own; without "
-                   "--peft an adapter checkpoint exports merged into its base")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
-                   "export is complete; never a folder holding CHECKPOINT or its base)")
+                   "export is complete; never a folder holding CHECKPOINT)")
 
     p = actions.add_parser("attach-tokenizer", help="Store a tokenizer.json in an existing checkpoint.",
                            description="Store TOKENIZER (a tokenizer.json, or a folder holding one) in CHECKPOINT's "
@@ -76,19 +75,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    # late: these import torch; `specformer hf --help` must not
     import torch
-    import yaml
 
     import specformer
-    from specformer.files.outputs import check_file_output, same_file, write_text_output, writing
     from specformer_hf.importer import import_hf
 
     out = Path(args.output)
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
     inputs = [*_read_files(args.directory), *_read_files(args.tokenizer)]
-    if args.base is not None or (Path(args.directory) / "adapter_config.json").is_file():
-        return _run_import_peft(args, out, [*inputs, args.base])
+    if (Path(args.directory) / "adapter_config.json").is_file():
+        raise UserError(f"{args.directory} is a PEFT adapter (adapter_config.json), not a model: import it onto its "
+                        f"imported base with `specformer peft import {args.directory} {out} --base BASE.safetensors`")
     spec_path = Path(args.spec_out) if args.spec_out else out.with_suffix(".yaml")
     if same_file(spec_path, out):
         raise UserError(f"{spec_path}: the spec and the checkpoint cannot be the same file")
@@ -115,23 +114,21 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    # late: these import torch; `specformer hf --help` must not
     import specformer
     from specformer.checkpoint.save_load import read_metadata
     from specformer.tokenizers.choice import checkpoint_tokenizer
-    from specformer.files.outputs import check_folder_output
     from specformer_hf.exporter import to_hf
-    from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
 
     out = Path(args.directory)
     inputs: list[Any] = [args.checkpoint]
     check_folder_output(out, inputs=inputs, force=args.force)  # before the checkpoint is loaded
     metadata = read_metadata(args.checkpoint)
-    if args.peft or "adapter" in metadata:  # an adapter checkpoint (the finetune plugin): PEFT files, or merged
-        model = _adapter_export(args, out, metadata, inputs)
-        if model is None:
-            return 0
-    else:
-        model = specformer.load(args.checkpoint)
+    if "adapter" in metadata:  # the fine-tuning plugin's: its tensors have no place in a Hugging Face model folder
+        raise UserError(f"{args.checkpoint} is an adapter checkpoint: write it as a PEFT folder with `specformer peft "
+                        f"export {args.checkpoint} {out}`, or fold it into its base with `specformer merge "
+                        f"{args.checkpoint} -o MERGED.safetensors` and export that")
+    model = specformer.load(args.checkpoint)
     base = _json_object(metadata.get(CONFIG_KEY))  # only token ids come from it: a damaged copy is not worth failing over
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
@@ -145,63 +142,12 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finetune() -> Any:
-    try:
-        import specformer_finetune.peft_io as peft_io
-    except ImportError:
-        raise UserError("adapters and PEFT folders need specformer's finetune plugin (specformer_finetune)") from None
-    return peft_io
-
-
 def _read_files(given: str | None) -> list[Path]:
     """What import may read from ``given``: the files of a folder, else the path itself (none if not given)."""
     if given is None:
         return []
     path = Path(given)
     return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-
-
-def _run_import_peft(args: argparse.Namespace, out: Path, inputs: list[Any]) -> int:
-    from specformer.files.outputs import check_file_output
-
-    if args.base is None:
-        raise UserError(f"{args.directory} is a PEFT adapter (adapter_config.json): name the imported base it was "
-                        "trained on with --base BASE.safetensors")
-    check_file_output(out, inputs=inputs, force=args.force)
-    model = _finetune().import_peft(args.directory, args.base, out)
-    print(f"{args.directory}: PEFT LoRA on {args.base} -> {out} (adapter checkpoint, rank {model.adapter.ref['rank']}, "
-          f"{len(model.adapter.targets)} layers)")
-    return 0
-
-
-def _adapter_export(args: argparse.Namespace, out: Path, metadata: dict[str, str], inputs: list[Any]) -> Any:
-    """``--peft``: write the PEFT folder and return None; otherwise the adapter merged into its float base.
-
-    The base checkpoint is read too, so it joins ``inputs``: the folder may not hold it either.
-    """
-    from specformer.checkpoint.check import check_checkpoint
-    from specformer.files.outputs import check_folder_output
-    from specformer_hf.importer import FAMILY_KEY
-
-    if "adapter" not in metadata:
-        raise UserError(f"--peft exports an adapter checkpoint; {args.checkpoint} is a plain checkpoint (export it "
-                        "without --peft)")
-    peft_io = _finetune()
-    from specformer_finetune.adapter_file import load_adapted
-    from specformer_finetune.apply import merge_adapter
-
-    model = load_adapted(check_checkpoint(args.checkpoint), "cpu", quantize_base=False)
-    if model.adapter.base:
-        inputs.append(model.adapter.base["path"])
-        check_folder_output(out, inputs=inputs, force=args.force)
-    if not args.peft:
-        return merge_adapter(model)
-    peft_io.export_peft(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY),
-                        base_path=model.adapter.base["path"] if model.adapter.base else None, force=args.force,
-                        inputs=inputs)
-    print(f"{args.checkpoint} -> {out} as a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors); "
-          f"load it with peft.PeftModel.from_pretrained onto the base exported by `specformer hf export`")
-    return None
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:
@@ -214,8 +160,6 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
 
 
 def _run_attach(args: argparse.Namespace) -> int:
-    from specformer_hf.tokenizer_file import attach_tokenizer
-
     found = attach_tokenizer(args.checkpoint, args.tokenizer, eos_token=args.eos_token, force=args.force)
     print(f"{args.checkpoint}: now stores the tokenizer from {args.tokenizer} "
           f"({found.vocab_size:,} tokens, end of text {found.eot_token!r} = id {found.eot_id})")
@@ -223,7 +167,7 @@ def _run_attach(args: argparse.Namespace) -> int:
 
 
 def _run_families() -> int:
-    from specformer_hf.family import get_families
+    from specformer_hf.family import get_families  # late: the families' weight rules import torch
 
     for family in get_families():
         print(f"{family.model_type:<12} {family.name:<10} {family.architecture:<24} [{family.plugin}]")

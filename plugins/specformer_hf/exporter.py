@@ -27,11 +27,11 @@ from specformer.files.outputs import check_folder_output, staged_folder
 from specformer.spec import load_spec
 from specformer.tokenizers.tokenizer import SPECIAL_TOKENS
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer_text import TOKEN_ID_FIELDS, special_token_ids, tokenizer_config
 
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import CONFIG, TOKENIZER, WEIGHTS
-from specformer_hf.tokenizer_file import TOKEN_ID_FIELDS, special_token_ids, tokenizer_config
 from specformer_hf.rules import Site
 
 GENERATION_CONFIG = "generation_config.json"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from specformer.errors import RegistryError, UserError
+from specformer.registry.discovery import get_plugin_manager
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.rules import Rule
@@ -117,8 +118,6 @@ def _with_plugin(family: Family, plugin: str) -> Family:
 
 def get_families(pm: Any = None) -> Families:
     """Ask every plugin for its families (the hf plugin declared the hook when it was registered)."""
-    from specformer.registry.discovery import get_plugin_manager
-
     pm = pm or get_plugin_manager()
     caller = pm.hook.specformer_hf_register_families
     families = Families()

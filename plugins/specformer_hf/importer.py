@@ -16,18 +16,16 @@ import specformer
 from specformer.checkpoint.save_load import load_weights
 from specformer.errors import SpecError, UserError, excerpt
 from specformer.tokenizers.tokenizer import METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
+from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, load_tokenizer_json, \
+    no_tokenizer
 
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import CHAT_TEMPLATE, GENERATION_CONFIG, TOKENIZER_CONFIG, HFDirectory, open_directory
 from specformer_hf.rules import Site
-from specformer_hf.tokenizer_file import load_tokenizer_json, no_tokenizer
 
-#: Checkpoint header keys written by ``specformer hf import``; export reads them back.
-FAMILY_KEY = "hf.model_type"
-CONFIG_KEY = "hf.config"
-GENERATION_CONFIG_KEY = "hf.generation_config"
-TOKENIZER_CONFIG_KEY = "hf.tokenizer_config"
+# The checkpoint header keys written here (FAMILY_KEY, CONFIG_KEY, ...) are specformer_text's: tokenizer attachment,
+# chat templates and turn ends read them too, and export reads them back.
 
 
 @dataclass
@@ -304,4 +302,4 @@ def _tokenizer(directory: HFDirectory, spec: dict[str, Any], *, override: str | 
     return no_tokenizer(directory.config, vocab_size=vocab_size), [note]
 
 
-__all__ = ["CONFIG_KEY", "FAMILY_KEY", "GENERATION_CONFIG_KEY", "TOKENIZER_CONFIG_KEY", "Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]
+__all__ = ["Imported", "convert_weights", "from_hf", "import_hf", "spec_from_config"]

@@ -16,7 +16,7 @@ def specformer_add_hookspecs(pluginmanager: Any) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_hf.cli import configure, run
+    from specformer_hf.cli import configure, run  # late: only a command line needs the parser
 
     commands.add(
         "hf",
@@ -28,7 +28,7 @@ def specformer_register_commands(commands: Any) -> None:
 
 @hookimpl
 def specformer_hf_register_families(families: Any) -> None:
-    from specformer_hf.families import builtin_families
+    from specformer_hf.families import builtin_families  # late: the families' rules import torch
 
     for family in builtin_families():
         families.add(family)

@@ -17,6 +17,8 @@ from specformer.model.attention import head_sizes
 from specformer.errors import UserError
 from specformer.messages import join_path
 from specformer.spec import BLOCK_FIELDS, Spec
+from specformer.registry.discovery import get_registry
+from specformer_layers import default_gated_hidden
 
 
 class NotExpressible(UserError):
@@ -44,8 +46,6 @@ class SpecView:
 
     @classmethod
     def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
-        from specformer.registry.discovery import get_registry
-
         registry = registry if registry is not None else get_registry()
         m = spec.model
 
@@ -128,8 +128,6 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     A component's ``kind`` is replaced by its factory: ``{kind: swiglu, activation:
     gelu_tanh}`` and ``{kind: geglu, activation: gelu_tanh}`` build the same module.
     """
-    from specformer.registry.discovery import get_registry
-
     registry = registry if registry is not None else get_registry()
     view = SpecView.of(spec, registry)
 
@@ -169,8 +167,6 @@ def _resolved_ffn(ffn: dict[str, Any], d_model: int) -> dict[str, Any]:
     """The built-in feed-forwards' ``hidden: null``, written out as the width they build."""
     if ffn.get("hidden") is not None or ffn["kind"] not in ("swiglu", "geglu", "reglu", "mlp", "moe"):
         return ffn
-    from specformer_layers.ffn.gated import default_gated_hidden
-
     gated = ffn["kind"] != "mlp" and ffn.get("gated", True)
     return {**ffn, "hidden": default_gated_hidden(d_model) if gated else 4 * d_model}
 

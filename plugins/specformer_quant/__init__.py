@@ -6,10 +6,29 @@ quantized checkpoints, and the ``specformer quantize`` command.
     from specformer_quant import quantize
     quantize(model, "int8")                        # in place; returns the recipe
     quantize(model, {"kind": "int4", "group_size": 32})
+
+:class:`QuantizedLinear` is the layer a quantized model's linear layers become (what an
+adapter wraps to train on a quantized base).
+
+Names are imported on first use, so loading the plugin (which every ``specformer``
+command does) imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from specformer_quant.apply import quantize, weight_bytes
+import importlib
+from typing import Any
 
-__all__ = ["quantize", "weight_bytes"]
+_EXPORTS = {
+    "quantize": "specformer_quant.apply",
+    "weight_bytes": "specformer_quant.apply",
+    "QuantizedLinear": "specformer_quant.weights",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specformer_quant' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

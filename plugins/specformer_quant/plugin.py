@@ -28,21 +28,21 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_checkpoint_layout(metadata: dict[str, str], tensors: dict[str, Any], where: str) -> Any:
-    from specformer_quant.checkpoint import float_layout
+    from specformer_quant.checkpoint import float_layout  # late: imports torch; loading the plugin must not
 
     return float_layout(metadata, tensors, where)
 
 
 @hookimpl
 def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
-    from specformer_quant.checkpoint import load_quantized
+    from specformer_quant.checkpoint import load_quantized  # late: imports torch, as above
 
     return load_quantized(checked, device)
 
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_quant.cli import configure, run
+    from specformer_quant.cli import configure, run  # late: only a command line needs the parser
 
     commands.add("quantize", help="Write a checkpoint with int8, int4 or bf16 weights (the recipe in its header).",
                  configure=configure, run=run)

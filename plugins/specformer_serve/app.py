@@ -43,7 +43,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from specformer.errors import UserError
-from specformer_generate import arguments
+from specformer_generate import checked_seed
 from specformer_serve import limits
 from specformer_serve import origin as origin_rules
 from specformer_serve.chat_template import TemplateError, TurnEnd
@@ -243,7 +243,7 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         # A chat reply also ends at its template's end-of-turn marker: a token id (with eos), or text (a stop string).
         stops = body.stop_strings()
         stops += [s for s in turn_end.strings if s not in stops]
-        seed = arguments.seed(body.seed)
+        seed = checked_seed(body.seed)
     except ValueError as exc:
         raise RequestError(str(exc), param="stop" if "stop" in str(exc) else "seed") from None
     if seed is not None and seed + body.n - 1 >= 2**64:  # choice j is seeded with seed + j

@@ -3,15 +3,15 @@
 The template, first found of: ``--chat-template`` (a file, a built-in name such as
 ``chatml``, or another checkpoint whose header holds one), the checkpoint's own (an imported model's ``tokenizer_config.json``, kept in
 its header), else :data:`PLAIN` (one ``role: content`` line per message, then
-``assistant:``), for a model trained on plain text. Rendering is the fine-tuning plugin's
-(:mod:`specformer_finetune.chat_template`: transformers' ``apply_chat_template``
+``assistant:``), for a model trained on plain text. Rendering is the text services'
+(:mod:`specformer_text.chat_template`: transformers' ``apply_chat_template``
 semantics, sandboxed), so a model is served with the very text it was fine-tuned on;
 the generation prompt is always added. Rendering is bounded in time and output
 (``--chat-template-timeout``, ``--chat-template-max-chars``); a template past a bound, or
 failing, raises TemplateError, which the server answers with a 400.
 
 The chosen template also says where the model's reply ends (:func:`ServedTemplate.turn_end`,
-from :mod:`specformer_finetune.turn_end`): its end marker (``<|im_end|>`` for ChatML), the
+from :mod:`specformer_text.end_of_turn`): its end marker (``<|im_end|>`` for ChatML), the
 tokenizer_config's ``eos_token`` and the generation_config's ``eos_token_id``; a chat
 choice stops there with ``finish_reason: stop`` and the marker is not part of its text.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, BUILTIN, TemplateError, TurnEnd, \
+from specformer_text import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, BUILTIN, TemplateError, TurnEnd, \
     compile_template, render, resolve_template, turn_end
 
 #: The template used when neither the command line nor the checkpoint gives one.

@@ -22,7 +22,8 @@ from specformer.machine.devices import parse_device
 from specformer.errors import UserError
 from specformer.machine.threads import use_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
-from specformer_finetune import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
+from specformer_text import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, TurnEnd
+
 from specformer_serve import limits, origin
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.engine import Engine
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                         block_size=args.block_size)
     except ValueError as exc:  # an attention layer this cache cannot hold
         raise UserError(f"cannot serve {args.checkpoint}: {exc}") from None
-    from specformer_serve.app import ServeConfig
+    from specformer_serve.app import ServeConfig  # late: starlette, the serve extra, checked by _require_server_stack
 
     eot = getattr(tokenizer, "eot_id", None)
     config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                          turn_end=TurnEnd() if args.ignore_eos else template.turn_end(tokenizer, metadata),
                          max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
                          max_messages=args.max_messages, allow_origins=allow_origins)
-    from specformer_serve.server import Server
+    from specformer_serve.server import Server  # late: uvicorn, as above
 
     try:
         server = Server(engine, config, host=args.host, port=args.port, header_timeout=args.header_timeout,

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from specformer_generate.samplers.pipeline import Sampler
+from specformer_generate import Sampler
 from specformer_serve.paged_cache import PagedKVCache
 
 log = logging.getLogger("specformer.serve")

@@ -1,9 +1,45 @@
-"""specformer's train plugin: data, tokenizers, the Trainer, checkpoints and ``specformer train``."""
+"""specformer's train plugin: data, tokenizers, the Trainer, checkpoints and ``specformer train``.
+
+::
+
+    from specformer_train import train
+    result = train("specs/tiny.yaml", run_dir="runs/tiny", data="notes/")
+
+The rows a training step reads are public too, for a plugin that brings its own data
+(the fine-tuning plugin's chat rows): :class:`PackedRows`, :class:`EvalRows` and
+:func:`split_tokens` over token ids in memory, :class:`StreamRows` over documents read as
+needed, and :func:`data_record` / :func:`stream_record`, what a checkpoint records of its
+data so that ``--resume`` continues on the same. Corpora and tokenizers themselves are
+:mod:`specformer_text`'s.
+
+Names are imported on first use, so loading the plugin (which every ``specformer``
+command does) imports nothing heavy.
+"""
 
 from __future__ import annotations
 
-from specformer_train.config import TrainConfig
-from specformer_train.run import load_train_spec, train
-from specformer_train.trainer import Trainer, TrainingDiverged, TrainResult
+import importlib
+from typing import Any
 
-__all__ = ["TrainConfig", "TrainResult", "Trainer", "TrainingDiverged", "load_train_spec", "train"]
+_EXPORTS = {
+    "TrainConfig": "specformer_train.config",
+    "load_train_spec": "specformer_train.run",
+    "train": "specformer_train.run",
+    "TrainResult": "specformer_train.trainer",
+    "Trainer": "specformer_train.trainer",
+    "TrainingDiverged": "specformer_train.trainer",
+    "EvalRows": "specformer_train.data",
+    "PackedRows": "specformer_train.data",
+    "split_tokens": "specformer_train.data",
+    "StreamRows": "specformer_train.stream",
+    "data_record": "specformer_train.datasource",
+    "stream_record": "specformer_train.datasource",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specformer_train' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -48,12 +48,13 @@ from safetensors import safe_open
 from torch import nn
 
 import specformer
+from specformer.files.atomic import fsync_dir, unique_suffix, write_text_atomic
 from specformer.checkpoint.save_load import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
 from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
+from specformer_text import OutputError
 
-from specformer_train.atomic import OutputError, fsync_dir, unique_suffix, write_text_atomic
 from specformer_train.distributed import DistContext, barrier
 
 CHECKPOINTS = "checkpoints"

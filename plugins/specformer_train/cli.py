@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specformer_train.run import train
+    from specformer_train.run import train  # late: imports torch; `specformer train --help` must not
 
     overrides = list(args.overrides)
     if args.text_field is not None:  # JSON-quoted, so a field named "1" or "true" stays a string

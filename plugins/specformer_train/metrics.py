@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
+from specformer.files.atomic import temp_sibling, write_text_atomic
+from specformer_text import OutputError
+
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"

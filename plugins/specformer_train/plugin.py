@@ -38,7 +38,7 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_train import cli
+    from specformer_train import cli  # late: only a command line needs the parser
 
     commands.add(
         "train",

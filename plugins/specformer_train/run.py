@@ -27,12 +27,11 @@ from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer.spec.check import check_spec
 from specformer.spec import Spec, read_spec_file
 from specformer.model.summary import summarize
+from specformer_text import Corpus, find_corpus, make_tokenizer, tokenize_corpus
 
-from specformer_train.cache import tokenize_corpus
 from specformer_train.checkpointing import (CheckpointContents, check_tokenizer, clear_earlier_run,
                                             recover_interrupted_saves)
 from specformer_train.config import TrainConfig
-from specformer_train.corpus import Corpus, find_corpus
 from specformer_train.data import EvalRows, PackedRows, split_tokens
 from specformer_train.datasource import (absolute_source, check_same_data, data_record, describe, recorded_source,
                                          stream_record)
@@ -45,7 +44,6 @@ from specformer_train.overrides import apply_overrides
 from specformer_train.resume import find_resumable
 from specformer_train.stream import StreamRows
 from specformer_train.rundir import check_space, check_writable, refuse_earlier_run, refuse_inputs_in_run
-from specformer_train.tokenization import make_tokenizer
 from specformer_train.trainer import Trainer, TrainResult
 
 

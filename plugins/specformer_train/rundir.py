@@ -19,9 +19,10 @@ from pathlib import Path
 
 from specformer.errors import UserError
 from specformer.messages import format_bytes
+from specformer.files.atomic import temp_sibling
 from specformer.files.outputs import refuse_inputs
+from specformer_text import OutputError
 
-from specformer_train.atomic import OutputError, temp_sibling
 from specformer_train.checkpointing import CHECKPOINTS, checkpoint_root, earlier_run_files, step_dirs
 from specformer_train.lock import LOCK_FILE
 from specformer_train.metrics import METRICS_FILE, PLOT_FILE

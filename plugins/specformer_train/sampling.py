@@ -24,10 +24,10 @@ from specformer.tokenizers.tokenizer import Tokenizer
 def load_generate() -> Callable[..., Any] | None:
     """The generate plugin's ``generate``, or None when the plugin is not installed."""
     try:
-        from specformer_generate import generate
+        import specformer_generate  # late: an optional companion plugin (the module doc)
     except ImportError:
         return None
-    return generate
+    return specformer_generate.generate
 
 
 def sample_text(model: nn.Module, tokenizer: Tokenizer, *, prompt: str, max_new_tokens: int, temperature: float,

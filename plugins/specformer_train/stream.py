@@ -1,7 +1,7 @@
 """Streaming rows (``train.streaming``): the corpus read and tokenized lazily while training.
 
 Without streaming, the whole corpus is tokenized into the cache before the first step
-(:mod:`specformer_train.cache`). Streaming reads documents only as rows need them, so a
+(:mod:`specformer_text.cache`). Streaming reads documents only as rows need them, so a
 corpus larger than memory or than the disk cache trains at once:
 
 - **Order.** Each epoch visits the corpus' files in an order drawn from
@@ -37,10 +37,7 @@ import numpy as np
 
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import Tokenizer
-
-from specformer_train.corpus import Corpus
-from specformer_train.sources import read_documents
-from specformer_train.tokenize_workers import encode_document
+from specformer_text import Corpus, encode_document, read_documents
 
 STREAM_FORMAT = "specformer-stream/1"
 

@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specformer.files.atomic import copy_file_atomic
 from specformer.errors import UserError
 from specformer.registry.discovery import get_plugin_manager
 from specformer.model.summary import summarize
 from specformer.tokenizers.tokenizer import Tokenizer
 
-from specformer_train.atomic import copy_file_atomic
 from specformer_train.checkpointing import (CheckpointContents, OutputError, TrainerState, apply_checkpoint,
                                             read_checkpoint, save_checkpoint)
 from specformer_train.config import TrainConfig

@@ -90,7 +90,7 @@ def w(tmp_path_factory) -> Workspace:
     base = root / "base.safetensors"
     assert main(["hf", "import", str(hf_dir), str(base)]) == 0
     adapter = make_adapter(base, root / "adapter.safetensors")
-    assert main(["hf", "export", str(adapter), str(root / "peft"), "--peft"]) == 0
+    assert main(["peft", "export", str(adapter), str(root / "peft")]) == 0
     tokenizer = root / "tokenizer.json"
     Tokenizer(models.WordLevel({f"w{i}": i for i in range(7)} | {"<|endoftext|>": 7}, unk_token="w0")).save(str(tokenizer))
     return Workspace(float_ckpt, spec, corpus, hf_dir, base, adapter, root / "peft", tokenizer)
@@ -175,10 +175,13 @@ def _import_clashes(w: Workspace, scratch: Path) -> list[Clash]:
         _file_clash(scratch / "tok" / "tokenizer.json",
                     lambda out: ["hf", "import", str(folder), str(scratch / "m.safetensors"), "--spec-out", out,
                                  "--tokenizer", str(scratch / "tok"), "--force"]),
-        _file_clash(_copy(w.base, scratch / "base.safetensors"),
-                    lambda out: ["hf", "import", str(w.peft_dir), out, "--base", str(scratch / "base.safetensors"),
-                                 "--force"]),
     ]
+
+
+def _peft_import_clashes(w: Workspace, scratch: Path) -> list[Clash]:
+    return [_file_clash(_copy(w.base, scratch / "base.safetensors"),
+                        lambda out: ["peft", "import", str(w.peft_dir), out, "--base", str(scratch / "base.safetensors"),
+                                     "--force"])]
 
 
 def _export_clashes(w: Workspace, scratch: Path) -> list[Clash]:
@@ -186,8 +189,7 @@ def _export_clashes(w: Workspace, scratch: Path) -> list[Clash]:
     base = _copy(w.base, scratch / "base-here" / "base.safetensors")
     adapter = make_adapter(base, scratch / "adapter.safetensors")  # beside the folder: only its base is inside
     return [_folder_clash(ckpt, lambda out: ["hf", "export", str(ckpt), out, "--force"]),
-            _folder_clash(base, lambda out: ["hf", "export", str(adapter), out, "--force"]),
-            _folder_clash(base, lambda out: ["hf", "export", str(adapter), out, "--peft", "--force"])]
+            _folder_clash(base, lambda out: ["peft", "export", str(adapter), out, "--force"])]
 
 
 def _attach_clashes(w: Workspace, scratch: Path) -> list[Clash]:
@@ -241,13 +243,17 @@ WRITERS: dict[str, tuple[Writer, ...]] = {
         Writer("output", lambda w, out: ["hf", "import", str(w.hf_dir), str(out)], clashes=_import_clashes),
         Writer("--spec-out", lambda w, out: ["hf", "import", str(w.hf_dir), str(out.with_suffix(".safetensors")),
                                              "--spec-out", str(out)], suffix=".yaml"),
-        Writer("output", lambda w, out: ["hf", "import", str(w.peft_dir), str(out), "--base", str(w.base)]),
+    ),
+    "peft import": (
+        Writer("output", lambda w, out: ["peft", "import", str(w.peft_dir), str(out), "--base", str(w.base)],
+               clashes=_peft_import_clashes),
     ),
     "hf export": (
         Writer("directory", lambda w, out: ["hf", "export", str(w.float_ckpt), str(out)], folder=True, suffix="",
                clashes=_export_clashes),
-        Writer("directory", lambda w, out: ["hf", "export", str(w.adapter), str(out), "--peft"], folder=True,
-               suffix=""),
+    ),
+    "peft export": (
+        Writer("directory", lambda w, out: ["peft", "export", str(w.adapter), str(out)], folder=True, suffix=""),
     ),
     "hf attach-tokenizer": (Writer("checkpoint", lambda w, out: ["hf", "attach-tokenizer", str(out), str(w.tokenizer)],
                                    ready=lambda w, out: _copy(w.base, out), existing=_checkpoint_with_a_tokenizer,
@@ -411,6 +417,6 @@ def test_merge_and_export_name_the_input_they_refuse(w, tmp_path, capsys):
     adapter = make_adapter(base, scratch / "adapter.safetensors")
     code, err = _run(["merge", str(adapter), "-o", str(base), "--force"], capsys)
     assert code == 2 and f"{base}: is also an input of this command; write to another path" in err
-    code, err = _run(["hf", "export", str(adapter), str(scratch), "--force"], capsys)
+    code, err = _run(["peft", "export", str(adapter), str(scratch), "--force"], capsys)
     assert code == 2 and f"{scratch}: holds {adapter}, an input of this command" in err
     assert json.loads(specformer.checkpoint.save_load.read_metadata(adapter)["adapter"])["base"]["path"] == str(base.resolve())

@@ -13,7 +13,7 @@ attribute and item access (private names included, which the sandbox refuses), a
 undefined names. Messages are drawn too: roles, text of any Unicode, content that is a
 list of parts, a number or missing, extra keys.
 
-Each case is rendered through ``specformer_finetune.chat_template.render`` in a worker
+Each case is rendered through ``specformer_text.chat_template.render`` in a worker
 process (its address space capped at :data:`WORKER_MEMORY`), so that a template that runs
 away is stopped by a watchdog after :data:`RENDER_LIMIT_S` seconds instead of hanging the
 run. Invariant: a rendered string or a ``TemplateError`` with a message; no other
@@ -180,7 +180,7 @@ def _limit_memory() -> None:
 
 def _render(template: str, conversation: list[dict[str, Any]], add_generation_prompt: bool) -> tuple[str, str]:
     """In the worker: (how the render ended, a short description)."""
-    from specformer_finetune.chat_template import TemplateError, render
+    from specformer_text.chat_template import TemplateError, render
 
     try:
         text = render(template, conversation, add_generation_prompt=add_generation_prompt, bos_token="<s>",

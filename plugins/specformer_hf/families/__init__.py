@@ -7,6 +7,7 @@ from specformer_hf.family import Family
 
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
+    # late: every family module imports .common from this package, which is then still being initialised
     from specformer_hf.families import (cohere2, deepseek_v3, gemma, gemma2, gemma3, gpt_oss, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe,
                                         qwen3, qwen3_moe, smollm3, stablelm)
 

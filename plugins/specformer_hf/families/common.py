@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from specformer.errors import UserError
+from specformer_layers import default_gated_hidden  # the width a gated FFN with hidden: null builds
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf, rope_parameters
 from specformer_hf.family import Family
@@ -87,13 +88,6 @@ def gated_ffn_config(view: SpecView, family: str, *, act_key: str = "hidden_act"
     view.block_kind("ffn", GATED_FFNS, family=family)
     hidden = view.uniform("ffn", "hidden", family=family) or default_gated_hidden(view.model.d_model)
     return {"intermediate_size": hidden, act_key: ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=family)]}
-
-
-def default_gated_hidden(d_model: int) -> int:
-    """The width a gated feed-forward (or gated experts) with ``hidden: null`` builds."""
-    from specformer_layers.ffn.gated import default_gated_hidden as layers_default
-
-    return layers_default(d_model)
 
 
 # -- norms ----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from specformer.cli.main import main  # noqa: E402
 from specformer.tokenizers.tokenizer import METADATA_KEY  # noqa: E402
 from specformer_eval.harness import SpecformerLM  # noqa: E402
-from specformer_train.tokenization import train_bpe  # noqa: E402
+from specformer_text.tokenization import train_bpe  # noqa: E402
 from fixtures.lm_eval_tasks import write_choice_task  # noqa: E402
 
 TASK = "specformer_tiny_choice"

@@ -15,7 +15,7 @@ import specformer
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_finetune.chat_data import ChatRows, encode_file, encode_record, looks_like_chat
-from specformer_finetune.chat_template import BUILTIN, TemplateError, render, special_tokens, template_from_metadata
+from specformer_text.chat_template import BUILTIN, TemplateError, render, special_tokens, template_from_metadata
 from specformer_train.config import TrainConfig
 from specformer_train.trainer import Trainer
 

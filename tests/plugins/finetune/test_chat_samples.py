@@ -17,7 +17,7 @@ import specformer
 from specformer.cli.main import main
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_finetune.training import ChatPrompting, chat_rows
-from specformer_finetune.turn_end import turn_end
+from specformer_text.end_of_turn import turn_end
 from specformer_train import train
 from specformer_train.sampling import sample_text
 
@@ -54,7 +54,7 @@ class _Replying(torch.nn.Module):
 
 
 def test_a_chat_sample_is_a_user_message_answered_up_to_the_end_of_turn() -> None:
-    from specformer_finetune.chat_template import BUILTIN
+    from specformer_text.chat_template import BUILTIN
 
     chat = ChatPrompting(source=BUILTIN["chatml"], tokens={}, option="--chat-template chatml",
                          turn_end=turn_end(BUILTIN["chatml"], tokenizer=BYTES))

@@ -15,9 +15,9 @@ import specformer
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_finetune.chat_data import encode_file
 from specformer_finetune.chat_stream import ChatStreamRows
-from specformer_finetune.chat_template import resolve_template
+from specformer_text.chat_template import resolve_template
 from specformer_train import train
-from specformer_train.corpus import find_corpus
+from specformer_text.corpus import find_corpus
 
 from .conftest import tiny_spec
 

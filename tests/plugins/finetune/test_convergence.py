@@ -11,7 +11,7 @@ import torch
 import specformer
 from specformer.cli.main import main
 from specformer.tokenizers.tokenizer import tokenizer_from_metadata
-from specformer_finetune.chat_template import render, template_from_metadata
+from specformer_text.chat_template import render, template_from_metadata
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

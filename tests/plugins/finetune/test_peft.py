@@ -54,7 +54,7 @@ def test_a_peft_adapter_imports_onto_the_imported_base(tmp_path: Path, llama_dir
     _randomise_lora(tuned, seed=2)
     tuned.save_pretrained(tmp_path / "peft")
     out = tmp_path / "adapter.safetensors"
-    assert main(["hf", "import", str(tmp_path / "peft"), str(out), "--base", str(base)]) == 0
+    assert main(["peft", "import", str(tmp_path / "peft"), str(out), "--base", str(base)]) == 0
     ours = specformer.load(out).eval()
     assert ours.adapter.targets == ["blocks.0.attention.qkv", "blocks.0.ffn.down", "blocks.1.attention.qkv",
                                     "blocks.1.ffn.down"]
@@ -79,7 +79,7 @@ def test_an_adapter_exports_for_peft_on_the_exported_base(tmp_path: Path, base: 
     save_adapter(model, tmp_path / "adapter.safetensors")
 
     assert main(["hf", "export", str(base), str(tmp_path / "hf_base")]) == 0
-    assert main(["hf", "export", str(tmp_path / "adapter.safetensors"), str(tmp_path / "hf_adapter"), "--peft"]) == 0
+    assert main(["peft", "export", str(tmp_path / "adapter.safetensors"), str(tmp_path / "hf_adapter")]) == 0
     config = json.loads((tmp_path / "hf_adapter" / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 3
     assert "model.layers.0.self_attn.q_proj" in config["target_modules"]
@@ -92,7 +92,8 @@ def test_an_adapter_exports_for_peft_on_the_exported_base(tmp_path: Path, base: 
     assert (ours(_ids()) - theirs).abs().max().item() <= TOLERANCE
 
 
-def test_export_of_an_adapter_checkpoint_without_peft_is_the_merged_model(tmp_path: Path, base: Path) -> None:
+def test_an_adapter_checkpoint_merged_then_exported_is_the_adapted_model(tmp_path: Path, base: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     from specformer_finetune.adapter_file import base_reference, save_adapter
     from specformer_finetune.apply import apply_adapter
 
@@ -100,15 +101,28 @@ def test_export_of_an_adapter_checkpoint_without_peft_is_the_merged_model(tmp_pa
     apply_adapter(model, {"kind": "lora", "rank": 2, "targets": ["blocks.*.ffn.down"]}).base = base_reference(base)
     _randomise_lora(model, seed=4)
     save_adapter(model, tmp_path / "adapter.safetensors")
-    assert main(["hf", "export", str(tmp_path / "adapter.safetensors"), str(tmp_path / "merged")]) == 0
+    adapter = tmp_path / "adapter.safetensors"
+    assert main(["hf", "export", str(adapter), str(tmp_path / "merged")]) == 2  # hf knows no adapters: it says where to go
+    err = capsys.readouterr().err
+    assert f"specformer peft export {adapter}" in err and f"specformer merge {adapter} -o MERGED.safetensors" in err
+    assert main(["merge", str(adapter), "-o", str(tmp_path / "merged.safetensors")]) == 0
+    assert main(["hf", "export", str(tmp_path / "merged.safetensors"), str(tmp_path / "merged")]) == 0
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
     with torch.no_grad():
         theirs = hf(_ids()).logits
     assert (model.eval()(_ids()) - theirs).abs().max().item() <= TOLERANCE
 
 
-def test_peft_flag_on_a_plain_checkpoint_is_refused(tmp_path: Path, base: Path) -> None:
-    assert main(["hf", "export", str(base), str(tmp_path / "x"), "--peft"]) == 2
+def test_peft_export_of_a_plain_checkpoint_is_refused(tmp_path: Path, base: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["peft", "export", str(base), str(tmp_path / "x")]) == 2
+    assert "is a plain checkpoint" in capsys.readouterr().err
+
+
+def test_hf_import_of_a_peft_folder_names_the_peft_command(tmp_path: Path, peft_dir: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hf", "import", str(peft_dir), str(tmp_path / "a.safetensors")]) == 2
+    assert f"specformer peft import {peft_dir}" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -170,7 +184,7 @@ def test_a_config_or_tensors_that_do_not_make_an_adapter_are_one_line(tmp_path, 
     if tensor_change is not None:
         _edit_tensors(peft_dir, tensor_change)
     capsys.readouterr()  # the fixtures' own output
-    code = main(["hf", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)])
+    code = main(["peft", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)])
     err = capsys.readouterr().err
     assert code == 2, err
     lines = err.strip().splitlines()
@@ -181,4 +195,4 @@ def test_a_config_or_tensors_that_do_not_make_an_adapter_are_one_line(tmp_path, 
 
 def test_a_whole_number_written_as_a_float_is_a_rank(tmp_path, peft_dir, base) -> None:
     _edit_config(peft_dir, r=4.0, lora_alpha=8)
-    assert main(["hf", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)]) == 0
+    assert main(["peft", "import", str(peft_dir), str(tmp_path / "a.safetensors"), "--base", str(base)]) == 0

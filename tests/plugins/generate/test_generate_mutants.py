@@ -22,6 +22,7 @@ import specformer
 from specformer.errors import MemoryLimitError
 from specformer_generate import generate, stream
 from specformer_generate.decode import cache_capacity, step_function
+from specformer_generate.arguments import check_mode
 from specformer_generate.inputs import prompt_batch
 from specformer_generate.memory import estimate, format_bytes
 from specformer_generate.samplers.pipeline import Sampler
@@ -136,12 +137,12 @@ def test_the_past_context_warning_stacklevel_points_at_the_callers_line(call: st
 
 def test_one_submodule_left_in_training_mode_with_dropout_is_refused() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.3)).eval()
-    GEN._check_mode(model)
+    check_mode(model)
     model[1].train()  # torch's own Dropout: its rate is .p
     with pytest.raises(ValueError, match=r"^the model is in training mode and 1 applies dropout \(0.3\), which would"):
-        GEN._check_mode(model)
+        check_mode(model)
     with pytest.raises(ValueError, match=r"^the model is in training mode and the model applies dropout \(0.2\), "):
-        GEN._check_mode(torch.nn.Dropout(0.2))
+        check_mode(torch.nn.Dropout(0.2))
 
 
 class Restarts:

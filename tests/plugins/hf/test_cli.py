@@ -9,7 +9,7 @@ import torch
 import specformer
 from specformer.checkpoint.save_load import read_metadata
 from specformer.cli.main import main
-from specformer_hf.importer import CONFIG_KEY, FAMILY_KEY
+from specformer_text import CONFIG_KEY, FAMILY_KEY
 
 
 def test_import_writes_checkpoint_and_readable_spec_then_export_round_trips(llama_dir, tmp_path, capsys):

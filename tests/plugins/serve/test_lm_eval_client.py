@@ -140,7 +140,7 @@ PROMPTS = ["2 + 2 =", "The sky is", "Name a fruit:", "Once upon a time", "Q: hel
 @pytest.fixture(scope="module")
 def chat_exported(model, tmp_path_factory):
     """The export with ChatML as its tokenizer's chat template, and a greedy generate_until task."""
-    from specformer_finetune.chat_template import BUILTIN
+    from specformer_text.chat_template import BUILTIN
 
     root = tmp_path_factory.mktemp("lm-eval-chat")
     hf_dir = specformer_hf.to_hf(model, root / "hf")

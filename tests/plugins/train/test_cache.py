@@ -10,10 +10,10 @@ import pytest
 
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import ByteTokenizer
-from specformer_train import cache as cache_module
-from specformer_train.cache import tokenize_corpus
-from specformer_train.corpus import find_corpus
-from specformer_train.tokenization import make_tokenizer
+from specformer_text import cache as cache_module
+from specformer_text.cache import tokenize_corpus
+from specformer_text.corpus import find_corpus
+from specformer_text.tokenization import make_tokenizer
 
 
 def test_documents_are_concatenated_with_eot_after_each(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from specformer.errors import CheckpointError
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
-from specformer_train.atomic import OutputError
+from specformer_text import OutputError
 from specformer_train.checkpointing import (TRAINER_FORMAT, CheckpointContents, DamagedCheckpoint, TrainerState,
                                             apply_checkpoint, checkpoint_root, clear_earlier_run,
                                             earlier_run_files, latest_checkpoint, latest_name, prune,

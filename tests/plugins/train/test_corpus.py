@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specformer.errors import UserError
-from specformer_train.corpus import DEFAULT_CORPUS_BYTES, default_corpus, find_corpus
+from specformer_text.corpus import DEFAULT_CORPUS_BYTES, default_corpus, find_corpus
 
 
 def test_a_file_a_directory_and_a_glob(corpus_dir: Path) -> None:

@@ -17,7 +17,7 @@ import yaml
 import specformer
 from specformer.cli.main import main
 from specformer_train import checkpointing, rundir, train
-from specformer_train.atomic import temp_sibling
+from specformer.files.atomic import temp_sibling
 from specformer_train.checkpointing import latest_checkpoint, recover_interrupted_saves
 from specformer_train.metrics import read_metrics
 
@@ -269,7 +269,7 @@ def test_a_token_cache_that_cannot_be_written_is_one_clear_line(tmp_path: Path, 
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture,
                                                                 _private_cache: Path) -> None:
-    from specformer_train import cache
+    from specformer_text import cache
 
     def full_disk(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -284,8 +284,8 @@ def test_a_token_cache_that_cannot_be_written_is_one_clear_line(tmp_path: Path, 
 
 def test_a_trained_tokenizer_that_cannot_be_cached_is_a_clear_error(corpus_dir: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from specformer_train import tokenization
-    from specformer_train.corpus import find_corpus
+    from specformer_text import tokenization
+    from specformer_text.corpus import find_corpus
 
     def read_only(path: Path, text: str) -> None:
         raise OSError(errno.EROFS, "Read-only file system")

@@ -11,8 +11,8 @@ import pytest
 
 from specformer.cli.main import main
 from specformer.errors import UserError
-from specformer_train.corpus import find_corpus
-from specformer_train.sources import read_documents
+from specformer_text.corpus import find_corpus
+from specformer_text.sources import read_documents
 
 from .conftest import tiny_spec
 
@@ -138,7 +138,7 @@ def test_the_command_line_trains_on_the_named_field(tmp_path: Path, capsys: pyte
 
 def test_files_without_records_are_one_clear_error(tmp_path: Path) -> None:
     from specformer.tokenizers.tokenizer import ByteTokenizer
-    from specformer_train.cache import tokenize_corpus
+    from specformer_text.cache import tokenize_corpus
 
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
     with pytest.raises(UserError, match=r"empty.parquet: the corpus holds no document"):

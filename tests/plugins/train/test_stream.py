@@ -12,7 +12,7 @@ from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train import train
 from specformer_train.checkpointing import latest_checkpoint
-from specformer_train.corpus import find_corpus
+from specformer_text.corpus import find_corpus
 from specformer_train.metrics import read_metrics
 from specformer_train.stream import StreamRows
 

@@ -10,8 +10,8 @@ import pytest
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import END_OF_TEXT, ByteTokenizer
 from specformer_train.checkpointing import tokenizer_file_text
-from specformer_train.corpus import find_corpus
-from specformer_train.tokenization import make_tokenizer
+from specformer_text.corpus import find_corpus
+from specformer_text.tokenization import make_tokenizer
 
 
 def test_byte_tokenizer_needs_vocab_259(corpus_dir: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 
 from specformer.errors import SpecError
 from specformer.tokenizers.tokenizer import ByteTokenizer
-from specformer_train.cache import tokenize_corpus
-from specformer_train.corpus import find_corpus
-from specformer_train.tokenization import train_bpe
-from specformer_train.tokenize_workers import PARALLEL_MIN_BYTES, choose_workers
+from specformer_text.cache import tokenize_corpus
+from specformer_text.corpus import find_corpus
+from specformer_text.tokenization import train_bpe
+from specformer_text.tokenize_workers import PARALLEL_MIN_BYTES, choose_workers
 
 from .conftest import make_text, tiny_spec
 
@@ -34,7 +34,7 @@ def test_the_worker_count_is_checked() -> None:
 
 @pytest.mark.slow
 def test_worker_processes_give_the_ids_of_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specformer_train import tokenize_workers
+    from specformer_text import tokenize_workers
 
     folder = tmp_path / "c"
     folder.mkdir()

@@ -21,7 +21,7 @@ from jinja2.filters import do_batch, do_center, do_format, do_indent, do_join, d
 from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from specformer_finetune.template_bounds import SIZED, binop_size, join_size, printf_size, refuse_over, \
+from specformer_text.template_bounds import SIZED, binop_size, join_size, printf_size, refuse_over, \
     replace_size, str_format_size, str_method_size, text_length
 
 

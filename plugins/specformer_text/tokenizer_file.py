@@ -22,6 +22,8 @@ from specformer.files.outputs import refuse_inputs, writing
 from specformer.tokenizers.tokenizer import END_OF_TEXT, METADATA_KEY, BPETokenizer, ByteTokenizer, NoTokenizer
 from specformer.tokenizers.choice import checkpoint_tokenizer
 
+from specformer_text.header_keys import CONFIG_KEY, TOKENIZER_CONFIG_KEY
+
 TOKENIZER_JSON = "tokenizer.json"
 
 
@@ -120,8 +122,6 @@ def attach_tokenizer(
 
     A checkpoint that already has a tokenizer keeps it unless ``force``: its model was trained on those ids.
     """
-    from specformer_hf.importer import CONFIG_KEY, TOKENIZER_CONFIG_KEY
-
     checkpoint = Path(checkpoint)
     refuse_inputs([checkpoint], [tokenizer])  # the checkpoint is rewritten in place; the tokenizer is only read
     metadata = read_metadata(checkpoint)

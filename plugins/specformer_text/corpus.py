@@ -3,7 +3,7 @@
 ``--data`` names a file, a directory (searched recursively) or a glob of document files
 (``.txt``, ``.md``, ``.py``: one document per file; ``.jsonl``/``.json``, ``.parquet``,
 ``.arrow``: one document per record, its text field; a directory ``datasets`` saved with
-``save_to_disk``: one document per row; see :mod:`specformer_train.sources`), or one
+``save_to_disk``: one document per row; see :mod:`specformer_text.sources`), or one
 already tokenized array (``.bin``: raw uint16 token ids as nanoGPT writes them, uint32
 when the vocabulary needs it; ``.npy``: any integer dtype).
 
@@ -26,7 +26,7 @@ from typing import Iterator
 
 from specformer.errors import UserError
 
-from specformer_train.sources import (RECORD_SUFFIXES, TEXT_SUFFIXES, check_readable, is_saved_dataset,
+from specformer_text.sources import (RECORD_SUFFIXES, TEXT_SUFFIXES, check_readable, is_saved_dataset,
                                       read_documents, read_text)
 
 TOKEN_SUFFIXES = (".bin", ".npy")

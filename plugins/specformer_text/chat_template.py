@@ -20,8 +20,8 @@ may run for 1 s and produce 1 MiB (1,048,576 characters), and no value it builds
 larger. A template that fails, recurses too deep, overflows or runs past a bound raises
 one :class:`TemplateError` naming the template as the cause and the bound it hit.
 
-``specformer_finetune.chat_template.render(template, messages, add_generation_prompt=True)``
-is also what other plugins (a server) call.
+``specformer_text.render(template, messages, add_generation_prompt=True)`` is what the
+plugins that talk to a chat model (fine-tuning, generate, chat, serve) call.
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from specformer.errors import UserError
-from specformer_finetune.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT
+
+from specformer_text.header_keys import TOKENIZER_CONFIG_KEY
+from specformer_text.template_bounds import DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, BoundExceeded, Bounds, json_size, \
+    refuse_over, render_bounded
 
 #: Templates a spec can name instead of a file (``train.chat_template: chatml``).
 BUILTIN = {
@@ -46,8 +49,6 @@ BUILTIN = {
 }
 #: The special-token names transformers passes to a template (from its special tokens map).
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-#: Where hf import keeps tokenizer_config.json in a checkpoint header.
-TOKENIZER_CONFIG_KEY = "hf.tokenizer_config"
 
 
 class TemplateError(UserError):
@@ -56,11 +57,11 @@ class TemplateError(UserError):
 
 @lru_cache(maxsize=16)
 def compile_template(source: str) -> Any:
+    # late: jinja2 is an optional dependency (the serve extra); importing this module must not need it
     import jinja2
     import jinja2.ext
 
-    from specformer_finetune.template_bounds import json_size, refuse_over
-    from specformer_finetune.template_sandbox import BoundedSandbox, bound_tilde
+    from specformer_text.template_sandbox import BoundedSandbox, bound_tilde  # late: imports jinja2
 
     class GenerationBlock(jinja2.ext.Extension):
         """``{% generation %}...{% endgeneration %}``: transformers marks the assistant's text with it; the body renders."""
@@ -126,9 +127,7 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
     The template may run for ``timeout`` seconds and produce ``max_output`` characters (no
     value it builds may be larger either); past either, or on any failure, TemplateError.
     """
-    import jinja2
-
-    from specformer_finetune.template_bounds import BoundExceeded, Bounds, render_bounded
+    import jinja2  # late: an optional dependency, as in compile_template
 
     try:
         bounds = Bounds(timeout=timeout, max_output=max_output)
@@ -148,7 +147,7 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
 
 
 def _checkpoint_template(path: Path, *, what: str) -> tuple[str, dict[str, str]]:
-    from specformer.checkpoint.save_load import read_metadata
+    from specformer.checkpoint.save_load import read_metadata  # late: imports torch; naming a template must not
 
     found = template_from_metadata(read_metadata(path))
     if found is None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from specformer.tokenizers.tokenizer import ByteTokenizer, NoTokenizer
-from specformer_finetune import BUILTIN, TurnEnd, turn_end
-from specformer_finetune.turn_end import template_markers
+from specformer_text import BUILTIN, TurnEnd, turn_end
+from specformer_text.end_of_turn import template_markers
 
 BYTES = ByteTokenizer()
 LLAMA3 = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>"

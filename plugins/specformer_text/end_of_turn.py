@@ -27,12 +27,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from specformer_finetune.chat_template import TOKENIZER_CONFIG_KEY
+from specformer_text.header_keys import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY
 
 #: End-of-turn markers of widespread chat formats: ChatML, Llama 3, Gemma, Phi-3, Llama 2 / Mistral, GPT-2 style.
 KNOWN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
-#: Where hf import keeps generation_config.json in a checkpoint header (tokenizer_config.json: TOKENIZER_CONFIG_KEY).
-GENERATION_CONFIG_KEY = "hf.generation_config"
 
 
 @dataclass(frozen=True)

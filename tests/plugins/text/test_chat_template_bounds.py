@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specformer.errors import UserError
-from specformer_finetune.chat_template import BUILTIN, TemplateError, render
+from specformer_text.chat_template import BUILTIN, TemplateError, render
 
 HI = [{"role": "user", "content": "hi"}]
 BIG = "{% set b = 'a' * 1000000 %}"

@@ -2,7 +2,7 @@
 
 Documents are tokenized once, each followed by the end-of-text token, into one flat
 array of ids (by ``train.tokenize_workers`` processes for a large corpus, see
-:mod:`specformer_train.tokenize_workers`; the ids are the same whatever their number). The array is stored under the cache directory keyed by a hash of the
+:mod:`specformer_text.tokenize_workers`; the ids are the same whatever their number). The array is stored under the cache directory keyed by a hash of the
 corpus fingerprint (every file's path, size and modification time) and the tokenizer,
 so a second run with the same data starts at once, and a changed file or tokenizer
 tokenizes again. An entry is a ``.bin`` of raw ids plus a ``.json`` describing it,
@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from specformer.files.atomic import temp_sibling, write_text_atomic
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import Tokenizer
 
-from specformer_train.atomic import OutputError, temp_sibling, write_text_atomic
-from specformer_train.corpus import Corpus
-from specformer_train.tokenize_workers import choose_workers, encoded_documents
+from specformer_text.errors import OutputError
+from specformer_text.corpus import Corpus
+from specformer_text.tokenize_workers import choose_workers, encoded_documents
 
 CACHE_FORMAT = "specformer-tokens/1"
 
@@ -48,7 +49,7 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, *, cache: str | None =
     """The corpus as one read-only array of token ids (memory-mapped from the cache).
 
     ``workers`` processes tokenize it when it is not cached yet (``auto``: see
-    :func:`~specformer_train.tokenize_workers.choose_workers`).
+    :func:`~specformer_text.tokenize_workers.choose_workers`).
     """
     if corpus.tokenized is not None:
         return load_tokenized(corpus.tokenized, vocab_size=tokenizer.vocab_size)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from specformer.files.atomic import write_text_atomic
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, Tokenizer
 from specformer.tokenizers.choice import tokenizer_file
 
-from specformer_train.atomic import OutputError, write_text_atomic
-from specformer_train.cache import cache_dir
-from specformer_train.corpus import Corpus
+from specformer_text.errors import OutputError
+from specformer_text.cache import cache_dir
+from specformer_text.corpus import Corpus
 
 BYTE_VOCAB = 256 + len(SPECIAL_TOKENS)
 
