@@ -196,7 +196,7 @@ def run_decode(args: argparse.Namespace, *, card: Card | None) -> Row:
     from specformer.model.builder import build
     from specformer.spec import read_spec_file
     from specformer.model.summary import summarize
-    from specformer_generate.generate import generate
+    from specformer_generate.generation import generate
 
     spec = read_spec_file(DECODE_SPEC)
     model = build(spec, device=args.device, dtype=torch.bfloat16, seed=0).eval()

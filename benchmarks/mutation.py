@@ -97,7 +97,7 @@ MODULES: dict[str, list[str]] = {
                                                    "tests/plugins/generate/test_speculative_mutants.py"],
     # The decode loop and generate()'s own bookkeeping (padding, trimming, the token count), and the
     # paths it dispatches to: past-context checks, speculative decoding, beam search.
-    "plugins/specformer_generate/generate.py": ["tests/plugins/generate/test_generate_mutants.py",
+    "plugins/specformer_generate/generation.py": ["tests/plugins/generate/test_generate_mutants.py",
                                                 "tests/plugins/generate/test_gen_generate.py",
                                                 "tests/plugins/generate/test_gen_padding.py",
                                                 "tests/plugins/generate/test_past_context.py",
@@ -132,7 +132,7 @@ SPECULATIVE = "plugins/specformer_generate/speculative.py"
 CHECKPOINT = "core/specformer/checkpoint/save_load.py"
 TRAIN_CHECKPOINTS = "plugins/specformer_train/checkpointing.py"
 TRAINER = "plugins/specformer_train/trainer.py"
-GENERATE = "plugins/specformer_generate/generate.py"
+GENERATE = "plugins/specformer_generate/generation.py"
 HISTORY = "history = torch.full((batch.batch_size, batch.width + checked.max_new_tokens), -1, dtype=torch.long, device=device)"
 VERDICT = 'verdict, scheme = model.past_context() if callable(getattr(model, "past_context", None)) else ("no", None)'
 EQUIVALENT: dict[tuple[str, str, str], str] = {
@@ -444,7 +444,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         f'return self.mask_memo(("{word}", rule), k_positions, lambda inputs: dense_mask(inputs, rule))'):
        'the tag only keeps dense masks apart from the kernels\' memo entries ("tiles", "flex"): any other string does'
        for word in ("XXdenseXX", "DENSE")},
-    # The decode loop (plugins/specformer_generate/generate.py).
+    # The decode loop (plugins/specformer_generate/generation.py).
     **{(GENERATE, HISTORY, HISTORY.replace(", dtype=torch.long", replacement)):
        "torch.full infers int64 from an int fill value" for replacement in (", dtype=None", "")},
     **{(GENERATE, HISTORY, HISTORY.replace("), -1,", f"), {fill},")):

@@ -24,10 +24,10 @@ importing torch. The core's subpackages, each one concept:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specformer.errors import CheckpointError, Problem, RegistryError, SpecError, UserError
+from specformer.lazy import lazy_exports
 from specformer.version import __version__
 
 #: Public name -> the module that defines it.
@@ -59,19 +59,7 @@ if TYPE_CHECKING:
     from specformer.spec.shapes import Spec
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBPACKAGES:
-        value = importlib.import_module(f"specformer.{name}")
-    else:
-        raise AttributeError(f"module 'specformer' has no attribute {name!r}")
-    globals()[name] = value  # once imported, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | _SUBPACKAGES)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, submodules=_SUBPACKAGES)
 
 
 __all__ = [

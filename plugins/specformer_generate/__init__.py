@@ -10,16 +10,25 @@ the ``specformer generate`` command.
 For a plugin that drives the model itself (a server's scheduler): :class:`Sampler` and
 :func:`build_sampler` (a spec's sampler list as one callable), and :func:`checked_seed`
 (a request's seed checked as ``generate`` checks it).
+
+Names are imported on first use, so loading the plugin (which every ``specformer`` command
+does) imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from specformer_generate.arguments import seed as checked_seed
-from specformer_generate.cache import LayerShape, StaticKVCache
-from specformer_generate.generate import generate, stream
-from specformer_generate.samplers.pipeline import Sampler, build_sampler
-from specformer_generate.section import GenerateSpec
-from specformer_generate.session import Session
+from specformer.lazy import lazy_exports
 
-__all__ = ["GenerateSpec", "LayerShape", "Sampler", "Session", "StaticKVCache", "build_sampler", "checked_seed", "generate",
-           "stream"]
+_EXPORTS = {
+    "GenerateSpec": "specformer_generate.section",
+    "LayerShape": "specformer_generate.cache",
+    "StaticKVCache": "specformer_generate.cache",
+    "Sampler": "specformer_generate.samplers.pipeline",
+    "build_sampler": "specformer_generate.samplers.pipeline",
+    "Session": "specformer_generate.session",
+    "checked_seed": "specformer_generate.arguments:seed",
+    "generate": "specformer_generate.generation",
+    "stream": "specformer_generate.generation",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -34,7 +34,7 @@ from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_generate.chat import chat
 from specformer_generate.chat_format import ChatFormat, chat_format
 from specformer_generate.continuation import continuation_text, shown_so_far
-from specformer_generate.generate import generate, stream
+from specformer_generate.generation import generate, stream
 from specformer_generate.memory import parse_max_memory
 from specformer_generate.prompt_input import Prompt, encode, read_prompts
 from specformer_generate.samplers.pipeline import Sampler, build_sampler

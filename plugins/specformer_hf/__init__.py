@@ -21,8 +21,7 @@ command does) imports nothing heavy.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from specformer.lazy import lazy_exports
 
 from specformer_hf.hookspecs import hookimpl
 
@@ -50,7 +49,4 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "hookimpl"])
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'specformer_hf' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,8 +9,7 @@ Names are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from specformer.lazy import lazy_exports
 
 _EXPORTS = {
     "default_gated_hidden": "specformer_layers.ffn.gated",
@@ -19,7 +18,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'specformer_layers' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

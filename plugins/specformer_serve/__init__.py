@@ -7,9 +7,20 @@ Starlette routes, server-sent events and errors), :mod:`.events` (engine events 
 event loop), :mod:`.choices` (tokens to text, stop strings), :mod:`.chat_template`
 (messages to a prompt), :mod:`.playground` (the page at ``/``), :mod:`.server` (uvicorn on
 a bound socket) and :mod:`.cli` (the command).
+
+Names are imported on first use, so loading the plugin (which every ``specformer`` command
+does) imports nothing heavy.
 """
 
-from specformer_serve.engine import Engine, SequenceRequest
-from specformer_serve.paged_cache import BlockPool, PagedKVCache
+from __future__ import annotations
 
-__all__ = ["BlockPool", "Engine", "PagedKVCache", "SequenceRequest"]
+from specformer.lazy import lazy_exports
+
+_EXPORTS = {
+    "Engine": "specformer_serve.engine",
+    "SequenceRequest": "specformer_serve.engine",
+    "BlockPool": "specformer_serve.paged_cache",
+    "PagedKVCache": "specformer_serve.paged_cache",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -33,8 +33,7 @@ imports neither torch nor jinja2 through this package.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from specformer.lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULT_CORPUS_BYTES": "specformer_text.corpus",
@@ -79,7 +78,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'specformer_text' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

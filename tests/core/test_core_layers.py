@@ -19,7 +19,7 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 #: spec package's root, which holds ``load_spec``). A module may import modules of its own
 #: layer or of layers below it, never above. A new module must be placed here.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundations", {"errors", "messages", "version", "files.datafile", "files.atomic", "files.outputs",
+    ("foundations", {"errors", "messages", "version", "lazy", "files.datafile", "files.atomic", "files.outputs",
                      "machine.threads", "machine.devices", "machine.memory", "tokenizers.tokenizer",
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
     ("model contracts", {"model.positional", "model.attention", "model.context", "model.masks"}),

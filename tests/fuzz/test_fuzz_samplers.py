@@ -32,7 +32,7 @@ from specformer.registry.discovery import get_registry
 from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_generate.cli import parse_sampler_option
-from specformer_generate.generate import generate
+from specformer_generate.generation import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 
 from conftest import TINY

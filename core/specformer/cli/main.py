@@ -8,8 +8,10 @@ exits with code 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -34,7 +36,7 @@ class Command:
     name: str
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int | None]
+    run: "Callable[[argparse.Namespace], int | None] | str"
     plugin: str
 
 
@@ -51,13 +53,28 @@ class Commands:
         *,
         help: str,
         configure: Callable[[argparse.ArgumentParser], None],
-        run: Callable[[argparse.Namespace], int | None],
+        run: "Callable[[argparse.Namespace], int | None] | str",
     ) -> None:
+        """Add a command; ``run`` may be ``"package.module:function"``, imported only when the command runs.
+
+        ``configure`` builds the command's parser and runs for every ``--help``, so its module
+        should import nothing heavy; a ``run`` given by path keeps torch out of start-up.
+        """
         if name in self.by_name:
             raise RegistryError(
                 f"plugin {self._plugin!r} adds command {name!r}, already added by plugin {self.by_name[name].plugin!r}"
             )
+        if isinstance(run, str) and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", run):
+            raise RegistryError(f"plugin {self._plugin!r} adds command {name!r} with run={run!r}: "
+                                "give a function or 'package.module:function'")
         self.by_name[name] = Command(name, help, configure, run, self._plugin)
+
+
+def _resolved(run: "Callable[[argparse.Namespace], int | None] | str") -> Callable[[argparse.Namespace], int | None]:
+    if not isinstance(run, str):
+        return run
+    module, _, function = run.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,7 +137,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     try:
         _apply_max_memory(args.global_max_memory)
-        return int(args._run(args) or 0)
+        return int(_resolved(args._run)(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from specformer_generate.samplers.pipeline import Sampler
 
 from .specs_for_tests import tiny_with
 
-GEN = importlib.import_module("specformer_generate.generate")  # the module (the package exports the function)
+GEN = importlib.import_module("specformer_generate.generation")  # the module (the package exports the function)
 BEAM = importlib.import_module("specformer_generate.beam")
 
 
