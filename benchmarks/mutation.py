@@ -75,9 +75,9 @@ MODULES: dict[str, list[str]] = {
     # The training loop: only its fast file (a tiny model, a few steps per test); the other trainer
     # tests train for seconds each, once per mutant they reach.
     "plugins/specformer_train/trainer.py": ["tests/plugins/train/test_trainer_mutants.py"],
-    "core/specformer/model/context.py": [
-        "tests/core/test_decoder.py",
-        "tests/core/test_context_mutants.py",
+    # The mask rule as the kernels evaluate it (it lived in core/specformer/model/context.py and masks.py).
+    "plugins/specformer_layers/attention/masking.py": [
+        "tests/plugins/layers/attention/test_masking.py",
     ],
     # test_import_errors.py reaches it too, through whole imports: slower, and no extra kills.
     "plugins/specformer_hf/config.py": [
@@ -438,10 +438,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     (PIPELINE, 'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))',
      'processed = processed.float().nan_to_num(nan=float("-inf"), posinf=float("INF"), neginf=float("-inf"))'):
         "Python reads the string case-insensitively: the same inf",
-    # The attention mask's memo (core/specformer/model/context.py).
-    **{("core/specformer/model/context.py",
-        'return self.mask_memo(("dense", rule), k_positions, lambda inputs: dense_mask(inputs, rule))',
-        f'return self.mask_memo(("{word}", rule), k_positions, lambda inputs: dense_mask(inputs, rule))'):
+    # The attention mask's memo (plugins/specformer_layers/attention/masking.py).
+    **{("plugins/specformer_layers/attention/masking.py",
+        'return memo(ctx, ("dense", rule), k_positions, lambda inputs: dense_mask(inputs, rule))',
+        f'return memo(ctx, ("{word}", rule), k_positions, lambda inputs: dense_mask(inputs, rule))'):
        'the tag only keeps dense masks apart from the kernels\' memo entries ("tiles", "flex"): any other string does'
        for word in ("XXdenseXX", "DENSE")},
     # The decode loop (plugins/specformer_generate/generation.py).

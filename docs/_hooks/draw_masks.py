@@ -1,7 +1,8 @@
-"""Draw docs/images/mask-*.png from the mask rule itself (specformer.model.masks), one picture per mask.
+"""Draw docs/images/mask-*.png from the mask rule itself, as the kernels evaluate it, one picture per mask.
 
 Rows are queries, columns keys, both in token order; a filled cell is a key the query
-may read. Every picture is the dense form of the rule the kernels use, so the pictures
+may read. Every picture is the dense form of the rule (specformer.model.masks.MaskRule) as
+specformer_layers.attention.masking evaluates it for every kernel, so the pictures
 cannot drift from the code: tests/docs/test_mask_images.py redraws them and compares
 bytes. Regenerate after changing the rule:
 
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from specformer.model.masks import MaskRule, dense_mask, mask_inputs
+from specformer.model.masks import MaskRule
+from specformer_layers.attention.masking import dense_mask, mask_inputs
 
 IMAGES = Path(__file__).resolve().parent.parent / "images"
 T = 12
@@ -32,7 +34,7 @@ BACKGROUND = (255, 255, 255)
 
 
 def masks() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """name -> (allowed (T, T) bool, padding (T,) bool), each from specformer.model.masks."""
+    """name -> (allowed (T, T) bool, padding (T,) bool), each from the kernels' evaluation of the rule."""
     arange = torch.arange(T)[None]  # (1, T)
     documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2]])
     padded = (arange - 3).clamp(min=-1)  # a left-padded row: three padding tokens, then positions 0..8

@@ -2,7 +2,7 @@
 
 Prompts of different lengths are aligned on the right so every row's next token is in
 the same column. Padding gets position -1: attention never reads a key at a negative
-position (see ``specformer.model.context.causal_mask``) and position embeddings clamp it, so a
+position (see ``specformer.model.masks``) and position embeddings clamp it, so a
 padded row computes exactly what it would alone.
 """
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from specformer.model.masks import MaskInputs, MaskRule, causal_mask, dense_mask, mask_inputs  # noqa: F401 (causal_mask re-exported)
 from specformer.model.positional import PositionalScheme
 
 
@@ -45,9 +44,10 @@ class ForwardContext:
     # (B, T) integer document of each token (packed training): a query reads only keys of
     # its own document. None: a row is one document. Never given together with a cache.
     document_ids: Tensor | None = None
-    # Masks built this forward (dense, or a kernel's block form), keyed by the id of the
-    # key-positions tensor (kept alive alongside so the id cannot be reused) and the rule.
-    _masks: dict[tuple, tuple[Tensor, Any]] = field(default_factory=dict)
+    # Masks evaluated during this forward (dense, or a kernel's block form), filled by the
+    # attention kernels so every layer with the same rule shares one; a fresh context per
+    # forward, so they never outlive the positions they were built from.
+    masks: dict[tuple, Any] = field(default_factory=dict)
 
     def positional_for(self, layer_index: int) -> PositionalScheme:
         """The positional scheme acting inside the attention of layer ``layer_index``."""
@@ -56,39 +56,6 @@ class ForwardContext:
     def positional_state_for(self, layer_index: int) -> Any:
         """What that scheme's ``prepare`` returned for this forward (computed once per distinct scheme)."""
         return self.positional_state if self.layer_states is None else self.layer_states[layer_index]
-
-    def attention_mask(self, k_positions: Tensor, *, window: int | None = None, chunk: int | None = None) -> Tensor:
-        """Boolean ``(B, 1, Tq, Tk)``: True where a query may attend to a key.
-
-        The rule is :mod:`specformer.model.masks`: keys no later than the query (by column
-        without a cache, by position with one), within ``window`` and the same ``chunk``
-        when given, of the same document when ``document_ids`` is set, never padding.
-        Padding queries attend everywhere so their rows stay finite; their outputs are
-        never used. Built once per forward per key tensor and rule.
-        """
-        rule = MaskRule(window=window, chunk=chunk)
-        return self.mask_memo(("dense", rule), k_positions, lambda inputs: dense_mask(inputs, rule))
-
-    def mask_inputs(self, k_positions: Tensor) -> MaskInputs:
-        """This forward's queries reading keys at ``k_positions`` (its own tokens when it is ``positions``)."""
-        return mask_inputs(self.positions, k_positions, document_ids=self.document_ids,
-                           same_tokens=k_positions is self.positions)
-
-    def mask_memo(self, key: tuple, k_positions: Tensor, build: Callable[[MaskInputs], Any]) -> Any:
-        """``build(self.mask_inputs(k_positions))``, once per forward per ``key`` and key tensor.
-
-        So every layer with the same rule shares one mask (dense or a kernel's block mask).
-        """
-        if torch.compiler.is_compiling():
-            # Under torch.compile an id() becomes a guard on that very tensor, so every new
-            # KV cache would recompile; the compiler deduplicates the repeated work itself.
-            return build(self.mask_inputs(k_positions))
-        full_key = (id(k_positions), *key)
-        hit = self._masks.get(full_key)
-        if hit is None:
-            hit = (k_positions, build(self.mask_inputs(k_positions)))
-            self._masks[full_key] = hit
-        return hit[1]
 
 
 def default_positions(batch: int, length: int, *, device: torch.device | str) -> Tensor:

@@ -88,7 +88,7 @@ class CausalSelfAttention(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
-        return describe(backend=self.backend, window=self.window, chunk=self.chunk, logit_softcap=self.logit_softcap,
+        return describe(backend=self.backend, rule=self.mask_rule, logit_softcap=self.logit_softcap,
                         sinks=self.sinks is not None, bias=bias)
 
     def extra_repr(self) -> str:

@@ -1,14 +1,14 @@
 """FlexAttention (PyTorch's ``torch.nn.attention.flex_attention``): any mask, no T x T tensor.
 
-The mask rule of :mod:`specformer.model.masks` becomes a block mask (which ``128 x 128``
-tiles to visit, which of them need the rule applied score by score) and a
-``mask_mod`` that applies it; ALiBi-style biases and soft-capping become a
+The mask rule of :mod:`specformer.model.masks`, evaluated by :mod:`.masking`, becomes a block
+mask (which ``128 x 128`` tiles to visit, which of them need the rule applied score by
+score) and a ``mask_mod`` that applies it; ALiBi-style biases and soft-capping become a
 ``score_mod``, evaluated per score inside the kernel; an attention sink is one more
 key, after the real ones, that every query may read, whose score the ``score_mod``
 replaces by the head's sink logit and whose value is zero (so it only takes its share
-of the normalisation). The block mask is built once per
-forward per rule and key tensor (``ForwardContext.mask_memo``), one row of tiles at a
-time, and shared by every layer with the same rule.
+of the normalisation). The block mask is built once per forward per rule and key tensor
+(:func:`.masking.memo`), one row of tiles at a time, and shared by every layer with the
+same rule.
 
 The kernel must be compiled to be fused (otherwise PyTorch runs a reference
 implementation that does materialise the scores). This module compiles it once per
@@ -28,7 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specformer.model.context import ForwardContext
-from specformer.model.masks import MaskInputs, MaskRule, allowed, block_summary
+from specformer.model.masks import MaskRule
+
+from specformer_layers.attention.masking import MaskInputs, allowed, block_summary, memo
 
 try:  # PyTorch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask
@@ -87,8 +89,8 @@ def flex_attention(
     # With sinks, key slot S (the first padded one) is the sink.
     Tq_pad, S_pad = bucket(Tq), bucket(S + (sinks is not None))
     sink_slot = S if sinks is not None else None
-    block_mask = ctx.mask_memo(("flex", rule, Tq_pad, S_pad, sink_slot), k_positions,
-                               lambda inputs: _block_mask(inputs, rule, Tq_pad, S_pad, sink_slot))
+    block_mask = memo(ctx, ("flex", rule, Tq_pad, S_pad, sink_slot), k_positions,
+                      lambda inputs: _block_mask(inputs, rule, Tq_pad, S_pad, sink_slot))
     score_mod = _score_mod(block_mask, softcap=softcap, bias=bias, sinks=sinks, sink_slot=sink_slot, device=q.device)
     q = F.pad(q, (0, 0, 0, Tq_pad - Tq))  # (B, H, Tq_pad, hd)
     k = F.pad(k, (0, 0, 0, S_pad - S))  # (B, KV, S_pad, hd), zero keys and values past S

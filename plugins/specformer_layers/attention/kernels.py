@@ -21,8 +21,10 @@ masked [, with sink logits in the normalisation]) v``, with the mask rule of
   scores (:data:`TILED_MAX_COVER`), and the dense ``sdpa`` path (``eager`` when scores
   are soft-capped) otherwise.
 
-:func:`plan` says which kernel a call will use, without running it (``specformer
-summary`` prints it per layer); :func:`attend` runs it.
+:func:`choose` is the one decision, over a call's :class:`Facts`: :func:`plan` gathers
+the facts of a real call and :func:`attend` runs what it chose; :func:`describe` asks
+:func:`choose` about the inputs a layer will typically meet and says what it answered
+(``specformer summary`` prints it per layer), so the words cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
 
 from specformer_layers.attention import flex, tiled
+from specformer_layers.attention.masking import attention_mask
 
 BACKENDS = ("auto", "sdpa", "flex", "eager")
 
@@ -87,62 +90,102 @@ class Scores:
         return lambda qp, kp, head: method(qp, kp, head, self.state)
 
 
-def plan(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, k_positions: Tensor,
-         rule: MaskRule, scores: Scores, dropout: float, observed: bool) -> str:
-    """The kernel this call runs: ``eager``, ``sdpa-causal``, ``sdpa``, ``flex``, ``tiled``."""
-    if backend == "eager" or observed:
-        return "eager"
-    Tq, S = q.shape[2], k.shape[2]
-    limits_nothing = all(n is None or Tq <= n for n in (rule.window, rule.chunk))
-    unmodified = scores.softcap is None and scores.sinks is None and not scores.has_bias(ctx, k_positions)
-    if backend in ("auto", "sdpa") and ctx.plain_causal and limits_nothing and unmodified:
-        return "sdpa-causal"
-    dense = "eager" if scores.softcap is not None else "sdpa"
-    if backend == "sdpa" or dropout > 0:
-        return dense  # FlexAttention has no dropout
-    why_not = flex.unavailable(q, k, v)
-    if why_not is None and scores.score_bias() is None and scores.has_bias(ctx, k_positions):
-        why_not = f"the positional scheme {type(scores.positional).__name__} has no per-score bias (score_bias)"
+@dataclass(frozen=True)
+class Facts:
+    """What decides the kernel of one call: the layer's score modifications and the call's input."""
+
+    plain_causal: bool  # positions 0..T-1, no cache, no documents, no window or chunk shorter than the queries
+    softcap: bool  # scores are soft-capped (the dense path is then eager: SDPA cannot cap)
+    modified: bool  # soft-cap, sinks or a positional bias change the scores
+    flex_blocked: str | None  # why FlexAttention cannot run this call (None: it can)
+    flex_pays: bool  # enough scores that compiling FlexAttention pays (always on an accelerator)
+    tiles_pay: Callable[[], bool]  # more than one tile, reading at most TILED_MAX_COVER (asked last: it builds tiles)
+    dropout: bool = False
+    observed: bool = False  # an observer wants the attention probabilities
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The kernel one call runs (``eager``, ``sdpa-causal``, ``sdpa``, ``flex``, ``tiled``) and its dense fallback."""
+
+    kernel: str
+    dense: str = "sdpa"  # the dense kernel of tiles, and where FlexAttention fails to compile
+    fell_back: str | None = None  # why an explicit ``backend: flex`` could not run it (warned once)
+
+    def describe(self) -> str:
+        """The kernel in words, as ``specformer summary`` prints it."""
+        if self.kernel == "tiled":
+            return f"tiled {_WORDS[self.dense]}"
+        return _WORDS[self.kernel]
+
+
+_WORDS = {"eager": "eager", "sdpa-causal": "sdpa (fused causal)", "sdpa": "sdpa dense mask", "flex": "flex"}
+
+
+def choose(backend: str, facts: Facts) -> Plan:
+    """The one decision: which kernel runs a call of ``backend`` with these facts."""
+    if backend == "eager" or facts.observed:
+        return Plan("eager", dense="eager")
+    if backend in ("auto", "sdpa") and facts.plain_causal and not facts.modified:
+        return Plan("sdpa-causal")
+    dense = "eager" if facts.softcap else "sdpa"
+    if backend == "sdpa" or facts.dropout:
+        return Plan(dense, dense=dense)  # FlexAttention has no dropout
     if backend == "flex":
-        if why_not is not None and why_not not in _warned:
-            _warned.add(why_not)
-            warnings.warn(f"backend flex: {why_not}; using SDPA with a dense mask", RuntimeWarning, stacklevel=4)
-        return dense if why_not is not None else "flex"
-    # auto
-    if why_not is None and not (q.device.type == "cpu" and Tq * S < FLEX_MIN_SCORES):
-        return "flex"
-    return "tiled" if Tq > tiled.TILE else dense
+        return Plan(dense, dense=dense, fell_back=facts.flex_blocked) if facts.flex_blocked else Plan("flex", dense=dense)
+    if facts.flex_blocked is None and facts.flex_pays:  # auto
+        return Plan("flex", dense=dense)
+    return Plan("tiled" if facts.tiles_pay() else dense, dense=dense)
+
+
+def plan(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, k_positions: Tensor,
+         rule: MaskRule, scores: Scores, dropout: float, observed: bool) -> Plan:
+    """The kernel this call runs (:func:`choose` on the call's facts), without running it."""
+    Tq, S = q.shape[2], k.shape[2]
+    has_bias = scores.has_bias(ctx, k_positions)
+    flex_blocked = flex.unavailable(q, k, v)
+    if flex_blocked is None and has_bias and scores.score_bias() is None:
+        flex_blocked = f"the positional scheme {type(scores.positional).__name__} has no per-score bias (score_bias)"
+    facts = Facts(
+        plain_causal=ctx.plain_causal and all(n is None or Tq <= n for n in (rule.window, rule.chunk)),
+        softcap=scores.softcap is not None,
+        modified=scores.softcap is not None or scores.sinks is not None or has_bias,
+        flex_blocked=flex_blocked,
+        flex_pays=q.device.type != "cpu" or Tq * S >= FLEX_MIN_SCORES,
+        tiles_pay=lambda: Tq > tiled.TILE and tiled.covered(ctx, k_positions, rule) <= TILED_MAX_COVER,
+        dropout=dropout > 0,
+        observed=observed,
+    )
+    chosen = choose(backend, facts)
+    if chosen.fell_back is not None and chosen.fell_back not in _warned:
+        _warned.add(chosen.fell_back)
+        warnings.warn(f"backend flex: {chosen.fell_back}; using SDPA with a dense mask", RuntimeWarning, stacklevel=4)
+    return chosen
 
 
 def attend(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor, k_positions: Tensor,
            rule: MaskRule, scores: Scores, dropout: float = 0.0,
            observe: Callable[[Tensor], None] | None = None) -> Tensor:
-    """Attention output ``(B, H, Tq, hd)`` of ``q`` ``(B, H, Tq, hd)`` over ``k``, ``v`` ``(B, KV, S, hd)``."""
-    kernel = plan(backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=rule, scores=scores,
+    """Attention output ``(B, H, Tq, vd)`` of ``q`` ``(B, H, Tq, hd)`` over ``k`` ``(B, KV, S, hd)``, ``v`` ``(B, KV, S, vd)``."""
+    chosen = plan(backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=rule, scores=scores,
                   dropout=dropout, observed=observe is not None)
-    H, KV = q.shape[1], k.shape[1]
-    if kernel == "sdpa-causal":
+    if chosen.kernel == "sdpa-causal":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scores.scale,
-                                              enable_gqa=KV != H)
-    if kernel == "flex":
+                                              enable_gqa=k.shape[1] != q.shape[1])
+    dense = eager if chosen.dense == "eager" else sdpa_dense
+    if chosen.kernel == "flex":
         out = flex.flex_attention(q, k, v, ctx=ctx, k_positions=k_positions, rule=rule, scale=scores.scale,
                                   softcap=scores.softcap, sinks=scores.sinks,
                                   bias=scores.score_bias() if scores.has_bias(ctx, k_positions) else None)
         if out is not None:
-            return out
-        kernel = "eager" if scores.softcap is not None else "sdpa"  # could not compile: warned once
-    # chunk is passed only when set, so a context written before chunks existed still works.
-    limits = {"window": rule.window} if rule.chunk is None else {"window": rule.window, "chunk": rule.chunk}
-    if kernel == "tiled" and tiled.covered(ctx, k_positions, rule) > TILED_MAX_COVER:
-        kernel = "eager" if scores.softcap is not None else "sdpa"  # the tiles would read most keys anyway
-    if kernel == "tiled":
-        dense = eager if scores.softcap is not None else sdpa_dense
+            return out  # else it could not compile (warned once): the dense kernel
+    elif chosen.kernel == "tiled":
         return tiled.tiled(q, k, v, ctx=ctx, k_positions=k_positions, rule=rule, bias=scores.bias,
                            kernel=lambda *qkv, mask, bias: dense(*qkv, mask=mask, bias=bias, scores=scores,
                                                                  dropout=dropout))
-    mask = ctx.attention_mask(k_positions, **limits)  # (B, 1, Tq, S) bool
+    mask = attention_mask(ctx, k_positions, rule)  # (B, 1, Tq, S) bool
     bias = scores.bias(ctx.positions, k_positions)
-    if kernel == "eager":
+    if dense is eager:
         return eager(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout, observe=observe)
     return sdpa_dense(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout)
 
@@ -198,17 +241,49 @@ def eager(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor, bias: Tensor | None,
     return weights @ v  # (B, H, Tq, hd)
 
 
-def describe(*, backend: str, window: int | None = None, chunk: int | None = None,
-             logit_softcap: float | None = None, sinks: bool = False, bias: bool = False) -> str:
-    """The kernel(s) a layer will run, in words (``specformer summary``), without running it."""
-    dense = "eager" if logit_softcap is not None else "sdpa dense mask"
-    if backend == "eager":
-        return "eager"
-    plain = window is None and chunk is None and logit_softcap is None and not sinks and not bias
-    if backend == "sdpa":
-        return f"sdpa (fused causal); {dense} for padded, packed or cached input" if plain else dense
-    if backend == "flex":
-        return f"flex; {dense} where flex cannot run (CPU training)"
-    if plain:
-        return "sdpa (fused causal); flex for padded, packed or cached input"
-    return f"flex; tiled {dense} for CPU training"
+#: The inputs ``specformer summary`` describes a layer for, in the order it names them: a
+#: plain prompt or training row on an accelerator; padded, packed or cached input there;
+#: training on the CPU (plain rows, longer than the window), where FlexAttention has no backward.
+SITUATIONS = (
+    ("", dict(plain=True, flex_blocked=None)),
+    ("padded, packed or cached input", dict(plain=False, flex_blocked=None)),
+    ("CPU training", dict(plain=True, flex_blocked="FlexAttention has no backward on cpu")),
+)
+
+
+def situation_plans(*, backend: str, rule: MaskRule = MaskRule(), logit_softcap: float | None = None,
+                    sinks: bool = False, bias: bool = False) -> list[tuple[str, Plan]]:
+    """What :func:`choose` decides for a layer with these options in each of :data:`SITUATIONS`.
+
+    Inputs are taken longer than the window and chunk; a windowed or chunked rule then
+    skips most scores, a causal one never does (its triangle covers more than half).
+    """
+    limited = rule.window is not None or rule.chunk is not None
+    modified = logit_softcap is not None or sinks or bias
+    return [(label, choose(backend, Facts(plain_causal=s["plain"] and not limited, softcap=logit_softcap is not None,
+                                          modified=modified, flex_blocked=s["flex_blocked"], flex_pays=True,
+                                          tiles_pay=lambda: limited)))
+            for label, s in SITUATIONS]
+
+
+def describe(*, backend: str, rule: MaskRule = MaskRule(), logit_softcap: float | None = None, sinks: bool = False,
+             bias: bool = False) -> str:
+    """The kernel(s) a layer will run, in words (``specformer summary``): :func:`situation_plans` rendered.
+
+    The first situation's kernel, then each other kernel with the situation that takes it.
+    """
+    said: list[str] = []
+    parts: list[str] = []
+    for label, chosen in situation_plans(backend=backend, rule=rule, logit_softcap=logit_softcap, sinks=sinks,
+                                         bias=bias):
+        words = chosen.describe()
+        if words in said:
+            continue
+        said.append(words)
+        if not label:
+            parts.append(words)
+        elif chosen.fell_back is not None:
+            parts.append(f"{words} where flex cannot run ({label})")
+        else:
+            parts.append(f"{words} for {label}")
+    return "; ".join(parts)

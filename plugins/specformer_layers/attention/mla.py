@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
+from specformer.model.masks import MaskRule
 from specformer_layers.attention.params import LatentAttentionParams
+
+from specformer_layers.attention.kernels import Scores, attend
 
 
 class LatentAttention(nn.Module):
@@ -87,34 +89,12 @@ class LatentAttention(nn.Module):
         k_nope, v = kv.split((nope, vd), dim=-1)
         k = torch.cat((k_nope, k_rope.expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, T, nope + rope)
-        bias = positional.attention_bias(ctx.positions, k_positions, state)
-
-        dropout = self.dropout if self.training else 0.0
-        if self.backend == "eager" or self.observe_weights is not None:
-            y = self._eager(q, k, v, ctx.attention_mask(k_positions, window=self.window), bias, dropout)
-        elif ctx.plain_causal and bias is None and (self.window is None or T <= self.window):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=self.scale)
-        else:
-            mask: Any = ctx.attention_mask(k_positions, window=self.window)  # (B, 1, T, S) bool
-            if bias is not None:
-                mask = torch.where(mask, bias.to(q.dtype), float("-inf"))  # (B, H, T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale)
+        # The same kernels and mask rule as every attention; `backend` offers only sdpa and eager.
+        y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=MaskRule(window=self.window),
+                   scores=Scores(scale=self.scale, positional=positional, state=state),
+                   dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
         y = y.transpose(1, 2).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
-
-    def _eager(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S)
-        if scores.dtype not in (torch.float32, torch.float64):
-            scores = scores.float()
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a query with no key: zeros, not NaN
-        if self.observe_weights is not None:
-            self.observe_weights(weights)
-        weights = F.dropout(weights.to(q.dtype), p=dropout, training=dropout > 0)
-        return weights @ v  # (B, H, T, vd)
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"kv_lora_rank={self.kv_lora_rank}", f"q_lora_rank={self.q_lora_rank}",

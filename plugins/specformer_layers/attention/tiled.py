@@ -21,7 +21,9 @@ import torch
 from torch import Tensor
 
 from specformer.model.context import ForwardContext
-from specformer.model.masks import MaskInputs, MaskRule, block_summary, dense_mask
+from specformer.model.masks import MaskRule
+
+from specformer_layers.attention.masking import MaskInputs, block_summary, dense_mask, inputs_of, memo
 
 #: Query rows per tile (and the key granularity of each tile's range).
 TILE = 256
@@ -42,7 +44,7 @@ def spans(ctx: ForwardContext, k_positions: Tensor, rule: MaskRule) -> list[tupl
             out.append((i * tile, min((i + 1) * tile, n_q), k0, k1))
         return out
 
-    return ctx.mask_memo(("tiles", rule, tile), k_positions, build)
+    return memo(ctx, ("tiles", rule, tile), k_positions, build)
 
 
 def covered(ctx: ForwardContext, k_positions: Tensor, rule: MaskRule) -> float:
@@ -56,7 +58,7 @@ def tiled(q: Tensor, k: Tensor, v: Tensor, *, ctx: ForwardContext, k_positions: 
           bias: Callable[[Tensor, Tensor], Tensor | None],
           kernel: Callable[..., Tensor]) -> Tensor:
     """Attention output ``(B, H, Tq, hd)``: ``kernel(q, k, v, mask=, bias=)`` on each tile and its key span."""
-    inputs = ctx.mask_inputs(k_positions)
+    inputs = inputs_of(ctx, k_positions)
     pieces = []
     for q0, q1, k0, k1 in spans(ctx, k_positions, rule):
         piece = _slice(inputs, slice(q0, q1), slice(k0, k1))

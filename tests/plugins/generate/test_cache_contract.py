@@ -26,6 +26,7 @@ from specformer.registry.params import FromParams, Params
 from specformer.model.summary import summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
+from specformer_layers.attention import attention_mask
 
 VOCAB = 41
 
@@ -73,7 +74,7 @@ class NarrowKeyWideValue(FromParams, nn.Module):
             k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)
         else:
             k_positions = ctx.positions
-        mask = ctx.attention_mask(k_positions)  # (B, 1, T, S)
+        mask = attention_mask(ctx, k_positions)  # (B, 1, T, S)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(6)  # (B, H, T, S)
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         y = weights @ v  # (B, H, T, 10)

@@ -67,7 +67,7 @@ def test_padded_rows_are_finite_and_real_rows_equal_the_prompt_alone(model, use_
 
 def test_the_core_mask_lets_padding_queries_see_every_key() -> None:
     """What keeps padded rows finite on every backend: a padding query (position < 0) is never fully masked."""
-    from specformer.model.context import causal_mask
+    from specformer_layers.attention import causal_mask
 
     q = torch.tensor([[-1, -1, 0, 1]])
     k = torch.tensor([[-1, -1, 0, 1]])
@@ -79,9 +79,10 @@ def test_the_core_mask_lets_padding_queries_see_every_key() -> None:
 
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
-def test_eager_attention_gives_zeros_not_nan_for_a_query_with_no_key(softcap) -> None:
+def test_eager_attention_gives_zeros_not_nan_for_a_query_with_no_key(monkeypatch, softcap) -> None:
     """Even with a mask that leaves a query nothing (a third-party cache or mask), eager stays finite."""
     from specformer.model.context import ForwardContext
+    from specformer_layers.attention import kernels
     from specformer_layers.attention.causal import CausalSelfAttention
 
     torch.manual_seed(0)
@@ -89,15 +90,16 @@ def test_eager_attention_gives_zeros_not_nan_for_a_query_with_no_key(softcap) ->
     attention = CausalSelfAttention(params, d_model=16).double()
     x = torch.randn(1, 3, 16, dtype=torch.double)
 
-    class NoKeyForTheFirstQuery(ForwardContext):
-        def attention_mask(self, k_positions, *, window=None):
-            mask = super().attention_mask(k_positions, window=window).clone()
-            mask[:, :, 0] = False  # (B, 1, Tq, Tk): query 0 sees nothing
-            return mask
+    def no_key_for_the_first_query(ctx, k_positions, rule):
+        mask = real_mask(ctx, k_positions, rule).clone()
+        mask[:, :, 0] = False  # (B, 1, Tq, Tk): query 0 sees nothing
+        return mask
 
+    real_mask = kernels.attention_mask
+    monkeypatch.setattr(kernels, "attention_mask", no_key_for_the_first_query)
     positional = specformer.build(tiny_with(), seed=0).positional
-    ctx = NoKeyForTheFirstQuery(positions=torch.arange(3)[None], positional=positional,
-                                positional_state=positional.prepare(torch.arange(3)[None]) if hasattr(positional, "prepare") else None)
+    ctx = ForwardContext(positions=torch.arange(3)[None], positional=positional,
+                         positional_state=positional.prepare(torch.arange(3)[None]) if hasattr(positional, "prepare") else None)
     y = attention(x, ctx)
     assert torch.isfinite(y).all()
     # zero attention output for query 0 leaves only the output projection's bias (none here)

@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-from specformer.model.masks import MaskInputs, MaskRule, block_summary, dense_mask, mask_inputs
+from specformer.model.masks import MaskRule
 from specformer_layers.attention import flex, kernels, tiled
 from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.attention.params import CausalSelfAttentionParams
@@ -169,7 +169,7 @@ def test_tiles_read_only_the_keys_their_rows_may_read(monkeypatch) -> None:
         assert kernels.plan("auto", ctx=ctx, q=torch.zeros(1, 4, 16, 8, requires_grad=True),
                             k=torch.zeros(1, 2, 16, 8), v=torch.zeros(1, 2, 16, 8), k_positions=positions,
                             rule=attention.mask_rule, scores=kernels.Scores(scale=1.0), dropout=0.0,
-                            observed=False) == "tiled"
+                            observed=False).kernel == "tiled"
         attention(x, ctx).sum().backward()
 
 
@@ -255,83 +255,50 @@ def test_cached_decoding_equals_eager_on_every_backend(reference_flex, option) -
         assert torch.allclose(got[real], want[real], atol=1e-5), backend
 
 
-# -- the mask rule itself ------------------------------------------------------------------
-
-
-def written_out(q_order, k_order, q_pos, k_pos, q_doc, k_doc, window, chunk):
-    """allowed[b][i][j] by loops: the rule of specformer.model.masks, read aloud."""
-    out = []
-    for b in range(len(q_order)):
-        rows = []
-        for i in range(len(q_order[b])):
-            row = []
-            for j in range(len(k_order[b])):
-                if q_order[b][i] < 0:
-                    row.append(True)
-                    continue
-                ok = 0 <= k_order[b][j] <= q_order[b][i]
-                ok = ok and (window is None or q_order[b][i] - k_order[b][j] < window)
-                ok = ok and (chunk is None or q_pos[b][i] // chunk == k_pos[b][j] // chunk)
-                ok = ok and (q_doc is None or q_doc[b][i] == k_doc[b][j])
-                row.append(ok)
-            rows.append(row)
-        out.append(rows)
-    return torch.tensor(out)[:, None]
-
-
-@pytest.mark.parametrize("window,chunk", [(None, None), (3, None), (None, 4), (5, 3)])
-def test_dense_mask_is_the_written_out_rule(window, chunk) -> None:
-    positions, documents = reset(DOCUMENTS), DOCUMENTS
-    for docs in (None, documents):
-        inp = mask_inputs(positions, positions, document_ids=docs, same_tokens=True)
-        got = dense_mask(inp, MaskRule(window=window, chunk=chunk))
-        lists = [t.tolist() if t is not None else None for t in (inp.q_order, inp.k_order, inp.q_positions,
-                                                                  inp.k_positions, inp.q_documents, inp.k_documents)]
-        assert torch.equal(got, written_out(*lists, window, chunk))
-
-
-def test_causality_without_a_cache_is_by_column_not_by_position_value() -> None:
-    # Positions restart (a second document) but no document ids: a token must still not see later ones.
-    positions = torch.tensor([[0, 1, 2, 0, 1]])
-    mask = dense_mask(mask_inputs(positions, positions, same_tokens=True), MaskRule())[0, 0]
-    assert torch.equal(mask, torch.ones(5, 5, dtype=torch.bool).tril())
-
-
-def test_document_ids_refused_with_a_cache() -> None:
-    positions = torch.tensor([[0, 1]])
-    with pytest.raises(ValueError, match="without a cache"):
-        mask_inputs(positions, torch.tensor([[0, 1]]), document_ids=torch.tensor([[0, 0]]), same_tokens=False)
-
-
-@pytest.mark.parametrize("length,keys,block", [(300, 300, 128), (37, 100, 16), (64, 64, 16)])
-def test_block_summary_is_the_dense_mask_reduced_per_tile(length, keys, block) -> None:
-    torch.manual_seed(0)
-    q_positions = torch.arange(length).expand(2, length) + torch.tensor([[0], [keys - length]])
-    k_positions = torch.arange(keys).expand(2, keys).clone()
-    k_positions[1, :7] = -1  # empty slots
-    rule = MaskRule(window=23, chunk=40)
-    inputs = MaskInputs(q_positions, k_positions, q_positions, k_positions)
-    some, every = block_summary(inputs, rule, block=block)
-    dense = dense_mask(inputs, rule)[:, 0]  # (B, Tq, S)
-    nq, nk = -(-length // block), -(-keys // block)
-    padded = torch.zeros(2, nq * block, nk * block, dtype=torch.bool)
-    padded[:, :length, :keys] = dense
-    real = torch.zeros_like(padded)
-    real[:, :length, :keys] = True
-    tiles = padded.view(2, nq, block, nk, block)
-    assert torch.equal(some, tiles.any(dim=4).any(dim=2))
-    # "every": all real queries of the tile see all its keys, and no key of the tile is past S.
-    full_keys = real.view(2, nq, block, nk, block)[:, 0, 0].all(dim=-1)  # (2, nk)
-    every_want = (tiles | ~real.view(2, nq, block, nk, block)).all(dim=4).all(dim=2) & full_keys[:, None, :]
-    assert torch.equal(every, every_want)
-
-
 def test_summary_names_the_kernel_of_each_option() -> None:
-    rows = {name: kernels.describe(**{k: v for k, v in opts.items()}, backend="auto")
-            for name, opts in itertools.islice(OPTIONS.items(), 5)}
+    rows = {name: make("auto", **opts).describe_kernel() for name, opts in itertools.islice(OPTIONS.items(), 5)}
     assert rows["plain"].startswith("sdpa (fused causal)")
     assert "flex" in rows["window"] and "flex" in rows["sinks"]
     assert kernels.describe(backend="eager") == "eager"
+    assert kernels.describe(backend="auto", rule=MaskRule(window=4)) == "flex; tiled sdpa dense mask for CPU training"
+
+
+#: Each situation describe() speaks of, as a real call: positions, whether gradients are on, length.
+SITUATION_CALLS = {
+    "": dict(positions=torch.arange(32).expand(2, 32), plain_causal=True, grads=False),
+    "padded, packed or cached input": dict(positions=padded_positions(2, 32), plain_causal=False, grads=False),
+    "CPU training": dict(positions=torch.arange(32).expand(2, 32), plain_causal=True, grads=True),
+}
+
+
+@pytest.mark.parametrize("backend", kernels.BACKENDS)
+@pytest.mark.parametrize("scheme_name", ["none", "alibi"])
+def test_the_summary_names_the_kernel_each_situation_really_takes(monkeypatch, backend, scheme_name) -> None:
+    """describe() is plan() asked about typical inputs: a real call in each situation takes the kernel it names."""
+    monkeypatch.setattr(flex, "flex_attention", lambda q, *a, **k: torch.zeros_like(q))  # which kernel, not its values
+    monkeypatch.setattr(tiled, "TILE", 4)  # 32 tokens: eight tiles, so a window skips most of them
+    monkeypatch.setattr(kernels, "FLEX_MIN_SCORES", 0)  # "on an accelerator": FlexAttention pays at any size
+    monkeypatch.setattr(flex, "_broken", None)
+    monkeypatch.setattr(kernels, "_warned", set())
+    taken: list[kernels.Plan] = []
+    real_plan = kernels.plan
+    monkeypatch.setattr(kernels, "plan", lambda *a, **k: taken.append(real_plan(*a, **k)) or taken[-1])
+    for option, opts in OPTIONS.items():
+        attention = make(backend, **opts)
+        named = kernels.situation_plans(backend=backend, rule=attention.mask_rule, logit_softcap=attention.logit_softcap,
+                                        sinks=attention.sinks is not None, bias=scheme_name == "alibi")
+        for label, want in named:
+            call = SITUATION_CALLS[label]
+            x = inputs(batch=2, length=32).requires_grad_(call["grads"])
+            with torch.set_grad_enabled(call["grads"]), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # backend flex on CPU training: warned once
+                run(attention, x, call["positions"], scheme(scheme_name), plain_causal=call["plain_causal"])
+            got = taken[-1]
+            assert (got.kernel, got.dense, got.fell_back is None) == (want.kernel, want.dense, want.fell_back is None), \
+                (option, label, got, want)
+        assert attention.describe_kernel(bias=scheme_name == "alibi") == kernels.describe(
+            backend=backend, rule=attention.mask_rule, logit_softcap=attention.logit_softcap,
+            sinks=attention.sinks is not None, bias=scheme_name == "alibi")
 
 
 def test_specformer_summary_prints_each_layers_kernel() -> None:
