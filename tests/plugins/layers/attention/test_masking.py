@@ -16,6 +16,7 @@ from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
 from specformer_layers.attention import kernels, tiled
 from specformer_layers.attention.causal import CausalSelfAttention
+from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.attention.masking import (
     MaskInputs,
     attention_mask,
@@ -217,7 +218,8 @@ def test_every_kernel_reads_exactly_the_keys_the_rule_allows(reference_flex, mon
     torch.manual_seed(0)
     x = torch.randn(2, 11, 16)
     for rule in KERNEL_RULES.values():
-        attention = CausalSelfAttention(d_model=16, n_heads=2, backend=backend, window=rule.window, chunk=rule.chunk)
+        attention = CausalSelfAttention(
+            CausalSelfAttentionParams(n_heads=2, backend=backend, window=rule.window, chunk=rule.chunk), d_model=16)
         for positions, documents in ((padded_positions(2, 11), None), (reset(DOCUMENTS), DOCUMENTS)):
             # Tiles run where FlexAttention cannot: on CPU with gradients.
             with torch.set_grad_enabled(kernel == "tiled"):
