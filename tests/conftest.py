@@ -37,6 +37,15 @@ TOY_PLUGIN = REPO / "tests" / "fixtures" / "toy_plugin"
 TUTORIAL = REPO / "examples" / "specformer-tutorial"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The mutation run (tools/mutation.py) selects tests by path and by this marker, never by name.
+    config.addinivalue_line(
+        "markers",
+        "mutation_exempt(reason): left out of mutation runs (tools/mutation.py); the reason says why: mutmut's "
+        "trampolines break the test on unmutated code (torch.compile, warning stacklevels), or it takes "
+        "seconds per mutant where a faster test pins the same behaviour")
+
+
 @pytest.fixture(scope="session")
 def toy_plugin_staged(tmp_path_factory) -> StagedPlugin:
     """The toy third-party plugin (``toy_unitnorm``), laid out once per session outside the environment."""
