@@ -490,7 +490,7 @@ def test_a_damaged_rng_file_is_refused_and_leaves_the_generators_alone(tmp_path:
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
 
 
-# -- found by the mutation run ------------------------------------------------------------
+# -- failures, plugins and the CUDA generator ---------------------------------------------------
 
 
 def test_the_shape_message_says_none_for_what_is_not_wrong(tmp_path: Path) -> None:
