@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -44,6 +45,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "mutation_exempt(reason): left out of mutation runs (tools/mutation.py); the reason says why: mutmut's "
         "trampolines break the test on unmutated code (torch.compile, warning stacklevels), or it takes "
         "seconds per mutant where a faster test pins the same behaviour")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for the test, and the count it had restored after.
+
+    Tiny models run fastest on one thread, and far faster when other work shares the cores.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,9 @@ SPECS = {
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3, 4], [7, 8, 9], [11, 12, 11, 12, 11]]
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (tests/conftest.py)
+
+
 def build(data: dict, seed: int = 0):
     return specformer.build(data, seed=seed).eval()
 
@@ -52,15 +55,6 @@ def count_forwards(model) -> list[int]:
     calls = [0]
     model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     return calls
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: one thread is fastest, and far faster on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("name, k", [("rope", 3), ("window", 1), ("window", 4), ("learned", 3)])

@@ -61,12 +61,8 @@ def make_text(n_words: int, *, seed: int) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    """Tiny models run fastest on one thread, and far faster when other work shares the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _tiny_models_on_one_thread(one_thread: None) -> None:
+    """Every training test on one thread (tests/conftest.py's ``one_thread``)."""
 
 
 @pytest.fixture(autouse=True)
