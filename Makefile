@@ -58,11 +58,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py
 
 # Mutation testing (docs/testing.md), never part of `make test`: plants small bugs in the modules
-# listed in benchmarks/mutation.py and reports the ones the tests miss. Pick modules and bounds with
+# listed in tools/mutation.py and reports the ones the tests miss. Pick modules and bounds with
 #   make mutation MUTATION_ARGS="--modules plugins/specformer_train/schedule.py --max-mutants 60"
 mutation: $(STAMP)
 	@$(PY) -c "import mutmut" 2>/dev/null || $(PIP) install -e '.[mutation]'
-	$(PY) benchmarks/mutation.py $(MUTATION_ARGS)
+	$(PY) tools/mutation.py $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) site artifacts runs .pytest_cache

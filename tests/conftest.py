@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -35,6 +36,27 @@ from fixtures.isolated_plugin import StagedPlugin, stage  # noqa: E402  (needs t
 
 TOY_PLUGIN = REPO / "tests" / "fixtures" / "toy_plugin"
 TUTORIAL = REPO / "examples" / "specformer-tutorial"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The mutation run (tools/mutation.py) selects tests by path and by this marker, never by name.
+    config.addinivalue_line(
+        "markers",
+        "mutation_exempt(reason): left out of mutation runs (tools/mutation.py); the reason says why: mutmut's "
+        "trampolines break the test on unmutated code (torch.compile, warning stacklevels), or it takes "
+        "seconds per mutant where a faster test pins the same behaviour")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for the test, and the count it had restored after.
+
+    Tiny models run fastest on one thread, and far faster when other work shares the cores.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -167,6 +167,8 @@ SKIPPED: list[tuple[str, str]] = [
                        "(tests/fixtures/isolated_plugin.py)"),
     (r"torchrun\s", "starts several processes (DDP/FSDP); tests/plugins/train/test_distributed.py runs them"),
     (r"python3? benchmarks/", "a benchmark: minutes of timing, printed as ratios (docs/benchmarks.md)"),
+    (r"python3? tools/mutation\.py", "the mutation run: minutes to hours of mutmut (the mutation extra); "
+                                    "tests/tools/test_mutation.py checks its table"),
     (r"specformer eval .*--tasks\s", "lm-evaluation-harness tasks: the named ones download their data sets from the Hugging "
                                      "Face Hub (no network in tests), my_task is the reader's own; tests/plugins/eval runs a local task"),
     (r"(cp|mv|rm|mkdir|ls|cat)\s", "a plain file operation on the reader's own files; nothing of specformer's runs"),

@@ -34,11 +34,8 @@ TINY_TRAIN: dict[str, Any] = {
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _tiny_models_on_one_thread(one_thread: None) -> None:
+    """Every fine-tuning test on one thread (tests/conftest.py's ``one_thread``)."""
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,9 @@ from specformer_quant import quantize
 MOE = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 64}
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (tests/conftest.py)
+
+
 def moe_spec() -> dict:
     return {"model": {
         "vocab_size": 259, "d_model": 64, "n_layers": 2, "context_length": 64, "tie_embeddings": False,
@@ -27,14 +30,6 @@ def moe_spec() -> dict:
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
                   "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": MOE},
     }}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

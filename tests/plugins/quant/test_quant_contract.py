@@ -20,6 +20,9 @@ from specformer_quant.weights import QuantizedLinear, QuantizedWeight
 TOLERANCE = {"int8": 0.04, "int4": 0.2, "bf16": 0.01}
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest (tests/conftest.py)
+
+
 def spec(**block) -> dict:
     return {"model": {
         "vocab_size": 97, "d_model": 64, "n_layers": 2, "context_length": 32, "tie_embeddings": False,
@@ -49,14 +52,6 @@ def cases() -> list:
     out = [("attention", name) for name in registry.names("attention")]
     out += [("ffn", name) for name in registry.names("ffn")]
     return out
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("kind, name", cases())

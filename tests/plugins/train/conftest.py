@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
+
+import specformer_train.progress
 
 WORDS = (
     "the model reads tokens and predicts the next one while the optimizer follows the gradient of the loss "
@@ -58,12 +61,8 @@ def make_text(n_words: int, *, seed: int) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    """Tiny models run fastest on one thread, and far faster when other work shares the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _tiny_models_on_one_thread(one_thread: None) -> None:
+    """Every training test on one thread (tests/conftest.py's ``one_thread``)."""
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +105,32 @@ class NaNFrom:
             if self.calls >= self.n:
                 return output * float("nan")
         return output
+
+
+@pytest.fixture
+def thread_count_recorded_not_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's thread count is checked as the count it asks torch for, and torch keeps one thread.
+
+    The mutation run forks one child per mutant from a process that has run these tests; once a
+    test had trained on two threads there, libgomp's thread team did not survive the fork and the
+    child's next parallel region waited forever (gdb: ``gomp_team_barrier_wait_end``), which mutmut
+    then counted as a kill by timeout.
+    """
+    asked = [torch.get_num_threads()]
+    monkeypatch.setattr(torch, "set_num_threads", asked.append)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: asked[-1])
+
+
+@pytest.fixture
+def progress_bars_without_a_shared_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tqdm's bars (disabled ones too) here take a process-local lock and start no monitor thread.
+
+    By default tqdm guards its bars with a ``multiprocessing`` lock, a semaphore that forked
+    processes share, and a monitor thread takes it every 10 s. In the mutation run every mutant is
+    a forked child; one that exited (or was killed) while its monitor thread held the semaphore
+    left it taken, and every later child then waited for it forever and was counted as killed by
+    timeout (gdb: ``SemLock.acquire`` in ``tqdm.__new__``).
+    """
+    bar_class = specformer_train.progress.tqdm
+    monkeypatch.setattr(bar_class, "_lock", threading.RLock(), raising=False)
+    monkeypatch.setattr(bar_class, "monitor_interval", 0)

@@ -1,4 +1,8 @@
-"""Packed rows, their order, the validation split and the slices processes read."""
+"""Packed rows, evaluation rows, the validation split and per-process slices, on arange corpora.
+
+With ``tokens = arange(N)`` a row's values are its own positions, so every property is
+checked by arithmetic written out here.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,88 @@ from specformer.errors import UserError
 from specformer_train.data import EvalRows, PackedRows, local_slice, split_tokens
 
 
-def test_rows_are_consecutive_tokens_from_an_epoch_offset() -> None:
-    tokens = np.arange(1000)
-    rows = PackedRows(tokens, seq_len=16, seed=0)
-    assert rows.rows_per_epoch == (1000 - 16) // 16
-    batch = rows.rows(0, rows.rows_per_epoch)
-    assert batch.shape == (rows.rows_per_epoch, 17)
-    assert (np.diff(batch, axis=1) == 1).all(), "each row is a run of consecutive tokens"
-    starts = np.sort(batch[:, 0])
-    assert (np.diff(starts) == 16).all() and 0 <= starts[0] < 16, "one epoch covers disjoint rows from its offset"
-    assert batch[:, -1].max() < 1000
+def test_the_validation_split_is_the_last_fraction() -> None:
+    tokens = np.arange(100)
+    split = split_tokens(tokens, val_fraction=0.1, seq_len=9)  # 10 tokens: exactly one row of 10
+    assert split.train.tolist() == list(range(90))
+    assert split.val.tolist() == list(range(90, 100))
+    whole = split_tokens(tokens, val_fraction=0.0, seq_len=9)
+    assert whole.val is None and whole.train.tolist() == list(range(100))
+
+
+def test_a_validation_split_shorter_than_a_row_is_refused() -> None:
+    with pytest.raises(UserError) as caught:
+        split_tokens(np.arange(100), val_fraction=0.1, seq_len=10)  # 10 tokens < a row of 11
+    assert str(caught.value) == (
+        "the validation split (0.1 of 100 tokens = 10) is shorter than one row of 11 tokens; use more data, "
+        "a larger train.val_fraction, or train.val_fraction: 0")
+
+
+@pytest.mark.parametrize("n, seq_len", [(101, 10), (100, 10), (110, 10), (111, 10), (9, 4), (5, 8)])
+def test_rows_per_epoch_fit_at_every_offset(n: int, seq_len: int) -> None:
+    packed = PackedRows(np.arange(n), seq_len=seq_len, seed=0)
+    # The count at the largest offset (seq_len - 1) of full rows of seq_len + 1 tokens.
+    expected = max(0, (n - 1 - (seq_len - 1)) // seq_len)
+    assert packed.rows_per_epoch == expected
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_an_epoch_is_every_row_once_at_one_offset(seed: int) -> None:
+    n, seq_len = 203, 10
+    packed = PackedRows(np.arange(n), seq_len=seq_len, seed=seed)
+    per_epoch = packed.rows_per_epoch
+    for epoch in range(3):
+        rows = packed.rows(epoch * per_epoch, per_epoch)
+        assert rows.shape == (per_epoch, seq_len + 1) and rows.dtype == np.int64
+        assert (np.diff(rows, axis=1) == 1).all()  # consecutive tokens: the targets are the inputs shifted
+        starts = rows[:, 0]
+        offset = int(starts.min())
+        assert 0 <= offset < seq_len
+        assert sorted(starts.tolist()) == [offset + k * seq_len for k in range(per_epoch)]
+        assert rows.max() < n
+
+
+def test_check_fits_needs_one_global_batch() -> None:
+    packed = PackedRows(np.arange(41), seq_len=10, seed=0)  # 3 rows
+    packed.check_fits(3)
+    with pytest.raises(UserError) as caught:
+        packed.check_fits(4)
+    assert str(caught.value) == (
+        "the training split has 41 tokens: 3 rows of 11, fewer than one global batch of 4 sequences; "
+        "use more data or a smaller train.batch_size / train.seq_len")
+
+
+def test_eval_rows_are_fixed_and_spread_over_the_split() -> None:
+    rows = EvalRows(np.arange(101), seq_len=10)
+    assert rows.count == 10
+    assert rows.chosen(None).tolist() == list(range(10))
+    assert rows.chosen(10).tolist() == list(range(10))
+    assert rows.chosen(25).tolist() == list(range(10))
+    assert rows.chosen(4).tolist() == [0, 3, 6, 9]
+    assert np.arange(100, 110)[rows.chosen(4)].tolist() == [100, 103, 106, 109]  # integer indices
+    assert rows.chosen(1).tolist() == [0]
+    got = rows.rows(np.array([0, 9]))
+    assert got.dtype == np.int64
+    assert got.tolist() == [list(range(0, 11)), list(range(90, 101))]
+    assert EvalRows(np.arange(10), seq_len=10).count == 0
+
+
+@pytest.mark.parametrize("world_size, micro", [(1, 4), (2, 2), (4, 1)])
+def test_local_slices_tile_the_global_batch_in_micro_step_order(world_size: int, micro: int) -> None:
+    global_batch, steps = 8, 8 // (world_size * micro)
+    seen = []
+    for step in range(steps):
+        for rank in range(world_size):
+            s = local_slice(global_batch, micro_batch=micro, micro_step=step, rank=rank, world_size=world_size)
+            assert s == slice((step * world_size + rank) * micro, (step * world_size + rank + 1) * micro)
+            seen.extend(range(global_batch)[s])
+    assert seen == list(range(global_batch))
+
+
+def test_a_slice_past_the_global_batch_is_refused() -> None:
+    assert local_slice(8, micro_batch=4, micro_step=1, rank=0, world_size=1) == slice(4, 8)
+    with pytest.raises(ValueError, match=r"^micro-step 2 of rank 0 reads past the global batch of 8$"):
+        local_slice(8, micro_batch=4, micro_step=2, rank=0, world_size=1)
 
 
 def test_order_is_a_pure_function_of_the_position() -> None:
@@ -28,47 +104,10 @@ def test_order_is_a_pure_function_of_the_position() -> None:
     whole = a.rows(0, 1500)  # crosses two epoch boundaries
     pieces = np.concatenate([b.rows(start, 100) for start in range(0, 1500, 100)])
     assert np.array_equal(whole, pieces)
+    assert np.array_equal(PackedRows(tokens, seq_len=8, seed=3).rows(1060, 5), whole[1060:1065]), "read from the middle"
     epochs = [a.rows(e * a.rows_per_epoch, a.rows_per_epoch) for e in range(2)]
     assert not np.array_equal(epochs[0], epochs[1]), "each epoch reshuffles"
     assert not np.array_equal(PackedRows(tokens, seq_len=8, seed=4).rows(0, 50), whole[:50])
-
-
-def test_split_holds_out_the_end() -> None:
-    tokens = np.arange(1000)
-    split = split_tokens(tokens, val_fraction=0.1, seq_len=16)
-    assert split.train.tolist() == list(range(900)) and split.val.tolist() == list(range(900, 1000))
-    assert split_tokens(tokens, val_fraction=0.0, seq_len=16).val is None
-    with pytest.raises(UserError, match=r"validation split .* is shorter than one row of 65 tokens"):
-        split_tokens(np.arange(500), val_fraction=0.1, seq_len=64)
-
-
-def test_too_small_a_corpus_for_one_batch_is_a_user_error() -> None:
-    rows = PackedRows(np.arange(100), seq_len=16, seed=0)
-    rows.check_fits(5)
-    with pytest.raises(UserError, match=r"5 rows of 17, fewer than one global batch of 6 sequences"):
-        rows.check_fits(6)
-
-
-def test_eval_rows_are_fixed_and_spread() -> None:
-    val = EvalRows(np.arange(161), seq_len=16)
-    assert val.count == 10
-    assert val.chosen(None).tolist() == list(range(10))
-    assert val.chosen(3).tolist() == [0, 4, 9] or val.chosen(3).tolist() == [0, 5, 9]
-    assert val.rows(np.array([9]))[0].tolist() == list(range(144, 161))
-
-
-def test_processes_split_each_global_batch_like_one_process() -> None:
-    # 2 processes x 2 micro-steps x 3 rows: micro-step 0 is rows 0-5 (rank 0: 0-2, rank 1: 3-5).
-    world, accum, micro = 2, 2, 3
-    seen = []
-    for step in range(accum):
-        for rank in range(world):
-            seen.append((step, rank, local_slice(12, micro_batch=micro, micro_step=step, rank=rank, world_size=world)))
-    assert [(s.start, s.stop) for _, _, s in seen] == [(0, 3), (3, 6), (6, 9), (9, 12)]
-    one = [local_slice(12, micro_batch=6, micro_step=m, rank=0, world_size=1) for m in range(2)]
-    assert [(s.start, s.stop) for s in one] == [(0, 6), (6, 12)]
-    with pytest.raises(ValueError, match="reads past the global batch of 12"):
-        local_slice(12, micro_batch=3, micro_step=2, rank=0, world_size=2)
 
 
 def test_each_epoch_starts_its_rows_at_its_own_random_offset() -> None:
