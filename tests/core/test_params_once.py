@@ -9,35 +9,46 @@ from torch import nn
 
 import specformer
 from specformer.model.attention import AttentionLayer, HeadSizes, head_sizes
-from specformer.registry.params import FromParams, Params, construct
+from specformer.registry.components import Registry, construct
+from specformer.registry.params import Params
 from specformer.registry.discovery import get_registry
 
 
-class Scaled(FromParams, nn.Module):
+class Scaled(nn.Module):
     class Params(Params):
         factor: float = Field(default=2.0, gt=0, description="Multiplier.")
         shift: float = Field(default=0.0, description="Added after.")
 
-    def __init__(self, *, dim: int, factor: float = 2.0, shift: float = 0.0) -> None:
+    def __init__(self, params: "Scaled.Params | None" = None, *, dim: int) -> None:
         super().__init__()
-        self.dim, self.factor, self.shift = dim, factor, shift
+        params = params if params is not None else Scaled.Params()
+        self.dim, self.factor, self.shift = dim, params.factor, params.shift
 
 
-def test_the_default_factory_passes_every_param_and_the_sizes_the_constructor_names():
-    made = Scaled.from_params(Scaled.Params(factor=3.0, shift=-1.0), dim=8, layer_index=4, n_layers=9)
+def test_the_registry_passes_the_params_and_only_the_sizes_the_constructor_names():
+    component = Registry().for_plugin("acme").register("norm", "scaled", factory=Scaled, params=Scaled.Params)
+    made = component.make(Scaled.Params(factor=3.0, shift=-1.0), dim=8, layer_index=4, n_layers=9)
     assert (made.dim, made.factor, made.shift) == (8, 3.0, -1.0)
 
 
-def test_a_constructor_taking_any_keyword_gets_every_size():
-    def anything(**kwargs):
-        return kwargs
+def test_a_factory_taking_any_keyword_gets_every_size():
+    def anything(params, **sizes):
+        return sizes
 
-    assert construct(anything, Scaled.Params(), dim=8, n_layers=2) == {"factor": 2.0, "shift": 0.0, "dim": 8, "n_layers": 2}
+    assert construct(anything, Scaled.Params(), dim=8, n_layers=2) == {"dim": 8, "n_layers": 2}
 
 
-def test_the_default_factory_is_accepted_by_the_registry_and_recorded_at_the_class():
-    registry = specformer.registry.components.Registry()
-    component = registry.for_plugin("acme").register("norm", "scaled", factory=Scaled.from_params, params=Scaled.Params)
+def test_python_and_the_registry_get_the_same_defaults():
+    registry = Registry()
+    registry.for_plugin("acme").register("norm", "scaled", factory=Scaled, params=Scaled.Params)
+    from_spec = registry.resolve("norm", {"kind": "scaled"}).make(dim=3)
+    from_python = Scaled(dim=3)
+    assert (from_spec.factor, from_spec.shift) == (from_python.factor, from_python.shift) == (2.0, 0.0)
+
+
+def test_a_class_registered_as_its_own_factory_is_recorded_at_the_class():
+    registry = Registry()
+    component = registry.for_plugin("acme").register("norm", "scaled", factory=Scaled, params=Scaled.Params)
     assert "test_params_once.py" in component.source and __name__ in component.source
     assert registry.resolve("norm", {"kind": "scaled", "factor": 5}).make(dim=3).factor == 5.0
 

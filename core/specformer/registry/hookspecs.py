@@ -68,11 +68,13 @@ def specformer_register_components(registry: "PluginRegistry") -> None:
     Called once per plugin when the registry is first needed, with a view of the
     registry that records the plugin's name on everything it registers::
 
-        registry.register("norm", "scalenorm", factory=ScaleNorm.from_params, params=ScaleNorm.Params)
+        registry.register("norm", "scalenorm", factory="my_plugin.norms:ScaleNorm", params=ScaleNormParams)
         registry.add_section("train", TrainSpec)   # a top-level spec section
 
-    A name already taken, a Params model without ``extra="forbid"``, or a factory that
-    cannot take the sizes of its kind raises :class:`~specformer.errors.RegistryError`
+    A factory given as ``"module:Name"`` is imported only when first built, so that listing
+    components imports nothing heavy; its ``Params`` should live in a module that imports
+    no torch. A name already taken, a Params model without ``extra="forbid"``, or a factory
+    that cannot take the sizes of its kind raises :class:`~specformer.errors.RegistryError`
     naming the plugin.
     """
 

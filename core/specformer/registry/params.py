@@ -8,8 +8,7 @@ whose ``make(**sizes)`` the parent calls with the sizes only it knows.
 
 from __future__ import annotations
 
-import inspect
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -26,43 +25,6 @@ class Params(StrictNumbers):
     """Base class for component params: unknown keys are errors, values are re-validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-class FromParams:
-    """The default factory of a component class: its params and sizes passed to its constructor.
-
-    A component declares each param once, in its ``Params`` model, and takes the same
-    names as keyword arguments of its constructor, with the sizes of its kind it needs::
-
-        class RMSNorm(FromParams, nn.Module):
-            class Params(Params):
-                eps: float = Field(default=1e-6, gt=0, description="...")
-
-            def __init__(self, *, dim: int, eps: float = 1e-6) -> None: ...
-
-        registry.register("norm", "rmsnorm", factory=RMSNorm.from_params, params=RMSNorm.Params)
-
-    A component writes its own ``from_params`` only where it transforms something (a
-    sub-component to make with sizes only it knows, a param that becomes another).
-    """
-
-    @classmethod
-    def from_params(cls, params: Any, **sizes: Any) -> Any:
-        return construct(cls, params, **sizes)
-
-
-def construct(cls: Callable[..., Any], params: Any, **sizes: Any) -> Any:
-    """``cls(**params, **sizes)``, passing only the sizes ``cls``'s constructor names (all, if it takes ``**``)."""
-    accepted = _keyword_names(cls)
-    given = {name: getattr(params, name) for name in type(params).model_fields}
-    return cls(**given, **{k: v for k, v in sizes.items() if accepted is None or k in accepted})
-
-
-def _keyword_names(cls: Callable[..., Any]) -> set[str] | None:
-    parameters = inspect.signature(cls).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
 
 
 COMPONENT_MARKER = "x-specformer-component"
@@ -135,5 +97,5 @@ def resolve_component(kind: str, value: Any, *, path: str, registry: Any = None)
         raise SpecError(problems_from_validation_error(exc, prefix=path, model=params_model)) from None
 
 
-__all__ = ["FromParams", "Params", "StrictNumbers", "construct", "SubComponent", "as_component_ref", "component_schema_ref",
+__all__ = ["Params", "StrictNumbers", "SubComponent", "as_component_ref", "component_schema_ref",
            "resolve_component"]

@@ -22,7 +22,7 @@ import specformer
 from specformer.registry import discovery
 from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
-from specformer.registry.params import FromParams, Params
+from specformer.registry.params import Params
 from specformer.model.summary import summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
@@ -31,14 +31,15 @@ from specformer_layers.attention import attention_mask
 VOCAB = 41
 
 
-class OwnTokenOnly(FromParams, nn.Module):
+class OwnTokenOnly(nn.Module):
     """Each token reads only itself (a value projection): it needs nothing from earlier steps."""
 
     class Params(Params):
         n_heads: int = Field(gt=0)
 
-    def __init__(self, *, d_model: int, n_heads: int, layer_index: int = 0) -> None:
+    def __init__(self, params: "OwnTokenOnly.Params", *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
+        n_heads = params.n_heads
         self.n_heads, self.n_kv_heads, self.head_dim, self.window = n_heads, n_heads, d_model // n_heads, None
         self.layer_index = layer_index
         self.cache_slots = None  # keeps nothing per token
@@ -48,14 +49,15 @@ class OwnTokenOnly(FromParams, nn.Module):
         return self.value(x)
 
 
-class NarrowKeyWideValue(FromParams, nn.Module):
+class NarrowKeyWideValue(nn.Module):
     """Every head queries one shared 6-channel (rotated) key and reads one shared 10-channel value."""
 
     class Params(Params):
         n_heads: int = Field(gt=0)
 
-    def __init__(self, *, d_model: int, n_heads: int, layer_index: int = 0) -> None:
+    def __init__(self, params: "NarrowKeyWideValue.Params", *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
+        n_heads = params.n_heads
         self.n_heads, self.n_kv_heads, self.head_dim, self.window = n_heads, 1, 6, None
         self.layer_index = layer_index
         self.positional_dim = 6
@@ -86,7 +88,7 @@ def registry() -> Any:
     registry = discovery.build_registry(discovery.get_plugin_manager())
     third_party = registry.for_plugin("third-party")
     for name, cls in (("own_token", OwnTokenOnly), ("narrow_key", NarrowKeyWideValue)):
-        third_party.register("attention", name, factory=cls.from_params, params=cls.Params, doc=cls.__doc__)
+        third_party.register("attention", name, factory=cls, params=cls.Params, doc=cls.__doc__)
     return registry
 
 

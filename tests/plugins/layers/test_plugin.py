@@ -60,7 +60,8 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.positional.rope_scaling.base", "specformer_layers.layouts.base",
                "specformer_layers.routers.base",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
-               "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm"}
+               "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
+               "specformer_layers.attention.masking"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
 
