@@ -9,7 +9,7 @@ from specformer.registry.hookspecs import hookimpl
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_eval import cli, inspect_cli  # late: import torch; only the command that runs needs them
+    from specformer_eval import eval_command as cli, inspect_command as inspect_cli  # late: import torch; only the command that runs needs them
 
     commands.add(
         "eval",

@@ -51,7 +51,7 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_generate.cli import configure, configure_chat, run  # late: only a command line needs the parsers
+    from specformer_generate.generate_command import configure, configure_chat, run  # late: only a command line needs the parsers
 
     commands.add("generate", help="Continue a prompt with a trained checkpoint (sampling, beam search, streaming).",
                  configure=configure, run=run)

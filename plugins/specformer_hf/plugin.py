@@ -16,7 +16,7 @@ def specformer_add_hookspecs(pluginmanager: Any) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_hf.cli import configure, run  # late: only a command line needs the parser
+    from specformer_hf.hf_command import configure, run  # late: only a command line needs the parser
 
     commands.add(
         "hf",

@@ -15,7 +15,7 @@ import torch
 
 from specformer.tokenizers.tokenizer import BPETokenizer
 from specformer_serve.chat_template import chat_renderer
-from specformer_serve.cli import run as serve_run
+from specformer_serve.serve_command import run as serve_run
 
 from .conftest import BYTES, MODEL_ID, make_server
 
@@ -160,7 +160,7 @@ def test_the_command_gives_the_server_its_templates_turn_end(checkpoint, monkeyp
 def _serve_args(checkpoint: Any, extra: list[str]) -> Any:
     import argparse
 
-    from specformer_serve.cli import configure
+    from specformer_serve.serve_command import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
