@@ -1,5 +1,7 @@
 """``specformer eval CHECKPOINT --data PATH | --tasks NAMES``: measure a saved model.
 
+Its flags: :mod:`specformer_eval.cli`.
+
 ``--data``: loss, perplexity and bits per byte over text read like ``specformer train
 --data`` reads it (a file, a folder or a glob of text, or one tokenized ``.bin``/``.npy``),
 with the checkpoint's own tokenizer. ``--tasks``: lm-evaluation-harness tasks through the
@@ -25,38 +27,6 @@ from specformer_text import find_corpus, load_tokenized
 
 from specformer_eval.loading import load_model
 from specformer_eval.perplexity import EvalResult, evaluate_documents, evaluate_tokens
-
-EPILOG = """\
-examples:
-  specformer eval runs/tiny/model.safetensors --data notes/
-  specformer eval model.safetensors --data 'books/*.txt' --context 1024 --stride 512 --json
-  specformer eval model.safetensors --tasks hellaswag,arc_easy --limit 100      # needs specformer[eval]
-  specformer eval model.safetensors --tasks my_task --include-path my_tasks/    # task YAMLs of your own
-"""
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EPILOG
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
-    parser.add_argument("--data", metavar="PATH",
-                        help="a file, directory or glob of .txt/.md/.py/.jsonl (one document per file, or per "
-                             "jsonl line), or one tokenized .bin/.npy")
-    parser.add_argument("--context", type=int, metavar="N",
-                        help="tokens per window (default: the model's context length)")
-    parser.add_argument("--stride", type=int, metavar="S",
-                        help="tokens a window moves on; each token is scored with at least N - S tokens before it "
-                             "(default: N, disjoint windows)")
-    parser.add_argument("--batch-size", type=int, metavar="B", help="windows per forward pass (default: ~8192 tokens)")
-    parser.add_argument("--tokenizer", metavar="FILE",
-                        help="a tokenizer.json, for a checkpoint that stores no tokenizer")
-    parser.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:1, mps (default cpu)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    harness = parser.add_argument_group("lm-evaluation-harness (pip install 'specformer[eval]')")
-    harness.add_argument("--tasks", metavar="NAMES", help="comma-separated lm_eval task names or glob patterns")
-    harness.add_argument("--include-path", metavar="DIR", help="a folder of your own lm_eval task YAMLs")
-    harness.add_argument("--num-fewshot", type=int, metavar="K", help="few-shot examples per prompt (default: the task's)")
-    harness.add_argument("--limit", type=float, metavar="N", help="at most N documents per task (a fraction if < 1)")
 
 
 def run(args: argparse.Namespace) -> int:

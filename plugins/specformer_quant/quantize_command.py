@@ -1,5 +1,7 @@
 """``specformer quantize CKPT --method int8 -o OUT.safetensors``: a quantized copy of a checkpoint.
 
+Its flags: :mod:`specformer_quant.cli`.
+
 The output is one safetensors file like any checkpoint (spec, tokenizer and plugin
 sources in the header) plus the recipe; ``specformer.load``, ``generate``, ``eval`` and
 ``summary`` read it. Every check runs before anything is written, and the output follows
@@ -18,23 +20,6 @@ from specformer.errors import SpecError, UserError
 from specformer.files.outputs import check_file_output, writing
 from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer_quant.apply import RECIPE_KEY, quantize, recipe_json, scheme_from, weight_bytes
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a float .safetensors checkpoint written by specformer")
-    parser.add_argument("--method", required=True, metavar="SCHEME",
-                        help="a registered quantization scheme: int8, int4, bf16 (see `specformer components`)")
-    parser.add_argument("--group-size", type=int, default=None, help="int4 only: 32 (default), 64 or 128")
-    parser.add_argument("--quantize-lm-head", action="store_true",
-                        help="quantize the LM head too (default: kept in float; embeddings always are; a head tied "
-                             "to the embedding is quantized as a separate copy)")
-    parser.add_argument("--lm-head-method", default=None, metavar="SCHEME",
-                        help="quantize the LM head with this scheme instead of --method (implies --quantize-lm-head; "
-                             "e.g. --method int4 --lm-head-method int8)")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write it")
-    parser.add_argument("--force", action="store_true",
-                        help="replace OUT.safetensors if it exists (never the input checkpoint: that is refused even "
-                             "with --force)")
 
 
 def method_ref(method: str, group_size: int | None) -> dict:

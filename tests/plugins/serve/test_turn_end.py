@@ -160,7 +160,7 @@ def test_the_command_gives_the_server_its_templates_turn_end(checkpoint, monkeyp
 def _serve_args(checkpoint: Any, extra: list[str]) -> Any:
     import argparse
 
-    from specformer_serve.serve_command import configure
+    from specformer_serve.cli import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
