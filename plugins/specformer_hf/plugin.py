@@ -16,13 +16,13 @@ def specformer_add_hookspecs(pluginmanager: Any) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_hf.cli import configure, run  # late: only a command line needs the parser
+    from specformer_hf.cli import configure  # late: only a command line needs the parser
 
     commands.add(
         "hf",
         help="Import a Hugging Face model directory to a checkpoint, or export a checkpoint to one.",
         configure=configure,
-        run=run,
+        run="specformer_hf.hf_command:run",
     )
 
 

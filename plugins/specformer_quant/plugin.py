@@ -42,7 +42,7 @@ def specformer_load_checkpoint(checked: Any, device: Any) -> Any:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_quant.cli import configure, run  # late: only a command line needs the parser
+    from specformer_quant.cli import configure  # late: only a command line needs the parser
 
     commands.add("quantize", help="Write a checkpoint with int8, int4 or bf16 weights (the recipe in its header).",
-                 configure=configure, run=run)
+                 configure=configure, run="specformer_quant.quantize_command:run")

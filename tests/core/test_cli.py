@@ -6,13 +6,16 @@ import json
 import re
 import subprocess
 import sys
+import types
 
 import jsonschema
 import pytest
 import yaml
 
 from specformer.cli.main import main
+from specformer.registry import discovery
 from specformer.registry.discovery import get_registry
+from specformer.registry.hookspecs import hookimpl
 from specformer.spec import read_spec_file
 
 from conftest import SPECS
@@ -121,3 +124,49 @@ def test_schema_to_file(capsys, tmp_path):
     out = tmp_path / "schema.json"
     assert run(capsys, "schema", "-o", str(out))[0] == 0
     assert json.loads(out.read_text())["title"] == "specformer spec"
+
+
+PROBE_RUN = """
+def run(args):
+    print(f"probe ran with {args.word}")
+    return 3
+"""
+
+
+def _add_probe_command(run_path: str) -> None:
+    def register(commands):
+        commands.add("probe", help="A command of the test's own.",
+                     configure=lambda p: p.add_argument("word"), run=run_path)
+
+    plugin = types.SimpleNamespace(specformer_register_commands=hookimpl(register))
+    discovery.register_plugin(discovery.get_plugin_manager(), plugin, name="probe_plugin")
+
+
+def test_a_command_run_given_by_path_is_imported_only_when_it_runs(capsys, tmp_path, monkeypatch):
+    (tmp_path / "sf_probe_command.py").write_text(PROBE_RUN, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    discovery.reset()
+    try:
+        _add_probe_command("sf_probe_command:run")
+        with pytest.raises(SystemExit):
+            main(["probe", "--help"])
+        assert "A command of the test's own." in capsys.readouterr().out
+        assert "sf_probe_command" not in sys.modules  # the parser was built without the run's module
+        assert run(capsys, "probe", "hello")[:2] == (3, "probe ran with hello\n")
+        assert "sf_probe_command" in sys.modules
+    finally:
+        sys.modules.pop("sf_probe_command", None)
+        discovery.reset()
+
+
+@pytest.mark.parametrize("path", ["sf_probe_command.run", "sf_probe_command:", "sf probe:run", "a:b:c"])
+def test_a_malformed_run_path_is_refused_naming_the_plugin(capsys, path):
+    discovery.reset()
+    try:
+        _add_probe_command(path)
+        code, _, err = run(capsys, "validate", str(SPECS / "tiny.yaml"))
+    finally:
+        discovery.reset()
+    assert code == 2
+    assert f"plugin 'probe_plugin' adds command 'probe' with run={path!r}" in err
+    assert "'package.module:function'" in err

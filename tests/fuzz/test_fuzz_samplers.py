@@ -31,7 +31,7 @@ from specformer.errors import UserError
 from specformer.registry.discovery import get_registry
 from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
 from specformer.tokenizers.tokenizer import ByteTokenizer
-from specformer_generate.cli import parse_sampler_option
+from specformer_generate.generate_command import parse_sampler_option
 from specformer_generate.generation import generate
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 

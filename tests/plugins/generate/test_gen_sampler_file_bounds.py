@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specformer.errors import UserError
-from specformer_generate.cli import parse_sampler_option
+from specformer_generate.generate_command import parse_sampler_option
 
 
 def _bomb() -> str:

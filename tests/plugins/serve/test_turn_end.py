@@ -15,7 +15,7 @@ import torch
 
 from specformer.tokenizers.tokenizer import BPETokenizer
 from specformer_serve.chat_template import chat_renderer
-from specformer_serve.cli import run as serve_run
+from specformer_serve.serve_command import run as serve_run
 
 from .conftest import BYTES, MODEL_ID, make_server
 
