@@ -43,3 +43,12 @@ def test_the_contracts_cover_every_plugin_package() -> None:
         assert protected is not None, f"{package} has no contract keeping other packages to its root"
         assert protected["type"] == "protected"
         assert protected["protected_modules"] == [f"{package}.**"] and protected["allowed_importers"] == [package]
+
+
+def test_the_contract_quoted_in_the_docs_is_the_one_in_force() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    quoted = tomllib.loads(page.split("```toml\n", 1)[1].split("```", 1)[0])["tool"]["importlinter"]
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]
+    in_force = {c["id"]: c for c in config["contracts"]}
+    assert quoted["root_packages"] == config["root_packages"]
+    assert quoted["contracts"] and all(contract == in_force.get(contract["id"]) for contract in quoted["contracts"])
