@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import getpass
 import os
 import sys
@@ -32,7 +31,8 @@ if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
         tempfile.gettempdir(), f"torchinductor_{_user}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}")
 
-from fixtures.isolated_plugin import StagedPlugin, stage  # noqa: E402  (needs tests/ on sys.path, above)
+from fixtures import tiny  # noqa: E402  (needs tests/ on sys.path, above)
+from fixtures.isolated_plugin import StagedPlugin, stage  # noqa: E402
 
 TOY_PLUGIN = REPO / "tests" / "fixtures" / "toy_plugin"
 TUTORIAL = REPO / "examples" / "specformer-tutorial"
@@ -80,21 +80,9 @@ def tutorial_staged(tmp_path_factory) -> StagedPlugin:
 
 @pytest.fixture
 def tiny_spec() -> dict:
-    """A small Llama-style spec as a dict; tests change copies of it."""
-    return copy.deepcopy(TINY)
+    """A small Llama-style spec as a dict (fixtures/tiny.py); tests change their own copy."""
+    return tiny.tiny_spec()
 
 
-TINY = {
-    "model": {
-        "vocab_size": 97,
-        "d_model": 32,
-        "n_layers": 2,
-        "context_length": 32,
-        "positional": {"kind": "rope"},
-        "block": {
-            "norm": "rmsnorm",
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 48},
-        },
-    }
-}
+#: The same spec as a module constant, for tests that build from it at import time; never change it.
+TINY = tiny.tiny_spec()

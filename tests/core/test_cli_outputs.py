@@ -14,7 +14,6 @@ cannot skip the rule. Every writer is then run in-process against
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.util
 import json
 import os
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TINY
+from conftest import REPO
+from fixtures.tiny import tiny_spec
 
 import specformer
 from specformer.cli.main import main, make_parser
@@ -59,7 +59,7 @@ class Workspace:
     tokenizer: Path  # a tokenizer.json that fits the base
 
 
-BYTE_MODEL = {"model": {**copy.deepcopy(TINY["model"]), "vocab_size": 259}}  # the tiny model, byte tokens
+BYTE_MODEL = tiny_spec(vocab_size=259)  # the tiny model, byte tokens
 LORA = {"kind": "lora", "rank": 2, "alpha": 4, "targets": ["blocks.*.attention.*"]}
 TRAIN = ["--steps", "1", *(item for setting in ("batch_size=2", "val_fraction=0", "eval_every=0", "save_every=0",
                                                  "sample_tokens=0", "progress=false", "plot=false", "tensorboard=false",

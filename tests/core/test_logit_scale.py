@@ -8,20 +8,17 @@ import torch
 import specformer
 from specformer.errors import SpecError
 
-SPEC = {"model": {
-    "vocab_size": 50, "d_model": 32, "n_layers": 1, "context_length": 16, "positional": {"kind": "rope"},
-    "block": {"layout": "prenorm", "norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
-              "ffn": {"kind": "swiglu", "hidden": 48}},
-}}
+from fixtures.tiny import tiny_spec
 
 
 def _with(**model):
-    return {"model": {**SPEC["model"], **model}}
+    return tiny_spec(**{"vocab_size": 50, "n_layers": 1, "context_length": 16,
+                        "block": {"attention": {"kind": "attention", "n_heads": 2}}, **model})
 
 
 def test_logits_are_the_unscaled_ones_times_the_scale_then_capped():
     ids = torch.arange(12).reshape(1, 12)
-    plain = specformer.build(SPEC, seed=0)
+    plain = specformer.build(_with(), seed=0)
     scaled = specformer.build(_with(logit_scale=0.0625), seed=0)
     capped = specformer.build(_with(logit_scale=4.0, logit_softcap=3.0), seed=0)
     with torch.no_grad():

@@ -22,15 +22,11 @@ from specformer.cli.main import main
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer, NoTokenizer
 from specformer.tokenizers.choice import BYTE_VOCAB_SIZE, checkpoint_tokenizer, tokenizer_file
-
-MODEL: dict[str, Any] = {
-    "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}},
-}
-
+from fixtures.tiny import tiny_spec
 
 def model_spec(vocab_size: int) -> dict[str, Any]:
-    return {"model": {**json.loads(json.dumps(MODEL)), "vocab_size": vocab_size}}
+    return tiny_spec(vocab_size=vocab_size, n_layers=1,
+                     block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}})
 
 
 @pytest.fixture(autouse=True)

@@ -34,14 +34,14 @@ from hypothesis import strategies as st
 import specformer
 from specformer.cli.main import make_parser
 
-from conftest import TINY
+from fixtures.tiny import tiny_spec
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, run_cli, run_cli_subprocess, sentinel
 
 COMMANDS = [("validate",), ("summary",), ("generate",), ("components",), ("schema",), ("hf", "import"),
             ("hf", "export"), ("hf", "attach-tokenizer"), ("hf", "families"), ("train",)]
 LEFT_OUT = {"--compile"}
 #: The tiny spec with room for the byte tokenizer's 259 ids, so that training and generating can succeed.
-SPEC = {"model": {**TINY["model"], "vocab_size": 259}}
+SPEC = tiny_spec(vocab_size=259)
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

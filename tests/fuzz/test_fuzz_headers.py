@@ -51,10 +51,10 @@ from specformer_quant import quantize
 from specformer_quant.apply import RECIPE_KEY, recipe_json
 
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, outcome, run_cli, sentinel
+from fixtures.tiny import tiny_spec
 
-MODEL = {"model": {"vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
-                   "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
-                             "ffn": {"kind": "swiglu", "hidden": 64}}}}
+MODEL = tiny_spec(vocab_size=259, block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
+                                         "ffn": {"kind": "swiglu", "hidden": 64}})
 LORA = {"kind": "lora", "rank": 4, "alpha": 8, "dropout": 0.0, "targets": ["blocks.*.attention.qkv", "blocks.*.ffn.down"]}
 #: The kind of checkpoint, its file in the sentinel folder, and the header entry the case changes.
 KINDS = {"adapter": (f"{PREFIX}adapter.safetensors", "adapter"), "int8": (f"{PREFIX}int8.safetensors", RECIPE_KEY),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -10,24 +9,9 @@ import torch
 
 import specformer
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
+from fixtures.tiny import tiny_spec
 
 BYTES = ByteTokenizer()
-
-#: A Llama-style model over the byte tokenizer's 259 ids; context 32 so documents need several windows.
-BYTE_SPEC: dict[str, Any] = {
-    "model": {
-        "vocab_size": 259,
-        "d_model": 32,
-        "n_layers": 2,
-        "context_length": 32,
-        "positional": {"kind": "rope"},
-        "block": {
-            "norm": "rmsnorm",
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 48},
-        },
-    }
-}
 
 DOCUMENTS = [
     "def add(a, b):\n    return a + b\n" * 3,  # 105 bytes: several windows
@@ -38,9 +22,8 @@ DOCUMENTS = [
 
 
 def byte_spec(**model_changes: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(BYTE_SPEC)
-    spec["model"].update(model_changes)
-    return spec
+    """The shared tiny model over the byte tokenizer's 259 ids; context 32 so documents need several windows."""
+    return tiny_spec(**{"vocab_size": 259, **model_changes})
 
 
 def byte_model(*, seed: int = 0, **model_changes: Any) -> Any:

@@ -7,7 +7,6 @@ attention, with left-padded batches, sliding windows and ALiBi, in every layout.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -18,13 +17,9 @@ import specformer
 from specformer.errors import SpecError
 from specformer_eval import capture, lens_agreement, lens_of, logit_lens
 from specformer_eval.lens import Lens
+from fixtures.tiny import tiny_spec
 
 VOCAB = 61
-BASE: dict[str, Any] = {
-    "vocab_size": VOCAB, "d_model": 32, "n_layers": 3, "context_length": 32, "positional": {"kind": "rope"},
-    "block": {"layout": "prenorm", "norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-              "ffn": {"kind": "swiglu", "hidden": 48}},
-}
 #: Example params of the built-in attention; another plugin's attention is tried with n_heads alone.
 ATTENTION_VARIANTS = {
     "attention": [
@@ -41,13 +36,8 @@ ATTENTION_VARIANTS = {
 
 
 def build(seed: int = 0, **changes: Any) -> Any:
-    model = copy.deepcopy(BASE)
-    for key, value in changes.items():
-        if key in ("layout", "attention"):
-            model["block"][key] = value
-        else:
-            model[key] = value
-    built = specformer.build({"model": model}, seed=seed)
+    block = {part: changes.pop(part) for part in ("layout", "attention") if part in changes}
+    built = specformer.build(tiny_spec(**{"vocab_size": VOCAB, "n_layers": 3, **changes}, block=block), seed=seed)
     with torch.no_grad():
         for p in built.parameters():
             p.add_(torch.randn_like(p) * 0.1)

@@ -19,6 +19,7 @@ from specformer_eval import figure_layout
 from specformer_eval.figure_layout import LABEL_POINTS
 from specformer_eval.figures import BY_LAYER, _save, attention_figures, lens_figure, lines_figure
 from specformer_eval.inspection import inspect_prompt
+from fixtures.tiny import tiny_spec
 
 from .support import BYTES
 
@@ -28,12 +29,10 @@ MIN_LINE_PX = 10.5  # an 8-pt line at 100 dpi is 11.1 px
 
 def deep_model(layers: int, *, heads: int = 4) -> object:
     """A random model of ``layers`` layers, small everywhere else (its pictures are what is tested)."""
-    return specformer.build({"model": {
-        "vocab_size": 259, "d_model": 16, "n_layers": layers, "context_length": 256,
-        "positional": {"kind": "rope"},
-        "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": heads},
-                  "ffn": {"kind": "swiglu", "hidden": 32}},
-    }}, seed=0).eval()
+    return specformer.build(tiny_spec(
+        vocab_size=259, d_model=16, n_layers=layers, context_length=256,
+        block={"attention": {"kind": "attention", "n_heads": heads}, "ffn": {"kind": "swiglu", "hidden": 32}},
+    ), seed=0).eval()
 
 
 @pytest.fixture(scope="module")

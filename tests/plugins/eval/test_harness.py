@@ -29,6 +29,7 @@ from specformer.tokenizers.tokenizer import METADATA_KEY  # noqa: E402
 from specformer_eval.harness import SpecformerLM  # noqa: E402
 from specformer_text.tokenization import train_bpe  # noqa: E402
 from fixtures.lm_eval_tasks import write_choice_task  # noqa: E402
+from fixtures.tiny import tiny_spec  # noqa: E402
 
 TASK = "specformer_tiny_choice"
 WORDS = ("the cat sat on a mat while the dog ran to the park and a bird sang in the old tree near "
@@ -53,12 +54,11 @@ def exported(tmp_path_factory):
     """A checkpoint with a BPE tokenizer, its Hugging Face export, and a task folder."""
     root = tmp_path_factory.mktemp("harness")
     tokenizer = train_bpe(corpus(), vocab_size=300)
-    spec = {"model": {
-        "vocab_size": tokenizer.vocab_size, "d_model": 64, "n_layers": 2, "context_length": 64, "tie_embeddings": False,
-        "positional": {"kind": "rope", "theta": 10000.0},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 96}},
-    }}
+    spec = tiny_spec(
+        vocab_size=tokenizer.vocab_size, d_model=64, context_length=64, tie_embeddings=False,
+        positional={"kind": "rope", "theta": 10000.0},
+        block={"norm": {"kind": "rmsnorm", "eps": 1e-5}, "ffn": {"kind": "swiglu", "hidden": 96}},
+    )
     model = specformer.build(spec, seed=0)
     with torch.no_grad():
         for p in model.parameters():

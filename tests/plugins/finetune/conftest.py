@@ -12,19 +12,13 @@ import torch
 
 import specformer
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
+from fixtures.tiny import tiny_spec as shared_tiny_spec
 
-TINY_MODEL: dict[str, Any] = {
-    "vocab_size": 259,
-    "d_model": 32,
-    "n_layers": 2,
-    "context_length": 64,
-    "positional": {"kind": "rope"},
-    "block": {
-        "norm": "rmsnorm",
-        "attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
-        "ffn": {"kind": "swiglu", "hidden": 64},
-    },
-}
+#: Byte-token vocabulary, context 64, 2 query heads over 1 KV head, a wider ffn.
+TINY_MODEL: dict[str, Any] = shared_tiny_spec(
+    vocab_size=259, context_length=64,
+    block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}},
+)["model"]
 
 TINY_TRAIN: dict[str, Any] = {
     "steps": 6, "batch_size": 4, "seq_len": 32, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1, "eval_every": 3,

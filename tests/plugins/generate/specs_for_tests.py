@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.spec import layer_selection, read_spec_file
+from fixtures.tiny import tiny_spec
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
 SPEC_FILES = sorted(p for p in SPEC_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
@@ -54,36 +55,24 @@ def spec_data(path: Path) -> dict[str, Any]:
     return small_version(data) if summarize(data).total > MAX_PARAMS else data
 
 
-#: Untied head and a wide init: a random model with tied embeddings and init 0.02 greedily
-#: repeats the last prompt token, which makes token comparisons pass for wrong code.
-TINY: dict[str, Any] = {
-    "model": {
-        "vocab_size": 61,
-        "d_model": 32,
-        "n_layers": 2,
-        "context_length": 64,
-        "tie_embeddings": False,
-        "init_std": 0.4,
-        "positional": {"kind": "rope"},
-        "block": {
-            "layout": "prenorm",
-            "norm": {"kind": "rmsnorm"},
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 64},
-        },
-    }
-}
+#: Block parts ``tiny_with`` places in the block; every other change is a model field.
+BLOCK_PARTS = ("layout", "norm", "attention", "ffn")
 
 
 def tiny_with(**changes: Any) -> dict[str, Any]:
-    """``TINY`` with model fields (``positional=...``) or block fields (``layout=...``) replaced."""
-    data = copy.deepcopy(TINY)
-    for key, value in changes.items():
-        if key in data["model"]["block"]:
-            data["model"]["block"][key] = value
-        else:
-            data["model"][key] = value
-    return data
+    """The shared tiny spec over 61 ids, context 64, with model fields (``positional=...``) or block
+    parts (``layout=...``) replaced.
+
+    Untied head and a wide init: a random model with tied embeddings and init 0.02 greedily
+    repeats the last prompt token, which makes token comparisons pass for wrong code.
+    """
+    block = {"ffn": {"kind": "swiglu", "hidden": 64}}
+    block.update({part: changes.pop(part) for part in BLOCK_PARTS if part in changes})
+    model = {"vocab_size": 61, "context_length": 64, "tie_embeddings": False, "init_std": 0.4, **changes}
+    return tiny_spec(block=block, **model)
+
+
+TINY: dict[str, Any] = tiny_with()
 
 
 def assert_not_degenerate(rows: Any, prompts: Any) -> None:

@@ -11,18 +11,14 @@ import specformer
 import specformer_hf
 from specformer.errors import UserError
 
+from fixtures.tiny import tiny_spec
+
 
 def _llama_spec(**changes):
-    model = {
-        "vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 64, "tie_embeddings": False,
-        "positional": {"kind": "rope", "theta": 10000.0},
-        "block": {
-            "layout": "prenorm",
-            "norm": {"kind": "rmsnorm", "eps": 1e-5},
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 96},
-        },
-    }
+    model = tiny_spec(
+        vocab_size=96, d_model=64, context_length=64, tie_embeddings=False, positional={"kind": "rope", "theta": 10000.0},
+        block={"norm": {"kind": "rmsnorm", "eps": 1e-5}, "ffn": {"kind": "swiglu", "hidden": 96}},
+    )["model"]
     for path, value in changes.items():
         *parents, leaf = path.split(".")
         target = model

@@ -13,6 +13,8 @@ import specformer
 import specformer_hf
 from specformer.errors import UserError
 
+from fixtures.tiny import tiny_spec
+
 
 def _folder(tmp_path, case_name: str, **changes):
     """A transformers-saved folder of ``case_name`` whose config.json then gets ``changes``."""
@@ -98,12 +100,8 @@ def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
 
 def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
     """A NoPE layer in a Llama-shaped spec: every one-rope family refuses it rather than export it with rope."""
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-        "layers": [{"select": 1, "positional": "none"}],
-    }}
+    spec = tiny_spec(vocab_size=64, block={"attention": {"kind": "attention", "n_heads": 2}},
+                     layers=[{"select": 1, "positional": "none"}])
     model = specformer.build(spec, seed=0)
     with pytest.raises(UserError, match=r"model\.layers\[1\]\.positional: 'none' differs from model\.positional"):
         specformer_hf.to_hf(model, tmp_path / "llama", family="llama")

@@ -19,6 +19,8 @@ from specformer.cli.main import main
 from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import NO_TOKENIZER_HINT, BPETokenizer, NoTokenizer, tokenizer_from_metadata
 
+from fixtures.tiny import tiny_spec
+
 TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 
 
@@ -198,9 +200,8 @@ def test_attach_tokenizer_without_an_end_token_asks_for_one(llama_dir, tmp_path,
 
 
 def test_a_checkpoint_with_the_byte_tokenizer_keeps_it_unless_forced(tmp_path, capsys):
-    spec = {"model": {"vocab_size": 259, "d_model": 16, "n_layers": 1, "context_length": 16, "positional": "rope",
-                      "block": {"layout": "prenorm", "norm": "rmsnorm", "ffn": "swiglu",
-                                "attention": {"kind": "attention", "n_heads": 2}}}}
+    spec = tiny_spec(vocab_size=259, d_model=16, n_layers=1, context_length=16,
+                     block={"ffn": "swiglu", "attention": {"kind": "attention", "n_heads": 2}})
     checkpoint = specformer.save(specformer.build(spec, seed=0), tmp_path / "c.safetensors",
                                  metadata={"tokenizer": json.dumps({"kind": "byte"})})
     _bpe("<|endoftext|>").save(str(tmp_path / "tokenizer.json"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -10,6 +9,7 @@ from torch import Tensor
 
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
+from fixtures.tiny import tiny_spec as shared_tiny_spec
 
 VOCAB = 61
 D_MODEL = 32
@@ -21,22 +21,8 @@ LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "attention", "layout
 
 
 def tiny_spec(**model_changes: Any) -> dict[str, Any]:
-    """A two-layer Llama-like spec small enough for every test; ``model_changes`` replace model fields."""
-    model: dict[str, Any] = {
-        "vocab_size": VOCAB,
-        "d_model": D_MODEL,
-        "n_layers": 2,
-        "context_length": 32,
-        "positional": {"kind": "rope"},
-        "block": {
-            "layout": "prenorm",
-            "norm": "rmsnorm",
-            "attention": {"kind": "attention", "n_heads": N_HEADS, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 48},
-        },
-    }
-    model.update(copy.deepcopy(model_changes))
-    return {"model": model}
+    """The shared tiny spec (fixtures/tiny.py) over ``VOCAB`` ids; ``model_changes`` replace model fields."""
+    return shared_tiny_spec(**{"vocab_size": VOCAB, **model_changes})
 
 
 def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:

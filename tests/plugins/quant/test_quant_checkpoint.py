@@ -17,6 +17,8 @@ from specformer.errors import CheckpointError
 from specformer_generate import generate
 from specformer_quant import quantize
 
+from fixtures.tiny import tiny_spec
+
 MOE = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 64}
 
 
@@ -24,12 +26,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 
 
 def moe_spec() -> dict:
-    return {"model": {
-        "vocab_size": 259, "d_model": 64, "n_layers": 2, "context_length": 64, "tie_embeddings": False,
-        "init_std": 0.02, "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
-                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": MOE},
-    }}
+    return tiny_spec(vocab_size=259, d_model=64, context_length=64, tie_embeddings=False, init_std=0.02,
+                     block={"ffn": MOE})
 
 
 @pytest.fixture(scope="module")

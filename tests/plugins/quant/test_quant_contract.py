@@ -17,6 +17,8 @@ from specformer.registry.discovery import get_registry
 from specformer_quant import quantize, weight_bytes
 from specformer_quant.weights import QuantizedLinear, QuantizedWeight
 
+from fixtures.tiny import tiny_spec
+
 TOLERANCE = {"int8": 0.04, "int4": 0.2, "bf16": 0.01}
 
 
@@ -24,13 +26,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 
 
 def spec(**block) -> dict:
-    return {"model": {
-        "vocab_size": 97, "d_model": 64, "n_layers": 2, "context_length": 32, "tie_embeddings": False,
-        "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
-                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-                  "ffn": {"kind": "swiglu", "hidden": 128}, **block},
-    }}
+    return tiny_spec(vocab_size=97, d_model=64, tie_embeddings=False,
+                     block={"ffn": {"kind": "swiglu", "hidden": 128}, **block})
 
 
 #: Components whose params differ from the default attention's or ffn's (the rest keep those sizes).

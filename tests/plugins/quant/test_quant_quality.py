@@ -20,6 +20,8 @@ import specformer
 from specformer_generate import generate
 from specformer_quant import quantize
 
+from fixtures.tiny import tiny_spec
+
 TEXT = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "tinyshakespeare.txt"
 CONTEXT = 64
 
@@ -27,13 +29,8 @@ pytestmark = pytest.mark.skipif(not TEXT.is_file(), reason="needs shared/data/ti
 
 
 def spec() -> dict:
-    return {"model": {
-        "vocab_size": 256, "d_model": 128, "n_layers": 2, "context_length": CONTEXT, "tie_embeddings": False,
-        "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm"},
-                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-                  "ffn": {"kind": "swiglu", "hidden": 256}},
-    }}
+    return tiny_spec(vocab_size=256, d_model=128, context_length=CONTEXT, tie_embeddings=False,
+                     block={"ffn": {"kind": "swiglu", "hidden": 256}})
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,10 @@ from specformer.errors import CheckpointError, SpecError
 from specformer_quant.apply import scheme_from
 
 from fixtures.one_line_errors import assert_each_refuses_in_one_line
+from fixtures.tiny import tiny_spec
 
-TINY = {"model": {"vocab_size": 259, "d_model": 64, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
-                  "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
-                            "ffn": {"kind": "swiglu", "hidden": 64}}}}
+TINY = tiny_spec(vocab_size=259, d_model=64, n_layers=1,
+                 block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}})
 
 
 @pytest.fixture(scope="module")

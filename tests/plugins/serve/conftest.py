@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,6 +13,7 @@ from specformer_serve.app import ServeConfig
 from specformer_serve.chat_template import PLAIN, renderer_for
 from specformer_serve.engine import Engine
 from specformer_serve.server import Server
+from fixtures.tiny import tiny_spec as shared_tiny_spec
 
 BYTES = ByteTokenizer()
 EOT = BYTES.eot_id
@@ -21,29 +21,16 @@ MODEL_ID = "tiny"
 
 #: Untied head and a wide init, so continuations vary with what the model reads (a token
 #: comparison on a model that repeats its last token would pass for wrong code).
-SPEC: dict[str, Any] = {
-    "model": {
-        "vocab_size": 259,
-        "d_model": 32,
-        "n_layers": 2,
-        "context_length": 96,
-        "tie_embeddings": False,
-        "init_std": 0.4,
-        "positional": {"kind": "rope"},
-        "block": {
-            "layout": "prenorm",
-            "norm": {"kind": "rmsnorm"},
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 64},
-        },
-    }
-}
+SERVED_MODEL: dict[str, Any] = {"vocab_size": 259, "context_length": 96, "tie_embeddings": False, "init_std": 0.4}
+SERVED_BLOCK: dict[str, Any] = {"ffn": {"kind": "swiglu", "hidden": 64}}
 
 
 def tiny_spec(**model_changes: Any) -> dict[str, Any]:
-    data = copy.deepcopy(SPEC)
-    data["model"].update(model_changes)
-    return data
+    """The served model's spec (the shared tiny spec, byte ids); ``model_changes`` replace model fields."""
+    return shared_tiny_spec(block=SERVED_BLOCK, **{**SERVED_MODEL, **model_changes})
+
+
+SPEC: dict[str, Any] = tiny_spec()
 
 
 @pytest.fixture(scope="session")

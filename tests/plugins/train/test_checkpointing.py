@@ -32,12 +32,13 @@ from specformer_train.config import TrainConfig
 from specformer_train.distributed import DistContext
 from specformer_train.optim import make_optimizer
 
+from fixtures.tiny import tiny_spec
 
-MODEL: dict[str, Any] = {
-    "vocab_size": 259, "d_model": 16, "n_layers": 1, "context_length": 8, "positional": {"kind": "rope"},
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
-              "ffn": {"kind": "swiglu", "hidden": 32}},
-}
+
+MODEL: dict[str, Any] = tiny_spec(
+    vocab_size=259, d_model=16, n_layers=1, context_length=8,
+    block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
+)["model"]
 
 
 def trained(seed: int = 0, **settings: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

@@ -38,6 +38,8 @@ from specformer_train.trainer import (IGNORE, Trainer, _allow_tf32, _compiles, _
                                       _precision, _step_of, lm_loss)
 import specformer_train.trainer as trainer_module
 
+from fixtures import tiny
+
 from .conftest import NaNFrom, tiny_spec
 
 
@@ -187,15 +189,10 @@ def test_compiled_training_matches_eager(tmp_path: Path, corpus_dir: Path) -> No
 # -- the Trainer itself, on a model small enough to run every test once per mutant -------------
 
 T = 8  # sequence length
-MODEL: dict[str, Any] = {
-    "vocab_size": 259,
-    "d_model": 16,
-    "n_layers": 1,
-    "context_length": T,
-    "positional": {"kind": "rope"},
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 2},
-              "ffn": {"kind": "swiglu", "hidden": 32}},
-}
+MODEL: dict[str, Any] = tiny.tiny_spec(
+    vocab_size=259, d_model=16, n_layers=1, context_length=T,
+    block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
+)["model"]
 BASE: dict[str, Any] = {
     "steps": 4, "batch_size": 2, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 1, "schedule": "linear",
     "eval_every": 0, "eval_steps": None, "save_every": 0, "keep_last": 10, "sample_tokens": 0,
