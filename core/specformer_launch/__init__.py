@@ -16,7 +16,7 @@ INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 def main() -> int:
     """Import the CLI and run it; Ctrl-C while importing is one line and exit code 130."""
     try:
-        from specformer.cli.main import main as run
+        from specformer.cli.main import main as run  # late: a Ctrl-C during this import is caught below
     except KeyboardInterrupt:
         print("specformer: interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from specformer.errors import UserError
+from specformer.files.outputs import check_file_output, writing
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
     import specformer
     from specformer.checkpoint.save_load import read_metadata
     from specformer.checkpoint.check import check_checkpoint
-    from specformer.files.outputs import check_file_output, writing
     from specformer_finetune.adapter_file import COPIED_KEYS, base_path, load_adapted, read_record
     from specformer_finetune.apply import merge_adapter
 

@@ -8,6 +8,8 @@ from typing import Any
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 
+from specformer_finetune.params import LoRAParams
+
 
 @hookimpl
 def specformer_add_kinds(registry: PluginRegistry) -> None:
@@ -16,8 +18,6 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    from specformer_finetune.params import LoRAParams
-
     # By factory path: listing adapters and checking a spec import no torch.
     registry.register("adapter", "lora", factory="specformer_finetune.lora:LoRA", params=LoRAParams,
                       paper="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models")

@@ -8,6 +8,8 @@ from typing import Any
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 
+from specformer_quant.params import Bf16Params, Int4Params, Int8Params
+
 
 @hookimpl
 def specformer_add_kinds(registry: PluginRegistry) -> None:
@@ -16,8 +18,6 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    from specformer_quant.params import Bf16Params, Int4Params, Int8Params
-
     # By factory path: listing the schemes and checking a spec import no torch.
     for name, factory, params, paper in (
             ("int8", "int8:Int8", Int8Params, "Dettmers et al. 2022, LLM.int8()"),

@@ -252,6 +252,7 @@ def prune(out_dir: Path, *, keep_last: int, keep: Path) -> None:
 
 def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Unsharded model and optimizer state keyed by parameter name, on the CPU (rank 0's under FSDP)."""
+    # late: torch.distributed.checkpoint is only needed by sharded (FSDP) runs
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
 
@@ -346,6 +347,7 @@ def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> Checkp
 def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                      tokenizer: Tokenizer) -> TrainerState:
     """Put a read checkpoint into ``model``, ``optimizer`` and the RNGs; a mismatch with this run is refused."""
+    # late: torch.distributed.checkpoint is only needed by sharded (FSDP) runs
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 

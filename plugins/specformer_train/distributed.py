@@ -103,6 +103,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
     if ctx.mode == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if ctx.mode == "fsdp":
+        # late: only FSDP runs need the device mesh and fully_shard
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 

@@ -8,7 +8,8 @@ from typing import Any
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 
-from specformer_train import hookspecs
+from specformer_train import hookspecs, loggers, optimizers
+from specformer_train.config import TrainConfig
 
 
 @hookimpl
@@ -18,8 +19,6 @@ def specformer_add_hookspecs(pluginmanager: Any) -> None:
 
 @hookimpl
 def specformer_add_kinds(registry: PluginRegistry) -> None:
-    from specformer_train import loggers, optimizers
-
     # Before any plugin registers an optimizer or a logger, whatever order the plugins load in.
     registry.add_kind(optimizers.KIND, doc=optimizers.KIND_DOC, sizes=optimizers.SIZES)
     registry.add_kind(loggers.KIND, doc=loggers.KIND_DOC, sizes=loggers.SIZES)
@@ -27,13 +26,9 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    from specformer_train.config import TrainConfig
-    from specformer_train.loggers import register_loggers
-    from specformer_train.optimizers import register_optimizers
-
     registry.add_section("train", TrainConfig)
-    register_optimizers(registry)
-    register_loggers(registry)
+    optimizers.register_optimizers(registry)
+    loggers.register_loggers(registry)
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.registry.discovery import get_plugin_manager
+from specformer_train.loggers.params import JsonlParams, TensorBoardParams
 
 KIND = "logger"
 KIND_DOC = "Where a training run's metrics go (a file, TensorBoard, a tracking service): training-hook implementations."
@@ -34,8 +35,6 @@ DEFAULT_LOGGERS = ("jsonl", "tensorboard")
 
 def register_loggers(registry: Any) -> None:
     """Register the built-in loggers by factory path (the kind itself is added by ``specformer_add_kinds``)."""
-    from specformer_train.loggers.params import JsonlParams, TensorBoardParams
-
     registry.register(KIND, "jsonl", factory="specformer_train.loggers.jsonl:JsonlLogger", params=JsonlParams)
     registry.register(KIND, "tensorboard", factory="specformer_train.loggers.tensorboard:make_tensorboard_logger",
                       params=TensorBoardParams)

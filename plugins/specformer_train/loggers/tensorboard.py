@@ -20,6 +20,7 @@ class TensorBoardLogger:
     Params = TensorBoardParams
 
     def __init__(self, log_dir: Path, *, purge_step: int | None = None) -> None:
+        # late: tensorboard is optional (the train extra); the factory returns None without it
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops events past a resumed checkpoint, as metrics.jsonl does.

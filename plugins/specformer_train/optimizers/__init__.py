@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specformer_train.optimizers.params import AdamWParams, LionParams, MuonParams, SGDParams
+
 KIND = "optimizer"
 KIND_DOC = "How the trainer updates the weights from their gradients: a torch optimizer and its param groups."
 SIZES = ("model", "lr", "min_lr", "weight_decay", "betas", "eps", "device")
@@ -26,8 +28,6 @@ SIZES = ("model", "lr", "min_lr", "weight_decay", "betas", "eps", "device")
 
 def register_optimizers(registry: Any) -> None:
     """Register the built-in optimizers by factory path (the kind itself is added by ``specformer_add_kinds``)."""
-    from specformer_train.optimizers.params import AdamWParams, LionParams, MuonParams, SGDParams
-
     def add(name: str, factory: str, params: type, paper: str | None = None) -> None:
         registry.register(KIND, name, factory=f"specformer_train.optimizers.{factory}", params=params, paper=paper)
 

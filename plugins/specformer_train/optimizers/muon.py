@@ -98,6 +98,7 @@ class Muon(torch.optim.Optimizer):
             buf.lerp_(grad, 1 - beta)
             direction = grad.lerp(buf, beta) if group["nesterov"] else buf
             if hasattr(direction, "full_tensor"):  # an FSDP2 shard: orthogonalise the whole matrix
+                # late: only FSDP2 shards reach here
                 from torch.distributed.tensor import distribute_tensor
 
                 whole = muon_direction(direction.full_tensor(), steps=group["ns_steps"], dtype=self.ns_dtype)
