@@ -86,7 +86,8 @@ def test_streamed_completion_is_the_same_text_in_pieces(client) -> None:
     whole = client.completions.create(**fields)
     chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **fields))
     pieces = [c.choices[0].text for c in chunks if c.choices]
-    assert len([p for p in pieces if p]) > 3, "the text did not arrive in pieces"
+    # How many chunks carry text depends on how fast the client reads (a client that falls behind gets several
+    # tokens in one chunk), so only what every schedule gives is checked: the pieces make the whole text.
     assert "".join(pieces) == whole.choices[0].text
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == whole.choices[0].finish_reason and all(f is None for f in finishes[:-1])
@@ -99,9 +100,9 @@ def test_a_stream_carries_each_new_tokens_ids_when_asked(client, model) -> None:
                                             extra_body={"return_token_ids": True}))
     pieces = [getattr(c.choices[0], "token_ids", None) or [] for c in chunks]
     assert [t for piece in pieces for t in piece] == alone(model, BYTES.encode(prompt), 20, None, None)
-    # A chunk per step (several tokens when the client fell behind), whether or not a token ends a character;
-    # only the closing chunk may carry none.
-    assert len(pieces) > 3 and all(pieces[:-1])
+    # A chunk per step (several tokens when the client fell behind, so their number depends on the load), whether
+    # or not a token ends a character; only the closing chunk may carry none.
+    assert all(pieces[:-1])
 
 
 def test_streamed_chat_is_the_same_text_in_pieces(client) -> None:
