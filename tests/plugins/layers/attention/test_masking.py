@@ -231,3 +231,15 @@ def test_every_kernel_reads_exactly_the_keys_the_rule_allows(reference_flex, mon
             real = positions >= 0  # a padding query reads everything, only to stay finite
             assert torch.equal(got[real], want[real]), (kernel, rule, documents is not None)
     assert taken == {kernel}
+
+
+def test_a_chunk_with_a_cache_compares_the_positions_the_cache_stored():
+    # Queries at 5 and 6 read cached keys at 0..6; chunks of 4: each reads its own chunk's keys up to itself.
+    queries, keys = torch.tensor([[5, 6]]), torch.arange(7)[None]
+    mask = dense_mask(mask_inputs(queries, keys), MaskRule(chunk=4))[0, 0]
+    assert mask.tolist() == [[j in (4, 5) for j in range(7)], [j in (4, 5, 6) for j in range(7)]]
+
+
+def test_document_ids_with_cached_keys_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"^document_ids apply to a forward without a cache \(the keys must be the same"):
+        mask_inputs(torch.tensor([[3]]), torch.arange(4)[None], document_ids=torch.zeros(1, 1, dtype=torch.long))
