@@ -133,7 +133,7 @@ NO_VISIBLE_EFFECT: dict[tuple[str, str, str], str] = {
 
 
 def _fresh_registry() -> Any:
-    """A registry filled anew, so its factories are still the paths the plugins registered."""
+    """A registry filled anew from the plugins' hooks (what a fresh process lists)."""
     return build_registry(get_plugin_manager())
 
 

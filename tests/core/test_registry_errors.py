@@ -218,3 +218,11 @@ def test_a_plugin_hook_registering_badly_fails_the_registry_with_the_entry_point
             discovery.build_registry(pm)
     finally:
         discovery.reset()
+
+
+def test_building_keeps_the_registered_path_on_record(acme):
+    registry, view = acme
+    view.register("norm", "kept", factory="fractions:Fraction", params=NormParams, doc="A number.")
+    component = registry.get("norm", "kept")
+    component.make(3, dim=4)  # imports the factory
+    assert component.factory_ref == component.factory_path == "fractions:Fraction"

@@ -13,6 +13,7 @@ deep inside a build.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -77,12 +78,11 @@ class Component:
     doc: str
     paper: str | None = None
 
-    @property
+    @functools.cached_property
     def factory(self) -> Callable[..., Any]:
-        """The callable that builds the component (imported now if it was registered by path)."""
-        if isinstance(self.factory_ref, str):  # imported once; the record stays frozen to everyone else
-            object.__setattr__(self, "factory_ref", _import_factory(
-                self.factory_ref, where=f"plugin {self.plugin!r}, {self.kind} {self.name!r}"))
+        """The callable that builds the component (imported on first use if it was registered by path)."""
+        if isinstance(self.factory_ref, str):
+            return _import_factory(self.factory_ref, where=f"plugin {self.plugin!r}, {self.kind} {self.name!r}")
         return self.factory_ref
 
     @property
