@@ -17,18 +17,26 @@ them. So learned, sinusoidal, rotary, biased and absent position schemes all jus
 Columns, not positions, decide where a token is written: every row of a batch writes
 the same column on each forward (prompts are left-padded), counted by ``cursor``, a
 tensor on the device, so the decode loop never reads it back. Layers are expected in
-order: the first layer's ``update`` of a forward claims the columns for all layers.
+order: the first layer's ``update`` (or ``read_state``) of a forward claims the columns
+for all layers.
+
+A recurrent mixer (:mod:`specformer.model.state`) keeps a fixed-size state per row
+instead: the cache holds one buffer per declared state tensor, ``(B, *shape)``, zeros for
+a fresh row. Beam search reorders states with the rows; :meth:`StaticKVCache.rollback`
+(speculative decoding) restores the state after the last kept token, from the per-token
+states the mixers hand over while :attr:`StaticKVCache.keep_steps` is set.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
 from specformer.model.attention import cache_slots_of
+from specformer.model.state import StateSlots, state_slots_of
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,30 @@ class LayerShape:
             return None
         return cls(layer_index=int(layer.layer_index), n_kv_heads=slots.key_heads, head_dim=slots.key_dim,
                    window=layer.window, value_heads=slots.value_heads, value_dim=slots.value_dim)
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """What the cache needs to know about one recurrent layer: its index and the state it declares."""
+
+    layer_index: int
+    slots: StateSlots
+
+    @classmethod
+    def of(cls, layer: Any) -> "StateShape | None":
+        """The state a mixer declares (:func:`~specformer.model.state.state_slots_of`); None if it keeps none."""
+        slots = state_slots_of(layer)
+        return None if slots is None else cls(layer_index=int(layer.layer_index), slots=slots)
+
+
+@dataclass
+class _Segment:
+    """The states around one forward run while steps were kept: before it, and after each of its tokens."""
+
+    start: int  # the forward's first column
+    length: int  # its columns
+    before: dict[int, dict[str, Tensor]] = field(default_factory=dict)  # layer -> name -> (B, *shape)
+    after: dict[int, dict[str, Tensor]] = field(default_factory=dict)  # layer -> name -> (B, T, *shape)
 
 
 @dataclass
@@ -88,6 +120,7 @@ class StaticKVCache:
         self,
         *,
         layers: Sequence[LayerShape],
+        states: Sequence[StateShape] = (),
         batch_size: int,
         capacity: int,
         device: torch.device | str | None = None,
@@ -97,8 +130,8 @@ class StaticKVCache:
         if batch_size < 1 or capacity < 1 or spare < 0:
             raise ValueError(f"a cache needs batch_size >= 1, capacity >= 1 and spare >= 0, got {batch_size}, "
                              f"{capacity} and {spare}")
-        if not layers:
-            raise ValueError("a cache needs at least one attention layer that keeps something per token")
+        if not layers and not states:
+            raise ValueError("a cache needs at least one layer that keeps something (per token or per sequence)")
         self.batch_size = batch_size
         self.capacity = capacity
         self.spare = spare
@@ -122,7 +155,16 @@ class StaticKVCache:
                 group=groups[size],
             )
         self._groups = list(groups.values())
-        self._first_layer = min(self._layers)
+        self._states: dict[int, dict[str, Tensor]] = {
+            shape.layer_index: {name: torch.zeros((batch_size, *size), dtype=dtype, device=device)
+                                for name, size in shape.slots.tensors}
+            for shape in states
+        }
+        self._first_layer = min([*self._layers, *self._states])
+        #: Set while the mixers should hand over the state after each token, so :meth:`rollback` can return
+        #: to any of the last ``spare`` columns (speculative decoding sets it after the prefill).
+        self.keep_steps = False
+        self._segments: list[_Segment] = []  # forwards run with keep_steps, the reachable ones
 
     @classmethod
     def for_model(
@@ -142,9 +184,10 @@ class StaticKVCache:
         """
         reference = next(model.parameters())
         # Each attention's public facts (specformer.model.attention.AttentionLayer): what it caches, and where.
-        shapes = [LayerShape.of(m) for m in model.attention_modules()]
-        layers = [shape for shape in shapes if shape is not None]
-        return cls(layers=layers, batch_size=batch_size, capacity=capacity,
+        mixers = model.attention_modules()
+        layers = [shape for shape in map(LayerShape.of, mixers) if shape is not None]
+        states = [shape for shape in map(StateShape.of, mixers) if shape is not None]
+        return cls(layers=layers, states=states, batch_size=batch_size, capacity=capacity,
                    device=device or reference.device, dtype=dtype or reference.dtype, spare=spare)
 
     # -- the KVCache protocol ------------------------------------------------------------
@@ -170,9 +213,37 @@ class StaticKVCache:
         layer.values.index_copy_(2, group.slots, value)
         return layer.keys, layer.values, group.read_positions
 
+    # -- the RecurrentStateCache protocol ----------------------------------------------------
+
+    def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]:
+        """The state of every row before this forward, ``{name: (B, *shape)}`` (read-only: write with :meth:`write_state`)."""
+        if layer_index == self._first_layer:
+            self._claim_columns(positions)
+        return self._states[layer_index]
+
+    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None) -> None:
+        """Store the state after this forward; with :attr:`keep_steps`, ``steps`` (the state after each token) too."""
+        held = self._states[layer_index]
+        if self.keep_steps and self._segments:
+            if steps is None or set(steps) != set(held):
+                raise ValueError(f"layer {layer_index} must hand over the state after each token while keep_steps is set "
+                                 f"(steps for {sorted(held)})")
+            segment = self._segments[-1]
+            segment.before[layer_index] = {name: value.clone() for name, value in held.items()}
+            segment.after[layer_index] = steps
+        if set(states) != set(held):
+            raise ValueError(f"layer {layer_index} keeps the states {sorted(held)}, got {sorted(states)}")
+        for name, value in states.items():
+            held[name].copy_(value)
+
     def _claim_columns(self, positions: Tensor) -> None:
         """Once per forward: the columns (hence slots) the new tokens go to, and the slot positions."""
         length = positions.shape[1]
+        if self._states and self.keep_steps:
+            start = int(self.cursor)
+            # Only the last ``spare`` columns can be rolled back to: older segments are dropped.
+            self._segments = [s for s in self._segments if s.start + s.length >= start - self.spare]
+            self._segments.append(_Segment(start=start, length=length))
         columns = self.cursor + torch.arange(length, device=self.cursor.device)  # (T,)
         for group in self._groups:
             if group.ring:
@@ -198,6 +269,9 @@ class StaticKVCache:
             layer.values.copy_(layer.values.index_select(0, rows))
         for group in self._groups:
             group.positions.copy_(group.positions.index_select(0, rows))
+        for states in self._states.values():
+            for state in states.values():
+                state.copy_(state.index_select(0, rows))
 
     def rollback(self, columns: int) -> None:
         """Keep only the first ``columns`` columns written (speculative decoding drops rejected drafts).
@@ -220,11 +294,30 @@ class StaticKVCache:
             group.positions.index_fill_(1, slots, -1)
         self.cursor.fill_(columns)
 
+    def _rollback_states(self, columns: int, written: int) -> None:
+        """Each recurrent state as it was after column ``columns - 1``, from the segment that holds that column."""
+        segment = next((s for s in reversed(self._segments) if s.start <= columns <= s.start + s.length), None)
+        if segment is None or set(segment.after) != set(self._states):
+            raise ValueError(f"rollback to column {columns} of a cache with recurrent states: only the columns of the last "
+                             f"{self.spare} spare ones written with keep_steps set can be returned to")
+        for index, held in self._states.items():
+            for name, state in held.items():
+                offset = columns - segment.start
+                state.copy_(segment.before[index][name] if offset == 0 else segment.after[index][name][:, offset - 1])
+        # What lies past ``columns`` is gone: later segments are dropped, the one holding it ends there.
+        self._segments = [s for s in self._segments if s.start < columns]
+        for kept in self._segments:
+            kept.length = min(kept.length, columns - kept.start)
+
     def reset(self) -> None:
         """Forget everything written; the buffers stay allocated."""
         self.cursor.zero_()
         for group in self._groups:
             group.positions.fill_(-1)
+        for states in self._states.values():
+            for state in states.values():
+                state.zero_()
+        self._segments.clear()
 
     @property
     def length(self) -> int:
@@ -233,8 +326,9 @@ class StaticKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by keys, values and slot positions."""
+        """Memory held by keys, values, slot positions and recurrent states."""
         tensors = [t for layer in self._layers.values() for t in (layer.keys, layer.values)]
+        tensors += [t for states in self._states.values() for t in states.values()]
         tensors += [group.positions for group in self._groups]
         return sum(t.numel() * t.element_size() for t in tensors)
 

@@ -84,6 +84,7 @@ class DraftModel:
     def start(self, batch: PromptBatch, *, capacity: int, spare: int) -> None:
         self.cache = StaticKVCache.for_model(self.model, batch_size=batch.batch_size, capacity=capacity, spare=spare)
         prefill(self.model, batch.tokens, batch.positions, self.cache)
+        self.cache.keep_steps = True  # drafts are rolled back: a recurrent state keeps its steps from here on
         self.length = batch.width
 
     def propose(self, tokens: Tensor, history: Tensor, filled: int, k: int, *, offsets: Tensor, sampler: Sampler,

@@ -77,6 +77,7 @@ def speculative_decode(run: Any, drafter: Drafter, draft_tokens: int) -> Iterato
     capacity = width + n
     cache = StaticKVCache.for_model(model, batch_size=rows, capacity=capacity, spare=draft_tokens)
     logits = prefill(model, batch.tokens, batch.positions, cache)
+    cache.keep_steps = True  # a recurrent state can then go back to the last kept draft (not kept for the prompt)
     drafter.start(batch, capacity=capacity, spare=draft_tokens)
     # What the models read: the raw ids (run.history holds the pad id after a row finished).
     tokens = torch.zeros((rows, capacity), dtype=torch.long, device=device)

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("foundations", {"errors", "messages", "version", "lazy", "files.datafile", "files.atomic", "files.outputs",
                      "machine.threads", "machine.devices", "machine.memory", "tokenizers.tokenizer",
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
-    ("model contracts", {"model.positional", "model.attention", "model.context", "model.masks"}),
+    ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from specformer.model.attention import positional_dim_of
+from specformer.model.state import uses_positions
 from specformer.model.decoder import Decoder
 from specformer.errors import Problem, SpecError
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
@@ -33,7 +34,12 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
         blocks = [make_block(parts, m, index) for index, parts in enumerate(resolved.layers)]
-        return make_decoder(resolved, blocks, first_attention=blocks[0].attention)
+        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks))
+
+
+def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
+    """The mixer that sizes the model-level positional scheme: the first that reads positions (else the first)."""
+    return next((b.attention for b in blocks if uses_positions(b.attention)), blocks[0].attention)
 
 
 def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.Module:
@@ -89,6 +95,13 @@ def layer_positionals(resolved: ResolvedModel, blocks: list[nn.Module], model_sc
     chosen: list[int] = []
     for parts, block in zip(resolved.layers, blocks):
         part = parts.get("positional", resolved.positional)
+        if not uses_positions(block.attention):
+            if part is not resolved.positional:
+                name = type(block.attention).__name__
+                raise SpecError([Problem(part.path, f"this layer's mixer ({name}) reads no positions, so a positional "
+                                                    f"scheme on it would do nothing; leave positional out of this layer")])
+            chosen.append(0)  # a recurrence is ordered by itself: the scheme is never called
+            continue
         if part is resolved.positional and adds_to_embeddings(model_scheme):
             chosen.append(0)  # an embedding scheme does nothing inside attention, whatever the heads
             continue
@@ -104,6 +117,10 @@ def check_layer_positionals(resolved: ResolvedModel, blocks: list[tuple[nn.Modul
     """Size check: every per-layer scheme can be built for its layer's heads and acts inside attention."""
     for block, part in blocks:
         if part is not None and part is not resolved.positional:
+            if not uses_positions(block.attention):
+                raise SpecError([Problem(part.path, f"this layer's mixer ({type(block.attention).__name__}) reads no "
+                                                    f"positions, so a positional scheme on it would do nothing; leave "
+                                                    f"positional out of this layer")])
             make_layer_positional(part, block.attention, resolved.spec)
 
 
@@ -177,4 +194,4 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
 
 
 __all__ = ["assemble", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
-           "make_layer_positional"]
+           "make_layer_positional", "positional_mixer"]

@@ -411,7 +411,7 @@ def test_the_smallest_sizes_are_accepted() -> None:
 
 
 def test_a_cache_without_layers_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"^a cache needs at least one attention layer that keeps something per token$"):
+    with pytest.raises(ValueError, match=r"^a cache needs at least one layer that keeps something \(per token or per sequence\)$"):
         new_cache(layers=[])
 
 

@@ -1,0 +1,24 @@
+"""Recurrent token mixers: what fills a block's mixer slot (``attention:``) instead of softmax attention.
+
+Each mixer keeps a fixed-size state per sequence (:class:`~specformer.model.state.StateSlots`)
+instead of keys and values per token. What they share, and what a third-party mixer may
+use so it treats padding, documents and cached states exactly as the built-ins do:
+
+- :func:`causal_conv` : the short depthwise causal convolution, with its window of past inputs;
+- :func:`by_document` : run a mixer on each document of packed rows separately (training with
+  ``train.document_mask``);
+- :func:`leading_padding` : how many padding tokens open each row of a cached forward.
+
+Imported on first use: listing components reads this package's ``params`` module only.
+"""
+
+from specformer.lazy import lazy_exports
+
+_EXPORTS = {
+    "ConvOutput": "specformer_layers.mixers.conv",
+    "causal_conv": "specformer_layers.mixers.conv",
+    "by_document": "specformer_layers.mixers.documents",
+    "leading_padding": "specformer_layers.mixers.documents",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
