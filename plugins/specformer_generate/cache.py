@@ -17,8 +17,8 @@ them. So learned, sinusoidal, rotary, biased and absent position schemes all jus
 Columns, not positions, decide where a token is written: every row of a batch writes
 the same column on each forward (prompts are left-padded), counted by ``cursor``, a
 tensor on the device, so the decode loop never reads it back. Layers are expected in
-order: the first layer's ``update`` (or ``read_state``) of a forward claims the columns
-for all layers.
+order: the first layer's ``update`` of a forward claims the columns for all layers (its
+``read_state`` when it keeps no keys).
 
 A recurrent mixer (:mod:`specformer.model.state`) keeps a fixed-size state per row
 instead: the cache holds one buffer per declared state tensor, ``(B, *shape)``, zeros for
@@ -217,7 +217,8 @@ class StaticKVCache:
 
     def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]:
         """The state of every row before this forward, ``{name: (B, *shape)}`` (read-only: write with :meth:`write_state`)."""
-        if layer_index == self._first_layer:
+        # A layer that keeps keys too (attention beside a recurrence) claims the columns in ``update``.
+        if layer_index == self._first_layer and layer_index not in self._layers:
             self._claim_columns(positions)
         return self._states[layer_index]
 
