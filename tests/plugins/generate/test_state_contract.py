@@ -14,88 +14,19 @@ from typing import Any
 
 import pytest
 import torch
-from pydantic import Field
-from torch import Tensor, nn
+from torch import Tensor
 
 import specformer
-from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import recurrent_cache
 from specformer.model.summary import format_summary, summarize
-from specformer.registry import discovery
-from specformer.registry.params import Params
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
-from specformer_layers.mixers import by_document, leading_padding
-
-VOCAB = 37
-WIDTH = 12
-
-
-class DecayingSum(nn.Module):
-    """``s_t = a * s_{t-1} + W_in x_t`` per channel (``a`` in (0, 1)), output ``W_out s_t``: a state of ``width`` numbers."""
-
-    class Params(Params):
-        width: int = Field(gt=0)
-
-    def __init__(self, params: "DecayingSum.Params", *, d_model: int, layer_index: int = 0) -> None:
-        super().__init__()
-        self.layer_index = layer_index
-        self.n_heads, self.n_kv_heads, self.head_dim, self.window = 1, 1, params.width, None
-        self.cache_slots = None
-        self.state_slots = StateSlots((("sum", (params.width,)),))
-        self.uses_positions = False
-        self.recurrent_flops_per_token = 3 * params.width
-        self.inp = nn.Linear(d_model, params.width)
-        self.decay_logit = nn.Parameter(torch.randn(params.width))
-        self.out = nn.Linear(params.width, d_model)
-
-    def describe_kernel(self) -> str:
-        return "a loop over tokens"
-
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        if ctx.document_ids is not None:
-            return by_document(x, ctx.document_ids, lambda docs: self._run(docs, None, None)[0])
-        if ctx.cache is None:
-            return self._run(x, None, None)[0]
-        cache = recurrent_cache(ctx.cache, self)
-        before = cache.read_state(self.layer_index, ctx.positions)["sum"]  # (B, W)
-        out, after, steps = self._run(x, before, leading_padding(ctx.positions))
-        cache.write_state(self.layer_index, {"sum": after}, steps={"sum": steps} if cache.keep_steps else None)
-        return out
-
-    def _run(self, x: Tensor, state: Tensor | None, padding: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        u = self.inp(x)  # (B, T, W)
-        decay = torch.sigmoid(self.decay_logit).expand_as(u)
-        if padding is not None:  # padding writes nothing and forgets nothing
-            is_padding = (torch.arange(x.shape[1], device=x.device)[None, :] < padding[:, None])[..., None]
-            u, decay = u.masked_fill(is_padding, 0.0), decay.masked_fill(is_padding, 1.0)
-        s = u.new_zeros(u.shape[0], u.shape[2]) if state is None else state
-        steps = []
-        for t in range(u.shape[1]):
-            s = decay[:, t] * s + u[:, t]
-            steps.append(s)
-        stacked = torch.stack(steps, 1)  # (B, T, W)
-        return self.out(stacked), s, stacked
+from fixtures.recurrent import VOCAB, WIDTH, DecayingSum, registry_with_decaying_sum, spec
 
 
 @pytest.fixture(scope="module")
 def registry() -> Any:
-    registry = discovery.build_registry(discovery.get_plugin_manager())
-    registry.for_plugin("third-party").register("attention", "decaying_sum", factory=DecayingSum,
-                                                params=DecayingSum.Params, doc=DecayingSum.__doc__)
-    return registry
-
-
-def spec(n_layers: int = 3, *, attention_layers: Any = 1) -> dict[str, Any]:
-    layers = [] if attention_layers is None else [{"select": attention_layers,
-                                                   "attention": {"kind": "attention", "n_heads": 4}}]
-    return {"model": {
-        "vocab_size": VOCAB, "d_model": 24, "n_layers": n_layers, "context_length": 64, "tie_embeddings": False,
-        "init_std": 0.3, "positional": "rope",
-        "block": {"norm": "rmsnorm", "attention": {"kind": "decaying_sum", "width": WIDTH},
-                  "ffn": {"kind": "swiglu", "hidden": 32}},
-        "layers": layers,
-    }}
+    return registry_with_decaying_sum()
 
 
 def build(registry: Any, seed: int, **kw: Any) -> Any:
