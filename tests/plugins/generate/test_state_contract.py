@@ -21,7 +21,8 @@ from specformer.model.state import recurrent_cache
 from specformer.model.summary import format_summary, summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
-from fixtures.recurrent import VOCAB, WIDTH, DecayingSum, registry_with_decaying_sum, spec
+from fixtures.recurrent import (VOCAB, WIDTH, DecayingSum, beam_search_by_recompute, registry_with_decaying_sum,
+                                spec)
 
 
 @pytest.fixture(scope="module")
@@ -91,23 +92,11 @@ def test_packed_documents_run_as_if_alone(registry: Any) -> None:
     torch.testing.assert_close(packed, torch.cat((model(a), model(b)), 1), rtol=1e-10, atol=1e-10)
 
 
-def log_softmax_last(model: Any, ids: Tensor) -> Tensor:
-    return torch.log_softmax(model(ids)[:, -1], dim=-1)
-
-
 @torch.no_grad()
 def test_beam_search_reorders_states_with_the_beams(registry: Any) -> None:
-    """Against a beam search written out here, recomputing every beam from its tokens (no cache at all)."""
-    model, beams, steps = build(registry, 4), 3, 5
-    prompt = torch.randint(0, VOCAB, (1, 4), generator=torch.Generator().manual_seed(1))
-    sequences, scores = prompt, torch.zeros(1, dtype=torch.float64)
-    for _ in range(steps):
-        candidates = (scores[:, None] + log_softmax_last(model, sequences)).flatten()  # (beams * V,)
-        best = candidates.topk(beams).indices
-        sequences = torch.cat((sequences[best // VOCAB], (best % VOCAB)[:, None]), 1)
-        scores = candidates[best]
-    got = generate(model, prompt, max_new_tokens=steps, num_beams=beams)
-    assert got[0].tolist() == sequences[0].tolist()
+    model, prompt = build(registry, 4), torch.randint(0, VOCAB, (1, 4), generator=torch.Generator().manual_seed(1))
+    got = generate(model, prompt, max_new_tokens=5, num_beams=3)
+    assert got[0].tolist() == beam_search_by_recompute(model, prompt, beams=3, steps=5)
 
 
 @torch.no_grad()
