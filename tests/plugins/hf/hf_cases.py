@@ -165,6 +165,24 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # --- hybrid: LFM2 ---
+    # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
+    Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "num_hidden_layers": 4, "num_key_value_heads": 2, "norm_eps": 1e-6, "conv_L_cache": 3,
+          "block_multiple_of": 8, "layer_types": ["conv", "full_attention", "conv", "conv"],
+          "rope_parameters": _rope("default")}),
+    # Built from the first configs' spelling (full_attn_idxs, block_ff_dim, tie_embedding; transformers saves them as
+    # layer_types, intermediate_size and tie_word_embeddings: test_family_specs reads a published file as it is);
+    # kernel 4, biases, an awkward width (48, 4 heads of 12, one kv head), the feed-forward width as given, untied.
+    Case("lfm2-legacy-kernel4-bias", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "hidden_size": 48, "num_hidden_layers": 4, "num_key_value_heads": 1, "conv_L_cache": 4,
+          "conv_bias": True, "full_attn_idxs": [0, 3], "block_ff_dim": 40, "block_auto_adjust_ff_dim": False,
+          "tie_embedding": False, "rope_parameters": _rope("default")}),
+    # Mostly attention: the block is attention and the conv layer an override; a multiplier and an odd multiple.
+    Case("lfm2-attention-majority", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 2, "conv_L_cache": 4, "block_ffn_dim_multiplier": 1.5,
+          "block_multiple_of": 40,
+          "layer_types": ["full_attention", "conv", "full_attention"], "rope_parameters": _rope("linear", factor=2.0)}),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
