@@ -28,6 +28,11 @@ class ConvOutput:
     steps: Tensor | None = None  # (B, T, C, K-1): the window after each token, when asked for
 
 
+#: Up to this many tokens the convolution is written as K shifted multiply-adds: on CPU, torch's depthwise
+#: conv1d (oneDNN) spends milliseconds per call setting up, far more than the arithmetic of a decode step.
+SHIFTED_UP_TO = 32
+
+
 def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, window: Tensor | None = None,
                 padding: Tensor | None = None, activation: str | None = None, steps: bool = False) -> ConvOutput:
     """Depthwise causal convolution of ``x`` ``(B, T, C)`` by ``weight`` ``(C, K)`` (``bias`` ``(C,)``).
@@ -44,7 +49,10 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, window
     stream = torch.cat((window.to(x.dtype), x.transpose(1, 2)), dim=2)  # (B, C, K-1+T): window, then the tokens
     if padding is not None:
         stream = _padding_first(stream, padding, kernel - 1)
-    out = F.conv1d(stream, weight.unsqueeze(1), bias, groups=channels)  # (B, C, T)
+    if length <= SHIFTED_UP_TO:
+        out = _shifted_sum(stream, weight, bias, length)  # (B, C, T)
+    else:
+        out = F.conv1d(stream, weight.unsqueeze(1), bias, groups=channels)  # (B, C, T)
     if activation == "silu":
         out = F.silu(out)
     elif activation is not None:
@@ -59,6 +67,15 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, window
             after = torch.where(is_padding[:, None, :, None], before, after)
         result.steps = after.permute(0, 2, 1, 3)  # (B, T, C, K-1)
     return result
+
+
+def _shifted_sum(stream: Tensor, weight: Tensor, bias: Tensor | None, length: int) -> Tensor:
+    """The depthwise convolution of ``stream`` ``(B, C, K-1+T)`` as ``sum_j weight[:, j] * stream[:, :, j:j+T]``."""
+    kernel = weight.shape[-1]
+    out = stream[:, :, 0:length] * weight[:, 0:1]  # (B, C, T)
+    for j in range(1, kernel):
+        out = out + stream[:, :, j:j + length] * weight[:, j:j + 1]
+    return out if bias is None else out + bias[:, None]
 
 
 def _padding_first(stream: Tensor, padding: Tensor, kept: int) -> Tensor:

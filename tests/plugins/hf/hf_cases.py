@@ -165,6 +165,52 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # --- hybrid: LFM2 ---
+    # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
+    Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "num_hidden_layers": 4, "num_key_value_heads": 2, "norm_eps": 1e-6, "conv_L_cache": 3,
+          "block_multiple_of": 8, "layer_types": ["conv", "full_attention", "conv", "conv"],
+          "rope_parameters": _rope("default")}),
+    # Built from the first configs' spelling (full_attn_idxs, block_ff_dim, tie_embedding; transformers saves them as
+    # layer_types, intermediate_size and tie_word_embeddings: test_family_specs reads a published file as it is);
+    # kernel 4, biases, an awkward width (48, 4 heads of 12, one kv head), the feed-forward width as given, untied.
+    Case("lfm2-legacy-kernel4-bias", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "hidden_size": 48, "num_hidden_layers": 4, "num_key_value_heads": 1, "conv_L_cache": 4,
+          "conv_bias": True, "full_attn_idxs": [0, 3], "block_ff_dim": 40, "block_auto_adjust_ff_dim": False,
+          "tie_embedding": False, "rope_parameters": _rope("default")}),
+    # Mostly attention: the block is attention and the conv layer an override; a multiplier and an odd multiple.
+    Case("lfm2-attention-majority", "Lfm2Config", "Lfm2ForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 2, "conv_L_cache": 4, "block_ffn_dim_multiplier": 1.5,
+          "block_multiple_of": 40,
+          "layer_types": ["full_attention", "conv", "full_attention"], "rope_parameters": _rope("linear", factor=2.0)}),
+]
+
+# --- hybrid: mamba2 families ---
+
+
+def _mamba2(**kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, expand=2, state_size=8,
+                chunk_size=16, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
+
+
+def _nemotron_h(pattern: str, **kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=128, hidden_size=32, hybrid_override_pattern=pattern, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, intermediate_size=48, mamba_num_heads=4, mamba_head_dim=12,
+                ssm_state_size=8, chunk_size=16, max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None,
+                pad_token_id=None, **kw)
+
+
+CASES += [
+    # Two groups of B and C, a 3-tap convolution without bias, biased projections, chunks that do not divide the input.
+    Case("mamba2", "Mamba2Config", "Mamba2ForCausalLM", _mamba2(n_groups=2, conv_kernel=3, use_conv_bias=False, use_bias=True)),
+    # Four groups (one head each), tied embeddings, an upper clamp of the step.
+    Case("mamba2-tied-clamped", "Mamba2Config", "Mamba2ForCausalLM",
+         _mamba2(n_groups=4, conv_kernel=4, tie_word_embeddings=True, time_step_limit=[0.0, 0.05])),
+    # Mamba, attention and MLP layers with two Mamba layers in a row and an attention layer without its MLP.
+    Case("nemotron_h", "NemotronHConfig", "NemotronHForCausalLM", _nemotron_h("M-MM*-", n_groups=2, conv_kernel=3)),
+    Case("nemotron_h-biased", "NemotronHConfig", "NemotronHForCausalLM",
+         _nemotron_h("*M-M", n_groups=4, conv_kernel=4, use_conv_bias=False, use_bias=True, mlp_bias=True,
+                     time_step_min=0.01)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -55,6 +55,10 @@ DENSE_SPECS = {
         vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192, sliding_window=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
+    "lfm2-1.2b.yaml": ("Lfm2Config", LFM2_1_2B := dict(
+        vocab_size=65536, hidden_size=2048, intermediate_size=12288, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
+        full_attn_idxs=[2, 5, 8, 10, 12, 14])),
 }
 
 
@@ -96,3 +100,42 @@ def test_the_spec_is_what_importing_its_config_gives(name):
     read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))
     ours = yaml.safe_load((SPECS / name).read_text())
     assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
+
+
+#: LiquidAI/LFM2-1.2B's config.json as published, in the first configs' spelling (block_ff_dim, full_attn_idxs,
+#: tie_embedding, rope_theta) with the duplicate fields transformers never reads (block_dim, conv_dim, num_heads, ...).
+LFM2_1_2B_PUBLISHED = {
+    "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "vocab_size": 65536, "hidden_size": 2048,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 128000, "norm_eps": 1e-05, "block_norm_eps": 1e-05, "conv_bias": False,
+    "conv_L_cache": 3, "conv_dim": 2048, "conv_dim_out": 2048, "conv_use_xavier_init": True, "block_dim": 2048,
+    "block_ff_dim": 12288, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True,
+    "block_use_swiglu": True, "block_use_xavier_init": True, "block_mlp_init_scale": 1.0, "block_out_init_scale": 1.0,
+    "full_attn_idxs": [2, 5, 8, 10, 12, 14], "rope_theta": 1000000.0, "tie_embedding": True, "initializer_range": 0.02,
+    "use_cache": True, "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
+}
+
+
+def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
+    """The hand-written LFM2 1.2B spec: what the published config.json (old spelling) reads to, every field understood,
+    with as many parameters as transformers' Lfm2ForCausalLM of that config (meta device, no memory)."""
+    import warnings
+
+    import transformers
+
+    from specformer_hf.config import ConfigReader
+    from specformer_hf.family import get_families
+    from specformer_hf.specview import differences, math_view
+
+    family = get_families().get("lfm2")
+    reader = ConfigReader(LFM2_1_2B_PUBLISHED, defaults=family.defaults, family=family.name)
+    read = family.to_spec(reader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reader.warn_unread(also_harmless=family.non_math_fields) == []
+    ours = yaml.safe_load((SPECS / "lfm2-1.2b.yaml").read_text())
+    assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
+    published = {k: v for k, v in LFM2_1_2B_PUBLISHED.items() if k not in ("architectures", "model_type")}
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.Lfm2Config(**published))
+    assert specformer.summarize(SPECS / "lfm2-1.2b.yaml").total == sum(p.numel() for p in hf.parameters()) == 1_170_340_608

@@ -10,8 +10,8 @@ EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
     "norm": {"layernorm", "rmsnorm", "scalenorm"},
-    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
-    "attention": {"attention", "mla"},
+    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "none"},
+    "attention": {"attention", "mla", "short_conv", "gated_deltanet", "mamba2", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk"},
 }
@@ -61,7 +61,10 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.routers.base",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
-               "specformer_layers.attention.masking"}
+               "specformer_layers.attention.masking",
+               "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
+               "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
+               "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
 
@@ -75,7 +78,8 @@ def test_registering_imports_only_the_params_modules() -> None:
     code = ("import json, sys; import specformer_layers.plugin; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('specformer_layers'))))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-    layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith(".params")
+    # A params module is named params.py, or <component>_params.py beside a package's shared one (mixers).
+    layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith((".params", "_params"))
               and not _is_package(m)]
     assert layers == [], f"importing the plugin imported {layers}"
 

@@ -105,6 +105,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Cohere2Config", vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192,
         sliding_window=4096),
+    "lfm2-1.2b.yaml": _llama_like(
+        "Lfm2Config", vocab_size=65536, hidden_size=2048, intermediate_size=12288, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
+        full_attn_idxs=[2, 5, 8, 10, 12, 14]),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -182,6 +186,9 @@ def shrink(data: Any) -> Any:
     data["model"].update(SHRINK)
     if data["model"].get("layers"):
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
+        for override in data["model"]["layers"]:
+            if isinstance(override.get("select"), list):  # a list of layers (LFM2's attention layers): the first six
+                override["select"] = [i for i in override["select"] if i < 6]
     return data
 
 

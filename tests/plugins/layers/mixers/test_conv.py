@@ -20,10 +20,11 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     return out if bias is None else out + bias
 
 
+@pytest.mark.parametrize("length", [7, 40])  # written out as shifted sums up to SHIFTED_UP_TO (32) tokens, conv1d past it
 @pytest.mark.parametrize("kernel", [2, 3, 4])
-def test_matches_the_sum_written_out(kernel: int) -> None:
+def test_matches_the_sum_written_out(kernel: int, length: int) -> None:
     torch.manual_seed(0)
-    x, weight, bias = torch.randn(2, 7, 5), torch.randn(5, kernel), torch.randn(5)
+    x, weight, bias = torch.randn(2, length, 5), torch.randn(5, kernel), torch.randn(5)
     history = torch.randn(2, 5, kernel - 1)
     got = causal_conv(x, weight, bias, window=history)
     torch.testing.assert_close(got.out, reference(x, weight, bias, history), rtol=1e-5, atol=1e-5)

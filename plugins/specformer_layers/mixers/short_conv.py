@@ -1,0 +1,95 @@
+"""LFM2's gated short convolution: ``out(C * conv(B * x))``, a recurrent mixer whose state is a window of inputs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from specformer.model.context import ForwardContext
+from specformer.model.state import StateSlots, recurrent_cache
+
+from specformer_layers.mixers.conv import ConvOutput, causal_conv
+from specformer_layers.mixers.documents import by_document, leading_padding
+from specformer_layers.mixers.short_conv_params import ShortConvParams
+
+
+class ShortConv(nn.Module):
+    """LFM2's gated depthwise short convolution: :class:`ShortConvParams`.
+
+    Its public facts describe it as one head spanning the model width (``n_heads``,
+    ``n_kv_heads`` 1, ``head_dim`` ``d_model``): the gates and the convolution act on every
+    channel at once. It keeps no keys (``cache_slots`` None) and no positions; its state is the
+    last ``kernel - 1`` inputs of the convolution, ``(d_model, kernel - 1)`` per sequence.
+    """
+
+    Params = ShortConvParams
+    uses_positions = False
+    cache_slots = None
+
+    def __init__(self, params: ShortConvParams | None = None, *, d_model: int, layer_index: int = 0) -> None:
+        super().__init__()
+        params = params if params is not None else ShortConvParams()
+        self.layer_index = layer_index
+        self.n_heads = 1
+        self.n_kv_heads = 1
+        self.head_dim = d_model
+        self.window = None
+        self.kernel = params.kernel
+        self.state_slots = StateSlots((("conv", (d_model, params.kernel - 1)),))
+        # One matmul for the three streams; rows are [B (d_model); C (d_model); x (d_model)].
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=params.bias)
+        self.conv_weight = nn.Parameter(torch.empty(d_model, params.kernel))  # (C, K): oldest input first
+        self.conv_bias = nn.Parameter(torch.zeros(d_model)) if params.conv_bias else None
+        self.out = nn.Linear(d_model, d_model, bias=params.bias)
+        self._init_conv()
+
+    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        if ctx.document_ids is not None:
+            return by_document(x, ctx.document_ids, lambda part: self._run(part)[0])
+        if ctx.cache is None:
+            # A left-padded batch run without a cache: its padding stays out of the real tokens' windows too.
+            padding = None if ctx.plain_causal else leading_padding(ctx.positions)
+            return self._run(x, padding=padding)[0]
+        cache = recurrent_cache(ctx.cache, self)
+        state = cache.read_state(self.layer_index, ctx.positions)
+        keep_steps = bool(cache.keep_steps)
+        y, conv = self._run(x, window=state["conv"], padding=leading_padding(ctx.positions), steps=keep_steps)
+        cache.write_state(self.layer_index, {"conv": conv.window},
+                          steps={"conv": conv.steps} if keep_steps else None)
+        return y
+
+    def _run(self, x: Tensor, *, window: Tensor | None = None, padding: Tensor | None = None,
+             steps: bool = False) -> tuple[Tensor, ConvOutput]:
+        """The mixer on ``x`` ``(B, T, D)`` after ``window`` ``(B, D, K-1)``; its output and the convolution's."""
+        b, c, v = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
+        conv = causal_conv(b * v, self.conv_weight, self.conv_bias, window=window, padding=padding, steps=steps)
+        return self.out(c * conv.out), conv
+
+    def describe_kernel(self, *, bias: bool = False) -> str:
+        """The kernel this layer runs, in words (``specformer summary``)."""
+        return f"torch depthwise conv1d (kernel {self.kernel})"
+
+    def extra_repr(self) -> str:
+        return f"kernel={self.kernel}, conv_bias={self.conv_bias is not None}"
+
+    def _init_conv(self) -> None:
+        # As torch initialises a depthwise Conv1d (what LFM2 trains from): uniform within 1/sqrt(fan_in), fan_in = K.
+        bound = 1.0 / math.sqrt(self.kernel)
+        nn.init.uniform_(self.conv_weight, -bound, bound)
+        if self.conv_bias is not None:
+            nn.init.uniform_(self.conv_bias, -bound, bound)
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        nn.init.normal_(self.in_proj.weight, std=std)
+        nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
+        self._init_conv()
+        if self.conv_bias is not None:
+            nn.init.zeros_(self.conv_bias)
+        for bias in (self.in_proj.bias, self.out.bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
+
+
+__all__ = ["ShortConv"]

@@ -1,0 +1,36 @@
+"""The settings of LFM2's gated short convolution, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from specformer.registry.params import Params
+
+
+class ShortConvParams(Params):
+    """LFM2's gated short convolution: a depthwise causal convolution over the last ``kernel`` tokens, gated twice.
+
+    The input is projected to three streams ``B``, ``C`` and ``x`` (one ``in_proj``, rows in
+    that order as LFM2's checkpoints keep them); each channel of ``B * x`` is convolved over its
+    last ``kernel`` tokens (its own weights, no mixing across channels), the result is gated by
+    ``C`` and projected back: ``out(C * conv(B * x))`` (Liquid AI, LFM2, arXiv:2511.23404). It
+    reads no positions and keeps only the last ``kernel - 1`` inputs of each channel between
+    forward passes, so its generation cache is ``d_model * (kernel - 1)`` values per sequence,
+    whatever the context. LFM2 places these layers between a few softmax attention layers
+    (``layers:`` overrides); its ``conv_L_cache`` is ``kernel``, and its ``conv_bias`` switches
+    both ``bias`` and ``conv_bias``.
+    """
+
+    kernel: int = Field(default=3, description="Tokens each channel's convolution spans (LFM2's conv_L_cache), at least 2.")
+    bias: bool = Field(default=False, description="Biases on the input and output projections.")
+    conv_bias: bool = Field(default=False, description="A bias per channel on the convolution.")
+
+    @field_validator("kernel")
+    @classmethod
+    def _at_least_two(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("kernel must be at least 2 (the convolution spans the token and at least one before it)")
+        return value
+
+
+__all__ = ["ShortConvParams"]
