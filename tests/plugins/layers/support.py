@@ -38,6 +38,10 @@ def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
         model["final_norm"] = ref
     elif kind in ("ffn", "attention", "layout"):
         model["block"][kind] = ref
+        if kind == "attention" and ref.get("kind") == "none":
+            # Blocks without a mixer (Nemotron-H's MLP layers) beside one with attention, so the model still
+            # reads other tokens and keeps a cache; nothing of the first reads positions.
+            model["layers"] = [{"select": 1, "attention": {"kind": "attention", "n_heads": N_HEADS}}]
     elif kind == "router":
         model["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "router": ref}
     else:

@@ -243,7 +243,7 @@ def _attention_by_positional() -> list[Any]:
     registry = specformer.get_registry()
     # A recurrent mixer reads no positions (uses_positions False): no scheme acts inside it, so it is not crossed with them.
     attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "attention" and not c.marks
-                  and getattr(registry.get("attention", c.values[1]).factory, "uses_positions", True)]
+                  and _reads_positions({"kind": c.values[1], **c.values[2]})]
     schemes: list[tuple[str, dict[str, Any]]] = [
         (name, {"kind": name, **VARIANTS.get(("positional", name), [{}])[0]}) for name in registry.names("positional")
     ]
@@ -266,8 +266,7 @@ def _attention_by_positional() -> list[Any]:
     for i, (name, params) in enumerate(attentions):
         for label, scheme in schemes:
             cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}"))
-        if _reads_positions({"kind": name, **params}):  # a recurrent mixer refuses a scheme of its own
-            cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
+        cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
     return cases
 
 
