@@ -12,7 +12,8 @@ from specformer.model.context import ForwardContext
 from specformer.model.state import StateSlots, recurrent_cache
 
 from specformer_layers.mixers.conv import ConvOutput, causal_conv
-from specformer_layers.mixers.delta_rule import DeltaRuleOutput, delta_rule_chunked, delta_rule_recurrent
+from specformer_layers.mixers.delta_rule import DeltaRuleOutput, delta_rule_recurrent
+from specformer_layers.mixers.kernels import GATED_DELTA_RULE, chunked_delta_rule
 from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.gated_norm import GatedRMSNorm
 from specformer_layers.mixers.params import GatedDeltaNetParams
@@ -141,7 +142,7 @@ class GatedDeltaNet(nn.Module):
         if recurrent:
             rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, steps=steps)
         else:
-            rule = delta_rule_chunked(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, chunk=self.chunk)
+            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, chunk=self.chunk)
         o = rule.out.transpose(1, 2)  # (B, T, Hv, dv)
         gate = self.z(x).reshape(B, T, Hv, dv)
         y = self.norm(o, gate).reshape(B, T, Hv * dv)
@@ -151,7 +152,8 @@ class GatedDeltaNet(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel this layer runs, in words (``specformer summary``); ``bias`` (a scheme biasing scores) changes nothing here."""
-        return f"torch chunked (chunk {self.chunk}); token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
+        return GATED_DELTA_RULE.describe(f"torch chunked (chunk {self.chunk})") + \
+            f"; token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_key_heads={self.n_kv_heads}", f"key_head_dim={self.key_head_dim}",

@@ -15,7 +15,8 @@ from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
 from specformer_layers.mixers.params import Mamba2Params
-from specformer_layers.mixers.ssd import ssd_chunked, ssd_recurrent
+from specformer_layers.mixers.kernels import SSD, chunked_ssd
+from specformer_layers.mixers.ssd import ssd_recurrent
 
 #: Steps at most this many tokens token by token in a cached forward (decode); longer ones go by chunks.
 RECURRENT_UP_TO = 1
@@ -112,7 +113,7 @@ class Mamba2(nn.Module):
         if steps or (state is not None and length <= RECURRENT_UP_TO):
             y, ssm, kept = ssd_recurrent(xs, dt, A, B, C, D=self.D, state=ssm, steps=steps)
         else:
-            y, ssm = ssd_chunked(xs, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
+            y, ssm = chunked_ssd(xs, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
         y = self.norm(y.reshape(batch, length, self.d_inner), z)
         out = self.out(y.to(x.dtype))
         after = {"conv": conv.window, "ssm": ssm}
@@ -122,7 +123,7 @@ class Mamba2(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """What runs, in words (``specformer summary``)."""
-        return f"torch ssd chunked (chunk {self.chunk}); token by token when decoding"
+        return SSD.describe(f"torch ssd chunked (chunk {self.chunk})") + "; token by token when decoding"
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"head_dim={self.head_dim}", f"state_size={self.state_size}",
