@@ -8,7 +8,12 @@ On a CUDA machine this
    ``specformer.summarize``: ``6N + 12·L·H·hd·span``, span = window or sequence);
 2. decodes greedily with a Llama-shaped model (``specs/llama-3.2-1b.yaml``, bf16, KV
    cache) and prints tokens/s and the memory bandwidth that implies (every weight and
-   the cached keys/values read once per token) against the card's peak.
+   the cached keys/values read once per token) against the card's peak;
+3. ``hybrid``: trains the same GPT-2 shape with three Gated DeltaNet layers to one attention
+   layer (tokens/s, MFU), and checks that the recurrent mixers' CUDA kernels
+   (flash-linear-attention, mamba-ssm; ``specformer[kernels]``) give what the PyTorch forms
+   give (the largest relative difference of a layer's output, fp32), or says they are not
+   installed.
 
 The figures of a card come from :data:`CARDS` (NVIDIA datasheets, dense bf16). Without
 CUDA it prints why and exits 0, so it can sit in any script. Nothing is asserted.
@@ -31,7 +36,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SPEC = ROOT / "specs" / "gpt2-124m.yaml"
 DECODE_SPEC = ROOT / "specs" / "llama-3.2-1b.yaml"
-CASES = ("train-causal", "train-window", "decode")
+CASES = ("train-causal", "train-window", "decode", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -149,13 +154,24 @@ def format_report(device_name: str, rows: list[Row]) -> str:
 # -- the runs (CUDA only) --------------------------------------------------------------------------
 
 
-def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None) -> Row:
+def hybrid_spec(*, seq: int) -> dict[str, Any]:
+    """GPT-2 124M's shape with Gated DeltaNet in three layers of four (attention in every fourth, as Qwen3.5)."""
+    spec = train_spec(seq=seq, window=None)
+    model = spec["model"]
+    heads = model["block"]["attention"]["n_heads"]
+    model["block"]["attention"] = {"kind": "gated_deltanet", "n_heads": heads}
+    model["layers"] = [*model.get("layers", []), {"select": "3::4", "attention": {"kind": "attention", "n_heads": heads}}]
+    return spec
+
+
+def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None,
+              spec: dict[str, Any] | None = None, name: str | None = None) -> Row:
     import torch
     import torch.nn.functional as F
 
     from specformer.model.builder import build
 
-    spec = train_spec(seq=args.seq, window=window)
+    spec = spec if spec is not None else train_spec(seq=args.seq, window=window)
     model = build(spec, device=args.device, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     step_model = torch.compile(model) if args.compile else model
@@ -183,7 +199,7 @@ def run_train(args: argparse.Namespace, *, window: int | None, card: Card | None
     elapsed = time.perf_counter() - start
     tokens_per_s = (args.steps - warm) * args.batch * args.seq / max(elapsed, 1e-9)
     flops = train_flops_per_token(spec)
-    name = "train-window" if window else "train-causal"
+    name = name or ("train-window" if window else "train-causal")
     util = mfu(tokens_per_s, flops, card.bf16_tflops) if card else None
     detail = (f"loss {first:.3f} -> {float(last):.3f}, {flops / 1e9:.2f} GFLOP/token, batch {args.batch} x {args.seq}"
               + (f", window {window}" if window else ""))
@@ -216,6 +232,36 @@ def run_decode(args: argparse.Namespace, *, card: Card | None) -> Row:
                                               f"batch 1, prompt {args.prompt}, {args.decode_tokens} new tokens")
 
 
+def run_kernels(args: argparse.Namespace) -> str:
+    """The largest relative difference between kernel and torch form for gated_deltanet and mamba2, or why none."""
+    import torch
+
+    from specformer.model.builder import build
+    from specformer_layers.mixers import kernels
+
+    layers = {"gated_deltanet": ({"kind": "gated_deltanet", "n_heads": 8, "chunk": 64}, kernels.GATED_DELTA_RULE),
+              "mamba2": ({"kind": "mamba2", "n_heads": 8, "head_dim": 64, "state_size": 64, "n_groups": 2}, kernels.SSD)}
+    words = []
+    for name, (attention, kernel) in layers.items():
+        if kernel.load() is None:
+            words.append(f"{name}: {kernel.package} not installed")
+            continue
+        spec = {"model": {"vocab_size": 1024, "d_model": 512, "n_layers": 2, "context_length": 2048, "positional": "none",
+                          "block": {"norm": "rmsnorm", "attention": attention, "ffn": {"kind": "swiglu"}}}}
+        model = build(spec, device=args.device, seed=0).eval()
+        ids = torch.randint(0, 1024, (2, 1000), device=args.device)
+        with torch.no_grad():
+            fused = model(ids)
+            devices, kernel.devices = kernel.devices, ()
+            try:
+                reference = model(ids)
+            finally:
+                kernel.devices = devices
+        difference = float(((fused - reference).abs().max() / reference.abs().max().clamp(min=1e-12)))
+        words.append(f"{name}: {kernel.package} vs torch max rel diff {difference:.1e}")
+    return "; ".join(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -235,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(run_train(args, window=args.window, card=card))
     if "decode" in args.only:
         rows.append(run_decode(args, card=card))
+    if "hybrid" in args.only:
+        row = run_train(args, window=None, card=card, spec=hybrid_spec(seq=args.seq), name="hybrid-train")
+        row.detail += f"; kernels: {run_kernels(args)}"
+        rows.append(row)
     print(format_report(name, rows))
     return 0
 

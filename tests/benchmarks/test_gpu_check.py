@@ -40,7 +40,7 @@ def test_bad_arguments_exit_2_with_one_clear_line(argv, message, capsys) -> None
 
 def test_defaults_run_every_case_in_bf16_sized_for_five_minutes() -> None:
     args = gpu_check.parse_args([])
-    assert args.only == ["train-causal", "train-window", "decode"]
+    assert args.only == ["train-causal", "train-window", "decode", "hybrid"]
     assert (args.steps, args.batch, args.seq, args.window, args.decode_tokens) == (200, 16, 1024, 256, 256)
 
 
@@ -101,3 +101,20 @@ def test_report_lines() -> None:
         "train-causal       123,457     43.2%  loss 10.9 -> 3.2",
         "decode                  99         -  unknown card",
     ]
+
+
+def test_the_hybrid_case_is_a_three_to_one_gated_deltanet_model_with_its_flops():
+    import specformer
+
+    spec = gpu_check.hybrid_spec(seq=256)
+    summary = specformer.summarize(spec)
+    kernels = [label for (label, _), _count in summary.attention_kernels.items()]
+    assert sorted(kernels) == ["attention kernel", "mixer kernel"]
+    assert sum(count for (label, _), count in summary.attention_kernels.items() if label == "mixer kernel") == 9
+    assert summary.state_elements_per_sequence > 0
+    assert gpu_check.train_flops_per_token(spec) > 0
+
+
+def test_without_the_kernel_packages_the_check_says_so():
+    words = gpu_check.run_kernels(gpu_check.parse_args(["--only", "hybrid"]))
+    assert words == ("gated_deltanet: flash-linear-attention not installed; mamba2: mamba-ssm not installed")
