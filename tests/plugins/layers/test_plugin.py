@@ -64,6 +64,7 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.attention.masking",
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
                "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
+               "specformer_layers.mixers.kernels",
                "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
