@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from specformer.model.context import ForwardContext
 from specformer.model.state import StateSlots, recurrent_cache
 from specformer_layers.mixers.conv import causal_conv
-from specformer_layers.mixers.delta_rule import chunked_delta_rule, recurrent_delta_rule
+from specformer_layers.mixers.delta_rule import delta_rule_chunked, delta_rule_recurrent
 from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 
@@ -126,9 +126,9 @@ class KimiDeltaAttention(nn.Module):
         mixed = causal_conv(self.qkv(x), self.conv_weight, self.conv_bias, window=conv, padding=padding,
                             activation="silu", steps=steps)
         q, k, v = mixed.out.split((H * dk, H * dk, H * dv), dim=-1)
-        # The recurrence runs in fp32 at least (fp64 models stay fp64): its state accumulates over the whole context.
+        # Gates and normalisation in fp32 at least, as the delta rule computes (its state accumulates over the context).
         work = torch.promote_types(x.dtype, torch.float32)
-        q = _l2_normalise(q.view(B, T, H, dk).transpose(1, 2).to(work)) * dk ** -0.5  # (B, H, T, dk)
+        q = _l2_normalise(q.view(B, T, H, dk).transpose(1, 2).to(work))  # (B, H, T, dk); the rule scales it by dk^-1/2
         k = _l2_normalise(k.view(B, T, H, dk).transpose(1, 2).to(work))  # (B, H, T, dk)
         v = v.view(B, T, H, dv).transpose(1, 2).to(work)  # (B, H, T, dv)
         log_decay = self._log_decay(x, work).view(B, T, H, dk).transpose(1, 2)  # (B, H, T, dk)
@@ -139,16 +139,17 @@ class KimiDeltaAttention(nn.Module):
             beta = beta.masked_fill(is_padding, 0.0)
             log_decay = log_decay.masked_fill(is_padding[..., None], 0.0)
         initial = None if recurrent is None else recurrent.to(work)
-        kept = None
         if steps or (initial is not None and T <= RECURRENT_UP_TO):
-            y, final, per_token = recurrent_delta_rule(q, k, v, beta, log_decay, state=initial, steps=steps)
-            if steps:
-                kept = {"conv": mixed.steps, "recurrent": per_token.to(x.dtype)}
+            rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=initial, steps=steps)
         else:
-            y, final = chunked_delta_rule(q, k, v, beta, log_decay, state=initial, chunk=self.chunk)
+            rule = delta_rule_chunked(q, k, v, beta, log_decay, state=initial, chunk=self.chunk)
+        kept = None
+        if steps:
+            assert rule.steps is not None and mixed.steps is not None
+            kept = {"conv": mixed.steps, "recurrent": rule.steps.to(x.dtype)}
         gate = self.g_b(self.g_a(x)).view(B, T, H, dv)
-        y = self.norm(y.transpose(1, 2).to(x.dtype), gate).reshape(B, T, H * dv)  # (B, T, H*dv)
-        return _Run(out=self.out(y), conv=mixed.window, recurrent=final.to(x.dtype), steps=kept)
+        y = self.norm(rule.out.transpose(1, 2).to(x.dtype), gate).reshape(B, T, H * dv)  # (B, T, H*dv)
+        return _Run(out=self.out(y), conv=mixed.window, recurrent=rule.state.to(x.dtype), steps=kept)
 
     def _log_decay(self, x: Tensor, dtype: torch.dtype) -> Tensor:
         """``(B, T, H*dk)``: the log of each key channel's decay, ``-exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)`` (<= 0)."""
