@@ -33,7 +33,6 @@ DEFAULTS = {
     "norm_topk_prob": True, "hidden_act": "silu", "max_position_embeddings": 1048576, "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False, "attention_bias": False, "num_local_experts": 256, "mlp_layer_types": None,
     "layer_types": None, "linear_head_dim": 128, "linear_num_heads": 32, "linear_conv_kernel_dim": 4,
-    "linear_attn_config": None, "first_k_dense_replace": 1,
 }
 
 #: (the name config.json holds, as transformers saves it and Moonshot publishes it; the name the parts read).
@@ -120,7 +119,7 @@ class HybridMixers(Part):
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         n_layers = cfg.get_layers("num_hidden_layers")
-        linear = cfg.get("linear_attn_config") or {}
+        linear = cfg.get("linear_attn_config", None) or {}  # Moonshot's files; transformers takes it as a keyword
         if not isinstance(linear, dict):
             raise UserError(f"{cfg.family}: linear_attn_config must be a mapping, got {linear!r}")
         cfg.mark_read("linear_head_dim", "linear_num_heads", "linear_conv_kernel_dim")
@@ -270,7 +269,7 @@ class KimiExperts(Part):
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         n_layers = cfg.get_layers("num_hidden_layers")
         types = cfg.get("mlp_layer_types")
-        dense_first = cfg.get_int("first_k_dense_replace")
+        dense_first = cfg.get_int("first_k_dense_replace", 1)  # a keyword of transformers' config, default 1
         if types is None:
             types = ["dense" if i < dense_first else "sparse" for i in range(n_layers)]
         if not isinstance(types, list) or len(types) != n_layers or any(t not in ("dense", "sparse") for t in types):
