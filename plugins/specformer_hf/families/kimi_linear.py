@@ -105,7 +105,7 @@ def _layer_types(cfg: ConfigReader, linear: dict[str, Any], n_layers: int) -> li
                 types[number - 1] = kind
     elif types is None:
         types = ["full_attention" if i and i % 4 == 0 else "linear_attention" for i in range(n_layers)]
-    if len(types) != n_layers or any(t not in LAYER_TYPES.values() for t in types):
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in LAYER_TYPES.values() for t in types):
         raise UserError(f"{cfg.family}: the layer types must be linear_attention or full_attention for each of the "
                         f"{n_layers} layers, got {types!r}")
     return list(types)
