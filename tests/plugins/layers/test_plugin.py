@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
     "norm": {"layernorm", "rmsnorm", "scalenorm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
-    "attention": {"attention", "mla", "gated_deltanet"},
+    "attention": {"attention", "mla", "gated_deltanet", "kda"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk"},
 }
@@ -77,7 +77,7 @@ def test_registering_imports_only_the_params_modules() -> None:
     code = ("import json, sys; import specformer_layers.plugin; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('specformer_layers'))))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-    layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith(".params")
+    layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith((".params", "_params"))
               and not _is_package(m)]
     assert layers == [], f"importing the plugin imported {layers}"
 
