@@ -14,6 +14,7 @@ from specformer.model.state import StateSlots, recurrent_cache
 from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.delta_rule import delta_rule_chunked, delta_rule_recurrent
 from specformer_layers.mixers.documents import by_document, leading_padding
+from specformer_layers.mixers.gated_norm import GatedRMSNorm
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 
 #: Up to this many tokens a cached forward runs token by token (decoding, speculative drafts); longer ones chunked.
@@ -30,24 +31,6 @@ class _Run:
     conv: Tensor  # (B, C, K-1)
     recurrent: Tensor  # (B, H, dk, dv)
     steps: dict[str, Tensor] | None = None  # the states after each token, when asked for
-
-
-class GatedHeadNorm(nn.Module):
-    """RMSNorm over each head's channels (one weight shared by the heads), times ``sigmoid(gate)``; computed in fp32 at least."""
-
-    def __init__(self, dim: int, *, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor, gate: Tensor) -> Tensor:
-        work = torch.promote_types(x.dtype, torch.float32)
-        wide = x.to(work)
-        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.to(work) * normed * torch.sigmoid(gate.to(work))).to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
 class KimiDeltaAttention(nn.Module):
@@ -100,7 +83,7 @@ class KimiDeltaAttention(nn.Module):
         self.b = nn.Linear(d_model, n_heads, bias=False)
         self.g_a = nn.Linear(d_model, gate_rank, bias=False)
         self.g_b = nn.Linear(gate_rank, n_heads * value_dim, bias=False)
-        self.norm = GatedHeadNorm(value_dim, eps=params.norm_eps)
+        self.norm = GatedRMSNorm(value_dim, eps=params.norm_eps, activation="sigmoid")
         self.out = nn.Linear(n_heads * value_dim, d_model, bias=False)
         self._init_decay()
         nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))  # what nn.Conv1d starts from
@@ -187,4 +170,4 @@ def _l2_normalise(x: Tensor) -> Tensor:
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2_EPS)
 
 
-__all__ = ["GatedHeadNorm", "KimiDeltaAttention"]
+__all__ = ["KimiDeltaAttention"]
