@@ -16,6 +16,7 @@ from specformer_layers.attention.params import CausalSelfAttentionParams, Latent
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.layouts.params import (
     AbsentFFNParams,
     AbsentMixerParams,
@@ -86,6 +87,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
     ("attention", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
+    ("attention", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,
      "https://arxiv.org/abs/2412.06464"),
     ("attention", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),

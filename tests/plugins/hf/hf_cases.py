@@ -211,6 +211,25 @@ CASES += [
     Case("nemotron_h-biased", "NemotronHConfig", "NemotronHForCausalLM",
          _nemotron_h("*M-M", n_groups=4, conv_kernel=4, use_conv_bias=False, use_bias=True, mlp_bias=True,
                      time_step_min=0.01)),
+    # --- hybrid: Kimi Linear ---
+    # KDA layers (3 heads of 12: not hidden / heads; kernel 3) around one latent-attention layer (a query bottleneck,
+    # no positions), the pattern from linear_attn_config's 1-based lists; one dense layer, then 6 experts in 2 groups
+    # (1 group kept), 2 per token, 2 shared experts.
+    Case("kimi_linear", "KimiLinearConfig", "KimiLinearForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, num_experts=6, num_experts_per_tok=2, n_group=2, topk_group=1,
+                     n_shared_experts=2, moe_intermediate_size=32, first_k_dense_replace=1, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-5, linear_attn_config={"num_heads": 3, "head_dim": 12, "short_conv_kernel_size": 3,
+                                                            "kda_layers": [1, 3], "full_attn_layers": [2]})),
+    # Mostly latent attention (the block is mla, KDA an override), no query bottleneck, attention biases, kernel 4;
+    # experts on the first and last layers only (mlp_layer_types), top-k weights not renormalised.
+    Case("kimi_linear-mla-base", "KimiLinearConfig", "KimiLinearForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=4,
+                     qk_nope_head_dim=8, v_head_dim=16, num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                     n_shared_experts=1, moe_intermediate_size=24, routed_scaling_factor=1.0, norm_topk_prob=False,
+                     attention_bias=True, linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=4,
+                     layer_types=["full_attention", "linear_attention", "full_attention", "full_attention"],
+                     mlp_layer_types=["sparse", "dense", "dense", "sparse"])),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -20,6 +20,11 @@ SPECS = Path(__file__).resolve().parents[3] / "specs"
 
 ROPE_1M = {"rope_type": "default", "rope_theta": 1e6}
 
+KIMI_FULL_ATTENTION = [4, 8, 12, 16, 20, 24, 27]
+KIMI_LINEAR_ATTENTION = {"full_attn_layers": KIMI_FULL_ATTENTION, "head_dim": 128, "num_heads": 32,
+                         "short_conv_kernel_size": 4,
+                         "kda_layers": [i for i in range(1, 28) if i not in KIMI_FULL_ATTENTION]}
+
 #: spec file -> (transformers config class, the spec's model as its config fields).
 MOE_SPECS = {
     "qwen3-30b-a3b.yaml": ("Qwen3MoeConfig", dict(
@@ -38,6 +43,8 @@ MOE_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
+    "kimi-linear-48b-a3b.yaml": ("KimiLinearConfig", dict(linear_attn_config=KIMI_LINEAR_ATTENTION)),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

@@ -70,6 +70,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
          "negative_eigenvalues": True, "dt_init_range": [0.001, 0.1], "chunk": 4},
     ],
     ("attention", "short_conv"): [{}, {"kernel": 4, "bias": True, "conv_bias": True}, {"kernel": 2}],
+    ("attention", "kda"): [
+        {"n_heads": 4},
+        {"n_heads": 2, "head_dim": 6, "value_head_dim": 8, "conv_kernel": 3, "conv_bias": True, "decay_rank": 3,
+         "gate_rank": 5, "norm_eps": 1e-5, "chunk": 4},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 

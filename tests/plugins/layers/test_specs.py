@@ -101,6 +101,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "DeepseekV3Config", max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    "kimi-linear-48b-a3b.yaml": _llama_like(
+        "KimiLinearConfig", linear_attn_config={
+            "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,
+            "kda_layers": [i for i in range(1, 28) if i not in (4, 8, 12, 16, 20, 24, 27)]}),
     "command-r7b.yaml": _llama_like(
         "Cohere2Config", vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192,

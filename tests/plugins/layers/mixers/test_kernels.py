@@ -112,3 +112,13 @@ def test_a_kernel_whose_import_fails_leaves_the_torch_form(monkeypatch: pytest.M
     kernel = kernels.OptionalKernel("broken", "specformer_broken_kernel.ops", "f", devices=("cpu",))
     monkeypatch.setattr(kernels.importlib, "import_module", fail)
     assert kernel.load() is None and kernel.runs_on(torch.zeros(1)) is None
+
+
+@torch.no_grad()
+def test_kda_gives_the_same_through_the_per_channel_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model({"kind": "kda", "n_heads": 2, "head_dim": 6, "value_head_dim": 8, "chunk": 4})
+    ids = torch.randint(0, model.vocab_size, (2, 10), generator=torch.Generator().manual_seed(2))
+    want = model(ids)
+    calls = _install(monkeypatch, kernels.KIMI_DELTA_RULE, fla_delta_rule)
+    torch.testing.assert_close(model(ids), want, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2 and calls[0]["kwargs"]["g"].shape == (2, 10, 2, 6)  # (B, T, H, dk): a decay per channel

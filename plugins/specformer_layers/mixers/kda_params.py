@@ -1,0 +1,38 @@
+"""The settings of Kimi Delta Attention, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from specformer.registry.params import Params
+
+
+class KimiDeltaAttentionParams(Params):
+    """Kimi Delta Attention (KDA): a gated delta rule whose forgetting is per key channel (Kimi Team 2025, arXiv:2510.26692).
+
+    Each head keeps a ``head_dim x value_head_dim`` matrix state ``S``. Per token, queries,
+    keys and values come from one projection through a short depthwise causal convolution
+    (kernel ``conv_kernel``, SiLU); queries and keys are L2-normalised per head and the
+    queries scaled by ``1/sqrt(head_dim)``. The state first forgets per key channel,
+    ``S <- diag(exp(a_t)) S`` with ``a_t = -exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)``
+    (a low-rank projection of width ``decay_rank``), then takes a delta-rule write of
+    strength ``beta_t = sigmoid(b . x)``: ``S <- S + beta_t k_t (v_t - S^T k_t)^T``; the
+    output is ``S^T q_t``. Each head's output passes an RMSNorm (eps ``norm_eps``, one
+    weight shared by the heads) gated by ``sigmoid(g_b(g_a(x)))`` (a low-rank projection of
+    width ``gate_rank``) before the output projection. Training and prefill run the chunked
+    form (``chunk`` tokens per block); cached decoding runs the recurrence token by token.
+    Both give the same results. A sequence's state is fixed in size: ``n_heads * head_dim *
+    value_head_dim`` numbers and the convolution's last ``conv_kernel - 1`` inputs, whatever
+    the context. Kimi Linear (Hugging Face ``kimi_linear``) interleaves it with latent
+    attention (``mla``) through ``layers:`` overrides.
+    """
+
+    n_heads: int = Field(gt=0, description="Number of heads, each with its own state matrix.")
+    head_dim: int | None = Field(default=None, gt=0, description="Query/key channels per head; default d_model / n_heads.")
+    value_head_dim: int | None = Field(default=None, gt=0, description="Value channels per head; default head_dim.")
+    conv_kernel: int = Field(default=4, ge=2, description="Width of the short causal convolution on queries, keys and values.")
+    conv_bias: bool = Field(default=False, description="A bias on the short convolution.")
+    decay_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank decay projection (f_a, f_b); default head_dim.")
+    gate_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank output gate projection (g_a, g_b); default value_head_dim.")
+    norm_eps: float = Field(default=1e-6, gt=0, description="Epsilon of the gated output RMSNorm.")
+    chunk: int = Field(default=64, gt=0, description="Tokens per block of the chunked (parallel) form.")
