@@ -1,0 +1,42 @@
+"""A wrong recurrent-mixer spec is refused by ``specformer validate`` with one problem naming what is accepted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures.tiny import tiny_spec
+from specformer.cli.main import main
+
+#: (the mixer as written, the one problem validate prints for it)
+BAD: dict[str, tuple[dict[str, Any], str]] = {
+    "conv kernel 0": ({"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 0},
+                      "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
+    "a window on a recurrence": ({"kind": "gated_deltanet", "n_heads": 4, "window": 16},
+                                 "model.block.attention.window: unknown field; accepted: n_heads, n_key_heads"),
+    "value heads not a multiple of key heads": ({"kind": "gated_deltanet", "n_heads": 3, "n_key_heads": 2,
+                                                 "key_head_dim": 8},
+                                                "model.block.attention: n_key_heads (2) must divide n_heads (3)"),
+    "heads not a multiple of the groups": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 3},
+                                           "model.block.attention: n_groups (3) must divide n_heads (4)"),
+    "mamba2 conv kernel 0": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "conv_kernel": 0},
+                             "model.block.attention: conv_kernel must be at least 2"),
+    "short_conv kernel 1": ({"kind": "short_conv", "kernel": 1},
+                            "model.block.attention.kernel: kernel must be at least 2"),
+    "kda conv kernel 0": ({"kind": "kda", "n_heads": 4, "conv_kernel": 0},
+                          "model.block.attention.conv_kernel:"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_mixer_is_one_problem(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mixer, problem = BAD[case]
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(tiny_spec(block={"attention": mixer})))
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"{path}: 1 problem in the spec:", lines
+    assert len(lines) == 2 and lines[1].strip().startswith(problem), lines
