@@ -14,6 +14,7 @@ from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
+from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.layouts.params import (
     ParallelBlockParams,
     PostNormBlockParams,
@@ -79,6 +80,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
+    ("attention", "parallel", "mixers.parallel:ParallelMixer", ParallelMixerParams, "https://arxiv.org/abs/2507.22448"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),

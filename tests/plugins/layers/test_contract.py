@@ -63,6 +63,12 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 0, "v_head_dim": 16,
          "window": 3, "bias": True, "backend": "eager", "latent_norm": "layernorm"},
     ],
+    ("attention", "parallel"): [
+        {"mixers": [{"kind": "attention", "n_heads": 4, "n_kv_heads": 2}], "in_multipliers": [0.5],
+         "out_multipliers": [1.5]},
+        {"mixers": [{"kind": "mla", "n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM,
+                     "qk_nope_head_dim": 4, "v_head_dim": 6, "window": 3}]},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 
@@ -246,6 +252,8 @@ def _attention_by_positional() -> list[Any]:
         scaling = scheme.get("scaling") or {}
         if scaling.get("kind") != "longrope":
             return scheme
+        if "mixers" in attention:  # a parallel mixer: its (only) sub-mixer carries the heads
+            attention = attention["mixers"][0]
         width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention["n_heads"]
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],

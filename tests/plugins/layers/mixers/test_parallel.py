@@ -1,0 +1,164 @@
+"""The parallel mixer: the multiplied sum of its sub-mixers, the facts it declares, cached == uncached."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import Field, ValidationError
+from torch import Tensor, nn
+
+import specformer
+from specformer.model.context import ForwardContext
+from specformer.model.state import StateSlots, recurrent_cache
+from specformer.registry.components import Component, Resolved
+from specformer.registry.discovery import get_registry
+from specformer.registry.params import Params
+from specformer_generate.cache import LayerShape, StateShape, StaticKVCache
+from specformer_layers.mixers.documents import leading_padding
+from specformer_layers.mixers.parallel import ParallelMixer
+from specformer_layers.mixers.parallel_params import ParallelMixerParams
+from specformer_layers.positional.params import RotaryPositionsParams
+from specformer_layers.positional.rope import RotaryPositions
+
+from ..support import tiny_spec
+
+D_MODEL = 12
+HEADS, HEAD_DIM = 3, 4
+
+
+class DecayParams(Params):
+    """Test-only recurrent mixer: a per-channel decaying sum of projected inputs."""
+
+    width: int = Field(default=5, gt=0)
+
+
+class DecaySum(nn.Module):
+    """``h_t = a * h_{t-1} + W x_t``, ``y_t = O h_t``: the smallest recurrent mixer, with the state contract."""
+
+    Params = DecayParams
+
+    def __init__(self, params: DecayParams, *, d_model: int, layer_index: int = 0) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.n_heads, self.n_kv_heads, self.head_dim, self.window = 1, 1, params.width, None
+        self.cache_slots = None
+        self.state_slots = StateSlots((("sum", (params.width,)),))
+        self.uses_positions = False
+        self.decay = nn.Parameter(torch.rand(params.width))
+        self.proj = nn.Linear(d_model, params.width, bias=False)
+        self.out = nn.Linear(params.width, d_model, bias=False)
+
+    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        u = self.proj(x)  # (B, T, W)
+        if ctx.cache is not None:
+            cache = recurrent_cache(ctx.cache, self)
+            h = cache.read_state(self.layer_index, ctx.positions)["sum"]
+            real = torch.arange(x.shape[1])[None, :] >= leading_padding(ctx.positions)[:, None]  # (B, T)
+        else:
+            h, real = u.new_zeros(u.shape[0], u.shape[2]), torch.ones(x.shape[:2], dtype=torch.bool)
+        outs, steps = [], []
+        for t in range(x.shape[1]):
+            h = torch.where(real[:, t, None], self.decay * h + u[:, t], h)
+            outs.append(h)
+            steps.append(h)
+        if ctx.cache is not None:
+            cache.write_state(self.layer_index, {"sum": h},
+                              steps={"sum": torch.stack(steps, 1)} if cache.keep_steps else None)
+        return self.out(torch.stack(outs, 1))
+
+
+def decay_sum(**params: int) -> Resolved:
+    component = Component(kind="attention", name="decay_sum", factory_ref=DecaySum, params=DecayParams,
+                          plugin="tests", doc="")
+    return Resolved(component=component, params=DecayParams(**params))
+
+
+def attention(**params: object) -> Resolved:
+    return get_registry().resolve("attention", {"kind": "attention", "n_heads": HEADS, **params})
+
+
+def mixer(*refs: Resolved, ins: list[float] | None = None, outs: list[float] | None = None,
+          layer_index: int = 0) -> ParallelMixer:
+    torch.manual_seed(0)
+    params = ParallelMixerParams(mixers=list(refs), in_multipliers=ins, out_multipliers=outs)
+    return ParallelMixer(params, d_model=D_MODEL, layer_index=layer_index).double()
+
+
+def context(positions: Tensor, cache: object = None) -> ForwardContext:
+    rope = RotaryPositions(RotaryPositionsParams(), head_dim=HEAD_DIM, context_length=64)
+    return ForwardContext(positions=positions, positional=rope, positional_state=rope.prepare(positions), cache=cache)
+
+
+def test_the_sum_of_the_multiplied_sub_mixers() -> None:
+    layer = mixer(attention(), decay_sum(), ins=[0.5, 3.0], outs=[-2.0, 0.25])
+    x = torch.randn(2, 7, D_MODEL, dtype=torch.float64)
+    ctx = context(torch.arange(7).expand(2, 7))
+    first, second = layer.mixers
+    expected = -2.0 * first(x * 0.5, ctx) + 0.25 * second(x * 3.0, ctx)
+    torch.testing.assert_close(layer(x, ctx), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_multipliers_default_to_one() -> None:
+    layer = mixer(decay_sum(), attention())
+    x = torch.randn(1, 4, D_MODEL, dtype=torch.float64)
+    ctx = context(torch.arange(4)[None])
+    torch.testing.assert_close(layer(x, ctx), layer.mixers[0](x, ctx) + layer.mixers[1](x, ctx))
+
+
+def test_facts_come_from_the_one_that_keeps_keys_and_the_recurrent_one() -> None:
+    layer = mixer(decay_sum(width=6), attention(n_kv_heads=1, window=5), layer_index=3)
+    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window) == (HEADS, 1, HEAD_DIM, 5)
+    assert layer.cache_slots is not None and layer.cache_slots.key_heads == 1
+    assert layer.state_slots == StateSlots((("sum", (6,)),))
+    assert layer.uses_positions
+    assert all(m.layer_index == 3 for m in layer.mixers)
+    alone = mixer(decay_sum(width=6))
+    assert (alone.cache_slots, alone.window, alone.uses_positions) == (None, None, False)
+
+
+@pytest.mark.parametrize(("refs", "what"), [
+    ((attention(), attention()), "at most one sub-mixer may keep keys per token"),
+    ((decay_sum(), decay_sum()), "at most one sub-mixer may keep a recurrent state"),
+])
+def test_two_of_a_kind_are_refused_in_one_line(refs: tuple[Resolved, ...], what: str) -> None:
+    with pytest.raises(ValueError, match=what) as caught:
+        mixer(*refs)
+    assert "\n" not in str(caught.value) and "mixers[1]" in str(caught.value)
+
+
+def test_one_multiplier_per_mixer() -> None:
+    with pytest.raises(ValidationError, match="in_multipliers has 1 entries for 2 mixers"):
+        ParallelMixerParams(mixers=[attention(), decay_sum()], in_multipliers=[1.0])
+
+
+@pytest.mark.parametrize("order", ["attention first", "recurrence first"])
+def test_cached_decoding_matches_the_full_forward(order: str) -> None:
+    refs = (attention(n_kv_heads=1), decay_sum()) if order == "attention first" else (decay_sum(), attention(n_kv_heads=1))
+    layer = mixer(*refs, ins=[1.5, 0.5], outs=[0.75, 2.0])
+    x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    # Row 1 opens with two padding tokens: its real tokens are x[1, 2:] at positions 0..6.
+    positions = torch.stack((torch.arange(9), torch.arange(-2, 7)))
+    full = torch.cat((layer(x[:1], context(positions[:1])), layer(x[1:, 2:], context(torch.arange(7)[None]))), dim=1)
+    cache = StaticKVCache(layers=[LayerShape.of(layer)], states=[StateShape.of(layer)], batch_size=2, capacity=9,
+                          dtype=torch.float64)
+    prefill = layer(x[:, :5], context(positions[:, :5], cache))
+    steps = [layer(x[:, t:t + 1], context(positions[:, t:t + 1], cache)) for t in range(5, 9)]
+    cached = torch.cat((prefill, *steps), dim=1)
+    torch.testing.assert_close(cached[:1], full[:, :9], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(cached[1:, 2:], full[:, 9:], rtol=1e-10, atol=1e-10)
+
+
+def test_a_spec_builds_it_and_the_model_caches_it() -> None:
+    """Through specformer.build, with the only built-in sub-mixer: attention alone, input and output scaled."""
+    spec = tiny_spec()
+    spec["model"]["block"]["attention"] = {"kind": "parallel", "mixers": [{"kind": "attention", "n_heads": 4}],
+                                           "in_multipliers": [0.5], "out_multipliers": [3.0]}
+    model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
+    assert isinstance(model.blocks[0].attention, ParallelMixer)
+    ids = torch.randint(0, 61, (1, 6))
+    with torch.no_grad():
+        full = model(ids)
+        cache = StaticKVCache.for_model(model, batch_size=1, capacity=6)
+        prefill = model(ids[:, :4], positions=torch.arange(4)[None], cache=cache)
+        last = [model(ids[:, t:t + 1], positions=torch.tensor([[t]]), cache=cache) for t in (4, 5)]
+    torch.testing.assert_close(torch.cat((prefill, *last), dim=1), full, rtol=1e-9, atol=1e-9)
