@@ -165,6 +165,18 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # --- hybrid: Falcon-H1, Granite 4.0-H ---
+    # Granite 4.0-H with attention layers only: rope, GQA, 5 experts (2 per token) plus the shared expert, and
+    # every multiplier away from 1; then no experts (the shared expert alone) and no positions.
+    Case("granitemoehybrid-attention", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=2, layer_types=["attention", "attention"], position_embedding_type="rope",
+                     num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, shared_intermediate_size=56,
+                     embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5,
+                     attention_bias=True)),
+    Case("granitemoehybrid-dense-nope", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=3, layer_types=["full_attention"] * 3, num_local_experts=0,
+                     shared_intermediate_size=72, embedding_multiplier=12.0, residual_multiplier=0.22,
+                     attention_multiplier=0.0078125, logits_scaling=6.0, tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
