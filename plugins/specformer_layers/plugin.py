@@ -15,6 +15,7 @@ from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
+from specformer_layers.mixers.params import Mamba2Params
 from specformer_layers.layouts.params import (
     ParallelBlockParams,
     PostNormBlockParams,
@@ -81,6 +82,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
     ("attention", "parallel", "mixers.parallel:ParallelMixer", ParallelMixerParams, "https://arxiv.org/abs/2507.22448"),
+    ("attention", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),

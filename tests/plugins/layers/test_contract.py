@@ -252,8 +252,8 @@ def _attention_by_positional() -> list[Any]:
         scaling = scheme.get("scaling") or {}
         if scaling.get("kind") != "longrope":
             return scheme
-        if "mixers" in attention:  # a parallel mixer: its (only) sub-mixer carries the heads
-            attention = attention["mixers"][0]
+        if "mixers" in attention:  # a parallel mixer: its attention carries the rotary heads
+            attention = next(m for m in attention["mixers"] if m["kind"] in ("attention", "mla"))
         width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention["n_heads"]
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],

@@ -1,0 +1,51 @@
+"""The settings of the recurrent token mixers, importable without torch (listing components reads only these)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from specformer.registry.params import Params
+
+
+class Mamba2Params(Params):
+    """Mamba-2's selective state-space mixer (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060).
+
+    One projection gives, per token, a gate ``z``, the inputs ``x`` (``n_heads`` heads of
+    ``head_dim`` channels), ``B`` and ``C`` (``n_groups`` groups of ``state_size``, each shared
+    by ``n_heads / n_groups`` heads) and a step ``dt`` per head. ``x``, ``B`` and ``C`` pass a
+    short causal convolution (``conv_kernel`` taps) and SiLU; ``dt`` is
+    ``softplus(dt + dt_bias)`` clamped to ``[dt_min, dt_max]``. Each head keeps a state of
+    ``head_dim x state_size`` that decays by ``exp(dt * A)`` (``A = -exp(A_log)``) and takes in
+    ``dt * x B^T`` at each token; the output is ``state C + D x``, normalised by an RMSNorm per
+    group and gated by ``silu(z)`` (after the norm with ``norm_before_gate``, before it
+    otherwise, as Mamba-2 does), then projected back. The inner width is
+    ``n_heads * head_dim`` (Mamba-2's ``expand * d_model``). Training and prefill run the
+    chunked (state-space-dual) form, ``chunk`` tokens at a time; a cached decode steps the
+    recurrence token by token. What a sequence keeps is fixed: the convolution's last
+    ``conv_kernel - 1`` inputs and the states, whatever the context length.
+    """
+
+    n_heads: int = Field(gt=0, description="Heads of the scan (Mamba-2's num_heads).")
+    head_dim: int = Field(gt=0, description="Channels per head; the inner width is n_heads * head_dim.")
+    state_size: int = Field(default=128, gt=0, description="State channels per head (Mamba-2's d_state, N).")
+    n_groups: int = Field(default=1, gt=0, description="Groups of B and C, each shared by n_heads / n_groups heads; the gated norm is per group too.")
+    conv_kernel: int = Field(default=4, description="Taps of the short causal convolution over x, B and C (at least 2).")
+    conv_bias: bool = Field(default=True, description="Bias on the convolution.")
+    bias: bool = Field(default=False, description="Biases on the input and output projections.")
+    dt_min: float = Field(default=0.0, ge=0, description="Lower clamp of the step after softplus (Mamba-2's time_step_limit[0]).")
+    dt_max: float | None = Field(default=None, gt=0, description="Upper clamp of the step after softplus; none: no limit.")
+    norm_eps: float = Field(default=1e-5, gt=0, description="Epsilon of the gated RMSNorm.")
+    norm_before_gate: bool = Field(default=False, description="Normalise, then gate (else gate, then normalise: Mamba-2).")
+    chunk: int = Field(default=256, gt=0, description="Tokens per chunk of the chunked scan (speed and memory only).")
+
+    @model_validator(mode="after")
+    def _sizes_fit(self) -> "Mamba2Params":
+        if self.conv_kernel < 2:
+            raise ValueError(f"conv_kernel must be at least 2 (a causal convolution over the token and earlier ones), "
+                             f"got {self.conv_kernel}")
+        if self.n_heads % self.n_groups:
+            raise ValueError(f"n_groups ({self.n_groups}) must divide n_heads ({self.n_heads}): "
+                             f"each group of B, C and the norm serves whole heads")
+        if self.dt_max is not None and self.dt_max <= self.dt_min:
+            raise ValueError(f"dt_max ({self.dt_max}) must be above dt_min ({self.dt_min})")
+        return self

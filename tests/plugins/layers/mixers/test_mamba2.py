@@ -1,0 +1,175 @@
+"""The mamba2 mixer: equal to transformers' Mamba2Mixer, and exact through a model with a cache.
+
+Through a whole model: a cached token-by-token decode equals the uncached forward, a
+left-padded ragged batch equals each row alone, packed documents equal each document alone,
+and beam reordering and speculative rollback (``keep_steps``) restore states exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+import specformer
+from specformer_generate import StaticKVCache
+from specformer_layers.mixers.mamba2 import Mamba2
+from specformer_layers.mixers.params import Mamba2Params
+
+from tests.fixtures.tiny import tiny_spec
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MIXER = {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 6, "n_groups": 2, "conv_kernel": 3, "chunk": 4}
+
+
+# -- the module against transformers --------------------------------------------------------------
+
+
+def _hf_mixer(*, heads: int, head_dim: int, size: int, groups: int, kernel: int, conv_bias: bool, bias: bool):
+    from transformers import Mamba2Config
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+
+    config = Mamba2Config(hidden_size=16, num_heads=heads, head_dim=head_dim, expand=heads * head_dim // 16,
+                          state_size=size, n_groups=groups, conv_kernel=kernel, use_conv_bias=conv_bias,
+                          use_bias=bias, chunk_size=3, num_hidden_layers=1, layer_norm_epsilon=1e-5)
+    torch.manual_seed(0)
+    mixer = Mamba2Mixer(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        mixer.A_log.copy_(torch.rand(heads).log())
+    return mixer
+
+
+@pytest.mark.parametrize(("groups", "kernel", "bias"), [(1, 4, False), (2, 3, True), (4, 4, True)])
+def test_equals_transformers_mamba2_mixer(groups: int, kernel: int, bias: bool) -> None:
+    hf = _hf_mixer(heads=4, head_dim=8, size=5, groups=groups, kernel=kernel, conv_bias=bias, bias=bias)
+    ours = Mamba2(Mamba2Params(n_heads=4, head_dim=8, state_size=5, n_groups=groups, conv_kernel=kernel,
+                               conv_bias=bias, bias=bias, chunk=3), d_model=16)
+    with torch.no_grad():
+        ours.in_proj.load_state_dict(hf.in_proj.state_dict())
+        ours.out.load_state_dict(hf.out_proj.state_dict())
+        ours.conv_weight.copy_(hf.conv1d.weight.squeeze(1))
+        if bias:
+            ours.conv_bias.copy_(hf.conv1d.bias)
+        for name in ("dt_bias", "A_log", "D"):
+            getattr(ours, name).copy_(getattr(hf, name))
+        ours.norm.weight.copy_(hf.norm.weight)
+    x = torch.randn(2, 8, 16)
+    want = hf(x)
+    got = ours._run(x)[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+# -- through a model ------------------------------------------------------------------------------
+
+
+def _model(mixed: bool = False, **mixer):
+    spec = tiny_spec(block={"attention": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
+    if mixed:
+        spec["model"]["positional"] = {"kind": "rope"}
+        spec["model"]["layers"] = [{"select": "1", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
+    return specformer.build(spec, seed=0).eval()
+
+
+def _decode(model, tokens: torch.Tensor, *, prefill: int, steps: bool = False) -> torch.Tensor:
+    batch, length = tokens.shape
+    cache = StaticKVCache.for_model(model, batch_size=batch, capacity=length, spare=length)
+    cache.keep_steps = steps
+    positions = torch.arange(length).expand(batch, length)
+    outs = [model(tokens[:, :prefill], positions=positions[:, :prefill], cache=cache)]
+    for t in range(prefill, length):
+        outs.append(model(tokens[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache))
+    return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
+    model = _model(mixed)
+    tokens = torch.randint(0, 97, (2, 11))
+    with torch.no_grad():
+        want = model(tokens)
+        torch.testing.assert_close(_decode(model, tokens, prefill=6), want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(_decode(model, tokens, prefill=1, steps=True), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
+    model = _model(mixed)
+    rows = [torch.randint(1, 97, (n,)) for n in (9, 4, 6)]
+    longest, extra = 9, 3
+    tokens = torch.zeros(3, longest, dtype=torch.long)
+    positions = torch.full((3, longest), -1)
+    for i, row in enumerate(rows):
+        tokens[i, longest - len(row):] = row
+        positions[i, longest - len(row):] = torch.arange(len(row))
+    follow = torch.randint(1, 97, (3, extra))
+    with torch.no_grad():
+        cache = StaticKVCache.for_model(model, batch_size=3, capacity=longest + extra)
+        got = [model(tokens, positions=positions, cache=cache)]
+        for t in range(extra):
+            start = torch.tensor([len(r) + t for r in rows])[:, None]
+            got.append(model(follow[:, t:t + 1], positions=start, cache=cache))
+        got = torch.cat(got, 1)
+        for i, row in enumerate(rows):
+            want = model(torch.cat((row, follow[i]))[None])[0]
+            torch.testing.assert_close(got[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
+
+
+def test_packed_documents_equal_each_document_alone() -> None:
+    model = _model()
+    tokens = torch.randint(0, 97, (2, 10))
+    documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2], [5, 5, 5, 5, 5, 5, 7, 7, 7, 7]])
+    with torch.no_grad():
+        got = model(tokens, document_ids=documents)
+        for row, cuts in ((0, [(0, 3), (3, 7), (7, 10)]), (1, [(0, 6), (6, 10)])):
+            for a, b in cuts:
+                torch.testing.assert_close(got[row, a:b], model(tokens[row:row + 1, a:b])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_reorder_and_rollback_restore_the_states_exactly() -> None:
+    model = _model(mixed=True)
+    tokens = torch.randint(0, 97, (2, 9))
+    positions = torch.arange(9).expand(2, 9)
+    with torch.no_grad():
+        cache = StaticKVCache.for_model(model, batch_size=2, capacity=9, spare=4)
+        model(tokens[:, :4], positions=positions[:, :4], cache=cache)
+        cache.keep_steps = True
+        model(tokens[:, 4:8], positions=positions[:, 4:8], cache=cache)  # four drafts, two kept
+        cache.rollback(6)
+        got = model(tokens[:, 6:7], positions=positions[:, 6:7], cache=cache)
+        torch.testing.assert_close(got, model(tokens[:, :7])[:, 6:], rtol=1e-4, atol=1e-5)
+
+        cache = StaticKVCache.for_model(model, batch_size=2, capacity=9)
+        model(tokens[:, :5], positions=positions[:, :5], cache=cache)
+        cache.reorder(torch.tensor([1, 1]))
+        got = model(tokens[1:2, 5:6].expand(2, 1), positions=positions[:, 5:6], cache=cache)
+        want = model(tokens[1:2, :6])[:, 5:]
+        torch.testing.assert_close(got, want.expand(2, -1, -1), rtol=1e-4, atol=1e-5)
+
+
+def test_public_facts() -> None:
+    layer = _model().blocks[0].attention
+    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.cache_slots) == (4, 4, 8, None, None)
+    assert layer.uses_positions is False
+    assert layer.state_slots.shapes == {"conv": (32 + 2 * 2 * 6, 2), "ssm": (4, 8, 6)}
+    assert "chunk 4" in layer.describe_kernel()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"conv_kernel": 1}, "conv_kernel must be at least 2"),
+    ({"conv_kernel": 0}, "conv_kernel must be at least 2"),
+    ({"n_groups": 3}, r"n_groups \(3\) must divide n_heads \(4\)"),
+    ({"dt_min": 0.5, "dt_max": 0.1}, r"dt_max \(0.1\) must be above dt_min \(0.5\)"),
+])
+def test_bad_params_are_one_clear_line(change: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Mamba2Params(**{**{k: v for k, v in MIXER.items() if k != "kind"}, **change})
+    with pytest.raises(Exception, match=message) as caught:
+        specformer.build(tiny_spec(block={"attention": {**MIXER, **change}}), seed=0)
+
+    lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
+    assert len(lines) == 1 and lines[0].strip().startswith("model.block.attention: ")
