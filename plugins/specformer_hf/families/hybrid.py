@@ -66,8 +66,24 @@ def dt_limits(cfg: ConfigReader) -> tuple[float, float | None]:
         return 0.0, None
     if not isinstance(limit, (list, tuple)) or len(limit) != 2:
         raise UserError(f"{cfg.family}: time_step_limit must be [low, high], got {limit!r}")
-    low, high = float(limit[0]), float(limit[1])
+    low, high = (json_float(v, cfg.family) for v in limit)
     return low, None if math.isinf(high) else high
+
+
+#: How transformers 5 writes a float JSON has no number for (``{"__float__": "Infinity"}``).
+FLOAT_TAG = "__float__"
+
+
+def json_float(value: Any, family: str) -> float:
+    """A config float, as a number or in transformers' tagged form for infinities."""
+    if isinstance(value, dict) and set(value) == {FLOAT_TAG}:
+        value = value[FLOAT_TAG]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{family}: time_step_limit holds {value!r}, not a number")
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(f"{family}: time_step_limit holds {value!r}, not a number") from None
 
 
 def mamba2_config(mixer: dict[str, Any], *, family: str, path: str) -> dict[str, Any]:
@@ -77,7 +93,8 @@ def mamba2_config(mixer: dict[str, Any], *, family: str, path: str) -> dict[str,
         "mamba_n_heads": mixer["n_heads"], "mamba_d_head": mixer["head_dim"], "mamba_d_state": mixer["state_size"],
         "mamba_n_groups": mixer["n_groups"], "mamba_d_conv": mixer["conv_kernel"],
         "mamba_conv_bias": mixer["conv_bias"], "mamba_chunk_size": mixer["chunk"],
-        "time_step_limit": [mixer["dt_min"], math.inf if high is None else high],
+        # transformers writes an infinite limit in its tagged form, and reads it back so.
+        "time_step_limit": [mixer["dt_min"], {FLOAT_TAG: "Infinity"} if high is None else high],
     }
 
 
