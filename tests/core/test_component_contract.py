@@ -98,6 +98,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
     ("attention", "mamba2", "dt_max"): 0.1,
+    ("attention", "mamba2", "projection_multipliers"): [1.0, 2.0, 0.5, 1.5, 0.25],
     ("attention", "mla", "q_lora_rank"): 8,
     ("attention", "mla", "latent_norm"): "layernorm",
     ("attention", "mla", "window"): 8,

@@ -16,8 +16,8 @@ outputs are scaled before the residual add); ``attention_multiplier`` is the att
 score ``scale`` (it replaces ``1/sqrt(head_dim)``); ``logits_scaling`` divides the logits,
 which is the model's ``logit_scale = 1 / logits_scaling`` (export writes the
 ``logits_scaling`` whose reciprocal is exactly that scale). ``position_embedding_type``
-null is no positions at all (``positional: none``; the published Granite 4.0-H models
-use none), ``rope`` the usual rope.
+null or ``nope`` is no positions at all (``positional: none``; the published Granite 4.0-H
+models say ``nope``), ``rope`` the usual rope.
 """
 
 from __future__ import annotations
@@ -79,10 +79,11 @@ def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dic
 
 @dataclass(frozen=True)
 class GranitePositions(Part):
-    """position_embedding_type: null (no positions) or rope (rope_parameters as usual)."""
+    """position_embedding_type: null or nope (no positions; the published configs say nope) or rope."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        kind = cfg.require("position_embedding_type", (None, "rope"), why="Granite 4.0-H uses no positions or rope")
+        kind = cfg.require("position_embedding_type", (None, "nope", "rope"),
+                           why="Granite 4.0-H uses no positions (null, nope) or rope")
         if kind == "rope":
             Rope().read(cfg, model)
         else:
@@ -92,7 +93,7 @@ class GranitePositions(Part):
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         if view.positional["kind"] == "none":
             view.view.one_positional(family=view.name)
-            config["position_embedding_type"] = None
+            config["position_embedding_type"] = "nope"  # as the published configs write it
         else:
             Rope().write(view, config)
             config["position_embedding_type"] = "rope"

@@ -68,8 +68,11 @@ class Mamba2(nn.Module):
         self.dt_bias = nn.Parameter(torch.empty(heads))
         self.A_log = nn.Parameter(torch.empty(heads))
         self.D = nn.Parameter(torch.empty(heads))
-        self.norm = GroupedGatedRMSNorm(self.d_inner, groups=groups, eps=params.norm_eps,
-                                        norm_before_gate=params.norm_before_gate)
+        # Falcon-H1 without mamba_rms_norm: the output is only gated, and there is no norm weight.
+        self.norm = (GroupedGatedRMSNorm(self.d_inner, groups=groups, eps=params.norm_eps,
+                                         norm_before_gate=params.norm_before_gate) if params.gated_norm else None)
+        multipliers = params.projection_multipliers
+        self.projection_multipliers = None if multipliers is None else tuple(multipliers)
         self.out = nn.Linear(self.d_inner, d_model, bias=params.bias)
         self._init_conv()
         self._init_scan()
@@ -93,7 +96,10 @@ class Mamba2(nn.Module):
         """The layer on ``x`` ``(B, T, D)`` from ``state`` (None: fresh rows); output, state after, steps if asked."""
         batch, length, _ = x.shape
         heads, head_dim, size, groups = self.n_heads, self.head_dim, self.state_size, self.n_groups
-        z, xbc, dt = self.in_proj(x).split((self.d_inner, self.conv_channels, heads), dim=-1)
+        projected = self.in_proj(x)  # (B, T, d_inner + C + H): [z, x, B, C, dt]
+        if self.projection_multipliers is not None:
+            projected = projected * self._projection_scale(projected)
+        z, xbc, dt = projected.split((self.d_inner, self.conv_channels, heads), dim=-1)
         conv = causal_conv(xbc, self.conv_weight, self.conv_bias, window=None if state is None else state["conv"],
                            padding=padding, activation="silu", steps=steps)
         xs, B, C = conv.out.split((self.d_inner, groups * size, groups * size), dim=-1)
@@ -113,10 +119,18 @@ class Mamba2(nn.Module):
             y, ssm, kept = ssd_recurrent(xs, dt, A, B, C, D=self.D, state=ssm, steps=steps)
         else:
             y, ssm = ssd_chunked(xs, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
-        y = self.norm(y.reshape(batch, length, self.d_inner), z)
+        y = y.reshape(batch, length, self.d_inner)
+        y = self.norm(y, z) if self.norm is not None else y * F.silu(z.to(y.dtype))
         out = self.out(y.to(x.dtype))
         after = {"conv": conv.window, "ssm": ssm}
         return out, after, ({"conv": conv.steps, "ssm": kept} if steps else None)
+
+    def _projection_scale(self, projected: Tensor) -> Tensor:
+        """``(d_inner + C + H,)``: each part's factor repeated over its channels (z, x, B, C, dt)."""
+        assert self.projection_multipliers is not None
+        widths = (self.d_inner, self.d_inner, self.n_groups * self.state_size, self.n_groups * self.state_size,
+                  self.n_heads)
+        return torch.cat([projected.new_full((w,), m) for w, m in zip(widths, self.projection_multipliers)])
 
     # -- description and initialisation -----------------------------------------------------------
 
@@ -137,7 +151,8 @@ class Mamba2(nn.Module):
         for bias in (self.in_proj.bias, self.out.bias):
             if bias is not None:
                 nn.init.zeros_(bias)
-        nn.init.ones_(self.norm.weight)
+        if self.norm is not None:
+            nn.init.ones_(self.norm.weight)
         self._init_conv()
         self._init_scan()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, SubComponent
@@ -26,11 +28,22 @@ class ParallelMixerParams(Params):
         min_length=1, description="The token mixers run on the same input (components of the attention kind).",
     )
     in_multipliers: list[float] | None = Field(
-        default=None, description="Each mixer's input is multiplied by its entry (one per mixer); default all 1.",
+        default=None, description="Each mixer's input is multiplied by its entry (one per mixer); default 1 for each, written out.",
     )
     out_multipliers: list[float] | None = Field(
-        default=None, description="Each mixer's output is multiplied by its entry before the sum; default all 1.",
+        default=None, description="Each mixer's output is multiplied by its entry before the sum; default 1 for each, written out.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ones_written_out(cls, data: Any) -> Any:
+        # One spelling for "no scaling": a spec that leaves them out and one that writes 1s compare equal.
+        if isinstance(data, dict) and isinstance(data.get("mixers"), list):
+            missing = {name: [1.0] * len(data["mixers"]) for name in ("in_multipliers", "out_multipliers")
+                       if data.get(name) is None}
+            if missing:
+                data = {**data, **missing}
+        return data
 
     @model_validator(mode="after")
     def _one_multiplier_per_mixer(self) -> "ParallelMixerParams":
