@@ -46,9 +46,9 @@ DEFAULTS = {
     "rms_norm_eps": 1e-5, "max_position_embeddings": 8192, "mamba_d_ssm": 1024, "mamba_n_heads": 128,
     "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
     "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_norm_before_gate": True,
-    "mamba_rms_norm": False, "time_step_limit": [0.0, float("inf")], "projectors_bias": False, "rope_parameters": None,
-    "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0, "mlp_multipliers": [1.0, 1.0], "key_multiplier": 1.0,
-    "attention_out_multiplier": 1.0, "attention_in_multiplier": 1.0, "ssm_multipliers": [1.0] * 5,
+    "mamba_rms_norm": False, "time_step_limit": (0.0, float("inf")), "projectors_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0, "mlp_multipliers": None, "key_multiplier": 1.0,
+    "attention_out_multiplier": 1.0, "attention_in_multiplier": 1.0, "ssm_multipliers": None,
     "ssm_in_multiplier": 1.0, "ssm_out_multiplier": 1.0, "attention_bias": False, "mlp_bias": False,
 }
 

@@ -39,12 +39,12 @@ from specformer_hf.specview import NotExpressible
 DEFAULTS = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_parameters": None, "attention_bias": False,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "attention_bias": False,
     "embedding_multiplier": 1.0, "logits_scaling": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
     "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024,
     "position_embedding_type": None, "layer_types": None, "mamba_n_heads": 128, "mamba_n_groups": 1,
     "mamba_d_state": 256, "mamba_d_head": "auto", "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
-    "mamba_conv_bias": True, "mamba_proj_bias": False, "time_step_limit": [0.0, float("inf")],
+    "mamba_conv_bias": True, "mamba_proj_bias": False, "time_step_limit": (0.0, float("inf")),
 }
 
 #: layer_types names (transformers 5's and the published configs' older ones) -> the layer's mixer.
