@@ -162,3 +162,68 @@ def test_a_spec_builds_it_and_the_model_caches_it() -> None:
         prefill = model(ids[:, :4], positions=torch.arange(4)[None], cache=cache)
         last = [model(ids[:, t:t + 1], positions=torch.tensor([[t]]), cache=cache) for t in (4, 5)]
     torch.testing.assert_close(torch.cat((prefill, *last), dim=1), full, rtol=1e-9, atol=1e-9)
+
+
+# -- with the built-in recurrent mixer: Falcon-H1's Mamba-2 beside attention ---------------------------
+
+def mamba2(**params: object) -> Resolved:
+    return get_registry().resolve("attention", {"kind": "mamba2", "n_heads": 4, "head_dim": 6, "state_size": 8,
+                                                "n_groups": 2, "conv_kernel": 3, "chunk": 4, **params})
+
+
+def test_mamba2_beside_attention_is_the_multiplied_sum() -> None:
+    layer = mixer(mamba2(projection_multipliers=[0.5, 1.5, 0.9, 1.1, 0.7]), attention(n_kv_heads=1),
+                  ins=[1.25, 0.8], outs=[0.25, 1.5])
+    x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    ctx = context(torch.arange(9).expand(2, 9))
+    ssm, attn = layer.mixers
+    torch.testing.assert_close(layer(x, ctx), 0.25 * ssm(x * 1.25, ctx) + 1.5 * attn(x * 0.8, ctx),
+                               rtol=1e-12, atol=1e-12)
+    assert layer.state_slots == ssm.state_slots and layer.cache_slots is not None
+    assert (layer.n_heads, layer.head_dim) == (HEADS, HEAD_DIM)  # the attention's, not the scan's
+
+
+def falcon_like_spec() -> dict:
+    spec = tiny_spec()
+    spec["model"]["block"]["attention"] = {
+        "kind": "parallel",
+        "mixers": [{"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8, "n_groups": 2, "conv_kernel": 4,
+                    "chunk": 4, "gated_norm": False},
+                   {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}],
+        "in_multipliers": [1.25, 0.8], "out_multipliers": [0.5, 1.5]}
+    return spec
+
+
+def test_a_model_of_parallel_blocks_decodes_through_the_cache_as_it_computes_in_full() -> None:
+    """Prefill 3, a chunk of 2, then token by token, left-padded rows; float32 (Mamba-2 scans in float32)."""
+    model = specformer.build(falcon_like_spec(), seed=0).eval()
+    ids = torch.randint(0, 61, (2, 10), generator=torch.Generator().manual_seed(3))
+    padding = 2  # row 1 opens with two padding tokens; its real tokens are ids[1, 2:]
+    positions = torch.stack((torch.arange(10), torch.arange(-padding, 10 - padding)))
+    with torch.no_grad():
+        full = [model(ids[:1]), model(ids[1:, padding:])]
+        cache = StaticKVCache.for_model(model, batch_size=2, capacity=10)
+        out, start = [], 0
+        for size in (3, 2, 1, 1, 1, 1, 1):
+            out.append(model(ids[:, start:start + size], positions=positions[:, start:start + size], cache=cache))
+            start += size
+    cached = torch.cat(out, dim=1)
+    torch.testing.assert_close(cached[:1], full[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cached[1:, padding:], full[1], rtol=1e-5, atol=1e-5)
+
+
+def test_rollback_of_parallel_blocks_restores_keys_and_states() -> None:
+    """Speculative decoding's pattern: keep steps, verify 3 tokens, drop 2, continue: as if never written."""
+    model = specformer.build(falcon_like_spec(), seed=0).eval()
+    ids = torch.randint(0, 61, (1, 9), generator=torch.Generator().manual_seed(4))
+    positions = torch.arange(9)[None]
+    with torch.no_grad():
+        cache = StaticKVCache.for_model(model, batch_size=1, capacity=12, spare=3)
+        model(ids[:, :5], positions=positions[:, :5], cache=cache)
+        cache.keep_steps = True
+        drafted = torch.tensor([[7, 8, 9]])
+        model(torch.cat((ids[:, 5:6], drafted[:, :2]), 1), positions=positions[:, 5:8], cache=cache)
+        cache.rollback(6)  # keep the one verified token
+        rest = model(ids[:, 6:9], positions=positions[:, 6:9], cache=cache)
+        full = model(ids)
+    torch.testing.assert_close(rest, full[:, 6:9], rtol=1e-5, atol=1e-5)
