@@ -17,6 +17,8 @@ from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams,
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.params import Mamba2Params
 from specformer_layers.layouts.params import (
+    AbsentFFNParams,
+    AbsentMixerParams,
     ParallelBlockParams,
     PostNormBlockParams,
     PostNormInsideBlockParams,
@@ -75,6 +77,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
+    ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
     (ROUTER_KIND, "softmax_topk", "routers.softmax_topk:SoftmaxTopK", SoftmaxTopKParams, "https://arxiv.org/abs/1701.06538"),
     (ROUTER_KIND, "sigmoid_topk", "routers.sigmoid_topk:SigmoidTopK", SigmoidTopKParams, "https://arxiv.org/abs/2412.19437"),
 
@@ -83,6 +86,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
     ("attention", "parallel", "mixers.parallel:ParallelMixer", ParallelMixerParams, "https://arxiv.org/abs/2507.22448"),
     ("attention", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
+    ("attention", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),

@@ -10,12 +10,15 @@ def builtin_families() -> list[Family]:
     # late: every family module imports .common from this package, which is then still being initialised
     from specformer_hf.families import (cohere2, deepseek_v3, falcon_h1, gemma, gemma2, gemma3, gpt_oss, gpt2, gpt_neox, granitemoehybrid, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe,
                                         qwen3, qwen3_moe, smollm3, stablelm)
+    from specformer_hf.families import mamba2, nemotron_h
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
             gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, olmo2.FAMILY, stablelm.FAMILY,
             qwen2_moe.FAMILY, qwen3_moe.FAMILY, smollm3.FAMILY,
             gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY,
-            cohere2.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY]
+            cohere2.FAMILY,
+            mamba2.FAMILY, nemotron_h.FAMILY,
+            granitemoehybrid.FAMILY, falcon_h1.FAMILY]
 
 
 __all__ = ["builtin_families"]

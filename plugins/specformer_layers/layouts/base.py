@@ -13,6 +13,7 @@ from typing import Callable, ClassVar
 
 from torch import nn
 
+from specformer_layers.layouts.absent import is_absent
 from specformer_layers.layouts.params import BlockParams
 
 SUBLAYERS = ("attention", "ffn")
@@ -34,14 +35,27 @@ class Block(nn.Module):
         super().__init__()
         params = params if params is not None else self.Params()
         made = self.norms_made(params)
-        # Parts in registration order; a norm this layout does without (per its params) is None.
+        # Parts in registration order; a norm this layout does without (per its params) is None, and one
+        # that serves only absent sublayers (``ffn: none``) is an Identity: no weights, the forward unchanged.
         given = {"attention": attention, "ffn": ffn}
         for name in self.parts:
-            setattr(self, name, given[name] if name in SUBLAYERS else make_norm() if name in made else None)
+            if name in SUBLAYERS:
+                part = given[name]
+            elif name not in made:
+                part = None
+            elif all(is_absent(given[s]) for s in self.norm_serves(name, params)):
+                part = nn.Identity()
+            else:
+                part = make_norm()
+            setattr(self, name, part)
 
     def norms_made(self, params: BlockParams) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
         return tuple(p for p in self.parts if p not in SUBLAYERS)
+
+    def norm_serves(self, name: str, params: BlockParams) -> tuple[str, ...]:
+        """The sublayers norm ``name`` serves: the one its name starts with (a layout sharing norms overrides it)."""
+        return tuple(s for s in SUBLAYERS if name.startswith(f"{s}_"))
 
 
 __all__ = ["Block"]

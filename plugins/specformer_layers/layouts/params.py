@@ -56,3 +56,25 @@ class PostNormInsideBlockParams(BlockParams):
     added (``attention_norm`` and ``ffn_norm``), which the OLMo 2 report found more
     stable than pre-norm. Unlike ``postnorm``, the stream itself is never normalised.
     """
+
+
+class AbsentParams(Params):
+    """No sublayer here: the block adds nothing for it and makes none of the norms that only serve it."""
+
+
+class AbsentMixerParams(AbsentParams):
+    """No token mixer in this block (``attention: none``): the block is its feed-forward alone.
+
+    Nemotron-H's MLP layers are such blocks: its layers are each one of a Mamba-2 mixer,
+    attention or an MLP, each pre-normed and added to the residual stream (NVIDIA 2025,
+    arXiv:2504.03624). The block's norms that serve only the mixer are not made.
+    """
+
+
+class AbsentFFNParams(AbsentParams):
+    """No feed-forward in this block (``ffn: none``): the block is its token mixer alone.
+
+    Mamba-2's blocks are a pre-normed mixer and nothing else (Dao & Gu 2024,
+    arXiv:2405.21060), as are Nemotron-H's Mamba-2 and attention layers. The block's norms
+    that serve only the feed-forward are not made.
+    """

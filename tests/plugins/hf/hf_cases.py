@@ -212,4 +212,32 @@ CASES = [
                      attention_multiplier=0.0078125, logits_scaling=6.0, tie_word_embeddings=True)),
 ]
 
+# --- hybrid: mamba2 families ---
+
+
+def _mamba2(**kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, expand=2, state_size=8,
+                chunk_size=16, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
+
+
+def _nemotron_h(pattern: str, **kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=128, hidden_size=32, hybrid_override_pattern=pattern, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, intermediate_size=48, mamba_num_heads=4, mamba_head_dim=12,
+                ssm_state_size=8, chunk_size=16, max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None,
+                pad_token_id=None, **kw)
+
+
+CASES += [
+    # Two groups of B and C, a 3-tap convolution without bias, biased projections, chunks that do not divide the input.
+    Case("mamba2", "Mamba2Config", "Mamba2ForCausalLM", _mamba2(n_groups=2, conv_kernel=3, use_conv_bias=False, use_bias=True)),
+    # Four groups (one head each), tied embeddings, an upper clamp of the step.
+    Case("mamba2-tied-clamped", "Mamba2Config", "Mamba2ForCausalLM",
+         _mamba2(n_groups=4, conv_kernel=4, tie_word_embeddings=True, time_step_limit=[0.0, 0.05])),
+    # Mamba, attention and MLP layers with two Mamba layers in a row and an attention layer without its MLP.
+    Case("nemotron_h", "NemotronHConfig", "NemotronHForCausalLM", _nemotron_h("M-MM*-", n_groups=2, conv_kernel=3)),
+    Case("nemotron_h-biased", "NemotronHConfig", "NemotronHForCausalLM",
+         _nemotron_h("*M-M", n_groups=4, conv_kernel=4, use_conv_bias=False, use_bias=True, mlp_bias=True,
+                     time_step_min=0.01)),
+]
+
 BY_NAME = {case.name: case for case in CASES}

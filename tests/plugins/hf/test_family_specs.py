@@ -55,6 +55,9 @@ DENSE_SPECS = {
         vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192, sliding_window=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
+    "mamba-codestral-7b.yaml": ("Mamba2Config", dict(max_position_embeddings=4096)),
+    "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
+        hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
 }
 
 

@@ -105,6 +105,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Cohere2Config", vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192,
         sliding_window=4096),
+    "mamba-codestral-7b.yaml": _llama_like("Mamba2Config"),  # transformers' defaults are Mamba-Codestral-7B's
+    "nemotron-h-8b.yaml": _llama_like(
+        "NemotronHConfig", hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        max_position_embeddings=8192),
     # --- hybrid: Falcon-H1, Granite 4.0-H (the same fields as tests/plugins/hf/test_family_specs.py's HYBRID_SPECS) ---
     "granite-4.0-h-tiny.yaml": _llama_like(
         "GraniteMoeHybridConfig", vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12,
@@ -184,16 +188,24 @@ def shrink(data: Any) -> Any:
                     value = 16
                 elif key == "scale":
                     value = 16 ** -0.5
+                elif key == "n_groups":  # Mamba-2's groups of B and C must divide its (shrunk) heads
+                    value = min(value, 2)
+                elif key == "state_size":
+                    value = 16
                 out[key] = walk(value)
             return out
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
 
+    original_layers = data["model"]["n_layers"]
     data = walk(data)
     data["model"].update(SHRINK)
-    if data["model"].get("layers"):
+    layers = data["model"].get("layers") or []
+    if layers and not any(isinstance(layer.get("select"), list) for layer in layers):
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
+    elif layers:
+        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) name them all
     return data
 
 

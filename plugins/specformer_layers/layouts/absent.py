@@ -1,0 +1,51 @@
+"""A sublayer a block does without: Mamba-2's blocks have no feed-forward, Nemotron-H's have one of the two.
+
+A block with ``attention: none`` or ``ffn: none`` holds an :class:`Absent` there. It adds
+nothing to the residual stream, and the block's norms that only serve it are not made (an
+``nn.Identity`` stands in), so the block has exactly the weights of the sublayer it keeps.
+As a mixer it keeps nothing between forwards and reads no positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from specformer_layers.layouts.params import AbsentParams
+
+
+class Absent(nn.Module):
+    """No sublayer (:class:`AbsentParams`): returns zeros, holds no weights, keeps no state."""
+
+    Params = AbsentParams
+
+    def __init__(self, params: AbsentParams | None = None, *, layer_index: int = 0) -> None:
+        super().__init__()
+        # The public facts of a mixer (specformer.model.attention.AttentionLayer): none of anything.
+        self.layer_index = layer_index
+        self.n_heads = 0
+        self.n_kv_heads = 0
+        self.head_dim = 0
+        self.window = None
+        self.cache_slots = None
+        self.state_slots = None
+        self.uses_positions = False
+
+    def forward(self, x: Tensor, ctx: Any = None) -> Tensor:
+        return torch.zeros_like(x)
+
+    def describe_kernel(self, *, bias: bool = False) -> str:
+        return "none (no mixer)"
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        """Nothing to initialise."""
+
+
+def is_absent(module: Any) -> bool:
+    """Whether a block's sublayer is :class:`Absent` (its norms are then not made)."""
+    return isinstance(module, Absent)
+
+
+__all__ = ["Absent", "is_absent"]
