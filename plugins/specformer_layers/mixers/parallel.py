@@ -54,6 +54,9 @@ class ParallelMixer(nn.Module):
         for optional in ("positional_dim", "v_head_dim"):  # facts some mixers declare (latent attention)
             if hasattr(lead, optional):
                 setattr(self, optional, getattr(lead, optional))
+        # What the recurrence costs per token beyond its matmuls (summary), summed over the sub-mixers that say.
+        if any(hasattr(m, "recurrent_flops_per_token") for m in self.mixers):
+            self.recurrent_flops_per_token = sum(int(getattr(m, "recurrent_flops_per_token", 0)) for m in self.mixers)
         self._keeper = keepers[0] if keepers else None
         # The one that keeps keys runs first: its cache ``update`` claims this forward's columns for every layer.
         self._order = tuple(sorted(range(count), key=lambda i: i != self._keeper))

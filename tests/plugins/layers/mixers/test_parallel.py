@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pydantic import Field, ValidationError
-from torch import Tensor, nn
+from pydantic import ValidationError
+from torch import Tensor
 
 import specformer
+from fixtures.recurrent import registry_with_decaying_sum
 from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
-from specformer.registry.components import Component, Resolved
+from specformer.model.state import StateSlots
+from specformer.registry.components import Resolved
 from specformer.registry.discovery import get_registry
-from specformer.registry.params import Params
 from specformer_generate.cache import LayerShape, StateShape, StaticKVCache
-from specformer_layers.mixers.documents import leading_padding
 from specformer_layers.mixers.parallel import ParallelMixer
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.positional.params import RotaryPositionsParams
@@ -26,51 +25,9 @@ D_MODEL = 12
 HEADS, HEAD_DIM = 3, 4
 
 
-class DecayParams(Params):
-    """Test-only recurrent mixer: a per-channel decaying sum of projected inputs."""
-
-    width: int = Field(default=5, gt=0)
-
-
-class DecaySum(nn.Module):
-    """``h_t = a * h_{t-1} + W x_t``, ``y_t = O h_t``: the smallest recurrent mixer, with the state contract."""
-
-    Params = DecayParams
-
-    def __init__(self, params: DecayParams, *, d_model: int, layer_index: int = 0) -> None:
-        super().__init__()
-        self.layer_index = layer_index
-        self.n_heads, self.n_kv_heads, self.head_dim, self.window = 1, 1, params.width, None
-        self.cache_slots = None
-        self.state_slots = StateSlots((("sum", (params.width,)),))
-        self.uses_positions = False
-        self.decay = nn.Parameter(torch.rand(params.width))
-        self.proj = nn.Linear(d_model, params.width, bias=False)
-        self.out = nn.Linear(params.width, d_model, bias=False)
-
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        u = self.proj(x)  # (B, T, W)
-        if ctx.cache is not None:
-            cache = recurrent_cache(ctx.cache, self)
-            h = cache.read_state(self.layer_index, ctx.positions)["sum"]
-            real = torch.arange(x.shape[1])[None, :] >= leading_padding(ctx.positions)[:, None]  # (B, T)
-        else:
-            h, real = u.new_zeros(u.shape[0], u.shape[2]), torch.ones(x.shape[:2], dtype=torch.bool)
-        outs, steps = [], []
-        for t in range(x.shape[1]):
-            h = torch.where(real[:, t, None], self.decay * h + u[:, t], h)
-            outs.append(h)
-            steps.append(h)
-        if ctx.cache is not None:
-            cache.write_state(self.layer_index, {"sum": h},
-                              steps={"sum": torch.stack(steps, 1)} if cache.keep_steps else None)
-        return self.out(torch.stack(outs, 1))
-
-
 def decay_sum(**params: int) -> Resolved:
-    component = Component(kind="attention", name="decay_sum", factory_ref=DecaySum, params=DecayParams,
-                          plugin="tests", doc="")
-    return Resolved(component=component, params=DecayParams(**params))
+    """The test suite's recurrent mixer (a decaying sum per channel, tests/fixtures/recurrent.py)."""
+    return registry_with_decaying_sum().resolve("attention", {"kind": "decaying_sum", "width": 5, **params})
 
 
 def attention(**params: object) -> Resolved:
@@ -110,6 +67,7 @@ def test_facts_come_from_the_one_that_keeps_keys_and_the_recurrent_one() -> None
     assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window) == (HEADS, 1, HEAD_DIM, 5)
     assert layer.cache_slots is not None and layer.cache_slots.key_heads == 1
     assert layer.state_slots == StateSlots((("sum", (6,)),))
+    assert layer.recurrent_flops_per_token == 3 * 6  # the decaying sum's, passed on for the summary
     assert layer.uses_positions
     assert all(m.layer_index == 3 for m in layer.mixers)
     alone = mixer(decay_sum(width=6))
@@ -227,3 +185,4 @@ def test_rollback_of_parallel_blocks_restores_keys_and_states() -> None:
         rest = model(ids[:, 6:9], positions=positions[:, 6:9], cache=cache)
         full = model(ids)
     torch.testing.assert_close(rest, full[:, 6:9], rtol=1e-5, atol=1e-5)
+
