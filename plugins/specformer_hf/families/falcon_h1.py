@@ -35,7 +35,8 @@ from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.common import (LAYER, FamilyView, GatedFFN, Part, RMSNorm, Rope, Sizes, attention_sizes,
                                            decoder_family)
-from specformer_hf.families.hybrid import exact_preimage, mamba2_config, mamba2_mixer, mamba2_rules
+from specformer_hf.families.hybrid import (embedding_multiplier_config, exact_preimage, mamba2_config, mamba2_mixer,
+                                           mamba2_rules)
 from specformer_hf.rules import Copy, Fused, Rule, halves, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
@@ -46,7 +47,8 @@ DEFAULTS = {
     "rms_norm_eps": 1e-5, "max_position_embeddings": 8192, "mamba_d_ssm": 1024, "mamba_n_heads": 128,
     "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
     "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_norm_before_gate": True,
-    "mamba_rms_norm": False, "time_step_limit": (0.0, float("inf")), "projectors_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "mamba_rms_norm": False, "time_step_limit": (0.0, float("inf")), "projectors_bias": False,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
     "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0, "mlp_multipliers": None, "key_multiplier": 1.0,
     "attention_out_multiplier": 1.0, "attention_in_multiplier": 1.0, "ssm_multipliers": None,
     "ssm_in_multiplier": 1.0, "ssm_out_multiplier": 1.0, "attention_bias": False, "mlp_bias": False,
@@ -61,8 +63,8 @@ def multipliers(cfg: ConfigReader, key: str, count: int) -> list[float]:
     values = cfg.get(key)
     if values is None:
         return [1.0] * count
-    if not isinstance(values, list) or len(values) != count or any(isinstance(v, bool) or not isinstance(v, (int, float))
-                                                                    for v in values):
+    numbers = isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not numbers or len(values) != count:
         raise UserError(f"{cfg.family}: {key} must be a list of {count} numbers, got {values!r}")
     return [float(v) for v in values]
 
@@ -77,8 +79,8 @@ class FalconSizes(Sizes):
     """As :class:`Sizes`, with Falcon-H1's final norm (model.final_layernorm)."""
 
     def rules(self) -> list[Rule]:
-        return [Copy("model.embed_tokens.weight", "embedding.weight"), Copy("model.final_layernorm.weight", "final_norm.weight"),
-                Copy("lm_head.weight", "lm_head.weight")]
+        return [Copy("model.embed_tokens.weight", "embedding.weight"),
+                Copy("model.final_layernorm.weight", "final_norm.weight"), Copy("lm_head.weight", "lm_head.weight")]
 
 
 @dataclass(frozen=True)
@@ -147,14 +149,14 @@ class HybridMixer(Part):
         if mamba["norm_eps"] != view.uniform("norm", "eps"):
             raise NotExpressible("model.block.attention.mixers[0].norm_eps", f"Hugging Face {view.name}'s Mamba norm "
                                  f"uses rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
-        config.update(mamba2_config(mamba, family=view.name, path="model.block.attention.mixers[0]"),
+        ins, outs = parallel["in_multipliers"], parallel["out_multipliers"]
+        config.update(mamba2_config(mamba),
                       mamba_d_ssm=mamba["n_heads"] * mamba["head_dim"], mamba_proj_bias=mamba["bias"],
                       projectors_bias=mamba["bias"], mamba_rms_norm=mamba["gated_norm"],
                       mamba_norm_before_gate=mamba["norm_before_gate"],
                       ssm_multipliers=mamba.get("projection_multipliers") or [1.0] * 5,
-                      ssm_in_multiplier=parallel["in_multipliers"][0], attention_in_multiplier=parallel["in_multipliers"][1],
-                      ssm_out_multiplier=parallel["out_multipliers"][0],
-                      attention_out_multiplier=parallel["out_multipliers"][1])
+                      ssm_in_multiplier=ins[0], attention_in_multiplier=ins[1], ssm_out_multiplier=outs[0],
+                      attention_out_multiplier=outs[1])
 
     def rules(self) -> list[Rule]:
         attention = f"{LAYER}.self_attn"
@@ -200,9 +202,8 @@ class ModelMultipliers(Part):
         model["logit_scale"] = cfg.get_float("lm_head_multiplier")
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        m = view.model
-        config["embedding_multiplier"] = m.d_model ** 0.5 if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
-        config["lm_head_multiplier"] = m.logit_scale
+        config["embedding_multiplier"] = embedding_multiplier_config(view.model)
+        config["lm_head_multiplier"] = view.model.logit_scale
 
 
 FAMILY = decoder_family(

@@ -31,7 +31,8 @@ from specformer_layers import default_gated_hidden
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.families.common import (_GATED_KIND, GATED_FFNS, LAYER, Attention, FamilyView, Layout, Part,
                                            RMSNorm, Rope, Sizes, _selection, attention_sizes, decoder_family)
-from specformer_hf.families.hybrid import Where, exact_preimage, keeps_keys, keeps_state, mamba2_config, mamba2_mixer, mamba2_rules, uniform_mixers
+from specformer_hf.families.hybrid import (Where, embedding_multiplier_config, exact_preimage, keeps_keys, keeps_state,
+                                           mamba2_config, mamba2_mixer, mamba2_rules, uniform_mixers)
 from specformer_hf.rules import Copy, OneOf, Rule
 from specformer_hf.specview import NotExpressible
 
@@ -39,7 +40,8 @@ from specformer_hf.specview import NotExpressible
 DEFAULTS = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "attention_bias": False,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
     "embedding_multiplier": 1.0, "logits_scaling": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
     "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024,
     "position_embedding_type": None, "layer_types": None, "mamba_n_heads": 128, "mamba_n_groups": 1,
@@ -73,7 +75,8 @@ def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dic
     model.setdefault("block", {})["attention"] = mixers[base]
     other = [i for i, kind in enumerate(kinds) if kind != base]
     if other:
-        model.setdefault("layers", []).append({"select": _selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]})
+        override = {"select": _selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]}
+        model.setdefault("layers", []).append(override)
 
 
 
@@ -127,9 +130,9 @@ class Multipliers(Part):
         model["logit_scale"] = 1.0 / scaling
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        m = view.model
-        config["embedding_multiplier"] = m.d_model ** 0.5 if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
-        config["logits_scaling"] = exact_preimage(m.logit_scale, lambda v: 1.0 / v, 1.0 / m.logit_scale)
+        scale = view.model.logit_scale
+        config["embedding_multiplier"] = embedding_multiplier_config(view.model)
+        config["logits_scaling"] = exact_preimage(scale, lambda v: 1.0 / v, 1.0 / scale)
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ class GraniteMixers(Part):
             if m["norm_eps"] != view.uniform("norm", "eps"):
                 raise NotExpressible("model.block.attention.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
                                      f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
-            config.update(mamba2_config(m, family=view.name, path="model.block.attention"),
+            config.update(mamba2_config(m),
                           mamba_expand=d_inner // view.model.d_model, mamba_proj_bias=m["bias"])
 
     def rules(self) -> list[Rule]:
@@ -221,7 +224,8 @@ class GraniteExperts(Part):
         for key, wanted in (("router", None), ("expert_bias", False), ("swiglu_limit", None), ("gated", True),
                             ("n_shared_experts", 1), ("shared_gate", False)):
             if ffn.get(key, wanted) != wanted:
-                raise NotExpressible(f"model.block.ffn.{key}", f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
+                raise NotExpressible(f"model.block.ffn.{key}",
+                                     f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
         hidden = ffn["hidden"] or default_width(view)
         config.update(num_local_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], intermediate_size=hidden,
                       shared_intermediate_size=ffn.get("shared_hidden") or hidden,
@@ -229,10 +233,15 @@ class GraniteExperts(Part):
 
     def rules(self) -> list[Rule]:
         ffn = "blocks.{i}.ffn"
+
+        def saved_or_fused(saved: str, fused: str, ours: str) -> Rule:
+            # save_pretrained writes the checkpoint's names; transformers 5's modules hold the fused ones.
+            return OneOf(Copy(f"{MOE}.{saved}", f"{ffn}.{ours}"), Copy(f"{MOE}.{fused}", f"{ffn}.{ours}"))
+
         return [
-            OneOf(Copy(f"{MOE}.router.layer.weight", f"{ffn}.router.weight"), Copy(f"{MOE}.router.weight", f"{ffn}.router.weight")),
-            OneOf(Copy(f"{MOE}.input_linear.weight", f"{ffn}.experts_in"), Copy(f"{MOE}.experts.gate_up_proj", f"{ffn}.experts_in")),
-            OneOf(Copy(f"{MOE}.output_linear.weight", f"{ffn}.experts_out"), Copy(f"{MOE}.experts.down_proj", f"{ffn}.experts_out")),
+            saved_or_fused("router.layer.weight", "router.weight", "router.weight"),
+            saved_or_fused("input_linear.weight", "experts.gate_up_proj", "experts_in"),
+            saved_or_fused("output_linear.weight", "experts.down_proj", "experts_out"),
             # The shared expert, [gate; up] in one matrix as ours: inside the mixture, or the whole feed-forward.
             Copy(f"{SHARED}.input_linear.weight", f"{ffn}.shared.gate_up.weight"),
             Copy(f"{SHARED}.output_linear.weight", f"{ffn}.shared.down.weight"),

@@ -18,22 +18,21 @@ from specformer_hf.specview import NotExpressible
 
 
 def exact_preimage(target: float, forward: Callable[[float], float], guess: float) -> float:
-    """A config value ``v`` near ``guess`` with ``forward(v) == target`` exactly (``guess`` itself when it works).
+    """A config value ``v`` near ``guess`` with ``forward(v) == target`` exactly; ``guess`` when there is none.
 
     A spec value computed from a config value (``logit_scale = 1 / logits_scaling``) must
     come back unchanged after export and import. Division does not always invert a
     division in floating point, so the neighbours of ``guess`` are tried too, a few units
-    in the last place either side; ValueError if none reproduces ``target``.
+    in the last place either side. A spec value that was itself read from a config always
+    has one; a value written by hand may fall between two that the formula reaches, and
+    then comes back within a unit in the last place (the export's read-back allows that).
     """
     candidates = [guess]
     below = above = guess
     for _ in range(8):
         below, above = math.nextafter(below, -math.inf), math.nextafter(above, math.inf)
         candidates += [below, above]
-    for value in candidates:
-        if forward(value) == target:
-            return value
-    raise ValueError(f"no config value near {guess!r} reads back as exactly {target!r}")
+    return next((value for value in candidates if forward(value) == target), guess)
 
 
 # -- Mamba-2 ------------------------------------------------------------------------------------
@@ -86,7 +85,7 @@ def json_float(value: Any, family: str) -> float:
         raise UserError(f"{family}: time_step_limit holds {value!r}, not a number") from None
 
 
-def mamba2_config(mixer: dict[str, Any], *, family: str, path: str) -> dict[str, Any]:
+def mamba2_config(mixer: dict[str, Any]) -> dict[str, Any]:
     """The ``mamba_*`` fields of one ``mamba2`` mixer (full params); the caller checks widths and eps."""
     high = mixer["dt_max"]
     return {
@@ -103,7 +102,7 @@ def uniform_mixers(mixers: list[dict[str, Any]], *, family: str, what: str) -> d
     first = mixers[0]
     for other in mixers[1:]:
         if other != first:
-            raise NotExpressible(f"model.layers[*].attention", f"the {what} layers differ; Hugging Face {family} "
+            raise NotExpressible("model.layers[*].attention", f"the {what} layers differ; Hugging Face {family} "
                                  f"has one {what} setting for all of them")
     return first
 
@@ -181,5 +180,12 @@ def mamba2_rules(hf: str, ours: str) -> list[Rule]:
     return rules
 
 
-__all__ = ["ConvWeight", "Where", "keeps_keys", "keeps_state", "dt_limits", "exact_preimage", "mamba2_config", "mamba2_mixer", "mamba2_rules",
-           "uniform_mixers"]
+def embedding_multiplier_config(model: Any) -> float:
+    """The model's ``embedding_multiplier`` as the number a config holds (``sqrt_d_model`` worked out)."""
+    if model.embedding_multiplier == "sqrt_d_model":
+        return model.d_model ** 0.5
+    return float(model.embedding_multiplier)
+
+
+__all__ = ["ConvWeight", "Where", "dt_limits", "embedding_multiplier_config", "exact_preimage", "json_float",
+           "keeps_keys", "keeps_state", "mamba2_config", "mamba2_mixer", "mamba2_rules", "uniform_mixers"]
