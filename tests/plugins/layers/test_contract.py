@@ -254,6 +254,8 @@ def _attention_by_positional() -> list[Any]:
             return scheme
         if "mixers" in attention:  # a parallel mixer: its attention carries the rotary heads
             attention = next(m for m in attention["mixers"] if m["kind"] in ("attention", "mla"))
+        if not {"n_heads", "head_dim", "qk_rope_head_dim"} & set(attention):  # no heads to rotate (kind none)
+            return scheme
         width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention["n_heads"]
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],
