@@ -25,7 +25,7 @@ class GroupedGatedRMSNorm(nn.Module):
         self.norm_before_gate = norm_before_gate
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        dtype = y.dtype
+        dtype = z.dtype  # the layer's dtype (y may come out of a wider scan)
         work = torch.promote_types(dtype, torch.float32)
         y, gate = y.to(work), F.silu(z.to(work))
         if not self.norm_before_gate:
