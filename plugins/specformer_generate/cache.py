@@ -297,8 +297,6 @@ class StaticKVCache:
         for group in self._groups:
             slots = dropped % group.size if group.ring else dropped
             group.positions.index_fill_(1, slots, -1)
-        if self._states:
-            self._rollback_states(columns, written)
         self.cursor.fill_(columns)
 
     def _rollback_states(self, columns: int, written: int) -> None:
