@@ -152,15 +152,24 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
         fields = {f: identity("layout" if f == "layout" else f, resolved[f]) for f in BLOCK_FIELDS}
         if "positional" in layer:
             fields["positional"] = _resolved_scaling(identity("positional", layer["positional"]), m.context_length)
-        attention = fields["attention"]
-        if "n_heads" in attention:  # the built-in attention's defaults, written out
-            n_heads, n_kv, head_dim = view.attention_sizes(i)
-            attention["n_kv_heads"], attention["head_dim"] = n_kv, head_dim
-            if attention.get("scale") is None:
-                attention["scale"] = 1.0 / math.sqrt(head_dim)
+        _attention_defaults_written_out(fields["attention"], m.d_model)
         layers.append(fields)
     out["layers"] = layers
     return out
+
+
+def _attention_defaults_written_out(attention: dict[str, Any], d_model: int) -> None:
+    """The built-in attention's derived defaults (kv heads, head_dim, scale) written out, in place; also in the
+    sub-mixers of a ``parallel`` mixer."""
+    if "n_heads" in attention:
+        sizes = head_sizes(d_model=d_model, n_heads=attention["n_heads"], n_kv_heads=attention.get("n_kv_heads"),
+                           head_dim=attention.get("head_dim"))
+        attention["n_kv_heads"], attention["head_dim"] = sizes.n_kv_heads, sizes.head_dim
+        if attention.get("scale") is None:
+            attention["scale"] = 1.0 / math.sqrt(sizes.head_dim)
+    for mixer in attention.get("mixers") or []:
+        if isinstance(mixer, dict):
+            _attention_defaults_written_out(mixer, d_model)
 
 
 def _resolved_ffn(ffn: dict[str, Any], d_model: int) -> dict[str, Any]:

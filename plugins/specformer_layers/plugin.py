@@ -15,6 +15,7 @@ from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
+from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.params import Mamba2Params
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.layouts.params import (
@@ -90,6 +91,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,
      "https://arxiv.org/abs/2412.06464"),
+    ("attention", "parallel", "mixers.parallel:ParallelMixer", ParallelMixerParams, "https://arxiv.org/abs/2507.22448"),
     ("attention", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
     ("attention", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 

@@ -73,7 +73,8 @@ def test_head_sizes_names_sizes_that_do_not_fit(given, message):
 
 
 #: Required params of attentions beyond the heads (sized so that the head is 8 channels wide).
-REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8}}
+REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8},
+                  "mamba2": {"head_dim": 8, "state_size": 4}}
 
 
 def test_every_registered_attention_declares_its_public_facts(tiny_spec):
@@ -85,5 +86,9 @@ def test_every_registered_attention_declares_its_public_facts(tiny_spec):
         with torch.device("meta"):
             layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2)
         assert isinstance(layer, AttentionLayer), name
+        if getattr(layer, "cache_slots", ...) is None and getattr(layer, "state_slots", None) is None:
+            assert (layer.n_heads, layer.window, layer.layer_index) == (0, None, 1), name  # no mixer (attention: none)
+            continue
         kv = params.get("n_kv_heads", 4)  # without n_kv_heads, every head has its own key and value
-        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, kv, 8, 8, 1), name
+        window = params.get("window")  # a recurrent mixer has none
+        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, kv, 8, window, 1), name

@@ -22,10 +22,17 @@ class GatedMLP(nn.Module):
         self.down = nn.Linear(hidden, d_model, bias=params.bias)
         self.activation = ACTIVATIONS[params.activation]
         self.dropout = nn.Dropout(params.dropout)
+        self.gate_multiplier = params.gate_multiplier
+        self.output_multiplier = params.output_multiplier
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each
-        return self.dropout(self.down(self.activation(gate) * up))
+        if self.gate_multiplier != 1.0:
+            gate = gate * self.gate_multiplier
+        out = self.down(self.activation(gate) * up)
+        if self.output_multiplier != 1.0:
+            out = out * self.output_multiplier
+        return self.dropout(out)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.gate_up.weight, std=std)

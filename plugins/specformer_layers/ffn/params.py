@@ -34,13 +34,17 @@ class MLPParams(Params):
 class GatedMLPParams(Params):
     """Gated feed-forward, silu gate by default (SwiGLU): ``down(act(gate(x)) * up(x))``.
 
-    The gate and up projections run as one matmul.
+    The gate and up projections run as one matmul. ``gate_multiplier`` and
+    ``output_multiplier`` give ``output_multiplier * down(act(gate_multiplier * gate(x)) * up(x))``,
+    Falcon-H1's muP ``mlp_multipliers`` (Zuo et al. 2025); at 1 they do nothing.
     """
 
     hidden: int | None = Field(default=None, gt=0, description="Inner width; default 8/3 * d_model rounded up to 64.")
     activation: Activation = Field(default="silu", description="Non-linearity on the gate.")
     bias: bool = Field(default=False, description="Biases on the projections.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
+    gate_multiplier: float = Field(default=1.0, description="The gate projection's output is multiplied by this before the activation (Falcon-H1).")
+    output_multiplier: float = Field(default=1.0, description="The output is multiplied by this (Falcon-H1).")
 
 
 class GeGLUParams(GatedMLPParams):

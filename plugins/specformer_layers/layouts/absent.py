@@ -21,13 +21,14 @@ class Absent(nn.Module):
 
     Params = AbsentParams
 
-    def __init__(self, params: AbsentParams | None = None, *, layer_index: int = 0) -> None:
+    def __init__(self, params: AbsentParams | None = None, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
-        # The public facts of a mixer (specformer.model.attention.AttentionLayer): none of anything.
+        # The public facts of a mixer (specformer.model.attention.AttentionLayer): no heads, nothing kept.
+        # head_dim only sizes the model's positional scheme when no layer reads positions (it is then never called).
         self.layer_index = layer_index
         self.n_heads = 0
         self.n_kv_heads = 0
-        self.head_dim = 0
+        self.head_dim = d_model
         self.window = None
         self.cache_slots = None
         self.state_slots = None

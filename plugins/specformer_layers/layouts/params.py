@@ -12,7 +12,16 @@ class BlockParams(Params):
 
 
 class PreNormBlockParams(BlockParams):
-    """``x = x + attention(norm(x))``; ``x = x + ffn(norm(x))``. Trains stably without warm-up tricks (Xiong et al. 2020)."""
+    """``x = x + attention(norm(x))``; ``x = x + ffn(norm(x))``. Trains stably without warm-up tricks (Xiong et al. 2020).
+
+    ``residual_multiplier`` scales both sublayers' outputs before they are added,
+    ``x = x + r * attention(norm(x))`` (Granite's ``residual_multiplier``, a muP-style
+    width scaling); 1 leaves the block as above.
+    """
+
+    residual_multiplier: float = Field(
+        default=1.0, description="Each sublayer's output is multiplied by this before the residual add (Granite).",
+    )
 
 
 class PostNormBlockParams(BlockParams):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import Callable
+
+from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
@@ -16,6 +18,16 @@ class PreNormBlock(Block):
 
     Params = PreNormBlockParams
 
+    def __init__(self, params: PreNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+                 make_norm: Callable[[], nn.Module]) -> None:
+        params = params if params is not None else PreNormBlockParams()
+        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm)
+        self.residual_multiplier = params.residual_multiplier
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        x = x + self.attention(self.attention_norm(x), ctx)
-        return x + self.ffn(self.ffn_norm(x))
+        r = self.residual_multiplier
+        if r == 1.0:
+            x = x + self.attention(self.attention_norm(x), ctx)
+            return x + self.ffn(self.ffn_norm(x))
+        x = x + self.attention(self.attention_norm(x), ctx) * r
+        return x + self.ffn(self.ffn_norm(x)) * r

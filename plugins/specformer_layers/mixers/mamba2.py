@@ -16,7 +16,7 @@ from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
 from specformer_layers.mixers.params import Mamba2Params
 from specformer_layers.mixers.kernels import SSD, chunked_ssd
-from specformer_layers.mixers.ssd import ssd_recurrent
+from specformer_layers.mixers.ssd import ssd_recurrent, working_dtype
 
 #: Steps at most this many tokens token by token in a cached forward (decode); longer ones go by chunks.
 RECURRENT_UP_TO = 1
@@ -57,6 +57,8 @@ class Mamba2(nn.Module):
         self.window = None
         self.cache_slots = None
         self.uses_positions = False
+        # Per token and head: decay and write the (P, N) state, then read it out with C (specformer summary).
+        self.recurrent_flops_per_token = 5 * heads * head_dim * size
         self.state_slots = StateSlots((("conv", (self.conv_channels, params.conv_kernel - 1)),
                                        ("ssm", (heads, head_dim, size))))
         self.dt_min = params.dt_min
@@ -69,8 +71,11 @@ class Mamba2(nn.Module):
         self.dt_bias = nn.Parameter(torch.empty(heads))
         self.A_log = nn.Parameter(torch.empty(heads))
         self.D = nn.Parameter(torch.empty(heads))
-        self.norm = GroupedGatedRMSNorm(self.d_inner, groups=groups, eps=params.norm_eps,
-                                        norm_before_gate=params.norm_before_gate)
+        # Falcon-H1 without mamba_rms_norm: the output is only gated, and there is no norm weight.
+        self.norm = (GroupedGatedRMSNorm(self.d_inner, groups=groups, eps=params.norm_eps,
+                                         norm_before_gate=params.norm_before_gate) if params.gated_norm else None)
+        multipliers = params.projection_multipliers
+        self.projection_multipliers = None if multipliers is None else tuple(multipliers)
         self.out = nn.Linear(self.d_inner, d_model, bias=params.bias)
         self._init_conv()
         self._init_scan()
@@ -94,17 +99,21 @@ class Mamba2(nn.Module):
         """The layer on ``x`` ``(B, T, D)`` from ``state`` (None: fresh rows); output, state after, steps if asked."""
         batch, length, _ = x.shape
         heads, head_dim, size, groups = self.n_heads, self.head_dim, self.state_size, self.n_groups
-        z, xbc, dt = self.in_proj(x).split((self.d_inner, self.conv_channels, heads), dim=-1)
+        projected = self.in_proj(x)  # (B, T, d_inner + C + H): [z, x, B, C, dt]
+        if self.projection_multipliers is not None:
+            projected = projected * self._projection_scale(projected)
+        z, xbc, dt = projected.split((self.d_inner, self.conv_channels, heads), dim=-1)
         conv = causal_conv(xbc, self.conv_weight, self.conv_bias, window=None if state is None else state["conv"],
                            padding=padding, activation="silu", steps=steps)
         xs, B, C = conv.out.split((self.d_inner, groups * size, groups * size), dim=-1)
-        dt = F.softplus(dt.float() + self.dt_bias.float())  # (B, T, H)
+        work = working_dtype(x.dtype)
+        dt = F.softplus(dt.to(work) + self.dt_bias.to(work))  # (B, T, H)
         dt = dt.clamp(min=self.dt_min, max=self.dt_max)
         if padding is not None:
             # A padding token steps by 0: it neither decays nor writes the state.
             is_padding = torch.arange(length, device=x.device)[None, :] < padding[:, None]  # (B, T)
             dt = dt.masked_fill(is_padding[..., None], 0.0)
-        A = -torch.exp(self.A_log.float())
+        A = -torch.exp(self.A_log.to(work))
         xs = xs.reshape(batch, length, heads, head_dim)  # (B, T, H, P)
         B = B.reshape(batch, length, groups, size)  # (B, T, G, N)
         C = C.reshape(batch, length, groups, size)
@@ -114,10 +123,18 @@ class Mamba2(nn.Module):
             y, ssm, kept = ssd_recurrent(xs, dt, A, B, C, D=self.D, state=ssm, steps=steps)
         else:
             y, ssm = chunked_ssd(xs, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
-        y = self.norm(y.reshape(batch, length, self.d_inner), z)
+        y = y.reshape(batch, length, self.d_inner)
+        y = self.norm(y, z) if self.norm is not None else y * F.silu(z.to(y.dtype))
         out = self.out(y.to(x.dtype))
         after = {"conv": conv.window, "ssm": ssm}
         return out, after, ({"conv": conv.steps, "ssm": kept} if steps else None)
+
+    def _projection_scale(self, projected: Tensor) -> Tensor:
+        """``(d_inner + C + H,)``: each part's factor repeated over its channels (z, x, B, C, dt)."""
+        assert self.projection_multipliers is not None
+        widths = (self.d_inner, self.d_inner, self.n_groups * self.state_size, self.n_groups * self.state_size,
+                  self.n_heads)
+        return torch.cat([projected.new_full((w,), m) for w, m in zip(widths, self.projection_multipliers)])
 
     # -- description and initialisation -----------------------------------------------------------
 
@@ -138,7 +155,8 @@ class Mamba2(nn.Module):
         for bias in (self.in_proj.bias, self.out.bias):
             if bias is not None:
                 nn.init.zeros_(bias)
-        nn.init.ones_(self.norm.weight)
+        if self.norm is not None:
+            nn.init.ones_(self.norm.weight)
         self._init_conv()
         self._init_scan()
 

@@ -5,6 +5,8 @@ One ``Params`` model per mixer, each with the docstring the component catalogue 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
 
 from specformer.registry.params import Params
@@ -106,6 +108,11 @@ class Mamba2Params(Params):
     chunked (state-space-dual) form, ``chunk`` tokens at a time; a cached decode steps the
     recurrence token by token. What a sequence keeps is fixed: the convolution's last
     ``conv_kernel - 1`` inputs and the states, whatever the context length.
+
+    Falcon-H1 (Zuo et al. 2025, arXiv:2507.22448) adds two variations: ``gated_norm: false``
+    gates the output by ``silu(z)`` with no norm (its ``mamba_rms_norm: false``), and
+    ``projection_multipliers`` scales the five parts of the input projection ``[z, x, B, C,
+    dt]`` each by its own factor before they are used (its muP ``ssm_multipliers``).
     """
 
     n_heads: int = Field(gt=0, description="Heads of the scan (Mamba-2's num_heads).")
@@ -120,6 +127,18 @@ class Mamba2Params(Params):
     norm_eps: float = Field(default=1e-5, gt=0, description="Epsilon of the gated RMSNorm.")
     norm_before_gate: bool = Field(default=False, description="Normalise, then gate (else gate, then normalise: Mamba-2).")
     chunk: int = Field(default=256, gt=0, description="Tokens per chunk of the chunked scan (speed and memory only).")
+    gated_norm: bool = Field(default=True, description="The gated RMSNorm on the output; false: only the gate silu(z), no norm (Falcon-H1).")
+    projection_multipliers: list[float] | None = Field(
+        default=None, description="Five factors for the input projection's parts [z, x, B, C, dt] (Falcon-H1's ssm_multipliers); none: 1.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_scaling_is_none(cls, data: Any) -> Any:
+        # One spelling for "no scaling": five 1s are the same projection as none at all.
+        if isinstance(data, dict) and data.get("projection_multipliers") == [1.0] * 5:
+            data = {**data, "projection_multipliers": None}
+        return data
 
     @model_validator(mode="after")
     def _sizes_fit(self) -> "Mamba2Params":
@@ -129,6 +148,9 @@ class Mamba2Params(Params):
         if self.n_heads % self.n_groups:
             raise ValueError(f"n_groups ({self.n_groups}) must divide n_heads ({self.n_heads}): "
                              f"each group of B, C and the norm serves whole heads")
+        if self.projection_multipliers is not None and len(self.projection_multipliers) != 5:
+            raise ValueError(f"projection_multipliers needs one factor for each of z, x, B, C and dt, got "
+                             f"{len(self.projection_multipliers)}")
         if self.dt_max is not None and self.dt_max <= self.dt_min:
             raise ValueError(f"dt_max ({self.dt_max}) must be above dt_min ({self.dt_min})")
         return self

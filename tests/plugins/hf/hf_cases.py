@@ -183,6 +183,51 @@ CASES = [
          {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 2, "conv_L_cache": 4, "block_ffn_dim_multiplier": 1.5,
           "block_multiple_of": 40,
           "layer_types": ["full_attention", "conv", "full_attention"], "rope_parameters": _rope("linear", factor=2.0)}),
+    # --- hybrid: Falcon-H1, Granite 4.0-H ---
+    # Falcon-H1: Mamba-2 beside attention in every block. Every multiplier away from 1, Mamba without its norm,
+    # 2 groups of B/C, conv kernel 3, an inner width of its own (mamba_d_ssm); then the gated norm on either side of
+    # the gate, conv kernel 4, biases everywhere, a head_dim of its own, tied embeddings.
+    Case("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM",
+         _llama_like(num_hidden_layers=2, mamba_d_ssm=96, mamba_n_heads=4, mamba_n_groups=2, mamba_d_state=12,
+                     mamba_d_conv=3, mamba_chunk_size=16, key_multiplier=0.7, attention_in_multiplier=1.3,
+                     attention_out_multiplier=0.6, ssm_in_multiplier=0.8, ssm_out_multiplier=1.2,
+                     ssm_multipliers=[0.5, 1.5, 0.9, 1.1, 0.7], mlp_multipliers=[0.8, 1.25], embedding_multiplier=2.0,
+                     lm_head_multiplier=0.4, rope_parameters=_rope("default", rope_theta=5000.0))),
+    Case("falcon_h1-rms-norm", "FalconH1Config", "FalconH1ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=8,
+                     mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=8, mamba_rms_norm=True,
+                     mamba_norm_before_gate=True, mamba_proj_bias=True, projectors_bias=True, attention_bias=True,
+                     mlp_bias=True, key_multiplier=1.5, ssm_multipliers=[1.2, 0.8, 1.0, 1.3, 0.6])),
+    Case("falcon_h1-gate-then-norm", "FalconH1Config", "FalconH1ForCausalLM",
+         _llama_like(num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_n_groups=4, mamba_d_state=8,
+                     mamba_d_conv=2, mamba_chunk_size=16, mamba_rms_norm=True, mamba_norm_before_gate=False,
+                     tie_word_embeddings=True, attention_out_multiplier=0.5, ssm_out_multiplier=2.0)),
+    # Granite 4.0-H with attention layers only: rope, GQA, 5 experts (2 per token) plus the shared expert, and
+    # every multiplier away from 1; then no experts (the shared expert alone) and no positions.
+    Case("granitemoehybrid-attention", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=2, layer_types=["attention", "attention"], position_embedding_type="rope",
+                     num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, shared_intermediate_size=56,
+                     embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5,
+                     attention_bias=True)),
+    # Mamba-2 and attention layers mixed (mamba, attention, mamba, mamba), no positions, 2 groups of B/C over 4 heads,
+    # conv kernel 3, biases on the projections and no conv bias, a clamped step; then conv kernel 4, one attention layer
+    # first and the legacy layer type names.
+    Case("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "mamba"], num_local_experts=4,
+                     num_experts_per_tok=2, intermediate_size=40, shared_intermediate_size=48, mamba_n_heads=4,
+                     mamba_d_head=32, mamba_expand=2, mamba_n_groups=2, mamba_d_state=12,
+                     mamba_d_conv=3, mamba_conv_bias=False, mamba_proj_bias=True, mamba_chunk_size=16,
+                     time_step_limit=[0.01, 2.0], embedding_multiplier=2.0, residual_multiplier=0.7,
+                     attention_multiplier=0.2, logits_scaling=1.5)),
+    Case("granitemoehybrid-rope-dense", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=3, layer_types=["full_attention", "linear_attention", "linear_attention"],
+                     position_embedding_type="rope", num_local_experts=0, shared_intermediate_size=56,
+                     mamba_n_heads=8, mamba_expand=2, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4,
+                     mamba_chunk_size=8, residual_multiplier=0.3, logits_scaling=3.0)),
+    Case("granitemoehybrid-dense-nope", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+         _llama_like(num_hidden_layers=3, layer_types=["full_attention"] * 3, position_embedding_type="nope", num_local_experts=0,
+                     shared_intermediate_size=72, embedding_multiplier=12.0, residual_multiplier=0.22,
+                     attention_multiplier=0.0078125, logits_scaling=6.0, tie_word_embeddings=True)),
 ]
 
 # --- hybrid: mamba2 families ---

@@ -133,6 +133,53 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
 
     import transformers
 
+# --- hybrid: Falcon-H1, Granite 4.0-H ---
+
+#: spec file -> (transformers config class, the spec's model as its config fields).
+HYBRID_SPECS = {
+    "granite-4.0-h-tiny.yaml": ("GraniteMoeHybridConfig", dict(
+        vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12, num_key_value_heads=4,
+        intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64, num_experts_per_tok=6,
+        max_position_embeddings=131072, tie_word_embeddings=True, rms_norm_eps=1e-5, position_embedding_type="nope",
+        layer_types=(["mamba"] * 5 + ["attention"] + ["mamba"] * 4) * 4, mamba_n_heads=48, mamba_d_head=64,
+        mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125, logits_scaling=6.0)),
+    "falcon-h1-0.5b.yaml": ("FalconH1Config", dict(
+        vocab_size=32784, hidden_size=1024, intermediate_size=2048, num_hidden_layers=36, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=64, max_position_embeddings=16384, tie_word_embeddings=False, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e11}, mamba_d_ssm=1536, mamba_n_heads=24,
+        mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_chunk_size=128,
+        mamba_rms_norm=False, mamba_norm_before_gate=False, embedding_multiplier=5.656854249492381,
+        lm_head_multiplier=0.0390625, key_multiplier=0.39062499999999994, attention_in_multiplier=1.0,
+        attention_out_multiplier=0.9375, ssm_in_multiplier=1.25, ssm_out_multiplier=0.23570226039551587,
+        mlp_multipliers=[0.8838834764831844, 0.5859375],
+        ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_SPECS))
+def test_hybrid_total_and_active_parameters_match_transformers(name):
+    """Totals against the transformers model on the meta device; active: less the experts a token does not use."""
+    import transformers
+
+    config_class, fields = HYBRID_SPECS[name]
+    config = getattr(transformers, config_class)(**fields)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in hf.parameters())
+    idle = 0
+    for layer in hf.model.layers:
+        moe = getattr(layer, "block_sparse_moe", None)  # Granite's routed experts (Falcon-H1 has none)
+        if moe is not None:
+            per_expert = sum(p.numel() for p in moe.experts.parameters()) // config.num_local_experts
+            idle += (config.num_local_experts - config.num_experts_per_tok) * per_expert
+    summary = specformer.summarize(SPECS / name)
+    assert summary.total == total
+    assert summary.active == total - idle
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_SPECS))
+def test_the_hybrid_spec_is_what_importing_its_config_gives(name):
     from specformer_hf.config import ConfigReader
     from specformer_hf.family import get_families
     from specformer_hf.specview import differences, math_view
@@ -149,3 +196,11 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(transformers.Lfm2Config(**published))
     assert specformer.summarize(SPECS / "lfm2-1.2b.yaml").total == sum(p.numel() for p in hf.parameters()) == 1_170_340_608
+    import transformers
+
+    config_class, fields = HYBRID_SPECS[name]
+    config = getattr(transformers, config_class)(**fields).to_dict()
+    family = get_families().get(config["model_type"])
+    read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))
+    ours = yaml.safe_load((SPECS / name).read_text())
+    assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []

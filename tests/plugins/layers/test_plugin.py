@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
     "norm": {"layernorm", "rmsnorm", "scalenorm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "none"},
-    "attention": {"attention", "mla", "short_conv", "gated_deltanet", "kda", "mamba2", "none"},
+    "attention": {"attention", "mla", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk"},
 }

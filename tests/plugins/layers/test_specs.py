@@ -117,6 +117,18 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "nemotron-h-8b.yaml": _llama_like(
         "NemotronHConfig", hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         max_position_embeddings=8192),
+    # --- hybrid: Falcon-H1, Granite 4.0-H (the same fields as tests/plugins/hf/test_family_specs.py's HYBRID_SPECS) ---
+    "granite-4.0-h-tiny.yaml": _llama_like(
+        "GraniteMoeHybridConfig", vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12,
+        num_key_value_heads=4, intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64,
+        num_experts_per_tok=6, max_position_embeddings=131072, tie_word_embeddings=True, position_embedding_type="nope",
+        layer_types=(["mamba"] * 5 + ["attention"] + ["mamba"] * 4) * 4, mamba_n_heads=48, mamba_d_head=64,
+        mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2),
+    "falcon-h1-0.5b.yaml": _llama_like(
+        "FalconH1Config", vocab_size=32784, hidden_size=1024, intermediate_size=2048, num_hidden_layers=36,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
+        tie_word_embeddings=False, mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128,
+        mamba_n_groups=1, mamba_d_conv=4, mamba_rms_norm=False),
 }
 
 REAL = sorted(HF_CONFIGS)

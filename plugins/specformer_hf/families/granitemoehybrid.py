@@ -1,0 +1,269 @@
+"""Granite 4.0-H (``model_type: granitemoehybrid``, granite-4.0-h-tiny, -small, -micro): Mamba-2 and attention layers,
+each followed by a mixture of experts plus an always-on shared expert, with muP-style multipliers.
+
+Every layer is either a Mamba-2 mixer (``layer_types`` ``mamba`` / ``linear_attention``) or
+grouped-query attention (``attention`` / ``full_attention``), never both; the base block holds
+the more common one and ``layers:`` overrides the others. The feed-forward is a mixture of
+``num_local_experts`` SwiGLU experts, top-``num_experts_per_tok`` of the router's logits
+softmaxed (the same weights as a softmax over all experts renormalised over the kept ones:
+``normalize_topk``), plus one shared SwiGLU expert of ``shared_intermediate_size``; with no
+experts the shared expert alone is the layer's feed-forward.
+
+Granite's four multipliers each have a place of their own, so nothing is folded into the
+weights and export writes them back exactly: ``embedding_multiplier`` is the model's
+``embedding_multiplier``; ``residual_multiplier`` the pre-norm layout's (both sublayers'
+outputs are scaled before the residual add); ``attention_multiplier`` is the attention's
+score ``scale`` (it replaces ``1/sqrt(head_dim)``); ``logits_scaling`` divides the logits,
+which is the model's ``logit_scale = 1 / logits_scaling`` (export writes the
+``logits_scaling`` whose reciprocal is exactly that scale). ``position_embedding_type``
+null or ``nope`` is no positions at all (``positional: none``; the published Granite 4.0-H
+models say ``nope``), ``rope`` the usual rope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specformer.errors import UserError
+from specformer_layers import default_gated_hidden
+
+from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
+from specformer_hf.families.common import (_GATED_KIND, GATED_FFNS, LAYER, Attention, FamilyView, Layout, Part,
+                                           RMSNorm, Rope, Sizes, _selection, attention_sizes, decoder_family)
+from specformer_hf.families.hybrid import (Where, embedding_multiplier_config, exact_preimage, keeps_keys, keeps_state,
+                                           mamba2_config, mamba2_mixer, mamba2_rules, uniform_mixers)
+from specformer_hf.rules import Copy, OneOf, Rule
+from specformer_hf.specview import NotExpressible
+
+#: transformers' GraniteMoeHybridConfig defaults.
+DEFAULTS = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "embedding_multiplier": 1.0, "logits_scaling": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024,
+    "position_embedding_type": None, "layer_types": None, "mamba_n_heads": 128, "mamba_n_groups": 1,
+    "mamba_d_state": 256, "mamba_d_head": "auto", "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+    "mamba_conv_bias": True, "mamba_proj_bias": False, "time_step_limit": (0.0, float("inf")),
+}
+
+#: layer_types names (transformers 5's and the published configs' older ones) -> the layer's mixer.
+LAYER_TYPES = {"linear_attention": "mamba2", "mamba": "mamba2", "full_attention": "attention", "attention": "attention"}
+MAMBA_FIELDS = ("mamba_n_heads", "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_conv", "mamba_expand",
+                "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "time_step_limit")
+MOE = f"{LAYER}.block_sparse_moe"
+SHARED = f"{LAYER}.shared_mlp"
+
+
+def layer_mixers(cfg: ConfigReader, default: str) -> list[str]:
+    """Each layer's mixer kind (``mamba2`` or ``attention``) from layer_types (``default`` everywhere without it)."""
+    n_layers = cfg.get_layers("num_hidden_layers")
+    types = cfg.get("layer_types", None) or [default] * n_layers
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise UserError(f"{cfg.family}: layer_types must name the type of each of the {n_layers} layers, got {types!r}")
+    unknown = sorted({str(t) for t in types if t not in LAYER_TYPES})
+    if unknown:
+        raise UserError(f"{cfg.family}: layer_types {unknown} are not supported; supported: {', '.join(LAYER_TYPES)}")
+    return [LAYER_TYPES[t] for t in types]
+
+
+def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dict[str, Any]]) -> None:
+    """The more common mixer in the block (Mamba-2 on a tie), the other in ``layers:`` overrides."""
+    base = max(("mamba2", "attention"), key=kinds.count)
+    model.setdefault("block", {})["attention"] = mixers[base]
+    other = [i for i, kind in enumerate(kinds) if kind != base]
+    if other:
+        override = {"select": _selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]}
+        model.setdefault("layers", []).append(override)
+
+
+
+@dataclass(frozen=True)
+class GranitePositions(Part):
+    """position_embedding_type: null or nope (no positions; the published configs say nope) or rope."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        kind = cfg.require("position_embedding_type", (None, "nope", "rope"),
+                           why="Granite 4.0-H uses no positions (null, nope) or rope")
+        if kind == "rope":
+            Rope().read(cfg, model)
+        else:
+            cfg.mark_read("rope_parameters", "rope_theta", "rope_scaling")  # unused without rope, as in transformers
+            model["positional"] = {"kind": "none"}
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        if view.positional["kind"] == "none":
+            view.view.one_positional(family=view.name)
+            config["position_embedding_type"] = "nope"  # as the published configs write it
+        else:
+            Rope().write(view, config)
+            config["position_embedding_type"] = "rope"
+
+
+@dataclass(frozen=True)
+class ScaledResiduals(Part):
+    """Pre-norm blocks; residual_multiplier <-> the layout's ``residual_multiplier``."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["layout"] = {"kind": "prenorm",
+                                                   "residual_multiplier": cfg.get_float("residual_multiplier")}
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("layout", ("prenorm",))
+        config["residual_multiplier"] = view.uniform("layout", "residual_multiplier")
+
+    def rules(self) -> list[Rule]:
+        return Layout("prenorm").rules()
+
+
+@dataclass(frozen=True)
+class Multipliers(Part):
+    """embedding_multiplier <-> the model's; logits_scaling <-> ``logit_scale = 1 / logits_scaling``."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model["embedding_multiplier"] = cfg.get_float("embedding_multiplier")
+        scaling = cfg.get_float("logits_scaling")
+        if not scaling > 0:
+            raise UserError(f"{cfg.family}: logits_scaling divides the logits and must be positive, got {scaling!r}")
+        model["logit_scale"] = 1.0 / scaling
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        scale = view.model.logit_scale
+        config["embedding_multiplier"] = embedding_multiplier_config(view.model)
+        config["logits_scaling"] = exact_preimage(scale, lambda v: 1.0 / v, 1.0 / scale)
+
+
+@dataclass(frozen=True)
+class GraniteMixers(Part):
+    """layer_types, the attention's sizes, attention_bias and attention_multiplier, the mamba_* fields."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        kinds = layer_mixers(cfg, "mamba")
+        mixers: dict[str, dict[str, Any]] = {}
+        bias = bool(cfg.get("attention_bias"))
+        attention = attention_sizes(cfg)
+        attention.update(qkv_bias=bias, out_bias=bias, scale=cfg.get_float("attention_multiplier"))
+        mixers["attention"] = attention
+        if "mamba2" in kinds:
+            d_inner = cfg.get_size("mamba_expand") * cfg.get_size("hidden_size")
+            mixers["mamba2"] = mamba2_mixer(cfg, d_inner=d_inner)
+        else:
+            cfg.mark_read(*MAMBA_FIELDS)  # no Mamba layer: the fields are inert
+        hybrid_layers(model, kinds, mixers)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = view.per_layer("attention", "kind")
+        for i, kind in enumerate(kinds):
+            if kind not in ("attention", "mamba2"):
+                raise NotExpressible(f"model.layers[{i}].attention.kind", f"{kind!r} has no equivalent in Hugging Face "
+                                     f"{view.name} (whose layers are 'mamba2' or 'attention')")
+        config["layer_types"] = ["full_attention" if kind == "attention" else "linear_attention" for kind in kinds]
+        layers = view.view.layers
+        attention = [layer["attention"] for layer in layers if layer["attention"]["kind"] == "attention"]
+        if attention:
+            a = uniform_mixers(attention, family=view.name, what="attention")
+            index = kinds.index("attention")
+            n_heads, n_kv, head_dim = view.view.attention_sizes(index)
+            if n_heads * head_dim != view.model.d_model:
+                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                                     f"d_model / n_heads ({view.model.d_model} / {n_heads})")
+            scale = a.get("scale")
+            config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, attention_bias=a["qkv_bias"],
+                          attention_multiplier=scale if scale is not None else head_dim ** -0.5)
+        mamba = [layer["attention"] for layer in layers if layer["attention"]["kind"] == "mamba2"]
+        if mamba:
+            m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
+            d_inner = m["n_heads"] * m["head_dim"]
+            if d_inner % view.model.d_model:
+                raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s Mamba inner width is "
+                                     f"mamba_expand x d_model; n_heads x head_dim = {d_inner} is no multiple of "
+                                     f"{view.model.d_model}")
+            if m["norm_eps"] != view.uniform("norm", "eps"):
+                raise NotExpressible("model.block.attention.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
+                                     f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
+            config.update(mamba2_config(m),
+                          mamba_expand=d_inner // view.model.d_model, mamba_proj_bias=m["bias"])
+
+    def rules(self) -> list[Rule]:
+        attention = [Where(rule, lambda site: keeps_keys(site.attention)) for rule in Attention().rules()]
+        mamba = [Where(rule, lambda site: keeps_state(site.attention))
+                 for rule in mamba2_rules(f"{LAYER}.mamba", "blocks.{i}.attention")]
+        return attention + mamba
+
+
+@dataclass(frozen=True)
+class GraniteExperts(Part):
+    """num_local_experts, num_experts_per_tok, intermediate_size (experts), shared_intermediate_size, hidden_act."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        n_experts, shared = cfg.get_int("num_local_experts"), cfg.get_size("shared_intermediate_size")
+        if n_experts > 0:
+            ffn: dict[str, Any] = {
+                "kind": "moe", "n_experts": n_experts, "top_k": cfg.get_int("num_experts_per_tok"),
+                "hidden": cfg.get_int("intermediate_size"), "activation": activation, "gated": True,
+                "routing": "softmax_then_topk", "normalize_topk": True,
+                "aux_loss_coef": cfg.get_float("router_aux_loss_coef"), "n_shared_experts": 1, "shared_hidden": shared,
+            }
+        else:  # no experts: the shared expert alone
+            cfg.mark_read("intermediate_size", "num_experts_per_tok", "router_aux_loss_coef")
+            ffn = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": shared, "activation": activation}
+        model.setdefault("block", {})["ffn"] = ffn
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kind = view.block_kind("ffn", ("moe", *GATED_FFNS))
+        ffn = view.uniform("ffn")
+        config["hidden_act"] = ACTIVATIONS_TO_HF[ffn["activation"]]
+        if kind != "moe":
+            if ffn.get("bias"):
+                raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s shared expert has no biases")
+            config.update(num_local_experts=0, shared_intermediate_size=ffn["hidden"] or default_width(view))
+            return
+        for key, wanted in (("router", None), ("expert_bias", False), ("swiglu_limit", None), ("gated", True),
+                            ("n_shared_experts", 1), ("shared_gate", False)):
+            if ffn.get(key, wanted) != wanted:
+                raise NotExpressible(f"model.block.ffn.{key}",
+                                     f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
+        hidden = ffn["hidden"] or default_width(view)
+        config.update(num_local_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], intermediate_size=hidden,
+                      shared_intermediate_size=ffn.get("shared_hidden") or hidden,
+                      router_aux_loss_coef=ffn["aux_loss_coef"])
+
+    def rules(self) -> list[Rule]:
+        ffn = "blocks.{i}.ffn"
+
+        def saved_or_fused(saved: str, fused: str, ours: str) -> Rule:
+            # save_pretrained writes the checkpoint's names; transformers 5's modules hold the fused ones.
+            return OneOf(Copy(f"{MOE}.{saved}", f"{ffn}.{ours}"), Copy(f"{MOE}.{fused}", f"{ffn}.{ours}"))
+
+        return [
+            saved_or_fused("router.layer.weight", "router.weight", "router.weight"),
+            saved_or_fused("input_linear.weight", "experts.gate_up_proj", "experts_in"),
+            saved_or_fused("output_linear.weight", "experts.down_proj", "experts_out"),
+            # The shared expert, [gate; up] in one matrix as ours: inside the mixture, or the whole feed-forward.
+            Copy(f"{SHARED}.input_linear.weight", f"{ffn}.shared.gate_up.weight"),
+            Copy(f"{SHARED}.output_linear.weight", f"{ffn}.shared.down.weight"),
+            Copy(f"{SHARED}.input_linear.weight", f"{ffn}.gate_up.weight"),
+            Copy(f"{SHARED}.output_linear.weight", f"{ffn}.down.weight"),
+        ]
+
+
+def default_width(view: FamilyView) -> int:
+    return default_gated_hidden(view.model.d_model)
+
+
+FAMILY = decoder_family(
+    name="Granite 4.0-H",
+    model_type="granitemoehybrid",
+    architecture="GraniteMoeHybridForCausalLM",
+    defaults=DEFAULTS,
+    parts=[Sizes(), GranitePositions(), ScaledResiduals(), RMSNorm(), GraniteMixers(), GraniteExperts(), Multipliers()],
+    maps="layer_types -> mamba2 or attention per layer (layers: overrides); mamba_* and time_step_limit -> mamba2; "
+         "attention_multiplier -> attention.scale; num_local_experts (top-k softmax) + shared_intermediate_size -> moe "
+         "with one shared expert (no experts: swiglu); residual_multiplier -> layout.residual_multiplier; "
+         "embedding_multiplier; logits_scaling -> logit_scale = 1 / logits_scaling; position_embedding_type null/rope",
+    caveats="one attention and one Mamba-2 setting for all layers; head_dim is d_model / n_heads; reads fused or "
+            "checkpoint-named expert tensors, writes them as save_pretrained does",
+)
