@@ -98,6 +98,7 @@ def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
+    """Through the cache and recomputed without one: padding never enters a state."""
     model = _model(mixed)
     rows = [torch.randint(1, 97, (n,)) for n in (9, 4, 6)]
     longest, extra = 9, 3
@@ -114,9 +115,12 @@ def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
             start = torch.tensor([len(r) + t for r in rows])[:, None]
             got.append(model(follow[:, t:t + 1], positions=start, cache=cache))
         got = torch.cat(got, 1)
+        recomputed = model(torch.cat((tokens, follow), 1),
+                           positions=torch.cat((positions, torch.tensor([[len(r) + t for t in range(extra)] for r in rows])), 1))
         for i, row in enumerate(rows):
             want = model(torch.cat((row, follow[i]))[None])[0]
             torch.testing.assert_close(got[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(recomputed[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
 
 
 def test_packed_documents_equal_each_document_alone() -> None:
