@@ -86,7 +86,8 @@ class Mamba2(nn.Module):
         if ctx.document_ids is not None:
             return by_document(x, ctx.document_ids, lambda docs: self._run(docs)[0])
         if ctx.cache is None:
-            return self._run(x)[0]
+            # A ragged batch recomputed without a cache opens rows with padding too (negative positions).
+            return self._run(x, padding=leading_padding(ctx.positions))[0]
         cache = recurrent_cache(ctx.cache, self)
         before = cache.read_state(self.layer_index, ctx.positions)
         keep = bool(cache.keep_steps)

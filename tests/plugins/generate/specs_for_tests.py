@@ -32,6 +32,10 @@ def small_version(data: dict[str, Any]) -> dict[str, Any]:
             attention["n_kv_heads"] = 1 if kv == 1 else (4 if kv == heads else 2)
         if attention.get("head_dim") is not None:
             attention["head_dim"] = 16
+        if attention.get("n_groups") is not None:  # Mamba-2's groups of B and C divide its heads
+            attention["n_groups"] = min(attention["n_groups"], 2)
+        if attention.get("state_size") is not None:
+            attention["state_size"] = 16
     ffn = model["block"]["ffn"]
     if isinstance(ffn, dict) and ffn.get("hidden") is not None:
         ffn["hidden"] = 128

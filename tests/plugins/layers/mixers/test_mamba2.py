@@ -2,7 +2,8 @@
 
 Through a whole model: a cached token-by-token decode equals the uncached forward, a
 left-padded ragged batch equals each row alone, packed documents equal each document alone,
-and beam reordering and speculative rollback (``keep_steps``) restore states exactly.
+beam reordering and speculative rollback (``keep_steps``) restore states exactly, and the serve
+engine batches requests as each alone.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
+    """Through the cache and recomputed without one: padding never enters a state."""
     model = _model(mixed)
     rows = [torch.randint(1, 97, (n,)) for n in (9, 4, 6)]
     longest, extra = 9, 3
@@ -114,9 +116,12 @@ def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
             start = torch.tensor([len(r) + t for r in rows])[:, None]
             got.append(model(follow[:, t:t + 1], positions=start, cache=cache))
         got = torch.cat(got, 1)
+        recomputed = model(torch.cat((tokens, follow), 1),
+                           positions=torch.cat((positions, torch.tensor([[len(r) + t for t in range(extra)] for r in rows])), 1))
         for i, row in enumerate(rows):
             want = model(torch.cat((row, follow[i]))[None])[0]
             torch.testing.assert_close(got[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(recomputed[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
 
 
 def test_packed_documents_equal_each_document_alone() -> None:
@@ -173,3 +178,27 @@ def test_bad_params_are_one_clear_line(change: dict, message: str) -> None:
 
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
     assert len(lines) == 1 and lines[0].strip().startswith("model.block.attention: ")
+
+
+def test_served_requests_batched_give_what_each_gives_alone() -> None:
+    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
+    from specformer_generate import generate
+    from specformer_generate.samplers.pipeline import build_sampler
+    from specformer_serve.engine import Engine, SequenceRequest
+
+    from tests.plugins.serve.test_engine import Collector
+
+    model = _model(mixed=True)
+    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
+    lengths = [4, 6, 3, 5]
+    engine = Engine(model, max_batch=2, num_blocks=32, block_size=4).start()
+    collector = Collector()
+    try:
+        for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=n, sampler=build_sampler(None), seed=None,
+                                          eos=frozenset(), emit=collector.emit_for(i)))
+        collector.wait(len(prompts))
+    finally:
+        engine.stop()
+    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=n)[0][len(prompt):], f"request {i}"
