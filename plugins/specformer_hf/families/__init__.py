@@ -8,14 +8,15 @@ from specformer_hf.family import Family
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: every family module imports .common from this package, which is then still being initialised
-    from specformer_hf.families import (cohere2, deepseek_v3, gemma, gemma2, gemma3, gpt_oss, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe,
-                                        qwen3, qwen3_moe, smollm3, stablelm)
+    from specformer_hf.families import (cohere2, deepseek_v3, gemma, gemma2, gemma3, gpt_oss, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, olmo_hybrid, phi3, qwen2,
+                                        qwen2_moe, qwen3, qwen3_5, qwen3_5_moe, qwen3_moe, qwen3_next, smollm3, stablelm)
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
             gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, olmo2.FAMILY, stablelm.FAMILY,
             qwen2_moe.FAMILY, qwen3_moe.FAMILY, smollm3.FAMILY,
             gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY,
-            cohere2.FAMILY]
+            cohere2.FAMILY,
+            qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY]
 
 
 __all__ = ["builtin_families"]
