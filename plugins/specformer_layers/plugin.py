@@ -21,6 +21,7 @@ from specformer_layers.layouts.params import (
     PreNormBlockParams,
     SandwichBlockParams,
 )
+from specformer_layers.mixers.params import GatedDeltaNetParams
 from specformer_layers.norms.params import LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (
     ALiBiParams,
@@ -79,6 +80,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
+    ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,
+     "https://arxiv.org/abs/2412.06464"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),

@@ -1,0 +1,195 @@
+"""Gated DeltaNet as a block's token mixer (Qwen3-Next, Qwen3.5, OLMo Hybrid)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specformer.model.context import ForwardContext
+from specformer.model.state import StateSlots, recurrent_cache
+
+from specformer_layers.mixers.conv import ConvOutput, causal_conv
+from specformer_layers.mixers.delta_rule import DeltaRuleOutput, delta_rule_chunked, delta_rule_recurrent
+from specformer_layers.mixers.documents import by_document, leading_padding
+from specformer_layers.mixers.gated_norm import GatedRMSNorm
+from specformer_layers.mixers.params import GatedDeltaNetParams
+
+#: A cached forward of at most this many tokens runs the rule token by token (decoding); longer ones by chunks.
+RECURRENT_MAX_TOKENS = 16
+#: Added under the square root when queries and keys are L2-normalised (as flash-linear-attention does).
+L2_EPS = 1e-6
+
+
+class GatedDeltaNet(nn.Module):
+    """Gated DeltaNet token mixer: :class:`GatedDeltaNetParams`.
+
+    Module parameters (the names weight mappings rely on), with ``Hk`` key heads of ``dk``
+    channels, ``Hv`` value heads of ``dv`` and ``C = 2 Hk dk + Hv dv``:
+
+    - ``qkv``: Linear ``d_model -> C``, no bias, rows ``[q (Hk*dk); k (Hk*dk); v (Hv*dv)]``;
+    - ``z``: Linear ``d_model -> Hv*dv``, no bias: the output gate;
+    - ``b``: Linear ``d_model -> Hv``, no bias: the write strength beta, before its sigmoid;
+    - ``a``: Linear ``d_model -> Hv``, no bias: the decay input;
+    - ``conv_weight`` ``(C, K)`` and ``conv_bias`` ``(C,)`` (None without ``conv_bias``): the
+      depthwise causal convolution over the ``[q; k; v]`` channels (one convolution over the
+      concatenated channels is the separate per-tensor convolutions of some checkpoints);
+    - ``A_log`` ``(Hv,)``, ``dt_bias`` ``(Hv,)``: the decay ``g = -exp(A_log) softplus(a x + dt_bias)``;
+    - ``norm``: the gated RMSNorm of each head's output, ``norm.weight`` ``(dv,)``;
+    - ``out``: Linear ``Hv*dv -> d_model``, no bias.
+
+    Public facts: ``n_heads`` = ``Hv``, ``n_kv_heads`` = ``Hk``, ``head_dim`` = ``dv`` (the
+    width of what each head outputs), ``window`` and ``cache_slots`` None (nothing is kept
+    per token), ``state_slots`` ``conv`` ``(C, K-1)`` and ``recurrent`` ``(Hv, dk, dv)``,
+    ``uses_positions`` False.
+    """
+
+    Params = GatedDeltaNetParams
+    window = None
+    cache_slots = None
+    uses_positions = False
+
+    def __init__(self, params: GatedDeltaNetParams, *, d_model: int, layer_index: int = 0) -> None:
+        super().__init__()
+        value_heads = params.n_heads
+        key_heads = params.n_key_heads or value_heads
+        key_dim = params.key_head_dim
+        if key_dim is None:
+            if d_model % value_heads:
+                raise ValueError(f"gated_deltanet: n_heads ({value_heads}) must divide d_model ({d_model}) "
+                                 f"unless key_head_dim is given")
+            key_dim = d_model // value_heads
+        value_dim = params.value_head_dim or key_dim
+        kernel = params.conv_kernel
+        # The public facts others read (specformer.model.attention.AttentionLayer, specformer.model.state).
+        self.layer_index = layer_index
+        self.n_heads = value_heads
+        self.n_kv_heads = key_heads
+        self.head_dim = value_dim
+        self.key_head_dim = key_dim
+        self.conv_kernel = kernel
+        self.negative_eigenvalues = params.negative_eigenvalues
+        self.a_init_range = params.a_init_range
+        self.dt_init_range = params.dt_init_range
+        self.dt_init_floor = params.dt_init_floor
+        self.chunk = params.chunk
+        channels = 2 * key_heads * key_dim + value_heads * value_dim
+        self.state_slots = StateSlots((("conv", (channels, kernel - 1)), ("recurrent", (value_heads, key_dim, value_dim))))
+
+        self.qkv = nn.Linear(d_model, channels, bias=False)
+        self.z = nn.Linear(d_model, value_heads * value_dim, bias=False)
+        self.b = nn.Linear(d_model, value_heads, bias=False)
+        self.a = nn.Linear(d_model, value_heads, bias=False)
+        self.conv_weight = nn.Parameter(torch.empty(channels, kernel))
+        self.conv_bias = nn.Parameter(torch.empty(channels)) if params.conv_bias else None
+        self.A_log = nn.Parameter(torch.empty(value_heads))
+        self.dt_bias = nn.Parameter(torch.empty(value_heads))
+        self.norm = GatedRMSNorm(value_dim, eps=params.norm_eps, activation="silu")
+        self.out = nn.Linear(value_heads * value_dim, d_model, bias=False)
+        self._init_conv()
+        self._init_decay()
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        if ctx.document_ids is not None:  # packed documents: each starts from a fresh state
+            return by_document(x, ctx.document_ids, lambda part: self._mix(part)[0])
+        if ctx.cache is None:
+            padding = None if ctx.plain_causal else leading_padding(ctx.positions)
+            return self._mix(x, padding=padding)[0]
+        cache = recurrent_cache(ctx.cache, self)
+        held = cache.read_state(self.layer_index, ctx.positions)
+        keep_steps = bool(cache.keep_steps)
+        y, conv, rule = self._mix(x, window=held["conv"], state=held["recurrent"],
+                                  padding=leading_padding(ctx.positions), steps=keep_steps,
+                                  recurrent=keep_steps or x.shape[1] <= RECURRENT_MAX_TOKENS)
+        steps = {"conv": conv.steps, "recurrent": rule.steps} if keep_steps else None
+        cache.write_state(self.layer_index, {"conv": conv.window, "recurrent": rule.state}, steps=steps)
+        return y
+
+    def _mix(self, x: Tensor, *, window: Tensor | None = None, state: Tensor | None = None,
+             padding: Tensor | None = None, steps: bool = False, recurrent: bool = False) -> tuple[Tensor, ConvOutput, DeltaRuleOutput]:
+        """The layer on ``x`` ``(B, T, D)`` from ``window`` and ``state`` (zeros when None): (output, conv, rule).
+
+        ``padding`` ``(B,)``: tokens opening each row that must leave both states as they were.
+        """
+        B, T, _ = x.shape
+        Hk, Hv, dk, dv = self.n_kv_heads, self.n_heads, self.key_head_dim, self.head_dim
+        conv = causal_conv(self.qkv(x), self.conv_weight, self.conv_bias, window=window, padding=padding,
+                           activation="silu", steps=steps)
+        q, k, v = conv.out.split((Hk * dk, Hk * dk, Hv * dv), dim=-1)
+        q = q.reshape(B, T, Hk, dk).transpose(1, 2)  # (B, Hk, T, dk)
+        k = k.reshape(B, T, Hk, dk).transpose(1, 2)  # (B, Hk, T, dk)
+        v = v.reshape(B, T, Hv, dv).transpose(1, 2)  # (B, Hv, T, dv)
+        q, k = _l2_normalised(q), _l2_normalised(k)
+        if Hv != Hk:  # value head h reads key head h // (Hv / Hk)
+            q = q.repeat_interleave(Hv // Hk, dim=1)  # (B, Hv, T, dk)
+            k = k.repeat_interleave(Hv // Hk, dim=1)
+        beta = torch.sigmoid(self.b(x))  # (B, T, Hv)
+        if self.negative_eigenvalues:
+            beta = beta * 2
+        # In float32 whatever the weights' dtype: exp(A_log) of a half-precision A_log may overflow.
+        log_decay = -self.A_log.float().exp() * F.softplus(self.a(x).float() + self.dt_bias.float())  # (B, T, Hv)
+        if padding is not None:  # padding writes nothing and decays nothing: the state stays as it was
+            is_padding = (torch.arange(T, device=x.device)[None, :] < padding[:, None])[..., None]  # (B, T, 1)
+            beta = beta.masked_fill(is_padding, 0.0)
+            log_decay = log_decay.masked_fill(is_padding, 0.0)
+        beta, log_decay = beta.transpose(1, 2), log_decay.transpose(1, 2)  # (B, Hv, T)
+        if recurrent:
+            rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, steps=steps)
+        else:
+            rule = delta_rule_chunked(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, chunk=self.chunk)
+        o = rule.out.transpose(1, 2)  # (B, T, Hv, dv)
+        gate = self.z(x).reshape(B, T, Hv, dv)
+        y = self.norm(o, gate).reshape(B, T, Hv * dv)
+        return self.out(y), conv, rule
+
+    # -- facts and initialisation ---------------------------------------------------------------
+
+    def describe_kernel(self) -> str:
+        """The kernel this layer runs, in words (``specformer summary``)."""
+        return f"torch chunked (chunk {self.chunk}); token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
+
+    def extra_repr(self) -> str:
+        parts = [f"n_heads={self.n_heads}", f"n_key_heads={self.n_kv_heads}", f"key_head_dim={self.key_head_dim}",
+                 f"value_head_dim={self.head_dim}", f"conv_kernel={self.conv_kernel}", f"chunk={self.chunk}"]
+        if self.negative_eigenvalues:
+            parts.append("negative_eigenvalues=True")
+        return ", ".join(parts)
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        for linear in (self.qkv, self.z, self.b, self.a):
+            nn.init.normal_(linear.weight, std=std)
+        nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
+        self._init_conv()
+        self._init_decay()
+
+    def _init_conv(self) -> None:
+        # As torch initialises a depthwise Conv1d (one input channel per group, fan-in K).
+        bound = 1.0 / math.sqrt(self.conv_kernel)
+        nn.init.uniform_(self.conv_weight, -bound, bound)
+        if self.conv_bias is not None:
+            nn.init.uniform_(self.conv_bias, -bound, bound)
+
+    @torch.no_grad()
+    def _init_decay(self) -> None:
+        low, high = self.a_init_range
+        self.A_log.copy_(torch.empty_like(self.A_log).uniform_(low, high).log())
+        if self.dt_init_range is None:
+            self.dt_bias.fill_(1.0)
+            return
+        dt_min, dt_max = self.dt_init_range
+        dt = torch.exp(torch.rand_like(self.dt_bias) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        dt = dt.clamp(min=self.dt_init_floor)
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+
+
+def _l2_normalised(x: Tensor) -> Tensor:
+    """``x / sqrt(|x|^2 + eps)`` over the last dimension, in float32 (flash-linear-attention's form)."""
+    x = x.float()
+    return x * torch.rsqrt(x.square().sum(dim=-1, keepdim=True) + L2_EPS)
+
+
+__all__ = ["GatedDeltaNet"]
