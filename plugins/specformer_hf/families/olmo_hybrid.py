@@ -30,11 +30,12 @@ FAMILY = decoder_family(
                      layouts=("prenorm", "postnorm_inside"), both_types=True),
     ],
     extra_rules=[*olmo_norm_rules(), *olmo_delta_rules(), *olmo_attention_rules()],
+    ignore_tensors=(r"mtp\..*",),
     maps="layer_types (default: every 4th layer attention) -> gated_deltanet (prenorm) in the block and attention "
          "(postnorm_inside, q/k RMSNorm over all heads) in a layers: override; linear_* sizes, linear_conv_kernel_dim, "
          "linear_allow_neg_eigval -> negative_eigenvalues, the A/dt initialisation ranges; rope_theta null -> "
          "positional none",
-    caveats="the gated norm's eps is always 1e-5 (flash-linear-attention's default); q/k/v convolutions are written "
-            "at their real widths (transformers' own save splits the fused one in three equal parts); needs at least "
-            "one layer of each type",
+    caveats="mtp.* is skipped, as transformers skips it; the gated norm's eps is always 1e-5 "
+            "(flash-linear-attention's default); q/k/v convolutions are written at their real widths (transformers' "
+            "own save splits the fused one in three equal parts); needs at least one layer of each type",
 )

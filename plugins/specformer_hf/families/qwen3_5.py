@@ -27,9 +27,10 @@ FAMILY = decoder_family(
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
     ],
     extra_rules=[*qwen3_5_delta_rules(), *gated_attention_rules()],
+    ignore_tensors=(r"mtp\..*", r"model\.visual\..*"),
     maps="as Qwen3-Next (layer_types, the linear_* fields, gated attention, (1 + w) RMSNorm, partial rotary) with a "
          "dense SwiGLU (intermediate_size) in every layer",
     caveats="text only: the language model of Qwen3.5 (model_type qwen3_5_text, saved by Qwen3_5ForCausalLM); the "
             "multimodal rope sections (mrope_section) are dropped, as they turn text positions like a plain rope; "
-            "mtp.* is not read",
+            "mtp.* and model.visual.* are skipped, as transformers skips them",
 )

@@ -29,10 +29,12 @@ FAMILY = decoder_family(
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
     ],
     extra_rules=[*qwen3_5_delta_rules(), *gated_attention_rules()],
+    ignore_tensors=(r"mtp\..*", r"model\.visual\..*"),
     maps="as Qwen3.5 with ffn moe in every layer: num_experts, num_experts_per_tok, moe_intermediate_size (top-k "
          "weights always renormalised), one shared expert (shared_expert_intermediate_size) gated by "
          "sigmoid(shared_expert_gate)",
     non_math_fields=("intermediate_size",),  # transformers keeps it out of Qwen3.5-MoE (every layer has experts)
     caveats="text only (model_type qwen3_5_moe_text, Qwen3_5MoeForCausalLM); reads per-expert and fused 3-D expert "
-            "tensors, writes per-expert; mrope_section dropped; mtp.* is not read",
+            "tensors, writes per-expert; mrope_section dropped; mtp.* and model.visual.* are skipped, as "
+            "transformers skips them",
 )

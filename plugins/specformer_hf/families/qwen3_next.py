@@ -30,11 +30,13 @@ FAMILY = decoder_family(
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
     ],
     extra_rules=[*qwen3_next_delta_rules(), *gated_attention_rules()],
+    ignore_tensors=(r"mtp\..*",),
     maps="layer_types (or every full_attention_interval-th layer) -> gated_deltanet in the block and attention in a "
          "layers: override; linear_num_value_heads / linear_num_key_heads / linear_key_head_dim / "
          "linear_value_head_dim / linear_conv_kernel_dim -> the Gated DeltaNet; attention with output_gate and "
          "(1 + w) q/k RMSNorm per head; partial_rotary_factor -> rope fraction; (1 + w) RMSNorm everywhere; ffn moe "
          "with one gated shared expert, decoder_sparse_step and mlp_only_layers -> dense layers",
     caveats="in_proj_qkvz / in_proj_ba are regrouped per key head on import and export; the multi-token prediction "
-            "head (mtp.*) is not read; hidden_act must be silu (it is also the convolution's activation)",
+            "module (mtp.*) is skipped, as transformers skips it; hidden_act must be silu (it is also the "
+            "convolution's activation)",
 )
