@@ -148,8 +148,8 @@ class GatedDeltaNet(nn.Module):
 
     # -- facts and initialisation ---------------------------------------------------------------
 
-    def describe_kernel(self) -> str:
-        """The kernel this layer runs, in words (``specformer summary``)."""
+    def describe_kernel(self, *, bias: bool = False) -> str:
+        """The kernel this layer runs, in words (``specformer summary``); ``bias`` (a scheme biasing scores) changes nothing here."""
         return f"torch chunked (chunk {self.chunk}); token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
 
     def extra_repr(self) -> str:

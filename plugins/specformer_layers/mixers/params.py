@@ -61,10 +61,10 @@ class GatedDeltaNetParams(Params):
 
     @field_validator("conv_kernel")
     @classmethod
-    def _conv_keeps_a_window(cls, value: int) -> int:
+    def _conv_keeps_a_window(cls, value: int) -> int:  # the spec's report adds "(got <value>)"
         if value < 2:
-            raise ValueError(f"conv_kernel must be at least 2 (the convolution carries its last conv_kernel - 1 "
-                             f"inputs between forwards), got {value}")
+            raise ValueError("conv_kernel must be at least 2 (the convolution carries its last conv_kernel - 1 "
+                             "inputs between forwards)")
         return value
 
     @field_validator("a_init_range")
@@ -72,14 +72,14 @@ class GatedDeltaNetParams(Params):
     def _a_range(cls, value: tuple[float, float]) -> tuple[float, float]:
         low, high = value
         if not 0 <= low <= high:
-            raise ValueError(f"a_init_range must be [low, high] with 0 <= low <= high, got {list(value)}")
+            raise ValueError("a_init_range must be [low, high] with 0 <= low <= high")
         return value
 
     @field_validator("dt_init_range")
     @classmethod
     def _dt_range(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
         if value is not None and not 0 < value[0] <= value[1]:
-            raise ValueError(f"dt_init_range must be [min, max] with 0 < min <= max, got {list(value)}")
+            raise ValueError("dt_init_range must be [min, max] with 0 < min <= max")
         return value
 
     @model_validator(mode="after")

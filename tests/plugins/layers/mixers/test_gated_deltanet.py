@@ -183,6 +183,12 @@ def test_a_bad_spec_is_one_clear_line() -> None:
     assert len([line for line in text.splitlines() if "conv_kernel" in line]) == 1
 
 
+def test_summary_names_the_kernel() -> None:
+    from specformer.model.summary import format_summary, summarize
+    text = format_summary(summarize(_model()))
+    assert "torch chunked (chunk 4)" in text and "(1 layer)" in text
+
+
 # -- forms and states at the module level -------------------------------------------------------
 
 
