@@ -31,7 +31,8 @@ class NotExpressible(UserError):
 
 
 #: Params that change speed or training, never what a forward pass in eval mode computes.
-NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate"})  # the last two: training only
+NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate",  # the last two: training only
+                             "a_init_range", "dt_init_range", "dt_init_floor"})  # Gated DeltaNet's initialisation
 NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional"})
 
 
@@ -153,7 +154,12 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
         if "positional" in layer:
             fields["positional"] = _resolved_scaling(identity("positional", layer["positional"]), m.context_length)
         attention = fields["attention"]
-        if "n_heads" in attention:  # the built-in attention's defaults, written out
+        if layer["attention"]["kind"] == "gated_deltanet":  # its size defaults, written out
+            raw = layer["attention"]
+            key_dim = raw.get("key_head_dim") or m.d_model // raw["n_heads"]
+            attention.update(n_key_heads=raw.get("n_key_heads") or raw["n_heads"], key_head_dim=key_dim,
+                             value_head_dim=raw.get("value_head_dim") or key_dim)
+        elif "n_heads" in attention:  # the built-in attention's defaults, written out
             n_heads, n_kv, head_dim = view.attention_sizes(i)
             attention["n_kv_heads"], attention["head_dim"] = n_kv, head_dim
             if attention.get("scale") is None:

@@ -38,6 +38,10 @@ MOE_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    "qwen3-next-80b-a3b.yaml": ("Qwen3NextConfig", dict(
+        intermediate_size=5120, max_position_embeddings=262144,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
+    "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -55,6 +59,8 @@ DENSE_SPECS = {
         vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192, sliding_window=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
+    "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
+    "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
 }
 
 

@@ -105,6 +105,13 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Cohere2Config", vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192,
         sliding_window=4096),
+    # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
+    "qwen3-next-80b-a3b.yaml": _llama_like(
+        "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
+    "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
+    "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
+    "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -152,8 +159,10 @@ def shrink(data: Any) -> Any:
             for key, value in node.items():
                 if key == "n_heads":
                     value = 4
-                elif key == "n_kv_heads":
+                elif key in ("n_kv_heads", "n_key_heads"):  # attention's key/value heads, Gated DeltaNet's key heads
                     value = {True: 4, False: 1 if value == 1 else 2}[value == node["n_heads"]]
+                elif key in ("key_head_dim", "value_head_dim"):
+                    value = 16
                 elif key == "head_dim":
                     value = 16
                 elif key in ("hidden", "shared_hidden"):
