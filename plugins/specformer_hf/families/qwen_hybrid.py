@@ -88,16 +88,20 @@ class DeltaNetFields:
     olmo: bool = False
 
     def read(self, cfg: ConfigReader) -> dict[str, Any]:
-        value_heads = cfg.get("linear_num_value_heads", None) or cfg.get_size("num_attention_heads")
-        key_heads = cfg.get("linear_num_key_heads", None) or cfg.get_size("num_attention_heads")
+        if self.olmo:  # OlmoHybridConfig derives the sizes it is not given from the attention's
+            value_heads = cfg.get("linear_num_value_heads", None) or cfg.get_size("num_attention_heads")
+            key_heads = cfg.get("linear_num_key_heads", None) or cfg.get_size("num_attention_heads")
+            key_dim = cfg.get("linear_key_head_dim", None) or int(0.75 * cfg.get_size("hidden_size") / key_heads)
+            value_dim = cfg.get("linear_value_head_dim", None) or 2 * key_dim
+        else:
+            value_heads, key_heads = cfg.get_size("linear_num_value_heads"), cfg.get_size("linear_num_key_heads")
+            key_dim, value_dim = cfg.get_size("linear_key_head_dim"), cfg.get_size("linear_value_head_dim")
         if value_heads % key_heads:
             raise UserError(f"{cfg.family}: linear_num_key_heads ({key_heads}) must divide linear_num_value_heads "
                             f"({value_heads})")
-        key_dim = cfg.get("linear_key_head_dim", None) or int(0.75 * cfg.get_size("hidden_size") / key_heads)
         mixer: dict[str, Any] = {
             "kind": KINDS[LINEAR], "n_heads": value_heads, "n_key_heads": key_heads, "key_head_dim": key_dim,
-            "value_head_dim": cfg.get("linear_value_head_dim", None) or 2 * key_dim,
-            "conv_kernel": cfg.get_size("linear_conv_kernel_dim"),
+            "value_head_dim": value_dim, "conv_kernel": cfg.get_size("linear_conv_kernel_dim"),
         }
         if not self.olmo:
             mixer["norm_eps"] = cfg.get_float("rms_norm_eps")
@@ -110,12 +114,13 @@ class DeltaNetFields:
         )
         return mixer
 
-    def write(self, mixer: dict[str, Any], config: dict[str, Any], family: str) -> None:
+    def write(self, mixer: dict[str, Any], config: dict[str, Any], family: str, d_model: int) -> None:
         if mixer.get("conv_bias"):
             raise NotExpressible("model.block.attention.conv_bias", f"Hugging Face {family}'s convolution has no bias")
+        key_dim = mixer["key_head_dim"] or d_model // mixer["n_heads"]  # the mixer's own defaults, written out
         config.update(
             linear_num_value_heads=mixer["n_heads"], linear_num_key_heads=mixer["n_key_heads"] or mixer["n_heads"],
-            linear_key_head_dim=mixer["key_head_dim"], linear_value_head_dim=mixer["value_head_dim"],
+            linear_key_head_dim=key_dim, linear_value_head_dim=mixer["value_head_dim"] or key_dim,
             linear_conv_kernel_dim=mixer["conv_kernel"],
         )
         if not self.olmo:
@@ -214,7 +219,7 @@ class HybridMixers(Part):
             raise NotExpressible("model.layers[*].attention.kind", f"Hugging Face {view.name} needs at least one "
                                  "gated_deltanet layer and one attention layer")
         if LINEAR in first:
-            self.linear.write(mixers[first[LINEAR]], config, view.name)
+            self.linear.write(mixers[first[LINEAR]], config, view.name, view.model.d_model)
             if config.get("hidden_act", "silu") != "silu":
                 raise NotExpressible("model.block.ffn.activation", f"{config['hidden_act']!r}: Hugging Face "
                                      f"{view.name} applies hidden_act after the Gated DeltaNet's convolution too, "
