@@ -31,6 +31,7 @@ FAMILY = decoder_family(
     ],
     extra_rules=[*qwen3_next_delta_rules(), *gated_attention_rules()],
     ignore_tensors=(r"mtp\..*",),
+    non_math_fields=("use_sliding_window",),  # in the published config.json; transformers' Qwen3-Next has no windows
     maps="layer_types (or every full_attention_interval-th layer) -> gated_deltanet in the block and attention in a "
          "layers: override; linear_num_value_heads / linear_num_key_heads / linear_key_head_dim / "
          "linear_value_head_dim / linear_conv_kernel_dim -> the Gated DeltaNet; attention with output_gate and "

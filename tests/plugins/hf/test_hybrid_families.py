@@ -98,6 +98,36 @@ def test_layer_types_become_one_compact_override():
     assert [o["select"] for o in spec["layers"]] == [[0, 1, 3]]  # no slice says it: the list
 
 
+#: Qwen3-Next-80B-A3B's config.json as transformers 4.57 wrote it: flat rope fields, full_attention_interval, no
+#: layer_types.
+QWEN3_NEXT_457 = {
+    "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151645, "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5120, "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next", "moe_intermediate_size": 512,
+    "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512, "num_experts_per_tok": 10,
+    "num_hidden_layers": 48, "num_key_value_heads": 2, "output_router_logits": False, "partial_rotary_factor": 0.25,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 10000000, "router_aux_loss_coef": 0.001,
+    "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.57.0.dev0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def test_a_transformers_4_config_reads_as_the_spec_in_specs():
+    import yaml
+    from pathlib import Path
+
+    from specformer_hf.specview import differences, math_view
+
+    family = get_families().get("qwen3_next")
+    reader = ConfigReader(QWEN3_NEXT_457, defaults=family.defaults, family=family.name)
+    read = family.to_spec(reader)
+    assert reader.unread(also_harmless=family.non_math_fields) == []
+    spec = yaml.safe_load((Path(__file__).resolve().parents[3] / "specs" / "qwen3-next-80b-a3b.yaml").read_text())
+    assert differences(math_view(specformer.load_spec(spec)), math_view(specformer.load_spec({"model": read}))) == []
+
+
 def test_olmo_hybrid_layers_carry_their_layouts_and_nope_reads_as_no_positions():
     spec, reader = _read("OlmoHybridConfig", num_hidden_layers=8, rope_parameters={"rope_type": "default", "rope_theta": None})
     assert spec["positional"] == {"kind": "none"}
