@@ -16,7 +16,8 @@ def builtin_families() -> list[Family]:
             qwen2_moe.FAMILY, qwen3_moe.FAMILY, smollm3.FAMILY,
             gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY,
             cohere2.FAMILY,
-            qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY]
+            qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY,
+            qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL]
 
 
 __all__ = ["builtin_families"]

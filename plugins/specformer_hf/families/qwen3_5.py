@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from specformer_hf.families.common import GatedFFN, Layout, RMSNorm, Sizes, decoder_family
 from specformer_hf.families.qwen_hybrid import (AttentionFields, DeltaNetFields, HybridMixers, TextRope,
-                                                gated_attention_rules, qwen3_5_delta_rules, qwen_default_types)
+                                                gated_attention_rules, language_model_of, qwen3_5_delta_rules,
+                                                qwen_default_types)
 
 #: transformers' Qwen3_5TextConfig defaults (partial_rotary_factor 0.25 in the rope parameters, as Qwen3-Next).
 DEFAULTS = {
@@ -30,7 +31,10 @@ FAMILY = decoder_family(
     ignore_tensors=(r"mtp\..*", r"model\.visual\..*"),
     maps="as Qwen3-Next (layer_types, the linear_* fields, gated attention, (1 + w) RMSNorm, partial rotary) with a "
          "dense SwiGLU (intermediate_size) in every layer",
-    caveats="text only: the language model of Qwen3.5 (model_type qwen3_5_text, saved by Qwen3_5ForCausalLM); the "
+    caveats="the language model as Qwen3_5ForCausalLM saves it (the published multimodal checkpoints: qwen3_5); the "
             "multimodal rope sections (mrope_section) are dropped, as they turn text positions like a plain rope; "
             "mtp.* and model.visual.* are skipped, as transformers skips them",
 )
+
+#: The published checkpoints: the multimodal model's config.json and weights, read for its language model.
+MULTIMODAL = language_model_of(FAMILY, name="Qwen3.5 (multimodal)", model_type="qwen3_5", architecture="Qwen3_5ForConditionalGeneration")

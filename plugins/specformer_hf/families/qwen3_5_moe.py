@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from specformer_hf.families.common import Layout, MixtureOfExperts, RMSNorm, Sizes, decoder_family
 from specformer_hf.families.qwen_hybrid import (AttentionFields, DeltaNetFields, HybridMixers, TextRope,
-                                                gated_attention_rules, qwen3_5_delta_rules, qwen_default_types)
+                                                gated_attention_rules, language_model_of, qwen3_5_delta_rules,
+                                                qwen_default_types)
 
 #: transformers' Qwen3_5MoeTextConfig defaults.
 DEFAULTS = {
@@ -38,3 +39,6 @@ FAMILY = decoder_family(
             "tensors, writes per-expert; mrope_section dropped; mtp.* and model.visual.* are skipped, as "
             "transformers skips them",
 )
+
+#: The published checkpoints: the multimodal model's config.json and weights, read for its language model.
+MULTIMODAL = language_model_of(FAMILY, name="Qwen3.5-MoE (multimodal)", model_type="qwen3_5_moe", architecture="Qwen3_5MoeForConditionalGeneration")

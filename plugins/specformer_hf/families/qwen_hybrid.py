@@ -19,6 +19,7 @@ from torch import Tensor
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
+from specformer_hf.family import Family
 from specformer_hf.families.common import ATTN, LAYER, FamilyView, Part, Rope, _selection, attention_sizes, rmsnorm
 from specformer_hf.rules import Copy, Fused, OneOf, Rule, Site
 from specformer_hf.specview import NotExpressible
@@ -503,9 +504,49 @@ class OptionalRope(Rope):
         super().write(view, config)
 
 
+# -- the multimodal checkpoints' language model ---------------------------------------------------------
+
+
+def language_model_of(text: Family, *, name: str, model_type: str, architecture: str) -> Family:
+    """The family reading ``text``'s model out of a multimodal checkpoint (Qwen3.5's published ones).
+
+    config.json nests the language model's fields under ``text_config`` and ties the head at
+    the top level (``tie_word_embeddings``, as the multimodal model does); the weights sit under
+    ``model.language_model.`` and the vision encoder's (``model.visual.*``) are skipped, as
+    transformers skips them when it loads such a checkpoint as a causal LM. Export writes the
+    text family's layout: this family expresses no spec.
+    """
+
+    def to_spec(cfg: ConfigReader) -> dict[str, Any]:
+        inner = cfg.get("text_config", None)
+        if not isinstance(inner, dict):
+            raise UserError(f"{cfg.family}: config.json needs a 'text_config' mapping (the language model's fields), "
+                            f"got {inner!r}")
+        reader = ConfigReader(inner, defaults=text.defaults, family=f"{cfg.family} text_config",
+                              max_layers=cfg.max_layers)
+        model = text.to_spec(reader)
+        model["tie_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+        cfg.mark_read(*cfg.data)  # the vision encoder's settings and the image/video token ids: not the text model's
+        cfg.unused.extend(f"text_config.{key}" for key in reader.unread(also_harmless=text.non_math_fields))
+        return model
+
+    def to_config(view: Any) -> dict[str, Any]:
+        raise NotExpressible("", f"export writes the language model alone, as Hugging Face {text.name} "
+                                 f"({text.model_type})")
+
+    return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,
+                  to_config=to_config, weights=text.weights,
+                  ignore_tensors=(*text.ignore_tensors, r"model\.visual\..*"),
+                  aliases=(("model.", "model.language_model."),),
+                  maps=f"text_config as {text.name} ({text.model_type}); model.language_model.* weights; top-level "
+                       "tie_word_embeddings",
+                  caveats=f"the language model only: the vision encoder (model.visual.*) is skipped; export writes "
+                          f"{text.model_type}")
+
+
 __all__ = [
     "AtLayers", "AttentionFields", "ConvWeight", "DeltaNetFields", "FULL", "GatedQuery", "GroupedBA", "GroupedQKVZ",
     "HybridMixers", "LINEAR", "OptionalRope", "TextRope", "at_full", "at_linear", "gated_attention_rules",
-    "hybrid_layer_types", "olmo_attention_rules", "olmo_default_types", "olmo_delta_rules", "olmo_norm_rules",
+    "hybrid_layer_types", "language_model_of", "olmo_attention_rules", "olmo_default_types", "olmo_delta_rules", "olmo_norm_rules",
     "qwen3_5_delta_rules", "qwen3_next_delta_rules", "qwen_default_types",
 ]
