@@ -60,7 +60,7 @@ def delta_rule_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_deca
     state after each token ``(B, T, H, dk, dv)``.
     """
     dtype = v.dtype
-    q, k, v, beta, decay, s = _float32(q, k, v, beta, log_decay, state)
+    q, k, v, beta, decay, s = _widened(q, k, v, beta, log_decay, state)
     q = q * _scale(scale, q)
     length = q.shape[2]
     # Per head (B, H, T, 1, 1) or per key channel (B, H, T, dk, 1): what multiplies the state's rows.
@@ -103,7 +103,7 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay:
     if chunk < 1:
         raise ValueError(f"chunk must be a positive number of tokens, got {chunk}")
     dtype = v.dtype
-    q, k, v, beta, decay, s = _float32(q, k, v, beta, log_decay, state)
+    q, k, v, beta, decay, s = _widened(q, k, v, beta, log_decay, state)
     q = q * _scale(scale, q)
     length = q.shape[2]
     pad = -length % chunk
@@ -159,7 +159,7 @@ def _decayed_scores(a: Tensor, b: Tensor, cumulative: Tensor, mask: Tensor, per_
     return (a @ b.transpose(-1, -2)) * exponent.exp()
 
 
-def _float32(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor,
+def _widened(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor,
              state: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The inputs in float32 (float64 if ``v`` is), shapes checked, and the initial state (zeros when None)."""
     batch, heads, length, key_dim = q.shape

@@ -109,8 +109,8 @@ class GatedDeltaNet(nn.Module):
         cache.write_state(self.layer_index, {"conv": conv.window, "recurrent": rule.state}, steps=steps)
         return y
 
-    def _mix(self, x: Tensor, *, window: Tensor | None = None, state: Tensor | None = None,
-             padding: Tensor | None = None, steps: bool = False, recurrent: bool = False) -> tuple[Tensor, ConvOutput, DeltaRuleOutput]:
+    def _mix(self, x: Tensor, *, window: Tensor | None = None, state: Tensor | None = None, padding: Tensor | None = None,
+             steps: bool = False, recurrent: bool = False) -> tuple[Tensor, ConvOutput, DeltaRuleOutput]:
         """The layer on ``x`` ``(B, T, D)`` from ``window`` and ``state`` (zeros when None): (output, conv, rule).
 
         ``padding`` ``(B,)``: tokens opening each row that must leave both states as they were.
@@ -150,8 +150,9 @@ class GatedDeltaNet(nn.Module):
     # -- facts and initialisation ---------------------------------------------------------------
 
     def describe_kernel(self, *, bias: bool = False) -> str:
-        """The kernel this layer runs, in words (``specformer summary``); ``bias`` (a scheme biasing scores) changes nothing here."""
-        return f"torch chunked (chunk {self.chunk}); token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
+        """The kernel this layer runs, in words (``specformer summary``); ``bias`` (a scheme's score bias) is no concern here."""
+        return (f"torch chunked (chunk {self.chunk}); token by token for cached forwards of "
+                f"<= {RECURRENT_MAX_TOKENS} tokens")
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_key_heads={self.n_kv_heads}", f"key_head_dim={self.key_head_dim}",

@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
     "norm": {"layernorm", "rmsnorm", "scalenorm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe"},
-    "attention": {"attention", "mla"},
+    "attention": {"attention", "mla", "gated_deltanet"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk"},
 }
@@ -61,7 +61,9 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.routers.base",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
-               "specformer_layers.attention.masking"}
+               "specformer_layers.attention.masking",
+               "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
+               "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
 
