@@ -31,7 +31,8 @@ class NotExpressible(UserError):
 
 
 #: Params that change speed or training, never what a forward pass in eval mode computes.
-NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate"})  # the last two: training only
+NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate",  # the last two: training only
+                             "a_init_range", "dt_init_range", "dt_init_floor"})  # Gated DeltaNet's initialisation
 NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional"})
 
 
@@ -160,8 +161,13 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
 
 def _attention_defaults_written_out(attention: dict[str, Any], d_model: int) -> None:
     """The built-in attention's derived defaults (kv heads, head_dim, scale) written out, in place; also in the
-    sub-mixers of a ``parallel`` mixer."""
-    if "n_heads" in attention:
+    sub-mixers of a ``parallel`` mixer; and the Gated DeltaNet's size defaults (key heads, key and value widths)."""
+    kind = str(attention.get("kind", ""))
+    if kind == "gated_deltanet" or kind.endswith(".GatedDeltaNet"):
+        key_dim = attention.get("key_head_dim") or d_model // attention["n_heads"]
+        attention.update(n_key_heads=attention.get("n_key_heads") or attention["n_heads"], key_head_dim=key_dim,
+                         value_head_dim=attention.get("value_head_dim") or key_dim)
+    elif "n_heads" in attention:
         sizes = head_sizes(d_model=d_model, n_heads=attention["n_heads"], n_kv_heads=attention.get("n_kv_heads"),
                            head_dim=attention.get("head_dim"))
         attention["n_kv_heads"], attention["head_dim"] = sizes.n_kv_heads, sizes.head_dim

@@ -52,6 +52,8 @@ class CausalSelfAttention(nn.Module):
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * head_dim, bias=params.qkv_bias)
         self.out = nn.Linear(n_heads * head_dim, d_model, bias=params.out_bias)
+        # The output gate reads the block input, one logit per output channel of every head.
+        self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias) if params.output_gate else None
         self.q_norm = q_norm
         self.k_norm = k_norm
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
@@ -84,6 +86,8 @@ class CausalSelfAttention(nn.Module):
         y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
                    scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
         y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
+        if self.gate is not None:
+            y = y * torch.sigmoid(self.gate(x))
         return self.out(y)
 
     def describe_kernel(self, *, bias: bool = False) -> str:
@@ -102,14 +106,18 @@ class CausalSelfAttention(nn.Module):
             parts.append(f"logit_softcap={self.logit_softcap}")
         if self.sinks is not None:
             parts.append("sinks=True")
+        if self.gate is not None:
+            parts.append("output_gate=True")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.qkv.weight, std=std)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, std=std)
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
         if self.sinks is not None:
             nn.init.normal_(self.sinks, std=std)  # as transformers initialises gpt-oss's sinks
-        for bias in (self.qkv.bias, self.out.bias):
+        for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None):
             if bias is not None:
                 nn.init.zeros_(bias)
 

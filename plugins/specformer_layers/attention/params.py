@@ -21,7 +21,11 @@ class CausalSelfAttentionParams(Params):
     ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
     each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
     adds a learned per-head logit to the softmax normalisation (gpt-oss), so a head may
-    attend to nothing. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    attend to nothing. ``output_gate`` multiplies each channel of the attention output,
+    before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
+    (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
+    full-attention layers): a head can close itself for a token instead of parking its
+    attention on a sink. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
     fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
     no ``T x T`` tensor) for every other mask and score modification where it can run;
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
@@ -49,6 +53,11 @@ class CausalSelfAttentionParams(Params):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
     chunk: int | None = Field(default=None, gt=0, description="Chunked local attention: attend only within the same block of this many positions (Llama 4).")
     sinks: bool = Field(default=False, description="Learned per-head sink logits that join the softmax normalisation (gpt-oss).")
+    output_gate: bool = Field(
+        default=False,
+        description="Multiply the attention output per channel by sigmoid of a projection of the block input "
+                    "(biased when qkv_bias is), before the output projection (Qwen3-Next, Qwen3.5).",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "

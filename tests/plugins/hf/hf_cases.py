@@ -275,6 +275,44 @@ CASES += [
                      attention_bias=True, linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=4,
                      layer_types=["full_attention", "linear_attention", "full_attention", "full_attention"],
                      mlp_layer_types=["sparse", "dense", "dense", "sparse"])),
+    # --- hybrid: Qwen3-Next, Qwen3.5, OLMo Hybrid ---
+    # Gated DeltaNet layers among attention layers: value heads twice the key heads, key head dim != value head dim,
+    # kernels 3 and 4, the default every-4th pattern, every-2nd and irregular layer_types, experts with a gated
+    # shared expert on some layers, gated attention with biases. OLMo Hybrid's key and value widths are equal
+    # because transformers saves its q/k/v convolutions as three equal parts (test_hybrid_families.py covers
+    # unequal ones).
+    Case("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                     linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=4, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=40,
+                     mlp_only_layers=[1])),
+    Case("qwen3_next-irregular", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+         _llama_like(num_hidden_layers=5, head_dim=16, num_key_value_heads=1, attention_bias=True,
+                     layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention",
+                                  "linear_attention"],
+                     linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=12, linear_value_head_dim=8,
+                     linear_conv_kernel_dim=3, num_experts=5, num_experts_per_tok=3, moe_intermediate_size=24,
+                     shared_expert_intermediate_size=32, decoder_sparse_step=2, norm_topk_prob=False,
+                     tie_word_embeddings=True, rope_parameters=_rope("default", partial_rotary_factor=0.5))),
+    Case("qwen3_5", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=16,
+                     layer_types=["linear_attention", "full_attention"] * 2, linear_num_key_heads=2,
+                     linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=3,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.25, mrope_section=[1, 1, 0],
+                                           mrope_interleaved=True))),
+    Case("qwen3_5_moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, layer_types=["linear_attention", "linear_attention", "full_attention"],
+                     linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=8,
+                     linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                     shared_expert_intermediate_size=24)),
+    Case("olmo_hybrid", "OlmoHybridConfig", "OlmoHybridForCausalLM",
+         _llama_like(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                     linear_value_head_dim=8, linear_conv_kernel_dim=3)),
+    Case("olmo_hybrid-nope", "OlmoHybridConfig", "OlmoHybridForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, attention_bias=True,
+                     layer_types=["full_attention", "linear_attention", "linear_attention"], linear_num_key_heads=2,
+                     linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=4, linear_conv_kernel_dim=4,
+                     linear_allow_neg_eigval=False, rope_parameters={"rope_type": "default", "rope_theta": None})),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

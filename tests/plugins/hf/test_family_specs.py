@@ -45,6 +45,10 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
     "kimi-linear-48b-a3b.yaml": ("KimiLinearConfig", dict(linear_attn_config=KIMI_LINEAR_ATTENTION)),
+    "qwen3-next-80b-a3b.yaml": ("Qwen3NextConfig", dict(
+        intermediate_size=5120, max_position_embeddings=262144,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
+    "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -69,6 +73,8 @@ DENSE_SPECS = {
     "mamba-codestral-7b.yaml": ("Mamba2Config", dict(max_position_embeddings=4096)),
     "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
+    "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
+    "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
 }
 
 

@@ -129,6 +129,13 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
         tie_word_embeddings=False, mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128,
         mamba_n_groups=1, mamba_d_conv=4, mamba_rms_norm=False),
+    # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
+    "qwen3-next-80b-a3b.yaml": _llama_like(
+        "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
+    "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
+    "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
+    "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -176,8 +183,10 @@ def shrink(data: Any) -> Any:
             for key, value in node.items():
                 if key == "n_heads":
                     value = 4
-                elif key == "n_kv_heads":
+                elif key in ("n_kv_heads", "n_key_heads"):  # attention's key/value heads, Gated DeltaNet's key heads
                     value = {True: 4, False: 1 if value == 1 else 2}[value == node["n_heads"]]
+                elif key in ("key_head_dim", "value_head_dim"):
+                    value = 16
                 elif key == "head_dim":
                     value = 16
                 elif key in ("hidden", "shared_hidden"):
