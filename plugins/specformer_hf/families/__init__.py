@@ -20,7 +20,7 @@ def builtin_families() -> list[Family]:
             gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY,
             cohere2.FAMILY,
             qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY, kimi_linear.FAMILY,
-            nemotron_h.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY, lfm2.FAMILY, mamba2.FAMILY,
+            lfm2.FAMILY, mamba2.FAMILY, nemotron_h.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL]
 
