@@ -37,9 +37,6 @@ class Absent(nn.Module):
     def forward(self, x: Tensor, ctx: Any = None) -> Tensor:
         return torch.zeros_like(x)
 
-    def describe_kernel(self, *, bias: bool = False) -> str:
-        return "none (no mixer)"
-
     def init_weights(self, *, std: float, residual_std: float) -> None:
         """Nothing to initialise."""
 

@@ -78,6 +78,9 @@ class GatedDeltaNet(nn.Module):
         self.chunk = params.chunk
         channels = 2 * key_heads * key_dim + value_heads * value_dim
         self.state_slots = StateSlots((("conv", (channels, kernel - 1)), ("recurrent", (value_heads, key_dim, value_dim))))
+        # Per token beyond the projections: the convolution, then per head the decay, the key's prediction, the
+        # write and the query's read of a dk x dv state (1 + 2 + 2 + 2 multiply-adds per entry).
+        self.recurrent_flops_per_token = 2 * channels * kernel + 7 * value_heads * key_dim * value_dim
 
         self.qkv = nn.Linear(d_model, channels, bias=False)
         self.z = nn.Linear(d_model, value_heads * value_dim, bias=False)

@@ -73,6 +73,9 @@ class KimiDeltaAttention(nn.Module):
         channels = 2 * n_heads * head_dim + n_heads * value_dim
         self.state_slots = StateSlots((("conv", (channels, params.conv_kernel - 1)),
                                        ("recurrent", (n_heads, head_dim, value_dim))))
+        # Per token beyond the projections: the convolution, then per head the per-channel decay, the key's
+        # prediction, the write and the query's read of a dk x dv state (1 + 2 + 2 + 2 multiply-adds per entry).
+        self.recurrent_flops_per_token = 2 * channels * params.conv_kernel + 7 * n_heads * head_dim * value_dim
 
         self.qkv = nn.Linear(d_model, channels, bias=False)
         self.conv_weight = nn.Parameter(torch.empty(channels, params.conv_kernel))

@@ -38,6 +38,8 @@ class ShortConv(nn.Module):
         self.window = None
         self.kernel = params.kernel
         self.state_slots = StateSlots((("conv", (d_model, params.kernel - 1)),))
+        # Per token beyond the projections: the depthwise convolution and the two gating products.
+        self.recurrent_flops_per_token = 2 * d_model * params.kernel + 2 * d_model
         # One matmul for the three streams; rows are [B (d_model); C (d_model); x (d_model)].
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=params.bias)
         self.conv_weight = nn.Parameter(torch.empty(d_model, params.kernel))  # (C, K): oldest input first
