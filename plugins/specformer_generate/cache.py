@@ -280,12 +280,16 @@ class StaticKVCache:
         The dropped slots are marked empty, so nothing attends to them, and the next forward
         writes from column ``columns`` on. A ring layer can only give back what its ``spare``
         slots kept: dropping more columns than ``spare`` is an error (its older keys are gone).
+        A recurrent state goes back to the state after column ``columns - 1``, which must be
+        one of the last ``spare`` columns written while :attr:`keep_steps` was set.
         """
         written = int(self.cursor)
         if not 0 <= columns <= written:
             raise ValueError(f"rollback to column {columns}: only {written} columns are written")
         if columns == written:
             return
+        if self._states:
+            self._rollback_states(columns, written)
         if written - columns > self.spare and any(group.ring for group in self._groups):
             raise ValueError(f"rollback by {written - columns} columns, but this cache's ring layers keep only "
                              f"{self.spare} spare slots; build it with spare={written - columns} or more")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from specformer.model.attention import cache_slots_of
+from specformer.model.state import state_slots_of
 from specformer.errors import InputError, MemoryLimitError
 from specformer.machine.memory import ENV_VAR, memory_limit, parse_bytes
 from specformer.messages import format_bytes
@@ -54,7 +55,8 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
 
     ``candidates``: beam search's candidate rows per step (``K`` per prompt, summed). The
     cache holds, per attention layer, keys and values ``rows x n_kv_heads x slots x
-    head_dim`` (slots: the window for ring layers); token tables are int64; the logits
+    head_dim`` (slots: the window for ring layers), and per recurrent layer its state per row;
+    token tables are int64; the logits
     workspace is a few float32 ``rows x vocab`` tensors; the prefill holds the hidden states
     and the attention mask or scores of ``width`` queries against every slot.
     """
@@ -66,11 +68,14 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     for module in model.attention_modules():
         window = module.window  # an AttentionLayer's public facts
         slots = window if (use_cache and window is not None and window < length) else length
-        slot_sizes.add(slots)
         widest_heads = max(widest_heads, int(module.n_heads))
         kept = cache_slots_of(module)  # what the layer declares it keeps per token (None: nothing)
         if use_cache and kept is not None:
+            slot_sizes.add(slots)
             cache += rows * slots * kept.bytes_per_token(element)
+        state = state_slots_of(module)  # and per sequence, whatever the length (a recurrent mixer)
+        if use_cache and state is not None:
+            cache += rows * state.bytes_per_sequence(element)
     cache += rows * sum(slot_sizes) * 8 if use_cache else 0
     tokens = (2 * rows + 2 * candidates) * length * 8  # history/running/finished and beam candidates
     logits = 4 * (rows + candidates) * model.vocab_size * 4

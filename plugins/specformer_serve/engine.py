@@ -104,6 +104,7 @@ class _Sequence:
     last: int = -1  # the latest token emitted: the next decode step's input
     produced: int = 0  # tokens emitted
     cancelled: bool = False
+    state_slot: int | None = None  # its row of the recurrent states, while running (a model with recurrent layers)
 
     @property
     def length(self) -> int:
@@ -128,7 +129,8 @@ class Engine:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model
         self.max_batch = max_batch
-        self.cache = PagedKVCache.for_model(model, num_blocks=num_blocks, block_size=block_size)
+        # One recurrent state slot per request the batch can hold (a model without recurrent layers gets none).
+        self.cache = PagedKVCache.for_model(model, num_blocks=num_blocks, block_size=block_size, state_slots=max_batch)
         self.pool = self.cache.pool
         self.device = self.cache.device
         self.context_length: int = model.context_length
@@ -276,6 +278,8 @@ class Engine:
                 break
             promised += head.need_blocks
             self._running.append(self._waiting.pop(0))
+            if self.cache.has_states:
+                head.state_slot = self.cache.claim_state()  # zeroed: a fresh sequence
             admitted.append(head)
         return admitted
 
@@ -285,6 +289,9 @@ class Engine:
             self._running.remove(sequence)
         self.cache.free(sequence.blocks)
         sequence.blocks = []
+        if sequence.state_slot is not None:
+            self.cache.release_state(sequence.state_slot)
+            sequence.state_slot = None
         self.ended[event.reason] += 1
         sequence.request.emit(event)
 
@@ -312,7 +319,8 @@ class Engine:
         width = max(map(len, prompts))
         for sequence in group:
             self._grow(sequence, len(sequence.request.prompt))
-        self.cache.plan([s.blocks for s in group], [0] * len(group), [len(p) for p in prompts])
+        self.cache.plan([s.blocks for s in group], [0] * len(group), [len(p) for p in prompts],
+                        state_rows=[s.state_slot for s in group] if self.cache.has_states else None)
         ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=self.device)  # (B, P)
         positions = torch.tensor([[-1] * (width - len(p)) + list(range(len(p))) for p in prompts],
                                  device=self.device)  # (B, P); -1: padding
@@ -342,7 +350,8 @@ class Engine:
             return
         for sequence in rows:
             self._grow(sequence, sequence.cached + 1)
-        self.cache.plan([s.blocks for s in rows], [s.cached for s in rows], 1)
+        self.cache.plan([s.blocks for s in rows], [s.cached for s in rows], 1,
+                        state_rows=[s.state_slot for s in rows] if self.cache.has_states else None)
         tokens = torch.tensor([s.last for s in rows], dtype=torch.long, device=self.device)[:, None]  # (B, 1)
         positions = torch.tensor([s.cached for s in rows], device=self.device)[:, None]  # (B, 1)
         logits = self.model(tokens, positions=positions, cache=self.cache)[:, -1].float()  # (B, V)

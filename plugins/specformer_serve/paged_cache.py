@@ -14,7 +14,14 @@ the padding is masked like any empty slot (:class:`specformer.model.context.KVCa
 negative position is never attended to).
 
 :class:`BlockPool` is the bookkeeping (which blocks are free); :class:`PagedKVCache` is
-the tensors and the KV-cache protocol. Before each forward the engine calls
+the tensors and the KV-cache protocol.
+
+A recurrent mixer (:mod:`specformer.model.state`) keeps a fixed-size state per sequence,
+not per token: beside its blocks a running request holds one *state slot* (a row of every
+recurrent layer's state tensors), claimed zeroed at admission and given back when it
+ends. ``plan`` names each row's slot; ``read_state`` gathers those rows and
+``write_state`` scatters them back, so a state costs the same at any length and never
+moves between blocks. Before each forward the engine calls
 :meth:`PagedKVCache.plan` with each row's block table and cached length; the first
 layer's ``update`` then writes the slot positions and every layer reads through the same
 gathered slot indices (one mask per forward).
@@ -29,6 +36,7 @@ import torch
 from torch import Tensor
 
 from specformer.model.attention import CacheSlots, cache_slots_of
+from specformer.model.state import StateSlots, state_slots_of
 
 #: The block every padded block-table entry points to; its positions stay -1.
 NULL_BLOCK = 0
@@ -82,21 +90,29 @@ class CachedLayer:
     slots: CacheSlots  # key (key_heads, key_dim) and value (value_heads, value_dim) per token
 
 
+@dataclass(frozen=True)
+class StatefulLayer:
+    """What the cache stores for one recurrent layer per sequence: the state tensors it declares."""
+
+    layer_index: int
+    slots: StateSlots
+
+
 def cached_layers(model: Any) -> list[CachedLayer]:
-    """The layers a paged cache must hold, from what each attention declares it keeps per token.
+    """The layers a paged cache must hold per token, from what each mixer declares it keeps.
 
     A layer's :func:`specformer.model.attention.cache_slots_of` says it: full keys and values,
     anything else stored as two tensors (a latent and a rotary key, for latent attention),
     or nothing (``None``: the layer is left out).
     """
-    layers = []
-    for module in model.attention_modules():
-        slots = cache_slots_of(module)
-        if slots is not None:
-            layers.append(CachedLayer(layer_index=module.layer_index, slots=slots))
-    if not layers:
-        raise ValueError("no attention layer of the model keeps a cache, so there is nothing to page")
-    return layers
+    return [CachedLayer(layer_index=module.layer_index, slots=slots) for module in model.attention_modules()
+            if (slots := cache_slots_of(module)) is not None]
+
+
+def stateful_layers(model: Any) -> list[StatefulLayer]:
+    """The layers that keep a recurrent state per sequence (:func:`specformer.model.state.state_slots_of`)."""
+    return [StatefulLayer(layer_index=module.layer_index, slots=slots) for module in model.attention_modules()
+            if (slots := state_slots_of(module)) is not None]
 
 
 class PagedKVCache:
@@ -108,7 +124,13 @@ class PagedKVCache:
     """
 
     def __init__(self, *, layers: Sequence[CachedLayer], num_blocks: int, block_size: int,
+                 states: Sequence[StatefulLayer] = (), state_slots: int = 0,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        if not layers and not states:
+            raise ValueError("no layer of the model keeps a cache (per token or per sequence), so there is nothing to page")
+        if states and state_slots < 1:
+            raise ValueError(f"a model with recurrent layers needs state_slots >= 1 (one per running request), "
+                             f"got {state_slots}")
         self.pool = BlockPool(num_blocks=num_blocks, block_size=block_size)
         self.block_size = block_size
         slots = (num_blocks + 1) * block_size
@@ -122,28 +144,87 @@ class PagedKVCache:
             self._values[layer.layer_index] = torch.zeros((slots, shapes.value_heads, shapes.value_dim), dtype=dtype,
                                                           device=self.device)
         self.slot_positions = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # -1: empty
-        self._first_layer = min(self._keys)
+        self._first_layer = min(self._keys) if self._keys else None
+        # Recurrent states: layer -> name -> (state_slots, *shape); one row per running request.
+        self._states: dict[int, dict[str, Tensor]] = {
+            layer.layer_index: {name: torch.zeros((state_slots, *shape), dtype=dtype, device=self.device)
+                                for name, shape in layer.slots.tensors}
+            for layer in states
+        }
+        self._free_states = list(range(state_slots - 1, -1, -1)) if states else []
+        self._state_rows: Tensor | None = None  # (B,) each row's state slot in the planned forward
+        #: The serve engine never rolls back, so mixers never hand over per-token states here.
+        self.keep_steps = False
         self._write_slots: Tensor | None = None  # (B, T) where this forward's tokens go
         self._read_slots: Tensor | None = None  # (B, S) what each row attends to, block by block
         self._read_positions: Tensor | None = None  # (B, S)
 
     @classmethod
-    def for_model(cls, model: Any, *, num_blocks: int, block_size: int) -> "PagedKVCache":
+    def for_model(cls, model: Any, *, num_blocks: int, block_size: int, state_slots: int = 0) -> "PagedKVCache":
+        """``state_slots``: how many requests may hold a recurrent state at once (the engine's batch size)."""
         reference = next(model.parameters())
         dtype = reference.dtype if reference.dtype.is_floating_point else torch.float32
-        return cls(layers=cached_layers(model), num_blocks=num_blocks, block_size=block_size,
-                   device=reference.device, dtype=dtype)
+        states = stateful_layers(model)
+        return cls(layers=cached_layers(model), states=states, state_slots=state_slots if states else 0,
+                   num_blocks=num_blocks, block_size=block_size, device=reference.device, dtype=dtype)
+
+    # -- recurrent states ---------------------------------------------------------------------
+
+    @property
+    def has_states(self) -> bool:
+        return bool(self._states)
+
+    def claim_state(self) -> int:
+        """A state slot for a new request, zeroed (a fresh sequence); RuntimeError when none is free."""
+        if not self._free_states:
+            # The engine admits at most as many requests as it has slots, so this is a bug, not a busy server.
+            raise RuntimeError("every recurrent state slot is taken: more running requests than state slots")
+        slot = self._free_states.pop()
+        for states in self._states.values():
+            for state in states.values():
+                state[slot].zero_()
+        return slot
+
+    def release_state(self, slot: int) -> None:
+        if slot in self._free_states or not 0 <= slot < self.state_slot_count:
+            raise ValueError(f"state slot {slot} is not a taken slot of this cache")
+        self._free_states.append(slot)
+
+    @property
+    def state_slot_count(self) -> int:
+        first = next(iter(self._states.values()), None)
+        return 0 if first is None else next(iter(first.values())).shape[0]
+
+    def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]:
+        """The planned rows' states ``{name: (B, *shape)}`` before this forward."""
+        if self._state_rows is None:
+            raise RuntimeError("PagedKVCache.read_state before plan(..., state_rows=...): the engine plans each forward")
+        return {name: state.index_select(0, self._state_rows) for name, state in self._states[layer_index].items()}
+
+    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None) -> None:
+        """The planned rows' states after this forward, written back to their slots."""
+        assert self._state_rows is not None
+        held = self._states[layer_index]
+        if set(states) != set(held):
+            raise ValueError(f"layer {layer_index} keeps the states {sorted(held)}, got {sorted(states)}")
+        for name, value in states.items():
+            held[name].index_copy_(0, self._state_rows, value.to(held[name].dtype))
 
     # -- before a forward -------------------------------------------------------------------
 
-    def plan(self, tables: Sequence[Sequence[int]], cached: Sequence[int], new: int | Sequence[int]) -> None:
+    def plan(self, tables: Sequence[Sequence[int]], cached: Sequence[int], new: int | Sequence[int], *,
+             state_rows: Sequence[int] | None = None) -> None:
         """The next forward writes ``new`` tokens to each row (a count per row, or one for all), after its
-        ``cached`` ones, in its blocks.
+        ``cached`` ones, in its blocks; ``state_rows[i]``: row ``i``'s state slot (a model with recurrent layers).
 
         Rows with fewer new tokens than the widest are left-padded: their first columns are
         padding (position ``-1`` in the forward), written to the null block and never read.
         ``tables[i]`` must already hold the blocks for ``cached[i] + new[i]`` tokens.
         """
+        if self._states:
+            if state_rows is None or len(state_rows) != len(tables):
+                raise ValueError("a model with recurrent layers needs each row's state slot: plan(..., state_rows=[...])")
+            self._state_rows = torch.tensor(list(state_rows), dtype=torch.long, device=self.device)
         bs = self.block_size
         news = [new] * len(tables) if isinstance(new, int) else list(new)
         for row, (blocks, length, count) in enumerate(zip(tables, cached, news)):
@@ -169,7 +250,7 @@ class PagedKVCache:
         if self._write_slots is None or self._read_slots is None:
             raise RuntimeError("PagedKVCache.update before plan(): the engine plans each forward")
         write, read = self._write_slots.reshape(-1), self._read_slots
-        if layer_index == self._first_layer:
+        if layer_index == self._first_layer:  # the first layer that keeps keys: one write of the slot positions
             self.slot_positions.index_copy_(0, write, positions.reshape(-1))
             self._read_positions = self.slot_positions[read]  # (B, S); one tensor for every layer: one mask
         assert self._read_positions is not None
@@ -194,6 +275,7 @@ class PagedKVCache:
     @property
     def nbytes(self) -> int:
         tensors = [*self._keys.values(), *self._values.values(), self.slot_positions]
+        tensors += [t for states in self._states.values() for t in states.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def bytes_per_block(self) -> int:

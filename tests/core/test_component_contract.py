@@ -15,7 +15,11 @@ components never imports torch (CONVENTION of issue 30, docs/writing-a-plugin.md
   object: same class, parameter names, shapes and values under the same seed, same
   ``repr`` (every ``extra_repr`` in it) and same settings;
 - every param takes effect: changing it from its default changes what is built (a
-  constructor that ignored a param would pass every other check).
+  constructor that ignored a param would pass every other check);
+- every token mixer (the ``attention`` kind: softmax attention and recurrent mixers alike),
+  in a two-layer model beside softmax attention, gives through the generation cache what
+  recompute gives: token-by-token decoding, left-padded ragged prompts, beam search (states
+  and keys reordered) and speculative decoding (rolled back to the last kept draft).
 
 Components of kinds whose sizes are a training run's objects (optimizers, loggers) get the
 structural checks only.
@@ -408,3 +412,67 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 
     spec_built = Drifting(RMSNormParams(), dim=8)
     assert "eps" in _differences(spec_built, Drifting(dim=8))
+
+
+# -- every mixer through every consumer of the cache ---------------------------------------------
+
+MIXERS = [c for c in BUILT if c.kind == "attention"]
+
+
+def _hybrid(c: Component, *, seed: int) -> Any:
+    """Two layers: the mixer, then softmax attention (so a recurrent mixer's state and keys share one cache)."""
+    import specformer
+    from fixtures.tiny import tiny_spec
+
+    spec = tiny_spec(block={"attention": {"kind": c.name, **_example(c)}},
+                     layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
+    return specformer.build(spec, seed=seed).double().eval()
+
+
+@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@torch.no_grad()
+def test_every_mixer_decodes_through_the_cache_as_recompute(component: Component) -> None:
+    from specformer_generate import StaticKVCache
+
+    model = _hybrid(component, seed=0)
+    ids = torch.randint(0, model.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(11).expand_as(ids)
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=11)
+    steps = [model(ids[:, :5], positions=positions[:, :5], cache=cache)]
+    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(5, 11)]
+    torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@torch.no_grad()
+def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: Component) -> None:
+    from specformer_generate import generate
+
+    model = _hybrid(component, seed=1)
+    prompts = [[3, 1, 4, 1, 5, 9, 2], [6], [5, 3, 5]]
+    together = generate(model, prompts, max_new_tokens=5)
+    assert together == [generate(model, [p], max_new_tokens=5)[0] for p in prompts]
+
+
+@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@torch.no_grad()
+def test_every_mixer_beam_searches_as_recompute(component: Component) -> None:
+    from fixtures.recurrent import beam_search_by_recompute
+    from specformer_generate import generate
+
+    model = _hybrid(component, seed=2)
+    prompt = torch.randint(0, model.vocab_size, (1, 4), generator=torch.Generator().manual_seed(2))
+    got = generate(model, prompt, max_new_tokens=4, num_beams=3)
+    assert got[0].tolist() == beam_search_by_recompute(model, prompt, beams=3, steps=4)
+
+
+@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@torch.no_grad()
+def test_every_mixer_rolls_back_to_the_last_kept_draft(component: Component) -> None:
+    """The mixer's model is its own draft's target; an unrelated draft makes most drafts fail."""
+    from specformer_generate import generate
+
+    model, draft = _hybrid(component, seed=3), _hybrid(component, seed=4)
+    prompt = torch.randint(0, model.vocab_size, (2, 4), generator=torch.Generator().manual_seed(3))
+    want = generate(model, prompt, max_new_tokens=9, use_cache=False)
+    assert torch.equal(generate(model, prompt, max_new_tokens=9, draft=draft, draft_tokens=3), want)

@@ -16,6 +16,11 @@ writes the state after it::
     ... run the tokens ...
     ctx.cache.write_state(self.layer_index, {"conv": conv, "recurrent": s}, steps=...)
 
+Beside ``state_slots`` a mixer declares ``uses_positions = False`` (a recurrence is ordered
+by itself, so the model's positional scheme is sized by the layers that read positions),
+and may declare ``recurrent_flops_per_token`` (what its recurrence costs per token beyond
+its weight matmuls, for ``specformer summary``) and ``describe_kernel()`` (what it runs).
+
 Two promises make every consumer of the cache exact:
 
 - **Padding never enters a state.** A token whose position is negative (left padding of a

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from specformer.model.attention import cache_slots_of
+from specformer.model.state import state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
 from specformer.model.positional import PositionalScheme
@@ -30,6 +31,9 @@ class ModelSummary:
     familiar ``6N + 12 * L * H * hd * T`` when values are as wide as keys and no layer slides.
     The KV cache per token is what one more token adds with every layer still growing;
     at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
+    A recurrent mixer (:mod:`specformer.model.state`) adds nothing per token: it keeps a state
+    of fixed size per sequence (``state_elements_per_sequence``), and its recurrence costs the
+    ``recurrent_flops_per_token`` it declares, whatever the context.
     """
 
     params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
@@ -40,10 +44,12 @@ class ModelSummary:
     attention_flops_per_token: int = 0
     kv_elements_per_token: int = 0
     kv_elements_at_context: int = 0  # one sequence of context_length tokens, windowed layers capped
+    state_elements_per_sequence: int = 0  # recurrent mixers' states: the same at any context
     context_length: int = 0
     n_layers: int = 0
-    # What each attention will run (its describe_kernel(), e.g. "sdpa (fused causal); flex for ...") -> layers.
-    attention_kernels: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
+    # What each mixer will run: ("attention kernel" or "mixer kernel", its describe_kernel(), e.g.
+    # "sdpa (fused causal); flex for ...") -> layers.
+    attention_kernels: "OrderedDict[tuple[str, str], int]" = field(default_factory=OrderedDict)
 
     @property
     def forward_flops_per_token(self) -> int:
@@ -59,6 +65,9 @@ class ModelSummary:
     def kv_bytes_at_context(self, dtype: torch.dtype = torch.bfloat16) -> int:
         return self.kv_elements_at_context * torch.empty((), dtype=dtype).element_size()
 
+    def state_bytes_per_sequence(self, dtype: torch.dtype = torch.float32) -> int:
+        return self.state_elements_per_sequence * torch.empty((), dtype=dtype).element_size()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "params": dict(self.params),
@@ -70,6 +79,7 @@ class ModelSummary:
             "kv_cache_bytes_per_token_fp32": self.kv_bytes_per_token(torch.float32),
             "kv_cache_bytes_per_token_bf16": self.kv_bytes_per_token(torch.bfloat16),
             "kv_cache_bytes_at_context_bf16": self.kv_bytes_at_context(torch.bfloat16),
+            "state_bytes_per_sequence_fp32": self.state_bytes_per_sequence(torch.float32),
             "context_length": self.context_length,
         }
 
@@ -121,13 +131,20 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     s.active = s.total - inactive
     for block, count in blocks:
         attention = block.attention
-        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
-        value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
-        s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
+        state = state_slots_of(attention)  # and per sequence (a recurrent mixer)
+        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
+        if kept is not None or state is None:  # softmax attention reads every key in its span
+            value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
+            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
+        if state is not None:
+            s.attention_flops_per_token += int(getattr(attention, "recurrent_flops_per_token", 0)) * count
+            s.state_elements_per_sequence += state.elements_per_sequence * count
         if callable(getattr(attention, "describe_kernel", None)):
-            kernel = attention.describe_kernel(bias=_has_bias(skeleton))
-            s.attention_kernels[kernel] = s.attention_kernels.get(kernel, 0) + count
+            # A recurrent mixer's kernel does not depend on a score bias.
+            kernel = attention.describe_kernel(bias=_has_bias(skeleton)) if state is None else attention.describe_kernel()
+            label = "attention kernel" if state is None else "mixer kernel"
+            s.attention_kernels[(label, kernel)] = s.attention_kernels.get((label, kernel), 0) + count
         s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
         s.kv_elements_at_context += (kept.elements_per_token if kept is not None else 0) * span * count
     return s
@@ -167,6 +184,11 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     lines.append(
         f"KV cache at full context       {format_bytes(s.kv_bytes_at_context(torch.bfloat16))} bf16 per sequence"
     )
-    for kernel, layers in s.attention_kernels.items():
-        lines.append(f"attention kernel               {kernel}  ({layers} layer{'s' if layers != 1 else ''})")
+    if s.state_elements_per_sequence:
+        lines.append(
+            f"recurrent state / sequence     {format_bytes(s.state_bytes_per_sequence(torch.float32))} fp32, "
+            f"{format_bytes(s.state_bytes_per_sequence(torch.bfloat16))} bf16 (the same at any context)"
+        )
+    for (label, kernel), layers in s.attention_kernels.items():
+        lines.append(f"{label:<31}{kernel}  ({layers} layer{'s' if layers != 1 else ''})")
     return "\n".join(lines)
