@@ -293,8 +293,6 @@ class StaticKVCache:
         if written - columns > self.spare and any(group.ring for group in self._groups):
             raise ValueError(f"rollback by {written - columns} columns, but this cache's ring layers keep only "
                              f"{self.spare} spare slots; build it with spare={written - columns} or more")
-        if self._states:
-            self._rollback_states(columns, written)
         dropped = torch.arange(columns, written, device=self.cursor.device)  # (D,)
         for group in self._groups:
             slots = dropped % group.size if group.ring else dropped
