@@ -26,8 +26,8 @@ Two forms compute the same thing:
 
 Queries and keys are used as given: normalising them (all three Gated DeltaNet families
 L2-normalise both) is the caller's business. The query scale is a parameter (default
-``dk ** -0.5``, what every family uses). Everything is computed in float32; outputs, states
-and steps come back in the dtype of ``v``.
+``dk ** -0.5``, what every family uses). Everything is computed in float32 (float64 for
+float64 inputs); outputs, states and steps come back in the dtype of ``v``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _decayed_scores(a: Tensor, b: Tensor, cumulative: Tensor, mask: Tensor, per_
 
 def _float32(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor,
              state: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The inputs in float32, shapes checked, and the initial state (zeros when None)."""
+    """The inputs in float32 (float64 if ``v`` is), shapes checked, and the initial state (zeros when None)."""
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
     if k.shape != q.shape or v.shape[:3] != q.shape[:3] or beta.shape != q.shape[:3]:
@@ -173,8 +173,9 @@ def _float32(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor,
     shape = (batch, heads, key_dim, value_dim)
     if state is not None and state.shape != shape:
         raise ValueError(f"delta rule: state must be (B, H, dk, dv) = {shape}, got {tuple(state.shape)}")
-    s = q.new_zeros(shape, dtype=torch.float32) if state is None else state.float()
-    q, k, v, beta, log_decay = (x.float() for x in (q, k, v, beta, log_decay))
+    dtype = torch.promote_types(v.dtype, torch.float32)
+    s = q.new_zeros(shape, dtype=dtype) if state is None else state.to(dtype)
+    q, k, v, beta, log_decay = (x.to(dtype) for x in (q, k, v, beta, log_decay))
     return q, k, v, beta, log_decay, s
 
 

@@ -130,8 +130,9 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(self.b(x))  # (B, T, Hv)
         if self.negative_eigenvalues:
             beta = beta * 2
-        # In float32 whatever the weights' dtype: exp(A_log) of a half-precision A_log may overflow.
-        log_decay = -self.A_log.float().exp() * F.softplus(self.a(x).float() + self.dt_bias.float())  # (B, T, Hv)
+        # In float32 at least, whatever the weights' dtype: exp(A_log) of a half-precision A_log may overflow.
+        wide = torch.promote_types(x.dtype, torch.float32)
+        log_decay = -self.A_log.to(wide).exp() * F.softplus(self.a(x).to(wide) + self.dt_bias.to(wide))  # (B, T, Hv)
         if padding is not None:  # padding writes nothing and decays nothing: the state stays as it was
             is_padding = (torch.arange(T, device=x.device)[None, :] < padding[:, None])[..., None]  # (B, T, 1)
             beta = beta.masked_fill(is_padding, 0.0)
@@ -187,8 +188,8 @@ class GatedDeltaNet(nn.Module):
 
 
 def _l2_normalised(x: Tensor) -> Tensor:
-    """``x / sqrt(|x|^2 + eps)`` over the last dimension, in float32 (flash-linear-attention's form)."""
-    x = x.float()
+    """``x / sqrt(|x|^2 + eps)`` over the last dimension, in float32 or wider (flash-linear-attention's form)."""
+    x = x.to(torch.promote_types(x.dtype, torch.float32))
     return x * torch.rsqrt(x.square().sum(dim=-1, keepdim=True) + L2_EPS)
 
 

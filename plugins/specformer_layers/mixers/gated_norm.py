@@ -14,7 +14,7 @@ _GATES = {"silu": F.silu, "sigmoid": torch.sigmoid}
 
 
 class GatedRMSNorm(nn.Module):
-    """``rmsnorm(x) * weight * activation(gate)`` over the last ``dim`` channels, computed in float32.
+    """``rmsnorm(x) * weight * activation(gate)`` over the last ``dim`` channels, computed in float32 (or float64).
 
     ``weight`` ``(dim,)`` starts at ones. The result comes back in ``x``'s dtype.
     """
@@ -29,8 +29,9 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:
-        normed = F.rms_norm(x.float(), (self.dim,), None, self.eps)
-        return (normed * self.weight.float() * _GATES[self.activation](gate.float())).to(x.dtype)
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        normed = F.rms_norm(x.to(dtype), (self.dim,), None, self.eps)
+        return (normed * self.weight.to(dtype) * _GATES[self.activation](gate.to(dtype))).to(x.dtype)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.ones_(self.weight)

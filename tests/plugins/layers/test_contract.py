@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import specformer
+from specformer.model.state import uses_positions
 
 from .support import D_MODEL, HEAD_DIM, LAYER_KINDS, VOCAB, spec_with
 
@@ -64,6 +65,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
          "window": 3, "bias": True, "backend": "eager", "latent_norm": "layernorm"},
     ],
     ("attention", "short_conv"): [{}, {"kernel": 4, "bias": True, "conv_bias": True}, {"kernel": 2}],
+    ("attention", "gated_deltanet"): [
+        {"n_heads": 4},
+        {"n_heads": 4, "n_key_heads": 2, "key_head_dim": 6, "value_head_dim": 8, "conv_kernel": 3, "conv_bias": True,
+         "negative_eigenvalues": True, "dt_init_range": [0.001, 0.1], "chunk": 4},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 
@@ -235,9 +241,7 @@ def test_generation_with_the_cache_equals_recompute(kind: str, name: str, params
 def _attention_by_positional() -> list[Any]:
     """Every attention variant with every positional scheme, and with a per-layer mix of schemes."""
     registry = specformer.get_registry()
-    # A recurrent mixer reads no positions (uses_positions False): no scheme acts inside it, so it is not crossed with them.
-    attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "attention" and not c.marks
-                  and getattr(registry.get("attention", c.values[1]).factory, "uses_positions", True)]
+    attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "attention" and not c.marks]
     schemes: list[tuple[str, dict[str, Any]]] = [
         (name, {"kind": name, **VARIANTS.get(("positional", name), [{}])[0]}) for name in registry.names("positional")
     ]
@@ -249,7 +253,8 @@ def _attention_by_positional() -> list[Any]:
         scaling = scheme.get("scaling") or {}
         if scaling.get("kind") != "longrope":
             return scheme
-        width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention["n_heads"]
+        # A mixer without heads (short_conv) is one head of d_model channels, which sizes the model's scheme.
+        width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention.get("n_heads", 1)
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],
                                       "long_factor": [2.0 + i for i in range(pairs)]}}
@@ -260,8 +265,14 @@ def _attention_by_positional() -> list[Any]:
     for i, (name, params) in enumerate(attentions):
         for label, scheme in schemes:
             cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}"))
-        cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
+        if _reads_positions({"kind": name, **params}):  # a recurrent mixer refuses a scheme of its own
+            cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
     return cases
+
+
+def _reads_positions(attention: dict[str, Any]) -> bool:
+    layer = specformer.get_registry().resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2)
+    return uses_positions(layer)
 
 
 @pytest.mark.parametrize(("attention", "positional", "layers"), _attention_by_positional())

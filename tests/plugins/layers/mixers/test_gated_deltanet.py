@@ -257,6 +257,23 @@ def test_steps_are_the_state_after_each_token_and_padding_keeps_the_state() -> N
             torch.testing.assert_close(kept.steps[name][:, 2 + t], value, **TOL)
 
 
+@pytest.mark.parametrize("length", [6, 20], ids=["recurrent", "chunked"])
+@torch.no_grad()
+def test_padding_in_a_later_cached_forward_leaves_a_running_state_alone(length: int) -> None:
+    """A row with fewer new tokens than the others (serving): its padding neither decays nor writes its state."""
+    layer = _layer(conv_bias=True)
+    x = torch.randn(1, 5 + length, D_MODEL)
+    alone, padded = RecordingCache(layer, 1), RecordingCache(layer, 1)
+    for cache in (alone, padded):
+        _cached(layer, cache, x[:, :5], torch.arange(5)[None])
+    want = _cached(layer, alone, x[:, 5 + 3:], torch.arange(5, 5 + length - 3)[None])
+    positions = torch.cat((torch.full((1, 3), -1), torch.arange(5, 5 + length - 3)[None]), 1)
+    got = _cached(layer, padded, torch.cat((torch.randn(1, 3, D_MODEL), x[:, 8:]), 1), positions)
+    torch.testing.assert_close(got[:, 3:], want, **TOL)
+    for name in alone.states:
+        torch.testing.assert_close(padded.states[name], alone.states[name], **TOL)
+
+
 @torch.no_grad()
 def test_uncached_left_padding_is_kept_out_of_the_state() -> None:
     layer = _layer()
@@ -300,16 +317,18 @@ def test_model_cached_generation_equals_the_uncached_forward() -> None:
     torch.testing.assert_close(torch.cat(got, 1), whole, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("lengths", [(9, 5), (24, 17)], ids=["recurrent_prefill", "chunked_prefill"])
 @torch.no_grad()
-def test_model_left_padded_ragged_batch_equals_each_row_alone() -> None:
+def test_model_left_padded_ragged_batch_equals_each_row_alone(lengths: tuple[int, int]) -> None:
     model = _model()
-    rows = [torch.randint(0, 97, (9,)), torch.randint(0, 97, (5,))]
-    ids = torch.stack([rows[0], torch.cat((torch.zeros(4, dtype=torch.long), rows[1]))])
-    positions = torch.stack([torch.arange(9), torch.arange(-4, 5).clamp(min=-1)])
+    long, short = lengths
+    rows = [torch.randint(0, 97, (long,)), torch.randint(0, 97, (short,))]
+    ids = torch.stack([rows[0], torch.cat((torch.zeros(long - short, dtype=torch.long), rows[1]))])
+    positions = torch.stack([torch.arange(long), torch.arange(short - long, short).clamp(min=-1)])
     cache = StaticKVCache.for_model(model, batch_size=2, capacity=32)
     prefill = _logits(model, ids, positions=positions, cache=cache)
     nxt = torch.randint(0, 97, (2, 1))
-    step = _logits(model, nxt, positions=torch.tensor([[9], [5]]), cache=cache)
+    step = _logits(model, nxt, positions=torch.tensor([[long], [short]]), cache=cache)
     for i, row in enumerate(rows):
         alone = _logits(model, torch.cat((row, nxt[i]))[None])
         torch.testing.assert_close(prefill[i, -len(row):], alone[0, :-1], rtol=1e-4, atol=1e-4)
