@@ -29,6 +29,8 @@ def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128
         attention.update(n_heads=4, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
         if attention.get("q_lora_rank"):
             attention["q_lora_rank"] = 16
+    elif isinstance(attention, dict) and attention.get("kind") == "mamba2":  # heads of the scan, groups dividing them
+        attention.update(n_heads=4, head_dim=16, state_size=16, n_groups=min(attention.get("n_groups", 1), 2))
     elif isinstance(attention, dict):
         heads, kv = attention["n_heads"], attention.get("n_kv_heads") or attention["n_heads"]
         group = heads // kv

@@ -24,7 +24,7 @@ from specformer_hf.specview import NotExpressible
 DEFAULTS = {
     "vocab_size": 32768, "hidden_size": 4096, "state_size": 128, "num_hidden_layers": 64, "layer_norm_epsilon": 1e-5,
     "expand": 2, "conv_kernel": 4, "n_groups": 8, "use_bias": False, "use_conv_bias": True, "hidden_act": "silu",
-    "num_heads": 128, "head_dim": 64, "residual_in_fp32": True, "time_step_limit": [0.0, math.inf],
+    "num_heads": 128, "head_dim": 64, "residual_in_fp32": True, "time_step_limit": (0.0, math.inf),
     "chunk_size": 256, "tie_word_embeddings": False,
 }
 #: Mamba-2 has no context limit and its config no max_position_embeddings; the spec needs one.

@@ -34,17 +34,19 @@ from specformer_hf.specview import NotExpressible
 
 #: transformers' NemotronHConfig defaults (layers_block_type: its default when the config names none).
 DEFAULTS = {
-    "vocab_size": 131072, "hidden_size": 4096, "layers_block_type": None, "hybrid_override_pattern": None,
+    "vocab_size": 131072, "hidden_size": 4096, "layers_block_type": None,
     "tie_word_embeddings": False, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
     "max_position_embeddings": 4096, "attention_bias": False, "sliding_window": None, "intermediate_size": 21504,
     "mlp_hidden_act": "relu2", "mlp_bias": False, "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64,
     "mamba_hidden_act": "silu", "n_groups": 8, "conv_kernel": 4, "expand": 2, "time_step_min": 0.001,
-    "time_step_limit": [0.0, math.inf], "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
-    "layer_norm_epsilon": 1e-5, "num_hidden_layers": None, "num_nextn_predict_layers": 0,
+    "time_step_limit": (0.0, math.inf), "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
+    "layer_norm_epsilon": 1e-5, "num_nextn_predict_layers": 0,
 }
 LAYER = "backbone.layers.{i}"
 #: hybrid_override_pattern's letters and layers_block_type's names.
 LETTERS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+#: Older layers_block_type names, as transformers renames them.
+LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
 MIXER = Mamba2Mixer(LAYER, heads="mamba_num_heads", head_dim="mamba_head_dim", state="ssm_state_size",
                     act="mamba_hidden_act", dt_limit=False, expand=False)
 
@@ -60,6 +62,8 @@ def layer_types(cfg: ConfigReader) -> list[str]:
         types = [LETTERS[c] for c in pattern]
     if types is None:
         types = ["linear_attention", "moe", "full_attention", "mlp"]  # NemotronHConfig's own default
+    if isinstance(types, list):
+        types = [LEGACY.get(t, t) if isinstance(t, str) else t for t in types]
     if not isinstance(types, list) or not types or any(t not in LETTERS.values() for t in types):
         raise UserError(f"{cfg.family}: layers_block_type must list {', '.join(LETTERS.values())}, got {types!r}")
     if "moe" in types:

@@ -12,7 +12,7 @@ class GroupedGatedRMSNorm(nn.Module):
 
     ``norm_before_gate``: ``weight * rms(y) * silu(z)``; otherwise ``weight * rms(y * silu(z))``
     (Mamba-2). Normalising per group keeps a group's channels independent of the others',
-    so tensor-parallel shards (one group each) normalise alone. Computed in float32.
+    so tensor-parallel shards (one group each) normalise alone. Computed in float32 at least.
     """
 
     def __init__(self, dim: int, *, groups: int, eps: float, norm_before_gate: bool) -> None:
@@ -26,7 +26,8 @@ class GroupedGatedRMSNorm(nn.Module):
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
         dtype = y.dtype
-        y, gate = y.float(), F.silu(z.float())
+        work = torch.promote_types(dtype, torch.float32)
+        y, gate = y.to(work), F.silu(z.to(work))
         if not self.norm_before_gate:
             y = y * gate
         grouped = y.view(*y.shape[:-1], self.groups, -1)  # (..., G, dim / G)
@@ -34,7 +35,7 @@ class GroupedGatedRMSNorm(nn.Module):
         y = grouped.view(y.shape)
         if self.norm_before_gate:
             y = y * gate
-        return (self.weight.float() * y).to(dtype)
+        return (self.weight.to(work) * y).to(dtype)
 
     def extra_repr(self) -> str:
         return (f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}, "

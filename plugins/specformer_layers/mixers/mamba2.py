@@ -15,7 +15,7 @@ from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
 from specformer_layers.mixers.params import Mamba2Params
-from specformer_layers.mixers.ssd import ssd_chunked, ssd_recurrent
+from specformer_layers.mixers.ssd import ssd_chunked, ssd_recurrent, working_dtype
 
 #: Steps at most this many tokens token by token in a cached forward (decode); longer ones go by chunks.
 RECURRENT_UP_TO = 1
@@ -56,6 +56,8 @@ class Mamba2(nn.Module):
         self.window = None
         self.cache_slots = None
         self.uses_positions = False
+        # Per token and head: decay and write the (P, N) state, then read it out with C (specformer summary).
+        self.recurrent_flops_per_token = 5 * heads * head_dim * size
         self.state_slots = StateSlots((("conv", (self.conv_channels, params.conv_kernel - 1)),
                                        ("ssm", (heads, head_dim, size))))
         self.dt_min = params.dt_min
@@ -97,13 +99,14 @@ class Mamba2(nn.Module):
         conv = causal_conv(xbc, self.conv_weight, self.conv_bias, window=None if state is None else state["conv"],
                            padding=padding, activation="silu", steps=steps)
         xs, B, C = conv.out.split((self.d_inner, groups * size, groups * size), dim=-1)
-        dt = F.softplus(dt.float() + self.dt_bias.float())  # (B, T, H)
+        work = working_dtype(x.dtype)
+        dt = F.softplus(dt.to(work) + self.dt_bias.to(work))  # (B, T, H)
         dt = dt.clamp(min=self.dt_min, max=self.dt_max)
         if padding is not None:
             # A padding token steps by 0: it neither decays nor writes the state.
             is_padding = torch.arange(length, device=x.device)[None, :] < padding[:, None]  # (B, T)
             dt = dt.masked_fill(is_padding[..., None], 0.0)
-        A = -torch.exp(self.A_log.float())
+        A = -torch.exp(self.A_log.to(work))
         xs = xs.reshape(batch, length, heads, head_dim)  # (B, T, H, P)
         B = B.reshape(batch, length, groups, size)  # (B, T, G, N)
         C = C.reshape(batch, length, groups, size)

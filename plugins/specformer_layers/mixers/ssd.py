@@ -13,7 +13,7 @@ recurrence unrolls into a masked, decay-weighted ``C B^T`` product (attention-li
 "dual" form), and only the states at chunk boundaries are carried from one chunk to the next.
 
 A token with ``dt = 0`` decays nothing and writes nothing: it leaves the state unchanged,
-which is how padding is kept out. Everything is computed in float32.
+which is how padding is kept out. Everything is computed in float32 at least (float64 stays float64).
 """
 
 from __future__ import annotations
@@ -22,9 +22,14 @@ import torch
 from torch import Tensor
 
 
-def _per_head(groups: Tensor, heads: int) -> Tensor:
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What the scan computes in: float32 for half precision, the dtype itself when wider."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _per_head(groups: Tensor, heads: int, dtype: torch.dtype) -> Tensor:
     """``(B, T, G, N)`` -> ``(B, T, H, N)``: each group's vector repeated for its ``H / G`` consecutive heads."""
-    return groups.float().repeat_interleave(heads // groups.shape[2], dim=2)
+    return groups.to(dtype).repeat_interleave(heads // groups.shape[2], dim=2)
 
 
 def _check(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> None:
@@ -42,16 +47,17 @@ def ssd_recurrent(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, D: 
 
     ``x`` ``(B, T, H, P)``, ``dt`` ``(B, T, H)`` (already positive), ``A`` ``(H,)`` (negative),
     ``B`` and ``C`` ``(B, T, G, N)``, ``D`` ``(H,)``, ``state`` ``(B, H, P, N)`` before the first
-    token (zeros when None). Returns the outputs ``(B, T, H, P)`` (float32), the state after
+    token (zeros when None). Returns the outputs ``(B, T, H, P)`` (float32 or wider), the state after
     the last token ``(B, H, P, N)`` and, with ``steps``, the state after each token
     ``(B, T, H, P, N)``.
     """
     _check(x, dt, A, B, C)
     batch, length, heads, head_dim = x.shape
-    x, dt = x.float(), dt.float()
-    B, C = _per_head(B, heads), _per_head(C, heads)  # (B, T, H, N)
-    decay = torch.exp(dt * A.float())  # (B, T, H)
-    s = x.new_zeros((batch, heads, head_dim, B.shape[-1])) if state is None else state.float()
+    work = working_dtype(x.dtype)
+    x, dt = x.to(work), dt.to(work)
+    B, C = _per_head(B, heads, work), _per_head(C, heads, work)  # (B, T, H, N)
+    decay = torch.exp(dt * A.to(work))  # (B, T, H)
+    s = x.new_zeros((batch, heads, head_dim, B.shape[-1])) if state is None else state.to(work)
     outs, kept = [], []
     for t in range(length):
         write = (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, :, None, :]  # (B, H, P, N)
@@ -61,7 +67,7 @@ def ssd_recurrent(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, D: 
             kept.append(s)
     y = torch.stack(outs, dim=1) if outs else x.new_zeros(x.shape)  # (B, T, H, P)
     if D is not None:
-        y = y + D.float()[:, None] * x
+        y = y + D.to(work)[:, None] * x
     return y, s, (torch.stack(kept, dim=1) if steps else None)
 
 
@@ -76,8 +82,9 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, chunk
         raise ValueError(f"ssd: chunk must be positive, got {chunk}")
     batch, length, heads, head_dim = x.shape
     size = B.shape[-1]
-    x, dt = x.float(), dt.float()
-    B, C = _per_head(B, heads), _per_head(C, heads)  # (B, T, H, N)
+    work = working_dtype(x.dtype)
+    x, dt = x.to(work), dt.to(work)
+    B, C = _per_head(B, heads, work), _per_head(C, heads, work)  # (B, T, H, N)
     fill = -length % chunk
     if fill:
         # dt = 0 tokens after the last: they neither decay nor write the state, and their outputs are cut.
@@ -89,7 +96,7 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, chunk
     dtc = dt.view(batch, n_chunks, chunk, heads)  # (B, c, l, H)
     Bc = B.view(batch, n_chunks, chunk, heads, size)  # (B, c, l, H, N)
     Cc = C.view(batch, n_chunks, chunk, heads, size)
-    log_decay = torch.cumsum(dtc * A.float(), dim=2)  # (B, c, l, H): log of the decay from the chunk's start to l
+    log_decay = torch.cumsum(dtc * A.to(work), dim=2)  # (B, c, l, H): log of the decay from the chunk's start to l
 
     # Within a chunk: y_l += sum_{s <= l} exp(log_decay_l - log_decay_s) (C_l . B_s) dt_s x_s.
     gap = log_decay[:, :, :, None, :] - log_decay[:, :, None, :, :]  # (B, c, l, s, H)
@@ -104,7 +111,7 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, chunk
     to_end = torch.exp(log_decay[:, :, -1:, :] - log_decay)  # (B, c, l, H)
     added = torch.einsum("bclhn,bclhp->bchpn", Bc * to_end[..., None], written)  # (B, c, H, P, N)
     across = torch.exp(log_decay[:, :, -1, :])  # (B, c, H): decay over a whole chunk
-    s = x.new_zeros((batch, heads, head_dim, size)) if state is None else state.float()
+    s = x.new_zeros((batch, heads, head_dim, size)) if state is None else state.to(work)
     entering = []
     for c in range(n_chunks):
         entering.append(s)
@@ -115,8 +122,8 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, chunk
     y = y + torch.einsum("bclhn,bchpn->bclhp", Cc, starts) * torch.exp(log_decay)[..., None]
     y = y.reshape(batch, n_chunks * chunk, heads, head_dim)[:, :length]  # (B, T, H, P)
     if D is not None:
-        y = y + D.float()[:, None] * x[:, :length]
+        y = y + D.to(work)[:, None] * x[:, :length]
     return y, s
 
 
-__all__ = ["ssd_chunked", "ssd_recurrent"]
+__all__ = ["ssd_chunked", "ssd_recurrent", "working_dtype"]

@@ -59,6 +59,9 @@ DENSE_SPECS = {
         vocab_size=65536, hidden_size=2048, intermediate_size=12288, num_hidden_layers=16, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
         full_attn_idxs=[2, 5, 8, 10, 12, 14])),
+    "mamba-codestral-7b.yaml": ("Mamba2Config", dict(max_position_embeddings=4096)),
+    "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
+        hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
 }
 
 

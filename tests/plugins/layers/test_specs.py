@@ -109,6 +109,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Lfm2Config", vocab_size=65536, hidden_size=2048, intermediate_size=12288, num_hidden_layers=16,
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
         full_attn_idxs=[2, 5, 8, 10, 12, 14]),
+    "mamba-codestral-7b.yaml": _llama_like("Mamba2Config"),  # transformers' defaults are Mamba-Codestral-7B's
+    "nemotron-h-8b.yaml": _llama_like(
+        "NemotronHConfig", hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        max_position_embeddings=8192),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -176,19 +180,24 @@ def shrink(data: Any) -> Any:
                     value = 16
                 elif key == "scale":
                     value = 16 ** -0.5
+                elif key == "n_groups":  # Mamba-2's groups of B and C must divide its (shrunk) heads
+                    value = min(value, 2)
+                elif key == "state_size":
+                    value = 16
                 out[key] = walk(value)
             return out
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
 
+    original_layers = data["model"]["n_layers"]
     data = walk(data)
     data["model"].update(SHRINK)
-    if data["model"].get("layers"):
+    layers = data["model"].get("layers") or []
+    if layers and not any(isinstance(layer.get("select"), list) for layer in layers):
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
-        for override in data["model"]["layers"]:
-            if isinstance(override.get("select"), list):  # a list of layers (LFM2's attention layers): the first six
-                override["select"] = [i for i in override["select"] if i < 6]
+    elif layers:
+        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) name them all
     return data
 
 
