@@ -23,6 +23,7 @@ hits both alike.
 
     python benchmarks/bench_hybrid.py                  # all parts, a few minutes on 2 cores
     python benchmarks/bench_hybrid.py --part decode    # one part
+    python benchmarks/bench_hybrid.py --part prefill --mixer mamba2   # one part, one mixer
     python benchmarks/bench_hybrid.py --quick          # toy sizes, seconds (what the smoke test runs)
 """
 
@@ -412,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=[*PARTS, "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="toy sizes: every part in seconds (the smoke test)")
+    parser.add_argument("--mixer", choices=MIXERS, action="append", help="only this mixer (repeatable; default: all)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs of each side (median kept)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's); 1 on a machine other jobs share, where waiting "
@@ -428,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = Sizes(**{**sizes.__dict__, "repeats": args.repeats})
     torch.manual_seed(0)
     names, missing = available_mixers()
+    if args.mixer:
+        names = [name for name in names if name in args.mixer]
     print(f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads; mixers: {', '.join(names)}"
           + (f" (not registered here, skipped: {', '.join(missing)})" if missing else ""))
     for name, part in PARTS.items():
