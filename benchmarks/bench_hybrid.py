@@ -23,6 +23,7 @@ hits both alike.
 
     python benchmarks/bench_hybrid.py                  # all parts, a few minutes on 2 cores
     python benchmarks/bench_hybrid.py --part decode    # one part
+    python benchmarks/bench_hybrid.py --part prefill --mixer mamba2   # one part, one mixer
     python benchmarks/bench_hybrid.py --quick          # toy sizes, seconds (what the smoke test runs)
 """
 
@@ -72,12 +73,22 @@ FULL = Sizes(vocab=4096, d_model=256, n_layers=8, n_heads=4, n_kv_heads=2, hidde
 QUICK = Sizes(vocab=128, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, hidden=64, contexts=(16, 48),
               new_tokens=4, prompt=32, train_batch=1, train_seq=16, repeats=1)
 
-#: The recurrent mixers measured (when registered), as the block's ``attention`` entry.
-MIXERS: dict[str, dict[str, Any]] = {
-    "short_conv": {"kind": "short_conv", "kernel": 3},
-    "gated_deltanet": {"kind": "gated_deltanet"},
-    "mamba2": {"kind": "mamba2"},
-}
+def mixers(sizes: Sizes) -> dict[str, dict[str, Any]]:
+    """The recurrent mixers measured (when registered), as the block's ``attention`` entry, at these sizes.
+
+    Gated DeltaNet as Qwen3-Next shapes it (two query/key heads serving twice as many value heads,
+    heads of d_model / n_heads); Mamba-2 with its inner width twice d_model (expand 2), one group.
+    """
+    head = 2 * sizes.d_model // 8
+    return {
+        "short_conv": {"kind": "short_conv", "kernel": 3},
+        "gated_deltanet": {"kind": "gated_deltanet", "n_heads": sizes.n_heads, "n_key_heads": sizes.n_heads // 2},
+        "mamba2": {"kind": "mamba2", "n_heads": 8, "head_dim": head, "state_size": min(64, sizes.d_model // 2),
+                   "n_groups": 1},
+    }
+
+
+MIXERS = list(mixers(QUICK))
 
 
 def attention(sizes: Sizes) -> dict[str, Any]:
@@ -156,14 +167,14 @@ def decode_seconds(model: nn.Module, ready: StaticKVCache, *, context: int, new_
         return time.perf_counter() - start
 
 
-def part_decode(sizes: Sizes, mixers: list[str]) -> None:
+def part_decode(sizes: Sizes, names: list[str]) -> None:
     print("\n(a) decode after a context: 3:1 hybrid (ours) against all-attention, same width and depth "
           f"(d_model {sizes.d_model}, {sizes.n_layers} layers, batch 1, {sizes.new_tokens} new tokens)")
     print(f"{'mixer':<15} {'context':>7} {'hybrid tok/s':>13} {'attention tok/s':>16} {'ratio':>6} "
           f"{'hybrid cache':>14} {'attention cache':>16} {'ratio':>6}")
     dense = build(spec(sizes, None))
-    for name in mixers:
-        hybrid = build(spec(sizes, MIXERS[name]))
+    for name in names:
+        hybrid = build(spec(sizes, mixers(sizes)[name]))
         for context in sizes.contexts:
             ids = torch.randint(0, sizes.vocab, (1, context), generator=torch.Generator().manual_seed(context))
             capacity = context + sizes.new_tokens
@@ -182,14 +193,14 @@ def part_decode(sizes: Sizes, mixers: list[str]) -> None:
 # -- (b) prefill: the parallel form against the recurrent one ----------------------------------------------
 
 
-def part_prefill(sizes: Sizes, mixers: list[str]) -> None:
+def part_prefill(sizes: Sizes, names: list[str]) -> None:
     print(f"\n(b) prefill of a {sizes.prompt:,}-token prompt into the cache, every layer the mixer: one forward "
           "(parallel / chunked form, ours) against one token per forward (recurrent form)")
     print(f"{'mixer':<15} {'one forward tok/s':>18} {'token by token tok/s':>21} {'ratio':>7} {'max |logit diff|':>17}")
     ids = torch.randint(0, sizes.vocab, (1, sizes.prompt), generator=torch.Generator().manual_seed(1))
     positions = torch.arange(sizes.prompt)[None]
-    for name in mixers:
-        model = build(spec(sizes, MIXERS[name], attention_every=None))
+    for name in names:
+        model = build(spec(sizes, mixers(sizes)[name], attention_every=None))
         last: dict[str, Tensor] = {}
 
         def whole() -> float:
@@ -229,55 +240,169 @@ class Logits(nn.Module):
         return self.hf(x, use_cache=False).logits
 
 
-def transformers_twin(model: nn.Module, family: str) -> nn.Module:
-    """The transformers model of ``family`` holding ``model``'s weights: exported, then loaded by transformers."""
+def quiet() -> Any:
+    """transformers' notes (its torch fallbacks, weight loading) and ours (no tokenizer) kept off the table."""
+    import contextlib
+
+    from transformers.utils import logging as hf_logging
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    stack.callback(hf_logging.set_verbosity, verbosity)
+    stack.callback(hf_logging.enable_progress_bar)
+    return stack
+
+
+def lfm2_pair(sizes: Sizes) -> tuple[nn.Module, nn.Module, str]:
+    """Our short_conv hybrid and transformers' Lfm2ForCausalLM holding its weights (exported with to_hf)."""
     import specformer_hf
     from transformers import AutoModelForCausalLM
 
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = specformer_hf.to_hf(model, Path(folder) / "model", family=family)
-        hf = AutoModelForCausalLM.from_pretrained(out).train()
-    return Logits(hf)
+    ours = build(spec(sizes, mixers(sizes)["short_conv"]))
+    with tempfile.TemporaryDirectory() as folder, quiet():
+        out = specformer_hf.to_hf(ours, Path(folder) / "model", family="lfm2")
+        hf = AutoModelForCausalLM.from_pretrained(out)
+    return ours, Logits(hf), "Lfm2ForCausalLM (model)"
 
 
-#: mixer -> (the transformers family its hybrid exports as, transformers' class), when there is one.
-TRAIN_PEERS: dict[str, str] = {"short_conv": "lfm2", "gated_deltanet": "qwen3_next", "mamba2": "mamba2"}
+def mamba2_pair(sizes: Sizes) -> tuple[nn.Module, nn.Module, str]:
+    """transformers' Mamba2ForCausalLM (random, every layer Mamba-2, no feed-forward) and ours imported from it."""
+    import specformer_hf
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    mixer = mixers(sizes)["mamba2"]
+    config = Mamba2Config(vocab_size=sizes.vocab, hidden_size=sizes.d_model, num_hidden_layers=sizes.n_layers,
+                          num_heads=mixer["n_heads"], head_dim=mixer["head_dim"], state_size=mixer["state_size"],
+                          n_groups=1, expand=2, conv_kernel=4, chunk_size=256, tie_word_embeddings=True,
+                          bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    hf = Mamba2ForCausalLM(config)
+    with tempfile.TemporaryDirectory() as folder, quiet():
+        hf.save_pretrained(folder)
+        ours = specformer_hf.import_hf(folder).model
+    return ours, Logits(hf), "Mamba2ForCausalLM (model)"
 
 
-def part_train(sizes: Sizes, mixers: list[str]) -> None:
-    print(f"\n(c) training step (forward, backward, AdamW) of the 3:1 hybrid against transformers with the same "
-          f"weights, batch {sizes.train_batch} x {sizes.train_seq}")
-    print(f"{'mixer':<15} {'peer':<28} {'ours tok/s':>11} {'peer tok/s':>11} {'ratio':>6} {'max |logit diff|':>17}")
+class DeltaNetLayer(nn.Module):
+    """transformers' Qwen3NextGatedDeltaNet as ``x -> y`` (ForwardContext-free), for the module-level comparison."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer(x)
+
+
+class OurLayer(nn.Module):
+    """One of our mixers as ``x -> y``, run as a model runs it without a cache."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor) -> Tensor:
+        from specformer.model.context import ForwardContext
+
+        positions = torch.arange(x.shape[1]).expand(x.shape[0], -1)
+        return self.layer(x, ForwardContext(positions=positions, positional=None, plain_causal=True))  # type: ignore[arg-type]
+
+
+def gated_deltanet_pair(sizes: Sizes) -> tuple[nn.Module, nn.Module, str]:
+    """Our gated_deltanet layer and transformers' Qwen3NextGatedDeltaNet with the same weights (the module only:
+    no Qwen3-Next family in this checkout to import a whole model through)."""
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+
+    from specformer_layers.mixers.gated_deltanet import GatedDeltaNet
+    from specformer_layers.mixers.params import GatedDeltaNetParams
+
+    mixer = mixers(sizes)["gated_deltanet"]
+    d, value_heads, key_heads = sizes.d_model, mixer["n_heads"], mixer["n_key_heads"]
+    dk = dv = d // value_heads
+    config = Qwen3NextConfig(hidden_size=d, num_hidden_layers=1, num_attention_heads=sizes.n_heads,
+                             num_key_value_heads=sizes.n_kv_heads, linear_num_key_heads=key_heads,
+                             linear_num_value_heads=value_heads, linear_key_head_dim=dk, linear_value_head_dim=dv,
+                             linear_conv_kernel_dim=4, layer_types=["linear_attention"], vocab_size=sizes.vocab,
+                             intermediate_size=sizes.hidden)
+    torch.manual_seed(0)
+    with quiet():
+        theirs = Qwen3NextGatedDeltaNet(config, layer_idx=0)
+    params = GatedDeltaNetParams(n_heads=value_heads, n_key_heads=key_heads, key_head_dim=dk, value_head_dim=dv)
+    ours = GatedDeltaNet(params, d_model=d)
+    r = value_heads // key_heads
+    with torch.no_grad():
+        # Qwen3-Next groups its fused rows per key head: [q (dk), k (dk), v (r*dv), z (r*dv)] and [b (r), a (r)].
+        q, k, v, z = theirs.in_proj_qkvz.weight.view(key_heads, 2 * dk + 2 * r * dv, d).split((dk, dk, r * dv, r * dv), 1)
+        ours.qkv.weight.copy_(torch.cat([q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, d)]))
+        ours.z.weight.copy_(z.reshape(-1, d))
+        b, a = theirs.in_proj_ba.weight.view(key_heads, 2 * r, d).split((r, r), dim=1)
+        ours.b.weight.copy_(b.reshape(-1, d))
+        ours.a.weight.copy_(a.reshape(-1, d))
+        ours.conv_weight.copy_(theirs.conv1d.weight.squeeze(1))
+        ours.A_log.copy_(theirs.A_log)
+        ours.dt_bias.copy_(theirs.dt_bias)
+        ours.norm.weight.copy_(theirs.norm.weight)
+        ours.out.weight.copy_(theirs.out_proj.weight)
+    return OurLayer(ours), DeltaNetLayer(theirs), "Qwen3NextGatedDeltaNet (layer)"
+
+
+#: mixer -> what builds (ours, transformers' peer with the same weights, the peer's name).
+TRAIN_PAIRS: dict[str, Callable[[Sizes], tuple[nn.Module, nn.Module, str]]] = {
+    "short_conv": lfm2_pair, "gated_deltanet": gated_deltanet_pair, "mamba2": mamba2_pair}
+
+
+def layer_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor) -> None:
+    """A layer's training step: forward, a squared-error loss against ``y``, backward, AdamW."""
+    loss = (model(x) - y).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def part_train(sizes: Sizes, names: list[str]) -> None:
+    print(f"\n(c) training step (forward, backward, AdamW) against transformers with the same weights, batch "
+          f"{sizes.train_batch} x {sizes.train_seq}: short_conv as a 3:1 LFM2 hybrid, mamba2 as a Mamba-2 model, "
+          "gated_deltanet as one layer")
+    print(f"{'mixer':<15} {'peer':<32} {'ours tok/s':>11} {'peer tok/s':>11} {'ratio':>6} {'max |out diff|':>15}")
     g = torch.Generator().manual_seed(2)
-    x = torch.randint(0, sizes.vocab, (sizes.train_batch, sizes.train_seq), generator=g)
-    y = torch.randint(0, sizes.vocab, (sizes.train_batch, sizes.train_seq), generator=g)
-    tokens = x.numel()
-    for name in mixers:
-        ours = build(spec(sizes, MIXERS[name]))
+    tokens = sizes.train_batch * sizes.train_seq
+    for name in names:
         try:
-            peer = transformers_twin(ours, TRAIN_PEERS[name])
-        except Exception as exc:  # noqa: BLE001 - a family this checkout cannot export yet: say so, go on
-            print(f"{name:<15} skipped: no transformers peer ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+            ours, peer, label = TRAIN_PAIRS[name](sizes)
+        except ImportError as exc:
+            print(f"{name:<15} skipped: {exc}")
             continue
-        with torch.no_grad():
+        layer = label.endswith("(layer)")
+        if layer:
+            x = torch.randn(sizes.train_batch, sizes.train_seq, sizes.d_model, generator=g)
+            y = torch.randn(sizes.train_batch, sizes.train_seq, sizes.d_model, generator=g)
+            step = layer_step
+        else:
+            x = torch.randint(0, sizes.vocab, (sizes.train_batch, sizes.train_seq), generator=g)
+            y = torch.randint(0, sizes.vocab, (sizes.train_batch, sizes.train_seq), generator=g)
+            step = train_step
+        ours.train(), peer.train()
+        with torch.no_grad(), quiet():
             difference = (ours(x) - peer(x)).abs().max().item()
-        ours.train()
-        opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4)
-        opt_peer = torch.optim.AdamW(peer.parameters(), lr=1e-4)
+        optimizers = {"ours": torch.optim.AdamW(ours.parameters(), lr=1e-4),
+                      "peer": torch.optim.AdamW(peer.parameters(), lr=1e-4)}
+        models = {"ours": ours, "peer": peer}
 
-        def step(model: nn.Module, opt: torch.optim.Optimizer) -> Callable[[], float]:
-            def run() -> float:
-                start = time.perf_counter()
-                train_step(model, opt, x, y)
-                return time.perf_counter() - start
-            return run
+        def run(key: str) -> float:
+            start = time.perf_counter()
+            step(models[key], optimizers[key], x, y)
+            return time.perf_counter() - start
 
-        times = alternate({"ours": step(ours, opt_ours), "peer": step(peer, opt_peer)}, sizes.repeats)
+        with quiet():
+            times = alternate({k: (lambda k=k: run(k)) for k in models}, sizes.repeats)
         ours_tps, peer_tps = (median_rate(tokens, times[k]) for k in ("ours", "peer"))
-        label = type(peer.hf).__name__
-        print(f"{name:<15} {label:<28} {ours_tps:>11,.0f} {peer_tps:>11,.0f} {ours_tps / peer_tps:>6.2f} "
-              f"{difference:>17.2e}")
+        print(f"{name:<15} {label:<32} {ours_tps:>11,.0f} {peer_tps:>11,.0f} {ours_tps / peer_tps:>6.2f} "
+              f"{difference:>15.2e}")
 
 
 PARTS = {"decode": part_decode, "prefill": part_prefill, "train": part_train}
@@ -288,20 +413,30 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=[*PARTS, "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="toy sizes: every part in seconds (the smoke test)")
+    parser.add_argument("--mixer", choices=MIXERS, action="append", help="only this mixer (repeatable; default: all)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs of each side (median kept)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's); 1 on a machine other jobs share, where waiting "
+                             "threads slow every multi-threaded kernel down")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else FULL
     if args.repeats is not None:
         if args.repeats < 1:
             parser.error(f"--repeats must be at least 1, got {args.repeats}")
         sizes = Sizes(**{**sizes.__dict__, "repeats": args.repeats})
     torch.manual_seed(0)
-    mixers, missing = available_mixers()
-    print(f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads; mixers: {', '.join(mixers)}"
+    names, missing = available_mixers()
+    if args.mixer:
+        names = [name for name in names if name in args.mixer]
+    print(f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads; mixers: {', '.join(names)}"
           + (f" (not registered here, skipped: {', '.join(missing)})" if missing else ""))
     for name, part in PARTS.items():
         if args.part in (name, "all"):
-            part(sizes, mixers)
+            part(sizes, names)
     return 0
 
 

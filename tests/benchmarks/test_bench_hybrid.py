@@ -17,33 +17,51 @@ spec.loader.exec_module(bench_hybrid)
 pytestmark = pytest.mark.usefixtures("one_thread")  # toy sizes: one thread is fastest (tests/conftest.py)
 
 
-def rows(out: str, mixer: str) -> list[list[str]]:
-    return [line.split() for line in out.splitlines() if line.startswith(mixer + " ")]
+def rows(out: str) -> dict[str, list[list[str]]]:
+    """The table rows of the output by mixer (first column)."""
+    table: dict[str, list[list[str]]] = {}
+    for line in out.splitlines():
+        if line.split(" ", 1)[0] in bench_hybrid.MIXERS:
+            table.setdefault(line.split()[0], []).append(line.split())
+    return table
 
 
+def registered() -> list[str]:
+    return bench_hybrid.available_mixers()[0]
+
+
+@pytest.mark.slow  # builds and fills caches for two models per mixer: a few seconds
 def test_decode_prints_a_row_per_mixer_and_context(capsys) -> None:
     assert bench_hybrid.main(["--quick", "--part", "decode"]) == 0
-    decode = rows(capsys.readouterr().out, "short_conv")
-    assert [row[1] for row in decode] == [str(c) for c in bench_hybrid.QUICK.contexts]
-    assert all(float(row[-1]) < 1 for row in decode)  # the hybrid's cache is smaller than all-attention's
+    table = rows(capsys.readouterr().out)
+    assert sorted(table) == sorted(registered()) and "short_conv" in table
+    for name, decode in table.items():
+        assert [row[1] for row in decode] == [str(c) for c in bench_hybrid.QUICK.contexts], name
+    # short_conv keeps 2 inputs per channel: its hybrid's cache is smaller than all-attention's at any context
+    assert all(float(row[-1]) < 1 for row in table["short_conv"])
 
 
 def test_prefill_in_one_forward_and_token_by_token_agree(capsys) -> None:
     assert bench_hybrid.main(["--quick", "--part", "prefill"]) == 0
-    (row,) = rows(capsys.readouterr().out, "short_conv")
-    assert float(row[-1]) < 1e-4  # both leave the same logits
+    table = rows(capsys.readouterr().out)
+    assert sorted(table) == sorted(registered())
+    for name, (row,) in table.items():
+        assert float(row[-1]) < 1e-4, name  # both forms leave the same logits
 
 
-@pytest.mark.slow  # transformers' import and an export: a few seconds
-def test_the_training_step_against_transformers_lfm2(capsys) -> None:
+@pytest.mark.slow  # transformers' import, an export and an import: a few seconds
+def test_the_training_step_against_transformers_with_the_same_weights(capsys) -> None:
     pytest.importorskip("transformers")
     assert bench_hybrid.main(["--quick", "--part", "train"]) == 0
-    (row,) = rows(capsys.readouterr().out, "short_conv")
-    assert row[1] == "Lfm2ForCausalLM" and float(row[-1]) < 1e-4  # the same weights: the same logits
+    table = rows(capsys.readouterr().out)
+    assert table["short_conv"][0][1] == "Lfm2ForCausalLM"
+    for name, (row,) in table.items():
+        assert float(row[-1]) < 1e-4, name  # the same weights: the same outputs
 
 
-def test_repeats_below_one_are_refused_in_one_line(capsys) -> None:
+@pytest.mark.parametrize("flag", ["--repeats", "--threads"])
+def test_counts_below_one_are_refused_in_one_line(flag: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
-        bench_hybrid.main(["--repeats", "0"])
+        bench_hybrid.main([flag, "0"])
     assert exit_.value.code == 2
-    assert "--repeats must be at least 1, got 0" in capsys.readouterr().err
+    assert f"{flag} must be at least 1, got 0" in capsys.readouterr().err

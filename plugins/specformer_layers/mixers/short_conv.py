@@ -71,7 +71,7 @@ class ShortConv(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel this layer runs, in words (``specformer summary``)."""
-        return f"torch depthwise conv1d (kernel {self.kernel})"
+        return f"torch depthwise causal conv (kernel {self.kernel})"
 
     def extra_repr(self) -> str:
         return f"kernel={self.kernel}, conv_bias={self.conv_bias is not None}"

@@ -76,6 +76,7 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 4},
         {"n_heads": 2, "head_dim": 6, "value_head_dim": 8, "conv_kernel": 3, "conv_bias": True, "decay_rank": 3,
          "gate_rank": 5, "norm_eps": 1e-5, "chunk": 4},
+    ],
     ("attention", "parallel"): [
         {"mixers": [{"kind": "attention", "n_heads": 4, "n_kv_heads": 2}], "in_multipliers": [0.5],
          "out_multipliers": [1.5]},
