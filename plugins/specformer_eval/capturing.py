@@ -6,7 +6,7 @@
         model(input_ids)
     cap.residual[0]     # (B, T, d_model) the embeddings, the stream entering layer 0
     cap.residual[-1]    # (B, T, d_model) the stream after the last layer (before the final norm)
-    cap.attention[3]    # (B, n_heads, T, T) layer 3's attention probabilities, float32
+    cap.attention[3]    # (B, n_heads, T, T) layer 3's attention probabilities, float32 (None: a recurrent layer)
 
 ``residual`` has ``n_layers + 1`` entries: entry ``i`` is the stream entering layer
 ``i``, the last one the stream the final norm and LM head read. The stream is recorded
@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from torch import Tensor, nn
+
+from specformer.model.state import state_slots_of, uses_positions
 
 
 @dataclass
@@ -48,8 +50,9 @@ def capture(model: Any, *, attention: bool = False) -> Iterator[Capture]:
     if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0 or not hasattr(model, "attention_modules"):
         raise ValueError(f"capture needs a specformer Decoder (with .blocks and .attention_modules()), "
                          f"got {type(model).__name__}")
-    modules = list(model.attention_modules()) if attention else []
-    for index, module in enumerate(modules):
+    # A mixer without softmax attention (a recurrence, or none) has no probabilities: its entry stays None.
+    modules = [(index, m) for index, m in enumerate(model.attention_modules()) if attends(m)] if attention else []
+    for index, module in modules:
         if not hasattr(module, "observe_weights"):
             raise ValueError(
                 f"layer {index}'s attention ({type(module).__name__}) cannot report its probabilities: it has no "
@@ -74,11 +77,17 @@ def capture(model: Any, *, attention: bool = False) -> Iterator[Capture]:
     handles = [blocks[0].register_forward_pre_hook(start)]
     handles += [block.register_forward_hook(after_block) for block in blocks]
     try:
-        for index, module in enumerate(modules):
+        for index, module in modules:
             module.observe_weights = observer(index)
         yield cap
     finally:
         for handle in handles:
             handle.remove()
-        for module in modules:
+        for _, module in modules:
             module.observe_weights = None
+
+
+def attends(mixer: Any) -> bool:
+    """Whether a block's mixer is softmax attention, with probabilities to report: one that keeps a recurrent
+    state (:mod:`specformer.model.state`) or reads no positions (a recurrence, or no mixer) has none."""
+    return state_slots_of(mixer) is None and uses_positions(mixer)

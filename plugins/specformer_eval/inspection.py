@@ -75,6 +75,12 @@ def inspect_prompt(model: Any, tokenizer: Tokenizer, text: str, *, k: int = 5) -
     try:
         with torch.inference_mode(), capture(model, attention=True) as cap:
             model(input_ids)
+        silent = [i for i, a in enumerate(cap.attention) if a is None]
+        if silent:
+            mixers = sorted({type(model.blocks[i].attention).__name__ for i in silent})
+            raise UserError(f"specformer inspect draws every layer's attention, but layers {_ranges(silent)} "
+                            f"({', '.join(mixers)}) have no attention probabilities (a recurrent mixer, or none); "
+                            f"for the residual stream of such a model use specformer_eval.capture and logit_lens")
         lens = logit_lens(model, cap, k=min(k, model.vocab_size))
     finally:
         model.train(was_training)
@@ -97,6 +103,20 @@ def inspect_prompt(model: Any, tokenizer: Tokenizer, text: str, *, k: int = 5) -
         current_share=current.cpu().numpy(),
         next_share=following.cpu().numpy(),
     )
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 4]`` as ``0-2, 4``."""
+    parts: list[str] = []
+    start = prev = indices[0]
+    for i in indices[1:] + [None]:  # type: ignore[list-item]
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
 
 
 def choose_token(inspection: Inspection, choice: str | None) -> int:

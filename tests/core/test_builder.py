@@ -12,6 +12,7 @@ from specformer.spec import layer_selection, read_spec_file
 
 from conftest import SPECS
 from fixtures.handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec
+from fixtures.small_mixers import small_mixers
 
 SPEC_FILES = sorted(p for p in SPECS.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
 
@@ -24,19 +25,7 @@ def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128
     m.update(d_model=d_model, n_layers=min(m["n_layers"], n_layers), vocab_size=min(m["vocab_size"], vocab),
              context_length=min(m["context_length"], 64))
     m["layers"] = [o for o in m.get("layers", []) if _selects_some(o.get("select"), m["n_layers"])]
-    attention = m["block"]["attention"]
-    if isinstance(attention, dict) and attention.get("kind") == "mla":  # latent attention: its own sizes
-        attention.update(n_heads=4, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
-        if attention.get("q_lora_rank"):
-            attention["q_lora_rank"] = 16
-    elif isinstance(attention, dict) and attention.get("kind") == "mamba2":  # heads of the scan, groups dividing them
-        attention.update(n_heads=4, head_dim=16, state_size=16, n_groups=min(attention.get("n_groups", 1), 2))
-    elif isinstance(attention, dict):
-        heads, kv = attention["n_heads"], attention.get("n_kv_heads") or attention["n_heads"]
-        group = heads // kv
-        attention["n_kv_heads"] = max(1, min(kv, 2))
-        attention["n_heads"] = attention["n_kv_heads"] * min(group, 4)
-        attention["head_dim"] = 16
+    small_mixers(m)
     ffn = m["block"]["ffn"]
     if isinstance(ffn, dict) and ffn.get("hidden"):
         ffn["hidden"] = max(8, int(ffn["hidden"] * scale))

@@ -85,7 +85,8 @@ def test_components_lists_kind_plugin_doc_and_defaults(capsys):
     code, out, _ = run(capsys, "components", "attention")
     assert code == 0
     count = len(get_registry().names("attention"))
-    assert out.startswith(f"attention ({count} component{'s' if count > 1 else ''})\n  attention  [layers] ")
+    assert out.startswith(f"attention ({count} component{'s' if count > 1 else ''})\n")
+    assert re.search(r"^  attention +\[layers\] Scaled dot-product attention", out, re.M)
     assert re.search(r"^      n_heads +int > 0 +required +Number of query heads\.$", out, re.M)
     assert re.search(r"^      n_kv_heads +int > 0 or null +default null +Key/value heads", out, re.M)
     code, _, err = run(capsys, "components", "nonsense")

@@ -45,12 +45,30 @@ def build(seed: int = 0, **changes: Any) -> Any:
 
 
 def attention_cases() -> list[Any]:
+    """Every softmax attention (a recurrent mixer has no probabilities to report: see the test below)."""
     cases = []
     for name in specformer.get_registry().names("attention"):
+        if name in RECURRENT:
+            continue
         for i, params in enumerate(ATTENTION_VARIANTS.get(name, [{"n_heads": 4}])):
             for positional in ("rope", "alibi"):
                 cases.append(pytest.param({"kind": name, **params}, positional, id=f"{name}-{i}-{positional}"))
     return cases
+
+
+#: Mixers without attention probabilities (their capture entry is None).
+RECURRENT = ("gated_deltanet", "kda", "mamba2", "short_conv", "none")
+
+
+def test_a_recurrent_layer_has_no_probabilities_and_the_attention_beside_it_has() -> None:
+    spec = tiny_spec(block={"attention": {"kind": "gated_deltanet", "n_heads": 4}},
+                     layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4}}])
+    model = specformer.build(spec, seed=0).eval()
+    ids = torch.randint(0, model.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), capture(model, attention=True) as cap:
+        model(ids)
+    assert cap.attention[0] is None and cap.attention[1].shape == (1, 4, 6, 6)
+    assert cap.n_layers == 2
 
 
 def padded_batch(length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:

@@ -288,3 +288,17 @@ def test_a_grid_too_big_for_one_picture_is_one_picture_per_layer(checkpoint, tmp
     assert [attrs for attrs, _ in figures] == ["", "", "", ' data-layer="0" hidden', ' data-layer="1" hidden']
     assert figures[3][1] == "attention of layer 0, every head (the layer chosen above)"
     assert "f.hidden = f.dataset.layer !== layerSel.value" in text
+
+
+def test_a_model_with_recurrent_layers_is_refused_in_one_line_naming_them():
+    from fixtures.tiny import tiny_spec
+    from specformer.errors import UserError
+    from specformer.tokenizers.tokenizer import ByteTokenizer
+    from specformer_eval.inspection import inspect_prompt
+
+    spec = tiny_spec(vocab_size=259, n_layers=4, block={"attention": {"kind": "gated_deltanet", "n_heads": 4}},
+                     layers=[{"select": 3, "attention": {"kind": "attention", "n_heads": 4}}])
+    model = specformer.build(spec, seed=0)
+    with pytest.raises(UserError, match=r"^specformer inspect draws every layer's attention, but layers 0-2 "
+                                        r"\(GatedDeltaNet\) have no attention probabilities"):
+        inspect_prompt(model, ByteTokenizer(), "abc")

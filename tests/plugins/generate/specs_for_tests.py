@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.spec import layer_selection, read_spec_file
+from fixtures.small_mixers import small_mixers
 from fixtures.tiny import tiny_spec
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
@@ -24,18 +25,7 @@ def small_version(data: dict[str, Any]) -> dict[str, Any]:
     model["d_model"] = 64
     model["n_layers"] = min(model["n_layers"], 6)  # six keep every-fourth / every-sixth layer patterns (Gemma 3, SmolLM3)
     model["context_length"] = min(model["context_length"], 128)
-    attention = model["block"]["attention"]
-    if isinstance(attention, dict):
-        heads, kv = attention.get("n_heads", 4), attention.get("n_kv_heads")
-        attention["n_heads"] = 4
-        if kv is not None:
-            attention["n_kv_heads"] = 1 if kv == 1 else (4 if kv == heads else 2)
-        if attention.get("head_dim") is not None:
-            attention["head_dim"] = 16
-        if attention.get("n_groups") is not None:  # Mamba-2's groups of B and C divide its heads
-            attention["n_groups"] = min(attention["n_groups"], 2)
-        if attention.get("state_size") is not None:
-            attention["state_size"] = 16
+    small_mixers(model)
     ffn = model["block"]["ffn"]
     if isinstance(ffn, dict) and ffn.get("hidden") is not None:
         ffn["hidden"] = 128

@@ -184,8 +184,13 @@ def test_hybrid_total_and_active_parameters_match_transformers(name):
     assert summary.active == total - idle
 
 
-@pytest.mark.parametrize("name", sorted(HYBRID_SPECS))
-def test_the_hybrid_spec_is_what_importing_its_config_gives(name):
+def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
+    """The hand-written LFM2 1.2B spec: what the published config.json (old spelling) reads to, every field understood,
+    with as many parameters as transformers' Lfm2ForCausalLM of that config (meta device, no memory)."""
+    import warnings
+
+    import transformers
+
     from specformer_hf.config import ConfigReader
     from specformer_hf.family import get_families
     from specformer_hf.specview import differences, math_view
@@ -202,6 +207,14 @@ def test_the_hybrid_spec_is_what_importing_its_config_gives(name):
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(transformers.Lfm2Config(**published))
     assert specformer.summarize(SPECS / "lfm2-1.2b.yaml").total == sum(p.numel() for p in hf.parameters()) == 1_170_340_608
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_SPECS))
+def test_the_hybrid_spec_is_what_importing_its_config_gives(name):
+    from specformer_hf.config import ConfigReader
+    from specformer_hf.family import get_families
+    from specformer_hf.specview import differences, math_view
+
     import transformers
 
     config_class, fields = HYBRID_SPECS[name]
