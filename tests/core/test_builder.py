@@ -12,7 +12,7 @@ from specformer.spec import layer_selection, read_spec_file
 
 from conftest import SPECS
 from fixtures.handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec
-from fixtures.small_mixers import small_mixers
+from fixtures.small_parts import small_mixers
 
 SPEC_FILES = sorted(p for p in SPECS.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
 

@@ -106,6 +106,7 @@ def check_png(figure, tmp_path, name: str) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow  # 6-10 s each: rendering and reading back 64-token pictures
 def test_the_logit_lens_of_64_tokens_and_32_layers(deep, tmp_path):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -126,6 +127,7 @@ def test_the_logit_lens_of_64_tokens_and_32_layers(deep, tmp_path):
     assert width >= 64 * figure_layout.PITCH and height >= 33 * 2 * MIN_LINE_PX
 
 
+@pytest.mark.slow  # 6-10 s each: rendering and reading back 64-token pictures
 def test_the_attention_of_64_tokens_and_32_layers_is_one_labelled_picture_per_layer(deep, tmp_path):
     pictures = attention_figures(deep)
     name, overview = next(pictures)
@@ -158,6 +160,7 @@ def test_every_picture_of_64_tokens_and_32_layers(deep, tmp_path):
     check_png(figure, tmp_path, "attention-63.png")
 
 
+@pytest.mark.slow  # 6-10 s each: rendering and reading back 64-token pictures
 def test_the_attention_of_64_tokens_and_4_layers_is_one_labelled_picture(shallow, tmp_path):
     (name, figure), = list(attention_figures(shallow))
     assert name == "attention.png"

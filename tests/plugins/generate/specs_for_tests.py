@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.spec import layer_selection, read_spec_file
-from fixtures.small_mixers import small_mixers
+from fixtures.small_parts import small_mixers
 from fixtures.tiny import tiny_spec
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
