@@ -91,6 +91,19 @@ class Transposed(Rule):
         return [tensors[0].t().contiguous()]
 
 
+class DepthwiseConv(Rule):
+    """A depthwise ``nn.Conv1d`` weight ``(C, 1, K)`` as a recurrent mixer's ``conv_weight`` ``(C, K)``."""
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].squeeze(1).contiguous()]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].unsqueeze(1).contiguous()]
+
+
 class Fused(Rule):
     """Several Hugging Face tensors concatenated along ``dim`` into one of ours (q, k, v -> qkv).
 
@@ -258,4 +271,4 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["Copy", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]
+__all__ = ["Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]

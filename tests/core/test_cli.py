@@ -47,6 +47,7 @@ def test_validate_bad_spec_exits_2_with_one_line_per_problem(capsys, tmp_path, t
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # subprocesses (4.5 s)
 def test_user_mistakes_in_a_subprocess_give_exit_2_and_no_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "specformer.cli", "summary", str(tmp_path / "none.yaml")],
                             capture_output=True, text=True)

@@ -13,7 +13,7 @@ from specformer.model.attention import cache_slots_of
 from specformer.model.state import state_slots_of
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.rules import Copy, Rule, Site
+from specformer_hf.rules import Copy, DepthwiseConv, Rule, Site
 from specformer_hf.specview import NotExpressible
 
 
@@ -107,19 +107,6 @@ def uniform_mixers(mixers: list[dict[str, Any]], *, family: str, what: str) -> d
     return first
 
 
-class ConvWeight(Rule):
-    """A depthwise ``nn.Conv1d`` weight ``(C, 1, K)`` as the mixer's ``conv_weight`` ``(C, K)``."""
-
-    def __init__(self, hf: str, ours: str) -> None:
-        self.hf, self.ours = (hf,), (ours,)
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].squeeze(1).contiguous()]
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].unsqueeze(1).contiguous()]
-
-
 class Where(Rule):
     """``rule`` at the layers where ``applies(site)``; elsewhere it names a parameter no model has, so it is skipped.
 
@@ -171,7 +158,7 @@ def mamba2_rules(hf: str, ours: str) -> list[Rule]:
     rules: list[Rule] = [
         Copy(f"{hf}.in_proj.weight", f"{ours}.in_proj.weight"),
         Copy(f"{hf}.in_proj.bias", f"{ours}.in_proj.bias"),
-        ConvWeight(f"{hf}.conv1d.weight", f"{ours}.conv_weight"),
+        DepthwiseConv(f"{hf}.conv1d.weight", f"{ours}.conv_weight"),
         Copy(f"{hf}.conv1d.bias", f"{ours}.conv_bias"),
         Copy(f"{hf}.out_proj.weight", f"{ours}.out.weight"),
         Copy(f"{hf}.out_proj.bias", f"{ours}.out.bias"),
@@ -187,5 +174,5 @@ def embedding_multiplier_config(model: Any) -> float:
     return float(model.embedding_multiplier)
 
 
-__all__ = ["ConvWeight", "Where", "dt_limits", "embedding_multiplier_config", "exact_preimage", "json_float",
+__all__ = ["Where", "dt_limits", "embedding_multiplier_config", "exact_preimage", "json_float",
            "keeps_keys", "keeps_state", "mamba2_config", "mamba2_mixer", "mamba2_rules", "uniform_mixers"]

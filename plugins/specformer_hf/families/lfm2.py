@@ -19,7 +19,7 @@ from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.common import (LAYER, FamilyView, Part, Rope, RMSNorm, Sizes, _selection, decoder_family,
                                            default_gated_hidden, model_sizes, rmsnorm)
-from specformer_hf.rules import Copy, Fused, Rule, Site, halves, qkv_sizes
+from specformer_hf.rules import Copy, DepthwiseConv, Fused, Rule, Site, halves, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
 #: transformers' Lfm2Config defaults.
@@ -85,19 +85,6 @@ class OnMixer(Rule):
 
     def describe(self) -> str:
         return f"{self.rule.describe()} (in {self.mixer} layers)"
-
-
-class ConvWeight(Rule):
-    """A depthwise ``nn.Conv1d`` weight ``(C, 1, K)`` as our ``conv_weight`` ``(C, K)``."""
-
-    def __init__(self, hf: str, ours: str) -> None:
-        self.hf, self.ours = (hf,), (ours,)
-
-    def to_ours(self, tensors: list[Any], site: Site) -> list[Any]:
-        return [tensors[0].squeeze(1)]
-
-    def to_hf(self, tensors: list[Any], site: Site) -> list[Any]:
-        return [tensors[0].unsqueeze(1).contiguous()]
 
 
 def _layer_types(cfg: ConfigReader, n_layers: int) -> list[str]:
@@ -190,7 +177,7 @@ class Mixers(Part):
         conv = [
             Copy(f"{SHORT_CONV}.in_proj.weight", "blocks.{i}.attention.in_proj.weight"),
             Copy(f"{SHORT_CONV}.in_proj.bias", "blocks.{i}.attention.in_proj.bias"),
-            ConvWeight(f"{SHORT_CONV}.conv.weight", "blocks.{i}.attention.conv_weight"),
+            DepthwiseConv(f"{SHORT_CONV}.conv.weight", "blocks.{i}.attention.conv_weight"),
             Copy(f"{SHORT_CONV}.conv.bias", "blocks.{i}.attention.conv_bias"),
             Copy(f"{SHORT_CONV}.out_proj.weight", "blocks.{i}.attention.out.weight"),
             Copy(f"{SHORT_CONV}.out_proj.bias", "blocks.{i}.attention.out.bias"),

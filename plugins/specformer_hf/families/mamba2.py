@@ -17,7 +17,7 @@ from torch import Tensor
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.common import FamilyView, Part, decoder_family
-from specformer_hf.rules import Copy, Rule, Site
+from specformer_hf.rules import Copy, DepthwiseConv, Rule, Site
 from specformer_hf.specview import NotExpressible
 
 #: transformers' Mamba2Config defaults.
@@ -30,19 +30,6 @@ DEFAULTS = {
 #: Mamba-2 has no context limit and its config no max_position_embeddings; the spec needs one.
 DEFAULT_CONTEXT = 4096
 LAYER = "backbone.layers.{i}"
-
-
-class DepthwiseConv(Rule):
-    """A depthwise ``nn.Conv1d`` weight ``(C, 1, K)``, ours ``(C, K)``."""
-
-    def __init__(self, hf: str, ours: str) -> None:
-        self.hf, self.ours = (hf,), (ours,)
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].squeeze(1).contiguous()]
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].unsqueeze(1).contiguous()]
 
 
 @dataclass(frozen=True)

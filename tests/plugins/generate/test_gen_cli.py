@@ -224,6 +224,7 @@ def test_corrupt_tensors_are_a_checkpoint_error(capsys, checkpoint, tmp_path) ->
     assert str(truncated) in err
 
 
+@pytest.mark.slow  # a subprocess (3.5 s)
 def test_the_console_script_runs(checkpoint) -> None:
     exe = Path(sys.executable).with_name("specformer")
     result = subprocess.run([str(exe), "generate", str(checkpoint), "--prompt", "ok", "--max-new-tokens", "4"],

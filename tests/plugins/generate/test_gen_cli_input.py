@@ -245,6 +245,7 @@ def _expected_chat(checkpoint: Path, turns: list[str], n: int) -> str:
     return out
 
 
+@pytest.mark.slow  # a subprocess each (3.5 s)
 @pytest.mark.parametrize("command", [["chat"], ["generate", "--interactive"]])
 def test_chat_reads_turns_from_standard_input(checkpoint, command: list[str]) -> None:
     turns = ["def f(x):\n", "    return\n"]

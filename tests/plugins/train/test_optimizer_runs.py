@@ -43,7 +43,7 @@ def spec_file(root: Path, name: str, **settings) -> Path:
     return path
 
 
-# AdamW's kill-and-resume runs in the default suite (test_interrupts.py); these in the slow one.
+# AdamW's kill-and-resume is test_interrupts.py's; these, the other optimizers', run in the slow suite too.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_sigkill_then_resume_matches_the_uninterrupted_run(tmp_path: Path, name: str) -> None:
@@ -77,7 +77,8 @@ needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 
 @needs_gloo
-@pytest.mark.parametrize("mode", [pytest.param("ddp", marks=pytest.mark.slow), "fsdp"])  # DDP: only gradients are shared
+@pytest.mark.slow  # two processes each (7 s): with the other multi-process runs, in the slow suite
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])  # DDP: only gradients are shared
 @pytest.mark.parametrize("name", marked(list(OPTIMIZERS)))
 def test_two_processes_match_one(tmp_path: Path, name: str, mode: str) -> None:
     settings = dict(steps=6, save_every=3, eval_every=3, seed=5)
