@@ -56,7 +56,8 @@ def save_and_import(case: Case, directory: Path) -> Saved:
     return Saved(case=case, hf=hf, directory=directory, imported=imported)
 
 
-@pytest.fixture(scope="module", params=[c.name for c in CASES])
+@pytest.fixture(scope="module", params=[pytest.param(c.name, marks=[pytest.mark.slow] if c.name in _cases.SLOW_VARIANTS else [])
+                                        for c in CASES])
 def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Saved:
     case = BY_NAME[request.param]
     return save_and_import(case, tmp_path_factory.mktemp(case.name))

@@ -316,3 +316,12 @@ CASES += [
 ]
 
 BY_NAME = {case.name: case for case in CASES}
+
+#: Further variants of a hybrid family whose first case runs in the default suite: they run with the slow tests
+#: (every parity check of each takes about a second, and there are many).
+SLOW_VARIANTS = frozenset({
+    "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
+    "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
+    "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
+})
+assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
