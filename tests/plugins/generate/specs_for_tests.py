@@ -13,6 +13,19 @@ from fixtures.tiny import tiny_spec
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
 SPEC_FILES = sorted(p for p in SPEC_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
 
+#: Example specs whose mixers another example already exercises in the default suite (one per mixer stays:
+#: qwen3.5-9b, kimi-linear, mamba-codestral, lfm2, falcon-h1): the tests that build every spec run them slow.
+SLOW_SPECS = frozenset({"qwen3-next-80b-a3b.yaml", "qwen3.5-35b-a3b.yaml", "olmo-hybrid-7b.yaml", "nemotron-h-8b.yaml",
+                        "granite-4.0-h-tiny.yaml"})
+
+
+def example_specs() -> list[Any]:
+    """SPEC_FILES as pytest params, those in SLOW_SPECS marked slow."""
+    import pytest
+
+    assert SLOW_SPECS <= {p.name for p in SPEC_FILES}, sorted(SLOW_SPECS - {p.name for p in SPEC_FILES})
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_SPECS else []) for p in SPEC_FILES]
+
 #: Above this many parameters a spec is built at a reduced size (its components unchanged).
 MAX_PARAMS = 4_000_000
 

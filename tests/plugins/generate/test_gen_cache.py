@@ -23,7 +23,7 @@ from specformer.registry.discovery import get_registry
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.cache import LayerShape
 
-from .specs_for_tests import SPEC_FILES, spec_data, tiny_with
+from .specs_for_tests import example_specs, spec_data, tiny_with
 
 # Left-padded batch: rows of different lengths, one longer than the 8-token windows below.
 PROMPTS = [[5, 9, 2, 7, 1, 3, 8, 8, 4, 6, 2, 9], [4, 4, 1], [7]]
@@ -50,7 +50,7 @@ def incremental_logits(model, ids: torch.Tensor, chunks: list[int], capacity: in
 
 
 @THROUGH_A_MODEL
-@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", example_specs())
 def test_cache_gives_the_tokens_of_recompute_for_every_example_spec(path) -> None:
     model = build_double(spec_data(path))
     prompts = [[t % model.vocab_size for t in p] for p in PROMPTS]
@@ -61,7 +61,7 @@ def test_cache_gives_the_tokens_of_recompute_for_every_example_spec(path) -> Non
 
 
 @THROUGH_A_MODEL
-@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", example_specs())
 def test_cached_logits_equal_a_full_forward_for_every_example_spec(path) -> None:
     model = build_double(spec_data(path))
     ids = torch.randint(0, model.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
