@@ -827,11 +827,13 @@ class SlidingRopeGlobalNope(Part):
         cfg.mark_read("_sliding_window_pattern")
         if self.rope_without_window and window is None:
             default = ["full_attention"] * n_layers
-        elif cfg.get("layer_types", None) is None and (isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1):
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+            default = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+        elif cfg.get("layer_types", None) is not None:
+            default = []  # layer_types decide (EXAONE 4's "LLLG" beside them)
+        else:
             raise UserError(f"{cfg.family}: sliding_window_pattern {pattern!r} without layer_types is not supported "
                             "(transformers builds layer_types from a positive integer only); give layer_types")
-        else:
-            default = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
         types = layer_types_from_config(cfg, default)
         model["positional"] = {**rope(cfg), "interleaved": True} if self.interleaved else rope(cfg)
         if self.rope_without_window and window is None:
