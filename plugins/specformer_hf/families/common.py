@@ -582,9 +582,14 @@ class Refuse(Part):
     key: str
     allowed: tuple[Any, ...]
     why: str
+    #: A field the family's config class lacks (only some config.json files have it): absent is None.
+    optional: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        cfg.require(self.key, self.allowed, why=self.why)
+        if self.optional:
+            cfg.require(self.key, self.allowed, why=self.why, default=None)
+        else:
+            cfg.require(self.key, self.allowed, why=self.why)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,6 @@ DEFAULTS = {
     "max_position_embeddings": 196608, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "num_experts_per_tok": 8,
     "num_local_experts": 256, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
     "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0},
-    # Not Config fields: MiniMax's own config.json has them, transformers' attention never reads them.
-    "use_qk_norm": None, "qk_norm_type": None,
 }
 
 FAMILY = decoder_family(
@@ -30,9 +28,11 @@ FAMILY = decoder_family(
                                                        f"{MLP}.e_score_correction_bias")),
                       instead_of=GatedFFN),
         QKNorm("all"),
-        Refuse("use_qk_norm", (None, True), why="transformers' MiniMax-M2 always normalises queries and keys"),
+        # Not MiniMaxM2Config fields: MiniMax's own config.json has them, transformers' attention never reads them.
+        Refuse("use_qk_norm", (None, True), why="transformers' MiniMax-M2 always normalises queries and keys",
+               optional=True),
         Refuse("qk_norm_type", (None, "per_layer"),
-               why="transformers' MiniMax-M2 normalises queries and keys over all heads of a layer at once"),
+               why="transformers' MiniMax-M2 normalises queries and keys over all heads of a layer at once", optional=True),
     ],
     maps="GQA with head_dim, q/k RMSNorm over all heads (qk_norm_scope all), rope with partial_rotary_factor or "
          "rotary_dim (/ head_dim); ffn moe: num_local_experts, num_experts_per_tok, intermediate_size, router "
