@@ -74,6 +74,21 @@ MODERN_SPECS = {
     "stablelm-2-1.6b.yaml": ("StableLmConfig", dict(
         vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
         num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True, tie_word_embeddings=False)),
+    "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
+        head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
+    "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    "olmo-3-7b.yaml": ("Olmo3Config", dict(
+        vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5e5},
+                         "full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2079441541679836}})),
+    "exaone-4.0-32b.yaml": ("Exaone4Config", dict(
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, max_position_embeddings=131072, sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
 }
 
 

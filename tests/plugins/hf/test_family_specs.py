@@ -49,6 +49,10 @@ MOE_SPECS = {
         intermediate_size=5120, max_position_embeddings=262144,
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
     "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
+    # Their published config.json's fields beyond transformers' defaults (see each spec's header).
+    "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
+        head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
+    "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -75,6 +79,18 @@ DENSE_SPECS = {
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
     "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
     "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
+    "olmo-3-7b.yaml": ("Olmo3Config", dict(
+        vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5e5},
+                         "full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2079441541679836}})),
+    "exaone-4.0-32b.yaml": ("Exaone4Config", dict(
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, max_position_embeddings=131072, sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
 }
 
 
