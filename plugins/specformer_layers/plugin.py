@@ -28,7 +28,7 @@ from specformer_layers.layouts.params import (
     SandwichBlockParams,
 )
 from specformer_layers.mixers.params import GatedDeltaNetParams
-from specformer_layers.norms.params import LayerNormParams, RMSNormParams, ScaleNormParams
+from specformer_layers.norms.params import L2NormParams, LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (
     ALiBiParams,
     LearnedPositionsParams,
@@ -74,6 +74,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("norm", "layernorm", "norms.layernorm:LayerNorm", LayerNormParams, "https://arxiv.org/abs/1607.06450"),
     ("norm", "rmsnorm", "norms.rmsnorm:RMSNorm", RMSNormParams, "https://arxiv.org/abs/1910.07467"),
     ("norm", "scalenorm", "norms.scalenorm:ScaleNorm", ScaleNormParams, "https://arxiv.org/abs/1910.05895"),
+    ("norm", "l2norm", "norms.l2norm:L2Norm", L2NormParams, "https://arxiv.org/abs/2010.04245"),
 
     ("ffn", "mlp", "ffn.mlp:MLP", MLPParams, "https://arxiv.org/abs/1706.03762"),
     ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),
