@@ -223,6 +223,22 @@ class Experts(Part):
         ]
 
 
+@dataclass(frozen=True)
+class OneOverridePerSelection(Part):
+    """The ``layers:`` overrides the parts above wrote for the same layers, merged into one (reading only)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        merged: list[dict[str, Any]] = []
+        for override in model.get("layers", []):
+            same = next((m for m in merged if m["select"] == override["select"] and not (set(m) & set(override)) - {"select"}), None)
+            if same is None:
+                merged.append(dict(override))
+            else:
+                same.update(override)
+        if merged:
+            model["layers"] = merged
+
+
 FAMILY = decoder_family(
     name="Llama 4",
     model_type="llama4_text",
@@ -236,6 +252,7 @@ FAMILY = decoder_family(
         Attention(),
         Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
         Experts(),
+        OneOverridePerSelection(),
     ],
     maps="rope_parameters -> interleaved rope; no_rope_layers / no_rope_layer_interval -> positional none on the NoPE "
          "layers; layer_types / attention_chunk_size -> attention.chunk; use_qk_norm -> qk_norm l2norm on the rope "
