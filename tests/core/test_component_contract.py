@@ -54,10 +54,10 @@ def _sizes(kind: str) -> dict[str, Any] | None:
     return {
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
-        "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2},
+        "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2, "vocab_size": 50},
         "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
-        "router": {"d_model": 16, "n_experts": 4, "top_k": 2},
+        "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -100,6 +100,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "logit_softcap"): 30.0,
     ("attention", "attention", "scale"): 0.5,
     ("attention", "attention", "chunk"): 8,
+    ("attention", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
+    ("attention", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
@@ -142,6 +144,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("rope_scaling", "longrope", "attention_factor"): 1.5,
     ("router", "softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "sigmoid_topk", "topk_group"): (2, {"n_group": 2}),
+    ("router", "sqrtsoftplus_topk", "topk_group"): (2, {"n_group": 2}),
     ("rope_scaling", "longrope", "short_factor"): [1.5] * PAIRS,
     ("rope_scaling", "longrope", "long_factor"): [3.0] * PAIRS,
     ("layout", "parallel", "shared_norm"): True,

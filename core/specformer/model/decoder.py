@@ -124,6 +124,7 @@ class Decoder(nn.Module):
 
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         ctx.document_ids = document_ids
+        ctx.token_ids = input_ids
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:

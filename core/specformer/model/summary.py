@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
@@ -30,7 +30,8 @@ class ModelSummary:
     for sliding-window layers). Training = 3 x forward: ``6N + 3 * attention``, which is the
     familiar ``6N + 12 * L * H * hd * T`` when values are as wide as keys and no layer slides.
     The KV cache per token is what one more token adds with every layer still growing;
-    at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
+    at full context a sliding-window layer holds only its window, a chunked layer only its chunk (a ring, as
+    generate keeps it).
     A recurrent mixer (:mod:`specformer.model.state`) adds nothing per token: it keeps a state
     of fixed size per sequence (``state_elements_per_sequence``), and its recurrence costs the
     ``recurrent_flops_per_token`` it declares, whatever the context.
@@ -133,7 +134,8 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         attention = block.attention
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
         state = state_slots_of(attention)  # and per sequence (a recurrent mixer)
-        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
+        reach = reach_of(attention)  # a sliding window or a chunk bounds what a layer reads and keeps
+        span = context_length if reach is None else min(reach, context_length)
         if kept is not None or state is None:  # softmax attention reads every key in its span
             value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
             s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count

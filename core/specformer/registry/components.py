@@ -46,7 +46,11 @@ KINDS: dict[str, Kind] = {
             ("d_model", "n_heads", "head_dim", "context_length"),
         ),
         Kind("norm", "A normalisation layer over the last dimension.", ("dim",)),
-        Kind("ffn", "The position-wise feed-forward sublayer of a block.", ("d_model", "layer_index", "n_layers")),
+        Kind(
+            "ffn",
+            "The position-wise feed-forward sublayer of a block (vocab_size: for routing by token id).",
+            ("d_model", "layer_index", "n_layers", "vocab_size"),
+        ),
         Kind(
             "attention",
             "The causal self-attention sublayer of a block.",

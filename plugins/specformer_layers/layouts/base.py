@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Callable, ClassVar
 
-from torch import nn
+from torch import Tensor, nn
+
+from specformer.model.context import ForwardContext
 
 from specformer_layers.layouts.absent import is_absent
 from specformer_layers.layouts.params import BlockParams
@@ -48,6 +50,11 @@ class Block(nn.Module):
             else:
                 part = make_norm()
             setattr(self, name, part)
+        self.ffn_reads_context = bool(getattr(ffn, "reads_context", False))
+
+    def feed_forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        """``ffn(x)``, or ``ffn(x, ctx)`` for a feed-forward that reads the forward context (hash routing's token ids)."""
+        return self.ffn(x, ctx) if self.ffn_reads_context else self.ffn(x)
 
     def norms_made(self, params: BlockParams) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""

@@ -26,4 +26,4 @@ class ParallelBlock(Block):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h = self.attention_norm(x)
         ffn_in = h if self.ffn_norm is None else self.ffn_norm(x)
-        return x + self.attention(h, ctx) + self.ffn(ffn_in)
+        return x + self.attention(h, ctx) + self.feed_forward(ffn_in, ctx)

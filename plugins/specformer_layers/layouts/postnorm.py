@@ -18,4 +18,4 @@ class PostNormBlock(Block):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = self.attention_norm(x + self.attention(x, ctx))
-        return self.ffn_norm(x + self.ffn(x))
+        return self.ffn_norm(x + self.feed_forward(x, ctx))

@@ -18,4 +18,4 @@ class PostNormInsideBlock(Block):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention_norm(self.attention(x, ctx))
-        return x + self.ffn_norm(self.ffn(x))
+        return x + self.ffn_norm(self.feed_forward(x, ctx))

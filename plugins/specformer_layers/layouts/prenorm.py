@@ -28,6 +28,6 @@ class PreNormBlock(Block):
         r = self.residual_multiplier
         if r == 1.0:
             x = x + self.attention(self.attention_norm(x), ctx)
-            return x + self.ffn(self.ffn_norm(x))
+            return x + self.feed_forward(self.ffn_norm(x), ctx)
         x = x + self.attention(self.attention_norm(x), ctx) * r
-        return x + self.ffn(self.ffn_norm(x)) * r
+        return x + self.feed_forward(self.ffn_norm(x), ctx) * r

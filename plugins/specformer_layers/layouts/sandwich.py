@@ -18,4 +18,4 @@ class SandwichBlock(Block):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention_post_norm(self.attention(self.attention_norm(x), ctx))
-        return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        return x + self.ffn_post_norm(self.feed_forward(self.ffn_norm(x), ctx))

@@ -203,6 +203,22 @@ CASES = [
     Case("exaone4-global-llama3", "Exaone4Config", "Exaone4ForCausalLM",
          _llama_like(num_hidden_layers=2, num_key_value_heads=1, sliding_window=None,
                      layer_types=["full_attention", "full_attention"], tie_word_embeddings=True,
+    # Llama 4 (text): chunked local attention (chunks of 8, shorter than the inputs) with interleaved rope and
+    # l2-normalised q/k, a global NoPE layer every 4th with temperature-tuned queries (floor_scale 4, so the scale
+    # moves within the inputs), experts in every layer (top-1 of 4, sigmoid on the input, a shared expert), a
+    # head_dim that is not hidden / heads, untied.
+    Case("llama4", "Llama4TextConfig", "Llama4ForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, intermediate_size=40, intermediate_size_mlp=72,
+                     num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=WINDOW, floor_scale=4,
+                     attn_scale=0.5, rope_parameters=_rope("default", rope_theta=500000.0))),
+    # Experts every other layer (interleave_moe_layer_step 2: layers 1 and 3) beside dense layers, 2 of 5 experts per
+    # token, NoPE every other layer (no_rope_layer_interval 2) with tuning, no qk norm, llama3 rope scaling, attention
+    # biases, one kv head, chunks of 16, tied embeddings.
+    Case("llama4-interleaved", "Llama4TextConfig", "Llama4ForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=1, intermediate_size=24, intermediate_size_mlp=80,
+                     num_local_experts=5, num_experts_per_tok=2, interleave_moe_layer_step=2, no_rope_layer_interval=2,
+                     use_qk_norm=False, attention_chunk_size=16, floor_scale=3, attn_scale=0.3, attention_bias=True,
+                     tie_word_embeddings=True,
                      rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
     # --- hybrid: LFM2 ---

@@ -53,6 +53,8 @@ MOE_SPECS = {
     "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
         head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
     "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
+    "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -105,7 +107,8 @@ def test_active_parameters_match_transformers(name):
     total = sum(p.numel() for p in hf.parameters())
     idle = 0
     for layer in hf.model.layers:
-        experts = getattr(layer.mlp, "experts", None)
+        ffn = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward  # Llama 4 names it feed_forward
+        experts = getattr(ffn, "experts", None)
         if experts is None:
             continue  # a dense layer
         n_experts = (getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None)
@@ -115,6 +118,14 @@ def test_active_parameters_match_transformers(name):
     summary = specformer.summarize(SPECS / name)
     assert summary.total == total
     assert summary.active == total - idle
+
+
+def test_llama_4_scout_chunked_layers_cache_only_their_chunk():
+    """36 chunked layers keep 8192 tokens at most, the 12 global ones the whole context: 8 kv heads x 128 x (k, v)."""
+    summary = specformer.summarize(SPECS / "llama-4-scout-17b-16e.yaml")
+    per_token_bf16 = 8 * 128 * 2 * 2
+    assert summary.kv_bytes_per_token(torch.bfloat16) == 48 * per_token_bf16
+    assert summary.kv_bytes_at_context(torch.bfloat16) == (36 * 8192 + 12 * 131072) * per_token_bf16
 
 
 @pytest.mark.parametrize("name", sorted({**MOE_SPECS, **DENSE_SPECS}))

@@ -135,6 +135,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
     "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
     "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
+    "llama-4-scout-17b-16e.yaml": _llama_like("Llama4TextConfig"),  # transformers' defaults are Scout's text model
     "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
     # GLM-4.5-Air, MiniMax-M2, OLMo 3, EXAONE 4 (the same fields as tests/plugins/hf/test_family_specs.py's)
     "glm-4.5-air.yaml": _llama_like(
@@ -218,8 +219,8 @@ def shrink(data: Any) -> Any:
                     value = min(value, 2)
                 elif key == "topk_group":
                     value = 1
-                elif key == "window":
-                    value = 8
+                elif key in ("window", "chunk"):
+                    value = 8 if value is not None else None
                 elif key == "original_context_length":
                     value = 16
                 elif key == "scale":
