@@ -44,6 +44,6 @@ class HyperConnectionsParams(Params):
     @classmethod
     def _more_than_one(cls, value: int) -> int:
         if value == 1:
-            raise ValueError("mhc with n_streams 1 is the one-stream residual with extra gates (no streams to mix); "
+            raise ValueError("one stream is the plain residual (mixing one stream with itself is the identity): "
                              "use residual: single, or n_streams 2 or more")
         return value
