@@ -33,17 +33,18 @@ class HyperConnectionsParams(Params):
     layer after layer.
     """
 
-    n_streams: int = Field(default=4, ge=1, description="Number of parallel residual streams N (DeepSeek-V4's hc_mult).")
+    n_streams: int = Field(default=4, ge=2, description="Number of parallel residual streams N (DeepSeek-V4's hc_mult).")
     sinkhorn_iterations: int = Field(
         default=20, ge=1, description="Sinkhorn-Knopp iterations making the stream mixing doubly stochastic (hc_sinkhorn_iters).",
     )
     eps: float = Field(default=1e-6, ge=0, description="Added to pre and comb weights and to each Sinkhorn denominator (hc_eps).")
     norm_eps: float = Field(default=1e-6, gt=0, description="Epsilon of the weightless RMS norm over the flattened streams (rms_norm_eps).")
 
-    @field_validator("n_streams")
+    @field_validator("n_streams", mode="before")
     @classmethod
-    def _more_than_one(cls, value: int) -> int:
-        if value == 1:
+    def _more_than_one(cls, value: object) -> object:
+        # Checked before the bound, so that one stream gets the way out rather than "should be >= 2".
+        if value == 1 and not isinstance(value, bool):
             raise ValueError("one stream is the plain residual (mixing one stream with itself is the identity): "
                              "use residual: single, or n_streams 2 or more")
         return value
