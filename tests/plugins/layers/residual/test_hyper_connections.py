@@ -241,6 +241,17 @@ def test_the_default_single_stream_adds_no_weight_and_changes_no_logit() -> None
     assert specformer.summarize(default).residual_stream is None
 
 
+def test_the_logit_lens_reads_every_layer_through_the_streams_head() -> None:
+    from specformer_eval import lens_of
+
+    model = specformer.build(_mhc_spec(), seed=6).eval()
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(6))
+    lens, cap = lens_of(model, ids, k=3)
+    assert [tuple(r.shape) for r in cap.residual] == [(1, 6, N, 32)] * 3
+    with torch.no_grad():
+        assert torch.equal(lens.ids[-1, ..., 0], model(ids).argmax(-1))  # the last layer's lens is the model's own
+
+
 def test_summary_names_the_streams() -> None:
     from specformer.model.summary import format_summary
 
