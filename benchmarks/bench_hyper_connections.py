@@ -25,7 +25,7 @@ from torch import Tensor, nn
 import specformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_components import rms_norm, rotate  # noqa: E402
+from bench_components import rms_norm, rotate, spec_for as dense_spec_for  # noqa: E402
 from pairwise import run_cli  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
@@ -36,16 +36,12 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 def spec_for(shape: dict[str, Any]) -> dict[str, Any]:
-    return {"model": {
-        "vocab_size": shape["vocab"], "d_model": shape["d"], "n_layers": shape["n_layers"],
-        "context_length": shape["context"], "tie_embeddings": False,
-        "positional": {"kind": "rope", "theta": shape["theta"]},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": {"kind": "attention", "n_heads": shape["n_heads"], "n_kv_heads": shape["n_kv"]},
-                  "ffn": {"kind": "swiglu", "hidden": shape["hidden"]},
-                  "residual": {"kind": "mhc", "n_streams": shape["streams"], "sinkhorn_iterations": shape["sinkhorn"],
-                               "eps": shape["hc_eps"], "norm_eps": shape["norm_eps"]}},
-    }}
+    """bench_components' dense Llama-shaped spec, on the streams."""
+    spec = dense_spec_for({**shape, "window": None, "experts": 0, "top_k": 0})
+    spec["model"]["block"]["residual"] = {"kind": "mhc", "n_streams": shape["streams"],
+                                          "sinkhorn_iterations": shape["sinkhorn"], "eps": shape["hc_eps"],
+                                          "norm_eps": shape["norm_eps"]}
+    return spec
 
 
 # -- the hand-written peer -------------------------------------------------------------------------

@@ -453,12 +453,18 @@ def _hybrid(c: Component, *, seed: int) -> Any:
 def test_every_mixer_decodes_through_the_cache_as_recompute(component: Component) -> None:
     from specformer_generate import StaticKVCache
 
-    model = _hybrid(component, seed=0)
-    ids = torch.randint(0, model.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
-    positions = torch.arange(11).expand_as(ids)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=11)
-    steps = [model(ids[:, :5], positions=positions[:, :5], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(5, 11)]
+    _decodes_through_the_cache_as_recompute(_hybrid(component, seed=0), length=11, prompt=5, seed=0)
+
+
+def _decodes_through_the_cache_as_recompute(model: Any, *, length: int, prompt: int, seed: int) -> None:
+    """A prompt, then one token at a time through the generation cache: the logits of one forward over it all."""
+    from specformer_generate import StaticKVCache
+
+    ids = torch.randint(0, model.vocab_size, (2, length), generator=torch.Generator().manual_seed(seed))
+    positions = torch.arange(length).expand_as(ids)
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=length)
+    steps = [model(ids[:, :prompt], positions=positions[:, :prompt], cache=cache)]
+    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(prompt, length)]
     torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
 
 
@@ -530,13 +536,7 @@ def _layouts_for(c: Component) -> list[str]:
 def test_every_residual_stream_decodes_through_the_cache_as_recompute(component: Component, layout: str) -> None:
     import specformer
     from fixtures.tiny import tiny_spec
-    from specformer_generate import StaticKVCache
 
     spec = tiny_spec(block={"layout": layout, "residual": {"kind": component.name, **_example(component)}})
     model = specformer.build(spec, seed=5).double().eval()
-    ids = torch.randint(0, model.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
-    positions = torch.arange(9).expand_as(ids)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=9)
-    steps = [model(ids[:, :4], positions=positions[:, :4], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(4, 9)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
+    _decodes_through_the_cache_as_recompute(model, length=9, prompt=4, seed=5)

@@ -183,17 +183,12 @@ def test_weight_names_map_one_to_one_onto_deepseek_v4s() -> None:
 
 
 @torch.no_grad()
-def test_cached_decoding_gives_what_recompute_gives() -> None:
-    from specformer_generate import StaticKVCache, generate
+def test_generating_through_the_cache_gives_what_recompute_gives() -> None:
+    """(Logit for logit through the cache, under every layout: the contract test's residual checks.)"""
+    from specformer_generate import generate
 
     model = specformer.build(_mhc_spec(), seed=0).double().eval()
-    ids = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(1))
-    positions = torch.arange(11).expand_as(ids)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=11)
-    steps = [model(ids[:, :5], positions=positions[:, :5], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(5, 11)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
-    prompt = ids[:1, :4]
+    prompt = torch.randint(0, 97, (1, 4), generator=torch.Generator().manual_seed(1))
     assert torch.equal(generate(model, prompt, max_new_tokens=6), generate(model, prompt, max_new_tokens=6, use_cache=False))
 
 
