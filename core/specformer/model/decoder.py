@@ -2,7 +2,9 @@
 
 A plain ``nn.Module``. It knows no concrete component: the builder hands it a
 positional scheme, a list of blocks (each built by a layout component from an
-attention, an ffn and norms) and a final norm.
+attention, an ffn and norms), the residual stream the blocks are joined to
+(:mod:`specformer.model.residual`: expanded after the embeddings, collapsed before the
+final norm) and a final norm.
 """
 
 from __future__ import annotations
