@@ -43,6 +43,7 @@ from specformer_layers.positional.rope_scaling.params import (
     LongRopeScalingParams,
     YarnScalingParams,
 )
+from specformer_layers.residual.params import HyperConnectionsParams, SingleStreamParams
 from specformer_layers.routers.params import (
     HashParams,
     SigmoidTopKParams,
@@ -113,6 +114,10 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("layout", "sandwich", "layouts.sandwich:SandwichBlock", SandwichBlockParams, "https://arxiv.org/abs/2408.00118"),
     ("layout", "postnorm_inside", "layouts.postnorm_inside:PostNormInsideBlock", PostNormInsideBlockParams,
      "https://arxiv.org/abs/2501.00656"),
+
+    ("residual", "single", "residual.single:SingleStream", SingleStreamParams, "https://arxiv.org/abs/1512.03385"),
+    ("residual", "mhc", "residual.hyper_connections:HyperConnections", HyperConnectionsParams,
+     "https://arxiv.org/abs/2512.24880"),
 )
 
 

@@ -203,6 +203,8 @@ CASES = [
     Case("exaone4-global-llama3", "Exaone4Config", "Exaone4ForCausalLM",
          _llama_like(num_hidden_layers=2, num_key_value_heads=1, sliding_window=None,
                      layer_types=["full_attention", "full_attention"], tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
     # Llama 4 (text): chunked local attention (chunks of 8, shorter than the inputs) with interleaved rope and
     # l2-normalised q/k, a global NoPE layer every 4th with temperature-tuned queries (floor_scale 4, so the scale
     # moves within the inputs), experts in every layer (top-1 of 4, sigmoid on the input, a shared expert), a
@@ -379,6 +381,6 @@ SLOW_VARIANTS = frozenset({
     "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
-    "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3",
+    "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -14,6 +14,7 @@ EXPECTED = {
     "attention": {"attention", "mla", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash"},
+    "residual": {"single", "mhc"},
 }
 
 OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
