@@ -1,0 +1,61 @@
+"""Attention over the keys an indexer chose: each query reads its own ``k`` gathered keys.
+
+The dense kernels read every key and mask most of them; at ``T`` queries and ``k``
+chosen keys each, this reads ``T x k`` scores instead of ``T x T``. It runs one block of
+queries at a time (the indexer's :meth:`~.indexer.LightningIndexer.selections`), so the
+largest tensors are a block's gathered keys ``(B, KV, block, k, hd)`` and its index scores
+``(B, block, S)``: memory grows linearly with the context for a fixed block.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, *, chosen: Tensor, readable: Tensor, scale: float,
+                       dropout: float = 0.0) -> Tensor:
+    """``softmax(scale * q k_chosen^T, masked) v_chosen``: ``(B, H, Tq, vd)``.
+
+    ``q`` ``(B, H, Tq, hd)``, ``k`` ``(B, KV, S, hd)``, ``v`` ``(B, KV, S, vd)`` with KV dividing H
+    (every query head of a group reads its group's keys); ``chosen`` ``(B, Tq, n)`` key slots per
+    query, shared by the heads; ``readable`` ``(B, Tq, n)`` False where a chosen slot is not to be read.
+    """
+    B, H, Tq, hd = q.shape
+    KV = k.shape[1]
+    batch = torch.arange(B, device=q.device)[:, None, None, None]
+    head = torch.arange(KV, device=q.device)[None, :, None, None]
+    keys = k[batch, head, chosen[:, None]]  # (B, KV, Tq, n, hd)
+    values = v[batch, head, chosen[:, None]]  # (B, KV, Tq, n, vd)
+    grouped = q.view(B, KV, H // KV, Tq, hd)  # (B, KV, G, Tq, hd)
+    logits = torch.einsum("bkgtd,bktnd->bkgtn", grouped, keys) * scale  # (B, KV, G, Tq, n)
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()  # the softmax in at least float32, as the eager kernel
+    mask = readable[:, None, None]  # (B, 1, 1, Tq, n)
+    weights = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with nothing to read: zeros, no NaN
+    weights = F.dropout(weights.to(v.dtype), p=dropout, training=dropout > 0)
+    out = torch.einsum("bkgtn,bktnd->bkgtd", weights, values)  # (B, KV, G, Tq, vd)
+    return out.reshape(B, H, Tq, values.shape[-1])
+
+
+def blockwise(q: Tensor, k: Tensor, v: Tensor, *, selections: Iterator[tuple[slice, Tensor, Tensor]], scale: float,
+              dropout: float = 0.0) -> Tensor:
+    """:func:`gathered_attention` over each block of queries the ``selections`` cover: ``(B, H, Tq, vd)``."""
+    pieces = [gathered_attention(q[:, :, rows], k, v, chosen=chosen, readable=readable, scale=scale, dropout=dropout)
+              for rows, chosen, readable in selections]
+    return torch.cat(pieces, dim=2)
+
+
+def selected_mask(selections: Iterator[tuple[slice, Tensor, Tensor]], *, batch: int, queries: int,
+                  keys: int) -> Tensor:
+    """The chosen, readable keys of every query as a dense boolean ``(B, 1, Tq, S)`` (for the eager kernel)."""
+    mask = None
+    for rows, chosen, readable in selections:
+        if mask is None:
+            mask = torch.zeros(batch, queries, keys, dtype=torch.bool, device=chosen.device)
+        mask[:, rows] = mask[:, rows].scatter(-1, chosen, readable)
+    return mask[:, None]
