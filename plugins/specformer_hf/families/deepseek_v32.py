@@ -115,7 +115,8 @@ FAMILY = decoder_family(
          "mlp_layer_types / first_k_dense_replace) and the indexer: index_topk, index_n_heads, index_head_dim <-> "
          "attention.indexer lightning (wq_b, wk, k_norm, weights_proj)",
     caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
-            "skips it; aux_loss_coef is 0 on import; the indexer's training loss (a KL term to the dense attention) is "
-            "not reproduced: its weights get no gradient from the language-model loss, as in transformers",
+            "skips it; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
+            "here it learns from its own KL loss when training (attention.indexer.loss_coef, 0 turns it off); ties "
+            "of the index score at a query's cut go to the earliest key (transformers: whichever torch.topk returns)",
     ignore_tensors=(r"model\.layers\.61\..*",),
 )

@@ -37,6 +37,9 @@ class LightningIndexer(nn.Module):
         self.interleaved = params.interleaved
         self.block = params.block
         self.scale = params.head_dim ** -0.5
+        self.loss_coef = params.loss_coef
+        # Set by the attention after a training forward that chose keys (Decoder.auxiliary_loss collects it).
+        self.aux_loss: Tensor | None = None
         self.q_proj = nn.Linear(query_dim, params.n_heads * params.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, params.head_dim, bias=False)
         self.k_norm = params.key_norm.make(dim=params.head_dim)
@@ -86,6 +89,25 @@ class LightningIndexer(nn.Module):
             scores = self.scores(q[:, rows], weights[:, rows], keys).masked_fill(~allowed, float("-inf"))
             chosen = top_slots(scores, kk)  # (B, rows, kk)
             yield rows, chosen, allowed.gather(-1, chosen)
+
+    def alignment_loss(self, q: Tensor, weights: Tensor, keys: Tensor, *, chosen: Tensor, readable: Tensor,
+                       attention: Tensor) -> Tensor:
+        """``sum`` over this block's queries of ``KL(p || softmax(I))`` on their chosen keys.
+
+        ``q``, ``weights``: :meth:`queries` of the block's rows (with gradients); ``keys``
+        ``(B, 1, S, D)``; ``attention`` ``(B, rows, n)``: the attention's weights on the chosen
+        keys summed over its heads (the target ``p`` once normalised; no gradient).
+        """
+        B, rows, n = chosen.shape
+        picked = keys[:, 0].gather(1, chosen.reshape(B, rows * n, 1).expand(-1, -1, keys.shape[-1]))
+        picked = picked.view(B, rows, n, -1).float()  # (B, rows, n, D)
+        per_head = torch.relu(torch.einsum("bthd,btnd->bthn", q, picked) * self.scale)  # (B, rows, Hi, n)
+        index = torch.einsum("bth,bthn->btn", weights, per_head).masked_fill(~readable, float("-inf"))
+        log_q = torch.log_softmax(index, dim=-1)
+        p = attention.detach().float().masked_fill(~readable, 0.0)
+        p = p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)
+        terms = torch.where(p > 0, p * (torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)) - log_q), 0.0)
+        return terms.sum()
 
     def _rotate(self, x: Tensor, positional: PositionalScheme, state: Any) -> Tensor:
         """The first ``positional_dim`` channels turned by ``positional``, laid out as this indexer's pairs."""

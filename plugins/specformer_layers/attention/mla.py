@@ -68,6 +68,9 @@ class LatentAttention(nn.Module):
         if params.indexer is not None:
             self.indexer = params.indexer.make(d_model=d_model, query_dim=q_lora_rank, positional_dim=qk_rope_head_dim)
         index_dim = self.indexer.key_dim if self.indexer is not None else 0
+        if self.indexer is not None:  # for specformer summary (specformer.model.attention.AttentionLayer)
+            self.keys_read = self.indexer.topk
+            self.selection_flops_per_key = 2 * self.indexer.n_heads * self.indexer.key_dim
         self.cache_slots = CacheSlots(key_heads=1, key_dim=qk_rope_head_dim + index_dim, value_heads=1,
                                       value_dim=kv_lora_rank)
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
@@ -88,7 +91,8 @@ class LatentAttention(nn.Module):
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
         q_rope = positional.rotate(q_rope, state)
         k_rope = positional.rotate(k_rope, state)
-        index_keys = None if self.indexer is None else self.indexer.keys(x, positional, state)  # (B, 1, T, D)
+        # The indexer reads its inputs detached: only its own loss trains it (DeepSeek-V3.2).
+        index_keys = None if self.indexer is None else self.indexer.keys(x.detach(), positional, state)  # (B, 1, T, D)
         if ctx.cache is not None:
             # The cache keeps what this layer declares (cache_slots): the rotary key (and the indexer's
             # key after it) and the latent.
@@ -99,10 +103,13 @@ class LatentAttention(nn.Module):
             k_positions = ctx.positions
         S = latent.shape[2]
         rule = MaskRule(window=self.window)
+        if self.indexer is not None:
+            self.indexer.aux_loss = None
         if self.indexer is not None and S > self.indexer.topk:
             selections = self.indexer.selections(x, q_latent, index_keys, ctx=ctx, k_positions=k_positions,
                                                  rule=rule, positional=positional, state=state)
-            y = self._sparse(q_nope, q_rope, latent, k_rope, selections)
+            y = self._sparse(q_nope, q_rope, latent, k_rope, selections,
+                             learn=self._indexer_learns(x, q_latent, index_keys, positional, state))
             return self.out(y.transpose(1, 2).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
@@ -116,7 +123,24 @@ class LatentAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
 
-    def _sparse(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor, selections: Any) -> Tensor:
+    def _indexer_learns(self, x: Tensor, q_latent: Tensor, index_keys: Tensor, positional: Any,
+                        state: Any) -> Callable[..., None] | None:
+        """While training: what adds each block's alignment loss to the indexer's ``aux_loss``; else None."""
+        indexer = self.indexer
+        if not (self.training and indexer.loss_coef and torch.is_grad_enabled()):
+            return None
+        q, weights = indexer.queries(x.detach(), q_latent.detach(), positional, state)
+        queries = x.shape[0] * x.shape[1]
+
+        def add(rows: slice, chosen: Tensor, readable: Tensor, attention: Tensor) -> None:
+            loss = indexer.alignment_loss(q[:, rows], weights[:, rows], index_keys, chosen=chosen, readable=readable,
+                                          attention=attention) * (indexer.loss_coef / queries)
+            indexer.aux_loss = loss if indexer.aux_loss is None else indexer.aux_loss + loss
+
+        return add
+
+    def _sparse(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor, selections: Any,
+                learn: Callable[..., None] | None = None) -> Tensor:
         """Attention ``(B, H, T, vd)`` over the chosen keys, in the latent (MLA's absorbed form).
 
         ``q_nope . (W_uk c) = (W_uk^T q_nope) . c`` for a latent ``c``: the queries move into
@@ -136,7 +160,8 @@ class LatentAttention(nn.Module):
             y = eager(q, k, latent, mask=mask, bias=None, scores=Scores(scale=self.scale), dropout=dropout,
                       observe=self.observe_weights)
         else:
-            y = blockwise(q, k, latent, selections=selections, scale=self.scale, dropout=dropout)  # (B, H, T, kv_lora)
+            y = blockwise(q, k, latent, selections=selections, scale=self.scale, dropout=dropout,
+                          each=learn)  # (B, H, T, kv_lora)
         return torch.einsum("bhtc,hvc->bhtv", y, w_uv)  # (B, H, T, vd)
 
     def extra_repr(self) -> str:

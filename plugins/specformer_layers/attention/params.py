@@ -139,8 +139,12 @@ class LightningIndexerParams(Params):
     the layer's positional scheme, in halves (``interleaved: false``, DeepSeek-V3.2's
     indexer) or in adjacent pairs. Queries are handled ``block`` at a time against all keys,
     so memory grows linearly with the context. The cache keeps each token's indexer key
-    (``head_dim`` values per layer) beside the attention's. Selection is discrete: the
-    indexer's weights get no gradient from the language-model loss.
+    (``head_dim`` values per layer) beside the attention's. Selection is discrete, so the
+    indexer learns from its own loss (DeepSeek-V3.2's sparse training stage): while training,
+    the KL divergence from the attention's weights over each query's chosen keys (summed over
+    heads, normalised) to the softmax of their index scores, averaged over queries, times
+    ``loss_coef``, joins the model's auxiliary loss; the indexer reads its inputs detached, so
+    this loss trains only the indexer and the language-model loss never reaches it.
     """
 
     topk: int = Field(gt=0, description="Keys each query reads (DeepSeek-V3.2's index_topk, 2048).")
@@ -155,3 +159,8 @@ class LightningIndexerParams(Params):
         description="The indexer's rotary channels turn in adjacent pairs; false: in halves (DeepSeek-V3.2).",
     )
     block: int = Field(default=64, gt=0, description="Queries scored and attended at once (memory per block: block x keys).")
+    loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )

@@ -9,7 +9,7 @@ largest tensors are a block's gathered keys ``(B, KV, block, k, hd)`` and its in
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +17,8 @@ from torch import Tensor
 
 
 def gathered_attention(q: Tensor, k: Tensor, v: Tensor, *, chosen: Tensor, readable: Tensor, scale: float,
-                       dropout: float = 0.0) -> Tensor:
-    """``softmax(scale * q k_chosen^T, masked) v_chosen``: ``(B, H, Tq, vd)``.
+                       dropout: float = 0.0) -> tuple[Tensor, Tensor]:
+    """``softmax(scale * q k_chosen^T, masked) v_chosen`` ``(B, H, Tq, vd)``, and the weights summed over heads ``(B, Tq, n)``.
 
     ``q`` ``(B, H, Tq, hd)``, ``k`` ``(B, KV, S, hd)``, ``v`` ``(B, KV, S, vd)`` with KV dividing H
     (every query head of a group reads its group's keys); ``chosen`` ``(B, Tq, n)`` key slots per
@@ -37,16 +37,25 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, *, chosen: Tensor, reada
     mask = readable[:, None, None]  # (B, 1, 1, Tq, n)
     weights = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
     weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with nothing to read: zeros, no NaN
+    summed = weights.detach().sum(dim=(1, 2))  # (B, Tq, n): what an indexer learns to predict
     weights = F.dropout(weights.to(v.dtype), p=dropout, training=dropout > 0)
     out = torch.einsum("bkgtn,bktnd->bkgtd", weights, values)  # (B, KV, G, Tq, vd)
-    return out.reshape(B, H, Tq, values.shape[-1])
+    return out.reshape(B, H, Tq, values.shape[-1]), summed
 
 
 def blockwise(q: Tensor, k: Tensor, v: Tensor, *, selections: Iterator[tuple[slice, Tensor, Tensor]], scale: float,
-              dropout: float = 0.0) -> Tensor:
-    """:func:`gathered_attention` over each block of queries the ``selections`` cover: ``(B, H, Tq, vd)``."""
-    pieces = [gathered_attention(q[:, :, rows], k, v, chosen=chosen, readable=readable, scale=scale, dropout=dropout)
-              for rows, chosen, readable in selections]
+              dropout: float = 0.0, each: Callable[[slice, Tensor, Tensor, Tensor], None] | None = None) -> Tensor:
+    """:func:`gathered_attention` over each block of queries the ``selections`` cover: ``(B, H, Tq, vd)``.
+
+    ``each(rows, chosen, readable, summed_weights)`` is told every block (an indexer's training loss).
+    """
+    pieces = []
+    for rows, chosen, readable in selections:
+        out, summed = gathered_attention(q[:, :, rows], k, v, chosen=chosen, readable=readable, scale=scale,
+                                         dropout=dropout)
+        if each is not None:
+            each(rows, chosen, readable, summed)
+        pieces.append(out)
     return torch.cat(pieces, dim=2)
 
 

@@ -48,8 +48,8 @@ def _rotate(v: torch.Tensor, T: int, *, interleaved: bool, theta: float = 10000.
     return torch.cat((pairs.real, pairs.imag), dim=-1)
 
 
-def reference_selection(attn: Any, x: torch.Tensor) -> torch.Tensor:
-    """``S_t`` as a boolean (B, T, T): the indexer's scores written out head by head, the topk by a stable sort."""
+def reference_index(attn: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``S_t`` as a boolean (B, T, T) and the scores ``I`` (B, T, T): written out head by head, the topk by a stable sort."""
     B, T, _ = x.shape
     ix, rope = attn.indexer, attn.qk_rope_head_dim
     Hi, D = ix.n_heads, ix.key_dim
@@ -72,11 +72,19 @@ def reference_selection(attn: Any, x: torch.Tensor) -> torch.Tensor:
     scores = scores.masked_fill(~causal, float("-inf"))
     order = torch.sort(-scores, dim=-1, stable=True).indices[..., : ix.topk]  # ties: the earlier key
     chosen = torch.zeros(B, T, T, dtype=torch.bool).scatter(-1, order, True)
-    return chosen & causal
+    return chosen & causal, scores
 
 
-def reference_indexed_mla(attn: Any, x: torch.Tensor) -> torch.Tensor:
-    """MLA's formula head by head (tests/plugins/layers/attention/test_mla.py), each query over its ``S_t``."""
+def reference_selection(attn: Any, x: torch.Tensor) -> torch.Tensor:
+    """``S_t`` as a boolean (B, T, T)."""
+    return reference_index(attn, x)[0]
+
+
+def reference_indexed_mla(attn: Any, x: torch.Tensor, weights: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """MLA's formula head by head (tests/plugins/layers/attention/test_mla.py), each query over its ``S_t``.
+
+    ``weights`` (when given) receives each head's attention weights (B, T, T).
+    """
     B, T, _ = x.shape
     H, nope, rope, vd = attn.n_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim
     readable = reference_selection(attn, x)  # (B, T, T)
@@ -95,7 +103,10 @@ def reference_indexed_mla(attn: Any, x: torch.Tensor) -> torch.Tensor:
         q_h = torch.cat((q_h[..., :nope], _rotate(q_h[..., nope:], T, interleaved=True)), -1)
         k_h = torch.cat((c @ w_b[h, :nope].T, kr), -1)
         scores = (q_h @ k_h.transpose(1, 2) / math.sqrt(nope + rope)).masked_fill(~readable, float("-inf"))
-        outputs.append(torch.softmax(scores, -1) @ (c @ w_b[h, nope:].T))
+        probs = torch.softmax(scores, -1)
+        if weights is not None:
+            weights.append(probs)
+        outputs.append(probs @ (c @ w_b[h, nope:].T))
     return torch.cat(outputs, -1) @ attn.out.weight.T
 
 
@@ -188,3 +199,31 @@ def test_bad_params_are_one_clear_line(change: dict[str, Any], where: str, says:
     assert len(info.value.problems) == 1
     problem = info.value.problems[0]
     assert problem.path == where and says in problem.message, str(problem)
+
+
+def test_the_indexer_learns_from_its_own_loss_only() -> None:
+    """Training: KL(attention over S_t, summed over heads and normalised || softmax of I over S_t), averaged over
+    queries, is the indexer's auxiliary loss; it reaches only the indexer, the language-model loss never does."""
+    model, attn, x = _attention_and_input(indexed_spec(indexer={"loss_coef": 0.5}), 13)
+    model.train()
+    ctx = model._context(torch.arange(13).expand(2, 13), cache=None, plain_causal=True)
+    out = attn(x, ctx)
+    heads: list[torch.Tensor] = []
+    with torch.no_grad():
+        reference_indexed_mla(attn, x, heads)
+        chosen, scores = reference_index(attn, x)
+        p = torch.stack(heads).sum(0).masked_fill(~chosen, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+        log_q = torch.log_softmax(scores.masked_fill(~chosen, float("-inf")), -1)
+        kl = torch.where(chosen, p * (torch.log(p) - log_q), 0.0).sum(-1)  # (B, T)
+    # The indexer scores in float32, as transformers does, whatever the model dtype.
+    torch.testing.assert_close(attn.indexer.aux_loss.detach().double(), 0.5 * kl.mean(), rtol=1e-5, atol=1e-7)
+
+    indexer_params = {id(p) for p in attn.indexer.parameters()}
+    out.square().sum().backward(retain_graph=True)
+    assert all(p.grad is None for p in attn.indexer.parameters())
+    assert all(p.grad is not None for p in attn.parameters() if id(p) not in indexer_params)
+    model.zero_grad(set_to_none=True)
+    attn.indexer.aux_loss.backward()
+    assert all(p.grad is not None for p in attn.indexer.parameters())
+    assert all(p.grad is None for p in attn.parameters() if id(p) not in indexer_params)
