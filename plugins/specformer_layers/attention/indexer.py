@@ -64,14 +64,17 @@ class LightningIndexer(nn.Module):
 
         ``q`` ``(B, Tq, Hi, D)``, ``weights`` ``(B, Tq, Hi)``, ``keys`` ``(B, 1, S, D)``.
         """
-        per_head = torch.relu((q @ keys.float().transpose(-2, -1)) * self.scale)  # (B, Tq, Hi, S)
+        B, Tq, Hi, D = q.shape
+        # One (Tq*Hi, D) x (D, S) product per row of the batch: the keys are shared, never copied per query.
+        per_head = (q.reshape(B, Tq * Hi, D) @ keys[:, 0].float().transpose(-2, -1)).view(B, Tq, Hi, -1)
+        per_head = torch.relu_(per_head * self.scale)  # (B, Tq, Hi, S)
         return (weights[:, :, None, :] @ per_head).squeeze(-2)  # (B, Tq, S)
 
     @torch.no_grad()
     def selections(self, x: Tensor, query_source: Tensor, keys: Tensor, *, ctx: ForwardContext,
                    k_positions: Tensor, rule: MaskRule, positional: PositionalScheme,
                    state: Any) -> Iterator[tuple[slice, Tensor, Tensor]]:
-        """Per block of queries: ``(rows, chosen, readable)``, both ``(B, rows, min(topk, S))``.
+        """Per block of queries: ``(rows, chosen, readable)``, both ``(B, rows, n)``, ``n`` at most ``topk``.
 
         ``chosen`` are the key slots each query reads, in slot order; ``readable`` is False
         where a chosen slot is one the mask rule forbids (a query with fewer than ``topk``
@@ -81,13 +84,16 @@ class LightningIndexer(nn.Module):
         """
         q, weights = self.queries(x, query_source, positional, state)
         inputs = inputs_of(ctx, k_positions)
-        T, S = x.shape[1], keys.shape[2]
-        kk = min(self.topk, S)
+        T = x.shape[1]
         for start in range(0, T, self.block):
             rows = slice(start, min(start + self.block, T))
             allowed = dense_mask(inputs, rule, rows=rows)[:, 0]  # (B, rows, S)
-            scores = self.scores(q[:, rows], weights[:, rows], keys).masked_fill(~allowed, float("-inf"))
-            chosen = top_slots(scores, kk)  # (B, rows, kk)
+            # Slots after the last one any row of the block may read are never chosen: left unscored
+            # (without a cache, causality halves the work).
+            span = int(allowed.any(dim=1).any(dim=0).nonzero()[-1]) + 1
+            allowed = allowed[..., :span]
+            scores = self.scores(q[:, rows], weights[:, rows], keys[:, :, :span]).masked_fill(~allowed, float("-inf"))
+            chosen = top_slots(scores, min(self.topk, span))  # (B, rows, n)
             yield rows, chosen, allowed.gather(-1, chosen)
 
     def alignment_loss(self, q: Tensor, weights: Tensor, keys: Tensor, *, chosen: Tensor, readable: Tensor,
@@ -140,7 +146,14 @@ def top_slots(scores: Tensor, k: int) -> Tensor:
     equal to it as fill the row, earliest first. The positions of the taken slots in
     their row come from a running count, so nothing is sorted.
     """
-    cut = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1)
+    if k == scores.shape[-1]:
+        return torch.arange(k, device=scores.device).expand(scores.shape)
+    best = scores.topk(k, dim=-1)
+    cut = best.values[..., -1:]  # (..., 1)
+    # Only a finite score shared at the cut makes the choice ambiguous (slots at -inf are never read):
+    # otherwise torch.topk's own slots are the answer, in slot order.
+    if not bool(((scores == cut).sum(-1, keepdim=True) > 1).logical_and_(cut.isfinite()).any()):
+        return best.indices.sort(dim=-1).values
     above = scores > cut
     at_cut = scores == cut
     room = k - above.sum(-1, keepdim=True)

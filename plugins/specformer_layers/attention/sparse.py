@@ -25,22 +25,23 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, *, chosen: Tensor, reada
     query, shared by the heads; ``readable`` ``(B, Tq, n)`` False where a chosen slot is not to be read.
     """
     B, H, Tq, hd = q.shape
-    KV = k.shape[1]
+    KV, n, vd = k.shape[1], chosen.shape[-1], v.shape[-1]
+    G = H // KV
     batch = torch.arange(B, device=q.device)[:, None, None, None]
     head = torch.arange(KV, device=q.device)[None, :, None, None]
-    keys = k[batch, head, chosen[:, None]]  # (B, KV, Tq, n, hd)
-    values = v[batch, head, chosen[:, None]]  # (B, KV, Tq, n, vd)
-    grouped = q.view(B, KV, H // KV, Tq, hd)  # (B, KV, G, Tq, hd)
-    logits = torch.einsum("bkgtd,bktnd->bkgtn", grouped, keys) * scale  # (B, KV, G, Tq, n)
+    keys = k[batch, head, chosen[:, None]].view(B * KV * Tq, n, hd)  # one row of n keys per (b, kv, query)
+    values = v[batch, head, chosen[:, None]].view(B * KV * Tq, n, vd)
+    grouped = q.view(B, KV, G, Tq, hd).transpose(2, 3).reshape(B * KV * Tq, G, hd)  # the group's heads per query
+    logits = (grouped @ keys.transpose(1, 2)) * scale  # (B*KV*Tq, G, n)
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # the softmax in at least float32, as the eager kernel
-    mask = readable[:, None, None]  # (B, 1, 1, Tq, n)
+    mask = readable[:, None].expand(B, KV, Tq, n).reshape(B * KV * Tq, 1, n)
     weights = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
     weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with nothing to read: zeros, no NaN
-    summed = weights.detach().sum(dim=(1, 2))  # (B, Tq, n): what an indexer learns to predict
+    summed = weights.detach().view(B, KV, Tq, G, n).sum(dim=(1, 3))  # (B, Tq, n): what an indexer learns to predict
     weights = F.dropout(weights.to(v.dtype), p=dropout, training=dropout > 0)
-    out = torch.einsum("bkgtn,bktnd->bkgtd", weights, values)  # (B, KV, G, Tq, vd)
-    return out.reshape(B, H, Tq, values.shape[-1]), summed
+    out = (weights @ values).view(B, KV, Tq, G, vd).transpose(2, 3)  # (B, KV, G, Tq, vd)
+    return out.reshape(B, H, Tq, vd), summed
 
 
 def blockwise(q: Tensor, k: Tensor, v: Tensor, *, selections: Iterator[tuple[slice, Tensor, Tensor]], scale: float,
