@@ -153,6 +153,7 @@ class LatentAttention(nn.Module):
         w_uk, w_uv = up.split((nope, vd), dim=1)
         q = torch.cat((torch.einsum("bhtn,hnc->bhtc", q_nope, w_uk), q_rope), dim=-1)  # (B, H, T, kv_lora + rope)
         k = torch.cat((latent, k_rope), dim=-1)  # (B, 1, S, kv_lora + rope)
+        latent = k[..., : self.kv_lora_rank]  # the values: a view of the keys, so the kernel gathers them once
         dropout = self.dropout if self.training else 0.0
         if self.observe_weights is not None:
             # An inspector wants (B, H, T, S) probabilities: the written-out softmax over the chosen keys.

@@ -30,7 +30,10 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, *, chosen: Tensor, reada
     batch = torch.arange(B, device=q.device)[:, None, None, None]
     head = torch.arange(KV, device=q.device)[None, :, None, None]
     keys = k[batch, head, chosen[:, None]].view(B * KV * Tq, n, hd)  # one row of n keys per (b, kv, query)
-    values = v[batch, head, chosen[:, None]].view(B * KV * Tq, n, vd)
+    if v.data_ptr() == k.data_ptr() and v.stride() == k.stride():
+        values = keys[..., :vd]  # the values are the keys' first channels (MLA's latent): gathered once
+    else:
+        values = v[batch, head, chosen[:, None]].view(B * KV * Tq, n, vd)
     grouped = q.view(B, KV, G, Tq, hd).transpose(2, 3).reshape(B * KV * Tq, G, hd)  # the group's heads per query
     logits = (grouped @ keys.transpose(1, 2)) * scale  # (B*KV*Tq, G, n)
     if logits.dtype not in (torch.float32, torch.float64):
