@@ -66,7 +66,9 @@ class LatentAttention(nn.Module):
         # reads; it keeps one key per token, stored in the cache's key slot after the rotary key.
         self.indexer = None
         if params.indexer is not None:
-            self.indexer = params.indexer.make(d_model=d_model, query_dim=q_lora_rank, positional_dim=qk_rope_head_dim)
+            # It reads the query latent (DeepSeek-V3.2), or the block input when queries have no bottleneck.
+            self.indexer = params.indexer.make(d_model=d_model, query_dim=q_lora_rank or d_model,
+                                               positional_dim=qk_rope_head_dim)
         index_dim = self.indexer.key_dim if self.indexer is not None else 0
         if self.indexer is not None:  # for specformer summary (specformer.model.attention.AttentionLayer)
             self.keys_read = self.indexer.topk
@@ -106,10 +108,11 @@ class LatentAttention(nn.Module):
         if self.indexer is not None:
             self.indexer.aux_loss = None
         if self.indexer is not None and S > self.indexer.topk:
-            selections = self.indexer.selections(x, q_latent, index_keys, ctx=ctx, k_positions=k_positions,
+            query_source = x if q_latent is None else q_latent
+            selections = self.indexer.selections(x, query_source, index_keys, ctx=ctx, k_positions=k_positions,
                                                  rule=rule, positional=positional, state=state)
             y = self._sparse(q_nope, q_rope, latent, k_rope, selections,
-                             learn=self._indexer_learns(x, q_latent, index_keys, positional, state))
+                             learn=self._indexer_learns(x, query_source, index_keys, positional, state))
             return self.out(y.transpose(1, 2).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
@@ -123,13 +126,13 @@ class LatentAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
 
-    def _indexer_learns(self, x: Tensor, q_latent: Tensor, index_keys: Tensor, positional: Any,
+    def _indexer_learns(self, x: Tensor, query_source: Tensor, index_keys: Tensor, positional: Any,
                         state: Any) -> Callable[..., None] | None:
         """While training: what adds each block's alignment loss to the indexer's ``aux_loss``; else None."""
         indexer = self.indexer
         if not (self.training and indexer.loss_coef and torch.is_grad_enabled()):
             return None
-        q, weights = indexer.queries(x.detach(), q_latent.detach(), positional, state)
+        q, weights = indexer.queries(x.detach(), query_source.detach(), positional, state)
         queries = x.shape[0] * x.shape[1]
 
         def add(rows: slice, chosen: Tensor, readable: Tensor, attention: Tensor) -> None:

@@ -107,7 +107,7 @@ class LatentAttentionParams(Params):
     indexer: SubComponent("indexer") | None = Field(  # type: ignore[valid-type]
         default=None,
         description="Sparse attention: an indexer picks, for each query, the earlier keys attention reads "
-                    "(DeepSeek-V3.2's lightning indexer, reading the query latent: needs q_lora_rank).",
+                    "(DeepSeek-V3.2's lightning indexer, reading the query latent; the block input without q_lora_rank).",
     )
     backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
 
@@ -115,12 +115,6 @@ class LatentAttentionParams(Params):
     def _rotary_pairs(self) -> "LatentAttentionParams":
         if self.qk_rope_head_dim % 2:
             raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be even: rotary channels turn in pairs")
-        return self
-
-    @model_validator(mode="after")
-    def _indexer_reads_the_query_latent(self) -> "LatentAttentionParams":
-        if self.indexer is not None and self.q_lora_rank is None:
-            raise ValueError("an indexer reads the query latent: set q_lora_rank (DeepSeek-V3.2 has 1536)")
         return self
 
 

@@ -23,6 +23,7 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
+from specformer.spec.check import check_spec
 from specformer.model.summary import summarize
 from specformer_layers.attention.indexer import top_slots
 
@@ -189,13 +190,14 @@ def test_the_cache_keeps_the_indexer_keys_beside_the_latent_and_the_rotary_key()
 
 @pytest.mark.parametrize(("change", "where", "says"), [
     ({"indexer": {**INDEXER, "topk": 0}}, "model.block.attention.indexer.topk", "greater than 0"),
-    ({"q_lora_rank": None}, "model.block.attention", "an indexer reads the query latent: set q_lora_rank"),
+    ({"indexer": {**INDEXER, "head_dim": 2}}, "model.block.attention",
+     "the indexer's head_dim (2) must hold the attention's 4 rotary channels"),
     ({"indexer": "rmsnorm"}, "model.block.attention.indexer.kind", "is a norm, not an indexer"),
 ])
 def test_bad_params_are_one_clear_line(change: dict[str, Any], where: str, says: str) -> None:
     spec = mla_spec({"indexer": INDEXER, **change})
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(spec)
+        check_spec(spec)  # sizes too: the indexer is sized by the attention
     assert len(info.value.problems) == 1
     problem = info.value.problems[0]
     assert problem.path == where and says in problem.message, str(problem)
