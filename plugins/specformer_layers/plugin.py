@@ -126,7 +126,8 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
         doc="Which earlier keys each query of a sparse attention reads: made with the block width, the width of "
             "the query source the attention hands it and the attention's rotary channels; declares key_dim (what "
             "it adds per token to the cache) and topk, computes keys(x, positional, state) (B, 1, T, key_dim) and, "
-            "per block of queries, selections(...) -> (rows, chosen (B, rows, n), readable (B, rows, n)).",
+            "per block of queries, selections(...) -> (rows, chosen (B, rows, n), readable (B, rows, n)); to learn "
+            "while training, loss_coef, queries(...) and alignment_loss(...) (see specformer_layers.attention.indexer).",
         sizes=("d_model", "query_dim", "positional_dim"),
     )
 

@@ -337,9 +337,10 @@ CASES += [
 
 BY_NAME = {case.name: case for case in CASES}
 
-#: Further variants of a hybrid family whose first case runs in the default suite: they run with the slow tests
-#: (every parity check of each takes about a second, and there are many).
+#: Further variants of a hybrid (or sparse-attention) family whose first case runs in the default suite: they run with
+#: the slow tests (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
+    "deepseek_v32-yarn-layer-types",
     "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
