@@ -108,6 +108,9 @@ class LatentAttention(nn.Module):
         if self.indexer is not None:
             self.indexer.aux_loss = None
         if self.indexer is not None and S > self.indexer.topk:
+            if Scores(scale=self.scale, positional=positional, state=state).has_bias(ctx, k_positions):
+                raise ValueError(f"layer {self.layer_index}: sparse attention (an indexer) adds no positional bias to "
+                                 f"its scores, and {type(positional).__name__} biases them; use rope or none")
             query_source = x if q_latent is None else q_latent
             selections = self.indexer.selections(x, query_source, index_keys, ctx=ctx, k_positions=k_positions,
                                                  rule=rule, positional=positional, state=state)

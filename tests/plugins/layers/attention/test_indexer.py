@@ -229,3 +229,13 @@ def test_the_indexer_learns_from_its_own_loss_only() -> None:
     attn.indexer.aux_loss.backward()
     assert all(p.grad is not None for p in attn.indexer.parameters())
     assert all(p.grad is None for p in attn.parameters() if id(p) not in indexer_params)
+
+
+def test_a_scheme_that_biases_scores_is_refused_once_keys_are_chosen() -> None:
+    spec = indexed_spec()
+    spec["model"]["positional"] = {"kind": "alibi"}
+    model = specformer.build(spec, seed=0).eval()
+    ids = torch.randint(0, 53, (1, 12), generator=torch.Generator().manual_seed(0))
+    model(ids[:, :4])  # every key chosen: dense attention, which adds the bias
+    with pytest.raises(ValueError, match="sparse attention .* adds no positional bias .* ALiBi biases them"):
+        model(ids)
