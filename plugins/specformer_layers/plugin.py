@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
-from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
+from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams, LightningIndexerParams
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
@@ -56,6 +56,8 @@ from specformer_layers.routers.params import (
 ROPE_SCALING_KIND = "rope_scaling"
 #: The kind this plugin adds: what ``moe``'s ``router`` param names.
 ROUTER_KIND = "router"
+#: The kind this plugin adds: what ``mla``'s ``indexer`` param names (sparse attention).
+INDEXER_KIND = "indexer"
 
 #: (kind, name, class path under specformer_layers, Params, paper) of every built-in component.
 COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
@@ -100,6 +102,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
+    (INDEXER_KIND, "lightning", "attention.indexer:LightningIndexer", LightningIndexerParams,
+     "https://arxiv.org/abs/2512.02556"),
     ("attention", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
     ("attention", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,
@@ -134,6 +138,15 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
             "(and token_ids (N,) when it declares reads_token_ids), returns (weights (N, top_k), experts (N, top_k), "
             "probs (N, n_experts)); weights_on says whether a weight scales the expert's output or its input.",
         sizes=("d_model", "n_experts", "top_k", "vocab_size"),
+    )
+    registry.add_kind(
+        INDEXER_KIND,
+        doc="Which earlier keys each query of a sparse attention reads: made with the block width, the width of "
+            "the query source the attention hands it and the attention's rotary channels; declares key_dim (what "
+            "it adds per token to the cache) and topk, computes keys(x, positional, state) (B, 1, T, key_dim) and, "
+            "per block of queries, selections(...) -> (rows, chosen (B, rows, n), readable (B, rows, n)); to learn "
+            "while training, loss_coef, queries(...) and alignment_loss(...) (see specformer_layers.attention.indexer).",
+        sizes=("d_model", "query_dim", "positional_dim"),
     )
 
 

@@ -66,6 +66,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
+        "indexer": {"d_model": 32, "query_dim": 8, "positional_dim": 8},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -81,6 +82,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
                                            {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8}]},
     ("attention", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
+    ("indexer", "lightning"): {"topk": 3, "n_heads": 4, "head_dim": 12},
     ("rope_scaling", "linear"): {"factor": 2.0},
     ("rope_scaling", "dynamic"): {"factor": 2.0},
     ("rope_scaling", "yarn"): {"original_context_length": 4096},
@@ -121,6 +123,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "mla", "scale"): 0.5,
     ("attention", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
     ("attention", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
+    ("attention", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
+    ("indexer", "lightning", "key_norm"): "rmsnorm",
     ("attention", "kda", "head_dim"): 4,
     ("attention", "kda", "value_head_dim"): 4,
     ("attention", "kda", "decay_rank"): 4,
@@ -438,22 +442,30 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 
 # -- every mixer through every consumer of the cache ---------------------------------------------
 
-MIXERS = [c for c in BUILT if c.kind == "attention"]
+#: Every mixer with its example params, and variants whose sub-parts change what the cache keeps:
+#: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read).
+MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "attention"] + [
+    pytest.param((c, {**_example(c), "q_lora_rank": 8,
+                      "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 12, "block": 4}}),
+                 id="attention-mla-indexer")
+    for c in BUILT if (c.kind, c.name) == ("attention", "mla")
+]
 
 
-def _hybrid(c: Component, *, seed: int) -> Any:
+def _hybrid(case: tuple[Component, dict[str, Any]], *, seed: int) -> Any:
     """Two layers: the mixer, then softmax attention (so a recurrent mixer's state and keys share one cache)."""
     import specformer
     from fixtures.tiny import tiny_spec
 
-    spec = tiny_spec(block={"attention": {"kind": c.name, **_example(c)}},
+    c, example = case
+    spec = tiny_spec(block={"attention": {"kind": c.name, **example}},
                      layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
     return specformer.build(spec, seed=seed).double().eval()
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_decodes_through_the_cache_as_recompute(component: Component) -> None:
+def test_every_mixer_decodes_through_the_cache_as_recompute(component: tuple[Component, dict[str, Any]]) -> None:
     from specformer_generate import StaticKVCache
 
     _decodes_through_the_cache_as_recompute(_hybrid(component, seed=0), length=11, prompt=5, seed=0)
@@ -471,9 +483,9 @@ def _decodes_through_the_cache_as_recompute(model: Any, *, length: int, prompt: 
     torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: Component) -> None:
+def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: tuple[Component, dict[str, Any]]) -> None:
     from specformer_generate import generate
 
     model = _hybrid(component, seed=1)
@@ -482,9 +494,9 @@ def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: Com
     assert together == [generate(model, [p], max_new_tokens=5)[0] for p in prompts]
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_beam_searches_as_recompute(component: Component) -> None:
+def test_every_mixer_beam_searches_as_recompute(component: tuple[Component, dict[str, Any]]) -> None:
     from fixtures.recurrent import beam_search_by_recompute
     from specformer_generate import generate
 
@@ -494,9 +506,9 @@ def test_every_mixer_beam_searches_as_recompute(component: Component) -> None:
     assert got[0].tolist() == beam_search_by_recompute(model, prompt, beams=3, steps=4)
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_rolls_back_to_the_last_kept_draft(component: Component) -> None:
+def test_every_mixer_rolls_back_to_the_last_kept_draft(component: tuple[Component, dict[str, Any]]) -> None:
     """The mixer's model is its own draft's target; an unrelated draft makes most drafts fail."""
     from specformer_generate import generate
 

@@ -50,6 +50,10 @@ MODERN_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    "deepseek-v3.2.yaml": ("DeepseekV32Config", dict(
+        max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     "gpt-oss-20b.yaml": ("GptOssConfig", dict(
         num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -140,6 +144,10 @@ def reference(name: str) -> dict[str, int]:
              "chunked_attention": getattr(config, "attention_chunk_size", None)}
     spans = [min(reach[kind], context) if reach.get(kind) else context for kind in layer_types]
     attention = sum(2 * heads * (d_qk + d_v) * span for span in spans)
+    if hasattr(config, "index_topk"):  # DeepSeek Sparse Attention: the indexer scores every key, attention reads topk
+        cache_elements_per_layer += config.index_head_dim
+        attention = sum(2 * heads * (d_qk + d_v) * min(span, config.index_topk)
+                        + 2 * config.index_n_heads * config.index_head_dim * span for span in spans)
 
     return {
         "total_params": total,

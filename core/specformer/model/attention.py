@@ -61,7 +61,9 @@ class AttentionLayer(Protocol):
     one (chunked local attention reads only its own chunk: see :func:`reach_of`). The positional scheme of
     the layer is sized by ``n_heads`` and by ``positional_dim`` when the layer declares
     one (the channels per head a rotary scheme turns; default ``head_dim``; see
-    :func:`positional_dim_of`).
+    :func:`positional_dim_of`). A sparse attention (an indexer choosing keys) may declare
+    ``keys_read`` (the most keys one query reads) and ``selection_flops_per_key`` (what
+    choosing costs per query and key of its span), which ``specformer summary`` counts.
     """
 
     n_heads: int  # query heads

@@ -145,7 +145,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         span = context_length if reach is None else min(reach, context_length)
         if kept is not None or state is None:  # softmax attention reads every key in its span
             value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
-            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
+            # Sparse attention reads at most `keys_read` keys of its span, having scored all of them to choose.
+            read = min(span, getattr(attention, "keys_read", None) or span)
+            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * read * count
+            s.attention_flops_per_token += int(getattr(attention, "selection_flops_per_key", 0)) * span * count
         if state is not None:
             s.attention_flops_per_token += int(getattr(attention, "recurrent_flops_per_token", 0)) * count
             s.state_elements_per_sequence += state.elements_per_sequence * count

@@ -119,6 +119,11 @@ class LatentAttentionParams(Params):
     yarn_factor: float | None = Field(default=None, gt=0, description="YaRN factor of the rope: the score scale is multiplied by mscale^2 (DeepSeek).")
     yarn_mscale_all_dim: float = Field(default=0.0, ge=0, description="YaRN mscale_all_dim for that multiplier; 0 leaves the scale alone.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
+    indexer: SubComponent("indexer") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Sparse attention: an indexer picks, for each query, the earlier keys attention reads "
+                    "(DeepSeek-V3.2's lightning indexer, reading the query latent; the block input without q_lora_rank).",
+    )
     backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
 
     @model_validator(mode="after")
@@ -126,3 +131,45 @@ class LatentAttentionParams(Params):
         if self.qk_rope_head_dim % 2:
             raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be even: rotary channels turn in pairs")
         return self
+
+
+class LightningIndexerParams(Params):
+    """Sparse attention's selector: each query reads only the ``topk`` earlier keys it scores highest.
+
+    DeepSeek Sparse Attention (DeepSeek-V3.2, DeepSeek-AI 2025, arXiv:2512.02556). The
+    indexer has its own small queries (``n_heads`` heads of ``head_dim`` channels, projected
+    from what the attention hands it: the query latent in latent attention), one key per
+    token (projected from the block input, normalised by ``key_norm``) and one weight per
+    head and token. The score of query ``t`` and key ``s`` is
+    ``sum_h w[t,h] * n_heads^-1/2 * relu(q[t,h] . k[s] / sqrt(head_dim))``; the ``topk``
+    best allowed keys (causal, window, padding) are the ones attention reads, so a query
+    with at most ``topk`` keys attends to all of them, as dense attention. The first
+    rotary channels of queries and keys (as many as the attention's rotary part) turn with
+    the layer's positional scheme, in halves (``interleaved: false``, DeepSeek-V3.2's
+    indexer) or in adjacent pairs. Queries are handled ``block`` at a time against all keys,
+    so memory grows linearly with the context. The cache keeps each token's indexer key
+    (``head_dim`` values per layer) beside the attention's. Selection is discrete, so the
+    indexer learns from its own loss (DeepSeek-V3.2's sparse training stage): while training,
+    the KL divergence from the attention's weights over each query's chosen keys (summed over
+    heads, normalised) to the softmax of their index scores, averaged over queries, times
+    ``loss_coef``, joins the model's auxiliary loss; the indexer reads its inputs detached, so
+    this loss trains only the indexer and the language-model loss never reaches it.
+    """
+
+    topk: int = Field(gt=0, description="Keys each query reads (DeepSeek-V3.2's index_topk, 2048).")
+    n_heads: int = Field(default=64, gt=0, description="Indexer query heads (index_n_heads).")
+    head_dim: int = Field(default=128, gt=0, description="Channels of an indexer query head and of its key (index_head_dim).")
+    key_norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default={"kind": "layernorm", "eps": 1e-6}, validate_default=True,
+        description="The norm of the indexer's keys (DeepSeek-V3.2: a LayerNorm with eps 1e-6).",
+    )
+    interleaved: bool = Field(
+        default=False,
+        description="The indexer's rotary channels turn in adjacent pairs; false: in halves (DeepSeek-V3.2).",
+    )
+    block: int = Field(default=64, gt=0, description="Queries scored and attended at once (memory per block: block x keys).")
+    loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )

@@ -159,6 +159,26 @@ CASES = [
                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                       "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
                                       "beta_fast": 32.0, "beta_slow": 1.0})),
+    # DeepSeek Sparse Attention: each query reads the index_topk = 5 keys (of up to 40) its indexer scores highest;
+    # indexer heads wider than the rotary part (12 > 8), more indexer heads than attention heads. Enough indexer heads
+    # (16) that no key scores exactly 0 (every head's ReLU closed) at a query's cut: such ties go to the earliest key
+    # here, to whichever torch.topk returns in transformers (docs/interop.md).
+    Case("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+                     routed_scaling_factor=2.5, index_topk=5, index_n_heads=16, index_head_dim=12)),
+    # Indexer heads exactly the rotary width, 3 keys per query, YaRN with mscale_all_dim, biases, layers typed by
+    # mlp_layer_types (two dense first).
+    Case("deepseek_v32-yarn-layer-types", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                     qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                     topk_group=1, n_shared_experts=2, moe_intermediate_size=24,
+                     mlp_layer_types=["dense", "dense", "sparse"], norm_topk_prob=False, routed_scaling_factor=1.0,
+                     attention_bias=True, index_topk=3, index_n_heads=8, index_head_dim=8,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                      "beta_fast": 32.0, "beta_slow": 1.0})),
     # Three sliding layers with interleaved rope, then a global layer without positions; scaled logits, untied.
     Case("cohere2", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=4, sliding_window=WINDOW, logit_scale=0.5, tie_word_embeddings=False)),
@@ -378,6 +398,7 @@ BY_NAME = {case.name: case for case in CASES}
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
 #: (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
+    "deepseek_v32-yarn-layer-types",
     "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",

@@ -101,6 +101,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "DeepseekV3Config", max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    "deepseek-v3.2.yaml": _llama_like(
+        "DeepseekV32Config", max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
     "kimi-linear-48b-a3b.yaml": _llama_like(
         "KimiLinearConfig", linear_attn_config={
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,
@@ -209,6 +213,10 @@ def shrink(data: Any) -> Any:
                     value = 16
                 elif key == "head_dim":
                     value = 16
+                elif key == "qk_rope_head_dim":  # within an indexer's shrunk head_dim
+                    value = 8
+                elif key == "topk":  # an indexer's keys per query: fewer than the shrunk context, so it chooses
+                    value = 4
                 elif key in ("hidden", "shared_hidden"):
                     value = 96
                 elif key == "n_experts":
