@@ -15,6 +15,7 @@ EXPECTED = {
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash"},
     "residual": {"single", "mhc"},
+    "indexer": {"lightning"},
 }
 
 OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
@@ -62,7 +63,7 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.routers.base",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
-               "specformer_layers.attention.masking",
+               "specformer_layers.attention.masking", "specformer_layers.attention.sparse",
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
                "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
                "specformer_layers.mixers.kernels",
