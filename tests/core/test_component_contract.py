@@ -100,6 +100,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "logit_softcap"): 30.0,
     ("attention", "attention", "scale"): 0.5,
     ("attention", "attention", "chunk"): 8,
+    ("attention", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
+    ("attention", "attention", "v_norm"): "rmsnorm",
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],

@@ -20,12 +20,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from specformer.model.attention import positional_dim_of
+from specformer.model.attention import cache_slots_of, kv_source_of, positional_dim_of
 from specformer.model.state import uses_positions
 from specformer.model.decoder import Decoder
 from specformer.errors import Problem, SpecError
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
 from specformer.spec.shapes import ModelSpec
+from specformer.spec.layer_groups import overrides_of_layer
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 
@@ -124,6 +125,46 @@ def check_layer_positionals(resolved: ResolvedModel, blocks: list[tuple[nn.Modul
             make_layer_positional(part, block.attention, resolved.spec)
 
 
+def check_kv_sharing(resolved: ResolvedModel, blocks: list[nn.Module]) -> None:
+    """Size check of cross-layer KV sharing: every ``kv_from`` names a layer that keeps keys and values this layer can read.
+
+    ``blocks`` holds one block per group of ``resolved.groups`` (the layer a group's first
+    layer reads may belong to any group). That the source comes earlier is the attention's
+    own check; here: the source keeps keys and values of its own (not a recurrent mixer, not
+    a layer that itself reads another's), of the same heads and width, and sees at least as
+    far back (a cache keeps only the source's window).
+    """
+    group_of = {g.group.overrides: block for g, block in zip(resolved.groups, blocks)}
+    problems = []
+    for g, block in zip(resolved.groups, blocks):
+        reader = block.attention
+        source_index = kv_source_of(reader)
+        if source_index is None:
+            continue
+        path = f"{g.parts['attention'].path}.kv_from"
+        source = group_of[overrides_of_layer(source_index, resolved.selections)].attention
+        name = type(source).__name__
+        slots = cache_slots_of(source)
+        if kv_source_of(source) is not None:
+            problems.append(Problem(path, f"layer {source_index} itself reads layer {kv_source_of(source)}'s keys and values; "
+                                          f"name that layer ({kv_source_of(source)}) instead"))
+        elif slots is None:
+            problems.append(Problem(path, f"layer {source_index} ({name}) keeps no keys and values to share; kv_from must "
+                                          f"name an earlier attention layer"))
+        elif (slots.key_heads, slots.key_dim, slots.value_heads, slots.value_dim) != (
+                reader.n_kv_heads, reader.head_dim, reader.n_kv_heads, reader.head_dim):
+            problems.append(Problem(path, f"layer {source_index} keeps keys of {slots.key_heads} heads x {slots.key_dim} and "
+                                          f"values of {slots.value_heads} heads x {slots.value_dim}, this layer reads "
+                                          f"{reader.n_kv_heads} heads x {reader.head_dim}; give both the same n_kv_heads "
+                                          f"and head_dim"))
+        elif source.window is not None and (reader.window is None or reader.window > source.window):
+            problems.append(Problem(path, f"layer {source_index} keeps only its last {source.window} tokens (its window), "
+                                          f"this layer reads {'every earlier token' if reader.window is None else f'the last {reader.window}'}; "
+                                          f"read a layer whose window is no shorter"))
+    if problems:
+        raise SpecError(problems)
+
+
 def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module) -> Decoder:
     """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
     m = resolved.spec
@@ -193,5 +234,5 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
     return make_norm
 
 
-__all__ = ["assemble", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
+__all__ = ["assemble", "check_kv_sharing", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
            "make_layer_positional", "positional_mixer"]

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.attention import AttentionLayer
+from specformer.model.attention import AttentionLayer, kv_source_of
 from specformer.model.context import ForwardContext, KVCache, default_positions
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
@@ -70,6 +70,8 @@ class Decoder(nn.Module):
             raise ValueError(f"layer_scheme indices must be 0..{len(layer_positionals)} (0: the model-level scheme)")
         self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
         self.blocks = nn.ModuleList(blocks)
+        # Layers whose keys and values later layers read (their kv_from): each forward keeps those for them.
+        self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "attention", None))) is not None})
         self.final_norm = final_norm
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
         self.embedding_multiplier = embedding_multiplier
@@ -124,6 +126,7 @@ class Decoder(nn.Module):
 
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         ctx.document_ids = document_ids
+        ctx.shared_kv = dict.fromkeys(self.kv_sources)
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:
