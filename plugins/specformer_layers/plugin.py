@@ -28,6 +28,7 @@ from specformer_layers.layouts.params import (
     SandwichBlockParams,
 )
 from specformer_layers.mixers.params import GatedDeltaNetParams
+from specformer_layers.per_layer.params import PerLayerEmbeddingParams
 from specformer_layers.norms.params import LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (
     ALiBiParams,
@@ -99,6 +100,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),
     ("layout", "parallel", "layouts.parallel:ParallelBlock", ParallelBlockParams, "https://arxiv.org/abs/2204.06745"),
     ("layout", "sandwich", "layouts.sandwich:SandwichBlock", SandwichBlockParams, "https://arxiv.org/abs/2408.00118"),
+    ("per_layer_input", "per_layer_embedding", "per_layer.embedding:PerLayerEmbedding", PerLayerEmbeddingParams,
+     "https://ai.google.dev/gemma/docs/gemma-3n"),
     ("layout", "postnorm_inside", "layouts.postnorm_inside:PostNormInsideBlock", PostNormInsideBlockParams,
      "https://arxiv.org/abs/2501.00656"),
 )

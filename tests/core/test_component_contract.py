@@ -50,7 +50,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
     """The sizes the builder would pass a component of ``kind`` (fresh modules on every call); None: not built here."""
     if kind == "layout":
         return {"d_model": 4, "attention": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
-                "make_norm": lambda: nn.LayerNorm(4), "layer_index": 1, "n_layers": 2}
+                "make_norm": lambda: nn.LayerNorm(4), "layer_index": 1, "n_layers": 2, "per_layer_input": 3}
     return {
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
@@ -58,6 +58,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2},
+        "per_layer_input": {"vocab_size": 11, "d_model": 8, "n_layers": 2},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -73,6 +74,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
                                            {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8}]},
     ("attention", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
+    ("per_layer_input", "per_layer_embedding"): {"width": 4},
     ("rope_scaling", "linear"): {"factor": 2.0},
     ("rope_scaling", "dynamic"): {"factor": 2.0},
     ("rope_scaling", "yarn"): {"original_context_length": 4096},
@@ -102,6 +104,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "chunk"): 8,
     ("attention", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("attention", "attention", "v_norm"): "rmsnorm",
+    ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
+    ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],

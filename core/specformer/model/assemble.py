@@ -34,8 +34,10 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     """Construct the modules of a resolved model (weights as PyTorch initialises them)."""
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        blocks = [make_block(parts, m, index) for index, parts in enumerate(resolved.layers)]
-        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks))
+        per_layer_input = make_per_layer_input(resolved)
+        width = per_layer_width(per_layer_input)
+        blocks = [make_block(parts, m, index, per_layer_input=width) for index, parts in enumerate(resolved.layers)]
+        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks), per_layer_input=per_layer_input)
 
 
 def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
@@ -43,12 +45,28 @@ def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
     return next((b.attention for b in blocks if uses_positions(b.attention)), blocks[0].attention)
 
 
-def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.Module:
-    """One block (layout around attention, ffn and norms) for layer ``index``."""
+def make_per_layer_input(resolved: ResolvedModel) -> nn.Module | None:
+    """``model.per_layer_input`` built (the per-layer inputs of every block), or None when the model has none."""
+    part, m = resolved.per_layer_input, resolved.spec
+    return None if part is None else _make(part, vocab_size=m.vocab_size, d_model=m.d_model, n_layers=m.n_layers)
+
+
+def per_layer_width(per_layer_input: nn.Module | None) -> int:
+    """Channels of the per-layer input each block receives (the part's ``width``); 0 without one."""
+    return 0 if per_layer_input is None else int(per_layer_input.width)
+
+
+def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, per_layer_input: int = 0) -> nn.Module:
+    """One block (layout around attention, ffn and norms) for layer ``index``.
+
+    ``per_layer_input``: the width of the per-layer input the block receives (0: none); a
+    layout that takes one names that size and declares ``per_layer_width``, so a model
+    whose layout would ignore its per-layer inputs is refused here.
+    """
     attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
     ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
     make_norm = _norm_maker(parts["norm"], dim=m.d_model)
-    return _make(
+    block = _make(
         parts["layout"],
         d_model=m.d_model,
         attention=attention,
@@ -56,7 +74,13 @@ def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.M
         make_norm=make_norm,
         layer_index=index,
         n_layers=m.n_layers,
+        per_layer_input=per_layer_input,
     )
+    if per_layer_input and getattr(block, "per_layer_width", 0) != per_layer_input:
+        name = parts["layout"].resolved.component.name
+        raise SpecError([Problem(parts["layout"].path, f"model.per_layer_input gives every block a per-layer input, and "
+                                                       f"the {name!r} layout takes none; use a layout that does (sandwich)")])
+    return block
 
 
 def make_layer_positional(part: ResolvedPart, attention: nn.Module, m: ModelSpec) -> PositionalScheme:
@@ -165,8 +189,10 @@ def check_kv_sharing(resolved: ResolvedModel, blocks: list[nn.Module]) -> None:
         raise SpecError(problems)
 
 
-def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module) -> Decoder:
-    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
+def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module,
+                 per_layer_input: nn.Module | None = None) -> Decoder:
+    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head, and the
+    per-layer input part the blocks were made for (``per_layer_input``, built once by the caller)."""
     m = resolved.spec
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     positional = _make(
@@ -195,6 +221,7 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
             logit_softcap=m.logit_softcap,
             logit_scale=m.logit_scale,
             embedding_dropout=m.embedding_dropout,
+            per_layer_input=per_layer_input,
         )
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({_first_line(exc)})")]) from None
@@ -235,4 +262,4 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
 
 
 __all__ = ["assemble", "check_kv_sharing", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
-           "make_layer_positional", "positional_mixer"]
+           "make_layer_positional", "make_per_layer_input", "per_layer_width", "positional_mixer"]

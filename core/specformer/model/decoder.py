@@ -49,6 +49,7 @@ class Decoder(nn.Module):
         logit_softcap: float | None = None,
         logit_scale: float = 1.0,
         embedding_dropout: float = 0.0,
+        per_layer_input: nn.Module | None = None,
         spec: Any = None,
     ) -> None:
         super().__init__()
@@ -78,6 +79,8 @@ class Decoder(nn.Module):
         self.logit_softcap = logit_softcap
         self.logit_scale = logit_scale
         self.embedding_dropout = nn.Dropout(embedding_dropout)
+        # Per-layer inputs (model.per_layer_input): computed once per forward, each block reads its slice from ctx.
+        self.per_layer_input = per_layer_input
         self.spec = spec
 
     @property
@@ -119,6 +122,7 @@ class Decoder(nn.Module):
         if self.embedding_multiplier != 1.0:
             # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
             x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        per_layer = self.per_layer_input(input_ids, x) if self.per_layer_input is not None else None  # (B, T, L, P)
         added = self.positional.embed(positions)
         if added is not None:
             x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
@@ -127,6 +131,7 @@ class Decoder(nn.Module):
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         ctx.document_ids = document_ids
         ctx.shared_kv = dict.fromkeys(self.kv_sources)
+        ctx.per_layer_inputs = per_layer
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:

@@ -111,7 +111,9 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     for block, count in blocks:
         for name, p in block.named_parameters():
             part = name.split(".")[0]
-            key = part if part in ("attention", "ffn") else "block norms"
+            # A block's gate of its per-layer input counts with the per-layer input part.
+            key = part if part in ("attention", "ffn") else "per_layer_input" if part == "per_layer" else "block norms"
+            groups.setdefault(key, 0)
             groups[key] += p.numel() * count
     s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
     s.total = sum(groups.values())
@@ -127,7 +129,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         for m, count in parts
         if callable(getattr(m, "active_parameters", None))
     )
-    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
+    # Tables other than the token embedding (per-layer embeddings) are looked up, not multiplied.
+    lookups = sum(m.weight.numel() for m in skeleton.modules()
+                  if isinstance(m, torch.nn.Embedding) and m is not skeleton.embedding)
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive - lookups
     s.active = s.total - inactive
     for block, count in blocks:
         attention = block.attention

@@ -55,7 +55,12 @@ KINDS: dict[str, Kind] = {
         Kind(
             "layout",
             "How a block wires its norms, attention and feed-forward around the residual stream.",
-            ("d_model", "attention", "ffn", "make_norm", "layer_index", "n_layers"),
+            ("d_model", "attention", "ffn", "make_norm", "layer_index", "n_layers", "per_layer_input"),
+        ),
+        Kind(
+            "per_layer_input",
+            "Inputs for every block computed once per forward from the tokens (per-layer embeddings).",
+            ("vocab_size", "d_model", "n_layers"),
         ),
     )
 }

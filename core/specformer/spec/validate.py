@@ -48,6 +48,7 @@ class ResolvedModel:
     final_norm: ResolvedPart
     groups: list[ResolvedGroup] = field(default_factory=list)
     selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
+    per_layer_input: ResolvedPart | None = None  # model.per_layer_input, when the model has one
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -94,6 +95,8 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     positional = resolve("positional", model.positional.as_dict(), "model.positional")
     final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
     final_norm = resolve("norm", model.final_norm_ref(), final_path)
+    per_layer_input = (resolve("per_layer_input", model.per_layer_input.as_dict(), "model.per_layer_input")
+                       if model.per_layer_input is not None else None)
     groups = []
     for group in group_layers(model.n_layers, selections):
         block = model.block_with(group.overrides)
@@ -123,7 +126,7 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     if problems or positional is None or final_norm is None:
         return None, problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, groups=groups,
-                         selections=membership(selections)), []
+                         selections=membership(selections), per_layer_input=per_layer_input), []
 
 
 def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:

@@ -1,12 +1,16 @@
-"""Sandwich blocks (Gemma 2, Gemma 3): a norm before and a norm after each sublayer."""
+"""Sandwich blocks (Gemma 2, Gemma 3, Gemma 4): a norm before and a norm after each sublayer."""
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
 from specformer_layers.layouts.base import Block
 from specformer_layers.layouts.params import SandwichBlockParams
+from specformer_layers.layouts.per_layer_gate import PerLayerGate
 
 
 class SandwichBlock(Block):
@@ -16,6 +20,28 @@ class SandwichBlock(Block):
 
     Params = SandwichBlockParams
 
+    def __init__(self, params: SandwichBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+                 make_norm: Callable[[], nn.Module], d_model: int = 0, layer_index: int = 0,
+                 per_layer_input: int = 0) -> None:
+        params = params if params is not None else SandwichBlockParams()
+        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm)
+        self.layer_index = layer_index
+        self.per_layer_activation = params.per_layer_activation
+        # The width of the per-layer input this block reads from ctx (0: none), a fact the builder checks.
+        self.per_layer_width = per_layer_input
+        self.per_layer = (PerLayerGate(d_model=d_model, width=per_layer_input, activation=params.per_layer_activation,
+                                       norm=make_norm()) if per_layer_input else None)
+        self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention_post_norm(self.attention(self.attention_norm(x), ctx))
-        return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        x = x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        if self.per_layer is not None:
+            x = self.per_layer(x, ctx.per_layer_inputs[:, :, self.layer_index])  # this layer's slice (B, T, width)
+        if self.layer_scale is not None:
+            x = x * self.layer_scale
+        return x
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        if self.layer_scale is not None:
+            nn.init.ones_(self.layer_scale)
