@@ -42,6 +42,7 @@ from specformer_layers.positional.rope_scaling.params import (
     LinearScalingParams,
     Llama3ScalingParams,
     LongRopeScalingParams,
+    ProportionalScalingParams,
     YarnScalingParams,
 )
 from specformer_layers.routers.params import SigmoidTopKParams, SoftmaxTopKParams
@@ -69,6 +70,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://arxiv.org/abs/2309.00071"),
     (ROPE_SCALING_KIND, "llama3", "positional.rope_scaling.llama3:Llama3Scaling", Llama3ScalingParams,
      "https://arxiv.org/abs/2407.21783"),
+    (ROPE_SCALING_KIND, "proportional", "positional.rope_scaling.proportional:ProportionalScaling",
+     ProportionalScalingParams, "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     (ROPE_SCALING_KIND, "longrope", "positional.rope_scaling.longrope:LongRopeScaling", LongRopeScalingParams,
      "https://arxiv.org/abs/2402.13753"),
 

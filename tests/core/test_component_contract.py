@@ -76,6 +76,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
     ("per_layer_input", "per_layer_embedding"): {"width": 4},
     ("rope_scaling", "linear"): {"factor": 2.0},
+    ("rope_scaling", "proportional"): {"fraction": 0.25},
     ("rope_scaling", "dynamic"): {"factor": 2.0},
     ("rope_scaling", "yarn"): {"original_context_length": 4096},
     ("rope_scaling", "longrope"): {"short_factor": [1.0 + i / 10 for i in range(PAIRS)],
