@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
-from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
+from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.params import Mamba2Params
@@ -45,7 +45,7 @@ from specformer_layers.positional.rope_scaling.params import (
     ProportionalScalingParams,
     YarnScalingParams,
 )
-from specformer_layers.routers.params import SigmoidTopKParams, SoftmaxTopKParams
+from specformer_layers.routers.params import NormedSoftmaxTopKParams, SigmoidTopKParams, SoftmaxTopKParams
 
 #: The kind this plugin adds: what ``rope``'s ``scaling`` param names.
 ROPE_SCALING_KIND = "rope_scaling"
@@ -84,8 +84,12 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
+    ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
+     "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
     (ROUTER_KIND, "softmax_topk", "routers.softmax_topk:SoftmaxTopK", SoftmaxTopKParams, "https://arxiv.org/abs/1701.06538"),
+    (ROUTER_KIND, "normed_softmax_topk", "routers.normed_softmax_topk:NormedSoftmaxTopK", NormedSoftmaxTopKParams,
+     "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     (ROUTER_KIND, "sigmoid_topk", "routers.sigmoid_topk:SigmoidTopK", SigmoidTopKParams, "https://arxiv.org/abs/2412.19437"),
 
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,

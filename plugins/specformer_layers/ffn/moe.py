@@ -68,10 +68,12 @@ class MoE(nn.Module):
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, route_from: Tensor | None = None) -> Tensor:
+        """The experts' mix for ``x``; ``route_from`` (the shape of ``x``): what the router reads instead of ``x``
+        (Gemma 4 routes on the stream before the norm its experts read)."""
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D)
-        weights, experts, probs = self.route(tokens)
+        weights, experts, probs = self.route(tokens if route_from is None else route_from.reshape(-1, shape[-1]))
         # No loss term at all when its weight is 0 (DeepSeek-V3 balances by bias instead).
         self.aux_loss = (self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
                          if self.aux_loss_coef else None)

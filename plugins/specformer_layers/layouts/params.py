@@ -52,7 +52,9 @@ class SandwichBlockParams(BlockParams):
     gates its slice ``p`` into the stream: ``x = x + norm(proj(act(x G) * p))``, with
     ``per_layer_activation`` as ``act`` and a norm of its own. ``layer_scale`` multiplies
     the whole stream leaving the block by a scalar of the layer's (Gemma 4's
-    ``layer_scalar``, a buffer that checkpoints set and training leaves alone).
+    ``layer_scalar``, a buffer that checkpoints set and training leaves alone). With
+    ``ffn_pre_norm: false`` the block has no ``ffn_norm`` and the FFN reads the raw stream:
+    an FFN that normalises its own branches (``ffn: parallel``, Gemma 4's MoE layers).
     """
 
     per_layer_activation: Activation = Field(
@@ -60,6 +62,10 @@ class SandwichBlockParams(BlockParams):
     )
     layer_scale: bool = Field(
         default=False, description="Multiply the stream leaving the block by a per-layer scalar buffer (Gemma 4).",
+    )
+    ffn_pre_norm: bool = Field(
+        default=True, description="Normalise the FFN's input; false: the FFN reads the raw stream and brings its own "
+                                  "norms (Gemma 4's parallel MLP and MoE).",
     )
 
 

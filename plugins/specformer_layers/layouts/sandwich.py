@@ -33,9 +33,12 @@ class SandwichBlock(Block):
                                        norm=make_norm()) if per_layer_input else None)
         self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
 
+    def norms_made(self, params: SandwichBlockParams) -> tuple[str, ...]:
+        return tuple(p for p in super().norms_made(params) if p != "ffn_norm" or params.ffn_pre_norm)
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         x = x + self.attention_post_norm(self.attention(self.attention_norm(x), ctx))
-        x = x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        x = x + self.ffn_post_norm(self.ffn(x if self.ffn_norm is None else self.ffn_norm(x)))
         if self.per_layer is not None:
             x = self.per_layer(x, ctx.per_layer_inputs[:, :, self.layer_index])  # this layer's slice (B, T, width)
         if self.layer_scale is not None:
