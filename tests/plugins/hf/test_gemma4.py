@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 from hf_cases import BY_NAME
+from multimodal import check_language_model_import
 from safetensors.torch import load_file, save_file
 
 import specformer
@@ -49,7 +50,6 @@ def test_a_published_layout_imports_as_the_saved_one(tmp_path):
 def test_a_multimodal_gemma4_checkpoint_imports_as_its_language_model(tmp_path):
     """Gemma4ForConditionalGeneration: text_config, model.language_model.*, a vision tower, the head tied on top."""
     import transformers
-    from transformers import AutoModelForCausalLM
 
     text = {**BY_NAME["gemma4"].kwargs, "pad_token_id": 0}  # the multimodal forward masks media tokens with it
     vision = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -57,21 +57,7 @@ def test_a_multimodal_gemma4_checkpoint_imports_as_its_language_model(tmp_path):
     config = transformers.Gemma4Config(text_config=text, vision_config=vision, audio_config=None)
     torch.manual_seed(0)
     hf = transformers.Gemma4ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    hf.save_pretrained(tmp_path / "hf")
-    imported = _quiet_import(tmp_path / "hf")
-    assert imported.family.model_type == "gemma4" and imported.model.spec.model.tie_embeddings
-    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        reference = hf(input_ids=ids).logits
-        assert (imported.model(ids) - reference).abs().max().item() <= TOLERANCE
-    out = specformer_hf.to_hf(imported.model, tmp_path / "export")
-    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
-    assert type(reloaded).__name__ == "Gemma4ForCausalLM"  # the language model alone
-    with torch.no_grad():
-        assert (reloaded(ids).logits - reference).abs().max().item() <= TOLERANCE
+    check_language_model_import(hf, tmp_path, model_type="gemma4", text_class="Gemma4ForCausalLM")
 
 
 def _gemma4_like(**layers_change):

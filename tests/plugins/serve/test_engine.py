@@ -48,6 +48,22 @@ class Collector:
             assert self._done.wait_for(lambda: len(self.ends) >= count, timeout=timeout), "requests did not finish"
 
 
+def serve_greedily(model: Any, prompts: list[list[int]], lengths: list[int]) -> tuple[Engine, Collector]:
+    """Every prompt through one engine (batches of 3, 64 blocks of 4), greedy, ``lengths[i]`` new tokens; all waited for."""
+    engine = Engine(model, max_batch=3, num_blocks=64, block_size=4).start()
+    collector = Collector()
+    try:
+        for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=n, sampler=build_sampler(None), seed=None,
+                                          eos=frozenset(), emit=collector.emit_for(i)))
+        collector.wait(len(prompts))
+    finally:
+        engine.stop()
+    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=n)[0][len(prompt):], f"request {i}"
+    return engine, collector
+
+
 def _requests(count: int, seed: int = 0, longest: int = 40) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     return [{"prompt": [rng.randrange(256) for _ in range(rng.randrange(1, 30))], "max_new_tokens": rng.randrange(1, longest),
