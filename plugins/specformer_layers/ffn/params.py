@@ -169,8 +169,9 @@ class ParallelFFNParams(Params):
     """Several feed-forwards side by side on the same input, each between a norm of its own before and after, summed.
 
     ``out = sum_i post_i(ffn_i(pre_i(x)))``, with ``pre_i`` and ``post_i`` made from ``norm``
-    (Gemma 4's 26B-A4B: a dense GeGLU beside a mixture of 128 experts in every layer, each
-    branch normalised on the way in and out, then the block's own post-norm over the sum).
+    (Gemma 4's mixture-of-experts model, 26B-A4B: a dense GeGLU beside a mixture of experts in
+    every layer, each branch normalised on the way in and out, then the block's own post-norm
+    over the sum).
     A mixture (``moe``) among them routes on ``x`` itself, before its pre-norm, when
     ``route_unnormed`` is set, as Gemma 4's router does. The block's layout should then hand
     the feed-forward the raw stream (``sandwich`` with ``ffn_pre_norm: false``): each branch
@@ -179,6 +180,7 @@ class ParallelFFNParams(Params):
 
     ffns: list[SubComponent("ffn")] = Field(  # type: ignore[valid-type]
         min_length=2, description="The feed-forwards run on the same input (components of the ffn kind).",
+        examples=[[{"kind": "geglu", "hidden": 64}, {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 32}]],
     )
     norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
         default="rmsnorm", validate_default=True, description="The norm made before and after each feed-forward.",

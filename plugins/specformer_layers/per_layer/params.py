@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from pydantic import Field
 
 from specformer.registry.params import Params, SubComponent
@@ -20,7 +22,11 @@ class PerLayerEmbeddingParams(Params):
     but is only read, one row per token, so it can live off the accelerator.
     """
 
-    width: int = Field(gt=0, description="Channels of each layer's input (Gemma's hidden_size_per_layer_input).")
+    #: What a spec using this part also needs (the docs' example snippets merge it in): a layout that takes the slice.
+    snippet_context: ClassVar[dict[str, Any]] = {"model": {"block": {"layout": "sandwich"}}}
+
+    width: int = Field(gt=0, description="Channels of each layer's input (Gemma's hidden_size_per_layer_input).",
+                       examples=[8])
     vocab_size: int | None = Field(
         default=None, gt=0, description="Rows of the per-layer table; default the model's vocab_size.",
     )
