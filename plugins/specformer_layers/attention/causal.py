@@ -88,7 +88,7 @@ class CausalSelfAttention(nn.Module):
         if self.kv_from is None:
             k, v, k_positions = self._own_keys_values(kv, ctx, positional, state)
         else:
-            k, v, k_positions = ctx.shared_kv[self.kv_from]  # what layer kv_from attended to in this forward
+            k, v, k_positions = self._shared_keys_values(ctx)
         # The positional bias (ALiBi) is handed over as the scheme itself: the dense kernels
         # build it, FlexAttention evaluates it per score (kernels.Scores.bias).
         scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=self.sinks, positional=positional,
@@ -123,6 +123,14 @@ class CausalSelfAttention(nn.Module):
         if self.layer_index in ctx.shared_kv:  # a later layer reads these (its kv_from)
             ctx.shared_kv[self.layer_index] = (k, v, k_positions)
         return k, v, k_positions
+
+    def _shared_keys_values(self, ctx: ForwardContext) -> tuple[Tensor, Tensor, Tensor]:
+        """What layer ``kv_from`` attended to in this forward (keys, values, their positions)."""
+        shared = ctx.shared_kv.get(self.kv_from)
+        if shared is None:
+            raise RuntimeError(f"layer {self.layer_index} reads layer {self.kv_from}'s keys and values, which this forward "
+                               f"did not keep: the Decoder keeps them for the kv_from its blocks' attention declare")
+        return shared
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
