@@ -133,9 +133,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         for m, count in parts
         if callable(getattr(m, "active_parameters", None))
     )
-    # Tables other than the token embedding (per-layer embeddings) are looked up, not multiplied.
-    lookups = sum(m.weight.numel() for m in skeleton.modules()
-                  if isinstance(m, torch.nn.Embedding) and m is not skeleton.embedding)
+    # The per-layer inputs' tables are looked up, not multiplied (positional tables are outside non_embedding already).
+    per_layer = getattr(skeleton, "per_layer_input", None)
+    lookups = sum(m.weight.numel() for m in (per_layer.modules() if per_layer is not None else ())
+                  if isinstance(m, torch.nn.Embedding))
     s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive - lookups
     s.active = s.total - inactive
     for block, count in blocks:
