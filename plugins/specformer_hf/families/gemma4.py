@@ -18,20 +18,20 @@ from specformer_hf.families.qwen_hybrid import language_model_of
 from specformer_hf.rules import Copy, Fused, Rule, Site
 from specformer_hf.specview import NotExpressible
 
-#: transformers' Gemma4TextConfig defaults (google/gemma-4-e2b's text model in most fields); global_head_dim and
-#: num_global_key_value_heads are the keywords its __post_init__ turns into per_layer_config.
+#: transformers' Gemma4TextConfig defaults (which describe no published model).
 DEFAULTS = {
     "vocab_size": 262_144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
-    "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "rope_parameters": None,
+    "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
     "attention_bias": False, "sliding_window": 512, "layer_types": None, "final_logit_softcapping": None,
     "use_bidirectional_attention": None, "vocab_size_per_layer_input": 262_144, "hidden_size_per_layer_input": 256,
     "attention_k_eq_v": False, "num_kv_shared_layers": 0, "enable_moe_block": False, "use_double_wide_mlp": False,
-    "num_experts": None, "top_k_experts": None, "moe_intermediate_size": None, "per_layer_config": None,
-    "global_head_dim": 512, "num_global_key_value_heads": None,
+    "num_experts": None, "top_k_experts": None, "moe_intermediate_size": None,
 }
+#: The keywords transformers' __post_init__ turns into per_layer_config (no config fields of their own), and their defaults.
+GLOBAL_HEAD_DIM, GLOBAL_KV_HEADS = 512, None
 SLIDING, FULL = "sliding_attention", "full_attention"
-#: transformers' rope parameters when a config has none.
+#: transformers' rope parameters when a config has none (its Gemma4TextConfig().rope_parameters).
 DEFAULT_ROPE = {SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
                 FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
 
@@ -67,7 +67,7 @@ def _head_sizes(cfg: ConfigReader, types: list[str]) -> list[tuple[int, int]]:
     attention_k_eq_v, num_global_key_value_heads) on the global layers, as transformers' __post_init__ makes it."""
     n_heads = cfg.get_size("num_attention_heads")
     base = (cfg.get_size("head_dim"), cfg.get("num_key_value_heads", None) or n_heads)
-    stored = cfg.get("per_layer_config")
+    stored = cfg.get("per_layer_config", None)
     cfg.mark_read("global_head_dim", "num_global_key_value_heads")
     if stored is not None:
         if not isinstance(stored, dict):
@@ -80,14 +80,14 @@ def _head_sizes(cfg: ConfigReader, types: list[str]) -> list[tuple[int, int]]:
                                 f"below {len(types)} with head_dim and num_key_value_heads")
             sizes[int(key)] = (int(fields.get("head_dim", base[0])), int(fields.get("num_key_value_heads", base[1])))
         return sizes
-    wide = (cfg.get_size("global_head_dim"),
-            (cfg.get("num_global_key_value_heads", None) if cfg.get("attention_k_eq_v") else None) or base[1])
+    wide = (cfg.get_size("global_head_dim", GLOBAL_HEAD_DIM),
+            (cfg.get("num_global_key_value_heads", GLOBAL_KV_HEADS) if cfg.get("attention_k_eq_v") else None) or base[1])
     return [wide if t == FULL else base for t in types]
 
 
 def _rope(cfg: ConfigReader, layer_type: str) -> dict[str, Any]:
     """One layer type's rope: default, or proportional (only the first channel pairs turn)."""
-    stored = cfg.get("rope_parameters") or DEFAULT_ROPE
+    stored = cfg.get("rope_parameters", None) or DEFAULT_ROPE
     params = dict(stored.get(layer_type) or DEFAULT_ROPE[layer_type]) if isinstance(stored, dict) else None
     if params is None:
         raise UserError(f"{cfg.family}: rope_parameters must map layer types to rope settings, got {stored!r}")

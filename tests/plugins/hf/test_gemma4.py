@@ -97,3 +97,14 @@ def test_a_layer_reading_another_than_transformers_would_is_refused(tmp_path):
             "model.layers[3].attention.kv_from: 1: Hugging Face Gemma 4's layer 3 reads layer 2's (the last earlier "
             "full_attention layer of its own)")):
         specformer_hf.to_hf(model, tmp_path / "export", family="gemma4_text")
+
+
+def test_the_defaults_outside_the_config_fields_are_transformers():
+    """The rope parameters and the global heads transformers' __post_init__ fills in when a config leaves them out."""
+    import transformers
+
+    from specformer_hf.families.gemma4 import DEFAULT_ROPE, GLOBAL_HEAD_DIM
+
+    config = transformers.Gemma4TextConfig(num_hidden_layers=6)
+    assert config.rope_parameters == DEFAULT_ROPE
+    assert config.per_layer_config[5].head_dim == GLOBAL_HEAD_DIM and config.per_layer_config[5].num_key_value_heads == 4
