@@ -57,7 +57,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
     if kind == "layout":
         return {"d_model": 4, "attention": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
                 "make_norm": lambda: nn.LayerNorm(4), "make_residual": ResidualConnection, "layer_index": 1,
-                "n_layers": 2}
+                "n_layers": 2, "per_layer_input": 3}
     return {
         "residual": {"d_model": 8},
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
@@ -67,6 +67,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
         "indexer": {"d_model": 32, "query_dim": 8, "positional_dim": 8},
+        "per_layer_input": {"vocab_size": 11, "d_model": 8, "n_layers": 2},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -83,7 +84,11 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("attention", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
     ("indexer", "lightning"): {"topk": 3, "n_heads": 4, "head_dim": 12},
+    ("ffn", "parallel"): {"ffns": [{"kind": "geglu", "hidden": 16}, {"kind": "moe", "n_experts": 4, "top_k": 2,
+                                                                     "hidden": 8}]},
+    ("per_layer_input", "per_layer_embedding"): {"width": 4},
     ("rope_scaling", "linear"): {"factor": 2.0},
+    ("rope_scaling", "proportional"): {"fraction": 0.25},
     ("rope_scaling", "dynamic"): {"factor": 2.0},
     ("rope_scaling", "yarn"): {"original_context_length": 4096},
     ("rope_scaling", "longrope"): {"short_factor": [1.0 + i / 10 for i in range(PAIRS)],
@@ -112,6 +117,10 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "chunk"): 8,
     ("attention", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
     ("attention", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
+    ("attention", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
+    ("attention", "attention", "v_norm"): "rmsnorm",
+    ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
+    ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
@@ -140,6 +149,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "geglu", "hidden"): 16,
     ("ffn", "reglu", "hidden"): 16,
     ("ffn", "moe", "router"): {"kind": "sigmoid_topk"},
+    ("ffn", "parallel", "ffns"): [{"kind": "mlp", "hidden": 16}, {"kind": "geglu", "hidden": 8}],
+    ("ffn", "parallel", "norm"): "layernorm",
     ("ffn", "moe", "normalize_topk"): False,
     ("ffn", "moe", "swiglu_limit"): 7.0,
     ("ffn", "moe", "swiglu_alpha"): (2.0, {"swiglu_limit": 7.0}),

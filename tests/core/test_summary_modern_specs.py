@@ -216,3 +216,30 @@ def test_the_cache_at_full_context_is_what_generate_allocates():
     s = specformer.summarize(model)
     assert s.kv_bytes_at_context(torch.bfloat16) == sum(slots[i] * per_token[i] for i in slots)
     assert s.kv_bytes_per_token(torch.bfloat16) == sum(per_token.values())
+
+
+def test_gemma4_counts_only_the_layers_that_keep_keys_and_values(capsys):
+    """Gemma 4 E2B: the 20 layers transformers marks "reuse" (kv_sharing_modes) keep nothing; each other layer keeps
+    2 x n_kv_heads x head_dim per token, with its own heads (per_layer_config: the global layers' 512 channels)."""
+    import transformers
+
+    config = transformers.Gemma4TextConfig(
+        vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7)
+    keeping = [i for i, mode in enumerate(config.kv_sharing_modes) if mode != "reuse"]
+    per_token = sum(2 * config.per_layer_config[i].num_key_value_heads * config.per_layer_config[i].head_dim
+                    for i in keeping)
+    spans = [config.sliding_window if config.layer_types[i] == "sliding_attention" else config.max_position_embeddings
+             for i in keeping]
+    at_context = sum(2 * config.per_layer_config[i].num_key_value_heads * config.per_layer_config[i].head_dim * span
+                     for i, span in zip(keeping, spans))
+    assert main(["summary", str(SPECS / "gemma-4-e2b.yaml"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (len(keeping), got["kv_shared_layers"]) == (15, 20)
+    assert got["kv_cache_bytes_per_token_bf16"] == 2 * per_token == 18_432
+    assert got["kv_cache_bytes_at_context_bf16"] == 2 * at_context
+    assert main(["summary", str(SPECS / "gemma-4-e2b.yaml")]) == 0
+    assert "18.0 KiB bf16  (20 of 35 layers read another layer's keys and values: no cache of their own)" in \
+        capsys.readouterr().out

@@ -20,13 +20,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from specformer.model.attention import positional_dim_of
+from specformer.model.attention import cache_slots_of, kv_source_of, positional_dim_of
 from specformer.model.state import uses_positions
 from specformer.model.decoder import Decoder
 from specformer.errors import Problem, SpecError
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
 from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.spec.shapes import ModelSpec
+from specformer.spec.layer_groups import overrides_of_layer
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 
@@ -35,8 +36,12 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
         residual = make_residual_stream(resolved)
-        blocks = [make_block(parts, m, index, residual=residual) for index, parts in enumerate(resolved.layers)]
-        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks), residual=residual)
+        per_layer_input = make_per_layer_input(resolved)
+        width = per_layer_width(per_layer_input)
+        blocks = [make_block(parts, m, index, residual=residual, per_layer_input=width)
+                  for index, parts in enumerate(resolved.layers)]
+        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks), residual=residual,
+                            per_layer_input=per_layer_input)
 
 
 def make_residual_stream(resolved: ResolvedModel) -> ResidualStream:
@@ -50,8 +55,25 @@ def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
     return next((b.attention for b in blocks if uses_positions(b.attention)), blocks[0].attention)
 
 
-def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: ResidualStream) -> nn.Module:
-    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``."""
+def make_per_layer_input(resolved: ResolvedModel) -> nn.Module | None:
+    """``model.per_layer_input`` built (the per-layer inputs of every block), or None when the model has none."""
+    part, m = resolved.per_layer_input, resolved.spec
+    return None if part is None else _make(part, vocab_size=m.vocab_size, d_model=m.d_model, n_layers=m.n_layers)
+
+
+def per_layer_width(per_layer_input: nn.Module | None) -> int:
+    """Channels of the per-layer input each block receives (the part's ``width``); 0 without one."""
+    return 0 if per_layer_input is None else int(per_layer_input.width)
+
+
+def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: ResidualStream,
+               per_layer_input: int = 0) -> nn.Module:
+    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``.
+
+    ``per_layer_input``: the width of the per-layer input the block receives (0: none); a
+    layout that takes one names that size and declares ``per_layer_width``, so a model
+    whose layout would ignore its per-layer inputs is refused here.
+    """
     attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
     ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers, vocab_size=m.vocab_size)
     make_norm = _norm_maker(parts["norm"], dim=m.d_model)
@@ -70,6 +92,7 @@ def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, resi
         make_residual=make_residual,
         layer_index=index,
         n_layers=m.n_layers,
+        per_layer_input=per_layer_input,
     )
     if residual.n_streams != 1 and not connections:
         # A layout that never asks for a connection adds its outputs to the stream itself: one stream only.
@@ -77,6 +100,10 @@ def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, resi
         raise SpecError([Problem(parts["layout"].path, f"layout {name!r} takes no make_residual, so it adds to a single "
                                                        f"residual stream; it cannot run with the {residual.n_streams} "
                                                        f"streams of model.block.residual (use residual: single)")])
+    if per_layer_input and getattr(block, "per_layer_width", 0) != per_layer_input:
+        name = parts["layout"].resolved.component.name
+        raise SpecError([Problem(parts["layout"].path, f"model.per_layer_input gives every block a per-layer input, and "
+                                                       f"the {name!r} layout takes none; use a layout that does (sandwich)")])
     return block
 
 
@@ -146,10 +173,51 @@ def check_layer_positionals(resolved: ResolvedModel, blocks: list[tuple[nn.Modul
             make_layer_positional(part, block.attention, resolved.spec)
 
 
+def check_kv_sharing(resolved: ResolvedModel, blocks: list[nn.Module]) -> None:
+    """Size check of cross-layer KV sharing: every ``kv_from`` names a layer that keeps keys and values this layer can read.
+
+    ``blocks`` holds one block per group of ``resolved.groups`` (the layer a group's first
+    layer reads may belong to any group). That the source comes earlier is the attention's
+    own check; here: the source keeps keys and values of its own (not a recurrent mixer, not
+    a layer that itself reads another's), of the same heads and width, and sees at least as
+    far back (a cache keeps only the source's window).
+    """
+    group_of = {g.group.overrides: block for g, block in zip(resolved.groups, blocks)}
+    problems = []
+    for g, block in zip(resolved.groups, blocks):
+        reader = block.attention
+        source_index = kv_source_of(reader)
+        if source_index is None:
+            continue
+        path = f"{g.parts['attention'].path}.kv_from"
+        source = group_of[overrides_of_layer(source_index, resolved.selections)].attention
+        name = type(source).__name__
+        slots = cache_slots_of(source)
+        if kv_source_of(source) is not None:
+            problems.append(Problem(path, f"layer {source_index} itself reads layer {kv_source_of(source)}'s keys and values; "
+                                          f"name that layer ({kv_source_of(source)}) instead"))
+        elif slots is None:
+            problems.append(Problem(path, f"layer {source_index} ({name}) keeps no keys and values to share; kv_from must "
+                                          f"name an earlier attention layer"))
+        elif (slots.key_heads, slots.key_dim, slots.value_heads, slots.value_dim) != (
+                reader.n_kv_heads, reader.head_dim, reader.n_kv_heads, reader.head_dim):
+            problems.append(Problem(path, f"layer {source_index} keeps keys of {slots.key_heads} heads x {slots.key_dim} and "
+                                          f"values of {slots.value_heads} heads x {slots.value_dim}, this layer reads "
+                                          f"{reader.n_kv_heads} heads x {reader.head_dim}; give both the same n_kv_heads "
+                                          f"and head_dim"))
+        elif source.window is not None and (reader.window is None or reader.window > source.window):
+            problems.append(Problem(path, f"layer {source_index} keeps only its last {source.window} tokens (its window), "
+                                          f"this layer reads {'every earlier token' if reader.window is None else f'the last {reader.window}'}; "
+                                          f"read a layer whose window is no shorter"))
+    if problems:
+        raise SpecError(problems)
+
+
 def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module,
-                 residual: ResidualStream | None = None) -> Decoder:
+                 residual: ResidualStream | None = None, per_layer_input: nn.Module | None = None) -> Decoder:
     """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, residual stream,
-    norm, head. ``residual`` is the stream the blocks were joined to (made here when not given)."""
+    norm, head, and the per-layer input part the blocks were made for. ``residual`` is the stream the blocks were
+    joined to (made here when not given); ``per_layer_input`` is built once by the caller."""
     m = resolved.spec
     residual = residual if residual is not None else make_residual_stream(resolved)
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
@@ -180,6 +248,7 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
             logit_softcap=m.logit_softcap,
             logit_scale=m.logit_scale,
             embedding_dropout=m.embedding_dropout,
+            per_layer_input=per_layer_input,
         )
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({_first_line(exc)})")]) from None
@@ -219,5 +288,5 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
     return make_norm
 
 
-__all__ = ["assemble", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
-           "make_layer_positional", "make_residual_stream", "positional_mixer"]
+__all__ = ["assemble", "check_kv_sharing", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
+           "make_layer_positional", "make_per_layer_input", "make_residual_stream", "per_layer_width", "positional_mixer"]

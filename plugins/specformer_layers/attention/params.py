@@ -35,6 +35,15 @@ class CausalSelfAttentionParams(Params):
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
     FlexAttention; ``eager`` writes the softmax out and is the reference. All give the
     same results.
+
+    ``kv_from`` makes the layer read the keys and values of an earlier layer instead of
+    projecting its own (cross-layer KV sharing: Brandon et al. 2024, arXiv:2405.12981;
+    Gemma 3n's and Gemma 4's last layers): it projects queries only, and keeps no cache
+    (the source layer's cache serves both). The source must keep keys and values of the
+    same heads and width, and see at least as far back (a window no shorter). ``k_eq_v``
+    uses the key projection for the values too (Gemma 4's global layers): the values are
+    the keys before their norm and rotation. ``v_norm`` normalises each value head (Gemma
+    4: an RMSNorm without a learned scale).
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
@@ -73,6 +82,16 @@ class CausalSelfAttentionParams(Params):
         description="Multiply the attention output per channel by sigmoid of a projection of the block input "
                     "(biased when qkv_bias is), before the output projection (Qwen3-Next, Qwen3.5).",
     )
+    kv_from: int | None = Field(
+        default=None, ge=0,
+        description="Read the keys and values of this earlier layer (its index) instead of projecting and caching "
+                    "its own (cross-layer KV sharing, Gemma 4).",
+    )
+    k_eq_v: bool = Field(default=False, description="No value projection: the values are the projected keys, "
+                                                    "before their norm and rotation (Gemma 4's global layers).")
+    v_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None, description="A norm applied to each value head (Gemma 4: rmsnorm without a weight).",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -83,6 +102,9 @@ class CausalSelfAttentionParams(Params):
     def _kv_heads_divide(self) -> "CausalSelfAttentionParams":
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        if self.kv_from is not None and (self.k_eq_v or self.v_norm is not None):
+            raise ValueError("a layer with kv_from projects no keys or values, so k_eq_v and v_norm do not apply; "
+                             "set them on the layer it reads")
         return self
 
 

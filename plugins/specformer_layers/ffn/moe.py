@@ -72,15 +72,19 @@ class MoE(nn.Module):
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, *, route_from: Tensor | None = None) -> Tensor:
+        """The experts' mix for ``x``; ``route_from`` (the shape of ``x``): what the router reads instead of ``x``
+        (Gemma 4 routes on the stream before the norm its experts read); ``ctx``: the forward's context, for a
+        router that reads the token ids (hash routing)."""
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D)
+        routed = tokens if route_from is None else route_from.reshape(-1, shape[-1])
         if self.reads_context:
             if ctx is None or ctx.token_ids is None:
                 raise ValueError("this moe's router reads token ids: run it inside a Decoder (ForwardContext.token_ids)")
-            weights, experts, probs = self.router(tokens, token_ids=ctx.token_ids.reshape(-1))
+            weights, experts, probs = self.router(routed, token_ids=ctx.token_ids.reshape(-1))
         else:
-            weights, experts, probs = self.route(tokens)
+            weights, experts, probs = self.route(routed)
         # No loss term at all when its weight is 0 (DeepSeek-V3 balances by bias instead).
         self.aux_loss = (self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
                          if self.aux_loss_coef else None)

@@ -163,3 +163,28 @@ class MoEParams(Params):
         if self.swiglu_limit is None and self.swiglu_alpha is not None:
             raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
         return self
+
+
+class ParallelFFNParams(Params):
+    """Several feed-forwards side by side on the same input, each between a norm of its own before and after, summed.
+
+    ``out = sum_i post_i(ffn_i(pre_i(x)))``, with ``pre_i`` and ``post_i`` made from ``norm``
+    (Gemma 4's mixture-of-experts model, 26B-A4B: a dense GeGLU beside a mixture of experts in
+    every layer, each branch normalised on the way in and out, then the block's own post-norm
+    over the sum).
+    A mixture (``moe``) among them routes on ``x`` itself, before its pre-norm, when
+    ``route_unnormed`` is set, as Gemma 4's router does. The block's layout should then hand
+    the feed-forward the raw stream (``sandwich`` with ``ffn_pre_norm: false``): each branch
+    brings its own pre-norm.
+    """
+
+    ffns: list[SubComponent("ffn")] = Field(  # type: ignore[valid-type]
+        min_length=2, description="The feed-forwards run on the same input (components of the ffn kind).",
+        examples=[[{"kind": "geglu", "hidden": 64}, {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 32}]],
+    )
+    norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default="rmsnorm", validate_default=True, description="The norm made before and after each feed-forward.",
+    )
+    route_unnormed: bool = Field(
+        default=True, description="A mixture among the ffns routes on the input before its pre-norm (Gemma 4).",
+    )

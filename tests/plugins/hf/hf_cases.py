@@ -243,6 +243,25 @@ CASES = [
                      tie_word_embeddings=True,
                      rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
+    # Gemma 4: five layers (sliding, global, sliding, sliding, global), wider global heads (32 channels, one kv head)
+    # whose keys are their values, the proportional rope, the last two layers reading layers 1's and 2's keys and
+    # values with double-wide MLPs, per-layer inputs of 8 channels, a soft-capped head.
+    Case("gemma4", "Gemma4TextConfig", "Gemma4ForCausalLM",
+         _llama_like(num_hidden_layers=5, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                     attention_k_eq_v=True, sliding_window=WINDOW, hidden_size_per_layer_input=8,
+                     vocab_size_per_layer_input=128, num_kv_shared_layers=2, use_double_wide_mlp=True,
+                     final_logit_softcapping=30.0,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                  "full_attention"])),
+    # The mixture of experts beside every MLP (26B-A4B's shape): 4 experts, 2 per token; no per-layer inputs, no
+    # sharing, separate values, an untied head, a rope of another theta on the sliding layers.
+    Case("gemma4-moe", "Gemma4TextConfig", "Gemma4ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, global_head_dim=24, sliding_window=WINDOW,
+                     hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                     moe_intermediate_size=24, tie_word_embeddings=False, attention_bias=True,
+                     rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
+                                      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                                         "rope_theta": 1e6}})),
     # --- hybrid: LFM2 ---
     # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
     Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
@@ -403,5 +422,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
+    "gemma4-moe",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -84,6 +84,11 @@ DENSE_SPECS = {
     "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
     "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
+    "gemma-4-e2b.yaml": ("Gemma4TextConfig", dict(
+        vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7)),
     "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
     "olmo-3-7b.yaml": ("Olmo3Config", dict(
         vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,

@@ -35,6 +35,7 @@ PAIRS = HEAD_DIM // 2  # rotary channel pairs of the tiny spec's heads
 VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("positional", "rope"): [{}, {"interleaved": True}, {"fraction": 0.5, "theta": 500.0}],
     ("rope_scaling", "linear"): [{"factor": 2.0}],
+    ("rope_scaling", "proportional"): [{"fraction": 0.5}, {"fraction": 0.25, "factor": 2.0}],
     ("rope_scaling", "dynamic"): [{"factor": 2.0, "original_context_length": 8}],
     ("rope_scaling", "yarn"): [{"factor": 4.0, "original_context_length": 8},
                                {"factor": 4.0, "original_context_length": 8, "mscale": 0.7, "mscale_all_dim": 0.5}],

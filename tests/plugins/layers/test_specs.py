@@ -138,6 +138,12 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
     "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
+    "gemma-4-e2b.yaml": _llama_like(
+        "Gemma4TextConfig", **(GEMMA4_E2B := dict(
+            vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+            num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+            num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+            layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7))),
     "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
     "llama-4-scout-17b-16e.yaml": _llama_like("Llama4TextConfig"),  # transformers' defaults are Scout's text model
     "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
@@ -247,10 +253,12 @@ def shrink(data: Any) -> Any:
     data = walk(data)
     data["model"].update(SHRINK)
     layers = data["model"].get("layers") or []
-    if layers and not any(isinstance(layer.get("select"), list) for layer in layers):
+    names_layers = any(isinstance(layer.get("select"), list) or "kv_from" in (layer.get("attention") or {})
+                       for layer in layers)
+    if layers and not names_layers:
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
     elif layers:
-        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) name them all
+        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) and kv_from (Gemma 4's) name them
     return data
 
 
