@@ -143,7 +143,7 @@ class CompressedAttention(nn.Module):
             if self.index_heads is not None:
                 index_q = self.index_q(q_latent).view(B, T, self.index_heads, self.index_head_dim).transpose(1, 2)
                 index_q = self._rotate_tail(positional, index_q, state)  # (B, n_index, T, index_head_dim)
-                readable = readable & self._indexed(x, index_q, slots[:, 0, :, hd:], readable)
+                readable = readable & self._indexed(x, index_q, slots[:, 0, :, hd:], readable, k_positions)
             parts.append(entries)
             masks.append(readable)
         values = torch.cat(parts, dim=1)[:, None]  # (B, 1, S', hd): the keys are the values
@@ -165,15 +165,29 @@ class CompressedAttention(nn.Module):
         turned = positional.rotate(t[..., -self.rope_dim:], state)
         return torch.cat((t[..., : -self.rope_dim], turned), dim=-1)
 
-    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor) -> Tensor:
+    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor, k_positions: Tensor) -> Tensor:
         """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, S)``."""
+        # Scored in float32 at least, as transformers does: a lower precision could reorder close entries.
+        wide = torch.promote_types(index_q.dtype, torch.float32)
+        index_q, index_keys, x = index_q.to(wide), index_keys.to(wide), x.to(wide)
         scores = torch.relu(torch.matmul(index_q, index_keys[:, None].transpose(-1, -2)))  # (B, n_index, T, S)
         scores = scores * self.index_head_dim ** -0.5
-        weights = self.index_weights(x) * self.index_heads ** -0.5  # (B, T, n_index)
+        weights = self.index_weights(x.to(self.index_weights.weight.dtype)).to(wide) * self.index_heads ** -0.5
         total = (scores * weights.transpose(1, 2)[..., None]).sum(dim=1)  # (B, T, S)
         total = total.masked_fill(~readable, float("-inf"))
-        top = total.topk(min(self.index_topk, total.shape[-1]), dim=-1).indices  # (B, T, k)
-        return torch.zeros_like(readable).scatter(-1, top, True)
+        # Ranked with the entries laid out by block, as transformers lays them out, so that ties
+        # (frequent: the ReLU puts every head of a query at 0 for many entries) fall where its
+        # top-k puts them.
+        rate = self.compress_rate
+        entry = (k_positions >= 0) & (k_positions % rate == rate - 1)  # (B, S) slots holding an entry
+        block = torch.where(entry, torch.div(k_positions, rate, rounding_mode="floor"), 0)  # (B, S)
+        n = max(int(k_positions.max()) + 1, rate) // rate
+        by_block = total.new_full((*total.shape[:2], n + 1), float("-inf"))
+        slot_block = torch.where(entry, block, n)[:, None].expand_as(total)  # non-entries to a spare column
+        by_block = by_block.scatter(-1, slot_block, total)[..., :n]  # (B, T, n)
+        top = by_block.topk(min(self.index_topk, n), dim=-1).indices  # (B, T, k)
+        chosen = torch.zeros_like(by_block, dtype=torch.bool).scatter(-1, top, True)  # (B, T, n)
+        return chosen.gather(-1, block.clamp(max=n - 1)[:, None].expand_as(total)) & entry[:, None]
 
     def _entry_slots(self, x: Tensor, ctx: ForwardContext, rotate) -> Tensor:
         """Per token of this forward: the entry it completes (and the indexer's), else zeros ``(B, 1, T, width)``."""
