@@ -55,7 +55,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
         "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2},
-        "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
+        "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2, "context_length": 32},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2},
         "sampler": {}, "quantization": {}, "adapter": {},

@@ -44,7 +44,8 @@ def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
 
 def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.Module:
     """One block (layout around attention, ffn and norms) for layer ``index``."""
-    attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
+                      context_length=m.context_length)
     ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
     make_norm = _norm_maker(parts["norm"], dim=m.d_model)
     return _make(

@@ -12,7 +12,7 @@ from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
 from specformer.model.state import StateSlots, recurrent_cache
-from specformer_layers.attention.block_pooling import BlockPooler, Blocks
+from specformer_layers.attention.block_pooling import BlockPooler
 from specformer_layers.attention.grouped_output import GroupedLowRankOutput
 from specformer_layers.attention.params import CompressedAttentionParams
 
@@ -22,7 +22,8 @@ class CompressedAttention(nn.Module):
 
     Params = CompressedAttentionParams
 
-    def __init__(self, params: CompressedAttentionParams, *, d_model: int, layer_index: int = 0) -> None:
+    def __init__(self, params: CompressedAttentionParams, *, d_model: int, context_length: int,
+                 layer_index: int = 0) -> None:
         super().__init__()
         H, hd, rate = params.n_heads, params.head_dim, params.compress_rate
         self.n_heads, self.n_kv_heads, self.head_dim = H, 1, hd
@@ -59,23 +60,21 @@ class CompressedAttention(nn.Module):
             self.index_q = nn.Linear(params.q_lora_rank, params.index_heads * params.index_head_dim, bias=False)
             self.index_weights = nn.Linear(d_model, params.index_heads, bias=False)
 
-        # What the cache keeps. Per token: its key (which is its value) and, beside it, the entry
-        # of the block that token completes (and the indexer's key for it), zeros for the other
-        # tokens: an entry is then read exactly when the token that completed it is, so the
-        # cache's positions, padding, beams and rollback cover the entries too. The blocks in
-        # progress are a per-sequence state (the tail). Entries need the whole history, so the
-        # cache may drop no column (window None); without compression the layer is plain
-        # sliding-window attention and the cache keeps a ring of its window.
-        if rate is None:
-            self.window: int | None = params.window
-            self.cache_slots = CacheSlots(key_heads=1, key_dim=hd, value_heads=1, value_dim=hd)
-        else:
-            self.window = None
-            self.cache_slots = CacheSlots(key_heads=1, key_dim=hd, value_heads=1, value_dim=hd + self.index_head_dim)
-            tails = [("tail", self.pooler.tail_shape)]
+        # What the cache keeps. Per token, the key (which is the value) of the window, in a ring of
+        # ``window`` slots: its first channels as the cache's "key", the rest as its "value".
+        # Per sequence, a state of fixed size: every entry the context can hold (one per block of
+        # ``compress_rate`` tokens up to context_length, and the indexer's key of each) and the
+        # tails, the projections of the blocks in progress.
+        self.window: int | None = params.window
+        self.cache_slots = CacheSlots(key_heads=1, key_dim=hd - hd // 2, value_heads=1, value_dim=hd // 2)
+        self.max_entries = max(context_length // rate, 1) if rate is not None else 0
+        if rate is not None:
+            assert self.pooler is not None
+            tensors = [("entries", (self.max_entries, hd)), ("tail", self.pooler.tail_shape)]
             if self.index_heads is not None:
-                tails.append(("index_tail", self.index_pooler.tail_shape))
-            self.state_slots = StateSlots(tuple(tails))
+                tensors += [("index_entries", (self.max_entries, self.index_head_dim)),
+                            ("index_tail", self.index_pooler.tail_shape)]
+            self.state_slots = StateSlots(tuple(tensors))
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         linears = [m for name, m in self.named_modules() if isinstance(m, nn.Linear) and not name.startswith("out")]
@@ -111,44 +110,35 @@ class CompressedAttention(nn.Module):
                              f"{type(positional).__name__} biases scores instead")
 
         def rotate(t: Tensor, positions: Tensor) -> Tensor:  # the last rope_dim channels, at ``positions`` (B, N)
-            turned = positional.rotate(t[..., -self.rope_dim:], positional.prepare(positions))
-            return torch.cat((t[..., : -self.rope_dim], turned), dim=-1)
+            return self._rotate_tail(positional, t, positional.prepare(positions))
 
         q_latent = self.q_norm(self.q_a(x))  # (B, T, q_lora_rank)
         q = self.q_b(q_latent).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + self.eps)  # weightless, per head
         q = self._rotate_tail(positional, q, state)
         kv = self._rotate_tail(positional, self.kv_norm(self.kv(x))[:, None], state)  # (B, 1, T, hd)
-
-        entry_slots, selected_from = None, None
-        if self.pooler is not None:
-            entry_slots = self._entry_slots(x, ctx, rotate)  # (B, 1, T, hd + index_head_dim)
-        if ctx.cache is not None:
-            keys, slots, k_positions = ctx.cache.update(self.layer_index, kv, entry_slots if entry_slots is not None else kv,
-                                                        ctx.positions)
-            if entry_slots is not None and self.pooler is not None:
-                self._write_tails(ctx)
-        else:
-            keys, slots, k_positions = kv, entry_slots, ctx.positions
         q_pos = ctx.positions
-        S = keys.shape[2]
+        if ctx.cache is not None:
+            half = hd - hd // 2
+            first, rest, k_positions = ctx.cache.update(self.layer_index, kv[..., :half], kv[..., half:], q_pos)
+            kv = torch.cat((first, rest), dim=-1)
+        else:
+            k_positions = q_pos
         seen = (k_positions[:, None, :] >= 0) & (k_positions[:, None, :] <= q_pos[:, :, None])  # (B, T, S)
-        local = seen & (q_pos[:, :, None] - k_positions[:, None, :] < self.local_window)
-        parts, masks = [keys[:, 0]], [local]
+        keys, masks = [kv[:, 0]], [seen & (q_pos[:, :, None] - k_positions[:, None, :] < self.local_window)]
         if self.pooler is not None:
-            assert slots is not None
-            rate = self.compress_rate
-            entries = slots[:, 0, :, :hd]  # (B, S, hd)
-            readable = seen & (k_positions[:, None, :] % rate == rate - 1)  # the tokens that completed an entry
+            entries, ends, index_keys = self._entries(x, ctx, rotate)  # (B, N, hd), (B, N), (B, N, index_head_dim)
+            readable = (ends[:, None, :] >= 0) & (ends[:, None, :] <= q_pos[:, :, None])  # (B, T, N): block complete
             if self.index_heads is not None:
+                assert index_keys is not None
                 index_q = self.index_q(q_latent).view(B, T, self.index_heads, self.index_head_dim).transpose(1, 2)
                 index_q = self._rotate_tail(positional, index_q, state)  # (B, n_index, T, index_head_dim)
-                readable = readable & self._indexed(x, index_q, slots[:, 0, :, hd:], readable, k_positions)
-            parts.append(entries)
+                readable = readable & self._indexed(x, index_q, index_keys, readable)
+            keys.append(entries)
             masks.append(readable)
-        values = torch.cat(parts, dim=1)[:, None]  # (B, 1, S', hd): the keys are the values
-        mask = torch.cat(masks, dim=2)[:, None]  # (B, 1, T, S')
-        scores = torch.matmul(q, values.transpose(-1, -2)) * self.scale  # (B, H, T, S')
+        values = torch.cat(keys, dim=1)[:, None]  # (B, 1, S + N, hd): the keys are the values
+        mask = torch.cat(masks, dim=2)[:, None]  # (B, 1, T, S + N)
+        scores = torch.matmul(q, values.transpose(-1, -2)) * self.scale  # (B, H, T, S + N)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         if self.sinks is not None:
             sink = self.sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, T, 1)
@@ -165,64 +155,75 @@ class CompressedAttention(nn.Module):
         turned = positional.rotate(t[..., -self.rope_dim:], state)
         return torch.cat((t[..., : -self.rope_dim], turned), dim=-1)
 
-    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor, k_positions: Tensor) -> Tensor:
-        """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, S)``."""
+    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor) -> Tensor:
+        """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, N)``.
+
+        Entries come in block order, as transformers lays them out, so ties (frequent: the ReLU
+        puts every head of a query at 0 for many entries) fall where its top-k puts them.
+        """
         # Scored in float32 at least, as transformers does: a lower precision could reorder close entries.
         wide = torch.promote_types(index_q.dtype, torch.float32)
-        index_q, index_keys, x = index_q.to(wide), index_keys.to(wide), x.to(wide)
-        scores = torch.relu(torch.matmul(index_q, index_keys[:, None].transpose(-1, -2)))  # (B, n_index, T, S)
-        scores = scores * self.index_head_dim ** -0.5
-        weights = self.index_weights(x.to(self.index_weights.weight.dtype)).to(wide) * self.index_heads ** -0.5
-        total = (scores * weights.transpose(1, 2)[..., None]).sum(dim=1)  # (B, T, S)
+        scores = torch.relu(torch.matmul(index_q.to(wide), index_keys.to(wide)[:, None].transpose(-1, -2)))
+        scores = scores * self.index_head_dim ** -0.5  # (B, n_index, T, N)
+        weights = self.index_weights(x).to(wide) * self.index_heads ** -0.5  # (B, T, n_index)
+        total = (scores * weights.transpose(1, 2)[..., None]).sum(dim=1)  # (B, T, N)
         total = total.masked_fill(~readable, float("-inf"))
-        # Ranked with the entries laid out by block, as transformers lays them out, so that ties
-        # (frequent: the ReLU puts every head of a query at 0 for many entries) fall where its
-        # top-k puts them.
-        rate = self.compress_rate
-        entry = (k_positions >= 0) & (k_positions % rate == rate - 1)  # (B, S) slots holding an entry
-        block = torch.where(entry, torch.div(k_positions, rate, rounding_mode="floor"), 0)  # (B, S)
-        n = max(int(k_positions.max()) + 1, rate) // rate
-        by_block = total.new_full((*total.shape[:2], n + 1), float("-inf"))
-        slot_block = torch.where(entry, block, n)[:, None].expand_as(total)  # non-entries to a spare column
-        by_block = by_block.scatter(-1, slot_block, total)[..., :n]  # (B, T, n)
-        top = by_block.topk(min(self.index_topk, n), dim=-1).indices  # (B, T, k)
-        chosen = torch.zeros_like(by_block, dtype=torch.bool).scatter(-1, top, True)  # (B, T, n)
-        return chosen.gather(-1, block.clamp(max=n - 1)[:, None].expand_as(total)) & entry[:, None]
+        top = total.topk(min(self.index_topk, total.shape[-1]), dim=-1).indices  # (B, T, k)
+        return torch.zeros_like(readable).scatter(-1, top, True)
 
-    def _entry_slots(self, x: Tensor, ctx: ForwardContext, rotate) -> Tensor:
-        """Per token of this forward: the entry it completes (and the indexer's), else zeros ``(B, 1, T, width)``."""
-        cached = ctx.cache is not None
-        tails = recurrent_cache(ctx.cache, self).read_state(self.layer_index, ctx.positions) if cached else {}
-        poolers = [("tail", self.pooler)] + ([("index_tail", self.index_pooler)] if self.index_heads is not None else [])
-        self._pending: list[tuple[str, BlockPooler, Blocks, Tensor | None]] = []
-        slots = []
-        positions = ctx.positions
-        rate = self.compress_rate
-        for name, pooler in poolers:
-            blocks = pooler.blocks(pooler.project(x), positions, tails.get(name))
-            entries, _ = pooler.entries(blocks, rotate=rotate)  # (B, n-1, dim)
-            completes = (positions >= 0) & (positions % rate == rate - 1)  # (B, T)
-            which = (torch.div(positions, rate, rounding_mode="floor") - blocks.base[:, None] - 1).clamp(min=0)
-            which = which.clamp(max=entries.shape[1] - 1)
-            picked = entries.gather(1, which[..., None].expand(-1, -1, entries.shape[-1]))  # (B, T, dim)
-            slots.append(picked * completes[..., None])
-            self._pending.append((name, pooler, blocks, tails.get(name)))
-        return torch.cat(slots, dim=-1)[:, None]
+    def _entries(self, x: Tensor, ctx: ForwardContext, rotate: Any) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The entries this forward's queries may read, in block order, with the position completing each.
 
-    def _write_tails(self, ctx: ForwardContext) -> None:
-        """Store the blocks in progress after this forward (and after each token, for a rollback)."""
-        cache = recurrent_cache(ctx.cache, self)
-        positions = ctx.positions
-        states, steps = {}, {}
-        has = (positions >= 0).any(dim=1)[:, None, None]  # a row with no token here keeps its tail
-        for name, pooler, blocks, before in self._pending:
-            assert before is not None
-            before = before.clone()  # the cache's own tensor, about to be overwritten
-            states[name] = torch.where(has, pooler.tails(blocks, blocks.last[:, None])[:, 0], before)  # (B, 2*rate, C)
+        Without a cache: the entries pooled from this forward's tokens. With one: the row's
+        entries so far (the state) with this forward's completed blocks written in, and the
+        state brought up to date. Both are cut after the last entry any query here can read.
+        """
+        rate, positions = self.compress_rate, ctx.positions
+        assert rate is not None and self.pooler is not None
+        names = [("entries", "tail", self.pooler)]
+        if self.index_heads is not None:
+            names.append(("index_entries", "index_tail", self.index_pooler))
+        cache = recurrent_cache(ctx.cache, self) if ctx.cache is not None else None
+        held = cache.read_state(self.layer_index, positions) if cache is not None else {}
+        found: dict[str, Tensor] = {}
+        states: dict[str, Tensor] = {}
+        steps: dict[str, Tensor] = {}
+        has = (positions >= 0).any(dim=1)  # (B,) a row with no token here keeps its state
+        for entries_name, tail_name, pooler in names:
+            blocks = pooler.blocks(pooler.project(x), positions, held.get(tail_name))
+            pooled, index = pooler.entries(blocks, rotate=rotate)  # (B, n, dim), (B, n) block indices
+            complete = (index + 1) * rate - 1 <= blocks.last[:, None]  # (B, n)
+            if cache is None:
+                found[entries_name] = pooled
+                ends = torch.where(complete, (index + 1) * rate - 1, -1)  # (B, n)
+                continue
+            if bool((complete & (index >= self.max_entries)).any()):
+                raise ValueError(f"compressed attention keeps {self.max_entries} entries per sequence (context_length // "
+                                 f"compress_rate); position {int(blocks.last.max())} is past them")
+            before = held[entries_name].clone()  # the cache's own tensor, about to be overwritten
+            spare = torch.cat((before, before[:, :1] * 0), dim=1)  # a last row for the blocks not written
+            where = torch.where(complete, index.clamp(max=self.max_entries - 1), self.max_entries)  # (B, n)
+            written = spare.scatter(1, where[..., None].expand_as(pooled), pooled)[:, :-1]  # (B, N, dim)
+            found[entries_name] = written
+            states[entries_name] = written
+            tail_before = held[tail_name].clone()
+            states[tail_name] = torch.where(has[:, None, None], pooler.tails(blocks, blocks.last[:, None])[:, 0],
+                                            tail_before)
             if cache.keep_steps:
                 # After each token: its position, or for padding before any token the position before the first.
                 upto = positions.cummax(dim=1).values
                 upto = torch.where(upto >= 0, upto, blocks.first[:, None] - 1)
-                steps[name] = torch.where(has[..., None], pooler.tails(blocks, upto), before[:, None])
-        self._pending = []
-        cache.write_state(self.layer_index, states, steps=steps if cache.keep_steps else None)
+                steps[tail_name] = torch.where(has[:, None, None, None], pooler.tails(blocks, upto), tail_before[:, None])
+                # An entry is written once, by the token that completes its block; after a rollback
+                # to before that token it is never read until that block completes again, and is
+                # then written anew, so every step may hold the entries as they are after the forward.
+                steps[entries_name] = written[:, None].expand(-1, positions.shape[1], -1, -1)
+        if cache is not None:
+            cache.write_state(self.layer_index, states, steps=steps if cache.keep_steps else None)
+            N = self.max_entries
+            ends = (torch.arange(N, device=positions.device) + 1) * rate - 1
+            ends = ends.expand(positions.shape[0], N)
+        # Only entries complete by the last query here can be read: the rest are cut.
+        n = int(((ends >= 0) & (ends <= positions.max())).sum(dim=1).max()) if ends.numel() else 0
+        index_keys = found["index_entries"][:, :n] if self.index_heads is not None else None
+        return found["entries"][:, :n], ends[:, :n], index_keys

@@ -33,7 +33,7 @@ D, H, HD, ROPE, QR = 32, 4, 16, 8, 8
 def layer(**changes: Any) -> CompressedAttention:
     params = {"n_heads": H, "head_dim": HD, "q_lora_rank": QR, "rope_dim": ROPE, "window": 4, **changes}
     torch.manual_seed(0)
-    attn = CompressedAttention(CompressedAttentionParams(**params), d_model=D).double()
+    attn = CompressedAttention(CompressedAttentionParams(**params), d_model=D, context_length=64).double()
     with torch.no_grad():
         for p in attn.parameters():  # every tensor random: a zero bias or sink would hide its handling
             p.normal_(0, 0.3)
@@ -175,3 +175,92 @@ def test_matches_transformers_deepseek_v4_attention(layer_type: str, topk: int) 
                      attention_mask=mask.expand(B, 1, T, T), cache=None)
     theta = 10000.0 if layer_type == "sliding_attention" else 160000.0
     torch.testing.assert_close(ours(x, context(T, theta=theta)), want, rtol=1e-5, atol=1e-6)
+
+
+# -- through the caches ----------------------------------------------------------------------------
+
+COMPRESSED = {"kind": "compressed", "n_heads": 4, "head_dim": 16, "q_lora_rank": 8, "rope_dim": 8, "window": 3,
+              "compress_rate": 3, "overlap": True, "index_heads": 2, "index_head_dim": 8, "index_topk": 2,
+              "out_groups": 2, "out_rank": 4}
+
+
+def compressed_model(seed: int = 0, **changes: Any) -> Any:
+    from fixtures.tiny import tiny_spec
+
+    spec = tiny_spec(vocab_size=61, block={"attention": {**COMPRESSED, **changes}},
+                     positional={"kind": "rope", "interleaved": True, "theta": 160000.0})
+    return specformer.build(spec, seed=seed).double().eval()
+
+
+@torch.no_grad()
+def test_left_padded_rows_in_uneven_chunks_through_the_cache_give_what_recompute_gives() -> None:
+    """Chunks that start and end inside blocks, rows whose blocks start at different columns (left padding)."""
+    from specformer_generate import StaticKVCache
+
+    model = compressed_model()
+    lengths, pad = [14, 9], [0, 5]
+    ids = torch.randint(0, 61, (2, 14), generator=torch.Generator().manual_seed(0))
+    positions = torch.stack([torch.arange(14) - p for p in pad]).clamp(min=-1)  # -1: padding
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=14)
+    chunks = [(0, 7), (7, 8), (8, 12), (12, 13), (13, 14)]
+    got = torch.cat([model(ids[:, a:b], positions=positions[:, a:b], cache=cache) for a, b in chunks], dim=1)
+    for row, (n, p) in enumerate(zip(lengths, pad)):
+        alone = model(ids[row:row + 1, p:])  # the row by itself, no padding, no cache
+        torch.testing.assert_close(got[row, p:], alone[0], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.slow  # an engine thread and five generations: about ten seconds on two loaded cores
+@torch.no_grad()
+def test_the_serve_engine_batches_compressed_attention_as_it_runs_each_request_alone() -> None:
+    import random
+
+    from specformer_generate import generate
+    from specformer_generate.samplers.pipeline import build_sampler
+    from specformer_serve.engine import Engine, SequenceRequest
+    from tests.plugins.serve.test_engine import Collector
+
+    model = compressed_model(seed=5).float()
+    rng = random.Random(1)
+    prompts = [[rng.randrange(61) for _ in range(rng.randrange(1, 9))] for _ in range(4)]
+    engine = Engine(model, max_batch=3, num_blocks=64, block_size=4).start()
+    collector = Collector()
+    try:
+        for i, prompt in enumerate(prompts):
+            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=5, sampler=build_sampler(None), seed=None,
+                                          eos=frozenset(), emit=collector.emit_for(i)))
+        collector.wait(len(prompts))
+    finally:
+        engine.stop()
+    for i, prompt in enumerate(prompts):
+        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=5)[0][len(prompt):], f"request {i}"
+
+
+def test_summary_counts_the_window_per_token_and_the_entries_per_sequence() -> None:
+    """Per token: the window's keys; per sequence: one entry per block of the context (and the indexer's), the tails."""
+    from specformer.model.summary import summarize
+    from fixtures.tiny import tiny_spec
+
+    spec = tiny_spec(block={"attention": COMPRESSED}, positional={"kind": "rope", "interleaved": True})
+    s = summarize(spec)  # two layers, context 32, window 3, compress_rate 3
+    assert s.kv_elements_per_token == 2 * 16
+    assert s.kv_elements_at_context == 2 * 16 * 3  # the window's ring
+    entries = (32 // 3) * (16 + 8)  # one pooled key per block, and the indexer's
+    tails = 2 * 3 * 2 * (2 * 16) + 2 * 3 * 2 * (2 * 8)  # two blocks of [C | Z], two series, pooler and indexer
+    assert s.state_elements_per_sequence == 2 * (entries + tails)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"overlap": True}, "need compress_rate"),
+    ({"compress_rate": 4, "index_heads": 2, "index_head_dim": 4}, "at most index_head_dim"),
+    ({"out_groups": 2}, "go together"),
+    ({"out_groups": 3, "out_rank": 4}, "must divide n_heads"),
+    ({"rope_dim": 7}, "must be even"),
+])
+def test_a_wrong_spec_is_refused_at_its_path(changes: dict[str, Any], message: str) -> None:
+    from fixtures.tiny import tiny_spec
+
+    base = {k: v for k, v in COMPRESSED.items() if k not in ("compress_rate", "overlap", "index_heads", "index_head_dim",
+                                                           "index_topk", "out_groups", "out_rank")}
+    with pytest.raises(SpecError) as info:
+        specformer.build(tiny_spec(block={"attention": {**base, **changes}}))
+    assert "model.block.attention" in str(info.value) and message in str(info.value)
