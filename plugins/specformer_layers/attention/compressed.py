@@ -108,6 +108,11 @@ class CompressedAttention(nn.Module):
         if type(positional).attention_bias is not PositionalScheme.attention_bias:
             raise ValueError(f"compressed attention turns keys with a rotary scheme (or none); "
                              f"{type(positional).__name__} biases scores instead")
+        if getattr(getattr(positional, "scaling", None), "length_dependent", False):
+            # Entries and the output are turned at positions other than this forward's, which a
+            # scheme whose angles follow the length seen so far would turn differently.
+            raise ValueError("compressed attention turns entries at their blocks' positions and the output back by the "
+                             "query's; a rope scaling whose frequencies depend on the length (dynamic, longrope) cannot")
 
         def rotate(t: Tensor, positions: Tensor) -> Tensor:  # the last rope_dim channels, at ``positions`` (B, N)
             return self._rotate_tail(positional, t, positional.prepare(positions))

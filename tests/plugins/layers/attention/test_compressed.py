@@ -264,3 +264,15 @@ def test_a_wrong_spec_is_refused_at_its_path(changes: dict[str, Any], message: s
     with pytest.raises(SpecError) as info:
         specformer.build(tiny_spec(block={"attention": {**base, **changes}}))
     assert "model.block.attention" in str(info.value) and message in str(info.value)
+
+
+@pytest.mark.parametrize("positional,message", [
+    ({"kind": "alibi"}, "biases scores instead"),
+    ({"kind": "rope", "interleaved": True, "scaling": {"kind": "dynamic", "factor": 2.0}}, "depend on the length"),
+])
+def test_a_positional_scheme_it_cannot_turn_with_is_refused(positional: dict[str, Any], message: str) -> None:
+    from fixtures.tiny import tiny_spec
+
+    model = specformer.build(tiny_spec(block={"attention": {**COMPRESSED, "n_heads": 4}}, positional=positional))
+    with pytest.raises(ValueError, match=message):
+        model(torch.zeros((1, 4), dtype=torch.long))
