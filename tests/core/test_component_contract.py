@@ -136,6 +136,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "moe", "normalize_topk"): False,
     ("ffn", "moe", "swiglu_limit"): 7.0,
     ("ffn", "moe", "swiglu_alpha"): (2.0, {"swiglu_limit": 7.0}),
+    ("ffn", "moe", "swiglu_style"): ("silu", {"swiglu_limit": 7.0}),
     ("ffn", "moe", "shared_hidden"): (24, {"n_shared_experts": 1}),
     ("ffn", "moe", "shared_gate"): (True, {"n_shared_experts": 1}),
     ("positional", "rope", "scaling"): {"kind": "linear", "factor": 2.0},
