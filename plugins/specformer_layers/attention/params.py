@@ -132,9 +132,10 @@ class CompressedAttentionParams(Params):
     query's angle (the value carries the key's rotation). ``sinks`` adds a learned logit
     per head to the softmax. ``out_groups`` splits the heads' outputs into groups projected
     to ``out_rank`` channels each, then mixed to ``d_model`` (the grouped low-rank output
-    projection). The generation cache keeps, per token, its key and the compressed entry
-    that token completes (zeros elsewhere), and the partly filled block's projections as
-    a small per-sequence state.
+    projection). The generation cache keeps the window's keys per token (a ring of
+    ``window`` slots) and, per sequence, every entry the context can hold
+    (``context_length // compress_rate``) with the projections of the blocks in progress:
+    ``head_dim / compress_rate`` values per token of context instead of ``head_dim``.
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads (one key/value head is shared by all).")

@@ -276,3 +276,35 @@ def test_a_positional_scheme_it_cannot_turn_with_is_refused(positional: dict[str
     model = specformer.build(tiny_spec(block={"attention": {**COMPRESSED, "n_heads": 4}}, positional=positional))
     with pytest.raises(ValueError, match=message):
         model(torch.zeros((1, 4), dtype=torch.long))
+
+
+@pytest.mark.parametrize("layer_type", ["heavily_compressed_attention", "compressed_sparse_attention"],
+                         ids=["hca", "csa"])
+@torch.no_grad()
+def test_decoding_through_the_cache_matches_transformers_cached_decoding(layer_type: str) -> None:
+    """A prefill inside a block, then one token at a time: ours through StaticKVCache, theirs through DynamicCache."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4RotaryEmbedding
+
+    from specformer_generate.cache import LayerShape, StateShape, StaticKVCache
+
+    theirs, ours = hf_pair(layer_type)
+    T, prefill = 13, 5
+    x = torch.randn(1, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    rotary = DeepseekV4RotaryEmbedding(theirs.config)
+    their_cache = DynamicCache(config=theirs.config)
+    cache = StaticKVCache(layers=[LayerShape.of(ours)], states=[StateShape.of(ours)], batch_size=1, capacity=T,
+                          dtype=torch.float64)
+    scheme = context(T, theta=160000.0).positional
+    steps = [(0, prefill)] + [(t, t + 1) for t in range(prefill, T)]
+    for a, b in steps:
+        positions = torch.arange(a, b)[None]
+        embeddings = {kind: rotary(x, positions, layer_type=kind) for kind in ("main", "compress")}
+        # Theirs: the window's cached keys and the new ones, causal among the new (4 = the window).
+        held = their_cache.layers[0].keys.shape[-2] if their_cache.layers[0].is_initialized else 0
+        i, j = torch.arange(b - a)[:, None] + held, torch.arange(held + b - a)[None]
+        mask = torch.zeros(b - a, held + b - a, dtype=torch.float64).masked_fill((j > i) | (i - j >= 4), float("-inf"))
+        want, _ = theirs(x[:, a:b], position_embeddings=embeddings, position_ids=positions, attention_mask=mask[None, None],
+                         cache=their_cache)
+        ctx = ForwardContext(positions=positions, positional=scheme, positional_state=scheme.prepare(positions), cache=cache)
+        torch.testing.assert_close(ours(x[:, a:b], ctx), want, rtol=1e-5, atol=1e-6)
