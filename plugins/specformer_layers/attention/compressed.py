@@ -74,7 +74,9 @@ class CompressedAttention(nn.Module):
             if self.index_heads is not None:
                 tensors += [("index_entries", (self.max_entries, self.index_head_dim)),
                             ("index_tail", self.index_pooler.tail_shape)]
-            self.state_slots = StateSlots(tuple(tensors))
+            # The entries grow with the tokens: a cache that knows its length keeps only the rows it needs.
+            per = (("entries", rate),) + ((("index_entries", rate),) if self.index_heads is not None else ())
+            self.state_slots = StateSlots(tuple(tensors), per_tokens=per)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         linears = [m for name, m in self.named_modules() if isinstance(m, nn.Linear) and not name.startswith("out")]
@@ -202,12 +204,13 @@ class CompressedAttention(nn.Module):
                 found[entries_name] = pooled
                 ends = torch.where(complete, (index + 1) * rate - 1, -1)  # (B, n)
                 continue
-            if bool((complete & (index >= self.max_entries)).any()):
-                raise ValueError(f"compressed attention keeps {self.max_entries} entries per sequence (context_length // "
-                                 f"compress_rate); position {int(blocks.last.max())} is past them")
             before = held[entries_name].clone()  # the cache's own tensor, about to be overwritten
+            N = before.shape[1]  # as many as the context holds, or as the cache's length needs
+            if bool((complete & (index >= N)).any()):
+                raise ValueError(f"the cache keeps {N} compressed entries per sequence (one per {rate} tokens of its "
+                                 f"length, at most context_length // {rate}); position {int(blocks.last.max())} is past them")
             spare = torch.cat((before, before[:, :1] * 0), dim=1)  # a last row for the blocks not written
-            where = torch.where(complete, index.clamp(max=self.max_entries - 1), self.max_entries)  # (B, n)
+            where = torch.where(complete, index.clamp(max=N - 1), N)  # (B, n)
             written = spare.scatter(1, where[..., None].expand_as(pooled), pooled)[:, :-1]  # (B, N, dim)
             found[entries_name] = written
             states[entries_name] = written
@@ -225,7 +228,7 @@ class CompressedAttention(nn.Module):
                 steps[entries_name] = written[:, None].expand(-1, positions.shape[1], -1, -1)
         if cache is not None:
             cache.write_state(self.layer_index, states, steps=steps if cache.keep_steps else None)
-            N = self.max_entries
+            N = found["entries"].shape[1]
             ends = (torch.arange(N, device=positions.device) + 1) * rate - 1
             ends = ends.expand(positions.shape[0], N)
         # Only entries complete by the last query here can be read: the rest are cut.

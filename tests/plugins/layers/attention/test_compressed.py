@@ -308,3 +308,19 @@ def test_decoding_through_the_cache_matches_transformers_cached_decoding(layer_t
                          cache=their_cache)
         ctx = ForwardContext(positions=positions, positional=scheme, positional_state=scheme.prepare(positions), cache=cache)
         torch.testing.assert_close(ours(x[:, a:b], ctx), want, rtol=1e-5, atol=1e-6)
+
+
+@torch.no_grad()
+def test_a_cache_keeps_the_entries_its_length_needs_and_says_when_they_run_out() -> None:
+    from specformer_generate import StaticKVCache
+
+    model = compressed_model()  # context 32, compress_rate 3: 10 entries at most
+    slots = model.blocks[0].attention.state_slots
+    assert slots.shapes_for(None)["entries"] == (10, 16) and slots.shapes_for(14)["entries"] == (5, 16)
+    assert slots.shapes_for(14)["index_entries"] == (5, 8) and slots.shapes_for(14)["tail"] == slots.shapes["tail"]
+    cache = StaticKVCache.for_model(model, batch_size=1, capacity=5)  # two entries; the window is a ring
+    ids = torch.randint(0, 61, (1, 9), generator=torch.Generator().manual_seed(0))
+    model(ids[:, :6], positions=torch.arange(6)[None], cache=cache)  # completes entries 0 and 1
+    with pytest.raises(ValueError, match="keeps 2 compressed entries per sequence"):
+        for t in range(6, 9):  # position 8 completes entry 2
+            model(ids[:, t:t + 1], positions=torch.tensor([[t]]), cache=cache)
