@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -77,6 +77,9 @@ class CompressedAttention(nn.Module):
             # The entries grow with the tokens: a cache that knows its length keeps only the rows it needs.
             per = (("entries", rate),) + ((("index_entries", rate),) if self.index_heads is not None else ())
             self.state_slots = StateSlots(tuple(tensors), per_tokens=per)
+        # An inspector (specformer_eval.capture) sets this to receive the probabilities over the tokens
+        # (B, H, T, S); it asks only layers without pooled entries (the others keep a state).
+        self.observe_weights: Callable[[Tensor], None] | None = None
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         linears = [m for name, m in self.named_modules() if isinstance(m, nn.Linear) and not name.startswith("out")]
@@ -152,6 +155,8 @@ class CompressedAttention(nn.Module):
             probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
         else:
             probs = scores.softmax(dim=-1)
+        if self.observe_weights is not None:
+            self.observe_weights(probs[..., : kv.shape[2]].float())
         y = torch.matmul(probs.to(values.dtype), values)  # (B, H, T, hd)
         # The value carries its key's rotation; turning the output back by the query's angle leaves
         # each key's contribution depending on its distance to the query only.

@@ -324,3 +324,20 @@ def test_a_cache_keeps_the_entries_its_length_needs_and_says_when_they_run_out()
     with pytest.raises(ValueError, match="keeps 2 compressed entries per sequence"):
         for t in range(6, 9):  # position 8 completes entry 2
             model(ids[:, t:t + 1], positions=torch.tensor([[t]]), cache=cache)
+
+
+@torch.no_grad()
+def test_a_sliding_only_layer_reports_its_probabilities_and_a_compressed_one_none() -> None:
+    from specformer_eval import capture
+
+    model = compressed_model()
+    model_sliding = compressed_model(compress_rate=None, overlap=False, index_heads=None)
+    ids = torch.randint(0, 61, (1, 7), generator=torch.Generator().manual_seed(0))
+    with capture(model_sliding, attention=True) as cap:
+        model_sliding(ids)
+    probs = cap.attention[0]  # (B, H, T, T): each row sums to 1 less what the sink took
+    assert probs.shape == (1, 4, 7, 7) and bool((probs.sum(-1) <= 1 + 1e-6).all())
+    assert bool((probs[..., 3:, :1] == 0).all())  # the window of 3 has left token 0 behind
+    with capture(model, attention=True) as cap:
+        model(ids)
+    assert cap.attention[0] is None
