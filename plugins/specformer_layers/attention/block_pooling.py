@@ -69,8 +69,10 @@ class BlockPooler(nn.Module):
         last = positions.max(dim=1).values.clamp(min=-1)  # (B,)
         has = real.any(dim=1)
         base = torch.where(has, torch.div(first, rate, rounding_mode="floor") - 1, torch.full_like(first, -1))
-        used = torch.where(has, torch.div(last, rate, rounding_mode="floor") - base + 1, torch.full_like(first, 2))
-        n = int(used.max()) + 1  # one spare block: where the tail moves when the last token closes a block
+        # A row's positions run on one by one, so its tokens span at most (T - 1) // rate + 2 blocks after
+        # ``base``; one spare block more, where the tail moves when the last token closes a block. Known
+        # from the shapes alone: no device sync, and a compiled graph stays whole.
+        n = (T - 1) // rate + 4
         values = projected.new_zeros((B, n * rate, channels))
         filled = torch.zeros((B, n * rate), dtype=torch.bool, device=projected.device)
         if tail is not None:
@@ -104,7 +106,8 @@ class BlockPooler(nn.Module):
         gates = gates.masked_fill(~filled[..., None], float("-inf"))
         # A block with no token yet is never read; a finite gate keeps its softmax (and gradient) free of NaN.
         gates = gates.masked_fill(~filled.any(dim=2)[..., None, None], 0.0)
-        weights = gates.softmax(dim=2, dtype=torch.float32).to(values.dtype)
+        # In float32 at least (as transformers does): bfloat16 logits would merge close slots.
+        weights = gates.softmax(dim=2, dtype=torch.promote_types(gates.dtype, torch.float32)).to(values.dtype)
         pooled = self.norm((values * weights).sum(dim=2))  # (B, n-1, dim)
         index = blocks.base[:, None] + torch.arange(1, values.shape[1] + 1, device=pooled.device)  # (B, n-1)
         return rotate(pooled[:, None], index * rate)[:, 0], index

@@ -33,6 +33,9 @@ class CompressedAttention(nn.Module):
         self.local_window = params.window
         self.compress_rate = rate
         self.index_topk = params.index_topk
+        self.index_loss_coef = params.index_loss_coef
+        # Set by a training forward with an indexer (Decoder.auxiliary_loss collects it).
+        self.aux_loss: Tensor | None = None
         self.eps = params.eps
         self.scale = 1.0 / math.sqrt(hd)
         make_norm = lambda dim: params.norm.make(dim=dim)  # noqa: E731
@@ -99,7 +102,8 @@ class CompressedAttention(nn.Module):
         parts = [f"n_heads={self.n_heads}", f"head_dim={self.head_dim}", f"rope_dim={self.rope_dim}",
                  f"window={self.local_window}", f"compress_rate={self.compress_rate}", f"eps={self.eps}"]
         if self.index_heads is not None:
-            parts.append(f"index_heads={self.index_heads}, index_topk={self.index_topk}")
+            parts.append(f"index_heads={self.index_heads}, index_topk={self.index_topk}, "
+                         f"index_loss_coef={self.index_loss_coef}")
         return ", ".join(parts)
 
     # -- forward --------------------------------------------------------------------------
@@ -141,9 +145,12 @@ class CompressedAttention(nn.Module):
             readable = (ends[:, None, :] >= 0) & (ends[:, None, :] <= q_pos[:, :, None])  # (B, T, N): block complete
             if self.index_heads is not None:
                 assert index_keys is not None
-                index_q = self.index_q(q_latent).view(B, T, self.index_heads, self.index_head_dim).transpose(1, 2)
-                index_q = self._rotate_tail(positional, index_q, state)  # (B, n_index, T, index_head_dim)
-                readable = readable & self._indexed(x, index_q, index_keys, readable)
+                # The indexer reads its inputs detached: the language-model loss never reaches it (its
+                # choice is discrete); it learns from its own loss below.
+                index_q = self.index_q(q_latent.detach()).view(B, T, self.index_heads, self.index_head_dim)
+                index_q = self._rotate_tail(positional, index_q.transpose(1, 2), state)  # (B, n_index, T, dim)
+                chosen, index_scores = self._indexed(x.detach(), index_q, index_keys, readable)
+                readable = readable & chosen
             keys.append(entries)
             masks.append(readable)
         values = torch.cat(keys, dim=1)[:, None]  # (B, 1, S + N, hd): the keys are the values
@@ -157,6 +164,9 @@ class CompressedAttention(nn.Module):
             probs = scores.softmax(dim=-1)
         if self.observe_weights is not None:
             self.observe_weights(probs[..., : kv.shape[2]].float())
+        self.aux_loss = None
+        if self.index_heads is not None and self.training and torch.is_grad_enabled() and self.index_loss_coef:
+            self.aux_loss = self.index_loss_coef * self._index_loss(probs[..., kv.shape[2]:], index_scores, readable)
         y = torch.matmul(probs.to(values.dtype), values)  # (B, H, T, hd)
         # The value carries its key's rotation; turning the output back by the query's angle leaves
         # each key's contribution depending on its distance to the query only.
@@ -167,11 +177,13 @@ class CompressedAttention(nn.Module):
         turned = positional.rotate(t[..., -self.rope_dim:], state)
         return torch.cat((t[..., : -self.rope_dim], turned), dim=-1)
 
-    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor) -> Tensor:
-        """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, N)``.
+    def _indexed(self, x: Tensor, index_q: Tensor, index_keys: Tensor, readable: Tensor) -> tuple[Tensor, Tensor]:
+        """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, N)``,
+        and the scores ``(B, T, N)`` (``-inf`` where not readable).
 
-        Entries come in block order, as transformers lays them out, so ties (frequent: the ReLU
-        puts every head of a query at 0 for many entries) fall where its top-k puts them.
+        Ties (frequent: the ReLU puts every head of a query at 0 for many entries) go to the
+        earlier entry, whatever the number of entries or queries in the forward, so the cache
+        chooses what recomputing chooses.
         """
         # Scored in float32 at least, as transformers does: a lower precision could reorder close entries.
         wide = torch.promote_types(index_q.dtype, torch.float32)
@@ -180,15 +192,30 @@ class CompressedAttention(nn.Module):
         weights = self.index_weights(x).to(wide) * self.index_heads ** -0.5  # (B, T, n_index)
         total = (scores * weights.transpose(1, 2)[..., None]).sum(dim=1)  # (B, T, N)
         total = total.masked_fill(~readable, float("-inf"))
-        top = total.topk(min(self.index_topk, total.shape[-1]), dim=-1).indices  # (B, T, k)
-        return torch.zeros_like(readable).scatter(-1, top, True)
+        order = torch.sort(total, dim=-1, descending=True, stable=True).indices
+        top = order[..., : min(self.index_topk, total.shape[-1])]  # (B, T, k)
+        return torch.zeros_like(readable).scatter(-1, top, True), total
+
+    def _index_loss(self, on_entries: Tensor, index_scores: Tensor, chosen: Tensor) -> Tensor:
+        """KL(attention over each query's chosen entries, summed over heads || softmax of their index scores).
+
+        The indexer's training signal (DeepSeek-V3.2's sparse stage, as DeepSeek-V4 trains its
+        indexer): the attention's weights ``(B, H, T, N)`` are the target, detached; averaged over
+        the queries that chose any entry.
+        """
+        target = (on_entries.detach().sum(dim=1) * chosen).float()  # (B, T, N)
+        target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
+        logp = index_scores.float().masked_fill(~chosen, float("-inf")).log_softmax(dim=-1)
+        terms = torch.where(chosen & (target > 0), target * (target.clamp_min(1e-30).log() - logp), 0.0)
+        counted = chosen.any(dim=-1)  # (B, T)
+        return (terms.sum(dim=-1) * counted).sum() / counted.sum().clamp_min(1)
 
     def _entries(self, x: Tensor, ctx: ForwardContext, rotate: Any) -> tuple[Tensor, Tensor, Tensor | None]:
         """The entries this forward's queries may read, in block order, with the position completing each.
 
         Without a cache: the entries pooled from this forward's tokens. With one: the row's
         entries so far (the state) with this forward's completed blocks written in, and the
-        state brought up to date. Both are cut after the last entry any query here can read.
+        state brought up to date.
         """
         rate, positions = self.compress_rate, ctx.positions
         assert rate is not None and self.pooler is not None
@@ -202,7 +229,8 @@ class CompressedAttention(nn.Module):
         steps: dict[str, Tensor] = {}
         has = (positions >= 0).any(dim=1)  # (B,) a row with no token here keeps its state
         for entries_name, tail_name, pooler in names:
-            blocks = pooler.blocks(pooler.project(x), positions, held.get(tail_name))
+            source = x.detach() if pooler is not self.pooler else x  # the indexer learns from its own loss only
+            blocks = pooler.blocks(pooler.project(source), positions, held.get(tail_name))
             pooled, index = pooler.entries(blocks, rotate=rotate)  # (B, n, dim), (B, n) block indices
             complete = (index + 1) * rate - 1 <= blocks.last[:, None]  # (B, n)
             if cache is None:
@@ -236,7 +264,5 @@ class CompressedAttention(nn.Module):
             N = found["entries"].shape[1]
             ends = (torch.arange(N, device=positions.device) + 1) * rate - 1
             ends = ends.expand(positions.shape[0], N)
-        # Only entries complete by the last query here can be read: the rest are cut.
-        n = int(((ends >= 0) & (ends <= positions.max())).sum(dim=1).max()) if ends.numel() else 0
-        index_keys = found["index_entries"][:, :n] if self.index_heads is not None else None
-        return found["entries"][:, :n], ends[:, :n], index_keys
+        # Entries no query here can read are masked (not cut: the sizes stay known from the shapes).
+        return found["entries"], ends, found.get("index_entries")

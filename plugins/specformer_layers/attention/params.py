@@ -127,7 +127,10 @@ class CompressedAttentionParams(Params):
     pools two series per token over two blocks: the previous block's first series and this
     block's second, so entries overlap by one block. ``index_heads`` adds the lightning
     indexer: each query keeps only the ``index_topk`` entries its own small scorer ranks
-    highest (``sum_h w_h relu(q_h . k)``, with its own pooled keys). Rotary channels are the
+    highest (``sum_h w_h relu(q_h . k)``, with its own pooled keys; ties go to the earlier
+    entry); its choice is discrete, so it reads its inputs detached and learns from its own
+    loss, ``index_loss_coef`` times the KL divergence from the attention's weights over the
+    chosen entries (summed over heads) to the softmax of their scores. Rotary channels are the
     last ``rope_dim`` of each head; the output's rotary channels are turned back by the
     query's angle (the value carries the key's rotation). ``sinks`` adds a learned logit
     per head to the softmax. ``out_groups`` splits the heads' outputs into groups projected
@@ -148,6 +151,11 @@ class CompressedAttentionParams(Params):
     index_heads: int | None = Field(default=None, gt=0, description="Heads of the lightning indexer that picks index_topk entries per query; none: every complete entry is read.")
     index_head_dim: int = Field(default=128, gt=0, description="Channels per indexer head (and of the indexer's own pooled keys).")
     index_topk: int = Field(default=512, gt=0, description="Compressed entries each query keeps (fewer when fewer are complete).")
+    index_loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen entries || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )
     out_groups: int | None = Field(default=None, gt=0, description="Groups of heads whose outputs are projected separately to out_rank channels; none: one output projection.")
     out_rank: int | None = Field(default=None, gt=0, description="Channels each group is projected to before the mix to d_model (with out_groups).")
     sinks: bool = Field(default=True, description="A learned per-head logit joins the softmax normalisation (gpt-oss, DeepSeek-V4).")

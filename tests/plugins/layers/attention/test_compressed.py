@@ -114,6 +114,32 @@ def test_matches_the_formula(changes: dict[str, Any]) -> None:
 
 # -- transformers' DeepSeek-V4 attention, the same weights --------------------------------------
 
+def ties_at_the_top_k_boundary(attn: CompressedAttention, x: torch.Tensor, ctx: ForwardContext) -> bool:
+    """Whether some query's k-th and (k+1)-th best index scores tie: there transformers' top-k picks either.
+
+    Ours gives a tie to the earlier entry; ``torch.topk`` (transformers) picks as its kernel
+    happens to, so a comparison is meaningful only where no tie straddles the cut.
+    """
+    seen: dict[str, torch.Tensor] = {}
+    indexed = attn._indexed
+
+    def spy(*args: Any) -> Any:
+        chosen, total = indexed(*args)
+        seen["total"] = total
+        return chosen, total
+
+    attn._indexed = spy  # type: ignore[method-assign]
+    try:
+        attn(x, ctx)
+    finally:
+        del attn._indexed
+    total, k = seen["total"], attn.index_topk
+    if total.shape[-1] <= k:
+        return False
+    best = total.sort(dim=-1, descending=True).values
+    return bool(((torch.isfinite(total).sum(-1) > k) & (best[..., k - 1] == best[..., k])).any())
+
+
 def hf_pair(layer_type: str, *, topk: int = 2) -> tuple[Any, CompressedAttention]:
     from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention
@@ -122,7 +148,7 @@ def hf_pair(layer_type: str, *, topk: int = 2) -> tuple[Any, CompressedAttention
         hidden_size=D, num_attention_heads=H, head_dim=HD, q_lora_rank=QR, partial_rotary_factor=ROPE / HD,
         num_hidden_layers=1, layer_types=[layer_type], sliding_window=4, o_groups=2, o_lora_rank=4,
         compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 3},
-        index_n_heads=2, index_head_dim=8, index_topk=topk, rope_theta=10000.0, compress_rope_theta=160000.0,
+        index_n_heads=4, index_head_dim=8, index_topk=topk, rope_theta=10000.0, compress_rope_theta=160000.0,
         vocab_size=16, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
     )
     config._attn_implementation = "eager"
@@ -134,7 +160,7 @@ def hf_pair(layer_type: str, *, topk: int = 2) -> tuple[Any, CompressedAttention
     rate = {"sliding_attention": None, "compressed_sparse_attention": 2, "heavily_compressed_attention": 3}[layer_type]
     csa = layer_type == "compressed_sparse_attention"
     ours = layer(compress_rate=rate, overlap=csa, out_groups=2, out_rank=4,
-                 **({"index_heads": 2, "index_head_dim": 8, "index_topk": topk} if csa else {}))
+                 **({"index_heads": 4, "index_head_dim": 8, "index_topk": topk} if csa else {}))
     names = {"q_a": "q_a_proj", "q_norm": "q_a_norm", "q_b": "q_b_proj", "kv": "kv_proj", "kv_norm": "kv_norm",
              "out.down": "o_a_proj", "out.mix": "o_b_proj", "pooler.kv": "compressor.kv_proj",
              "pooler.gate": "compressor.gate_proj", "pooler.norm": "compressor.kv_norm",
@@ -174,6 +200,8 @@ def test_matches_transformers_deepseek_v4_attention(layer_type: str, topk: int) 
     want, _ = theirs(x, position_embeddings=embeddings, position_ids=position_ids,
                      attention_mask=mask.expand(B, 1, T, T), cache=None)
     theta = 10000.0 if layer_type == "sliding_attention" else 160000.0
+    if ours.index_heads is not None:
+        assert not ties_at_the_top_k_boundary(ours, x, context(T, theta=theta))  # the case is chosen so
     torch.testing.assert_close(ours(x, context(T, theta=theta)), want, rtol=1e-5, atol=1e-6)
 
 
@@ -296,6 +324,8 @@ def test_decoding_through_the_cache_matches_transformers_cached_decoding(layer_t
     cache = StaticKVCache(layers=[LayerShape.of(ours)], states=[StateShape.of(ours)], batch_size=1, capacity=T,
                           dtype=torch.float64)
     scheme = context(T, theta=160000.0).positional
+    if ours.index_heads is not None:  # the case is chosen so (decoding scores each query as the full forward does)
+        assert not ties_at_the_top_k_boundary(ours, x, context(T, theta=160000.0, B=1))
     steps = [(0, prefill)] + [(t, t + 1) for t in range(prefill, T)]
     for a, b in steps:
         positions = torch.arange(a, b)[None]
@@ -341,3 +371,51 @@ def test_a_sliding_only_layer_reports_its_probabilities_and_a_compressed_one_non
     with capture(model, attention=True) as cap:
         model(ids)
     assert cap.attention[0] is None
+
+
+# -- the indexer: ties, and the loss it learns from -------------------------------------------------
+
+def test_tied_index_scores_go_to_the_earlier_entries() -> None:
+    attn = layer(compress_rate=2, overlap=True, index_heads=2, index_head_dim=8, index_topk=2)
+    B, T, N = 1, 3, 5
+    readable = torch.tensor([[True, True, True, True, False]]).expand(B, T, N)
+    index_q = torch.zeros(B, 2, T, 8, dtype=torch.float64)  # every score 0: all tie
+    chosen, total = attn._indexed(torch.zeros(B, T, D, dtype=torch.float64), index_q,
+                                  torch.randn(B, N, 8, dtype=torch.float64), readable)
+    assert chosen[0, 0].tolist() == [True, True, False, False, False]
+    assert total[0, 0, 4] == float("-inf")
+
+
+def test_the_indexer_learns_from_its_own_loss_only() -> None:
+    """The LM loss reaches no indexer weight; the auxiliary loss is the KL written out, and reaches only them."""
+    attn = layer(compress_rate=2, overlap=True, index_heads=2, index_head_dim=8, index_topk=2).train()
+    T = 11
+    x = torch.randn(2, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(5), requires_grad=True)
+    out = attn(x, context(T))
+    index_params = {n for n, _ in attn.named_parameters() if n.startswith("index")}
+    out.square().sum().backward(retain_graph=True)
+    assert all(p.grad is None for n, p in attn.named_parameters() if n in index_params)
+    attn.zero_grad()
+    assert attn.aux_loss is not None and attn.aux_loss > 0
+    attn.aux_loss.backward()
+    reached = {n for n, p in attn.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert reached == index_params
+
+    # The KL written out for one query that chose two entries: target from the attention's weights.
+    seen: dict[str, Any] = {}
+    indexed, loss = attn._indexed, attn._index_loss
+    attn._indexed = lambda *a: seen.setdefault("indexed", indexed(*a))  # type: ignore[method-assign]
+    attn._index_loss = lambda *a: seen.setdefault("args", a) and loss(*a)  # type: ignore[method-assign]
+    attn(x, context(T))  # training, with autograd: the loss is computed
+    del attn._indexed, attn._index_loss
+    on_entries, scores, chosen = seen["args"]
+    b, t = 1, T - 1
+    picked = chosen[b, t].nonzero().flatten()
+    assert len(picked) == 2
+    p = on_entries[b, :, t, picked].sum(0)
+    p = p / p.sum()
+    q = scores[b, t, picked].softmax(-1)
+    want = (p * (p / q).log()).sum()
+    per_query = [loss(on_entries[i:i + 1, :, j:j + 1], scores[i:i + 1, j:j + 1], chosen[i:i + 1, j:j + 1])
+                 for i in range(2) for j in range(T)]
+    torch.testing.assert_close(per_query[b * T + t], want.float())
