@@ -25,6 +25,7 @@ from specformer.model.state import uses_positions
 from specformer.model.decoder import Decoder
 from specformer.errors import Problem, SpecError
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
+from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.spec.shapes import ModelSpec
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
@@ -33,8 +34,15 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     """Construct the modules of a resolved model (weights as PyTorch initialises them)."""
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        blocks = [make_block(parts, m, index) for index, parts in enumerate(resolved.layers)]
-        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks))
+        residual = make_residual_stream(resolved)
+        blocks = [make_block(parts, m, index, residual=residual) for index, parts in enumerate(resolved.layers)]
+        return make_decoder(resolved, blocks, first_attention=positional_mixer(blocks), residual=residual)
+
+
+def make_residual_stream(resolved: ResolvedModel) -> ResidualStream:
+    """The model's residual stream (``model.block.residual``): built once, its connections made by each block."""
+    m = resolved.spec
+    return _make(resolved.residual, d_model=m.d_model)
 
 
 def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
@@ -42,21 +50,35 @@ def positional_mixer(blocks: list[nn.Module]) -> nn.Module:
     return next((b.attention for b in blocks if uses_positions(b.attention)), blocks[0].attention)
 
 
-def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> nn.Module:
-    """One block (layout around attention, ffn and norms) for layer ``index``."""
+def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: ResidualStream) -> nn.Module:
+    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``."""
     attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
                       context_length=m.context_length)
-    ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers, vocab_size=m.vocab_size)
     make_norm = _norm_maker(parts["norm"], dim=m.d_model)
-    return _make(
+    connections: list[nn.Module] = []
+
+    def make_residual() -> ResidualConnection:
+        connections.append(residual.connection())
+        return connections[-1]
+
+    block = _make(
         parts["layout"],
         d_model=m.d_model,
         attention=attention,
         ffn=ffn,
         make_norm=make_norm,
+        make_residual=make_residual,
         layer_index=index,
         n_layers=m.n_layers,
     )
+    if residual.n_streams != 1 and not connections:
+        # A layout that never asks for a connection adds its outputs to the stream itself: one stream only.
+        name = parts["layout"].resolved.component.name
+        raise SpecError([Problem(parts["layout"].path, f"layout {name!r} takes no make_residual, so it adds to a single "
+                                                       f"residual stream; it cannot run with the {residual.n_streams} "
+                                                       f"streams of model.block.residual (use residual: single)")])
+    return block
 
 
 def make_layer_positional(part: ResolvedPart, attention: nn.Module, m: ModelSpec) -> PositionalScheme:
@@ -125,9 +147,12 @@ def check_layer_positionals(resolved: ResolvedModel, blocks: list[tuple[nn.Modul
             make_layer_positional(part, block.attention, resolved.spec)
 
 
-def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module) -> Decoder:
-    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
+def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_attention: nn.Module,
+                 residual: ResidualStream | None = None) -> Decoder:
+    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, residual stream,
+    norm, head. ``residual`` is the stream the blocks were joined to (made here when not given)."""
     m = resolved.spec
+    residual = residual if residual is not None else make_residual_stream(resolved)
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     positional = _make(
         resolved.positional,
@@ -149,6 +174,7 @@ def make_decoder(resolved: ResolvedModel, blocks: list[nn.Module], *, first_atte
             layer_scheme=chosen,
             blocks=blocks,
             final_norm=final_norm,
+            residual=residual,
             tie_embeddings=m.tie_embeddings,
             lm_head_bias=m.lm_head_bias,
             embedding_multiplier=multiplier,
@@ -195,4 +221,4 @@ def _norm_maker(part: ResolvedPart, *, dim: int) -> Callable[..., nn.Module]:
 
 
 __all__ = ["assemble", "check_layer_positionals", "layer_positionals", "make_block", "make_decoder",
-           "make_layer_positional", "positional_mixer"]
+           "make_layer_positional", "make_residual_stream", "positional_mixer"]

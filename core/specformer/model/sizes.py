@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from specformer.model.assemble import check_layer_positionals, make_block, make_decoder, positional_mixer
+from specformer.model.assemble import (check_layer_positionals, make_block, make_decoder, make_residual_stream,
+                                       positional_mixer)
 from specformer.errors import Problem, SpecError
 from specformer.registry.discovery import get_registry
 from specformer.registry.components import Registry
@@ -85,9 +86,10 @@ def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
     """
     m = resolved.spec
     with torch.device("meta"):
-        blocks = [(make_block(g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
+        residual = make_residual_stream(resolved)
+        blocks = [(make_block(g.parts, m, g.group.first, residual=residual), g.group.count) for g in resolved.groups]
         check_layer_positionals(resolved, [(b, g.parts.get("positional")) for (b, _), g in zip(blocks, resolved.groups)])
-        skeleton = make_decoder(resolved, [], first_attention=positional_mixer([b for b, _ in blocks]))
+        skeleton = make_decoder(resolved, [], first_attention=positional_mixer([b for b, _ in blocks]), residual=residual)
     result = SizeEstimate(skeleton=skeleton, blocks=blocks)
     total = result.total_bytes()
     if total > ADDRESSABLE_BYTES:

@@ -2,18 +2,28 @@
 
 A layout is a declaration over :class:`Block`: the names of its parts in the order
 they are registered (which fixes the order of ``parameters()`` and of the state dict),
-and a ``forward`` that wires them around the residual stream. Every part other than
-``attention`` and ``ffn`` is a norm, made by the ``make_norm()`` the builder passes
-(one call per norm, so each has its own weights).
+its residual connections, and a ``forward`` that wires them around the residual stream.
+Every part other than ``attention`` and ``ffn`` is a norm, made by the ``make_norm()``
+the builder passes (one call per norm, so each has its own weights).
+
+Sublayer outputs join the stream through connections (:mod:`specformer.model.residual`),
+made by the ``make_residual()`` the builder passes, one per entry of
+:attr:`Block.residuals`: ``h, mix = conn.read(x)`` gives a sublayer its input and
+``conn.write(x, out, mix=mix)`` adds its output, whatever the model's residual kind
+(one stream, or hyper-connections' several). They are registered after the parts, so
+a single stream (no weights) leaves the state dict as it was.
 """
 
 from __future__ import annotations
 
 from typing import Callable, ClassVar
 
-from torch import nn
+from torch import Tensor, nn
 
-from specformer_layers.layouts.absent import is_absent
+from specformer.model.context import ForwardContext
+
+from specformer.model.residual import ResidualConnection
+from specformer_layers.layouts.absent import Bypass, is_absent
 from specformer_layers.layouts.params import BlockParams
 
 SUBLAYERS = ("attention", "ffn")
@@ -28,10 +38,14 @@ class Block(nn.Module):
     #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
     parts: ClassVar[tuple[str, ...]] = ()
 
+    #: Each residual connection and the sublayers whose outputs it writes (one each, unless they share a write).
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"attention_residual": ("attention",), "ffn_residual": ("ffn",)}
+
     Params: ClassVar[type[BlockParams]] = BlockParams
 
     def __init__(self, params: BlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
-                 make_norm: Callable[[], nn.Module]) -> None:
+                 make_norm: Callable[[], nn.Module],
+                 make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
         super().__init__()
         params = params if params is not None else self.Params()
         made = self.norms_made(params)
@@ -48,6 +62,14 @@ class Block(nn.Module):
             else:
                 part = make_norm()
             setattr(self, name, part)
+        # A connection whose sublayers are all absent writes nothing: it passes the stream on, with no weights.
+        for name, sublayers in self.residuals.items():
+            setattr(self, name, Bypass() if all(is_absent(given[s]) for s in sublayers) else make_residual())
+        self.ffn_reads_context = bool(getattr(ffn, "reads_context", False))
+
+    def feed_forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        """``ffn(x)``, or ``ffn(x, ctx)`` for a feed-forward that reads the forward context (hash routing's token ids)."""
+        return self.ffn(x, ctx) if self.ffn_reads_context else self.ffn(x)
 
     def norms_made(self, params: BlockParams) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""

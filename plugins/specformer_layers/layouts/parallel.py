@@ -14,6 +14,9 @@ class ParallelBlock(Block):
 
     parts = ("attention_norm", "attention", "ffn_norm", "ffn")
 
+    #: Both sublayers read the stream once and are written back together.
+    residuals = {"residual": ("attention", "ffn")}
+
     Params = ParallelBlockParams
 
     def norms_made(self, params: ParallelBlockParams) -> tuple[str, ...]:
@@ -24,6 +27,7 @@ class ParallelBlock(Block):
         return ("attention", "ffn") if shared else super().norm_serves(name, params)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        h = self.attention_norm(x)
-        ffn_in = h if self.ffn_norm is None else self.ffn_norm(x)
-        return x + self.attention(h, ctx) + self.ffn(ffn_in)
+        stream_in, mix = self.residual.read(x)
+        h = self.attention_norm(stream_in)
+        ffn_in = h if self.ffn_norm is None else self.ffn_norm(stream_in)
+        return self.residual.write(x, self.attention(h, ctx), self.feed_forward(ffn_in, ctx), mix=mix)
