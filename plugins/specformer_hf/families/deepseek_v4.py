@@ -88,6 +88,9 @@ class TwoRopes(Part):
         schemes = {}
         for label, params in (("main", main), ("compress", compress)):
             params.pop("partial_rotary_factor", None)  # the attention's rope_dim: the scheme turns all it is given
+            if params.get("rope_type") == "yarn":  # transformers' YaRN defaults, written out so an export reads back the same
+                params.setdefault("beta_fast", 32.0)
+                params.setdefault("beta_slow", 1.0)
             single = ConfigReader({"rope_parameters": params, "max_position_embeddings": cfg.get("max_position_embeddings")},
                                   defaults={}, family=f"{cfg.family} ({label} rope)")
             schemes[label] = {**rope(single), "interleaved": True}
