@@ -143,14 +143,16 @@ class CompressedAttention(Part):
         rates = _rates(cfg)
         index = {"index_heads": cfg.get_size("index_n_heads"), "index_head_dim": cfg.get_size("index_head_dim"),
                  "index_topk": cfg.get_size("index_topk")}
+        # Every layer names what it turns off too, so an override on the most common kind of layer undoes it.
+        off = {"compress_rate": None, "overlap": False, "index_heads": None}
         per_layer = []
         for t in _layer_types(cfg):
             if t == SLIDING:
-                per_layer.append(dict(base))
+                per_layer.append({**base, **off})
             elif t == CSA:
                 per_layer.append({**base, "compress_rate": rates[CSA], "overlap": True, **index})
             else:
-                per_layer.append({**base, "compress_rate": rates[HCA]})
+                per_layer.append({**base, **off, "compress_rate": rates[HCA]})
         cfg.mark_read("compress_ratios", "compress_rate_csa", "compress_rate_hca", "qk_rope_head_dim", "attention_dropout")
         per_layer_overrides(model, "attention", per_layer, len(per_layer))
 
