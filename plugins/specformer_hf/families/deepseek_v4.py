@@ -27,7 +27,7 @@ DEFAULTS = {
     "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "mlp_layer_types": None, "swiglu_limit": 10.0, "sliding_window": 128,
     "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512,
     "num_nextn_predict_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-    "rope_parameters": None, "partial_rotary_factor": None, "attention_bias": False, "mlp_bias": False,
+    "partial_rotary_factor": None, "attention_bias": False, "mlp_bias": False,
 }
 #: Where transformers' save_pretrained writes each module (DeepSeek's own checkpoint names, its conversion mapping).
 ATTN = f"{LAYER}.attn"
