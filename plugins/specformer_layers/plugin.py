@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
-from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams, LightningIndexerParams
+from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
+                                                LightningIndexerParams)
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
@@ -113,6 +114,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
     (INDEXER_KIND, "lightning", "attention.indexer:LightningIndexer", LightningIndexerParams,
      "https://arxiv.org/abs/2512.02556"),
+    ("attention", "compressed", "attention.compressed:CompressedAttention", CompressedAttentionParams,
+     "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
     ("attention", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
     ("attention", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,

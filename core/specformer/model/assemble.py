@@ -74,7 +74,8 @@ def make_block(parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, resi
     layout that takes one names that size and declares ``per_layer_width``, so a model
     whose layout would ignore its per-layer inputs is refused here.
     """
-    attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    attention = _make(parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
+                      context_length=m.context_length)
     ffn = _make(parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers, vocab_size=m.vocab_size)
     make_norm = _norm_maker(parts["norm"], dim=m.d_model)
     connections: list[nn.Module] = []

@@ -54,7 +54,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             "attention",
             "The causal self-attention sublayer of a block.",
-            ("d_model", "layer_index", "n_layers"),
+            ("d_model", "layer_index", "n_layers", "context_length"),
         ),
         Kind(
             "layout",

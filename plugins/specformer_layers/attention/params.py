@@ -195,3 +195,70 @@ class LightningIndexerParams(Params):
         description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
                     "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
     )
+
+
+class CompressedAttentionParams(Params):
+    """Sliding-window attention plus keys pooled over blocks of ``compress_rate`` tokens (DeepSeek-V4).
+
+    One key/value head shared by every query head (the key is the value, as in
+    DeepSeek-V4): a token's ``kv`` is ``norm(x W_kv)``, its query ``rms(norm(x W_qa) W_qb)``
+    per head (the last normalisation without a weight). Each query reads the ``window``
+    latest tokens and, with ``compress_rate``, one **compressed entry** per block of
+    ``compress_rate`` tokens that is complete at or before it: entry ``b`` pools the block's
+    tokens ``C = x W_c`` with softmax weights of ``Z = x W_z + B`` (``B`` a learned bias per
+    slot of the block), channel by channel, then is normalised and rotated at the position
+    of the block's first token. ``overlap`` (DeepSeek-V4's compressed *sparse* attention)
+    pools two series per token over two blocks: the previous block's first series and this
+    block's second, so entries overlap by one block. ``index_heads`` adds the lightning
+    indexer: each query keeps only the ``index_topk`` entries its own small scorer ranks
+    highest (``sum_h w_h relu(q_h . k)``, with its own pooled keys; ties go to the earlier
+    entry); its choice is discrete, so it reads its inputs detached and learns from its own
+    loss, ``index_loss_coef`` times the KL divergence from the attention's weights over the
+    chosen entries (summed over heads) to the softmax of their scores. Rotary channels are the
+    last ``rope_dim`` of each head; the output's rotary channels are turned back by the
+    query's angle (the value carries the key's rotation). ``sinks`` adds a learned logit
+    per head to the softmax. ``out_groups`` splits the heads' outputs into groups projected
+    to ``out_rank`` channels each, then mixed to ``d_model`` (the grouped low-rank output
+    projection). The generation cache keeps the window's keys per token (a ring of
+    ``window`` slots) and, per sequence, every entry the context can hold
+    (``context_length // compress_rate``) with the projections of the blocks in progress:
+    ``head_dim / compress_rate`` values per token of context instead of ``head_dim``.
+    """
+
+    n_heads: int = Field(gt=0, description="Number of query heads (one key/value head is shared by all).")
+    head_dim: int = Field(gt=0, description="Channels per head (of queries, the shared key/value and the entries).")
+    q_lora_rank: int = Field(gt=0, description="Channels of the normalised low-rank query bottleneck.")
+    rope_dim: int = Field(gt=0, description="Rotary channels: the last rope_dim of each head (the layer's positional scheme turns them).")
+    window: int = Field(gt=0, description="Sliding window over the uncompressed tokens: the latest this many, the query included.")
+    compress_rate: int | None = Field(default=None, gt=1, description="Tokens per compressed entry; none: sliding-window attention only.")
+    overlap: bool = Field(default=False, description="Two series per token, each entry pooling the previous block's first and this block's second (DeepSeek-V4 CSA).")
+    index_heads: int | None = Field(default=None, gt=0, description="Heads of the lightning indexer that picks index_topk entries per query; none: every complete entry is read.")
+    index_head_dim: int = Field(default=128, gt=0, description="Channels per indexer head (and of the indexer's own pooled keys).")
+    index_topk: int = Field(default=512, gt=0, description="Compressed entries each query keeps (fewer when fewer are complete).")
+    index_loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen entries || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )
+    out_groups: int | None = Field(default=None, gt=0, description="Groups of heads whose outputs are projected separately to out_rank channels; none: one output projection.")
+    out_rank: int | None = Field(default=None, gt=0, description="Channels each group is projected to before the mix to d_model (with out_groups).")
+    sinks: bool = Field(default=True, description="A learned per-head logit joins the softmax normalisation (gpt-oss, DeepSeek-V4).")
+    norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default="rmsnorm", validate_default=True,
+        description="The norm of the query latent, of the key/value and of every pooled entry.",
+    )
+    eps: float = Field(default=1e-6, gt=0, description="Epsilon of the weightless per-head query normalisation.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CompressedAttentionParams":
+        if self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ValueError(f"rope_dim ({self.rope_dim}) must be even and at most head_dim ({self.head_dim})")
+        if self.compress_rate is None and (self.overlap or self.index_heads is not None):
+            raise ValueError("overlap and index_heads pool entries: they need compress_rate")
+        if self.index_heads is not None and self.rope_dim > self.index_head_dim:
+            raise ValueError(f"rope_dim ({self.rope_dim}) must be at most index_head_dim ({self.index_head_dim})")
+        if (self.out_groups is None) != (self.out_rank is None):
+            raise ValueError("out_groups and out_rank go together (the grouped low-rank output projection)")
+        if self.out_groups is not None and self.n_heads % self.out_groups:
+            raise ValueError(f"out_groups ({self.out_groups}) must divide n_heads ({self.n_heads})")
+        return self

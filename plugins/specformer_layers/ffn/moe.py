@@ -43,6 +43,7 @@ class MoE(nn.Module):
         self.gated = gated
         self.swiglu_limit = params.swiglu_limit
         self.swiglu_alpha = GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha
+        self.swiglu_style = params.swiglu_style
         self.aux_loss_coef = params.aux_loss_coef
         self.activation = ACTIVATIONS[params.activation]
         if params.router is not None:
@@ -91,7 +92,7 @@ class MoE(nn.Module):
         on_input = getattr(self.router, "weights_on", "output") == "input"
         out = self.run_experts(tokens, experts, weights.to(x.dtype), on_input=on_input)
         if self.shared is not None:
-            shared = self.shared(tokens)
+            shared = self.run_shared(tokens)
             if self.shared_gate is not None:
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
@@ -150,6 +151,13 @@ class MoE(nn.Module):
                 sorted_out.mul_(grouped_weights)
         return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
 
+    def run_shared(self, tokens: Tensor) -> Tensor:
+        """The shared experts on ``tokens`` ``(N, D)``; DeepSeek-V4 clamps them as it clamps the routed ones."""
+        assert self.shared is not None
+        if self.swiglu_limit is None or self.swiglu_style != "silu":
+            return self.shared(tokens)
+        return self.shared.down(self.hidden_activation(self.shared.gate_up(tokens)))
+
     def hidden_activation(self, h: Tensor) -> Tensor:
         """An expert's hidden activation from its input projection ``h`` (``[gate; up]`` when gated)."""
         if not self.gated:
@@ -160,6 +168,8 @@ class MoE(nn.Module):
         # gpt-oss: the gate clamped from above, the up projection both ways and shifted by one.
         gate = gate.clamp(max=self.swiglu_limit)
         up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
+        if self.swiglu_style == "silu":  # DeepSeek-V4: the same clamps around a plain SwiGLU
+            return self.activation(gate) * up
         return (up + 1) * (gate * torch.sigmoid(self.swiglu_alpha * gate))
 
     def active_parameters(self) -> int:
@@ -185,7 +195,8 @@ class MoE(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
-                f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}")
+                f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}, "
+                f"swiglu_style={self.swiglu_style}")
 
 
 def _per_expert(stack: Any) -> Any:

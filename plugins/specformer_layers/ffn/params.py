@@ -92,7 +92,8 @@ class MoEParams(Params):
     Experts are gated (SwiGLU with the default ``silu``, as Mixtral and Qwen-MoE) or plain
     MLPs, with biases when ``expert_bias`` (gpt-oss). ``swiglu_limit`` switches gated
     experts to gpt-oss's clamped SwiGLU: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
-    with ``g = min(gate, limit)``. ``n_shared_experts`` adds an always-on expert of width
+    with ``g = min(gate, limit)``; with ``swiglu_style: silu`` it is DeepSeek-V4's
+    ``silu(g) * clamp(up, -limit, limit)``, on the shared experts too. ``n_shared_experts`` adds an always-on expert of width
     ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
     sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
     ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
@@ -140,6 +141,11 @@ class MoEParams(Params):
     swiglu_alpha: float | None = Field(
         default=None, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit only); default 1.702 (gpt-oss).",
     )
+    swiglu_style: Literal["gpt_oss", "silu"] = Field(
+        default="gpt_oss",
+        description="With swiglu_limit: gpt_oss: (up + 1) * gate * sigmoid(swiglu_alpha * gate); silu: silu(gate) * up, "
+                    "on the routed and the shared experts (DeepSeek-V4).",
+    )
     n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
     shared_hidden: int | None = Field(
         default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
@@ -162,6 +168,8 @@ class MoEParams(Params):
             raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
         if self.swiglu_limit is None and self.swiglu_alpha is not None:
             raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
+        if self.swiglu_style == "silu" and (self.swiglu_limit is None or self.swiglu_alpha is not None):
+            raise ValueError("swiglu_style silu (DeepSeek-V4's clamped SwiGLU) needs swiglu_limit and takes no swiglu_alpha")
         return self
 
 

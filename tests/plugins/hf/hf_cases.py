@@ -151,6 +151,27 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
                      routed_scaling_factor=2.5)),
+    # DeepSeek-V4: a sliding layer, a CSA layer (rate 4, overlap, the indexer) and an HCA layer (rate 8), one key/value
+    # head, grouped output, two hyper-connection streams, a hash-routed first layer then sqrtsoftplus routing. The
+    # indexer keeps more entries than 40 tokens make, so no top-k boundary falls on a tie (transformers' topk picks
+    # tied entries as its kernel happens to; the module tests cover the choice itself).
+    Case("deepseek_v4", "DeepseekV4Config", "DeepseekV4ForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.5,
+          "q_lora_rank": 16, "o_groups": 2, "o_lora_rank": 8, "sliding_window": WINDOW,
+          "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+          "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+          "index_n_heads": 4, "index_head_dim": 16, "index_topk": 64, "hc_mult": 2, "hc_sinkhorn_iters": 5,
+          "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "swiglu_limit": 1.0,
+          "mlp_layer_types": ["hash_moe", "moe", "moe"], "routed_scaling_factor": 1.5}),
+    # DeepSeek-V4 with YaRN on the compressed layers' rope (attention_factor 1, as transformers' V4 forces), the
+    # default hash layers (the first three) and sigmoid scoring; four layers, no sliding-only one.
+    Case("deepseek_v4-yarn-sigmoid", "DeepseekV4Config", "DeepseekV4ForCausalLM",
+         {**BASE, "num_hidden_layers": 4, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.25,
+          "q_lora_rank": 12, "o_groups": 4, "o_lora_rank": 6, "sliding_window": WINDOW, "index_n_heads": 2,
+          "index_head_dim": 8, "index_topk": 64, "compress_rates": {"compressed_sparse_attention": 2,
+                                                                    "heavily_compressed_attention": 4},
+          "n_routed_experts": 4, "num_experts_per_tok": 2, "scoring_func": "sigmoid", "routed_scaling_factor": 1.0,
+          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}}),
     Case("deepseek_v3-no-q-lora-yarn", "DeepseekV3Config", "DeepseekV3ForCausalLM",
          _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
                      qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,

@@ -57,6 +57,9 @@ MOE_SPECS = {
     "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
         head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
     "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    # transformers' DeepseekV4Config defaults are DeepSeek-V4-Flash's sizes; its layer pattern as published.
+    "deepseek-v4.yaml": ("DeepseekV4Config", dict(layer_types=["sliding_attention"] * 2 + [
+        "compressed_sparse_attention" if i % 2 == 0 else "heavily_compressed_attention" for i in range(41)])),
     # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
     "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
 }
