@@ -68,6 +68,8 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 0, "v_head_dim": 16,
          "window": 3, "bias": True, "backend": "eager", "latent_norm": "layernorm"},
     ],
+    ("ffn", "parallel"): [{"ffns": [{"kind": "geglu", "hidden": 16},
+                                    {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 8}]}],
     ("attention", "compressed"): [
         {"n_heads": 4, "head_dim": HEAD_DIM, "q_lora_rank": 8, "rope_dim": HEAD_DIM, "window": 3, "compress_rate": 2,
          "overlap": True, "index_heads": 2, "index_head_dim": HEAD_DIM, "index_topk": 2, "out_groups": 2, "out_rank": 4},
