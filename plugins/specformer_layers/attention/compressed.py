@@ -14,6 +14,7 @@ from specformer.model.positional import PositionalScheme
 from specformer.model.state import StateSlots, recurrent_cache
 from specformer_layers.attention.block_pooling import BlockPooler
 from specformer_layers.attention.grouped_output import GroupedLowRankOutput
+from specformer_layers.attention.indexer import index_kl, index_scores, top_slots
 from specformer_layers.attention.params import CompressedAttentionParams
 
 
@@ -187,28 +188,23 @@ class CompressedAttention(nn.Module):
         """
         # Scored in float32 at least, as transformers does: a lower precision could reorder close entries.
         wide = torch.promote_types(index_q.dtype, torch.float32)
-        scores = torch.relu(torch.matmul(index_q.to(wide), index_keys.to(wide)[:, None].transpose(-1, -2)))
-        scores = scores * self.index_head_dim ** -0.5  # (B, n_index, T, N)
         weights = self.index_weights(x).to(wide) * self.index_heads ** -0.5  # (B, T, n_index)
-        total = (scores * weights.transpose(1, 2)[..., None]).sum(dim=1)  # (B, T, N)
+        total = index_scores(index_q.to(wide).transpose(1, 2), weights, index_keys.to(wide),
+                             scale=self.index_head_dim ** -0.5)  # (B, T, N)
         total = total.masked_fill(~readable, float("-inf"))
-        order = torch.sort(total, dim=-1, descending=True, stable=True).indices
-        top = order[..., : min(self.index_topk, total.shape[-1])]  # (B, T, k)
+        top = top_slots(total, min(self.index_topk, total.shape[-1]))  # (B, T, k)
         return torch.zeros_like(readable).scatter(-1, top, True), total
 
-    def _index_loss(self, on_entries: Tensor, index_scores: Tensor, chosen: Tensor) -> Tensor:
+    def _index_loss(self, on_entries: Tensor, scores: Tensor, chosen: Tensor) -> Tensor:
         """KL(attention over each query's chosen entries, summed over heads || softmax of their index scores).
 
         The indexer's training signal (DeepSeek-V3.2's sparse stage, as DeepSeek-V4 trains its
         indexer): the attention's weights ``(B, H, T, N)`` are the target, detached; averaged over
         the queries that chose any entry.
         """
-        target = (on_entries.detach().sum(dim=1) * chosen).float()  # (B, T, N)
-        target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
-        logp = index_scores.float().masked_fill(~chosen, float("-inf")).log_softmax(dim=-1)
-        terms = torch.where(chosen & (target > 0), target * (target.clamp_min(1e-30).log() - logp), 0.0)
+        per_query = index_kl(on_entries.sum(dim=1), scores, chosen)  # (B, T)
         counted = chosen.any(dim=-1)  # (B, T)
-        return (terms.sum(dim=-1) * counted).sum() / counted.sum().clamp_min(1)
+        return (per_query * counted).sum() / counted.sum().clamp_min(1)
 
     def _entries(self, x: Tensor, ctx: ForwardContext, rotate: Any) -> tuple[Tensor, Tensor, Tensor | None]:
         """The entries this forward's queries may read, in block order, with the position completing each.

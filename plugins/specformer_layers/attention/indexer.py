@@ -60,15 +60,9 @@ class LightningIndexer(nn.Module):
         return q.float(), weights
 
     def scores(self, q: Tensor, weights: Tensor, keys: Tensor) -> Tensor:
-        """Index scores ``(B, Tq, S)``: ``sum_h w[t,h] relu(q[t,h] . k[s] * scale)``.
-
-        ``q`` ``(B, Tq, Hi, D)``, ``weights`` ``(B, Tq, Hi)``, ``keys`` ``(B, 1, S, D)``.
-        """
-        B, Tq, Hi, D = q.shape
-        # One (Tq*Hi, D) x (D, S) product per row of the batch: the keys are shared, never copied per query.
-        per_head = (q.reshape(B, Tq * Hi, D) @ keys[:, 0].float().transpose(-2, -1)).view(B, Tq, Hi, -1)
-        per_head = torch.relu_(per_head * self.scale)  # (B, Tq, Hi, S)
-        return (weights[:, :, None, :] @ per_head).squeeze(-2)  # (B, Tq, S)
+        """Index scores ``(B, Tq, S)`` of queries ``(B, Tq, Hi, D)`` and head weights ``(B, Tq, Hi)`` on ``keys``
+        ``(B, 1, S, D)`` (:func:`index_scores`)."""
+        return index_scores(q, weights, keys[:, 0].float(), scale=self.scale)
 
     @torch.no_grad()
     def selections(self, x: Tensor, query_source: Tensor, keys: Tensor, *, ctx: ForwardContext,
@@ -108,12 +102,8 @@ class LightningIndexer(nn.Module):
         picked = keys[:, 0].gather(1, chosen.reshape(B, rows * n, 1).expand(-1, -1, keys.shape[-1]))
         picked = picked.view(B, rows, n, -1).float()  # (B, rows, n, D)
         per_head = torch.relu(torch.einsum("bthd,btnd->bthn", q, picked) * self.scale)  # (B, rows, Hi, n)
-        index = torch.einsum("bth,bthn->btn", weights, per_head).masked_fill(~readable, float("-inf"))
-        log_q = torch.log_softmax(index, dim=-1)
-        p = attention.detach().float().masked_fill(~readable, 0.0)
-        p = p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)
-        terms = torch.where(p > 0, p * (torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)) - log_q), 0.0)
-        return terms.sum()
+        index = torch.einsum("bth,bthn->btn", weights, per_head)
+        return index_kl(attention, index, readable).sum()
 
     def _rotate(self, x: Tensor, positional: PositionalScheme, state: Any) -> Tensor:
         """The first ``positional_dim`` channels turned by ``positional``, laid out as this indexer's pairs."""
@@ -137,6 +127,33 @@ class LightningIndexer(nn.Module):
         # Nothing it computes feeds the residual stream: every projection at std.
         for linear in (self.q_proj, self.k_proj, self.weights_proj):
             nn.init.normal_(linear.weight, std=std)
+
+
+def index_scores(q: Tensor, weights: Tensor, keys: Tensor, *, scale: float) -> Tensor:
+    """The lightning indexer's scores ``(B, Tq, S)``: ``sum_h w[t,h] relu(q[t,h] . k[s] * scale)``.
+
+    ``q`` ``(B, Tq, Hi, D)``, ``weights`` ``(B, Tq, Hi)``, ``keys`` ``(B, S, D)``, one key per
+    slot shared by the heads (DeepSeek-V3.2's indexer, and DeepSeek-V4's over pooled entries).
+    """
+    B, Tq, Hi, D = q.shape
+    # One (Tq*Hi, D) x (D, S) product per row of the batch: the keys are shared, never copied per query.
+    per_head = (q.reshape(B, Tq * Hi, D) @ keys.transpose(-2, -1)).view(B, Tq, Hi, -1)
+    per_head = torch.relu_(per_head * scale)  # (B, Tq, Hi, S)
+    return (weights[:, :, None, :] @ per_head).squeeze(-2)  # (B, Tq, S)
+
+
+def index_kl(attention: Tensor, index: Tensor, keep: Tensor) -> Tensor:
+    """Each query's ``KL(p || softmax(index))`` over the slots it keeps ``(...)``: the indexer's training signal.
+
+    ``p`` is ``attention`` ``(..., n)`` (the attention's weights, summed over its heads)
+    on the kept slots, normalised, without gradient: DeepSeek-V3.2's sparse training
+    stage, which DeepSeek-V4 uses for its indexer too. A query that keeps nothing gives 0.
+    """
+    tiny = torch.finfo(torch.float32).tiny
+    p = attention.detach().float().masked_fill(~keep, 0.0)
+    p = p / p.sum(-1, keepdim=True).clamp_min(tiny)
+    log_q = index.float().masked_fill(~keep, float("-inf")).log_softmax(dim=-1)
+    return torch.where(keep & (p > 0), p * (p.clamp_min(tiny).log() - log_q), 0.0).sum(-1)
 
 
 def top_slots(scores: Tensor, k: int) -> Tensor:
