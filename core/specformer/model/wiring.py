@@ -1,0 +1,214 @@
+"""Which sizes each part of a resolved model receives: the builder's size flow, written once.
+
+A component receives its sizes and sub-parts, never the spec. Some sizes come from
+other parts: a layout receives its attention, ffn and a ``make_norm``; a positional scheme
+is sized by the heads of the mixer it serves (its ``n_heads`` and its positional width,
+:func:`~specformer.model.attention.positional_dim_of`); a layer that reads no positions
+takes no scheme. This module is that flow, over a :class:`Maker` that turns a resolved
+part and its sizes into something with those facts:
+
+- the builder's maker (:mod:`specformer.model.assemble`) constructs modules;
+- the size check's maker (:mod:`specformer.spec.sizes`) asks each component's declared
+  check (:class:`~specformer.registry.sized.Sized`), so validating a spec needs no torch.
+
+A ``ValueError`` or ``TypeError`` a part raises is a problem with the spec, reported at the
+spec path of that part (which :mod:`specformer.spec.validate` recorded while resolving it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from specformer.errors import Problem, SpecError
+from specformer.model.attention import positional_dim_of
+from specformer.model.state import uses_positions
+from specformer.spec.shapes import ModelSpec
+from specformer.spec.validate import ResolvedModel, ResolvedPart
+
+
+class Maker(Protocol):
+    """Turns a resolved part and its sizes into a module (building) or its :class:`Sized` facts (checking)."""
+
+    def make(self, part: ResolvedPart, **sizes: Any) -> Any: ...
+
+    def adds_to_embeddings(self, scheme: Any) -> bool: ...
+
+    def name(self, made: Any) -> str: ...
+
+
+@dataclass
+class Block:
+    """One layer's block as made, and the mixer inside it (the positional scheme is sized by it)."""
+
+    block: Any
+    attention: Any
+
+
+@dataclass
+class Skeleton:
+    """The model's parts outside the blocks, as made."""
+
+    positional: Any
+    layer_positionals: list[Any]  # the distinct per-layer schemes beyond ``positional``
+    layer_scheme: list[int] | None  # each layer's index into [positional, *layer_positionals]; None: all 0
+    final_norm: Any
+
+
+def make_part(maker: Maker, part: ResolvedPart, **sizes: Any) -> Any:
+    """``maker.make(part, **sizes)``; a ValueError/TypeError becomes a SpecError at the part's spec path."""
+    try:
+        return maker.make(part, **sizes)
+    except SpecError:
+        raise  # a sub-part (a norm a layout makes) already reported at its own path
+    except (ValueError, TypeError) as exc:
+        if "Overflow" not in str(exc):
+            raise SpecError([Problem(part.path, first_line(exc))]) from None
+        raise SpecError([Problem(part.path, f"sizes too large for a tensor ({first_line(exc)})")]) from None
+    except (RuntimeError, OverflowError) as exc:
+        # torch refusing a size: "Storage size calculation overflowed", "Overflow when unpacking long".
+        raise SpecError([Problem(part.path, f"sizes too large for a tensor ({first_line(exc)})")]) from None
+
+
+def first_line(exc: BaseException) -> str:
+    """torch appends C++ frames to some messages; a user needs the first line only."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return lines[0] if len(lines[0]) <= 300 else lines[0][:299] + "…"
+
+
+def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> Block:
+    """One block (layout around attention, ffn and norms) for layer ``index``."""
+    attention = make_part(maker, parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    ffn = make_part(maker, parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    block = make_part(
+        maker,
+        parts["layout"],
+        d_model=m.d_model,
+        attention=attention,
+        ffn=ffn,
+        make_norm=_norm_maker(maker, parts["norm"], dim=m.d_model),
+        layer_index=index,
+        n_layers=m.n_layers,
+    )
+    return Block(block, attention)
+
+
+def _norm_maker(maker: Maker, part: ResolvedPart, *, dim: int) -> Callable[..., Any]:
+    """Layouts call this once per norm they place; ``dim`` can be overridden (e.g. for a sublayer)."""
+
+    def make_norm(*, dim: int = dim) -> Any:
+        return make_part(maker, part, dim=dim)
+
+    return make_norm
+
+
+def positional_mixer(attentions: list[Any]) -> Any:
+    """The mixer that sizes the model-level positional scheme: the first that reads positions (else the first)."""
+    return next((a for a in attentions if uses_positions(a)), attentions[0])
+
+
+def make_layer_positional(maker: Maker, part: ResolvedPart, attention: Any, m: ModelSpec) -> Any:
+    """The positional scheme inside one layer's attention, sized by its heads; SpecError for an embedding scheme.
+
+    A scheme that adds to the token embeddings (learned, sinusoidal) is model-level: on a
+    layer it could only be ignored, so it is refused at the path it was written at.
+    """
+    scheme = make_part(maker, part, d_model=m.d_model, n_heads=attention.n_heads, head_dim=positional_dim_of(attention),
+                       context_length=m.context_length)
+    if part.path != "model.positional" and maker.adds_to_embeddings(scheme):
+        name = part.resolved.component.name
+        raise SpecError([Problem(part.path, f"{name!r} adds to the token embeddings, so it belongs in model.positional only; "
+                                            "a layer takes a scheme that acts inside attention (such as rope, alibi or none)")])
+    return scheme
+
+
+def _no_positions(maker: Maker, part: ResolvedPart, attention: Any) -> SpecError:
+    return SpecError([Problem(part.path, f"this layer's mixer ({maker.name(attention)}) reads no positions, so a "
+                                         f"positional scheme on it would do nothing; leave positional out of this layer")])
+
+
+def layer_positionals(maker: Maker, resolved: ResolvedModel, attentions: list[Any], model_scheme: Any,
+                      first_attention: Any) -> tuple[list[Any], list[int] | None]:
+    """The distinct schemes the layers use beyond ``model_scheme``, and each layer's index into ``[model_scheme, *those]``.
+
+    Layers whose scheme has the same params and is sized by the same heads share one module
+    (so its tables are prepared once per forward). None for the index when every layer
+    uses ``model_scheme``.
+    """
+    refs: dict[int, str] = {}  # one JSON form per resolved part (shared by the layers of a group)
+
+    def key(part: ResolvedPart, attention: Any) -> tuple[str, int, int]:
+        if id(part) not in refs:
+            refs[id(part)] = json.dumps(part.resolved.to_dict(), sort_keys=True)
+        return refs[id(part)], int(attention.n_heads), positional_dim_of(attention)
+
+    found = {key(resolved.positional, first_attention): 0}
+    schemes: list[Any] = []
+    chosen: list[int] = []
+    for parts, attention in zip(resolved.layers, attentions):
+        part = parts.get("positional", resolved.positional)
+        if not uses_positions(attention):
+            if part is not resolved.positional:
+                raise _no_positions(maker, part, attention)
+            chosen.append(0)  # a recurrence is ordered by itself: the scheme is never called
+            continue
+        if part is resolved.positional and maker.adds_to_embeddings(model_scheme):
+            chosen.append(0)  # an embedding scheme does nothing inside attention, whatever the heads
+            continue
+        k = key(part, attention)
+        if k not in found:
+            schemes.append(make_layer_positional(maker, part, attention, resolved.spec))
+            found[k] = len(schemes)
+        chosen.append(found[k])
+    return schemes, (chosen if any(chosen) else None)
+
+
+def check_layer_positionals(maker: Maker, resolved: ResolvedModel, blocks: list[tuple[Any, ResolvedPart | None]]) -> None:
+    """Size check: every per-layer scheme can be made for its layer's heads and acts inside attention."""
+    for attention, part in blocks:
+        if part is not None and part is not resolved.positional:
+            if not uses_positions(attention):
+                raise _no_positions(maker, part, attention)
+            make_layer_positional(maker, part, attention, resolved.spec)
+
+
+def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], *, first_attention: Any) -> Skeleton:
+    """The parts outside the blocks; per-layer schemes only when ``attentions`` (every layer's) are given."""
+    m = resolved.spec
+    positional = make_part(
+        maker,
+        resolved.positional,
+        d_model=m.d_model,
+        n_heads=first_attention.n_heads,
+        head_dim=positional_dim_of(first_attention),
+        context_length=m.context_length,
+    )
+    extra, chosen = layer_positionals(maker, resolved, attentions, positional, first_attention) if attentions else ([], None)
+    return Skeleton(positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
+
+
+@dataclass
+class Shapes:
+    """The size flow's answer: the skeleton (no per-layer schemes) and one block per distinct layer."""
+
+    skeleton: Skeleton
+    blocks: list[tuple[Block, int]]  # (block, layers sharing it)
+
+
+def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
+    """Make one block per distinct layer (:mod:`specformer.spec.layer_groups`), check per-layer schemes, make the skeleton.
+
+    Its cost does not grow with ``n_layers``. Both the meta-device estimate and the
+    torch-free size check are this flow.
+    """
+    m = resolved.spec
+    blocks = [(make_block(maker, g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
+    check_layer_positionals(maker, resolved, [(b.attention, g.parts.get("positional"))
+                                              for (b, _), g in zip(blocks, resolved.groups)])
+    first = positional_mixer([b.attention for b, _ in blocks])
+    return Shapes(make_skeleton(maker, resolved, [], first_attention=first), blocks)
+
+
+__all__ = ["Block", "Maker", "Shapes", "Skeleton", "check_layer_positionals", "first_line", "layer_positionals",
+           "make_block", "make_layer_positional", "make_part", "make_skeleton", "positional_mixer", "size_flow"]
