@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
-from specformer.model.state import uses_positions
+from specformer.model.state import state_slots_of, uses_positions
 from specformer.registry.sized import Sized
 
 
@@ -41,6 +41,8 @@ def facts_of(module: Any) -> Sized:
         head_dim=getattr(module, "head_dim", None),
         positional_dim=getattr(module, "positional_dim", None),
         uses_positions=uses_positions(module),
+        caches_tokens=getattr(module, "cache_slots", True) is not None,  # undeclared: keys and values per token
+        keeps_state=state_slots_of(module) is not None,
         adds_to_embeddings=isinstance(module, PositionalScheme) and adds_to_embeddings(module),
         absent=bool(getattr(module, "absent", False)),
         name=type(module).__name__,

@@ -39,7 +39,8 @@ class Sized:
 
     Every field is optional: declare those your kind's readers use. An attention (token
     mixer) gives ``n_heads``, ``head_dim`` and, when they differ from the defaults,
-    ``n_kv_heads``, ``positional_dim`` and ``uses_positions``; a positional scheme that adds
+    ``n_kv_heads``, ``positional_dim``, ``uses_positions``, ``caches_tokens`` and ``keeps_state``
+    (a recurrence: False, False, True); a positional scheme that adds
     to the token embeddings sets ``adds_to_embeddings``; a sublayer that is not there (the
     ``none`` attention and ffn) sets ``absent``.
     """
@@ -54,6 +55,10 @@ class Sized:
     positional_dim: int | None = None
     #: False for a mixer that reads no positions (a recurrence): the model's scheme is sized by others.
     uses_positions: bool = True
+    #: False for a mixer that keeps nothing per token in a generation cache (``cache_slots = None``).
+    caches_tokens: bool = True
+    #: True for a mixer that keeps a fixed-size recurrent state (``state_slots``).
+    keeps_state: bool = False
     #: True for a positional scheme that adds to the token embeddings (model-level only).
     adds_to_embeddings: bool = False
     #: True for a sublayer that is not there: a layout makes no norm that serves only it.

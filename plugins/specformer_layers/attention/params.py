@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params, SubComponent
+from specformer.model.attention import head_sizes
+from specformer.registry.params import Params, Sized, SubComponent
+from specformer.registry.sized import linear, total
 
 class CausalSelfAttentionParams(Params):
     """Scaled dot-product attention over earlier tokens, with ``n_kv_heads`` shared key/value heads.
@@ -70,6 +72,28 @@ class CausalSelfAttentionParams(Params):
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         return self
 
+    def sized(self, *, d_model: int) -> Sized:
+        sizes = head_sizes(d_model=d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+        H, KV, hd = sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
+        parameters = total(
+            linear(d_model, (H + 2 * KV) * hd, bias=self.qkv_bias),
+            linear(H * hd, d_model, bias=self.out_bias),
+            linear(d_model, H * hd, bias=self.qkv_bias) if self.output_gate else 0,
+            H if self.sinks else 0,
+            self._qk_norm_parameters(H, KV, hd),
+        )
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd)
+
+    def _qk_norm_parameters(self, H: int, KV: int, hd: int) -> int | None:
+        """The query and key norms, sized as ``qk_norm_scope`` says (the layer's ``_qk_norms`` makes the same)."""
+        if self.qk_norm is None:
+            return 0
+        if self.qk_norm_scope == "all":
+            return total(self.qk_norm.sized(dim=H * hd).parameters, self.qk_norm.sized(dim=KV * hd).parameters)
+        one = self.qk_norm.sized(dim=hd).parameters
+        copies = 2 if self.qk_norm_scope == "head" else H + KV  # per_head_weights: one per query and per key head
+        return None if one is None else copies * one
+
 
 class LatentAttentionParams(Params):
     """Keys and values rebuilt from one small latent per token, plus one rotary key shared by all heads.
@@ -111,3 +135,21 @@ class LatentAttentionParams(Params):
         if self.qk_rope_head_dim % 2:
             raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be even: rotary channels turn in pairs")
         return self
+
+    def sized(self, *, d_model: int) -> Sized:
+        H, rope, nope, v = self.n_heads, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+        qk = nope + rope
+        if self.q_lora_rank is None:
+            query = linear(d_model, H * qk)
+        else:
+            query = total(linear(d_model, self.q_lora_rank, bias=self.bias),
+                          self.latent_norm.sized(dim=self.q_lora_rank).parameters, linear(self.q_lora_rank, H * qk))
+        parameters = total(
+            query,
+            linear(d_model, self.kv_lora_rank + rope, bias=self.bias),
+            self.latent_norm.sized(dim=self.kv_lora_rank).parameters,
+            linear(self.kv_lora_rank, H * (nope + v)),
+            linear(H * v, d_model, bias=self.bias),
+        )
+        # Every head has its own key and value once expanded; positions turn only the rotary channels.
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=qk, positional_dim=rope)

@@ -16,17 +16,13 @@ from torch import nn
 from specformer_layers.layouts.absent import is_absent
 from specformer_layers.layouts.params import BlockParams
 
-SUBLAYERS = ("attention", "ffn")
-
 
 class Block(nn.Module):
-    """A transformer block: ``attention``, ``ffn`` and the norms its layout names in :attr:`parts`.
+    """A transformer block: ``attention``, ``ffn`` and the norms its layout's params name in ``parts``.
 
-    A layout subclasses it with its ``parts``, its ``Params`` and its ``forward(x, ctx)``.
+    A layout subclasses it with its ``Params`` (which name the parts and say which norms are
+    made, :meth:`~specformer_layers.layouts.params.BlockParams.norm_plan`) and its ``forward(x, ctx)``.
     """
-
-    #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
-    parts: ClassVar[tuple[str, ...]] = ()
 
     Params: ClassVar[type[BlockParams]] = BlockParams
 
@@ -34,28 +30,18 @@ class Block(nn.Module):
                  make_norm: Callable[[], nn.Module]) -> None:
         super().__init__()
         params = params if params is not None else self.Params()
-        made = self.norms_made(params)
+        given = {"attention": attention, "ffn": ffn}
+        plan = params.norm_plan(absent={name: is_absent(module) for name, module in given.items()})
         # Parts in registration order; a norm this layout does without (per its params) is None, and one
         # that serves only absent sublayers (``ffn: none``) is an Identity: no weights, the forward unchanged.
-        given = {"attention": attention, "ffn": ffn}
-        for name in self.parts:
-            if name in SUBLAYERS:
+        for name in params.parts:
+            if name in given:
                 part = given[name]
-            elif name not in made:
-                part = None
-            elif all(is_absent(given[s]) for s in self.norm_serves(name, params)):
-                part = nn.Identity()
-            else:
+            elif plan[name] == "norm":
                 part = make_norm()
+            else:
+                part = nn.Identity() if plan[name] == "identity" else None
             setattr(self, name, part)
-
-    def norms_made(self, params: BlockParams) -> tuple[str, ...]:
-        """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
-        return tuple(p for p in self.parts if p not in SUBLAYERS)
-
-    def norm_serves(self, name: str, params: BlockParams) -> tuple[str, ...]:
-        """The sublayers norm ``name`` serves: the one its name starts with (a layout sharing norms overrides it)."""
-        return tuple(s for s in SUBLAYERS if name.startswith(f"{s}_"))
 
 
 __all__ = ["Block"]

@@ -2,13 +2,54 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable, ClassVar, Literal
+
 from pydantic import Field
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.registry.sized import total
+
+#: The two sublayers of every block; every other part of a layout is a norm.
+SUBLAYERS = ("attention", "ffn")
+
+#: What becomes of one norm of a layout: made by ``make_norm``, an identity (it serves only absent
+#: sublayers: no weights, the forward unchanged) or nothing (these params do without it).
+NormPlan = Literal["norm", "identity", "none"]
 
 
 class BlockParams(Params):
     """What every layout takes: nothing beyond its parts (a layout with settings subclasses it)."""
+
+    #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
+    parts: ClassVar[tuple[str, ...]] = ()
+
+    def norms_made(self) -> tuple[str, ...]:
+        """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
+        return tuple(p for p in self.parts if p not in SUBLAYERS)
+
+    def norm_serves(self, name: str) -> tuple[str, ...]:
+        """The sublayers norm ``name`` serves: the one its name starts with (a layout sharing norms overrides it)."""
+        return tuple(s for s in SUBLAYERS if name.startswith(f"{s}_"))
+
+    def norm_plan(self, *, absent: dict[str, bool]) -> dict[str, NormPlan]:
+        """What becomes of each norm in :attr:`parts`, given which sublayers are absent (``ffn: none``)."""
+        made = self.norms_made()
+        plan: dict[str, NormPlan] = {}
+        for name in self.parts:
+            if name in SUBLAYERS:
+                continue
+            if name not in made:
+                plan[name] = "none"
+            elif all(absent[s] for s in self.norm_serves(name)):
+                plan[name] = "identity"
+            else:
+                plan[name] = "norm"
+        return plan
+
+    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any]) -> Sized:
+        plan = self.norm_plan(absent={"attention": attention.absent, "ffn": ffn.absent})
+        norms = [make_norm().parameters for how in plan.values() if how == "norm"]
+        return Sized(parameters=total(attention.parameters, ffn.parameters, *norms))
 
 
 class PreNormBlockParams(BlockParams):
@@ -19,6 +60,8 @@ class PreNormBlockParams(BlockParams):
     width scaling); 1 leaves the block as above.
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+
     residual_multiplier: float = Field(
         default=1.0, description="Each sublayer's output is multiplied by this before the residual add (Granite).",
     )
@@ -26,6 +69,8 @@ class PreNormBlockParams(BlockParams):
 
 class PostNormBlockParams(BlockParams):
     """``x = norm(x + attention(x))``; ``x = norm(x + ffn(x))`` (Vaswani et al. 2017)."""
+
+    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
 
 
 class ParallelBlockParams(BlockParams):
@@ -37,7 +82,16 @@ class ParallelBlockParams(BlockParams):
     concurrently, which is why large models used it (Wang & Komatsuzaki 2021).
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+
     shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
+
+    def norms_made(self) -> tuple[str, ...]:
+        return ("attention_norm",) if self.shared_norm else ("attention_norm", "ffn_norm")
+
+    def norm_serves(self, name: str) -> tuple[str, ...]:
+        shared = self.shared_norm and name == "attention_norm"  # it feeds the ffn too
+        return ("attention", "ffn") if shared else super().norm_serves(name)
 
 
 class SandwichBlockParams(BlockParams):
@@ -48,6 +102,9 @@ class SandwichBlockParams(BlockParams):
     before the residual add keeps the stream's scale in check (Ding et al. 2021, CogView).
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn",
+                                       "ffn_post_norm")
+
 
 class PostNormInsideBlockParams(BlockParams):
     """``x = x + norm(attention(x))``; ``x = x + norm(ffn(x))`` (OLMo-2).
@@ -57,9 +114,16 @@ class PostNormInsideBlockParams(BlockParams):
     stable than pre-norm. Unlike ``postnorm``, the stream itself is never normalised.
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
+
 
 class AbsentParams(Params):
     """No sublayer here: the block adds nothing for it and makes none of the norms that only serve it."""
+
+    def sized(self, *, d_model: int) -> Sized:
+        # The facts of a mixer with no heads that reads no positions (head_dim only sizes the model's
+        # positional scheme when no layer reads positions: it is then never called).
+        return Sized(parameters=0, n_heads=0, n_kv_heads=0, head_dim=d_model, uses_positions=False, absent=True)
 
 
 class AbsentMixerParams(AbsentParams):

@@ -12,8 +12,6 @@ from specformer_layers.layouts.params import PostNormBlockParams
 class PostNormBlock(Block):
     """Post-norm block: the stream is normalised after each residual add (:class:`PostNormBlockParams`)."""
 
-    parts = ("attention", "attention_norm", "ffn", "ffn_norm")
-
     Params = PostNormBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:

@@ -12,8 +12,6 @@ from specformer_layers.layouts.params import SandwichBlockParams
 class SandwichBlock(Block):
     """Sandwich block: a norm before and after each sublayer (:class:`SandwichBlockParams`)."""
 
-    parts = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn", "ffn_post_norm")
-
     Params = SandwichBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:

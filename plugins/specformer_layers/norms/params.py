@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
 class LayerNormParams(Params):
@@ -18,6 +18,9 @@ class LayerNormParams(Params):
     bias: bool = Field(default=True, description="Learn a per-channel shift.")
     affine: bool = Field(default=True, description="Learn a per-channel scale (and shift); false = non-parametric.")
 
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=(dim if self.affine else 0) + (dim if self.affine and self.bias else 0))
+
 
 class RMSNormParams(Params):
     """Divide by the root mean square of the channels, then scale: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``.
@@ -30,6 +33,9 @@ class RMSNormParams(Params):
     eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
     offset: float = Field(default=0.0, description="Added to the weight before scaling (1.0 for Gemma).")
 
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=dim)
+
 
 class ScaleNormParams(Params):
     """Project each vector onto a sphere of learned radius: ``g * x / max(||x||_2, eps)``.
@@ -40,3 +46,6 @@ class ScaleNormParams(Params):
     """
 
     eps: float = Field(default=1e-5, gt=0, description="Lower bound of the vector norm (avoids dividing by zero).")
+
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=1)  # one scalar, whatever the width

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.registry.sized import linear
+
+
+def check_top_k(*, n_experts: int, top_k: int) -> None:
+    """A router keeps between 1 and all of its experts per token."""
+    if not 0 < top_k <= n_experts:
+        raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
+
+
+def check_groups(*, n_experts: int, top_k: int, n_group: int, topk_group: int, min_per_group: int = 1) -> None:
+    """Refuse a grouping that cannot split the experts or cannot hold ``top_k`` choices."""
+    if n_group == 1:
+        return
+    if n_experts % n_group:
+        raise ValueError(f"n_group ({n_group}) must divide n_experts ({n_experts})")
+    per_group = n_experts // n_group
+    if per_group < min_per_group:
+        raise ValueError(f"each of the n_group ({n_group}) groups needs at least {min_per_group} experts; "
+                         f"n_experts ({n_experts}) gives {per_group}")
+    if top_k > topk_group * per_group:
+        raise ValueError(f"top_k ({top_k}) exceeds the experts of the topk_group ({topk_group}) kept groups "
+                         f"({topk_group} x {per_group} = {topk_group * per_group})")
 
 
 class GroupedParams(Params):
@@ -23,6 +47,15 @@ class GroupedParams(Params):
         if self.topk_group > self.n_group:
             raise ValueError(f"topk_group ({self.topk_group}) cannot exceed n_group ({self.n_group})")
         return self
+
+    #: Experts each group needs: a group scored by its two best experts (sigmoid_topk) needs two.
+    min_per_group: ClassVar[int] = 1
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        check_groups(n_experts=n_experts, top_k=top_k, n_group=self.n_group, topk_group=self.topk_group,
+                     min_per_group=self.min_per_group)
+        return Sized(parameters=linear(d_model, n_experts, bias=self.bias))
 
 
 class SoftmaxTopKParams(GroupedParams):
@@ -60,6 +93,9 @@ class SigmoidTopKParams(GroupedParams):
     The bias is a buffer saved with the weights and kept in float32 when the model is cast:
     steps of 0.001 would vanish in bfloat16.
     """
+
+    #: A group's score sums its two best experts, so each group needs two.
+    min_per_group: ClassVar[int] = 2
 
     normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1 (norm_topk_prob).")
     bias: bool = Field(default=False, description="A learned bias on each expert's score (in the weights, unlike selection_bias).")
