@@ -123,7 +123,8 @@ class AbsentParams(Params):
     def sized(self, *, d_model: int) -> Sized:
         # The facts of a mixer with no heads that reads no positions (head_dim only sizes the model's
         # positional scheme when no layer reads positions: it is then never called).
-        return Sized(parameters=0, n_heads=0, n_kv_heads=0, head_dim=d_model, uses_positions=False, absent=True)
+        return Sized(parameters=0, n_heads=0, n_kv_heads=0, head_dim=d_model, uses_positions=False,
+                     caches_tokens=False, absent=True)
 
 
 class AbsentMixerParams(AbsentParams):
