@@ -1,7 +1,7 @@
 """Every component's declared size check agrees with building it (docs/writing-a-plugin.md, "Size checks").
 
 ``specformer validate`` and :func:`specformer.load_spec` never build a module: each
-component's ``Params.sized`` answers for its constructor (:mod:`specformer.registry.sized`).
+component's ``Params.sized`` answers for its constructor (:mod:`specformer.model.sized`).
 Here, over the registry and a grid of sizes around the edges (heads that do not divide,
 odd rotary widths, top-k above the experts, absent sublayers), a check accepts exactly
 when the constructor does, refuses with the constructor's own message, and, when it
@@ -27,7 +27,7 @@ from specformer.model.sized_by_building import facts_of
 from specformer.registry.components import Component
 from specformer.registry.discovery import build_registry, get_plugin_manager, get_registry
 from specformer.registry.params import Params
-from specformer.registry.sized import Sized
+from specformer.model.sized import Sized
 from specformer.spec.check import check_spec, estimate
 from specformer.model.wiring import first_line
 

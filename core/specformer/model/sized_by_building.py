@@ -1,7 +1,7 @@
 """The size check of a component that declares none: build it on the meta device and read its facts.
 
 A component's params may declare their size check (``Params.sized``, see
-:mod:`specformer.registry.sized`); every built-in does, so validating a spec imports no
+:mod:`specformer.model.sized`); every built-in does, so validating a spec imports no
 torch. One that does not is still checked the way every component once was: its module
 is constructed on ``meta`` (shapes, no memory) with the same sizes, its constructor's
 ``ValueError`` is the problem, and the facts the builder reads (heads, widths, whether
@@ -21,7 +21,7 @@ from torch import nn
 
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
 from specformer.model.state import state_slots_of, uses_positions
-from specformer.registry.sized import Sized
+from specformer.model.sized import Sized
 
 
 def sized_by_building(component: Any, params: Any, sizes: dict[str, Any], *, facts: bool = True) -> Any:

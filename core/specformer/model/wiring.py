@@ -9,7 +9,7 @@ part and its sizes into something with those facts:
 
 - the builder's maker (:mod:`specformer.model.assemble`) constructs modules;
 - the size check's maker (:mod:`specformer.spec.sizes`) asks each component's declared
-  check (:class:`~specformer.registry.sized.Sized`), so validating a spec needs no torch.
+  check (:class:`~specformer.model.sized.Sized`), so validating a spec needs no torch.
 
 A ``ValueError`` or ``TypeError`` a part raises is a problem with the spec, reported at the
 spec path of that part (which :mod:`specformer.spec.validate` recorded while resolving it).

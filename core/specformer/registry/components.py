@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from specformer.errors import RegistryError, UnknownComponentError
 from specformer.messages import unknown_message
-from specformer.registry.sized import Sized
+from specformer.model.sized import Sized
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Component:
         return construct(self.factory, params, **sizes)
 
     def sized(self, params: BaseModel, **sizes: Any) -> Sized:
-        """The size check: ``params.sized(**sizes)`` (see :mod:`specformer.registry.sized`), never importing torch.
+        """The size check: ``params.sized(**sizes)`` (see :mod:`specformer.model.sized`), never importing torch.
 
         Sizes may hold the checks of sibling parts (a layout's ``attention`` is a
         :class:`Sized`). A component whose params declare no check is built on the meta

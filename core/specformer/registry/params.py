@@ -17,7 +17,7 @@ from specformer.errors import Problem, SpecError, UnknownComponentError, problem
 from specformer.messages import join_path
 from specformer.registry.discovery import get_registry
 from specformer.registry.components import Resolved
-from specformer.registry.sized import Sized
+from specformer.model.sized import Sized
 from specformer.spec.shapes import as_component_ref, problems_from_validation_error
 from specformer.spec.strict import StrictNumbers
 

@@ -28,8 +28,8 @@ from specformer.errors import SpecError
 from specformer.registry.components import Registry
 from specformer.registry.discovery import get_registry
 from specformer.spec.shapes import Spec, read_spec_file
+from specformer.spec import size_check
 from specformer.spec.size_check import SizeCheck
-from specformer.spec.size_check import check_sizes as check_sizes_of
 from specformer.spec.validate import ResolvedModel, plugin_problems, validate
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def check_spec(
     sizes = None
     if check_sizes:
         try:
-            sizes = check_sizes_of(validated.resolved)
+            sizes = size_check.check_sizes(validated.resolved)  # each component's declared check, no torch
         except SpecError as exc:
             raise SpecError(exc.problems, source=source) from None
     problems = plugin_problems(validated.spec, registry)

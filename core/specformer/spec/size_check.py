@@ -2,7 +2,7 @@
 
 Constraints between sizes (``n_heads`` must divide ``d_model``, a rotary width must be
 even, ``top_k`` at most ``n_experts``) are each component's own: it declares them on its
-``Params`` (``sized``, see :mod:`specformer.registry.sized`). This check runs the builder's
+``Params`` (``sized``, see :mod:`specformer.model.sized`). This check runs the builder's
 size flow (:mod:`specformer.model.wiring`: which sizes each part receives, one block per
 distinct layer) over those declarations instead of over modules, so every problem the
 builder would meet is found here, at the same spec path and in the same words, in a
@@ -22,7 +22,7 @@ from typing import Any
 
 from specformer.errors import Problem, SpecError
 from specformer.model.wiring import size_flow
-from specformer.registry.sized import Sized, linear, total
+from specformer.model.sized import Sized, linear, total
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 #: Largest byte count any model may have: beyond it no address space holds the weights.

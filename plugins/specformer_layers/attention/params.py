@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from specformer.model.attention import head_sizes
 from specformer.registry.params import Params, Sized, SubComponent
-from specformer.registry.sized import linear, total
+from specformer.model.sized import linear, total
 
 class CausalSelfAttentionParams(Params):
     """Scaled dot-product attention over earlier tokens, with ``n_kv_heads`` shared key/value heads.

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized, SubComponent
-from specformer.registry.sized import linear, total
+from specformer.model.sized import linear, total
 from specformer_layers.routers.params import SoftmaxTopKParams
 
 #: The non-linearities a spec can name (their functions: :mod:`.activations`).

@@ -7,7 +7,7 @@ from typing import Any, Callable, ClassVar, Literal
 from pydantic import Field
 
 from specformer.registry.params import Params, Sized
-from specformer.registry.sized import total
+from specformer.model.sized import total
 
 #: The two sublayers of every block; every other part of a layout is a norm.
 SUBLAYERS = ("attention", "ffn")

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized, SubComponent
-from specformer.registry.sized import total
+from specformer.model.sized import total
 
 
 class ParallelMixerParams(Params):

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from specformer.registry.params import Params, Sized
-from specformer.registry.sized import linear
+from specformer.model.sized import linear
 
 
 class GatedDeltaNetParams(Params):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from specformer.registry.params import Params, Sized
-from specformer.registry.sized import linear
+from specformer.model.sized import linear
 
 
 class ShortConvParams(Params):

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized
-from specformer.registry.sized import linear
+from specformer.model.sized import linear
 
 
 def check_top_k(*, n_experts: int, top_k: int) -> None:
