@@ -30,6 +30,9 @@ class Block(nn.Module):
                  make_norm: Callable[[], nn.Module]) -> None:
         super().__init__()
         params = params if params is not None else self.Params()
+        if not set(params.parts) >= {"attention", "ffn"}:
+            raise TypeError(f"{type(self).__name__}: its params ({type(params).__name__}) must name the layout's parts, "
+                            f"attention and ffn among them (parts: ClassVar[tuple[str, ...]] on the BlockParams subclass)")
         given = {"attention": attention, "ffn": ffn}
         plan = params.norm_plan(absent={name: is_absent(module) for name, module in given.items()})
         # Parts in registration order; a norm this layout does without (per its params) is None, and one

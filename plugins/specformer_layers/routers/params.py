@@ -55,7 +55,8 @@ class GroupedParams(Params):
         check_top_k(n_experts=n_experts, top_k=top_k)
         check_groups(n_experts=n_experts, top_k=top_k, n_group=self.n_group, topk_group=self.topk_group,
                      min_per_group=self.min_per_group)
-        return Sized(parameters=linear(d_model, n_experts, bias=self.bias))
+        # The score projection (n_experts, d_model), biased when the router's params say so.
+        return Sized(parameters=linear(d_model, n_experts, bias=bool(getattr(self, "bias", False))))
 
 
 class SoftmaxTopKParams(GroupedParams):
