@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 # Quiet pip: no progress bars, no "new release of pip" notice; warnings and errors still show.
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
+# The default suite runs in two processes (pytest-xdist), one core each: most tests are tiny models, whose time is
+# Python's, on one core. `make test TEST_WORKERS=auto` uses every core. The slow suite stays in one process
+# (its multi-process training tests start workers of their own).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-kernels test-slow docs docs-refresh bench mutation clean
 
@@ -33,7 +37,7 @@ demo: $(STAMP)
 
 # The suite builds the docs with `mkdocs build --strict` itself (tests/docs), so it is not built twice.
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 # The default suite again on PyTorch's `default` CPU kernels. PyTorch picks its SIMD kernels (AVX2,
 # AVX-512, ...) by CPU, and float32 sums round differently in each, so a test that passes only
@@ -41,7 +45,7 @@ test: $(STAMP)
 # lowest capability, the one every CPU has, x86 or ARM. It compiles into an Inductor cache of its
 # own (tests/conftest.py): PyTorch reads back a kernel compiled under another capability.
 test-kernels: $(STAMP)
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status

@@ -17,7 +17,9 @@ SPECS = REPO / "specs"
 SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))  # `from conftest import ...` under --import-mode=importlib
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Under pytest-xdist (`-n 2`, what `make test` runs) each worker has a core of its own; tiny models are fastest on one
+# thread anyway. Alone, two threads.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
 # Inductor (PyTorch 2.13) files a kernel compiled under one ATEN_CPU_CAPABILITY under the same key
 # as under another and reads it back later: after a run on AVX2 kernels, compiled FlexAttention

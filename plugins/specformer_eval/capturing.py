@@ -9,7 +9,9 @@
     cap.attention[3]    # (B, n_heads, T, T) layer 3's attention probabilities, float32 (None: a recurrent layer)
 
 ``residual`` has ``n_layers + 1`` entries: entry ``i`` is the stream entering layer
-``i``, the last one the stream the final norm and LM head read. The stream is recorded
+``i``, the last one the stream the final norm and LM head read. On several residual
+streams (``residual: mhc``) each entry is ``(B, T, N, d_model)``, as the blocks pass it;
+:meth:`specformer.Decoder.head_logits` collapses it as the model's head does. The stream is recorded
 by forward hooks on the blocks, so it is the same for every block layout. Attention
 probabilities come from the attention module itself: a module that can report them has
 an ``observe_weights`` attribute, which the capture sets to a callable taking the

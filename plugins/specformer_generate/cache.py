@@ -5,8 +5,9 @@ Every layer gets what its attention declares it keeps per token
 ``(B, n_kv_heads, S, head_dim)``; a latent attention keeps a compressed latent and a
 shared rotary key instead; a layer that keeps nothing gets no buffer) allocated once, with
 ``S`` the prompt plus the new tokens (not the context length). A layer whose attention
-has a ``window`` shorter than that keeps only a ring of ``window`` slots, so its memory
-is bounded by the window whatever the length generated.
+has a ``window`` (or a ``chunk``: :func:`specformer.model.attention.reach_of`) shorter than
+that keeps only a ring of that many slots, so its memory is bounded by the window whatever
+the length generated.
 
 The cache knows nothing about positional schemes. It stores keys as attention hands
 them over (already rotated, for RoPE) with the absolute position of each slot, ``-1``
@@ -35,7 +36,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from specformer.model.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of, reach_of
 from specformer.model.state import StateSlots, state_slots_of
 
 
@@ -61,7 +62,7 @@ class LayerShape:
         if slots is None:
             return None
         return cls(layer_index=int(layer.layer_index), n_kv_heads=slots.key_heads, head_dim=slots.key_dim,
-                   window=layer.window, value_heads=slots.value_heads, value_dim=slots.value_dim)
+                   window=reach_of(layer), value_heads=slots.value_heads, value_dim=slots.value_dim)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.errors import InputError, MemoryLimitError
 from specformer.machine.memory import ENV_VAR, memory_limit, parse_bytes
@@ -66,7 +66,7 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     slot_sizes: set[int] = set()
     widest_heads = 1
     for module in model.attention_modules():
-        window = module.window  # an AttentionLayer's public facts
+        window = reach_of(module)  # an AttentionLayer's public facts: its window or chunk
         slots = window if (use_cache and window is not None and window < length) else length
         widest_heads = max(widest_heads, int(module.n_heads))
         kept = cache_slots_of(module)  # what the layer declares it keeps per token (None: nothing)

@@ -92,16 +92,26 @@ class Transposed(Rule):
 
 
 class DepthwiseConv(Rule):
-    """A depthwise ``nn.Conv1d`` weight ``(C, 1, K)`` as a recurrent mixer's ``conv_weight`` ``(C, K)``."""
+    """Depthwise ``nn.Conv1d`` weights ``(C_i, 1, K)`` as a recurrent mixer's ``conv_weight`` ``(C, K)``.
 
-    def __init__(self, hf: str, ours: str) -> None:
-        self.hf, self.ours = (hf,), (ours,)
+    Several checkpoint tensors (q, k and v convolved apart, as OLMo Hybrid and Kimi Linear save
+    them) are concatenated over channels; export splits at ``sizes(site)``.
+    """
+
+    def __init__(self, hf: str | Sequence[str], ours: str, *, sizes: Callable[[Site], Sequence[int]] | None = None) -> None:
+        self.hf, self.ours = ((hf,) if isinstance(hf, str) else tuple(hf)), (ours,)
+        if len(self.hf) > 1 and sizes is None:
+            raise ValueError("a convolution saved in several tensors needs the sizes to split it at")
+        self.sizes = sizes
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].squeeze(1).contiguous()]
+        return [torch.cat(tensors, dim=0).squeeze(1).contiguous()]  # (C, K)
 
     def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [tensors[0].unsqueeze(1).contiguous()]
+        weight = tensors[0].unsqueeze(1)  # (C, 1, K)
+        if len(self.hf) == 1:
+            return [weight.contiguous()]
+        return [part.contiguous() for part in weight.split(list(self.sizes(site)), dim=0)]
 
 
 class Fused(Rule):
@@ -256,6 +266,38 @@ class OneOf(Rule):
         return " or ".join(o.describe() for o in self.options)
 
 
+class AtLayers(Rule):
+    """``rule`` only at the layers where ``where(site)`` holds; at the others it names no tensors and moves none.
+
+    In a hybrid, attention and recurrent layers can both have a parameter of the same name
+    (``attention.out``) filled from different checkpoint tensors (``self_attn.o_proj``,
+    ``mamba.out_proj``): each rule claims only the layers of its own mixer.
+    """
+
+    def __init__(self, rule: Rule, *, where: Callable[[Site], bool], layers: str = "some") -> None:
+        self.rule, self.where, self.layers = rule, where, layers
+        self.hf, self.ours = rule.hf, rule.ours
+
+    @property
+    def per_layer(self) -> bool:
+        return True
+
+    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.rule.expand_at(site) if self.where(site) else ((), ())
+
+    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple["Rule", tuple[str, ...], tuple[str, ...]]:
+        return self.rule.for_import(site, present) if self.where(site) else (self, (), ())
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return self.rule.to_ours(tensors, site) if tensors else []
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return self.rule.to_hf(tensors, site) if tensors else []
+
+    def describe(self) -> str:
+        return f"{self.rule.describe()} ({self.layers} layers)"
+
+
 # -- split sizes ------------------------------------------------------------------------
 
 
@@ -271,4 +313,4 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]
+__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]

@@ -38,12 +38,13 @@ NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_t
 
 @dataclass
 class SpecView:
-    """The resolved model section: ``positional``, ``final_norm`` and ``layers[i][field]`` as full dicts."""
+    """The resolved model section: ``positional``, ``final_norm``, ``residual`` and ``layers[i][field]`` as full dicts."""
 
     spec: Spec
     positional: dict[str, Any]
     final_norm: dict[str, Any]
     layers: list[dict[str, dict[str, Any]]]
+    residual: dict[str, Any]
 
     @classmethod
     def of(cls, spec: Spec, registry: Any = None) -> "SpecView":
@@ -60,7 +61,8 @@ class SpecView:
                 layer["positional"] = full("positional", block["positional"])
             layers.append(layer)
         return cls(spec=spec, positional=full("positional", m.positional.as_dict()),
-                   final_norm=full("norm", m.final_norm_ref()), layers=layers)
+                   final_norm=full("norm", m.final_norm_ref()), layers=layers,
+                   residual=full("residual", m.block.residual.as_dict()))
 
     @property
     def model(self) -> Any:
@@ -147,6 +149,7 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     )
     out["positional"] = _resolved_scaling(identity("positional", view.positional), m.context_length)
     out["final_norm"] = identity("norm", view.final_norm)
+    out["block"] = {"residual": identity("residual", view.residual)}  # one stream or several: the maths of every block
     layers = []
     for i, layer in enumerate(view.layers):
         resolved = {**layer, "ffn": _resolved_ffn(layer["ffn"], m.d_model)}

@@ -28,7 +28,7 @@ from specformer_layers.layouts.params import (
     SandwichBlockParams,
 )
 from specformer_layers.mixers.params import GatedDeltaNetParams
-from specformer_layers.norms.params import LayerNormParams, RMSNormParams, ScaleNormParams
+from specformer_layers.norms.params import L2NormParams, LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (
     ALiBiParams,
     LearnedPositionsParams,
@@ -43,7 +43,14 @@ from specformer_layers.positional.rope_scaling.params import (
     LongRopeScalingParams,
     YarnScalingParams,
 )
-from specformer_layers.routers.params import SigmoidTopKParams, SoftmaxTopKParams
+from specformer_layers.residual.params import HyperConnectionsParams, SingleStreamParams
+from specformer_layers.routers.params import (
+    HashParams,
+    SigmoidTopKParams,
+    SoftmaxTopKParams,
+    SqrtSoftplusTopKParams,
+    TopKSigmoidParams,
+)
 
 #: The kind this plugin adds: what ``rope``'s ``scaling`` param names.
 ROPE_SCALING_KIND = "rope_scaling"
@@ -74,6 +81,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("norm", "layernorm", "norms.layernorm:LayerNorm", LayerNormParams, "https://arxiv.org/abs/1607.06450"),
     ("norm", "rmsnorm", "norms.rmsnorm:RMSNorm", RMSNormParams, "https://arxiv.org/abs/1910.07467"),
     ("norm", "scalenorm", "norms.scalenorm:ScaleNorm", ScaleNormParams, "https://arxiv.org/abs/1910.05895"),
+    ("norm", "l2norm", "norms.l2norm:L2Norm", L2NormParams, "https://arxiv.org/abs/2010.04245"),
 
     ("ffn", "mlp", "ffn.mlp:MLP", MLPParams, "https://arxiv.org/abs/1706.03762"),
     ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),
@@ -83,6 +91,11 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
     (ROUTER_KIND, "softmax_topk", "routers.softmax_topk:SoftmaxTopK", SoftmaxTopKParams, "https://arxiv.org/abs/1701.06538"),
     (ROUTER_KIND, "sigmoid_topk", "routers.sigmoid_topk:SigmoidTopK", SigmoidTopKParams, "https://arxiv.org/abs/2412.19437"),
+    (ROUTER_KIND, "topk_sigmoid", "routers.topk_sigmoid:TopKSigmoid", TopKSigmoidParams,
+     "https://ai.meta.com/blog/llama-4-multimodal-intelligence/"),
+    (ROUTER_KIND, "sqrtsoftplus_topk", "routers.sqrtsoftplus_topk:SqrtSoftplusTopK", SqrtSoftplusTopKParams,
+     "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash-Base"),
+    (ROUTER_KIND, "hash", "routers.hash:HashRouter", HashParams, "https://arxiv.org/abs/2106.04426"),
 
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),
@@ -101,6 +114,10 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("layout", "sandwich", "layouts.sandwich:SandwichBlock", SandwichBlockParams, "https://arxiv.org/abs/2408.00118"),
     ("layout", "postnorm_inside", "layouts.postnorm_inside:PostNormInsideBlock", PostNormInsideBlockParams,
      "https://arxiv.org/abs/2501.00656"),
+
+    ("residual", "single", "residual.single:SingleStream", SingleStreamParams, "https://arxiv.org/abs/1512.03385"),
+    ("residual", "mhc", "residual.hyper_connections:HyperConnections", HyperConnectionsParams,
+     "https://arxiv.org/abs/2512.24880"),
 )
 
 
@@ -113,9 +130,10 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
     )
     registry.add_kind(
         ROUTER_KIND,
-        doc="Which experts of a mixture each token goes to, and with what weights: called with the tokens (N, D), "
-            "returns (weights (N, top_k), experts (N, top_k), probs (N, n_experts)).",
-        sizes=("d_model", "n_experts", "top_k"),
+        doc="Which experts of a mixture each token goes to, and with what weights: called with the tokens (N, D) "
+            "(and token_ids (N,) when it declares reads_token_ids), returns (weights (N, top_k), experts (N, top_k), "
+            "probs (N, n_experts)); weights_on says whether a weight scales the expert's output or its input.",
+        sizes=("d_model", "n_experts", "top_k", "vocab_size"),
     )
 
 

@@ -19,7 +19,12 @@ components never imports torch (CONVENTION of issue 30, docs/writing-a-plugin.md
 - every token mixer (the ``attention`` kind: softmax attention and recurrent mixers alike),
   in a two-layer model beside softmax attention, gives through the generation cache what
   recompute gives: token-by-token decoding, left-padded ragged prompts, beam search (states
-  and keys reordered) and speculative decoding (rolled back to the last kept draft).
+  and keys reordered) and speculative decoding (rolled back to the last kept draft);
+- every residual stream (the ``residual`` kind) keeps the contract of
+  :mod:`specformer.model.residual`: its connections read ``(B, T, d_model)`` for the sublayer
+  and write a stream of the shape they read, its collapse gives back ``(B, T, d_model)``, and
+  a model on it decodes through the generation cache as it recomputes, under every layout
+  that accepts it.
 
 Components of kinds whose sizes are a training run's objects (optimizers, loggers) get the
 structural checks only.
@@ -41,6 +46,7 @@ from torch import nn
 
 from specformer.registry.discovery import build_registry, get_plugin_manager, get_registry
 from specformer.registry.components import Component
+from specformer.model.residual import ResidualConnection, ResidualStream
 
 ROTARY_DIM = 64  # wide enough that YaRN's ramp bounds move with its betas
 PAIRS = ROTARY_DIM // 2
@@ -50,14 +56,16 @@ def _sizes(kind: str) -> dict[str, Any] | None:
     """The sizes the builder would pass a component of ``kind`` (fresh modules on every call); None: not built here."""
     if kind == "layout":
         return {"d_model": 4, "attention": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
-                "make_norm": lambda: nn.LayerNorm(4), "layer_index": 1, "n_layers": 2}
+                "make_norm": lambda: nn.LayerNorm(4), "make_residual": ResidualConnection, "layer_index": 1,
+                "n_layers": 2}
     return {
+        "residual": {"d_model": 8},
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
-        "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2},
+        "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2, "vocab_size": 50},
         "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
-        "router": {"d_model": 16, "n_experts": 4, "top_k": 2},
+        "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -100,6 +108,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "logit_softcap"): 30.0,
     ("attention", "attention", "scale"): 0.5,
     ("attention", "attention", "chunk"): 8,
+    ("attention", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
+    ("attention", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
@@ -142,6 +152,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("rope_scaling", "longrope", "attention_factor"): 1.5,
     ("router", "softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "sigmoid_topk", "topk_group"): (2, {"n_group": 2}),
+    ("router", "sqrtsoftplus_topk", "topk_group"): (2, {"n_group": 2}),
     ("rope_scaling", "longrope", "short_factor"): [1.5] * PAIRS,
     ("rope_scaling", "longrope", "long_factor"): [3.0] * PAIRS,
     ("layout", "parallel", "shared_norm"): True,
@@ -445,12 +456,18 @@ def _hybrid(c: Component, *, seed: int) -> Any:
 def test_every_mixer_decodes_through_the_cache_as_recompute(component: Component) -> None:
     from specformer_generate import StaticKVCache
 
-    model = _hybrid(component, seed=0)
-    ids = torch.randint(0, model.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
-    positions = torch.arange(11).expand_as(ids)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=11)
-    steps = [model(ids[:, :5], positions=positions[:, :5], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(5, 11)]
+    _decodes_through_the_cache_as_recompute(_hybrid(component, seed=0), length=11, prompt=5, seed=0)
+
+
+def _decodes_through_the_cache_as_recompute(model: Any, *, length: int, prompt: int, seed: int) -> None:
+    """A prompt, then one token at a time through the generation cache: the logits of one forward over it all."""
+    from specformer_generate import StaticKVCache
+
+    ids = torch.randint(0, model.vocab_size, (2, length), generator=torch.Generator().manual_seed(seed))
+    positions = torch.arange(length).expand_as(ids)
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=length)
+    steps = [model(ids[:, :prompt], positions=positions[:, :prompt], cache=cache)]
+    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(prompt, length)]
     torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
 
 
@@ -487,3 +504,42 @@ def test_every_mixer_rolls_back_to_the_last_kept_draft(component: Component) -> 
     prompt = torch.randint(0, model.vocab_size, (2, 4), generator=torch.Generator().manual_seed(3))
     want = generate(model, prompt, max_new_tokens=9, use_cache=False)
     assert torch.equal(generate(model, prompt, max_new_tokens=9, draft=draft, draft_tokens=3), want)
+
+
+# -- every residual stream: the contract, and the cache under every layout -------------------------
+
+RESIDUALS = [c for c in BUILT if c.kind == "residual"]
+
+
+@pytest.mark.parametrize("component", RESIDUALS, ids=_id)
+@torch.no_grad()
+def test_every_residual_stream_keeps_its_contract(component: Component) -> None:
+    stream = _from_spec(component, _example(component)).double()
+    assert isinstance(stream, ResidualStream)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    expanded = stream.expand(x)
+    conn = stream.connection().double()
+    assert isinstance(conn, ResidualConnection) and conn.n_streams == stream.n_streams
+    h, mix = conn.read(expanded)
+    assert h.shape == x.shape
+    written = conn.write(expanded, torch.randn_like(h), mix=mix)
+    assert written.shape == expanded.shape and written.dtype == expanded.dtype
+    assert stream.collapse(written).shape == x.shape
+
+
+def _layouts_for(c: Component) -> list[str]:
+    """The layouts a model on this stream runs with (a post-norm layout needs a single stream)."""
+    return [name for name in get_registry().names("layout")
+            if not (name == "postnorm" and _from_spec(c, _example(c)).n_streams != 1)]
+
+
+@pytest.mark.parametrize(("component", "layout"),
+                         [pytest.param(c, layout, id=f"{_id(c)}-{layout}") for c in RESIDUALS for layout in _layouts_for(c)])
+@torch.no_grad()
+def test_every_residual_stream_decodes_through_the_cache_as_recompute(component: Component, layout: str) -> None:
+    import specformer
+    from fixtures.tiny import tiny_spec
+
+    spec = tiny_spec(block={"layout": layout, "residual": {"kind": component.name, **_example(component)}})
+    model = specformer.build(spec, seed=5).double().eval()
+    _decodes_through_the_cache_as_recompute(model, length=9, prompt=4, seed=5)

@@ -88,3 +88,49 @@ def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
     drawn = [re.split(r"\s{2,}", line.strip())[1].split(" / ")[0] for line in block_after("spec-path")]
     assert order == [step for step in drawn if step in order]
     assert order == [s for s in drawn if s not in ("model.builder.build", "spec.shapes.read_spec_file")]
+
+
+def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_takes(tiny_spec):
+    import torch
+
+    import specformer
+
+    spec = {**tiny_spec, "model": {**tiny_spec["model"],
+                                   "block": {**tiny_spec["model"]["block"], "residual": {"kind": "mhc", "n_streams": 4}}}}
+    model = specformer.build(spec, seed=0)
+    sizes = {"B": 2, "T": 5, "N": 4, "D": model.d_model, "V": model.vocab_size}
+    seen: dict[str, tuple[int, ...]] = {}
+
+    def record(owner, name, label, pick=lambda out: out):
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            out = real(*args, **kwargs)
+            seen.setdefault(label, tuple(pick(out).shape))
+            return out
+        setattr(owner, name, wrapper)
+
+    def hook(label):
+        def observe(_module, _args, out) -> None:
+            seen.setdefault(label, tuple(out.shape))
+        return observe
+
+    block = model.blocks[0]
+    model.embedding.register_forward_hook(hook("Decoder.embedding"))
+    block.attention.register_forward_hook(hook("attention / ffn"))
+    record(model.residual, "expand", "ResidualStream.expand")
+    record(model.residual, "collapse", "ResidualStream.collapse")
+    record(block.attention_residual, "read", "ResidualConnection.read", pick=lambda out: out[0])
+    record(block.attention_residual, "write", "ResidualConnection.write")
+    seen["Decoder.head_logits"] = tuple(model(torch.randint(0, model.vocab_size, (2, 5))).shape)
+
+    from specformer.model import residual
+
+    drawn = [re.split(r"\s{2,}", line.strip()) for line in block_after("residual-streams")]
+    drawn = [row for row in drawn if len(row) == 3]
+    assert sorted(where for _, where, _ in drawn) == sorted(seen)
+    for _, where, shape in drawn:
+        cls, _, method = where.partition(".")
+        if cls.startswith("Residual"):
+            assert callable(getattr(getattr(residual, cls), method)), where
+        assert seen[where] == tuple(sizes[s] for s in shape.strip("()").split(", ")), (where, shape, seen[where])

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                      "machine.threads", "machine.devices", "machine.memory", "tokenizers.tokenizer",
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",
-                         "model.sized", "model.sized_by_building"}),
+                         "model.sized", "model.sized_by_building", "model.residual"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),

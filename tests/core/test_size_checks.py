@@ -29,6 +29,7 @@ from specformer.registry.discovery import build_registry, get_plugin_manager, ge
 from specformer.registry.params import Params
 from specformer.model.sized import Sized
 from specformer.spec.check import check_spec, estimate
+from specformer.spec.size_check import SIZED
 from specformer.model.wiring import first_line
 
 from conftest import TINY
@@ -50,7 +51,7 @@ _CONTRACT = _contract_cases()
 EXAMPLES, CHANGES = _CONTRACT.EXAMPLES, _CONTRACT.CHANGES
 
 #: The kinds a model is built from: every component of these declares its size check.
-MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "attention", "layout")
+MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "attention", "layout", "residual")
 
 #: Sizes around the edges each kind's components meet: divisible and not, even and odd, zero heads.
 GRID: dict[str, list[dict[str, Any]]] = {
@@ -59,15 +60,20 @@ GRID: dict[str, list[dict[str, Any]]] = {
                    for d, h, hd, c in ((32, 4, 8, 32), (33, 3, 11, 16), (32, 0, 32, 8), (6, 2, 3, 8), (32, 4, 2, 8),
                                        (32, 4, 1, 8), (30, 5, 6, 4))],
     "rope_scaling": [{"rotary_dim": r, "theta": 10000.0, "context_length": 16384} for r in (2, 3, 4, 8, 64)],
-    "ffn": [{"d_model": d, "layer_index": 1, "n_layers": 2} for d in (8, 30, 32)],
+    "ffn": [{"d_model": d, "layer_index": 1, "n_layers": 2, "vocab_size": 50} for d in (8, 30, 32)],
     "attention": [{"d_model": d, "layer_index": 1, "n_layers": 2} for d in (7, 24, 30, 32)],
-    "router": [{"d_model": 16, "n_experts": e, "top_k": k} for e, k in ((4, 2), (4, 5), (6, 4), (3, 1), (8, 8))],
+    "router": [*({"d_model": 16, "n_experts": e, "top_k": k, "vocab_size": 50}
+                 for e, k in ((4, 2), (4, 5), (6, 4), (3, 1), (8, 8))),
+               {"d_model": 16, "n_experts": 4, "top_k": 2}],  # no vocabulary size: hash routing cannot be built
+    "residual": [{"d_model": d} for d in (1, 8, 30)],
 }
 
-#: A layout receives its sublayers: here each of a present and an absent mixer and ffn.
+#: A layout receives its sublayers: here each of a present and an absent mixer and ffn; and its
+#: connections to a residual stream of one stream or of several (which ``postnorm`` refuses).
 SUBLAYERS = {
     "attention": [{"kind": "attention", "n_heads": 2}, {"kind": "none"}],
     "ffn": [{"kind": "mlp", "hidden": 8}, {"kind": "none"}],
+    "residual": [{"kind": "single"}, {"kind": "mhc", "n_streams": 2}],
 }
 
 
@@ -82,7 +88,8 @@ MORE: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"mixers": [{"kind": "short_conv"}, {**EXAMPLES[("attention", "mla")], "kind": "mla"}]},  # a latent lead
     ],
     ("ffn", "moe"): [{"n_experts": 6, "top_k": 4, "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 1}},
-                     {"n_experts": 4, "top_k": 2, "gated": False, "n_shared_experts": 2, "expert_bias": True}],
+                     {"n_experts": 4, "top_k": 2, "gated": False, "n_shared_experts": 2, "expert_bias": True},
+                     {"n_experts": 4, "top_k": 2, "router": {"kind": "hash"}}],  # a router sized by the vocabulary
     ("positional", "rope"): [{"fraction": 0.5, "scaling": {"kind": "dynamic", "factor": 2.0}},
                              {"scaling": {"kind": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
                                           "original_context_length": 8}}],
@@ -109,13 +116,16 @@ def _sizes(c: Component, registry: Any) -> list[tuple[dict[str, Any], dict[str, 
         return [(dict(s), dict(s)) for s in GRID[c.kind]]
     pairs = []
     norm = registry.resolve("norm", {"kind": "rmsnorm"})
-    for attention, ffn in itertools.product(SUBLAYERS["attention"], SUBLAYERS["ffn"]):
+    for attention, ffn, residual in itertools.product(SUBLAYERS["attention"], SUBLAYERS["ffn"], SUBLAYERS["residual"]):
         a, f = registry.resolve("attention", attention), registry.resolve("ffn", ffn)
+        stream = registry.resolve("residual", residual)
         common = {"d_model": 8, "layer_index": 1, "n_layers": 2}
+        module_stream, sized_stream = stream.make(d_model=8), stream.sized(d_model=8)
         built = {**common, "attention": a.make(d_model=8), "ffn": f.make(d_model=8),
-                 "make_norm": lambda dim=8: norm.make(dim=dim)}
+                 "make_norm": lambda dim=8: norm.make(dim=dim), "make_residual": module_stream.connection}
         checked = {**common, "attention": a.sized(d_model=8), "ffn": f.sized(d_model=8),
-                   "make_norm": lambda dim=8: norm.sized(dim=dim)}
+                   "make_norm": lambda dim=8: norm.sized(dim=dim),
+                   "make_residual": lambda sized_stream=sized_stream: SIZED.connection(sized_stream)}
         pairs.append((built, checked))
     return pairs
 
@@ -150,8 +160,15 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
         fields += ["absent"]
     if c.kind == "positional":
         fields += ["adds_to_embeddings"]
+    if c.kind == "residual":
+        fields += ["n_streams"]
     found = [f"{f}: module {getattr(seen, f)!r}, check {getattr(facts, f)!r}"
              for f in fields if getattr(seen, f) != getattr(facts, f)]
+    if c.kind == "residual":  # each connection a block makes
+        made, declared = seen.connection, facts.connection
+        for f in ("parameters", "n_streams"):
+            if declared is None or getattr(made, f) != getattr(declared, f):
+                found.append(f"connection {f}: module {getattr(made, f)!r}, check {getattr(declared, f, None)!r}")
     if c.kind == "attention" and positional_dim_of(seen) != positional_dim_of(facts):
         found.append(f"positional width: module {positional_dim_of(seen)}, check {positional_dim_of(facts)}")
     return found

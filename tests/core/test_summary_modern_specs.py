@@ -23,7 +23,7 @@ reference computed from the matching transformers model, built on the ``meta`` d
   ``(kv_lora_rank + qk_rope_head_dim) x dtype size`` per layer for latent attention (the
   compressed latent and the one rotary key shared by all heads). Sliding-window layers are
   not capped in this figure (it is the growth per token); the figure "at full context"
-  caps them at their window, as the generate plugin's ring buffers do.
+  caps them at their window (chunked layers at their chunk), as the generate plugin's ring buffers do.
 """
 
 from __future__ import annotations
@@ -71,9 +71,25 @@ MODERN_SPECS = {
         vocab_size=256000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, logit_scale=0.25, max_position_embeddings=8192, sliding_window=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 50000.0})),
+    "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),  # transformers' defaults are Scout's text model
     "stablelm-2-1.6b.yaml": ("StableLmConfig", dict(
         vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
         num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True, tie_word_embeddings=False)),
+    "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
+        head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
+    "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    "olmo-3-7b.yaml": ("Olmo3Config", dict(
+        vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5e5},
+                         "full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2079441541679836}})),
+    "exaone-4.0-32b.yaml": ("Exaone4Config", dict(
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, max_position_embeddings=131072, sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
 }
 
 
@@ -92,7 +108,8 @@ def reference(name: str) -> dict[str, int]:
         or getattr(config, "num_local_experts", None)
     idle = 0
     for layer in hf.model.layers:
-        experts = getattr(layer.mlp, "experts", None)
+        ffn = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward  # Llama 4 names it feed_forward
+        experts = getattr(ffn, "experts", None)
         if experts is not None:  # a dense layer has none
             per_expert = sum(p.numel() for p in experts.parameters()) // n_experts
             idle += (n_experts - config.num_experts_per_tok) * per_expert
@@ -118,7 +135,10 @@ def reference(name: str) -> dict[str, int]:
         d_qk = d_v = head_dim
         cache_elements_per_layer = 2 * config.num_key_value_heads * head_dim
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-    spans = [min(config.sliding_window, context) if kind == "sliding_attention" else context for kind in layer_types]
+    # A sliding layer reads its window, a chunked one (Llama 4) at most its chunk.
+    reach = {"sliding_attention": getattr(config, "sliding_window", None),
+             "chunked_attention": getattr(config, "attention_chunk_size", None)}
+    spans = [min(reach[kind], context) if reach.get(kind) else context for kind in layer_types]
     attention = sum(2 * heads * (d_qk + d_v) * span for span in spans)
 
     return {

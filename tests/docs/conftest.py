@@ -59,10 +59,28 @@ def _docs_extra_installed() -> bool:
     return importlib.util.find_spec("mkdocs") is not None and importlib.util.find_spec("material") is not None
 
 
+#: The tests that wait for one of the two slow things, by the session fixture they use: under pytest-xdist
+#: (`make test`), each group runs in one worker (``--dist loadgroup``), so each thing runs once.
+_GROUPS = {"site_build": "docs-site", "built_site": "docs-site", "results": "printed-commands"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ())) & set(_GROUPS)
+        if used:
+            item.add_marker(pytest.mark.xdist_group(_GROUPS[sorted(used)[0]]))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the two slow things the docs tests wait for (the site build, the printed commands)
-    as soon as the tests are collected, so they run on the second core beside the tests before them."""
+    as soon as the tests are collected, so they run on the second core beside the tests before them.
+
+    Under pytest-xdist every worker collects every test, and which one runs a group is not known yet:
+    there the first test that needs one starts it (the other worker goes on meanwhile).
+    """
     global _build
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     needs = [set(getattr(item, "fixturenames", ())) for item in session.items]
     if any({"site_build", "built_site"} & n for n in needs) and _docs_extra_installed() and _build is None:
         _build = _SiteBuild(Path(tempfile.mkdtemp(prefix="specformer-site-")))

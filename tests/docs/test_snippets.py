@@ -79,12 +79,13 @@ def test_generated_pages_snippets_validate_by_the_same_convention(generated):
 def test_the_kinds_of_the_core_and_of_plugin_sections_have_a_place_in_a_spec():
     registry = get_registry()
     found = placements(registry)
-    for kind in ("positional", "norm", "ffn", "attention", "layout"):
+    for kind in ("positional", "norm", "ffn", "attention", "layout", "residual"):
         assert kind in found, f"no spec field takes a {kind!r} component"
     if "generate" in registry.sections:
         assert found["sampler"] == [("key", "generate"), ("key", "sampler"), ("item",)]
     assert found["norm"] == [("key", "model"), ("key", "block"), ("key", "norm")]
     assert found["positional"] == [("key", "model"), ("key", "positional")]
+    assert found["residual"] == [("key", "model"), ("key", "block"), ("key", "residual")]
 
 
 # -- the convention itself: it must reject what is wrong ------------------------------------

@@ -19,7 +19,9 @@ from torch import nn
 from specformer.errors import Problem, SpecError
 from specformer.model.decoder import Decoder
 from specformer.model.positional import adds_to_embeddings
-from specformer.model.wiring import Skeleton, first_line, make_block, make_skeleton, positional_mixer
+from specformer.model.residual import ResidualConnection, ResidualStream
+from specformer.model.wiring import (Skeleton, first_line, make_block, make_residual_stream, make_skeleton,
+                                     positional_mixer)
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 
@@ -35,6 +37,9 @@ class ModuleMaker:
     def name(self, made: Any) -> str:
         return type(made).__name__
 
+    def connection(self, stream: ResidualStream) -> ResidualConnection:
+        return stream.connection()
+
 
 MODULES = ModuleMaker()
 
@@ -43,14 +48,17 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     """Construct the modules of a resolved model (weights as PyTorch initialises them)."""
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        made = [make_block(MODULES, parts, m, index) for index, parts in enumerate(resolved.layers)]
+        residual = make_residual_stream(MODULES, resolved)
+        made = [make_block(MODULES, parts, m, index, residual=residual) for index, parts in enumerate(resolved.layers)]
         attentions = [b.attention for b in made]
-        skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=positional_mixer(attentions))
+        skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=positional_mixer(attentions),
+                                 residual=residual)
         return make_decoder(resolved, skeleton, [b.block for b in made])
 
 
 def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Module]) -> Decoder:
-    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, norm, head."""
+    """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, residual stream,
+    norm, head."""
     m = resolved.spec
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     try:
@@ -64,6 +72,7 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             layer_scheme=skeleton.layer_scheme,
             blocks=blocks,
             final_norm=skeleton.final_norm,
+            residual=skeleton.residual,
             tie_embeddings=m.tie_embeddings,
             lm_head_bias=m.lm_head_bias,
             embedding_multiplier=multiplier,

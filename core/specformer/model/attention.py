@@ -57,7 +57,8 @@ class AttentionLayer(Protocol):
     written through ``ctx.cache.update(layer_index, ...)``; a layer that keeps something
     else declares ``cache_slots`` (a :class:`CacheSlots`, or None for nothing; read it
     with :func:`cache_slots_of`). ``S`` need never exceed ``window`` when the layer has
-    one (it attends to at most the ``window`` latest tokens). The positional scheme of
+    one (it attends to at most the ``window`` latest tokens), nor ``chunk`` when it declares
+    one (chunked local attention reads only its own chunk: see :func:`reach_of`). The positional scheme of
     the layer is sized by ``n_heads`` and by ``positional_dim`` when the layer declares
     one (the channels per head a rotary scheme turns; default ``head_dim``; see
     :func:`positional_dim_of`).
@@ -107,10 +108,20 @@ def cache_slots_of(layer: Any) -> CacheSlots | None:
     return CacheSlots(key_heads=kv, key_dim=hd, value_heads=kv, value_dim=hd)
 
 
+def reach_of(layer: Any) -> int | None:
+    """How many of the latest tokens ``layer`` ever reads: its ``window``, or its ``chunk`` (a chunked layer reads
+    only the tokens of its own chunk, never more than ``chunk`` back), the smaller of the two; None: every token.
+
+    What a cache must keep for it (a ring of this many slots) and what its attention costs per token at most.
+    """
+    spans = [s for s in (getattr(layer, "window", None), getattr(layer, "chunk", None)) if s is not None]
+    return min(spans) if spans else None
+
+
 def positional_dim_of(layer: Any) -> int:
     """Channels per head a positional scheme acts on: ``positional_dim`` when declared, else ``head_dim``."""
     dim = getattr(layer, "positional_dim", None)
     return int(dim if dim is not None else layer.head_dim)
 
 
-__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "positional_dim_of"]
+__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "positional_dim_of", "reach_of"]

@@ -44,6 +44,10 @@ class ForwardContext:
     # (B, T) integer document of each token (packed training): a query reads only keys of
     # its own document. None: a row is one document. Never given together with a cache.
     document_ids: Tensor | None = None
+    # (B, T) the token ids of this forward, for sublayers that route by id (hash-routed experts).
+    # A feed-forward reads it only when it declares ``reads_context = True``: the block then
+    # calls it as ``ffn(x, ctx)`` (plain ``ffn(x)`` otherwise).
+    token_ids: Tensor | None = None
     # Masks evaluated during this forward (dense, or a kernel's block form), filled by the
     # attention kernels so every layer with the same rule shares one; a fresh context per
     # forward, so they never outlive the positions they were built from.

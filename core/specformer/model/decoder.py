@@ -2,7 +2,9 @@
 
 A plain ``nn.Module``. It knows no concrete component: the builder hands it a
 positional scheme, a list of blocks (each built by a layout component from an
-attention, an ffn and norms) and a final norm.
+attention, an ffn and norms), the residual stream the blocks are joined to
+(:mod:`specformer.model.residual`: expanded after the embeddings, collapsed before the
+final norm) and a final norm.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from specformer.model.attention import AttentionLayer
 from specformer.model.context import ForwardContext, KVCache, default_positions
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
+from specformer.model.residual import ResidualStream
 
 
 class Decoder(nn.Module):
@@ -43,6 +46,7 @@ class Decoder(nn.Module):
         layer_positionals: list[PositionalScheme] = (),
         layer_scheme: list[int] | None = None,
         final_norm: nn.Module,
+        residual: ResidualStream | None = None,
         tie_embeddings: bool = True,
         lm_head_bias: bool = False,
         embedding_multiplier: float = 1.0,
@@ -71,6 +75,8 @@ class Decoder(nn.Module):
         self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
+        # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
+        self.residual = residual if residual is not None else ResidualStream()
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
         self.embedding_multiplier = embedding_multiplier
         self.logit_softcap = logit_softcap
@@ -121,9 +127,11 @@ class Decoder(nn.Module):
         if added is not None:
             x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
         x = self.embedding_dropout(x)
+        x = self.residual.expand(x)  # (B, T, D), or wider for a multi-stream residual
 
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         ctx.document_ids = document_ids
+        ctx.token_ids = input_ids
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:
@@ -183,11 +191,12 @@ class Decoder(nn.Module):
         return {s.restart_cache_at for s in self.positional_schemes() if s.restart_cache_at is not None}
 
     def head_logits(self, x: Tensor) -> Tensor:
-        """Logits ``(..., vocab_size)`` of a residual stream ``(..., d_model)``: final norm, LM head, scale, soft-cap.
+        """Logits ``(B, T, vocab_size)`` of a residual stream as the blocks pass it: collapsed to ``(B, T, d_model)``
+        (:meth:`ResidualStream.collapse`, a no-op for one stream), final norm, LM head, scale, soft-cap.
 
         The forward ends with this; the logit lens applies it to the stream after every layer.
         """
-        x = self.final_norm(x)
+        x = self.final_norm(self.residual.collapse(x))
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
         if self.logit_scale != 1.0:
             logits = logits * self.logit_scale

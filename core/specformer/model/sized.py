@@ -42,7 +42,8 @@ class Sized:
     ``n_kv_heads``, ``positional_dim``, ``uses_positions``, ``caches_tokens`` and ``keeps_state``
     (a recurrence: False, False, True); a positional scheme that adds
     to the token embeddings sets ``adds_to_embeddings``; a sublayer that is not there (the
-    ``none`` attention and ffn) sets ``absent``.
+    ``none`` attention and ffn) sets ``absent``; a residual stream gives ``n_streams`` and the
+    ``connection`` each block place gets (which a layout's check receives from ``make_residual()``).
     """
 
     #: Parameter elements of the module as built, its sub-parts included (``sum(p.numel() for p in
@@ -63,6 +64,11 @@ class Sized:
     adds_to_embeddings: bool = False
     #: True for a sublayer that is not there: a layout makes no norm that serves only it.
     absent: bool = False
+    #: For a residual stream and each of its connections: how many parallel streams it holds.
+    n_streams: int = 1
+    #: For a residual stream: the facts of one connection it makes (``make_residual()`` in a layout);
+    #: each place in each block gets its own, with these parameters.
+    connection: "Sized | None" = field(default=None, repr=False)
     #: The component's class name, for messages (filled in by the registry).
     name: str = ""
     #: Builds the component itself on the meta device (filled in by the registry; used by a

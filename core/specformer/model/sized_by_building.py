@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
+from specformer.model.residual import ResidualStream
 from specformer.model.state import state_slots_of, uses_positions
 from specformer.model.sized import Sized
 
@@ -28,7 +29,7 @@ def sized_by_building(component: Any, params: Any, sizes: dict[str, Any], *, fac
     """``component`` built on meta for ``sizes``: its :class:`Sized` facts, or (``facts=False``) the module."""
     with torch.device("meta"):
         module = component.make(params, **{name: _as_module(value) for name, value in sizes.items()})
-    return facts_of(module) if facts else module
+        return facts_of(module) if facts else module  # a stream's connection is made on meta too
 
 
 def facts_of(module: Any) -> Sized:
@@ -45,6 +46,8 @@ def facts_of(module: Any) -> Sized:
         keeps_state=state_slots_of(module) is not None,
         adds_to_embeddings=isinstance(module, PositionalScheme) and adds_to_embeddings(module),
         absent=bool(getattr(module, "absent", False)),
+        n_streams=int(getattr(module, "n_streams", 1)),
+        connection=facts_of(module.connection()) if isinstance(module, ResidualStream) else None,
         name=type(module).__name__,
         build=lambda: module,
     )

@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
 from specformer.model.positional import PositionalScheme
+from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.spec.check import estimate
 
 
@@ -30,7 +31,8 @@ class ModelSummary:
     for sliding-window layers). Training = 3 x forward: ``6N + 3 * attention``, which is the
     familiar ``6N + 12 * L * H * hd * T`` when values are as wide as keys and no layer slides.
     The KV cache per token is what one more token adds with every layer still growing;
-    at full context a sliding-window layer holds only its window (a ring, as generate keeps it).
+    at full context a sliding-window layer holds only its window, a chunked layer only its chunk (a ring, as
+    generate keeps it).
     A recurrent mixer (:mod:`specformer.model.state`) adds nothing per token: it keeps a state
     of fixed size per sequence (``state_elements_per_sequence``), and its recurrence costs the
     ``recurrent_flops_per_token`` it declares, whatever the context.
@@ -50,6 +52,8 @@ class ModelSummary:
     # What each mixer will run: ("attention kernel" or "mixer kernel", its describe_kernel(), e.g.
     # "sdpa (fused causal); flex for ...") -> layers.
     attention_kernels: "OrderedDict[tuple[str, str], int]" = field(default_factory=OrderedDict)
+    # The residual stream when it is not the default single one (its describe(), e.g. "mhc: 4 streams, ...").
+    residual_stream: str | None = None
 
     @property
     def forward_flops_per_token(self) -> int:
@@ -81,6 +85,7 @@ class ModelSummary:
             "kv_cache_bytes_at_context_bf16": self.kv_bytes_at_context(torch.bfloat16),
             "state_bytes_per_sequence_fp32": self.state_bytes_per_sequence(torch.float32),
             "context_length": self.context_length,
+            **({"residual_stream": self.residual_stream} if self.residual_stream is not None else {}),
         }
 
 
@@ -102,16 +107,17 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
     s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
     groups: OrderedDict[str, int] = OrderedDict(
-        (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "final_norm", "lm_head")
+        (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "residual", "final_norm", "lm_head")
     )
     for name, p in skeleton.named_parameters():
         top = name.split(".")[0]
         if top != "blocks":
             groups[top] = groups.get(top, 0) + p.numel()
     for block, count in blocks:
+        residuals = {name for name, m in block.named_children() if isinstance(m, ResidualConnection)}
         for name, p in block.named_parameters():
             part = name.split(".")[0]
-            key = part if part in ("attention", "ffn") else "block norms"
+            key = part if part in ("attention", "ffn") else "residual" if part in residuals else "block norms"
             groups[key] += p.numel() * count
     s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
     s.total = sum(groups.values())
@@ -129,11 +135,14 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     )
     s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
     s.active = s.total - inactive
+    stream = getattr(skeleton, "residual", None)
+    s.residual_stream = stream.describe() if isinstance(stream, ResidualStream) else None
     for block, count in blocks:
         attention = block.attention
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
         state = state_slots_of(attention)  # and per sequence (a recurrent mixer)
-        span = context_length if getattr(attention, "window", None) is None else min(attention.window, context_length)
+        reach = reach_of(attention)  # a sliding window or a chunk bounds what a layer reads and keeps
+        span = context_length if reach is None else min(reach, context_length)
         if kept is not None or state is None:  # softmax attention reads every key in its span
             value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
             s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
@@ -191,4 +200,6 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
         )
     for (label, kernel), layers in s.attention_kernels.items():
         lines.append(f"{label:<31}{kernel}  ({layers} layer{'s' if layers != 1 else ''})")
+    if s.residual_stream is not None:
+        lines.append(f"{'residual stream':<31}{s.residual_stream}")
     return "\n".join(lines)

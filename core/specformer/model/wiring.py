@@ -1,7 +1,8 @@
 """Which sizes each part of a resolved model receives: the builder's size flow, written once.
 
 A component receives its sizes and sub-parts, never the spec. Some sizes come from
-other parts: a layout receives its attention, ffn and a ``make_norm``; a positional scheme
+other parts: a layout receives its attention, ffn, a ``make_norm`` and a ``make_residual``
+(a connection to the model's residual stream, made once before the blocks); a positional scheme
 is sized by the heads of the mixer it serves (its ``n_heads`` and its positional width,
 :func:`~specformer.model.attention.positional_dim_of`); a layer that reads no positions
 takes no scheme. This module is that flow, over a :class:`Maker` that turns a resolved
@@ -37,6 +38,10 @@ class Maker(Protocol):
 
     def name(self, made: Any) -> str: ...
 
+    def connection(self, stream: Any) -> Any:
+        """A fresh connection of the residual ``stream`` for one place in one block."""
+        ...
+
 
 @dataclass
 class Block:
@@ -50,6 +55,7 @@ class Block:
 class Skeleton:
     """The model's parts outside the blocks, as made."""
 
+    residual: Any  # the residual stream the blocks were joined to
     positional: Any
     layer_positionals: list[Any]  # the distinct per-layer schemes beyond ``positional``
     layer_scheme: list[int] | None  # each layer's index into [positional, *layer_positionals]; None: all 0
@@ -77,10 +83,22 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if len(lines[0]) <= 300 else lines[0][:299] + "…"
 
 
-def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int) -> Block:
-    """One block (layout around attention, ffn and norms) for layer ``index``."""
+def make_residual_stream(maker: Maker, resolved: ResolvedModel) -> Any:
+    """The model's residual stream (``model.block.residual``): made once, its connections made by each block."""
+    return make_part(maker, resolved.residual, d_model=resolved.spec.d_model)
+
+
+def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: Any) -> Block:
+    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``."""
     attention = make_part(maker, parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
-    ffn = make_part(maker, parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+    ffn = make_part(maker, parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
+                    vocab_size=m.vocab_size)
+    connections: list[Any] = []
+
+    def make_residual() -> Any:
+        connections.append(maker.connection(residual))
+        return connections[-1]
+
     block = make_part(
         maker,
         parts["layout"],
@@ -88,9 +106,16 @@ def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index
         attention=attention,
         ffn=ffn,
         make_norm=_norm_maker(maker, parts["norm"], dim=m.d_model),
+        make_residual=make_residual,
         layer_index=index,
         n_layers=m.n_layers,
     )
+    if residual.n_streams != 1 and not connections:
+        # A layout that never asks for a connection adds its outputs to the stream itself: one stream only.
+        name = parts["layout"].resolved.component.name
+        raise SpecError([Problem(parts["layout"].path, f"layout {name!r} takes no make_residual, so it adds to a single "
+                                                       f"residual stream; it cannot run with the {residual.n_streams} "
+                                                       f"streams of model.block.residual (use residual: single)")])
     return Block(block, attention)
 
 
@@ -173,8 +198,10 @@ def check_layer_positionals(maker: Maker, resolved: ResolvedModel, blocks: list[
             make_layer_positional(maker, part, attention, resolved.spec)
 
 
-def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], *, first_attention: Any) -> Skeleton:
-    """The parts outside the blocks; per-layer schemes only when ``attentions`` (every layer's) are given."""
+def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], *, first_attention: Any,
+                  residual: Any) -> Skeleton:
+    """The parts outside the blocks around ``residual`` (the stream the blocks were joined to); per-layer schemes
+    only when ``attentions`` (every layer's) are given."""
     m = resolved.spec
     positional = make_part(
         maker,
@@ -185,7 +212,7 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
         context_length=m.context_length,
     )
     extra, chosen = layer_positionals(maker, resolved, attentions, positional, first_attention) if attentions else ([], None)
-    return Skeleton(positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
+    return Skeleton(residual, positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
 
 
 @dataclass
@@ -203,12 +230,14 @@ def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
     torch-free size check are this flow.
     """
     m = resolved.spec
-    blocks = [(make_block(maker, g.parts, m, g.group.first), g.group.count) for g in resolved.groups]
+    residual = make_residual_stream(maker, resolved)
+    blocks = [(make_block(maker, g.parts, m, g.group.first, residual=residual), g.group.count) for g in resolved.groups]
     check_layer_positionals(maker, resolved, [(b.attention, g.parts.get("positional"))
                                               for (b, _), g in zip(blocks, resolved.groups)])
     first = positional_mixer([b.attention for b, _ in blocks])
-    return Shapes(make_skeleton(maker, resolved, [], first_attention=first), blocks)
+    return Shapes(make_skeleton(maker, resolved, [], first_attention=first, residual=residual), blocks)
 
 
 __all__ = ["Block", "Maker", "Shapes", "Skeleton", "check_layer_positionals", "first_line", "layer_positionals",
-           "make_block", "make_layer_positional", "make_part", "make_skeleton", "positional_mixer", "size_flow"]
+           "make_block", "make_layer_positional", "make_part", "make_residual_stream", "make_skeleton",
+           "positional_mixer", "size_flow"]

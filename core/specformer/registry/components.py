@@ -47,7 +47,11 @@ KINDS: dict[str, Kind] = {
             ("d_model", "n_heads", "head_dim", "context_length"),
         ),
         Kind("norm", "A normalisation layer over the last dimension.", ("dim",)),
-        Kind("ffn", "The position-wise feed-forward sublayer of a block.", ("d_model", "layer_index", "n_layers")),
+        Kind(
+            "ffn",
+            "The position-wise feed-forward sublayer of a block (vocab_size: for routing by token id).",
+            ("d_model", "layer_index", "n_layers", "vocab_size"),
+        ),
         Kind(
             "attention",
             "The causal self-attention sublayer of a block.",
@@ -56,7 +60,13 @@ KINDS: dict[str, Kind] = {
         Kind(
             "layout",
             "How a block wires its norms, attention and feed-forward around the residual stream.",
-            ("d_model", "attention", "ffn", "make_norm", "layer_index", "n_layers"),
+            ("d_model", "attention", "ffn", "make_norm", "make_residual", "layer_index", "n_layers"),
+        ),
+        Kind(
+            "residual",
+            "The residual stream the blocks read and write: one stream, or several mixed by learned weights "
+            "(expanded from the embeddings, collapsed before the final norm).",
+            ("d_model",),
         ),
     )
 }

@@ -29,6 +29,7 @@ _COMPONENT_FIELDS = {
     ("BlockSpec", "attention"): "attention",
     ("BlockSpec", "ffn"): "ffn",
     ("BlockSpec", "positional"): "positional",
+    ("BlockSpec", "residual"): "residual",
 }
 
 

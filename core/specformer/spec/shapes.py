@@ -81,6 +81,11 @@ class BlockSpec(StrictNumbers):
         description=("The positional scheme inside this block's attention (rope, alibi, none); default model.positional. "
                      "Schemes that add to the embeddings (learned, sinusoidal) are model-level only."),
     )
+    residual: ComponentRef = Field(
+        default_factory=lambda: ComponentRef(kind="single"),
+        description=("The residual stream every block reads and writes (single; or several streams, mhc). "
+                     "One for the whole model: a layer override cannot change it."),
+    )
 
 
 BLOCK_FIELDS = ("layout", "norm", "attention", "ffn")

@@ -17,7 +17,7 @@ which ``build``, ``load`` and ``summary`` use, refuses such a model there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specformer.errors import Problem, SpecError
@@ -44,6 +44,12 @@ class SizedMaker:
     def name(self, made: Sized) -> str:
         return made.name
 
+    def connection(self, stream: Sized) -> Sized:
+        made = stream.connection if stream.connection is not None else Sized(parameters=0)
+        # A layout that declares no check is built around real connections, made by the stream built on meta.
+        build = None if stream.build is None else (lambda: stream.build().connection())
+        return replace(made, name=made.name or "ResidualConnection", build=build)
+
 
 SIZED = SizedMaker()
 
@@ -62,8 +68,9 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     embedding = m.padded_vocab_size * m.d_model
     head = 0 if m.tie_embeddings else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
     blocks = [None if b.block.parameters is None else b.block.parameters * count for b, count in shapes.blocks]
-    parameters = total(embedding, head, shapes.skeleton.positional.parameters, shapes.skeleton.final_norm.parameters,
-                       *blocks)
+    skeleton = shapes.skeleton
+    parameters = total(embedding, head, skeleton.residual.parameters, skeleton.positional.parameters,
+                       skeleton.final_norm.parameters, *blocks)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)

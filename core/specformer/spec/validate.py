@@ -46,6 +46,7 @@ class ResolvedModel:
     spec: ModelSpec
     positional: ResolvedPart
     final_norm: ResolvedPart
+    residual: ResolvedPart
     groups: list[ResolvedGroup] = field(default_factory=list)
     selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
 
@@ -94,6 +95,7 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     positional = resolve("positional", model.positional.as_dict(), "model.positional")
     final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
     final_norm = resolve("norm", model.final_norm_ref(), final_path)
+    residual = resolve("residual", model.block.residual.as_dict(), "model.block.residual")
     groups = []
     for group in group_layers(model.n_layers, selections):
         block = model.block_with(group.overrides)
@@ -120,9 +122,9 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
             if part is not None:
                 parts["positional"] = part
         groups.append(ResolvedGroup(group, parts))
-    if problems or positional is None or final_norm is None:
+    if problems or positional is None or final_norm is None or residual is None:
         return None, problems
-    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, groups=groups,
+    return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
                          selections=membership(selections)), []
 
 

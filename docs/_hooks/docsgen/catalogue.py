@@ -24,6 +24,7 @@ KIND_TITLES = {
     "ffn": "Feed-forward networks",
     "attention": "Attention",
     "layout": "Block layouts",
+    "residual": "Residual streams",
     "sampler": "Samplers",
 }
 

@@ -387,8 +387,14 @@ class Rope(Part):
     write_fraction: bool = False
     #: Positional kinds some layers may have instead of this rope, mapped by another part (NoPE layers: "none").
     other_layers: tuple[str, ...] = ()
+    #: A top-level field giving the rotated channels per head, for partial_rotary_factor = it / head_dim when the
+    #: config gives no factor itself (MiniMax-M2's rotary_dim).
+    rotary_dim_key: str | None = None
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        if self.rotary_dim_key and cfg.get(self.rotary_dim_key, None) is not None:
+            head_dim = attention_sizes(cfg)["head_dim"]
+            cfg.data.setdefault("partial_rotary_factor", cfg.get_size(self.rotary_dim_key) / head_dim)
         positional = rope(cfg, rope_types=self.rope_types, extra_legacy=dict(self.extra_legacy),
                           original_override=self.original_override, partial=self.partial)
         if self.partial:
@@ -576,26 +582,40 @@ class Refuse(Part):
     key: str
     allowed: tuple[Any, ...]
     why: str
+    #: A field the family's config class lacks (only some config.json files have it): absent is None.
+    optional: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        cfg.require(self.key, self.allowed, why=self.why)
+        if self.optional:
+            cfg.require(self.key, self.allowed, why=self.why, default=None)
+        else:
+            cfg.require(self.key, self.allowed, why=self.why)
 
 
 @dataclass(frozen=True)
 class QKNorm(Part):
-    """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2); always on."""
+    """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2).
+
+    Always on, unless ``switch`` names a boolean config field that turns it on (GLM-4.5's use_qk_norm).
+    """
 
     scope: str = "head"
     eps_key: str = "rms_norm_eps"
     #: 1 for Gemma 3's (1 + w) weights.
     offset: float = 0.0
+    switch: str | None = None
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        if self.switch and not cfg.get(self.switch):
+            return
         attention = model.setdefault("block", {}).setdefault("attention", {})
         attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset), qk_norm_scope=self.scope)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        if view.uniform("attention", "qk_norm") is None:
+        on = view.uniform("attention", "qk_norm") is not None
+        if self.switch:
+            config[self.switch] = on
+        elif not on:
             raise NotExpressible("model.block.attention.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
 
     def rules(self) -> list[Rule]:
@@ -704,6 +724,159 @@ class LayerTypes(Part):
                                  for w in view.per_layer("attention", "window")]
 
 
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+@dataclass(frozen=True)
+class LayerTypeRopes(Part):
+    """layer_types (default: every ``pattern``-th layer global), sliding_window and rope_parameters per layer type
+    <-> per-layer windows and per-layer rope schemes (Gemma 3, OLMo 3).
+
+    transformers 5 writes ``rope_parameters: {sliding_attention: {...}, full_attention: {...}}``. Older files have
+    ``rope_theta`` and ``rope_scaling`` for the global layers and, for the sliding ones, ``local_theta_key``
+    (Gemma 3's rope_local_base_freq) or else the family's default ``theta``. ``pattern_key``: the config field
+    that may change the pattern. ``flat_is_full``: a flat rope_parameters (no layer types) is the global layers'
+    (Gemma 3); False: refused, as transformers' OLMo 3 ignores it.
+    """
+
+    pattern: int
+    theta: Mapping[str, float]
+    pattern_key: str | None = "sliding_window_pattern"
+    local_theta_key: str | None = None
+    flat_is_full: bool = True
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        n_layers = cfg.get_layers("num_hidden_layers")
+        pattern = self.pattern
+        if self.pattern_key:
+            pattern = cfg.get(self.pattern_key, pattern)
+            # transformers 5 saves the pattern as _sliding_window_pattern; layer_types, always saved too, say the same.
+            cfg.mark_read(f"_{self.pattern_key}")
+        types = layer_types_from_config(cfg, ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                              for i in range(n_layers)])
+        window = cfg.get("sliding_window")
+        _windowed(model, [window if t == "sliding_attention" else None for t in types])
+        schemes = {t: self._rope(cfg, t) for t in LAYER_TYPES}
+        base = max(LAYER_TYPES, key=types.count)  # the scheme of most layers is the model's
+        model["positional"] = schemes[base]
+        other = [i for i, t in enumerate(types) if t != base]
+        if other and schemes[base] != schemes[types[other[0]]]:
+            model.setdefault("layers", []).append({"select": _selection(other, n_layers), "positional": schemes[types[other[0]]]})
+
+    def _rope(self, cfg: ConfigReader, layer_type: str) -> dict[str, Any]:
+        cfg.mark_read("rope_parameters", "rope_scaling", "rope_theta", *([self.local_theta_key] if self.local_theta_key else []))
+        stored = cfg.data.get("rope_parameters")
+        if isinstance(stored, dict) and any(t in stored for t in LAYER_TYPES):
+            params = dict(stored.get(layer_type) or {})
+        elif stored is not None and cfg.data.get("rope_scaling") is None and not self.flat_is_full:
+            raise UserError(f"{cfg.family}: rope_parameters {stored!r} has no per-layer-type entries, which transformers' "
+                            f"{cfg.family} ignores; write {{sliding_attention: {{...}}, full_attention: {{...}}}}")
+        elif layer_type == "full_attention":
+            params = {**(cfg.data.get("rope_scaling") or stored or {})}
+            if cfg.data.get("rope_theta") is not None:
+                params.setdefault("rope_theta", cfg.data["rope_theta"])
+        else:
+            params = {"rope_type": "default"}
+            if self.local_theta_key and cfg.data.get(self.local_theta_key) is not None:
+                params["rope_theta"] = cfg.data[self.local_theta_key]
+        if not isinstance(params, dict):
+            raise UserError(f"{cfg.family}: rope parameters of {layer_type} layers must be a mapping, got {params!r}")
+        params.setdefault("rope_theta", self.theta[layer_type])
+        # One layer type's rope, read by the shared rope reader as if it were the whole config's.
+        single = ConfigReader({"rope_parameters": params, "max_position_embeddings": cfg.get("max_position_embeddings")},
+                              defaults={}, family=f"{cfg.family} ({layer_type} layers)")
+        scheme = rope(single)
+        cfg.unused.extend(single.unused)
+        return scheme
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        windows = view.per_layer("attention", "window")
+        sliding = {w for w in windows if w is not None}
+        if len(sliding) > 1:
+            raise NotExpressible("model.layers[*].attention.window", f"several window sizes {sorted(sliding)}; Hugging Face {view.name} has one sliding_window")
+        types = ["sliding_attention" if w is not None else "full_attention" for w in windows]
+        schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
+        params: dict[str, Any] = {}
+        for layer_type in LAYER_TYPES:
+            mine = [(i, s) for i, (t, s) in enumerate(zip(types, schemes)) if t == layer_type]
+            for i, scheme in mine[1:]:
+                if scheme != mine[0][1]:
+                    raise NotExpressible(f"model.layers[{i}].positional", f"differs from layer {mine[0][0]}'s; Hugging Face "
+                                         f"{view.name} has one rope for all {layer_type} layers")
+            if mine:
+                params[layer_type] = rope_parameters_of(mine[0][1], view.name, path=f"model.layers[{mine[0][0]}].positional",
+                                                        context_length=view.model.context_length)
+        for layer_type in LAYER_TYPES:  # a type no layer has still needs parameters
+            params.setdefault(layer_type, next(iter(params.values())))
+        config.update(rope_parameters=params, layer_types=types, sliding_window=sliding.pop() if sliding else None)
+
+
+@dataclass(frozen=True)
+class SlidingRopeGlobalNope(Part):
+    """layer_types (default: every sliding_window_pattern-th layer global), sliding_window and rope_parameters <->
+    per-layer windows, a rope on the sliding layers and ``positional: none`` on the global ones (Cohere2, EXAONE 4).
+
+    ``interleaved``: the rope rotates adjacent pairs (Cohere). ``rope_without_window``: with sliding_window null
+    every layer is global and has the rope (EXAONE 4, whose attention skips the rope only on the global layers
+    of a model with windows).
+    """
+
+    interleaved: bool = False
+    rope_without_window: bool = False
+    pattern: int = 4
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        n_layers = cfg.get_layers("num_hidden_layers")
+        window = cfg.get("sliding_window")
+        pattern = cfg.get("sliding_window_pattern", self.pattern)
+        cfg.mark_read("_sliding_window_pattern")
+        if self.rope_without_window and window is None:
+            default = ["full_attention"] * n_layers
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+            default = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+        elif cfg.get("layer_types", None) is not None:
+            default = []  # layer_types decide (EXAONE 4's "LLLG" beside them)
+        else:
+            raise UserError(f"{cfg.family}: sliding_window_pattern {pattern!r} without layer_types is not supported "
+                            "(transformers builds layer_types from a positive integer only); give layer_types")
+        types = layer_types_from_config(cfg, default)
+        model["positional"] = {**rope(cfg), "interleaved": True} if self.interleaved else rope(cfg)
+        if self.rope_without_window and window is None:
+            if "sliding_attention" in types:
+                raise UserError(f"{cfg.family}: layer_types names sliding_attention layers but sliding_window is null; "
+                                "set sliding_window, or make every layer full_attention")
+            _windowed(model, [None] * n_layers)
+            return
+        _windowed(model, [window if t == "sliding_attention" else None for t in types])
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        if full:
+            model.setdefault("layers", []).append({"select": _selection(full, n_layers), "positional": "none"})
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        windows = view.per_layer("attention", "window")
+        sliding = {w for w in windows if w is not None}
+        schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
+        everywhere = self.rope_without_window and not sliding and all(s == view.positional for s in schemes)
+        if len(sliding) != 1 and not everywhere:
+            raise NotExpressible("model.layers[*].attention.window", f"Hugging Face {view.name} has one sliding_window "
+                                 f"on its local layers (got {sorted(sliding) or 'none'})"
+                                 + (", or none and the rope on every layer" if self.rope_without_window else ""))
+        for i, (window, scheme) in enumerate(zip(windows, schemes)):
+            wanted = "rope" if window is not None or everywhere else "none"
+            if scheme["kind"] != wanted or (wanted == "rope" and scheme != view.positional):
+                raise NotExpressible(f"model.layers[{i}].positional", f"Hugging Face {view.name}'s "
+                                     f"{'sliding' if window else 'global'} layers use {wanted}"
+                                     + (" (model.positional)" if wanted == "rope" else ""))
+        pos = view.positional
+        if bool(pos.get("interleaved")) != self.interleaved:
+            raise NotExpressible("model.positional.interleaved", f"Hugging Face {view.name} rotates "
+                                 + ("adjacent pairs (interleaved: true)" if self.interleaved else "halves (interleaved: false)"))
+        params = rope_parameters_of({**pos, "interleaved": False}, view.name, path="model.positional",
+                                    context_length=view.model.context_length)
+        config.update(rope_parameters=params, sliding_window=sliding.pop() if sliding else None,
+                      layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
+
+
 @dataclass(frozen=True)
 class QwenWindows(Part):
     """use_sliding_window, sliding_window, max_window_layers (transformers 4) and layer_types <-> per-layer windows."""
@@ -789,6 +962,16 @@ def _shared_halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
+def _plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool) -> bool:
+    """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias; NotExpressible otherwise."""
+    plain = {"n_group": 1, "topk_group": 1, "scaling_factor": 1.0, "bias": False}
+    if (router or {}).get("kind") != "sigmoid_topk" or any(router.get(k, v) != v for k, v in plain.items()) \
+            or (always_normalize and not router.get("normalize", True)):
+        raise NotExpressible("model.block.ffn.router", f"Hugging Face {family} routes with sigmoid_topk (a selection bias, "
+                             "no groups, scaling_factor 1, no score bias" + (", normalize: true)" if always_normalize else ")"))
+    return bool(router.get("normalize", True))
+
+
 @dataclass(frozen=True)
 class MixtureOfExperts(Part):
     """A routed mixture of gated experts (softmax over all experts, then top-k), in place of the gated feed-forward.
@@ -799,6 +982,8 @@ class MixtureOfExperts(Part):
     expert of width shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate . x)
     (Qwen2-MoE). ``dense``: decoder_sparse_step and mlp_only_layers make some layers a plain
     gated feed-forward of width intermediate_size (Qwen-MoE), written as ``layers:`` overrides.
+    ``selection_bias``: the names (saved, in memory) of a per-expert bias that only picks experts; the
+    router is then ``sigmoid_topk`` (sigmoid scores, the chosen ones renormalised; MiniMax-M2).
     """
 
     n_experts: str = "num_experts"
@@ -812,6 +997,7 @@ class MixtureOfExperts(Part):
     dense: bool = False
     #: Other names config.json may give the expert count (Qwen3-MoE saves num_local_experts, its hub files num_experts).
     n_experts_aliases: tuple[str, ...] = ()
+    selection_bias: tuple[str, ...] = ()
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -828,6 +1014,9 @@ class MixtureOfExperts(Part):
             "normalize_topk": bool(cfg.get(self.normalize)) if self.normalize else True,
             "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
         }
+        if self.selection_bias:
+            ffn["router"] = {"kind": "sigmoid_topk", "normalize": ffn.pop("normalize_topk")}
+            del ffn["routing"]
         if self.shared:
             ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"), shared_gate=True)
         model.setdefault("block", {})["ffn"] = ffn
@@ -855,7 +1044,10 @@ class MixtureOfExperts(Part):
         if any(f != moe[0] for f in moe[1:]):
             raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one expert setting")
         ffn = moe[0]
-        if ffn.get("router") is not None:
+        normalize = ffn["normalize_topk"]
+        if self.selection_bias:
+            normalize = _plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None)
+        elif ffn.get("router") is not None:
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "
                                  "(write it with routing and normalize_topk)")
         for key, wanted in (("expert_bias", False), ("swiglu_limit", None), ("routing", "softmax_then_topk"), ("gated", True)):
@@ -870,7 +1062,7 @@ class MixtureOfExperts(Part):
             "router_aux_loss_coef": ffn["aux_loss_coef"],
         })
         if self.normalize:
-            config[self.normalize] = ffn["normalize_topk"]
+            config[self.normalize] = normalize
         if self.shared:
             if ffn.get("n_shared_experts") != 1 or not ffn.get("shared_gate"):
                 raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one gated shared expert "
@@ -889,6 +1081,8 @@ class MixtureOfExperts(Part):
 
     def rules(self) -> list[Rule]:
         rules = expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+        if self.selection_bias:
+            rules.append(OneOf(*(Copy(name, "blocks.{i}.ffn.router.selection_bias") for name in self.selection_bias)))
         if self.shared:
             rules += [
                 Fused([f"{MLP}.shared_expert.gate_proj.weight", f"{MLP}.shared_expert.up_proj.weight"],
@@ -899,6 +1093,75 @@ class MixtureOfExperts(Part):
         if self.dense:
             rules += GatedFFN().rules()  # the dense layers' mlp (a rule whose parameters a layer lacks is skipped)
         return rules
+
+
+@dataclass(frozen=True)
+class GroupedExperts(Part):
+    """n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, norm_topk_prob,
+    routed_scaling_factor, n_group, topk_group, first_k_dense_replace <-> ffn moe with a sigmoid_topk router
+    (e_score_correction_bias is its selection_bias) and ``layers:`` overrides for the dense first layers
+    (DeepSeek-V3's experts, which GLM-4.5 shares field for field and tensor for tensor)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        n_shared = cfg.get_int("n_shared_experts") or 0
+        ffn: dict[str, Any] = {
+            "kind": "moe",
+            "n_experts": cfg.get_int("n_routed_experts"),
+            "top_k": cfg.get_int("num_experts_per_tok"),
+            "hidden": cfg.get_int("moe_intermediate_size"),
+            "activation": activation,
+            "router": {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
+                       "scaling_factor": cfg.get_float("routed_scaling_factor"),
+                       "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1},
+            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss
+        }
+        if n_shared:
+            ffn["n_shared_experts"] = n_shared
+        model.setdefault("block", {})["ffn"] = ffn
+        dense = min(cfg.get_int("first_k_dense_replace") or 0, cfg.get_layers("num_hidden_layers"))
+        if dense:
+            model.setdefault("layers", []).append({"select": 0 if dense == 1 else f"0:{dense}", "ffn": {
+                "kind": "swiglu" if activation == "silu" else "geglu", "hidden": cfg.get_int("intermediate_size"),
+                "activation": activation}})
+        # The multi-token prediction modules are not part of the causal LM; intermediate_size only sizes dense layers.
+        cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "intermediate_size")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = view.per_layer("ffn", "kind")
+        dense = [i for i, k in enumerate(kinds) if k != "moe"]
+        if dense != list(range(len(dense))) or len(dense) == len(kinds):
+            raise NotExpressible("model.layers[*].ffn", f"Hugging Face {view.name} has dense layers first, then moe layers")
+        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
+        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
+        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
+            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
+        ffn, router = moe[0], moe[0].get("router") or {}
+        if router.get("kind") != "sigmoid_topk" or router.get("bias"):
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
+        hidden = ffn["hidden"]
+        if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
+            raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")
+        config.update(n_routed_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], moe_intermediate_size=hidden,
+                      n_shared_experts=ffn["n_shared_experts"], norm_topk_prob=router["normalize"],
+                      routed_scaling_factor=router["scaling_factor"], n_group=router["n_group"],
+                      topk_group=router["topk_group"], first_k_dense_replace=len(dense),
+                      hidden_act={"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[ffn["activation"]])
+        if dense:
+            widths = {view.view.layers[i]["ffn"]["hidden"] for i in dense}
+            if len(widths) > 1:
+                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; one intermediate_size")
+            config["intermediate_size"] = widths.pop()
+
+    def rules(self) -> list[Rule]:
+        return [
+            *expert_rules(saved=MLP),
+            Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias"),
+            Fused([f"{MLP}.shared_experts.gate_proj.weight", f"{MLP}.shared_experts.up_proj.weight"],
+                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves),
+            Copy(f"{MLP}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+            *GatedFFN().rules(),  # the dense first layers
+        ]
 
 
 @dataclass(frozen=True)
@@ -988,9 +1251,9 @@ def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | N
 
 
 __all__ = [
-    "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "LAYER", "LLAMA_PARTS",
-    "LayerNorm", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
-    "Rope", "Sizes", "Switch", "SwitchedWindows", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
+    "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "GroupedExperts", "LAYER", "LLAMA_PARTS",
+    "LAYER_TYPES", "LayerNorm", "LayerTypeRopes", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
+    "Rope", "Sizes", "SlidingRopeGlobalNope", "Switch", "SwitchedWindows", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
     "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
     "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "no_rope_flags", "replace_part", "rmsnorm",
     "rmsnorm_config", "rope", "rope_config", "rope_parameters_of", "single_window", "window_layers",

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specformer_hf.config import ConfigReader, activation_from_hf
-from specformer_hf.families.common import (ATTN, MLP, FamilyView, GatedFFN, Layout, Part, RMSNorm, Sizes,
-                                           _shared_halves, decoder_family, expert_rules, rope, rope_parameters_of)
-from specformer_hf.rules import Copy, Fused, Rule
+from specformer_hf.config import ConfigReader
+from specformer_hf.families.common import (ATTN, FamilyView, GroupedExperts, Layout, Part, RMSNorm, Sizes, decoder_family,
+                                           rope, rope_parameters_of)
+from specformer_hf.rules import Copy, Rule
 from specformer_hf.specview import NotExpressible
 
 #: transformers' DeepseekV3Config defaults.
@@ -86,74 +86,6 @@ class LatentAttention(Part):
                              for p in ("weight", "bias")]
         return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
                         Copy(f"{ATTN}.kv_a_layernorm.weight", "blocks.{i}.attention.kv_norm.weight")]
-
-
-@dataclass(frozen=True)
-class GroupedExperts(Part):
-    """n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, norm_topk_prob,
-    routed_scaling_factor, n_group, topk_group, first_k_dense_replace <-> ffn moe with a sigmoid_topk router
-    (e_score_correction_bias is its selection_bias) and ``layers:`` overrides for the dense first layers."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        activation = activation_from_hf(cfg, "hidden_act")
-        n_shared = cfg.get_int("n_shared_experts") or 0
-        ffn: dict[str, Any] = {
-            "kind": "moe",
-            "n_experts": cfg.get_int("n_routed_experts"),
-            "top_k": cfg.get_int("num_experts_per_tok"),
-            "hidden": cfg.get_int("moe_intermediate_size"),
-            "activation": activation,
-            "router": {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
-                       "scaling_factor": cfg.get_float("routed_scaling_factor"),
-                       "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1},
-            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss
-        }
-        if n_shared:
-            ffn["n_shared_experts"] = n_shared
-        model.setdefault("block", {})["ffn"] = ffn
-        dense = min(cfg.get_int("first_k_dense_replace") or 0, cfg.get_layers("num_hidden_layers"))
-        if dense:
-            model.setdefault("layers", []).append({"select": 0 if dense == 1 else f"0:{dense}", "ffn": {
-                "kind": "swiglu" if activation == "silu" else "geglu", "hidden": cfg.get_int("intermediate_size"),
-                "activation": activation}})
-        # The multi-token prediction modules are not part of the causal LM; intermediate_size only sizes dense layers.
-        cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "intermediate_size")
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        kinds = view.per_layer("ffn", "kind")
-        dense = [i for i, k in enumerate(kinds) if k != "moe"]
-        if dense != list(range(len(dense))) or len(dense) == len(kinds):
-            raise NotExpressible("model.layers[*].ffn", f"Hugging Face {view.name} has dense layers first, then moe layers")
-        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
-        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
-        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
-            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
-        ffn, router = moe[0], moe[0].get("router") or {}
-        if router.get("kind") != "sigmoid_topk" or router.get("bias"):
-            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
-        hidden = ffn["hidden"]
-        if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
-            raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")
-        config.update(n_routed_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], moe_intermediate_size=hidden,
-                      n_shared_experts=ffn["n_shared_experts"], norm_topk_prob=router["normalize"],
-                      routed_scaling_factor=router["scaling_factor"], n_group=router["n_group"],
-                      topk_group=router["topk_group"], first_k_dense_replace=len(dense),
-                      hidden_act={"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[ffn["activation"]])
-        if dense:
-            widths = {view.view.layers[i]["ffn"]["hidden"] for i in dense}
-            if len(widths) > 1:
-                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; one intermediate_size")
-            config["intermediate_size"] = widths.pop()
-
-    def rules(self) -> list[Rule]:
-        return [
-            *expert_rules(saved=MLP),
-            Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias"),
-            Fused([f"{MLP}.shared_experts.gate_proj.weight", f"{MLP}.shared_experts.up_proj.weight"],
-                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves),
-            Copy(f"{MLP}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
-            *GatedFFN().rules(),  # the dense first layers
-        ]
 
 
 FAMILY = decoder_family(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, MLP, ATTN, FamilyView, Fixed, GatedFFN, LayerTypes, Part,
+from specformer_hf.families.common import (LLAMA_PARTS, MLP, ATTN, FamilyView, GatedFFN, LayerTypes, Part,
                                            Switch, decoder_family, replace_part)
 from specformer_hf.rules import Copy, InterleavedGateUp, Rule, TransposedExperts
 from specformer_hf.specview import NotExpressible

@@ -31,9 +31,9 @@ from specformer_layers import default_gated_hidden
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.families.common import (_GATED_KIND, GATED_FFNS, LAYER, Attention, FamilyView, Layout, Part,
                                            RMSNorm, Rope, Sizes, _selection, attention_sizes, decoder_family)
-from specformer_hf.families.hybrid import (Where, embedding_multiplier_config, exact_preimage, keeps_keys, keeps_state,
+from specformer_hf.families.hybrid import (embedding_multiplier_config, exact_preimage, keeps_keys, keeps_state,
                                            mamba2_config, mamba2_mixer, mamba2_rules, uniform_mixers)
-from specformer_hf.rules import Copy, OneOf, Rule
+from specformer_hf.rules import AtLayers, Copy, OneOf, Rule
 from specformer_hf.specview import NotExpressible
 
 #: transformers' GraniteMoeHybridConfig defaults.
@@ -187,8 +187,9 @@ class GraniteMixers(Part):
                           mamba_expand=d_inner // view.model.d_model, mamba_proj_bias=m["bias"])
 
     def rules(self) -> list[Rule]:
-        attention = [Where(rule, lambda site: keeps_keys(site.attention)) for rule in Attention().rules()]
-        mamba = [Where(rule, lambda site: keeps_state(site.attention))
+        attention = [AtLayers(rule, where=lambda site: keeps_keys(site.attention), layers="attention")
+                     for rule in Attention().rules()]
+        mamba = [AtLayers(rule, where=lambda site: keeps_state(site.attention), layers="Mamba-2")
                  for rule in mamba2_rules(f"{LAYER}.mamba", "blocks.{i}.attention")]
         return attention + mamba
 

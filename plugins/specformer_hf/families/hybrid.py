@@ -6,14 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from torch import Tensor
-
 from specformer.errors import UserError
 from specformer.model.attention import cache_slots_of
 from specformer.model.state import state_slots_of
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.rules import Copy, DepthwiseConv, Rule, Site
+from specformer_hf.rules import Copy, DepthwiseConv, Rule
 from specformer_hf.specview import NotExpressible
 
 
@@ -107,42 +105,6 @@ def uniform_mixers(mixers: list[dict[str, Any]], *, family: str, what: str) -> d
     return first
 
 
-class Where(Rule):
-    """``rule`` at the layers where ``applies(site)``; elsewhere it names a parameter no model has, so it is skipped.
-
-    In a hybrid, attention and Mamba-2 layers both have an ``attention.out`` projection, from
-    different checkpoint tensors (``self_attn.o_proj``, ``mamba.out_proj``): each rule must
-    claim only the layers of its own mixer.
-    """
-
-    ABSENT = "<not in this layer>"
-
-    def __init__(self, rule: Rule, applies: Callable[[Site], bool]) -> None:
-        self.rule, self.applies = rule, applies
-        self.hf, self.ours = rule.hf, rule.ours
-
-    @property
-    def per_layer(self) -> bool:
-        return self.rule.per_layer
-
-    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        hf, ours = self.rule.expand_at(site)
-        return (hf, ours) if self.applies(site) else (hf, (self.ABSENT,))
-
-    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple[Rule, tuple[str, ...], tuple[str, ...]]:
-        chosen, hf, ours = self.rule.for_import(site, present)
-        return (chosen, hf, ours) if self.applies(site) else (chosen, hf, (self.ABSENT,))
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self.rule.to_ours(tensors, site)
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self.rule.to_hf(tensors, site)
-
-    def describe(self) -> str:
-        return self.rule.describe()
-
-
 def keeps_state(mixer: Any) -> bool:
     """A recurrent mixer (Mamba-2): it declares a state per sequence."""
     return state_slots_of(mixer) is not None
@@ -174,5 +136,5 @@ def embedding_multiplier_config(model: Any) -> float:
     return float(model.embedding_multiplier)
 
 
-__all__ = ["Where", "dt_limits", "embedding_multiplier_config", "exact_preimage", "json_float",
+__all__ = ["dt_limits", "embedding_multiplier_config", "exact_preimage", "json_float",
            "keeps_keys", "keeps_state", "mamba2_config", "mamba2_mixer", "mamba2_rules", "uniform_mixers"]

@@ -15,13 +15,12 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-import torch
 from torch import Tensor
 
 from specformer_hf.families.common import (ATTN, LAYER, MLP, FamilyView, Layout, Part, RMSNorm, Sizes, _selection,
                                            _shared_halves, decoder_family, default_gated_hidden, expert_rules)
 from specformer_hf.families.deepseek_v3 import LATENT_EPS, LatentAttention
-from specformer_hf.rules import Copy, Fused, OneOf, Rule, Site, halves
+from specformer_hf.rules import Copy, DepthwiseConv, Fused, OneOf, Rule, Site, halves
 from specformer_hf.specview import NotExpressible
 
 #: transformers' KimiLinearConfig defaults, under the names the family's parts read.
@@ -191,21 +190,6 @@ def _kda_qkv_sizes(site: Site) -> tuple[int, int, int]:
     return a.n_heads * a.head_dim, a.n_heads * a.head_dim, a.n_heads * a.value_head_dim
 
 
-class ConvWeights(Rule):
-    """Depthwise ``nn.Conv1d`` weights ``(C_i, 1, K)`` (q, k and v apart as saved, or one stacked as transformers
-    holds it) <-> our ``conv_weight`` ``(C, K)`` over the concatenated channels."""
-
-    def __init__(self, hf: list[str], ours: str) -> None:
-        self.hf, self.ours = tuple(hf), (ours,)
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [torch.cat(tensors, dim=0).squeeze(1)]  # (C, K)
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        sizes = _kda_qkv_sizes(site) if len(self.hf) == 3 else (tensors[0].shape[0],)
-        return [part.unsqueeze(1).contiguous() for part in tensors[0].split(list(sizes), dim=0)]
-
-
 class HeadDecayRate(Rule):
     """``A_log`` ``(1, 1, H, 1)`` <-> ours ``(H,)``."""
 
@@ -231,8 +215,8 @@ def _kda_rules() -> list[Rule]:
     return [
         Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"], f"{_OURS}.qkv.weight",
               sizes=_kda_qkv_sizes),
-        OneOf(ConvWeights([f"{ATTN}.{x}_conv1d.weight" for x in "qkv"], f"{_OURS}.conv_weight"),
-              ConvWeights([f"{ATTN}.conv1d.weight"], f"{_OURS}.conv_weight")),
+        OneOf(DepthwiseConv([f"{ATTN}.{x}_conv1d.weight" for x in "qkv"], f"{_OURS}.conv_weight", sizes=_kda_qkv_sizes),
+              DepthwiseConv(f"{ATTN}.conv1d.weight", f"{_OURS}.conv_weight")),
         *(OneOf(Copy(f"{ATTN}.{name}", f"{_OURS}.{ours}"), Copy(f"{gate}.{name}", f"{_OURS}.{ours}"))
           for name, ours in (("f_a_proj.weight", "f_a.weight"), ("f_b_proj.weight", "f_b.weight"), ("dt_bias", "dt_bias"))),
         OneOf(HeadDecayRate(f"{ATTN}.A_log", f"{_OURS}.A_log"), HeadDecayRate(f"{gate}.A_log", f"{_OURS}.A_log")),

@@ -12,12 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from torch import Tensor
-
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.common import FamilyView, Part, decoder_family
-from specformer_hf.rules import Copy, DepthwiseConv, Rule, Site
+from specformer_hf.families.hybrid import json_float, mamba2_rules
+from specformer_hf.rules import Copy, Rule
 from specformer_hf.specview import NotExpressible
 
 #: transformers' Mamba2Config defaults.
@@ -72,7 +71,7 @@ class Mamba2Mixer:
             limit = cfg.get("time_step_limit")
             if not isinstance(limit, (list, tuple)) or len(limit) != 2:
                 raise UserError(f"{cfg.family}: time_step_limit must be [min, max], got {limit!r}")
-            low, high = _json_float(limit[0]), _json_float(limit[1])
+            low, high = json_float(limit[0], cfg.family), json_float(limit[1], cfg.family)
             mixer.update(dt_min=low, dt_max=None if math.isinf(high) else high)
         else:
             cfg.mark_read("time_step_limit")  # transformers' Nemotron-H clamps at time_step_min and ignores it
@@ -105,24 +104,7 @@ class Mamba2Mixer:
         return out
 
     def rules(self) -> list[Rule]:
-        at, ours = f"{self.layer}.mixer", "blocks.{i}.attention"
-        return [
-            Copy(f"{at}.in_proj.weight", f"{ours}.in_proj.weight"),
-            Copy(f"{at}.in_proj.bias", f"{ours}.in_proj.bias"),
-            DepthwiseConv(f"{at}.conv1d.weight", f"{ours}.conv_weight"),
-            Copy(f"{at}.conv1d.bias", f"{ours}.conv_bias"),
-            *(Copy(f"{at}.{name}", f"{ours}.{name}") for name in ("dt_bias", "A_log", "D")),
-            Copy(f"{at}.norm.weight", f"{ours}.norm.weight"),
-            Copy(f"{at}.out_proj.weight", f"{ours}.out.weight"),
-            Copy(f"{at}.out_proj.bias", f"{ours}.out.bias"),
-        ]
-
-
-def _json_float(value: Any) -> float:
-    """A float of config.json, where transformers writes infinity as ``{"__float__": "Infinity"}``."""
-    if isinstance(value, dict) and set(value) == {"__float__"}:
-        return float(value["__float__"])
-    return float(value)
+        return mamba2_rules(f"{self.layer}.mixer", "blocks.{i}.attention")
 
 
 def no_positions(view: FamilyView) -> None:

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
-
-from torch import Tensor
+from typing import Any
 
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.common import FamilyView, Part, _selection, decoder_family
 from specformer_hf.families.mamba2 import Mamba2Mixer, no_positions
-from specformer_hf.rules import Copy, Fused, Rule, Site, qkv_sizes
+from specformer_hf.rules import AtLayers, Copy, Fused, Rule, Site, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
 #: transformers' NemotronHConfig defaults (layers_block_type: its default when the config names none).
@@ -87,37 +85,8 @@ def _mlp(cfg: ConfigReader) -> dict[str, Any]:
             "bias": bool(cfg.get("mlp_bias"))}
 
 
-class ByMixer(Rule):
-    """``mamba`` in Mamba layers, ``other`` elsewhere: both fill the same parameter (``attention.out``), so which
-    Hugging Face tensor it is depends on the layer's mixer."""
-
-    def __init__(self, mamba: Rule, other: Rule) -> None:
-        if mamba.ours != other.ours:
-            raise ValueError("ByMixer options must fill the same parameters")
-        self.mamba, self.other = mamba, other
-        self.hf, self.ours = mamba.hf, mamba.ours
-
-    def _at(self, site: Site) -> Rule:
-        return self.mamba if type(site.attention).__name__ == "Mamba2" else self.other
-
-    @property
-    def per_layer(self) -> bool:
-        return True
-
-    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        return self._at(site).expand_at(site)
-
-    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple[Rule, tuple[str, ...], tuple[str, ...]]:
-        return self._at(site).for_import(site, present)
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self._at(site).to_ours(tensors, site)
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self._at(site).to_hf(tensors, site)
-
-    def describe(self) -> str:
-        return f"{self.mamba.describe()} (Mamba layers) or {self.other.describe()}"
+def _is_mamba(site: Site) -> bool:
+    return type(site.attention).__name__ == "Mamba2"
 
 
 def _kind_of(layer: dict[str, Any]) -> str | None:
@@ -216,8 +185,10 @@ class NemotronHModel(Part):
             *(r for r in MIXER.rules() if r.ours not in mamba_out),
             Fused([f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"],
                   "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
-            ByMixer(mamba_out[("blocks.{i}.attention.out.weight",)],
-                    Copy(f"{attn}.o_proj.weight", "blocks.{i}.attention.out.weight")),
+            # Mamba and attention layers both have attention.out, from different tensors.
+            AtLayers(mamba_out[("blocks.{i}.attention.out.weight",)], where=_is_mamba, layers="Mamba"),
+            AtLayers(Copy(f"{attn}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+                     where=lambda site: not _is_mamba(site), layers="attention"),
             mamba_out[("blocks.{i}.attention.out.bias",)],  # attention layers have no output bias
             Copy(f"{mlp}.up_proj.weight", "blocks.{i}.ffn.fc_in.weight"),
             Copy(f"{mlp}.up_proj.bias", "blocks.{i}.ffn.fc_in.bias"),

@@ -21,7 +21,7 @@ from specformer.errors import UserError
 from specformer_hf.config import ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.families.common import ATTN, LAYER, FamilyView, Part, Rope, _selection, attention_sizes, rmsnorm
-from specformer_hf.rules import Copy, Fused, OneOf, Rule, Site
+from specformer_hf.rules import AtLayers, Copy, DepthwiseConv, Fused, OneOf, Rule, Site
 from specformer_hf.specview import NotExpressible
 
 LINEAR, FULL = "linear_attention", "full_attention"
@@ -233,41 +233,12 @@ class HybridMixers(Part):
 # -- weights ----------------------------------------------------------------------------------------------
 
 
-class AtLayers(Rule):
-    """``rule`` at the layers where ``where(site)`` holds; at the others it names no tensors (and moves none)."""
-
-    def __init__(self, where: Callable[[Site], bool], rule: Rule) -> None:
-        self.where, self.rule = where, rule
-        self.hf, self.ours = rule.hf, rule.ours
-
-    @property
-    def per_layer(self) -> bool:
-        return True
-
-    def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        return self.rule.expand_at(site) if self.where(site) else ((), ())
-
-    def for_import(self, site: Site, present: Callable[[str], bool]) -> tuple[Rule, tuple[str, ...], tuple[str, ...]]:
-        if self.where(site):
-            return self.rule.for_import(site, present)
-        return self, (), ()
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self.rule.to_ours(tensors, site) if tensors else []
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return self.rule.to_hf(tensors, site) if tensors else []
-
-    def describe(self) -> str:
-        return f"{self.rule.describe()} ({'Gated DeltaNet' if self.where is is_linear else 'attention'} layers)"
-
-
 def at_linear(rules: Sequence[Rule]) -> list[Rule]:
-    return [AtLayers(is_linear, rule) for rule in rules]
+    return [AtLayers(rule, where=is_linear, layers="Gated DeltaNet") for rule in rules]
 
 
 def at_full(rules: Sequence[Rule]) -> list[Rule]:
-    return [AtLayers(is_full, rule) for rule in rules]
+    return [AtLayers(rule, where=is_full, layers="attention") for rule in rules]
 
 
 class GatedQuery(Rule):
@@ -348,27 +319,6 @@ class GroupedBA(Rule):
         return [torch.cat([b.reshape(key_heads, r, d), a.reshape(key_heads, r, d)], dim=1).reshape(-1, d).contiguous()]
 
 
-class ConvWeight(Rule):
-    """The depthwise convolution as ``nn.Conv1d`` stores it, ``(C, 1, K)``, in one tensor or (OLMo Hybrid's
-    checkpoints) one per q, k and v, concatenated in that order; ours is ``conv_weight`` ``(C, K)``.
-
-    Export splits at the real q/k/v widths (2 x key heads x key dim, then the values).
-    """
-
-    def __init__(self, hf: Sequence[str], ours: str) -> None:
-        self.hf, self.ours = tuple(hf), (ours,)
-
-    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return [torch.cat(tensors).squeeze(1).contiguous()]
-
-    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        weight = tensors[0].unsqueeze(1)
-        if len(self.hf) == 1:
-            return [weight.contiguous()]
-        key_heads, _, dk, dv, value_heads = _delta_sizes(site)
-        return [part.contiguous() for part in weight.split([key_heads * dk, key_heads * dk, value_heads * dv])]
-
-
 def _qkv_of_delta(site: Site) -> tuple[int, int, int]:
     key_heads, _, dk, dv, value_heads = _delta_sizes(site)
     return key_heads * dk, key_heads * dk, value_heads * dv
@@ -387,7 +337,7 @@ def qwen3_next_delta_rules() -> list[Rule]:
     return at_linear([
         GroupedQKVZ(f"{LINEAR_ATTN}.in_proj_qkvz.weight", (f"{MIXER}.qkv.weight", f"{MIXER}.z.weight")),
         GroupedBA(f"{LINEAR_ATTN}.in_proj_ba.weight", (f"{MIXER}.b.weight", f"{MIXER}.a.weight")),
-        ConvWeight([f"{LINEAR_ATTN}.conv1d.weight"], f"{MIXER}.conv_weight"),
+        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight"),
         *delta_state_rules(),
     ])
 
@@ -398,7 +348,7 @@ def qwen3_5_delta_rules() -> list[Rule]:
         Copy(f"{LINEAR_ATTN}.in_proj_z.weight", f"{MIXER}.z.weight"),
         Copy(f"{LINEAR_ATTN}.in_proj_b.weight", f"{MIXER}.b.weight"),
         Copy(f"{LINEAR_ATTN}.in_proj_a.weight", f"{MIXER}.a.weight"),
-        ConvWeight([f"{LINEAR_ATTN}.conv1d.weight"], f"{MIXER}.conv_weight"),
+        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight"),
         *delta_state_rules(),
     ])
 
@@ -412,7 +362,7 @@ def olmo_delta_rules() -> list[Rule]:
         Copy(f"{LINEAR_ATTN}.g_proj.weight", f"{MIXER}.z.weight"),
         Copy(f"{LINEAR_ATTN}.b_proj.weight", f"{MIXER}.b.weight"),
         Copy(f"{LINEAR_ATTN}.a_proj.weight", f"{MIXER}.a.weight"),
-        OneOf(ConvWeight(convs, f"{MIXER}.conv_weight"), ConvWeight([f"{LINEAR_ATTN}.conv1d.weight"], f"{MIXER}.conv_weight")),
+        OneOf(DepthwiseConv(convs, f"{MIXER}.conv_weight", sizes=_qkv_of_delta), DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight")),
         *delta_state_rules(norm="o_norm", out="o_proj"),
     ])
 
@@ -545,7 +495,7 @@ def language_model_of(text: Family, *, name: str, model_type: str, architecture:
 
 
 __all__ = [
-    "AtLayers", "AttentionFields", "ConvWeight", "DeltaNetFields", "FULL", "GatedQuery", "GroupedBA", "GroupedQKVZ",
+    "AttentionFields", "DeltaNetFields", "FULL", "GatedQuery", "GroupedBA", "GroupedQKVZ",
     "HybridMixers", "LINEAR", "OptionalRope", "TextRope", "at_full", "at_linear", "gated_attention_rules",
     "hybrid_layer_types", "language_model_of", "olmo_attention_rules", "olmo_default_types", "olmo_delta_rules", "olmo_norm_rules",
     "qwen3_5_delta_rules", "qwen3_next_delta_rules", "qwen_default_types",

@@ -47,6 +47,7 @@ class CausalSelfAttention(nn.Module):
         # gpt-oss's sinks: one logit per query head, a column of the softmax with no value.
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if params.sinks else None
         self.layer_index = layer_index
+        self.temperature = (params.temperature_floor_scale, params.temperature_attn_scale) if params.temperature_tuning else None
         self.qk_norm_scope = params.qk_norm_scope
         q_norm, k_norm = _qk_norms(params, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
@@ -75,6 +76,9 @@ class CausalSelfAttention(nn.Module):
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
         q = positional.rotate(q, state)
         k = positional.rotate(k, state)
+        if self.temperature is not None:
+            # Multiplied in float32 and rounded once, as transformers' Llama 4 does.
+            q = (q * query_temperature(ctx.positions, *self.temperature)[:, None, :, None]).to(q.dtype)
         if ctx.cache is not None:
             k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
         else:
@@ -108,6 +112,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("sinks=True")
         if self.gate is not None:
             parts.append("output_gate=True")
+        if self.temperature is not None:
+            parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]})")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
@@ -120,6 +126,17 @@ class CausalSelfAttention(nn.Module):
         for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None):
             if bias is not None:
                 nn.init.zeros_(bias)
+
+
+def query_temperature(positions: Tensor, floor_scale: float, attn_scale: float) -> Tensor:
+    """Llama 4's query multiplier ``(B, T)`` from absolute positions: ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``.
+
+    Computed from each token's own position (not its slot in the batch), so a left-padded row
+    or a cached decode step scales a token exactly as a forward over the whole row would;
+    padding (negative positions) gets 1.
+    """
+    steps = torch.floor((positions.clamp(min=0).float() + 1.0) / floor_scale)
+    return torch.log1p(steps) * attn_scale + 1.0
 
 
 def _qk_norms(params: CausalSelfAttentionParams, *, n_heads: int, n_kv_heads: int,

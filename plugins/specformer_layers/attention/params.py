@@ -23,7 +23,11 @@ class CausalSelfAttentionParams(Params):
     ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
     each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
     adds a learned per-head logit to the softmax normalisation (gpt-oss), so a head may
-    attend to nothing. ``output_gate`` multiplies each channel of the attention output,
+    attend to nothing. ``temperature_tuning`` multiplies each query by
+    ``1 + temperature_attn_scale * ln(1 + floor((position + 1) / temperature_floor_scale))``
+    of its absolute position, so attention stays sharp far into a long context (Llama 4's
+    NoPE layers, ``attn_temperature_tuning``; Nakanishi 2025, arXiv:2501.19399).
+    ``output_gate`` multiplies each channel of the attention output,
     before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
     full-attention layers): a head can close itself for a token instead of parking its
@@ -55,6 +59,17 @@ class CausalSelfAttentionParams(Params):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
     chunk: int | None = Field(default=None, gt=0, description="Chunked local attention: attend only within the same block of this many positions (Llama 4).")
     sinks: bool = Field(default=False, description="Learned per-head sink logits that join the softmax normalisation (gpt-oss).")
+    temperature_tuning: bool = Field(
+        default=False,
+        description="Scale each query by 1 + temperature_attn_scale * ln(1 + floor((position + 1) / "
+                    "temperature_floor_scale)) (Llama 4's NoPE layers).",
+    )
+    temperature_floor_scale: float = Field(
+        default=8192, gt=0, description="Positions per step of the temperature tuning (Llama 4's floor_scale).",
+    )
+    temperature_attn_scale: float = Field(
+        default=0.1, ge=0, description="Strength of the temperature tuning (Llama 4's attn_scale).",
+    )
     output_gate: bool = Field(
         default=False,
         description="Multiply the attention output per channel by sigmoid of a projection of the block input "

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specformer.model.context import ForwardContext
+
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.gated import GatedMLP
 from specformer_layers.ffn.mlp import MLP
@@ -21,7 +23,7 @@ class MoE(nn.Module):
 
     Params = MoEParams
 
-    def __init__(self, params: MoEParams | None = None, *, d_model: int) -> None:
+    def __init__(self, params: MoEParams | None = None, *, d_model: int, vocab_size: int | None = None) -> None:
         params = params if params is not None else MoEParams()
         super().__init__()
         n_experts, top_k, gated = params.n_experts, params.top_k, params.gated
@@ -37,7 +39,7 @@ class MoE(nn.Module):
         self.aux_loss_coef = params.aux_loss_coef
         self.activation = ACTIVATIONS[params.activation]
         if params.router is not None:
-            self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k)
+            self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k, vocab_size=vocab_size)
         else:
             self.router = SoftmaxTopK(params.default_router(), d_model=d_model, n_experts=n_experts, top_k=top_k)
         # Expert e's input projection is experts_in[e] (rows [gate; up] when gated), as nn.Linear stores it.
@@ -53,17 +55,25 @@ class MoE(nn.Module):
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.aux_loss: Tensor | None = None
+        # A router that reads token ids (hash routing) needs the forward context from the block.
+        self.reads_context = bool(getattr(self.router, "reads_token_ids", False))
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D)
-        weights, experts, probs = self.route(tokens)
+        if self.reads_context:
+            if ctx is None or ctx.token_ids is None:
+                raise ValueError("this moe's router reads token ids: run it inside a Decoder (ForwardContext.token_ids)")
+            weights, experts, probs = self.router(tokens, token_ids=ctx.token_ids.reshape(-1))
+        else:
+            weights, experts, probs = self.route(tokens)
         # No loss term at all when its weight is 0 (DeepSeek-V3 balances by bias instead).
         self.aux_loss = (self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
                          if self.aux_loss_coef else None)
-        out = self.run_experts(tokens, experts, weights.to(x.dtype))
+        on_input = getattr(self.router, "weights_on", "output") == "input"
+        out = self.run_experts(tokens, experts, weights.to(x.dtype), on_input=on_input)
         if self.shared is not None:
             shared = self.shared(tokens)
             if self.shared_gate is not None:
@@ -75,8 +85,11 @@ class MoE(nn.Module):
         """The router's mixing weights ``(N, k)``, chosen experts ``(N, k)`` and probabilities ``(N, E)``."""
         return self.router(tokens)
 
-    def run_experts(self, tokens: Tensor, experts: Tensor, weights: Tensor) -> Tensor:
-        """``sum_j weights[n, j] * expert_{experts[n, j]}(tokens[n])`` for every token ``n``."""
+    def run_experts(self, tokens: Tensor, experts: Tensor, weights: Tensor, *, on_input: bool = False) -> Tensor:
+        """``sum_j weights[n, j] * expert_{experts[n, j]}(tokens[n])`` for every token ``n``.
+
+        ``on_input``: ``sum_j expert_{experts[n, j]}(weights[n, j] * tokens[n])`` instead (Llama 4).
+        """
         n_tokens, k = experts.shape
         slots = experts.flatten()  # (N*k,): the expert of each (token, choice) slot
         order = slots.argsort(stable=True)  # slots grouped by expert
@@ -88,6 +101,8 @@ class MoE(nn.Module):
         token_of = order // k  # (N*k,): the token of each slot, sorted by expert
         grouped = tokens.index_select(0, token_of)  # (N*k, D): each slot's token, sorted by expert
         grouped_weights = weights.flatten().index_select(0, order)[:, None]  # (N*k, 1), in the same order
+        if on_input:
+            grouped = grouped * grouped_weights
         w_in, w_out, b_in, b_out = (_per_expert(p) for p in
                                     (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
@@ -97,7 +112,9 @@ class MoE(nn.Module):
                 F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
                          w_out[e], None if b_out is None else b_out[e])
                 for e, block in enumerate(grouped.split(sizes))
-            ]) * grouped_weights  # (N*k, D), sorted by expert
+            ])  # (N*k, D), sorted by expert
+            if not on_input:
+                sorted_out = sorted_out * grouped_weights
         else:
             # Without autograd each expert writes its block straight into one buffer (no
             # concatenation), experts without tokens are skipped and the weighting is in place.
@@ -113,7 +130,8 @@ class MoE(nn.Module):
                 else:
                     torch.addmm(b_out[e], self.hidden_activation(h), w_out[e].t(), out=sorted_out[start:end])
                 start = end
-            sorted_out.mul_(grouped_weights)
+            if not on_input:
+                sorted_out.mul_(grouped_weights)
         return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
 
     def hidden_activation(self, h: Tensor) -> Tensor:

@@ -200,10 +200,10 @@ class MoEParams(Params):
         # topk_then_softmax is the normalised softmax over the kept experts.
         return SoftmaxTopKParams(normalize=self.normalize_topk or self.routing == "topk_then_softmax")
 
-    def sized(self, *, d_model: int) -> Sized:
+    def sized(self, *, d_model: int, vocab_size: int | None = None) -> Sized:
         n, hidden = self.n_experts, self.hidden_for(d_model)
         if self.router is not None:
-            router = self.router.sized(d_model=d_model, n_experts=n, top_k=self.top_k)
+            router = self.router.sized(d_model=d_model, n_experts=n, top_k=self.top_k, vocab_size=vocab_size)
         else:
             router = self.default_router().sized(d_model=d_model, n_experts=n, top_k=self.top_k)
         width_in = (2 if self.gated else 1) * hidden

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from specformer.model.residual import ResidualConnection
 from specformer_layers.layouts.params import AbsentParams
 
 
@@ -44,9 +45,16 @@ class Absent(nn.Module):
         """Nothing to initialise."""
 
 
+class Bypass(ResidualConnection):
+    """The residual connection of an absent sublayer: the stream passes on unchanged (for any number of streams)."""
+
+    def write(self, stream: Tensor, *outputs: Tensor, mix: Any = None) -> Tensor:
+        return stream
+
+
 def is_absent(module: Any) -> bool:
     """Whether a block's sublayer is not there (:class:`Absent`, or any module declaring ``absent = True``)."""
     return bool(getattr(module, "absent", False))
 
 
-__all__ = ["Absent", "is_absent"]
+__all__ = ["Absent", "Bypass", "is_absent"]

@@ -15,6 +15,7 @@ class ParallelBlock(Block):
     Params = ParallelBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        h = self.attention_norm(x)
-        ffn_in = h if self.ffn_norm is None else self.ffn_norm(x)
-        return x + self.attention(h, ctx) + self.ffn(ffn_in)
+        stream_in, mix = self.residual.read(x)
+        h = self.attention_norm(stream_in)
+        ffn_in = h if self.ffn_norm is None else self.ffn_norm(stream_in)
+        return self.residual.write(x, self.attention(h, ctx), self.feed_forward(ffn_in, ctx), mix=mix)

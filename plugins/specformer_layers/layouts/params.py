@@ -23,6 +23,9 @@ class BlockParams(Params):
     #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
     parts: ClassVar[tuple[str, ...]] = ()
 
+    #: Each residual connection and the sublayers whose outputs it writes (one each, unless they share a write).
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"attention_residual": ("attention",), "ffn_residual": ("ffn",)}
+
     def norms_made(self) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
         return tuple(p for p in self.parts if p not in SUBLAYERS)
@@ -46,10 +49,19 @@ class BlockParams(Params):
                 plan[name] = "norm"
         return plan
 
-    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any]) -> Sized:
-        plan = self.norm_plan(absent={"attention": attention.absent, "ffn": ffn.absent})
+    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+              make_residual: Callable[[], Any] | None = None) -> Sized:
+        absent = {"attention": attention.absent, "ffn": ffn.absent}
+        plan = self.norm_plan(absent=absent)
         norms = [make_norm().parameters for how in plan.values() if how == "norm"]
-        return Sized(parameters=total(attention.parameters, ffn.parameters, *norms))
+        # A connection whose sublayers are all absent is a weightless bypass; each other one is made.
+        made = [] if make_residual is None else [
+            make_residual() for sublayers in self.residuals.values() if not all(absent[s] for s in sublayers)]
+        self.check_streams(max((c.n_streams for c in made), default=1))
+        return Sized(parameters=total(attention.parameters, ffn.parameters, *norms, *(c.parameters for c in made)))
+
+    def check_streams(self, n_streams: int) -> None:
+        """ValueError when this layout cannot run on ``n_streams`` residual streams (every layout here can)."""
 
 
 class PreNormBlockParams(BlockParams):
@@ -72,6 +84,12 @@ class PostNormBlockParams(BlockParams):
 
     parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
 
+    def check_streams(self, n_streams: int) -> None:
+        if n_streams != 1:
+            raise ValueError(f"postnorm normalises the residual stream itself, which needs one stream; this model's "
+                             f"residual has {n_streams} (use prenorm, sandwich, parallel or postnorm_inside with it, "
+                             f"or residual: single)")
+
 
 class ParallelBlockParams(BlockParams):
     """``x = x + attention(norm_1(x)) + ffn(norm_2(x))``: one residual add, both sublayers side by side.
@@ -83,6 +101,9 @@ class ParallelBlockParams(BlockParams):
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+
+    #: Both sublayers read the stream once and are written back together.
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"residual": ("attention", "ffn")}
 
     shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
 

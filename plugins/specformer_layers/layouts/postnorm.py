@@ -1,10 +1,17 @@
-"""Post-norm blocks (the original transformer, BERT): normalise after each residual add."""
+"""Post-norm blocks (the original transformer, BERT): normalise after each residual add.
+
+The norm acts on the stream itself, so the layout needs a stream that is one vector per
+token: with several streams (hyper-connections) it refuses to be built.
+"""
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import Callable
+
+from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
+from specformer.model.residual import ResidualConnection
 from specformer_layers.layouts.base import Block
 from specformer_layers.layouts.params import PostNormBlockParams
 
@@ -14,6 +21,15 @@ class PostNormBlock(Block):
 
     Params = PostNormBlockParams
 
+    def __init__(self, params: PostNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+                 make_norm: Callable[[], nn.Module],
+                 make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
+        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        params = params if params is not None else self.Params()
+        params.check_streams(max(self.attention_residual.n_streams, self.ffn_residual.n_streams))
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        x = self.attention_norm(x + self.attention(x, ctx))
-        return self.ffn_norm(x + self.ffn(x))
+        h, mix = self.attention_residual.read(x)
+        x = self.attention_norm(self.attention_residual.write(x, self.attention(h, ctx), mix=mix))
+        h, mix = self.ffn_residual.read(x)
+        return self.ffn_norm(self.ffn_residual.write(x, self.feed_forward(h, ctx), mix=mix))

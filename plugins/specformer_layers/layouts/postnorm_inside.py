@@ -15,5 +15,7 @@ class PostNormInsideBlock(Block):
     Params = PostNormInsideBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        x = x + self.attention_norm(self.attention(x, ctx))
-        return x + self.ffn_norm(self.ffn(x))
+        h, mix = self.attention_residual.read(x)
+        x = self.attention_residual.write(x, self.attention_norm(self.attention(h, ctx)), mix=mix)
+        h, mix = self.ffn_residual.read(x)
+        return self.ffn_residual.write(x, self.ffn_norm(self.feed_forward(h, ctx)), mix=mix)

@@ -7,6 +7,7 @@ from typing import Callable
 from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
+from specformer.model.residual import ResidualConnection
 from specformer_layers.layouts.base import Block
 from specformer_layers.layouts.params import PreNormBlockParams
 
@@ -17,15 +18,17 @@ class PreNormBlock(Block):
     Params = PreNormBlockParams
 
     def __init__(self, params: PreNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
-                 make_norm: Callable[[], nn.Module]) -> None:
+                 make_norm: Callable[[], nn.Module],
+                 make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
         params = params if params is not None else PreNormBlockParams()
-        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm)
+        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         self.residual_multiplier = params.residual_multiplier
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         r = self.residual_multiplier
-        if r == 1.0:
-            x = x + self.attention(self.attention_norm(x), ctx)
-            return x + self.ffn(self.ffn_norm(x))
-        x = x + self.attention(self.attention_norm(x), ctx) * r
-        return x + self.ffn(self.ffn_norm(x)) * r
+        h, mix = self.attention_residual.read(x)
+        out = self.attention(self.attention_norm(h), ctx)
+        x = self.attention_residual.write(x, out if r == 1.0 else out * r, mix=mix)
+        h, mix = self.ffn_residual.read(x)
+        out = self.feed_forward(self.ffn_norm(h), ctx)
+        return self.ffn_residual.write(x, out if r == 1.0 else out * r, mix=mix)

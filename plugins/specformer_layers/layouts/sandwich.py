@@ -15,5 +15,7 @@ class SandwichBlock(Block):
     Params = SandwichBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        x = x + self.attention_post_norm(self.attention(self.attention_norm(x), ctx))
-        return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        h, mix = self.attention_residual.read(x)
+        x = self.attention_residual.write(x, self.attention_post_norm(self.attention(self.attention_norm(h), ctx)), mix=mix)
+        h, mix = self.ffn_residual.read(x)
+        return self.ffn_residual.write(x, self.ffn_post_norm(self.feed_forward(self.ffn_norm(h), ctx)), mix=mix)

@@ -49,3 +49,17 @@ class ScaleNormParams(Params):
 
     def sized(self, *, dim: int) -> Sized:
         return Sized(parameters=1)  # one scalar, whatever the width
+
+class L2NormParams(Params):
+    """Rescale each vector to a fixed length, without a learned weight: ``x / sqrt(mean(x^2) + eps)``.
+
+    Every output has root mean square 1 (an L2 norm of ``sqrt(dim)``): only the direction of
+    ``x`` survives. Llama 4 applies it to queries and keys on its rotary layers
+    (transformers' ``Llama4TextL2Norm``, ``use_qk_norm``) to bound attention logits.
+    Lower-precision inputs are normalised in float32 and cast back.
+    """
+
+    eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
+
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=0)  # no learned weight

@@ -32,8 +32,15 @@ class LinearRouter(nn.Module):
     decisions stay in float whatever else is quantized. Scores are computed in float32 (float64
     for a float64 model) as DeepSeek does, so a bfloat16 model picks experts as a float32 one would.
 
-    A subclass implements ``forward(tokens (N, D)) -> Routing``.
+    A subclass implements ``forward(tokens (N, D)) -> Routing``. Two class facts tell the
+    ``moe`` how to call and apply it: ``weights_on`` (``"output"``: each chosen expert's
+    output is multiplied by its weight; ``"input"``: the expert reads the token multiplied by
+    it, as Llama 4 does) and ``reads_token_ids`` (True: called as
+    ``forward(tokens, token_ids=(N,))`` with the forward's token ids, as hash routing needs).
     """
+
+    weights_on: str = "output"
+    reads_token_ids: bool = False
 
     def __init__(self, *, d_model: int, n_experts: int, top_k: int, bias: bool = False) -> None:
         super().__init__()

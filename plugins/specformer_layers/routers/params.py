@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -108,3 +108,70 @@ class SigmoidTopKParams(GroupedParams):
         description="How far training moves each expert's selection bias per step towards balanced load "
                     "(DeepSeek-V3's gamma); 0 keeps the bias fixed.",
     )
+
+
+class TopKSigmoidParams(Params):
+    """The ``top_k`` highest-scoring experts, each weighted by the sigmoid of its score, scaling the expert's input.
+
+    As Llama 4 routes (transformers' ``Llama4Router`` and ``Llama4TextMoe``): scores are
+    ``x W^T``, the experts are the ``top_k`` best scores, and a chosen expert ``e`` computes
+    ``expert_e(sigmoid(score_e) * x)``; the outputs are summed without a further weight.
+    Since the experts are not linear (SwiGLU), scaling the input is not the same as scaling
+    the output: ``weights_on: output`` gives ``sigmoid(score_e) * expert_e(x)`` instead.
+    Weights are not renormalised (a token's weights need not sum to one). Llama 4 pairs it
+    with one always-on shared expert (``n_shared_experts: 1`` on the ``moe``).
+    """
+
+    weights_on: Literal["input", "output"] = Field(
+        default="input",
+        description="input: each chosen expert reads sigmoid(score) * x (Llama 4); output: its output is multiplied.",
+    )
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        return Sized(parameters=linear(d_model, n_experts))  # the score projection (n_experts, d_model)
+
+
+class SqrtSoftplusTopKParams(SigmoidTopKParams):
+    """As ``sigmoid_topk``, with each expert scored ``sqrt(softplus(x W^T))`` instead of its sigmoid (DeepSeek-V4).
+
+    Scores are unbounded above, unlike sigmoid's; the ``top_k`` experts are chosen by score
+    plus the selection-only balancing bias, their weights are their scores rescaled to sum to
+    one (``normalize``, always on in DeepSeek-V4) and multiplied by ``scaling_factor``
+    (DeepSeek-V4's ``routed_scaling_factor``, 1.5).
+    """
+
+
+class HashParams(Params):
+    """Experts fixed per token id by a table, not by a learned score; a learned score still weighs them (DeepSeek-V4).
+
+    The table ``token_experts`` ``(vocab_size, top_k)`` lists each token id's experts
+    (DeepSeek-V4's ``tid2eid``, loaded with the weights; never trained). A new model
+    fills it with a fixed hash: token ``t`` goes to experts ``(h(t) + j) mod n_experts`` for
+    ``j < top_k``, ``h(t) = (t * 2654435761 mod 2^32) mod n_experts`` (Knuth's
+    multiplicative hash), so every expert gets a share of the vocabulary. The weights are
+    the chosen experts' scores under ``scoring`` (of ``x W^T``), rescaled to sum to one
+    with ``normalize`` and multiplied by ``scaling_factor``. The router reads the token ids
+    of the forward (``ForwardContext.token_ids``), so it runs only inside a Decoder.
+    """
+
+    scoring: Literal["sqrtsoftplus", "sigmoid", "softmax"] = Field(
+        default="sqrtsoftplus", description="How the learned scores weigh the chosen experts (DeepSeek-V4's scoring_func).",
+    )
+    normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1.")
+    scaling_factor: float = Field(
+        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
+    )
+
+    @staticmethod
+    def table_rows(vocab_size: int | None) -> int:
+        """Rows of the ``token_experts`` table: one per token id; ValueError without a vocabulary size."""
+        if vocab_size is None:
+            raise ValueError("hash routing needs the vocabulary size (vocab_size): it keeps one row of experts per token id")
+        return vocab_size
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int, vocab_size: int | None = None) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        self.table_rows(vocab_size)
+        # The score projection; the token_experts table is a buffer, not a parameter.
+        return Sized(parameters=linear(d_model, n_experts))

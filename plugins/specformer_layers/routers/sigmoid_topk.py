@@ -31,7 +31,7 @@ class SigmoidTopK(LinearRouter):
         self.observed_load: Tensor | None = None
 
     def forward(self, tokens: Tensor) -> Routing:
-        scores = self.logits(tokens).sigmoid()  # (N, E)
+        scores = self.score(self.logits(tokens))  # (N, E)
         candidates = scores + self.selection_bias.to(scores.dtype)  # the bias picks experts, never weighs them
         if self.n_group > 1:
             candidates = keep_best_groups(candidates, n_group=self.n_group, topk_group=self.topk_group,
@@ -48,6 +48,10 @@ class SigmoidTopK(LinearRouter):
         # DeepSeek-V3's complementary sequence-wise loss does.
         probs = scores / scores.sum(dim=-1, keepdim=True)
         return Routing(weights, experts, probs)
+
+    def score(self, logits: Tensor) -> Tensor:
+        """Each expert's score from its logit (a subclass scores otherwise)."""
+        return logits.sigmoid()
 
     def _observe(self, experts: Tensor) -> None:
         slots = experts.flatten()

@@ -165,6 +165,64 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
+    # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
+    Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, use_qk_norm=True, n_routed_experts=8,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
+                     first_k_dense_replace=1, routed_scaling_factor=2.5)),
+    # GLM-4.5-Air's switches: no q/k norms or biases, one group, unnormalised weights, two shared experts, no dense
+    # layer, a quarter of each head rotated under YaRN, tied embeddings.
+    Case("glm4_moe-air-yarn", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=1, head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
+                     n_shared_experts=2, moe_intermediate_size=24, first_k_dense_replace=0, norm_topk_prob=False,
+                     tie_word_embeddings=True,
+                     rope_parameters=_rope("yarn", factor=4.0, original_max_position_embeddings=16, beta_fast=16.0,
+                                           beta_slow=2.0, partial_rotary_factor=0.25))),
+    # MiniMax-M2: head_dim 24 with 12 channels rotated (its config's rotary_dim), q/k norms over all heads, 5 experts
+    # picked by sigmoid score plus a selection bias, 2 per token.
+    Case("minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+         _llama_like(head_dim=24, rotary_dim=12, num_local_experts=5, num_experts_per_tok=2, intermediate_size=40)),
+    Case("minimax_m2-mqa-partial", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=32, num_local_experts=4,
+                     num_experts_per_tok=3, intermediate_size=24, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.25))),
+    # OLMo 3: three sliding layers to one global one (the default pattern over 5 layers), each kind with its rope.
+    Case("olmo3", "Olmo3Config", "Olmo3ForCausalLM",
+         _llama_like(num_hidden_layers=5, sliding_window=WINDOW,
+                     rope_parameters={"sliding_attention": _rope("default"),
+                                      "full_attention": _rope("yarn", factor=4.0, original_max_position_embeddings=16,
+                                                                beta_fast=16.0, beta_slow=2.0)})),
+    Case("olmo3-layer-types-bias", "Olmo3Config", "Olmo3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, attention_bias=True, sliding_window=WINDOW,
+                     layer_types=["full_attention", "sliding_attention", "full_attention"], tie_word_embeddings=True)),
+    # EXAONE 4: norms after the sublayers, per-head q/k norms, head_dim 24, three sliding layers with rope to a
+    # global one without; and the 1.2B's form: no window, every layer global with a (llama3-scaled) rope.
+    Case("exaone4", "Exaone4Config", "Exaone4ForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=4)),
+    Case("exaone4-global-llama3", "Exaone4Config", "Exaone4ForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=1, sliding_window=None,
+                     layer_types=["full_attention", "full_attention"], tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
+    # Llama 4 (text): chunked local attention (chunks of 8, shorter than the inputs) with interleaved rope and
+    # l2-normalised q/k, a global NoPE layer every 4th with temperature-tuned queries (floor_scale 4, so the scale
+    # moves within the inputs), experts in every layer (top-1 of 4, sigmoid on the input, a shared expert), a
+    # head_dim that is not hidden / heads, untied.
+    Case("llama4", "Llama4TextConfig", "Llama4ForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, intermediate_size=40, intermediate_size_mlp=72,
+                     num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=WINDOW, floor_scale=4,
+                     attn_scale=0.5, rope_parameters=_rope("default", rope_theta=500000.0))),
+    # Experts every other layer (interleave_moe_layer_step 2: layers 1 and 3) beside dense layers, 2 of 5 experts per
+    # token, NoPE every other layer (no_rope_layer_interval 2) with tuning, no qk norm, llama3 rope scaling, attention
+    # biases, one kv head, chunks of 16, tied embeddings.
+    Case("llama4-interleaved", "Llama4TextConfig", "Llama4ForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=1, intermediate_size=24, intermediate_size_mlp=80,
+                     num_local_experts=5, num_experts_per_tok=2, interleave_moe_layer_step=2, no_rope_layer_interval=2,
+                     use_qk_norm=False, attention_chunk_size=16, floor_scale=3, attn_scale=0.3, attention_bias=True,
+                     tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
     # --- hybrid: LFM2 ---
     # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
     Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
@@ -317,11 +375,12 @@ CASES += [
 
 BY_NAME = {case.name: case for case in CASES}
 
-#: Further variants of a hybrid family whose first case runs in the default suite: they run with the slow tests
+#: Further variants of a family whose first case runs in the default suite: they run with the slow tests
 #: (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
     "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
+    "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -83,10 +83,11 @@ def test_a_forced_family_names_the_part_it_cannot_express(tmp_path):
         ({"logit_softcap": 30.0}, "model.logit_softcap: 30.0 (the family gives None)"),
         ({"positional": {"kind": "rope", "interleaved": True}}, "model.positional.interleaved"),
         ({"block.norm": {"kind": "scalenorm"}}, "model.block.norm.kind: 'scalenorm' has no equivalent"),
+        ({"block.residual": {"kind": "mhc"}}, "model.block.residual: {'kind': 'specformer_layers.residual."),
         ({"positional": {"kind": "rope", "fraction": 0.5}, "block.attention.window": 4, "block.attention.qkv_bias": True},
          "Llama (llama): model.positional.fraction: 0.5: Hugging Face Llama rotates whole heads"),
     ],
-    ids=["alibi", "postnorm", "final-softcap", "interleaved-rope", "scalenorm", "partial-rotary"],
+    ids=["alibi", "postnorm", "final-softcap", "interleaved-rope", "scalenorm", "hyper-connections", "partial-rotary"],
 )
 def test_specs_no_family_can_express_are_refused_naming_the_part(tmp_path, changes, needle):
     model = _build(_llama_spec(**changes))

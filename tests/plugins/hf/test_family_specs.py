@@ -49,6 +49,12 @@ MOE_SPECS = {
         intermediate_size=5120, max_position_embeddings=262144,
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
     "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
+    # Their published config.json's fields beyond transformers' defaults (see each spec's header).
+    "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
+        head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
+    "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
+    "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -75,6 +81,18 @@ DENSE_SPECS = {
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
     "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
     "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
+    "olmo-3-7b.yaml": ("Olmo3Config", dict(
+        vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5e5},
+                         "full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2079441541679836}})),
+    "exaone-4.0-32b.yaml": ("Exaone4Config", dict(
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, max_position_embeddings=131072, sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
 }
 
 
@@ -89,7 +107,8 @@ def test_active_parameters_match_transformers(name):
     total = sum(p.numel() for p in hf.parameters())
     idle = 0
     for layer in hf.model.layers:
-        experts = getattr(layer.mlp, "experts", None)
+        ffn = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward  # Llama 4 names it feed_forward
+        experts = getattr(ffn, "experts", None)
         if experts is None:
             continue  # a dense layer
         n_experts = (getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None)
@@ -99,6 +118,14 @@ def test_active_parameters_match_transformers(name):
     summary = specformer.summarize(SPECS / name)
     assert summary.total == total
     assert summary.active == total - idle
+
+
+def test_llama_4_scout_chunked_layers_cache_only_their_chunk():
+    """36 chunked layers keep 8192 tokens at most, the 12 global ones the whole context: 8 kv heads x 128 x (k, v)."""
+    summary = specformer.summarize(SPECS / "llama-4-scout-17b-16e.yaml")
+    per_token_bf16 = 8 * 128 * 2 * 2
+    assert summary.kv_bytes_per_token(torch.bfloat16) == 48 * per_token_bf16
+    assert summary.kv_bytes_at_context(torch.bfloat16) == (36 * 8192 + 12 * 131072) * per_token_bf16
 
 
 @pytest.mark.parametrize("name", sorted({**MOE_SPECS, **DENSE_SPECS}))

@@ -9,11 +9,12 @@ import specformer
 EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
-    "norm": {"layernorm", "rmsnorm", "scalenorm"},
+    "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "none"},
     "attention": {"attention", "mla", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
-    "router": {"softmax_topk", "sigmoid_topk"},
+    "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash"},
+    "residual": {"single", "mhc"},
 }
 
 OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
@@ -34,7 +35,7 @@ def test_rope_scaling_kind() -> None:
 
 def test_router_kind() -> None:
     kind = specformer.get_registry().kinds["router"]
-    assert kind.sizes == ("d_model", "n_experts", "top_k")
+    assert kind.sizes == ("d_model", "n_experts", "top_k", "vocab_size")
     assert kind.doc
 
 

@@ -135,7 +135,27 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
     "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
     "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
+    "llama-4-scout-17b-16e.yaml": _llama_like("Llama4TextConfig"),  # transformers' defaults are Scout's text model
     "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
+    # GLM-4.5-Air, MiniMax-M2, OLMo 3, EXAONE 4 (the same fields as tests/plugins/hf/test_family_specs.py's)
+    "glm-4.5-air.yaml": _llama_like(
+        "Glm4MoeConfig",
+        head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}),
+    "minimax-m2.yaml": _llama_like("MiniMaxM2Config", rotary_dim=64),
+    "olmo-3-7b.yaml": _llama_like(
+        "Olmo3Config",
+        vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5e5},
+                         "full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2079441541679836}}),
+    "exaone-4.0-32b.yaml": _llama_like(
+        "Exaone4Config",
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, max_position_embeddings=131072, sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
 }
 
 REAL = sorted(HF_CONFIGS)
@@ -199,8 +219,8 @@ def shrink(data: Any) -> Any:
                     value = min(value, 2)
                 elif key == "topk_group":
                     value = 1
-                elif key == "window":
-                    value = 8
+                elif key in ("window", "chunk"):
+                    value = 8 if value is not None else None
                 elif key == "original_context_length":
                     value = 16
                 elif key == "scale":

@@ -48,6 +48,24 @@ class Collector:
             assert self._done.wait_for(lambda: len(self.ends) >= count, timeout=timeout), "requests did not finish"
 
 
+def assert_greedy_batched_equals_alone(model: Any, prompts: list[list[int]], lengths: list[int], *, max_batch: int,
+                                       num_blocks: int = 64, block_size: int = 4) -> Engine:
+    """Greedy requests served together give what ``generate`` gives each alone, and were batched; the stopped engine."""
+    engine = Engine(model, max_batch=max_batch, num_blocks=num_blocks, block_size=block_size).start()
+    collector = Collector()
+    try:
+        for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=n, sampler=build_sampler(None), seed=None,
+                                          eos=frozenset(), emit=collector.emit_for(i)))
+        collector.wait(len(prompts))
+    finally:
+        engine.stop()
+    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=n)[0][len(prompt):], f"request {i}"
+    assert engine.largest_batch > 1
+    return engine
+
+
 def _requests(count: int, seed: int = 0, longest: int = 40) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     return [{"prompt": [rng.randrange(256) for _ in range(rng.randrange(1, 30))], "max_new_tokens": rng.randrange(1, longest),

@@ -7,11 +7,7 @@ import random
 import specformer
 from fixtures.recurrent import registry_with_decaying_sum
 from fixtures.tiny import tiny_spec
-from specformer_generate import generate
-from specformer_generate.samplers.pipeline import build_sampler
-from specformer_serve.engine import Engine, SequenceRequest
-
-from .test_engine import Collector
+from .test_engine import assert_greedy_batched_equals_alone
 
 
 def test_the_serve_engine_batches_parallel_blocks_as_it_runs_each_request_alone() -> None:
@@ -23,15 +19,4 @@ def test_the_serve_engine_batches_parallel_blocks_as_it_runs_each_request_alone(
     model = specformer.build(spec, registry=registry_with_decaying_sum(), seed=5).eval()
     rng = random.Random(1)
     prompts = [[rng.randrange(61) for _ in range(rng.randrange(1, 9))] for _ in range(5)]
-    engine = Engine(model, max_batch=3, num_blocks=64, block_size=4).start()
-    collector = Collector()
-    try:
-        for i, prompt in enumerate(prompts):
-            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=4, sampler=build_sampler(None), seed=None,
-                                          eos=frozenset(), emit=collector.emit_for(i)))
-        collector.wait(len(prompts))
-    finally:
-        engine.stop()
-    for i, prompt in enumerate(prompts):
-        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=4)[0][len(prompt):], f"request {i}"
-    assert engine.largest_batch > 1
+    assert_greedy_batched_equals_alone(model, prompts, [4] * len(prompts), max_batch=3)

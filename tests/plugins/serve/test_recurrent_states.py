@@ -8,12 +8,9 @@ import pytest
 import specformer
 
 from fixtures.recurrent import VOCAB, registry_with_decaying_sum, spec
-from specformer_generate import generate
-from specformer_generate.samplers.pipeline import build_sampler
-from specformer_serve.engine import Engine, SequenceRequest
 from specformer_serve.paged_cache import PagedKVCache
 
-from .test_engine import Collector
+from .test_engine import assert_greedy_batched_equals_alone
 
 
 @pytest.mark.parametrize("attention_layers", [1, None], ids=["hybrid", "recurrent-only"])
@@ -24,18 +21,7 @@ def test_requests_batched_give_what_each_gives_alone(attention_layers) -> None:
     rng = random.Random(0)
     prompts = [[rng.randrange(VOCAB) for _ in range(rng.randrange(1, 12))] for _ in range(7)]
     lengths = [rng.randrange(1, 10) for _ in prompts]
-    engine = Engine(model, max_batch=3, num_blocks=64, block_size=4).start()
-    collector = Collector()
-    try:
-        for i, (prompt, n) in enumerate(zip(prompts, lengths)):
-            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=n, sampler=build_sampler(None), seed=None,
-                                          eos=frozenset(), emit=collector.emit_for(i)))
-        collector.wait(len(prompts))
-    finally:
-        engine.stop()
-    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
-        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=n)[0][len(prompt):], f"request {i}"
-    assert engine.largest_batch > 1
+    engine = assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=3)
     assert sorted(engine.cache._free_states) == [0, 1, 2] and engine.pool.free == engine.pool.num_blocks
 
 

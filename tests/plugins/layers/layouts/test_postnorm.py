@@ -14,4 +14,4 @@ def test_formula() -> None:
     block = PostNormBlock(attention=attn, ffn=ffn, make_norm=norm_maker())
     x = torch.randn(2, 3, D, dtype=torch.float64)
     h = block.attention_norm(x + attn(x, None))
-    torch.testing.assert_close(block(x, None), block.ffn_norm(h + ffn(h)))
+    torch.testing.assert_close(block(x, None), block.ffn_norm(h + ffn(h)), rtol=0, atol=0)  # the same operations: bit for bit

@@ -182,23 +182,9 @@ def test_bad_params_are_one_clear_line(change: dict, message: str) -> None:
 
 def test_served_requests_batched_give_what_each_gives_alone() -> None:
     """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
-    from specformer_generate import generate
-    from specformer_generate.samplers.pipeline import build_sampler
-    from specformer_serve.engine import Engine, SequenceRequest
-
-    from tests.plugins.serve.test_engine import Collector
+    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
 
     model = _model(mixed=True)
     prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
     lengths = [4, 6, 3, 5]
-    engine = Engine(model, max_batch=2, num_blocks=32, block_size=4).start()
-    collector = Collector()
-    try:
-        for i, (prompt, n) in enumerate(zip(prompts, lengths)):
-            engine.submit(SequenceRequest(prompt=prompt, max_new_tokens=n, sampler=build_sampler(None), seed=None,
-                                          eos=frozenset(), emit=collector.emit_for(i)))
-        collector.wait(len(prompts))
-    finally:
-        engine.stop()
-    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
-        assert collector.tokens[i] == generate(model, [prompt], max_new_tokens=n)[0][len(prompt):], f"request {i}"
+    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)

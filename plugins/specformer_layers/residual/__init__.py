@@ -1,0 +1,1 @@
+"""Residual streams: the one stream every layout adds to, and manifold-constrained hyper-connections (several)."""
