@@ -23,6 +23,7 @@ from torch import nn
 
 from specformer.errors import SpecError
 from specformer.model.attention import positional_dim_of
+from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.model.sized_by_building import facts_of
 from specformer.registry.components import Component
 from specformer.registry.discovery import build_registry, get_plugin_manager, get_registry
@@ -229,6 +230,32 @@ def test_every_example_spec_counts_its_parameters_without_torch_as_the_meta_buil
         assert checked.sizes is not None and checked.sizes.parameters == checked.shape.parameters, path
 
 
+@pytest.mark.parametrize("block", [
+    {"residual": {"kind": "mhc", "n_streams": 3}, "layout": "parallel"},
+    {"residual": {"kind": "mhc", "n_streams": 2}, "attention": "none"},
+    {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 8, "router": {"kind": "hash"}}},
+], ids=["hyper-connections", "hyper-connections-no-mixer", "hash-router"])
+def test_a_spec_on_several_streams_or_routed_by_token_counts_its_parameters_as_the_meta_build(block) -> None:
+    """No example spec has them: the stream's head and each block's connections, a router sized by the vocabulary."""
+    checked = check_spec(_tiny(**block))
+    assert checked.sizes.parameters == checked.shape.parameters
+
+
+def test_postnorm_on_several_streams_is_refused_by_the_size_check_as_by_the_build() -> None:
+    from specformer.model.sizes import estimate_resolved
+    from specformer.spec.size_check import check_sizes
+    from specformer.spec.validate import validate
+
+    spec = _tiny(layout="postnorm", residual={"kind": "mhc", "n_streams": 2})
+    resolved = validate(spec, registry=get_registry()).resolved
+    with pytest.raises(SpecError) as checked:
+        check_sizes(resolved)
+    with pytest.raises(SpecError) as built:
+        estimate_resolved(resolved)
+    assert str(checked.value) == str(built.value)
+    assert "model.block.layout: postnorm normalises the residual stream itself" in str(checked.value)
+
+
 # -- a third-party component that declares no check ----------------------------------------------
 
 
@@ -259,11 +286,43 @@ class MyLayout(nn.Module):
         self.gain = nn.Parameter(torch.ones(1))
 
 
+class GainedStreamParams(Params):
+    """One stream whose connections scale each output by a learned gain; it declares the stream, not the connections."""
+
+    def sized(self, *, d_model: int) -> Sized:
+        return Sized(parameters=0)
+
+
+class GainedConnection(ResidualConnection):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(1))
+
+    def write(self, stream: torch.Tensor, *outputs: torch.Tensor, mix: Any = None) -> torch.Tensor:
+        return super().write(stream, *(self.gain * out for out in outputs))
+
+
+class GainedStream(ResidualStream):
+    def __init__(self, params: GainedStreamParams, *, d_model: int) -> None:
+        super().__init__()
+
+    def connection(self) -> ResidualConnection:
+        return GainedConnection()
+
+
 def _registry_with_undeclared() -> Any:
     registry = build_registry(get_plugin_manager())
     registry.register("norm", "oddnorm", factory=OddNorm, params=OddNormParams, plugin="mine")
     registry.register("layout", "mine", factory=MyLayout, params=MyLayoutParams, plugin="mine")
+    registry.register("residual", "gained", factory=GainedStream, params=GainedStreamParams, plugin="mine")
     return registry
+
+
+def test_a_stream_that_does_not_declare_its_connections_has_them_built_on_meta() -> None:
+    checked = check_spec(_tiny(residual="gained"), registry=_registry_with_undeclared())
+    assert checked.sizes.parameters == checked.shape.parameters
+    plain = check_spec(_tiny()).sizes.parameters
+    assert checked.sizes.parameters == plain + 2 * TINY["model"]["n_layers"]  # a gain per connection, two a block
 
 
 def _tiny(**block: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ constructor sees real modules.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -30,6 +30,12 @@ def sized_by_building(component: Any, params: Any, sizes: dict[str, Any], *, fac
     with torch.device("meta"):
         module = component.make(params, **{name: _as_module(value) for name, value in sizes.items()})
         return facts_of(module) if facts else module  # a stream's connection is made on meta too
+
+
+def built_on_meta(build: Callable[[], Any]) -> Sized:
+    """The facts of what ``build()`` makes on meta (a connection of a stream that does not declare its own)."""
+    with torch.device("meta"):
+        return facts_of(build())
 
 
 def facts_of(module: Any) -> Sized:
@@ -63,4 +69,4 @@ def _as_module(value: Any) -> Any:
     return value
 
 
-__all__ = ["facts_of", "sized_by_building"]
+__all__ = ["built_on_meta", "facts_of", "sized_by_building"]

@@ -45,10 +45,14 @@ class SizedMaker:
         return made.name
 
     def connection(self, stream: Sized) -> Sized:
-        made = stream.connection if stream.connection is not None else Sized(parameters=0)
         # A layout that declares no check is built around real connections, made by the stream built on meta.
         build = None if stream.build is None else (lambda: stream.build().connection())
-        return replace(made, name=made.name or "ResidualConnection", build=build)
+        if stream.connection is None:  # a stream that does not declare its connections: one is built on meta
+            from specformer.model.sized_by_building import built_on_meta  # late: imports torch
+
+            assert build is not None, "a Sized the registry made knows how to build its component"
+            return built_on_meta(build)
+        return replace(stream.connection, name=stream.connection.name or "ResidualConnection", build=build)
 
 
 SIZED = SizedMaker()
