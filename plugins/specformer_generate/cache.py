@@ -156,9 +156,10 @@ class StaticKVCache:
                 group=groups[size],
             )
         self._groups = list(groups.values())
+        # A state tensor that grows with the tokens (compressed attention's entries) gets the rows this capacity needs.
         self._states: dict[int, dict[str, Tensor]] = {
             shape.layer_index: {name: torch.zeros((batch_size, *size), dtype=dtype, device=device)
-                                for name, size in shape.slots.tensors}
+                                for name, size in shape.slots.shapes_for(capacity + spare).items()}
             for shape in states
         }
         self._first_layer = min([*self._layers, *self._states])

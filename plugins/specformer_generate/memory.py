@@ -75,7 +75,7 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
             cache += rows * slots * kept.bytes_per_token(element)
         state = state_slots_of(module)  # and per sequence, whatever the length (a recurrent mixer)
         if use_cache and state is not None:
-            cache += rows * state.bytes_per_sequence(element)
+            cache += rows * state.bytes_per_sequence(element, length)
     cache += rows * sum(slot_sizes) * 8 if use_cache else 0
     tokens = (2 * rows + 2 * candidates) * length * 8  # history/running/finished and beam candidates
     logits = 4 * (rows + candidates) * model.vocab_size * 4

@@ -185,7 +185,7 @@ def convert_weights(
     directory: HFDirectory,
     model: Any,
     *,
-    read: Callable[[list[str]], dict[str, torch.Tensor]] | None = None,
+    read: Callable[..., dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Our state dict from the directory's tensors; UserError naming every missing, extra or mis-shaped one.
 
@@ -226,7 +226,9 @@ def convert_weights(
             missing += absent
             continue
         located = [found[name] for name in hf_names]
-        tensors = read(located)
+        # An integer table of ours (hash routing's token -> experts) is filled from an integer tensor.
+        integers = frozenset(located) if not any(expected[n].is_floating_point() for n in our_names) else frozenset()
+        tensors = read(located, integers=integers)
         consumed.update(located)
         try:
             converted = rule.to_ours([tensors[name] for name in located], site)

@@ -40,6 +40,8 @@ FLOAT_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
+#: Integer tensors a checkpoint may hold where the model has an integer table (DeepSeek-V4's token-to-expert map).
+INTEGER_DTYPES = {"I64": torch.int64, "I32": torch.int32}
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,13 @@ class HFDirectory:
     def names(self) -> list[str]:
         return sorted(self.files)
 
-    def check_floating(self, names: list[str]) -> None:
-        """UserError naming each tensor whose stored dtype is not floating point (ids, masks, packed integers)."""
-        bad = [f"{name} ({self.headers[name].dtype})" for name in names if self.headers[name].dtype not in FLOAT_DTYPES]
+    def check_floating(self, names: list[str], *, integers: frozenset[str] = frozenset()) -> None:
+        """UserError naming each tensor whose stored dtype is not floating point (ids, masks, packed integers).
+
+        ``integers``: names that may be integer (they fill an integer table of the model).
+        """
+        bad = [f"{name} ({self.headers[name].dtype})" for name in names if self.headers[name].dtype not in FLOAT_DTYPES
+               and not (name in integers and self.headers[name].dtype in INTEGER_DTYPES)]
         if bad:
             raise UserError(
                 f"{self.path}: weights must be floating point ({', '.join(sorted(FLOAT_DTYPES))}), but these are not: "
@@ -112,15 +118,16 @@ class HFDirectory:
                 "here is a quantized or corrupted file, which specformer does not convert"
             )
 
-    def placeholders(self, names: list[str]) -> dict[str, torch.Tensor]:
+    def placeholders(self, names: list[str], *, integers: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """Meta tensors with the stored shapes and dtypes: for checking a mapping without reading any data."""
-        self.check_floating(names)
-        return {name: torch.empty(self.headers[name].shape, dtype=FLOAT_DTYPES[self.headers[name].dtype], device="meta")
+        self.check_floating(names, integers=integers)
+        dtypes = {**FLOAT_DTYPES, **INTEGER_DTYPES}
+        return {name: torch.empty(self.headers[name].shape, dtype=dtypes[self.headers[name].dtype], device="meta")
                 for name in names}
 
-    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
-        """Load the named tensors (floating point only), opening each shard once."""
-        self.check_floating(names)
+    def read(self, names: list[str], *, integers: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
+        """Load the named tensors (floating point, or integer where ``integers`` allows), opening each shard once."""
+        self.check_floating(names, integers=integers)
         by_file: dict[Path, list[str]] = {}
         for name in names:
             by_file.setdefault(self.files[name], []).append(name)
@@ -239,4 +246,4 @@ def _shards(path: Path, index: Path) -> dict[str, Path]:
     return files
 
 
-__all__ = ["CONFIG", "FLOAT_DTYPES", "CHAT_TEMPLATE", "GENERATION_CONFIG", "TOKENIZER_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]
+__all__ = ["CONFIG", "FLOAT_DTYPES", "INTEGER_DTYPES", "CHAT_TEMPLATE", "GENERATION_CONFIG", "TOKENIZER_CONFIG", "HFDirectory", "Header", "INDEX", "TOKENIZER", "WEIGHTS", "inside", "open_directory"]

@@ -150,6 +150,11 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     out["positional"] = _resolved_scaling(identity("positional", view.positional), m.context_length)
     out["final_norm"] = identity("norm", view.final_norm)
     out["block"] = {"residual": identity("residual", view.residual)}  # one stream or several: the maths of every block
+    if m.per_layer_input is not None:
+        part = identity("per_layer_input", registry.resolve("per_layer_input", m.per_layer_input.as_dict()).to_dict())
+        if "vocab_size" in part and part["vocab_size"] is None:  # the built-in's default written out
+            part["vocab_size"] = m.vocab_size
+        out["per_layer_input"] = part
     layers = []
     for i, layer in enumerate(view.layers):
         resolved = {**layer, "ffn": _resolved_ffn(layer["ffn"], m.d_model)}

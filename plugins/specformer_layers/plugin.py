@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
-from specformer_layers.attention.params import CausalSelfAttentionParams, LatentAttentionParams
-from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ReGLUParams
+from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
+                                                LightningIndexerParams)
+from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.params import Mamba2Params
@@ -28,6 +29,7 @@ from specformer_layers.layouts.params import (
     SandwichBlockParams,
 )
 from specformer_layers.mixers.params import GatedDeltaNetParams
+from specformer_layers.per_layer.params import PerLayerEmbeddingParams
 from specformer_layers.norms.params import L2NormParams, LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (
     ALiBiParams,
@@ -41,11 +43,13 @@ from specformer_layers.positional.rope_scaling.params import (
     LinearScalingParams,
     Llama3ScalingParams,
     LongRopeScalingParams,
+    ProportionalScalingParams,
     YarnScalingParams,
 )
 from specformer_layers.residual.params import HyperConnectionsParams, SingleStreamParams
 from specformer_layers.routers.params import (
     HashParams,
+    NormedSoftmaxTopKParams,
     SigmoidTopKParams,
     SoftmaxTopKParams,
     SqrtSoftplusTopKParams,
@@ -56,6 +60,8 @@ from specformer_layers.routers.params import (
 ROPE_SCALING_KIND = "rope_scaling"
 #: The kind this plugin adds: what ``moe``'s ``router`` param names.
 ROUTER_KIND = "router"
+#: The kind this plugin adds: what ``mla``'s ``indexer`` param names (sparse attention).
+INDEXER_KIND = "indexer"
 
 #: (kind, name, class path under specformer_layers, Params, paper) of every built-in component.
 COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
@@ -75,6 +81,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://arxiv.org/abs/2309.00071"),
     (ROPE_SCALING_KIND, "llama3", "positional.rope_scaling.llama3:Llama3Scaling", Llama3ScalingParams,
      "https://arxiv.org/abs/2407.21783"),
+    (ROPE_SCALING_KIND, "proportional", "positional.rope_scaling.proportional:ProportionalScaling",
+     ProportionalScalingParams, "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     (ROPE_SCALING_KIND, "longrope", "positional.rope_scaling.longrope:LongRopeScaling", LongRopeScalingParams,
      "https://arxiv.org/abs/2402.13753"),
 
@@ -88,8 +96,12 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
+    ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
+     "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
     (ROUTER_KIND, "softmax_topk", "routers.softmax_topk:SoftmaxTopK", SoftmaxTopKParams, "https://arxiv.org/abs/1701.06538"),
+    (ROUTER_KIND, "normed_softmax_topk", "routers.normed_softmax_topk:NormedSoftmaxTopK", NormedSoftmaxTopKParams,
+     "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     (ROUTER_KIND, "sigmoid_topk", "routers.sigmoid_topk:SigmoidTopK", SigmoidTopKParams, "https://arxiv.org/abs/2412.19437"),
     (ROUTER_KIND, "topk_sigmoid", "routers.topk_sigmoid:TopKSigmoid", TopKSigmoidParams,
      "https://ai.meta.com/blog/llama-4-multimodal-intelligence/"),
@@ -100,6 +112,10 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),
     ("attention", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
+    (INDEXER_KIND, "lightning", "attention.indexer:LightningIndexer", LightningIndexerParams,
+     "https://arxiv.org/abs/2512.02556"),
+    ("attention", "compressed", "attention.compressed:CompressedAttention", CompressedAttentionParams,
+     "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
     ("attention", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
     ("attention", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("attention", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,
@@ -112,6 +128,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("layout", "postnorm", "layouts.postnorm:PostNormBlock", PostNormBlockParams, "https://arxiv.org/abs/1706.03762"),
     ("layout", "parallel", "layouts.parallel:ParallelBlock", ParallelBlockParams, "https://arxiv.org/abs/2204.06745"),
     ("layout", "sandwich", "layouts.sandwich:SandwichBlock", SandwichBlockParams, "https://arxiv.org/abs/2408.00118"),
+    ("per_layer_input", "per_layer_embedding", "per_layer.embedding:PerLayerEmbedding", PerLayerEmbeddingParams,
+     "https://ai.google.dev/gemma/docs/gemma-3n"),
     ("layout", "postnorm_inside", "layouts.postnorm_inside:PostNormInsideBlock", PostNormInsideBlockParams,
      "https://arxiv.org/abs/2501.00656"),
 
@@ -134,6 +152,15 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
             "(and token_ids (N,) when it declares reads_token_ids), returns (weights (N, top_k), experts (N, top_k), "
             "probs (N, n_experts)); weights_on says whether a weight scales the expert's output or its input.",
         sizes=("d_model", "n_experts", "top_k", "vocab_size"),
+    )
+    registry.add_kind(
+        INDEXER_KIND,
+        doc="Which earlier keys each query of a sparse attention reads: made with the block width, the width of "
+            "the query source the attention hands it and the attention's rotary channels; declares key_dim (what "
+            "it adds per token to the cache) and topk, computes keys(x, positional, state) (B, 1, T, key_dim) and, "
+            "per block of queries, selections(...) -> (rows, chosen (B, rows, n), readable (B, rows, n)); to learn "
+            "while training, loss_coef, queries(...) and alignment_loss(...) (see specformer_layers.attention.indexer).",
+        sizes=("d_model", "query_dim", "positional_dim"),
     )
 
 

@@ -49,6 +49,9 @@ def test_every_example_spec_validates_builds_and_trains_a_step(path):
     logits = model(x)
     assert logits.shape == (2, 16, model.vocab_size)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
+    auxiliary = model.auxiliary_loss()  # what training adds: routers' balance, an indexer's alignment
+    if auxiliary is not None:
+        loss = loss + auxiliary
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.grad is not None for p in model.parameters())

@@ -57,15 +57,17 @@ def _sizes(kind: str) -> dict[str, Any] | None:
     if kind == "layout":
         return {"d_model": 4, "attention": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
                 "make_norm": lambda: nn.LayerNorm(4), "make_residual": ResidualConnection, "layer_index": 1,
-                "n_layers": 2}
+                "n_layers": 2, "per_layer_input": 3}
     return {
         "residual": {"d_model": 8},
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
         "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2, "vocab_size": 50},
-        "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2},
+        "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2, "context_length": 32},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
+        "indexer": {"d_model": 32, "query_dim": 8, "positional_dim": 8},
+        "per_layer_input": {"vocab_size": 11, "d_model": 8, "n_layers": 2},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
 
@@ -75,13 +77,21 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("attention", "attention"): {"n_heads": 4},
     ("attention", "mla"): {"n_heads": 4, "kv_lora_rank": 8, "qk_rope_head_dim": 8, "qk_nope_head_dim": 4,
                            "v_head_dim": 8},
+    ("attention", "compressed"): {"n_heads": 4, "head_dim": 16, "q_lora_rank": 8, "rope_dim": 8, "window": 3,
+                                  "compress_rate": 2, "overlap": True, "index_heads": 2, "index_head_dim": 8,
+                                  "index_topk": 2, "out_groups": 2, "out_rank": 4},
     ("attention", "kda"): {"n_heads": 4},
     ("attention", "gated_deltanet"): {"n_heads": 4},
     ("attention", "parallel"): {"mixers": [{"kind": "attention", "n_heads": 4},
                                            {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8}]},
     ("attention", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
+    ("indexer", "lightning"): {"topk": 3, "n_heads": 4, "head_dim": 12},
+    ("ffn", "parallel"): {"ffns": [{"kind": "geglu", "hidden": 16}, {"kind": "moe", "n_experts": 4, "top_k": 2,
+                                                                     "hidden": 8}]},
+    ("per_layer_input", "per_layer_embedding"): {"width": 4},
     ("rope_scaling", "linear"): {"factor": 2.0},
+    ("rope_scaling", "proportional"): {"fraction": 0.25},
     ("rope_scaling", "dynamic"): {"factor": 2.0},
     ("rope_scaling", "yarn"): {"original_context_length": 4096},
     ("rope_scaling", "longrope"): {"short_factor": [1.0 + i / 10 for i in range(PAIRS)],
@@ -110,6 +120,10 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "attention", "chunk"): 8,
     ("attention", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
     ("attention", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
+    ("attention", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
+    ("attention", "attention", "v_norm"): "rmsnorm",
+    ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
+    ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
     ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
     ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
@@ -121,6 +135,12 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("attention", "mla", "scale"): 0.5,
     ("attention", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
     ("attention", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
+    ("attention", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
+    ("indexer", "lightning", "key_norm"): "rmsnorm",
+    ("attention", "compressed", "norm"): "layernorm",
+    ("attention", "compressed", "compress_rate"): 3,
+    ("attention", "compressed", "out_groups"): (4, {"out_rank": 4}),
+    ("attention", "compressed", "out_rank"): 2,
     ("attention", "kda", "head_dim"): 4,
     ("attention", "kda", "value_head_dim"): 4,
     ("attention", "kda", "decay_rank"): 4,
@@ -136,9 +156,12 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "geglu", "hidden"): 16,
     ("ffn", "reglu", "hidden"): 16,
     ("ffn", "moe", "router"): {"kind": "sigmoid_topk"},
+    ("ffn", "parallel", "ffns"): [{"kind": "mlp", "hidden": 16}, {"kind": "geglu", "hidden": 8}],
+    ("ffn", "parallel", "norm"): "layernorm",
     ("ffn", "moe", "normalize_topk"): False,
     ("ffn", "moe", "swiglu_limit"): 7.0,
     ("ffn", "moe", "swiglu_alpha"): (2.0, {"swiglu_limit": 7.0}),
+    ("ffn", "moe", "swiglu_style"): ("silu", {"swiglu_limit": 7.0}),
     ("ffn", "moe", "shared_hidden"): (24, {"n_shared_experts": 1}),
     ("ffn", "moe", "shared_gate"): (True, {"n_shared_experts": 1}),
     ("positional", "rope", "scaling"): {"kind": "linear", "factor": 2.0},
@@ -438,22 +461,30 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 
 # -- every mixer through every consumer of the cache ---------------------------------------------
 
-MIXERS = [c for c in BUILT if c.kind == "attention"]
+#: Every mixer with its example params, and variants whose sub-parts change what the cache keeps:
+#: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read).
+MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "attention"] + [
+    pytest.param((c, {**_example(c), "q_lora_rank": 8,
+                      "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 12, "block": 4}}),
+                 id="attention-mla-indexer")
+    for c in BUILT if (c.kind, c.name) == ("attention", "mla")
+]
 
 
-def _hybrid(c: Component, *, seed: int) -> Any:
+def _hybrid(case: tuple[Component, dict[str, Any]], *, seed: int) -> Any:
     """Two layers: the mixer, then softmax attention (so a recurrent mixer's state and keys share one cache)."""
     import specformer
     from fixtures.tiny import tiny_spec
 
-    spec = tiny_spec(block={"attention": {"kind": c.name, **_example(c)}},
+    c, example = case
+    spec = tiny_spec(block={"attention": {"kind": c.name, **example}},
                      layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
     return specformer.build(spec, seed=seed).double().eval()
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_decodes_through_the_cache_as_recompute(component: Component) -> None:
+def test_every_mixer_decodes_through_the_cache_as_recompute(component: tuple[Component, dict[str, Any]]) -> None:
     from specformer_generate import StaticKVCache
 
     _decodes_through_the_cache_as_recompute(_hybrid(component, seed=0), length=11, prompt=5, seed=0)
@@ -471,9 +502,9 @@ def _decodes_through_the_cache_as_recompute(model: Any, *, length: int, prompt: 
     torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: Component) -> None:
+def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: tuple[Component, dict[str, Any]]) -> None:
     from specformer_generate import generate
 
     model = _hybrid(component, seed=1)
@@ -482,9 +513,9 @@ def test_every_mixer_gives_each_ragged_prompt_what_it_gives_alone(component: Com
     assert together == [generate(model, [p], max_new_tokens=5)[0] for p in prompts]
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_beam_searches_as_recompute(component: Component) -> None:
+def test_every_mixer_beam_searches_as_recompute(component: tuple[Component, dict[str, Any]]) -> None:
     from fixtures.recurrent import beam_search_by_recompute
     from specformer_generate import generate
 
@@ -494,9 +525,9 @@ def test_every_mixer_beam_searches_as_recompute(component: Component) -> None:
     assert got[0].tolist() == beam_search_by_recompute(model, prompt, beams=3, steps=4)
 
 
-@pytest.mark.parametrize("component", MIXERS, ids=_id)
+@pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
-def test_every_mixer_rolls_back_to_the_last_kept_draft(component: Component) -> None:
+def test_every_mixer_rolls_back_to_the_last_kept_draft(component: tuple[Component, dict[str, Any]]) -> None:
     """The mixer's model is its own draft's target; an unrelated draft makes most drafts fail."""
     from specformer_generate import generate
 

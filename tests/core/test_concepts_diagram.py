@@ -134,3 +134,39 @@ def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_tak
         if cls.startswith("Residual"):
             assert callable(getattr(getattr(residual, cls), method)), where
         assert seen[where] == tuple(sizes[s] for s in shape.strip("()").split(", ")), (where, shape, seen[where])
+
+
+#: The model the shared-caches picture is drawn for: six layers, a window of 4 on the even ones, the last two reading
+#: the keys and values of the last two that keep their own (Gemma 4's pattern at toy size).
+SHARED_KV_SPEC = {"model": {
+    "vocab_size": 32, "d_model": 32, "n_layers": 6, "context_length": 64, "positional": "rope",
+    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": "swiglu"},
+    "layers": [{"select": "0::2", "attention": {"window": 4}}, {"select": 4, "attention": {"kv_from": 2}},
+               {"select": 5, "attention": {"kv_from": 3}}]}}
+
+
+def draw_shared_caches(model) -> list[str]:
+    """What each layer of ``model`` keeps per sequence, from each attention's public facts (window, kv_from)."""
+    from specformer.model.attention import cache_slots_of, kv_source_of
+
+    layers = model.attention_modules()
+    lines = []
+    for i, layer in enumerate(layers):
+        source = kv_source_of(layer)
+        span = f"window {layer.window}" if layer.window is not None else "global"
+        if source is not None:
+            kept = f"nothing: reads layer {source}'s"
+        else:
+            slots = cache_slots_of(layer)
+            pair = f"[k v] ({slots.key_heads}x{slots.key_dim} + {slots.value_heads}x{slots.value_dim})"
+            kept = f"{pair} x {layer.window}, a ring" if layer.window is not None else f"{pair} x n"
+        readers = [j for j, other in enumerate(layers) if kv_source_of(other) == i]
+        read_by = f"  <- read by layer {', '.join(map(str, readers))}" if readers else ""
+        lines.append(f"layer {i}  {span:<9} {kept}{read_by}".rstrip())
+    return lines
+
+
+def test_the_shared_caches_picture_is_what_the_layers_declare():
+    import specformer
+
+    assert block_after("shared-kv") == draw_shared_caches(specformer.build(SHARED_KV_SPEC))

@@ -87,7 +87,7 @@ def test_problems_inside_a_sampler_list_use_the_one_path_format(tiny_spec):
 def test_problems_inside_a_nested_component_of_the_model_use_the_one_path_format(tiny_spec):
     tiny_spec["model"]["block"]["attention"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
     assert problems(tiny_spec) == [
-        "model.block.attention.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset"
+        "model.block.attention.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset, weight"
     ]
 
 

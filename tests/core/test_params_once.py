@@ -75,6 +75,7 @@ def test_head_sizes_names_sizes_that_do_not_fit(given, message):
 #: Required params of attentions beyond the heads (sized so that the head is 8 channels wide).
 REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8},
                   "mamba2": {"head_dim": 8, "state_size": 4},
+                  "compressed": {"head_dim": 8, "q_lora_rank": 8, "rope_dim": 4, "compress_rate": 4},
                   "parallel": {"mixers": [{"kind": "attention", "n_heads": 4},
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}
 
@@ -86,7 +87,8 @@ def test_every_registered_attention_declares_its_public_facts(tiny_spec):
         params = {k: v for k, v in {"n_heads": 4, "n_kv_heads": 2, "window": 8}.items() if k in component.params.model_fields}
         params.update(REQUIRED_EXTRA.get(name, {}))
         with torch.device("meta"):
-            layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2)
+            layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2,
+                                                                                            context_length=32)
         assert isinstance(layer, AttentionLayer), name
         if getattr(layer, "cache_slots", ...) is None and getattr(layer, "state_slots", None) is None:
             assert (layer.n_heads, layer.window, layer.layer_index) == (0, None, 1), name  # no mixer (attention: none)
@@ -94,6 +96,7 @@ def test_every_registered_attention_declares_its_public_facts(tiny_spec):
         if "n_heads" not in params and name != "parallel":  # one channel-wise "head" over d_model (short_conv)
             assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window) == (1, 1, 32, None), name
             continue
-        kv = params.get("n_kv_heads", 4)  # without n_kv_heads, every head has its own key and value
+        # Without n_kv_heads, every head has its own key and value; compressed attention shares one by design.
+        kv = 1 if name == "compressed" else params.get("n_kv_heads", 4)
         window = params.get("window")  # a recurrent mixer has none
         assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, kv, 8, window, 1), name

@@ -158,7 +158,7 @@ def test_unknown_kind_lists_the_known_kinds(acme):
     _, view = acme
     with pytest.raises(RegistryError) as info:
         view.register("nrom", "x", factory=norm_factory, params=NormParams)
-    assert "plugin 'acme', nrom 'x': unknown kind 'nrom'; did you mean 'norm'? known kinds: attention, ffn, layout, norm, positional" in str(info.value)
+    assert "plugin 'acme', nrom 'x': unknown kind 'nrom'; did you mean 'norm'? known kinds: attention, ffn, layout, norm, per_layer_input, positional" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["", "has space", "dotted.name", "slash/name"])

@@ -50,6 +50,10 @@ MODERN_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    "deepseek-v3.2.yaml": ("DeepseekV32Config", dict(
+        max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     "gpt-oss-20b.yaml": ("GptOssConfig", dict(
         num_hidden_layers=24, num_local_experts=32, router_aux_loss_coef=0.9,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -140,6 +144,10 @@ def reference(name: str) -> dict[str, int]:
              "chunked_attention": getattr(config, "attention_chunk_size", None)}
     spans = [min(reach[kind], context) if reach.get(kind) else context for kind in layer_types]
     attention = sum(2 * heads * (d_qk + d_v) * span for span in spans)
+    if hasattr(config, "index_topk"):  # DeepSeek Sparse Attention: the indexer scores every key, attention reads topk
+        cache_elements_per_layer += config.index_head_dim
+        attention = sum(2 * heads * (d_qk + d_v) * min(span, config.index_topk)
+                        + 2 * config.index_n_heads * config.index_head_dim * span for span in spans)
 
     return {
         "total_params": total,
@@ -208,3 +216,30 @@ def test_the_cache_at_full_context_is_what_generate_allocates():
     s = specformer.summarize(model)
     assert s.kv_bytes_at_context(torch.bfloat16) == sum(slots[i] * per_token[i] for i in slots)
     assert s.kv_bytes_per_token(torch.bfloat16) == sum(per_token.values())
+
+
+def test_gemma4_counts_only_the_layers_that_keep_keys_and_values(capsys):
+    """Gemma 4 E2B: the 20 layers transformers marks "reuse" (kv_sharing_modes) keep nothing; each other layer keeps
+    2 x n_kv_heads x head_dim per token, with its own heads (per_layer_config: the global layers' 512 channels)."""
+    import transformers
+
+    config = transformers.Gemma4TextConfig(
+        vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7)
+    keeping = [i for i, mode in enumerate(config.kv_sharing_modes) if mode != "reuse"]
+    per_token = sum(2 * config.per_layer_config[i].num_key_value_heads * config.per_layer_config[i].head_dim
+                    for i in keeping)
+    spans = [config.sliding_window if config.layer_types[i] == "sliding_attention" else config.max_position_embeddings
+             for i in keeping]
+    at_context = sum(2 * config.per_layer_config[i].num_key_value_heads * config.per_layer_config[i].head_dim * span
+                     for i, span in zip(keeping, spans))
+    assert main(["summary", str(SPECS / "gemma-4-e2b.yaml"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (len(keeping), got["kv_shared_layers"]) == (15, 20)
+    assert got["kv_cache_bytes_per_token_bf16"] == 2 * per_token == 18_432
+    assert got["kv_cache_bytes_at_context_bf16"] == 2 * at_context
+    assert main(["summary", str(SPECS / "gemma-4-e2b.yaml")]) == 0
+    assert "18.0 KiB bf16  (20 of 35 layers read another layer's keys and values: no cache of their own)" in \
+        capsys.readouterr().out

@@ -20,8 +20,8 @@ from specformer.errors import Problem, SpecError
 from specformer.model.decoder import Decoder
 from specformer.model.positional import adds_to_embeddings
 from specformer.model.residual import ResidualConnection, ResidualStream
-from specformer.model.wiring import (Skeleton, first_line, make_block, make_residual_stream, make_skeleton,
-                                     positional_mixer)
+from specformer.model.wiring import (Skeleton, first_line, make_block, make_per_layer_input, make_residual_stream,
+                                     make_skeleton, per_layer_width, positional_mixer)
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
 
@@ -49,16 +49,19 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
     m = resolved.spec
     with torch.device(device) if device is not None else contextlib.nullcontext():
         residual = make_residual_stream(MODULES, resolved)
-        made = [make_block(MODULES, parts, m, index, residual=residual) for index, parts in enumerate(resolved.layers)]
+        per_layer_input = make_per_layer_input(MODULES, resolved)
+        width = per_layer_width(per_layer_input)
+        made = [make_block(MODULES, parts, m, index, residual=residual, per_layer_input=width)
+                for index, parts in enumerate(resolved.layers)]
         attentions = [b.attention for b in made]
         skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=positional_mixer(attentions),
-                                 residual=residual)
+                                 residual=residual, per_layer_input=per_layer_input)
         return make_decoder(resolved, skeleton, [b.block for b in made])
 
 
 def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Module]) -> Decoder:
     """The Decoder around ``blocks`` (possibly none, for size estimates): embedding, positional, residual stream,
-    norm, head."""
+    norm, head, and the per-layer input part the blocks were made for."""
     m = resolved.spec
     multiplier = math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     try:
@@ -79,6 +82,7 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             logit_softcap=m.logit_softcap,
             logit_scale=m.logit_scale,
             embedding_dropout=m.embedding_dropout,
+            per_layer_input=skeleton.per_layer_input,
         )
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({first_line(exc)})")]) from None

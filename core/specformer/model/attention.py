@@ -16,6 +16,14 @@ it as :class:`CacheSlots` (two tensors, "keys" and "values", each with its own h
 and width: full keys and values, or a compressed latent and a shared rotary key as in
 latent attention), or ``None`` when it keeps nothing. The generate plugin lays its cache
 out from those declarations only, so a third-party attention needs no change there.
+
+A layer may read another layer's keys and values instead of keeping its own (cross-layer
+KV sharing, as Gemma 4's last layers do): it declares ``kv_from``, the index of an earlier
+layer, and keeps nothing (``cache_slots`` None). Within one forward the source layer hands
+what it attended to (after its cache update, so the cache's contents too) to the layers
+that read it through :attr:`~specformer.model.context.ForwardContext.shared_kv`; a cache
+therefore lays out nothing for a sharing layer, and every count of cache bytes counts it
+as costing nothing. :func:`kv_source_of` reads the declaration.
 """
 
 from __future__ import annotations
@@ -61,7 +69,9 @@ class AttentionLayer(Protocol):
     one (chunked local attention reads only its own chunk: see :func:`reach_of`). The positional scheme of
     the layer is sized by ``n_heads`` and by ``positional_dim`` when the layer declares
     one (the channels per head a rotary scheme turns; default ``head_dim``; see
-    :func:`positional_dim_of`).
+    :func:`positional_dim_of`). A sparse attention (an indexer choosing keys) may declare
+    ``keys_read`` (the most keys one query reads) and ``selection_flops_per_key`` (what
+    choosing costs per query and key of its span), which ``specformer summary`` counts.
     """
 
     n_heads: int  # query heads
@@ -69,6 +79,7 @@ class AttentionLayer(Protocol):
     head_dim: int  # channels per head
     window: int | None  # sliding window in tokens, or None for full causal attention
     layer_index: int  # the layer whose keys and values this layer caches
+    # Optional: ``kv_from`` (int), the earlier layer whose keys and values this one reads; see kv_source_of.
 
 
 @dataclass(frozen=True)
@@ -118,10 +129,17 @@ def reach_of(layer: Any) -> int | None:
     return min(spans) if spans else None
 
 
+def kv_source_of(layer: Any) -> int | None:
+    """The earlier layer whose keys and values ``layer`` reads (its ``kv_from``), or None when it has its own."""
+    source = getattr(layer, "kv_from", None)
+    return None if source is None else int(source)
+
+
 def positional_dim_of(layer: Any) -> int:
     """Channels per head a positional scheme acts on: ``positional_dim`` when declared, else ``head_dim``."""
     dim = getattr(layer, "positional_dim", None)
     return int(dim if dim is not None else layer.head_dim)
 
 
-__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "positional_dim_of", "reach_of"]
+__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "kv_source_of", "positional_dim_of",
+           "reach_of"]

@@ -52,6 +52,13 @@ class ForwardContext:
     # attention kernels so every layer with the same rule shares one; a fresh context per
     # forward, so they never outlive the positions they were built from.
     masks: dict[tuple, Any] = field(default_factory=dict)
+    # Cross-layer KV sharing: one entry per layer whose keys and values later layers read
+    # (their ``kv_from``), filled by that layer during this forward with what it attended to,
+    # ``(keys, values, key positions)`` (after its cache update); the readers take them from here.
+    shared_kv: dict[int, Any] = field(default_factory=dict)
+    # (B, T, n_layers, width) per-layer inputs (model.per_layer_input), computed once per forward from the
+    # tokens; block i reads per_layer_inputs[:, :, i]. None when the model has none.
+    per_layer_inputs: Tensor | None = None
 
     def positional_for(self, layer_index: int) -> PositionalScheme:
         """The positional scheme acting inside the attention of layer ``layer_index``."""

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.attention import AttentionLayer
+from specformer.model.attention import AttentionLayer, kv_source_of
 from specformer.model.context import ForwardContext, KVCache, default_positions
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
@@ -53,6 +53,7 @@ class Decoder(nn.Module):
         logit_softcap: float | None = None,
         logit_scale: float = 1.0,
         embedding_dropout: float = 0.0,
+        per_layer_input: nn.Module | None = None,
         spec: Any = None,
     ) -> None:
         super().__init__()
@@ -74,6 +75,8 @@ class Decoder(nn.Module):
             raise ValueError(f"layer_scheme indices must be 0..{len(layer_positionals)} (0: the model-level scheme)")
         self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
         self.blocks = nn.ModuleList(blocks)
+        # Layers whose keys and values later layers read (their kv_from): each forward keeps those for them.
+        self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "attention", None))) is not None})
         self.final_norm = final_norm
         # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
         self.residual = residual if residual is not None else ResidualStream()
@@ -82,6 +85,8 @@ class Decoder(nn.Module):
         self.logit_softcap = logit_softcap
         self.logit_scale = logit_scale
         self.embedding_dropout = nn.Dropout(embedding_dropout)
+        # Per-layer inputs (model.per_layer_input): computed once per forward, each block reads its slice from ctx.
+        self.per_layer_input = per_layer_input
         self.spec = spec
 
     @property
@@ -123,6 +128,7 @@ class Decoder(nn.Module):
         if self.embedding_multiplier != 1.0:
             # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
             x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        per_layer = self.per_layer_input(input_ids, x) if self.per_layer_input is not None else None  # (B, T, L, P)
         added = self.positional.embed(positions)
         if added is not None:
             x = x + added.to(x.dtype)  # schemes compute in float32; the stream keeps its dtype
@@ -132,6 +138,8 @@ class Decoder(nn.Module):
         ctx = self._context(positions, cache=cache, plain_causal=plain_causal)
         ctx.document_ids = document_ids
         ctx.token_ids = input_ids
+        ctx.shared_kv = dict.fromkeys(self.kv_sources)
+        ctx.per_layer_inputs = per_layer
         for block in self.blocks:
             x = block(x, ctx)
         if last_only:

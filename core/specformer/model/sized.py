@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from specformer.model.attention import CacheSlots
+
 
 @dataclass(frozen=True)
 class Sized:
@@ -40,7 +42,9 @@ class Sized:
     Every field is optional: declare those your kind's readers use. An attention (token
     mixer) gives ``n_heads``, ``head_dim`` and, when they differ from the defaults,
     ``n_kv_heads``, ``positional_dim``, ``uses_positions``, ``caches_tokens`` and ``keeps_state``
-    (a recurrence: False, False, True); a positional scheme that adds
+    (a recurrence: False, False, True), ``slots`` (what it caches when not keys and values by its
+    heads), ``kv_from`` and ``window``; the per-layer input part gives its ``width`` and a layout
+    that takes it its ``per_layer_width``; a positional scheme that adds
     to the token embeddings sets ``adds_to_embeddings``; a sublayer that is not there (the
     ``none`` attention and ffn) sets ``absent``; a residual stream gives ``n_streams`` and the
     ``connection`` each block place gets (which a layout's check receives from ``make_residual()``).
@@ -58,6 +62,13 @@ class Sized:
     uses_positions: bool = True
     #: False for a mixer that keeps nothing per token in a generation cache (``cache_slots = None``).
     caches_tokens: bool = True
+    #: What a mixer keeps per token when not keys and values of ``n_kv_heads`` x ``head_dim`` (its declared
+    #: ``cache_slots``); read through :attr:`cache_slots`.
+    slots: CacheSlots | None = None
+    #: The earlier layer whose keys and values a mixer reads (cross-layer KV sharing), or None.
+    kv_from: int | None = None
+    #: How many of the latest tokens a mixer reads (a sliding window), or None: every token.
+    window: int | None = None
     #: True for a mixer that keeps a fixed-size recurrent state (``state_slots``).
     keeps_state: bool = False
     #: True for a positional scheme that adds to the token embeddings (model-level only).
@@ -69,11 +80,26 @@ class Sized:
     #: For a residual stream: the facts of one connection it makes (``make_residual()`` in a layout);
     #: each place in each block gets its own, with these parameters.
     connection: "Sized | None" = field(default=None, repr=False)
+    #: For the per-layer input part (``model.per_layer_input``): channels each block receives.
+    width: int | None = None
+    #: For a layout: the width of the per-layer input it takes (0: none).
+    per_layer_width: int = 0
     #: The component's class name, for messages (filled in by the registry).
     name: str = ""
     #: Builds the component itself on the meta device (filled in by the registry; used by a
     #: sibling that declares no check and must be built around real modules).
     build: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cache_slots(self) -> CacheSlots | None:
+        """What the mixer keeps per token (as :func:`~specformer.model.attention.cache_slots_of` reads a module)."""
+        if not self.caches_tokens:
+            return None
+        if self.slots is not None:
+            return self.slots
+        kv = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+        return CacheSlots(key_heads=int(kv), key_dim=int(self.head_dim), value_heads=int(kv),
+                          value_dim=int(self.head_dim))
 
 
 def total(*counts: int | None) -> int | None:

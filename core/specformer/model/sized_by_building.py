@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from specformer.model.attention import kv_source_of
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
 from specformer.model.residual import ResidualStream
 from specformer.model.state import state_slots_of, uses_positions
@@ -49,10 +50,15 @@ def facts_of(module: Any) -> Sized:
         positional_dim=getattr(module, "positional_dim", None),
         uses_positions=uses_positions(module),
         caches_tokens=getattr(module, "cache_slots", True) is not None,  # undeclared: keys and values per token
+        slots=getattr(module, "cache_slots", None),
+        kv_from=kv_source_of(module),
+        window=getattr(module, "window", None),
         keeps_state=state_slots_of(module) is not None,
         adds_to_embeddings=isinstance(module, PositionalScheme) and adds_to_embeddings(module),
         absent=bool(getattr(module, "absent", False)),
         n_streams=int(getattr(module, "n_streams", 1)),
+        width=getattr(module, "width", None),
+        per_layer_width=int(getattr(module, "per_layer_width", 0) or 0),
         connection=facts_of(module.connection()) if isinstance(module, ResidualStream) else None,
         name=type(module).__name__,
         build=lambda: module,

@@ -47,9 +47,15 @@ class StateSlots:
 
     ``StateSlots((("conv", (C, K - 1)), ("recurrent", (H, dk, dv))))``: a cache holds
     ``(B, C, K - 1)`` and ``(B, H, dk, dv)`` for it, whatever the context.
+
+    ``per_tokens`` names tensors whose first axis holds one row per that many tokens (the
+    pooled entries of compressed attention, one per block): their declared rows cover the
+    model's context, and a cache that knows how many tokens it will hold keeps only
+    ``ceil(tokens / per)`` rows of them (:meth:`shapes_for`).
     """
 
     tensors: tuple[tuple[str, tuple[int, ...]], ...]
+    per_tokens: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.tensors]
@@ -58,18 +64,30 @@ class StateSlots:
         for name, shape in self.tensors:
             if not all(isinstance(n, int) and n >= 1 for n in shape):
                 raise ValueError(f"state tensor {name!r} needs positive integer sizes, got {shape}")
+        for name, per in self.per_tokens:
+            if name not in names or not (isinstance(per, int) and per >= 1):
+                raise ValueError(f"per_tokens names a declared tensor and a positive token count, got {name!r}: {per!r}")
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self.tensors)
 
+    def shapes_for(self, tokens: int | None = None) -> dict[str, tuple[int, ...]]:
+        """The shapes a cache holding at most ``tokens`` tokens needs (None: the declared ones, for the whole context)."""
+        shapes = self.shapes
+        if tokens is not None:
+            for name, per in self.per_tokens:
+                rows, *rest = shapes[name]
+                shapes[name] = (max(1, min(rows, -(-tokens // per))), *rest)
+        return shapes
+
     @property
     def elements_per_sequence(self) -> int:
         return sum(prod(shape) for _, shape in self.tensors)
 
-    def bytes_per_sequence(self, element_size: int) -> int:
-        """Bytes one sequence's state takes in this layer, for elements of ``element_size`` bytes (constant in the context)."""
-        return self.elements_per_sequence * element_size
+    def bytes_per_sequence(self, element_size: int, tokens: int | None = None) -> int:
+        """Bytes one sequence's state takes in this layer, for elements of ``element_size`` bytes, up to ``tokens`` tokens."""
+        return sum(prod(shape) for shape in self.shapes_for(tokens).values()) * element_size
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of, reach_of
+from specformer.model.attention import cache_slots_of, kv_source_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
@@ -35,7 +35,9 @@ class ModelSummary:
     generate keeps it).
     A recurrent mixer (:mod:`specformer.model.state`) adds nothing per token: it keeps a state
     of fixed size per sequence (``state_elements_per_sequence``), and its recurrence costs the
-    ``recurrent_flops_per_token`` it declares, whatever the context.
+    ``recurrent_flops_per_token`` it declares, whatever the context. A layer that reads another
+    layer's keys and values (``kv_from``, cross-layer KV sharing) keeps none: it adds nothing
+    to the cache, and ``kv_shared_layers`` counts such layers.
     """
 
     params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
@@ -47,6 +49,7 @@ class ModelSummary:
     kv_elements_per_token: int = 0
     kv_elements_at_context: int = 0  # one sequence of context_length tokens, windowed layers capped
     state_elements_per_sequence: int = 0  # recurrent mixers' states: the same at any context
+    kv_shared_layers: int = 0  # layers reading another layer's keys and values (no cache of their own)
     context_length: int = 0
     n_layers: int = 0
     # What each mixer will run: ("attention kernel" or "mixer kernel", its describe_kernel(), e.g.
@@ -84,6 +87,7 @@ class ModelSummary:
             "kv_cache_bytes_per_token_bf16": self.kv_bytes_per_token(torch.bfloat16),
             "kv_cache_bytes_at_context_bf16": self.kv_bytes_at_context(torch.bfloat16),
             "state_bytes_per_sequence_fp32": self.state_bytes_per_sequence(torch.float32),
+            "kv_shared_layers": self.kv_shared_layers,
             "context_length": self.context_length,
             **({"residual_stream": self.residual_stream} if self.residual_stream is not None else {}),
         }
@@ -117,7 +121,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         residuals = {name for name, m in block.named_children() if isinstance(m, ResidualConnection)}
         for name, p in block.named_parameters():
             part = name.split(".")[0]
-            key = part if part in ("attention", "ffn") else "residual" if part in residuals else "block norms"
+            # A block's gate of its per-layer input counts with the per-layer input part.
+            key = (part if part in ("attention", "ffn") else "residual" if part in residuals
+                   else "per_layer_input" if part == "per_layer" else "block norms")
+            groups.setdefault(key, 0)
             groups[key] += p.numel() * count
     s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
     s.total = sum(groups.values())
@@ -133,7 +140,11 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         for m, count in parts
         if callable(getattr(m, "active_parameters", None))
     )
-    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive
+    # The per-layer inputs' tables are looked up, not multiplied (positional tables are outside non_embedding already).
+    per_layer = getattr(skeleton, "per_layer_input", None)
+    lookups = sum(m.weight.numel() for m in (per_layer.modules() if per_layer is not None else ())
+                  if isinstance(m, torch.nn.Embedding))
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive - lookups
     s.active = s.total - inactive
     stream = getattr(skeleton, "residual", None)
     s.residual_stream = stream.describe() if isinstance(stream, ResidualStream) else None
@@ -145,7 +156,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         span = context_length if reach is None else min(reach, context_length)
         if kept is not None or state is None:  # softmax attention reads every key in its span
             value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
-            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * span * count
+            # Sparse attention reads at most `keys_read` keys of its span, having scored all of them to choose.
+            read = min(span, getattr(attention, "keys_read", None) or span)
+            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * read * count
+            s.attention_flops_per_token += int(getattr(attention, "selection_flops_per_key", 0)) * span * count
         if state is not None:
             s.attention_flops_per_token += int(getattr(attention, "recurrent_flops_per_token", 0)) * count
             s.state_elements_per_sequence += state.elements_per_sequence * count
@@ -154,6 +168,8 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
             kernel = attention.describe_kernel(bias=_has_bias(skeleton)) if state is None else attention.describe_kernel()
             label = "attention kernel" if state is None else "mixer kernel"
             s.attention_kernels[(label, kernel)] = s.attention_kernels.get((label, kernel), 0) + count
+        if kv_source_of(attention) is not None:
+            s.kv_shared_layers += count
         s.kv_elements_per_token += (kept.elements_per_token if kept is not None else 0) * count
         s.kv_elements_at_context += (kept.elements_per_token if kept is not None else 0) * span * count
     return s
@@ -189,6 +205,8 @@ def format_summary(s: ModelSummary, *, title: str = "") -> str:
     lines.append(
         f"KV cache / token               {format_bytes(s.kv_bytes_per_token(torch.float32))} fp32, "
         f"{format_bytes(s.kv_bytes_per_token(torch.bfloat16))} bf16"
+        + (f"  ({s.kv_shared_layers} of {s.n_layers} layers read another layer's keys and values: no cache of their own)"
+           if s.kv_shared_layers else "")
     )
     lines.append(
         f"KV cache at full context       {format_bytes(s.kv_bytes_at_context(torch.bfloat16))} bf16 per sequence"

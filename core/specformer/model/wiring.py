@@ -5,7 +5,8 @@ other parts: a layout receives its attention, ffn, a ``make_norm`` and a ``make_
 (a connection to the model's residual stream, made once before the blocks); a positional scheme
 is sized by the heads of the mixer it serves (its ``n_heads`` and its positional width,
 :func:`~specformer.model.attention.positional_dim_of`); a layer that reads no positions
-takes no scheme. This module is that flow, over a :class:`Maker` that turns a resolved
+takes no scheme; a block receives the width of the model's per-layer input (made once,
+before the blocks). This module is that flow, over a :class:`Maker` that turns a resolved
 part and its sizes into something with those facts:
 
 - the builder's maker (:mod:`specformer.model.assemble`) constructs modules;
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from specformer.errors import Problem, SpecError
-from specformer.model.attention import positional_dim_of
+from specformer.model.attention import cache_slots_of, kv_source_of, positional_dim_of
 from specformer.model.state import uses_positions
+from specformer.spec.layer_groups import overrides_of_layer
 from specformer.spec.shapes import ModelSpec
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
@@ -56,6 +58,7 @@ class Skeleton:
     """The model's parts outside the blocks, as made."""
 
     residual: Any  # the residual stream the blocks were joined to
+    per_layer_input: Any  # model.per_layer_input as made (the blocks were made for its width), or None
     positional: Any
     layer_positionals: list[Any]  # the distinct per-layer schemes beyond ``positional``
     layer_scheme: list[int] | None  # each layer's index into [positional, *layer_positionals]; None: all 0
@@ -88,9 +91,28 @@ def make_residual_stream(maker: Maker, resolved: ResolvedModel) -> Any:
     return make_part(maker, resolved.residual, d_model=resolved.spec.d_model)
 
 
-def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: Any) -> Block:
-    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``."""
-    attention = make_part(maker, parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers)
+def make_per_layer_input(maker: Maker, resolved: ResolvedModel) -> Any:
+    """``model.per_layer_input`` made (the per-layer inputs of every block), or None when the model has none."""
+    part, m = resolved.per_layer_input, resolved.spec
+    return None if part is None else make_part(maker, part, vocab_size=m.vocab_size, d_model=m.d_model,
+                                               n_layers=m.n_layers)
+
+
+def per_layer_width(per_layer_input: Any) -> int:
+    """Channels of the per-layer input each block receives (the part's ``width``); 0 without one."""
+    return 0 if per_layer_input is None else int(per_layer_input.width)
+
+
+def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: Any,
+               per_layer_input: int = 0) -> Block:
+    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``.
+
+    ``per_layer_input``: the width of the per-layer input the block receives (0: none); a
+    layout that takes one names that size and declares ``per_layer_width``, so a model
+    whose layout would ignore its per-layer inputs is refused here.
+    """
+    attention = make_part(maker, parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
+                          context_length=m.context_length)
     ffn = make_part(maker, parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
                     vocab_size=m.vocab_size)
     connections: list[Any] = []
@@ -109,14 +131,57 @@ def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index
         make_residual=make_residual,
         layer_index=index,
         n_layers=m.n_layers,
+        per_layer_input=per_layer_input,
     )
+    name = parts["layout"].resolved.component.name
     if residual.n_streams != 1 and not connections:
         # A layout that never asks for a connection adds its outputs to the stream itself: one stream only.
-        name = parts["layout"].resolved.component.name
         raise SpecError([Problem(parts["layout"].path, f"layout {name!r} takes no make_residual, so it adds to a single "
                                                        f"residual stream; it cannot run with the {residual.n_streams} "
                                                        f"streams of model.block.residual (use residual: single)")])
+    if per_layer_input and (getattr(block, "per_layer_width", 0) or 0) != per_layer_input:
+        raise SpecError([Problem(parts["layout"].path, f"model.per_layer_input gives every block a per-layer input, and "
+                                                       f"the {name!r} layout takes none; use a layout that does (sandwich)")])
     return Block(block, attention)
+
+
+def check_kv_sharing(maker: Maker, resolved: ResolvedModel, attentions: list[Any]) -> None:
+    """Size check of cross-layer KV sharing: every ``kv_from`` names a layer that keeps keys and values this layer can read.
+
+    ``attentions`` holds one mixer per group of ``resolved.groups`` (the layer a group's first
+    layer reads may belong to any group). That the source comes earlier is the attention's
+    own check; here: the source keeps keys and values of its own (not a recurrent mixer, not
+    a layer that itself reads another's), of the same heads and width, and sees at least as
+    far back (a cache keeps only the source's window).
+    """
+    group_of = {g.group.overrides: attention for g, attention in zip(resolved.groups, attentions)}
+    problems = []
+    for g, reader in zip(resolved.groups, attentions):
+        source_index = kv_source_of(reader)
+        if source_index is None:
+            continue
+        path = f"{g.parts['attention'].path}.kv_from"
+        source = group_of[overrides_of_layer(source_index, resolved.selections)]
+        slots = cache_slots_of(source)
+        further = kv_source_of(source)
+        if further is not None:
+            problems.append(Problem(path, f"layer {source_index} itself reads layer {further}'s keys and values; "
+                                          f"name that layer ({further}) instead"))
+        elif slots is None:
+            problems.append(Problem(path, f"layer {source_index} ({maker.name(source)}) keeps no keys and values to "
+                                          f"share; kv_from must name an earlier attention layer"))
+        elif (slots.key_heads, slots.key_dim, slots.value_heads, slots.value_dim) != (
+                reader.n_kv_heads, reader.head_dim, reader.n_kv_heads, reader.head_dim):
+            problems.append(Problem(path, f"layer {source_index} keeps keys of {slots.key_heads} heads x {slots.key_dim} and "
+                                          f"values of {slots.value_heads} heads x {slots.value_dim}, this layer reads "
+                                          f"{reader.n_kv_heads} heads x {reader.head_dim}; give both the same n_kv_heads "
+                                          f"and head_dim"))
+        elif source.window is not None and (reader.window is None or reader.window > source.window):
+            reads = "every earlier token" if reader.window is None else f"the last {reader.window}"
+            problems.append(Problem(path, f"layer {source_index} keeps only its last {source.window} tokens (its window), "
+                                          f"this layer reads {reads}; read a layer whose window is no shorter"))
+    if problems:
+        raise SpecError(problems)
 
 
 def _norm_maker(maker: Maker, part: ResolvedPart, *, dim: int) -> Callable[..., Any]:
@@ -199,9 +264,10 @@ def check_layer_positionals(maker: Maker, resolved: ResolvedModel, blocks: list[
 
 
 def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], *, first_attention: Any,
-                  residual: Any) -> Skeleton:
-    """The parts outside the blocks around ``residual`` (the stream the blocks were joined to); per-layer schemes
-    only when ``attentions`` (every layer's) are given."""
+                  residual: Any, per_layer_input: Any) -> Skeleton:
+    """The parts outside the blocks around ``residual`` (the stream the blocks were joined to) and
+    ``per_layer_input`` (made once, before the blocks); per-layer schemes only when ``attentions``
+    (every layer's) are given."""
     m = resolved.spec
     positional = make_part(
         maker,
@@ -212,7 +278,7 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
         context_length=m.context_length,
     )
     extra, chosen = layer_positionals(maker, resolved, attentions, positional, first_attention) if attentions else ([], None)
-    return Skeleton(residual, positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
+    return Skeleton(residual, per_layer_input, positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
 
 
 @dataclass
@@ -231,13 +297,18 @@ def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
     """
     m = resolved.spec
     residual = make_residual_stream(maker, resolved)
-    blocks = [(make_block(maker, g.parts, m, g.group.first, residual=residual), g.group.count) for g in resolved.groups]
+    per_layer_input = make_per_layer_input(maker, resolved)
+    width = per_layer_width(per_layer_input)
+    blocks = [(make_block(maker, g.parts, m, g.group.first, residual=residual, per_layer_input=width), g.group.count)
+              for g in resolved.groups]
     check_layer_positionals(maker, resolved, [(b.attention, g.parts.get("positional"))
                                               for (b, _), g in zip(blocks, resolved.groups)])
+    check_kv_sharing(maker, resolved, [b.attention for b, _ in blocks])
     first = positional_mixer([b.attention for b, _ in blocks])
-    return Shapes(make_skeleton(maker, resolved, [], first_attention=first, residual=residual), blocks)
+    return Shapes(make_skeleton(maker, resolved, [], first_attention=first, residual=residual,
+                                per_layer_input=per_layer_input), blocks)
 
 
-__all__ = ["Block", "Maker", "Shapes", "Skeleton", "check_layer_positionals", "first_line", "layer_positionals",
-           "make_block", "make_layer_positional", "make_part", "make_residual_stream", "make_skeleton",
-           "positional_mixer", "size_flow"]
+__all__ = ["Block", "Maker", "Shapes", "Skeleton", "check_kv_sharing", "check_layer_positionals", "first_line",
+           "layer_positionals", "make_block", "make_layer_positional", "make_part", "make_per_layer_input",
+           "make_residual_stream", "make_skeleton", "per_layer_width", "positional_mixer", "size_flow"]

@@ -55,18 +55,23 @@ KINDS: dict[str, Kind] = {
         Kind(
             "attention",
             "The causal self-attention sublayer of a block.",
-            ("d_model", "layer_index", "n_layers"),
+            ("d_model", "layer_index", "n_layers", "context_length"),
         ),
         Kind(
             "layout",
             "How a block wires its norms, attention and feed-forward around the residual stream.",
-            ("d_model", "attention", "ffn", "make_norm", "make_residual", "layer_index", "n_layers"),
+            ("d_model", "attention", "ffn", "make_norm", "make_residual", "layer_index", "n_layers", "per_layer_input"),
         ),
         Kind(
             "residual",
             "The residual stream the blocks read and write: one stream, or several mixed by learned weights "
             "(expanded from the embeddings, collapsed before the final norm).",
             ("d_model",),
+        ),
+        Kind(
+            "per_layer_input",
+            "Inputs for every block computed once per forward from the tokens (per-layer embeddings).",
+            ("vocab_size", "d_model", "n_layers"),
         ),
     )
 }

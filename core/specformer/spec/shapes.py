@@ -144,6 +144,11 @@ class ModelSpec(StrictNumbers):
     final_norm: ComponentRef | None = Field(
         default=None, description="Norm before the LM head; defaults to the block's norm."
     )
+    per_layer_input: ComponentRef | None = Field(
+        default=None,
+        description="Per-layer inputs computed once per forward from the tokens, each block given its slice "
+                    "(Gemma 3n's and Gemma 4's per-layer embeddings); none by default.",
+    )
     tie_embeddings: bool = Field(default=True, description="Share the token embedding with the LM head.")
     lm_head_bias: bool = Field(default=False, description="Give the LM head a bias (needs untied embeddings).")
     embedding_multiplier: float | Literal["sqrt_d_model"] = Field(

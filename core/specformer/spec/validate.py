@@ -49,6 +49,7 @@ class ResolvedModel:
     residual: ResolvedPart
     groups: list[ResolvedGroup] = field(default_factory=list)
     selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
+    per_layer_input: ResolvedPart | None = None  # model.per_layer_input, when the model has one
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -96,6 +97,8 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
     final_norm = resolve("norm", model.final_norm_ref(), final_path)
     residual = resolve("residual", model.block.residual.as_dict(), "model.block.residual")
+    per_layer_input = (resolve("per_layer_input", model.per_layer_input.as_dict(), "model.per_layer_input")
+                       if model.per_layer_input is not None else None)
     groups = []
     for group in group_layers(model.n_layers, selections):
         block = model.block_with(group.overrides)
@@ -125,7 +128,7 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     if problems or positional is None or final_norm is None or residual is None:
         return None, problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
-                         selections=membership(selections)), []
+                         selections=membership(selections), per_layer_input=per_layer_input), []
 
 
 def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:

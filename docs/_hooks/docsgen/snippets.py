@@ -278,6 +278,8 @@ def component_snippet(component: Component, registry: Registry, paths: dict[str,
     error = None
     first = None
     candidates = []
+    # What else a spec using the component needs, when its Params say (per-layer inputs need a layout that takes them).
+    context = getattr(component.params, "snippet_context", None) or {}
     for params in minimal_params(component, registry):
         leaf = {"kind": component.name, **params}
         if full:
@@ -286,7 +288,7 @@ def component_snippet(component: Component, registry: Registry, paths: dict[str,
             leaf = {"kind": component.name}
             for k, v in component.defaults().items():
                 leaf[k] = params.get(k) if v is ... else jsonable(v)
-        candidates.append(place(path, leaf, registry))
+        candidates.append(merge(context, place(path, leaf, registry)))
     # A fragment of specs/tiny.yaml reads best; a component whose params only fit other
     # sizes (one value per rotary pair, say) is shown as a whole spec on the smallest model.
     for fragment in candidates:

@@ -8,7 +8,7 @@ from specformer_hf.family import Family
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: every family module imports .common from this package, which is then still being initialised
-    from specformer_hf.families import (cohere2, deepseek_v3, exaone4, gemma, gemma2, gemma3, glm4_moe, gpt_oss, gpt2, gpt_neox,
+    from specformer_hf.families import (cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone4, gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_oss, gpt2, gpt_neox,
                                         llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen2_moe,
                                         qwen3, qwen3_moe, smollm3, stablelm)
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
@@ -18,12 +18,12 @@ def builtin_families() -> list[Family]:
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
             gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, olmo2.FAMILY, stablelm.FAMILY,
             qwen2_moe.FAMILY, qwen3_moe.FAMILY, smollm3.FAMILY,
-            gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY,
-            cohere2.FAMILY, glm4_moe.FAMILY, minimax_m2.FAMILY, olmo3.FAMILY, exaone4.FAMILY, llama4.FAMILY,
+            gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY, deepseek_v32.FAMILY, deepseek_v4.FAMILY,
+            cohere2.FAMILY, glm4_moe.FAMILY, minimax_m2.FAMILY, olmo3.FAMILY, exaone4.FAMILY, llama4.FAMILY, gemma4.FAMILY,
             qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY, kimi_linear.FAMILY,
             lfm2.FAMILY, mamba2.FAMILY, nemotron_h.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
-            qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL]
+            qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 
 
 __all__ = ["builtin_families"]

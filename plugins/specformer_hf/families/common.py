@@ -18,7 +18,9 @@ maths, so a part only needs to refuse what it cannot write with a clear message.
 
 from __future__ import annotations
 
+import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -1242,6 +1244,25 @@ def decoder_family(*, name: str, model_type: str, architecture: str, defaults: M
                   to_spec=to_spec, to_config=to_config, weights=weights + list(extra_rules), **family)
 
 
+def per_layer_overrides(model: dict[str, Any], field: str, per_layer: list[dict[str, Any]], n_layers: int) -> None:
+    """The most common of the layers' ``field`` settings into the block, the others as ``layers:`` overrides.
+
+    The block keeps only the settings that are on (a value other than None or False); an override
+    names what differs from the block, or the whole component when its kind differs.
+    """
+    keys = [json.dumps(d, sort_keys=True) for d in per_layer]
+    counts = Counter(keys)
+    base = per_layer[keys.index(max(counts, key=lambda k: (counts[k], -keys.index(k))))]
+    model.setdefault("block", {}).setdefault(field, {}).update({k: v for k, v in base.items() if v not in (None, False)})
+    for key in sorted(set(keys), key=keys.index):
+        value = per_layer[keys.index(key)]
+        if value == base:
+            continue
+        indices = [i for i, k in enumerate(keys) if k == key]
+        change = value if value.get("kind") != base.get("kind") else {k: v for k, v in value.items() if base.get(k) != v}
+        model.setdefault("layers", []).append({"select": _selection(indices, n_layers), field: change})
+
+
 def replace_part(parts: Sequence[Part], new: Part, *, instead_of: type[Part] | None = None) -> tuple[Part, ...]:
     """``parts`` with the part of type ``instead_of`` (default: ``new``'s type) swapped for ``new``."""
     old = instead_of or type(new)
@@ -1254,7 +1275,7 @@ __all__ = [
     "ATTN", "Attention", "EmbeddingScale", "FamilyView", "Fixed", "GATED_FFNS", "GatedFFN", "GroupedExperts", "LAYER", "LLAMA_PARTS",
     "LAYER_TYPES", "LayerNorm", "LayerTypeRopes", "LayerTypes", "Layout", "MLP", "MixtureOfExperts", "NoRopeLayers", "Part", "QKNorm", "QueryScale", "QwenWindows", "RMSNorm", "Refuse",
     "Rope", "Sizes", "SlidingRopeGlobalNope", "Switch", "SwitchedWindows", "Value", "attention_sizes", "attention_sizes_config", "check_rotary_dim",
-    "decoder_family", "default_gated_hidden", "expert_rules", "gated_ffn", "gated_ffn_config",
+    "decoder_family", "default_gated_hidden", "per_layer_overrides", "expert_rules", "gated_ffn", "gated_ffn_config",
     "layer_types_from_config", "model_sizes", "model_sizes_config", "no_output_bias", "no_rope_flags", "replace_part", "rmsnorm",
     "rmsnorm_config", "rope", "rope_config", "rope_parameters_of", "single_window", "window_layers",
 ]

@@ -69,9 +69,15 @@ class LatentAttention(Part):
             attention.update(yarn_factor=scaling["factor"], yarn_mscale_all_dim=scaling["mscale_all_dim"])
         model.setdefault("block", {})["attention"] = attention
 
+    #: Whether the family's attention has DeepSeek Sparse Attention's indexer (DeepSeek-V3.2) or none (V2, V3).
+    indexed: bool = False
+
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         view.block_kind("attention", ("mla",))
         a = view.uniform("attention")
+        if (a.get("indexer") is not None) != self.indexed:
+            raise NotExpressible("model.block.attention.indexer", f"Hugging Face {view.name}'s latent attention has "
+                                 f"{'an' if self.indexed else 'no'} indexer")
         if a["latent_norm"].get("kind") != "rmsnorm" or a["latent_norm"].get("eps") != LATENT_EPS or a["window"] is not None:
             raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s latent attention has RMSNorm "
                                  f"latents (eps {LATENT_EPS}) and no window")

@@ -5,8 +5,6 @@ every other."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +13,7 @@ from specformer_layers import default_gated_hidden
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.families.common import (LAYER, Attention, FamilyView, Layout, Part, RMSNorm, Sizes, Switch,
-                                           _GATED_KIND, _selection, decoder_family, no_rope_flags, rope,
+                                           _GATED_KIND, _selection, decoder_family, per_layer_overrides, no_rope_flags, rope,
                                            rope_parameters_of)
 from specformer_hf.rules import Copy, Fused, Rule, Site, TransposedExperts
 from specformer_hf.specview import NotExpressible
@@ -32,25 +30,6 @@ DEFAULTS = {
 }
 
 FF = f"{LAYER}.feed_forward"
-
-
-def _overrides(model: dict[str, Any], field: str, per_layer: list[dict[str, Any]], n_layers: int) -> None:
-    """The most common of the layers' ``field`` settings into the block, the others as ``layers:`` overrides.
-
-    The block keeps only the settings that are on (a value other than None or False); an override
-    names what differs from the block, or the whole component when its kind differs.
-    """
-    keys = [json.dumps(d, sort_keys=True) for d in per_layer]
-    counts = Counter(keys)
-    base = per_layer[keys.index(max(counts, key=lambda k: (counts[k], -keys.index(k))))]
-    model.setdefault("block", {}).setdefault(field, {}).update({k: v for k, v in base.items() if v not in (None, False)})
-    for key in sorted(set(keys), key=keys.index):
-        value = per_layer[keys.index(key)]
-        if value == base:
-            continue
-        indices = [i for i, k in enumerate(keys) if k == key]
-        change = value if value.get("kind") != base.get("kind") else {k: v for k, v in value.items() if base.get(k) != v}
-        model.setdefault("layers", []).append({"select": _selection(indices, n_layers), field: change})
 
 
 @dataclass(frozen=True)
@@ -82,7 +61,7 @@ class LocalAndGlobalLayers(Part):
             if tuning and not rotary:
                 attention.update(temperature_floor_scale=floor_scale, temperature_attn_scale=attn_scale)
             per_layer.append(attention)
-        _overrides(model, "attention", per_layer, n_layers)
+        per_layer_overrides(model, "attention", per_layer, n_layers)
         model["positional"] = {**rope(cfg), "interleaved": True}  # Llama 4 turns adjacent pairs (complex numbers)
         nope = [i for i, rotary in enumerate(uses_rope) if not rotary]
         if nope:
@@ -161,7 +140,7 @@ class Experts(Part):
                "aux_loss_coef": cfg.get_float("router_aux_loss_coef")}
         dense = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size_mlp"),
                  "activation": activation}
-        _overrides(model, "ffn", [moe if i in moe_layers else dense for i in range(n_layers)], n_layers)
+        per_layer_overrides(model, "ffn", [moe if i in moe_layers else dense for i in range(n_layers)], n_layers)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         name, n_layers = view.name, view.model.n_layers

@@ -457,14 +457,16 @@ class OptionalRope(Rope):
 # -- the multimodal checkpoints' language model ---------------------------------------------------------
 
 
-def language_model_of(text: Family, *, name: str, model_type: str, architecture: str) -> Family:
-    """The family reading ``text``'s model out of a multimodal checkpoint (Qwen3.5's published ones).
+def language_model_of(text: Family, *, name: str, model_type: str, architecture: str,
+                      skipped: tuple[str, ...] = (r"model\.visual\..*",),
+                      skipped_what: str = "the vision encoder (model.visual.*) is") -> Family:
+    """The family reading ``text``'s model out of a multimodal checkpoint (Qwen3.5's and Gemma 4's published ones).
 
     config.json nests the language model's fields under ``text_config`` and ties the head at
     the top level (``tie_word_embeddings``, as the multimodal model does); the weights sit under
-    ``model.language_model.`` and the vision encoder's (``model.visual.*``) are skipped, as
-    transformers skips them when it loads such a checkpoint as a causal LM. Export writes the
-    text family's layout: this family expresses no spec.
+    ``model.language_model.`` and the other encoders' (``skipped``, in words ``skipped_what``:
+    Qwen3.5's ``model.visual.*``) are skipped, as transformers skips them when it loads such a checkpoint as a causal LM.
+    Export writes the text family's layout: this family expresses no spec.
     """
 
     def to_spec(cfg: ConfigReader) -> dict[str, Any]:
@@ -486,12 +488,11 @@ def language_model_of(text: Family, *, name: str, model_type: str, architecture:
 
     return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,
                   to_config=to_config, weights=text.weights,
-                  ignore_tensors=(*text.ignore_tensors, r"model\.visual\..*"),
+                  ignore_tensors=(*text.ignore_tensors, *skipped),
                   aliases=(("model.", "model.language_model."),),
                   maps=f"text_config as {text.name} ({text.model_type}); model.language_model.* weights; top-level "
                        "tie_word_embeddings",
-                  caveats=f"the language model only: the vision encoder (model.visual.*) is skipped; export writes "
-                          f"{text.model_type}")
+                  caveats=f"the language model only: {skipped_what} skipped; export writes {text.model_type}")
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from specformer.model.attention import head_sizes
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
+from specformer.model.positional import PositionalScheme
 
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 from specformer_layers.attention.params import CausalSelfAttentionParams
@@ -50,8 +51,20 @@ class CausalSelfAttention(nn.Module):
         self.temperature = (params.temperature_floor_scale, params.temperature_attn_scale) if params.temperature_tuning else None
         self.qk_norm_scope = params.qk_norm_scope
         q_norm, k_norm = _qk_norms(params, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
-        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)].
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * head_dim, bias=params.qkv_bias)
+        # Cross-layer KV sharing: this layer reads layer kv_from's keys and values (ctx.shared_kv) and keeps none.
+        self.kv_from = params.kv_from
+        if self.kv_from is not None:
+            if self.kv_from >= layer_index:
+                raise ValueError(f"kv_from ({self.kv_from}) must name an earlier layer than this one ({layer_index}): "
+                                 f"a layer reads keys and values that were made before it")
+            self.cache_slots = None
+            k_norm = None
+        self.k_eq_v = params.k_eq_v
+        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
+        # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
+        self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
+        self.qkv = nn.Linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias)
+        self.v_norm = params.v_norm.make(dim=head_dim) if params.v_norm is not None else None
         self.out = nn.Linear(n_heads * head_dim, d_model, bias=params.out_bias)
         # The output gate reads the block input, one logit per output channel of every head.
         self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias) if params.output_gate else None
@@ -63,26 +76,23 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
-        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self.qkv(x).split((H * hd, KV * hd, KV * hd), dim=-1)
+        H, hd = self.n_heads, self.head_dim
+        q, *kv = self.qkv(x).split((H * hd, *self.kv_splits), dim=-1)
         if self.q_norm is not None and self.qk_norm_scope == "all":
-            q, k = self.q_norm(q), self.k_norm(k)
+            q = self.q_norm(q)
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         if self.q_norm is not None and self.qk_norm_scope != "all":  # head, per_head_weights
-            q, k = self.q_norm(q), self.k_norm(k)
+            q = self.q_norm(q)
         # This layer's own scheme (model.layers[].positional), its tables prepared once per forward.
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
         q = positional.rotate(q, state)
-        k = positional.rotate(k, state)
         if self.temperature is not None:
             # Multiplied in float32 and rounded once, as transformers' Llama 4 does.
             q = (q * query_temperature(ctx.positions, *self.temperature)[:, None, :, None]).to(q.dtype)
-        if ctx.cache is not None:
-            k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
+        if self.kv_from is None:
+            k, v, k_positions = self._own_keys_values(kv, ctx, positional, state)
         else:
-            k_positions = ctx.positions
+            k, v, k_positions = self._shared_keys_values(ctx)
         # The positional bias (ALiBi) is handed over as the scheme itself: the dense kernels
         # build it, FlexAttention evaluates it per score (kernels.Scores.bias).
         scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=self.sinks, positional=positional,
@@ -93,6 +103,38 @@ class CausalSelfAttention(nn.Module):
         if self.gate is not None:
             y = y * torch.sigmoid(self.gate(x))
         return self.out(y)
+
+    def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
+        """This layer's keys and values (through the cache, if any) and their positions; handed on to the layers
+        that read them (``ctx.shared_kv``)."""
+        B, T, _ = kv[0].shape
+        KV, hd = self.n_kv_heads, self.head_dim
+        k = kv[0]
+        v = k if self.k_eq_v else kv[1]  # k_eq_v: the values are the keys before their norm and rotation
+        if self.k_norm is not None and self.qk_norm_scope == "all":
+            k = self.k_norm(k)
+        k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        if self.k_norm is not None and self.qk_norm_scope != "all":
+            k = self.k_norm(k)
+        if self.v_norm is not None:
+            v = self.v_norm(v)
+        k = positional.rotate(k, state)
+        if ctx.cache is not None:
+            k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
+        else:
+            k_positions = ctx.positions
+        if self.layer_index in ctx.shared_kv:  # a later layer reads these (its kv_from)
+            ctx.shared_kv[self.layer_index] = (k, v, k_positions)
+        return k, v, k_positions
+
+    def _shared_keys_values(self, ctx: ForwardContext) -> tuple[Tensor, Tensor, Tensor]:
+        """What layer ``kv_from`` attended to in this forward (keys, values, their positions)."""
+        shared = ctx.shared_kv.get(self.kv_from)
+        if shared is None:
+            raise RuntimeError(f"layer {self.layer_index} reads layer {self.kv_from}'s keys and values, which this forward "
+                               f"did not keep: the Decoder keeps them for the kv_from its blocks' attention declare")
+        return shared
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
@@ -114,6 +156,10 @@ class CausalSelfAttention(nn.Module):
             parts.append("output_gate=True")
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]})")
+        if self.kv_from is not None:
+            parts.append(f"kv_from={self.kv_from}")
+        if self.k_eq_v:
+            parts.append("k_eq_v=True")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:

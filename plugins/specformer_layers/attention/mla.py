@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +13,8 @@ from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
 from specformer_layers.attention.params import LatentAttentionParams
 
-from specformer_layers.attention.kernels import Scores, attend
+from specformer_layers.attention.kernels import Scores, attend, eager
+from specformer_layers.attention.sparse import blockwise, selected_mask
 
 
 class LatentAttention(nn.Module):
@@ -42,7 +43,6 @@ class LatentAttention(nn.Module):
         self.n_kv_heads = n_heads
         self.head_dim = self.qk_head_dim
         self.positional_dim = qk_rope_head_dim
-        self.cache_slots = CacheSlots(key_heads=1, key_dim=qk_rope_head_dim, value_heads=1, value_dim=kv_lora_rank)
         self.window = window
         self.layer_index = layer_index
         self.dropout = params.dropout
@@ -62,6 +62,19 @@ class LatentAttention(nn.Module):
         # Rows per head: [k_nope (qk_nope_head_dim); value (v_head_dim)].
         self.kv_b = nn.Linear(kv_lora_rank, n_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=bias)
+        # DeepSeek Sparse Attention: an indexer (any `indexer` component) picks the keys each query
+        # reads; it keeps one key per token, stored in the cache's key slot after the rotary key.
+        self.indexer = None
+        if params.indexer is not None:
+            # It reads the query latent (DeepSeek-V3.2), or the block input when queries have no bottleneck.
+            self.indexer = params.indexer.make(d_model=d_model, query_dim=q_lora_rank or d_model,
+                                               positional_dim=qk_rope_head_dim)
+        index_dim = self.indexer.key_dim if self.indexer is not None else 0
+        if self.indexer is not None:  # for specformer summary (specformer.model.attention.AttentionLayer)
+            self.keys_read = self.indexer.topk
+            self.selection_flops_per_key = 2 * self.indexer.n_heads * self.indexer.key_dim
+        self.cache_slots = CacheSlots(key_heads=1, key_dim=qk_rope_head_dim + index_dim, value_heads=1,
+                                      value_dim=kv_lora_rank)
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used.
         self.observe_weights: Callable[[Tensor], None] | None = None
@@ -69,7 +82,8 @@ class LatentAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
         H, nope, rope, vd = self.n_heads, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
-        q = self.q_proj(x) if self.q_lora_rank is None else self.q_b(self.q_norm(self.q_a(x)))
+        q_latent = None if self.q_lora_rank is None else self.q_norm(self.q_a(x))  # (B, T, q_lora_rank)
+        q = self.q_proj(x) if q_latent is None else self.q_b(q_latent)
         q = q.view(B, T, H, nope + rope).transpose(1, 2)  # (B, H, T, nope + rope)
         q_nope, q_rope = q.split((nope, rope), dim=-1)
         latent, k_rope = self.kv_a(x).split((self.kv_lora_rank, rope), dim=-1)
@@ -79,22 +93,83 @@ class LatentAttention(nn.Module):
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
         q_rope = positional.rotate(q_rope, state)
         k_rope = positional.rotate(k_rope, state)
+        # The indexer reads its inputs detached: only its own loss trains it (DeepSeek-V3.2).
+        index_keys = None if self.indexer is None else self.indexer.keys(x.detach(), positional, state)  # (B, 1, T, D)
         if ctx.cache is not None:
-            # The cache keeps what this layer declares (cache_slots): the rotary key and the latent.
-            k_rope, latent, k_positions = ctx.cache.update(self.layer_index, k_rope, latent, ctx.positions)
+            # The cache keeps what this layer declares (cache_slots): the rotary key (and the indexer's
+            # key after it) and the latent.
+            key = k_rope if index_keys is None else torch.cat((k_rope, index_keys), dim=-1)
+            key, latent, k_positions = ctx.cache.update(self.layer_index, key, latent, ctx.positions)
+            k_rope, index_keys = (key, None) if index_keys is None else key.split((rope, index_keys.shape[-1]), dim=-1)
         else:
             k_positions = ctx.positions
         S = latent.shape[2]
+        rule = MaskRule(window=self.window)
+        if self.indexer is not None:
+            self.indexer.aux_loss = None
+        if self.indexer is not None and S > self.indexer.topk:
+            if Scores(scale=self.scale, positional=positional, state=state).has_bias(ctx, k_positions):
+                raise ValueError(f"layer {self.layer_index}: sparse attention (an indexer) adds no positional bias to "
+                                 f"its scores, and {type(positional).__name__} biases them; use rope or none")
+            query_source = x if q_latent is None else q_latent
+            selections = self.indexer.selections(x, query_source, index_keys, ctx=ctx, k_positions=k_positions,
+                                                 rule=rule, positional=positional, state=state)
+            y = self._sparse(q_nope, q_rope, latent, k_rope, selections,
+                             learn=self._indexer_learns(x, query_source, index_keys, positional, state))
+            return self.out(y.transpose(1, 2).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
         k = torch.cat((k_nope, k_rope.expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, T, nope + rope)
         # The same kernels and mask rule as every attention; `backend` offers only sdpa and eager.
-        y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=MaskRule(window=self.window),
+        # With an indexer and no more keys than it keeps, every allowed key is chosen: dense attention.
+        y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=rule,
                    scores=Scores(scale=self.scale, positional=positional, state=state),
                    dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
         y = y.transpose(1, 2).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
+
+    def _indexer_learns(self, x: Tensor, query_source: Tensor, index_keys: Tensor, positional: Any,
+                        state: Any) -> Callable[..., None] | None:
+        """While training: what adds each block's alignment loss to the indexer's ``aux_loss``; else None."""
+        indexer = self.indexer
+        if not (self.training and indexer.loss_coef and torch.is_grad_enabled()):
+            return None
+        q, weights = indexer.queries(x.detach(), query_source.detach(), positional, state)
+        queries = x.shape[0] * x.shape[1]
+
+        def add(rows: slice, chosen: Tensor, readable: Tensor, attention: Tensor) -> None:
+            loss = indexer.alignment_loss(q[:, rows], weights[:, rows], index_keys, chosen=chosen, readable=readable,
+                                          attention=attention) * (indexer.loss_coef / queries)
+            indexer.aux_loss = loss if indexer.aux_loss is None else indexer.aux_loss + loss
+
+        return add
+
+    def _sparse(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor, selections: Any,
+                learn: Callable[..., None] | None = None) -> Tensor:
+        """Attention ``(B, H, T, vd)`` over the chosen keys, in the latent (MLA's absorbed form).
+
+        ``q_nope . (W_uk c) = (W_uk^T q_nope) . c`` for a latent ``c``: the queries move into
+        the latent space, so every head reads the same keys ``[c; k_rope]`` and values ``c``
+        (one key head) and only a block's chosen latents are gathered, never each head's
+        expanded keys; the output leaves the latent through ``W_uv`` afterwards.
+        """
+        H, nope, vd = self.n_heads, self.qk_nope_head_dim, self.v_head_dim
+        up = self.kv_b.weight.view(H, nope + vd, self.kv_lora_rank)  # rows per head: [W_uk; W_uv]
+        w_uk, w_uv = up.split((nope, vd), dim=1)
+        q = torch.cat((torch.einsum("bhtn,hnc->bhtc", q_nope, w_uk), q_rope), dim=-1)  # (B, H, T, kv_lora + rope)
+        k = torch.cat((latent, k_rope), dim=-1)  # (B, 1, S, kv_lora + rope)
+        latent = k[..., : self.kv_lora_rank]  # the values: a view of the keys, so the kernel gathers them once
+        dropout = self.dropout if self.training else 0.0
+        if self.observe_weights is not None:
+            # An inspector wants (B, H, T, S) probabilities: the written-out softmax over the chosen keys.
+            mask = selected_mask(selections, batch=q.shape[0], queries=q.shape[2], keys=k.shape[2])
+            y = eager(q, k, latent, mask=mask, bias=None, scores=Scores(scale=self.scale), dropout=dropout,
+                      observe=self.observe_weights)
+        else:
+            y = blockwise(q, k, latent, selections=selections, scale=self.scale, dropout=dropout,
+                          each=learn)  # (B, H, T, kv_lora)
+        return torch.einsum("bhtc,hvc->bhtv", y, w_uv)  # (B, H, T, vd)
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"kv_lora_rank={self.kv_lora_rank}", f"q_lora_rank={self.q_lora_rank}",

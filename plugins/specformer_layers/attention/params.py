@@ -37,6 +37,15 @@ class CausalSelfAttentionParams(Params):
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
     FlexAttention; ``eager`` writes the softmax out and is the reference. All give the
     same results.
+
+    ``kv_from`` makes the layer read the keys and values of an earlier layer instead of
+    projecting its own (cross-layer KV sharing: Brandon et al. 2024, arXiv:2405.12981;
+    Gemma 3n's and Gemma 4's last layers): it projects queries only, and keeps no cache
+    (the source layer's cache serves both). The source must keep keys and values of the
+    same heads and width, and see at least as far back (a window no shorter). ``k_eq_v``
+    uses the key projection for the values too (Gemma 4's global layers): the values are
+    the keys before their norm and rotation. ``v_norm`` normalises each value head (Gemma
+    4: an RMSNorm without a learned scale).
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
@@ -75,6 +84,16 @@ class CausalSelfAttentionParams(Params):
         description="Multiply the attention output per channel by sigmoid of a projection of the block input "
                     "(biased when qkv_bias is), before the output projection (Qwen3-Next, Qwen3.5).",
     )
+    kv_from: int | None = Field(
+        default=None, ge=0,
+        description="Read the keys and values of this earlier layer (its index) instead of projecting and caching "
+                    "its own (cross-layer KV sharing, Gemma 4).",
+    )
+    k_eq_v: bool = Field(default=False, description="No value projection: the values are the projected keys, "
+                                                    "before their norm and rotation (Gemma 4's global layers).")
+    v_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None, description="A norm applied to each value head (Gemma 4: rmsnorm without a weight).",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -85,6 +104,9 @@ class CausalSelfAttentionParams(Params):
     def _kv_heads_divide(self) -> "CausalSelfAttentionParams":
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        if self.kv_from is not None and (self.k_eq_v or self.v_norm is not None):
+            raise ValueError("a layer with kv_from projects no keys or values, so k_eq_v and v_norm do not apply; "
+                             "set them on the layer it reads")
         return self
 
     def sized(self, *, d_model: int) -> Sized:
@@ -143,6 +165,11 @@ class LatentAttentionParams(Params):
     yarn_factor: float | None = Field(default=None, gt=0, description="YaRN factor of the rope: the score scale is multiplied by mscale^2 (DeepSeek).")
     yarn_mscale_all_dim: float = Field(default=0.0, ge=0, description="YaRN mscale_all_dim for that multiplier; 0 leaves the scale alone.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on attention weights (training only).")
+    indexer: SubComponent("indexer") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Sparse attention: an indexer picks, for each query, the earlier keys attention reads "
+                    "(DeepSeek-V3.2's lightning indexer, reading the query latent; the block input without q_lora_rank).",
+    )
     backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
 
     @model_validator(mode="after")
@@ -168,3 +195,112 @@ class LatentAttentionParams(Params):
         )
         # Every head has its own key and value once expanded; positions turn only the rotary channels.
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=qk, positional_dim=rope)
+
+
+class LightningIndexerParams(Params):
+    """Sparse attention's selector: each query reads only the ``topk`` earlier keys it scores highest.
+
+    DeepSeek Sparse Attention (DeepSeek-V3.2, DeepSeek-AI 2025, arXiv:2512.02556). The
+    indexer has its own small queries (``n_heads`` heads of ``head_dim`` channels, projected
+    from what the attention hands it: the query latent in latent attention), one key per
+    token (projected from the block input, normalised by ``key_norm``) and one weight per
+    head and token. The score of query ``t`` and key ``s`` is
+    ``sum_h w[t,h] * n_heads^-1/2 * relu(q[t,h] . k[s] / sqrt(head_dim))``; the ``topk``
+    best allowed keys (causal, window, padding) are the ones attention reads, so a query
+    with at most ``topk`` keys attends to all of them, as dense attention. The first
+    rotary channels of queries and keys (as many as the attention's rotary part) turn with
+    the layer's positional scheme, in halves (``interleaved: false``, DeepSeek-V3.2's
+    indexer) or in adjacent pairs. Queries are handled ``block`` at a time against all keys,
+    so memory grows linearly with the context. The cache keeps each token's indexer key
+    (``head_dim`` values per layer) beside the attention's. Selection is discrete, so the
+    indexer learns from its own loss (DeepSeek-V3.2's sparse training stage): while training,
+    the KL divergence from the attention's weights over each query's chosen keys (summed over
+    heads, normalised) to the softmax of their index scores, averaged over queries, times
+    ``loss_coef``, joins the model's auxiliary loss; the indexer reads its inputs detached, so
+    this loss trains only the indexer and the language-model loss never reaches it.
+    """
+
+    topk: int = Field(gt=0, description="Keys each query reads (DeepSeek-V3.2's index_topk, 2048).")
+    n_heads: int = Field(default=64, gt=0, description="Indexer query heads (index_n_heads).")
+    head_dim: int = Field(default=128, gt=0, description="Channels of an indexer query head and of its key (index_head_dim).")
+    key_norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default={"kind": "layernorm", "eps": 1e-6}, validate_default=True,
+        description="The norm of the indexer's keys (DeepSeek-V3.2: a LayerNorm with eps 1e-6).",
+    )
+    interleaved: bool = Field(
+        default=False,
+        description="The indexer's rotary channels turn in adjacent pairs; false: in halves (DeepSeek-V3.2).",
+    )
+    block: int = Field(default=64, gt=0, description="Queries scored and attended at once (memory per block: block x keys).")
+    loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )
+
+
+class CompressedAttentionParams(Params):
+    """Sliding-window attention plus keys pooled over blocks of ``compress_rate`` tokens (DeepSeek-V4).
+
+    One key/value head shared by every query head (the key is the value, as in
+    DeepSeek-V4): a token's ``kv`` is ``norm(x W_kv)``, its query ``rms(norm(x W_qa) W_qb)``
+    per head (the last normalisation without a weight). Each query reads the ``window``
+    latest tokens and, with ``compress_rate``, one **compressed entry** per block of
+    ``compress_rate`` tokens that is complete at or before it: entry ``b`` pools the block's
+    tokens ``C = x W_c`` with softmax weights of ``Z = x W_z + B`` (``B`` a learned bias per
+    slot of the block), channel by channel, then is normalised and rotated at the position
+    of the block's first token. ``overlap`` (DeepSeek-V4's compressed *sparse* attention)
+    pools two series per token over two blocks: the previous block's first series and this
+    block's second, so entries overlap by one block. ``index_heads`` adds the lightning
+    indexer: each query keeps only the ``index_topk`` entries its own small scorer ranks
+    highest (``sum_h w_h relu(q_h . k)``, with its own pooled keys; ties go to the earlier
+    entry); its choice is discrete, so it reads its inputs detached and learns from its own
+    loss, ``index_loss_coef`` times the KL divergence from the attention's weights over the
+    chosen entries (summed over heads) to the softmax of their scores. Rotary channels are the
+    last ``rope_dim`` of each head; the output's rotary channels are turned back by the
+    query's angle (the value carries the key's rotation). ``sinks`` adds a learned logit
+    per head to the softmax. ``out_groups`` splits the heads' outputs into groups projected
+    to ``out_rank`` channels each, then mixed to ``d_model`` (the grouped low-rank output
+    projection). The generation cache keeps the window's keys per token (a ring of
+    ``window`` slots) and, per sequence, every entry the context can hold
+    (``context_length // compress_rate``) with the projections of the blocks in progress:
+    ``head_dim / compress_rate`` values per token of context instead of ``head_dim``.
+    """
+
+    n_heads: int = Field(gt=0, description="Number of query heads (one key/value head is shared by all).")
+    head_dim: int = Field(gt=0, description="Channels per head (of queries, the shared key/value and the entries).")
+    q_lora_rank: int = Field(gt=0, description="Channels of the normalised low-rank query bottleneck.")
+    rope_dim: int = Field(gt=0, description="Rotary channels: the last rope_dim of each head (the layer's positional scheme turns them).")
+    window: int = Field(gt=0, description="Sliding window over the uncompressed tokens: the latest this many, the query included.")
+    compress_rate: int | None = Field(default=None, gt=1, description="Tokens per compressed entry; none: sliding-window attention only.")
+    overlap: bool = Field(default=False, description="Two series per token, each entry pooling the previous block's first and this block's second (DeepSeek-V4 CSA).")
+    index_heads: int | None = Field(default=None, gt=0, description="Heads of the lightning indexer that picks index_topk entries per query; none: every complete entry is read.")
+    index_head_dim: int = Field(default=128, gt=0, description="Channels per indexer head (and of the indexer's own pooled keys).")
+    index_topk: int = Field(default=512, gt=0, description="Compressed entries each query keeps (fewer when fewer are complete).")
+    index_loss_coef: float = Field(
+        default=1.0, ge=0,
+        description="Weight of the indexer's training loss, KL(attention over the chosen entries || softmax of their "
+                    "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
+    )
+    out_groups: int | None = Field(default=None, gt=0, description="Groups of heads whose outputs are projected separately to out_rank channels; none: one output projection.")
+    out_rank: int | None = Field(default=None, gt=0, description="Channels each group is projected to before the mix to d_model (with out_groups).")
+    sinks: bool = Field(default=True, description="A learned per-head logit joins the softmax normalisation (gpt-oss, DeepSeek-V4).")
+    norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default="rmsnorm", validate_default=True,
+        description="The norm of the query latent, of the key/value and of every pooled entry.",
+    )
+    eps: float = Field(default=1e-6, gt=0, description="Epsilon of the weightless per-head query normalisation.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CompressedAttentionParams":
+        if self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ValueError(f"rope_dim ({self.rope_dim}) must be even and at most head_dim ({self.head_dim})")
+        if self.compress_rate is None and (self.overlap or self.index_heads is not None):
+            raise ValueError("overlap and index_heads pool entries: they need compress_rate")
+        if self.index_heads is not None and self.rope_dim > self.index_head_dim:
+            raise ValueError(f"rope_dim ({self.rope_dim}) must be at most index_head_dim ({self.index_head_dim})")
+        if (self.out_groups is None) != (self.out_rank is None):
+            raise ValueError("out_groups and out_rank go together (the grouped low-rank output projection)")
+        if self.out_groups is not None and self.n_heads % self.out_groups:
+            raise ValueError(f"out_groups ({self.out_groups}) must divide n_heads ({self.n_heads})")
+        return self

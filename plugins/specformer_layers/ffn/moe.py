@@ -36,6 +36,7 @@ class MoE(nn.Module):
         self.gated = gated
         self.swiglu_limit = params.swiglu_limit
         self.swiglu_alpha = GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha
+        self.swiglu_style = params.swiglu_style
         self.aux_loss_coef = params.aux_loss_coef
         self.activation = ACTIVATIONS[params.activation]
         if params.router is not None:
@@ -60,22 +61,26 @@ class MoE(nn.Module):
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
 
-    def forward(self, x: Tensor, ctx: ForwardContext | None = None) -> Tensor:
+    def forward(self, x: Tensor, ctx: ForwardContext | None = None, *, route_from: Tensor | None = None) -> Tensor:
+        """The experts' mix for ``x``; ``route_from`` (the shape of ``x``): what the router reads instead of ``x``
+        (Gemma 4 routes on the stream before the norm its experts read); ``ctx``: the forward's context, for a
+        router that reads the token ids (hash routing)."""
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D)
+        routed = tokens if route_from is None else route_from.reshape(-1, shape[-1])
         if self.reads_context:
             if ctx is None or ctx.token_ids is None:
                 raise ValueError("this moe's router reads token ids: run it inside a Decoder (ForwardContext.token_ids)")
-            weights, experts, probs = self.router(tokens, token_ids=ctx.token_ids.reshape(-1))
+            weights, experts, probs = self.router(routed, token_ids=ctx.token_ids.reshape(-1))
         else:
-            weights, experts, probs = self.route(tokens)
+            weights, experts, probs = self.route(routed)
         # No loss term at all when its weight is 0 (DeepSeek-V3 balances by bias instead).
         self.aux_loss = (self.aux_loss_coef * load_balancing_loss(probs, experts, self.n_experts)
                          if self.aux_loss_coef else None)
         on_input = getattr(self.router, "weights_on", "output") == "input"
         out = self.run_experts(tokens, experts, weights.to(x.dtype), on_input=on_input)
         if self.shared is not None:
-            shared = self.shared(tokens)
+            shared = self.run_shared(tokens)
             if self.shared_gate is not None:
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
@@ -134,6 +139,13 @@ class MoE(nn.Module):
                 sorted_out.mul_(grouped_weights)
         return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
 
+    def run_shared(self, tokens: Tensor) -> Tensor:
+        """The shared experts on ``tokens`` ``(N, D)``; DeepSeek-V4 clamps them as it clamps the routed ones."""
+        assert self.shared is not None
+        if self.swiglu_limit is None or self.swiglu_style != "silu":
+            return self.shared(tokens)
+        return self.shared.down(self.hidden_activation(self.shared.gate_up(tokens)))
+
     def hidden_activation(self, h: Tensor) -> Tensor:
         """An expert's hidden activation from its input projection ``h`` (``[gate; up]`` when gated)."""
         if not self.gated:
@@ -144,6 +156,8 @@ class MoE(nn.Module):
         # gpt-oss: the gate clamped from above, the up projection both ways and shifted by one.
         gate = gate.clamp(max=self.swiglu_limit)
         up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
+        if self.swiglu_style == "silu":  # DeepSeek-V4: the same clamps around a plain SwiGLU
+            return self.activation(gate) * up
         return (up + 1) * (gate * torch.sigmoid(self.swiglu_alpha * gate))
 
     def active_parameters(self) -> int:
@@ -169,7 +183,8 @@ class MoE(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
-                f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}")
+                f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}, "
+                f"swiglu_style={self.swiglu_style}")
 
 
 def _per_expert(stack: Any) -> Any:

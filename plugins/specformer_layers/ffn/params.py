@@ -110,7 +110,8 @@ class MoEParams(Params):
     Experts are gated (SwiGLU with the default ``silu``, as Mixtral and Qwen-MoE) or plain
     MLPs, with biases when ``expert_bias`` (gpt-oss). ``swiglu_limit`` switches gated
     experts to gpt-oss's clamped SwiGLU: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
-    with ``g = min(gate, limit)``. ``n_shared_experts`` adds an always-on expert of width
+    with ``g = min(gate, limit)``; with ``swiglu_style: silu`` it is DeepSeek-V4's
+    ``silu(g) * clamp(up, -limit, limit)``, on the shared experts too. ``n_shared_experts`` adds an always-on expert of width
     ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
     sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
     ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
@@ -158,6 +159,11 @@ class MoEParams(Params):
     swiglu_alpha: float | None = Field(
         default=None, gt=0, description="Sigmoid slope of the clamped SwiGLU (with swiglu_limit only); default 1.702 (gpt-oss).",
     )
+    swiglu_style: Literal["gpt_oss", "silu"] = Field(
+        default="gpt_oss",
+        description="With swiglu_limit: gpt_oss: (up + 1) * gate * sigmoid(swiglu_alpha * gate); silu: silu(gate) * up, "
+                    "on the routed and the shared experts (DeepSeek-V4).",
+    )
     n_shared_experts: int = Field(default=0, ge=0, description="Always-on experts every token goes through (0: none).")
     shared_hidden: int | None = Field(
         default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
@@ -180,6 +186,8 @@ class MoEParams(Params):
             raise ValueError("swiglu_limit (gpt-oss's clamped SwiGLU) needs gated: true and activation: silu")
         if self.swiglu_limit is None and self.swiglu_alpha is not None:
             raise ValueError("swiglu_alpha is used only with swiglu_limit (gpt-oss's clamped SwiGLU)")
+        if self.swiglu_style == "silu" and (self.swiglu_limit is None or self.swiglu_alpha is not None):
+            raise ValueError("swiglu_style silu (DeepSeek-V4's clamped SwiGLU) needs swiglu_limit and takes no swiglu_alpha")
         return self
 
     def hidden_for(self, d_model: int) -> int:
@@ -212,3 +220,28 @@ class MoEParams(Params):
         shared_count = shared.sized(d_model=d_model).parameters if shared is not None else 0
         gate = linear(d_model, 1) if shared is not None and self.shared_gate else 0
         return Sized(parameters=total(router.parameters, experts, shared_count, gate))
+
+
+class ParallelFFNParams(Params):
+    """Several feed-forwards side by side on the same input, each between a norm of its own before and after, summed.
+
+    ``out = sum_i post_i(ffn_i(pre_i(x)))``, with ``pre_i`` and ``post_i`` made from ``norm``
+    (Gemma 4's mixture-of-experts model, 26B-A4B: a dense GeGLU beside a mixture of experts in
+    every layer, each branch normalised on the way in and out, then the block's own post-norm
+    over the sum).
+    A mixture (``moe``) among them routes on ``x`` itself, before its pre-norm, when
+    ``route_unnormed`` is set, as Gemma 4's router does. The block's layout should then hand
+    the feed-forward the raw stream (``sandwich`` with ``ffn_pre_norm: false``): each branch
+    brings its own pre-norm.
+    """
+
+    ffns: list[SubComponent("ffn")] = Field(  # type: ignore[valid-type]
+        min_length=2, description="The feed-forwards run on the same input (components of the ffn kind).",
+        examples=[[{"kind": "geglu", "hidden": 64}, {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 32}]],
+    )
+    norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default="rmsnorm", validate_default=True, description="The norm made before and after each feed-forward.",
+    )
+    route_unnormed: bool = Field(
+        default=True, description="A mixture among the ffns routes on the input before its pre-norm (Gemma 4).",
+    )

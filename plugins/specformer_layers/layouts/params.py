@@ -8,6 +8,7 @@ from pydantic import Field
 
 from specformer.registry.params import Params, Sized
 from specformer.model.sized import total
+from specformer_layers.ffn.params import Activation
 
 #: The two sublayers of every block; every other part of a layout is a norm.
 SUBLAYERS = ("attention", "ffn")
@@ -121,10 +122,29 @@ class SandwichBlockParams(BlockParams):
     Four norms per block: ``attention_norm`` and ``attention_post_norm`` around attention,
     ``ffn_norm`` and ``ffn_post_norm`` around the FFN. Normalising each sublayer's output
     before the residual add keeps the stream's scale in check (Ding et al. 2021, CogView).
+
+    When the model has per-layer inputs (``model.per_layer_input``, Gemma 4), the block then
+    gates its slice ``p`` into the stream: ``x = x + norm(proj(act(x G) * p))``, with
+    ``per_layer_activation`` as ``act`` and a norm of its own. ``layer_scale`` multiplies
+    the whole stream leaving the block by a scalar of the layer's (Gemma 4's
+    ``layer_scalar``, a buffer that checkpoints set and training leaves alone). With
+    ``ffn_pre_norm: false`` the block has no ``ffn_norm`` and the FFN reads the raw stream:
+    an FFN that normalises its own branches (``ffn: parallel``, Gemma 4's MoE layers).
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn",
                                        "ffn_post_norm")
+
+    per_layer_activation: Activation = Field(
+        default="gelu_tanh", description="The activation of the per-layer input's gate (with model.per_layer_input).",
+    )
+    layer_scale: bool = Field(
+        default=False, description="Multiply the stream leaving the block by a per-layer scalar buffer (Gemma 4).",
+    )
+    ffn_pre_norm: bool = Field(
+        default=True, description="Normalise the FFN's input; false: the FFN reads the raw stream and brings its own "
+                                  "norms (Gemma 4's parallel MLP and MoE).",
+    )
 
 
 class PostNormInsideBlockParams(BlockParams):

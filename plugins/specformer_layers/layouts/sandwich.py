@@ -1,12 +1,17 @@
-"""Sandwich blocks (Gemma 2, Gemma 3): a norm before and a norm after each sublayer."""
+"""Sandwich blocks (Gemma 2, Gemma 3, Gemma 4): a norm before and a norm after each sublayer."""
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
+from specformer.model.residual import ResidualConnection
 from specformer_layers.layouts.base import Block
 from specformer_layers.layouts.params import SandwichBlockParams
+from specformer_layers.layouts.per_layer_gate import PerLayerGate
 
 
 class SandwichBlock(Block):
@@ -14,8 +19,39 @@ class SandwichBlock(Block):
 
     Params = SandwichBlockParams
 
+    def __init__(self, params: SandwichBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+                 make_norm: Callable[[], nn.Module],
+                 make_residual: Callable[[], ResidualConnection] = ResidualConnection, d_model: int = 0,
+                 layer_index: int = 0, per_layer_input: int = 0) -> None:
+        params = params if params is not None else SandwichBlockParams()
+        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        streams = max(self.attention_residual.n_streams, self.ffn_residual.n_streams)
+        if streams != 1 and (per_layer_input or params.layer_scale):
+            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
+                             f"has {streams} (use residual: single with them)")
+        self.layer_index = layer_index
+        self.per_layer_activation = params.per_layer_activation
+        # The width of the per-layer input this block reads from ctx (0: none), a fact the builder checks.
+        self.per_layer_width = per_layer_input
+        self.per_layer = (PerLayerGate(d_model=d_model, width=per_layer_input, activation=params.per_layer_activation,
+                                       norm=make_norm()) if per_layer_input else None)
+        self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
+
+    def norms_made(self, params: SandwichBlockParams) -> tuple[str, ...]:
+        return tuple(p for p in super().norms_made(params) if p != "ffn_norm" or params.ffn_pre_norm)
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)
         x = self.attention_residual.write(x, self.attention_post_norm(self.attention(self.attention_norm(h), ctx)), mix=mix)
         h, mix = self.ffn_residual.read(x)
-        return self.ffn_residual.write(x, self.ffn_post_norm(self.feed_forward(self.ffn_norm(h), ctx)), mix=mix)
+        ffn_in = h if self.ffn_norm is None else self.ffn_norm(h)
+        x = self.ffn_residual.write(x, self.ffn_post_norm(self.feed_forward(ffn_in, ctx)), mix=mix)
+        if self.per_layer is not None:
+            x = self.per_layer(x, ctx.per_layer_inputs[:, :, self.layer_index])  # this layer's slice (B, T, width)
+        if self.layer_scale is not None:
+            x = x * self.layer_scale
+        return x
+
+    def init_weights(self, *, std: float, residual_std: float) -> None:
+        if self.layer_scale is not None:
+            nn.init.ones_(self.layer_scale)

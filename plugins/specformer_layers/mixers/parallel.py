@@ -24,11 +24,14 @@ class ParallelMixer(nn.Module):
 
     Params = ParallelMixerParams
 
-    def __init__(self, params: ParallelMixerParams, *, d_model: int, layer_index: int = 0, n_layers: int = 1) -> None:
+    def __init__(self, params: ParallelMixerParams, *, d_model: int, layer_index: int = 0, n_layers: int = 1,
+                 context_length: int | None = None) -> None:
         super().__init__()
         # Every sub-mixer is the same layer for the cache and the positional scheme: one layer_index.
-        self.mixers = nn.ModuleList(
-            [ref.make(d_model=d_model, layer_index=layer_index, n_layers=n_layers) for ref in params.mixers])
+        sizes = {"d_model": d_model, "layer_index": layer_index, "n_layers": n_layers}
+        if context_length is not None:  # a sub-mixer that sizes a state by the context needs it
+            sizes["context_length"] = context_length
+        self.mixers = nn.ModuleList([ref.make(**sizes) for ref in params.mixers])
         count = len(self.mixers)
         self.in_multipliers = tuple(params.in_multipliers or [1.0] * count)
         self.out_multipliers = tuple(params.out_multipliers or [1.0] * count)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized
 
@@ -27,11 +27,19 @@ class RMSNormParams(Params):
 
     Lower-precision inputs are normalised in float32, as Llama and Gemma do (float64 stays
     float64). ``offset: 1`` stores the scale as ``weight - 1`` (Gemma), so the weight
-    initialises to zero.
+    initialises to zero. ``weight: false`` learns no scale at all (Gemma 4's value norm).
     """
 
     eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
     offset: float = Field(default=0.0, description="Added to the weight before scaling (1.0 for Gemma).")
+    weight: bool = Field(default=True, description="Learn a per-channel scale; false: none (Gemma 4's value norm).")
+
+    @model_validator(mode="after")
+    def _offset_needs_weight(self) -> "RMSNormParams":
+        if not self.weight and self.offset:
+            raise ValueError(f"offset ({self.offset}) is added to the weight, so it needs weight: true; "
+                             "without a weight the norm does not scale")
+        return self
 
     def sized(self, *, dim: int) -> Sized:
         return Sized(parameters=dim)

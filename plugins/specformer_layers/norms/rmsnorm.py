@@ -20,9 +20,12 @@ class RMSNorm(nn.Module):
         self.dim = dim
         self.eps = params.eps
         self.offset = params.offset
-        self.weight = nn.Parameter(torch.full((dim,), 1.0 - params.offset))
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - params.offset)) if params.weight else None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight is None:  # no learned scale: the normalisation alone, in float32 for lower precisions
+            wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+            return F.rms_norm(wide, (self.dim,), None, self.eps).to(x.dtype)
         if x.dtype in (torch.float32, torch.float64):
             weight = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
             return F.rms_norm(x, (self.dim,), weight + self.offset if self.offset else weight, self.eps)
@@ -32,7 +35,8 @@ class RMSNorm(nn.Module):
         return normed.to(x.dtype) * self.weight  # Llama casts, then multiplies
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
-        nn.init.constant_(self.weight, 1.0 - self.offset)
+        if self.weight is not None:
+            nn.init.constant_(self.weight, 1.0 - self.offset)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, eps={self.eps}, offset={self.offset}"
+        return f"dim={self.dim}, eps={self.eps}, offset={self.offset}" + ("" if self.weight is not None else ", weight=False")

@@ -175,3 +175,17 @@ class HashParams(Params):
         self.table_rows(vocab_size)
         # The score projection; the token_experts table is a buffer, not a parameter.
         return Sized(parameters=linear(d_model, n_experts))
+
+
+class NormedSoftmaxTopKParams(Params):
+    """Softmax top-k over the scores of the normalised token, each chosen expert's weight scaled by the expert (Gemma 4).
+
+    The token is divided by its root mean square (``eps`` inside the root), multiplied per
+    channel by a learned ``scale`` and by ``1/sqrt(d_model)``, then scored by one linear
+    map; the ``top_k`` most probable experts of the softmax are kept, their probabilities
+    rescaled to sum to one and multiplied by a learned per-expert scale:
+    ``w_j = p_j / sum_kept p * s_e[j]``. Both scales start at one. In Gemma 4 the router reads
+    the block's stream before any norm, while its experts read a normalised copy.
+    """
+
+    eps: float = Field(default=1e-6, gt=0, description="Added to the mean square of the token (rms_norm_eps).")

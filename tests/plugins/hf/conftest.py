@@ -28,6 +28,7 @@ def _load(name: str) -> Any:
 
 _cases = _load("hf_cases")
 _load("hf_forge")  # folders forged by hand: test modules `import hf_forge`
+_load("multimodal")  # a multimodal checkpoint read for its language model: `from multimodal import ...`
 BY_NAME, CASES, Case = _cases.BY_NAME, _cases.CASES, _cases.Case
 
 

@@ -151,11 +151,52 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
                      routed_scaling_factor=2.5)),
+    # DeepSeek-V4: a sliding layer, a CSA layer (rate 4, overlap, the indexer) and an HCA layer (rate 8), one key/value
+    # head, grouped output, two hyper-connection streams, a hash-routed first layer then sqrtsoftplus routing. The
+    # indexer keeps more entries than 40 tokens make, so no top-k boundary falls on a tie (transformers' topk picks
+    # tied entries as its kernel happens to; the module tests cover the choice itself).
+    Case("deepseek_v4", "DeepseekV4Config", "DeepseekV4ForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.5,
+          "q_lora_rank": 16, "o_groups": 2, "o_lora_rank": 8, "sliding_window": WINDOW,
+          "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+          "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+          "index_n_heads": 4, "index_head_dim": 16, "index_topk": 64, "hc_mult": 2, "hc_sinkhorn_iters": 5,
+          "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "swiglu_limit": 1.0,
+          "mlp_layer_types": ["hash_moe", "moe", "moe"], "routed_scaling_factor": 1.5}),
+    # DeepSeek-V4 with YaRN on the compressed layers' rope (attention_factor 1, as transformers' V4 forces), the
+    # default hash layers (the first three) and sigmoid scoring; four layers, no sliding-only one.
+    Case("deepseek_v4-yarn-sigmoid", "DeepseekV4Config", "DeepseekV4ForCausalLM",
+         {**BASE, "num_hidden_layers": 4, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.25,
+          "q_lora_rank": 12, "o_groups": 4, "o_lora_rank": 6, "sliding_window": WINDOW, "index_n_heads": 2,
+          "index_head_dim": 8, "index_topk": 64, "compress_rates": {"compressed_sparse_attention": 2,
+                                                                    "heavily_compressed_attention": 4},
+          "n_routed_experts": 4, "num_experts_per_tok": 2, "scoring_func": "sigmoid", "routed_scaling_factor": 1.0,
+          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}}),
     Case("deepseek_v3-no-q-lora-yarn", "DeepseekV3Config", "DeepseekV3ForCausalLM",
          _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
                      qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
                      topk_group=1, n_shared_experts=2, moe_intermediate_size=24, first_k_dense_replace=0,
                      norm_topk_prob=False, routed_scaling_factor=1.0, attention_bias=True,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                      "beta_fast": 32.0, "beta_slow": 1.0})),
+    # DeepSeek Sparse Attention: each query reads the index_topk = 5 keys (of up to 40) its indexer scores highest;
+    # indexer heads wider than the rotary part (12 > 8), more indexer heads than attention heads. Enough indexer heads
+    # (16) that no key scores exactly 0 (every head's ReLU closed) at a query's cut: such ties go to the earliest key
+    # here, to whichever torch.topk returns in transformers (docs/interop.md).
+    Case("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+                     routed_scaling_factor=2.5, index_topk=5, index_n_heads=16, index_head_dim=12)),
+    # Indexer heads exactly the rotary width, 3 keys per query, YaRN with mscale_all_dim, biases, layers typed by
+    # mlp_layer_types (two dense first).
+    Case("deepseek_v32-yarn-layer-types", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                     qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                     topk_group=1, n_shared_experts=2, moe_intermediate_size=24,
+                     mlp_layer_types=["dense", "dense", "sparse"], norm_topk_prob=False, routed_scaling_factor=1.0,
+                     attention_bias=True, index_topk=3, index_n_heads=8, index_head_dim=8,
                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                       "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
                                       "beta_fast": 32.0, "beta_slow": 1.0})),
@@ -223,6 +264,25 @@ CASES = [
                      tie_word_embeddings=True,
                      rope_parameters=_rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
+    # Gemma 4: five layers (sliding, global, sliding, sliding, global), wider global heads (32 channels, one kv head)
+    # whose keys are their values, the proportional rope, the last two layers reading layers 1's and 2's keys and
+    # values with double-wide MLPs, per-layer inputs of 8 channels, a soft-capped head.
+    Case("gemma4", "Gemma4TextConfig", "Gemma4ForCausalLM",
+         _llama_like(num_hidden_layers=5, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                     attention_k_eq_v=True, sliding_window=WINDOW, hidden_size_per_layer_input=8,
+                     vocab_size_per_layer_input=128, num_kv_shared_layers=2, use_double_wide_mlp=True,
+                     final_logit_softcapping=30.0,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                  "full_attention"])),
+    # The mixture of experts beside every MLP (26B-A4B's shape): 4 experts, 2 per token; no per-layer inputs, no
+    # sharing, separate values, an untied head, a rope of another theta on the sliding layers.
+    Case("gemma4-moe", "Gemma4TextConfig", "Gemma4ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, global_head_dim=24, sliding_window=WINDOW,
+                     hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                     moe_intermediate_size=24, tie_word_embeddings=False, attention_bias=True,
+                     rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
+                                      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                                         "rope_theta": 1e6}})),
     # --- hybrid: LFM2 ---
     # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
     Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
@@ -378,9 +438,11 @@ BY_NAME = {case.name: case for case in CASES}
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
 #: (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
+    "deepseek_v32-yarn-layer-types",
     "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
+    "gemma4-moe",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

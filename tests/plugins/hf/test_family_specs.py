@@ -43,6 +43,10 @@ MOE_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    "deepseek-v3.2.yaml": ("DeepseekV32Config", dict(
+        max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
     "kimi-linear-48b-a3b.yaml": ("KimiLinearConfig", dict(linear_attn_config=KIMI_LINEAR_ATTENTION)),
     "qwen3-next-80b-a3b.yaml": ("Qwen3NextConfig", dict(
@@ -53,6 +57,9 @@ MOE_SPECS = {
     "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
         head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
     "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
+    # transformers' DeepseekV4Config defaults are DeepSeek-V4-Flash's sizes; its layer pattern as published.
+    "deepseek-v4.yaml": ("DeepseekV4Config", dict(layer_types=["sliding_attention"] * 2 + [
+        "compressed_sparse_attention" if i % 2 == 0 else "heavily_compressed_attention" for i in range(41)])),
     # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
     "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
 }
@@ -80,6 +87,11 @@ DENSE_SPECS = {
     "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
     "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),
+    "gemma-4-e2b.yaml": ("Gemma4TextConfig", dict(
+        vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7)),
     "olmo-hybrid-7b.yaml": ("OlmoHybridConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": None})),
     "olmo-3-7b.yaml": ("Olmo3Config", dict(
         vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,

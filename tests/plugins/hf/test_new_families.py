@@ -240,3 +240,18 @@ def test_deepseek_v3_skips_the_published_multi_token_prediction_layer_as_transfo
     save_file({**tensors, "model.layers.3.enorm.weight": torch.ones(64)}, tmp_path / "model.safetensors")
     with pytest.raises(UserError, match=r"does not use.*model\.layers\.3\.enorm\.weight"):
         specformer_hf.from_hf(tmp_path)
+
+
+def test_deepseek_v32_refuses_mlp_layer_types_it_cannot_build_and_an_indexer_it_cannot_write(tmp_path):
+    """Dense layers after sparse ones are not a DeepSeek-V3.2 shape; an indexer turning adjacent pairs is not its
+    indexer; and DeepSeek-V3 has no indexer, so a model with one is written as DeepSeek-V3.2 or refused."""
+    with pytest.raises(UserError, match="mlp_layer_types must name every layer, dense ones first"):
+        specformer_hf.from_hf(_folder(tmp_path / "in", "deepseek_v32", mlp_layer_types=["sparse", "dense", "sparse"]))
+    model = specformer_hf.from_hf(_folder(tmp_path / "ok", "deepseek_v32"))
+    spec = model.spec.to_dict()
+    spec["model"]["block"]["attention"]["indexer"]["interleaved"] = True
+    paired = specformer.build(spec, seed=0)
+    with pytest.raises(UserError, match="indexer is lightning, turns its rotary channels in halves"):
+        specformer_hf.to_hf(paired, tmp_path / "out", family="deepseek_v32")
+    with pytest.raises(UserError, match="latent attention has no indexer"):
+        specformer_hf.to_hf(model, tmp_path / "v3", family="deepseek_v3")

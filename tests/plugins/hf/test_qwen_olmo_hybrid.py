@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hf_cases import BASE, Case
+from multimodal import check_language_model_import
 
 import specformer
 import specformer_hf
@@ -242,7 +243,6 @@ def test_a_multimodal_qwen3_5_checkpoint_imports_as_its_language_model(tmp_path)
     """The published Qwen3.5 checkpoints are Qwen3_5ForConditionalGeneration: text_config, model.language_model.*,
     a vision encoder, the head tied at the top level."""
     import transformers
-    from transformers import AutoModelForCausalLM
 
     text = {**BASE, "num_hidden_layers": 2, "num_key_value_heads": 2, "head_dim": 16,
             "layer_types": ["linear_attention", "full_attention"], "linear_num_key_heads": 2, "linear_num_value_heads": 4,
@@ -253,20 +253,4 @@ def test_a_multimodal_qwen3_5_checkpoint_imports_as_its_language_model(tmp_path)
     config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
     torch.manual_seed(0)
     hf = transformers.Qwen3_5ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    hf.save_pretrained(tmp_path / "hf")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*has no tokenizer.json")
-        imported = specformer_hf.import_hf(tmp_path / "hf")
-    assert imported.family.model_type == "qwen3_5" and imported.model.spec.model.tie_embeddings
-    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        reference = hf(input_ids=ids).logits
-        assert (imported.model(ids) - reference).abs().max().item() <= TOLERANCE
-    out = specformer_hf.to_hf(imported.model, tmp_path / "export")
-    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
-    assert type(reloaded).__name__ == "Qwen3_5ForCausalLM"  # the language model alone
-    with torch.no_grad():
-        assert (reloaded(ids).logits - reference).abs().max().item() <= TOLERANCE
+    check_language_model_import(hf, tmp_path, model_type="qwen3_5", text_class="Qwen3_5ForCausalLM")

@@ -30,11 +30,13 @@ from specformer.model.state import state_slots_of, uses_positions
 from .support import D_MODEL, HEAD_DIM, LAYER_KINDS, VOCAB, spec_with
 
 PAIRS = HEAD_DIM // 2  # rotary channel pairs of the tiny spec's heads
+CONTEXT = 32  # the tiny spec's context_length
 
 #: Example params per component: each entry is one variant checked by every test below.
 VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("positional", "rope"): [{}, {"interleaved": True}, {"fraction": 0.5, "theta": 500.0}],
     ("rope_scaling", "linear"): [{"factor": 2.0}],
+    ("rope_scaling", "proportional"): [{"fraction": 0.5}, {"fraction": 0.25, "factor": 2.0}],
     ("rope_scaling", "dynamic"): [{"factor": 2.0, "original_context_length": 8}],
     ("rope_scaling", "yarn"): [{"factor": 4.0, "original_context_length": 8},
                                {"factor": 4.0, "original_context_length": 8, "mscale": 0.7, "mscale_all_dim": 0.5}],
@@ -65,6 +67,13 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
          "q_lora_rank": 10},
         {"n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 0, "v_head_dim": 16,
          "window": 3, "bias": True, "backend": "eager", "latent_norm": "layernorm"},
+    ],
+    ("attention", "compressed"): [
+        {"n_heads": 4, "head_dim": HEAD_DIM, "q_lora_rank": 8, "rope_dim": HEAD_DIM, "window": 3, "compress_rate": 2,
+         "overlap": True, "index_heads": 2, "index_head_dim": HEAD_DIM, "index_topk": 2, "out_groups": 2, "out_rank": 4},
+        {"n_heads": 2, "head_dim": 12, "q_lora_rank": 6, "rope_dim": HEAD_DIM, "window": 4, "compress_rate": 3,
+         "sinks": False, "norm": "layernorm"},
+        {"n_heads": 4, "head_dim": HEAD_DIM, "q_lora_rank": 8, "rope_dim": HEAD_DIM, "window": 3},
     ],
     ("attention", "gated_deltanet"): [
         {"n_heads": 4},
@@ -289,7 +298,8 @@ def _attention_by_positional() -> list[Any]:
     mix = [{"select": 0, "positional": "none"}, {"select": 1, "positional": {"kind": "rope", "theta": 500.0}},
            {"select": 2, "positional": "alibi"}]
     def built(attention: dict[str, Any]) -> Any:
-        return registry.resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2)
+        return registry.resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
+                                                             context_length=CONTEXT)
 
     cases = []
     for i, (name, params) in enumerate(attentions):
@@ -297,14 +307,30 @@ def _attention_by_positional() -> list[Any]:
         if cache_slots_of(module) is None and state_slots_of(module) is None:
             continue  # no mixer at all (attention: none): nothing reads positions or goes through a cache
         for label, scheme in schemes:
-            cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}"))
+            marks = [pytest.mark.skip(reason=REFUSED[(name, label)])] if (name, label) in REFUSED else []
+            cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}",
+                                      marks=marks))
         if uses_positions(module):  # a recurrence refuses a scheme of its own on a layer
-            cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, mix, id=f"{name}-{i}-per-layer-mix"))
+            layer_mix = mix if (name, "alibi") not in REFUSED else [m for m in mix if m["positional"] != "alibi"]
+            cases.append(pytest.param({"kind": name, **params}, {"kind": "rope"}, layer_mix,
+                                      id=f"{name}-{i}-per-layer-mix"))
     return cases
 
 
+#: Attention and positional schemes that cannot go together, refused by the attention with a message (tested
+#: where the attention is), and why.
+REFUSED = {
+    ("compressed", "alibi"): "compressed attention turns keys (pooled entries included) and biases no scores",
+    ("compressed", "rope+dynamic"): "compressed attention turns entries at their blocks' positions: a length-"
+                                    "dependent rope would turn them differently",
+    ("compressed", "rope+longrope"): "compressed attention turns entries at their blocks' positions: a length-"
+                                     "dependent rope would turn them differently",
+}
+
+
 def _reads_positions(attention: dict[str, Any]) -> bool:
-    layer = specformer.get_registry().resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2)
+    layer = specformer.get_registry().resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
+                                                                            context_length=CONTEXT)
     return uses_positions(layer)
 
 

@@ -8,13 +8,15 @@ import specformer
 
 EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
-    "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope"},
+    "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
     "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm"},
-    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "none"},
+    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "parallel", "none"},
     "attention": {"attention", "mla", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
-    "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash"},
+    "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk"},
     "residual": {"single", "mhc"},
+    "indexer": {"lightning"},
+    "per_layer_input": {"per_layer_embedding"},
 }
 
 OURS = [c for c in specformer.get_registry() if c.plugin == "layers"]
@@ -59,10 +61,10 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
     registered = {c.source.split(" ")[0] for c in OURS} | {c.params.__module__ for c in OURS}  # "module (file:line)"
     support = {"specformer_layers.plugin", "specformer_layers.positional.fp32", "specformer_layers.ffn.activations",
                "specformer_layers.positional.rope_scaling.base", "specformer_layers.layouts.base",
-               "specformer_layers.routers.base",
+               "specformer_layers.routers.base", "specformer_layers.layouts.per_layer_gate",
                "specformer_layers.attention.kernels", "specformer_layers.attention.flex",
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
-               "specformer_layers.attention.masking",
+               "specformer_layers.attention.masking", "specformer_layers.attention.sparse",
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
                "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
                "specformer_layers.mixers.kernels",

@@ -101,6 +101,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "DeepseekV3Config", max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    "deepseek-v3.2.yaml": _llama_like(
+        "DeepseekV32Config", max_position_embeddings=163840,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
     "kimi-linear-48b-a3b.yaml": _llama_like(
         "KimiLinearConfig", linear_attn_config={
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,
@@ -134,6 +138,12 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
     "qwen3.5-9b.yaml": _llama_like("Qwen3_5TextConfig"),
+    "gemma-4-e2b.yaml": _llama_like(
+        "Gemma4TextConfig", **(GEMMA4_E2B := dict(
+            vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+            num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+            num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+            layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7))),
     "qwen3.5-35b-a3b.yaml": _llama_like("Qwen3_5MoeTextConfig"),
     "llama-4-scout-17b-16e.yaml": _llama_like("Llama4TextConfig"),  # transformers' defaults are Scout's text model
     "olmo-hybrid-7b.yaml": _llama_like("OlmoHybridConfig", rope_parameters={"rope_type": "default", "rope_theta": None}),
@@ -209,6 +219,10 @@ def shrink(data: Any) -> Any:
                     value = 16
                 elif key == "head_dim":
                     value = 16
+                elif key == "qk_rope_head_dim":  # within an indexer's shrunk head_dim
+                    value = 8
+                elif key == "topk":  # an indexer's keys per query: fewer than the shrunk context, so it chooses
+                    value = 4
                 elif key in ("hidden", "shared_hidden"):
                     value = 96
                 elif key == "n_experts":
@@ -239,10 +253,12 @@ def shrink(data: Any) -> Any:
     data = walk(data)
     data["model"].update(SHRINK)
     layers = data["model"].get("layers") or []
-    if layers and not any(isinstance(layer.get("select"), list) for layer in layers):
+    names_layers = any(isinstance(layer.get("select"), list) or "kv_from" in (layer.get("attention") or {})
+                       for layer in layers)
+    if layers and not names_layers:
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one
     elif layers:
-        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) name them all
+        data["model"]["n_layers"] = original_layers  # lists of layers (Nemotron-H's) and kv_from (Gemma 4's) name them
     return data
 
 

@@ -151,3 +151,18 @@ class LongRopeScalingParams(ScalingParams):
             if any(v <= 0 for v in values):
                 raise ValueError(f"longrope {name} values must be > 0, got {values}")
         return super().sized(rotary_dim=rotary_dim)
+
+
+class ProportionalScalingParams(Params):
+    """Turn only the first ``fraction`` of each head's channel pairs, at the frequencies RoPE gives them in the
+    whole head; the other pairs do not turn at all (their frequency is 0). Every frequency is divided by ``factor``.
+
+    Pair ``i`` (of ``rotary_dim / 2``, paired as the rope pairs them) turns by
+    ``position * theta^(-2i / rotary_dim) / factor`` for ``i < int(fraction * rotary_dim // 2)``
+    and not at all after: unlike the rope's own ``fraction``, the turning pairs keep the
+    spacing of the whole head and every channel keeps its place (transformers'
+    ``proportional`` rope type, Gemma 4's global layers with ``fraction: 0.25``).
+    """
+
+    fraction: float = Field(gt=0, le=1, description="Share of the channel pairs that turn (partial_rotary_factor).")
+    factor: float = Field(default=1.0, gt=0, description="Every frequency is divided by this.")

@@ -55,3 +55,21 @@ def test_matches_gemma_in_bfloat16() -> None:
     ours, theirs = ours.bfloat16(), theirs.bfloat16()
     x = torch.randn(4, 32).bfloat16()
     torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+
+
+def test_without_a_weight_it_only_normalises() -> None:
+    """weight: false is x / sqrt(mean(x^2) + eps), no parameter (Gemma 4's value norm), in float32 for bfloat16."""
+    norm = RMSNorm(RMSNormParams(eps=1e-6, weight=False), dim=8)
+    assert list(norm.parameters()) == []
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(norm(x), x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt(), rtol=1e-12, atol=1e-12)
+    low = x.bfloat16()
+    wide = low.float()
+    assert norm(low).dtype == torch.bfloat16
+    torch.testing.assert_close(norm(low).float(), wide / (wide.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt(),
+                               rtol=1e-2, atol=1e-2)
+
+
+def test_an_offset_without_a_weight_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"offset \(1.0\) is added to the weight, so it needs weight: true"):
+        RMSNormParams(offset=1.0, weight=False)
