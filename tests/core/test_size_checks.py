@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from specformer.errors import SpecError
-from specformer.model.attention import positional_dim_of
+from specformer.model.attention import cache_slots_of, positional_dim_of
 from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.model.sized_by_building import facts_of
 from specformer.registry.components import Component
@@ -52,7 +52,8 @@ _CONTRACT = _contract_cases()
 EXAMPLES, CHANGES = _CONTRACT.EXAMPLES, _CONTRACT.CHANGES
 
 #: The kinds a model is built from: every component of these declares its size check.
-MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "attention", "layout", "residual")
+MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "attention", "layout", "residual", "indexer",
+               "per_layer_input")
 
 #: Sizes around the edges each kind's components meet: divisible and not, even and odd, zero heads.
 GRID: dict[str, list[dict[str, Any]]] = {
@@ -62,15 +63,18 @@ GRID: dict[str, list[dict[str, Any]]] = {
                                        (32, 4, 1, 8), (30, 5, 6, 4))],
     "rope_scaling": [{"rotary_dim": r, "theta": 10000.0, "context_length": 16384} for r in (2, 3, 4, 8, 64)],
     "ffn": [{"d_model": d, "layer_index": 1, "n_layers": 2, "vocab_size": 50} for d in (8, 30, 32)],
-    "attention": [{"d_model": d, "layer_index": 1, "n_layers": 2} for d in (7, 24, 30, 32)],
+    "attention": [{"d_model": d, "layer_index": 1, "n_layers": 2, "context_length": 16} for d in (7, 24, 30, 32)],
     "router": [*({"d_model": 16, "n_experts": e, "top_k": k, "vocab_size": 50}
                  for e, k in ((4, 2), (4, 5), (6, 4), (3, 1), (8, 8))),
                {"d_model": 16, "n_experts": 4, "top_k": 2}],  # no vocabulary size: hash routing cannot be built
     "residual": [{"d_model": d} for d in (1, 8, 30)],
+    "indexer": [{"d_model": d, "query_dim": q, "positional_dim": p} for d, q, p in ((16, 8, 4), (8, 16, 12), (12, 12, 16))],
+    "per_layer_input": [{"vocab_size": v, "d_model": d, "n_layers": n} for v, d, n in ((50, 8, 2), (7, 30, 3))],
 }
 
-#: A layout receives its sublayers: here each of a present and an absent mixer and ffn; and its
-#: connections to a residual stream of one stream or of several (which ``postnorm`` refuses).
+#: A layout receives its sublayers: here each of a present and an absent mixer and ffn; its
+#: connections to a residual stream of one stream or of several (which ``postnorm`` refuses); and a
+#: per-layer input of 0 or 4 channels (``sandwich`` gates it in, on one stream only).
 SUBLAYERS = {
     "attention": [{"kind": "attention", "n_heads": 2}, {"kind": "none"}],
     "ffn": [{"kind": "mlp", "hidden": 8}, {"kind": "none"}],
@@ -81,8 +85,16 @@ SUBLAYERS = {
 #: Params beyond the contract test's whose checks the grid would not reach otherwise.
 MORE: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("attention", "attention"): [{"n_heads": 4, "n_kv_heads": 2, "qk_norm": "layernorm", "sinks": True,
-                                  "qk_norm_scope": "per_head_weights", "output_gate": True, "qkv_bias": True}],
-    ("attention", "mla"): [{**EXAMPLES[("attention", "mla")], "q_lora_rank": 8, "latent_norm": "scalenorm"}],
+                                  "qk_norm_scope": "per_head_weights", "output_gate": True, "qkv_bias": True},
+                                 *({"n_heads": 4, "n_kv_heads": 2, "kv_from": k, "qk_norm": "rmsnorm", "qk_norm_scope": scope,
+                                    "window": 4} for k, scope in ((0, "head"), (0, "per_head_weights"), (0, "all"), (1, "all"))),
+                                 {"n_heads": 4, "k_eq_v": True, "v_norm": {"kind": "rmsnorm", "weight": False}}],
+    ("attention", "mla"): [{**EXAMPLES[("attention", "mla")], "q_lora_rank": 8, "latent_norm": "scalenorm"},
+                           {**EXAMPLES[("attention", "mla")], "window": 4,  # an indexer reading the block input
+                            "indexer": {"kind": "lightning", "topk": 3, "head_dim": 8, "n_heads": 2}}],
+    ("attention", "compressed"): [{**EXAMPLES[("attention", "compressed")], "compress_rate": 4, "overlap": True,
+                                   "index_heads": 2, "index_head_dim": 8, "out_groups": 2, "out_rank": 3},
+                                  {**EXAMPLES[("attention", "compressed")], "compress_rate": 2, "sinks": False}],
     ("attention", "parallel"): [
         {"mixers": [{"kind": "attention", "n_heads": 4}, {"kind": "attention", "n_heads": 2}]},  # two caches
         {"mixers": [{"kind": "gated_deltanet", "n_heads": 4}, {"kind": "short_conv"}]},  # two states
@@ -117,10 +129,11 @@ def _sizes(c: Component, registry: Any) -> list[tuple[dict[str, Any], dict[str, 
         return [(dict(s), dict(s)) for s in GRID[c.kind]]
     pairs = []
     norm = registry.resolve("norm", {"kind": "rmsnorm"})
-    for attention, ffn, residual in itertools.product(SUBLAYERS["attention"], SUBLAYERS["ffn"], SUBLAYERS["residual"]):
+    for attention, ffn, residual, width in itertools.product(SUBLAYERS["attention"], SUBLAYERS["ffn"],
+                                                            SUBLAYERS["residual"], (0, 4)):
         a, f = registry.resolve("attention", attention), registry.resolve("ffn", ffn)
         stream = registry.resolve("residual", residual)
-        common = {"d_model": 8, "layer_index": 1, "n_layers": 2}
+        common = {"d_model": 8, "layer_index": 1, "n_layers": 2, "per_layer_input": width}
         module_stream, sized_stream = stream.make(d_model=8), stream.sized(d_model=8)
         built = {**common, "attention": a.make(d_model=8), "ffn": f.make(d_model=8),
                  "make_norm": lambda dim=8: norm.make(dim=dim), "make_residual": module_stream.connection}
@@ -156,7 +169,12 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
     seen = facts_of(module)
     fields = ["parameters"]
     if c.kind == "attention":
-        fields += ["n_heads", "n_kv_heads", "head_dim", "uses_positions", "caches_tokens", "keeps_state", "absent"]
+        fields += ["n_heads", "n_kv_heads", "head_dim", "uses_positions", "caches_tokens", "keeps_state", "absent",
+                   "kv_from", "window"]
+    if c.kind == "per_layer_input":
+        fields += ["width"]
+    if c.kind == "layout":
+        fields += ["per_layer_width"]
     if c.kind == "ffn":
         fields += ["absent"]
     if c.kind == "positional":
@@ -172,6 +190,8 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
                 found.append(f"connection {f}: module {getattr(made, f)!r}, check {getattr(declared, f, None)!r}")
     if c.kind == "attention" and positional_dim_of(seen) != positional_dim_of(facts):
         found.append(f"positional width: module {positional_dim_of(seen)}, check {positional_dim_of(facts)}")
+    if c.kind == "attention" and cache_slots_of(seen) != cache_slots_of(facts):
+        found.append(f"cache slots: module {cache_slots_of(seen)}, check {cache_slots_of(facts)}")
     return found
 
 
@@ -241,19 +261,56 @@ def test_a_spec_on_several_streams_or_routed_by_token_counts_its_parameters_as_t
     assert checked.sizes.parameters == checked.shape.parameters
 
 
-def test_postnorm_on_several_streams_is_refused_by_the_size_check_as_by_the_build() -> None:
+def _tiny(**block: Any) -> dict[str, Any]:
+    spec = {"model": {**TINY["model"], "block": {**TINY["model"]["block"], **block}}}
+    return spec
+
+
+def _sharing(*layers: dict[str, Any]) -> dict[str, Any]:
+    spec = _tiny()
+    spec["model"] = {**spec["model"], "n_layers": 3, "layers": list(layers)}
+    return spec
+
+
+@pytest.mark.parametrize("spec, found", [
+    (_tiny(layout="postnorm", residual={"kind": "mhc", "n_streams": 2}),
+     "model.block.layout: postnorm normalises the residual stream itself"),
+    (_sharing({"select": 0, "attention": {"n_kv_heads": 4}}, {"select": 2, "attention": {"kv_from": 0}}),
+     "model.layers[1].attention.kv_from: layer 0 keeps keys of 4 heads"),
+    (_sharing({"select": 0, "attention": {"kind": "gated_deltanet", "n_heads": 4}},
+              {"select": 2, "attention": {"kv_from": 0}}),
+     "layer 0 (GatedDeltaNet) keeps no keys and values to share"),
+    (_sharing({"select": 1, "attention": {"kv_from": 0}}, {"select": 2, "attention": {"kv_from": 1}}),
+     "layer 1 itself reads layer 0's keys and values"),
+    (_sharing({"select": 0, "attention": {"window": 4}}, {"select": 2, "attention": {"kv_from": 0}}),
+     "layer 0 keeps only its last 4 tokens (its window)"),
+    ({"model": {**_tiny()["model"], "per_layer_input": {"kind": "per_layer_embedding", "width": 4}}},
+     "model.block.layout: model.per_layer_input gives every block a per-layer input, and the 'prenorm' layout takes none"),
+    ({"model": {**_tiny(layout="sandwich", residual={"kind": "mhc", "n_streams": 2})["model"],
+                "per_layer_input": {"kind": "per_layer_embedding", "width": 4}}},
+     "a per-layer input and layer_scale act on a single residual stream"),
+], ids=["postnorm-streams", "kv-heads", "kv-recurrent", "kv-chained", "kv-window", "per-layer-prenorm",
+        "per-layer-streams"])
+def test_a_spec_the_build_refuses_is_refused_by_the_size_check_in_the_same_words(spec, found) -> None:
     from specformer.model.sizes import estimate_resolved
     from specformer.spec.size_check import check_sizes
     from specformer.spec.validate import validate
 
-    spec = _tiny(layout="postnorm", residual={"kind": "mhc", "n_streams": 2})
     resolved = validate(spec, registry=get_registry()).resolved
     with pytest.raises(SpecError) as checked:
         check_sizes(resolved)
     with pytest.raises(SpecError) as built:
         estimate_resolved(resolved)
     assert str(checked.value) == str(built.value)
-    assert "model.block.layout: postnorm normalises the residual stream itself" in str(checked.value)
+    assert found in str(checked.value)
+
+
+def test_a_model_with_per_layer_inputs_counts_its_parameters_as_the_meta_build() -> None:
+    spec = {"model": {**_tiny(layout={"kind": "sandwich", "layer_scale": True})["model"],
+                      "per_layer_input": {"kind": "per_layer_embedding", "width": 4}}}
+    checked = check_spec(spec)
+    assert checked.sizes.parameters == checked.shape.parameters
+    assert checked.sizes.parameters > check_spec(_tiny(layout="sandwich")).sizes.parameters
 
 
 # -- a third-party component that declares no check ----------------------------------------------
@@ -324,10 +381,6 @@ def test_a_stream_that_does_not_declare_its_connections_has_them_built_on_meta()
     plain = check_spec(_tiny()).sizes.parameters
     assert checked.sizes.parameters == plain + 2 * TINY["model"]["n_layers"]  # a gain per connection, two a block
 
-
-def _tiny(**block: Any) -> dict[str, Any]:
-    spec = {"model": {**TINY["model"], "block": {**TINY["model"]["block"], **block}}}
-    return spec
 
 
 def test_a_component_without_a_size_check_is_checked_by_building_it_on_meta() -> None:

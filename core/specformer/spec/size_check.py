@@ -73,7 +73,8 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     head = 0 if m.tie_embeddings else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
     blocks = [None if b.block.parameters is None else b.block.parameters * count for b, count in shapes.blocks]
     skeleton = shapes.skeleton
-    parameters = total(embedding, head, skeleton.residual.parameters, skeleton.positional.parameters,
+    per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0
+    parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
                        skeleton.final_norm.parameters, *blocks)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])

@@ -245,3 +245,8 @@ class ParallelFFNParams(Params):
     route_unnormed: bool = Field(
         default=True, description="A mixture among the ffns routes on the input before its pre-norm (Gemma 4).",
     )
+
+    def sized(self, *, d_model: int, layer_index: int = 0, n_layers: int = 1) -> Sized:
+        ffns = [ffn.sized(d_model=d_model, layer_index=layer_index, n_layers=n_layers) for ffn in self.ffns]
+        norm = self.norm.sized(dim=d_model).parameters  # made twice per feed-forward: before and after
+        return Sized(parameters=total(*(f.parameters for f in ffns), *(2 * [norm] * len(ffns))))

@@ -7,7 +7,7 @@ from typing import Any, Callable, ClassVar, Literal
 from pydantic import Field
 
 from specformer.registry.params import Params, Sized
-from specformer.model.sized import total
+from specformer.model.sized import linear, total
 from specformer_layers.ffn.params import Activation
 
 #: The two sublayers of every block; every other part of a layout is a norm.
@@ -52,14 +52,22 @@ class BlockParams(Params):
 
     def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
               make_residual: Callable[[], Any] | None = None) -> Sized:
+        parameters, _ = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        return Sized(parameters=parameters)
+
+    def sized_parts(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+                    make_residual: Callable[[], Any] | None = None) -> tuple[int | None, int]:
+        """The parameters of the parts every layout makes (sublayers, norms, connections), and the streams they
+        write (a layout with more parts adds its own to these)."""
         absent = {"attention": attention.absent, "ffn": ffn.absent}
         plan = self.norm_plan(absent=absent)
         norms = [make_norm().parameters for how in plan.values() if how == "norm"]
         # A connection whose sublayers are all absent is a weightless bypass; each other one is made.
         made = [] if make_residual is None else [
             make_residual() for sublayers in self.residuals.values() if not all(absent[s] for s in sublayers)]
-        self.check_streams(max((c.n_streams for c in made), default=1))
-        return Sized(parameters=total(attention.parameters, ffn.parameters, *norms, *(c.parameters for c in made)))
+        n_streams = max((c.n_streams for c in made), default=1)
+        self.check_streams(n_streams)
+        return total(attention.parameters, ffn.parameters, *norms, *(c.parameters for c in made)), n_streams
 
     def check_streams(self, n_streams: int) -> None:
         """ValueError when this layout cannot run on ``n_streams`` residual streams (every layout here can)."""
@@ -145,6 +153,22 @@ class SandwichBlockParams(BlockParams):
         default=True, description="Normalise the FFN's input; false: the FFN reads the raw stream and brings its own "
                                   "norms (Gemma 4's parallel MLP and MoE).",
     )
+
+    def norms_made(self) -> tuple[str, ...]:
+        return tuple(p for p in super().norms_made() if p != "ffn_norm" or self.ffn_pre_norm)
+
+    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+              make_residual: Callable[[], Any] | None = None, d_model: int = 0, per_layer_input: int = 0) -> Sized:
+        parameters, n_streams = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm,
+                                                 make_residual=make_residual)
+        if n_streams != 1 and (per_layer_input or self.layer_scale):
+            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
+                             f"has {n_streams} (use residual: single with them)")
+        if per_layer_input:  # the gate d_model -> width, the projection back and a norm of its own
+            parameters = total(parameters, linear(d_model, per_layer_input), linear(per_layer_input, d_model),
+                               make_norm().parameters)
+        # layer_scale is a buffer (checkpoints set it), not a parameter.
+        return Sized(parameters=parameters, per_layer_width=per_layer_input)
 
 
 class PostNormInsideBlockParams(BlockParams):

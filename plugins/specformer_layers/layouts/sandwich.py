@@ -37,9 +37,6 @@ class SandwichBlock(Block):
                                        norm=make_norm()) if per_layer_input else None)
         self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
 
-    def norms_made(self, params: SandwichBlockParams) -> tuple[str, ...]:
-        return tuple(p for p in super().norms_made(params) if p != "ffn_norm" or params.ffn_pre_norm)
-
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)
         x = self.attention_residual.write(x, self.attention_post_norm(self.attention(self.attention_norm(h), ctx)), mix=mix)

@@ -55,8 +55,11 @@ class ParallelMixerParams(Params):
         return self
 
 
-    def sized(self, *, d_model: int, layer_index: int = 0, n_layers: int = 1) -> Sized:
-        mixers = [ref.sized(d_model=d_model, layer_index=layer_index, n_layers=n_layers) for ref in self.mixers]
+    def sized(self, *, d_model: int, layer_index: int = 0, n_layers: int = 1, context_length: int | None = None) -> Sized:
+        sizes = {"d_model": d_model, "layer_index": layer_index, "n_layers": n_layers}
+        if context_length is not None:  # a sub-mixer that sizes a state by the context needs it
+            sizes["context_length"] = context_length
+        mixers = [ref.sized(**sizes) for ref in self.mixers]
         names = [f"{ref.component.name} (mixers[{i}])" for i, ref in enumerate(self.mixers)]
         keepers = [i for i, m in enumerate(mixers) if m.caches_tokens]
         recurrent = [i for i, m in enumerate(mixers) if m.keeps_state]
@@ -70,7 +73,8 @@ class ParallelMixerParams(Params):
         lead = mixers[self.lead(keepers, readers)]
         return Sized(parameters=total(*(m.parameters for m in mixers)), n_heads=lead.n_heads,
                      n_kv_heads=lead.n_kv_heads, head_dim=lead.head_dim, positional_dim=lead.positional_dim,
-                     uses_positions=bool(readers), caches_tokens=bool(keepers), keeps_state=bool(recurrent))
+                     uses_positions=bool(readers), caches_tokens=bool(keepers), keeps_state=bool(recurrent),
+                     slots=lead.cache_slots if keepers else None, window=lead.window if keepers else None)
 
     @staticmethod
     def lead(keepers: list[int], readers: list[int]) -> int:

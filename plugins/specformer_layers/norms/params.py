@@ -42,7 +42,7 @@ class RMSNormParams(Params):
         return self
 
     def sized(self, *, dim: int) -> Sized:
-        return Sized(parameters=dim)
+        return Sized(parameters=dim if self.weight else 0)
 
 
 class ScaleNormParams(Params):

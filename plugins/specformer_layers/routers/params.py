@@ -189,3 +189,8 @@ class NormedSoftmaxTopKParams(Params):
     """
 
     eps: float = Field(default=1e-6, gt=0, description="Added to the mean square of the token (rms_norm_eps).")
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        # The score projection, the per-channel scale of the token and the per-expert scale of the weights.
+        return Sized(parameters=linear(d_model, n_experts) + d_model + n_experts)

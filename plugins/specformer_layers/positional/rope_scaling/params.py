@@ -166,3 +166,7 @@ class ProportionalScalingParams(Params):
 
     fraction: float = Field(gt=0, le=1, description="Share of the channel pairs that turn (partial_rotary_factor).")
     factor: float = Field(default=1.0, gt=0, description="Every frequency is divided by this.")
+
+    def sized(self, *, rotary_dim: int) -> Sized:
+        check_rotary_dim(rotary_dim)
+        return Sized(parameters=0)  # the frequencies are a table, not a parameter
