@@ -112,9 +112,7 @@ class CausalSelfAttentionParams(Params):
     def sized(self, *, d_model: int, layer_index: int = 0) -> Sized:
         sizes = head_sizes(d_model=d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
         H, KV, hd = sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
-        if self.kv_from is not None and self.kv_from >= layer_index:
-            raise ValueError(f"kv_from ({self.kv_from}) must name an earlier layer than this one ({layer_index}): "
-                             f"a layer reads keys and values that were made before it")
+        self.check_kv_from(layer_index)
         # Queries, then keys and values of its own (none when it reads another layer's; no value rows with k_eq_v).
         kv_rows = 0 if self.kv_from is not None else KV * hd * (1 if self.k_eq_v else 2)
         parameters = total(
@@ -127,6 +125,12 @@ class CausalSelfAttentionParams(Params):
         )
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
                      kv_from=self.kv_from, window=self.window)
+
+    def check_kv_from(self, layer_index: int) -> None:
+        """ValueError unless ``kv_from`` (when set) names a layer before ``layer_index``."""
+        if self.kv_from is not None and self.kv_from >= layer_index:
+            raise ValueError(f"kv_from ({self.kv_from}) must name an earlier layer than this one ({layer_index}): "
+                             f"a layer reads keys and values that were made before it")
 
     def _qk_norm_parameters(self, H: int, KV: int, hd: int) -> int | None:
         """The query and key norms, sized as ``qk_norm_scope`` says (the layer's ``_qk_norms`` makes the same);
@@ -257,13 +261,17 @@ class LightningIndexerParams(Params):
     )
 
     def sized(self, *, d_model: int, query_dim: int, positional_dim: int) -> Sized:
-        if positional_dim > self.head_dim:
-            raise ValueError(f"the indexer's head_dim ({self.head_dim}) must hold the attention's "
-                             f"{positional_dim} rotary channels")
+        self.check_positional(positional_dim)
         parameters = total(linear(query_dim, self.n_heads * self.head_dim), linear(d_model, self.head_dim),
                            self.key_norm.sized(dim=self.head_dim).parameters, linear(d_model, self.n_heads))
         # head_dim: the width of the key each token keeps in the cache beside its attention's.
         return Sized(parameters=parameters, n_heads=self.n_heads, head_dim=self.head_dim)
+
+    def check_positional(self, positional_dim: int) -> None:
+        """ValueError when the attention's rotary channels do not fit in the indexer's heads."""
+        if positional_dim > self.head_dim:
+            raise ValueError(f"the indexer's head_dim ({self.head_dim}) must hold the attention's "
+                             f"{positional_dim} rotary channels")
 
 
 class CompressedAttentionParams(Params):

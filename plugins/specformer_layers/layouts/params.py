@@ -161,14 +161,18 @@ class SandwichBlockParams(BlockParams):
               make_residual: Callable[[], Any] | None = None, d_model: int = 0, per_layer_input: int = 0) -> Sized:
         parameters, n_streams = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm,
                                                  make_residual=make_residual)
-        if n_streams != 1 and (per_layer_input or self.layer_scale):
-            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
-                             f"has {n_streams} (use residual: single with them)")
+        self.check_single_stream(n_streams, per_layer_input=per_layer_input)
         if per_layer_input:  # the gate d_model -> width, the projection back and a norm of its own
             parameters = total(parameters, linear(d_model, per_layer_input), linear(per_layer_input, d_model),
                                make_norm().parameters)
         # layer_scale is a buffer (checkpoints set it), not a parameter.
         return Sized(parameters=parameters, per_layer_width=per_layer_input)
+
+    def check_single_stream(self, n_streams: int, *, per_layer_input: int) -> None:
+        """ValueError when a per-layer input or ``layer_scale`` would meet several residual streams."""
+        if n_streams != 1 and (per_layer_input or self.layer_scale):
+            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
+                             f"has {n_streams} (use residual: single with them)")
 
 
 class PostNormInsideBlockParams(BlockParams):

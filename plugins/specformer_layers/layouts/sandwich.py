@@ -26,9 +26,7 @@ class SandwichBlock(Block):
         params = params if params is not None else SandwichBlockParams()
         super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         streams = max(self.attention_residual.n_streams, self.ffn_residual.n_streams)
-        if streams != 1 and (per_layer_input or params.layer_scale):
-            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
-                             f"has {streams} (use residual: single with them)")
+        params.check_single_stream(streams, per_layer_input=per_layer_input)
         self.layer_index = layer_index
         self.per_layer_activation = params.per_layer_activation
         # The width of the per-layer input this block reads from ctx (0: none), a fact the builder checks.
