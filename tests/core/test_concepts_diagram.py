@@ -75,7 +75,10 @@ def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
 
     from specformer.model import sizes
 
+    from specformer.spec import size_check
+
     spy(check, "validate", "spec.validate.validate")
+    spy(size_check, "check_sizes", "spec.size_check.check_sizes")
     spy(sizes, "estimate_resolved", "model.sizes.estimate_resolved")
     spy(check, "plugin_problems", "spec.validate.plugin_problems")
     spy(builder, "check_memory", "machine.memory.check_memory")

@@ -137,7 +137,8 @@ def kv_source_of(layer: Any) -> int | None:
 
 def positional_dim_of(layer: Any) -> int:
     """Channels per head a positional scheme acts on: ``positional_dim`` when declared, else ``head_dim``."""
-    return int(getattr(layer, "positional_dim", layer.head_dim))
+    dim = getattr(layer, "positional_dim", None)
+    return int(dim if dim is not None else layer.head_dim)
 
 
 __all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "kv_source_of", "positional_dim_of",

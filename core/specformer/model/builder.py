@@ -3,9 +3,9 @@
 The path, each step once::
 
     file / dict / Spec
-      -> check_spec (specformer.model.sizes): read, validate and resolve (specformer.spec.validate),
-         size on the meta device, plugins' checks  -> CheckedSpec(spec, resolved, shape)
-      -> memory check against the shape (specformer.machine.memory)
+      -> check_spec (specformer.spec.check): read, validate and resolve (specformer.spec.validate),
+         every size constraint (specformer.spec.size_check), plugins' checks  -> CheckedSpec
+      -> memory check against the shapes on the meta device (CheckedSpec.shape; specformer.machine.memory)
       -> assemble (specformer.model.assemble): the resolved components become modules, once
       -> init_weights, or, for a checkpoint, the stored tensors (``init=False``)
 """

@@ -10,9 +10,9 @@ would not fit before allocating it (:mod:`specformer.machine.memory`).
 Components are assumed to have the same parameter shapes at every layer index that
 shares a block (true of every built-in: shapes follow params and sizes only).
 
-This estimate is also the last check every spec goes through (see
-:mod:`specformer.spec.check`): each component checks its own sizes while being
-constructed (``n_heads`` must divide ``d_model``).
+The blocks are made by the builder's size flow (:mod:`specformer.model.wiring`), the same
+flow the torch-free size check of validation runs over the components' declared checks
+(:mod:`specformer.spec.size_check`); a component's constructor refuses the same sizes here.
 
 Public: :class:`SizeEstimate` and :func:`estimate_resolved` (the size check of a
 validated model). For a spec, file or dict, :func:`specformer.spec.check.estimate`.
@@ -21,22 +21,17 @@ validated model). For a spec, file or dict, :func:`specformer.spec.check.estimat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from torch import nn
 
-from specformer.model.assemble import (check_kv_sharing, check_layer_positionals, make_block, make_decoder,
-                                       make_per_layer_input, make_residual_stream, per_layer_width, positional_mixer)
 from specformer.errors import Problem, SpecError
-from specformer.registry.discovery import get_registry
-from specformer.registry.components import Registry
-from specformer.spec.shapes import Spec, read_spec_file
-from specformer.spec.validate import ResolvedModel, plugin_problems, validate
+from specformer.model.assemble import MODULES, make_decoder
+from specformer.model.wiring import size_flow
+from specformer.spec.size_check import ADDRESSABLE_BYTES, unaddressable_message
+from specformer.spec.validate import ResolvedModel
 
-#: Largest byte count any model may have: beyond it no address space holds the weights.
-ADDRESSABLE_BYTES = 2**63 - 1
 
 
 @dataclass
@@ -81,28 +76,17 @@ class SizeEstimate:
 def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
     """Build the skeleton and one block per distinct layer on meta; SpecError for sizes that cannot exist.
 
-    This is also the size check of validation: each component checks its own sizes
-    while being constructed, and every per-layer positional scheme is built for its layer.
+    Each component's constructor checks its own sizes, and every per-layer positional
+    scheme is built for its layer (the torch-free check of validation,
+    :func:`specformer.spec.size_check.check_sizes`, has found the same problems first).
     """
-    m = resolved.spec
     with torch.device("meta"):
-        residual = make_residual_stream(resolved)
-        per_layer_input = make_per_layer_input(resolved)
-        width = per_layer_width(per_layer_input)
-        blocks = [(make_block(g.parts, m, g.group.first, residual=residual, per_layer_input=width), g.group.count)
-                  for g in resolved.groups]
-        check_layer_positionals(resolved, [(b, g.parts.get("positional")) for (b, _), g in zip(blocks, resolved.groups)])
-        check_kv_sharing(resolved, [b for b, _ in blocks])
-        skeleton = make_decoder(resolved, [], first_attention=positional_mixer([b for b, _ in blocks]), residual=residual,
-                                per_layer_input=per_layer_input)
-    result = SizeEstimate(skeleton=skeleton, blocks=blocks)
+        shapes = size_flow(MODULES, resolved)
+        skeleton = make_decoder(resolved, shapes.skeleton, [])
+    result = SizeEstimate(skeleton=skeleton, blocks=[(b.block, count) for b, count in shapes.blocks])
     total = result.total_bytes()
     if total > ADDRESSABLE_BYTES:
-        raise SpecError([Problem(
-            "model",
-            f"the model would need {total:.3e} bytes for its {result.parameters:.3e} parameters, "
-            f"more than any machine can address (2^63 bytes); make the sizes smaller",
-        )])
+        raise SpecError([Problem("model", unaddressable_message(total, result.parameters))])
     return result
 
 

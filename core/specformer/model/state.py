@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from torch import Tensor
+if TYPE_CHECKING:  # torch-free at run time: the size check (specformer.model.wiring) reads uses_positions
+    from torch import Tensor
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ import functools
 import importlib
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, ValidationError
 
 from specformer.errors import RegistryError, UnknownComponentError
 from specformer.messages import unknown_message
+from specformer.model.sized import Sized
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,33 @@ class Component:
         """Build from validated ``params`` and the sizes of its kind (only those the factory names are passed)."""
         return construct(self.factory, params, **sizes)
 
+    def sized(self, params: BaseModel, **sizes: Any) -> Sized:
+        """The size check: ``params.sized(**sizes)`` (see :mod:`specformer.model.sized`), never importing torch.
+
+        Sizes may hold the checks of sibling parts (a layout's ``attention`` is a
+        :class:`Sized`). A component whose params declare no check is built on the meta
+        device instead, and the facts are read from its module.
+        """
+        check = getattr(params, "sized", None)
+        result = call_with_sizes(check, **sizes) if callable(check) else NotImplemented
+        if result is NotImplemented:
+            return self._built_on_meta(params, sizes, facts=True)
+        if not isinstance(result, Sized):
+            raise RegistryError(f"plugin {self.plugin!r}, {self.kind} {self.name!r}: {type(params).__name__}.sized "
+                                f"returned {type(result).__name__}, not a Sized")
+        return replace(result, name=result.name or self.class_name,
+                       build=lambda: self._built_on_meta(params, sizes, facts=False))
+
+    def _built_on_meta(self, params: BaseModel, sizes: dict[str, Any], *, facts: bool) -> Any:
+        from specformer.model.sized_by_building import sized_by_building  # late: imports torch
+
+        return sized_by_building(self, params, sizes, facts=facts)
+
+    @property
+    def class_name(self) -> str:
+        """The name of the factory's class (``GatedDeltaNet``), without importing it."""
+        return self.factory_path.rpartition(":")[2].rpartition(".")[2]
+
     @property
     def summary(self) -> str:
         """The first line of the component's documentation."""
@@ -137,6 +165,12 @@ def construct(factory: Callable[..., Any], params: Any, **sizes: Any) -> Any:
     """
     accepted = _keyword_names(factory)
     return factory(params, **{k: v for k, v in sizes.items() if accepted is None or k in accepted})
+
+
+def call_with_sizes(function: Callable[..., Any], **sizes: Any) -> Any:
+    """``function(**sizes)``, passing only the sizes it names (all, if it takes ``**``): a size check's call."""
+    accepted = _keyword_names(function)
+    return function(**{k: v for k, v in sizes.items() if accepted is None or k in accepted})
 
 
 def _keyword_names(factory: Callable[..., Any]) -> set[str] | None:
@@ -171,6 +205,10 @@ class Resolved:
 
     def make(self, **sizes: Any) -> Any:
         return self.component.make(self.params, **sizes)
+
+    def sized(self, **sizes: Any) -> Sized:
+        """The size check of ``make(**sizes)``, without building (:meth:`Component.sized`)."""
+        return self.component.sized(self.params, **sizes)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec form: ``{"kind": name, **params}``, nested components included."""
@@ -387,6 +425,7 @@ __all__ = [
     "PluginRegistry",
     "Registry",
     "Resolved",
+    "call_with_sizes",
     "construct",
     "ValidationError",
     "unknown_name_message",

@@ -17,6 +17,7 @@ from specformer.errors import Problem, SpecError, UnknownComponentError, problem
 from specformer.messages import join_path
 from specformer.registry.discovery import get_registry
 from specformer.registry.components import Resolved
+from specformer.model.sized import Sized
 from specformer.spec.shapes import as_component_ref, problems_from_validation_error
 from specformer.spec.strict import StrictNumbers
 
@@ -25,6 +26,15 @@ class Params(StrictNumbers):
     """Base class for component params: unknown keys are errors, values are re-validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    def sized(self, **sizes: Any) -> Sized:
+        """The component's size check: the facts of its module for these sizes, or ValueError (see :class:`Sized`).
+
+        Override it with the sizes the constructor takes, named the same (``*, d_model: int``).
+        This default declares nothing (``NotImplemented``): validation then builds the
+        component on the meta device to check its sizes.
+        """
+        return NotImplemented
 
 
 COMPONENT_MARKER = "x-specformer-component"
@@ -97,5 +107,5 @@ def resolve_component(kind: str, value: Any, *, path: str, registry: Any = None)
         raise SpecError(problems_from_validation_error(exc, prefix=path, model=params_model)) from None
 
 
-__all__ = ["Params", "StrictNumbers", "SubComponent", "as_component_ref", "component_schema_ref",
+__all__ = ["Params", "Sized", "StrictNumbers", "SubComponent", "as_component_ref", "component_schema_ref",
            "resolve_component"]

@@ -7,9 +7,9 @@ through every check the core has, each once, in one direction:
 1. shapes (:mod:`specformer.spec.shapes`): the structure of the file, no registry;
 2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
    registry, each plugin's section checked by the model it registered;
-3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so that
-   constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
-   components themselves; then the plugins' ``specformer_validate_spec`` hooks.
+3. sizes (:mod:`specformer.spec.size_check`): constraints between sizes (``n_heads`` must
+   divide ``d_model``), each declared by its component and asked without building or
+   importing torch; then the plugins' ``specformer_validate_spec`` hooks.
 
 :func:`specformer.build` goes on from there (:mod:`specformer.model.builder`), reusing what
 those steps found. Every problem is reported with the dotted path of its field.

@@ -5,18 +5,21 @@
 1. shapes (:mod:`specformer.spec.shapes`): the structure of the file, no registry;
 2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
    registry, each plugin's section checked by the model it registered;
-3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so
-   that constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
-   components themselves;
+3. sizes (:mod:`specformer.spec.size_check`): constraints between sizes (``n_heads`` must
+   divide ``d_model``), each declared by its component, run through the builder's size
+   flow without building anything and without importing torch;
 4. the plugins' ``specformer_validate_spec`` hooks.
 
 It returns everything it found (:class:`CheckedSpec`), so that :func:`specformer.build`
-and :func:`specformer.load` reuse it instead of doing it again. :func:`estimate` and
-:func:`model_bytes` are its size step's answer for a spec.
+and :func:`specformer.load` reuse it instead of doing it again. The model's shapes on the
+``meta`` device (:mod:`specformer.model.sizes`, torch) are made the first time
+:attr:`CheckedSpec.shape` is read: by ``build`` and ``load`` (memory), :func:`estimate`
+and :func:`model_bytes`, never by ``validate``.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,8 @@ from specformer.errors import SpecError
 from specformer.registry.components import Registry
 from specformer.registry.discovery import get_registry
 from specformer.spec.shapes import Spec, read_spec_file
+from specformer.spec import size_check
+from specformer.spec.size_check import SizeCheck
 from specformer.spec.validate import ResolvedModel, plugin_problems, validate
 
 if TYPE_CHECKING:
@@ -35,11 +40,24 @@ if TYPE_CHECKING:
 
 @dataclass
 class CheckedSpec:
-    """A spec that passed every check, with what the checks found: its resolved model and its shapes."""
+    """A spec that passed every check, with what the checks found: its resolved model and its sizes."""
 
     spec: Spec
     resolved: ResolvedModel
-    shape: SizeEstimate | None  # None when the size check was skipped
+    sizes: SizeCheck | None  # None when the size check was skipped
+    source: str | None = None
+
+    @functools.cached_property
+    def shape(self) -> SizeEstimate | None:
+        """The model's shapes on the meta device (made once, on first reading: imports torch); None without the size check."""
+        if self.sizes is None:
+            return None
+        from specformer.model.sizes import estimate_resolved  # late: only the estimate needs torch
+
+        try:
+            return estimate_resolved(self.resolved)  # one block per distinct layer, on the meta device
+        except SpecError as exc:
+            raise SpecError(exc.problems, source=self.source) from None
 
 
 def check_spec(
@@ -63,19 +81,16 @@ def check_spec(
         source = source or str(spec)
         data = read_spec_file(spec)
     validated = validate(data, registry=registry, source=source)
-    shape = None
+    sizes = None
     if check_sizes:
-        # late: only sizing needs torch, so reading and validating a spec starts without it
-        from specformer.model.sizes import estimate_resolved
-
         try:
-            shape = estimate_resolved(validated.resolved)  # one block per distinct layer, on the meta device
+            sizes = size_check.check_sizes(validated.resolved)  # each component's declared check, no torch
         except SpecError as exc:
             raise SpecError(exc.problems, source=source) from None
     problems = plugin_problems(validated.spec, registry)
     if problems:
         raise SpecError(problems, source=source)
-    return CheckedSpec(spec=validated.spec, resolved=validated.resolved, shape=shape)
+    return CheckedSpec(spec=validated.spec, resolved=validated.resolved, sizes=sizes, source=source)
 
 
 def estimate(spec: "Any", *, registry: Any = None) -> SizeEstimate:

@@ -9,9 +9,9 @@ upward from here, one layer importing only the ones below it:
 1. shapes (this module): the structure of the file;
 2. validation (:mod:`specformer.spec.validate`): every ``kind`` resolved against the
    registry once, each section checked by the model its plugin registered;
-3. sizes (:mod:`specformer.model.sizes`): the model's shapes on the ``meta`` device, so
-   constraints between sizes (``n_heads`` must divide ``d_model``) are checked by the
-   components themselves, then the plugins' ``specformer_validate_spec`` hooks;
+3. sizes (:mod:`specformer.spec.size_check`): constraints between sizes (``n_heads`` must
+   divide ``d_model``), each declared by its component and asked without building, then
+   the plugins' ``specformer_validate_spec`` hooks;
 4. building (:mod:`specformer.model.builder`): modules from what validation resolved.
 
 :mod:`specformer.spec` is where plugins and users take the spec from: these shapes and

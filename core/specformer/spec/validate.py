@@ -6,7 +6,7 @@ every component the model section names into :class:`ResolvedModel`: for each di
 block, the component and validated params of its layout, norm, attention and ffn, each
 remembering the spec path it came from so that a problem found later (while sizing or
 building) still points at the right line. What it returns, the spec together with its
-resolved model, is what the size check (:mod:`specformer.model.sizes`) and the builder use:
+resolved model, is what the size check (:mod:`specformer.spec.size_check`) and the builder use:
 nothing is resolved twice.
 """
 

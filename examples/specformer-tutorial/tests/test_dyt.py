@@ -25,6 +25,13 @@ def test_registered_by_this_plugin():
     assert component.params is DyT.Params
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_size_check_counts_what_is_built(bias):
+    params = DyT.Params(bias=bias)
+    built = DyT(params, dim=24)
+    assert params.sized(dim=24).parameters == sum(p.numel() for p in built.parameters())
+
+
 def test_formula():
     norm = DyT(DyT.Params(alpha_init=0.7), dim=8)
     with torch.no_grad():

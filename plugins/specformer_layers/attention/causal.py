@@ -53,10 +53,8 @@ class CausalSelfAttention(nn.Module):
         q_norm, k_norm = _qk_norms(params, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
         # Cross-layer KV sharing: this layer reads layer kv_from's keys and values (ctx.shared_kv) and keeps none.
         self.kv_from = params.kv_from
+        params.check_kv_from(layer_index)
         if self.kv_from is not None:
-            if self.kv_from >= layer_index:
-                raise ValueError(f"kv_from ({self.kv_from}) must name an earlier layer than this one ({layer_index}): "
-                                 f"a layer reads keys and values that were made before it")
             self.cache_slots = None
             k_norm = None
         self.k_eq_v = params.k_eq_v

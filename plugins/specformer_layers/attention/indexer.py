@@ -27,9 +27,7 @@ class LightningIndexer(nn.Module):
 
     def __init__(self, params: LightningIndexerParams, *, d_model: int, query_dim: int, positional_dim: int) -> None:
         super().__init__()
-        if positional_dim > params.head_dim:
-            raise ValueError(f"the indexer's head_dim ({params.head_dim}) must hold the attention's "
-                             f"{positional_dim} rotary channels")
+        params.check_positional(positional_dim)
         self.topk = params.topk
         self.n_heads = params.n_heads
         self.key_dim = params.head_dim

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params, SubComponent
+from specformer.model.attention import CacheSlots, head_sizes
+from specformer.registry.params import Params, Sized, SubComponent
+from specformer.model.sized import linear, total
 
 class CausalSelfAttentionParams(Params):
     """Scaled dot-product attention over earlier tokens, with ``n_kv_heads`` shared key/value heads.
@@ -107,6 +109,43 @@ class CausalSelfAttentionParams(Params):
                              "set them on the layer it reads")
         return self
 
+    def sized(self, *, d_model: int, layer_index: int = 0) -> Sized:
+        sizes = head_sizes(d_model=d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+        H, KV, hd = sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
+        self.check_kv_from(layer_index)
+        # Queries, then keys and values of its own (none when it reads another layer's; no value rows with k_eq_v).
+        kv_rows = 0 if self.kv_from is not None else KV * hd * (1 if self.k_eq_v else 2)
+        parameters = total(
+            linear(d_model, H * hd + kv_rows, bias=self.qkv_bias),
+            linear(H * hd, d_model, bias=self.out_bias),
+            linear(d_model, H * hd, bias=self.qkv_bias) if self.output_gate else 0,
+            H if self.sinks else 0,
+            self._qk_norm_parameters(H, KV, hd),
+            self.v_norm.sized(dim=hd).parameters if self.v_norm is not None else 0,
+        )
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
+                     kv_from=self.kv_from, window=self.window)
+
+    def check_kv_from(self, layer_index: int) -> None:
+        """ValueError unless ``kv_from`` (when set) names a layer before ``layer_index``."""
+        if self.kv_from is not None and self.kv_from >= layer_index:
+            raise ValueError(f"kv_from ({self.kv_from}) must name an earlier layer than this one ({layer_index}): "
+                             f"a layer reads keys and values that were made before it")
+
+    def _qk_norm_parameters(self, H: int, KV: int, hd: int) -> int | None:
+        """The query and key norms, sized as ``qk_norm_scope`` says (the layer's ``_qk_norms`` makes the same);
+        a layer reading another's keys (``kv_from``) keeps no key norm."""
+        if self.qk_norm is None:
+            return 0
+        keys = self.kv_from is None
+        if self.qk_norm_scope == "all":
+            return total(self.qk_norm.sized(dim=H * hd).parameters,
+                         self.qk_norm.sized(dim=KV * hd).parameters if keys else 0)
+        one = self.qk_norm.sized(dim=hd).parameters
+        # per_head_weights: one per query and per key head
+        copies = (1 + keys) if self.qk_norm_scope == "head" else H + (KV if keys else 0)
+        return None if one is None else copies * one
+
 
 class LatentAttentionParams(Params):
     """Keys and values rebuilt from one small latent per token, plus one rotary key shared by all heads.
@@ -154,6 +193,31 @@ class LatentAttentionParams(Params):
             raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be even: rotary channels turn in pairs")
         return self
 
+    def sized(self, *, d_model: int) -> Sized:
+        H, rope, nope, v = self.n_heads, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+        qk = nope + rope
+        if self.q_lora_rank is None:
+            query = linear(d_model, H * qk)
+        else:
+            query = total(linear(d_model, self.q_lora_rank, bias=self.bias),
+                          self.latent_norm.sized(dim=self.q_lora_rank).parameters, linear(self.q_lora_rank, H * qk))
+        parameters = total(
+            query,
+            linear(d_model, self.kv_lora_rank + rope, bias=self.bias),
+            self.latent_norm.sized(dim=self.kv_lora_rank).parameters,
+            linear(self.kv_lora_rank, H * (nope + v)),
+            linear(H * v, d_model, bias=self.bias),
+        )
+        index_dim = 0
+        if self.indexer is not None:
+            indexer = self.indexer.sized(d_model=d_model, query_dim=self.q_lora_rank or d_model, positional_dim=rope)
+            parameters, index_dim = total(parameters, indexer.parameters), int(indexer.head_dim)
+        # Every head has its own key and value once expanded; positions turn only the rotary channels. The cache
+        # keeps the latent and the shared rotary key (with the indexer's key beside it).
+        slots = CacheSlots(key_heads=1, key_dim=rope + index_dim, value_heads=1, value_dim=self.kv_lora_rank)
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=qk, positional_dim=rope, slots=slots,
+                     window=self.window)
+
 
 class LightningIndexerParams(Params):
     """Sparse attention's selector: each query reads only the ``topk`` earlier keys it scores highest.
@@ -195,6 +259,19 @@ class LightningIndexerParams(Params):
         description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
                     "index scores), added to the model's auxiliary loss; 0: the indexer does not learn.",
     )
+
+    def sized(self, *, d_model: int, query_dim: int, positional_dim: int) -> Sized:
+        self.check_positional(positional_dim)
+        parameters = total(linear(query_dim, self.n_heads * self.head_dim), linear(d_model, self.head_dim),
+                           self.key_norm.sized(dim=self.head_dim).parameters, linear(d_model, self.n_heads))
+        # head_dim: the width of the key each token keeps in the cache beside its attention's.
+        return Sized(parameters=parameters, n_heads=self.n_heads, head_dim=self.head_dim)
+
+    def check_positional(self, positional_dim: int) -> None:
+        """ValueError when the attention's rotary channels do not fit in the indexer's heads."""
+        if positional_dim > self.head_dim:
+            raise ValueError(f"the indexer's head_dim ({self.head_dim}) must hold the attention's "
+                             f"{positional_dim} rotary channels")
 
 
 class CompressedAttentionParams(Params):
@@ -262,3 +339,34 @@ class CompressedAttentionParams(Params):
         if self.out_groups is not None and self.n_heads % self.out_groups:
             raise ValueError(f"out_groups ({self.out_groups}) must divide n_heads ({self.n_heads})")
         return self
+
+    def sized(self, *, d_model: int, context_length: int, layer_index: int = 0) -> Sized:
+        H, hd, rate = self.n_heads, self.head_dim, self.compress_rate
+
+        def norm(dim: int) -> int | None:
+            return self.norm.sized(dim=dim).parameters
+
+        def pooler(dim: int) -> int | None:  # BlockPooler: projections and slot bias per series, and the entries' norm
+            series = 2 if self.overlap else 1
+            return total(2 * linear(d_model, series * dim), rate * series * dim, norm(dim))
+
+        if self.out_groups is None:
+            out = linear(H * hd, d_model)
+        else:  # the grouped low-rank output: each group's channels down to out_rank, then mixed to d_model
+            assert self.out_rank is not None
+            out = self.out_groups * self.out_rank * (H * hd // self.out_groups) + linear(self.out_groups * self.out_rank,
+                                                                                         d_model)
+        parameters = total(
+            linear(d_model, self.q_lora_rank), norm(self.q_lora_rank), linear(self.q_lora_rank, H * hd),
+            linear(d_model, hd), norm(hd), H if self.sinks else 0, out,
+            pooler(hd) if rate is not None else 0,
+        )
+        if self.index_heads is not None:
+            parameters = total(parameters, pooler(self.index_head_dim),
+                               linear(self.q_lora_rank, self.index_heads * self.index_head_dim),
+                               linear(d_model, self.index_heads))
+        # The cache keeps the window's key (which is the value) per token, split in two halves; the pooled entries
+        # are a per-sequence state.
+        slots = CacheSlots(key_heads=1, key_dim=hd - hd // 2, value_heads=1, value_dim=hd // 2)
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=1, head_dim=hd, positional_dim=self.rope_dim,
+                     slots=slots, window=self.window, keeps_state=rate is not None)

@@ -16,7 +16,7 @@ class GatedMLP(nn.Module):
     def __init__(self, params: GatedMLPParams | None = None, *, d_model: int) -> None:
         params = params if params is not None else GatedMLPParams()
         super().__init__()
-        hidden = params.hidden or default_gated_hidden(d_model)
+        hidden = params.hidden_for(d_model)
         self.hidden = hidden
         self.gate_up = nn.Linear(d_model, 2 * hidden, bias=params.bias)  # rows: [gate; up]
         self.down = nn.Linear(hidden, d_model, bias=params.bias)

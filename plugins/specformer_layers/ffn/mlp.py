@@ -16,7 +16,7 @@ class MLP(nn.Module):
     def __init__(self, params: MLPParams | None = None, *, d_model: int) -> None:
         params = params if params is not None else MLPParams()
         super().__init__()
-        hidden = params.hidden or 4 * d_model
+        hidden = params.hidden_for(d_model)
         bias = params.bias
         self.fc_in = nn.Linear(d_model, hidden, bias=bias)
         self.fc_out = nn.Linear(hidden, d_model, bias=bias)

@@ -13,15 +13,8 @@ from specformer.model.context import ForwardContext
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.gated import GatedMLP
 from specformer_layers.ffn.mlp import MLP
-from specformer_layers.ffn.params import (
-    GPT_OSS_SWIGLU_ALPHA,
-    GatedMLPParams,
-    MLPParams,
-    MoEParams,
-    default_gated_hidden,
-)
+from specformer_layers.ffn.params import GPT_OSS_SWIGLU_ALPHA, MoEParams
 from specformer_layers.routers.base import Routing
-from specformer_layers.routers.params import SoftmaxTopKParams
 from specformer_layers.routers.softmax_topk import SoftmaxTopK
 
 
@@ -34,8 +27,8 @@ class MoE(nn.Module):
         params = params if params is not None else MoEParams()
         super().__init__()
         n_experts, top_k, gated = params.n_experts, params.top_k, params.gated
-        hidden = params.hidden or (default_gated_hidden(d_model) if gated else 4 * d_model)
-        shared_hidden = (params.shared_hidden or params.n_shared_experts * hidden) if params.n_shared_experts else 0
+        hidden = params.hidden_for(d_model)
+        shared = params.shared_params(d_model)
         self.d_model = d_model
         self.n_experts = n_experts
         self.top_k = top_k
@@ -49,10 +42,7 @@ class MoE(nn.Module):
         if params.router is not None:
             self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k, vocab_size=vocab_size)
         else:
-            # topk_then_softmax is the normalised softmax over the kept experts.
-            normalize = params.normalize_topk or params.routing == "topk_then_softmax"
-            self.router = SoftmaxTopK(SoftmaxTopKParams(normalize=normalize), d_model=d_model, n_experts=n_experts,
-                                      top_k=top_k)
+            self.router = SoftmaxTopK(params.default_router(), d_model=d_model, n_experts=n_experts, top_k=top_k)
         # Expert e's input projection is experts_in[e] (rows [gate; up] when gated), as nn.Linear stores it.
         width_in = (2 if gated else 1) * hidden
         self.experts_in = nn.Parameter(torch.empty(n_experts, width_in, d_model))
@@ -61,10 +51,8 @@ class MoE(nn.Module):
         self.experts_out_bias = nn.Parameter(torch.zeros(n_experts, d_model)) if params.expert_bias else None
         self.shared: nn.Module | None = None
         self.shared_gate: nn.Linear | None = None
-        if shared_hidden:
-            self.shared = (GatedMLP(GatedMLPParams(hidden=shared_hidden, activation=params.activation), d_model=d_model)
-                           if gated else
-                           MLP(MLPParams(hidden=shared_hidden, activation=params.activation, bias=False), d_model=d_model))
+        if shared is not None:
+            self.shared = GatedMLP(shared, d_model=d_model) if gated else MLP(shared, d_model=d_model)
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.aux_loss: Tensor | None = None

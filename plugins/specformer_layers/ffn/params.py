@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params, SubComponent
+from specformer.registry.params import Params, Sized, SubComponent
+from specformer.model.sized import linear, total
+from specformer_layers.routers.params import SoftmaxTopKParams
 
 #: The non-linearities a spec can name (their functions: :mod:`.activations`).
 Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu"]
@@ -30,6 +32,14 @@ class MLPParams(Params):
     bias: bool = Field(default=True, description="Biases on both projections.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
 
+    def hidden_for(self, d_model: int) -> int:
+        """The inner width for ``d_model``: ``hidden``, else 4 * d_model."""
+        return self.hidden or 4 * d_model
+
+    def sized(self, *, d_model: int) -> Sized:
+        hidden = self.hidden_for(d_model)
+        return Sized(parameters=linear(d_model, hidden, bias=self.bias) + linear(hidden, d_model, bias=self.bias))
+
 
 class GatedMLPParams(Params):
     """Gated feed-forward, silu gate by default (SwiGLU): ``down(act(gate(x)) * up(x))``.
@@ -45,6 +55,14 @@ class GatedMLPParams(Params):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
     gate_multiplier: float = Field(default=1.0, description="The gate projection's output is multiplied by this before the activation (Falcon-H1).")
     output_multiplier: float = Field(default=1.0, description="The output is multiplied by this (Falcon-H1).")
+
+    def hidden_for(self, d_model: int) -> int:
+        """The inner width for ``d_model``: ``hidden``, else :func:`default_gated_hidden`."""
+        return self.hidden or default_gated_hidden(d_model)
+
+    def sized(self, *, d_model: int) -> Sized:
+        hidden = self.hidden_for(d_model)  # gate and up as one projection of 2 * hidden rows
+        return Sized(parameters=linear(d_model, 2 * hidden, bias=self.bias) + linear(hidden, d_model, bias=self.bias))
 
 
 class GeGLUParams(GatedMLPParams):
@@ -172,6 +190,37 @@ class MoEParams(Params):
             raise ValueError("swiglu_style silu (DeepSeek-V4's clamped SwiGLU) needs swiglu_limit and takes no swiglu_alpha")
         return self
 
+    def hidden_for(self, d_model: int) -> int:
+        """Each expert's inner width for ``d_model``: ``hidden``, else the gated or plain default."""
+        return self.hidden or (default_gated_hidden(d_model) if self.gated else 4 * d_model)
+
+    def shared_params(self, d_model: int) -> MLPParams | GatedMLPParams | None:
+        """The always-on shared experts as one feed-forward's params, or None without them."""
+        if not self.n_shared_experts:
+            return None
+        shared_hidden = self.shared_hidden or self.n_shared_experts * self.hidden_for(d_model)
+        if self.gated:
+            return GatedMLPParams(hidden=shared_hidden, activation=self.activation)
+        return MLPParams(hidden=shared_hidden, activation=self.activation, bias=False)
+
+    def default_router(self) -> SoftmaxTopKParams:
+        """The router's params when ``router`` is not given: softmax top-k as ``routing`` and ``normalize_topk`` say."""
+        # topk_then_softmax is the normalised softmax over the kept experts.
+        return SoftmaxTopKParams(normalize=self.normalize_topk or self.routing == "topk_then_softmax")
+
+    def sized(self, *, d_model: int, vocab_size: int | None = None) -> Sized:
+        n, hidden = self.n_experts, self.hidden_for(d_model)
+        if self.router is not None:
+            router = self.router.sized(d_model=d_model, n_experts=n, top_k=self.top_k, vocab_size=vocab_size)
+        else:
+            router = self.default_router().sized(d_model=d_model, n_experts=n, top_k=self.top_k)
+        width_in = (2 if self.gated else 1) * hidden
+        experts = n * width_in * d_model + n * d_model * hidden + (n * (width_in + d_model) if self.expert_bias else 0)
+        shared = self.shared_params(d_model)
+        shared_count = shared.sized(d_model=d_model).parameters if shared is not None else 0
+        gate = linear(d_model, 1) if shared is not None and self.shared_gate else 0
+        return Sized(parameters=total(router.parameters, experts, shared_count, gate))
+
 
 class ParallelFFNParams(Params):
     """Several feed-forwards side by side on the same input, each between a norm of its own before and after, summed.
@@ -196,3 +245,8 @@ class ParallelFFNParams(Params):
     route_unnormed: bool = Field(
         default=True, description="A mixture among the ffns routes on the input before its pre-norm (Gemma 4).",
     )
+
+    def sized(self, *, d_model: int, layer_index: int = 0, n_layers: int = 1) -> Sized:
+        ffns = [ffn.sized(d_model=d_model, layer_index=layer_index, n_layers=n_layers) for ffn in self.ffns]
+        norm = self.norm.sized(dim=d_model).parameters  # made twice per feed-forward: before and after
+        return Sized(parameters=total(*(f.parameters for f in ffns), *(2 * [norm] * len(ffns))))

@@ -22,6 +22,9 @@ class Absent(nn.Module):
 
     Params = AbsentParams
 
+    #: A sublayer that is not there: a layout makes no norm that serves only it (read by :func:`is_absent`).
+    absent = True
+
     def __init__(self, params: AbsentParams | None = None, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
         # The public facts of a mixer (specformer.model.attention.AttentionLayer): no heads, nothing kept.
@@ -50,8 +53,8 @@ class Bypass(ResidualConnection):
 
 
 def is_absent(module: Any) -> bool:
-    """Whether a block's sublayer is :class:`Absent` (its norms are then not made)."""
-    return isinstance(module, Absent)
+    """Whether a block's sublayer is not there (:class:`Absent`, or any module declaring ``absent = True``)."""
+    return bool(getattr(module, "absent", False))
 
 
 __all__ = ["Absent", "Bypass", "is_absent"]

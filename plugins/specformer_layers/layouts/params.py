@@ -2,14 +2,75 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable, ClassVar, Literal
+
 from pydantic import Field
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.model.sized import linear, total
 from specformer_layers.ffn.params import Activation
+
+#: The two sublayers of every block; every other part of a layout is a norm.
+SUBLAYERS = ("attention", "ffn")
+
+#: What becomes of one norm of a layout: made by ``make_norm``, an identity (it serves only absent
+#: sublayers: no weights, the forward unchanged) or nothing (these params do without it).
+NormPlan = Literal["norm", "identity", "none"]
 
 
 class BlockParams(Params):
     """What every layout takes: nothing beyond its parts (a layout with settings subclasses it)."""
+
+    #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
+    parts: ClassVar[tuple[str, ...]] = ()
+
+    #: Each residual connection and the sublayers whose outputs it writes (one each, unless they share a write).
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"attention_residual": ("attention",), "ffn_residual": ("ffn",)}
+
+    def norms_made(self) -> tuple[str, ...]:
+        """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
+        return tuple(p for p in self.parts if p not in SUBLAYERS)
+
+    def norm_serves(self, name: str) -> tuple[str, ...]:
+        """The sublayers norm ``name`` serves: the one its name starts with (a layout sharing norms overrides it)."""
+        return tuple(s for s in SUBLAYERS if name.startswith(f"{s}_"))
+
+    def norm_plan(self, *, absent: dict[str, bool]) -> dict[str, NormPlan]:
+        """What becomes of each norm in :attr:`parts`, given which sublayers are absent (``ffn: none``)."""
+        made = self.norms_made()
+        plan: dict[str, NormPlan] = {}
+        for name in self.parts:
+            if name in SUBLAYERS:
+                continue
+            if name not in made:
+                plan[name] = "none"
+            elif all(absent[s] for s in self.norm_serves(name)):
+                plan[name] = "identity"
+            else:
+                plan[name] = "norm"
+        return plan
+
+    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+              make_residual: Callable[[], Any] | None = None) -> Sized:
+        parameters, _ = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        return Sized(parameters=parameters)
+
+    def sized_parts(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+                    make_residual: Callable[[], Any] | None = None) -> tuple[int | None, int]:
+        """The parameters of the parts every layout makes (sublayers, norms, connections), and the streams they
+        write (a layout with more parts adds its own to these)."""
+        absent = {"attention": attention.absent, "ffn": ffn.absent}
+        plan = self.norm_plan(absent=absent)
+        norms = [make_norm().parameters for how in plan.values() if how == "norm"]
+        # A connection whose sublayers are all absent is a weightless bypass; each other one is made.
+        made = [] if make_residual is None else [
+            make_residual() for sublayers in self.residuals.values() if not all(absent[s] for s in sublayers)]
+        n_streams = max((c.n_streams for c in made), default=1)
+        self.check_streams(n_streams)
+        return total(attention.parameters, ffn.parameters, *norms, *(c.parameters for c in made)), n_streams
+
+    def check_streams(self, n_streams: int) -> None:
+        """ValueError when this layout cannot run on ``n_streams`` residual streams (every layout here can)."""
 
 
 class PreNormBlockParams(BlockParams):
@@ -20,6 +81,8 @@ class PreNormBlockParams(BlockParams):
     width scaling); 1 leaves the block as above.
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+
     residual_multiplier: float = Field(
         default=1.0, description="Each sublayer's output is multiplied by this before the residual add (Granite).",
     )
@@ -27,6 +90,14 @@ class PreNormBlockParams(BlockParams):
 
 class PostNormBlockParams(BlockParams):
     """``x = norm(x + attention(x))``; ``x = norm(x + ffn(x))`` (Vaswani et al. 2017)."""
+
+    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
+
+    def check_streams(self, n_streams: int) -> None:
+        if n_streams != 1:
+            raise ValueError(f"postnorm normalises the residual stream itself, which needs one stream; this model's "
+                             f"residual has {n_streams} (use prenorm, sandwich, parallel or postnorm_inside with it, "
+                             f"or residual: single)")
 
 
 class ParallelBlockParams(BlockParams):
@@ -38,7 +109,19 @@ class ParallelBlockParams(BlockParams):
     concurrently, which is why large models used it (Wang & Komatsuzaki 2021).
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+
+    #: Both sublayers read the stream once and are written back together.
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"residual": ("attention", "ffn")}
+
     shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
+
+    def norms_made(self) -> tuple[str, ...]:
+        return ("attention_norm",) if self.shared_norm else ("attention_norm", "ffn_norm")
+
+    def norm_serves(self, name: str) -> tuple[str, ...]:
+        shared = self.shared_norm and name == "attention_norm"  # it feeds the ffn too
+        return ("attention", "ffn") if shared else super().norm_serves(name)
 
 
 class SandwichBlockParams(BlockParams):
@@ -57,6 +140,9 @@ class SandwichBlockParams(BlockParams):
     an FFN that normalises its own branches (``ffn: parallel``, Gemma 4's MoE layers).
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn",
+                                       "ffn_post_norm")
+
     per_layer_activation: Activation = Field(
         default="gelu_tanh", description="The activation of the per-layer input's gate (with model.per_layer_input).",
     )
@@ -68,6 +154,26 @@ class SandwichBlockParams(BlockParams):
                                   "norms (Gemma 4's parallel MLP and MoE).",
     )
 
+    def norms_made(self) -> tuple[str, ...]:
+        return tuple(p for p in super().norms_made() if p != "ffn_norm" or self.ffn_pre_norm)
+
+    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+              make_residual: Callable[[], Any] | None = None, d_model: int = 0, per_layer_input: int = 0) -> Sized:
+        parameters, n_streams = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm,
+                                                 make_residual=make_residual)
+        self.check_single_stream(n_streams, per_layer_input=per_layer_input)
+        if per_layer_input:  # the gate d_model -> width, the projection back and a norm of its own
+            parameters = total(parameters, linear(d_model, per_layer_input), linear(per_layer_input, d_model),
+                               make_norm().parameters)
+        # layer_scale is a buffer (checkpoints set it), not a parameter.
+        return Sized(parameters=parameters, per_layer_width=per_layer_input)
+
+    def check_single_stream(self, n_streams: int, *, per_layer_input: int) -> None:
+        """ValueError when a per-layer input or ``layer_scale`` would meet several residual streams."""
+        if n_streams != 1 and (per_layer_input or self.layer_scale):
+            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
+                             f"has {n_streams} (use residual: single with them)")
+
 
 class PostNormInsideBlockParams(BlockParams):
     """``x = x + norm(attention(x))``; ``x = x + norm(ffn(x))`` (OLMo-2).
@@ -77,9 +183,17 @@ class PostNormInsideBlockParams(BlockParams):
     stable than pre-norm. Unlike ``postnorm``, the stream itself is never normalised.
     """
 
+    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
+
 
 class AbsentParams(Params):
     """No sublayer here: the block adds nothing for it and makes none of the norms that only serve it."""
+
+    def sized(self, *, d_model: int) -> Sized:
+        # The facts of a mixer with no heads that reads no positions (head_dim only sizes the model's
+        # positional scheme when no layer reads positions: it is then never called).
+        return Sized(parameters=0, n_heads=0, n_kv_heads=0, head_dim=d_model, uses_positions=False,
+                     caches_tokens=False, absent=True)
 
 
 class AbsentMixerParams(AbsentParams):

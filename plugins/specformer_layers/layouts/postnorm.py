@@ -19,19 +19,14 @@ from specformer_layers.layouts.params import PostNormBlockParams
 class PostNormBlock(Block):
     """Post-norm block: the stream is normalised after each residual add (:class:`PostNormBlockParams`)."""
 
-    parts = ("attention", "attention_norm", "ffn", "ffn_norm")
-
     Params = PostNormBlockParams
 
     def __init__(self, params: PostNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
                  make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
         super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
-        streams = max(self.attention_residual.n_streams, self.ffn_residual.n_streams)
-        if streams != 1:
-            raise ValueError(f"postnorm normalises the residual stream itself, which needs one stream; this model's "
-                             f"residual has {streams} (use prenorm, sandwich, parallel or postnorm_inside with it, "
-                             f"or residual: single)")
+        params = params if params is not None else self.Params()
+        params.check_streams(max(self.attention_residual.n_streams, self.ffn_residual.n_streams))
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)

@@ -12,8 +12,6 @@ from specformer_layers.layouts.params import PostNormInsideBlockParams
 class PostNormInsideBlock(Block):
     """Block normalising each sublayer's output inside its residual branch (:class:`PostNormInsideBlockParams`)."""
 
-    parts = ("attention", "attention_norm", "ffn", "ffn_norm")
-
     Params = PostNormInsideBlockParams
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:

@@ -15,8 +15,6 @@ from specformer_layers.layouts.params import PreNormBlockParams
 class PreNormBlock(Block):
     """Pre-norm block: each sublayer reads the normalised stream (:class:`PreNormBlockParams`)."""
 
-    parts = ("attention_norm", "attention", "ffn_norm", "ffn")
-
     Params = PreNormBlockParams
 
     def __init__(self, params: PreNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,

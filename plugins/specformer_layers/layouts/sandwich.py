@@ -17,8 +17,6 @@ from specformer_layers.layouts.per_layer_gate import PerLayerGate
 class SandwichBlock(Block):
     """Sandwich block: a norm before and after each sublayer (:class:`SandwichBlockParams`)."""
 
-    parts = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn", "ffn_post_norm")
-
     Params = SandwichBlockParams
 
     def __init__(self, params: SandwichBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
@@ -28,9 +26,7 @@ class SandwichBlock(Block):
         params = params if params is not None else SandwichBlockParams()
         super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         streams = max(self.attention_residual.n_streams, self.ffn_residual.n_streams)
-        if streams != 1 and (per_layer_input or params.layer_scale):
-            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
-                             f"has {streams} (use residual: single with them)")
+        params.check_single_stream(streams, per_layer_input=per_layer_input)
         self.layer_index = layer_index
         self.per_layer_activation = params.per_layer_activation
         # The width of the per-layer input this block reads from ctx (0: none), a fact the builder checks.
@@ -38,9 +34,6 @@ class SandwichBlock(Block):
         self.per_layer = (PerLayerGate(d_model=d_model, width=per_layer_input, activation=params.per_layer_activation,
                                        norm=make_norm()) if per_layer_input else None)
         self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
-
-    def norms_made(self, params: SandwichBlockParams) -> tuple[str, ...]:
-        return tuple(p for p in super().norms_made(params) if p != "ffn_norm" or params.ffn_pre_norm)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)

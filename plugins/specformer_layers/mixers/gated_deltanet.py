@@ -55,14 +55,7 @@ class GatedDeltaNet(nn.Module):
     def __init__(self, params: GatedDeltaNetParams, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
         value_heads = params.n_heads
-        key_heads = params.n_key_heads or value_heads
-        key_dim = params.key_head_dim
-        if key_dim is None:
-            if d_model % value_heads:
-                raise ValueError(f"gated_deltanet: n_heads ({value_heads}) must divide d_model ({d_model}) "
-                                 f"unless key_head_dim is given")
-            key_dim = d_model // value_heads
-        value_dim = params.value_head_dim or key_dim
+        key_heads, key_dim, value_dim = params.head_sizes(d_model)
         kernel = params.conv_kernel
         # The public facts others read (specformer.model.attention.AttentionLayer, specformer.model.state).
         self.layer_index = layer_index

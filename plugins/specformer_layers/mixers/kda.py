@@ -53,10 +53,7 @@ class KimiDeltaAttention(nn.Module):
     def __init__(self, params: KimiDeltaAttentionParams, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
         n_heads = params.n_heads
-        if params.head_dim is None and d_model % n_heads:
-            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model}), or set head_dim")
-        head_dim = params.head_dim or d_model // n_heads
-        value_dim = params.value_head_dim or head_dim
+        head_dim, value_dim = params.head_dims(d_model)
         decay_rank = params.decay_rank or head_dim
         gate_rank = params.gate_rank or value_dim
         # The public facts (specformer.model.attention.AttentionLayer, specformer.model.state).

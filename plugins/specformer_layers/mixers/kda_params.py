@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
 class KimiDeltaAttentionParams(Params):
@@ -36,3 +36,22 @@ class KimiDeltaAttentionParams(Params):
     gate_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank output gate projection (g_a, g_b); default value_head_dim.")
     norm_eps: float = Field(default=1e-6, gt=0, description="Epsilon of the gated output RMSNorm.")
     chunk: int = Field(default=64, gt=0, description="Tokens per block of the chunked (parallel) form.")
+
+    def head_dims(self, d_model: int) -> tuple[int, int]:
+        """``(head_dim, value_head_dim)`` for ``d_model``; ValueError when ``n_heads`` cannot split it."""
+        if self.head_dim is None and d_model % self.n_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({d_model}), or set head_dim")
+        head_dim = self.head_dim or d_model // self.n_heads
+        return head_dim, self.value_head_dim or head_dim
+
+    def sized(self, *, d_model: int) -> Sized:
+        H, K = self.n_heads, self.conv_kernel
+        hd, vd = self.head_dims(d_model)
+        decay_rank, gate_rank = self.decay_rank or hd, self.gate_rank or vd
+        channels = 2 * H * hd + H * vd
+        parameters = (d_model * channels + channels * K + (channels if self.conv_bias else 0)  # qkv, conv
+                      + d_model * decay_rank + decay_rank * H * hd + H + H * hd  # f_a, f_b, A_log, dt_bias
+                      + d_model * H + d_model * gate_rank + gate_rank * H * vd  # b, g_a, g_b
+                      + vd + H * vd * d_model)  # the gated norm, out
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=hd,
+                     uses_positions=False, caches_tokens=False, keeps_state=True)

@@ -35,17 +35,11 @@ class ParallelMixer(nn.Module):
         count = len(self.mixers)
         self.in_multipliers = tuple(params.in_multipliers or [1.0] * count)
         self.out_multipliers = tuple(params.out_multipliers or [1.0] * count)
-        names = [f"{ref.component.name} (mixers[{i}])" for i, ref in enumerate(params.mixers)]
+        params.sized(d_model=d_model, layer_index=layer_index, n_layers=n_layers)  # one cache, one state at most
         keepers = [i for i, m in enumerate(self.mixers) if cache_slots_of(m) is not None]
         recurrent = [i for i, m in enumerate(self.mixers) if state_slots_of(m) is not None]
-        if len(keepers) > 1:
-            raise ValueError(f"parallel: at most one sub-mixer may keep keys per token (one cache entry per layer), "
-                             f"got {', '.join(names[i] for i in keepers)}")
-        if len(recurrent) > 1:
-            raise ValueError(f"parallel: at most one sub-mixer may keep a recurrent state (one state per layer), "
-                             f"got {', '.join(names[i] for i in recurrent)}")
         readers = [i for i, m in enumerate(self.mixers) if uses_positions(m)]
-        lead = self.mixers[(keepers or readers or [0])[0]]
+        lead = self.mixers[params.lead(keepers, readers)]
         self.layer_index = layer_index
         self.n_heads = int(lead.n_heads)
         self.n_kv_heads = int(lead.n_kv_heads)

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params, SubComponent
+from specformer.registry.params import Params, Sized, SubComponent
+from specformer.model.sized import total
 
 
 class ParallelMixerParams(Params):
@@ -52,6 +53,33 @@ class ParallelMixerParams(Params):
             if values is not None and len(values) != len(self.mixers):
                 raise ValueError(f"{name} has {len(values)} entries for {len(self.mixers)} mixers: give one per mixer")
         return self
+
+
+    def sized(self, *, d_model: int, layer_index: int = 0, n_layers: int = 1, context_length: int | None = None) -> Sized:
+        sizes = {"d_model": d_model, "layer_index": layer_index, "n_layers": n_layers}
+        if context_length is not None:  # a sub-mixer that sizes a state by the context needs it
+            sizes["context_length"] = context_length
+        mixers = [ref.sized(**sizes) for ref in self.mixers]
+        names = [f"{ref.component.name} (mixers[{i}])" for i, ref in enumerate(self.mixers)]
+        keepers = [i for i, m in enumerate(mixers) if m.caches_tokens]
+        recurrent = [i for i, m in enumerate(mixers) if m.keeps_state]
+        if len(keepers) > 1:
+            raise ValueError(f"parallel: at most one sub-mixer may keep keys per token (one cache entry per layer), "
+                             f"got {', '.join(names[i] for i in keepers)}")
+        if len(recurrent) > 1:
+            raise ValueError(f"parallel: at most one sub-mixer may keep a recurrent state (one state per layer), "
+                             f"got {', '.join(names[i] for i in recurrent)}")
+        readers = [i for i, m in enumerate(mixers) if m.uses_positions]
+        lead = mixers[self.lead(keepers, readers)]
+        return Sized(parameters=total(*(m.parameters for m in mixers)), n_heads=lead.n_heads,
+                     n_kv_heads=lead.n_kv_heads, head_dim=lead.head_dim, positional_dim=lead.positional_dim,
+                     uses_positions=bool(readers), caches_tokens=bool(keepers), keeps_state=bool(recurrent),
+                     slots=lead.cache_slots if keepers else None, window=lead.window if keepers else None)
+
+    @staticmethod
+    def lead(keepers: list[int], readers: list[int]) -> int:
+        """The sub-mixer whose heads the layer shows: the one that caches, else the first that reads positions."""
+        return (keepers or readers or [0])[0]
 
 
 __all__ = ["ParallelMixerParams"]

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.model.sized import linear
 
 
 class GatedDeltaNetParams(Params):
@@ -91,6 +92,26 @@ class GatedDeltaNetParams(Params):
                              f"each query/key head serves a whole number of value heads")
         return self
 
+    def head_sizes(self, d_model: int) -> tuple[int, int, int]:
+        """``(key_heads, key_head_dim, value_head_dim)`` for ``d_model``; ValueError when ``n_heads`` cannot split it."""
+        key_dim = self.key_head_dim
+        if key_dim is None:
+            if d_model % self.n_heads:
+                raise ValueError(f"gated_deltanet: n_heads ({self.n_heads}) must divide d_model ({d_model}) "
+                                 f"unless key_head_dim is given")
+            key_dim = d_model // self.n_heads
+        return self.n_key_heads or self.n_heads, key_dim, self.value_head_dim or key_dim
+
+    def sized(self, *, d_model: int) -> Sized:
+        value_heads, K = self.n_heads, self.conv_kernel
+        key_heads, key_dim, value_dim = self.head_sizes(d_model)
+        channels = 2 * key_heads * key_dim + value_heads * value_dim
+        parameters = (d_model * channels + d_model * value_heads * value_dim + 2 * d_model * value_heads  # qkv, z, b, a
+                      + channels * K + (channels if self.conv_bias else 0) + 2 * value_heads  # conv, A_log, dt_bias
+                      + value_dim + value_heads * value_dim * d_model)  # the gated norm, out
+        return Sized(parameters=parameters, n_heads=value_heads, n_kv_heads=key_heads, head_dim=value_dim,
+                     uses_positions=False, caches_tokens=False, keeps_state=True)
+
 
 class Mamba2Params(Params):
     """Mamba-2's selective state-space mixer (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060).
@@ -154,3 +175,14 @@ class Mamba2Params(Params):
         if self.dt_max is not None and self.dt_max <= self.dt_min:
             raise ValueError(f"dt_max ({self.dt_max}) must be above dt_min ({self.dt_min})")
         return self
+
+    def sized(self, *, d_model: int) -> Sized:
+        H, hd, N, G, K = self.n_heads, self.head_dim, self.state_size, self.n_groups, self.conv_kernel
+        d_inner = H * hd
+        conv_channels = d_inner + 2 * G * N  # x, B and C
+        if self.gated_norm and d_inner % G:
+            raise ValueError(f"the gated norm's {d_inner} channels do not split into {G} groups")
+        parameters = (linear(d_model, d_inner + conv_channels + H, bias=self.bias)  # z, x, B, C and dt at once
+                      + conv_channels * K + (conv_channels if self.conv_bias else 0) + 3 * H  # conv, dt_bias, A_log, D
+                      + (d_inner if self.gated_norm else 0) + linear(d_inner, d_model, bias=self.bias))
+        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=hd, uses_positions=False, caches_tokens=False, keeps_state=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.model.sized import linear
 
 
 class ShortConvParams(Params):
@@ -31,6 +32,13 @@ class ShortConvParams(Params):
         if value < 2:
             raise ValueError("kernel must be at least 2 (the convolution spans the token and at least one before it)")
         return value
+
+    def sized(self, *, d_model: int) -> Sized:
+        K = self.kernel
+        parameters = (linear(d_model, 3 * d_model, bias=self.bias) + d_model * K + (d_model if self.conv_bias else 0)
+                      + linear(d_model, d_model, bias=self.bias))
+        return Sized(parameters=parameters, n_heads=1, n_kv_heads=1, head_dim=d_model,
+                     uses_positions=False, caches_tokens=False, keeps_state=True)
 
 
 __all__ = ["ShortConvParams"]

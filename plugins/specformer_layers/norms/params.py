@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
 class LayerNormParams(Params):
@@ -17,6 +17,9 @@ class LayerNormParams(Params):
     eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
     bias: bool = Field(default=True, description="Learn a per-channel shift.")
     affine: bool = Field(default=True, description="Learn a per-channel scale (and shift); false = non-parametric.")
+
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=(dim if self.affine else 0) + (dim if self.affine and self.bias else 0))
 
 
 class RMSNormParams(Params):
@@ -38,6 +41,9 @@ class RMSNormParams(Params):
                              "without a weight the norm does not scale")
         return self
 
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=dim if self.weight else 0)
+
 
 class ScaleNormParams(Params):
     """Project each vector onto a sphere of learned radius: ``g * x / max(||x||_2, eps)``.
@@ -49,6 +55,8 @@ class ScaleNormParams(Params):
 
     eps: float = Field(default=1e-5, gt=0, description="Lower bound of the vector norm (avoids dividing by zero).")
 
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=1)  # one scalar, whatever the width
 
 class L2NormParams(Params):
     """Rescale each vector to a fixed length, without a learned weight: ``x / sqrt(mean(x^2) + eps)``.
@@ -60,3 +68,6 @@ class L2NormParams(Params):
     """
 
     eps: float = Field(default=1e-6, gt=0, description="Added to the mean square for stability.")
+
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=0)  # no learned weight

@@ -6,7 +6,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from specformer.registry.params import Params, SubComponent
+from specformer.registry.params import Params, Sized, SubComponent
+from specformer.model.sized import linear, total
 
 
 class PerLayerEmbeddingParams(Params):
@@ -33,3 +34,9 @@ class PerLayerEmbeddingParams(Params):
     norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
         default="rmsnorm", validate_default=True, description="The norm of each layer's slice of the projection.",
     )
+
+    def sized(self, *, vocab_size: int, d_model: int, n_layers: int) -> Sized:
+        columns = n_layers * self.width  # every layer's slice side by side
+        parameters = total((self.vocab_size or vocab_size) * columns, linear(d_model, columns),
+                           self.norm.sized(dim=self.width).parameters)
+        return Sized(parameters=parameters, width=self.width)

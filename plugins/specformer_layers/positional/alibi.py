@@ -37,8 +37,7 @@ class ALiBi(PositionalScheme, Float32Tables):
 
 def alibi_slopes(n_heads: int) -> list[float]:
     """The per-head slopes of ALiBi for ``n_heads`` heads."""
-    if n_heads < 1:
-        raise ValueError(f"ALiBi needs at least one head, got n_heads={n_heads}")
+    ALiBiParams().sized(n_heads=n_heads)  # at least one head
 
     def geometric(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specformer.registry.params import Params, SubComponent
+from specformer.registry.params import Params, Sized, SubComponent
 
 
 class LearnedPositionsParams(Params):
     """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
+
+    def sized(self, *, context_length: int, d_model: int) -> Sized:
+        return Sized(parameters=context_length * d_model, adds_to_embeddings=True)
 
 
 class SinusoidalPositionsParams(Params):
@@ -19,6 +22,11 @@ class SinusoidalPositionsParams(Params):
     """
 
     base: float = Field(default=10000.0, gt=1, description="The wavelength base (10000 in the paper).")
+
+    def sized(self, *, d_model: int) -> Sized:
+        if d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+        return Sized(parameters=0, adds_to_embeddings=True)
 
 
 class RotaryPositionsParams(Params):
@@ -42,6 +50,12 @@ class RotaryPositionsParams(Params):
         default=None, description="How frequencies change for long contexts (a rope_scaling component); none by default."
     )
 
+    def sized(self, *, head_dim: int, context_length: int) -> Sized:
+        rotary_dim = rotary_dim_of(head_dim, self.fraction)
+        if self.scaling is not None:
+            self.scaling.sized(rotary_dim=rotary_dim, theta=self.theta, context_length=context_length)
+        return Sized(parameters=0)
+
 
 class ALiBiParams(Params):
     """No position embedding; each head penalises a score by ``slope * distance`` to the key.
@@ -54,6 +68,23 @@ class ALiBiParams(Params):
     positions come from the cache) and with SDPA (as an additive float mask).
     """
 
+    def sized(self, *, n_heads: int) -> Sized:
+        if n_heads < 1:
+            raise ValueError(f"ALiBi needs at least one head, got n_heads={n_heads}")
+        return Sized(parameters=0)
+
 
 class NoPositionsParams(Params):
     """No positional encoding at all; the causal mask alone tells order (Kazemnejad et al. 2023)."""
+
+    def sized(self) -> Sized:
+        return Sized(parameters=0)
+
+
+def rotary_dim_of(head_dim: int, fraction: float) -> int:
+    """Channels of a head that rotate: ``head_dim * fraction`` rounded down to an even number."""
+    rotary_dim = int(head_dim * fraction)
+    rotary_dim -= rotary_dim % 2
+    if rotary_dim < 2:
+        raise ValueError(f"rope rotates {rotary_dim} channels of head_dim {head_dim} with fraction {fraction}; need at least 2")
+    return rotary_dim

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from specformer.model.positional import PositionalScheme
 from specformer_layers.positional.fp32 import Float32Tables
-from specformer_layers.positional.params import RotaryPositionsParams
+from specformer_layers.positional.params import RotaryPositionsParams, rotary_dim_of
 from specformer_layers.positional.rope_scaling.base import default_inv_freq
 
 
@@ -84,12 +84,3 @@ class RotaryPositions(PositionalScheme, Float32Tables):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, interleaved={self.interleaved}"
-
-
-def rotary_dim_of(head_dim: int, fraction: float) -> int:
-    """Channels of a head that rotate: ``head_dim * fraction`` rounded down to an even number."""
-    rotary_dim = int(head_dim * fraction)
-    rotary_dim -= rotary_dim % 2
-    if rotary_dim < 2:
-        raise ValueError(f"rope rotates {rotary_dim} channels of head_dim {head_dim} with fraction {fraction}; need at least 2")
-    return rotary_dim

@@ -24,8 +24,7 @@ class SinusoidalPositions(PositionalScheme, Float32Tables):
     def __init__(self, params: SinusoidalPositionsParams | None = None, *, d_model: int) -> None:
         params = params if params is not None else SinusoidalPositionsParams()
         super().__init__()
-        if d_model % 2:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+        params.sized(d_model=d_model)  # an even d_model
         exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=table_device((d_model + 1) // 2)) / d_model
         self.register_table("inv_freq", torch.exp(-math.log(params.base) * exponents))  # float32 whatever the model's dtype
 

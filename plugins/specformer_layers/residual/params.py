@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
 class SingleStreamParams(Params):
@@ -12,6 +12,9 @@ class SingleStreamParams(Params):
 
     What every block has unless the spec says otherwise; it has no weights.
     """
+
+    def sized(self) -> Sized:
+        return Sized(parameters=0, n_streams=1, connection=Sized(parameters=0, n_streams=1))
 
 
 class HyperConnectionsParams(Params):
@@ -48,3 +51,11 @@ class HyperConnectionsParams(Params):
             raise ValueError("one stream is the plain residual (mixing one stream with itself is the identity): "
                              "use residual: single, or n_streams 2 or more")
         return value
+
+    def sized(self, *, d_model: int) -> Sized:
+        n = self.n_streams
+        # The head: fn (N, N * D), base (N,), scale (1,); each connection: fn (N(N+2), N * D), base (N(N+2),), scale (3,).
+        head = n * n * d_model + n + 1
+        per_connection = n * (n + 2) * n * d_model + n * (n + 2) + 3
+        connection = Sized(parameters=per_connection, n_streams=n, name="HyperConnection")
+        return Sized(parameters=head, n_streams=n, connection=connection)

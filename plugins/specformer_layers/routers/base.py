@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specformer_layers.routers.params import check_top_k
+
 
 class Routing(NamedTuple):
     """A router's decision for ``N`` tokens.
@@ -42,8 +44,7 @@ class LinearRouter(nn.Module):
 
     def __init__(self, *, d_model: int, n_experts: int, top_k: int, bias: bool = False) -> None:
         super().__init__()
-        if not 0 < top_k <= n_experts:
-            raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
+        check_top_k(n_experts=n_experts, top_k=top_k)
         self.d_model = d_model
         self.n_experts = n_experts
         self.top_k = top_k
@@ -64,21 +65,6 @@ class LinearRouter(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, bias={self.bias is not None}"
-
-
-def check_groups(*, n_experts: int, top_k: int, n_group: int, topk_group: int, min_per_group: int = 1) -> None:
-    """Refuse a grouping that cannot split the experts or cannot hold ``top_k`` choices."""
-    if n_group == 1:
-        return
-    if n_experts % n_group:
-        raise ValueError(f"n_group ({n_group}) must divide n_experts ({n_experts})")
-    per_group = n_experts // n_group
-    if per_group < min_per_group:
-        raise ValueError(f"each of the n_group ({n_group}) groups needs at least {min_per_group} experts; "
-                         f"n_experts ({n_experts}) gives {per_group}")
-    if top_k > topk_group * per_group:
-        raise ValueError(f"top_k ({top_k}) exceeds the experts of the topk_group ({topk_group}) kept groups "
-                         f"({topk_group} x {per_group} = {topk_group * per_group})")
 
 
 def keep_best_groups(scores: Tensor, *, n_group: int, topk_group: int, group_score: str) -> Tensor:

@@ -23,13 +23,12 @@ class HashRouter(LinearRouter):
                  vocab_size: int | None = None) -> None:
         params = params if params is not None else HashParams()
         super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k)
-        if vocab_size is None:
-            raise ValueError("hash routing needs the vocabulary size (vocab_size): it keeps one row of experts per token id")
+        rows = params.table_rows(vocab_size)
         self.scoring = params.scoring
         self.normalize = params.normalize
         self.scaling_factor = params.scaling_factor
         # A table, not a parameter: never trained, saved with the weights (DeepSeek-V4's tid2eid).
-        self.register_buffer("token_experts", fixed_hash(vocab_size, n_experts=n_experts, top_k=top_k))
+        self.register_buffer("token_experts", fixed_hash(rows, n_experts=n_experts, top_k=top_k))
 
     def forward(self, tokens: Tensor, token_ids: Tensor | None = None) -> Routing:
         if token_ids is None:

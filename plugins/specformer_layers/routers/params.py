@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
+from specformer.model.sized import linear
+
+
+def check_top_k(*, n_experts: int, top_k: int) -> None:
+    """A router keeps between 1 and all of its experts per token."""
+    if not 0 < top_k <= n_experts:
+        raise ValueError(f"top_k ({top_k}) must be between 1 and n_experts ({n_experts})")
+
+
+def check_groups(*, n_experts: int, top_k: int, n_group: int, topk_group: int, min_per_group: int = 1) -> None:
+    """Refuse a grouping that cannot split the experts or cannot hold ``top_k`` choices."""
+    if n_group == 1:
+        return
+    if n_experts % n_group:
+        raise ValueError(f"n_group ({n_group}) must divide n_experts ({n_experts})")
+    per_group = n_experts // n_group
+    if per_group < min_per_group:
+        raise ValueError(f"each of the n_group ({n_group}) groups needs at least {min_per_group} experts; "
+                         f"n_experts ({n_experts}) gives {per_group}")
+    if top_k > topk_group * per_group:
+        raise ValueError(f"top_k ({top_k}) exceeds the experts of the topk_group ({topk_group}) kept groups "
+                         f"({topk_group} x {per_group} = {topk_group * per_group})")
 
 
 class GroupedParams(Params):
@@ -25,6 +47,16 @@ class GroupedParams(Params):
         if self.topk_group > self.n_group:
             raise ValueError(f"topk_group ({self.topk_group}) cannot exceed n_group ({self.n_group})")
         return self
+
+    #: Experts each group needs: a group scored by its two best experts (sigmoid_topk) needs two.
+    min_per_group: ClassVar[int] = 1
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        check_groups(n_experts=n_experts, top_k=top_k, n_group=self.n_group, topk_group=self.topk_group,
+                     min_per_group=self.min_per_group)
+        # The score projection (n_experts, d_model), biased when the router's params say so.
+        return Sized(parameters=linear(d_model, n_experts, bias=bool(getattr(self, "bias", False))))
 
 
 class SoftmaxTopKParams(GroupedParams):
@@ -63,6 +95,9 @@ class SigmoidTopKParams(GroupedParams):
     steps of 0.001 would vanish in bfloat16.
     """
 
+    #: A group's score sums its two best experts, so each group needs two.
+    min_per_group: ClassVar[int] = 2
+
     normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1 (norm_topk_prob).")
     bias: bool = Field(default=False, description="A learned bias on each expert's score (in the weights, unlike selection_bias).")
     scaling_factor: float = Field(
@@ -91,6 +126,10 @@ class TopKSigmoidParams(Params):
         default="input",
         description="input: each chosen expert reads sigmoid(score) * x (Llama 4); output: its output is multiplied.",
     )
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        return Sized(parameters=linear(d_model, n_experts))  # the score projection (n_experts, d_model)
 
 
 class SqrtSoftplusTopKParams(SigmoidTopKParams):
@@ -124,6 +163,19 @@ class HashParams(Params):
         default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
     )
 
+    @staticmethod
+    def table_rows(vocab_size: int | None) -> int:
+        """Rows of the ``token_experts`` table: one per token id; ValueError without a vocabulary size."""
+        if vocab_size is None:
+            raise ValueError("hash routing needs the vocabulary size (vocab_size): it keeps one row of experts per token id")
+        return vocab_size
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int, vocab_size: int | None = None) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        self.table_rows(vocab_size)
+        # The score projection; the token_experts table is a buffer, not a parameter.
+        return Sized(parameters=linear(d_model, n_experts))
+
 
 class NormedSoftmaxTopKParams(Params):
     """Softmax top-k over the scores of the normalised token, each chosen expert's weight scaled by the expert (Gemma 4).
@@ -137,3 +189,8 @@ class NormedSoftmaxTopKParams(Params):
     """
 
     eps: float = Field(default=1e-6, gt=0, description="Added to the mean square of the token (rms_norm_eps).")
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        # The score projection, the per-channel scale of the token and the per-expert scale of the weights.
+        return Sized(parameters=linear(d_model, n_experts) + d_model + n_experts)

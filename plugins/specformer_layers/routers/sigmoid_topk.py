@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from specformer_layers.routers.base import LinearRouter, Routing, check_groups, keep_best_groups
+from specformer_layers.routers.base import LinearRouter, Routing, keep_best_groups
 from specformer_layers.routers.params import SigmoidTopKParams
 
 
@@ -20,8 +20,7 @@ class SigmoidTopK(LinearRouter):
         params = params if params is not None else SigmoidTopKParams()
         super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
         n_group, topk_group = params.n_group, params.topk_group
-        # A group's score sums its two best experts, so each group needs two.
-        check_groups(n_experts=n_experts, top_k=top_k, n_group=n_group, topk_group=topk_group, min_per_group=2)
+        params.sized(d_model=d_model, n_experts=n_experts, top_k=top_k)  # the grouping fits the experts
         self.normalize = params.normalize
         self.scaling_factor = params.scaling_factor
         self.n_group = n_group

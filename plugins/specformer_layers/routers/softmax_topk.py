@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from specformer_layers.routers.base import LinearRouter, Routing, check_groups, keep_best_groups
+from specformer_layers.routers.base import LinearRouter, Routing, keep_best_groups
 from specformer_layers.routers.params import SoftmaxTopKParams
 
 
@@ -17,7 +17,7 @@ class SoftmaxTopK(LinearRouter):
         params = params if params is not None else SoftmaxTopKParams()
         super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
         n_group, topk_group = params.n_group, params.topk_group
-        check_groups(n_experts=n_experts, top_k=top_k, n_group=n_group, topk_group=topk_group)
+        params.sized(d_model=d_model, n_experts=n_experts, top_k=top_k)  # the grouping fits the experts
         self.normalize = params.normalize
         self.scaling_factor = params.scaling_factor
         self.n_group = n_group

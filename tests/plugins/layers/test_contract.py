@@ -53,6 +53,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_experts": 4, "top_k": 2, "hidden": 16, "expert_bias": True, "swiglu_limit": 7.0, "router": {"kind": "softmax_topk", "bias": True}},
         {"n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1, "router": "sigmoid_topk"},
     ],
+    ("ffn", "parallel"): [
+        {"ffns": [{"kind": "geglu", "hidden": 16}, {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 8}]},
+        {"ffns": [{"kind": "mlp", "hidden": 16}, {"kind": "swiglu", "hidden": 8}], "norm": "layernorm",
+         "route_unnormed": False},
+    ],
     ("router", "softmax_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.0, "n_group": 2, "topk_group": 1}],
     ("router", "sigmoid_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.5, "n_group": 2, "topk_group": 1}],
     ("attention", "attention"): [

@@ -9,7 +9,7 @@ written once, here: a spec and a Python caller get the same values.
 from __future__ import annotations
 
 from pydantic import Field
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
 class DyTParams(Params):
@@ -22,6 +22,11 @@ class DyTParams(Params):
 
     alpha_init: float = Field(default=0.5, gt=0, description="Starting value of the learned steepness alpha.")
     bias: bool = Field(default=True, description="Learn a per-channel shift after the scale.")
+
+    def sized(self, *, dim: int) -> Sized:
+        # What DyT(params, dim=dim) would hold, said without building it: `specformer validate`
+        # asks this instead of importing torch. Any width fits, so there is nothing to refuse.
+        return Sized(parameters=1 + dim + (dim if self.bias else 0))  # alpha, weight, bias
 
 
 class EtaSamplingParams(Params):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from specformer_layers.positional.fp32 import Float32Tables, rope_exponents
+from specformer_layers.positional.rope_scaling.params import check_rotary_dim
 
 
 class RopeScaling(Float32Tables):
@@ -27,8 +28,7 @@ class RopeScaling(Float32Tables):
 
     def __init__(self, *, rotary_dim: int, theta: float, attention_scaling: float = 1.0) -> None:
         super().__init__()
-        if rotary_dim < 2 or rotary_dim % 2:
-            raise ValueError(f"rope scaling needs an even rotary_dim >= 2, got {rotary_dim}")
+        check_rotary_dim(rotary_dim)
         self.rotary_dim = rotary_dim
         self.theta = theta
         self.attention_scaling = float(attention_scaling)

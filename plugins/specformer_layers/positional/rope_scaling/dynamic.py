@@ -21,9 +21,8 @@ class DynamicNTKScaling(RopeScaling):
     def __init__(self, params: DynamicNTKScalingParams, *, rotary_dim: int, theta: float, context_length: int) -> None:
         factor = params.factor
         original_context_length = params.original_context_length or context_length
+        params.sized(rotary_dim=rotary_dim)  # an even rotary_dim above 2
         super().__init__(rotary_dim=rotary_dim, theta=theta)
-        if rotary_dim <= 2:
-            raise ValueError(f"dynamic rope scaling needs rotary_dim > 2 (its exponent is d/(d-2)), got {rotary_dim}")
         self.factor = factor
         self.original_context_length = original_context_length
         self.register_table("exponents", rope_exponents(rotary_dim))

@@ -23,13 +23,7 @@ class LongRopeScaling(RopeScaling):
         short_factor, long_factor = params.short_factor, params.long_factor
         original_context_length, attention_factor = params.original_context_length, params.attention_factor
         factor = params.factor if params.factor is not None else context_length / original_context_length
-        for name, values in (("short_factor", short_factor), ("long_factor", long_factor)):
-            if len(values) != rotary_dim // 2:
-                raise ValueError(
-                    f"longrope {name} has {len(values)} values; it needs one per rotary channel pair: {rotary_dim // 2}"
-                )
-            if any(v <= 0 for v in values):
-                raise ValueError(f"longrope {name} values must be > 0, got {values}")
+        params.sized(rotary_dim=rotary_dim)  # one positive factor per channel pair
         if attention_factor is None:
             attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original_context_length))
         super().__init__(rotary_dim=rotary_dim, theta=theta, attention_scaling=attention_factor)

@@ -9,10 +9,24 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from specformer.registry.params import Params
+from specformer.registry.params import Params, Sized
 
 
-class LinearScalingParams(Params):
+def check_rotary_dim(rotary_dim: int) -> None:
+    """Every scaling turns channel pairs: an even ``rotary_dim`` of at least 2."""
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rope scaling needs an even rotary_dim >= 2, got {rotary_dim}")
+
+
+class ScalingParams(Params):
+    """What every scaling's params share: the size check of a rotary width (a scaling holds no parameters)."""
+
+    def sized(self, *, rotary_dim: int) -> Sized:
+        check_rotary_dim(rotary_dim)
+        return Sized(parameters=0)
+
+
+class LinearScalingParams(ScalingParams):
     """Divide every frequency by ``factor``: position ``p`` is rotated as ``p / factor`` was.
 
     A model trained on ``L`` tokens then sees ``factor * L`` positions squeezed into the
@@ -22,7 +36,7 @@ class LinearScalingParams(Params):
     factor: float = Field(gt=0, description="How many times longer the context becomes; frequencies are divided by it.")
 
 
-class DynamicNTKScalingParams(Params):
+class DynamicNTKScalingParams(ScalingParams):
     """Raise theta with the sequence length once it passes the trained context, leaving shorter ones alone.
 
     For a forward pass whose longest position is ``L - 1`` with ``L > original_context_length``
@@ -44,8 +58,14 @@ class DynamicNTKScalingParams(Params):
                     "(transformers' max_position_embeddings).",
     )
 
+    def sized(self, *, rotary_dim: int) -> Sized:
+        check_rotary_dim(rotary_dim)
+        if rotary_dim <= 2:
+            raise ValueError(f"dynamic rope scaling needs rotary_dim > 2 (its exponent is d/(d-2)), got {rotary_dim}")
+        return Sized(parameters=0)
 
-class YarnScalingParams(Params):
+
+class YarnScalingParams(ScalingParams):
     """Interpolate low frequencies, keep high ones, blend in between; sharpen attention.
 
     Channel pairs that turn fewer than ``beta_slow`` times over the original context are
@@ -75,7 +95,7 @@ class YarnScalingParams(Params):
         return self
 
 
-class Llama3ScalingParams(Params):
+class Llama3ScalingParams(ScalingParams):
     """Divide long-wavelength frequencies by ``factor``, keep short ones, blend smoothly between.
 
     With ``C`` the original context: a pair whose wavelength exceeds ``C / low_freq_factor``
@@ -98,7 +118,7 @@ class Llama3ScalingParams(Params):
         return self
 
 
-class LongRopeScalingParams(Params):
+class LongRopeScalingParams(ScalingParams):
     """Divide each pair's frequency by its own searched factor: ``short_factor`` or ``long_factor``.
 
     A forward pass whose longest position reaches past ``original_context_length`` uses the
@@ -122,6 +142,16 @@ class LongRopeScalingParams(Params):
                     "transformers generate does); otherwise cached keys keep their short-factor rotation (Llama's).",
     )
 
+    def sized(self, *, rotary_dim: int) -> Sized:
+        for name, values in (("short_factor", self.short_factor), ("long_factor", self.long_factor)):
+            if len(values) != rotary_dim // 2:
+                raise ValueError(
+                    f"longrope {name} has {len(values)} values; it needs one per rotary channel pair: {rotary_dim // 2}"
+                )
+            if any(v <= 0 for v in values):
+                raise ValueError(f"longrope {name} values must be > 0, got {values}")
+        return super().sized(rotary_dim=rotary_dim)
+
 
 class ProportionalScalingParams(Params):
     """Turn only the first ``fraction`` of each head's channel pairs, at the frequencies RoPE gives them in the
@@ -136,3 +166,7 @@ class ProportionalScalingParams(Params):
 
     fraction: float = Field(gt=0, le=1, description="Share of the channel pairs that turn (partial_rotary_factor).")
     factor: float = Field(default=1.0, gt=0, description="Every frequency is divided by this.")
+
+    def sized(self, *, rotary_dim: int) -> Sized:
+        check_rotary_dim(rotary_dim)
+        return Sized(parameters=0)  # the frequencies are a table, not a parameter
