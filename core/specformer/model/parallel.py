@@ -226,6 +226,8 @@ def _declared(part: str, component: nn.Module, r: ParallelReport, plan: Parallel
         owner = max((o for o in owners if name.startswith(o[0])), key=lambda o: len(o[0]), default=None)
         splits = tuple(owner[1].get(name[len(owner[0]):], ())) if owner is not None else ()
         for s in splits:
+            if getattr(r.layout, s.axis) == 1:  # declared, but this layout does not cut along it
+                continue
             described.setdefault(f"over {s.axis} by {s.what}", []).append(name.removesuffix(".weight"))
         yield name, p, splits
     for how, names in described.items():
