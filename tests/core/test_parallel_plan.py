@@ -116,3 +116,15 @@ def test_sizing_flags_need_parallel(capsys):
 
     code, _, err = run(capsys, "summary", str(SPECS / "tiny.yaml"), "--seq", "8")
     assert code == 2 and "give --parallel too" in err
+
+
+def test_latent_attention_splits_its_up_projections_by_head():
+    mla = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+           "v_head_dim": 8, "q_lora_rank": 16}
+    r = plan_parallel(estimate(tiny_spec(vocab_size=96, block={"attention": mla})), parse_layout("tp=2"))
+    attention = (16 * 32 + 16 + 20 * 32 + 16  # q_a, q_norm, kv_a, kv_norm: the latents' side, replicated
+                 + 24 * 16  # q_b (4 heads x 12, 16) -> 2 heads
+                 + 32 * 16  # kv_b (4 heads x (8 + 8), 16) -> 2 heads
+                 + 32 * 16)  # out (32, 4 heads x 8): its inputs -> 2 heads
+    ffn = (24 + 24) * 32 + 32 * 24  # SwiGLU 48 -> 24 hidden channels: gate and up rows, down inputs
+    assert r.parameter_elements == 48 * 32 + 32 + 2 * (2 * 32 + attention + ffn)
