@@ -160,7 +160,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     tp_sublayers = moe_copies = 0  # per step: tp-split sublayers; MoE layers x top_k
     for block, count in shape.blocks:
         for part, module in block.named_children():
-            splits_here = list(_declared(part, module, r, None, count=count))
+            splits_here = list(_declared(part, module, r, None))
             for name, p, splits in splits_here:
                 account(f"{part}.{name}", p, splits, count)
             if any(s.axis == "tp" for _, _, splits in splits_here for s in splits):
@@ -207,8 +207,8 @@ def _vocab_plan(skeleton: nn.Module) -> ParallelPlan:
     return {"weight": rows, "bias": rows}
 
 
-def _declared(part: str, component: nn.Module, r: ParallelReport, plan: ParallelPlan | None,
-              count: int = 1) -> Iterator[tuple[str, torch.Tensor, tuple[Split, ...]]]:
+def _declared(part: str, component: nn.Module, r: ParallelReport,
+              plan: ParallelPlan | None) -> Iterator[tuple[str, torch.Tensor, tuple[Split, ...]]]:
     """Each parameter of a component with its splits; notes in ``r`` what was split and what had no plan."""
     owners: list[tuple[str, ParallelPlan]] = []  # (module prefix, its plan), deepest last
     if plan is not None:
