@@ -208,21 +208,64 @@ def _run_validate(args: argparse.Namespace) -> int:
 def _configure_summary(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="a spec file, or a .safetensors checkpoint")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--parallel", metavar="AXES",
+                   help="also plan a layout on paper, e.g. tp=8,ep=8,dp_shard=16 (axes: tp, ep, dp_shard, "
+                        "dp_replicate): memory and communication per device")
+    p.add_argument("--dtype", choices=("bf16", "fp32"),
+                   help="training precision for --parallel (default: the spec's train.precision, else bf16)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per data-parallel rank for --parallel (default 1)")
+    p.add_argument("--seq", type=int, help="tokens per sequence for --parallel (default: the context length)")
 
 
 def _run_summary(args: argparse.Namespace) -> int:
     from specformer.model.summary import format_summary, summarize  # late: imports torch
 
+    layout = _parallel_layout(args)  # bad --parallel values are refused before the spec is read
     spec = _spec_from_file_or_checkpoint(args.spec)
     s = summarize(spec)
     stored = _stored_weight_bytes(args.spec)
+    plan = _parallel_report(spec, layout, args) if layout is not None else None
     if args.json:
-        print(json.dumps({**s.to_dict(), **({"weight_bytes": stored} if stored is not None else {})}, indent=2))
+        print(json.dumps({**s.to_dict(), **({"weight_bytes": stored} if stored is not None else {}),
+                          **({"parallel": plan.to_dict()} if plan is not None else {})}, indent=2))
     else:
         print(format_summary(s, title=args.spec))
         if stored is not None:  # a checkpoint: what its weights take as stored (quantized ones included)
             print(f"weights in the file: {stored:,} bytes")
+        if plan is not None:
+            from specformer.model.parallel import format_parallel
+
+            print(format_parallel(plan))
     return 0
+
+
+def _parallel_layout(args: argparse.Namespace) -> Any:
+    for flag, value in (("--batch", args.batch), ("--seq", args.seq)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, not {value}")
+    if args.parallel is None:
+        if args.dtype is not None or args.seq is not None or args.batch != 1:
+            raise UserError("--dtype, --batch and --seq size the --parallel plan; give --parallel too")
+        return None
+    from specformer.model.parallel import parse_layout  # late: imports torch
+
+    return parse_layout(args.parallel)
+
+
+def _parallel_report(spec: Any, layout: Any, args: argparse.Namespace) -> Any:
+    """The plan on paper; the precision from --dtype, else the spec's train section (auto: bf16), else bf16."""
+    from specformer.model.parallel import plan_parallel
+    from specformer.spec.check import estimate
+
+    dtype, source = args.dtype, "--dtype"
+    if dtype is None:
+        train = spec.section("train")
+        precision = train.get("precision") if isinstance(train, dict) else getattr(train, "precision", None)
+        dtype, source = ("fp32", "the spec's train.precision") if precision == "fp32" else (
+            ("bf16", "the spec's train.precision") if precision in ("bf16", "auto") else ("bf16", "the default"))
+        if precision == "auto":
+            source = "the spec's train.precision (auto: bf16 on accelerators)"
+    return plan_parallel(estimate(spec), layout, dtype=dtype, dtype_source=source, batch=args.batch, seq=args.seq)
 
 
 def _stored_weight_bytes(path: str) -> int | None:

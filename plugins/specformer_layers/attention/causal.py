@@ -12,6 +12,7 @@ from specformer.model.attention import head_sizes
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
+from specformer.model.parallel_plan import ParallelPlan, Split
 
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 from specformer_layers.attention.params import CausalSelfAttentionParams
@@ -71,6 +72,19 @@ class CausalSelfAttention(nn.Module):
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
         self.observe_weights: Callable[[Tensor], None] | None = None
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Heads over tp: queries, keys and values by head (kv heads fewer than tp are copied), the output by its inputs."""
+        H, hd = self.n_heads, self.head_dim
+        heads = Split("tp", 0, H, "query heads", rows=H * hd)
+        kv = tuple(Split("tp", 0, self.n_kv_heads, "key/value heads", rows=rows, copies_when_fewer=True)
+                   for rows in self.kv_splits)
+        plan: dict[str, tuple[Split, ...]] = {"qkv.weight": (heads, *kv), "qkv.bias": (heads, *kv),
+                                              "out.weight": (Split("tp", 1, H, "query heads"),),
+                                              "gate.weight": (Split("tp", 0, H, "query heads"),),
+                                              "gate.bias": (Split("tp", 0, H, "query heads"),),
+                                              "sinks": (Split("tp", 0, H, "query heads"),)}
+        return plan  # the output bias and the query/key norms: replicated
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape

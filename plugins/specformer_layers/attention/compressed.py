@@ -12,6 +12,7 @@ from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
 from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.parallel_plan import ParallelPlan, Split
 from specformer_layers.attention.block_pooling import BlockPooler
 from specformer_layers.attention.grouped_output import GroupedLowRankOutput
 from specformer_layers.attention.indexer import index_kl, index_scores, top_slots
@@ -108,6 +109,14 @@ class CompressedAttention(nn.Module):
         return ", ".join(parts)
 
     # -- forward --------------------------------------------------------------------------
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Query heads over tp (their up-projection, sinks and a plain output); the one key/value head and the indexer replicated."""
+        heads = (Split("tp", 0, self.n_heads, "heads"),)
+        plan: dict[str, tuple[Split, ...]] = {"q_b.weight": heads, "sinks": heads}
+        if isinstance(self.out, nn.Linear):  # the grouped low-rank output mixes heads in groups: replicated
+            plan["out.weight"] = (Split("tp", 1, self.n_heads, "heads"),)
+        return plan
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape

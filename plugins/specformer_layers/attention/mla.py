@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
+from specformer.model.parallel_plan import ParallelPlan, Split
 from specformer_layers.attention.params import LatentAttentionParams
 
 from specformer_layers.attention.kernels import Scores, attend, eager
@@ -78,6 +79,12 @@ class LatentAttention(nn.Module):
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used.
         self.observe_weights: Callable[[Tensor], None] | None = None
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Heads over tp (the up-projections from the latents and the output); the latents' down-projections replicated."""
+        heads = (Split("tp", 0, self.n_heads, "heads"),)
+        return {"q_proj.weight": heads, "q_b.weight": heads, "kv_b.weight": heads,
+                "out.weight": (Split("tp", 1, self.n_heads, "heads"),)}
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan, Split
 
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.params import GatedMLPParams, default_gated_hidden
@@ -24,6 +25,12 @@ class GatedMLP(nn.Module):
         self.dropout = nn.Dropout(params.dropout)
         self.gate_multiplier = params.gate_multiplier
         self.output_multiplier = params.output_multiplier
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Hidden channels over tp: the gate and up rows each split alike, the down projection by its inputs."""
+        rows = tuple(Split("tp", 0, self.hidden, "hidden channels", rows=self.hidden) for _ in ("gate", "up"))
+        return {"gate_up.weight": rows, "gate_up.bias": rows,
+                "down.weight": (Split("tp", 1, self.hidden, "hidden channels"),)}
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each

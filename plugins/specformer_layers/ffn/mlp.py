@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan, Split
 
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.params import MLPParams
@@ -22,6 +23,13 @@ class MLP(nn.Module):
         self.fc_out = nn.Linear(hidden, d_model, bias=bias)
         self.activation = ACTIVATIONS[params.activation]
         self.dropout = nn.Dropout(params.dropout)
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Hidden channels over tp: the first projection by its rows, the second by its inputs (its bias replicated)."""
+        hidden = self.fc_in.out_features
+        return {"fc_in.weight": (Split("tp", 0, hidden, "hidden channels"),),
+                "fc_in.bias": (Split("tp", 0, hidden, "hidden channels"),),
+                "fc_out.weight": (Split("tp", 1, hidden, "hidden channels"),)}
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.fc_out(self.activation(self.fc_in(x))))

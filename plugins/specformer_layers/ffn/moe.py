@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
+from specformer.model.parallel_plan import ParallelPlan, Split
 
 from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.gated import GatedMLP
@@ -60,6 +61,14 @@ class MoE(nn.Module):
         self.reads_context = bool(getattr(self.router, "reads_token_ids", False))
         nn.init.normal_(self.experts_in, std=0.02)
         nn.init.normal_(self.experts_out, std=0.02)
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Whole experts over ep (each token sent to the devices of its top_k experts); the router replicated.
+
+        The shared experts declare their own plan (tp, as a dense ffn's).
+        """
+        experts = (Split("ep", 0, self.n_experts, "experts"),)
+        return {"experts_in": experts, "experts_out": experts, "experts_in_bias": experts, "experts_out_bias": experts}
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, *, route_from: Tensor | None = None) -> Tensor:
         """The experts' mix for ``x``; ``route_from`` (the shape of ``x``): what the router reads instead of ``x``

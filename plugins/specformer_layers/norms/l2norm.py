@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan
 
 from specformer_layers.norms.params import L2NormParams
 
@@ -19,6 +20,10 @@ class L2Norm(nn.Module):
         super().__init__()
         self.dim = dim
         self.eps = params.eps
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Replicated: under sequence parallelism each device normalises its own slice of the tokens."""
+        return {}
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype in (torch.float32, torch.float64):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan
 
 from specformer_layers.norms.params import LayerNormParams
 
@@ -21,6 +22,10 @@ class LayerNorm(nn.Module):
         self.eps = params.eps
         self.weight = nn.Parameter(torch.ones(dim)) if params.affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if params.affine and params.bias else None
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Replicated: under sequence parallelism each device normalises its own slice of the tokens."""
+        return {}
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan
 
 from specformer_layers.norms.params import RMSNormParams
 
@@ -21,6 +22,10 @@ class RMSNorm(nn.Module):
         self.eps = params.eps
         self.offset = params.offset
         self.weight = nn.Parameter(torch.full((dim,), 1.0 - params.offset)) if params.weight else None
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Replicated: under sequence parallelism each device normalises its own slice of the tokens."""
+        return {}
 
     def forward(self, x: Tensor) -> Tensor:
         if self.weight is None:  # no learned scale: the normalisation alone, in float32 for lower precisions

@@ -6,6 +6,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from specformer.model.parallel_plan import ParallelPlan
 
 from specformer_layers.norms.params import ScaleNormParams
 
@@ -21,6 +22,10 @@ class ScaleNorm(nn.Module):
         self.dim = dim
         self.eps = params.eps
         self.scale = nn.Parameter(torch.full((1,), math.sqrt(dim)))
+
+    def parallel_plan(self) -> ParallelPlan:
+        """Replicated: under sequence parallelism each device normalises its own slice of the tokens."""
+        return {}
 
     def forward(self, x: Tensor) -> Tensor:
         h = x if x.dtype in (torch.float32, torch.float64) else x.float()

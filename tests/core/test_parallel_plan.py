@@ -1,0 +1,130 @@
+"""``specformer summary --parallel``: the plan on paper, checked against counts written out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from specformer.cli.main import main
+from specformer.model.parallel import parse_layout, plan_parallel
+from specformer.spec.check import estimate
+
+from fixtures.tiny import tiny_spec
+
+# d_model 32, 2 layers, 4 query heads and 2 key/value heads of 8 channels, vocabulary 96 (tied).
+MOE = tiny_spec(vocab_size=96, block={"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16,
+                                              "n_shared_experts": 1, "shared_hidden": 8}})
+DENSE = tiny_spec(vocab_size=96)  # SwiGLU hidden 48
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_parameter_bytes_per_device_at_tp2_ep2_dp_shard2():
+    r = plan_parallel(estimate(MOE), parse_layout("tp=2,ep=2,dp_shard=2"), dtype="bf16")
+    # tp halves the heads', hidden channels' and vocabulary's rows; ep halves the experts; FSDP then halves
+    # the first dimension of everything (experts: dp_shard x tp / ep = 2 ways).
+    embedding = 24 * 32  # (96, 32) -> (48, 32) -> (24, 32)
+    final_norm = 16
+    layer = (16  # attention norm, replicated, FSDP-cut
+             + 16 * 32  # qkv (64, 32): queries 32 -> 16 rows, keys 16 -> 8, values 16 -> 8; FSDP: 16 rows
+             + 16 * 16  # out (32, 32): its 32 inputs -> 16; FSDP: 16 rows
+             + 16  # ffn norm
+             + 1 * 32 * 32  # experts_in (4, 32, 32): 2 experts per ep rank, 1 per FSDP shard
+             + 1 * 32 * 16  # experts_out (4, 32, 16)
+             + 2 * 32  # router (4, 32), replicated, FSDP-cut
+             + 4 * 32  # shared gate_up (16, 32): gate 8 -> 4, up 8 -> 4; FSDP: 4 rows
+             + 16 * 4)  # shared down (32, 8): inputs 8 -> 4; FSDP: 16 rows
+    elements = embedding + final_norm + 2 * layer
+    assert r.parameter_elements == elements == 5968
+    assert r.parameters == r.gradients == 2 * elements
+    assert r.optimizer == 12 * elements  # two fp32 moments and an fp32 master copy
+
+
+def test_key_value_heads_fewer_than_tp_are_copied():
+    r = plan_parallel(estimate(DENSE), parse_layout("tp=4"), dtype="fp32")
+    layer = (2 * 32  # two norms, replicated
+             + (8 + 8 + 8) * 32  # qkv: 32 query rows -> 8; 2 kv heads < 4: each device keeps one (8 rows) of k and v
+             + 32 * 8  # out: 32 inputs -> 8
+             + (12 + 12) * 32  # gate_up (96, 32): gate 48 -> 12, up 48 -> 12
+             + 32 * 12)  # down (32, 48): 48 inputs -> 12
+    assert r.parameter_elements == 24 * 32 + 32 + 2 * layer
+    assert r.optimizer == 8 * r.parameter_elements  # fp32: two moments, no master copy
+
+
+def test_activation_bytes_by_formula():
+    r = plan_parallel(estimate(DENSE), parse_layout("tp=2"), dtype="fp32", batch=2, seq=16)
+    # Every matmul keeps its input and its output: qkv 32 + 64, out 32 + 32, gate_up 32 + 96, down 48 + 32.
+    per_layer = (32 + 64) + (32 + 32) + (32 + 96) + (48 + 32)
+    tokens, fp32, tp = 2 * 16, 4, 2
+    logits = tokens * (96 // tp) * 4  # fp32 logits, vocabulary-parallel
+    assert r.activations == tokens * 2 * per_layer * fp32 // tp + logits
+    # Checkpointed: each layer's input (d_model) and one layer recomputed at a time.
+    assert r.activations_checkpointed == tokens * (2 * 32 + per_layer) * fp32 // tp + logits
+
+
+def test_communication_of_one_layout():
+    r = plan_parallel(estimate(MOE), parse_layout("tp=2,ep=2,dp_shard=2,dp_replicate=2"), dtype="bf16", batch=1, seq=8)
+    activation = 8 * 32 * 2  # one layer input, bf16
+    # 2 attention + 2 ffn sublayers split over tp (the shared experts), plus embedding/head: 4 collectives each, half sent.
+    assert r.comm["tp all-gather + reduce-scatter (layer inputs)"] == 4 * (4 + 1) * activation // 2
+    # 2 MoE layers x top_k 2 copies, 4 all-to-alls, half of each rank's tp-split tokens leave.
+    assert r.comm["ep all-to-all (tokens, dispatch + combine)"] == 4 * 2 * 2 * activation // 2 // 2
+    assert r.comm["dp_replicate all-reduce (gradients, fp32)"] == 2 * r.parameter_elements * 4 // 2
+
+
+def test_a_component_without_a_plan_is_reported_replicated(capsys, tmp_path):
+    spec = tiny_spec(vocab_size=96, positional={"kind": "learned"})
+    path = tmp_path / "learned.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "summary", str(path), "--parallel", "tp=2")
+    assert code == 0, err
+    assert "replicated (no parallel_plan declared): positional (LearnedPositions)" in out
+    assert "attention (CausalSelfAttention): qkv, out over tp by query heads" in out
+    code, out, _ = run(capsys, "summary", "--json", str(path), "--parallel", "tp=2,dp_shard=2", "--batch", "2")
+    plan = json.loads(out)["parallel"]
+    assert plan["replicated_without_plan"][0].startswith("positional") and plan["devices"] == 4
+
+
+@pytest.mark.parametrize("value, message", [
+    ("pp=2", "unknown axis 'pp'"),
+    ("tp=2,cp=2", "unknown axis 'cp'"),
+    ("tp=two", "tp='two' is not a whole number"),
+    ("tp=1.5", "is not a whole number"),
+    ("tp=0", "tp=0 must be at least 1"),
+    ("tp", "is not AXIS=SIZE"),
+    ("tp=3", "tp=3 must divide the 4 query heads of attention.qkv.weight"),
+    ("ep=3,dp_shard=3", "ep=3 must divide the 4 experts of ffn.experts_in"),
+    ("ep=4,dp_shard=2", "ep=4 must divide dp_shard x tp = 2"),
+])
+def test_bad_parallel_values_exit_2_with_one_line(capsys, tmp_path, value, message):
+    path = tmp_path / "moe.yaml"
+    spec = dict(MOE, model={**MOE["model"], "vocab_size": 96 * 3})  # a vocabulary 3 divides, so tp=3 trips on heads
+    path.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "summary", str(path), "--parallel", value)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_sizing_flags_need_parallel(capsys):
+    from conftest import SPECS
+
+    code, _, err = run(capsys, "summary", str(SPECS / "tiny.yaml"), "--seq", "8")
+    assert code == 2 and "give --parallel too" in err
+
+
+def test_latent_attention_splits_its_up_projections_by_head():
+    mla = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+           "v_head_dim": 8, "q_lora_rank": 16}
+    r = plan_parallel(estimate(tiny_spec(vocab_size=96, block={"attention": mla})), parse_layout("tp=2"))
+    attention = (16 * 32 + 16 + 20 * 32 + 16  # q_a, q_norm, kv_a, kv_norm: the latents' side, replicated
+                 + 24 * 16  # q_b (4 heads x 12, 16) -> 2 heads
+                 + 32 * 16  # kv_b (4 heads x (8 + 8), 16) -> 2 heads
+                 + 32 * 16)  # out (32, 4 heads x 8): its inputs -> 2 heads
+    ffn = (24 + 24) * 32 + 32 * 24  # SwiGLU 48 -> 24 hidden channels: gate and up rows, down inputs
+    assert r.parameter_elements == 48 * 32 + 32 + 2 * (2 * 32 + attention + ffn)
