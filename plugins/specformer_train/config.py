@@ -32,6 +32,19 @@ Int = Annotated[int, BeforeValidator(_not_a_bool)]
 Float = Annotated[FiniteFloat, BeforeValidator(_not_a_bool)]
 
 
+class ParallelConfig(BaseModel):
+    """How the model is split across the processes of a run (``train.parallel``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: Int = Field(
+        default=1, ge=1,
+        description="Tensor-parallel degree: each block component that declares a plan (attention by heads, FFNs "
+                    "by hidden channels) is split across this many processes, which read the same rows; the run "
+                    "must be launched with exactly this many processes (data parallelism beside it is not built yet).",
+    )
+
+
 class TrainConfig(BaseModel):
     """How to train the model: optimisation, data, evaluation, checkpoints and logging."""
 
@@ -186,6 +199,10 @@ class TrainConfig(BaseModel):
         default="auto",
         description="Under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); auto picks ddp when "
                     "several processes run, none otherwise.",
+    )
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="Model parallelism under torchrun: {tp: N} splits the declared components N ways.",
     )
 
     # -- logging ---------------------------------------------------------------------

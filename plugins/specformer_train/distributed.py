@@ -6,7 +6,9 @@ reads its own slice of every global batch, and the gradients are averaged:
 
 - ``ddp``: every process holds the whole model (DistributedDataParallel);
 - ``fsdp``: parameters, gradients and optimizer state are sharded across processes
-  with FSDP2's ``fully_shard``, applied to each block and then to the whole model.
+  with FSDP2's ``fully_shard``, applied to each block and then to the whole model;
+- ``tp`` (``train.parallel.tp``): every process reads the same rows and holds its share of
+  each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`).
 
 NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
 """
@@ -30,10 +32,21 @@ from specformer.errors import UserError
 class DistContext:
     """Who this process is in the run, and how the model is replicated."""
 
-    mode: str = "none"  # none | ddp | fsdp
+    mode: str = "none"  # none | ddp | fsdp | tp
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    layout: str = ""  # how the model is split across processes, in words (tensor parallelism)
+
+    @property
+    def dp_rank(self) -> int:
+        """This process' place among those that read different rows (tensor-parallel processes read the same)."""
+        return 0 if self.mode == "tp" else self.rank
+
+    @property
+    def dp_size(self) -> int:
+        """How many processes read different rows of each global batch."""
+        return 1 if self.mode == "tp" else self.world_size
 
     @property
     def is_main(self) -> bool:
@@ -48,9 +61,18 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_mode(requested: str) -> str:
-    """``auto`` becomes ddp under a multi-process launch, none otherwise; a mismatch is a UserError."""
+def resolve_mode(requested: str, *, tp: int = 1) -> str:
+    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1), none otherwise; a mismatch is a UserError."""
     world = launched_world_size()
+    if tp > 1:
+        if requested != "auto":
+            raise UserError(f"train.parallel.tp {tp} splits the model across all processes; train.distributed must be "
+                            f"auto (tensor parallelism beside {requested} data parallelism is not built yet)")
+        if "RANK" not in os.environ or world != tp:
+            raise UserError(f"train.parallel.tp {tp} needs exactly {tp} processes launched by torchrun "
+                            f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
+                            f"torchrun --standalone --nproc_per_node={tp} -m specformer.cli train SPEC")
+        return "tp"
     if requested == "auto":
         return "ddp" if world > 1 else "none"
     if requested == "none" and world > 1:
@@ -99,7 +121,15 @@ def shutdown(ctx: DistContext) -> None:
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.Module:
-    """The module the training loop calls: the model itself, a DDP wrapper, or the model sharded in place."""
+    """The module the training loop calls: the model itself, a DDP wrapper, or the model sharded or split in place."""
+    if ctx.mode == "tp":
+        # late: only tensor-parallel runs need the plans' machinery
+        from specformer_train.tensor_parallel import apply_tensor_parallel
+
+        try:
+            ctx.layout = apply_tensor_parallel(model, tp=ctx.world_size, device_type=device.type)
+        except ValueError as exc:
+            raise UserError(f"train.parallel.tp {ctx.world_size}: {exc}") from None
     if ctx.mode == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if ctx.mode == "fsdp":
@@ -124,6 +154,17 @@ def gradient_sync(wrapped: nn.Module, ctx: DistContext, *, sync: bool) -> Iterat
     if ctx.mode == "fsdp":
         wrapped.set_requires_gradient_sync(sync)
     yield
+
+
+def optimizer_step_scope(ctx: DistContext) -> contextlib.AbstractContextManager:
+    """Where the optimizer steps: under tensor parallelism, split (DTensor) and replicated (plain) parameters meet
+    in the same fused updates, which DTensor allows only when plain tensors count as replicated."""
+    if ctx.mode != "tp":
+        return contextlib.nullcontext()
+    # late: only tensor-parallel runs need DTensors
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    return implicit_replication()
 
 
 def all_reduce_mean(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:
