@@ -55,7 +55,8 @@ class TrainConfig(BaseModel):
     batch_size: Int = Field(
         default=16, gt=0,
         description="Sequences per micro-batch on each process; the global batch is "
-                    "batch_size * grad_accum * number of processes.",
+                    "batch_size * grad_accum * number of processes (those reading different rows: "
+                    "tensor-parallel processes read the same).",
     )
     grad_accum: Int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
     seq_len: Int | None = Field(

@@ -137,8 +137,9 @@ class Trainer:
         if resume_from is not None:
             if not isinstance(resume_from, CheckpointContents):
                 resume_from = read_checkpoint(Path(resume_from), rank=ctx.rank, world_size=ctx.world_size)
-            self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
-                                          tokenizer=self.tokenizer)
+            with optimizer_step_scope(ctx):  # loading the optimizer's state takes an empty step
+                self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
+                                              tokenizer=self.tokenizer)
             self.state.data = self.data_record if self.data_record is not None else self.state.data
             self.documents = document_settings(document_mask=config.document_mask,
                                                reset_positions=config.reset_positions,

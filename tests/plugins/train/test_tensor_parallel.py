@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,21 @@ def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tm
     assert "split 2 CausalSelfAttention; replicated MoE (blocks.*.ffn)" in done.stdout
     assert done.stderr.count("MoE (blocks.*.ffn) declare(s) no tensor_parallel plan") == 2  # once a process
     _assert_same_run(out, reference)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -> None:
+    # The full checkpoint is laid out for the split model (fused projections per part) and training goes on
+    # exactly as the one process did.
+    reference, two = _one_and_two(tmp_path, LLAMA_BLOCK)
+    out = tmp_path / "tp-resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
+    (out / "checkpoints" / "latest").write_text("step-0000002")
+    torchrun(two, out, "--set", "train.parallel.tp=2", "--resume")
+    assert curve(out) == [c for c in curve(reference) if c[1] > 2]
+    tail = [v for c, v in zip(curve(reference), values(reference)) if c[1] > 2]
+    assert values(out) == pytest.approx(tail, abs=1e-5)
+    ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
+    for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
