@@ -40,8 +40,9 @@ class ParallelConfig(BaseModel):
     tp: Int = Field(
         default=1, ge=1,
         description="Tensor-parallel degree: each block component that declares a plan (attention by heads, FFNs "
-                    "by hidden channels) is split across this many processes, which read the same rows; the run "
-                    "must be launched with exactly this many processes (data parallelism beside it is not built yet).",
+                    "by hidden channels) is split across groups of this many processes, which read the same rows; "
+                    "launch exactly tp processes (train.distributed auto), or a multiple with train.distributed "
+                    "fsdp (FSDP2 across the groups).",
     )
 
 

@@ -1,6 +1,7 @@
 """Tensor-parallel training: each block's components split as they declare (``train.parallel.tp``).
 
-``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows; every
+``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
+such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.distributed.wrap_model`); every
 component that defines ``tensor_parallel(tp)`` (:mod:`specformer.model.tensor_parallel`)
 splits its weights across them (attention by heads, FFNs by hidden channels), and the rest
 (embeddings, norms, the output head, a component without a plan) is replicated: computed
@@ -20,18 +21,19 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
 
 
-def apply_tensor_parallel(model: nn.Module, *, tp: int, device_type: str) -> str:
-    """Split every block component that declares a plan (one warning names those that declare none); say what was split."""
-    # late: only a tensor-parallel run needs the device mesh
-    from torch.distributed.device_mesh import init_device_mesh
+def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> str:
+    """Split every block component that declares a plan across ``mesh`` (1-D, the tensor-parallel group); one
+    warning names those that declare none. Returns what was split, in words."""
+    # late: only a tensor-parallel run needs the styles' machinery
     from torch.distributed.tensor.parallel import parallelize_module
 
-    mesh = init_device_mesh(device_type, (tp,), mesh_dim_names=("tp",))
+    tp = mesh.size()
     replicated: dict[str, list[str]] = {}
     split: dict[str, int] = {}
     for index, block in enumerate(model.blocks):
@@ -59,21 +61,30 @@ def apply_tensor_parallel(model: nn.Module, *, tp: int, device_type: str) -> str
 def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
     """Scale gradients so their global norm is at most ``max_norm``; return the norm before.
 
-    A split parameter's gradient is summed over its shards; a replicated one is the same on
+    A DTensor gradient's squares are summed over the mesh dimensions it is sharded on (tensor
+    parallel, and FSDP's data parallel beside it); a plain (replicated) one is the same on
     every process and counts once.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
-    sharded = [g.to_local() for g in grads if isinstance(g, DTensor)]
-    replicated = [g for g in grads if not isinstance(g, DTensor)]
-    device = (sharded or replicated)[0].device
-    split_sq = torch.stack([g.float().pow(2).sum() for g in sharded]).sum() if sharded else torch.zeros((), device=device)
-    if dist.is_initialized():
-        dist.all_reduce(split_sq, op=dist.ReduceOp.SUM)
-    whole_sq = torch.stack([g.float().pow(2).sum() for g in replicated]).sum() if replicated else torch.zeros((), device=device)
-    norm = (split_sq + whole_sq).sqrt()
+    by_groups: dict[tuple, list[Tensor]] = {}  # (mesh, sharded mesh dims) -> local gradients
+    for g in grads:
+        if isinstance(g, DTensor):
+            # not is_shard(): FSDP's _StridedShard (data parallel over tensor-parallel rows) is not a Shard
+            dims = tuple(i for i, placement in enumerate(g.placements) if not placement.is_replicate())
+            by_groups.setdefault((g.device_mesh, dims), []).append(g.to_local())
+        else:
+            by_groups.setdefault((None, ()), []).append(g)
+    total = torch.zeros((), device=grads[0].device, dtype=torch.float32)
+    for (mesh, dims), tensors in by_groups.items():
+        squares = torch.stack([t.float().pow(2).sum() for t in tensors]).sum()
+        for dim in dims:
+            dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=mesh.get_group(dim))
+        total = total + squares
+    norm = total.sqrt()
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # as torch.nn.utils.clip_grad_norm_
-    for g in sharded + replicated:
-        g.mul_(scale.to(g.dtype))
+    for tensors in by_groups.values():
+        for t in tensors:
+            t.mul_(scale.to(t.dtype))
     return norm
 
 

@@ -246,7 +246,7 @@ class Trainer:
             total += loss.detach()
         grad_norm = None
         if config.clip_norm is not None:
-            if ctx.mode == "tp":  # split (DTensor) and replicated gradients together: torch's refuses the mix
+            if ctx.tp > 1:  # split (DTensor) and replicated gradients together: torch's refuses the mix
                 from specformer_train.tensor_parallel import clip_grad_norm  # late: only TP runs need DTensors
 
                 grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm)
@@ -379,7 +379,7 @@ class Trainer:
         if config.sample_tokens <= 0:
             return None
         # Under FSDP and TP every process must take part in each forward; otherwise rank 0 samples alone.
-        if not (self.ctx.is_main or self.ctx.mode in ("fsdp", "tp")):
+        if not (self.ctx.is_main or self.ctx.mode == "fsdp" or self.ctx.tp > 1):
             return None
         with _eager():
             return sample_text(self.model, self.tokenizer, prompt=config.sample_prompt,

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import yaml
 
 import specformer
 from specformer_train import train
+from specformer_train.metrics import read_metrics
 
 from .conftest import TINY_MODEL, TINY_TRAIN, make_text
 from .test_distributed import curve, torchrun, values
@@ -29,13 +33,13 @@ def _spec(block: dict, **train: object) -> dict:
     return {"model": model, "train": {**TINY_TRAIN, **train}}
 
 
-def _one_and_two(root: Path, block: dict) -> tuple[Path, Path]:
+def _one_and_two(root: Path, block: dict, *, per_process: int = 4) -> tuple[Path, Path]:
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(4000, seed=3))
-    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"),
-                    batch_size=4)
-    (root / "one.yaml").write_text(yaml.safe_dump(_spec(block, **settings)))
-    (root / "two.yaml").write_text(yaml.safe_dump(_spec(block, **settings)))  # the same rows on both
+    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"))
+    (root / "one.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=4, **settings)))
+    # per process: a tensor-parallel group reads the same rows
+    (root / "two.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=per_process, **settings)))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -45,9 +49,15 @@ def _one_and_two(root: Path, block: dict) -> tuple[Path, Path]:
     return root / "single", root / "two.yaml"
 
 
+def _grad_norms(out: Path) -> list[float]:
+    return [r["grad_norm"] for r in read_metrics(out / "metrics.jsonl") if "grad_norm" in r]
+
+
 def _assert_same_run(out: Path, reference: Path) -> None:
     assert curve(out) == curve(reference)
     assert values(out) == pytest.approx(values(reference), abs=1e-5)
+    # the norm over split and replicated gradients (clipping is on: these norms are above train.grad_clip, 1.0)
+    assert _grad_norms(out) == pytest.approx(_grad_norms(reference), abs=1e-5)
     ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
     for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
@@ -59,7 +69,7 @@ def test_two_tensor_parallel_processes_match_one(tmp_path: Path) -> None:
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "cpu, fp32, eager, tp" in done.stdout
-    assert "tensor parallel 2 ways: split 2 CausalSelfAttention, 2 GatedMLP (on 2 processes" in done.stdout
+    assert "tensor parallel 2 ways: split 2 CausalSelfAttention, 2 GatedMLP (each group of 2 processes" in done.stdout
     assert "declare(s) no tensor_parallel plan" not in done.stderr
     _assert_same_run(out, reference)
 
@@ -92,3 +102,19 @@ def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -
     ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
     for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Path) -> None:
+    # A 2 x 2 mesh: two tensor-parallel groups, FSDP2 across them, each group reading half of the global batch.
+    reference, spec = _one_and_two(tmp_path, LLAMA_BLOCK, per_process=2)
+    out = tmp_path / "tp-fsdp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+               "-m", "specformer.cli", "train", str(spec), "--out", str(out),
+               "--set", "train.parallel.tp=2", "--set", "train.distributed=fsdp"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "x 2 process(es)" in done.stdout and "cpu, fp32, eager, fsdp" in done.stdout
+    assert "split 2 CausalSelfAttention, 2 GatedMLP (each group of 2 processes" in done.stdout
+    _assert_same_run(out, reference)

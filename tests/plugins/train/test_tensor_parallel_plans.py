@@ -69,14 +69,18 @@ def test_the_parallel_setting_is_validated_and_needs_a_matching_launch(monkeypat
         TrainConfig(parallel={"pp": 2})
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    with pytest.raises(UserError, match="needs exactly 2 processes launched by torchrun"):
+    with pytest.raises(UserError, match=r"needs a multiple of 2 processes launched by torchrun \(now none\)"):
         resolve_mode("auto", tp=2)
     monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(UserError, match=r"needs a multiple of 2 processes .*\(now 3\)"):
+        resolve_mode("fsdp", tp=2)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(UserError, match=r"needs exactly 2 processes .*\(now 4\)"):
+    with pytest.raises(UserError, match="set train.distributed=fsdp to shard the model across the 2 tensor-parallel"):
         resolve_mode("auto", tp=2)
-    with pytest.raises(UserError, match="train.distributed must be auto"):
-        resolve_mode("fsdp", tp=4)
+    with pytest.raises(UserError, match="must be auto .* or fsdp .*, not ddp"):
+        resolve_mode("ddp", tp=2)
+    assert resolve_mode("fsdp", tp=2) == "fsdp"
     assert resolve_mode("auto", tp=4) == "tp"
 
 
