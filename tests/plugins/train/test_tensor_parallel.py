@@ -33,10 +33,11 @@ def _spec(block: dict, **train: object) -> dict:
     return {"model": model, "train": {**TINY_TRAIN, **train}}
 
 
-def _one_and_two(root: Path, block: dict, *, per_process: int = 4) -> tuple[Path, Path]:
+def _one_and_two(root: Path, block: dict, *, per_process: int = 4, optimizer: str = "adamw") -> tuple[Path, Path]:
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(4000, seed=3))
-    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"))
+    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"),
+                    optimizer=optimizer)
     (root / "one.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=4, **settings)))
     # per process: a tensor-parallel group reads the same rows
     (root / "two.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=per_process, **settings)))
@@ -64,8 +65,9 @@ def _assert_same_run(out: Path, reference: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_tensor_parallel_processes_match_one(tmp_path: Path) -> None:
-    reference, two = _one_and_two(tmp_path, LLAMA_BLOCK)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])  # muon orthogonalises the gathered (rank-major) matrix
+def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str) -> None:
+    reference, two = _one_and_two(tmp_path, LLAMA_BLOCK, optimizer=optimizer)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "cpu, fp32, eager, tp" in done.stdout
