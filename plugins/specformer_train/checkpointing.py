@@ -256,8 +256,12 @@ def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
 
+    from specformer_train.tensor_parallel import gathered_in_module_order
+
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+    model_state = get_model_state_dict(model, options=options)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    return gathered_in_module_order(model, model_state, optim_state)  # fused projections split by tensor parallelism
 
 
 class _WeightsOf:
@@ -351,6 +355,8 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 
+    from specformer_train.tensor_parallel import in_rank_order
+
     path = contents.path
     check_tokenizer(contents, tokenizer)
     # A checkpoint storing a part of the weights (an adapter's): its plugin completes them from the model.
@@ -358,6 +364,8 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     weights = contents.weights if weights is None else weights
     _check_shapes(model, weights, where=str(path / "model.safetensors"))
     options = StateDictOptions(full_state_dict=True)
+    state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}
+    weights, state = in_rank_order(model, weights, state)  # fused projections split by tensor parallelism
     set_model_state_dict(model, weights, options=options)
     saved_class = contents.optimizer.get("optimizer", "AdamW")  # checkpoints from before the kind existed: AdamW
     if saved_class != type(optimizer).__name__:
@@ -369,7 +377,6 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
         raise CheckpointError(f"{path}: the optimizer state has {saved_groups} parameter groups, this spec's "
                               f"train.optimizer makes {len(optimizer.param_groups)}; resume with the groups rules "
                               "the run was started with")
-    state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}
     set_optimizer_state_dict(model, optimizer, state, options=options)
     if contents.rng is not None:
         _set_rng(contents.rng)

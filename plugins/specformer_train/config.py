@@ -32,6 +32,20 @@ Int = Annotated[int, BeforeValidator(_not_a_bool)]
 Float = Annotated[FiniteFloat, BeforeValidator(_not_a_bool)]
 
 
+class ParallelConfig(BaseModel):
+    """How the model is split across the processes of a run (``train.parallel``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: Int = Field(
+        default=1, ge=1,
+        description="Tensor-parallel degree: each block component that declares a plan (attention by heads, FFNs "
+                    "by hidden channels) is split across groups of this many processes, which read the same rows; "
+                    "launch exactly tp processes (train.distributed auto), or a multiple with train.distributed "
+                    "fsdp (FSDP2 across the groups).",
+    )
+
+
 class TrainConfig(BaseModel):
     """How to train the model: optimisation, data, evaluation, checkpoints and logging."""
 
@@ -42,7 +56,8 @@ class TrainConfig(BaseModel):
     batch_size: Int = Field(
         default=16, gt=0,
         description="Sequences per micro-batch on each process; the global batch is "
-                    "batch_size * grad_accum * number of processes.",
+                    "batch_size * grad_accum * number of processes (those reading different rows: "
+                    "tensor-parallel processes read the same).",
     )
     grad_accum: Int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
     seq_len: Int | None = Field(
@@ -186,6 +201,10 @@ class TrainConfig(BaseModel):
         default="auto",
         description="Under torchrun: ddp (replicated) or fsdp (FSDP2 fully_shard); auto picks ddp when "
                     "several processes run, none otherwise.",
+    )
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="Model parallelism under torchrun: {tp: N} splits the declared components N ways.",
     )
 
     # -- logging ---------------------------------------------------------------------

@@ -6,7 +6,9 @@ reads its own slice of every global batch, and the gradients are averaged:
 
 - ``ddp``: every process holds the whole model (DistributedDataParallel);
 - ``fsdp``: parameters, gradients and optimizer state are sharded across processes
-  with FSDP2's ``fully_shard``, applied to each block and then to the whole model.
+  with FSDP2's ``fully_shard``, applied to each block and then to the whole model;
+- ``tp`` (``train.parallel.tp``): every process reads the same rows and holds its share of
+  each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`).
 
 NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
 """
@@ -30,10 +32,22 @@ from specformer.errors import UserError
 class DistContext:
     """Who this process is in the run, and how the model is replicated."""
 
-    mode: str = "none"  # none | ddp | fsdp
+    mode: str = "none"  # none | ddp | fsdp | tp
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    tp: int = 1  # processes splitting each component (train.parallel.tp); they read the same rows
+    layout: str = ""  # how the model is split across processes, in words (tensor parallelism)
+
+    @property
+    def dp_rank(self) -> int:
+        """This process' place among those that read different rows: ranks are laid out ``[dp][tp]``."""
+        return self.rank // self.tp
+
+    @property
+    def dp_size(self) -> int:
+        """How many processes read different rows of each global batch."""
+        return self.world_size // self.tp
 
     @property
     def is_main(self) -> bool:
@@ -48,9 +62,21 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_mode(requested: str) -> str:
-    """``auto`` becomes ddp under a multi-process launch, none otherwise; a mismatch is a UserError."""
+def resolve_mode(requested: str, *, tp: int = 1) -> str:
+    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1), none otherwise; a mismatch is a UserError."""
     world = launched_world_size()
+    if tp > 1:
+        if requested not in ("auto", "fsdp"):
+            raise UserError(f"train.parallel.tp {tp}: train.distributed must be auto (tensor parallelism alone) or "
+                            f"fsdp (FSDP2 across the tensor-parallel groups), not {requested}")
+        if "RANK" not in os.environ or world % tp:
+            raise UserError(f"train.parallel.tp {tp} needs a multiple of {tp} processes launched by torchrun "
+                            f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
+                            f"torchrun --standalone --nproc_per_node={tp} -m specformer.cli train SPEC")
+        if requested == "auto" and world != tp:
+            raise UserError(f"{world} processes were launched with train.parallel.tp {tp}: set train.distributed=fsdp "
+                            f"to shard the model across the {world // tp} tensor-parallel groups")
+        return "tp" if requested == "auto" else "fsdp"
     if requested == "auto":
         return "ddp" if world > 1 else "none"
     if requested == "none" and world > 1:
@@ -81,12 +107,12 @@ def device_for(requested: str, ctx: DistContext) -> torch.device:
     return device
 
 
-def init_distributed(mode: str) -> DistContext:
+def init_distributed(mode: str, *, tp: int = 1) -> DistContext:
     """Join the process group torchrun set up (nothing to do for ``none``)."""
     if mode == "none":
         return DistContext()
     ctx = DistContext(mode=mode, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-                      local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+                      local_rank=int(os.environ.get("LOCAL_RANK", "0")), tp=tp)
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
@@ -99,7 +125,20 @@ def shutdown(ctx: DistContext) -> None:
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.Module:
-    """The module the training loop calls: the model itself, a DDP wrapper, or the model sharded in place."""
+    """The module the training loop calls: the model itself, a DDP wrapper, or the model sharded or split in place."""
+    dp_mesh = None
+    if ctx.tp > 1:
+        # late: only tensor-parallel runs need the plans' machinery
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from specformer_train.tensor_parallel import apply_tensor_parallel
+
+        mesh = init_device_mesh(device.type, (ctx.dp_size, ctx.tp), mesh_dim_names=("dp", "tp"))
+        dp_mesh = mesh["dp"]
+        try:
+            ctx.layout = apply_tensor_parallel(model, mesh=mesh["tp"])
+        except ValueError as exc:
+            raise UserError(f"train.parallel.tp {ctx.tp}: {exc}") from None
     if ctx.mode == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if ctx.mode == "fsdp":
@@ -107,7 +146,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(device.type, (ctx.world_size,))
+        mesh = dp_mesh if dp_mesh is not None else init_device_mesh(device.type, (ctx.world_size,))
         for block in model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -124,6 +163,17 @@ def gradient_sync(wrapped: nn.Module, ctx: DistContext, *, sync: bool) -> Iterat
     if ctx.mode == "fsdp":
         wrapped.set_requires_gradient_sync(sync)
     yield
+
+
+def optimizer_step_scope(ctx: DistContext) -> contextlib.AbstractContextManager:
+    """Where the optimizer steps: under tensor parallelism, split (DTensor) and replicated (plain) parameters meet
+    in the same fused updates, which DTensor allows only when plain tensors count as replicated."""
+    if ctx.tp == 1:
+        return contextlib.nullcontext()
+    # late: only tensor-parallel runs need DTensors
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    return implicit_replication()
 
 
 def all_reduce_mean(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:

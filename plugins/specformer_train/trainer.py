@@ -40,6 +40,7 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.documents import document_layout, document_settings
 from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
+                                          optimizer_step_scope,
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.router_balance import balance_routers
@@ -97,7 +98,7 @@ class Trainer:
         self.train_rows = train_rows
         self.val_rows = val_rows
         self.seq_len = train_rows.seq_len
-        self.global_batch = config.batch_size * config.grad_accum * self.ctx.world_size
+        self.global_batch = config.batch_size * config.grad_accum * self.ctx.dp_size
         train_rows.check_fits(self.global_batch)
         if self.seq_len > model.context_length:
             raise UserError(f"train.seq_len {self.seq_len} is longer than model.context_length {model.context_length}")
@@ -136,8 +137,9 @@ class Trainer:
         if resume_from is not None:
             if not isinstance(resume_from, CheckpointContents):
                 resume_from = read_checkpoint(Path(resume_from), rank=ctx.rank, world_size=ctx.world_size)
-            self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
-                                          tokenizer=self.tokenizer)
+            with optimizer_step_scope(ctx):  # loading the optimizer's state takes an empty step
+                self.state = apply_checkpoint(resume_from, model=self.model, optimizer=self.optimizer,
+                                              tokenizer=self.tokenizer)
             self.state.data = self.data_record if self.data_record is not None else self.state.data
             self.documents = document_settings(document_mask=config.document_mask,
                                                reset_positions=config.reset_positions,
@@ -152,7 +154,7 @@ class Trainer:
                 self.state.threads = self.threads
             resume_step: int | None = self.state.step
         else:
-            torch.manual_seed(config.seed + ctx.rank)
+            torch.manual_seed(config.seed + ctx.dp_rank)  # tensor-parallel processes draw alike
             resume_step = None
         started_at = last_saved = self.state.step  # nothing new to evaluate or save at the step a run starts from
 
@@ -244,10 +246,16 @@ class Trainer:
             total += loss.detach()
         grad_norm = None
         if config.clip_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
+            if ctx.tp > 1:  # split (DTensor) and replicated gradients together: torch's refuses the mix
+                from specformer_train.tensor_parallel import clip_grad_norm  # late: only TP runs need DTensors
+
+                grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm)
+            else:
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
-        self.optimizer.step()
+        with optimizer_step_scope(ctx):
+            self.optimizer.step()
         balance_routers(self.model, ctx)  # MoE routers balanced by bias move it from this step's expert load
         self.optimizer.zero_grad(set_to_none=True)
         return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
@@ -257,7 +265,7 @@ class Trainer:
         config, ctx = self.config, self.ctx
         for micro in range(config.grad_accum):
             part = local_slice(self.global_batch, micro_batch=config.batch_size, micro_step=micro,
-                               rank=ctx.rank, world_size=ctx.world_size)
+                               rank=ctx.dp_rank, world_size=ctx.dp_size)
             first = self.state.sequences + part.start
             rows = self.train_rows.rows(first, config.batch_size)
             batch = self._to_device(rows)
@@ -329,10 +337,10 @@ class Trainer:
         if self.val_rows is None or self.val_rows.count == 0:
             return None
         config, ctx = self.config, self.ctx
-        limit = None if config.eval_steps is None else config.eval_steps * config.batch_size * ctx.world_size
+        limit = None if config.eval_steps is None else config.eval_steps * config.batch_size * ctx.dp_size
         chosen = self.val_rows.chosen(limit)
-        chosen = chosen[: len(chosen) - len(chosen) % ctx.world_size]  # equal work on every process
-        mine = chosen[ctx.rank :: ctx.world_size]
+        chosen = chosen[: len(chosen) - len(chosen) % ctx.dp_size]  # equal work on every process
+        mine = chosen[ctx.dp_rank :: ctx.dp_size]
         sums = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss sum, token count)
         self.wrapped.eval()
         try:
@@ -370,8 +378,8 @@ class Trainer:
         config = self.config
         if config.sample_tokens <= 0:
             return None
-        # Under FSDP every process must take part in each forward; otherwise rank 0 samples alone.
-        if not (self.ctx.is_main or self.ctx.mode == "fsdp"):
+        # Under FSDP and TP every process must take part in each forward; otherwise rank 0 samples alone.
+        if not (self.ctx.is_main or self.ctx.mode == "fsdp" or self.ctx.tp > 1):
             return None
         with _eager():
             return sample_text(self.model, self.tokenizer, prompt=config.sample_prompt,

@@ -148,6 +148,38 @@ class CausalSelfAttention(nn.Module):
                                f"did not keep: the Decoder keeps them for the kv_from its blocks' attention declare")
         return shared
 
+    def tensor_parallel(self, tp: int) -> dict:
+        """Split the heads ``tp`` ways (the contract of :mod:`specformer.model.tensor_parallel`).
+
+        Each process keeps ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value
+        heads: ``qkv`` split per part, the output gate column-wise, ``out`` row-wise (its
+        partial sums added across processes).
+        """
+        # late: only a tensor-parallel run needs torch.distributed's styles
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        from specformer.model.tensor_parallel import FusedColwiseParallel
+
+        refused = [what for what, on in (
+            ("sinks", self.sinks is not None),
+            (f"qk_norm_scope {self.qk_norm_scope!r} (a norm across heads or per-head weights)",
+             self.q_norm is not None and self.qk_norm_scope != "head"),
+            ("kv_from (keys and values read from another layer)", self.kv_from is not None),
+        ) if on]
+        if refused:
+            raise ValueError(f"tensor parallelism does not split attention with {', '.join(refused)} yet")
+        if self.n_heads % tp or self.n_kv_heads % tp:
+            raise ValueError(f"tensor parallelism splits heads: n_heads ({self.n_heads}) and n_kv_heads "
+                             f"({self.n_kv_heads}) must both divide by tp={tp}")
+        parts = (self.n_heads * self.head_dim, *self.kv_splits)
+        self.n_heads //= tp
+        self.n_kv_heads //= tp
+        self.kv_splits = tuple(size // tp for size in self.kv_splits)
+        plan = {"qkv": FusedColwiseParallel(parts), "out": RowwiseParallel()}
+        if self.gate is not None:
+            plan["gate"] = ColwiseParallel()
+        return plan
+
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
         return describe(backend=self.backend, rule=self.mask_rule, logit_softcap=self.logit_softcap,

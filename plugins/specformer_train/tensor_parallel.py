@@ -1,0 +1,113 @@
+"""Tensor-parallel training: each block's components split as they declare (``train.parallel.tp``).
+
+``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
+such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.distributed.wrap_model`); every
+component that defines ``tensor_parallel(tp)`` (:mod:`specformer.model.tensor_parallel`)
+splits its weights across them (attention by heads, FFNs by hidden channels), and the rest
+(embeddings, norms, the output head, a component without a plan) is replicated: computed
+whole on every process, with gradients that agree because the split layers all-reduce
+their inputs' gradients.
+
+The split parameters are DTensors, the replicated ones plain tensors, so the gradient norm
+is taken here (:func:`clip_grad_norm`) rather than by torch's, which refuses the mix; and
+gathered weights of fused projections are put back in their own row order before they are
+saved (:func:`gathered_in_module_order`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+
+from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
+
+
+def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> str:
+    """Split every block component that declares a plan across ``mesh`` (1-D, the tensor-parallel group); one
+    warning names those that declare none. Returns what was split, in words."""
+    # late: only a tensor-parallel run needs the styles' machinery
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    tp = mesh.size()
+    replicated: dict[str, list[str]] = {}
+    split: dict[str, int] = {}
+    for index, block in enumerate(model.blocks):
+        for name, component in block.named_children():
+            where = f"blocks.{index}.{name}"
+            plan = getattr(component, "tensor_parallel", None)
+            if plan is None:
+                if any(p.dim() >= 2 for p in component.parameters()):  # norms and residuals are replicated by design
+                    replicated.setdefault(f"{type(component).__name__} (blocks.*.{name})", []).append(where)
+                continue
+            try:
+                styles = plan(tp)
+            except ValueError as exc:
+                raise ValueError(f"{where} ({type(component).__name__}): {exc}") from None
+            parallelize_module(component, mesh, styles)
+            split[type(component).__name__] = split.get(type(component).__name__, 0) + 1
+    names = sorted(replicated)
+    if names:
+        warnings.warn(f"tensor parallelism: {', '.join(names)} declare(s) no tensor_parallel plan and are replicated "
+                      f"on every process", stacklevel=2)
+    told = ", ".join(f"{count} {name}" for name, count in sorted(split.items())) or "nothing"
+    return f"tensor parallel {tp} ways: split {told}" + (f"; replicated {', '.join(names)}" if names else "")
+
+
+def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
+    """Scale gradients so their global norm is at most ``max_norm``; return the norm before.
+
+    A DTensor gradient's squares are summed over the mesh dimensions it is sharded on (tensor
+    parallel, and FSDP's data parallel beside it); a plain (replicated) one is the same on
+    every process and counts once.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    by_groups: dict[tuple, list[Tensor]] = {}  # (mesh, sharded mesh dims) -> local gradients
+    for g in grads:
+        if isinstance(g, DTensor):
+            # not is_shard(): FSDP's _StridedShard (data parallel over tensor-parallel rows) is not a Shard
+            dims = tuple(i for i, placement in enumerate(g.placements) if not placement.is_replicate())
+            by_groups.setdefault((g.device_mesh, dims), []).append(g.to_local())
+        else:
+            by_groups.setdefault((None, ()), []).append(g)
+    total = torch.zeros((), device=grads[0].device, dtype=torch.float32)
+    for (mesh, dims), tensors in by_groups.items():
+        squares = torch.stack([t.float().pow(2).sum() for t in tensors]).sum()
+        for dim in dims:
+            dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=mesh.get_group(dim))
+        total = total + squares
+    norm = total.sqrt()
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # as torch.nn.utils.clip_grad_norm_
+    for tensors in by_groups.values():
+        for t in tensors:
+            t.mul_(scale.to(t.dtype))
+    return norm
+
+
+def gathered_in_module_order(model: nn.Module, model_state: dict, optim_state: dict) -> tuple[dict, dict]:
+    """Full state dicts of a tensor-parallel model with fused projections' rows in the module's order."""
+    orders = fused_row_orders(model)
+    model_state = {k: restore_row_order(v, orders[k]) if k in orders else v for k, v in model_state.items()}
+    states = {name: {k: restore_row_order(v, orders[name]) if name in orders and _rowwise(v, orders[name]) else v
+                     for k, v in entry.items()}
+              for name, entry in optim_state.get("state", {}).items()}
+    return model_state, {**optim_state, "state": states}
+
+
+def in_rank_order(model: nn.Module, model_state: dict, optim_state: dict) -> tuple[dict, dict]:
+    """The inverse of :func:`gathered_in_module_order`: full state dicts laid out for the split model."""
+    orders = fused_row_orders(model)
+    model_state = {k: put_in_rank_order(v, orders[k]) if k in orders else v for k, v in model_state.items()}
+    states = {name: {k: put_in_rank_order(v, orders[name]) if name in orders and _rowwise(v, orders[name]) else v
+                     for k, v in entry.items()}
+              for name, entry in optim_state.get("state", {}).items()}
+    return model_state, {**optim_state, "state": states}
+
+
+def _rowwise(value: object, order: Tensor) -> bool:
+    # an optimizer state shaped like its parameter (moments), not a scalar (step)
+    return isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == len(order)
