@@ -485,21 +485,15 @@ def _hybrid(case: tuple[Component, dict[str, Any]], *, seed: int) -> Any:
 @pytest.mark.parametrize("component", MIXERS)
 @torch.no_grad()
 def test_every_mixer_decodes_through_the_cache_as_recompute(component: tuple[Component, dict[str, Any]]) -> None:
-    from specformer_generate import StaticKVCache
-
     _decodes_through_the_cache_as_recompute(_hybrid(component, seed=0), length=11, prompt=5, seed=0)
 
 
 def _decodes_through_the_cache_as_recompute(model: Any, *, length: int, prompt: int, seed: int) -> None:
     """A prompt, then one token at a time through the generation cache: the logits of one forward over it all."""
-    from specformer_generate import StaticKVCache
+    from fixtures.caching import cached_logits
 
     ids = torch.randint(0, model.vocab_size, (2, length), generator=torch.Generator().manual_seed(seed))
-    positions = torch.arange(length).expand_as(ids)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=length)
-    steps = [model(ids[:, :prompt], positions=positions[:, :prompt], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(prompt, length)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(ids), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(cached_logits(model, ids, prompt=prompt)[0], model(ids), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("component", MIXERS)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import specformer
+from fixtures.caching import cached_logits
 from specformer.errors import SpecError
-from specformer_generate.cache import StaticKVCache
 from specformer_layers.positional.alibi import ALiBi
 from specformer_layers.positional.nope import NoPositions
 from specformer_layers.positional.rope import RotaryPositions
@@ -105,11 +105,7 @@ def test_mixes_are_causal_and_the_cache_equals_recompute(layers: list[dict[str, 
     changed = ids.clone()
     changed[:, 8:] = (changed[:, 8:] + 1) % VOCAB
     torch.testing.assert_close(model(changed)[:, :8], full[:, :8], rtol=1e-10, atol=1e-10)
-    cache = StaticKVCache.for_model(model, batch_size=2, capacity=14)
-    positions = torch.arange(14).expand(2, 14)
-    steps = [model(ids[:, :5], positions=positions[:, :5], cache=cache)]
-    steps += [model(ids[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache) for t in range(5, 14)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(cached_logits(model, ids, prompt=5)[0], full, rtol=1e-9, atol=1e-9)
 
 
 def test_a_block_level_scheme_is_every_layers_default() -> None:

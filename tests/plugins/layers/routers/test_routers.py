@@ -193,6 +193,11 @@ def test_default_router_is_the_softmax_router_of_the_shorthand() -> None:
     ({"kind": "sigmoid_topk", "n_group": 8, "topk_group": 2}, r"needs at least 2 experts; n_experts \(8\) gives 1"),
     ({"kind": "sigmoid_topk", "bias_update_rate": -0.1}, "bias_update_rate"),
     ({"kind": "softmax_topk", "scaling_factor": 0}, "scaling_factor"),
+    ({"kind": "hash", "scoring": "relu"}, r"scoring.*'sqrtsoftplus', 'sigmoid' or 'softmax'"),
+    ({"kind": "hash", "scaling_factor": 0}, "scaling_factor"),
+    ({"kind": "sqrtsoftplus_topk", "n_group": 3, "topk_group": 1}, r"n_group \(3\) must divide n_experts \(8\)"),
+    ({"kind": "topk_sigmoid", "weights_on": "both"}, r"weights_on.*'input' or 'output'"),
+    ({"kind": "topk_sigmoid", "normalize": True}, "normalize"),
 ])
 def test_bad_router_specs(router: dict, message: str) -> None:
     spec = tiny_spec()
