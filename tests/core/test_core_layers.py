@@ -23,14 +23,15 @@ LAYERS: list[tuple[str, set[str]]] = [
                      "machine.threads", "machine.devices", "machine.memory", "tokenizers.tokenizer",
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",
-                         "model.sized", "model.sized_by_building", "model.residual"}),
+                         "model.sized", "model.sized_by_building", "model.residual", "model.parallel_plan",
+                         "model.tensor_parallel"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),
     ("validation", {"spec.validate", "checkpoint.provenance"}),
     ("building", {"model.wiring", "spec.size_check", "model.decoder", "model.assemble", "model.sizes"}),
     ("the spec pipeline", {"spec.check"}),
-    ("entry points", {"spec", "model.builder", "model.summary", "checkpoint.check", "checkpoint.save_load",
+    ("entry points", {"spec", "model.builder", "model.summary", "model.parallel", "checkpoint.check", "checkpoint.save_load",
                       "cli.catalogue", "cli.scaffold", "cli.main", "cli.__main__"}),
 ]
 
