@@ -16,6 +16,8 @@ saved (:func:`gathered_in_module_order`).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import warnings
 
 import torch
@@ -90,19 +92,20 @@ def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
 
 def gathered_in_module_order(model: nn.Module, model_state: dict, optim_state: dict) -> tuple[dict, dict]:
     """Full state dicts of a tensor-parallel model with fused projections' rows in the module's order."""
-    orders = fused_row_orders(model)
-    model_state = {k: restore_row_order(v, orders[k]) if k in orders else v for k, v in model_state.items()}
-    states = {name: {k: restore_row_order(v, orders[name]) if name in orders and _rowwise(v, orders[name]) else v
-                     for k, v in entry.items()}
-              for name, entry in optim_state.get("state", {}).items()}
-    return model_state, {**optim_state, "state": states}
+    return _reordered(model, model_state, optim_state, restore_row_order)
 
 
 def in_rank_order(model: nn.Module, model_state: dict, optim_state: dict) -> tuple[dict, dict]:
     """The inverse of :func:`gathered_in_module_order`: full state dicts laid out for the split model."""
+    return _reordered(model, model_state, optim_state, put_in_rank_order)
+
+
+def _reordered(model: nn.Module, model_state: dict, optim_state: dict,
+               move: Callable[[Tensor, Tensor], Tensor]) -> tuple[dict, dict]:
+    """Both state dicts with ``move(tensor, order)`` applied to every fused parameter and its row-shaped moments."""
     orders = fused_row_orders(model)
-    model_state = {k: put_in_rank_order(v, orders[k]) if k in orders else v for k, v in model_state.items()}
-    states = {name: {k: put_in_rank_order(v, orders[name]) if name in orders and _rowwise(v, orders[name]) else v
+    model_state = {k: move(v, orders[k]) if k in orders else v for k, v in model_state.items()}
+    states = {name: {k: move(v, orders[name]) if name in orders and _rowwise(v, orders[name]) else v
                      for k, v in entry.items()}
               for name, entry in optim_state.get("state", {}).items()}
     return model_state, {**optim_state, "state": states}
