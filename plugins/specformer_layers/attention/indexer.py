@@ -157,18 +157,15 @@ def index_kl(attention: Tensor, index: Tensor, keep: Tensor) -> Tensor:
 def top_slots(scores: Tensor, k: int) -> Tensor:
     """The ``k`` highest-scoring slots of each row ``(..., k)``, ascending; ties at the cut go to the earliest.
 
-    ``torch.topk`` gives the k-th value; every slot above it is taken, then as many slots
-    equal to it as fill the row, earliest first. The positions of the taken slots in
+    ``torch.topk`` gives only the k-th value; every slot above it is taken, then as many
+    slots equal to it as fill the row, earliest first. The positions of the taken slots in
     their row come from a running count, so nothing is sorted.
     """
     if k == scores.shape[-1]:
         return torch.arange(k, device=scores.device).expand(scores.shape)
-    best = scores.topk(k, dim=-1)
-    cut = best.values[..., -1:]  # (..., 1)
-    # Only a finite score shared at the cut makes the choice ambiguous (slots at -inf are never read):
-    # otherwise torch.topk's own slots are the answer, in slot order.
-    if not bool(((scores == cut).sum(-1, keepdim=True) > 1).logical_and_(cut.isfinite()).any()):
-        return best.indices.sort(dim=-1).values
+    cut = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th best score
+    # No branch on whether a tie exists: asking would sync with the device on every decode
+    # step and break a full-graph compile, and the counts below cost what the scores did.
     above = scores > cut
     at_cut = scores == cut
     room = k - above.sum(-1, keepdim=True)
