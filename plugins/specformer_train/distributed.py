@@ -19,7 +19,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,8 @@ class DistContext:
     local_rank: int = 0
     tp: int = 1  # processes splitting each component (train.parallel.tp); they read the same rows
     layout: str = ""  # how the model is split across processes, in words (tensor parallelism)
+    tp_mesh: Any = None  # the tensor-parallel group's DeviceMesh, once the model is split
+    tp_summed: tuple[str, ...] = ()  # parameters whose gradients are summed over it (parallel_plan.Shared)
 
     @property
     def dp_rank(self) -> int:
@@ -136,7 +138,8 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         mesh = init_device_mesh(device.type, (ctx.dp_size, ctx.tp), mesh_dim_names=("dp", "tp"))
         dp_mesh = mesh["dp"]
         try:
-            ctx.layout = apply_tensor_parallel(model, mesh=mesh["tp"])
+            ctx.layout, ctx.tp_summed = apply_tensor_parallel(model, mesh=mesh["tp"])
+            ctx.tp_mesh = mesh["tp"]
         except ValueError as exc:
             raise UserError(f"train.parallel.tp {ctx.tp}: {exc}") from None
     if ctx.mode == "ddp":

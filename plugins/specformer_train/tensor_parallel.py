@@ -2,9 +2,9 @@
 
 ``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
 such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.distributed.wrap_model`); every
-component that defines ``tensor_parallel(tp)`` (:mod:`specformer.model.tensor_parallel`)
-splits its weights across them (attention by heads, FFNs by hidden channels), and the rest
-(embeddings, norms, the output head, a component without a plan) is replicated: computed
+block component splits its weights across them as its ``parallel_plan`` declares
+(:mod:`specformer.model.tensor_parallel`: attention by heads, FFNs by hidden channels), and
+the rest (embeddings, norms, the output head, a component without a plan) is replicated: computed
 whole on every process, with gradients that agree because the split layers all-reduce
 their inputs' gradients.
 
@@ -26,38 +26,65 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
+from specformer.model.parallel_plan import declared_splits, plan_of, shared_weights
 from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
 
 
-def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> str:
-    """Split every block component that declares a plan across ``mesh`` (1-D, the tensor-parallel group); one
-    warning names those that declare none. Returns what was split, in words."""
+def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> tuple[str, tuple[str, ...]]:
+    """Split every block component as its ``parallel_plan`` declares, across ``mesh`` (1-D, the tensor-parallel group);
+    one warning names those that declare no plan. Returns what was split, in words, and the names of the
+    parameters whose gradients are summed over the group (:class:`specformer.model.parallel_plan.Shared`)."""
     # late: only a tensor-parallel run needs the styles' machinery
     from torch.distributed.tensor.parallel import parallelize_module
+
+    from specformer.model.tensor_parallel import styles_from_plan
 
     tp = mesh.size()
     replicated: dict[str, list[str]] = {}
     split: dict[str, int] = {}
+    summed: list[str] = []
     for index, block in enumerate(model.blocks):
         for name, component in block.named_children():
             where = f"blocks.{index}.{name}"
-            plan = getattr(component, "tensor_parallel", None)
-            if plan is None:
+            summed += [f"{where}.{weight}" for weight in shared_weights(component, "tp")]
+            walked = list(declared_splits(component))
+            if not any(owner is not None for _, owner, _, _ in walked):
                 if any(p.dim() >= 2 for p in component.parameters()):  # norms and residuals are replicated by design
                     replicated.setdefault(f"{type(component).__name__} (blocks.*.{name})", []).append(where)
                 continue
-            try:
-                styles = plan(tp)
-            except ValueError as exc:
-                raise ValueError(f"{where} ({type(component).__name__}): {exc}") from None
-            parallelize_module(component, mesh, styles)
-            split[type(component).__name__] = split.get(type(component).__name__, 0) + 1
+            owners = {id(owner): owner for _, owner, _, splits in walked
+                      if owner is not None and any(s.axis == "tp" for s in splits)}
+            prefixes = {id(module): prefix for prefix, module in component.named_modules()}
+            for owner in owners.values():
+                at = f"{where}.{prefixes[id(owner)]}".rstrip(".")
+                try:
+                    styles = styles_from_plan(owner, plan_of(owner), tp, where=f"{at}.")
+                    take_share = getattr(owner, "take_tensor_parallel_share", None)
+                    if take_share is not None:
+                        take_share(mesh)
+                except ValueError as exc:
+                    raise ValueError(f"{at} ({type(owner).__name__}): {exc}") from None
+                parallelize_module(owner, mesh, styles)
+                split[type(owner).__name__] = split.get(type(owner).__name__, 0) + 1
     names = sorted(replicated)
     if names:
-        warnings.warn(f"tensor parallelism: {', '.join(names)} declare(s) no tensor_parallel plan and are replicated "
+        warnings.warn(f"tensor parallelism: {', '.join(names)} declare(s) no parallel_plan and are replicated "
                       f"on every process", stacklevel=2)
     told = ", ".join(f"{count} {name}" for name, count in sorted(split.items())) or "nothing"
-    return f"tensor parallel {tp} ways: split {told}" + (f"; replicated {', '.join(names)}" if names else "")
+    return f"tensor parallel {tp} ways: split {told}" + (f"; replicated {', '.join(names)}" if names else ""), tuple(summed)
+
+
+def sum_shared_gradients(model: nn.Module, names: tuple[str, ...], mesh: DeviceMesh) -> None:
+    """Sum over the tensor-parallel group the gradients of the weights each process applied to its share only.
+
+    Under FSDP2 a gradient is this process' data-parallel shard, the same rows on every
+    process of the group, so the shards are summed alike.
+    """
+    parameters = dict(model.named_parameters())
+    for name in names:
+        grad = parameters[name].grad
+        if grad is not None:
+            dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=mesh.get_group())
 
 
 def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> Tensor:

@@ -244,6 +244,10 @@ class Trainer:
                     objective = objective + config.aux_loss_weight * aux.float()
             (objective / config.grad_accum).backward()
             total += loss.detach()
+        if ctx.tp_summed:
+            from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
+
+            sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
         grad_norm = None
         if config.clip_norm is not None:
             if ctx.tp > 1:  # split (DTensor) and replicated gradients together: torch's refuses the mix

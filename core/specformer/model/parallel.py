@@ -42,7 +42,7 @@ from torch import nn
 
 from specformer.errors import UserError
 from specformer.messages import format_bytes
-from specformer.model.parallel_plan import ParallelPlan, Split, plan_of
+from specformer.model.parallel_plan import ParallelPlan, Split, declared_splits, plan_of
 
 #: The axes ``--parallel`` accepts, in the order they are printed.
 AXES = ("tp", "ep", "dp_shard", "dp_replicate")
@@ -210,21 +210,14 @@ def _vocab_plan(skeleton: nn.Module) -> ParallelPlan:
 def _declared(part: str, component: nn.Module, r: ParallelReport,
               plan: ParallelPlan | None) -> Iterator[tuple[str, torch.Tensor, tuple[Split, ...]]]:
     """Each parameter of a component with its splits; notes in ``r`` what was split and what had no plan."""
-    owners: list[tuple[str, ParallelPlan]] = []  # (module prefix, its plan), deepest last
-    if plan is not None:
-        owners.append(("", plan))
-    for prefix, module in component.named_modules():
-        declared = plan_of(module)
-        if declared is not None:
-            owners.append((prefix + "." if prefix else "", declared))
     label = f"{part} ({type(component).__name__})"
-    params = list(component.named_parameters())
-    if params and not owners and label not in r.undeclared:
+    parameters = dict(component.named_parameters())
+    walked = list(declared_splits(component, plan))
+    if walked and all(owner is None for _, owner, _, _ in walked) and label not in r.undeclared:
         r.undeclared.append(label)
     described: dict[str, list[str]] = {}
-    for name, p in params:
-        owner = max((o for o in owners if name.startswith(o[0])), key=lambda o: len(o[0]), default=None)
-        splits = tuple(owner[1].get(name[len(owner[0]):], ())) if owner is not None else ()
+    for name, _, _, splits in walked:
+        p = parameters[name]
         for s in splits:
             if getattr(r.layout, s.axis) == 1:  # declared, but this layout does not cut along it
                 continue
@@ -288,7 +281,8 @@ def format_parallel(r: ParallelReport) -> str:
                  f"(batch {r.batch} x seq {r.seq:,} per data-parallel rank, fp32 logits included)")
     lines.append("communication per step per device (bytes sent):")
     lines += [f"  {k:<48}{format_bytes(v)}" for k, v in r.comm.items()]
-    lines.append("  (a plan on paper: training does not apply tp/ep/sequence parallelism yet)")
+    lines.append("  (a plan on paper: training splits tp as declared (train.parallel.tp); not yet ep, sequence "
+                 "parallelism or the vocabulary-parallel embedding and head)")
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ Torch-free: a plugin's module imports only :class:`Split` from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 #: The axes a weight may split over.
 WEIGHT_AXES = ("tp", "ep")
@@ -49,8 +49,20 @@ class Split:
     copies_when_fewer: bool = False
 
 
-#: A module's plan: parameter name -> its segments (``()``: replicated by choice).
-ParallelPlan = Mapping[str, tuple[Split, ...]]
+@dataclass(frozen=True)
+class Shared:
+    """A weight every device of ``axis`` keeps whole but applies to its own share only.
+
+    A norm applied to each query head, with ``tp`` splitting the heads, sees only that
+    device's heads: each device's gradient is a part of the whole, so training sums them
+    over the axis (after the backward, before clipping).
+    """
+
+    axis: Literal["tp", "ep"]
+
+
+#: A module's plan: parameter name -> its segments (``()``: replicated by choice; ``(Shared(axis),)``: see :class:`Shared`).
+ParallelPlan = Mapping[str, tuple["Split | Shared", ...]]
 
 
 def plan_of(module: Any) -> ParallelPlan | None:
@@ -59,4 +71,50 @@ def plan_of(module: Any) -> ParallelPlan | None:
     return dict(declare()) if callable(declare) else None
 
 
-__all__ = ["ParallelPlan", "Split", "WEIGHT_AXES", "plan_of"]
+def local_share(value: Any) -> Any:
+    """This process' share of a parameter its module's forward reads directly (attention sinks, one per head):
+    the local part when tensor parallelism split it (a DTensor), else the value itself (None included)."""
+    to_local = getattr(value, "to_local", None)
+    return value if to_local is None else to_local()
+
+
+def declared_splits(component: Any, plan: ParallelPlan | None = None) -> Iterator[tuple[str, Any, str, tuple[Split, ...]]]:
+    """Each parameter of ``component`` with the module that speaks for it: ``(name, owner, name in the owner, splits)``.
+
+    The owner is the outermost module whose plan names the parameter (the holder knows how
+    a part is applied: attention names its per-head norm's weight), else the deepest module
+    above it that declares a plan (which keeps it whole); ``plan``, when given, stands for
+    the component's own. ``owner`` is None when no module above declares a plan, and the
+    splits are then ``()``. The planner (``summary --parallel``) and the trainer's tensor
+    parallelism both read a component's parameters through this one rule.
+    """
+    for name, owner, local, entries in _owned(component, plan):
+        yield name, owner, local, tuple(e for e in entries if isinstance(e, Split))
+
+
+def shared_weights(component: Any, axis: str) -> list[str]:
+    """The parameters of ``component`` its plans declare :class:`Shared` over ``axis``: their gradients are summed."""
+    return [name for name, _, _, entries in _owned(component, None)
+            if any(isinstance(e, Shared) and e.axis == axis for e in entries)]
+
+
+def _owned(component: Any, plan: ParallelPlan | None) -> Iterator[tuple[str, Any, str, tuple[Split | Shared, ...]]]:
+    owners: list[tuple[str, Any, ParallelPlan]] = []  # (module prefix, module, its plan), outermost first
+    if plan is not None:
+        owners.append(("", component, plan))
+    for prefix, module in component.named_modules():
+        declared = plan_of(module)
+        if declared is not None and not (prefix == "" and plan is not None):
+            owners.append((prefix + "." if prefix else "", module, declared))
+    for name, _ in component.named_parameters():
+        above = [o for o in owners if name.startswith(o[0])]
+        naming = [o for o in above if name[len(o[0]):] in o[2]]
+        owner = naming[0] if naming else max(above, key=lambda o: len(o[0]), default=None)
+        if owner is None:
+            yield name, None, name, ()
+            continue
+        prefix, module, declared = owner
+        yield name, module, name[len(prefix):], tuple(declared.get(name[len(prefix):], ()))
+
+
+__all__ = ["ParallelPlan", "Shared", "Split", "WEIGHT_AXES", "declared_splits", "local_share", "plan_of", "shared_weights"]

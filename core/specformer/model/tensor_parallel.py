@@ -1,32 +1,47 @@
-"""Tensor parallelism declared by components: the contract and the one style fused projections need.
+"""Tensor parallelism in training, derived from the components' :mod:`specformer.model.parallel_plan`.
 
-A component takes part in tensor parallelism (TP) by defining
+A component declares once how its weights split (``parallel_plan()``: :class:`Split`
+segments per parameter); ``specformer summary --parallel`` reads that declaration to plan
+on paper, and the trainer reads the same one to split the weights (:func:`styles_from_plan`):
 
-    def tensor_parallel(self, tp: int) -> dict[str, ParallelStyle]: ...
+- a submodule's ``weight`` split on dim 0 (output rows) is column-wise parallel, each
+  segment of a fused weight split on its own (:class:`FusedColwiseParallel`);
+- a submodule's ``weight`` split on dim 1 (input columns) is row-wise parallel (partial
+  outputs summed across processes; its bias added once);
+- a parameter of the component itself split on dim 0 (attention sinks, one per head) is
+  sharded (:class:`ShardOwnParameters`): the forward reads its share with ``.to_local()``.
 
-which checks that it can be split ``tp`` ways (a ``ValueError`` naming the limit if not),
-switches its forward to its local share (its heads, its hidden channels) and returns the
-plan for its submodules, keyed by their names relative to it
-(``torch.distributed.tensor.parallel.parallelize_module`` applies it). A component
-without the method is replicated: every process holds and computes it whole.
+Its forward must then compute on its share: a component whose forward depends on the
+split sizes defines
+
+    def take_tensor_parallel_share(self, mesh: DeviceMesh) -> None: ...
+
+which switches its counts (heads, hidden channels) to one process' share of ``mesh.size()``,
+or raises a ``ValueError`` naming what it cannot split yet; it is called before any weight
+is cut. The mesh is there for an activation every process reads with its own heads only
+(:func:`gradient_summed`).
+Parameters named ``()`` or not at all are replicated; a component with no plan anywhere
+above its weights is replicated whole.
 
 Specformer fuses projections (attention's ``qkv`` holds rows ``[q; k; v]``, the gated
 FFN's ``gate_up`` rows ``[gate; up]``), so a plain column split would hand the first
 process all the queries and the second the keys and values. :class:`FusedColwiseParallel`
 splits each part on its own: process ``r`` holds ``[q_r; k_r; v_r]``. The parameter is a
 DTensor sharded on rows whose logical (gathered) order is therefore rank-major;
-:func:`row_order` records the permutation so that gathered weights are put back in the
-module's own order before they are saved (:func:`restore_row_order`).
+:func:`rank_major_order` records the permutation so that gathered weights are put back in
+the module's own order before they are saved (:func:`restore_row_order`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
+
+from specformer.model.parallel_plan import ParallelPlan, Split
 
 #: The attribute a fused projection carries after :class:`FusedColwiseParallel`: gathered row i is real row order[i].
 ROW_ORDER = "_tp_row_order"
@@ -90,3 +105,76 @@ def restore_row_order(tensor: Tensor, order: Tensor) -> Tensor:
 def put_in_rank_order(tensor: Tensor, order: Tensor) -> Tensor:
     """The inverse of :func:`restore_row_order`: a tensor in the module's order laid out rank-major."""
     return tensor[order.to(tensor.device)]
+
+
+class ShardOwnParameters(ParallelStyle):
+    """Shard the named parameters of the module itself on dim 0 (e.g. one attention sink per head)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.names = tuple(names)
+
+    def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+        for name in self.names:
+            param = getattr(module, name)
+            sharded = distribute_tensor(param.detach(), device_mesh, [Shard(0)])
+            module.register_parameter(name, nn.Parameter(sharded, requires_grad=param.requires_grad))
+        return module
+
+
+def styles_from_plan(module: nn.Module, plan: ParallelPlan, tp: int, *, where: str = "") -> dict[str, ParallelStyle]:
+    """The ``parallelize_module`` plan that cuts ``module`` ``tp`` ways as its ``parallel_plan`` declares.
+
+    Only the ``tp`` segments count (``ep`` is expert parallelism's), and only for parameters
+    the module has (a plan may name optional ones: a gate, sinks). A size that does not
+    divide, or key/value heads fewer than ``tp`` (which the planner copies on paper), is a
+    ``ValueError`` naming the parameter and the sizes.
+    """
+    present = {name for name, p in module.named_parameters() if p is not None}
+    styles: dict[str, ParallelStyle] = {}
+    own: list[str] = []
+    for name, splits in plan.items():
+        if name not in present:
+            continue
+        cut = tuple(s for s in splits if isinstance(s, Split) and s.axis == "tp")
+        if not cut:
+            continue
+        for s in cut:
+            _check_divides(s, tp, f"{where}{name}")
+        owner, _, pname = name.rpartition(".")
+        if not owner:  # the module's own parameter
+            if cut[0].dim != 0:
+                raise ValueError(f"{where}{name}: a module's own parameter splits on dim 0 only (declared dim {cut[0].dim})")
+            own.append(name)
+        elif pname == "weight":  # the bias follows its weight
+            styles[owner] = _linear_style(cut)
+    if own:
+        styles[""] = ShardOwnParameters(own)
+    return styles
+
+
+def _linear_style(cut: tuple[Split, ...]) -> ParallelStyle:
+    if cut[0].dim == 1:
+        return RowwiseParallel()
+    if len(cut) == 1 and cut[0].rows is None:
+        return ColwiseParallel()
+    return FusedColwiseParallel([s.rows for s in cut])
+
+
+def _check_divides(split: Split, tp: int, name: str) -> None:
+    if split.units % tp == 0:
+        return
+    if split.copies_when_fewer and tp % split.units == 0:
+        raise ValueError(f"{name}: {split.units} {split.what} are fewer than tp={tp}; training splits them, so tp "
+                         f"must divide them (copying them to each process is planned on paper only)")
+    raise ValueError(f"{name}: tensor parallelism splits {split.what}, and {split.units} do not divide by tp={tp}")
+
+
+def gradient_summed(x: Tensor, mesh: Any) -> Tensor:
+    """``x`` itself, its gradient summed over ``mesh`` in backward.
+
+    For an activation every process holds whole but reads with its own heads only (latent
+    attention's shared rotary key): each process' gradient is a part of the whole. Megatron-LM
+    calls this the copy into the tensor-parallel region.
+    """
+    return DTensor.from_local(x, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -12,7 +12,7 @@ from specformer.model.attention import head_sizes
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
-from specformer.model.parallel_plan import ParallelPlan, Split
+from specformer.model.parallel_plan import ParallelPlan, Shared, Split, local_share
 
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 from specformer_layers.attention.params import CausalSelfAttentionParams
@@ -79,12 +79,18 @@ class CausalSelfAttention(nn.Module):
         heads = Split("tp", 0, H, "query heads", rows=H * hd)
         kv = tuple(Split("tp", 0, self.n_kv_heads, "key/value heads", rows=rows, copies_when_fewer=True)
                    for rows in self.kv_splits)
-        plan: dict[str, tuple[Split, ...]] = {"qkv.weight": (heads, *kv), "qkv.bias": (heads, *kv),
-                                              "out.weight": (Split("tp", 1, H, "query heads"),),
-                                              "gate.weight": (Split("tp", 0, H, "query heads"),),
-                                              "gate.bias": (Split("tp", 0, H, "query heads"),),
-                                              "sinks": (Split("tp", 0, H, "query heads"),)}
-        return plan  # the output bias and the query/key norms: replicated
+        plan: dict[str, tuple[Split | Shared, ...]] = {"qkv.weight": (heads, *kv), "qkv.bias": (heads, *kv),
+                                                       "out.weight": (Split("tp", 1, H, "query heads"),),
+                                                       "gate.weight": (Split("tp", 0, H, "query heads"),),
+                                                       "gate.bias": (Split("tp", 0, H, "query heads"),),
+                                                       "sinks": (Split("tp", 0, H, "query heads"),)}
+        # A norm applied to each head (qk_norm_scope: head, v_norm) is kept whole, each device applying it to its
+        # own heads: their gradients are summed.
+        for norm_name in ("q_norm", "k_norm", "v_norm"):
+            norm = getattr(self, norm_name)
+            if norm is not None and (norm_name == "v_norm" or self.qk_norm_scope == "head"):
+                plan.update({f"{norm_name}.{p}": (Shared("tp"),) for p, _ in norm.named_parameters()})
+        return plan  # the output bias: replicated
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
@@ -107,7 +113,7 @@ class CausalSelfAttention(nn.Module):
             k, v, k_positions = self._shared_keys_values(ctx)
         # The positional bias (ALiBi) is handed over as the scheme itself: the dense kernels
         # build it, FlexAttention evaluates it per score (kernels.Scores.bias).
-        scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=self.sinks, positional=positional,
+        scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=local_share(self.sinks), positional=positional,
                         state=state)
         y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
                    scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
@@ -148,37 +154,16 @@ class CausalSelfAttention(nn.Module):
                                f"did not keep: the Decoder keeps them for the kv_from its blocks' attention declare")
         return shared
 
-    def tensor_parallel(self, tp: int) -> dict:
-        """Split the heads ``tp`` ways (the contract of :mod:`specformer.model.tensor_parallel`).
-
-        Each process keeps ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value
-        heads: ``qkv`` split per part, the output gate column-wise, ``out`` row-wise (its
-        partial sums added across processes).
-        """
-        # late: only a tensor-parallel run needs torch.distributed's styles
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-        from specformer.model.tensor_parallel import FusedColwiseParallel
-
-        refused = [what for what, on in (
-            ("sinks", self.sinks is not None),
-            (f"qk_norm_scope {self.qk_norm_scope!r} (a norm across heads or per-head weights)",
-             self.q_norm is not None and self.qk_norm_scope != "head"),
-            ("kv_from (keys and values read from another layer)", self.kv_from is not None),
-        ) if on]
-        if refused:
-            raise ValueError(f"tensor parallelism does not split attention with {', '.join(refused)} yet")
-        if self.n_heads % tp or self.n_kv_heads % tp:
-            raise ValueError(f"tensor parallelism splits heads: n_heads ({self.n_heads}) and n_kv_heads "
-                             f"({self.n_kv_heads}) must both divide by tp={tp}")
-        parts = (self.n_heads * self.head_dim, *self.kv_splits)
+    def take_tensor_parallel_share(self, mesh: Any) -> None:
+        """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads, ``tp`` the size of ``mesh``
+        (:mod:`specformer.model.tensor_parallel`; the weights are cut as :meth:`parallel_plan` declares)."""
+        if self.q_norm is not None and self.qk_norm_scope != "head":
+            raise ValueError(f"tensor parallelism does not split attention with qk_norm_scope {self.qk_norm_scope!r} "
+                             f"yet (a norm across all heads' channels, or weights per head); 'head' is split")
+        tp = mesh.size()
         self.n_heads //= tp
         self.n_kv_heads //= tp
         self.kv_splits = tuple(size // tp for size in self.kv_splits)
-        plan = {"qkv": FusedColwiseParallel(parts), "out": RowwiseParallel()}
-        if self.gate is not None:
-            plan["gate"] = ColwiseParallel()
-        return plan
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""

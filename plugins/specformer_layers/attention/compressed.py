@@ -118,6 +118,11 @@ class CompressedAttention(nn.Module):
             plan["out.weight"] = (Split("tp", 1, self.n_heads, "heads"),)
         return plan
 
+    def take_tensor_parallel_share(self, mesh: object) -> None:
+        """Refused: its plan is on paper only (``summary --parallel``) until its pooled entries and indexer are split."""
+        raise ValueError("tensor parallelism does not split compressed attention in training yet "
+                         "(its split is planned on paper only: specformer summary --parallel)")
+
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
         H, hd = self.n_heads, self.head_dim

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -11,7 +12,7 @@ from torch import Tensor, nn
 from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
-from specformer.model.parallel_plan import ParallelPlan, Split
+from specformer.model.parallel_plan import ParallelPlan, Split, local_share
 from specformer_layers.attention.params import LatentAttentionParams
 
 from specformer_layers.attention.kernels import Scores, attend, eager
@@ -79,12 +80,27 @@ class LatentAttention(nn.Module):
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used.
         self.observe_weights: Callable[[Tensor], None] | None = None
+        # Under tensor parallelism: what sums the gradient of a key every process reads with its own heads only.
+        self.summed_over_heads: Callable[[Tensor], Tensor] = _unchanged
 
     def parallel_plan(self) -> ParallelPlan:
         """Heads over tp (the up-projections from the latents and the output); the latents' down-projections replicated."""
         heads = (Split("tp", 0, self.n_heads, "heads"),)
         return {"q_proj.weight": heads, "q_b.weight": heads, "kv_b.weight": heads,
                 "out.weight": (Split("tp", 1, self.n_heads, "heads"),)}
+
+    def take_tensor_parallel_share(self, mesh: Any) -> None:
+        """Compute on ``n_heads / tp`` heads (:mod:`specformer.model.tensor_parallel`); the shared rotary key (and,
+        in the sparse form, the latent) is read by every process' heads, so its gradient is summed over ``mesh``."""
+        if self.indexer is not None and self.indexer.loss_coef:
+            raise ValueError("tensor parallelism does not train an indexer yet (its loss reads every head's attention); "
+                             "set the indexer's loss_coef to 0 to train the rest split")
+        # late: only a tensor-parallel run needs DTensors
+        from specformer.model.tensor_parallel import gradient_summed
+
+        self.n_heads //= mesh.size()
+        self.n_kv_heads = self.n_heads
+        self.summed_over_heads = functools.partial(gradient_summed, mesh=mesh)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
@@ -126,7 +142,7 @@ class LatentAttention(nn.Module):
             return self.out(y.transpose(1, 2).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
-        k = torch.cat((k_nope, k_rope.expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
+        k = torch.cat((k_nope, self.summed_over_heads(k_rope).expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, T, nope + rope)
         # The same kernels and mask rule as every attention; `backend` offers only sdpa and eager.
         # With an indexer and no more keys than it keeps, every allowed key is chosen: dense attention.
@@ -162,10 +178,10 @@ class LatentAttention(nn.Module):
         expanded keys; the output leaves the latent through ``W_uv`` afterwards.
         """
         H, nope, vd = self.n_heads, self.qk_nope_head_dim, self.v_head_dim
-        up = self.kv_b.weight.view(H, nope + vd, self.kv_lora_rank)  # rows per head: [W_uk; W_uv]
+        up = local_share(self.kv_b.weight).view(H, nope + vd, self.kv_lora_rank)  # rows per head: [W_uk; W_uv]
         w_uk, w_uv = up.split((nope, vd), dim=1)
         q = torch.cat((torch.einsum("bhtn,hnc->bhtc", q_nope, w_uk), q_rope), dim=-1)  # (B, H, T, kv_lora + rope)
-        k = torch.cat((latent, k_rope), dim=-1)  # (B, 1, S, kv_lora + rope)
+        k = self.summed_over_heads(torch.cat((latent, k_rope), dim=-1))  # (B, 1, S, kv_lora + rope)
         latent = k[..., : self.kv_lora_rank]  # the values: a view of the keys, so the kernel gathers them once
         dropout = self.dropout if self.training else 0.0
         if self.observe_weights is not None:
@@ -195,6 +211,10 @@ class LatentAttention(nn.Module):
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
         if self.out.bias is not None:
             nn.init.zeros_(self.out.bias)
+
+
+def _unchanged(x: Tensor) -> Tensor:
+    return x
 
 
 def yarn_mscale(factor: float | None, mscale_all_dim: float) -> float:

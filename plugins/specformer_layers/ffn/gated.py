@@ -41,18 +41,6 @@ class GatedMLP(nn.Module):
             out = out * self.output_multiplier
         return self.dropout(out)
 
-    def tensor_parallel(self, tp: int) -> dict:
-        """Split the hidden channels ``tp`` ways: ``gate_up`` per part, ``down`` row-wise."""
-        # late: only a tensor-parallel run needs torch.distributed's styles
-        from torch.distributed.tensor.parallel import RowwiseParallel
-
-        from specformer.model.tensor_parallel import FusedColwiseParallel
-
-        if self.hidden % tp:
-            raise ValueError(f"tensor parallelism splits the hidden channels: hidden ({self.hidden}) must divide by tp={tp}")
-        self.hidden //= tp
-        return {"gate_up": FusedColwiseParallel((self.hidden * tp, self.hidden * tp)), "down": RowwiseParallel()}
-
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.gate_up.weight, std=std)
         nn.init.normal_(self.down.weight, std=residual_std)

@@ -34,16 +34,6 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.fc_out(self.activation(self.fc_in(x))))
 
-    def tensor_parallel(self, tp: int) -> dict:
-        """Split the hidden channels ``tp`` ways: ``fc_in`` column-wise, ``fc_out`` row-wise."""
-        # late: only a tensor-parallel run needs torch.distributed's styles
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-        if self.fc_in.out_features % tp:
-            raise ValueError(f"tensor parallelism splits the hidden channels: hidden ({self.fc_in.out_features}) "
-                             f"must divide by tp={tp}")
-        return {"fc_in": ColwiseParallel(), "fc_out": RowwiseParallel()}
-
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.fc_in.weight, std=std)
         nn.init.normal_(self.fc_out.weight, std=residual_std)  # feeds the residual stream

@@ -1,5 +1,5 @@
-"""Tensor parallelism on CPU: two gloo processes, launched by torchrun, split the components that declare a plan
-(attention by heads, FFNs by hidden channels) and train like one process on the same global batch."""
+"""Tensor parallelism on CPU: two gloo processes, launched by torchrun, split the components as their parallel_plan
+declares (attention by heads, FFNs by hidden channels) and train like one process on the same global batch."""
 
 from __future__ import annotations
 
@@ -27,9 +27,31 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 #: Llama-like: RMSNorm, RoPE, grouped-query attention (4 query heads, 2 key/value heads) and SwiGLU.
 LLAMA_BLOCK = {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}}
 
+#: Every part of attention the plan splits or keeps whole: gpt-oss's sinks (split by head), Qwen3's norm on each query
+#: and key head and a value norm (kept whole, gradients summed), Qwen3-Next's output gate (split by head), and a
+#: later layer reading the first one's keys and values (kv_from); a plain GELU MLP.
+ATTENTION_PARTS_BLOCK = {
+    "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True, "output_gate": True,
+                  "qk_norm": {"kind": "rmsnorm"}, "v_norm": {"kind": "rmsnorm"}},
+    "ffn": {"kind": "mlp", "hidden": 64},
+    "layers": [{"select": 1, "attention": {"kv_from": 0, "v_norm": None}}],
+}
+
+#: DeepSeek-V3's shape, tiny: latent attention with a query bottleneck, and a mixture with a shared expert and
+#: sigmoid routing over groups (experts replicated under tp: expert parallelism is train.parallel.ep's).
+DEEPSEEK_BLOCK = {
+    "attention": {"kind": "mla", "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
+                  "qk_nope_head_dim": 8, "v_head_dim": 8},
+    "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1,
+            "router": {"kind": "sigmoid_topk", "normalize": True, "n_group": 2, "topk_group": 1}},
+}
+
 
 def _spec(block: dict, **train: object) -> dict:
-    model = {**TINY_MODEL, "block": {**TINY_MODEL["block"], **block}}
+    layers = block.get("layers")
+    model = {**TINY_MODEL, "block": {**TINY_MODEL["block"], **{k: v for k, v in block.items() if k != "layers"}}}
+    if layers is not None:
+        model["layers"] = layers
     return {"model": model, "train": {**TINY_TRAIN, **train}}
 
 
@@ -78,13 +100,37 @@ def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str)
 
 @pytest.mark.slow
 def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tmp_path: Path) -> None:
-    # A mixture of experts declares no plan: it is computed whole on both processes, beside split attention.
-    moe = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}
-    reference, two = _one_and_two(tmp_path, {**LLAMA_BLOCK, "ffn": moe})
+    # A short convolution (LFM2's token mixer) declares no plan: it is computed whole on both processes, beside
+    # a split FFN.
+    reference, two = _one_and_two(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
-    assert "split 2 CausalSelfAttention; replicated MoE (blocks.*.ffn)" in done.stdout
-    assert done.stderr.count("MoE (blocks.*.ffn) declare(s) no tensor_parallel plan") == 2  # once a process
+    assert "split 2 GatedMLP; replicated ShortConv (blocks.*.attention)" in done.stdout
+    assert done.stderr.count("ShortConv (blocks.*.attention) declare(s) no parallel_plan") == 2  # once a process
+    _assert_same_run(out, reference)
+
+
+#: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32 (the indexer replicated, not
+#: learning: its loss reads every head's attention, which tp does not gather yet).
+SPARSE_MLA_BLOCK = {
+    "attention": {**DEEPSEEK_BLOCK["attention"], "q_lora_rank": None,
+                  "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8, "block": 8, "loss_coef": 0.0}},
+    "ffn": {"kind": "swiglu", "hidden": 64},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block, split", [
+    (ATTENTION_PARTS_BLOCK, "split 2 CausalSelfAttention, 2 MLP"),
+    (DEEPSEEK_BLOCK, "split 2 GatedMLP, 2 LatentAttention"),  # the GatedMLPs: the mixtures' shared experts
+    (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention"),
+], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer"])
+def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: Path, block: dict, split: str) -> None:
+    reference, two = _one_and_two(tmp_path, block)
+    out = tmp_path / "tp"
+    done = torchrun(two, out, "--set", "train.parallel.tp=2")
+    assert split in done.stdout
+    assert "declare(s) no parallel_plan" not in done.stderr
     _assert_same_run(out, reference)
 
 

@@ -9,8 +9,9 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 import specformer
 from specformer.errors import UserError
-from specformer.model.tensor_parallel import (FusedColwiseParallel, put_in_rank_order, rank_major_order,
-                                              restore_row_order)
+from specformer.model.parallel_plan import plan_of, shared_weights
+from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnParameters, put_in_rank_order,
+                                              rank_major_order, restore_row_order, styles_from_plan)
 from specformer_train.config import TrainConfig
 from specformer_train.distributed import resolve_mode
 from specformer_train.tensor_parallel import clip_grad_norm
@@ -26,39 +27,90 @@ def test_fused_rows_are_laid_out_part_by_part_for_each_rank() -> None:
     assert torch.equal(restore_row_order(put_in_rank_order(weight, order), order), weight)
 
 
+class _Group:
+    """What a component's ``take_tensor_parallel_share`` reads of the tensor-parallel mesh: its size."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+
+def _styles(module: torch.nn.Module, tp: int) -> dict:
+    return styles_from_plan(module, plan_of(module), tp)
+
+
 def test_attention_splits_its_heads_and_fused_qkv_per_part() -> None:
     model = specformer.build(tiny_spec())  # 4 query heads, 2 key/value heads, head_dim 8
     attention = model.blocks[0].attention
-    plan = attention.tensor_parallel(2)
-    assert isinstance(plan["qkv"], FusedColwiseParallel) and plan["qkv"].parts == (32, 16, 16)
-    assert isinstance(plan["out"], RowwiseParallel)
+    styles = _styles(attention, 2)
+    assert isinstance(styles["qkv"], FusedColwiseParallel) and styles["qkv"].parts == (32, 16, 16)
+    assert isinstance(styles["out"], RowwiseParallel)
+    assert set(styles) == {"qkv", "out"}  # no gate, no sinks: the plan's optional parts are skipped
+    attention.take_tensor_parallel_share(_Group(2))
     assert (attention.n_heads, attention.n_kv_heads, attention.kv_splits) == (2, 1, (8, 8))
+
+
+def test_sinks_gate_and_per_head_norms_follow_the_heads() -> None:
+    attention = specformer.build(tiny_spec(block={"attention": {
+        "kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True, "output_gate": True,
+        "qk_norm": {"kind": "rmsnorm"}}})).blocks[0].attention
+    styles = _styles(attention, 2)
+    assert isinstance(styles["gate"], ColwiseParallel) and not isinstance(styles["gate"], FusedColwiseParallel)
+    assert isinstance(styles[""], ShardOwnParameters) and styles[""].names == ("sinks",)
+    # the norms on each head are kept whole and their gradients summed over the group
+    assert shared_weights(attention, "tp") == ["q_norm.weight", "k_norm.weight"]
 
 
 def test_gated_and_plain_ffns_split_their_hidden_channels() -> None:
     gated = specformer.build(tiny_spec()).blocks[0].ffn  # swiglu, hidden 48
-    plan = gated.tensor_parallel(2)
-    assert plan["gate_up"].parts == (48, 48) and isinstance(plan["down"], RowwiseParallel)
-    assert gated.hidden == 24
+    styles = _styles(gated, 2)
+    assert styles["gate_up"].parts == (48, 48) and isinstance(styles["down"], RowwiseParallel)
     plain = specformer.build(tiny_spec(block={"ffn": {"kind": "mlp", "hidden": 64}})).blocks[0].ffn
-    plan = plain.tensor_parallel(2)
-    assert isinstance(plan["fc_in"], ColwiseParallel) and isinstance(plan["fc_out"], RowwiseParallel)
+    styles = _styles(plain, 2)
+    assert type(styles["fc_in"]) is ColwiseParallel and isinstance(styles["fc_out"], RowwiseParallel)
+
+
+def test_latent_attention_splits_its_up_projections_and_keeps_the_latents_whole() -> None:
+    mla = {"kind": "mla", "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
+           "qk_nope_head_dim": 8, "v_head_dim": 8}
+    attention = specformer.build(tiny_spec(block={"attention": mla})).blocks[0].attention
+    styles = _styles(attention, 2)
+    assert {k: type(v) for k, v in styles.items()} == {"q_b": ColwiseParallel, "kv_b": ColwiseParallel,
+                                                        "out": RowwiseParallel}
 
 
 @pytest.mark.parametrize(("attention", "message"), [
-    ({"kind": "attention", "n_heads": 4, "n_kv_heads": 1}, "n_kv_heads (1) must both divide by tp=2"),
-    ({"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True}, "with sinks yet"),
+    ({"kind": "attention", "n_heads": 4, "n_kv_heads": 1},
+     r"qkv.weight: 1 key/value heads are fewer than tp=2; training splits them"),
+    ({"kind": "attention", "n_heads": 6, "n_kv_heads": 3}, r"splits query heads, and 6 do not divide by tp=4"),
 ])
-def test_attention_refuses_what_it_cannot_split(attention: dict, message: str) -> None:
+def test_sizes_that_do_not_split_are_refused_by_name(attention: dict, message: str) -> None:
+    layer = specformer.build(tiny_spec(d_model=48, block={"attention": attention})).blocks[0].attention
+    with pytest.raises(ValueError, match=message):
+        _styles(layer, 2 if "fewer" in message else 4)
+
+
+@pytest.mark.parametrize(("attention", "message"), [
+    ({"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "rmsnorm"}, "qk_norm_scope": "all"},
+     "qk_norm_scope 'all' yet"),
+    ({"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 8,
+      "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8}}, "does not train an indexer yet"),
+    ({"kind": "compressed", "n_heads": 4, "head_dim": 8, "q_lora_rank": 8, "rope_dim": 8, "window": 3},
+     "does not split compressed attention in training yet"),
+])
+def test_components_refuse_what_they_cannot_compute_split(attention: dict, message: str) -> None:
     layer = specformer.build(tiny_spec(block={"attention": attention})).blocks[0].attention
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        layer.tensor_parallel(2)
+    with pytest.raises(ValueError, match=message):
+        layer.take_tensor_parallel_share(_Group(2))
 
 
 def test_the_gated_ffn_refuses_hidden_channels_that_do_not_divide() -> None:
     ffn = specformer.build(tiny_spec(block={"ffn": {"kind": "swiglu", "hidden": 50}})).blocks[0].ffn
-    with pytest.raises(ValueError, match=r"hidden \(50\) must divide by tp=4"):
-        ffn.tensor_parallel(4)
+    with pytest.raises(ValueError, match=r"gate_up.weight: tensor parallelism splits hidden channels, and 50 do not "
+                                         r"divide by tp=4"):
+        _styles(ffn, 4)
 
 
 def test_the_parallel_setting_is_validated_and_needs_a_matching_launch(monkeypatch: pytest.MonkeyPatch) -> None:
