@@ -16,9 +16,9 @@ saved (:func:`gathered_in_module_order`).
 
 from __future__ import annotations
 
-from typing import Callable
-
+import contextlib
 import warnings
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -71,7 +71,47 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> tuple[str, t
         warnings.warn(f"tensor parallelism: {', '.join(names)} declare(s) no parallel_plan and are replicated "
                       f"on every process", stacklevel=2)
     told = ", ".join(f"{count} {name}" for name, count in sorted(split.items())) or "nothing"
-    return f"tensor parallel {tp} ways: split {told}" + (f"; replicated {', '.join(names)}" if names else ""), tuple(summed)
+    vocabulary = _split_vocabulary(model, mesh)
+    return (f"tensor parallel {tp} ways: split {told}, {vocabulary}"
+            + (f"; replicated {', '.join(names)}" if names else "")), tuple(summed)
+
+
+def _split_vocabulary(model: nn.Module, mesh: DeviceMesh) -> str:
+    """Split the embedding and the output head by vocabulary rows where they can be; say which, in words."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    from specformer.model.tensor_parallel import SHARDED_LOGITS, VocabParallelHead
+
+    if model.lm_head is None:
+        # The head reads the embedding's weight in a plain matmul, which a split weight would not enter.
+        return "embedding and head whole (tied)"
+    if model.lm_head.out_features != model.vocab_size:
+        # The logits are cut back to the vocabulary, which split logits cannot be without gathering them.
+        return "embedding and head whole (padded vocabulary)"
+    parallelize_module(model, mesh, {"embedding": RowwiseParallel(input_layouts=Replicate()),
+                                     "lm_head": VocabParallelHead()})
+    setattr(model.lm_head, SHARDED_LOGITS, False)  # whole logits until the loss asks for them split
+    return "embedding and head by vocabulary"
+
+
+@contextlib.contextmanager
+def vocabulary_parallel_loss(model: nn.Module) -> Iterator[None]:
+    """Inside: the logits stay split by vocabulary and cross-entropy reads them so (forward and backward)."""
+    from specformer.model.tensor_parallel import SHARDED_LOGITS
+
+    head = getattr(model, "lm_head", None)
+    if not hasattr(head, SHARDED_LOGITS):  # not split by vocabulary: plain logits, plain loss
+        yield
+        return
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    setattr(head, SHARDED_LOGITS, True)
+    try:
+        with loss_parallel():
+            yield
+    finally:
+        setattr(head, SHARDED_LOGITS, False)
 
 
 def sum_shared_gradients(model: nn.Module, names: tuple[str, ...], mesh: DeviceMesh) -> None:

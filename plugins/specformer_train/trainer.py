@@ -235,14 +235,15 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for micro, (inputs, targets, layout) in enumerate(self._micro_batches()):
             last = micro == config.grad_accum - 1
-            with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
-                logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
-                loss = lm_loss(logits, targets, masked=hasattr(self.train_rows, "loss_mask"))
-                objective = loss
-                aux = self.model.auxiliary_loss()
-                if aux is not None:
-                    objective = objective + config.aux_loss_weight * aux.float()
-            (objective / config.grad_accum).backward()
+            with self._loss_scope():  # forward and backward: a vocabulary-parallel loss needs both inside
+                with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
+                    logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
+                    loss = lm_loss(logits, targets, masked=hasattr(self.train_rows, "loss_mask"))
+                    objective = loss
+                    aux = self.model.auxiliary_loss()
+                    if aux is not None:
+                        objective = objective + config.aux_loss_weight * aux.float()
+                (objective / config.grad_accum).backward()
             total += loss.detach()
         if ctx.tp_summed:
             from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
@@ -296,6 +297,14 @@ class Trainer:
             # Pinned host memory lets the copy run asynchronously with the GPU's work.
             return batch.pin_memory().to(self.device, non_blocking=True)
         return batch.to(self.device)
+
+    def _loss_scope(self) -> contextlib.AbstractContextManager[Any]:
+        """Where the LM loss is taken (with its backward): under tensor parallelism, on logits split by vocabulary."""
+        if self.ctx.tp == 1:
+            return contextlib.nullcontext()
+        from specformer_train.tensor_parallel import vocabulary_parallel_loss  # late: only TP runs need DTensors
+
+        return vocabulary_parallel_loss(self.model)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16":
@@ -354,10 +363,11 @@ class Trainer:
                 mask = (self.val_rows.loss_mask(mine[start : start + config.batch_size])
                         if hasattr(self.val_rows, "loss_mask") else None)
                 targets = self._targets(batch, mask)  # (B, T)
-                with self._autocast():
-                    logits = self.wrapped(batch[:, :-1], **self._layout(rows[:, :-1]))  # masked as in training
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum",
-                                       ignore_index=IGNORE)
+                with self._loss_scope():
+                    with self._autocast():
+                        logits = self.wrapped(batch[:, :-1], **self._layout(rows[:, :-1]))  # masked as in training
+                    loss = whole(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum",
+                                                 ignore_index=IGNORE))
                 sums[0] += loss.double()
                 sums[1] += (targets != IGNORE).sum() if mask is not None else targets.numel()
         finally:
@@ -449,9 +459,14 @@ def lm_loss(logits: Tensor, targets: Tensor, *, masked: bool) -> Tensor:
     """
     flat, wanted = logits.float().flatten(0, 1), targets.flatten()  # (B*T, vocab), (B*T,)
     if not masked:
-        return F.cross_entropy(flat, wanted)
+        return whole(F.cross_entropy(flat, wanted))
     counted = (wanted != IGNORE).sum().clamp(min=1)
-    return F.cross_entropy(flat, wanted, reduction="sum", ignore_index=IGNORE) / counted
+    return whole(F.cross_entropy(flat, wanted, reduction="sum", ignore_index=IGNORE)) / counted
+
+
+def whole(loss: Tensor) -> Tensor:
+    """A loss as a plain tensor: the one a vocabulary-parallel cross-entropy gives is a (replicated) DTensor."""
+    return loss.full_tensor() if hasattr(loss, "full_tensor") else loss
 
 
 def _precision(requested: str, device: torch.device) -> str:

@@ -281,8 +281,8 @@ def format_parallel(r: ParallelReport) -> str:
                  f"(batch {r.batch} x seq {r.seq:,} per data-parallel rank, fp32 logits included)")
     lines.append("communication per step per device (bytes sent):")
     lines += [f"  {k:<48}{format_bytes(v)}" for k, v in r.comm.items()]
-    lines.append("  (a plan on paper: training splits tp as declared (train.parallel.tp); not yet ep, sequence "
-                 "parallelism or the vocabulary-parallel embedding and head)")
+    lines.append("  (a plan on paper: training splits tp as declared (train.parallel.tp); not yet ep or sequence "
+                 "parallelism)")
     return "\n".join(lines)
 
 

@@ -11,6 +11,11 @@ on paper, and the trainer reads the same one to split the weights (:func:`styles
 - a parameter of the component itself split on dim 0 (attention sinks, one per head) is
   sharded (:class:`ShardOwnParameters`): the forward reads its share with ``.to_local()``.
 
+The decoder's own embedding and output head split by vocabulary rows (the planner's
+vocabulary-parallel plan): the embedding row-wise (each process looks up the tokens in its
+rows, the partial embeddings summed), the head by :class:`VocabParallelHead`, whose logits
+stay split by vocabulary for the loss.
+
 Its forward must then compute on its share: a component whose forward depends on the
 split sizes defines
 
@@ -178,3 +183,24 @@ def gradient_summed(x: Tensor, mesh: Any) -> Tensor:
     calls this the copy into the tensor-parallel region.
     """
     return DTensor.from_local(x, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
+
+
+#: Set on a :class:`VocabParallelHead`'s module while the loss reads its logits split by vocabulary.
+SHARDED_LOGITS = "_tp_sharded_logits"
+
+
+class VocabParallelHead(ColwiseParallel):
+    """The output head split by vocabulary rows.
+
+    While the module's :data:`SHARDED_LOGITS` attribute is set, its logits are a DTensor
+    split on the vocabulary, for a cross-entropy under
+    ``torch.distributed.tensor.parallel.loss_parallel`` that never gathers them; otherwise
+    (sampling, a plugin reading the logits) they are gathered whole.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(output_layouts=Shard(-1), use_local_output=False)
+
+    @staticmethod
+    def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
+        return outputs if getattr(mod, SHARDED_LOGITS, False) else outputs.full_tensor()

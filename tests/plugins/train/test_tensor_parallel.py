@@ -24,8 +24,10 @@ from .test_distributed import curve, torchrun, values
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")
 
-#: Llama-like: RMSNorm, RoPE, grouped-query attention (4 query heads, 2 key/value heads) and SwiGLU.
-LLAMA_BLOCK = {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}}
+#: Llama-like: RMSNorm, RoPE, grouped-query attention (4 query heads, 2 key/value heads) and SwiGLU, an output head
+#: of its own (split by vocabulary: 259 byte tokens, 130 and 129 rows).
+LLAMA_BLOCK = {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64},
+               "tie_embeddings": False}
 
 #: Every part of attention the plan splits or keeps whole: gpt-oss's sinks (split by head), Qwen3's norm on each query
 #: and key head and a value norm (kept whole, gradients summed), Qwen3-Next's output gate (split by head), and a
@@ -47,11 +49,13 @@ DEEPSEEK_BLOCK = {
 }
 
 
+#: Keys of a test's block that are the model's, not the block's.
+MODEL_KEYS = ("layers", "tie_embeddings")
+
+
 def _spec(block: dict, **train: object) -> dict:
-    layers = block.get("layers")
-    model = {**TINY_MODEL, "block": {**TINY_MODEL["block"], **{k: v for k, v in block.items() if k != "layers"}}}
-    if layers is not None:
-        model["layers"] = layers
+    model = {**TINY_MODEL, "block": {**TINY_MODEL["block"], **{k: v for k, v in block.items() if k not in MODEL_KEYS}}}
+    model.update({k: v for k, v in block.items() if k in MODEL_KEYS})
     return {"model": model, "train": {**TINY_TRAIN, **train}}
 
 
@@ -93,7 +97,8 @@ def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "cpu, fp32, eager, tp" in done.stdout
-    assert "tensor parallel 2 ways: split 2 CausalSelfAttention, 2 GatedMLP (each group of 2 processes" in done.stdout
+    assert ("tensor parallel 2 ways: split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary "
+            "(each group of 2 processes") in done.stdout
     assert "declare(s) no tensor_parallel plan" not in done.stderr
     _assert_same_run(out, reference)
 
@@ -105,7 +110,7 @@ def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tm
     reference, two = _one_and_two(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
-    assert "split 2 GatedMLP; replicated ShortConv (blocks.*.attention)" in done.stdout
+    assert "split 2 GatedMLP, embedding and head by vocabulary; replicated ShortConv (blocks.*.attention)" in done.stdout
     assert done.stderr.count("ShortConv (blocks.*.attention) declare(s) no parallel_plan") == 2  # once a process
     _assert_same_run(out, reference)
 
@@ -121,9 +126,10 @@ SPARSE_MLA_BLOCK = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block, split", [
-    (ATTENTION_PARTS_BLOCK, "split 2 CausalSelfAttention, 2 MLP"),
-    (DEEPSEEK_BLOCK, "split 2 GatedMLP, 2 LatentAttention"),  # the GatedMLPs: the mixtures' shared experts
-    (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention"),
+    (ATTENTION_PARTS_BLOCK, "split 2 CausalSelfAttention, 2 MLP, embedding and head whole (tied)"),
+    # the GatedMLPs: the mixtures' shared experts
+    ({**DEEPSEEK_BLOCK, "tie_embeddings": False}, "split 2 GatedMLP, 2 LatentAttention, embedding and head by vocabulary"),
+    (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention, embedding and head whole (tied)"),
 ], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer"])
 def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: Path, block: dict, split: str) -> None:
     reference, two = _one_and_two(tmp_path, block)
@@ -132,6 +138,17 @@ def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: P
     assert split in done.stdout
     assert "declare(s) no parallel_plan" not in done.stderr
     _assert_same_run(out, reference)
+
+
+@pytest.mark.slow
+def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
+    script = Path(__file__).parent / "scripts" / "vocabulary_parallel_logits.py"
+    tests = Path(__file__).parents[2]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(tests)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "rank 0: ok" in done.stdout and "rank 1: ok" in done.stdout
 
 
 @pytest.mark.slow
@@ -164,5 +181,5 @@ def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Pat
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "x 2 process(es)" in done.stdout and "cpu, fp32, eager, fsdp" in done.stdout
-    assert "split 2 CausalSelfAttention, 2 GatedMLP (each group of 2 processes" in done.stdout
+    assert "split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary (each group of 2" in done.stdout
     _assert_same_run(out, reference)
