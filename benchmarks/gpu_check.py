@@ -13,7 +13,12 @@ On a CUDA machine this
    layer (tokens/s, MFU), and checks that the recurrent mixers' CUDA kernels
    (flash-linear-attention, mamba-ssm; ``specformer[kernels]``) give what the PyTorch forms
    give (the largest relative difference of a layer's output, fp32), or says they are not
-   installed.
+   installed;
+4. ``parallel``: one training step (SGD, fp32) of a small Llama-shaped model three ways on this one card,
+   as a single-process group on NCCL: plain, FSDP2 (``fully_shard``, one shard) and tensor
+   parallel over a mesh of one (the components' plans applied, the loss on logits split by
+   vocabulary), and prints how far the last two's loss and updated weights are from the
+   plain step's: the DTensor paths the CPU tests run on gloo, here on CUDA.
 
 The figures of a card come from :data:`CARDS` (NVIDIA datasheets, dense bf16). Without
 CUDA it prints why and exits 0, so it can sit in any script. Nothing is asserted.
@@ -26,6 +31,7 @@ CUDA it prints why and exits 0, so it can sit in any script. Nothing is asserted
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import sys
 import time
@@ -36,7 +42,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SPEC = ROOT / "specs" / "gpt2-124m.yaml"
 DECODE_SPEC = ROOT / "specs" / "llama-3.2-1b.yaml"
-CASES = ("train-causal", "train-window", "decode", "hybrid")
+CASES = ("train-causal", "train-window", "decode", "hybrid", "parallel")
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,8 @@ def format_report(device_name: str, rows: list[Row]) -> str:
     lines = [f"gpu_check on {device_name}", f"{'case':<14}{'tokens/s':>12}{'of peak':>10}  detail"]
     for row in rows:
         share = "-" if row.utilisation is None else f"{100 * row.utilisation:.1f}%"
-        lines.append(f"{row.case:<14}{row.tokens_per_s:>12,.0f}{share:>10}  {row.detail}")
+        speed = "-" if row.tokens_per_s != row.tokens_per_s else f"{row.tokens_per_s:,.0f}"  # NaN: a check, not a speed
+        lines.append(f"{row.case:<14}{speed:>12}{share:>10}  {row.detail}")
     return "\n".join(lines)
 
 
@@ -262,6 +269,70 @@ def run_kernels(args: argparse.Namespace) -> str:
     return "; ".join(words)
 
 
+#: The parallel case's model: Llama-shaped, small, an untied head (split by vocabulary under tensor parallelism).
+PARALLEL_SPEC: dict[str, Any] = {"model": {
+    "vocab_size": 4096, "d_model": 256, "n_layers": 2, "context_length": 256, "positional": "rope", "tie_embeddings": False,
+    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 8, "n_kv_heads": 4},
+              "ffn": {"kind": "swiglu"}}}}
+
+
+def parallel_step_differences(device: str, *, backend: str) -> dict[str, tuple[float, float]]:
+    """One SGD step (fp32; Adam's first step would magnify rounding in tiny gradients into whole steps) plain, under
+    FSDP2 and under tensor parallelism on a one-process group:
+    ``{way: (|loss - plain loss|, largest |weight - plain weight|)}``. Starts and ends the process group."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from specformer.model.builder import build
+    from specformer_train.tensor_parallel import apply_tensor_parallel, vocabulary_parallel_loss
+    from specformer_train.trainer import lm_loss
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    dist.init_process_group(backend, rank=0, world_size=1)
+    try:
+        ids = torch.randint(0, 4096, (4, 129), device=device, generator=torch.Generator(device).manual_seed(0))
+
+        def step(way: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            model = build(PARALLEL_SPEC, device=device, seed=0)
+            scope = contextlib.nullcontext()
+            if way == "fsdp":
+                for block in model.blocks:
+                    fully_shard(block)
+                fully_shard(model)
+            elif way == "tp":
+                apply_tensor_parallel(model, mesh=init_device_mesh(torch.device(device).type, (1,)))
+                scope = vocabulary_parallel_loss(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            with scope:
+                loss = lm_loss(model(ids[:, :-1]), ids[:, 1:], masked=False)
+                loss.backward()
+            opt.step()
+            weights = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+            return loss.detach(), weights
+
+        plain_loss, plain = step("plain")
+        out = {}
+        for way in ("fsdp", "tp"):
+            loss, weights = step(way)
+            drift = max(float((weights[k] - plain[k]).abs().max()) for k in plain)
+            out[way] = (float((loss - plain_loss).abs()), drift)
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+def run_parallel(args: argparse.Namespace) -> Row:
+    differences = parallel_step_differences(args.device, backend="nccl")
+    detail = "; ".join(f"{way} vs plain: loss {dl:.1e}, weights {dw:.1e}" for way, (dl, dw) in differences.items())
+    return Row("parallel", float("nan"), None, detail + " (one step, fp32, one process)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -285,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = run_train(args, window=None, card=card, spec=hybrid_spec(seq=args.seq), name="hybrid-train")
         row.detail += f"; kernels: {run_kernels(args)}"
         rows.append(row)
+    if "parallel" in args.only:
+        rows.append(run_parallel(args))
     print(format_report(name, rows))
     return 0
 

@@ -40,7 +40,7 @@ def test_bad_arguments_exit_2_with_one_clear_line(argv, message, capsys) -> None
 
 def test_defaults_run_every_case_in_bf16_sized_for_five_minutes() -> None:
     args = gpu_check.parse_args([])
-    assert args.only == ["train-causal", "train-window", "decode", "hybrid"]
+    assert args.only == ["train-causal", "train-window", "decode", "hybrid", "parallel"]
     assert (args.steps, args.batch, args.seq, args.window, args.decode_tokens) == (200, 16, 1024, 256, 256)
 
 
@@ -118,3 +118,17 @@ def test_the_hybrid_case_is_a_three_to_one_gated_deltanet_model_with_its_flops()
 def test_without_the_kernel_packages_the_check_says_so():
     words = gpu_check.run_kernels(gpu_check.parse_args(["--only", "hybrid"]))
     assert words == ("gated_deltanet: flash-linear-attention not installed; mamba2: mamba-ssm not installed")
+
+
+@pytest.mark.slow
+def test_the_parallel_case_steps_like_the_plain_one_on_gloo() -> None:
+    # The CUDA case runs the same function on NCCL; here FSDP2 and tensor parallelism over one CPU process.
+    differences = gpu_check.parallel_step_differences("cpu", backend="gloo")
+    assert set(differences) == {"fsdp", "tp"}
+    for way, (loss, weights) in differences.items():
+        assert loss < 1e-5 and weights < 1e-5, (way, loss, weights)
+
+
+def test_a_check_row_prints_no_speed() -> None:
+    report = gpu_check.format_report("card", [gpu_check.Row("parallel", float("nan"), None, "fsdp vs plain: ...")])
+    assert report.splitlines()[-1].split()[:3] == ["parallel", "-", "-"]
