@@ -284,7 +284,6 @@ def parallel_step_differences(device: str, *, backend: str) -> dict[str, tuple[f
 
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
