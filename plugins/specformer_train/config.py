@@ -44,6 +44,13 @@ class ParallelConfig(BaseModel):
                     "launch exactly tp processes (train.distributed auto), or a multiple with train.distributed "
                     "fsdp (FSDP2 across the groups).",
     )
+    cp: Int = Field(
+        default=1, ge=1,
+        description="Context-parallel degree: groups of this many processes read the same rows, each taking 1/cp of "
+                    "every row's tokens (two chunks: an early and a late one) and gathering the keys and values of "
+                    "the others in every attention layer; gradients are averaged as in data parallelism (ddp or "
+                    "fsdp). Launch a multiple of cp processes.",
+    )
 
 
 class TrainConfig(BaseModel):

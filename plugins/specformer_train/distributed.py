@@ -8,7 +8,9 @@ reads its own slice of every global batch, and the gradients are averaged:
 - ``fsdp``: parameters, gradients and optimizer state are sharded across processes
   with FSDP2's ``fully_shard``, applied to each block and then to the whole model;
 - ``tp`` (``train.parallel.tp``): every process reads the same rows and holds its share of
-  each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`).
+  each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`);
+- ``cp`` (``train.parallel.cp``, beside ddp or fsdp): the processes of a group read the same rows,
+  each taking its share of every row's tokens (:mod:`specformer_train.context_parallel`).
 
 NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
 """
@@ -37,19 +39,26 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     tp: int = 1  # processes splitting each component (train.parallel.tp); they read the same rows
+    cp: int = 1  # processes splitting each row's tokens (train.parallel.cp); they read the same rows
+    cp_group: Any = None  # their process group, once made (wrap_model)
     layout: str = ""  # how the model is split across processes, in words (tensor parallelism)
     tp_mesh: Any = None  # the tensor-parallel group's DeviceMesh, once the model is split
     tp_summed: tuple[str, ...] = ()  # parameters whose gradients are summed over it (parallel_plan.Shared)
 
     @property
     def dp_rank(self) -> int:
-        """This process' place among those that read different rows: ranks are laid out ``[dp][tp]``."""
-        return self.rank // self.tp
+        """This process' place among those that read different rows: ranks are laid out ``[dp][cp][tp]``."""
+        return self.rank // (self.tp * self.cp)
 
     @property
     def dp_size(self) -> int:
         """How many processes read different rows of each global batch."""
-        return self.world_size // self.tp
+        return self.world_size // (self.tp * self.cp)
+
+    @property
+    def cp_rank(self) -> int:
+        """This process' place in its context-parallel group (which of each row's chunks it takes)."""
+        return (self.rank // self.tp) % self.cp
 
     @property
     def is_main(self) -> bool:
@@ -64,9 +73,21 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_mode(requested: str, *, tp: int = 1) -> str:
+def resolve_mode(requested: str, *, tp: int = 1, cp: int = 1) -> str:
     """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1), none otherwise; a mismatch is a UserError."""
     world = launched_world_size()
+    if cp > 1:
+        if tp > 1:
+            raise UserError(f"train.parallel.cp {cp} with train.parallel.tp {tp}: context and tensor parallelism "
+                            f"together are not built yet; use one of them")
+        if "RANK" not in os.environ or world % cp:
+            raise UserError(f"train.parallel.cp {cp} needs a multiple of {cp} processes launched by torchrun "
+                            f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
+                            f"torchrun --standalone --nproc_per_node={cp} -m specformer.cli train SPEC")
+        if requested not in ("auto", "ddp", "fsdp"):
+            raise UserError(f"train.parallel.cp {cp}: train.distributed must be auto, ddp or fsdp (the gradients are "
+                            f"averaged over every process), not {requested}")
+        return "ddp" if requested == "auto" else requested
     if tp > 1:
         if requested not in ("auto", "fsdp"):
             raise UserError(f"train.parallel.tp {tp}: train.distributed must be auto (tensor parallelism alone) or "
@@ -109,12 +130,12 @@ def device_for(requested: str, ctx: DistContext) -> torch.device:
     return device
 
 
-def init_distributed(mode: str, *, tp: int = 1) -> DistContext:
+def init_distributed(mode: str, *, tp: int = 1, cp: int = 1) -> DistContext:
     """Join the process group torchrun set up (nothing to do for ``none``)."""
     if mode == "none":
         return DistContext()
     ctx = DistContext(mode=mode, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-                      local_rank=int(os.environ.get("LOCAL_RANK", "0")), tp=tp)
+                      local_rank=int(os.environ.get("LOCAL_RANK", "0")), tp=tp, cp=cp)
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
@@ -142,6 +163,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
             ctx.tp_mesh = mesh["tp"]
         except ValueError as exc:
             raise UserError(f"train.parallel.tp {ctx.tp}: {exc}") from None
+    if ctx.cp > 1:
+        # late: only context-parallel runs need the mesh
+        from torch.distributed.device_mesh import init_device_mesh
+
+        ctx.cp_group = init_device_mesh(device.type, (ctx.dp_size, ctx.cp), mesh_dim_names=("dp", "cp"))["cp"].get_group()
+        ctx.layout = f"context parallel {ctx.cp} ways: each process takes 2 of every row's {2 * ctx.cp} chunks"
     if ctx.mode == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if ctx.mode == "fsdp":

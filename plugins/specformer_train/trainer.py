@@ -127,6 +127,12 @@ class Trainer:
         # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
         self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
         self.state.extra["documents"] = dict(self.documents)
+        if self.ctx.cp > 1:
+            from specformer_train.context_parallel import check_context_parallel  # late: only cp runs need it
+
+            check_context_parallel(model, cp=self.ctx.cp, seq_len=self.seq_len,
+                                   documents=self.documents,
+                                   masked_loss=hasattr(train_rows, "loss_mask"))
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
 
     # -- the run ----------------------------------------------------------------------
@@ -276,8 +282,8 @@ class Trainer:
             batch = self._to_device(rows)
             # Chat data: rows may carry a loss mask (only the assistant's tokens count).
             mask = self.train_rows.loss_mask(first, config.batch_size) if hasattr(self.train_rows, "loss_mask") else None
-            # inputs, next-token targets: (B, T) each
-            yield batch[:, :-1], self._targets(batch, mask), self._layout(rows[:, :-1])
+            # inputs, next-token targets: (B, T) each (this process' tokens of them under context parallelism)
+            yield self._my_tokens(batch[:, :-1], self._targets(batch, mask), self._layout(rows[:, :-1]))
 
     def _targets(self, batch: Tensor, mask: np.ndarray | None) -> Tensor:
         """Next-token targets ``(B, T)``; IGNORE where a loss mask ``(B, T + 1)`` (aligned with the row) is False."""
@@ -290,6 +296,18 @@ class Trainer:
         layout = document_layout(inputs, eot_id=self.tokenizer.eot_id, **self.documents)
         given = {"document_ids": layout.document_ids, "positions": layout.positions}
         return {name: self._to_device(array) for name, array in given.items() if array is not None}
+
+    def _my_tokens(self, inputs: Tensor, targets: Tensor,
+                   layout: dict[str, Tensor]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The inputs, targets and forward layout of this process' tokens: all of them, or under context parallelism
+        its two chunks of every row, with their positions and the cache that gathers the group's keys."""
+        if self.ctx.cp == 1:
+            return inputs, targets, layout
+        from specformer_train.context_parallel import GatheredKeys, positions_of  # late: only cp runs need them
+
+        mine = positions_of(inputs.shape[1], cp=self.ctx.cp, rank=self.ctx.cp_rank, device=inputs.device)
+        positions = mine.expand(inputs.shape[0], -1)  # (B, T/cp); no document layout (check_context_parallel)
+        return inputs[:, mine], targets[:, mine], {"positions": positions, "cache": GatheredKeys(self.ctx.cp_group)}
 
     def _to_device(self, rows: np.ndarray) -> Tensor:
         batch = torch.from_numpy(rows)
@@ -362,10 +380,11 @@ class Trainer:
                 batch = self._to_device(rows)
                 mask = (self.val_rows.loss_mask(mine[start : start + config.batch_size])
                         if hasattr(self.val_rows, "loss_mask") else None)
-                targets = self._targets(batch, mask)  # (B, T)
+                inputs, targets, layout = self._my_tokens(batch[:, :-1], self._targets(batch, mask),
+                                                          self._layout(rows[:, :-1]))  # (B, T) each
                 with self._loss_scope():
                     with self._autocast():
-                        logits = self.wrapped(batch[:, :-1], **self._layout(rows[:, :-1]))  # masked as in training
+                        logits = self.wrapped(inputs, **layout)  # masked as in training
                     loss = whole(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum",
                                                  ignore_index=IGNORE))
                 sums[0] += loss.double()

@@ -59,13 +59,15 @@ def _spec(block: dict, **train: object) -> dict:
     return {"model": model, "train": {**TINY_TRAIN, **train}}
 
 
-def _one_and_two(root: Path, block: dict, *, per_process: int = 4, optimizer: str = "adamw") -> tuple[Path, Path]:
+def one_and_two(root: Path, block: dict, *, per_process: int = 4, optimizer: str = "adamw",
+                 **train_settings: object) -> tuple[Path, Path]:
+    """One process trained on ``root/corpus.txt`` into ``root/single``, and the spec for a group of processes that
+    read the same rows (``per_process`` of them each)."""
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(4000, seed=3))
     settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"),
-                    optimizer=optimizer)
+                    optimizer=optimizer, **train_settings)
     (root / "one.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=4, **settings)))
-    # per process: a tensor-parallel group reads the same rows
     (root / "two.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=per_process, **settings)))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -80,7 +82,7 @@ def _grad_norms(out: Path) -> list[float]:
     return [r["grad_norm"] for r in read_metrics(out / "metrics.jsonl") if "grad_norm" in r]
 
 
-def _assert_same_run(out: Path, reference: Path) -> None:
+def assert_same_run(out: Path, reference: Path) -> None:
     assert curve(out) == curve(reference)
     assert values(out) == pytest.approx(values(reference), abs=1e-5)
     # the norm over split and replicated gradients (clipping is on: these norms are above train.grad_clip, 1.0)
@@ -93,26 +95,26 @@ def _assert_same_run(out: Path, reference: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])  # muon orthogonalises the gathered (rank-major) matrix
 def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str) -> None:
-    reference, two = _one_and_two(tmp_path, LLAMA_BLOCK, optimizer=optimizer)
+    reference, two = one_and_two(tmp_path, LLAMA_BLOCK, optimizer=optimizer)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "cpu, fp32, eager, tp" in done.stdout
     assert ("tensor parallel 2 ways: split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary "
             "(each group of 2 processes") in done.stdout
     assert "declare(s) no tensor_parallel plan" not in done.stderr
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference)
 
 
 @pytest.mark.slow
 def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tmp_path: Path) -> None:
     # A short convolution (LFM2's token mixer) declares no plan: it is computed whole on both processes, beside
     # a split FFN.
-    reference, two = _one_and_two(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
+    reference, two = one_and_two(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "split 2 GatedMLP, embedding and head by vocabulary; replicated ShortConv (blocks.*.attention)" in done.stdout
     assert done.stderr.count("ShortConv (blocks.*.attention) declare(s) no parallel_plan") == 2  # once a process
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference)
 
 
 #: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32 (the indexer replicated, not
@@ -132,12 +134,12 @@ SPARSE_MLA_BLOCK = {
     (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention, embedding and head whole (tied)"),
 ], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer"])
 def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: Path, block: dict, split: str) -> None:
-    reference, two = _one_and_two(tmp_path, block)
+    reference, two = one_and_two(tmp_path, block)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert split in done.stdout
     assert "declare(s) no parallel_plan" not in done.stderr
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference)
 
 
 @pytest.mark.slow
@@ -155,7 +157,7 @@ def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
 def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -> None:
     # The full checkpoint is laid out for the split model (fused projections per part) and training goes on
     # exactly as the one process did.
-    reference, two = _one_and_two(tmp_path, LLAMA_BLOCK)
+    reference, two = one_and_two(tmp_path, LLAMA_BLOCK)
     out = tmp_path / "tp-resumed"
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
@@ -172,7 +174,7 @@ def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -
 @pytest.mark.slow
 def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Path) -> None:
     # A 2 x 2 mesh: two tensor-parallel groups, FSDP2 across them, each group reading half of the global batch.
-    reference, spec = _one_and_two(tmp_path, LLAMA_BLOCK, per_process=2)
+    reference, spec = one_and_two(tmp_path, LLAMA_BLOCK, per_process=2)
     out = tmp_path / "tp-fsdp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
@@ -182,4 +184,4 @@ def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "x 2 process(es)" in done.stdout and "cpu, fp32, eager, fsdp" in done.stdout
     assert "split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary (each group of 2" in done.stdout
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference)
