@@ -15,8 +15,10 @@ HELP = "Work with training checkpoints: consolidate a sharded one into a single 
 
 EPILOG = """\
 examples:
-  specformer checkpoint consolidate runs/big/checkpoints/step-0002000         # writes .../step-0002000/model.safetensors
-  specformer checkpoint consolidate runs/big/checkpoints/step-0002000 --out big.safetensors
+  specformer train specs/tiny.yaml --steps 2 --set train.checkpoint_format=sharded    # shard-rank*.safetensors
+  specformer checkpoint consolidate runs/tiny/checkpoints/step-0000002    # writes .../step-0000002/model.safetensors
+  specformer checkpoint consolidate runs/tiny/checkpoints/step-0000002 --out tiny-step2.safetensors
+  specformer generate tiny-step2.safetensors --prompt "def " --max-new-tokens 20
 """
 
 
@@ -29,11 +31,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("directory", metavar="CKPT_DIR", help="a sharded checkpoint directory (checkpoints/step-N)")
     p.add_argument("--out", metavar="FILE", help="where to write (default: CKPT_DIR/model.safetensors)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
     # late: the shards' reader imports torch; `specformer --help` must not
     from specformer.errors import UserError
+    from specformer.files.outputs import check_file_output, writing
 
     from specformer_train.sharded_checkpoint import INDEX, consolidate, is_sharded
 
@@ -46,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{directory}: not a sharded checkpoint (no {INDEX}); give a checkpoints/step-N directory "
                         "saved with train.checkpoint_format sharded")
     out = Path(args.out) if args.out else directory / "model.safetensors"
-    consolidate(directory, out)  # DamagedCheckpoint (a UserError) names a missing or unreadable shard
+    check_file_output(out, inputs=[p for p in directory.iterdir() if p.is_file()], force=args.force)
+    with writing(out):  # written whole or not at all
+        consolidate(directory, out)  # DamagedCheckpoint (a UserError) names a missing or unreadable shard
     print(f"wrote {out}")
     return 0

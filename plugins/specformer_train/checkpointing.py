@@ -358,8 +358,7 @@ def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> Checkp
         return _read_sharded(path, rank=rank, world_size=world_size)
     for needed in ("model.safetensors", "optimizer.safetensors", "trainer.json"):
         if not (path / needed).is_file():
-            raise DamagedCheckpoint(f"{path}: not a complete training checkpoint (no {needed}, nor the "
-                                    "sharded.json of a sharded one)")
+            raise DamagedCheckpoint(f"{path}: not a complete training checkpoint (no {needed})")
     state = _read_trainer_state(path / "trainer.json")
     try:
         metadata = read_metadata(path / "model.safetensors")
