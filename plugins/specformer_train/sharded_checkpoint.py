@@ -122,15 +122,12 @@ def writes_copy(tensor: Tensor, rank: int) -> bool:
 
 def _runs(index: Tensor) -> list[tuple[int, int, int]]:
     """``(local start, global start, length)`` of each maximal run of consecutive global indices."""
-    values = index.tolist()
-    runs: list[tuple[int, int, int]] = []
-    for position, value in enumerate(values):
-        if runs and runs[-1][1] + runs[-1][2] == value and runs[-1][0] + runs[-1][2] == position:
-            local, start, length = runs[-1]
-            runs[-1] = (local, start, length + 1)
-        else:
-            runs.append((position, value, 1))
-    return runs
+    if len(index) == 0:
+        return []
+    breaks = ((index[1:] - index[:-1]) != 1).nonzero().reshape(-1) + 1  # where a new run starts
+    starts = [0, *breaks.tolist()]
+    ends = [*starts[1:], len(index)]
+    return [(start, int(index[start]), end - start) for start, end in zip(starts, ends)]
 
 
 def blocks(local: Tensor, indices: list[Tensor]) -> Iterator[tuple[list[int], Tensor]]:

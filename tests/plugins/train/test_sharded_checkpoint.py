@@ -56,8 +56,9 @@ def assert_no_pickle(directory: Path) -> None:
                 list(f.keys())
 
 
-def test_a_sharded_checkpoint_restores_weights_optimizer_and_rng_exactly(tmp_path: Path) -> None:
-    model, optimizer = trained(0)
+@pytest.mark.parametrize("kind", ["adamw", "muon", "lion", "sgd"])
+def test_a_sharded_checkpoint_restores_weights_optimizer_and_rng_exactly(tmp_path: Path, kind: str) -> None:
+    model, optimizer = trained(0, optimizer=kind)
     torch.manual_seed(123)
     random.seed(4)
     path = save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer,
@@ -68,16 +69,18 @@ def test_a_sharded_checkpoint_restores_weights_optimizer_and_rng_exactly(tmp_pat
         "rng-rank0.safetensors", shard_file(0), INDEX, "tokenizer.json", "trainer.json"]
     assert_no_pickle(path)
 
-    other, other_optimizer = trained(1)
+    other, other_optimizer = trained(1, optimizer=kind)
     torch.manual_seed(999)
     loaded = load_checkpoint(path, model=other, optimizer=other_optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
     assert (loaded.step, loaded.sequences, loaded.tokens) == (7, 28, 896)
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
         assert torch.equal(a, b), name
     for p, q in zip(model.parameters(), other.parameters()):
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            assert torch.equal(optimizer.state[p][key], other_optimizer.state[q][key]), key
-    assert other_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+        saved, restored = optimizer.state[p], other_optimizer.state[q]
+        assert saved.keys() == restored.keys() and saved, kind
+        for key, value in saved.items():
+            assert torch.equal(value, restored[key]) if isinstance(value, torch.Tensor) else value == restored[key], key
+    assert [g["lr"] for g in other_optimizer.param_groups] == [g["lr"] for g in optimizer.param_groups]
     draws = (torch.rand(3), random.random())
     assert torch.equal(draws[0], expected_draws[0]) and draws[1] == expected_draws[1]
 
@@ -102,6 +105,13 @@ def test_consolidating_gives_the_file_specformer_load_reads(tmp_path: Path, caps
     assert main(["checkpoint", "consolidate", str(path)]) == 0
     assert torch.equal(specformer.load(path / "model.safetensors").embedding.weight, model.embedding.weight)
     assert read_checkpoint(path).sharded is not None  # still resumed from its shards
+
+
+def test_loading_a_sharded_checkpoint_directory_says_to_consolidate_it(tmp_path: Path) -> None:
+    path = save_sharded(tmp_path, 1)
+    with pytest.raises(CheckpointError, match=rf"^{path}: .*a sharded training checkpoint; write its single file with "
+                                              rf"`specformer checkpoint consolidate {path}`"):
+        specformer.load(path)
 
 
 def _bad(args: list[str], capsys: pytest.CaptureFixture) -> str:
