@@ -43,15 +43,18 @@ def save_sharded(out: Path, step: int, *, model_and_optimizer: tuple | None = No
 
 
 def assert_no_pickle(directory: Path) -> None:
-    """Every file is JSON or safetensors, and reads back as such: nothing a pickle loader would open."""
+    """Every file is JSON or safetensors (an 8-byte length, a JSON header, raw tensor bytes) and reads back as such:
+    nothing a pickle loader would open."""
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     assert files
     for path in files:
         assert path.suffix in (".json", ".safetensors"), path
-        assert not path.read_bytes().startswith(b"\x80"), path  # the pickle protocol's opening byte
+        data = path.read_bytes()
         if path.suffix == ".json":
-            json.loads(path.read_text(encoding="utf-8"))
+            json.loads(data.decode("utf-8"))
         else:
+            length = int.from_bytes(data[:8], "little")
+            assert isinstance(json.loads(data[8:8 + length].decode("utf-8")), dict), path
             with safe_open(str(path), framework="pt") as f:
                 list(f.keys())
 
