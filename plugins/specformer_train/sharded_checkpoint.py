@@ -81,7 +81,7 @@ def global_indices(tensor: Tensor, row_order: Tensor | None = None) -> tuple[lis
     A plain tensor is whole; a DTensor's ranges are split by its placements, in mesh order,
     as DTensor splits them. ``row_order`` (a fused projection's) maps rank-major rows to the module's.
     """
-    # late: only distributed runs have DTensors, and importing them is slow
+    # late: only distributed runs have DTensors; consolidation never asks
     from torch.distributed.tensor import DTensor
 
     indices = [torch.arange(n) for n in tensor.shape]
