@@ -263,6 +263,12 @@ def read_index(path: Path) -> ShardedIndex:
         files = [str(f) for f in index["files"]]
         optimizer, header, world_size = dict(index["optimizer"]), dict(index["header"]), int(index["world_size"])
         optimizer["param_groups"], optimizer["scalars"] = list(optimizer["param_groups"]), dict(optimizer["scalars"])
+        problems = ([f"a negative size in {name}" for name, shape in shapes.items() if any(n < 0 for n in shape)]
+                    + [f"dtype {d!r}" for d in dtypes.values() if not isinstance(getattr(torch, d, None), torch.dtype)]
+                    + [f"file {f!r}" for f in files if Path(f).name != f]  # shards lie beside the index
+                    + [f"header entry {k!r}" for k, v in header.items() if not isinstance(v, str)])
+        if problems:
+            raise ValueError(", ".join(problems))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise DamagedCheckpoint(f"{index_path}: not a sharded checkpoint index ({type(exc).__name__}: {exc})") from None
 
@@ -277,13 +283,17 @@ def read_index(path: Path) -> ShardedIndex:
                 stored = {key: list(f.get_slice(key).get_shape()) for key in f.keys()}
         except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
             raise DamagedCheckpoint(f"{file}: not a readable shard ({type(exc).__name__}: {exc})") from None
-        for key, (of, offsets) in slices.items():
+        try:
+            entries = [(str(key), str(of), [int(o) for o in offsets]) for key, (of, offsets) in slices.items()]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise DamagedCheckpoint(f"{file}: its slices header is not a map of blocks ({exc})") from None
+        for key, of, offsets in entries:
             shape = stored.get(key)
             fits = (shape is not None and of in shapes and len(offsets) == len(shapes[of]) == len(shape)
                     and all(0 <= o and o + s <= n for o, s, n in zip(offsets, shape, shapes[of])))
             if not fits:
                 raise DamagedCheckpoint(f"{file}: its block {key!r} does not fit the tensors of {INDEX}")
-            found[of].append(Block(file=file, key=key, offsets=list(offsets), shape=shape))
+            found[of].append(Block(file=file, key=key, offsets=offsets, shape=shape))
     for name, shape in shapes.items():
         covered = sum(math.prod(b.shape) for b in found[name])
         if covered != math.prod(shape):

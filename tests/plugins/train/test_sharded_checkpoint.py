@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 import specformer
 from specformer.checkpoint.save_load import read_metadata
@@ -149,6 +150,10 @@ def test_consolidate_refuses_what_is_not_a_sharded_checkpoint_in_one_line(tmp_pa
     ("garbage index", r"sharded.json: not readable JSON"),
     ("other format", r"sharded.json: unknown format"),
     ("index without tensors", r"sharded.json: not a sharded checkpoint index"),
+    ("unknown dtype", r"sharded.json: not a sharded checkpoint index \(ValueError: dtype 'float99'\)"),
+    ("shard elsewhere", r"sharded.json: not a sharded checkpoint index \(ValueError: file '../x.safetensors'\)"),
+    ("garbage slices", r"shard-rank00000.safetensors: its slices header is not a map of blocks"),
+    ("block outside", r"shard-rank00000.safetensors: its block 'model/embedding.weight@0,0' does not fit"),
     ("a block lost", r"the shards hold \d+ of the \d+ values of model/embedding.weight"),
 ])
 def test_a_damaged_sharded_checkpoint_names_the_bad_file(tmp_path: Path, damage: str, message: str) -> None:
@@ -160,19 +165,28 @@ def test_a_damaged_sharded_checkpoint_names_the_bad_file(tmp_path: Path, damage:
         shard.write_bytes(shard.read_bytes()[:200])
     elif damage == "garbage index":
         index.write_text("{not json")
-    elif damage in ("other format", "index without tensors"):
+    elif damage in ("other format", "index without tensors", "unknown dtype", "shard elsewhere"):
         data = json.loads(index.read_text())
-        data.update({"format": "other/1"} if damage == "other format" else {})
-        if damage == "index without tensors":
+        if damage == "other format":
+            data["format"] = "other/1"
+        elif damage == "index without tensors":
             del data["tensors"]
+        elif damage == "unknown dtype":
+            data["tensors"]["model/embedding.weight"]["dtype"] = "float99"
+        else:
+            data["files"] = ["../x.safetensors"]
         index.write_text(json.dumps(data))
-    else:  # the header no longer lists the embedding's block
+    else:  # the shard's header no longer describes the embedding's block as written
         with safe_open(str(shard), framework="pt") as f:
             metadata = f.metadata()
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         slices = json.loads(metadata["slices"])
-        del slices["model/embedding.weight@0,0"]
-        from safetensors.torch import save_file
+        if damage == "a block lost":
+            del slices["model/embedding.weight@0,0"]
+        elif damage == "garbage slices":
+            slices["model/embedding.weight@0,0"] = 7
+        else:
+            slices["model/embedding.weight@0,0"][1] = [1, 0]
         save_file(tensors, str(shard), {"slices": json.dumps(slices)})
     with pytest.raises(DamagedCheckpoint, match=message):
         read_checkpoint(path)
