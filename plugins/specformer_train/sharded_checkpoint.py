@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from specformer.checkpoint.file import FORMAT, write_safetensors_atomic
 from specformer.checkpoint.provenance import header_entry
 from specformer.errors import CheckpointError, UserError
+from specformer.files.atomic import write_text_atomic
 from specformer.registry.discovery import get_registry
 from specformer.version import __version__
 
@@ -212,9 +213,6 @@ def model_header(model: nn.Module, metadata: dict[str, str]) -> dict[str, str]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    # late: only saving needs the atomic writer of text
-    from specformer.files.atomic import write_text_atomic
-
     write_text_atomic(path, json.dumps(data, indent=1))
 
 
