@@ -13,6 +13,10 @@ A checkpoint is a directory ``<out_dir>/checkpoints/step-NNNNNNN/`` holding
   data source (see :mod:`specformer_train.datasource`);
 - ``tokenizer.json``: the tokenizer, reusable as ``train.tokenizer``.
 
+A sharded checkpoint (``train.checkpoint_format``) holds ``shard-rank<R>.safetensors`` files and
+``sharded.json`` in place of the two weight files, written by every process without gathering
+(:mod:`specformer_train.sharded_checkpoint`); the rest is the same, and so is the protocol below.
+
 Saving never removes a good copy before its replacement is complete:
 
 1. the directory is written under a temporary name unique to the run
@@ -56,6 +60,8 @@ from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 from specformer_text import OutputError
 
 from specformer_train.distributed import DistContext, barrier
+from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
+                                                 read_index, write_shards)
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -178,8 +184,12 @@ def clear_earlier_run(out_dir: Path) -> int:
 
 
 def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int, tag: str | None = None) -> Path:
+                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int, tag: str | None = None,
+                    sharded: bool = False) -> Path:
     """Write a complete checkpoint of step ``state.step`` (every process calls this); return its path.
+
+    ``sharded``: every process writes its share of the weights and the optimizer state
+    (:mod:`specformer_train.sharded_checkpoint`) instead of the first writing them gathered.
 
     ``tag`` makes the temporary names unique to this run; it must be the same on every
     process (:func:`specformer_train.distributed.shared_tag`); one process may leave it out. A failure to write raises
@@ -194,17 +204,12 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
             tmp.mkdir(parents=True)
         barrier(ctx)
 
-        model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
-        if ctx.is_main:
-            header = {METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)}
-            # A plugin may store a part of the weights (an adapter's) with header entries of its own.
-            part = get_plugin_manager().hook.specformer_train_saved_weights(
-                model=model, weights=model_state, path=str(final / "model.safetensors"))
-            if part is not None:
-                model_state, entries = part
-                header = {**entries, **header}
-            specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors", metadata=header)
-            _save_optimizer(optim_state, tmp / "optimizer.safetensors", optimizer_class=type(optimizer).__name__)
+        if sharded:
+            header = model_header(model, {METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)})
+            write_shards(tmp, model=model, optimizer=optimizer, rank=ctx.rank, world_size=ctx.world_size,
+                         header=header)
+        else:
+            _save_full(tmp, final, model=model, optimizer=optimizer, state=state, tokenizer=tokenizer, ctx=ctx)
         _save_rng(tmp / f"rng-rank{ctx.rank}.safetensors")
         barrier(ctx)
 
@@ -227,6 +232,23 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
         raise OutputError(f"could not save checkpoint {final}: {exc.strerror or exc}; {kept}") from None
     barrier(ctx)
     return final
+
+
+def _save_full(tmp: Path, final: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
+               tokenizer: Tokenizer, ctx: DistContext) -> None:
+    """``model.safetensors`` and ``optimizer.safetensors`` into ``tmp``, gathered to the first process."""
+    model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
+    if not ctx.is_main:
+        return
+    header = {METADATA_KEY: tokenizer.to_json(), "train_step": str(state.step)}
+    # A plugin may store a part of the weights (an adapter's) with header entries of its own.
+    part = get_plugin_manager().hook.specformer_train_saved_weights(
+        model=model, weights=model_state, path=str(final / "model.safetensors"))
+    if part is not None:
+        model_state, entries = part
+        header = {**entries, **header}
+    specformer.save(_WeightsOf(model, model_state), tmp / "model.safetensors", metadata=header)
+    _save_optimizer(optim_state, tmp / "optimizer.safetensors", optimizer_class=type(optimizer).__name__)
 
 
 def _move_into_place(tmp: Path, final: Path, aside: Path) -> None:
@@ -317,6 +339,7 @@ class CheckpointContents:
     optimizer: dict[str, Any]
     tokenizer_json: str | None
     rng: dict[str, Any] | None  # this process' generator states; None when not restorable
+    sharded: ShardedIndex | None = None  # a sharded checkpoint's index: weights and optimizer are read when applied
 
 
 def load_checkpoint(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer: Tokenizer,
@@ -331,6 +354,8 @@ def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> Checkp
     path = Path(path)
     if not path.is_dir():
         raise DamagedCheckpoint(f"{path}: no such checkpoint directory")
+    if is_sharded(path):
+        return _read_sharded(path, rank=rank, world_size=world_size)
     for needed in ("model.safetensors", "optimizer.safetensors", "trainer.json"):
         if not (path / needed).is_file():
             raise DamagedCheckpoint(f"{path}: not a complete training checkpoint (no {needed})")
@@ -341,11 +366,26 @@ def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> Checkp
     except CheckpointError as exc:
         raise DamagedCheckpoint(str(exc)) from None
     optim = _load_optimizer(path / "optimizer.safetensors", weights=weights)
+    return CheckpointContents(path=path, state=state, weights=weights, optimizer=optim,
+                              tokenizer_json=metadata.get(METADATA_KEY), rng=_rng_of(path, state, rank, world_size))
+
+
+def _read_sharded(path: Path, *, rank: int, world_size: int) -> CheckpointContents:
+    """A sharded checkpoint's index and every shard's header checked; the tensors are read when applied."""
+    if not (path / "trainer.json").is_file():
+        raise DamagedCheckpoint(f"{path}: not a complete training checkpoint (no trainer.json)")
+    state = _read_trainer_state(path / "trainer.json")
+    index = read_index(path)
+    optimizer = {"optimizer": index.optimizer.get("class", "AdamW"), "param_groups": index.optimizer["param_groups"]}
+    return CheckpointContents(path=path, state=state, weights={}, optimizer=optimizer,
+                              tokenizer_json=index.header.get(METADATA_KEY),
+                              rng=_rng_of(path, state, rank, world_size), sharded=index)
+
+
+def _rng_of(path: Path, state: TrainerState, rank: int, world_size: int) -> dict[str, Any] | None:
     rng_path = path / f"rng-rank{rank}.safetensors"
     # RNG states only carry over to the same number of processes (each has its own stream).
-    rng = _read_rng(rng_path) if rng_path.is_file() and state.world_size == world_size else None
-    return CheckpointContents(path=path, state=state, weights=weights, optimizer=optim,
-                              tokenizer_json=metadata.get(METADATA_KEY), rng=rng)
+    return _read_rng(rng_path) if rng_path.is_file() and state.world_size == world_size else None
 
 
 def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -359,6 +399,13 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
 
     path = contents.path
     check_tokenizer(contents, tokenizer)
+    _check_optimizer(contents, optimizer)
+    if contents.sharded is not None:
+        check_fits(contents.sharded, model)
+        load_shards(contents.sharded, model=model, optimizer=optimizer)
+        if contents.rng is not None:
+            _set_rng(contents.rng)
+        return contents.state
     # A checkpoint storing a part of the weights (an adapter's): its plugin completes them from the model.
     weights = get_plugin_manager().hook.specformer_train_resumed_weights(model=model, weights=contents.weights)
     weights = contents.weights if weights is None else weights
@@ -367,6 +414,15 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}
     weights, state = in_rank_order(model, weights, state)  # fused projections split by tensor parallelism
     set_model_state_dict(model, weights, options=options)
+    set_optimizer_state_dict(model, optimizer, state, options=options)
+    if contents.rng is not None:
+        _set_rng(contents.rng)
+    return contents.state
+
+
+def _check_optimizer(contents: CheckpointContents, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse another optimizer class or another number of parameter groups than the checkpoint's."""
+    path = contents.path
     saved_class = contents.optimizer.get("optimizer", "AdamW")  # checkpoints from before the kind existed: AdamW
     if saved_class != type(optimizer).__name__:
         raise CheckpointError(f"{path}: the run was trained with the optimizer {saved_class}, this spec's "
@@ -377,10 +433,6 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
         raise CheckpointError(f"{path}: the optimizer state has {saved_groups} parameter groups, this spec's "
                               f"train.optimizer makes {len(optimizer.param_groups)}; resume with the groups rules "
                               "the run was started with")
-    set_optimizer_state_dict(model, optimizer, state, options=options)
-    if contents.rng is not None:
-        _set_rng(contents.rng)
-    return contents.state
 
 
 def check_tokenizer(contents: CheckpointContents, tokenizer: Tokenizer) -> None:

@@ -187,6 +187,13 @@ class TrainConfig(BaseModel):
     out_dir: str | None = Field(default=None, description="Run directory; default runs/<spec file name>. --out overrides it.")
     save_every: Int = Field(default=500, ge=0, description="Save a checkpoint every this many steps (0: only at the end).")
     keep_last: Int = Field(default=2, gt=0, description="Checkpoints kept; older ones are deleted.")
+    checkpoint_format: Literal["full", "sharded", "auto"] = Field(
+        default="full",
+        description="full: the weights and optimizer state gathered to the first process, one file each; sharded: "
+                    "every process writes its own share (no gathering; resumable on any number of processes, "
+                    "`specformer checkpoint consolidate` makes the single file); auto: sharded under FSDP or "
+                    "tensor parallelism, full otherwise.",
+    )
 
     # -- hardware --------------------------------------------------------------------
     device: str = Field(default="auto", description="auto (CUDA when available), cpu, cuda, cuda:N or mps.")

@@ -1,5 +1,5 @@
 """Hook implementations of the train plugin: its training hooks, the ``train:`` spec section, the ``optimizer`` and
-``logger`` kinds and the ``train`` command."""
+``logger`` kinds and the ``train`` and ``checkpoint`` commands."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def specformer_register_components(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_commands(commands: Any) -> None:
-    from specformer_train import cli  # late: only a command line needs the parser
+    from specformer_train import checkpoint_command, cli  # late: only a command line needs the parser
 
     commands.add(
         "train",
@@ -41,3 +41,5 @@ def specformer_register_commands(commands: Any) -> None:
         configure=cli.configure,
         run=cli.run,
     )
+    commands.add("checkpoint", help=checkpoint_command.HELP, configure=checkpoint_command.configure,
+                 run="specformer_train.checkpoint_command:run")

@@ -2,7 +2,7 @@
 
 ``--resume`` (or ``--resume latest``) starts with the checkpoint ``checkpoints/latest``
 names. When that directory is missing or one of its files is damaged (truncated,
-garbage, a hand edit gone wrong), the run says which file is bad and falls back to the
+garbage, a hand edit gone wrong, a sharded checkpoint's shard missing), the run says which file is bad and falls back to the
 newest older checkpoint that reads back whole; checkpoints newer than ``latest`` belong
 to a timeline that a previous resume abandoned and are not considered. A checkpoint
 named explicitly (``--resume runs/x/checkpoints/step-0000400``) is used as it is or

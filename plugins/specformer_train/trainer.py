@@ -48,6 +48,7 @@ from specformer_train.loggers import RunLoggers
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.recompute import enable_activation_checkpointing
+from specformer_train.sharded_checkpoint import consolidate, is_sharded, use_sharded
 from specformer_train.sampling import sample_text
 from specformer_train.schedule import step_learning_rates
 from specformer_train.threads import choose_threads
@@ -134,6 +135,8 @@ class Trainer:
                                    documents=self.documents,
                                    masked_loss=hasattr(train_rows, "loss_mask"))
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
+        self._sharded = use_sharded(config.checkpoint_format, mode=self.ctx.mode, tp=self.ctx.tp,
+                                    adapter=config.adapter is not None)
 
     # -- the run ----------------------------------------------------------------------
 
@@ -426,18 +429,25 @@ class Trainer:
         if position is not None:
             self.state.extra["stream"] = position
         path = save_checkpoint(out_dir=self.out_dir, model=self.model, optimizer=self.optimizer, state=self.state,
-                               tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last, tag=self._tag)
+                               tokenizer=self.tokenizer, ctx=self.ctx, keep_last=self.config.keep_last, tag=self._tag,
+                               sharded=self._sharded)
         if self.ctx.is_main:
             self.hooks.specformer_on_checkpoint_saved(step=self.state.step, path=str(path))
         return path
 
     def _export_final(self, checkpoint: Path | None) -> Path | None:
-        """Copy the final weights and tokenizer to ``<out_dir>/model.safetensors`` and ``tokenizer.json``."""
+        """Copy the final weights and tokenizer to ``<out_dir>/model.safetensors`` and ``tokenizer.json``.
+
+        A sharded checkpoint's weights are consolidated from its files by the first process (on the CPU).
+        """
         if checkpoint is None or not self.ctx.is_main:
             return None
         target = self.out_dir / "model.safetensors"
         for name, dest in (("model.safetensors", target), ("tokenizer.json", self.out_dir / "tokenizer.json")):
             try:
+                if name == "model.safetensors" and is_sharded(checkpoint):
+                    consolidate(checkpoint, dest)
+                    continue
                 copy_file_atomic(checkpoint / name, dest)
             except OSError as exc:
                 raise OutputError(f"could not write {dest}: {exc.strerror or exc}; the final weights are in "

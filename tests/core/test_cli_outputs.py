@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import REPO
 from fixtures.tiny import tiny_spec
@@ -230,6 +231,29 @@ def _checkpoint_with_a_tokenizer(w: Workspace, out: Path) -> None:
     _copy(w.float_ckpt, out)  # stores the byte tokenizer: replacing it needs --force
 
 
+def _sharded_checkpoint(w: Workspace) -> Path:
+    """A one-process sharded training checkpoint of the tiny model (made once, beside the workspace's inputs)."""
+    from specformer_train.checkpointing import TrainerState, save_checkpoint
+    from specformer_train.config import TrainConfig
+    from specformer_train.distributed import DistContext
+    from specformer_train.optim import make_optimizer
+
+    found = w.float_ckpt.parent / "sharded" / "checkpoints" / "step-0000001"
+    if not found.is_dir():
+        model = specformer.build(BYTE_MODEL, seed=0)
+        optimizer = make_optimizer(model, TrainConfig(), device=torch.device("cpu"))
+        save_checkpoint(out_dir=found.parents[1], model=model, optimizer=optimizer, state=TrainerState(step=1),
+                        tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1, sharded=True)
+    return found
+
+
+def _consolidate_clashes(w: Workspace, scratch: Path) -> list[Clash]:
+    held = scratch / "step-0000001"
+    shutil.copytree(_sharded_checkpoint(w), held)
+    return [_file_clash(held / name, lambda out: ["checkpoint", "consolidate", str(held), "--out", out, "--force"])
+            for name in ("shard-rank00000.safetensors", "sharded.json")]
+
+
 WRITERS: dict[str, tuple[Writer, ...]] = {
     "schema": (Writer("-o", lambda w, out: ["schema", "-o", str(out)], suffix=".json"),),
     "new-plugin": (Writer("--dir", lambda w, out: ["new-plugin", "mine", "--dir", str(out.parent)], folder=True,
@@ -258,6 +282,8 @@ WRITERS: dict[str, tuple[Writer, ...]] = {
     "hf attach-tokenizer": (Writer("checkpoint", lambda w, out: ["hf", "attach-tokenizer", str(out), str(w.tokenizer)],
                                    ready=lambda w, out: _copy(w.base, out), existing=_checkpoint_with_a_tokenizer,
                                    clashes=_attach_clashes),),
+    "checkpoint consolidate": (Writer("--out", lambda w, out: ["checkpoint", "consolidate", str(_sharded_checkpoint(w)),
+                                                               "--out", str(out)], clashes=_consolidate_clashes),),
     "train": (Writer("--out", lambda w, out: _train(w, str(out)), folder=True, suffix="", force="--overwrite",
                      existing=_earlier_run, clashes=_train_clashes),),
 }

@@ -36,6 +36,9 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         raise CheckpointError(str(exc)) from None
     if found == "missing":
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if found == "directory" and (path / "sharded.json").is_file():  # the train plugin's sharded checkpoints
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file: a sharded training checkpoint; write its "
+                              f"single file with `specformer checkpoint consolidate {path}` and load that")
     if found != "file":
         raise CheckpointError(f"{path}: is {'a directory' if found == 'directory' else found}, not a checkpoint file")
     try:

@@ -1,0 +1,436 @@
+"""Sharded checkpoints (``train.checkpoint_format: sharded``): every process writes its own share, nothing is gathered.
+
+A sharded checkpoint directory holds, beside ``trainer.json``, ``tokenizer.json`` and the
+``rng-rank<R>.safetensors`` files every checkpoint has,
+
+- ``shard-rank<R>.safetensors``, one per process: the blocks of the model's and the
+  optimizer's tensors that process holds, each keyed ``<name>@<offsets>``; the header's
+  ``slices`` entry (JSON) says for each key which tensor it is a block of and where the
+  block starts in it (``name`` is ``model/<parameter>`` or ``optimizer/<parameter>/<state>``);
+- ``sharded.json`` (written by the first process): the format, every tensor's global shape
+  and dtype, the shard files, the optimizer's class, parameter groups and non-tensor state,
+  and the header a consolidated ``model.safetensors`` gets (the spec, the tokenizer).
+
+Nothing is pickled: torch.distributed.checkpoint's own writer records its metadata with
+pickle, so the model and optimizer state dicts are taken with its ``get_*_state_dict``
+(sharded DTensors under FSDP2 and tensor parallelism) and written here, block by block.
+
+The stored coordinates are the module's own, whatever the mesh: a block is a rectangle of
+the tensor as :func:`specformer.load` would see it. A DTensor's local rows are found by
+splitting the global index ranges the way its placements do (``_StridedShard`` included:
+FSDP2 beside tensor parallelism), then, for a fused projection split by tensor parallelism
+(rows rank-major, :mod:`specformer.model.tensor_parallel`), mapped through its row order
+to the module's rows; the local tensor is cut into maximal runs of consecutive rows (three
+blocks for a process' q, k and v rows). Reading does the same on the new mesh and copies
+from each stored block what overlaps, so a checkpoint resumes on any number of processes
+and any layout, and :func:`consolidate` makes the single file without torch.distributed.
+
+A copy of a tensor that several processes hold (replicated weights, DDP) is written once:
+by the processes of the sub-mesh that contains rank 0, at coordinate 0 of every mesh
+dimension the tensor is replicated on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from specformer.checkpoint.file import FORMAT, write_safetensors_atomic
+from specformer.checkpoint.provenance import header_entry
+from specformer.errors import CheckpointError, UserError
+from specformer.files.atomic import write_text_atomic
+from specformer.registry.discovery import get_registry
+from specformer.version import __version__
+
+INDEX = "sharded.json"
+SHARDED_FORMAT = "specformer-sharded-checkpoint/1"
+MODEL, OPTIMIZER = "model/", "optimizer/"
+
+
+def shard_file(rank: int) -> str:
+    return f"shard-rank{rank:05d}.safetensors"
+
+
+def is_sharded(path: Path) -> bool:
+    return (Path(path) / INDEX).is_file()
+
+
+def use_sharded(requested: str, *, mode: str, tp: int, adapter: bool) -> bool:
+    """Whether this run's checkpoints are sharded (``train.checkpoint_format``); an adapter run's cannot be."""
+    sharded = requested == "sharded" or (requested == "auto" and (mode == "fsdp" or tp > 1))
+    if sharded and adapter:
+        if requested == "auto":
+            return False  # an adapter checkpoint is small: the full format stores it with its base's reference
+        raise UserError("train.checkpoint_format sharded does not store adapter runs (train.adapter): their "
+                        "checkpoints hold the adapter and a reference to the base; use full or auto")
+    return sharded
+
+
+# -- where a process' share lies in the whole tensor --------------------------------------------
+
+
+def global_indices(tensor: Tensor, row_order: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
+    """Per dimension, the global index of each local position of ``tensor``, and its local data.
+
+    A plain tensor is whole; a DTensor's ranges are split by its placements, in mesh order,
+    as DTensor splits them. ``row_order`` (a fused projection's) maps rank-major rows to the module's.
+    """
+    # late: only distributed runs have DTensors; consolidation never asks
+    from torch.distributed.tensor import DTensor
+
+    indices = [torch.arange(n) for n in tensor.shape]
+    if isinstance(tensor, DTensor):
+        local = tensor.to_local()
+        mesh, coordinate = tensor.device_mesh, tensor.device_mesh.get_coordinate()
+        assert coordinate is not None, "this process is not in the tensor's mesh"
+        for mesh_dim, placement in enumerate(tensor.placements):
+            if placement.is_replicate() or placement.is_partial():
+                continue
+            dim = placement.dim
+            # shaped (1, ..., 1, n) so that the placement splits its own dimension, with its own semantics
+            shaped = indices[dim].view(*([1] * dim), -1)
+            pieces, _ = placement._split_tensor(shaped, mesh.size(mesh_dim), with_padding=False, contiguous=False)
+            indices[dim] = pieces[coordinate[mesh_dim]].reshape(-1)
+        if [len(i) for i in indices] != list(local.shape):
+            raise CheckpointError(f"cannot place a local shard {tuple(local.shape)} of a {tuple(tensor.shape)} tensor "
+                                  f"with placements {tensor.placements}")
+    else:
+        local = tensor
+    if row_order is not None:
+        indices[0] = row_order[indices[0]]
+    return indices, local
+
+
+def writes_copy(tensor: Tensor, rank: int) -> bool:
+    """Whether this process writes its share of ``tensor`` (each copy of a replicated block is written once)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(tensor, DTensor):
+        return rank == 0
+    mesh = tensor.device_mesh
+    if 0 not in mesh.mesh.flatten().tolist():  # a parallel sub-mesh holding the same as rank 0's
+        return False
+    coordinate = mesh.get_coordinate()
+    return all(coordinate[i] == 0 for i, p in enumerate(tensor.placements) if p.is_replicate() or p.is_partial())
+
+
+def _runs(index: Tensor) -> list[tuple[int, int, int]]:
+    """``(local start, global start, length)`` of each maximal run of consecutive global indices."""
+    if len(index) == 0:
+        return []
+    breaks = ((index[1:] - index[:-1]) != 1).nonzero().reshape(-1) + 1  # where a new run starts
+    starts = [0, *breaks.tolist()]
+    ends = [*starts[1:], len(index)]
+    return [(start, int(index[start]), end - start) for start, end in zip(starts, ends)]
+
+
+def blocks(local: Tensor, indices: list[Tensor]) -> Iterator[tuple[list[int], Tensor]]:
+    """The local tensor cut into rectangles contiguous in global coordinates: ``(global offsets, block)``."""
+    per_dim = [_runs(index) for index in indices]
+    for combination in _product(per_dim):
+        block = local
+        for dim, (start, _, length) in enumerate(combination):
+            block = block.narrow(dim, start, length)
+        yield [g for _, g, _ in combination], block
+
+
+def _product(lists: list[list[Any]]) -> Iterator[list[Any]]:
+    if not lists:
+        yield []
+        return
+    for head in lists[0]:
+        for tail in _product(lists[1:]):
+            yield [head, *tail]
+
+
+# -- saving ----------------------------------------------------------------------------------
+
+
+def write_shards(tmp: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int,
+                 world_size: int, header: dict[str, str]) -> None:
+    """This process' ``shard-rank<R>.safetensors`` (every process) and ``sharded.json`` (rank 0) into ``tmp``."""
+    # late: torch.distributed.checkpoint is only needed by checkpointing runs
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    from specformer.model.tensor_parallel import fused_row_orders
+
+    options = StateDictOptions(full_state_dict=False)
+    model_state = get_model_state_dict(model, options=options)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    orders = fused_row_orders(model)
+
+    named: dict[str, tuple[Tensor, Tensor | None]] = {}  # name -> (tensor, row order)
+    for fqn, tensor in model_state.items():
+        named[MODEL + fqn] = (tensor, orders.get(fqn))
+    scalars: dict[str, Any] = {}
+    for fqn, entries in optim_state["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, Tensor):
+                shaped_like = fqn in orders and value.dim() >= 1 and value.shape[0] == len(orders[fqn])
+                named[f"{OPTIMIZER}{fqn}/{key}"] = (value, orders[fqn] if shaped_like else None)
+            else:
+                scalars[f"{fqn}/{key}"] = value
+
+    tensors: dict[str, Tensor] = {}
+    slices: dict[str, list[Any]] = {}
+    for name, (tensor, order) in named.items():
+        if not writes_copy(tensor, rank):
+            continue
+        indices, local = global_indices(tensor, order)
+        for offsets, block in blocks(local.detach(), indices):
+            key = f"{name}@{','.join(map(str, offsets))}"
+            tensors[key] = block.cpu().contiguous().clone()
+            slices[key] = [name, offsets]
+    write_safetensors_atomic(tensors, tmp / shard_file(rank), {"slices": json.dumps(slices)})
+
+    if rank == 0:
+        groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+                  for g in optim_state["param_groups"]]
+        index = {
+            "format": SHARDED_FORMAT,
+            "world_size": world_size,
+            "files": [shard_file(r) for r in range(world_size)],
+            "tensors": {name: {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}
+                        for name, (tensor, _) in named.items()},
+            "optimizer": {"class": type(optimizer).__name__, "param_groups": groups, "scalars": scalars},
+            "header": header,
+        }
+        _write_json(tmp / INDEX, index)
+
+
+def model_header(model: nn.Module, metadata: dict[str, str]) -> dict[str, str]:
+    """The header :func:`specformer.save` would give ``model``'s file: what a consolidated file carries."""
+    spec = model.spec
+    return {"format": FORMAT, "spec": spec.to_json(), "specformer_version": __version__,
+            **header_entry(spec, get_registry()), **metadata}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Block:
+    file: Path
+    key: str
+    offsets: list[int]
+    shape: list[int]
+
+
+@dataclass
+class ShardedIndex:
+    """A sharded checkpoint's index and the blocks its shard files hold, checked to cover every tensor."""
+
+    path: Path
+    world_size: int
+    shapes: dict[str, list[int]]
+    dtypes: dict[str, str]
+    blocks: dict[str, list[Block]]
+    optimizer: dict[str, Any]
+    header: dict[str, str]
+
+    def model_names(self) -> list[str]:
+        return [name[len(MODEL):] for name in self.shapes if name.startswith(MODEL)]
+
+
+def read_index(path: Path) -> ShardedIndex:
+    """Read ``sharded.json`` and every shard file's header; :class:`DamagedCheckpoint` names a bad or missing file."""
+    from specformer_train.checkpointing import DamagedCheckpoint  # the checkpoint module imports this one
+
+    path = Path(path)
+    index_path = path / INDEX
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedCheckpoint(f"{index_path}: not readable JSON ({exc})") from None
+    try:
+        if index.get("format") != SHARDED_FORMAT:
+            raise DamagedCheckpoint(f"{index_path}: unknown format; expected {SHARDED_FORMAT!r}")
+        shapes = {name: [int(n) for n in info["shape"]] for name, info in index["tensors"].items()}
+        dtypes = {name: str(info["dtype"]) for name, info in index["tensors"].items()}
+        files = [str(f) for f in index["files"]]
+        optimizer, header, world_size = dict(index["optimizer"]), dict(index["header"]), int(index["world_size"])
+        optimizer["param_groups"], optimizer["scalars"] = list(optimizer["param_groups"]), dict(optimizer["scalars"])
+        problems = ([f"a negative size in {name}" for name, shape in shapes.items() if any(n < 0 for n in shape)]
+                    + [f"dtype {d!r}" for d in dtypes.values() if not isinstance(getattr(torch, d, None), torch.dtype)]
+                    + [f"file {f!r}" for f in files if Path(f).name != f]  # shards lie beside the index
+                    + [f"header entry {k!r}" for k, v in header.items() if not isinstance(v, str)])
+        if problems:
+            raise ValueError(", ".join(problems))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DamagedCheckpoint(f"{index_path}: not a sharded checkpoint index ({type(exc).__name__}: {exc})") from None
+
+    found: dict[str, list[Block]] = {name: [] for name in shapes}
+    for name in files:
+        file = path / name
+        if not file.is_file():
+            raise DamagedCheckpoint(f"{file}: missing (a shard of the sharded checkpoint {path})")
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                slices = json.loads((f.metadata() or {})["slices"])
+                stored = {key: list(f.get_slice(key).get_shape()) for key in f.keys()}
+        except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
+            raise DamagedCheckpoint(f"{file}: not a readable shard ({type(exc).__name__}: {exc})") from None
+        try:
+            entries = [(str(key), str(of), [int(o) for o in offsets]) for key, (of, offsets) in slices.items()]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise DamagedCheckpoint(f"{file}: its slices header is not a map of blocks ({exc})") from None
+        for key, of, offsets in entries:
+            shape = stored.get(key)
+            fits = (shape is not None and of in shapes and len(offsets) == len(shapes[of]) == len(shape)
+                    and all(0 <= o and o + s <= n for o, s, n in zip(offsets, shape, shapes[of])))
+            if not fits:
+                raise DamagedCheckpoint(f"{file}: its block {key!r} does not fit the tensors of {INDEX}")
+            found[of].append(Block(file=file, key=key, offsets=offsets, shape=shape))
+    for name, shape in shapes.items():
+        covered = sum(math.prod(b.shape) for b in found[name])
+        if covered != math.prod(shape):
+            raise DamagedCheckpoint(f"{path}: the shards hold {covered} of the {math.prod(shape)} values of {name}")
+    return ShardedIndex(path=path, world_size=world_size, shapes=shapes, dtypes=dtypes, blocks=found,
+                        optimizer=optimizer, header=header)
+
+
+class ShardReader:
+    """Fills tensors from the stored blocks, each shard file opened once."""
+
+    def __init__(self, index: ShardedIndex) -> None:
+        self.index = index
+        self._open: dict[Path, Any] = {}
+
+    def __enter__(self) -> "ShardReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._open.values():
+            handle.__exit__(None, None, None)
+        self._open.clear()
+
+    def _file(self, path: Path) -> Any:
+        if path not in self._open:
+            handle = safe_open(str(path), framework="pt")
+            self._open[path] = handle.__enter__()
+        return self._open[path]
+
+    def fill(self, name: str, out: Tensor, indices: list[Tensor]) -> None:
+        """Copy into ``out`` (a local share) the stored values at ``indices`` (per dimension, global positions)."""
+        from specformer_train.checkpointing import DamagedCheckpoint
+
+        copied = 0
+        for block in self.index.blocks[name]:
+            local_positions, block_positions = [], []
+            for index, offset, size in zip(indices, block.offsets, block.shape):
+                inside = ((index >= offset) & (index < offset + size)).nonzero().reshape(-1)
+                local_positions.append(inside)
+                block_positions.append(index[inside] - offset)
+            if any(len(p) == 0 for p in local_positions):
+                continue
+            try:
+                stored = self._file(block.file).get_slice(block.key)
+                bounds = tuple(slice(int(p.min()), int(p.max()) + 1) for p in block_positions)
+                part = stored[bounds] if bounds else self._file(block.file).get_tensor(block.key)
+            except Exception as exc:  # a file truncated since its header was read
+                raise DamagedCheckpoint(f"{block.file}: cannot read {block.key!r} ({type(exc).__name__}: {exc})") from None
+            for dim, (positions, bound) in enumerate(zip(block_positions, bounds)):
+                part = part.index_select(dim, positions - bound.start)
+            if out.dim() == 0:
+                out.copy_(part)
+            else:
+                where = tuple(p.view(*([1] * d), -1, *([1] * (out.dim() - d - 1))) for d, p in enumerate(local_positions))
+                out[where] = part.to(out.dtype)
+            copied += part.numel()
+        if copied != out.numel():
+            raise DamagedCheckpoint(f"{self.index.path}: the shards hold {copied} of the {out.numel()} values of "
+                                    f"{name} this process needs")
+
+    def like(self, name: str, template: Tensor, row_order: Tensor | None = None) -> Tensor:
+        """A tensor laid out as ``template`` (a DTensor keeps its mesh and placements) holding the stored ``name``."""
+        from torch.distributed.tensor import DTensor
+
+        indices, local = global_indices(template, row_order)
+        out = torch.empty_like(local, device="cpu")
+        self.fill(name, out, indices)
+        out = out.to(local.device)
+        if isinstance(template, DTensor):
+            return DTensor.from_local(out, template.device_mesh, template.placements, run_check=False,
+                                      shape=template.shape, stride=template.stride())
+        return out
+
+    def whole(self, name: str) -> Tensor:
+        """The stored tensor ``name`` in full, on the CPU."""
+        shape = self.index.shapes[name]
+        out = torch.empty(shape, dtype=getattr(torch, self.index.dtypes[name]))
+        self.fill(name, out, [torch.arange(n) for n in shape])
+        return out
+
+
+# -- applying and consolidating ------------------------------------------------------------------
+
+
+def check_fits(index: ShardedIndex, model: nn.Module) -> None:
+    """Refuse a checkpoint of another model: the stored names and global shapes must be the model's."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    expected = {name: tuple(t.shape) for name, t in get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=False)).items()}
+    got = {name: tuple(index.shapes[MODEL + name]) for name in index.model_names()}
+    if expected != got:
+        missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
+        shaped = sorted(f"{n} {got[n]} vs {expected[n]}" for n in set(got) & set(expected) if got[n] != expected[n])
+        raise CheckpointError(
+            f"{index.path}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
+            f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with")
+
+
+def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Put the stored model and optimizer state into ``model`` and ``optimizer``, laid out as they are split now."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    from specformer.model.tensor_parallel import fused_row_orders
+
+    options = StateDictOptions(full_state_dict=False)
+    templates = get_model_state_dict(model, options=options)
+    orders = fused_row_orders(model)
+    with ShardReader(index) as reader:
+        weights = {fqn: reader.like(MODEL + fqn, t, orders.get(fqn)) for fqn, t in templates.items()}
+        set_model_state_dict(model, weights, options=options)
+        state: dict[str, dict[str, Any]] = {}
+        prefix = len(OPTIMIZER)
+        for name, shape in index.shapes.items():
+            if not name.startswith(OPTIMIZER):
+                continue
+            fqn, _, key = name[prefix:].rpartition("/")
+            template = templates.get(fqn)
+            if template is not None and list(template.shape) == shape:  # a moment: split as its parameter
+                value = reader.like(name, template, orders.get(fqn))
+            else:  # a step count: the same on every process (the optimizer moves it where it keeps it)
+                value = reader.whole(name)
+            state.setdefault(fqn, {})[key] = value
+    for slot, value in index.optimizer["scalars"].items():
+        fqn, _, key = slot.rpartition("/")
+        state.setdefault(fqn, {})[key] = value
+    groups = [dict(g) for g in index.optimizer["param_groups"]]
+    for group in groups:
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups}, options=options)
+
+
+def consolidate(path: Path, out: Path) -> Path:
+    """Write the sharded checkpoint at ``path`` as one ``model.safetensors``-style file at ``out`` (one process)."""
+    index = read_index(path)
+    with ShardReader(index) as reader:
+        tensors = {fqn: reader.whole(MODEL + fqn) for fqn in index.model_names()}
+    write_safetensors_atomic(tensors, Path(out), index.header)
+    return Path(out)
