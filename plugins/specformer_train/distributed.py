@@ -60,6 +60,10 @@ class DistContext:
         """This process' place in its context-parallel group (which of each row's chunks it takes)."""
         return (self.rank // self.tp) % self.cp
 
+    def mesh(self) -> dict[str, Any]:
+        """How this run lays its processes out, as recorded in every checkpoint's ``trainer.json`` (``extra.mesh``)."""
+        return {"processes": self.world_size, "distributed": self.mode, "dp": self.dp_size, "tp": self.tp, "cp": self.cp}
+
     @property
     def is_main(self) -> bool:
         return self.rank == 0

@@ -149,6 +149,10 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     say: Callable[..., None] = print if ctx.is_main else (lambda *a, **k: None)
     resume_from = find_resumable(run_dir, resume, rank=ctx.rank, world_size=ctx.world_size, say=say) if resume else None
     recorded = resume_from.state.data if resume_from is not None else None
+    if resume_from is not None:
+        note = mesh_change(resume_from.state.extra.get("mesh"), ctx.mesh())
+        if note:
+            say(note)
     known, recorded_data = recorded_source(recorded)
     if known and not data_given and recorded_data != absolute_source(config.data):
         spec, config = _with_data(spec, recorded_data, source=source)
@@ -208,6 +212,18 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
     return _train_on(spec, config, run_dir, ctx, say=say, resume_from=resume_from, started=started, seq_len=seq_len,
                      tokenizer=tokenizer, train_rows=train_rows, val_rows=val_rows, description=corpus.description,
                      counts=(len(tokens), len(split.train), 0 if split.val is None else len(split.val)), record=record)
+
+
+def mesh_change(recorded: Any, now: dict[str, Any]) -> str | None:
+    """A note when a checkpoint resumes on another layout of processes than the one that wrote it (None: the same,
+    or a checkpoint from before meshes were recorded)."""
+    if not isinstance(recorded, dict) or recorded == now:
+        return None
+
+    def words(mesh: dict[str, Any]) -> str:
+        return ", ".join(f"{key} {mesh.get(key)}" for key in now)
+
+    return f"note: resuming a checkpoint written by {words(recorded)} onto {words(now)}"
 
 
 def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, resume_from: Any, *, new_data: bool,

@@ -128,6 +128,7 @@ class Trainer:
         # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
         self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
         self.state.extra["documents"] = dict(self.documents)
+        self.state.extra["mesh"] = self.ctx.mesh()
         if self.ctx.cp > 1:
             from specformer_train.context_parallel import check_context_parallel  # late: only cp runs need it
 
@@ -154,6 +155,7 @@ class Trainer:
                                                reset_positions=config.reset_positions,
                                                recorded=self.state.extra.get("documents"), resumed=True)
             self.state.extra["documents"] = dict(self.documents)
+            self.state.extra["mesh"] = self.ctx.mesh()  # this run's: a checkpoint records the mesh that wrote it
             self.train_rows.restore(self.state.extra.get("stream"), sequences=self.state.sequences)
             self._apply_config_to_groups()
             if self.threads is not None:

@@ -34,6 +34,7 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
 from specformer_train.distributed import DistContext
 from specformer_train.metrics import read_metrics
+from specformer_train.run import mesh_change
 from specformer_train.trainer import (IGNORE, Trainer, _allow_tf32, _compiles, _cpu_threads,
                                       _precision, _step_of, lm_loss)
 import specformer_train.trainer as trainer_module
@@ -92,6 +93,15 @@ def test_checkpoints_hold_no_pickle_and_only_the_last_k_are_kept(tmp_path: Path,
                      "trainer.json"]
     state = json.loads((root / "step-0000012" / "trainer.json").read_text())
     assert state["step"] == 12 and state["sequences"] == 12 * 4 and state["tokens"] == 12 * 4 * 32
+    assert state["extra"]["mesh"] == {"processes": 1, "distributed": "none", "dp": 1, "tp": 1, "cp": 1}
+
+
+def test_resuming_on_another_mesh_says_which() -> None:
+    one = DistContext().mesh()
+    two = DistContext(mode="tp", world_size=2, tp=2).mesh()
+    assert mesh_change(one, one) is None and mesh_change(None, two) is None  # before meshes were recorded: quiet
+    assert mesh_change(one, two) == ("note: resuming a checkpoint written by processes 1, distributed none, dp 1, tp 1, "
+                                     "cp 1 onto processes 2, distributed tp, dp 1, tp 2, cp 1")
 
 
 @END_TO_END
