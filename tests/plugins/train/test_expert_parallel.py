@@ -1,0 +1,89 @@
+"""Expert parallelism on CPU: gloo processes, launched by torchrun, read different rows, each holds half of every
+mixture's experts and sends tokens to their experts' processes, and train like one process on the same global
+batch."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import specformer
+
+from .parallel_runs import assert_same_run, assert_same_weights, one_and_parallel
+from .test_distributed import curve, torchrun, values
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with the gloo backend is not available")
+
+#: DeepSeek-like: sigmoid routing balanced by bias, normalised weights, and a shared expert beside 4 routed ones.
+DEEPSEEK_MOE = {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1,
+                        "router": {"kind": "sigmoid_topk", "normalize": True, "scaling_factor": 2.0,
+                                   "bias_update_rate": 0.01},
+                        "aux_loss_coef": 0.0}}  # balanced by bias: a per-process auxiliary loss is not the global one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str) -> None:
+    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2)
+    out = tmp_path / "ep"
+    done = torchrun(two, out, "--set", "train.parallel.ep=2", "--set", f"train.distributed={mode}")
+    assert f"cpu, fp32, eager, {mode}" in done.stdout and "x 2 process(es)" in done.stdout
+    assert "expert parallel 2 ways: split 2 MoE, 2 of 4 experts on each process" in done.stdout
+    assert_same_run(out, reference)
+    # the saved checkpoint holds every expert, loadable on one process
+    saved = specformer.load(out / "checkpoints" / "step-0000004" / "model.safetensors")
+    assert saved.blocks[0].ffn.experts_in.shape[0] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_replicas_of_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str) -> None:
+    # 4 processes: experts 0-1 on ranks 0 and 2, experts 2-3 on ranks 1 and 3, each reading a quarter of the batch.
+    reference, spec = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=1)
+    out = tmp_path / "ep-replicas"
+    done = torchrun(spec, out, "--set", "train.parallel.ep=2", "--set", f"train.distributed={mode}", nproc=4)
+    assert "x 4 process(es)" in done.stdout
+    assert_same_run(out, reference)
+
+
+@pytest.mark.slow
+def test_expert_parallel_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
+    # The step-2 checkpoint of an expert-parallel run is the one process' (all experts, its moments): a resumed
+    # expert-parallel run cuts its experts from it again and goes on exactly as the one process did.
+    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2)
+    first = tmp_path / "ep"
+    torchrun(two, first, "--set", "train.parallel.ep=2", "--set", "train.steps=2")
+    assert_same_weights(first / "checkpoints" / "step-0000002", reference / "checkpoints" / "step-0000002")
+    optimizer_state = {name: t for name, t in _tensors(first / "checkpoints" / "step-0000002" / "optimizer.safetensors").items()}
+    expected = _tensors(reference / "checkpoints" / "step-0000002" / "optimizer.safetensors")
+    assert optimizer_state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(optimizer_state[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+    torchrun(two, first, "--set", "train.parallel.ep=2", "--resume")
+    assert curve(first) == curve(reference)
+    assert values(first) == pytest.approx(values(reference), abs=1e-5)
+    assert_same_weights(first, reference)
+
+
+@pytest.mark.slow
+def test_expert_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -> None:
+    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2)
+    out = tmp_path / "ep-resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
+    (out / "checkpoints" / "latest").write_text("step-0000002")
+    torchrun(two, out, "--set", "train.parallel.ep=2", "--set", "train.distributed=fsdp", "--resume")
+    assert curve(out) == [c for c in curve(reference) if c[1] > 2]
+    assert values(out) == pytest.approx([v for c, v in zip(curve(reference), values(reference)) if c[1] > 2], abs=1e-5)
+    assert_same_weights(out, reference)
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
