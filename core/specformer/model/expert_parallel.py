@@ -104,7 +104,10 @@ def dispatch(grouped: Tensor, counts: Tensor, group, run_local: Callable[[Tensor
     sends the gradients the opposite way.
     """
     import torch.distributed as dist  # late: only an expert-parallel run needs collectives
-    from torch.distributed.nn.functional import all_to_all_single
+    from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
+
+    def exchange(rows: Tensor, *, send: list[int], recv: list[int]) -> Tensor:
+        return wait_tensor(all_to_all_single_autograd(rows, recv, send, group))
 
     ep = group.size()
     local = counts.shape[0] // ep
@@ -112,14 +115,12 @@ def dispatch(grouped: Tensor, counts: Tensor, group, run_local: Callable[[Tensor
     dist.all_to_all_single(received, counts, group=group)
     received = received.view(ep, local)
     send, recv = send_sizes(counts, ep).tolist(), received.sum(dim=1).tolist()
-    rows = all_to_all_single(grouped.new_empty(sum(recv), grouped.shape[-1]), grouped,
-                             output_split_sizes=recv, input_split_sizes=send, group=group)  # (M, D), source-major
+    rows = exchange(grouped, send=send, recv=recv)  # (M, D), source-major
     order = by_local_expert(received)
     expert_major = rows.index_select(0, order)
     out = run_local(expert_major, received.sum(dim=0).tolist())  # (M, D), expert-major
     back = torch.empty_like(out).index_copy(0, order, out)  # source-major again
-    return all_to_all_single(grouped.new_empty(grouped.shape), back,
-                             output_split_sizes=send, input_split_sizes=recv, group=group)  # (S, D)
+    return exchange(back, send=recv, recv=send)  # (S, D)
 
 
 def gather_experts(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,

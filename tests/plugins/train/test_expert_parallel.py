@@ -27,13 +27,17 @@ DEEPSEEK_MOE = {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str) -> None:
-    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2)
+@pytest.mark.parametrize(("mode", "accumulate"), [("ddp", 1), ("fsdp", 1), ("ddp", 2)])
+def test_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str, accumulate: int) -> None:
+    # accumulating: the expert gradients are finished once, after the last micro-batch
+    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2 // accumulate)
     out = tmp_path / "ep"
-    done = torchrun(two, out, "--set", "train.parallel.ep=2", "--set", f"train.distributed={mode}")
+    done = torchrun(two, out, "--set", "train.parallel.ep=2", "--set", f"train.distributed={mode}",
+                    "--set", f"train.grad_accum={accumulate}", "--set", f"train.eval_steps={2 * accumulate}",
+                    "--set", "train.sample_tokens=3")  # eval_steps: the reference's 8 validation rows
     assert f"cpu, fp32, eager, {mode}" in done.stdout and "x 2 process(es)" in done.stdout
-    assert "expert parallel 2 ways: split 2 MoE, 2 of 4 experts on each process" in done.stdout
+    assert "split   expert parallel 2 ways: split 2 MoE, 2 of 4 experts on each process" in done.stdout
+    assert "--- sample at step 2 ---" in done.stdout  # every process takes part in sampling's forwards
     assert_same_run(out, reference)
     # the saved checkpoint holds every expert, loadable on one process
     saved = specformer.load(out / "checkpoints" / "step-0000004" / "model.safetensors")
