@@ -97,6 +97,20 @@ def finish_expert_gradients(layout: ExpertLayout, *, dp_size: int) -> None:
         param.grad.div_(dp_size)
 
 
+def refuse_coupled_updates(optimizer: Any, layout: ExpertLayout) -> None:
+    """A UserError when the optimizer updates an expert stack as one whole (Muon orthogonalises it as one matrix):
+    a process holding some of the experts would compute another update than one holding all."""
+    for group in optimizer.param_groups:
+        if not group.get("use_muon"):
+            continue
+        held = {id(p) for p in group["params"]}
+        coupled = [name for name, param in layout.params.items() if id(param) in held and param.dim() >= 2]
+        if coupled:
+            raise UserError(f"train.parallel.ep {layout.group.size()}: the muon optimizer orthogonalises each expert "
+                            f"stack ({coupled[0]}) as one matrix across all its experts, which a process holding "
+                            "some of them cannot do; use adamw, lion or sgd with expert parallelism")
+
+
 def expert_groups_of(layout: ExpertLayout | None) -> dict[int, Any]:
     """``{id(parameter): its expert-parallel group}``: the gradients that differ across that group's processes."""
     if layout is None:

@@ -122,6 +122,10 @@ class Trainer:
         if self.compiled:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
+        if self.ctx.experts is not None:
+            from specformer_train.expert_parallel import refuse_coupled_updates  # late: only EP runs need it
+
+            refuse_coupled_updates(self.optimizer, self.ctx.experts)
         self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)

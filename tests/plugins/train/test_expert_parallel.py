@@ -25,12 +25,20 @@ DEEPSEEK_MOE = {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16,
                                    "bias_update_rate": 0.01},
                         "aux_loss_coef": 0.0}}  # balanced by bias: a per-process auxiliary loss is not the global one
 
+#: The other paths: the router's weights scale the experts' inputs (Llama 4), plain (ungated) experts with biases
+#: (gpt-oss), one expert per token and a gated shared expert (Qwen2-MoE).
+INPUT_WEIGHTED_MOE = {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 1, "hidden": 16, "gated": False,
+                              "activation": "gelu", "expert_bias": True, "n_shared_experts": 1, "shared_gate": True,
+                              "router": {"kind": "topk_sigmoid"}, "aux_loss_coef": 0.0}}
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "accumulate"), [("ddp", 1), ("fsdp", 1), ("ddp", 2)])
-def test_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str, accumulate: int) -> None:
+@pytest.mark.parametrize(("mode", "accumulate", "block"), [("ddp", 1, DEEPSEEK_MOE), ("fsdp", 1, DEEPSEEK_MOE),
+                                                           ("ddp", 2, DEEPSEEK_MOE), ("ddp", 1, INPUT_WEIGHTED_MOE)],
+                         ids=["ddp", "fsdp", "ddp-accumulating", "ddp-input-weighted"])
+def test_two_expert_parallel_processes_match_one(tmp_path: Path, mode: str, accumulate: int, block: dict) -> None:
     # accumulating: the expert gradients are finished once, after the last micro-batch
-    reference, two = one_and_parallel(tmp_path, DEEPSEEK_MOE, per_process=2 // accumulate)
+    reference, two = one_and_parallel(tmp_path, block, per_process=2 // accumulate)
     out = tmp_path / "ep"
     done = torchrun(two, out, "--set", "train.parallel.ep=2", "--set", f"train.distributed={mode}",
                     "--set", f"train.grad_accum={accumulate}", "--set", f"train.eval_steps={2 * accumulate}",

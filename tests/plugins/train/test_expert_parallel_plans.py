@@ -13,7 +13,9 @@ from specformer.model.expert_parallel import (by_local_expert, expert_split_para
                                               send_sizes)
 from specformer_train.config import TrainConfig
 from specformer_train.distributed import resolve_mode
-from specformer_train.expert_parallel import apply_expert_parallel, expert_groups_of, group_ranks
+from specformer_train.expert_parallel import (apply_expert_parallel, expert_groups_of, group_ranks,
+                                              refuse_coupled_updates)
+from specformer_train.optim import make_optimizer
 
 from fixtures.tiny import tiny_spec
 
@@ -115,3 +117,16 @@ def test_the_expert_parallel_setting_is_validated_and_needs_a_matching_launch(mo
         resolve_mode("none", ep=2)
     assert resolve_mode("auto", ep=2) == "ddp"
     assert resolve_mode("fsdp", ep=4) == "fsdp"
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_an_optimizer_that_updates_a_stack_as_one_matrix_is_refused(optimizer: str) -> None:
+    model = specformer.build(tiny_spec(block={"ffn": MOE}))
+    layout = apply_expert_parallel(model, group=FakeGroup(2, 0))
+    built = make_optimizer(model, TrainConfig(optimizer={"kind": optimizer}), device=torch.device("cpu"))
+    if optimizer == "adamw":  # element by element: a share of the experts updates as the whole would
+        refuse_coupled_updates(built, layout)
+        return
+    with pytest.raises(UserError, match=r"^train.parallel.ep 2: the muon optimizer orthogonalises each expert stack "
+                                        r"\(blocks.0.ffn.experts_in\) as one matrix"):
+        refuse_coupled_updates(built, layout)
