@@ -63,7 +63,10 @@ def new_expert_groups(*, world: int, ep: int, rank: int) -> tuple[Any, Any]:
 
 
 def apply_expert_parallel(model: nn.Module, *, group: Any, replicas: Any = None) -> ExpertLayout:
-    """Split the experts of every module that declares ``expert_parallel`` over ``group``; a UserError names a misfit."""
+    """Split the experts of every module that declares ``expert_parallel`` over ``group``.
+
+    A misfit (experts that do not divide, no such module) is a UserError naming it.
+    """
     ep = group.size()
     split: dict[str, int] = {}
     experts = None

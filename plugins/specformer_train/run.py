@@ -97,7 +97,8 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         raise UserError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     parallel = config.parallel
-    ctx = init_distributed(resolve_mode(config.distributed, tp=parallel.tp, ep=parallel.ep), tp=parallel.tp, ep=parallel.ep)
+    mode = resolve_mode(config.distributed, tp=parallel.tp, ep=parallel.ep)
+    ctx = init_distributed(mode, tp=parallel.tp, ep=parallel.ep)
     say = print if ctx.is_main else (lambda *a, **k: None)
     try:
         with contextlib.ExitStack() as held:

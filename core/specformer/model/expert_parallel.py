@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-#: The attribute a component carries after :func:`keep_local_experts`: (its process group, names of its split parameters).
+#: What a component carries after :func:`keep_local_experts`: (its process group, names of its split parameters).
 EXPERT_SPLIT = "_ep_split"
 
 

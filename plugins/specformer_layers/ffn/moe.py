@@ -159,7 +159,7 @@ class MoE(nn.Module):
         return out
 
     def expert_parallel(self, group: Any) -> None:
-        """Keep this process' share of whole experts and compute them by dispatch (:mod:`specformer.model.expert_parallel`).
+        """Keep this process' share of whole experts, computed by dispatch (:mod:`specformer.model.expert_parallel`).
 
         The router, the shared experts and their gate stay whole on every process.
         """
