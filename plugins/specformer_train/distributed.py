@@ -67,7 +67,8 @@ def launched_world_size() -> int:
 
 
 def resolve_mode(requested: str, *, tp: int = 1, ep: int = 1) -> str:
-    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1), none otherwise; a mismatch is a UserError."""
+    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1, ddp beside ``ep`` > 1), none otherwise;
+    a mismatch is a UserError."""
     world = launched_world_size()
     if ep > 1:
         return _resolve_expert_parallel(requested, tp=tp, ep=ep, world=world)
