@@ -278,11 +278,13 @@ def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
 
+    from specformer.model.expert_parallel import gather_experts
     from specformer_train.tensor_parallel import gathered_in_module_order
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)
     optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    model_state, optim_state = gather_experts(model, optimizer, model_state, optim_state)  # split by expert parallelism
     return gathered_in_module_order(model, model_state, optim_state)  # fused projections split by tensor parallelism
 
 
@@ -395,6 +397,7 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 
+    from specformer.model.expert_parallel import local_rows
     from specformer_train.tensor_parallel import in_rank_order
 
     path = contents.path
@@ -409,9 +412,10 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
     # A checkpoint storing a part of the weights (an adapter's): its plugin completes them from the model.
     weights = get_plugin_manager().hook.specformer_train_resumed_weights(model=model, weights=contents.weights)
     weights = contents.weights if weights is None else weights
+    weights, saved_optimizer = local_rows(model, weights, contents.optimizer)  # experts split by expert parallelism
     _check_shapes(model, weights, where=str(path / "model.safetensors"))
     options = StateDictOptions(full_state_dict=True)
-    state = {k: v for k, v in contents.optimizer.items() if k != "optimizer"}
+    state = {k: v for k, v in saved_optimizer.items() if k != "optimizer"}
     weights, state = in_rank_order(model, weights, state)  # fused projections split by tensor parallelism
     set_model_state_dict(model, weights, options=options)
     set_optimizer_state_dict(model, optimizer, state, options=options)

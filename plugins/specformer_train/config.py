@@ -44,6 +44,13 @@ class ParallelConfig(BaseModel):
                     "launch exactly tp processes (train.distributed auto), or a multiple with train.distributed "
                     "fsdp (FSDP2 across the groups).",
     )
+    ep: Int = Field(
+        default=1, ge=1,
+        description="Expert-parallel degree: each mixture of experts keeps n_experts / ep whole experts on each of "
+                    "ep processes, which read different rows and send each token to the processes of its experts "
+                    "(all-to-all); the router, attention and shared experts stay whole. Launch a multiple of ep "
+                    "processes (train.distributed auto or ddp, or fsdp); n_experts must divide by ep.",
+    )
     cp: Int = Field(
         default=1, ge=1,
         description="Context-parallel degree: groups of this many processes read the same rows, each taking 1/cp of "
@@ -218,7 +225,8 @@ class TrainConfig(BaseModel):
     )
     parallel: ParallelConfig = Field(
         default_factory=ParallelConfig,
-        description="Model parallelism under torchrun: {tp: N} splits the declared components N ways.",
+        description="Model parallelism under torchrun: {tp: N} splits the declared components N ways; {ep: N} the "
+                    "experts of each mixture.",
     )
 
     # -- logging ---------------------------------------------------------------------

@@ -11,6 +11,8 @@ reads its own slice of every global batch, and the gradients are averaged:
   each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`);
 - ``cp`` (``train.parallel.cp``, beside ddp or fsdp): the processes of a group read the same rows,
   each taking its share of every row's tokens (:mod:`specformer_train.context_parallel`).
+- ``train.parallel.ep`` beside ddp or fsdp: the processes still read different rows, and each
+  holds its share of every mixture's experts (:mod:`specformer_train.expert_parallel`).
 
 NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
 """
@@ -39,11 +41,13 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     tp: int = 1  # processes splitting each component (train.parallel.tp); they read the same rows
+    ep: int = 1  # processes splitting each mixture's experts (train.parallel.ep); they read different rows
     cp: int = 1  # processes splitting each row's tokens (train.parallel.cp); they read the same rows
     cp_group: Any = None  # their process group, once made (wrap_model)
-    layout: str = ""  # how the model is split across processes, in words (tensor parallelism)
+    layout: str = ""  # how the model is split across processes, in words (tensor, expert or context parallelism)
     tp_mesh: Any = None  # the tensor-parallel group's DeviceMesh, once the model is split
     tp_summed: tuple[str, ...] = ()  # parameters whose gradients are summed over it (parallel_plan.Shared)
+    experts: Any = None  # the expert-parallel groups and split parameters (expert_parallel.ExpertLayout)
 
     @property
     def dp_rank(self) -> int:
@@ -62,7 +66,8 @@ class DistContext:
 
     def mesh(self) -> dict[str, Any]:
         """How this run lays its processes out, as recorded in every checkpoint's ``trainer.json`` (``extra.mesh``)."""
-        return {"processes": self.world_size, "distributed": self.mode, "dp": self.dp_size, "tp": self.tp, "cp": self.cp}
+        return {"processes": self.world_size, "distributed": self.mode, "dp": self.dp_size, "tp": self.tp, "ep": self.ep,
+                "cp": self.cp}
 
     @property
     def is_main(self) -> bool:
@@ -77,13 +82,15 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_mode(requested: str, *, tp: int = 1, cp: int = 1) -> str:
-    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1), none otherwise; a mismatch is a UserError."""
+def resolve_mode(requested: str, *, tp: int = 1, ep: int = 1, cp: int = 1) -> str:
+    """``auto`` becomes ddp under a multi-process launch (tp when ``tp`` > 1, ddp beside ``ep`` > 1 or ``cp`` > 1), none
+    otherwise; a mismatch is a UserError."""
     world = launched_world_size()
     if cp > 1:
-        if tp > 1:
-            raise UserError(f"train.parallel.cp {cp} with train.parallel.tp {tp}: context and tensor parallelism "
-                            f"together are not built yet; use one of them")
+        if tp > 1 or ep > 1:
+            other = f"train.parallel.tp {tp}" if tp > 1 else f"train.parallel.ep {ep}"
+            raise UserError(f"train.parallel.cp {cp} with {other}: context parallelism beside tensor or expert "
+                            f"parallelism is not built yet; use one of them")
         if "RANK" not in os.environ or world % cp:
             raise UserError(f"train.parallel.cp {cp} needs a multiple of {cp} processes launched by torchrun "
                             f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
@@ -92,6 +99,8 @@ def resolve_mode(requested: str, *, tp: int = 1, cp: int = 1) -> str:
             raise UserError(f"train.parallel.cp {cp}: train.distributed must be auto, ddp or fsdp (the gradients are "
                             f"averaged over every process), not {requested}")
         return "ddp" if requested == "auto" else requested
+    if ep > 1:
+        return _resolve_expert_parallel(requested, tp=tp, ep=ep, world=world)
     if tp > 1:
         if requested not in ("auto", "fsdp"):
             raise UserError(f"train.parallel.tp {tp}: train.distributed must be auto (tensor parallelism alone) or "
@@ -115,6 +124,21 @@ def resolve_mode(requested: str, *, tp: int = 1, cp: int = 1) -> str:
     return requested
 
 
+def _resolve_expert_parallel(requested: str, *, tp: int, ep: int, world: int) -> str:
+    """ddp (for auto) or fsdp beside ``ep`` > 1; what does not fit is a UserError."""
+    if tp > 1:
+        raise UserError(f"train.parallel.ep {ep} with train.parallel.tp {tp}: expert and tensor parallelism together "
+                        "are not supported; set one of them to 1")
+    if requested not in ("auto", "ddp", "fsdp"):
+        raise UserError(f"train.parallel.ep {ep}: train.distributed must be auto, ddp or fsdp (the expert-parallel "
+                        f"processes read different rows), not {requested}")
+    if "RANK" not in os.environ or world % ep:
+        raise UserError(f"train.parallel.ep {ep} needs a multiple of {ep} processes launched by torchrun "
+                        f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
+                        f"torchrun --standalone --nproc_per_node={ep} -m specformer.cli train SPEC")
+    return "ddp" if requested == "auto" else requested
+
+
 def device_for(requested: str, ctx: DistContext) -> torch.device:
     """The device of this process: ``auto`` is CUDA (this process' GPU under torchrun) when available."""
     if requested == "auto":
@@ -134,12 +158,12 @@ def device_for(requested: str, ctx: DistContext) -> torch.device:
     return device
 
 
-def init_distributed(mode: str, *, tp: int = 1, cp: int = 1) -> DistContext:
+def init_distributed(mode: str, *, tp: int = 1, ep: int = 1, cp: int = 1) -> DistContext:
     """Join the process group torchrun set up (nothing to do for ``none``)."""
     if mode == "none":
         return DistContext()
     ctx = DistContext(mode=mode, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-                      local_rank=int(os.environ.get("LOCAL_RANK", "0")), tp=tp, cp=cp)
+                      local_rank=int(os.environ.get("LOCAL_RANK", "0")), tp=tp, ep=ep, cp=cp)
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
@@ -173,7 +197,19 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
 
         ctx.cp_group = init_device_mesh(device.type, (ctx.dp_size, ctx.cp), mesh_dim_names=("dp", "cp"))["cp"].get_group()
         ctx.layout = f"context parallel {ctx.cp} ways: each process takes 2 of every row's {2 * ctx.cp} chunks"
+    experts: set[nn.Parameter] = set()  # split over expert parallelism: kept out of the data-parallel average
+    if ctx.ep > 1:
+        # late: only expert-parallel runs need its groups
+        from specformer_train.expert_parallel import apply_expert_parallel, new_expert_groups
+
+        group, replicas = new_expert_groups(world=ctx.world_size, ep=ctx.ep, rank=ctx.rank)
+        ctx.experts = apply_expert_parallel(model, group=group, replicas=replicas)
+        ctx.layout = ctx.experts.text
+        experts = set(ctx.experts.params.values())
     if ctx.mode == "ddp":
+        if experts:
+            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                model, list(ctx.experts.params))
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if ctx.mode == "fsdp":
         # late: only FSDP runs need the device mesh and fully_shard
@@ -181,9 +217,10 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         from torch.distributed.fsdp import fully_shard
 
         mesh = dp_mesh if dp_mesh is not None else init_device_mesh(device.type, (ctx.world_size,))
+        # Expert stacks stay whole on their process: split over ep (and, with replicas, all-reduced across them).
         for block in model.blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, ignored_params=experts or None)
+        fully_shard(model, mesh=mesh, ignored_params=experts or None)
     return model
 
 
@@ -200,9 +237,10 @@ def gradient_sync(wrapped: nn.Module, ctx: DistContext, *, sync: bool) -> Iterat
 
 
 def optimizer_step_scope(ctx: DistContext) -> contextlib.AbstractContextManager:
-    """Where the optimizer steps: under tensor parallelism, split (DTensor) and replicated (plain) parameters meet
-    in the same fused updates, which DTensor allows only when plain tensors count as replicated."""
-    if ctx.tp == 1:
+    """Where the optimizer steps: under tensor parallelism (or FSDP beside expert parallelism), split (DTensor) and
+    plain parameters meet in the same fused updates, which DTensor allows only when plain tensors count as
+    replicated."""
+    if ctx.tp == 1 and not (ctx.ep > 1 and ctx.mode == "fsdp"):  # FSDP's DTensors beside whole expert stacks too
         return contextlib.nullcontext()
     # late: only tensor-parallel runs need DTensors
     from torch.distributed.tensor.experimental import implicit_replication

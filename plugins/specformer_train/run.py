@@ -97,7 +97,8 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         raise UserError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     parallel = config.parallel
-    ctx = init_distributed(resolve_mode(config.distributed, tp=parallel.tp, cp=parallel.cp), tp=parallel.tp, cp=parallel.cp)
+    mode = resolve_mode(config.distributed, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
+    ctx = init_distributed(mode, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
     say = print if ctx.is_main else (lambda *a, **k: None)
     try:
         with contextlib.ExitStack() as held:
@@ -308,8 +309,9 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
         f"{trainer.ctx.dp_size} process(es) = {tokens_per_step:,} tokens/step; {config.steps} steps "
         f"{epochs}",
         *([f"  split   {trainer.ctx.layout} (each group of {trainer.ctx.tp * trainer.ctx.cp} processes reads the same "
-           f"rows)"]
-          if trainer.ctx.layout else []),
+           f"rows)"] if trainer.ctx.layout and (trainer.ctx.tp > 1 or trainer.ctx.cp > 1) else []),
+        *([f"  split   {trainer.ctx.layout} (groups of {trainer.ctx.ep} processes read different rows and send "
+           f"each token to its experts' processes)"] if trainer.ctx.layout and trainer.ctx.ep > 1 else []),
         f"  device  {trainer.device}, {trainer.precision}, {mode}" + "".join(f", {e}" for e in extras)
         + (f"; {trainer.threads} CPU thread(s)" if trainer.threads else ""),
     ]

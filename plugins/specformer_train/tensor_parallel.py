@@ -127,27 +127,35 @@ def sum_shared_gradients(model: nn.Module, names: tuple[str, ...], mesh: DeviceM
             dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=mesh.get_group())
 
 
-def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
+def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float, *,
+                   split_over: dict[int, object] | None = None) -> Tensor:
     """Scale gradients so their global norm is at most ``max_norm``; return the norm before.
 
     A DTensor gradient's squares are summed over the mesh dimensions it is sharded on (tensor
-    parallel, and FSDP's data parallel beside it); a plain (replicated) one is the same on
-    every process and counts once.
+    parallel, and FSDP's data parallel beside it); a plain gradient of a parameter in
+    ``split_over`` (``{id(parameter): process group}``: expert stacks, each process holding
+    other experts) over that group; any other plain (replicated) one is the same on every
+    process and counts once.
     """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    by_groups: dict[tuple, list[Tensor]] = {}  # (mesh, sharded mesh dims) -> local gradients
-    for g in grads:
+    split_over = split_over or {}
+    by_groups: dict[tuple, list[Tensor]] = {}  # the process groups to sum over -> local gradients
+    for p in parameters:
+        g = p.grad
+        if g is None:
+            continue
         if isinstance(g, DTensor):
             # not is_shard(): FSDP's _StridedShard (data parallel over tensor-parallel rows) is not a Shard
             dims = tuple(i for i, placement in enumerate(g.placements) if not placement.is_replicate())
-            by_groups.setdefault((g.device_mesh, dims), []).append(g.to_local())
+            by_groups.setdefault(tuple(g.device_mesh.get_group(dim) for dim in dims), []).append(g.to_local())
         else:
-            by_groups.setdefault((None, ()), []).append(g)
-    total = torch.zeros((), device=grads[0].device, dtype=torch.float32)
-    for (mesh, dims), tensors in by_groups.items():
+            group = split_over.get(id(p))
+            by_groups.setdefault(() if group is None else (group,), []).append(g)
+    device = next(iter(by_groups.values()))[0].device
+    total = torch.zeros((), device=device, dtype=torch.float32)
+    for groups, tensors in by_groups.items():
         squares = torch.stack([t.float().pow(2).sum() for t in tensors]).sum()
-        for dim in dims:
-            dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=mesh.get_group(dim))
+        for group in groups:
+            dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
         total = total + squares
     norm = total.sqrt()
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # as torch.nn.utils.clip_grad_norm_

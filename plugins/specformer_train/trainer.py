@@ -2,7 +2,8 @@
 
 One optimizer step reads ``grad_accum`` micro-batches of ``batch_size`` rows on each
 process, sums their gradients (each loss divided by ``grad_accum``; DDP/FSDP average
-across processes), clips the global gradient norm, sets each param group's learning rate
+across processes; split experts are summed over their group: :mod:`specformer_train.expert_parallel`),
+clips the global gradient norm, sets each param group's learning rate
 from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
 AdamW and (by default) ``torch.compile``.
@@ -122,6 +123,10 @@ class Trainer:
         if self.compiled:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
+        if self.ctx.experts is not None:
+            from specformer_train.expert_parallel import refuse_coupled_updates  # late: only EP runs need it
+
+            refuse_coupled_updates(self.optimizer, self.ctx.experts)
         self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
@@ -260,12 +265,19 @@ class Trainer:
             from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
 
             sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
+        if ctx.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
+            from specformer_train.expert_parallel import finish_expert_gradients  # late: only EP runs need it
+
+            finish_expert_gradients(ctx.experts, dp_size=ctx.dp_size)
         grad_norm = None
         if config.clip_norm is not None:
-            if ctx.tp > 1:  # split (DTensor) and replicated gradients together: torch's refuses the mix
-                from specformer_train.tensor_parallel import clip_grad_norm  # late: only TP runs need DTensors
+            if ctx.tp > 1 or ctx.ep > 1:  # split and replicated gradients together: torch's norm refuses the mix
+                # late: only model-parallel runs need these
+                from specformer_train.expert_parallel import expert_groups_of
+                from specformer_train.tensor_parallel import clip_grad_norm
 
-                grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm)
+                grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm,
+                                           split_over=expert_groups_of(ctx.experts))
             else:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
@@ -416,8 +428,8 @@ class Trainer:
         config = self.config
         if config.sample_tokens <= 0:
             return None
-        # Under FSDP and TP every process must take part in each forward; otherwise rank 0 samples alone.
-        if not (self.ctx.is_main or self.ctx.mode == "fsdp" or self.ctx.tp > 1):
+        # Under FSDP, TP and EP every process must take part in each forward; otherwise rank 0 samples alone.
+        if not (self.ctx.is_main or self.ctx.mode == "fsdp" or self.ctx.tp > 1 or self.ctx.ep > 1):
             return None
         with _eager():
             return sample_text(self.model, self.tokenizer, prompt=config.sample_prompt,

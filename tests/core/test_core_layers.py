@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",
                          "model.sized", "model.sized_by_building", "model.residual", "model.parallel_plan",
-                         "model.tensor_parallel"}),
+                         "model.tensor_parallel", "model.expert_parallel"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),

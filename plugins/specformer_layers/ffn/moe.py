@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specformer.model.context import ForwardContext
+from specformer.model.expert_parallel import dispatch, keep_local_experts
 from specformer.model.parallel_plan import ParallelPlan, Split
 
 from specformer_layers.ffn.activations import ACTIVATIONS
@@ -57,6 +58,8 @@ class MoE(nn.Module):
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.aux_loss: Tensor | None = None
+        #: The process group the experts are split over (expert parallelism), None when this process holds all.
+        self.expert_group: Any = None
         # A router that reads token ids (hash routing) needs the forward context from the block.
         self.reads_context = bool(getattr(self.router, "reads_token_ids", False))
         nn.init.normal_(self.experts_in, std=0.02)
@@ -111,42 +114,57 @@ class MoE(nn.Module):
         # data: torch.compile can trace this one.
         counts = torch.zeros(self.n_experts, dtype=torch.long, device=slots.device)
         counts = counts.scatter_add(0, slots, torch.ones_like(slots))
-        sizes = counts.tolist()
         token_of = order // k  # (N*k,): the token of each slot, sorted by expert
         grouped = tokens.index_select(0, token_of)  # (N*k, D): each slot's token, sorted by expert
         grouped_weights = weights.flatten().index_select(0, order)[:, None]  # (N*k, 1), in the same order
         if on_input:
             grouped = grouped * grouped_weights
+        if self.expert_group is None:
+            sorted_out = self.run_local_experts(grouped, counts.tolist())  # (N*k, D), sorted by expert
+        else:  # expert parallel: each slot computed by the process that owns its expert
+            sorted_out = dispatch(grouped, counts, self.expert_group, self.run_local_experts)
+        if not on_input:
+            if torch.is_grad_enabled() or torch.compiler.is_compiling():
+                sorted_out = sorted_out * grouped_weights
+            else:
+                sorted_out.mul_(grouped_weights)
+        return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
+
+    def run_local_experts(self, grouped: Tensor, sizes: list[int]) -> Tensor:
+        """Each expert this process holds on its block of ``grouped`` ``(S, D)`` (``sizes[e]`` rows, in order)."""
         w_in, w_out, b_in, b_out = (_per_expert(p) for p in
                                     (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             # Autograd needs each block as a new tensor (out= has no gradient), and the compiler
             # traces this functional form: the blocks are concatenated.
-            sorted_out = torch.cat([
+            return torch.cat([
                 F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
                          w_out[e], None if b_out is None else b_out[e])
                 for e, block in enumerate(grouped.split(sizes))
-            ])  # (N*k, D), sorted by expert
-            if not on_input:
-                sorted_out = sorted_out * grouped_weights
-        else:
-            # Without autograd each expert writes its block straight into one buffer (no
-            # concatenation), experts without tokens are skipped and the weighting is in place.
-            sorted_out = tokens.new_empty(grouped.shape)  # (N*k, D), sorted by expert
-            start = 0
-            for e, size in enumerate(sizes):
-                if size == 0:
-                    continue
-                end = start + size
-                h = F.linear(grouped[start:end], w_in[e], None if b_in is None else b_in[e])  # (n_e, [2*]hidden)
-                if b_out is None:
-                    torch.mm(self.hidden_activation(h), w_out[e].t(), out=sorted_out[start:end])
-                else:
-                    torch.addmm(b_out[e], self.hidden_activation(h), w_out[e].t(), out=sorted_out[start:end])
-                start = end
-            if not on_input:
-                sorted_out.mul_(grouped_weights)
-        return _combine(sorted_out, token_of=token_of, order=order, n_tokens=n_tokens)
+            ])  # (S, D)
+        # Without autograd each expert writes its block straight into one buffer (no
+        # concatenation) and experts without tokens are skipped.
+        out = grouped.new_empty(grouped.shape[0], self.d_model)  # (S, D)
+        start = 0
+        for e, size in enumerate(sizes):
+            if size == 0:
+                continue
+            end = start + size
+            h = F.linear(grouped[start:end], w_in[e], None if b_in is None else b_in[e])  # (n_e, [2*]hidden)
+            if b_out is None:
+                torch.mm(self.hidden_activation(h), w_out[e].t(), out=out[start:end])
+            else:
+                torch.addmm(b_out[e], self.hidden_activation(h), w_out[e].t(), out=out[start:end])
+            start = end
+        return out
+
+    def expert_parallel(self, group: Any) -> None:
+        """Keep this process' share of whole experts, computed by dispatch (:mod:`specformer.model.expert_parallel`).
+
+        The router, the shared experts and their gate stay whole on every process.
+        """
+        keep_local_experts(self, ("experts_in", "experts_out", "experts_in_bias", "experts_out_bias"), group)
+        self.expert_group = group
 
     def run_shared(self, tokens: Tensor) -> Tensor:
         """The shared experts on ``tokens`` ``(N, D)``; DeepSeek-V4 clamps them as it clamps the routed ones."""

@@ -16,7 +16,8 @@ from specformer_train.distributed import resolve_mode
 
 from fixtures.tiny import tiny_spec
 from .test_distributed import torchrun
-from .test_tensor_parallel import DEEPSEEK_BLOCK, assert_same_run, one_and_two
+from .parallel_runs import assert_same_run, one_and_parallel
+from .test_tensor_parallel import DEEPSEEK_BLOCK
 
 #: Context parallelism reads keys by position, so packed documents are not masked or restarted in these runs.
 PLAIN_ROWS = {"document_mask": False, "reset_positions": False}
@@ -76,7 +77,7 @@ DEEPSEEK_BIAS_BALANCED = {**DEEPSEEK_BLOCK, "ffn": {**DEEPSEEK_BLOCK["ffn"], "au
 @pytest.mark.parametrize(("block", "distributed"), [(WINDOWED_BLOCK, "ddp"), (DEEPSEEK_BIAS_BALANCED, "fsdp")],
                          ids=["window-sinks-ddp", "mla-moe-fsdp"])
 def test_two_context_parallel_processes_match_one(tmp_path: Path, block: dict, distributed: str) -> None:
-    reference, two = one_and_two(tmp_path, block, **PLAIN_ROWS)
+    reference, two = one_and_parallel(tmp_path, block, **PLAIN_ROWS)
     out = tmp_path / "cp"
     done = torchrun(two, out, "--set", "train.parallel.cp=2", "--set", f"train.distributed={distributed}")
     assert "context parallel 2 ways: each process takes 2 of every row's 4 chunks (each group of 2" in done.stdout

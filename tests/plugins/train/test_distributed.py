@@ -23,9 +23,9 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with the gloo backend is not available")
 
 
-def torchrun(spec: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def torchrun(spec: Path, out: Path, *extra: str, nproc: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "specformer.cli", "train", str(spec), "--out", str(out), *extra]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

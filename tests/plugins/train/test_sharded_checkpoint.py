@@ -11,7 +11,6 @@ import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml

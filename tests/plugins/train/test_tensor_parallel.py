@@ -10,15 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
-import yaml
 
-import specformer
-from specformer_train import train
-from specformer_train.metrics import read_metrics
-
-from .conftest import TINY_MODEL, TINY_TRAIN, make_text
+from .parallel_runs import assert_same_run, assert_same_weights, one_and_parallel
 from .test_distributed import curve, torchrun, values
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -49,53 +43,10 @@ DEEPSEEK_BLOCK = {
 }
 
 
-#: Keys of a test's block that are the model's, not the block's.
-MODEL_KEYS = ("layers", "tie_embeddings")
-
-
-def _spec(block: dict, **train: object) -> dict:
-    model = {**TINY_MODEL, "block": {**TINY_MODEL["block"], **{k: v for k, v in block.items() if k not in MODEL_KEYS}}}
-    model.update({k: v for k, v in block.items() if k in MODEL_KEYS})
-    return {"model": model, "train": {**TINY_TRAIN, **train}}
-
-
-def one_and_two(root: Path, block: dict, *, per_process: int = 4, optimizer: str = "adamw",
-                 **train_settings: object) -> tuple[Path, Path]:
-    """One process trained on ``root/corpus.txt`` into ``root/single``, and the spec for a group of processes that
-    read the same rows (``per_process`` of them each)."""
-    corpus = root / "corpus.txt"
-    corpus.write_text(make_text(4000, seed=3))
-    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=2, seed=7, cache_dir=str(root / "cache"),
-                    optimizer=optimizer, **train_settings)
-    (root / "one.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=4, **settings)))
-    (root / "two.yaml").write_text(yaml.safe_dump(_spec(block, batch_size=per_process, **settings)))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(root / "one.yaml", out_dir=str(root / "single"))
-    finally:
-        torch.set_num_threads(before)
-    return root / "single", root / "two.yaml"
-
-
-def _grad_norms(out: Path) -> list[float]:
-    return [r["grad_norm"] for r in read_metrics(out / "metrics.jsonl") if "grad_norm" in r]
-
-
-def assert_same_run(out: Path, reference: Path) -> None:
-    assert curve(out) == curve(reference)
-    assert values(out) == pytest.approx(values(reference), abs=1e-5)
-    # the norm over split and replicated gradients (clipping is on: these norms are above train.grad_clip, 1.0)
-    assert _grad_norms(out) == pytest.approx(_grad_norms(reference), abs=1e-5)
-    ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
-    for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])  # muon orthogonalises the gathered (rank-major) matrix
 def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str) -> None:
-    reference, two = one_and_two(tmp_path, LLAMA_BLOCK, optimizer=optimizer)
+    reference, two = one_and_parallel(tmp_path, LLAMA_BLOCK, optimizer=optimizer)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "cpu, fp32, eager, tp" in done.stdout
@@ -109,7 +60,7 @@ def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str)
 def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tmp_path: Path) -> None:
     # A short convolution (LFM2's token mixer) declares no plan: it is computed whole on both processes, beside
     # a split FFN.
-    reference, two = one_and_two(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
+    reference, two = one_and_parallel(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert "split 2 GatedMLP, embedding and head by vocabulary; replicated ShortConv (blocks.*.attention)" in done.stdout
@@ -134,7 +85,7 @@ SPARSE_MLA_BLOCK = {
     (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention, embedding and head whole (tied)"),
 ], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer"])
 def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: Path, block: dict, split: str) -> None:
-    reference, two = one_and_two(tmp_path, block)
+    reference, two = one_and_parallel(tmp_path, block)
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
     assert split in done.stdout
@@ -157,24 +108,24 @@ def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
 def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -> None:
     # The full checkpoint is laid out for the split model (fused projections per part) and training goes on
     # exactly as the one process did.
-    reference, two = one_and_two(tmp_path, LLAMA_BLOCK)
+    reference, two = one_and_parallel(tmp_path, LLAMA_BLOCK)
     out = tmp_path / "tp-resumed"
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
     (out / "checkpoints" / "latest").write_text("step-0000002")
-    torchrun(two, out, "--set", "train.parallel.tp=2", "--resume")
+    done = torchrun(two, out, "--set", "train.parallel.tp=2", "--resume")
+    assert ("note: resuming a checkpoint written by processes 1, distributed none, dp 1, tp 1, ep 1, cp 1 onto "
+            "processes 2, distributed tp, dp 1, tp 2, ep 1, cp 1") in done.stdout
     assert curve(out) == [c for c in curve(reference) if c[1] > 2]
     tail = [v for c, v in zip(curve(reference), values(reference)) if c[1] > 2]
     assert values(out) == pytest.approx(tail, abs=1e-5)
-    ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
-    for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+    assert_same_weights(out, reference)
 
 
 @pytest.mark.slow
 def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Path) -> None:
     # A 2 x 2 mesh: two tensor-parallel groups, FSDP2 across them, each group reading half of the global batch.
-    reference, spec = one_and_two(tmp_path, LLAMA_BLOCK, per_process=2)
+    reference, spec = one_and_parallel(tmp_path, LLAMA_BLOCK, per_process=2)
     out = tmp_path / "tp-fsdp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
