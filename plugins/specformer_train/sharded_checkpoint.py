@@ -62,14 +62,21 @@ def is_sharded(path: Path) -> bool:
     return (Path(path) / INDEX).is_file()
 
 
-def use_sharded(requested: str, *, mode: str, tp: int, adapter: bool) -> bool:
-    """Whether this run's checkpoints are sharded (``train.checkpoint_format``); an adapter run's cannot be."""
+def use_sharded(requested: str, *, mode: str, tp: int, adapter: bool, ep: int = 1) -> bool:
+    """Whether this run's checkpoints are sharded (``train.checkpoint_format``); an adapter run's, and an expert-parallel
+    run's, cannot be."""
     sharded = requested == "sharded" or (requested == "auto" and (mode == "fsdp" or tp > 1))
     if sharded and adapter:
         if requested == "auto":
             return False  # an adapter checkpoint is small: the full format stores it with its base's reference
         raise UserError("train.checkpoint_format sharded does not store adapter runs (train.adapter): their "
                         "checkpoints hold the adapter and a reference to the base; use full or auto")
+    if sharded and ep > 1:
+        # Each process holds its experts as plain tensors, which this format takes for copies written once.
+        if requested == "auto":
+            return False
+        raise UserError(f"train.checkpoint_format sharded does not store expert-parallel runs (train.parallel.ep {ep}) "
+                        f"yet: each process' experts are its own; use full or auto")
     return sharded
 
 

@@ -142,7 +142,7 @@ class Trainer:
                                    masked_loss=hasattr(train_rows, "loss_mask"))
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
         self._sharded = use_sharded(config.checkpoint_format, mode=self.ctx.mode, tp=self.ctx.tp,
-                                    adapter=config.adapter is not None)
+                                    adapter=config.adapter is not None, ep=self.ctx.ep)
 
     # -- the run ----------------------------------------------------------------------
 

@@ -231,6 +231,9 @@ def test_the_format_is_chosen_by_train_checkpoint_format() -> None:
     assert not use_sharded("auto", mode="fsdp", tp=1, adapter=True)  # an adapter's checkpoint stays full
     with pytest.raises(UserError, match="sharded does not store adapter runs"):
         use_sharded("sharded", mode="fsdp", tp=1, adapter=True)
+    assert not use_sharded("auto", mode="fsdp", tp=1, adapter=False, ep=2)  # each process' experts are its own
+    with pytest.raises(UserError, match=r"sharded does not store expert-parallel runs \(train.parallel.ep 2\)"):
+        use_sharded("sharded", mode="ddp", tp=1, adapter=False, ep=2)
 
 
 def test_a_sharded_run_resumes_exactly_and_ends_with_the_consolidated_model(tmp_path: Path) -> None:
