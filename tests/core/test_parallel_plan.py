@@ -93,14 +93,14 @@ def test_a_component_without_a_plan_is_reported_replicated(capsys, tmp_path):
 
 @pytest.mark.parametrize("value, message", [
     ("pp=2", "unknown axis 'pp'"),
-    ("tp=2,cp=2", "unknown axis 'cp'"),
+    ("tp=2,pp=2", "unknown axis 'pp' (pipeline parallelism is not planned yet)"),
     ("tp=two", "tp='two' is not a whole number"),
     ("tp=1.5", "is not a whole number"),
     ("tp=0", "tp=0 must be at least 1"),
     ("tp", "is not AXIS=SIZE"),
     ("tp=3", "tp=3 must divide the 4 query heads of attention.qkv.weight"),
     ("ep=3,dp_shard=3", "ep=3 must divide the 4 experts of ffn.experts_in"),
-    ("ep=4,dp_shard=2", "ep=4 must divide dp_shard x tp = 2"),
+    ("ep=4,dp_shard=2", "ep=4 must divide dp_shard x cp x tp = 2"),
 ])
 def test_bad_parallel_values_exit_2_with_one_line(capsys, tmp_path, value, message):
     path = tmp_path / "moe.yaml"
@@ -128,3 +128,16 @@ def test_latent_attention_splits_its_up_projections_by_head():
                  + 32 * 16)  # out (32, 4 heads x 8): its inputs -> 2 heads
     ffn = (24 + 24) * 32 + 32 * 24  # SwiGLU 48 -> 24 hidden channels: gate and up rows, down inputs
     assert r.parameter_elements == 48 * 32 + 32 + 2 * (2 * 32 + attention + ffn)
+
+
+def test_context_parallel_splits_tokens_shards_weights_and_gathers_keys():
+    one = plan_parallel(estimate(DENSE), parse_layout("dp_shard=2"), dtype="fp32", batch=1, seq=16)
+    r = plan_parallel(estimate(DENSE), parse_layout("cp=2"), dtype="fp32", batch=1, seq=16)
+    assert r.layout.devices == 2
+    assert r.parameter_elements == one.parameter_elements  # FSDP shards across the cp devices as across dp_shard
+    whole = plan_parallel(estimate(DENSE), parse_layout("dp_shard=1"), dtype="fp32", batch=1, seq=16)
+    assert r.activations == whole.activations / 2  # each device keeps half of every row
+    # Each of the 2 layers keeps 2 key heads and 2 value heads of 8 channels per token: 32 fp32 elements. The whole
+    # row's (16 tokens) are gathered (half of them sent) and their gradients all-reduced (twice that).
+    assert r.comm["cp all-gather (keys + values, fwd + bwd)"] == 2 * 3 * (16 * 32 * 4) // 2
+    assert one.comm["cp all-gather (keys + values, fwd + bwd)"] == 0

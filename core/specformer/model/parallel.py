@@ -1,19 +1,22 @@
-"""The parallel plan on paper: memory and communication per device for a layout of tp, ep and FSDP.
+"""The parallel plan on paper: memory and communication per device for a layout of tp, ep, cp and FSDP.
 
 ``plan_parallel(shape, layout, ...)`` reads the :mod:`specformer.model.parallel_plan`
 declarations of a model built on the meta device (:func:`specformer.spec.check.estimate`)
 and works out, per device:
 
-* the layout (torchtitan's, with expert tensor parallel 1): ``dp_replicate x dp_shard x tp``
-  devices; ``ep`` borrows its devices from the ``dp_shard x tp`` ones (it must divide their
-  product), so an expert weight is cut ``ep`` ways by expert and its remaining
-  ``dp_shard x tp / ep`` ways by FSDP, and experts are never split inside (no tp within an
-  expert); every other weight is cut ``tp`` ways as its component declares, then
-  ``dp_shard`` ways by FSDP along its first dimension (padded up, as FSDP2 does).
+* the layout (torchtitan's, with expert tensor parallel 1): ``dp_replicate x dp_shard x cp x tp``
+  devices, ``cp`` splitting each row's tokens (context parallel: FSDP shards across its
+  devices too, as torchtitan's ``dp_shard_cp``); ``ep`` borrows its devices from the
+  ``dp_shard x cp x tp`` ones (it must divide their product), so an expert weight is cut
+  ``ep`` ways by expert and its remaining ``dp_shard x cp x tp / ep`` ways by FSDP, and
+  experts are never split inside (no tp within an expert); every other weight is cut ``tp``
+  ways as its component declares, then ``dp_shard x cp`` ways by FSDP along its first
+  dimension (padded up, as FSDP2 does).
 * memory: parameters and gradients in the training precision; AdamW's two fp32 moments,
   plus an fp32 master copy of the weights when training in bf16; activations kept for
-  backward for ``batch`` sequences of ``seq`` tokens per data-parallel rank, with and
-  without full activation checkpointing (one checkpoint per layer).
+  backward for ``batch`` sequences of ``seq`` tokens per data-parallel rank (a ``cp``-th of
+  each on one device), with and without full activation checkpointing (one checkpoint per
+  layer).
 * communication per optimizer step (bytes each device sends; a ring moves ``(g-1)/g`` of
   a buffer per all-gather or reduce-scatter, twice that per all-reduce): FSDP's all-gather of
   the weights in forward and again in backward, and reduce-scatter of the gradients (in
@@ -21,7 +24,10 @@ and works out, per device:
   tp-split sublayer (sequence parallel: the norms see 1/tp of the tokens), forward and
   backward, and of the vocabulary-parallel embedding and head; expert parallel's
   all-to-all dispatch and combine of each token's ``top_k`` copies, forward and backward;
-  and the all-reduce of the gradients across ``dp_replicate``.
+  context parallel's gather of every attention layer's keys and values (what its cache
+  slots hold) in forward and the all-reduce of their gradients in backward (as the trainer
+  does it, :mod:`specformer_train.context_parallel`); and the all-reduce of the gradients
+  across ``dp_replicate``.
 
 The activation rule is generic, so it holds for any component: every matmul keeps its
 input and its output for backward (its output is what the next norm, activation or
@@ -42,27 +48,35 @@ from torch import nn
 
 from specformer.errors import UserError
 from specformer.messages import format_bytes
+from specformer.model.attention import cache_slots_of
 from specformer.model.parallel_plan import ParallelPlan, Split, declared_splits, plan_of
+from specformer.model.state import state_slots_of
 
 #: The axes ``--parallel`` accepts, in the order they are printed.
-AXES = ("tp", "ep", "dp_shard", "dp_replicate")
+AXES = ("tp", "ep", "cp", "dp_shard", "dp_replicate")
 
 
 @dataclass(frozen=True)
 class Layout:
     tp: int = 1
     ep: int = 1
+    cp: int = 1
     dp_shard: int = 1
     dp_replicate: int = 1
 
     @property
     def devices(self) -> int:
-        return self.tp * self.dp_shard * self.dp_replicate
+        return self.tp * self.cp * self.dp_shard * self.dp_replicate
+
+    @property
+    def fsdp(self) -> int:
+        """How many ways FSDP cuts a dense weight: the FSDP shards and the context-parallel devices."""
+        return self.dp_shard * self.cp
 
     @property
     def expert_fsdp(self) -> int:
-        """How many ways FSDP cuts an expert's weights: the devices of dp_shard x tp that ep leaves."""
-        return self.dp_shard * self.tp // self.ep
+        """How many ways FSDP cuts an expert's weights: the devices of dp_shard x cp x tp that ep leaves."""
+        return self.dp_shard * self.cp * self.tp // self.ep
 
     def describe(self) -> str:
         return ",".join(f"{a}={getattr(self, a)}" for a in AXES)
@@ -89,8 +103,8 @@ def parse_layout(text: str) -> Layout:
             raise UserError(f"--parallel: {axis}={size} must be at least 1")
         sizes[axis] = size
     layout = Layout(**sizes)
-    if (layout.dp_shard * layout.tp) % layout.ep:
-        raise UserError(f"--parallel: ep={layout.ep} must divide dp_shard x tp = {layout.dp_shard * layout.tp} "
+    if (layout.fsdp * layout.tp) % layout.ep:
+        raise UserError(f"--parallel: ep={layout.ep} must divide dp_shard x cp x tp = {layout.fsdp * layout.tp} "
                         f"(expert parallelism borrows its devices from the FSDP shards and the tp group)")
     return layout
 
@@ -135,7 +149,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     seq = seq if seq is not None else skeleton.context_length
     width = 2 if dtype == "bf16" else 4
     r = ParallelReport(layout=layout, dtype=dtype, dtype_source=dtype_source, batch=batch, seq=seq)
-    tokens = batch * seq  # per data-parallel rank
+    tokens = batch * seq / layout.cp  # per device: its data-parallel rank's rows, a cp-th of each
     d_model = skeleton.embedding.weight.shape[1]
     local_bytes = {"dense": 0, "experts": 0}  # tp/ep-split weights before FSDP, per device (all layers)
     sharded = {"dense": 0, "experts": 0}  # elements per device after FSDP
@@ -143,7 +157,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     def account(name: str, p: torch.Tensor, splits: tuple[Split, ...], count: int) -> None:
         local = _local_shape(name, p, splits, layout)
         experts = any(s.axis == "ep" for s in splits)
-        fsdp = layout.expert_fsdp if experts else layout.dp_shard
+        fsdp = layout.expert_fsdp if experts else layout.fsdp
         kind = "experts" if experts else "dense"
         local_bytes[kind] += math.prod(local) * width * count
         # FSDP2 cuts the first dimension, the last shard padded up (a scalar stays whole).
@@ -158,7 +172,9 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
             account(f"{part}.{name}", p, splits, 1)
     activation_per_layer: list[tuple[int, int]] = []  # (elements kept per token, layers)
     tp_sublayers = moe_copies = 0  # per step: tp-split sublayers; MoE layers x top_k
+    keys_per_token = 0  # elements of keys and values every attention layer keeps per token, on one tp device
     for block, count in shape.blocks:
+        keys_per_token += _keys_per_token(getattr(block, "attention", None), layout.tp) * count
         for part, module in block.named_children():
             splits_here = list(_declared(part, module, r, None))
             for name, p, splits in splits_here:
@@ -177,7 +193,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
 
     tp = layout.tp
     vocab = skeleton.embedding.weight.shape[0]
-    logits = tokens * (vocab // tp) * 4  # fp32 logits of the loss, vocabulary-parallel
+    logits = math.ceil(tokens * (vocab // tp) * 4)  # fp32 logits of the loss, vocabulary-parallel
     layers_kept = sum(kept * n for kept, n in activation_per_layer)
     r.activations = math.ceil(tokens * layers_kept * width / tp) + logits
     inputs_kept = sum(n for _, n in activation_per_layer) * d_model  # one checkpoint (the layer input) per layer
@@ -185,7 +201,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     r.activations_checkpointed = math.ceil(tokens * (inputs_kept + one_layer) * width / tp) + logits
 
     ring = lambda g: (g - 1) / g  # noqa: E731 - a ring all-gather or reduce-scatter moves this share
-    fsdp_dense, fsdp_experts = layout.dp_shard, layout.expert_fsdp
+    fsdp_dense, fsdp_experts = layout.fsdp, layout.expert_fsdp
     gather = 2 * (ring(fsdp_dense) * local_bytes["dense"] + ring(fsdp_experts) * local_bytes["experts"])
     reduce = (ring(fsdp_dense) * local_bytes["dense"] + ring(fsdp_experts) * local_bytes["experts"]) * 4 / width
     activation = tokens * d_model * width  # one layer input of this rank's tokens, unsplit
@@ -196,9 +212,23 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
         # the vocabulary-parallel embedding and head one pair each.
         "tp all-gather + reduce-scatter (layer inputs)": round(4 * (tp_sublayers + 1) * ring(tp) * activation),
         "ep all-to-all (tokens, dispatch + combine)": round(4 * moe_copies * ring(layout.ep) * activation / tp),
+        # Context parallel: every attention layer gathers the whole rows' keys and values in forward and sums their
+        # gradients in backward (an all-reduce: twice the bytes of a gather).
+        "cp all-gather (keys + values, fwd + bwd)": round(
+            3 * ring(layout.cp) * batch * seq * keys_per_token * width),
         "dp_replicate all-reduce (gradients, fp32)": round(2 * ring(layout.dp_replicate) * elements * 4),
     }
     return r
+
+
+def _keys_per_token(attention: Any, tp: int) -> int:
+    """Elements of the keys and values (what its cache slots hold) a layer keeps per token on one tp device."""
+    slots = cache_slots_of(attention) if attention is not None and state_slots_of(attention) is None else None
+    if slots is None:  # no attention, one reading another layer's keys (kv_from), or a state kept instead
+        return 0
+    # heads split over tp; fewer than tp are copied, one per device
+    return sum(max(1, heads // tp) * dim for heads, dim in ((slots.key_heads, slots.key_dim),
+                                                            (slots.value_heads, slots.value_dim)))
 
 
 def _vocab_plan(skeleton: nn.Module) -> ParallelPlan:
@@ -269,7 +299,7 @@ def format_parallel(r: ParallelReport) -> str:
     L = r.layout
     master = " + fp32 master weights" if r.dtype == "bf16" else ""
     lines = ["", f"parallel plan on paper: {L.describe()} -> {L.devices} devices "
-                 f"(ep within dp_shard x tp; no tp inside an expert)"]
+                 f"(ep within dp_shard x cp x tp; no tp inside an expert)"]
     lines += [f"  split: {line}" for line in r.split]
     lines += [f"  replicated (no parallel_plan declared): {label}" for label in r.undeclared]
     lines.append(f"memory per device ({r.dtype} training, from {r.dtype_source}; AdamW: two fp32 moments{master}):")
@@ -281,7 +311,7 @@ def format_parallel(r: ParallelReport) -> str:
                  f"(batch {r.batch} x seq {r.seq:,} per data-parallel rank, fp32 logits included)")
     lines.append("communication per step per device (bytes sent):")
     lines += [f"  {k:<48}{format_bytes(v)}" for k, v in r.comm.items()]
-    lines.append("  (a plan on paper: training splits tp as declared (train.parallel.tp); not yet ep or sequence "
+    lines.append("  (a plan on paper: training applies tp and ep as declared (train.parallel); not yet sequence "
                  "parallelism)")
     return "\n".join(lines)
 
