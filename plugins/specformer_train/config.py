@@ -44,6 +44,12 @@ class ParallelConfig(BaseModel):
                     "launch exactly tp processes (train.distributed auto), or a multiple with train.distributed "
                     "fsdp (FSDP2 across the groups).",
     )
+    sequence_parallel: StrictBool = Field(
+        default=False,
+        description="With tp: cut the residual stream by sequence between the split sublayers, so norms and whole "
+                    "feed-forwards compute on 1/tp of the tokens (the split sublayers gather them on entry and "
+                    "reduce-scatter their outputs).",
+    )
     ep: Int = Field(
         default=1, ge=1,
         description="Expert-parallel degree: each mixture of experts keeps n_experts / ep whole experts on each of "
@@ -58,6 +64,12 @@ class ParallelConfig(BaseModel):
                     "the others in every attention layer; gradients are averaged as in data parallelism (ddp or "
                     "fsdp). Launch a multiple of cp processes.",
     )
+
+    @model_validator(mode="after")
+    def _sequence_parallel_needs_tp(self) -> "ParallelConfig":
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel cuts the stream between tensor-parallel sublayers: set tp above 1 too")
+        return self
 
 
 class TrainConfig(BaseModel):

@@ -47,6 +47,8 @@ class DistContext:
     layout: str = ""  # how the model is split across processes, in words (tensor, expert or context parallelism)
     tp_mesh: Any = None  # the tensor-parallel group's DeviceMesh, once the model is split
     tp_summed: tuple[str, ...] = ()  # parameters whose gradients are summed over it (parallel_plan.Shared)
+    sequence_parallel: bool = False  # train.parallel.sequence_parallel: the stream cut by sequence between sublayers
+    sequence: Any = None  # its switch and moves, once the model is split (sequence_parallel.SequenceSplit)
     experts: Any = None  # the expert-parallel groups and split parameters (expert_parallel.ExpertLayout)
 
     @property
@@ -186,8 +188,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
 
         mesh = init_device_mesh(device.type, (ctx.dp_size, ctx.tp), mesh_dim_names=("dp", "tp"))
         dp_mesh = mesh["dp"]
+        if ctx.sequence_parallel:
+            from specformer_train.sequence_parallel import SequenceSplit
+
+            ctx.sequence = SequenceSplit(mesh["tp"])
         try:
-            ctx.layout, ctx.tp_summed = apply_tensor_parallel(model, mesh=mesh["tp"])
+            ctx.layout, ctx.tp_summed = apply_tensor_parallel(model, mesh=mesh["tp"], sequence=ctx.sequence)
             ctx.tp_mesh = mesh["tp"]
         except ValueError as exc:
             raise UserError(f"train.parallel.tp {ctx.tp}: {exc}") from None

@@ -99,6 +99,7 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
     parallel = config.parallel
     mode = resolve_mode(config.distributed, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
     ctx = init_distributed(mode, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
+    ctx.sequence_parallel = parallel.sequence_parallel
     say = print if ctx.is_main else (lambda *a, **k: None)
     try:
         with contextlib.ExitStack() as held:

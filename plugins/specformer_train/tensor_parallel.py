@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -30,12 +30,19 @@ from specformer.model.parallel_plan import declared_splits, plan_of, shared_weig
 from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
 
 
-def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> tuple[str, tuple[str, ...]]:
+def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh,
+                          sequence: Any = None) -> tuple[str, tuple[str, ...]]:
     """Split every block component as its ``parallel_plan`` declares, across ``mesh`` (1-D, the tensor-parallel group);
     one warning names those that declare no plan. Returns what was split, in words, and the names of the
-    parameters whose gradients are summed over the group (:class:`specformer.model.parallel_plan.Shared`)."""
+    parameters whose gradients are summed over the group (:class:`specformer.model.parallel_plan.Shared`).
+
+    ``sequence`` (a :class:`specformer_train.sequence_parallel.SequenceSplit`): the stream is cut by sequence
+    between sublayers, so only a block component that itself declares a tp split is split (a whole one computes
+    on this process' tokens, its inner parts too), and its row-split output layer hands back this process'
+    tokens (:mod:`specformer_train.sequence_parallel`).
+    """
     # late: only a tensor-parallel run needs the styles' machinery
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
 
     from specformer.model.tensor_parallel import styles_from_plan
 
@@ -57,8 +64,12 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> tuple[str, t
             prefixes = {id(module): prefix for prefix, module in component.named_modules()}
             for owner in owners.values():
                 at = f"{where}.{prefixes[id(owner)]}".rstrip(".")
+                if sequence is not None and owner is not component:
+                    continue  # inside a whole component, which computes on this process' tokens
                 try:
                     styles = styles_from_plan(owner, plan_of(owner), tp, where=f"{at}.")
+                    if sequence is not None:
+                        styles = _sequence_styles(styles, sequence, RowwiseParallel)
                     take_share = getattr(owner, "take_tensor_parallel_share", None)
                     if take_share is not None:
                         take_share(mesh)
@@ -72,8 +83,25 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh) -> tuple[str, t
                       f"on every process", stacklevel=2)
     told = ", ".join(f"{count} {name}" for name, count in sorted(split.items())) or "nothing"
     vocabulary = _split_vocabulary(model, mesh)
+    if sequence is not None:
+        # late: only a sequence-parallel run needs its hooks
+        from specformer_train.sequence_parallel import apply_sequence_parallel, split_part_ids
+
+        summed += apply_sequence_parallel(model, sequence, split_parts=split_part_ids(model))
+        vocabulary += ", the stream cut by sequence between sublayers"
     return (f"tensor parallel {tp} ways: split {told}, {vocabulary}"
-            + (f"; replicated {', '.join(names)}" if names else "")), tuple(summed)
+            + (f"; replicated {', '.join(names)}" if names else "")), tuple(dict.fromkeys(summed))
+
+
+def _sequence_styles(styles: dict, sequence: Any, rowwise: type) -> dict:
+    """A component's styles with its row-split output layers handing back this process' tokens; a ValueError when it
+    has none (its output would stay whole while the stream is cut)."""
+    from specformer_train.sequence_parallel import SequenceRowwise
+
+    if not any(type(style) is rowwise for style in styles.values()):
+        raise ValueError("sequence parallelism needs a row-split output layer (a weight split on dim 1) to hand "
+                         "back each process' tokens; its plan declares none")
+    return {name: SequenceRowwise(sequence) if type(style) is rowwise else style for name, style in styles.items()}
 
 
 def _split_vocabulary(model: nn.Module, mesh: DeviceMesh) -> str:

@@ -118,6 +118,13 @@ class Trainer:
         self.model.train()
         if config.activation_checkpointing:
             enable_activation_checkpointing(self.model)
+        if self.ctx.sequence_parallel:
+            from specformer_train.sequence_parallel import check_sequence_parallel  # late: only sp runs need it
+
+            try:
+                check_sequence_parallel(model, tp=self.ctx.tp, seq_len=self.seq_len)
+            except ValueError as exc:
+                raise UserError(f"train.parallel.sequence_parallel: {exc}") from None
         self.wrapped = wrap_model(self.model, self.ctx, self.device)  # what the loop calls
         self.compiled = _compiles(config.compile, self.device)
         if self.compiled:
@@ -333,13 +340,18 @@ class Trainer:
             return batch.pin_memory().to(self.device, non_blocking=True)
         return batch.to(self.device)
 
-    def _loss_scope(self) -> contextlib.AbstractContextManager[Any]:
-        """Where the LM loss is taken (with its backward): under tensor parallelism, on logits split by vocabulary."""
+    @contextlib.contextmanager
+    def _loss_scope(self) -> Iterator[None]:
+        """Where the LM loss is taken (with its backward): under tensor parallelism, on logits split by vocabulary,
+        and with sequence parallelism on a stream cut by sequence."""
         if self.ctx.tp == 1:
-            return contextlib.nullcontext()
+            yield
+            return
         from specformer_train.tensor_parallel import vocabulary_parallel_loss  # late: only TP runs need DTensors
 
-        return vocabulary_parallel_loss(self.model)
+        cut = self.ctx.sequence.active() if self.ctx.sequence is not None else contextlib.nullcontext()
+        with vocabulary_parallel_loss(self.model), cut:
+            yield
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16":

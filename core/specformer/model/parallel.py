@@ -311,8 +311,7 @@ def format_parallel(r: ParallelReport) -> str:
                  f"(batch {r.batch} x seq {r.seq:,} per data-parallel rank, fp32 logits included)")
     lines.append("communication per step per device (bytes sent):")
     lines += [f"  {k:<48}{format_bytes(v)}" for k, v in r.comm.items()]
-    lines.append("  (a plan on paper: training applies tp and ep as declared (train.parallel); not yet sequence "
-                 "parallelism)")
+    lines.append("  (a plan on paper; training applies tp with sequence parallelism, ep and cp: train.parallel)")
     return "\n".join(lines)
 
 

@@ -55,8 +55,10 @@ def test_the_launch_must_match(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UserError, match=r"needs a multiple of 2 processes .*\(now 3\)"):
         resolve_mode("auto", cp=2)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(UserError, match="context and tensor parallelism together are not built yet"):
+    with pytest.raises(UserError, match="context parallelism beside tensor or expert parallelism is not built yet"):
         resolve_mode("auto", tp=2, cp=2)
+    with pytest.raises(UserError, match=r"train.parallel.cp 2 with train.parallel.ep 2: context parallelism beside"):
+        resolve_mode("auto", ep=2, cp=2)
     with pytest.raises(UserError, match="must be auto, ddp or fsdp"):
         resolve_mode("none", cp=2)
     assert resolve_mode("auto", cp=2) == "ddp" and resolve_mode("fsdp", cp=2) == "fsdp"

@@ -93,6 +93,29 @@ def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: P
     assert_same_run(out, reference)
 
 
+#: Every kind of block part sequence parallelism treats apart: split attention (gathered on entry, its output
+#: reduce-scattered), a split FFN, norms on this process' tokens, and a layer whose token mixer declares no plan
+#: (gathered whole, its tokens of the output kept) with a mixture of experts computing on this process' tokens
+#: (balanced by its bias: a load-balancing loss is taken on each process' tokens).
+SEQUENCE_BLOCK = {
+    **LLAMA_BLOCK,
+    "layers": [{"select": 1, "attention": {"kind": "short_conv"},
+                "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1,
+                        "aux_loss_coef": 0.0,
+                        "router": {"kind": "sigmoid_topk", "normalize": True, "n_group": 2, "topk_group": 1}}}],
+}
+
+
+@pytest.mark.slow
+def test_sequence_parallelism_trains_like_one_process(tmp_path: Path) -> None:
+    reference, two = one_and_parallel(tmp_path, SEQUENCE_BLOCK)
+    out = tmp_path / "sp"
+    done = torchrun(two, out, "--set", "train.parallel.tp=2", "--set", "train.parallel.sequence_parallel=true")
+    assert ("split 1 CausalSelfAttention, 1 GatedMLP, embedding and head by vocabulary, the stream cut by sequence "
+            "between sublayers; replicated ShortConv") in done.stdout
+    assert_same_run(out, reference)
+
+
 @pytest.mark.slow
 def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
     script = Path(__file__).parent / "scripts" / "vocabulary_parallel_logits.py"
@@ -123,16 +146,19 @@ def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp-sp"])
+def test_tensor_parallel_beside_fsdp_on_four_processes_matches_one(tmp_path: Path, sequence_parallel: bool) -> None:
     # A 2 x 2 mesh: two tensor-parallel groups, FSDP2 across them, each group reading half of the global batch.
     reference, spec = one_and_parallel(tmp_path, LLAMA_BLOCK, per_process=2)
     out = tmp_path / "tp-fsdp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
                "-m", "specformer.cli", "train", str(spec), "--out", str(out),
-               "--set", "train.parallel.tp=2", "--set", "train.distributed=fsdp"]
+               "--set", "train.parallel.tp=2", "--set", "train.distributed=fsdp",
+               "--set", f"train.parallel.sequence_parallel={str(sequence_parallel).lower()}"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "x 2 process(es)" in done.stdout and "cpu, fp32, eager, fsdp" in done.stdout
-    assert "split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary (each group of 2" in done.stdout
+    cut = ", the stream cut by sequence between sublayers" if sequence_parallel else ""
+    assert f"split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary{cut} (each group of 2" in done.stdout
     assert_same_run(out, reference)

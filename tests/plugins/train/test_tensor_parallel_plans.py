@@ -147,3 +147,25 @@ def test_the_norm_of_replicated_gradients_is_torchs() -> None:
     torch.testing.assert_close(clip_grad_norm(ours, 0.5), expected)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize(("model", "seq_len", "message"), [
+    ({}, 31, r"train.seq_len \(31\) must divide by 2"),
+    ({"per_layer_input": {"kind": "per_layer_embedding", "width": 4},
+      "block": {"layout": {"kind": "sandwich", "layer_scale": True}}}, 32, "per-layer inputs"),
+    ({"block": {"residual": {"kind": "mhc", "n_streams": 2}}}, 32, "a multi-stream residual"),
+    ({"block": {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 1, "router": {"kind": "hash"}}}}, 32, "hash routing"),
+])
+def test_sequence_parallelism_refuses_what_a_cut_stream_cannot_hold(model: dict, seq_len: int, message: str) -> None:
+    from specformer_train.sequence_parallel import check_sequence_parallel
+
+    built = specformer.build(tiny_spec(**{k: v for k, v in model.items() if k != "block"}, block=model.get("block")))
+    with pytest.raises(ValueError, match=message):
+        check_sequence_parallel(built, tp=2, seq_len=seq_len)
+
+
+def test_sequence_parallelism_needs_tensor_parallelism() -> None:
+    assert not TrainConfig().parallel.sequence_parallel
+    with pytest.raises(ValueError, match="sequence_parallel cuts the stream between tensor-parallel sublayers"):
+        TrainConfig(parallel={"sequence_parallel": True})
+    assert TrainConfig(parallel={"tp": 2, "sequence_parallel": True}).parallel.sequence_parallel
