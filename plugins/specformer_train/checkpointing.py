@@ -55,6 +55,7 @@ import specformer
 from specformer.files.atomic import fsync_dir, unique_suffix, write_text_atomic
 from specformer.checkpoint.save_load import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
+from specformer.model.parallel_plan import ROW_ORDER
 from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 from specformer_text import OutputError
@@ -473,6 +474,8 @@ def _read_trainer_state(path: Path) -> TrainerState:
 
 def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: str) -> None:
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name, order in _fused_orders(model).items():  # a tensor-parallel copy of key/value heads: the module's rows
+        expected[name] = (int(order.max()) + 1, *expected[name][1:])
     got = {name: tuple(t.shape) for name, t in weights.items()}
     if expected != got:
         missing = sorted(set(expected) - set(got))
@@ -482,6 +485,15 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: 
             f"{where}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
             f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with"
         )
+
+
+def _fused_orders(model: nn.Module) -> dict[str, torch.Tensor]:
+    # late: only a tensor-parallel model has fused orders, and only its run needs torch.distributed's styles
+    if not any(hasattr(m, ROW_ORDER) for m in model.modules()):
+        return {}
+    from specformer.model.tensor_parallel import fused_row_orders
+
+    return fused_row_orders(model)
 
 
 def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str, Any]:

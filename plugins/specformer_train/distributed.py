@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Iterator
 
@@ -47,6 +47,7 @@ class DistContext:
     layout: str = ""  # how the model is split across processes, in words (tensor, expert or context parallelism)
     tp_mesh: Any = None  # the tensor-parallel group's DeviceMesh, once the model is split
     tp_summed: tuple[str, ...] = ()  # parameters whose gradients are summed over it (parallel_plan.Shared)
+    tp_copies: dict[str, Any] = field(default_factory=dict)  # fused parameters holding copied key/value heads
     sequence_parallel: bool = False  # train.parallel.sequence_parallel: the stream cut by sequence between sublayers
     sequence: Any = None  # its switch and moves, once the model is split (sequence_parallel.SequenceSplit)
     experts: Any = None  # the expert-parallel groups and split parameters (expert_parallel.ExpertLayout)
@@ -184,7 +185,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         # late: only tensor-parallel runs need the plans' machinery
         from torch.distributed.device_mesh import init_device_mesh
 
-        from specformer_train.tensor_parallel import apply_tensor_parallel
+        from specformer_train.tensor_parallel import apply_tensor_parallel, copied_rows
 
         mesh = init_device_mesh(device.type, (ctx.dp_size, ctx.tp), mesh_dim_names=("dp", "tp"))
         dp_mesh = mesh["dp"]
@@ -195,6 +196,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         try:
             ctx.layout, ctx.tp_summed = apply_tensor_parallel(model, mesh=mesh["tp"], sequence=ctx.sequence)
             ctx.tp_mesh = mesh["tp"]
+            ctx.tp_copies = copied_rows(model)
         except ValueError as exc:
             raise UserError(f"train.parallel.tp {ctx.tp}: {exc}") from None
     if ctx.cp > 1:

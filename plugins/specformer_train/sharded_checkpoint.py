@@ -115,6 +115,24 @@ def global_indices(tensor: Tensor, row_order: Tensor | None = None) -> tuple[lis
     return indices, local
 
 
+def module_shape(tensor: Tensor, row_order: Tensor | None) -> list[int]:
+    """The (global) shape of ``tensor`` in the module's rows: fewer than gathered when units are copied."""
+    shape = list(tensor.shape)
+    if row_order is not None and shape and shape[0] == len(row_order):
+        shape[0] = int(row_order.max()) + 1
+    return shape
+
+
+def first_copies(row_order: Tensor) -> Tensor:
+    """Per gathered row, whether it is the first in ``row_order`` to stand for its real row."""
+    seen: set[int] = set()
+    first = []
+    for row in row_order.tolist():
+        first.append(row not in seen)
+        seen.add(row)
+    return torch.tensor(first, dtype=torch.bool)
+
+
 def writes_copy(tensor: Tensor, rank: int) -> bool:
     """Whether this process writes its share of ``tensor`` (each copy of a replicated block is written once)."""
     from torch.distributed.tensor import DTensor
@@ -191,6 +209,11 @@ def write_shards(tmp: Path, *, model: nn.Module, optimizer: torch.optim.Optimize
         if not writes_copy(tensor, rank):
             continue
         indices, local = global_indices(tensor, order)
+        if order is not None and len(order) > int(order.max()) + 1:
+            # copied key/value heads: several processes hold a row; the first copy in the order writes it
+            gathered, _ = global_indices(tensor)
+            first = first_copies(order)[gathered[0]]
+            indices[0], local = indices[0][first], local[first]
         for offsets, block in blocks(local.detach(), indices):
             key = f"{name}@{','.join(map(str, offsets))}"
             tensors[key] = block.cpu().contiguous().clone()
@@ -204,8 +227,8 @@ def write_shards(tmp: Path, *, model: nn.Module, optimizer: torch.optim.Optimize
             "format": SHARDED_FORMAT,
             "world_size": world_size,
             "files": [shard_file(r) for r in range(world_size)],
-            "tensors": {name: {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}
-                        for name, (tensor, _) in named.items()},
+            "tensors": {name: {"shape": module_shape(tensor, order), "dtype": str(tensor.dtype).removeprefix("torch.")}
+                        for name, (tensor, order) in named.items()},
             "optimizer": {"class": type(optimizer).__name__, "param_groups": groups, "scalars": scalars},
             "header": header,
         }
@@ -387,7 +410,10 @@ def check_fits(index: ShardedIndex, model: nn.Module) -> None:
     """Refuse a checkpoint of another model: the stored names and global shapes must be the model's."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    expected = {name: tuple(t.shape) for name, t in get_model_state_dict(
+    from specformer.model.tensor_parallel import fused_row_orders
+
+    orders = fused_row_orders(model)
+    expected = {name: tuple(module_shape(t, orders.get(name))) for name, t in get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=False)).items()}
     got = {name: tuple(index.shapes[MODEL + name]) for name in index.model_names()}
     if expected != got:
@@ -419,7 +445,7 @@ def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim
                 continue
             fqn, _, key = name[prefix:].rpartition("/")
             template = templates.get(fqn)
-            if template is not None and list(template.shape) == shape:  # a moment: split as its parameter
+            if template is not None and module_shape(template, orders.get(fqn)) == shape:  # a moment: split alike
                 value = reader.like(name, template, orders.get(fqn))
             else:  # a step count: the same on every process (the optimizer moves it where it keeps it)
                 value = reader.whole(name)

@@ -155,18 +155,58 @@ def sum_shared_gradients(model: nn.Module, names: tuple[str, ...], mesh: DeviceM
             dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=mesh.get_group())
 
 
+def copied_rows(model: nn.Module) -> dict[str, Tensor]:
+    """``{parameter name: gathered-to-real row order}`` of the fused parameters holding copied units (key/value heads
+    fewer than tp): their orders name some real rows more than once."""
+    return {name: order for name, order in fused_row_orders(model).items() if len(order) > int(order.max()) + 1}
+
+
+def sum_copied_rows(model: nn.Module, copies: dict[str, Tensor], mesh: DeviceMesh) -> dict[int, Tensor]:
+    """Sum over the tensor-parallel group the gradients of every copy of a copied unit, so the copies stay equal.
+
+    Each process' copy of a key/value head has the gradient of its own query heads only;
+    the head's gradient is their sum, which every copy then takes. Returns, for the gradient
+    norm, each such parameter's weight per local row: 1 / the number of copies of its row.
+    Works on any layout of the gradient (FSDP2's shards of the tensor-parallel rows too): the
+    rows are placed by their index in the whole parameter.
+    """
+    from specformer_train.sharded_checkpoint import global_indices  # late: places a DTensor's rows
+
+    parameters = dict(model.named_parameters())
+    weights: dict[int, Tensor] = {}
+    for name, order in copies.items():
+        param = parameters[name]
+        if param.grad is None:
+            continue
+        indices, local = global_indices(param.grad, order)
+        rows = indices[0].to(local.device)  # the real row of each local row
+        counts = torch.bincount(order, minlength=int(order.max()) + 1).to(local.device)
+        copied = counts[rows] > 1
+        slots = torch.full_like(counts, -1)  # each copied real row's place in the buffer
+        shared_rows = (counts > 1).nonzero().squeeze(1)
+        slots[shared_rows] = torch.arange(len(shared_rows), device=local.device)
+        buffer = local.new_zeros((len(shared_rows), *local.shape[1:]))
+        buffer.index_add_(0, slots[rows[copied]], local[copied])
+        dist.all_reduce(buffer, group=mesh.get_group())
+        local[copied] = buffer[slots[rows[copied]]]
+        weights[id(param)] = 1.0 / counts[rows].float()
+    return weights
+
+
 def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float, *,
-                   split_over: dict[int, object] | None = None) -> Tensor:
+                   split_over: dict[int, object] | None = None, row_weights: dict[int, Tensor] | None = None) -> Tensor:
     """Scale gradients so their global norm is at most ``max_norm``; return the norm before.
 
     A DTensor gradient's squares are summed over the mesh dimensions it is sharded on (tensor
     parallel, and FSDP's data parallel beside it); a plain gradient of a parameter in
     ``split_over`` (``{id(parameter): process group}``: expert stacks, each process holding
     other experts) over that group; any other plain (replicated) one is the same on every
-    process and counts once.
+    process and counts once. ``row_weights`` (``{id(parameter): weight per local row}``) counts
+    rows held by several processes (copied key/value heads) once in all.
     """
-    split_over = split_over or {}
+    split_over, row_weights = split_over or {}, row_weights or {}
     by_groups: dict[tuple, list[Tensor]] = {}  # the process groups to sum over -> local gradients
+    weighted: dict[int, Tensor] = {}  # id(local gradient) -> its rows' weights
     for p in parameters:
         g = p.grad
         if g is None:
@@ -174,14 +214,18 @@ def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float, *,
         if isinstance(g, DTensor):
             # not is_shard(): FSDP's _StridedShard (data parallel over tensor-parallel rows) is not a Shard
             dims = tuple(i for i, placement in enumerate(g.placements) if not placement.is_replicate())
-            by_groups.setdefault(tuple(g.device_mesh.get_group(dim) for dim in dims), []).append(g.to_local())
+            local = g.to_local()
+            by_groups.setdefault(tuple(g.device_mesh.get_group(dim) for dim in dims), []).append(local)
         else:
             group = split_over.get(id(p))
+            local = g
             by_groups.setdefault(() if group is None else (group,), []).append(g)
+        if id(p) in row_weights:
+            weighted[id(local)] = row_weights[id(p)]
     device = next(iter(by_groups.values()))[0].device
     total = torch.zeros((), device=device, dtype=torch.float32)
     for groups, tensors in by_groups.items():
-        squares = torch.stack([t.float().pow(2).sum() for t in tensors]).sum()
+        squares = torch.stack([_squares(t, weighted.get(id(t))) for t in tensors]).sum()
         for group in groups:
             dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
         total = total + squares
@@ -191,6 +235,13 @@ def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float, *,
         for t in tensors:
             t.mul_(scale.to(t.dtype))
     return norm
+
+
+def _squares(gradient: Tensor, row_weights: Tensor | None) -> Tensor:
+    squares = gradient.float().pow(2)
+    if row_weights is None:
+        return squares.sum()
+    return (squares.reshape(len(row_weights), -1).sum(1) * row_weights).sum()
 
 
 def gathered_in_module_order(model: nn.Module, model_state: dict, optim_state: dict) -> tuple[dict, dict]:
@@ -215,5 +266,6 @@ def _reordered(model: nn.Module, model_state: dict, optim_state: dict,
 
 
 def _rowwise(value: object, order: Tensor) -> bool:
-    # an optimizer state shaped like its parameter (moments), not a scalar (step)
-    return isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == len(order)
+    # an optimizer state shaped like its parameter (moments), gathered or in the module's rows (fewer when units are
+    # copied), not a scalar (step)
+    return isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] in (len(order), int(order.max()) + 1)

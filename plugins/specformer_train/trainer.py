@@ -134,6 +134,11 @@ class Trainer:
             from specformer_train.expert_parallel import refuse_coupled_updates  # late: only EP runs need it
 
             refuse_coupled_updates(self.optimizer, self.ctx.experts)
+        if self.ctx.tp_copies and any(group.get("use_muon") for group in self.optimizer.param_groups):
+            raise UserError(f"train.parallel.tp {self.ctx.tp}: key/value heads fewer than tp are copied on the "
+                            f"processes, and muon would orthogonalise the matrix with its copies "
+                            f"({next(iter(self.ctx.tp_copies))}); use adamw, lion or sgd, or a tp that divides the "
+                            f"key/value heads")
         self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
@@ -268,14 +273,7 @@ class Trainer:
                         objective = objective + config.aux_loss_weight * aux.float()
                 (objective / config.grad_accum).backward()
             total += loss.detach()
-        if ctx.tp_summed:
-            from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
-
-            sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
-        if ctx.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
-            from specformer_train.expert_parallel import finish_expert_gradients  # late: only EP runs need it
-
-            finish_expert_gradients(ctx.experts, dp_size=ctx.dp_size)
+        row_weights = self._finish_split_gradients()
         grad_norm = None
         if config.clip_norm is not None:
             if ctx.tp > 1 or ctx.ep > 1:  # split and replicated gradients together: torch's norm refuses the mix
@@ -284,7 +282,7 @@ class Trainer:
                 from specformer_train.tensor_parallel import clip_grad_norm
 
                 grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm,
-                                           split_over=expert_groups_of(ctx.experts))
+                                           split_over=expert_groups_of(ctx.experts), row_weights=row_weights)
             else:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
@@ -294,6 +292,24 @@ class Trainer:
         balance_routers(self.model, ctx)  # MoE routers balanced by bias move it from this step's expert load
         self.optimizer.zero_grad(set_to_none=True)
         return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
+
+    def _finish_split_gradients(self) -> dict[int, Tensor]:
+        """The sums model parallelism leaves to the end of the backward; returns the row weights of copied key/value
+        heads for the gradient norm (empty without them)."""
+        ctx = self.ctx
+        if ctx.tp_summed:  # weights each process applied to its share only (parallel_plan.Shared, sequence parallel)
+            from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
+
+            sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
+        if ctx.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
+            from specformer_train.expert_parallel import finish_expert_gradients  # late: only EP runs need it
+
+            finish_expert_gradients(ctx.experts, dp_size=ctx.dp_size)
+        if ctx.tp_copies:  # key/value heads fewer than tp: each copy's gradient is a part
+            from specformer_train.tensor_parallel import sum_copied_rows  # late: only TP runs need it
+
+            return sum_copied_rows(self.model, ctx.tp_copies, ctx.tp_mesh)
+        return {}
 
     def _micro_batches(self) -> Iterator[tuple[Tensor, Tensor, dict[str, Tensor]]]:
         """This process' rows of the current global batch, one micro-batch at a time, on the device."""

@@ -29,6 +29,10 @@ from typing import Any, Iterator, Literal, Mapping
 #: The axes a weight may split over.
 WEIGHT_AXES = ("tp", "ep")
 
+#: The attribute a fused projection carries once tensor parallelism split it per part
+#: (:class:`specformer.model.tensor_parallel.FusedColwiseParallel`): gathered row i is real row order[i].
+ROW_ORDER = "_tp_row_order"
+
 
 @dataclass(frozen=True)
 class Split:
@@ -117,4 +121,5 @@ def _owned(component: Any, plan: ParallelPlan | None) -> Iterator[tuple[str, Any
         yield name, module, name[len(prefix):], tuple(declared.get(name[len(prefix):], ()))
 
 
-__all__ = ["ParallelPlan", "Shared", "Split", "WEIGHT_AXES", "declared_splits", "local_share", "plan_of", "shared_weights"]
+__all__ = ["ROW_ORDER", "ParallelPlan", "Shared", "Split", "WEIGHT_AXES", "declared_splits", "local_share", "plan_of",
+           "shared_weights"]

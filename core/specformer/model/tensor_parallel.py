@@ -46,20 +46,28 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-from specformer.model.parallel_plan import ParallelPlan, Split
-
-#: The attribute a fused projection carries after :class:`FusedColwiseParallel`: gathered row i is real row order[i].
-ROW_ORDER = "_tp_row_order"
+from specformer.model.parallel_plan import ROW_ORDER, ParallelPlan, Split
 
 
-def rank_major_order(parts: Sequence[int], tp: int) -> Tensor:
-    """The real row of each gathered row: ranks' slices ``[part0_r; part1_r; ...]`` one after another."""
+
+def rank_major_order(parts: Sequence[int], tp: int, copied: Sequence[int | None] | None = None) -> Tensor:
+    """The real row of each gathered row: ranks' slices ``[part0_r; part1_r; ...]`` one after another.
+
+    ``copied``: per part, None when it is split ``tp`` ways, or its number of units (heads) when
+    they are fewer than ``tp`` and copied: process ``r`` then holds unit ``r // (tp / units)``,
+    so a unit's rows appear ``tp / units`` times in the order.
+    """
+    copied = copied if copied is not None else [None] * len(parts)
     starts = [sum(parts[:i]) for i in range(len(parts))]
     order = []
     for rank in range(tp):
-        for start, size in zip(starts, parts):
-            share = size // tp
-            order.extend(range(start + rank * share, start + (rank + 1) * share))
+        for start, size, units in zip(starts, parts, copied):
+            if units is None:
+                share = size // tp
+                order.extend(range(start + rank * share, start + (rank + 1) * share))
+            else:
+                per_unit, unit = size // units, rank // (tp // units)
+                order.extend(range(start + unit * per_unit, start + (unit + 1) * per_unit))
     return torch.tensor(order, dtype=torch.long)
 
 
@@ -67,18 +75,24 @@ class FusedColwiseParallel(ColwiseParallel):
     """Column-wise parallel for a Linear whose output rows are several parts laid end to end.
 
     ``parts``: the row count of each part (e.g. ``(H*hd, KV*hd, KV*hd)``); each must divide by
-    the mesh size. The local output is ``[part0_r, part1_r, ...]`` on the last dim.
+    the mesh size, or be one of ``copied`` (its units fewer than the mesh, each process keeping
+    one, see :func:`rank_major_order`). The local output is ``[part0_r, part1_r, ...]`` on the
+    last dim. A copied part makes the gathered parameter longer than the module's: each
+    process' copy of a unit is a row block of its own, kept equal by summing their gradients
+    (:func:`specformer_train.tensor_parallel.sum_copied_rows`).
     """
 
-    def __init__(self, parts: Sequence[int]) -> None:
+    def __init__(self, parts: Sequence[int], copied: Sequence[int | None] | None = None) -> None:
         super().__init__()
         self.parts = tuple(parts)
+        self.copied = tuple(copied) if copied is not None else (None,) * len(self.parts)
 
     def _partition_linear_fn(self, name, module, device_mesh):
         tp, rank = device_mesh.size(), device_mesh.get_local_rank()
-        if any(size % tp for size in self.parts):
+        if any(size % tp for size, units in zip(self.parts, self.copied) if units is None) or any(
+                tp % units or size % units for size, units in zip(self.parts, self.copied) if units is not None):
             raise ValueError(f"{name or 'module'}: the parts {list(self.parts)} do not all divide by tp={tp}")
-        order = rank_major_order(self.parts, tp)
+        order = rank_major_order(self.parts, tp, self.copied)
         share = len(order) // tp
         mine = order[rank * share:(rank + 1) * share]
         for pname, param in list(module.named_parameters(recurse=False)):
@@ -101,8 +115,9 @@ def fused_row_orders(model: nn.Module) -> dict[str, Tensor]:
 
 
 def restore_row_order(tensor: Tensor, order: Tensor) -> Tensor:
-    """A gathered (rank-major) tensor of a fused projection back in the module's own row order."""
-    real = torch.empty_like(tensor)
+    """A gathered (rank-major) tensor of a fused projection back in the module's own row order (one of a copied
+    unit's equal copies)."""
+    real = tensor.new_empty((int(order.max()) + 1, *tensor.shape[1:]))
     real[order.to(tensor.device)] = tensor
     return real
 
@@ -131,8 +146,9 @@ def styles_from_plan(module: nn.Module, plan: ParallelPlan, tp: int, *, where: s
     """The ``parallelize_module`` plan that cuts ``module`` ``tp`` ways as its ``parallel_plan`` declares.
 
     Only the ``tp`` segments count (``ep`` is expert parallelism's), and only for parameters
-    the module has (a plan may name optional ones: a gate, sinks). A size that does not
-    divide, or key/value heads fewer than ``tp`` (which the planner copies on paper), is a
+    the module has (a plan may name optional ones: a gate, sinks). Segments declared
+    ``copies_when_fewer`` with fewer units than ``tp`` (key/value heads) are copied, one unit
+    per process, when their count divides ``tp``. A size that does not divide is a
     ``ValueError`` naming the parameter and the sizes.
     """
     present = {name for name, p in module.named_parameters() if p is not None}
@@ -152,27 +168,30 @@ def styles_from_plan(module: nn.Module, plan: ParallelPlan, tp: int, *, where: s
                 raise ValueError(f"{where}{name}: a module's own parameter splits on dim 0 only (declared dim {cut[0].dim})")
             own.append(name)
         elif pname == "weight":  # the bias follows its weight
-            styles[owner] = _linear_style(cut)
+            styles[owner] = _linear_style(cut, tp)
     if own:
         styles[""] = ShardOwnParameters(own)
     return styles
 
 
-def _linear_style(cut: tuple[Split, ...]) -> ParallelStyle:
+def _linear_style(cut: tuple[Split, ...], tp: int) -> ParallelStyle:
     if cut[0].dim == 1:
         return RowwiseParallel()
-    if len(cut) == 1 and cut[0].rows is None:
+    copied = [s.units if s.units % tp else None for s in cut]  # fewer units than tp: copied (checked to divide tp)
+    if len(cut) == 1 and cut[0].rows is None and copied[0] is None:
         return ColwiseParallel()
-    return FusedColwiseParallel([s.rows for s in cut])
+    if any(s.rows is None for s in cut):
+        raise ValueError("a weight split in several segments (or copied) names each segment's rows")
+    return FusedColwiseParallel([s.rows for s in cut], copied)
 
 
 def _check_divides(split: Split, tp: int, name: str) -> None:
     if split.units % tp == 0:
         return
-    if split.copies_when_fewer and tp % split.units == 0:
-        raise ValueError(f"{name}: {split.units} {split.what} are fewer than tp={tp}; training splits them, so tp "
-                         f"must divide them (copying them to each process is planned on paper only)")
-    raise ValueError(f"{name}: tensor parallelism splits {split.what}, and {split.units} do not divide by tp={tp}")
+    if split.copies_when_fewer and tp % split.units == 0 and split.dim == 0:
+        return  # fewer units than tp: each process keeps a copy of the one its share reads
+    accepted = "divide by" if not split.copies_when_fewer else "divide by, or divide,"
+    raise ValueError(f"{name}: tensor parallelism splits {split.what}, and {split.units} do not {accepted} tp={tp}")
 
 
 def gradient_summed(x: Tensor, mesh: Any) -> Tensor:

@@ -155,15 +155,17 @@ class CausalSelfAttention(nn.Module):
         return shared
 
     def take_tensor_parallel_share(self, mesh: Any) -> None:
-        """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads, ``tp`` the size of ``mesh``
-        (:mod:`specformer.model.tensor_parallel`; the weights are cut as :meth:`parallel_plan` declares)."""
+        """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads (one copied key/value head
+        when they are fewer than ``tp``), ``tp`` the size of ``mesh`` (:mod:`specformer.model.tensor_parallel`; the
+        weights are cut as :meth:`parallel_plan` declares)."""
         if self.q_norm is not None and self.qk_norm_scope != "head":
             raise ValueError(f"tensor parallelism does not split attention with qk_norm_scope {self.qk_norm_scope!r} "
                              f"yet (a norm across all heads' channels, or weights per head); 'head' is split")
         tp = mesh.size()
         self.n_heads //= tp
-        self.n_kv_heads //= tp
-        self.kv_splits = tuple(size // tp for size in self.kv_splits)
+        local_kv = max(1, self.n_kv_heads // tp)  # fewer key/value heads than tp: each process a copy of one
+        self.kv_splits = tuple(size // self.n_kv_heads * local_kv for size in self.kv_splits)
+        self.n_kv_heads = local_kv
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""

@@ -138,3 +138,18 @@ def test_tensor_parallel_beside_fsdp_sharded_checkpoint_resumes_on_one_process(r
     finally:
         torch.set_num_threads(before)
     assert_continues(out, runs / "single")
+
+
+def test_copied_key_value_heads_are_stored_once_and_resume_on_one_process(runs: Path) -> None:
+    # tp 4 over 2 key/value heads: two processes hold a copy of each head; the checkpoint keeps the module's rows.
+    launch(runs / "batch4.yaml", runs / "tp4", 4, "--set", "train.parallel.tp=4")
+    assert_no_pickle(runs / "tp4" / "checkpoints" / "step-0000002")
+    assert_continues(runs / "tp4", runs / "single", after=0)
+    out = resume_from(runs / "tp4", runs / "tp4-to-one")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(runs / "batch4.yaml", out_dir=str(out), resume=True)
+    finally:
+        torch.set_num_threads(before)
+    assert_continues(out, runs / "single")

@@ -68,6 +68,10 @@ def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tm
     assert_same_run(out, reference)
 
 
+#: Multi-query attention (one key/value head) over tp 2: each process holds a copy of the head, their gradients summed.
+COPIED_KV_BLOCK = {**LLAMA_BLOCK, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1,
+                                               "qkv_bias": True}}
+
 #: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32 (the indexer replicated, not
 #: learning: its loss reads every head's attention, which tp does not gather yet).
 SPARSE_MLA_BLOCK = {
@@ -83,7 +87,8 @@ SPARSE_MLA_BLOCK = {
     # the GatedMLPs: the mixtures' shared experts
     ({**DEEPSEEK_BLOCK, "tie_embeddings": False}, "split 2 GatedMLP, 2 LatentAttention, embedding and head by vocabulary"),
     (SPARSE_MLA_BLOCK, "split 2 GatedMLP, 2 LatentAttention, embedding and head whole (tied)"),
-], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer"])
+    (COPIED_KV_BLOCK, "split 2 CausalSelfAttention, 2 GatedMLP, embedding and head by vocabulary"),
+], ids=["sinks-qknorm-gate-kvfrom", "mla-moe-shared-sigmoid", "mla-sparse-indexer", "mqa-copied-kv"])
 def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: Path, block: dict, split: str) -> None:
     reference, two = one_and_parallel(tmp_path, block)
     out = tmp_path / "tp"
@@ -128,10 +133,11 @@ def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
 
 
 @pytest.mark.slow
-def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path) -> None:
-    # The full checkpoint is laid out for the split model (fused projections per part) and training goes on
-    # exactly as the one process did.
-    reference, two = one_and_parallel(tmp_path, LLAMA_BLOCK)
+@pytest.mark.parametrize("block", [LLAMA_BLOCK, COPIED_KV_BLOCK], ids=["gqa", "mqa-copied-kv"])
+def test_tensor_parallel_resumes_from_a_one_process_checkpoint(tmp_path: Path, block: dict) -> None:
+    # The full checkpoint is laid out for the split model (fused projections per part, a key/value head copied to
+    # each process that reads it) and training goes on exactly as the one process did.
+    reference, two = one_and_parallel(tmp_path, block)
     out = tmp_path / "tp-resumed"
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")

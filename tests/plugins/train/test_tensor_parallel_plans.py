@@ -81,15 +81,33 @@ def test_latent_attention_splits_its_up_projections_and_keeps_the_latents_whole(
                                                         "out": RowwiseParallel}
 
 
-@pytest.mark.parametrize(("attention", "message"), [
-    ({"kind": "attention", "n_heads": 4, "n_kv_heads": 1},
-     r"qkv.weight: 1 key/value heads are fewer than tp=2; training splits them"),
-    ({"kind": "attention", "n_heads": 6, "n_kv_heads": 3}, r"splits query heads, and 6 do not divide by tp=4"),
+@pytest.mark.parametrize(("attention", "tp", "message"), [
+    ({"kind": "attention", "n_heads": 6, "n_kv_heads": 3}, 4, r"splits query heads, and 6 do not divide by tp=4"),
+    ({"kind": "attention", "n_heads": 12, "n_kv_heads": 3}, 4,
+     r"splits key/value heads, and 3 do not divide by, or divide, tp=4"),
 ])
-def test_sizes_that_do_not_split_are_refused_by_name(attention: dict, message: str) -> None:
+def test_sizes_that_do_not_split_are_refused_by_name(attention: dict, tp: int, message: str) -> None:
     layer = specformer.build(tiny_spec(d_model=48, block={"attention": attention})).blocks[0].attention
     with pytest.raises(ValueError, match=message):
-        _styles(layer, 2 if "fewer" in message else 4)
+        _styles(layer, tp)
+
+
+def test_key_value_heads_fewer_than_tp_are_copied_one_per_process() -> None:
+    attention = specformer.build(tiny_spec(block={"attention": {"kind": "attention", "n_heads": 4,
+                                                                "n_kv_heads": 2}})).blocks[0].attention
+    styles = _styles(attention, 4)
+    assert styles["qkv"].parts == (32, 16, 16) and styles["qkv"].copied == (None, 2, 2)
+    # queries: 8 rows a process; key/value head 0 (rows 32-39, 48-55) on processes 0 and 1, head 1 on 2 and 3
+    order = rank_major_order((32, 16, 16), 4, (None, 2, 2)).view(4, -1).tolist()
+    assert order[0] == [*range(0, 8), *range(32, 40), *range(48, 56)]
+    assert order[1] == [*range(8, 16), *range(32, 40), *range(48, 56)]
+    assert order[3] == [*range(24, 32), *range(40, 48), *range(56, 64)]
+    gathered = put_in_rank_order(torch.randn(64, 3), rank_major_order((32, 16, 16), 4, (None, 2, 2)))
+    assert gathered.shape == (96, 3)  # every process' rows, copies included
+    restored = restore_row_order(gathered, rank_major_order((32, 16, 16), 4, (None, 2, 2)))
+    assert restored.shape == (64, 3)
+    attention.take_tensor_parallel_share(_Group(4))
+    assert (attention.n_heads, attention.n_kv_heads, attention.kv_splits) == (1, 1, (8, 8))
 
 
 @pytest.mark.parametrize(("attention", "message"), [
