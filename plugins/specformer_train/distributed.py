@@ -128,17 +128,18 @@ def resolve_mode(requested: str, *, tp: int = 1, ep: int = 1, cp: int = 1) -> st
 
 
 def _resolve_expert_parallel(requested: str, *, tp: int, ep: int, world: int) -> str:
-    """ddp (for auto) or fsdp beside ``ep`` > 1; what does not fit is a UserError."""
-    if tp > 1:
-        raise UserError(f"train.parallel.ep {ep} with train.parallel.tp {tp}: expert and tensor parallelism together "
-                        "are not supported; set one of them to 1")
+    """ddp (for auto) or fsdp beside ``ep`` > 1 (fsdp beside tp too); what does not fit is a UserError."""
+    if tp > 1 and requested != "fsdp":
+        raise UserError(f"train.parallel.ep {ep} with train.parallel.tp {tp}: set train.distributed=fsdp (FSDP2 across "
+                        f"the tensor-parallel groups, whose places each split the experts), not {requested}")
     if requested not in ("auto", "ddp", "fsdp"):
         raise UserError(f"train.parallel.ep {ep}: train.distributed must be auto, ddp or fsdp (the expert-parallel "
                         f"processes read different rows), not {requested}")
-    if "RANK" not in os.environ or world % ep:
-        raise UserError(f"train.parallel.ep {ep} needs a multiple of {ep} processes launched by torchrun "
+    if "RANK" not in os.environ or world % (ep * tp):
+        need = f"{ep} x tp {tp} = {ep * tp}" if tp > 1 else f"{ep}"
+        raise UserError(f"train.parallel.ep {ep} needs a multiple of {need} processes launched by torchrun "
                         f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
-                        f"torchrun --standalone --nproc_per_node={ep} -m specformer.cli train SPEC")
+                        f"torchrun --standalone --nproc_per_node={ep * tp} -m specformer.cli train SPEC")
     return "ddp" if requested == "auto" else requested
 
 
@@ -210,9 +211,9 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         # late: only expert-parallel runs need its groups
         from specformer_train.expert_parallel import apply_expert_parallel, new_expert_groups
 
-        group, replicas = new_expert_groups(world=ctx.world_size, ep=ctx.ep, rank=ctx.rank)
+        group, replicas = new_expert_groups(world=ctx.world_size, ep=ctx.ep, rank=ctx.rank, tp=ctx.tp)
         ctx.experts = apply_expert_parallel(model, group=group, replicas=replicas)
-        ctx.layout = ctx.experts.text
+        ctx.layout = f"{ctx.layout}; {ctx.experts.text}" if ctx.layout else ctx.experts.text
         experts = set(ctx.experts.params.values())
     if ctx.mode == "ddp":
         if experts:

@@ -2,7 +2,8 @@
 
 The ``world`` processes of a run read different rows, as in data parallelism; they are
 laid out ``[replica][ep]``: the ``ep`` consecutive processes of a replica form an
-expert-parallel group, over which every component that declares ``expert_parallel``
+expert-parallel group (beside tensor parallelism, at each place of the tensor-parallel
+groups: :func:`group_ranks`), over which every component that declares ``expert_parallel``
 (:mod:`specformer.model.expert_parallel`) splits its experts, whole experts per process;
 processes at the same place in every replica hold the same experts. The router,
 attention, norms, embeddings and shared experts stay whole on every process.
@@ -37,25 +38,32 @@ class ExpertLayout:
     text: str = ""  # what was split, in words
 
 
-def group_ranks(world: int, ep: int) -> tuple[list[list[int]], list[list[int]]]:
-    """The expert-parallel groups (consecutive ranks) and the replica groups (same place in each) of ``world``."""
-    groups = [list(range(start, start + ep)) for start in range(0, world, ep)]
-    replicas = [list(range(place, world, ep)) for place in range(ep)]
+def group_ranks(world: int, ep: int, tp: int = 1) -> tuple[list[list[int]], list[list[int]]]:
+    """The expert-parallel groups and the replica groups (same place in each) of ``world``.
+
+    Ranks are laid out ``[dp][tp]``; the processes reading different rows (one per ``dp``
+    index) at the same tensor-parallel place form the groups, ``ep`` consecutive ``dp``
+    indices each: beside tensor parallelism, every place of the tensor-parallel groups runs
+    its own expert parallelism (a mixture's tokens and experts are the same at every place).
+    """
+    dp = world // tp
+    groups = [[(start + i) * tp + place for i in range(ep)] for place in range(tp) for start in range(0, dp, ep)]
+    replicas = [[d * tp + place for d in range(slot, dp, ep)] for place in range(tp) for slot in range(ep)]
     return groups, replicas
 
 
-def new_expert_groups(*, world: int, ep: int, rank: int) -> tuple[Any, Any]:
+def new_expert_groups(*, world: int, ep: int, rank: int, tp: int = 1) -> tuple[Any, Any]:
     """This process' expert-parallel group and replica group (None with one replica); every process calls this.
 
     Groups of their own, not the default one: the all-to-alls of the experts' backward then
     never interleave with the data-parallel all-reduces on the same communicator.
     """
-    groups, replicas = group_ranks(world, ep)
+    groups, replicas = group_ranks(world, ep, tp)
     mine, my_replicas = None, None
     for ranks in groups:
         made = dist.new_group(ranks)
         mine = made if rank in ranks else mine
-    if len(groups) > 1:
+    if world // tp > ep:
         for ranks in replicas:
             made = dist.new_group(ranks)
             my_replicas = made if rank in ranks else my_replicas

@@ -216,6 +216,16 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
                      counts=(len(tokens), len(split.train), 0 if split.val is None else len(split.val)), record=record)
 
 
+def _groups_in_words(ctx: DistContext) -> str:
+    """How the processes of a model-parallel run share the rows, in words."""
+    words = []
+    if ctx.tp * ctx.cp > 1:
+        words.append(f"each group of {ctx.tp * ctx.cp} processes reads the same rows")
+    if ctx.ep > 1:
+        words.append(f"groups of {ctx.ep} processes read different rows and send each token to its experts' processes")
+    return "; ".join(words)
+
+
 def mesh_change(recorded: Any, now: dict[str, Any]) -> str | None:
     """A note when a checkpoint resumes on another layout of processes than the one that wrote it (None: the same,
     or a checkpoint from before meshes were recorded)."""
@@ -309,10 +319,7 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
         f"  batch   {config.batch_size} x {trainer.seq_len} tokens x {config.grad_accum} accumulation x "
         f"{trainer.ctx.dp_size} process(es) = {tokens_per_step:,} tokens/step; {config.steps} steps "
         f"{epochs}",
-        *([f"  split   {trainer.ctx.layout} (each group of {trainer.ctx.tp * trainer.ctx.cp} processes reads the same "
-           f"rows)"] if trainer.ctx.layout and (trainer.ctx.tp > 1 or trainer.ctx.cp > 1) else []),
-        *([f"  split   {trainer.ctx.layout} (groups of {trainer.ctx.ep} processes read different rows and send "
-           f"each token to its experts' processes)"] if trainer.ctx.layout and trainer.ctx.ep > 1 else []),
+        *([f"  split   {trainer.ctx.layout} ({_groups_in_words(trainer.ctx)})"] if trainer.ctx.layout else []),
         f"  device  {trainer.device}, {trainer.precision}, {mode}" + "".join(f", {e}" for e in extras)
         + (f"; {trainer.threads} CPU thread(s)" if trainer.threads else ""),
     ]

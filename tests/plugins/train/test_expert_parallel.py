@@ -113,3 +113,16 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(path))
+
+
+@pytest.mark.slow
+def test_expert_parallel_beside_tensor_parallel_matches_one(deepseek, tmp_path: Path) -> None:
+    # 4 processes, ranks [dp][tp]: tp 2 splits attention, the shared expert and the vocabulary; at each
+    # tensor-parallel place the two data-parallel processes split the routed experts (FSDP2 across the groups).
+    reference, spec = deepseek
+    out = tmp_path / "ep-tp"
+    done = torchrun(spec, out, "--set", "train.parallel.ep=2", "--set", "train.parallel.tp=2",
+                    "--set", "train.distributed=fsdp", nproc=4)
+    assert "split 2 CausalSelfAttention, 2 GatedMLP" in done.stdout
+    assert "expert parallel 2 ways: split 2 MoE, 2 of 4 experts on each process" in done.stdout
+    assert_same_run(out, reference)

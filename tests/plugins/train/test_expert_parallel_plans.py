@@ -62,6 +62,9 @@ def test_slots_reach_their_owners_and_are_regrouped_as_one_process_would_group_t
 def test_the_groups_are_consecutive_processes_and_replicas_share_a_place() -> None:
     assert group_ranks(4, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
     assert group_ranks(2, 2) == ([[0, 1]], [[0], [1]])
+    # beside tp 2 (ranks [dp][tp]): each tensor-parallel place splits its experts over the dp indices
+    assert group_ranks(4, 2, tp=2) == ([[0, 2], [1, 3]], [[0], [2], [1], [3]])
+    assert group_ranks(8, 2, tp=2) == ([[0, 2], [4, 6], [1, 3], [5, 7]], [[0, 4], [2, 6], [1, 5], [3, 7]])
 
 
 def test_a_mixture_keeps_its_share_of_whole_experts_and_the_rest_whole() -> None:
@@ -111,8 +114,13 @@ def test_the_expert_parallel_setting_is_validated_and_needs_a_matching_launch(mo
     with pytest.raises(UserError, match=r"^train.parallel.ep 2 needs a multiple of 2 processes .*\(now 3\)"):
         resolve_mode("ddp", ep=2)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(UserError, match="expert and tensor parallelism together are not supported"):
+    with pytest.raises(UserError, match="with train.parallel.tp 2: set train.distributed=fsdp"):
+        resolve_mode("auto", ep=2, tp=2)
+    assert resolve_mode("fsdp", ep=2, tp=2) == "fsdp"
+    monkeypatch.setenv("WORLD_SIZE", "6")
+    with pytest.raises(UserError, match=r"needs a multiple of 2 x tp 2 = 4 processes .*\(now 6\)"):
         resolve_mode("fsdp", ep=2, tp=2)
+    monkeypatch.setenv("WORLD_SIZE", "4")
     with pytest.raises(UserError, match="must be auto, ddp or fsdp .*, not none"):
         resolve_mode("none", ep=2)
     assert resolve_mode("auto", ep=2) == "ddp"
