@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
@@ -223,3 +224,10 @@ class VocabParallelHead(ColwiseParallel):
     @staticmethod
     def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
         return outputs if getattr(mod, SHARDED_LOGITS, False) else outputs.full_tensor()
+
+
+def summed_over(x: Tensor, mesh: Any) -> Tensor:
+    """``x`` summed over the processes of ``mesh``, without gradient (a target each process holds a part of)."""
+    total = x.detach().clone()
+    dist.all_reduce(total, group=mesh.get_group())
+    return total

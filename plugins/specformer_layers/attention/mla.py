@@ -80,8 +80,10 @@ class LatentAttention(nn.Module):
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used.
         self.observe_weights: Callable[[Tensor], None] | None = None
-        # Under tensor parallelism: what sums the gradient of a key every process reads with its own heads only.
+        # Under tensor parallelism: what sums the gradient of a key every process reads with its own heads only,
+        # and what sums the attention weights of this process' heads over the others' (the indexer's target).
         self.summed_over_heads: Callable[[Tensor], Tensor] = _unchanged
+        self.attention_of_all_heads: Callable[[Tensor], Tensor] = _unchanged
 
     def parallel_plan(self) -> ParallelPlan:
         """Heads over tp (the up-projections from the latents and the output); the latents' down-projections replicated."""
@@ -91,16 +93,16 @@ class LatentAttention(nn.Module):
 
     def take_tensor_parallel_share(self, mesh: Any) -> None:
         """Compute on ``n_heads / tp`` heads (:mod:`specformer.model.tensor_parallel`); the shared rotary key (and,
-        in the sparse form, the latent) is read by every process' heads, so its gradient is summed over ``mesh``."""
-        if self.indexer is not None and self.indexer.loss_coef:
-            raise ValueError("tensor parallelism does not train an indexer yet (its loss reads every head's attention); "
-                             "set the indexer's loss_coef to 0 to train the rest split")
+        in the sparse form, the latent) is read by every process' heads, so its gradient is summed over ``mesh``,
+        and the indexer's target sums every process' heads' attention."""
         # late: only a tensor-parallel run needs DTensors
-        from specformer.model.tensor_parallel import gradient_summed
+        from specformer.model.tensor_parallel import gradient_summed, summed_over
 
         self.n_heads //= mesh.size()
         self.n_kv_heads = self.n_heads
         self.summed_over_heads = functools.partial(gradient_summed, mesh=mesh)
+        # the indexer learns from the attention of every head, of which this process computes its own
+        self.attention_of_all_heads = functools.partial(summed_over, mesh=mesh)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
@@ -163,7 +165,7 @@ class LatentAttention(nn.Module):
 
         def add(rows: slice, chosen: Tensor, readable: Tensor, attention: Tensor) -> None:
             loss = indexer.alignment_loss(q[:, rows], weights[:, rows], index_keys, chosen=chosen, readable=readable,
-                                          attention=attention) * (indexer.loss_coef / queries)
+                                          attention=self.attention_of_all_heads(attention)) * (indexer.loss_coef / queries)
             indexer.aux_loss = loss if indexer.aux_loss is None else indexer.aux_loss + loss
 
         return add

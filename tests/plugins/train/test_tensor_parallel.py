@@ -72,11 +72,11 @@ def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tm
 COPIED_KV_BLOCK = {**LLAMA_BLOCK, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1,
                                                "qkv_bias": True}}
 
-#: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32 (the indexer replicated, not
-#: learning: its loss reads every head's attention, which tp does not gather yet).
+#: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32; the indexer, whole on every
+#: process, learns from the attention of every head (each process' heads' summed over the group).
 SPARSE_MLA_BLOCK = {
     "attention": {**DEEPSEEK_BLOCK["attention"], "q_lora_rank": None,
-                  "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8, "block": 8, "loss_coef": 0.0}},
+                  "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8, "block": 8, "loss_coef": 1.0}},
     "ffn": {"kind": "swiglu", "hidden": 64},
 }
 

@@ -113,8 +113,6 @@ def test_key_value_heads_fewer_than_tp_are_copied_one_per_process() -> None:
 @pytest.mark.parametrize(("attention", "message"), [
     ({"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "rmsnorm"}, "qk_norm_scope": "all"},
      "qk_norm_scope 'all' yet"),
-    ({"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 8,
-      "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8}}, "does not train an indexer yet"),
     ({"kind": "compressed", "n_heads": 4, "head_dim": 8, "q_lora_rank": 8, "rope_dim": 8, "window": 3},
      "does not split compressed attention in training yet"),
 ])
