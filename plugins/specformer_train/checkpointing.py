@@ -476,15 +476,20 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: 
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     for name, order in _fused_orders(model).items():  # a tensor-parallel copy of key/value heads: the module's rows
         expected[name] = (int(order.max()) + 1, *expected[name][1:])
-    got = {name: tuple(t.shape) for name, t in weights.items()}
-    if expected != got:
-        missing = sorted(set(expected) - set(got))
-        extra = sorted(set(got) - set(expected))
-        shaped = sorted(f"{n} {got[n]} vs {expected[n]}" for n in set(got) & set(expected) if got[n] != expected[n])
-        raise CheckpointError(
-            f"{where}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
-            f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with"
-        )
+    refuse_misfit(expected, {name: tuple(t.shape) for name, t in weights.items()}, where=where)
+
+
+def refuse_misfit(expected: dict[str, tuple], got: dict[str, tuple], *, where: str) -> None:
+    """A CheckpointError naming what ``got`` (stored names and shapes) lacks, adds or shapes otherwise than the model."""
+    if expected == got:
+        return
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    shaped = sorted(f"{n} {got[n]} vs {expected[n]}" for n in set(got) & set(expected) if got[n] != expected[n])
+    raise CheckpointError(
+        f"{where}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
+        f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with"
+    )
 
 
 def _fused_orders(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -94,10 +94,7 @@ def resolve_mode(requested: str, *, tp: int = 1, ep: int = 1, cp: int = 1) -> st
             other = f"train.parallel.tp {tp}" if tp > 1 else f"train.parallel.ep {ep}"
             raise UserError(f"train.parallel.cp {cp} with {other}: context parallelism beside tensor or expert "
                             f"parallelism is not built yet; use one of them")
-        if "RANK" not in os.environ or world % cp:
-            raise UserError(f"train.parallel.cp {cp} needs a multiple of {cp} processes launched by torchrun "
-                            f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
-                            f"torchrun --standalone --nproc_per_node={cp} -m specformer.cli train SPEC")
+        _needs_launch_of(f"train.parallel.cp {cp}", multiple=cp, world=world)
         if requested not in ("auto", "ddp", "fsdp"):
             raise UserError(f"train.parallel.cp {cp}: train.distributed must be auto, ddp or fsdp (the gradients are "
                             f"averaged over every process), not {requested}")
@@ -108,10 +105,7 @@ def resolve_mode(requested: str, *, tp: int = 1, ep: int = 1, cp: int = 1) -> st
         if requested not in ("auto", "fsdp"):
             raise UserError(f"train.parallel.tp {tp}: train.distributed must be auto (tensor parallelism alone) or "
                             f"fsdp (FSDP2 across the tensor-parallel groups), not {requested}")
-        if "RANK" not in os.environ or world % tp:
-            raise UserError(f"train.parallel.tp {tp} needs a multiple of {tp} processes launched by torchrun "
-                            f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
-                            f"torchrun --standalone --nproc_per_node={tp} -m specformer.cli train SPEC")
+        _needs_launch_of(f"train.parallel.tp {tp}", multiple=tp, world=world)
         if requested == "auto" and world != tp:
             raise UserError(f"{world} processes were launched with train.parallel.tp {tp}: set train.distributed=fsdp "
                             f"to shard the model across the {world // tp} tensor-parallel groups")
@@ -135,12 +129,17 @@ def _resolve_expert_parallel(requested: str, *, tp: int, ep: int, world: int) ->
     if requested not in ("auto", "ddp", "fsdp"):
         raise UserError(f"train.parallel.ep {ep}: train.distributed must be auto, ddp or fsdp (the expert-parallel "
                         f"processes read different rows), not {requested}")
-    if "RANK" not in os.environ or world % (ep * tp):
-        need = f"{ep} x tp {tp} = {ep * tp}" if tp > 1 else f"{ep}"
-        raise UserError(f"train.parallel.ep {ep} needs a multiple of {need} processes launched by torchrun "
-                        f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
-                        f"torchrun --standalone --nproc_per_node={ep * tp} -m specformer.cli train SPEC")
+    _needs_launch_of(f"train.parallel.ep {ep}", multiple=ep * tp, world=world,
+                     counted=f"{ep} x tp {tp} = {ep * tp}" if tp > 1 else None)
     return "ddp" if requested == "auto" else requested
+
+
+def _needs_launch_of(setting: str, *, multiple: int, world: int, counted: str | None = None) -> None:
+    """A UserError unless torchrun launched a multiple of ``multiple`` processes (``counted``: that number, in words)."""
+    if "RANK" not in os.environ or world % multiple:
+        raise UserError(f"{setting} needs a multiple of {counted or multiple} processes launched by torchrun "
+                        f"(now {world if 'RANK' in os.environ else 'none'}), e.g. "
+                        f"torchrun --standalone --nproc_per_node={multiple} -m specformer.cli train SPEC")
 
 
 def device_for(requested: str, ctx: DistContext) -> torch.device:

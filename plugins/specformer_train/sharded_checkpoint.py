@@ -415,14 +415,10 @@ def check_fits(index: ShardedIndex, model: nn.Module) -> None:
     orders = fused_row_orders(model)
     expected = {name: tuple(module_shape(t, orders.get(name))) for name, t in get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=False)).items()}
-    got = {name: tuple(index.shapes[MODEL + name]) for name in index.model_names()}
-    if expected != got:
-        missing = sorted(set(expected) - set(got))
-        extra = sorted(set(got) - set(expected))
-        shaped = sorted(f"{n} {got[n]} vs {expected[n]}" for n in set(got) & set(expected) if got[n] != expected[n])
-        raise CheckpointError(
-            f"{index.path}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
-            f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with")
+    from specformer_train.checkpointing import refuse_misfit  # late: checkpointing imports this module
+
+    refuse_misfit(expected, {name: tuple(index.shapes[MODEL + name]) for name in index.model_names()},
+                  where=str(index.path))
 
 
 def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

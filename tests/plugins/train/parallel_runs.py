@@ -10,11 +10,10 @@ import torch
 import yaml
 
 import specformer
-from specformer_train import train
 from specformer_train.metrics import read_metrics
 
 from .conftest import TINY_MODEL, TINY_TRAIN, make_text
-from .test_distributed import curve, values
+from .test_distributed import curve, train_alone, values
 
 
 #: Keys of a test's block that are the model's (``model.layers``, ``model.tie_embeddings``), not the block's.
@@ -39,12 +38,7 @@ def one_and_parallel(root: Path, block: dict, *, per_process: int = 4, optimizer
                     optimizer=optimizer, **train_settings)
     (root / "one.yaml").write_text(yaml.safe_dump(spec_with(block, batch_size=4, **settings)))
     (root / "two.yaml").write_text(yaml.safe_dump(spec_with(block, batch_size=per_process, **settings)))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(root / "one.yaml", out_dir=str(root / "single"))
-    finally:
-        torch.set_num_threads(before)
+    train_alone(root / "one.yaml", out_dir=str(root / "single"))
     return root / "single", root / "two.yaml"
 
 

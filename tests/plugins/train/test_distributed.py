@@ -32,6 +32,17 @@ def torchrun(spec: Path, out: Path, *extra: str, nproc: int = 2) -> subprocess.C
     return done
 
 
+def train_alone(spec: Path, **kwargs: object) -> None:
+    """``train(spec, **kwargs)`` in this process on one thread: the reference a multi-process run is compared with
+    (each of its processes runs one thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(spec, **kwargs)
+    finally:
+        torch.set_num_threads(before)
+
+
 def curve(out: Path) -> list[tuple[str, int]]:
     return [(r["kind"], r["step"]) for r in read_metrics(out / "metrics.jsonl")]
 
@@ -49,12 +60,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     settings = dict(data=str(corpus), steps=8, save_every=4, eval_every=4, seed=5, cache_dir=str(root / "cache"))
     (root / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
     (root / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, **settings)))  # per process
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(root / "one.yaml", out_dir=str(root / "single"))
-    finally:
-        torch.set_num_threads(before)
+    train_alone(root / "one.yaml", out_dir=str(root / "single"))
     return root, root / "single"
 
 
@@ -109,12 +115,7 @@ def test_two_processes_streaming_match_one(tmp_path: Path) -> None:
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
     (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, eval_steps=2, **{
         k: v for k, v in settings.items() if k != "eval_steps"})))  # the same 4 validation rows held out
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(tmp_path / "one.yaml", out_dir=str(tmp_path / "single"))
-    finally:
-        torch.set_num_threads(before)
+    train_alone(tmp_path / "one.yaml", out_dir=str(tmp_path / "single"))
     torchrun(tmp_path / "two.yaml", tmp_path / "ddp", "--set", "train.distributed=ddp")
     assert curve(tmp_path / "ddp") == curve(tmp_path / "single")
     assert values(tmp_path / "ddp") == pytest.approx(values(tmp_path / "single"), abs=1e-5)

@@ -16,10 +16,9 @@ import torch.distributed as dist
 import yaml
 
 import specformer
-from specformer_train import train
 
 from .conftest import TINY_MODEL, TINY_TRAIN, make_text
-from .test_distributed import curve, values
+from .test_distributed import curve, train_alone, values
 from .test_sharded_checkpoint import assert_no_pickle
 
 pytestmark = [pytest.mark.slow,
@@ -70,12 +69,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                                                            "batch_size": batch}}))
     (root / "full.yaml").write_text(yaml.safe_dump({"model": MODEL, "train": {**settings, "batch_size": 4,
                                                                               "checkpoint_format": "full"}}))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(root / "full.yaml", out_dir=str(root / "single"))
-    finally:
-        torch.set_num_threads(before)
+    train_alone(root / "full.yaml", out_dir=str(root / "single"))
     # FSDP2 on two processes, sharded checkpoints at steps 2 and 4
     launch(root / "batch2.yaml", root / "fsdp", 2, "--set", "train.distributed=fsdp")
     return root
@@ -98,12 +92,7 @@ def test_fsdp_sharded_checkpoint_resumes_on_four_processes(runs: Path) -> None:
 
 def test_fsdp_sharded_checkpoint_resumes_on_one_process(runs: Path) -> None:
     out = resume_from(runs / "fsdp", runs / "one")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(runs / "batch4.yaml", out_dir=str(out), resume=True)
-    finally:
-        torch.set_num_threads(before)
+    train_alone(runs / "batch4.yaml", out_dir=str(out), resume=True)
     assert_continues(out, runs / "single")
 
 
@@ -113,12 +102,7 @@ def test_tensor_parallel_sharded_checkpoint_resumes_on_one_process_and_fsdp_onto
     launch(runs / "batch4.yaml", runs / "tp", 2, "--set", "train.parallel.tp=2")
     assert_no_pickle(runs / "tp" / "checkpoints" / "step-0000002")
     out = resume_from(runs / "tp", runs / "tp-to-one")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(runs / "batch4.yaml", out_dir=str(out), resume=True)
-    finally:
-        torch.set_num_threads(before)
+    train_alone(runs / "batch4.yaml", out_dir=str(out), resume=True)
     assert_continues(out, runs / "single")
     out = resume_from(runs / "fsdp", runs / "fsdp-to-tp")
     launch(runs / "batch4.yaml", out, 2, "--set", "train.parallel.tp=2", "--resume")
@@ -131,12 +115,7 @@ def test_tensor_parallel_beside_fsdp_sharded_checkpoint_resumes_on_one_process(r
     assert_no_pickle(runs / "tp-fsdp" / "checkpoints" / "step-0000002")
     assert_continues(runs / "tp-fsdp", runs / "single", after=0)
     out = resume_from(runs / "tp-fsdp", runs / "tp-fsdp-to-one")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(runs / "batch4.yaml", out_dir=str(out), resume=True)
-    finally:
-        torch.set_num_threads(before)
+    train_alone(runs / "batch4.yaml", out_dir=str(out), resume=True)
     assert_continues(out, runs / "single")
 
 
@@ -146,10 +125,5 @@ def test_copied_key_value_heads_are_stored_once_and_resume_on_one_process(runs: 
     assert_no_pickle(runs / "tp4" / "checkpoints" / "step-0000002")
     assert_continues(runs / "tp4", runs / "single", after=0)
     out = resume_from(runs / "tp4", runs / "tp4-to-one")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(runs / "batch4.yaml", out_dir=str(out), resume=True)
-    finally:
-        torch.set_num_threads(before)
+    train_alone(runs / "batch4.yaml", out_dir=str(out), resume=True)
     assert_continues(out, runs / "single")
