@@ -154,7 +154,10 @@ def test_a_left_padded_ragged_batch_gives_each_row_what_it_gives_alone(model) ->
             batched.append(model(follow[:, t:t + 1], positions=step_positions, cache=cache))
         for i, row in enumerate(rows):
             alone = model(torch.cat((torch.tensor([row]), follow[i:i + 1]), 1))[:, len(row) - 1:]
-            torch.testing.assert_close(torch.cat([b[i:i + 1] for b in batched], 1), alone, rtol=1e-5, atol=1e-5)
+            # The batched rows and the row alone go through other kernels (cached steps, another matmul shape), whose
+            # float32 sums round differently by CPU (2e-5 apart on PyTorch's `default` kernels); padding that entered
+            # the state would be off by the size of the logits (init_std 0.3).
+            torch.testing.assert_close(torch.cat([b[i:i + 1] for b in batched], 1), alone, rtol=1e-4, atol=1e-4)
     assert generate(model, rows, max_new_tokens=6) == [generate(model, [row], max_new_tokens=6)[0] for row in rows]
 
 
