@@ -61,7 +61,9 @@ class IndexedLatentAttention(LatentAttention):
                             "DeepSeek-V3.2 is indexed_attention")
         attention["indexer"] = {"kind": "lightning", "topk": cfg.get_size("index_topk"),
                                 "n_heads": cfg.get_size("index_n_heads"), "head_dim": cfg.get_size("index_head_dim"),
-                                "key_norm": dict(KEY_NORM), "interleaved": False}
+                                "key_norm": dict(KEY_NORM), "interleaved": False,
+                                # transformers keeps what torch.topk returns when scores tie at the cut
+                                "ties": "topk"}
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         super().write(view, config)
@@ -117,6 +119,7 @@ FAMILY = decoder_family(
     caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
             "skips it; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
             "here it learns from its own KL loss when training (attention.indexer.loss_coef, 0 turns it off); ties "
-            "of the index score at a query's cut go to the earliest key (transformers: whichever torch.topk returns)",
+            "of the index score at a query's cut go to the keys torch.topk returns over the same row, as transformers "
+            "(indexer.ties: topk), so at a tie a cached step may choose otherwise than recomputing, in both",
     ignore_tensors=(r"model\.layers\.61\..*",),
 )

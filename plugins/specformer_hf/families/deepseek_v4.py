@@ -142,7 +142,7 @@ class CompressedAttention(Part):
                 "out_rank": cfg.get_size("o_lora_rank"), "norm": {"kind": "rmsnorm", "eps": eps}, "eps": eps}
         rates = _rates(cfg)
         index = {"index_heads": cfg.get_size("index_n_heads"), "index_head_dim": cfg.get_size("index_head_dim"),
-                 "index_topk": cfg.get_size("index_topk")}
+                 "index_topk": cfg.get_size("index_topk"), "index_ties": "topk"}
         # Every layer names what it turns off too, so an override on the most common kind of layer undoes it.
         off = {"compress_rate": None, "overlap": False, "index_heads": None}
         per_layer = []

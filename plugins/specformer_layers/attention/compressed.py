@@ -35,6 +35,7 @@ class CompressedAttention(nn.Module):
         self.local_window = params.window
         self.compress_rate = rate
         self.index_topk = params.index_topk
+        self.index_ties = params.index_ties
         self.index_loss_coef = params.index_loss_coef
         # Set by a training forward with an indexer (Decoder.auxiliary_loss collects it).
         self.aux_loss: Tensor | None = None
@@ -105,7 +106,7 @@ class CompressedAttention(nn.Module):
                  f"window={self.local_window}", f"compress_rate={self.compress_rate}", f"eps={self.eps}"]
         if self.index_heads is not None:
             parts.append(f"index_heads={self.index_heads}, index_topk={self.index_topk}, "
-                         f"index_loss_coef={self.index_loss_coef}")
+                         f"index_ties={self.index_ties}, index_loss_coef={self.index_loss_coef}")
         return ", ".join(parts)
 
     # -- forward --------------------------------------------------------------------------
@@ -196,9 +197,10 @@ class CompressedAttention(nn.Module):
         """The lightning indexer: the ``index_topk`` readable entries each query scores highest ``(B, T, N)``,
         and the scores ``(B, T, N)`` (``-inf`` where not readable).
 
-        Ties (frequent: the ReLU puts every head of a query at 0 for many entries) go to the
-        earlier entry, whatever the number of entries or queries in the forward, so the cache
-        chooses what recomputing chooses.
+        Ties (frequent: the ReLU puts every head of a query at 0 for many entries) are broken
+        as ``index_ties`` says (:func:`top_slots`): ``first`` gives them to the earlier entry,
+        whatever the number of entries or queries in the forward, so the cache chooses what
+        recomputing chooses; ``topk`` to what ``torch.topk`` returns over the row, as transformers.
         """
         # Scored in float32 at least, as transformers does: a lower precision could reorder close entries.
         wide = torch.promote_types(index_q.dtype, torch.float32)
@@ -206,7 +208,7 @@ class CompressedAttention(nn.Module):
         total = index_scores(index_q.to(wide).transpose(1, 2), weights, index_keys.to(wide),
                              scale=self.index_head_dim ** -0.5)  # (B, T, N)
         total = total.masked_fill(~readable, float("-inf"))
-        top = top_slots(total, min(self.index_topk, total.shape[-1]))  # (B, T, k)
+        top = top_slots(total, min(self.index_topk, total.shape[-1]), ties=self.index_ties)  # (B, T, k)
         return torch.zeros_like(readable).scatter(-1, top, True), total
 
     def _index_loss(self, on_entries: Tensor, scores: Tensor, chosen: Tensor) -> Tensor:

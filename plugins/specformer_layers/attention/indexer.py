@@ -34,6 +34,7 @@ class LightningIndexer(nn.Module):
         self.positional_dim = positional_dim
         self.interleaved = params.interleaved
         self.block = params.block
+        self.ties = params.ties
         self.scale = params.head_dim ** -0.5
         self.loss_coef = params.loss_coef
         # Set by the attention after a training forward that chose keys (Decoder.auxiliary_loss collects it).
@@ -70,22 +71,30 @@ class LightningIndexer(nn.Module):
 
         ``chosen`` are the key slots each query reads, in slot order; ``readable`` is False
         where a chosen slot is one the mask rule forbids (a query with fewer than ``topk``
-        allowed keys gets all of them, and forbidden slots to fill the row). Ties of the
-        score at the cut go to the earliest slots, so the choice never depends on how
-        ``torch.topk`` orders equal values (the ReLU makes exact ties common).
+        allowed keys gets all of them, and forbidden slots to fill the row). Ties of the score
+        at the cut are broken as :attr:`ties` says (:func:`top_slots`); with ``topk`` every
+        block's row spans every key the forward may read, so the choice, like transformers',
+        does not depend on the block.
         """
         q, weights = self.queries(x, query_source, positional, state)
         inputs = inputs_of(ctx, k_positions)
         T = x.shape[1]
+        # torch.topk's choice among equal scores depends on the whole row: under `topk` every row is as long
+        # as transformers' (every key any query of the forward may read), the part past a block's own keys
+        # forbidden (-inf), as transformers masks it.
+        row = None if self.ties == "first" else last_readable(dense_mask(inputs, rule)[:, 0])
         for start in range(0, T, self.block):
             rows = slice(start, min(start + self.block, T))
             allowed = dense_mask(inputs, rule, rows=rows)[:, 0]  # (B, rows, S)
             # Slots after the last one any row of the block may read are never chosen: left unscored
             # (without a cache, causality halves the work).
-            span = int(allowed.any(dim=1).any(dim=0).nonzero()[-1]) + 1
+            span = last_readable(allowed)
             allowed = allowed[..., :span]
             scores = self.scores(q[:, rows], weights[:, rows], keys[:, :, :span]).masked_fill(~allowed, float("-inf"))
-            chosen = top_slots(scores, min(self.topk, span))  # (B, rows, n)
+            if row is not None:
+                scores = nn.functional.pad(scores, (0, row - span), value=float("-inf"))  # (B, rows, row)
+                allowed = nn.functional.pad(allowed, (0, row - span), value=False)
+            chosen = top_slots(scores, min(self.topk, scores.shape[-1]), ties=self.ties)  # (B, rows, n)
             yield rows, chosen, allowed.gather(-1, chosen)
 
     def alignment_loss(self, q: Tensor, weights: Tensor, keys: Tensor, *, chosen: Tensor, readable: Tensor,
@@ -119,7 +128,7 @@ class LightningIndexer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"topk={self.topk}, n_heads={self.n_heads}, head_dim={self.key_dim}, "
-                f"interleaved={self.interleaved}, block={self.block}")
+                f"interleaved={self.interleaved}, block={self.block}, ties={self.ties}")
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         # Nothing it computes feeds the residual stream: every projection at std.
@@ -154,18 +163,29 @@ def index_kl(attention: Tensor, index: Tensor, keep: Tensor) -> Tensor:
     return torch.where(keep & (p > 0), p * (p.clamp_min(tiny).log() - log_q), 0.0).sum(-1)
 
 
-def top_slots(scores: Tensor, k: int) -> Tensor:
-    """The ``k`` highest-scoring slots of each row ``(..., k)``, ascending; ties at the cut go to the earliest.
+def last_readable(allowed: Tensor) -> int:
+    """One past the last slot that any query of ``allowed`` ``(B, Tq, S)`` may read (a host sync: a length)."""
+    return int(allowed.any(dim=1).any(dim=0).nonzero()[-1]) + 1
 
-    ``torch.topk`` gives only the k-th value; every slot above it is taken, then as many
-    slots equal to it as fill the row, earliest first. The positions of the taken slots in
-    their row come from a running count, so nothing is sorted.
+
+def top_slots(scores: Tensor, k: int, *, ties: str = "first") -> Tensor:
+    """The ``k`` highest-scoring slots of each row ``(..., k)``, ascending.
+
+    Ties at the cut: ``first`` takes the earliest slots, so the choice depends only on the
+    scores, not on how long the row is; ``topk`` takes the slots ``torch.topk`` returns
+    (the implementation's order of equal values, which depends on the row's length and
+    the device: what transformers' indexers choose on the same row).
     """
     if k == scores.shape[-1]:
         return torch.arange(k, device=scores.device).expand(scores.shape)
-    cut = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th best score
-    # No branch on whether a tie exists: asking would sync with the device on every decode
-    # step and break a full-graph compile, and the counts below cost what the scores did.
+    top = scores.topk(k, dim=-1)
+    if ties == "topk":
+        return top.indices.sort(dim=-1).values
+    cut = top.values[..., -1:]  # (..., 1): the k-th best score
+    # `first`: every slot above the cut, then as many slots equal to it as fill the row, earliest first.
+    # No branch on whether a tie exists: asking would sync with the device on every decode step and
+    # break a full-graph compile, and the counts below cost what the scores did. The positions of the
+    # taken slots in their row come from a running count, so nothing is sorted.
     above = scores > cut
     at_cut = scores == cut
     room = k - above.sum(-1, keepdim=True)

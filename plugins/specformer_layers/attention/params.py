@@ -219,6 +219,15 @@ class LatentAttentionParams(Params):
                      window=self.window)
 
 
+#: How an indexer breaks exact ties of the score at a query's cut (the ReLU makes a score of exactly 0 common).
+IndexTies = Literal["first", "topk"]
+TIES_DESCRIPTION = (
+    "Exact ties of the index score at a query's cut: first: the earliest keys win, whatever the number of keys, so a "
+    "cached step chooses what recomputing chooses; topk: the keys torch.topk returns over the row of every key the "
+    "forward holds, as transformers chooses (imports set it; its choice depends on the row's length, so at a tie a "
+    "cached step may choose otherwise than recomputing, in transformers as here).")
+
+
 class LightningIndexerParams(Params):
     """Sparse attention's selector: each query reads only the ``topk`` earlier keys it scores highest.
 
@@ -254,6 +263,7 @@ class LightningIndexerParams(Params):
         description="The indexer's rotary channels turn in adjacent pairs; false: in halves (DeepSeek-V3.2).",
     )
     block: int = Field(default=64, gt=0, description="Queries scored and attended at once (memory per block: block x keys).")
+    ties: IndexTies = Field(default="first", description=TIES_DESCRIPTION)
     loss_coef: float = Field(
         default=1.0, ge=0,
         description="Weight of the indexer's training loss, KL(attention over the chosen keys || softmax of their "
@@ -312,6 +322,7 @@ class CompressedAttentionParams(Params):
     index_heads: int | None = Field(default=None, gt=0, description="Heads of the lightning indexer that picks index_topk entries per query; none: every complete entry is read.")
     index_head_dim: int = Field(default=128, gt=0, description="Channels per indexer head (and of the indexer's own pooled keys).")
     index_topk: int = Field(default=512, gt=0, description="Compressed entries each query keeps (fewer when fewer are complete).")
+    index_ties: IndexTies = Field(default="first", description=TIES_DESCRIPTION)
     index_loss_coef: float = Field(
         default=1.0, ge=0,
         description="Weight of the indexer's training loss, KL(attention over the chosen entries || softmax of their "

@@ -54,6 +54,12 @@ def _rope(rope_type: str, **kw: Any) -> dict[str, Any]:
     return {"rope_type": rope_type, "rope_theta": 10000.0, **kw}
 
 
+#: DeepSeek-V3.2 with two indexer heads (the configuration that found index ties broken otherwise than transformers).
+TIED_V32 = _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                       qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                       topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+                       routed_scaling_factor=2.5, index_topk=6, index_n_heads=2, index_head_dim=16)
+
 CASES = [
     Case("gpt2", "GPT2Config", "GPT2LMHeadModel",
          dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, bos_token_id=None, eos_token_id=None)),
@@ -181,14 +187,15 @@ CASES = [
                                       "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
                                       "beta_fast": 32.0, "beta_slow": 1.0})),
     # DeepSeek Sparse Attention: each query reads the index_topk = 5 keys (of up to 40) its indexer scores highest;
-    # indexer heads wider than the rotary part (12 > 8), more indexer heads than attention heads. Enough indexer heads
-    # (16) that no key scores exactly 0 (every head's ReLU closed) at a query's cut: such ties go to the earliest key
-    # here, to whichever torch.topk returns in transformers (docs/interop.md).
+    # indexer heads wider than the rotary part (12 > 8), more indexer heads than attention heads (16: no ties).
     Case("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
                      routed_scaling_factor=2.5, index_topk=5, index_n_heads=16, index_head_dim=12)),
+    # Two indexer heads: many keys score exactly 0 (both heads' ReLU closed) at a query's cut of 6, and the keys
+    # chosen among them must be the ones torch.topk returns in transformers (test_indexer_ties counts the ties).
+    Case("deepseek_v32-tied-cut", "DeepseekV32Config", "DeepseekV32ForCausalLM", TIED_V32),
     # Indexer heads exactly the rotary width, 3 keys per query, YaRN with mscale_all_dim, biases, layers typed by
     # mlp_layer_types (two dense first).
     Case("deepseek_v32-yarn-layer-types", "DeepseekV32Config", "DeepseekV32ForCausalLM",

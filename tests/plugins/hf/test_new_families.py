@@ -255,3 +255,30 @@ def test_deepseek_v32_refuses_mlp_layer_types_it_cannot_build_and_an_indexer_it_
         specformer_hf.to_hf(paired, tmp_path / "out", family="deepseek_v32")
     with pytest.raises(UserError, match="latent attention has no indexer"):
         specformer_hf.to_hf(model, tmp_path / "v3", family="deepseek_v3")
+
+
+def test_the_tied_deepseek_v32_case_ties_at_the_indexer_cut(tmp_path, monkeypatch):
+    """test_parity's ``deepseek_v32-tied-cut`` would pass vacuously without ties: count the queries whose
+    ``index_topk``-th best score is shared by more keys than the cut leaves room for (two indexer heads whose
+    ReLUs both close score a key exactly 0), and check that the import breaks them as torch.topk does."""
+    from specformer_layers.attention import indexer as indexer_module
+
+    model = specformer_hf.from_hf(_folder(tmp_path, "deepseek_v32-tied-cut"))
+    calls = []
+    choose = indexer_module.top_slots
+
+    def recording(scores, k, *, ties="first"):
+        calls.append((scores, k, ties))
+        return choose(scores, k, ties=ties)
+
+    monkeypatch.setattr(indexer_module, "top_slots", recording)
+    ids = torch.randint(0, model.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))  # test_parity's
+    with torch.no_grad():
+        model(ids)
+    assert calls and {ties for _, _, ties in calls} == {"topk"}
+    tied = 0
+    for scores, k, _ in calls:
+        cut = scores.topk(k, dim=-1).values[..., -1:]  # (B, rows, 1)
+        tied += int(((scores >= cut).sum(-1) > k)[cut[..., 0].isfinite()].sum())
+    assert tied >= 4, f"only {tied} queries tie at the cut: the case no longer tests tie-breaking"
+

@@ -129,16 +129,8 @@ def test_matches_the_formula(T: int) -> None:
 
 def test_the_selection_is_the_formulas_and_sparse() -> None:
     model, attn, x = _attention_and_input(indexed_spec(), 13)
-    ctx = model._context(torch.arange(13).expand(2, 13), cache=None, plain_causal=True)
-    positional, state = ctx.positional_for(0), ctx.positional_state_for(0)
     with torch.no_grad():
-        cq = attn.q_norm(attn.q_a(x))
-        keys = attn.indexer.keys(x, positional, state)
-        got = torch.zeros(2, 13, 13, dtype=torch.bool)
-        for rows, chosen, readable in attn.indexer.selections(x, cq, keys, ctx=ctx, k_positions=ctx.positions,
-                                                              rule=attn_rule(attn), positional=positional,
-                                                              state=state):
-            got[:, rows] = got[:, rows].scatter(-1, chosen, readable)
+        got = selected(model, attn, x)
     want = reference_selection(attn, x)
     assert torch.equal(got, want)
     assert torch.equal(want.sum(-1), torch.arange(1, 14).clamp(max=4).expand(2, 13))  # topk of the allowed keys
@@ -165,6 +157,42 @@ def test_the_eager_path_of_an_inspector_gives_the_same_output_and_the_chosen_wei
 def test_ties_at_the_cut_go_to_the_earliest_slots() -> None:
     scores = torch.tensor([[0.0, 2.0, 0.0, 0.0, 1.0, 0.0], [float("-inf")] * 2 + [5.0] + [float("-inf")] * 3])
     assert top_slots(scores, 3).tolist() == [[0, 1, 4], [0, 1, 2]]
+
+
+def selected(model: Any, attn: Any, x: torch.Tensor) -> torch.Tensor:
+    """The keys the indexer chose for each query, as a boolean (B, T, T), from its block-wise selections."""
+    B, T, _ = x.shape
+    ctx = model._context(torch.arange(T).expand(B, T), cache=None, plain_causal=True)
+    positional, state = ctx.positional_for(0), ctx.positional_state_for(0)
+    cq = attn.q_norm(attn.q_a(x))
+    keys = attn.indexer.keys(x, positional, state)
+    got = torch.zeros(B, T, T, dtype=torch.bool)
+    for rows, chosen, readable in attn.indexer.selections(x, cq, keys, ctx=ctx, k_positions=ctx.positions,
+                                                          rule=attn_rule(attn), positional=positional, state=state):
+        got[:, rows] = got[:, rows].scatter(-1, chosen, readable)
+    return got
+
+
+def test_topk_ties_take_what_torch_topk_takes_over_the_whole_row_whatever_the_block() -> None:
+    """``ties: topk`` (what transformers' DeepSeek-V3.2 does): one indexer head, so about half the keys score
+    exactly 0 and many queries tie at their cut; every block size chooses the keys torch.topk returns from the
+    query's whole causal row (-inf past it), as one forward of transformers over those keys would."""
+    T, k = 24, 4
+    chosen_by_block = []
+    for block in (1, 5, T):
+        model, attn, x = _attention_and_input(indexed_spec({"n_heads": 1, "ties": "topk", "block": block}), T)
+        with torch.no_grad():
+            chosen_by_block.append(selected(model, attn, x))
+    _, scores = reference_index(attn, x)  # (B, T, T), -inf after each query
+    top = scores.topk(k, dim=-1)
+    tied = (scores >= top.values[..., -1:]).sum(-1) > k  # (B, T): more keys at the cut than it has room for
+    assert int(tied.sum()) >= 5, "too few queries tie at the cut to test tie-breaking"
+    # torch.topk's choice depends only on the order of the scores, which the reference's float64 formula shares;
+    # slots past the query (when it has fewer than k keys) are dropped by the causal mask.
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    want = torch.zeros(2, T, T, dtype=torch.bool).scatter(-1, top.indices, True) & causal
+    for chosen in chosen_by_block:
+        assert torch.equal(chosen, want)
 
 
 def test_generation_with_the_cache_equals_recompute_with_padding_and_a_window() -> None:
