@@ -6,7 +6,9 @@ the big buffers of a call arithmetically (the KV cache, the token tables, the lo
 workspace, the prefill activations) and refuses a call whose estimate exceeds the
 limit: the ``max_memory`` argument (``--max-memory`` of ``specformer generate``), else
 core's limit (:mod:`specformer.machine.memory`: ``SPECFORMER_MAX_MEMORY``, else the memory
-available on the device). The estimate is a floor: small temporaries are not counted.
+available on the device, within the process's address-space and control-group limits). The
+estimate is a floor: small temporaries are not counted; should an allocation fail anyway, the
+CLI says so in one line (exit 2).
 """
 
 from __future__ import annotations
@@ -63,20 +65,26 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     element = next(model.parameters()).element_size()
     length = width + new_tokens
     cache = 0
+    largest_layer = 0
     slot_sizes: set[int] = set()
     widest_heads = 1
     for module in model.attention_modules():
         window = reach_of(module)  # an AttentionLayer's public facts: its window or chunk
         slots = window if (use_cache and window is not None and window < length) else length
         widest_heads = max(widest_heads, int(module.n_heads))
+        layer = 0
         kept = cache_slots_of(module)  # what the layer declares it keeps per token (None: nothing)
         if use_cache and kept is not None:
             slot_sizes.add(slots)
-            cache += rows * slots * kept.bytes_per_token(element)
+            layer += rows * slots * kept.bytes_per_token(element)
         state = state_slots_of(module)  # and per sequence, whatever the length (a recurrent mixer)
         if use_cache and state is not None:
-            cache += rows * state.bytes_per_sequence(element, length)
+            layer += rows * state.bytes_per_sequence(element, length)
+        cache += layer
+        largest_layer = max(largest_layer, layer)
     cache += rows * sum(slot_sizes) * 8 if use_cache else 0
+    # Beam search reorders the cache a layer at a time (KVCache.reorder): one layer's copy is alive beside it.
+    cache += largest_layer if candidates else 0
     tokens = (2 * rows + 2 * candidates) * length * 8  # history/running/finished and beam candidates
     logits = 4 * (rows + candidates) * model.vocab_size * 4
     # Prefill: a handful of (rows, width, d_model) hidden states and one (rows, heads, width, slots) score tensor.

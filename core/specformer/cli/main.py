@@ -20,6 +20,7 @@ from specformer.cli import scaffold
 from specformer.cli.catalogue import components_json, format_components
 from specformer.errors import RegistryError, SpecError, UserError
 from specformer.files.outputs import write_text_output
+from specformer.machine.allocation import allocation_failure_message, is_allocation_failure
 from specformer.messages import plural, unknown_message
 from specformer.registry.discovery import get_plugin_manager, get_registry, plugin_infos
 from specformer.registry.schema import spec_json_schema
@@ -150,6 +151,13 @@ def _main(argv: Sequence[str] | None) -> int:
         # A file the user named cannot be read or written (missing folder, permissions, disk full).
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as exc:
+        # The memory checks refuse what their estimates say will not fit; an allocation that fails anyway (the
+        # estimate counts only big buffers, or --max-memory unlimited) is still the user's size, not a crash.
+        if not is_allocation_failure(exc):
+            raise
+        print(f"error: {allocation_failure_message(exc, command=args.command)}", file=sys.stderr)
         return 2
 
 

@@ -315,6 +315,18 @@ def test_the_cache_estimate_is_what_the_cache_allocates(model) -> None:
     assert estimate(model, rows=4, width=9, new_tokens=20, use_cache=False).cache == 0
 
 
+def test_beam_search_counts_one_layers_copy_of_the_cache_beside_it(model) -> None:
+    """KVCache.reorder copies a layer's keys and values while the old ones are still held: the estimate counts
+    the largest layer once more when there are beam candidates."""
+    from specformer_generate import StaticKVCache
+    from specformer_generate.memory import estimate
+
+    cache = StaticKVCache.for_model(model, batch_size=6, capacity=30)
+    largest = max(layer.keys.nbytes + layer.values.nbytes for layer in cache._layers.values())
+    beams = estimate(model, rows=6, width=10, new_tokens=20, candidates=12).cache
+    assert beams - estimate(model, rows=6, width=10, new_tokens=20).cache == largest
+
+
 @pytest.mark.parametrize("value", ["", "-1GiB", "0", "8 parsecs", True, "1.2.3G", 0, 2.5])
 def test_bad_max_memory_values_are_refused(model, value) -> None:
     with pytest.raises(ValueError, match="max_memory must be a size such as 8GiB"):
