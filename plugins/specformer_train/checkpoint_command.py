@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from specformer.errors import UserError
     from specformer.files.outputs import check_file_output, writing
 
-    from specformer_train.sharded_checkpoint import INDEX, consolidate, is_sharded
+    from specformer_train.sharded_checkpoint import INDEX, consolidate, is_sharded, read_consolidable
 
     directory = Path(args.directory)
     if not directory.is_dir():
@@ -50,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{directory}: not a sharded checkpoint (no {INDEX}); give a checkpoints/step-N directory "
                         "saved with train.checkpoint_format sharded")
     out = Path(args.out) if args.out else directory / "model.safetensors"
-    check_file_output(out, inputs=[p for p in directory.iterdir() if p.is_file()], force=args.force)
+    # every file is checked before anything is written; DamagedCheckpoint (a UserError) names a bad one
+    index = read_consolidable(directory)
+    # the inputs are the files read, not every file beside them: an earlier default output is replaced with --force
+    check_file_output(out, inputs=[directory / INDEX, *index.files], force=args.force)
     with writing(out):  # written whole or not at all
-        consolidate(directory, out)  # DamagedCheckpoint (a UserError) names a missing or unreadable shard
+        consolidate(directory, out, index=index)
     print(f"wrote {out}")
     return 0

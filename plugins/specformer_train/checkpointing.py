@@ -61,6 +61,7 @@ from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 from specformer_text import OutputError
 
 from specformer_train.distributed import DistContext, barrier
+from specformer_train.optimizer_state import group_problems, state_problems
 from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
                                                  read_index, write_shards)
 
@@ -73,6 +74,29 @@ _LEFTOVER = re.compile(r"^\.(step-\d+)\.(tmp|old)(-.*)?$")  # an unfinished save
 
 class DamagedCheckpoint(CheckpointError):
     """A checkpoint file is missing, truncated or not what it should be; the message names the file."""
+
+
+def parse_json(text: str, *, where: str) -> Any:
+    """``text`` (a checkpoint's JSON) parsed; every way it fails to parse is a :class:`DamagedCheckpoint` naming ``where``.
+
+    Nesting deep enough to overflow the parser (a RecursionError) included: ``--resume`` falls back past
+    a damaged checkpoint only when reading it raises this one error.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DamagedCheckpoint(f"{where}: not readable JSON (nested too deeply to parse)") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise DamagedCheckpoint(f"{where}: not readable JSON ({exc})") from None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON file ``path`` of a checkpoint, parsed (:func:`parse_json`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedCheckpoint(f"{path}: not readable JSON ({exc})") from None
+    return parse_json(text, where=str(path))
 
 
 @dataclass
@@ -370,7 +394,16 @@ def read_checkpoint(path: Path, *, rank: int = 0, world_size: int = 1) -> Checkp
         raise DamagedCheckpoint(str(exc)) from None
     optim = _load_optimizer(path / "optimizer.safetensors", weights=weights)
     return CheckpointContents(path=path, state=state, weights=weights, optimizer=optim,
-                              tokenizer_json=metadata.get(METADATA_KEY), rng=_rng_of(path, state, rank, world_size))
+                              tokenizer_json=_tokenizer_json(metadata, where=path / "model.safetensors"),
+                              rng=_rng_of(path, state, rank, world_size))
+
+
+def _tokenizer_json(header: dict[str, str], *, where: Path) -> str | None:
+    """The tokenizer stored in a header, checked to parse now (it is compared when the checkpoint is applied)."""
+    text = header.get(METADATA_KEY)
+    if text is not None:
+        parse_json(text, where=f"{where} ({METADATA_KEY} in the header)")
+    return text
 
 
 def _read_sharded(path: Path, *, rank: int, world_size: int) -> CheckpointContents:
@@ -381,7 +414,7 @@ def _read_sharded(path: Path, *, rank: int, world_size: int) -> CheckpointConten
     index = read_index(path)
     optimizer = {"optimizer": index.optimizer.get("class", "AdamW"), "param_groups": index.optimizer["param_groups"]}
     return CheckpointContents(path=path, state=state, weights={}, optimizer=optimizer,
-                              tokenizer_json=index.header.get(METADATA_KEY),
+                              tokenizer_json=index.header.get(METADATA_KEY),  # parsed by read_index
                               rng=_rng_of(path, state, rank, world_size), sharded=index)
 
 
@@ -438,6 +471,10 @@ def _check_optimizer(contents: CheckpointContents, optimizer: torch.optim.Optimi
         raise CheckpointError(f"{path}: the optimizer state has {saved_groups} parameter groups, this spec's "
                               f"train.optimizer makes {len(optimizer.param_groups)}; resume with the groups rules "
                               "the run was started with")
+    kinds = group_problems(contents.optimizer["param_groups"], optimizer.param_groups)
+    if kinds:
+        raise CheckpointError(f"{path}: the stored optimizer settings are not of the kind "
+                              f"{type(optimizer).__name__} takes ({'; '.join(kinds)})")
 
 
 def check_tokenizer(contents: CheckpointContents, tokenizer: Tokenizer) -> None:
@@ -449,10 +486,7 @@ def check_tokenizer(contents: CheckpointContents, tokenizer: Tokenizer) -> None:
 
 
 def _read_trainer_state(path: Path) -> TrainerState:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DamagedCheckpoint(f"{path}: not readable JSON ({exc})") from None
+    data = read_json(path)
     if not isinstance(data, dict) or data.pop("format", None) != TRAINER_FORMAT:
         raise DamagedCheckpoint(f"{path}: unknown format; expected {TRAINER_FORMAT!r}")
     known = {f.name for f in fields(TrainerState)}
@@ -512,18 +546,14 @@ def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str
         optimizer_class = metadata.get("optimizer", "AdamW")
     except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
         raise DamagedCheckpoint(f"{path}: not a readable optimizer state ({type(exc).__name__}: {exc})") from None
-    if not (isinstance(groups, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
-            and isinstance(scalars, dict)):
-        raise DamagedCheckpoint(f"{path}: param_groups must be a list of groups with their params")
+    problems = state_problems({slot: (list(t.shape), str(t.dtype).removeprefix("torch.")) for slot, t in tensors.items()},
+                              scalars, {name: list(t.shape) for name, t in weights.items()}, groups)
+    if problems:
+        raise DamagedCheckpoint(f"{path}: " + "; ".join(problems))
     state: dict[str, dict[str, Any]] = {}
     for slot, value in [*tensors.items(), *scalars.items()]:
         param_name, _, key = slot.rpartition("/")
         state.setdefault(param_name, {})[key] = value
-    for param_name, entries in state.items():
-        shape = tuple(weights[param_name].shape) if param_name in weights else None
-        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
-            if shape is None or (key in entries and tuple(entries[key].shape) != shape):
-                raise DamagedCheckpoint(f"{path}: the state of {param_name!r} does not match the saved weights")
     for group in groups:
         if "betas" in group:
             group["betas"] = tuple(group["betas"])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,11 +48,19 @@ from specformer.checkpoint.provenance import header_entry
 from specformer.errors import CheckpointError, UserError
 from specformer.files.atomic import write_text_atomic
 from specformer.registry.discovery import get_registry
+from specformer.tokenizers.tokenizer import METADATA_KEY
 from specformer.version import __version__
+
+from specformer_train.optimizer_state import state_problems
 
 INDEX = "sharded.json"
 SHARDED_FORMAT = "specformer-sharded-checkpoint/1"
 MODEL, OPTIMIZER = "model/", "optimizer/"
+#: The dtypes a tensor may have (torch's names, as the index records them), each with the name a shard's
+#: safetensors header gives it: a block must be stored in its tensor's dtype, never cast.
+STORED_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
+                 "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
+                 "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL"}
 
 
 def shard_file(rank: int) -> str:
@@ -263,6 +272,7 @@ class ShardedIndex:
 
     path: Path
     world_size: int
+    files: list[Path]  # the shard files, every one of which is read
     shapes: dict[str, list[int]]
     dtypes: dict[str, str]
     blocks: dict[str, list[Block]]
@@ -274,31 +284,44 @@ class ShardedIndex:
 
 
 def read_index(path: Path) -> ShardedIndex:
-    """Read ``sharded.json`` and every shard file's header; :class:`DamagedCheckpoint` names a bad or missing file."""
-    from specformer_train.checkpointing import DamagedCheckpoint  # the checkpoint module imports this one
+    """Read ``sharded.json`` and every shard file's header; :class:`DamagedCheckpoint` names a bad or missing file.
+
+    Everything is checked before any tensor is allocated (the files are untrusted): the
+    index's names (``model/``, and ``optimizer/`` naming a stored parameter, see
+    :mod:`specformer_train.optimizer_state`), each file listed once, each block's stored
+    dtype the index's, and the blocks of every tensor tiling it exactly (:func:`tiling_problem`),
+    which also bounds every declared size by the values the shard files hold.
+    """
+    from specformer_train.checkpointing import DamagedCheckpoint, parse_json, read_json  # it imports this module
 
     path = Path(path)
     index_path = path / INDEX
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DamagedCheckpoint(f"{index_path}: not readable JSON ({exc})") from None
+    index = read_json(index_path)
     try:
         if index.get("format") != SHARDED_FORMAT:
             raise DamagedCheckpoint(f"{index_path}: unknown format; expected {SHARDED_FORMAT!r}")
-        shapes = {name: [int(n) for n in info["shape"]] for name, info in index["tensors"].items()}
-        dtypes = {name: str(info["dtype"]) for name, info in index["tensors"].items()}
+        shapes = {str(name): [int(n) for n in info["shape"]] for name, info in index["tensors"].items()}
+        dtypes = {str(name): str(info["dtype"]) for name, info in index["tensors"].items()}
         files = [str(f) for f in index["files"]]
         optimizer, header, world_size = dict(index["optimizer"]), dict(index["header"]), int(index["world_size"])
-        optimizer["param_groups"], optimizer["scalars"] = list(optimizer["param_groups"]), dict(optimizer["scalars"])
         problems = ([f"a negative size in {name}" for name, shape in shapes.items() if any(n < 0 for n in shape)]
-                    + [f"dtype {d!r}" for d in dtypes.values() if not isinstance(getattr(torch, d, None), torch.dtype)]
+                    + [f"dtype {d!r}" for d in dtypes.values() if d not in STORED_DTYPES]
                     + [f"file {f!r}" for f in files if Path(f).name != f]  # shards lie beside the index
+                    + [f"file {f!r} listed {files.count(f)} times" for f in sorted(set(files)) if files.count(f) > 1]
+                    + [f"tensor {name!r} (neither {MODEL} nor {OPTIMIZER})" for name in shapes
+                       if not name.startswith((MODEL, OPTIMIZER))]
                     + [f"header entry {k!r}" for k, v in header.items() if not isinstance(v, str)])
+        if not problems:
+            weights = {name[len(MODEL):]: shape for name, shape in shapes.items() if name.startswith(MODEL)}
+            moments = {name[len(OPTIMIZER):]: (shape, dtypes[name]) for name, shape in shapes.items()
+                       if name.startswith(OPTIMIZER)}
+            problems = state_problems(moments, optimizer.get("scalars"), weights, optimizer.get("param_groups"))
         if problems:
             raise ValueError(", ".join(problems))
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise DamagedCheckpoint(f"{index_path}: not a sharded checkpoint index ({type(exc).__name__}: {exc})") from None
+    if METADATA_KEY in header:  # compared with the run's tokenizer on resume, carried into a consolidated file
+        parse_json(header[METADATA_KEY], where=f"{index_path} ({METADATA_KEY} in the header)")
 
     found: dict[str, list[Block]] = {name: [] for name in shapes}
     for name in files:
@@ -308,26 +331,62 @@ def read_index(path: Path) -> ShardedIndex:
         try:
             with safe_open(str(file), framework="pt") as f:
                 slices = json.loads((f.metadata() or {})["slices"])
-                stored = {key: list(f.get_slice(key).get_shape()) for key in f.keys()}
-        except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
+                stored = {key: (list(f.get_slice(key).get_shape()), str(f.get_slice(key).get_dtype()))
+                          for key in f.keys()}
+        except Exception as exc:  # safetensors' own error types for truncated or garbage files; RecursionError
             raise DamagedCheckpoint(f"{file}: not a readable shard ({type(exc).__name__}: {exc})") from None
         try:
             entries = [(str(key), str(of), [int(o) for o in offsets]) for key, (of, offsets) in slices.items()]
         except (AttributeError, TypeError, ValueError) as exc:
             raise DamagedCheckpoint(f"{file}: its slices header is not a map of blocks ({exc})") from None
         for key, of, offsets in entries:
-            shape = stored.get(key)
+            shape, dtype = stored.get(key, (None, None))
             fits = (shape is not None and of in shapes and len(offsets) == len(shapes[of]) == len(shape)
                     and all(0 <= o and o + s <= n for o, s, n in zip(offsets, shape, shapes[of])))
             if not fits:
                 raise DamagedCheckpoint(f"{file}: its block {key!r} does not fit the tensors of {INDEX}")
+            if math.prod(shape) == 0:
+                raise DamagedCheckpoint(f"{file}: its block {key!r} holds no values; a block holds at least one")
+            if dtype != STORED_DTYPES[dtypes[of]]:
+                raise DamagedCheckpoint(f"{file}: its block {key!r} is stored as {dtype}; {INDEX} says {of} is "
+                                        f"{dtypes[of]}, expected {STORED_DTYPES[dtypes[of]]}")
             found[of].append(Block(file=file, key=key, offsets=offsets, shape=shape))
     for name, shape in shapes.items():
+        # first the count, which bounds the size the index declares by the values stored (before the grid below)
         covered = sum(math.prod(b.shape) for b in found[name])
         if covered != math.prod(shape):
             raise DamagedCheckpoint(f"{path}: the shards hold {covered} of the {math.prod(shape)} values of {name}")
-    return ShardedIndex(path=path, world_size=world_size, shapes=shapes, dtypes=dtypes, blocks=found,
+        problem = tiling_problem(shape, found[name])
+        if problem:
+            raise DamagedCheckpoint(f"{path}: the blocks of {name} {problem}; expected every value in exactly one "
+                                    "block")
+    return ShardedIndex(path=path, world_size=world_size, files=[path / f for f in files], shapes=shapes,
+                        dtypes=dtypes, blocks=found,
                         optimizer=optimizer, header=header)
+
+
+def tiling_problem(shape: list[int], stored: list[Block]) -> str | None:
+    """Why ``stored`` (blocks inside a tensor of ``shape``, as many values in all as it has) does not tile it, or None.
+
+    The blocks' edges cut every dimension into intervals, the tensor into a grid of cells
+    (each at least one value, so never more cells than values); each block marks its cells
+    and must find them unmarked. Disjoint blocks inside the tensor holding as many values as
+    it has cover it whole.
+    """
+    edges = [sorted({0, n, *(b.offsets[d] for b in stored), *(b.offsets[d] + b.shape[d] for b in stored)})
+             for d, n in enumerate(shape)]
+    owner = torch.full([len(e) - 1 for e in edges], -1, dtype=torch.int64)  # per cell, the block that holds it
+    ordered = sorted(stored, key=lambda b: (b.offsets, str(b.file), b.key))
+    for number, block in enumerate(ordered):
+        cells = owner[tuple(slice(bisect_left(e, o), bisect_left(e, o + n))
+                            for e, o, n in zip(edges, block.offsets, block.shape))]
+        taken = cells[cells >= 0]
+        if taken.numel():
+            other = ordered[int(taken[0])]
+            return (f"overlap: {block.key!r} in {block.file.name} and {other.key!r} in {other.file.name} hold "
+                    "some of the same values")
+        cells.fill_(number)
+    return None
 
 
 class ShardReader:
@@ -387,7 +446,7 @@ class ShardReader:
         from torch.distributed.tensor import DTensor
 
         indices, local = global_indices(template, row_order)
-        out = torch.empty_like(local, device="cpu")
+        out = torch.zeros_like(local, device="cpu")  # zeros, not whatever memory held, if a value were missed
         self.fill(name, out, indices)
         out = out.to(local.device)
         if isinstance(template, DTensor):
@@ -398,7 +457,7 @@ class ShardReader:
     def whole(self, name: str) -> Tensor:
         """The stored tensor ``name`` in full, on the CPU."""
         shape = self.index.shapes[name]
-        out = torch.empty(shape, dtype=getattr(torch, self.index.dtypes[name]))
+        out = torch.zeros(shape, dtype=getattr(torch, self.index.dtypes[name]))
         self.fill(name, out, [torch.arange(n) for n in shape])
         return out
 
@@ -456,9 +515,24 @@ def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim
     set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups}, options=options)
 
 
-def consolidate(path: Path, out: Path) -> Path:
-    """Write the sharded checkpoint at ``path`` as one ``model.safetensors``-style file at ``out`` (one process)."""
+def read_consolidable(path: Path) -> ShardedIndex:
+    """The index of the sharded checkpoint at ``path``, its model's tensors checked against the spec in its header
+    as :func:`specformer.load` checks a file's (no tensor the model does not have, each shaped as the model's)."""
+    from specformer.checkpoint.check import TensorInfo, check_checkpoint
+
     index = read_index(path)
+    model = {fqn: TensorInfo(dtype=STORED_DTYPES[index.dtypes[MODEL + fqn]], shape=tuple(index.shapes[MODEL + fqn]))
+             for fqn in index.model_names()}
+    check_checkpoint(index.path / INDEX, metadata=index.header, tensors=model)
+    return index
+
+
+def consolidate(path: Path, out: Path, *, index: ShardedIndex | None = None) -> Path:
+    """Write the sharded checkpoint at ``path`` as one ``model.safetensors``-style file at ``out`` (one process).
+
+    ``index``: its :func:`read_consolidable`, when the caller has it already.
+    """
+    index = index if index is not None else read_consolidable(path)
     with ShardReader(index) as reader:
         tensors = {fqn: reader.whole(MODEL + fqn) for fqn in index.model_names()}
     write_safetensors_atomic(tensors, Path(out), index.header)

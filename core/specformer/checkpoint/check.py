@@ -90,8 +90,13 @@ class CheckedCheckpoint:
         return sum(t.nbytes for t in self.tensors.values())
 
 
-def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[str, str] | None = None) -> CheckedCheckpoint:
-    """Every check a checkpoint goes through before its model is allocated; CheckpointError if one fails."""
+def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[str, str] | None = None,
+                     tensors: dict[str, TensorInfo] | None = None) -> CheckedCheckpoint:
+    """Every check a checkpoint goes through before its model is allocated; CheckpointError if one fails.
+
+    ``metadata`` and ``tensors``: the header and the tensor list, when they are known already or
+    are not one safetensors file's (a sharded training checkpoint's index describes its shards).
+    """
     path = Path(path)
     registry = registry if registry is not None else get_registry()
     metadata = metadata if metadata is not None else read_metadata(path)
@@ -102,7 +107,7 @@ def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[s
     except SpecError as exc:
         raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
     assert checked.shape is not None
-    tensors = stored = tensor_infos(path)
+    tensors = stored = tensors if tensors is not None else tensor_infos(path)
     # A plugin may declare a stored layout (quantized weights) and say which float layout it stands for.
     declared = get_plugin_manager().hook.specformer_checkpoint_layout(metadata=metadata, tensors=stored, where=str(path))
     if declared is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 import random
 from typing import Any
@@ -370,6 +371,35 @@ def test_a_trainer_state_reads_its_known_fields_and_ignores_others(tmp_path: Pat
         read_checkpoint(path)
 
 
+#: JSON nested deeper than Python's parser recurses: json.loads raises RecursionError, not a JSONDecodeError.
+TOO_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("where", ["trainer.json", "tokenizer in the weights' header", "optimizer header"])
+def test_json_nested_too_deeply_to_parse_is_a_damaged_checkpoint_and_resume_falls_back(tmp_path: Path,
+                                                                                       where: str) -> None:
+    from specformer_train.resume import find_resumable
+
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    if where == "trainer.json":
+        (path / "trainer.json").write_text(TOO_DEEP)
+        message = r"trainer.json: not readable JSON \(nested too deeply to parse\)"
+    elif where == "optimizer header":
+        rewrite_optimizer(path / "optimizer.safetensors", metadata={"param_groups": TOO_DEEP})
+        message = r"optimizer.safetensors: not a readable optimizer state \(RecursionError"
+    else:
+        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+            header, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+        save_file(tensors, str(path / "model.safetensors"), {**header, METADATA_KEY: TOO_DEEP})
+        message = rf"model.safetensors \({METADATA_KEY} in the header\): not readable JSON \(nested too deeply"
+    with pytest.raises(DamagedCheckpoint, match=message):
+        read_checkpoint(path)
+    said: list[str] = []
+    assert find_resumable(tmp_path, True, say=said.append).state.step == 1
+    assert said[0].startswith("warning: cannot resume from step-0000002: ") and re.search(message, said[0])
+
+
 def test_damaged_weights_are_a_damaged_checkpoint(tmp_path: Path) -> None:
     path = save(tmp_path, 1)
     (path / "model.safetensors").write_bytes(b"garbage")
@@ -392,7 +422,14 @@ def rewrite_optimizer(path: Path, *, metadata: dict[str, str] | None = None,
     ({"param_groups": '{"params": []}'}, "param_groups must be a list of groups with their params"),
     ({"param_groups": "[1]"}, "param_groups must be a list of groups with their params"),
     ({"param_groups": '[{"params": 3}]'}, "param_groups must be a list of groups with their params"),
-    ({"scalars": "[]"}, "param_groups must be a list of groups with their params"),
+    ({"scalars": "[]"}, "the scalars are a list, expected a mapping"),
+    # forged values that would otherwise reach torch.optim and fail deep inside it, or train on nonsense
+    ({"scalars": '{"embedding.weight/note": "x"}'}, r"the state 'embedding.weight/note' is 'x', expected a number"),
+    ({"scalars": '{"embedding.weight/note": true}'}, r"the state 'embedding.weight/note' is True, expected a number"),
+    ({"scalars": '{"no.such.param/step": 1}'}, r"the state 'no.such.param/step' belongs to no parameter"),
+    ({"scalars": '{"embedding.weight/exp_avg": 1}'}, r"the state 'embedding.weight/exp_avg' is stored both as a tensor and"),
+    ({"param_groups": '[{"params": ["no.such.param"]}]'}, r"group 0's params must name stored parameters"),
+    ({"param_groups": '[{"params": [], "lr": [[1]]}]'}, r"group 0's 'lr' is not a number, boolean, null, string"),
 ])
 def test_a_damaged_optimizer_header_is_refused(tmp_path: Path, metadata: dict, message: str) -> None:
     path = save(tmp_path, 1)
@@ -401,14 +438,34 @@ def test_a_damaged_optimizer_header_is_refused(tmp_path: Path, metadata: dict, m
         read_checkpoint(path)
 
 
-@pytest.mark.parametrize("slot", ["embedding.weight/exp_avg", "embedding.weight/exp_avg_sq",
-                                  "embedding.weight/momentum_buffer", "no.such.param/exp_avg"])
-def test_optimizer_state_that_does_not_fit_the_saved_weights_is_refused(tmp_path: Path, slot: str) -> None:
+@pytest.mark.parametrize("slot, value, message", [
+    ("embedding.weight/exp_avg", torch.zeros(3), "the state of 'embedding.weight' does not match the saved weights"),
+    ("embedding.weight/exp_avg_sq", torch.zeros(3), "the state of 'embedding.weight' does not match the saved weights"),
+    ("embedding.weight/momentum_buffer", torch.zeros(3), "the state of 'embedding.weight' does not match the saved"),
+    ("embedding.weight/step", torch.zeros(2), r"\(step shaped \[2\], expected \[259, 16\] or \[\] for a count\)"),
+    ("embedding.weight/step", torch.zeros((), dtype=torch.int64), "'embedding.weight/step' is int64, expected a floating"),
+    ("no.such.param/exp_avg", torch.zeros(3), "the state 'no.such.param/exp_avg' belongs to no parameter"),
+])
+def test_optimizer_state_that_does_not_fit_the_saved_weights_is_refused(tmp_path: Path, slot: str,
+                                                                        value: torch.Tensor, message: str) -> None:
     path = save(tmp_path, 1)
-    rewrite_optimizer(path / "optimizer.safetensors", tensors={slot: torch.zeros(3)})
-    param = slot.rpartition("/")[0]
-    with pytest.raises(DamagedCheckpoint, match=f"the state of '{param}' does not match the saved weights"):
+    rewrite_optimizer(path / "optimizer.safetensors", tensors={slot: value})
+    with pytest.raises(DamagedCheckpoint, match=message):
         read_checkpoint(path)
+
+
+@pytest.mark.parametrize("setting, value", [("lr", "x"), ("betas", [0.9]), ("amsgrad", 1), ("eps", None)])
+def test_stored_group_settings_of_another_kind_than_the_optimizer_takes_are_refused(tmp_path: Path, setting: str,
+                                                                                     value: Any) -> None:
+    path = save(tmp_path, 1)
+    with safe_open(str(path / "optimizer.safetensors"), framework="pt") as f:
+        groups = json.loads(f.metadata()["param_groups"])
+    groups[1][setting] = value
+    rewrite_optimizer(path / "optimizer.safetensors", metadata={"param_groups": json.dumps(groups)})
+    model, optimizer = trained()
+    with pytest.raises(CheckpointError, match=rf"the stored optimizer settings are not of the kind AdamW takes "
+                                              rf"\(group 1's {setting} is "):
+        apply_checkpoint(read_checkpoint(path), model=model, optimizer=optimizer, tokenizer=ByteTokenizer())
 
 
 def test_an_optimizer_header_from_before_the_class_and_scalars_were_recorded_reads_as_adamw(tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -33,7 +35,7 @@ from specformer_train.resume import find_resumable
 from specformer_train.sharded_checkpoint import INDEX, consolidate, shard_file, use_sharded
 
 from .conftest import TINY_MODEL, TINY_TRAIN, make_text
-from .test_checkpointing import MODEL, trained
+from .test_checkpointing import MODEL, TOO_DEEP, trained
 
 
 def save_sharded(out: Path, step: int, *, model_and_optimizer: tuple | None = None, keep_last: int = 10) -> Path:
@@ -264,3 +266,186 @@ def test_a_sharded_run_resumes_exactly_and_ends_with_the_consolidated_model(tmp_
         weights = specformer.load(tmp_path / out / "model.safetensors").state_dict()
         for name, tensor in reference.items():
             assert torch.equal(weights[name], tensor), (out, name)
+
+
+# -- forged checkpoints: written by someone else, every file untrusted ------------------------------------------------
+
+EMBEDDING = "model/embedding.weight"  # (259, 16) float32, one block at 0,0 in the one shard
+
+
+def rewrite_index(path: Path, edit: Any) -> None:
+    """``edit(index)`` changes the parsed sharded.json in place, which is written back."""
+    data = json.loads((path / INDEX).read_text())
+    edit(data)
+    (path / INDEX).write_text(json.dumps(data))
+
+
+def rewrite_shard(path: Path, edit: Any) -> None:
+    """``edit(tensors, slices)`` changes rank 0's stored blocks and their slices header in place."""
+    shard = path / shard_file(0)
+    with safe_open(str(shard), framework="pt") as f:
+        slices = json.loads(f.metadata()["slices"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    edit(tensors, slices)
+    save_file(tensors, str(shard), {"slices": json.dumps(slices)})
+
+
+def split_embedding(blocks: list[tuple[list[int], tuple[slice, slice]]]) -> Any:
+    """An edit replacing the embedding's block by blocks cut from it: (offsets, the part of the weight they hold)."""
+    def edit(tensors: dict[str, torch.Tensor], slices: dict[str, Any]) -> None:
+        whole = tensors.pop(f"{EMBEDDING}@0,0")
+        del slices[f"{EMBEDDING}@0,0"]
+        for number, (offsets, part) in enumerate(blocks):
+            key = f"{EMBEDDING}@forged{number}"
+            tensors[key] = whole[part].clone()
+            slices[key] = [EMBEDDING, offsets]
+    return edit
+
+
+def recast(key: str, dtype: torch.dtype) -> Any:
+    def edit(tensors: dict[str, torch.Tensor], slices: dict[str, Any]) -> None:
+        tensors[key] = tensors[key].to(dtype)
+    return edit
+
+
+def without_step_tensor(data: dict[str, Any]) -> None:
+    """The embedding's step count moved from a tensor to the scalars, as a string."""
+    del data["tensors"]["optimizer/embedding.weight/step"]
+    data["optimizer"]["scalars"]["embedding.weight/step"] = "x"
+
+
+FORGED = {
+    # 1. blocks that hold as many values as the tensor but overlap, leaving others unwritten
+    "two blocks over the same rows": (
+        lambda p: rewrite_shard(p, split_embedding([([0, 0], (slice(0, 130), slice(None))),
+                                                    ([0, 0], (slice(0, 129), slice(None)))])),
+        rf"the blocks of {EMBEDDING} overlap: '{EMBEDDING}@forged1' in {shard_file(0)} and '{EMBEDDING}@forged0' "
+        rf"in {shard_file(0)} hold some of the same values; expected every value in exactly one block"),
+    "overlapping rows, one row uncovered": (
+        lambda p: rewrite_shard(p, split_embedding([([0, 0], (slice(0, 130), slice(None))),
+                                                    ([129, 0], (slice(129, 258), slice(None)))])),
+        rf"the blocks of {EMBEDDING} overlap"),
+    "overlapping columns": (  # a block is a rectangle: columns count as rows do
+        lambda p: rewrite_shard(p, split_embedding([([0, 0], (slice(None), slice(0, 8))),
+                                                    ([0, 7], (slice(None), slice(7, 15)))])),
+        rf"the blocks of {EMBEDDING} overlap"),
+    "an empty block": (
+        lambda p: rewrite_shard(p, split_embedding([([0, 0], (slice(None), slice(None))),
+                                                    ([0, 0], (slice(0, 0), slice(None)))])),
+        rf"its block '{EMBEDDING}@forged1' holds no values; a block holds at least one"),
+    # 2. a block listed many times, and declared sizes beyond the values stored
+    "a shard listed twice": (
+        lambda p: rewrite_index(p, lambda d: d.update(files=d["files"] * 2, world_size=2)),
+        rf"sharded.json: not a sharded checkpoint index \(ValueError: file '{shard_file(0)}' listed 2 times\)"),
+    "a huge declared tensor": (  # refused by the count of stored values, before anything is allocated
+        lambda p: rewrite_index(p, lambda d: [d["tensors"][name].update(shape=[10**9, 10**9]) for name in (
+            EMBEDDING, "optimizer/embedding.weight/exp_avg", "optimizer/embedding.weight/exp_avg_sq")]),
+        rf"the shards hold 4144 of the {10**18} values of {EMBEDDING}"),
+    "optimizer state of no parameter": (
+        lambda p: rewrite_index(p, lambda d: d["tensors"].update(
+            {"optimizer/evil.weight/exp_avg": {"shape": [3], "dtype": "float32"}})),
+        r"the state 'evil.weight/exp_avg' belongs to no parameter of the saved weights and groups"),
+    "optimizer state of another shape": (
+        lambda p: rewrite_index(p, lambda d: d["tensors"]["optimizer/embedding.weight/exp_avg"].update(shape=[259, 1])),
+        r"the state of 'embedding.weight' does not match the saved weights \(exp_avg shaped \[259, 1\], "
+        r"expected \[259, 16\] or \[\] for a count\)"),
+    "a tensor of neither model nor optimizer": (
+        lambda p: rewrite_index(p, lambda d: d["tensors"].update({"other/x": {"shape": [1], "dtype": "float32"}})),
+        r"tensor 'other/x' \(neither model/ nor optimizer/\)"),
+    "a group naming no parameter": (
+        lambda p: rewrite_index(p, lambda d: d["optimizer"]["param_groups"][0]["params"].append("evil.weight")),
+        r"group 0's params must name stored parameters, each in one group"),
+    # 3. a file nested too deeply to parse
+    "index nested too deeply": (
+        lambda p: (p / INDEX).write_text(TOO_DEEP),
+        r"sharded.json: not readable JSON \(nested too deeply to parse\)"),
+    "slices nested too deeply": (
+        lambda p: save_file({"x": torch.zeros(1)}, str(p / shard_file(0)), {"slices": TOO_DEEP}),
+        rf"{shard_file(0)}: not a readable shard \(RecursionError"),
+    "tokenizer nested too deeply": (
+        lambda p: rewrite_index(p, lambda d: d["header"].update({METADATA_KEY: TOO_DEEP})),
+        rf"sharded.json \({METADATA_KEY} in the header\): not readable JSON \(nested too deeply"),
+    # 4. optimizer state of the wrong type
+    "a step that is a string": (
+        lambda p: (rewrite_index(p, without_step_tensor),
+                   rewrite_shard(p, lambda t, s: (t.pop("optimizer/embedding.weight/step@"),
+                                                  s.pop("optimizer/embedding.weight/step@")))),
+        r"the state 'embedding.weight/step' is 'x', expected a number"),
+    "a step both tensor and scalar": (
+        lambda p: rewrite_index(p, lambda d: d["optimizer"]["scalars"].update({"embedding.weight/step": 3})),
+        r"the state 'embedding.weight/step' is stored both as a tensor and as a scalar"),
+    "a moment of integers": (
+        lambda p: (rewrite_index(p, lambda d: d["tensors"]["optimizer/embedding.weight/exp_avg"].update(dtype="int64")),
+                   rewrite_shard(p, recast("optimizer/embedding.weight/exp_avg@0,0", torch.int64))),
+        r"the state 'embedding.weight/exp_avg' is int64, expected a floating dtype"),
+    "a group setting nested in a list": (
+        lambda p: rewrite_index(p, lambda d: d["optimizer"]["param_groups"][0].update(lr=[[0.1]])),
+        r"group 0's 'lr' is not a number, boolean, null, string or a flat list of them"),
+    # 5. a block stored in another dtype than the index says
+    "int64 stored for float32": (
+        lambda p: rewrite_shard(p, recast(f"{EMBEDDING}@0,0", torch.int64)),
+        rf"its block '{EMBEDDING}@0,0' is stored as I64; sharded.json says {EMBEDDING} is float32, expected F32"),
+    "float16 stored for float32": (
+        lambda p: rewrite_shard(p, recast(f"{EMBEDDING}@0,0", torch.float16)),
+        rf"its block '{EMBEDDING}@0,0' is stored as F16; sharded.json says {EMBEDDING} is float32, expected F32"),
+    "int8 declared over float blocks": (
+        lambda p: rewrite_index(p, lambda d: d["tensors"][EMBEDDING].update(dtype="int8")),
+        rf"its block '{EMBEDDING}@0,0' is stored as F32; sharded.json says {EMBEDDING} is int8, expected I8"),
+}
+
+
+@pytest.mark.parametrize("forgery", FORGED)
+def test_a_forged_sharded_checkpoint_is_refused_in_one_line_and_resume_falls_back(
+        tmp_path: Path, forgery: str, capsys: pytest.CaptureFixture) -> None:
+    forge, message = FORGED[forgery]
+    save_sharded(tmp_path, 1)
+    path = save_sharded(tmp_path, 2)
+    forge(path)
+    with pytest.raises(DamagedCheckpoint, match=message):
+        read_checkpoint(path)
+    out = tmp_path / "out.safetensors"
+    assert re.search(message, _bad(["checkpoint", "consolidate", str(path), "--out", str(out)], capsys))
+    assert not out.exists() and not list(tmp_path.glob(".out.safetensors*"))  # nothing written, not even in part
+    said: list[str] = []
+    assert find_resumable(tmp_path, True, say=said.append).state.step == 1
+    assert said[0].startswith("warning: cannot resume from step-0000002: ") and re.search(message, said[0])
+
+
+def test_a_tensor_the_model_does_not_have_is_refused_by_consolidate_and_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = save_sharded(tmp_path, 1)
+    rewrite_index(path, lambda d: d["tensors"].update({"model/evil.weight": {"shape": [2], "dtype": "float32"}}))
+    rewrite_shard(path, lambda t, s: (t.update({"model/evil.weight@0": torch.ones(2)}),
+                                      s.update({"model/evil.weight@0": ["model/evil.weight", [0]]})))
+    out = tmp_path / "out.safetensors"
+    err = _bad(["checkpoint", "consolidate", str(path), "--out", str(out)], capsys)
+    assert err.startswith(f"error: {path / INDEX}: does not match its spec") and "holds 9 tensors" in err, err
+    assert not out.exists()
+    model = specformer.build({"model": MODEL}, seed=0)
+    with pytest.raises(CheckpointError, match=r"does not fit the model of this spec \(missing none, unexpected "
+                                              r"\['evil.weight'\], mis-shaped none\)"):
+        load_checkpoint(path, model=model, optimizer=make_optimizer(model, TrainConfig(), device=torch.device("cpu")),
+                        tokenizer=ByteTokenizer(), ctx=DistContext())
+
+
+def test_a_group_setting_of_another_kind_than_the_optimizer_takes_is_refused(tmp_path: Path) -> None:
+    path = save_sharded(tmp_path, 1)
+    rewrite_index(path, lambda d: d["optimizer"]["param_groups"][0].update(lr="x"))
+    model, optimizer = trained(1)
+    with pytest.raises(CheckpointError, match=r"the stored optimizer settings are not of the kind AdamW takes "
+                                              r"\(group 0's lr is 'x', expected one like 0.001\)"):
+        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+
+
+def test_consolidate_force_replaces_its_own_earlier_output_but_never_an_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = save_sharded(tmp_path, 1)
+    assert main(["checkpoint", "consolidate", str(path)]) == 0
+    assert "already exists; pass --force" in _bad(["checkpoint", "consolidate", str(path)], capsys)
+    assert main(["checkpoint", "consolidate", str(path), "--force"]) == 0  # the earlier default output is no input
+    assert torch.equal(specformer.load(path / "model.safetensors").embedding.weight, trained()[0].embedding.weight)
+    for read in (path / INDEX, path / shard_file(0)):
+        before = read.read_bytes()
+        assert "an input of this command" in _bad(["checkpoint", "consolidate", str(path), "--out", str(read),
+                                                   "--force"], capsys)
+        assert read.read_bytes() == before
