@@ -117,8 +117,8 @@ class LayerOverride(StrictNumbers):
 
     select: Union[int, list[int], str] = Field(
         description=(
-            "Which layers: an index (negative counts from the end), a list of indices, "
-            "a Python slice such as '0::2' or '-4:', or 'all'."
+            "Which layers: an index (negative counts from the end; quoted, '5' is the same index), "
+            "a list of indices, a Python slice such as '0::2' or '-4:', or 'all'."
         )
     )
     layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout of the selected layers (merged; a new kind replaces).")
