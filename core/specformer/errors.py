@@ -13,8 +13,11 @@ from typing import Any, Sequence
 
 #: Longest excerpt of a user's value quoted in a message (characters).
 EXCERPT_CHARS = 80
-#: Longest single problem line (a safety net for messages that quote user text).
-PROBLEM_CHARS = 600
+#: Longest path shown in a problem (its keys are the user's: a misspelt key may be a 4 MB string).
+PATH_CHARS = 200
+#: Longest message of a problem: a safety net for messages that quote user text unbounded. It is far above
+#: the longest list of accepted names (train's ~60 fields), which a message must show whole.
+MESSAGE_CHARS = 4000
 #: Most problems a SpecError's message lists (``.problems`` keeps them all).
 MAX_PROBLEMS_SHOWN = 50
 
@@ -47,8 +50,12 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        text = f"{self.path}: {self.message}" if self.path else self.message
-        return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
+        message = _cut(self.message, MESSAGE_CHARS)
+        return f"{_cut(self.path, PATH_CHARS)}: {message}" if self.path else message
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def problems_line(problems: Sequence[Problem]) -> str:
@@ -66,9 +73,11 @@ def problems_line(problems: Sequence[Problem]) -> str:
 class SpecError(UserError, ValueError):
     """A spec that does not validate; carries every problem found, one per line."""
 
-    def __init__(self, problems: list[Problem], *, source: str | None = None) -> None:
+    def __init__(self, problems: list[Problem], *, source: str | None = None, not_checked: Sequence[str] = ()) -> None:
+        """``not_checked`` names the checks these problems made meaningless, said once after them."""
         self.problems = list(problems)
         self.source = source
+        self.not_checked = tuple(not_checked)
         head = f"{source}: " if source else ""
         noun = "problem" if len(self.problems) == 1 else "problems"
         lines = [f"{head}{len(self.problems):,} {noun} in the spec:"]
@@ -76,6 +85,8 @@ class SpecError(UserError, ValueError):
         if len(self.problems) > MAX_PROBLEMS_SHOWN:
             # A generated file can hold 100,000 mistakes; the first ones say what is wrong.
             lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN:,} more")
+        if self.not_checked:
+            lines.append(f"  (checked once these are fixed: {', '.join(self.not_checked)})")
         super().__init__("\n".join(lines))
 
 

@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from specformer.model.sizes import SizeEstimate
 
 
+#: The checks a spec with problems does not reach, named after its problems.
+SIZES_NOT_CHECKED = "the sizes between components (they need valid components)"
+PLUGINS_NOT_CHECKED = "the plugins' own checks"
+
+
 @dataclass
 class CheckedSpec:
     """A spec that passed every check, with what the checks found: its resolved model and its sizes."""
@@ -80,7 +85,11 @@ def check_spec(
     else:
         source = source or str(spec)
         data = read_spec_file(spec)
-    validated = validate(data, registry=registry, source=source)
+    try:
+        validated = validate(data, registry=registry, source=source)
+    except SpecError as exc:  # the later checks need a valid spec: say so once rather than hide them
+        later = [*exc.not_checked, *((SIZES_NOT_CHECKED,) if check_sizes else ()), PLUGINS_NOT_CHECKED]
+        raise SpecError(exc.problems, source=exc.source, not_checked=later) from None
     sizes = None
     if check_sizes:
         try:

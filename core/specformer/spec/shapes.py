@@ -48,6 +48,18 @@ def as_component_ref(value: Any) -> dict[str, Any]:
     raise ValueError(f"expected a component as a name or a mapping with 'kind', got {excerpt(value)}")
 
 
+def apply_change(current: dict[str, Any], change: "dict[str, Any] | str") -> tuple[dict[str, Any], bool]:
+    """A component with a layer override's change applied, and whether the change replaced it whole.
+
+    A change naming another ``kind`` replaces the component (with that kind's own defaults);
+    one with the same kind, or none, is merged into it param by param.
+    """
+    change = as_component_ref(change) if isinstance(change, str) else dict(change)
+    if "kind" in change and change["kind"] != current.get("kind"):
+        return change, True
+    return {**current, **change}, False
+
+
 class ComponentRef(StrictNumbers):
     """A component named in a spec: ``{kind: <registered name>, <its params>...}`` or just the name."""
 
@@ -105,8 +117,8 @@ class LayerOverride(StrictNumbers):
 
     select: Union[int, list[int], str] = Field(
         description=(
-            "Which layers: an index (negative counts from the end), a list of indices, "
-            "a Python slice such as '0::2' or '-4:', or 'all'."
+            "Which layers: an index (negative counts from the end; quoted, '5' is the same index), "
+            "a list of indices, a Python slice such as '0::2' or '-4:', or 'all'."
         )
     )
     layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout of the selected layers (merged; a new kind replaces).")
@@ -192,14 +204,8 @@ class ModelSpec(StrictNumbers):
             override = self.layers[j]
             for f in OVERRIDE_FIELDS:
                 change = getattr(override, f)
-                if change is None:
-                    continue
-                change = as_component_ref(change) if isinstance(change, str) else dict(change)
-                current = block[f]
-                if "kind" in change and change["kind"] != current["kind"]:
-                    block[f] = change
-                else:
-                    block[f] = {**current, **change}
+                if change is not None:
+                    block[f], _replaced = apply_change(block[f], change)
         return block
 
     def layer_blocks(self) -> list[dict[str, dict[str, Any]]]:
@@ -264,15 +270,17 @@ def layer_selection(select: int | list[int] | str, n_layers: int) -> "range | li
         return range(n_layers)
     parts = text.split(":")
     try:
-        if len(parts) == 1:
-            return [one(int(text))]
         if len(parts) > 3:
             raise ValueError
         bounds = [int(p) if p.strip() else None for p in parts]
+        if bounds == [None]:  # an empty text: neither an index nor a slice
+            raise ValueError
     except ValueError:
         raise ValueError(
             f"select {excerpt(select)} is not an index, a list, a slice such as '0::2' or '-4:', or 'all'"
         ) from None
+    if len(bounds) == 1 and bounds[0] is not None:  # a quoted index ("5", as some YAML writers quote every scalar) is that index
+        return [one(bounds[0])]
     if len(bounds) == 3 and bounds[2] == 0:
         raise ValueError(f"select {excerpt(select)}: a slice step cannot be zero")
     chosen = range(n_layers)[slice(*bounds)]
@@ -391,6 +399,7 @@ __all__ = [
     "LayerOverride",
     "ModelSpec",
     "Spec",
+    "apply_change",
     "as_component_ref",
     "problems_from_validation_error",
     "read_spec_file",

@@ -12,6 +12,7 @@ nothing is resolved twice.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,16 @@ from specformer.spec.layer_groups import LayerGroup, group_layers, membership, o
 from specformer.messages import join_path, unknown_message
 from specformer.registry.discovery import get_plugin_manager
 from specformer.registry.components import Registry, Resolved
-from specformer.spec.shapes import BLOCK_FIELDS, ModelSpec, Spec, problems_from_validation_error
+from specformer.spec.file_order import in_file_order
+from specformer.spec.shapes import (
+    OVERRIDE_FIELDS,
+    LayerOverride,
+    ModelSpec,
+    Spec,
+    apply_change,
+    as_component_ref,
+    problems_from_validation_error,
+)
 
 
 @dataclass
@@ -58,40 +68,106 @@ class ResolvedModel:
         return [by_signature[overrides_of_layer(i, self.selections)] for i in range(self.spec.n_layers)]
 
 
-def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel | None, list[Problem]]:
-    """Resolve every component the model section names; report every problem, each once.
+#: The registry kind of each block field a spec writes.
+_KIND_OF = {"layout": "layout", "norm": "norm", "attention": "attention", "ffn": "ffn", "positional": "positional",
+            "residual": "residual", "final_norm": "norm", "per_layer_input": "per_layer_input"}
 
-    Layers that share a block are resolved once (work grows with the number of
-    distinct blocks, not of layers).
-    """
-    problems: list[Problem] = []
-    seen: set[tuple[str, str]] = set()
 
-    def add(problem: Problem) -> None:
-        if (problem.path, problem.message) not in seen:
-            seen.add((problem.path, problem.message))
-            problems.append(problem)
+@dataclass
+class _Resolver:
+    """Resolves components, collecting every problem once, each at the place the file writes its value."""
 
-    def resolve(kind: str, ref: dict[str, Any], path: str) -> ResolvedPart | None:
+    registry: Registry
+    problems: list[Problem] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+
+    def add(self, problem: Problem) -> None:
+        if (problem.path, problem.message) not in self.seen:
+            self.seen.add((problem.path, problem.message))
+            self.problems.append(problem)
+
+    def resolve(self, kind: str, ref: dict[str, Any], path: str, written: "Written | None" = None) -> ResolvedPart | None:
+        """The component ``ref`` of ``kind`` at ``path``, or None with its problems added.
+
+        ``written`` says where a merged component's params were written (a layer override
+        merges into the block's): a problem with a param the block wrote is the block's,
+        reported there, not once more at every override that merges into it.
+        """
         try:
-            return ResolvedPart(registry.resolve(kind, ref), path)
+            return ResolvedPart(self.registry.resolve(kind, ref), path)
         except UnknownComponentError as exc:
-            add(Problem(join_path(path, ["kind"]), str(exc)))
+            self.add(Problem(self._place(join_path(path, ["kind"]), path, kind, written), str(exc)))
         except ValidationError as exc:
-            params_model = registry.get(kind, ref["kind"]).params
-            for p in problems_from_validation_error(exc, prefix=path, model=params_model):
-                add(p)
+            for p in self._problems(kind, ref, path, exc):
+                self.add(Problem(self._place(p.path, path, kind, written, p.message), p.message))
         return None
 
+    def _problems(self, kind: str, ref: dict[str, Any], path: str, exc: ValidationError) -> list[Problem]:
+        return problems_from_validation_error(exc, prefix=path, model=self.registry.get(kind, ref["kind"]).params)
+
+    def _place(self, at: str, path: str, kind: str, written: "Written | None", message: str | None = None) -> str:
+        """Where the value a problem at ``at`` is about was written (``path`` is where it was merged)."""
+        if written is None or written.base is None:
+            return at
+        step = re.match(r"\.([^.\[]+)", at[len(path):]) if at.startswith(path) else None
+        if step is not None:  # a param's own problem: where the param is written
+            where = written.params.get(step[1])
+            return where + at[len(path):] if where is not None else at
+        # A check across the whole component: the block's, when the block's component alone fails it the same way.
+        base_ref, base_path = written.base
+        if at == path and message is not None:
+            try:
+                self.registry.resolve(kind, base_ref)
+            except ValidationError as exc:
+                if any(p.path == base_path and p.message == message for p in self._problems(kind, base_ref, base_path, exc)):
+                    return base_path
+            except UnknownComponentError:
+                pass
+        return at
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where the params of a component merged from the block and layer overrides were written."""
+
+    params: dict[str, str]  # param -> the path of the component that wrote it (the block's or an override's)
+    base: tuple[dict[str, Any], str] | None  # the block's own component and its path, while no override replaced it
+
+
+def merge_written(base: dict[str, Any], base_path: str,
+                  changes: list[tuple[str, "dict[str, Any] | str"]]) -> tuple[dict[str, Any], Written | None]:
+    """The block's component with overrides' ``(path, change)`` applied in order, and where each param came from."""
+    if not changes:
+        return base, None
+    merged, params = dict(base), {k: base_path for k in base}
+    kept_base: tuple[dict[str, Any], str] | None = (base, base_path)
+    for path, change in changes:
+        merged, replaced = apply_change(merged, change)
+        if replaced:
+            params, kept_base = {}, None
+        params.update({k: path for k in (as_component_ref(change) if isinstance(change, str) else change)})
+    return merged, Written(params, kept_base)
+
+
+def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel | None, list[Problem]]:
+    """Resolve every component the model section names; report every problem, each once, where it is written.
+
+    Layers that share a block are resolved once (work grows with the number of
+    distinct blocks, not of layers). An override whose ``select`` is wrong is still
+    checked, merged into the block alone.
+    """
+    resolver = _Resolver(registry)
+    resolve = resolver.resolve
+
     selections: list[range | list[int]] = []
+    bad_selects: list[int] = []
     for j, override in enumerate(model.layers):
         try:
             selections.append(override.layer_selection(model.n_layers))
         except ValueError as exc:
-            add(Problem(join_path("model", ["layers", j, "select"]), str(exc)))
+            resolver.add(Problem(join_path("model", ["layers", j, "select"]), str(exc)))
             selections.append([])
-    if problems:
-        return None, problems
+            bad_selects.append(j)
 
     positional = resolve("positional", model.positional.as_dict(), "model.positional")
     final_path = "model.final_norm" if model.final_norm is not None else "model.block.norm"
@@ -99,36 +175,95 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     residual = resolve("residual", model.block.residual.as_dict(), "model.block.residual")
     per_layer_input = (resolve("per_layer_input", model.per_layer_input.as_dict(), "model.per_layer_input")
                        if model.per_layer_input is not None else None)
-    groups = []
-    for group in group_layers(model.n_layers, selections):
-        block = model.block_with(group.overrides)
+
+    def block_parts(overrides: tuple[int, ...], fields: tuple[str, ...] = OVERRIDE_FIELDS) -> dict[str, ResolvedPart]:
         parts = {}
-        for f in BLOCK_FIELDS:
-            # Where this field came from: the base block, or the last override that touched it.
-            origin = join_path("model", ["block", f])
-            for j in group.overrides:
-                if getattr(model.layers[j], f) is not None:
-                    origin = join_path("model", ["layers", j, f])
-            part = resolve("layout" if f == "layout" else f, block[f], origin)
+        for f in fields:
+            if f == "positional" and model.block.positional is None:
+                base, base_path = model.positional.as_dict(), "model.positional"
+            else:
+                base, base_path = getattr(model.block, f).as_dict(), join_path("model", ["block", f])
+            changes = [(join_path("model", ["layers", j, f]), getattr(model.layers[j], f)) for j in overrides
+                       if getattr(model.layers[j], f) is not None]
+            if f == "positional" and not changes and model.block.positional is None:
+                part = positional  # the scheme inside attention is model.positional's own part
+            else:
+                ref, written = merge_written(base, base_path, changes)
+                part = resolve(_KIND_OF[f], ref, changes[-1][0] if changes else base_path, written)
             if part is not None:
                 parts[f] = part
-        # The scheme inside attention: model.positional's own part unless the block or an override sets one.
-        origin = "model.block.positional" if model.block.positional is not None else None
-        for j in group.overrides:
-            if model.layers[j].positional is not None:
-                origin = join_path("model", ["layers", j, "positional"])
-        if origin is None:
-            if positional is not None:
-                parts["positional"] = positional
-        else:
-            part = resolve("positional", block["positional"], origin)
-            if part is not None:
-                parts["positional"] = part
-        groups.append(ResolvedGroup(group, parts))
-    if problems or positional is None or final_norm is None or residual is None:
-        return None, problems
+        return parts
+
+    groups = [ResolvedGroup(group, block_parts(group.overrides)) for group in group_layers(model.n_layers, selections)]
+    for j in bad_selects:  # selects no layer it can name, but its changes are checked all the same
+        block_parts((j,), tuple(f for f in OVERRIDE_FIELDS if getattr(model.layers[j], f) is not None))
+    if resolver.problems or positional is None or final_norm is None or residual is None:
+        return None, resolver.problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
                          selections=membership(selections), per_layer_input=per_layer_input), []
+
+
+def check_as_written(data: Any, registry: Registry) -> tuple[list[Problem], list[str]]:
+    """Each component of a model section whose structure is wrong, checked where the file writes it.
+
+    The structure's own problems (an unknown field, a missing size) do not hide those of the
+    components beside them: every component written as a name or a mapping with a ``kind``
+    is checked against its kind, and an override's change merged into the block's component
+    (when the block's is written). Returns the problems, and the checks that could not be
+    made (layer selections need a valid ``n_layers``).
+    """
+    resolver = _Resolver(registry)
+    if not isinstance(data, dict):
+        return [], []
+
+    def ref_of(value: Any) -> dict[str, Any] | None:
+        try:
+            return as_component_ref(value) if value is not None else None
+        except ValueError:
+            return None  # not a component: the structure's problem, reported with it
+
+    for name in ("positional", "final_norm", "per_layer_input"):
+        if (ref := ref_of(data.get(name))) is not None:
+            resolver.resolve(_KIND_OF[name], ref, join_path("model", [name]))
+    block = data.get("block") if isinstance(data.get("block"), dict) else {}
+    bases: dict[str, tuple[dict[str, Any], str]] = {"layout": ({"kind": "prenorm"}, "model.block.layout")}
+    if (ref := ref_of(data.get("positional"))) is not None:
+        bases["positional"] = (ref, "model.positional")
+    for f in (*OVERRIDE_FIELDS, "residual"):
+        if (ref := ref_of(block.get(f))) is not None:
+            path = join_path("model", ["block", f])
+            bases[f] = (ref, path)
+            resolver.resolve(_KIND_OF[f], ref, path)
+
+    n_layers = data.get("n_layers")
+    counted = isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > 0
+    layers = data.get("layers")
+    not_checked = []
+    for j, raw in enumerate(layers if isinstance(layers, list) else []):
+        if not isinstance(raw, dict):
+            continue
+        try:
+            override = LayerOverride.model_validate(raw)
+        except ValidationError:
+            continue  # its structure's problems are reported with the model's
+        if counted:
+            try:
+                override.layer_selection(n_layers)
+            except ValueError as exc:
+                resolver.add(Problem(join_path("model", ["layers", j, "select"]), str(exc)))
+        elif "the layer selections (they need a valid n_layers)" not in not_checked:
+            not_checked.append("the layer selections (they need a valid n_layers)")
+        for f in OVERRIDE_FIELDS:
+            change = getattr(override, f)
+            path = join_path("model", ["layers", j, f])
+            if change is None or (ref_of(change) if isinstance(change, str) else change) is None:
+                continue
+            if f not in bases and not (isinstance(change, str) or "kind" in change):
+                continue  # merges into a block component that is not there: the block's problem
+            base, base_path = bases.get(f, ({}, ""))
+            ref, written = merge_written(base, base_path, [(path, change)])
+            resolver.resolve(_KIND_OF[f], ref, path, written)
+    return resolver.problems, not_checked
 
 
 def validate_sections(spec: Spec, registry: Registry) -> list[Problem]:
@@ -158,19 +293,26 @@ class ValidatedSpec:
 
 
 def validate(data: dict[str, Any], *, registry: Registry, source: str | None = None) -> ValidatedSpec:
-    """Check the structure, the sections and every component; raise :class:`SpecError` with all problems found."""
+    """Check the structure, the sections and every component; raise :class:`SpecError` with all problems found.
+
+    Every part that can be checked on its own is, whatever is wrong beside it: the plugins'
+    sections, and each component against its kind even when the model section's structure
+    is wrong. The problems come in the order their places are written in the file.
+    """
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        # The plugins' sections do not depend on the model section: report theirs too, all at once.
+        # The plugins' sections and the components do not depend on the rest of the model section.
         sections = Spec.model_construct(**{k: v for k, v in data.items() if k != "model"}) if isinstance(data, dict) else None
         problems = validate_sections(sections, registry) if sections is not None else []
-        raise SpecError(problems + problems_from_validation_error(exc, model=Spec), source=source) from None
+        problems += problems_from_validation_error(exc, model=Spec)
+        components, not_checked = check_as_written(data.get("model") if isinstance(data, dict) else None, registry)
+        raise SpecError(in_file_order(problems + components, data), source=source, not_checked=not_checked) from None
     problems = validate_sections(spec, registry)
     resolved, model_problems = resolve_model(spec.model, registry)
     problems += model_problems
     if problems or resolved is None:
-        raise SpecError(problems, source=source)
+        raise SpecError(in_file_order(problems, data), source=source)
     return ValidatedSpec(spec=spec, resolved=resolved)
 
 
@@ -183,5 +325,5 @@ def plugin_problems(spec: Spec, registry: Registry) -> list[Problem]:
     return problems
 
 
-__all__ = ["ResolvedGroup", "ResolvedModel", "ResolvedPart", "ValidatedSpec", "plugin_problems", "resolve_model",
-           "validate", "validate_sections"]
+__all__ = ["ResolvedGroup", "ResolvedModel", "ResolvedPart", "ValidatedSpec", "Written", "check_as_written",
+           "merge_written", "plugin_problems", "resolve_model", "validate", "validate_sections"]
