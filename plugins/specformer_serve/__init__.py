@@ -5,7 +5,8 @@ The pieces, one file each: :mod:`.paged_cache` (keys and values in fixed-size bl
 boundaries), :mod:`.protocol` (the OpenAI request bodies, checked), :mod:`.app` (the
 Starlette routes, server-sent events and errors), :mod:`.events` (engine events to the
 event loop), :mod:`.choices` (tokens to text, stop strings), :mod:`.chat_template`
-(messages to a prompt), :mod:`.playground` (the page at ``/``), :mod:`.server` (uvicorn on
+(messages to a prompt), :mod:`.origin` and :mod:`.hosts` (which pages and host names are
+served), :mod:`.playground` (the page at ``/``), :mod:`.server` (uvicorn on
 a bound socket) and :mod:`.cli` (the command).
 
 Names are imported on first use, so loading the plugin (which every ``specformer`` command

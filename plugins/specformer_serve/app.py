@@ -13,7 +13,10 @@ frees their blocks at the engine's next turn.
 
 A POST must say ``Content-Type: application/json`` (415 otherwise), and one that carries an
 ``Origin`` must come from the server's own address or an ``--allow-origin`` (403
-otherwise), so a web page cannot spend a keyless server's compute (:mod:`.origin`).
+otherwise), so a web page cannot spend a keyless server's compute (:mod:`.origin`). A server
+on a loopback address answers only requests addressed (``Host``) to a loopback name or an
+``--allowed-host``, on every route, so a page cannot reach it by DNS rebinding (403
+otherwise, :mod:`.hosts`).
 
 Nothing a client sends can hold the event loop: the body must arrive within
 ``body_timeout`` seconds and ``max_body_bytes``; a chat request's message count is checked
@@ -44,6 +47,7 @@ from starlette.routing import Route
 
 from specformer.errors import UserError
 from specformer_generate import checked_seed
+from specformer_serve import hosts as host_rules
 from specformer_serve import limits
 from specformer_serve import origin as origin_rules
 from specformer_serve.chat_template import TemplateError, TurnEnd
@@ -78,13 +82,16 @@ class ServeConfig:
     max_messages: int = limits.MAX_MESSAGES
     #: Origins besides the server's own whose pages may POST (normalized, ``*`` for any): ``--allow-origin``.
     allow_origins: tuple[str, ...] = ()
+    #: Host names besides loopback ones that requests may address (lower case): ``--allowed-host``.
+    allowed_hosts: tuple[str, ...] = ()
 
 
 _T = TypeVar("_T")
 
 
-def create_app(engine: Engine, config: ServeConfig) -> Starlette:
-    """The ASGI application; the engine must be started (and stopped) by the caller."""
+def create_app(engine: Engine, config: ServeConfig, *, bound: str) -> Starlette:
+    """The ASGI application for a server listening on the address ``bound``; the engine must be started (and
+    stopped) by the caller."""
     created = int(time.time())
     # Its own pool, not the loop's default one: a burst of slow templates waits here, and
     # nothing else (Starlette's own thread use included) waits behind it.
@@ -164,6 +171,8 @@ def create_app(engine: Engine, config: ServeConfig) -> Starlette:
             workers.shutdown(wait=False, cancel_futures=True)
 
     middleware = [Middleware(_AnsweredByTheHttpLayer)]
+    if host_rules.applies(bound, config.allowed_hosts):  # before CORS: a rebound page gets no preflight either
+        middleware.append(Middleware(_AddressedHostsOnly, allowed=config.allowed_hosts))
     if config.allow_origins:  # pages on an allowed origin need CORS answers to read what they asked for
         middleware.append(Middleware(_AllowedOriginsCors, allow_origins=list(config.allow_origins),
                                      allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"]))
@@ -176,6 +185,29 @@ class _AllowedOriginsCors(CORSMiddleware):
 
     def is_allowed_origin(self, origin: str) -> bool:
         return self.allow_all_origins or origin_rules.normalize(origin) in self.allow_origins
+
+
+class _AddressedHostsOnly:
+    """Answer 403 to a request whose ``Host`` is neither a loopback name nor an ``--allowed-host`` (:mod:`.hosts`).
+
+    A middleware, not a route check, so that every route is covered, the playground and
+    ``GET /v1/models`` as well as the POSTs: a rebound page could read those answers too.
+    """
+
+    def __init__(self, app: Any, *, allowed: tuple[str, ...]) -> None:
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = next((value.decode("latin-1") for key, value in scope["headers"] if key == b"host"), None)
+            if not host_rules.served(host, allowed=self.allowed):
+                error = RequestError(f"requests addressed to the host {host!r} are not served: only loopback names "
+                                     f"(localhost, 127.0.0.1, [::1]) are, and names given with --allowed-host",
+                                     status=403, code="host_not_allowed", close=True)
+                response = JSONResponse(error.body(), status_code=error.status, headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _AnsweredByTheHttpLayer:

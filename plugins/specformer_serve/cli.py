@@ -60,6 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="let web pages from this origin (scheme://host[:port], or * for any) POST to the API; "
                             "repeatable (default: only the server's own pages, such as the playground; clients that "
                             "send no Origin header, such as curl and SDKs, are always served)")
+    group.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="also answer requests addressed (Host header) to this name, as a reverse proxy's or a "
+                            "hosts-file alias; repeatable (default: a server on a loopback address answers only "
+                            "localhost, 127.0.0.0/8 and [::1], against DNS rebinding; one on another address "
+                            "checks the Host only when this is given)")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not end a choice at the end-of-text token, nor a chat reply at the chat template's "
                              "end of turn (benchmarks: fixed lengths)")

@@ -12,7 +12,6 @@ one-line error with exit code 2.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 import os
 import sys
@@ -26,7 +25,7 @@ from specformer.machine.threads import use_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
 from specformer_text import TurnEnd
 
-from specformer_serve import origin
+from specformer_serve import hosts, origin
 from specformer_serve.chat_template import chat_renderer
 from specformer_serve.cli import API_KEY_ENV
 from specformer_serve.engine import Engine
@@ -54,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--api-key is empty; give a key, or leave it out to serve without one")
     try:
         allow_origins = origin.check_allowed(args.allow_origin)
+        allowed_hosts = hosts.check_allowed(args.allowed_host)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     metadata = read_metadata(args.checkpoint)
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                          eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]),
                          turn_end=TurnEnd() if args.ignore_eos else template.turn_end(tokenizer, metadata),
                          max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
-                         max_messages=args.max_messages, allow_origins=allow_origins)
+                         max_messages=args.max_messages, allow_origins=allow_origins,
+                         allowed_hosts=allowed_hosts)
     from specformer_serve.server import Server  # late: uvicorn, as above
 
     try:
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
           f"up to {args.max_batch} requests per step; chat through {template.where}"
           f"{'; API key required' if api_key else ''}; Ctrl-C stops",
           file=sys.stderr, flush=True)
-    if api_key is None and not _loopback(args.host):
+    if api_key is None and not hosts.is_loopback(args.host):
         print(f"note: listening on {args.host} without --api-key: anyone who can reach this address can use the model",
               file=sys.stderr)
     # The engine thread gives up the GIL inside every PyTorch call; with the default 5 ms switch
@@ -118,12 +119,4 @@ def _require_server_stack() -> None:
     if missing:
         raise UserError(f"specformer serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
                         f"installed; install the serve extra: pip install 'specformer[serve]'")
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
 

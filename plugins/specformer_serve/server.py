@@ -49,7 +49,7 @@ class Server:
         self.engine = engine
         self.socket = bind(host, port)
         self.host, self.port = self.socket.getsockname()[:2]
-        app = create_app(engine, config)
+        app = create_app(engine, config, bound=self.host)
         # timeout_graceful_shutdown: open streams are closed rather than waited for on Ctrl-C.
         self._uvicorn = uvicorn.Server(uvicorn.Config(
             app, log_level=log_level, timeout_graceful_shutdown=2, access_log=False,

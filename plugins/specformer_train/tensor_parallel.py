@@ -3,8 +3,10 @@
 ``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
 such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.distributed.wrap_model`); every
 block component splits its weights across them as its ``parallel_plan`` declares
-(:mod:`specformer.model.tensor_parallel`: attention by heads, FFNs by hidden channels), and
-the rest (embeddings, norms, the output head, a component without a plan) is replicated: computed
+(:mod:`specformer.model.tensor_parallel`: attention by heads, FFNs by hidden channels), the
+embedding and head by vocabulary rows where :func:`specformer.model.parallel_plan.vocabulary_split`
+says (as ``specformer summary --parallel`` shows), and the rest (norms, a tied or padded
+embedding and head, a component without a plan) is replicated: computed
 whole on every process, with gradients that agree because the split layers all-reduce
 their inputs' gradients.
 
@@ -26,7 +28,7 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from specformer.model.parallel_plan import declared_splits, plan_of, shared_weights
+from specformer.model.parallel_plan import VocabularySplit, declared_splits, plan_of, shared_weights, vocabulary_of
 from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
 
 
@@ -104,23 +106,34 @@ def _sequence_styles(styles: dict, sequence: Any, rowwise: type) -> dict:
     return {name: SequenceRowwise(sequence) if type(style) is rowwise else style for name, style in styles.items()}
 
 
+def vocabulary_styles(model: nn.Module, tp: int) -> tuple[VocabularySplit, dict[str, Any]]:
+    """How ``model``'s embedding and head split over ``tp`` processes, and the styles that split them ({}: whole).
+
+    The decision is the planner's own (:func:`specformer.model.parallel_plan.vocabulary_split`), so
+    ``specformer summary --parallel`` shows what training does.
+    """
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    from specformer.model.tensor_parallel import VocabParallelHead
+
+    vocabulary = vocabulary_of(model, tp)
+    if not vocabulary.split:
+        return vocabulary, {}
+    return vocabulary, {"embedding": RowwiseParallel(input_layouts=Replicate()), "lm_head": VocabParallelHead()}
+
+
 def _split_vocabulary(model: nn.Module, mesh: DeviceMesh) -> str:
     """Split the embedding and the output head by vocabulary rows where they can be; say which, in words."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
-    from specformer.model.tensor_parallel import SHARDED_LOGITS, VocabParallelHead
+    from specformer.model.tensor_parallel import SHARDED_LOGITS
 
-    if model.lm_head is None:
-        # The head reads the embedding's weight in a plain matmul, which a split weight would not enter.
-        return "embedding and head whole (tied)"
-    if model.lm_head.out_features != model.vocab_size:
-        # The logits are cut back to the vocabulary, which split logits cannot be without gathering them.
-        return "embedding and head whole (padded vocabulary)"
-    parallelize_module(model, mesh, {"embedding": RowwiseParallel(input_layouts=Replicate()),
-                                     "lm_head": VocabParallelHead()})
-    setattr(model.lm_head, SHARDED_LOGITS, False)  # whole logits until the loss asks for them split
-    return "embedding and head by vocabulary"
+    vocabulary, styles = vocabulary_styles(model, mesh.size())
+    if styles:
+        parallelize_module(model, mesh, styles)
+        setattr(model.lm_head, SHARDED_LOGITS, False)  # whole logits until the loss asks for them split
+    return vocabulary.describe()
 
 
 @contextlib.contextmanager

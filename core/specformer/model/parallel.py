@@ -22,7 +22,7 @@ and works out, per device:
   the weights in forward and again in backward, and reduce-scatter of the gradients (in
   fp32); tensor parallel's all-gather and reduce-scatter of the layer input around every
   tp-split sublayer (sequence parallel: the norms see 1/tp of the tokens), forward and
-  backward, and of the vocabulary-parallel embedding and head; expert parallel's
+  backward, and of the embedding and head when they split by vocabulary; expert parallel's
   all-to-all dispatch and combine of each token's ``top_k`` copies, forward and backward;
   context parallel's gather of every attention layer's keys and values (what its cache
   slots hold) in forward and the all-reduce of their gradients in backward (as the trainer
@@ -34,7 +34,11 @@ input and its output for backward (its output is what the next norm, activation 
 attention kernel keeps), an expert matmul once per routed copy (``top_k``), and attention
 runs a fused kernel that keeps no ``T x T`` scores. With tp and sequence parallelism every
 kept activation is split ``tp`` ways (Korthikanti et al. 2022, arXiv:2205.05198). The fp32
-logits of the loss are counted once, vocabulary-parallel.
+logits of the loss are counted once, vocabulary-parallel when the embedding and head split.
+
+Whether they split (a tied head, a padded vocabulary keep them whole; a vocabulary ``tp``
+does not divide splits unevenly) is :func:`specformer.model.parallel_plan.vocabulary_split`,
+the rule the trainer applies too.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from torch import nn
 from specformer.errors import UserError
 from specformer.messages import format_bytes
 from specformer.model.attention import cache_slots_of
-from specformer.model.parallel_plan import ParallelPlan, Split, declared_splits, plan_of
+from specformer.model.parallel_plan import ParallelPlan, Split, declared_splits, plan_of, vocabulary_of
 from specformer.model.state import state_slots_of
 
 #: The axes ``--parallel`` accepts, in the order they are printed.
@@ -119,6 +123,7 @@ class ParallelReport:
     batch: int
     seq: int
     split: list[str] = field(default_factory=list)  # "attention (LatentAttention): q_b, kv_b, out over tp by heads"
+    vocabulary: str = ""  # "embedding and head by vocabulary", "embedding and head whole (tied)"
     undeclared: list[str] = field(default_factory=list)  # components with no plan: "attention (GatedDeltaNet)"
     parameter_elements: int = 0  # per device, after tp/ep and FSDP
     parameters: int = 0
@@ -135,7 +140,7 @@ class ParallelReport:
     def to_dict(self) -> dict[str, Any]:
         return {"layout": {a: getattr(self.layout, a) for a in AXES}, "devices": self.layout.devices,
                 "dtype": self.dtype, "batch": self.batch, "seq": self.seq,
-                "split": self.split, "replicated_without_plan": self.undeclared,
+                "split": self.split, "vocabulary": self.vocabulary, "replicated_without_plan": self.undeclared,
                 "bytes_per_device": {"parameters": self.parameters, "gradients": self.gradients,
                                      "optimizer": self.optimizer, "activations": self.activations,
                                      "activations_checkpointed": self.activations_checkpointed},
@@ -163,7 +168,9 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
         # FSDP2 cuts the first dimension, the last shard padded up (a scalar stays whole).
         sharded[kind] += (math.ceil(local[0] / fsdp) * math.prod(local[1:]) if local else 1) * count
 
-    head_plan = _vocab_plan(skeleton)
+    vocabulary = vocabulary_of(skeleton, layout.tp)
+    r.vocabulary = vocabulary.describe()
+    head_plan = vocabulary.plan()
     for part, module in skeleton.named_children():
         if part == "blocks":
             continue
@@ -192,8 +199,8 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     r.optimizer = elements * 4 * (3 if dtype == "bf16" else 2)  # two fp32 moments (+ fp32 master weights)
 
     tp = layout.tp
-    vocab = skeleton.embedding.weight.shape[0]
-    logits = math.ceil(tokens * (vocab // tp) * 4)  # fp32 logits of the loss, vocabulary-parallel
+    # fp32 logits of the loss: this device's vocabulary rows when split, else all of them
+    logits = math.ceil(tokens * (math.ceil(vocabulary.rows / tp) if vocabulary.split else vocabulary.rows) * 4)
     layers_kept = sum(kept * n for kept, n in activation_per_layer)
     r.activations = math.ceil(tokens * layers_kept * width / tp) + logits
     inputs_kept = sum(n for _, n in activation_per_layer) * d_model  # one checkpoint (the layer input) per layer
@@ -209,8 +216,9 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
         "fsdp all-gather (weights, forward + backward)": round(gather),
         "fsdp reduce-scatter (gradients, fp32)": round(reduce),
         # Sequence parallel: per tp-split sublayer an all-gather in and a reduce-scatter out, forward and backward;
-        # the vocabulary-parallel embedding and head one pair each.
-        "tp all-gather + reduce-scatter (layer inputs)": round(4 * (tp_sublayers + 1) * ring(tp) * activation),
+        # the embedding and head one pair each when split by vocabulary (whole, they compute alone).
+        "tp all-gather + reduce-scatter (layer inputs)": round(
+            4 * (tp_sublayers + vocabulary.split) * ring(tp) * activation),
         "ep all-to-all (tokens, dispatch + combine)": round(4 * moe_copies * ring(layout.ep) * activation / tp),
         # Context parallel: every attention layer gathers the whole rows' keys and values in forward and sums their
         # gradients in backward (an all-reduce: twice the bytes of a gather).
@@ -229,12 +237,6 @@ def _keys_per_token(attention: Any, tp: int) -> int:
     # heads split over tp; fewer than tp are copied, one per device
     return sum(max(1, heads // tp) * dim for heads, dim in ((slots.key_heads, slots.key_dim),
                                                             (slots.value_heads, slots.value_dim)))
-
-
-def _vocab_plan(skeleton: nn.Module) -> ParallelPlan:
-    # The decoder is the core's: its embedding and head are vocabulary-parallel (rows over tp).
-    rows = (Split("tp", 0, skeleton.embedding.weight.shape[0], "vocabulary rows"),)
-    return {"weight": rows, "bias": rows}
 
 
 def _declared(part: str, component: nn.Module, r: ParallelReport,
@@ -272,6 +274,8 @@ def _local_shape(name: str, p: torch.Tensor, splits: tuple[Split, ...], layout: 
         covered += rows
         if s.units % size == 0:
             kept += rows // size
+        elif s.uneven:
+            kept += math.ceil(rows / size)  # the first devices' share; the last keeps fewer
         elif s.copies_when_fewer and size % s.units == 0:
             kept += rows // s.units  # one unit per device, copied size / units times
         else:
@@ -301,6 +305,8 @@ def format_parallel(r: ParallelReport) -> str:
     lines = ["", f"parallel plan on paper: {L.describe()} -> {L.devices} devices "
                  f"(ep within dp_shard x cp x tp; no tp inside an expert)"]
     lines += [f"  split: {line}" for line in r.split]
+    if L.tp > 1:
+        lines.append(f"  vocabulary: {r.vocabulary}")
     lines += [f"  replicated (no parallel_plan declared): {label}" for label in r.undeclared]
     lines.append(f"memory per device ({r.dtype} training, from {r.dtype_source}; AdamW: two fp32 moments{master}):")
     rows = [("parameters", r.parameters), ("gradients", r.gradients), ("optimizer state", r.optimizer),

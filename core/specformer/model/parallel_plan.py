@@ -51,6 +51,9 @@ class Split:
     what: str
     rows: int | None = None
     copies_when_fewer: bool = False
+    #: The axis' size need not divide the units: each device keeps ``ceil(units / size)`` of them, the last fewer
+    #: (DTensor's ``Shard``, as vocabulary rows split).
+    uneven: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,53 @@ class Shared:
 
 #: A module's plan: parameter name -> its segments (``()``: replicated by choice; ``(Shared(axis),)``: see :class:`Shared`).
 ParallelPlan = Mapping[str, tuple["Split | Shared", ...]]
+
+
+@dataclass(frozen=True)
+class VocabularySplit:
+    """How tensor parallelism lays out the decoder's embedding and output head: split by vocabulary rows, or whole.
+
+    Made by :func:`vocabulary_split`, the one rule both ``specformer summary --parallel``
+    and the trainer's tensor parallelism read.
+    """
+
+    split: bool
+    rows: int  # the embedding's rows (the padded vocabulary)
+    why_whole: str | None = None  # "tied", "padded vocabulary", "fewer vocabulary rows than tp"
+
+    def describe(self) -> str:
+        return "embedding and head by vocabulary" if self.split else f"embedding and head whole ({self.why_whole})"
+
+    def plan(self) -> ParallelPlan:
+        """The plan of the embedding and of the head (each has ``weight``, the head maybe ``bias``)."""
+        if not self.split:
+            return {"weight": (), "bias": ()}
+        rows = (Split("tp", 0, self.rows, "vocabulary rows", uneven=True),)
+        return {"weight": rows, "bias": rows}
+
+
+def vocabulary_split(*, vocab_size: int, padded_vocab_size: int, tied: bool, tp: int) -> VocabularySplit:
+    """Whether tensor parallelism over ``tp`` processes splits the embedding and head by vocabulary rows.
+
+    Split unless: the head is tied (it reads the embedding's weight in a plain matmul, which a
+    split weight would not enter); the vocabulary is padded (the logits are cut back to the
+    vocabulary, which split logits cannot be without gathering them); or there are fewer
+    rows than processes. A ``tp`` that does not divide the rows splits them unevenly (259
+    rows over 2: 130 and 129).
+    """
+    if tied:
+        return VocabularySplit(split=False, rows=padded_vocab_size, why_whole="tied")
+    if padded_vocab_size != vocab_size:
+        return VocabularySplit(split=False, rows=padded_vocab_size, why_whole="padded vocabulary")
+    if padded_vocab_size < tp:
+        return VocabularySplit(split=False, rows=padded_vocab_size, why_whole="fewer vocabulary rows than tp")
+    return VocabularySplit(split=True, rows=padded_vocab_size)
+
+
+def vocabulary_of(decoder: Any, tp: int) -> VocabularySplit:
+    """:func:`vocabulary_split` read off a decoder: a built model (the trainer's) or the planner's meta skeleton."""
+    return vocabulary_split(vocab_size=decoder.vocab_size, padded_vocab_size=decoder.embedding.num_embeddings,
+                            tied=decoder.lm_head is None, tp=tp)
 
 
 def plan_of(module: Any) -> ParallelPlan | None:
@@ -121,5 +171,5 @@ def _owned(component: Any, plan: ParallelPlan | None) -> Iterator[tuple[str, Any
         yield name, module, name[len(prefix):], tuple(declared.get(name[len(prefix):], ()))
 
 
-__all__ = ["ROW_ORDER", "ParallelPlan", "Shared", "Split", "WEIGHT_AXES", "declared_splits", "local_share", "plan_of",
-           "shared_weights"]
+__all__ = ["ROW_ORDER", "ParallelPlan", "Shared", "Split", "VocabularySplit", "WEIGHT_AXES", "declared_splits",
+           "local_share", "plan_of", "shared_weights", "vocabulary_of", "vocabulary_split"]

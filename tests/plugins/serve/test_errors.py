@@ -173,7 +173,7 @@ def test_a_client_leaving_before_the_answer_frees_its_slot(long_server) -> None:
     before = httpx.get(f"{long_server.url}/v1/stats").json()
     body = json.dumps({"model": MODEL_ID, "prompt": "go", "max_tokens": 4000}).encode()
     with socket.create_connection((long_server.host, long_server.port)) as raw:
-        raw.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        raw.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         deadline = time.monotonic() + 30
         while httpx.get(f"{long_server.url}/v1/stats").json()["running"] == 0:

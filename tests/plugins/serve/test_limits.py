@@ -129,9 +129,9 @@ def test_slow_clients_are_closed_after_their_timeouts_and_others_are_served(mode
     with make_server(model, config={"body_timeout": body_timeout}, header_timeout=header_timeout) as server:
         silent = _connect(server)  # connects and sends nothing
         half_head = _connect(server)
-        half_head.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        half_head.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
         trickler = _connect(server)
-        trickler.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        trickler.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 1000\r\n\r\n{")
         stop = threading.Event()
 
@@ -187,7 +187,7 @@ def test_a_client_that_drops_mid_upload_is_one_log_line(model) -> None:
             logger.addHandler(records)
         try:
             sock = _connect(server)
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 1000\r\n\r\n{\"model\": ")
             time.sleep(0.2)
             sock.close()

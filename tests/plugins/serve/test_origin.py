@@ -60,22 +60,24 @@ def test_a_foreign_origin_is_403_even_with_json(server, route, body, foreign) ->
     _refused(_post(server, route, body, Origin=foreign, **{"Content-Type": "text/plain"}), 403, "origin_not_allowed")
 
 
-def test_the_servers_own_origin_and_no_origin_are_served(server) -> None:
-    own = server.url  # http://127.0.0.1:PORT, the playground's origin; httpx sends Host: 127.0.0.1:PORT
-    assert _post(server, "completions", OK, Origin=own, **JSON).status_code == 200
-    assert _post(server, "chat/completions", CHAT, Origin=own.upper().replace("HTTP", "http"), **JSON).status_code == 200
-    assert _post(server, "completions", OK, **JSON).status_code == 200  # curl, SDKs: no Origin
-    # Same origin is judged against the Host the client addressed, default port included.
-    assert _post(server, "completions", OK, Origin="http://served.example", Host="served.example", **JSON).status_code == 200
-    assert _post(server, "completions", OK, Origin="http://served.example:80", Host="served.example",
-                 **JSON).status_code == 200
-    # Behind a TLS proxy the Host has no port, and the page's is https's own.
-    assert _post(server, "completions", OK, Origin="https://served.example", Host="served.example",
-                 **JSON).status_code == 200
-    _refused(_post(server, "completions", OK, Origin="https://served.example", Host="served.example:8000", **JSON),
-             403, "origin_not_allowed")
-    _refused(_post(server, "completions", OK, Origin="http://served.example.evil", Host="served.example", **JSON),
-             403, "origin_not_allowed")
+def test_the_servers_own_origin_and_no_origin_are_served(model) -> None:
+    # served.example: a name the server answers to (a reverse proxy's), besides loopback ones (test_hosts.py)
+    with make_server(model, config={"allowed_hosts": ("served.example",)}) as server:
+        own = server.url  # http://127.0.0.1:PORT, the playground's origin; httpx sends Host: 127.0.0.1:PORT
+        assert _post(server, "completions", OK, Origin=own, **JSON).status_code == 200
+        assert _post(server, "chat/completions", CHAT, Origin=own.upper().replace("HTTP", "http"), **JSON).status_code == 200
+        assert _post(server, "completions", OK, **JSON).status_code == 200  # curl, SDKs: no Origin
+        # Same origin is judged against the Host the client addressed, default port included.
+        assert _post(server, "completions", OK, Origin="http://served.example", Host="served.example", **JSON).status_code == 200
+        assert _post(server, "completions", OK, Origin="http://served.example:80", Host="served.example",
+                     **JSON).status_code == 200
+        # Behind a TLS proxy the Host has no port, and the page's is https's own.
+        assert _post(server, "completions", OK, Origin="https://served.example", Host="served.example",
+                     **JSON).status_code == 200
+        _refused(_post(server, "completions", OK, Origin="https://served.example", Host="served.example:8000", **JSON),
+                 403, "origin_not_allowed")
+        _refused(_post(server, "completions", OK, Origin="http://served.example.evil", Host="served.example", **JSON),
+                 403, "origin_not_allowed")
 
 
 def test_allowed_origins_are_served_and_get_cors_answers(model) -> None:

@@ -9,12 +9,14 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 import specformer
 from specformer.errors import UserError
+from specformer.model.parallel import parse_layout, plan_parallel
 from specformer.model.parallel_plan import plan_of, shared_weights
-from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnParameters, put_in_rank_order,
-                                              rank_major_order, restore_row_order, styles_from_plan)
+from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnParameters, VocabParallelHead,
+                                              put_in_rank_order, rank_major_order, restore_row_order, styles_from_plan)
+from specformer.spec.check import estimate
 from specformer_train.config import TrainConfig
 from specformer_train.distributed import resolve_mode
-from specformer_train.tensor_parallel import clip_grad_norm
+from specformer_train.tensor_parallel import clip_grad_norm, vocabulary_styles
 
 from fixtures.tiny import tiny_spec
 
@@ -185,3 +187,25 @@ def test_sequence_parallelism_needs_tensor_parallelism() -> None:
     with pytest.raises(ValueError, match="sequence_parallel cuts the stream between tensor-parallel sublayers"):
         TrainConfig(parallel={"sequence_parallel": True})
     assert TrainConfig(parallel={"tp": 2, "sequence_parallel": True}).parallel.sequence_parallel
+
+
+@pytest.mark.parametrize(("model", "tp", "described"), [
+    ({"vocab_size": 259, "tie_embeddings": True}, 2, "embedding and head whole (tied)"),  # specs/tiny.yaml's
+    ({"vocab_size": 96, "tie_embeddings": True}, 2, "embedding and head whole (tied)"),  # divisible, still tied
+    ({"vocab_size": 259, "tie_embeddings": False}, 2, "embedding and head by vocabulary"),  # uneven: 130 and 129
+    ({"vocab_size": 96, "tie_embeddings": False, "lm_head_bias": True}, 4, "embedding and head by vocabulary"),
+    ({"vocab_size": 259, "tie_embeddings": False, "pad_vocab_to_multiple": 8}, 2,
+     "embedding and head whole (padded vocabulary)"),
+    ({"vocab_size": 3, "tie_embeddings": False}, 4, "embedding and head whole (fewer vocabulary rows than tp)"),
+])
+def test_the_planner_and_the_trainer_split_the_embedding_and_head_alike(model: dict, tp: int, described: str) -> None:
+    spec = tiny_spec(**model)
+    vocabulary, styles = vocabulary_styles(specformer.build(spec), tp)  # what training would apply
+    report = plan_parallel(estimate(spec), parse_layout(f"tp={tp}"))  # what `summary --parallel` prints
+    assert vocabulary.describe() == report.vocabulary == described
+    planned = {line.split(" (")[0] for line in report.split if "vocabulary rows" in line}
+    assert planned == set(styles)  # the planner splits exactly the modules the trainer gives a style
+    if vocabulary.split:
+        assert isinstance(styles["embedding"], RowwiseParallel) and isinstance(styles["lm_head"], VocabParallelHead)
+        assert f"lm_head (Linear): {'weight, bias' if model.get('lm_head_bias') else 'weight'} over tp by " \
+               "vocabulary rows" in report.split
