@@ -25,6 +25,7 @@ from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
 from specformer.files.outputs import check_file_output, check_folder_output, same_file, write_text_output, writing
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, attach_tokenizer
 
 from specformer_hf.exporter import to_hf
@@ -76,6 +77,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     out = Path(args.directory)
     inputs: list[Any] = [args.checkpoint]
     check_folder_output(out, inputs=inputs, force=args.force)  # before the checkpoint is loaded
@@ -116,6 +118,7 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
 
 
 def _run_attach(args: argparse.Namespace) -> int:
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     found = attach_tokenizer(args.checkpoint, args.tokenizer, eos_token=args.eos_token, force=args.force)
     print(f"{args.checkpoint}: now stores the tokenizer from {args.tokenizer} "
           f"({found.vocab_size:,} tokens, end of text {found.eot_token!r} = id {found.eot_id})")
