@@ -36,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                             "directory, or a run directory (its latest checkpoint)")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
+    p.add_argument("--verbose", action="store_true", help="when no family fits, give each family's reason (by default "
+                   "one line: the part most families lack, and the closest families)")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
                    "export is complete; never a folder holding CHECKPOINT)")
 

@@ -31,6 +31,7 @@ from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKEN
 from specformer_hf.exporter import to_hf
 from specformer_hf.family import get_families
 from specformer_hf.importer import import_hf
+from specformer_hf.refusal import NoFamily
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,9 +92,12 @@ def _run_export(args: argparse.Namespace) -> int:
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
     tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint, ids_only=True)
-    out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
-                inputs=inputs)
+    try:
+        out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
+                    tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
+                    inputs=inputs)
+    except NoFamily as exc:
+        raise UserError(exc.verbose() if args.verbose else str(exc)) from None
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
