@@ -117,3 +117,12 @@ def test_a_sharded_step_directory_names_the_command_that_consolidates_it(interru
     os.replace(out / "kept.safetensors", weights)  # consolidated in place (what the command writes): read as it is
     assert main(["generate", str(out), "--prompt", "a", "--max-new-tokens", "2"]) == 0
     shutil.rmtree(out)
+
+
+def test_train_init_starts_from_a_run_directory(interrupted_run, capsys: pytest.CaptureFixture) -> None:
+    out, _ = interrupted_run
+    spec = out.parent / "spec.yaml"
+    assert main(["train", str(spec), "--init", str(out), "--out", str(out.parent / "tuned"), "--steps", "1",
+                 "--set", "train.save_every=0"]) == 0, capsys.readouterr().err
+    assert main(["train", str(spec), "--init", str(out.parent), "--out", str(out.parent / "again"), "--steps", "1"]) == 2
+    assert f"error: train.init: {out.parent}: a directory without a checkpoint" in capsys.readouterr().err
