@@ -20,7 +20,8 @@ examples:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                                                 "directory, or a run directory (its latest checkpoint)")
     parser.add_argument("--data", metavar="PATH",
                         help="a file, directory or glob of .txt/.md/.py/.jsonl (one document per file, or per "
                              "jsonl line), or one tokenized .bin/.npy")

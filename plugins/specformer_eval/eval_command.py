@@ -23,6 +23,7 @@ from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
 from specformer.machine.threads import auto_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_text import find_corpus, load_tokenized
 
 from specformer_eval.loading import load_model
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} must be positive, got {value:g}")
     if args.num_fewshot is not None and args.num_fewshot < 0:
         raise UserError(f"--num-fewshot must be 0 or more, got {args.num_fewshot}")
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     corpus = find_corpus(args.data) if args.data is not None else None  # bad data is reported before the model loads
     tasks = _task_names(args.tasks) if args.tasks is not None else None
     harness = _harness() if tasks else None

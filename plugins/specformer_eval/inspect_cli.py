@@ -17,7 +17,8 @@ example:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                                                 "directory, or a run directory (its latest checkpoint)")
     parser.add_argument("--prompt", required=True, help="the text to run through the model")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the pictures and index.html to "
                         "(created, with the folders above it)")

@@ -23,6 +23,7 @@ from specformer.errors import UserError
 from specformer.files.outputs import check_folder_output, staged_folder
 from specformer.machine.threads import auto_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 
 from specformer_eval.figures import attention_grid, attention_lines, lens_grid
 from specformer_eval.inspection import Inspection, choose_token, inspect_prompt
@@ -33,6 +34,7 @@ from specformer_eval.page import write_page
 def run(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     out = Path(args.out)
     inputs = [args.checkpoint, args.tokenizer]
     check_folder_output(out, inputs=inputs, force=args.force, parents=True)  # before the model is loaded

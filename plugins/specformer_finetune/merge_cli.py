@@ -16,11 +16,13 @@ from pathlib import Path
 
 from specformer.errors import UserError
 from specformer.files.outputs import check_file_output, writing
+from specformer.checkpoint.locate import resolve_checkpoint
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", metavar="RUN_CKPT",
-                        help="an adapter checkpoint (a fine-tuning run's model.safetensors or a step's)")
+                        help="an adapter checkpoint (a fine-tuning run's model.safetensors or a step's, or the run's "
+                             "checkpoints/step-N directory, or the run directory: its latest checkpoint)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.safetensors", help="where to write the merged model")
     parser.add_argument("--force", action="store_true", help="replace OUT.safetensors if it exists (never the adapter "
                         "checkpoint or its base: those are refused even with --force)")
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from specformer_finetune.adapter_file import COPIED_KEYS, base_path, load_adapted, read_record
     from specformer_finetune.apply import merge_adapter
 
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     out = Path(args.output)
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")

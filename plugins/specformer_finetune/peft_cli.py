@@ -14,6 +14,7 @@ from typing import Any
 
 from specformer.errors import UserError
 from specformer.files.outputs import check_file_output, check_folder_output
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_text import FAMILY_KEY
 
 
@@ -36,7 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            description="Write adapter_config.json and adapter_model.safetensors to DIR, which "
                            "peft.PeftModel.from_pretrained loads onto the base exported by `specformer hf export`. DIR "
                            "is written whole or not at all; one that already holds files is replaced only with --force.")
-    p.add_argument("checkpoint", metavar="ADAPTER", help="an adapter checkpoint (a fine-tuning run's model.safetensors)")
+    p.add_argument("checkpoint", metavar="ADAPTER", help="an adapter checkpoint (a fine-tuning run's model.safetensors, a step-N "
+                                                               "directory, or the run directory: its latest)")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="name the layers as this family does (model_type, e.g. llama); default: the "
                    "family the base was imported from, else the first that fits")
@@ -77,6 +79,7 @@ def _run_export(args: argparse.Namespace) -> int:
     from specformer_finetune.adapter_file import load_adapted
     from specformer_finetune.peft_io import export_peft
 
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     out = Path(args.directory)
     inputs: list[Any] = [args.checkpoint]
     check_folder_output(out, inputs=inputs, force=args.force)  # before the checkpoint is loaded

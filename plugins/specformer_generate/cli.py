@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
+    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                           "directory, or a run directory (its latest checkpoint)")
     _prompt_options(parser)
     parser.add_argument("--batch", action="store_true",
                         help="several prompts, one per line (blank lines skipped); each is printed with its "
@@ -32,7 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_chat(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer (spec in its header)")
+    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                           "directory, or a run directory (its latest checkpoint)")
     _prompt_options(parser, opening=True)
     _common_options(parser)
     parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None, draft=None,

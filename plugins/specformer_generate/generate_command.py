@@ -33,6 +33,7 @@ from specformer.errors import InputError, SpecError, UserError, excerpt
 from specformer.machine.threads import use_threads
 from specformer.tokenizers.tokenizer import Tokenizer
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_generate.chat import chat
 from specformer_generate.chat_format import ChatFormat, chat_format
 from specformer_generate.continuation import continuation_text, shown_so_far
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             parse_max_memory(args.max_memory)
         except ValueError as exc:
             raise UserError(f"--max-memory: {exc}") from None
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     model = specformer.load(args.checkpoint, device=device).eval()  # ours alone: no dropout while generating
     metadata = read_metadata(args.checkpoint)
     tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint,

@@ -32,16 +32,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "tokenizer.json with tokenizer_config.json when the checkpoint stores a BPE tokenizer) that "
                            "transformers' AutoModelForCausalLM.from_pretrained(DIR) and pipeline() load. DIR is written "
                            "whole or not at all; one that already holds files is replaced only with --force.")
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                                            "directory, or a run directory (its latest checkpoint)")
     p.add_argument("directory", metavar="DIR", help="the directory to write (created if needed; its parent must exist)")
     p.add_argument("--family", help="export as this family (model_type, e.g. llama); default: the first that fits")
+    p.add_argument("--verbose", action="store_true", help="when no family fits, give each family's reason (by default "
+                   "one line: the part most families lack, and the closest families)")
     p.add_argument("--force", action="store_true", help="replace DIR if it already holds files (only once the new "
                    "export is complete; never a folder holding CHECKPOINT)")
 
     p = actions.add_parser("attach-tokenizer", help="Store a tokenizer.json in an existing checkpoint.",
                            description="Store TOKENIZER (a tokenizer.json, or a folder holding one) in CHECKPOINT's "
                            "header, so generate and train read text with it. The checkpoint is rewritten atomically.")
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                                            "directory, or a run directory (its latest checkpoint)")
     p.add_argument("tokenizer", metavar="TOKENIZER", help="a tokenizer.json, or a Hugging Face folder holding one")
     p.add_argument("--eos-token", metavar="TOKEN", help="the end-of-text token (default: the imported config's "
                    "eos_token_id token, else <|endoftext|>)")

@@ -36,7 +36,8 @@ from specformer_hf.rules import Site
 
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
-from specformer_hf.specview import NotExpressible, SpecView, describe_differences, differences, math_view
+from specformer_hf.refusal import no_family
+from specformer_hf.specview import ExportsAs, NotExpressible, SpecView, describe_differences, differences, math_view
 
 
 def hf_config(family: Family, view: SpecView) -> dict[str, Any]:
@@ -50,8 +51,9 @@ def hf_config(family: Family, view: SpecView) -> dict[str, Any]:
         raise NotExpressible("", f"the {family.name} config made from this spec does not read back ({exc})") from None
     diffs = differences(math_view(view.spec), math_view(back_spec))
     if diffs:
-        lines = describe_differences(diffs, view.n_layers)
-        raise NotExpressible("", "; ".join(lines) + f": no equivalent in Hugging Face {family.name}")
+        described = describe_differences(diffs, view.n_layers)
+        raise NotExpressible("", "; ".join(line for _, line in described) + f": no equivalent in Hugging Face {family.name}",
+                             parts=list(dict.fromkeys(path for path, _ in described)))
     return config
 
 
@@ -74,13 +76,15 @@ def choose_family(view: SpecView, families: Families, *, prefer: str | None = No
     if prefer is not None and prefer in families.model_types():
         first = families.get(prefer)
         candidates = [first] + [f for f in candidates if f is not first]
-    reasons = []
+    refused = []
     for family in candidates:
         try:
             return family, hf_config(family, view)
+        except ExportsAs:
+            continue  # no reason: the family it exports through was tried (or is) among the candidates
         except NotExpressible as exc:
-            reasons.append(f"  {family.name} ({family.model_type}): {exc}")
-    raise UserError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
+            refused.append((family, exc))
+    raise no_family(refused, view.spec.to_dict())
 
 
 def to_hf(

@@ -25,11 +25,13 @@ from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import UserError
 from specformer.files.outputs import check_file_output, check_folder_output, same_file, write_text_output, writing
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, attach_tokenizer
 
 from specformer_hf.exporter import to_hf
 from specformer_hf.family import get_families
 from specformer_hf.importer import import_hf
+from specformer_hf.refusal import NoFamily
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +78,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     out = Path(args.directory)
     inputs: list[Any] = [args.checkpoint]
     check_folder_output(out, inputs=inputs, force=args.force)  # before the checkpoint is loaded
@@ -89,9 +92,12 @@ def _run_export(args: argparse.Namespace) -> int:
     generation = _json_object(metadata.get(GENERATION_CONFIG_KEY))
     settings = _json_object(metadata.get(TOKENIZER_CONFIG_KEY))
     tokenizer = checkpoint_tokenizer(metadata, vocab_size=model.vocab_size, where=args.checkpoint, ids_only=True)
-    out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
-                tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
-                inputs=inputs)
+    try:
+        out = to_hf(model, out, family=args.family, prefer=metadata.get(FAMILY_KEY), base_config=base,
+                    tokenizer=tokenizer, force=args.force, generation_config=generation, tokenizer_settings=settings,
+                    inputs=inputs)
+    except NoFamily as exc:
+        raise UserError(exc.verbose() if args.verbose else str(exc)) from None
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     wrote = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"{args.checkpoint} -> {out} as Hugging Face {config['architectures'][0]} ({wrote})")
@@ -116,6 +122,7 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
 
 
 def _run_attach(args: argparse.Namespace) -> int:
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     found = attach_tokenizer(args.checkpoint, args.tokenizer, eos_token=args.eos_token, force=args.force)
     print(f"{args.checkpoint}: now stores the tokenizer from {args.tokenizer} "
           f"({found.vocab_size:,} tokens, end of text {found.eot_token!r} = id {found.eot_id})")

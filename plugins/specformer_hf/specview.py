@@ -24,10 +24,16 @@ from specformer_layers import default_gated_hidden
 class NotExpressible(UserError):
     """A part of a spec that a Hugging Face family has no equivalent for."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, *, parts: list[str] | None = None) -> None:
         self.path = path
         self.message = message
+        #: The spec's paths with no counterpart (``path``, else those ``parts`` lists; none: the message says).
+        self.parts = parts if parts is not None else ([path] if path else [])
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class ExportsAs(NotExpressible):
+    """Not a shortcoming of the spec: the family reads one layout and exports through another family."""
 
 
 #: Params that change speed or training, never what a forward pass in eval mode computes.
@@ -239,8 +245,8 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def describe_differences(diffs: list[tuple[str, Any, Any]], n_layers: int) -> list[str]:
-    """Human paths: a difference found in every layer is reported once, at ``model.block``."""
+def describe_differences(diffs: list[tuple[str, Any, Any]], n_layers: int) -> list[tuple[str, str]]:
+    """``(human path, line)`` per difference: one found in every layer is reported once, at ``model.block``."""
     by_rest: dict[str, list[tuple[int, Any, Any]]] = {}
     lines = []
     for path, ours, theirs in diffs:
@@ -248,14 +254,15 @@ def describe_differences(diffs: list[tuple[str, Any, Any]], n_layers: int) -> li
             index, rest = path[len("layers["):].split("]", 1)
             by_rest.setdefault(rest.lstrip("."), []).append((int(index), ours, theirs))
         else:
-            lines.append(f"model.{path}: {ours!r} (the family gives {theirs!r})")
+            lines.append((f"model.{path}", f"model.{path}: {ours!r} (the family gives {theirs!r})"))
     for rest, hits in by_rest.items():
         if len(hits) == n_layers and len({repr((o, t)) for _, o, t in hits}) == 1:
             _, ours, theirs = hits[0]
-            lines.append(f"model.block.{rest}: {ours!r} (the family gives {theirs!r})")
+            lines.append((f"model.block.{rest}", f"model.block.{rest}: {ours!r} (the family gives {theirs!r})"))
         else:
             for index, ours, theirs in hits:
-                lines.append(f"model.layers (layer {index}) {rest}: {ours!r} (the family gives {theirs!r})")
+                lines.append((f"model.layers[{index}].{rest}",
+                              f"model.layers (layer {index}) {rest}: {ours!r} (the family gives {theirs!r})"))
     return lines
 
 
@@ -264,4 +271,4 @@ def _short(values: list[Any]) -> str:
     return text + (", ..." if len(values) > 8 else "")
 
 
-__all__ = ["NotExpressible", "SpecView", "describe_differences", "differences", "math_view"]
+__all__ = ["ExportsAs", "NotExpressible", "SpecView", "describe_differences", "differences", "math_view"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a float .safetensors checkpoint written by specformer")
+    parser.add_argument("checkpoint", help="a float .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                           "directory, or a run directory (its latest checkpoint)")
     parser.add_argument("--method", required=True, metavar="SCHEME",
                         help="a registered quantization scheme: int8, int4, bf16 (see `specformer components`)")
     parser.add_argument("--group-size", type=int, default=None, help="int4 only: 32 (default), 64 or 128")

@@ -19,6 +19,7 @@ from specformer.checkpoint.save_load import read_metadata
 from specformer.errors import SpecError, UserError
 from specformer.files.outputs import check_file_output, writing
 from specformer.tokenizers.tokenizer import METADATA_KEY as TOKENIZER_KEY
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_quant.apply import RECIPE_KEY, quantize, recipe_json, scheme_from, weight_bytes
 
 
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             raise UserError(f"--lm-head-method {args.lm_head_method}: {exc}") from None
         head_ref = args.lm_head_method
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     check_file_output(args.output, inputs=[args.checkpoint], force=args.force)  # before the work: a refusal is free
     metadata = read_metadata(args.checkpoint)
     if RECIPE_KEY in metadata:

@@ -17,7 +17,8 @@ API_KEY_ENV = "SPECFORMER_API_KEY"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer")
+    parser.add_argument("checkpoint", help="a .safetensors checkpoint written by specformer, a run's checkpoints/step-N "
+                                           "directory, or a run directory (its latest checkpoint)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
     parser.add_argument("--max-batch", type=int, default=16, metavar="N",

@@ -23,6 +23,7 @@ from specformer.machine.devices import parse_device
 from specformer.errors import UserError
 from specformer.machine.threads import use_threads
 from specformer.tokenizers.choice import checkpoint_tokenizer
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer_text import TurnEnd
 
 from specformer_serve import hosts, origin
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts = hosts.check_allowed(args.allowed_host)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    named = Path(args.checkpoint).name.removesuffix(".safetensors")  # a run directory's name, not model.safetensors'
+    args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # a step-N or run directory: its checkpoint file
     metadata = read_metadata(args.checkpoint)
     template = chat_renderer(args.chat_template, metadata, timeout=args.chat_template_timeout,
                              max_output=args.chat_template_max_chars)
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from specformer_serve.app import ServeConfig  # late: starlette, the serve extra, checked by _require_server_stack
 
     eot = getattr(tokenizer, "eot_id", None)
-    config = ServeConfig(model_id=args.model_name or Path(args.checkpoint).name.removesuffix(".safetensors"),
+    config = ServeConfig(model_id=args.model_name or named,
                          tokenizer=tokenizer, render_chat=template.render, api_key=api_key,
                          eos=frozenset() if args.ignore_eos or eot is None else frozenset([eot]),
                          turn_end=TurnEnd() if args.ignore_eos else template.turn_end(tokenizer, metadata),

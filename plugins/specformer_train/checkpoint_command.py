@@ -29,19 +29,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            description="Read the shard files of a sharded training checkpoint and write the model's "
                                        "weights as one file, with the spec and tokenizer in its header.",
                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("directory", metavar="CKPT_DIR", help="a sharded checkpoint directory (checkpoints/step-N)")
+    p.add_argument("directory", metavar="CKPT_DIR", help="a sharded checkpoint directory (checkpoints/step-N), or a run directory (its latest checkpoint)")
     p.add_argument("--out", metavar="FILE", help="where to write (default: CKPT_DIR/model.safetensors)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
     # late: the shards' reader imports torch; `specformer --help` must not
+    from specformer.checkpoint.locate import checkpoint_directory
     from specformer.errors import UserError
     from specformer.files.outputs import check_file_output, writing
 
     from specformer_train.sharded_checkpoint import INDEX, consolidate, is_sharded, read_consolidable
 
-    directory = Path(args.directory)
+    directory = checkpoint_directory(args.directory)  # a run directory: its latest checkpoint
     if not directory.is_dir():
         raise UserError(f"{directory}: not a directory; give a sharded checkpoint directory (checkpoints/step-N)")
     if not is_sharded(directory):

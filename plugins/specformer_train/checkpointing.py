@@ -53,6 +53,8 @@ from torch import nn
 
 import specformer
 from specformer.files.atomic import fsync_dir, unique_suffix, write_text_atomic
+from specformer.checkpoint.locate import (CHECKPOINTS, LATEST, checkpoint_root, latest_checkpoint,
+                                         latest_name, step_dirs, step_name)
 from specformer.checkpoint.save_load import read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
 from specformer.model.parallel_plan import ROW_ORDER
@@ -65,10 +67,7 @@ from specformer_train.optimizer_state import group_problems, state_problems
 from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
                                                  read_index, write_shards)
 
-CHECKPOINTS = "checkpoints"
-LATEST = "latest"
 TRAINER_FORMAT = "specformer-train-state/1"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 _LEFTOVER = re.compile(r"^\.(step-\d+)\.(tmp|old)(-.*)?$")  # an unfinished save's temporaries
 
 
@@ -114,46 +113,7 @@ class TrainerState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# -- where checkpoints are -------------------------------------------------------------
-
-
-def checkpoint_root(out_dir: Path) -> Path:
-    return Path(out_dir) / CHECKPOINTS
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:07d}"
-
-
-def step_dirs(out_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoint directories, oldest first."""
-    root = checkpoint_root(out_dir)
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and child.is_dir():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
-
-
-def latest_name(out_dir: Path) -> str | None:
-    """What ``latest`` says (None without a readable ``latest``)."""
-    pointer = checkpoint_root(out_dir) / LATEST
-    try:
-        return pointer.read_text(encoding="utf-8").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The directory ``latest`` names, or None when the run has no checkpoint yet (or it is missing)."""
-    name = latest_name(out_dir)
-    if name is None or not _STEP_DIR.match(name):
-        return None
-    target = checkpoint_root(out_dir) / name
-    return target if target.is_dir() else None
+# -- where checkpoints are: specformer.checkpoint.locate (every command reads the same layout) --------
 
 
 def recover_interrupted_saves(out_dir: Path) -> list[str]:

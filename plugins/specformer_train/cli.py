@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if result.status == "interrupted":
         where = result.checkpoint or "(none)"
         print(f"interrupted at step {result.step}; saved {where}. Continue with --resume.", file=sys.stderr)
+        if result.generate_command is not None:
+            print(f"try:   {result.generate_command}", file=sys.stderr)
         return 130
     print(f"done: {result.step} steps, train loss {_fmt(result.loss)}, validation loss {_fmt(result.val_loss)}")
     if result.model_path is not None:

@@ -1,4 +1,8 @@
-"""The ``specformer generate`` command a finished run suggests, one that works as printed.
+"""The ``specformer generate`` command a finished or interrupted run suggests, one that works as printed.
+
+A finished run's names its final model; an interrupted run's names the run directory, which
+every command reads as its latest checkpoint (:func:`specformer.checkpoint.locate.resolve_checkpoint`),
+after ``specformer checkpoint consolidate`` when that checkpoint is sharded.
 
 It continues the spec's own ``train.sample_prompt`` (what the run's samples showed),
 quoted for a POSIX shell, and asks for no more new tokens than the model's context
@@ -36,3 +40,8 @@ def generate_command(model_path: Path, *, prompt: str, tokenizer: Tokenizer, con
     budget = max(1, min(max_new_tokens, context_length - len(ids)))
     return (f"specformer generate {shlex.quote(str(model_path))} --prompt {shlex.quote(prompt)} "
             f"--max-new-tokens {budget}")
+
+
+def after_consolidating(checkpoint: Path, command: str) -> str:
+    """``command`` run once the sharded ``checkpoint`` has its single file (commands other than training read only that)."""
+    return f"specformer checkpoint consolidate {shlex.quote(str(checkpoint))} && {command}"

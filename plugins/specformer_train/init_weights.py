@@ -18,6 +18,7 @@ import torch
 import specformer
 from specformer.checkpoint.save_load import load_weights, read_tensors
 from specformer.checkpoint.check import check_checkpoint
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer.errors import CheckpointError, UserError
 from specformer.spec import Spec
 from specformer.tokenizers.tokenizer import Tokenizer
@@ -34,6 +35,7 @@ class InitCheckpoint:
 def load_init(path: str, spec: Spec) -> InitCheckpoint:
     """The run's model with ``path``'s weights, and ``path``'s tokenizer; UserError when they cannot be used."""
     try:
+        path = str(resolve_checkpoint(path))  # a run's step-N directory, or a run directory: its checkpoint file
         checked = check_checkpoint(path)
     except CheckpointError as exc:
         raise UserError(f"train.init: {exc}") from None

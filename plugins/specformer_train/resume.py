@@ -11,27 +11,14 @@ refused, never swapped for another.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
+from specformer.checkpoint.locate import resume_candidates
 from specformer.errors import UserError
 
 from specformer_train.checkpointing import (LATEST, CheckpointContents, DamagedCheckpoint, checkpoint_root,
-                                            latest_name, read_checkpoint, step_dirs)
-
-_STEP = re.compile(r"^step-(\d+)$")
-
-
-def resume_candidates(out_dir: Path) -> list[Path]:
-    """Checkpoint directories to try, best first: ``latest``'s, then older ones newest first."""
-    root = checkpoint_root(out_dir)
-    named = latest_name(out_dir)
-    match = _STEP.match(named) if named else None
-    if match is None:  # no (readable) latest: every checkpoint, newest first
-        return [path for _, path in reversed(step_dirs(out_dir))]
-    limit = int(match.group(1))
-    return [root / named, *(path for step, path in reversed(step_dirs(out_dir)) if step < limit)]
+                                            read_checkpoint)
 
 
 def find_resumable(out_dir: Path, requested: bool | str | Path, *, rank: int = 0, world_size: int = 1,

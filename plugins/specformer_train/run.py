@@ -37,11 +37,12 @@ from specformer_train.datasource import (absolute_source, check_same_data, data_
                                          stream_record)
 from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
                                           resolve_mode, shutdown)
-from specformer_train.hint import generate_command
+from specformer_train.hint import after_consolidating, generate_command
 from specformer_train.init_weights import load_init
 from specformer_train.lock import RunLock
 from specformer_train.overrides import apply_overrides
 from specformer_train.resume import find_resumable
+from specformer_train.sharded_checkpoint import is_sharded
 from specformer_train.stream import StreamRows
 from specformer_train.rundir import check_space, check_writable, refuse_earlier_run, refuse_inputs_in_run
 from specformer_train.trainer import Trainer, TrainResult
@@ -269,10 +270,13 @@ def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, 
     say(_header(spec, config, trainer, corpus_description=description, n_tokens=n_tokens, n_train=n_train,
                 n_val=n_val, run_dir=run_dir, resume_from=resume_from))
     result = trainer.fit(resume_from=resume_from)
-    if result.model_path is not None:
-        result.generate_command = generate_command(result.model_path, prompt=config.sample_prompt,
-                                                   tokenizer=tokenizer, context_length=spec.model.context_length,
-                                                   chat=chat)
+    # A finished run's final model, else (interrupted) the run directory: every command reads its latest checkpoint.
+    target = result.model_path if result.model_path is not None else run_dir if result.checkpoint is not None else None
+    if target is not None:
+        result.generate_command = generate_command(target, prompt=config.sample_prompt, tokenizer=tokenizer,
+                                                   context_length=spec.model.context_length, chat=chat)
+        if result.model_path is None and is_sharded(result.checkpoint):
+            result.generate_command = after_consolidating(result.checkpoint, result.generate_command)
     return result
 
 

@@ -304,7 +304,7 @@ def test_reading_tensors_of_a_damaged_file_says_so(tmp_path, saved):
         read_metadata(too_long)
     with pytest.raises(CheckpointError, match=rf"{tmp_path / 'none.safetensors'}: no such checkpoint file"):
         read_metadata(tmp_path / "none.safetensors")
-    with pytest.raises(CheckpointError, match=rf"{tmp_path}: is a directory, not a checkpoint file"):
+    with pytest.raises(CheckpointError, match=rf"{tmp_path}: a directory without a checkpoint \(no model.safetensors"):
         read_metadata(tmp_path)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from safetensors import safe_open
 
 from specformer.checkpoint.file import read_metadata
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer.files.datafile import check_shape
 from specformer.errors import CheckpointError, InputError, SpecError, excerpt
 from specformer.spec.layer_groups import overrides_of_layer
@@ -94,10 +95,11 @@ def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[s
                      tensors: dict[str, TensorInfo] | None = None) -> CheckedCheckpoint:
     """Every check a checkpoint goes through before its model is allocated; CheckpointError if one fails.
 
+    ``path`` may be a directory standing for a checkpoint (:func:`~specformer.checkpoint.locate.resolve_checkpoint`).
     ``metadata`` and ``tensors``: the header and the tensor list, when they are known already or
     are not one safetensors file's (a sharded training checkpoint's index describes its shards).
     """
-    path = Path(path)
+    path = resolve_checkpoint(path)
     registry = registry if registry is not None else get_registry()
     metadata = metadata if metadata is not None else read_metadata(path)
     check_installed(metadata, registry, where=str(path))  # "install plugin X", not "unknown norm"

@@ -14,6 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer.files.atomic import replacing
 from specformer.files.datafile import path_kind
 from specformer.errors import CheckpointError, InputError, excerpt
@@ -28,17 +29,15 @@ def write_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path, metad
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:
-    """The header metadata of a checkpoint; CheckpointError if it is not one."""
-    path = Path(path)
+    """The header metadata of a checkpoint (a file, or a directory standing for one: see
+    :func:`~specformer.checkpoint.locate.resolve_checkpoint`); CheckpointError if it is not one."""
+    path = resolve_checkpoint(path)
     try:
         found = path_kind(path)
     except InputError as exc:
         raise CheckpointError(str(exc)) from None
     if found == "missing":
         raise CheckpointError(f"{path}: no such checkpoint file")
-    if found == "directory" and (path / "sharded.json").is_file():  # the train plugin's sharded checkpoints
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file: a sharded training checkpoint; write its "
-                              f"single file with `specformer checkpoint consolidate {path}` and load that")
     if found != "file":
         raise CheckpointError(f"{path}: is {'a directory' if found == 'directory' else found}, not a checkpoint file")
     try:

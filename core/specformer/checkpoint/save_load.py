@@ -15,6 +15,7 @@ import torch
 
 from specformer.model.builder import build_checked
 from specformer.checkpoint.check import check_checkpoint
+from specformer.checkpoint.locate import resolve_checkpoint
 from specformer.checkpoint.file import FORMAT, read_metadata, read_tensors, write_safetensors_atomic
 from specformer.errors import CheckpointError
 from specformer.machine.memory import check_memory
@@ -50,6 +51,7 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", registry: Any 
     names, shapes and dtypes) and the memory needed against the memory available
     (:mod:`specformer.machine.memory`).
     """
+    path = resolve_checkpoint(path)  # a run's step-N directory, or the run directory, stands for its file
     checked = check_checkpoint(path, registry=registry)
     # The model is built in float32, then the file's tensors are read beside it.
     check_memory(checked.shape.total_bytes() + checked.tensor_bytes, what=f"loading {path}", device="cpu")

@@ -214,7 +214,8 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def _configure_summary(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="a spec file, or a .safetensors checkpoint")
+    p.add_argument("spec", metavar="SPEC", help="a spec file, or a .safetensors checkpoint (a run's step-N directory "
+                                                  "or a run directory: its latest checkpoint)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--parallel", metavar="AXES",
                    help="also plan a layout on paper, e.g. tp=8,ep=8,dp_shard=16 (axes: tp, ep, dp_shard, "
@@ -276,17 +277,22 @@ def _parallel_report(spec: Any, layout: Any, args: argparse.Namespace) -> Any:
     return plan_parallel(estimate(spec), layout, dtype=dtype, dtype_source=source, batch=args.batch, seq=args.seq)
 
 
+def _is_checkpoint(path: str) -> bool:
+    """A checkpoint file, or a directory standing for one (a run's step-N directory, a run directory)."""
+    return path.endswith(".safetensors") or os.path.isdir(path)
+
+
 def _stored_weight_bytes(path: str) -> int | None:
     from specformer.checkpoint.check import check_checkpoint  # late: imports torch
 
-    return check_checkpoint(path).stored_bytes if path.endswith(".safetensors") else None
+    return check_checkpoint(path).stored_bytes if _is_checkpoint(path) else None
 
 
 def _spec_from_file_or_checkpoint(path: str) -> Any:
     """A spec file's spec, or a checkpoint's, checked against the checkpoint's own tensors (nothing loaded)."""
     from specformer.checkpoint.check import check_checkpoint  # late: imports torch
 
-    if path.endswith(".safetensors"):
+    if _is_checkpoint(path):
         return check_checkpoint(path).spec
     return load_spec(path)
 

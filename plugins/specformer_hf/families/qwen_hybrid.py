@@ -22,7 +22,7 @@ from specformer_hf.config import ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.families.common import ATTN, LAYER, FamilyView, Part, Rope, _selection, attention_sizes, rmsnorm
 from specformer_hf.rules import AtLayers, Copy, DepthwiseConv, Fused, OneOf, Rule, Site
-from specformer_hf.specview import NotExpressible
+from specformer_hf.specview import ExportsAs, NotExpressible
 
 LINEAR, FULL = "linear_attention", "full_attention"
 #: Our mixer kinds for the two layer types.
@@ -483,7 +483,7 @@ def language_model_of(text: Family, *, name: str, model_type: str, architecture:
         return model
 
     def to_config(view: Any) -> dict[str, Any]:
-        raise NotExpressible("", f"export writes the language model alone, as Hugging Face {text.name} "
+        raise ExportsAs("", f"export writes the language model alone, as Hugging Face {text.name} "
                                  f"({text.model_type})")
 
     return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,

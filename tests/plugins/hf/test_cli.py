@@ -69,7 +69,20 @@ def test_export_refusal_exits_2(tmp_path, capsys):
     checkpoint = specformer.save(specformer.build(spec, seed=0), tmp_path / "c.safetensors")
     assert main(["hf", "export", str(checkpoint), str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
-    assert "no Hugging Face family can express this spec" in err and "model.positional.kind: 'sinusoidal'" in err
+    # One line: the part most families lack and the closest families, no family's whole reason.
+    assert err.startswith("error: no Hugging Face family can express this spec: model.positional.kind 'sinusoidal' "
+                          "has no counterpart in ") and err.count("\n") == 1, err
+    assert ("; the closest: GPT-2 (gpt2) and Llama (llama) lack that, GPT-NeoX (gpt_neox) lacks "
+            "model.block.layout.kind 'postnorm'; each family's reason: --verbose\n") in err
+    assert "multimodal" not in err and "has no equivalent" not in err
+    # --verbose: the same line, then each family's reason (a family exporting through another is none).
+    assert main(["hf", "export", str(checkpoint), str(tmp_path / "d"), "--verbose"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == err.removesuffix(" --verbose\n")
+    assert lines[1] == ("  GPT-2 (gpt2): model.positional.kind: 'sinusoidal' has no equivalent in Hugging Face GPT-2 "
+                        "(which uses 'learned')")
+    assert len(lines) > 20 and not any("multimodal" in line for line in lines)
+    assert not (tmp_path / "d").exists()
 
 
 def test_unread_config_fields_are_printed_as_warnings(llama_dir, tmp_path, capsys):

@@ -106,9 +106,11 @@ def test_consolidating_gives_the_file_specformer_load_reads(tmp_path: Path, caps
     full = save_checkpoint(out_dir=tmp_path / "full", model=model, optimizer=optimizer, state=TrainerState(step=3),
                            tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1)
     assert header == read_metadata(full / "model.safetensors")
-    # by default, beside the shards
-    assert main(["checkpoint", "consolidate", str(path)]) == 0
+    # by default, beside the shards; the run directory stands for its latest checkpoint, then read as that file
+    assert main(["checkpoint", "consolidate", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {path / 'model.safetensors'}"
     assert torch.equal(specformer.load(path / "model.safetensors").embedding.weight, model.embedding.weight)
+    assert torch.equal(specformer.load(tmp_path).embedding.weight, model.embedding.weight)
     assert read_checkpoint(path).sharded is not None  # still resumed from its shards
 
 
