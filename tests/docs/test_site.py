@@ -6,6 +6,7 @@ import html
 import importlib.metadata
 import inspect
 import json
+import os
 import re
 from pathlib import Path
 
@@ -199,17 +200,17 @@ def test_the_site_documents_the_built_in_plugins_only(built_site: Path):
     assert named and named <= built_in, named
 
 
-def test_the_plugin_scope_is_checked_and_narrows_the_registry(toy_plugin):
+def test_the_plugin_scope_is_checked_and_narrows_the_registry(toy_plugin, monkeypatch):
     from docsgen.plugin_scope import load_plugins
+    from specformer.registry.discovery import PLUGINS_VARIABLE
 
-    try:
-        assert "toy" in load_plugins("installed")
-        assert get_registry().get("norm", "toy_unitnorm").plugin == "toy"
-        documented = load_plugins("builtin")
-        assert "toy" not in documented and {"layers", "generate", "train", "hf"} <= set(documented)
-        assert "toy_unitnorm" not in get_registry().names("norm")
-        assert "toy" in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}  # restored
-        with pytest.raises(ValueError, match="SPECFORMER_DOCS_PLUGINS is 'all'; accepted: builtin, installed"):
-            load_plugins("all")
-    finally:
-        load_plugins("installed")
+    # load_plugins chooses the plugins for the rest of the process: the test's selection is put back after it.
+    monkeypatch.setenv(PLUGINS_VARIABLE, os.environ[PLUGINS_VARIABLE])
+    assert "toy" in load_plugins("installed")
+    assert get_registry().get("norm", "toy_unitnorm").plugin == "toy"
+    documented = load_plugins("builtin")
+    assert "toy" not in documented and {"layers", "generate", "train", "hf"} <= set(documented)
+    assert "toy_unitnorm" not in get_registry().names("norm")
+    assert "toy" in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}  # still installed
+    with pytest.raises(ValueError, match="SPECFORMER_DOCS_PLUGINS is 'all'; accepted: builtin, installed"):
+        load_plugins("all")
