@@ -164,6 +164,21 @@ def test_nav_lists_pages_of_other_work_streams_only_once_they_exist(tmp_path):
     assert specformer_docs.OPTIONAL_PAGES == {"generation.md", "training.md", "interop.md", "components-guide.md", "benchmarks.md"}
 
 
+def test_every_catalogue_page_in_the_sidebar_has_a_title_not_a_kind_name():
+    """Issue 53: the sidebar listed "Norms" beside "rope_scaling" and "per_layer_input"."""
+    from docsgen.catalogue import KIND_TITLES, kind_title
+    from docsgen.pages import catalogue_nav
+
+    entries = [entry for entry in catalogue_nav() if isinstance(entry, dict)]
+    assert len(entries) >= 10
+    for entry in entries:
+        (title, page), = entry.items()
+        kind = Path(page).stem
+        assert title == KIND_TITLES.get(kind), f"built-in kind {kind!r} has no title in docsgen.catalogue.KIND_TITLES"
+        assert title[0].isupper() and "_" not in title, title
+    assert kind_title("my_new_kind") == "My new kind"  # a kind a plugin adds: titled from its name
+
+
 def test_site_nav_matches_the_docs_folder(built_site: Path):
     nav = page_html(built_site, "index.md")
     for page in sorted(specformer_docs.OPTIONAL_PAGES):
