@@ -17,6 +17,12 @@ SPECS = REPO / "specs"
 SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))  # `from conftest import ...` under --import-mode=importlib
 
+# The suite tests specformer with its own plugins: one a user installed (`specformer new-plugin mynorm`,
+# `pip install -e specformer-mynorm`) would add a norm to every catalogue count and error list the tests
+# check. Set here, before anything loads the plugins, and so for every subprocess a test starts too; a
+# test that needs a third-party plugin stages it (fixtures/isolated_plugin.py), which adds it to this.
+os.environ["SPECFORMER_PLUGINS"] = "builtin"
+
 # Under pytest-xdist (`-n 2`, what `make test` runs) each worker has a core of its own; tiny models are fastest on one
 # thread anyway. Alone, two threads.
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
 import types
 
 import pluggy
@@ -11,7 +14,7 @@ import torch
 
 import specformer
 from specformer.registry import discovery
-from specformer.errors import RegistryError
+from specformer.errors import RegistryError, UserError
 from specformer.registry.hookspecs import hookimpl
 
 
@@ -62,6 +65,7 @@ def fake_entry_points(monkeypatch, extra: list[importlib.metadata.EntryPoint]) -
         return found + extra if kwargs.get("group") == "specformer" else found
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setenv(discovery.PLUGINS_VARIABLE, "installed")  # a made-up entry point has no distribution to select
 
 
 def test_plugin_that_fails_to_import_is_named(monkeypatch, fresh_plugins):
@@ -116,3 +120,50 @@ def test_hookspecs_are_documented():
         if name.startswith("specformer_"):
             assert (getattr(hookspecs, name).__doc__ or "").strip(), name
     assert isinstance(hookspecs.hookimpl, pluggy.HookimplMarker)
+
+
+def test_specformer_plugins_builtin_leaves_out_an_installed_third_party_plugin(toy_plugin_staged, monkeypatch,
+                                                                               fresh_plugins):
+    """Issue 53: `pip install -e specformer-mynorm` changed every catalogue the suite and the docs show."""
+    monkeypatch.syspath_prepend(str(toy_plugin_staged.site))  # installed, as pip would: on the path, not selected
+    for selection, loaded in [("installed", True), ("", True), ("builtin", False), ("builtin, Specformer_Toy", True)]:
+        monkeypatch.setenv(discovery.PLUGINS_VARIABLE, selection)
+        discovery.reset()
+        assert ("toy_unitnorm" in discovery.get_registry().names("norm")) is loaded, selection
+        distributions = {info.distribution for info in discovery.plugin_infos()}
+        # `installed` loads whatever else is installed too (a user's own plugins): only the toy's presence is known.
+        assert ("specformer-toy" in distributions) is loaded and (loaded or distributions == {"specformer"}), selection
+
+
+@pytest.mark.parametrize("selection, message", [
+    ("all", "SPECFORMER_PLUGINS='all' is not a plugin selection; accepted: 'installed' (every installed plugin"),
+    ("specformer-toy", "'builtin' followed by the distributions to load as well, comma-separated"),
+    ("builtin,", "is not a plugin selection"),
+    ("builtin,specformer-nope", "SPECFORMER_PLUGINS names 'specformer-nope', which installs no specformer plugin; "
+                                "installed plugin distributions besides specformer's own: "),
+])
+def test_a_bad_plugin_selection_is_one_message_and_exit_2(toy_plugin, monkeypatch, capsys, selection, message):
+    from specformer.cli.main import main
+
+    monkeypatch.setenv(discovery.PLUGINS_VARIABLE, selection)
+    discovery.reset()
+    with pytest.raises(UserError) as info:
+        discovery.get_registry()
+    assert message in str(info.value)
+    assert "nope" not in selection or "specformer-toy" in str(info.value)  # what is installed, to choose from
+    assert main(["components", "norm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_a_plugin_the_user_installed_is_invisible_to_the_suites_subprocesses(toy_plugin_staged):
+    """tests/conftest.py selects the built-in plugins for the session and every process it starts
+    (the docs' printed commands run in such processes): a plugin found on the path stays out."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_plugin_staged.site), os.environ.get("PYTHONPATH", "")])}
+    listed = subprocess.run([sys.executable, "-m", "specformer.cli", "components", "norm"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert listed.returncode == 0 and "rmsnorm" in listed.stdout, listed.stdout + listed.stderr
+    assert "toy_unitnorm" not in listed.stdout
+    staged = subprocess.run([sys.executable, "-m", "specformer.cli", "components", "norm"],
+                            capture_output=True, text=True, timeout=120, env=toy_plugin_staged.env())
+    assert "toy_unitnorm" in staged.stdout, staged.stdout + staged.stderr  # a test that stages it sees it

@@ -13,6 +13,7 @@ import tomllib
 from specformer.cli.main import main
 from specformer.errors import UserError
 from specformer.cli.scaffold import new_plugin
+from specformer.registry import discovery
 
 from fixtures.isolated_plugin import stage
 
@@ -37,6 +38,20 @@ def test_a_name_that_is_not_a_lowercase_identifier_is_refused(tmp_path, name, fr
 def test_a_name_taken_by_an_installed_plugin_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"a plugin named 'layers' is already installed \(installed plugins: .*layers"):
         new_plugin("layers", directory=tmp_path)
+
+
+def test_only_a_loaded_plugin_takes_a_name(tmp_path, toy_plugin_staged, monkeypatch):
+    """The suite loads the built-in plugins only (tests/conftest.py): a plugin a user installed, under the
+    name a test or a docs page scaffolds (`specformer new-plugin mynorm`), does not take it there."""
+    monkeypatch.syspath_prepend(str(toy_plugin_staged.site))  # installed, not selected
+    discovery.reset()
+    try:
+        assert new_plugin("toy", directory=tmp_path / "a").name == "specformer-toy"
+        with toy_plugin_staged.active():
+            with pytest.raises(UserError, match=r"a plugin named 'toy' is already installed"):
+                new_plugin("toy", directory=tmp_path / "b")
+    finally:
+        discovery.reset()
 
 
 def test_a_name_taken_by_a_registered_norm_is_refused(tmp_path):

@@ -32,7 +32,9 @@ class _SiteBuild:
     def __init__(self, folder: Path) -> None:
         self.site = folder / "site"
         self.log = folder / "build.log"
-        env = {k: v for k, v in os.environ.items() if k not in ("NO_MKDOCS_2_WARNING", "SPECFORMER_DOCS_PLUGINS")}
+        # SPECFORMER_PLUGINS too (the suite sets it): the build itself must leave out what else is installed.
+        configured = ("NO_MKDOCS_2_WARNING", "SPECFORMER_DOCS_PLUGINS", "SPECFORMER_PLUGINS")
+        env = {k: v for k, v in os.environ.items() if k not in configured}
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(self.site)],

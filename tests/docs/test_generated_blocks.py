@@ -9,6 +9,7 @@ import pytest
 import specformer
 from docsgen.snippets import REPO
 from docsgen.transcripts import MARKER, markdown_pages, refresh
+from specformer.registry.discovery import get_registry
 
 
 @pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: str(p.relative_to(REPO / "docs")))
@@ -89,3 +90,35 @@ def test_the_evaluation_page_figures_are_what_eval_computes_now(tmp_path):
     result = json.loads(out.getvalue())
     assert (f"{result['tokens']:,}", str(result["documents"]), str(result["windows"])) == shown.groups()[:3], \
         f"docs/evaluation.md's counts have drifted from {data}: re-run the command it shows and update the page"
+
+
+def test_the_pages_do_not_change_with_the_plugins_installed(toy_plugin, monkeypatch):
+    """Issue 53: a user's own plugin (`pip install -e specformer-mynorm`) made `make test` fail here, its norm
+    in every count and list the pages show. The pages' commands run with the built-in plugins only."""
+    from specformer.registry import discovery
+
+    monkeypatch.setenv(discovery.PLUGINS_VARIABLE, "installed")  # a user's environment: whatever is installed loads
+    discovery.reset()
+    assert "toy_unitnorm" in get_registry().names("norm")
+    shown = [p for p in markdown_pages() if "<!-- specformer-output: " in p.read_text(encoding="utf-8")]
+    assert len(shown) > 3
+    for page in shown:
+        text = page.read_text(encoding="utf-8")
+        assert refresh(text).text == text, f"{page.relative_to(REPO)} changes with a third-party plugin installed"
+    assert "toy_unitnorm" in get_registry().names("norm")  # the plugins loaded before are back
+
+
+def test_the_interop_page_counts_the_families_the_hf_plugin_registers():
+    """Issue 53: docs/interop.md said "nineteen" long after the hf plugin read 37 families."""
+    from specformer_hf import get_families
+
+    page = " ".join((REPO / "docs" / "interop.md").read_text(encoding="utf-8").split())
+    said = re.search(r"for (\d+) decoder families \((\d+) model types: (\w+) of them are multimodal checkpoints", page)
+    assert said, "docs/interop.md no longer opens with the count of families this test checks"
+    families = [f for f in get_families() if f.plugin == "hf"]
+    # A multimodal checkpoint is read for the language model of a text family already counted ("Gemma 4 (multimodal)").
+    multimodal = [f for f in families if f.name.endswith(" (multimodal)")]
+    decoders = {f.name for f in families} - {f.name for f in multimodal}
+    assert {f.name.removesuffix(" (multimodal)") for f in multimodal} <= decoders
+    words = {"no": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+    assert (int(said[1]), int(said[2]), words.get(said[3])) == (len(decoders), len(families), len(multimodal))

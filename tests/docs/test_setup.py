@@ -37,3 +37,14 @@ def test_building_the_metadata_prints_no_warning(tmp_path):
     assert "Warning" not in result.stderr and "deprecated" not in result.stderr.lower(), result.stderr
     (metadata,) = tmp_path.glob("*.dist-info/METADATA")
     assert "License-Expression: Apache-2.0" in metadata.read_text(encoding="utf-8")
+
+
+def test_getting_started_names_the_extras_the_makefile_installs():
+    """Issue 53: the page listed train, test and docs while `make` installed eval too."""
+    import re
+
+    installed = re.search(r"install -e '\.\[([\w,]+)\]'", (REPO / "Makefile").read_text(encoding="utf-8"))
+    page = " ".join((REPO / "docs" / "getting-started.md").read_text(encoding="utf-8").split())
+    named = re.search(r"installed in editable mode with its ((?:`\w+`,? )+and `\w+`) extras", page)
+    assert installed and named, "the Makefile's install line or the page's sentence naming its extras moved"
+    assert re.findall(r"`(\w+)`", named[1]) == installed[1].split(",")

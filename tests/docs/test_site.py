@@ -6,6 +6,7 @@ import html
 import importlib.metadata
 import inspect
 import json
+import os
 import re
 from pathlib import Path
 
@@ -163,6 +164,21 @@ def test_nav_lists_pages_of_other_work_streams_only_once_they_exist(tmp_path):
     assert specformer_docs.OPTIONAL_PAGES == {"generation.md", "training.md", "interop.md", "components-guide.md", "benchmarks.md"}
 
 
+def test_every_catalogue_page_in_the_sidebar_has_a_title_not_a_kind_name():
+    """Issue 53: the sidebar listed "Norms" beside "rope_scaling" and "per_layer_input"."""
+    from docsgen.catalogue import KIND_TITLES, kind_title
+    from docsgen.pages import catalogue_nav
+
+    entries = [entry for entry in catalogue_nav() if isinstance(entry, dict)]
+    assert len(entries) >= 10
+    for entry in entries:
+        (title, page), = entry.items()
+        kind = Path(page).stem
+        assert title == KIND_TITLES.get(kind), f"built-in kind {kind!r} has no title in docsgen.catalogue.KIND_TITLES"
+        assert title[0].isupper() and "_" not in title, title
+    assert kind_title("my_new_kind") == "My new kind"  # a kind a plugin adds: titled from its name
+
+
 def test_site_nav_matches_the_docs_folder(built_site: Path):
     nav = page_html(built_site, "index.md")
     for page in sorted(specformer_docs.OPTIONAL_PAGES):
@@ -199,17 +215,17 @@ def test_the_site_documents_the_built_in_plugins_only(built_site: Path):
     assert named and named <= built_in, named
 
 
-def test_the_plugin_scope_is_checked_and_narrows_the_registry(toy_plugin):
+def test_the_plugin_scope_is_checked_and_narrows_the_registry(toy_plugin, monkeypatch):
     from docsgen.plugin_scope import load_plugins
+    from specformer.registry.discovery import PLUGINS_VARIABLE
 
-    try:
-        assert "toy" in load_plugins("installed")
-        assert get_registry().get("norm", "toy_unitnorm").plugin == "toy"
-        documented = load_plugins("builtin")
-        assert "toy" not in documented and {"layers", "generate", "train", "hf"} <= set(documented)
-        assert "toy_unitnorm" not in get_registry().names("norm")
-        assert "toy" in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}  # restored
-        with pytest.raises(ValueError, match="SPECFORMER_DOCS_PLUGINS is 'all'; accepted: builtin, installed"):
-            load_plugins("all")
-    finally:
-        load_plugins("installed")
+    # load_plugins chooses the plugins for the rest of the process: the test's selection is put back after it.
+    monkeypatch.setenv(PLUGINS_VARIABLE, os.environ[PLUGINS_VARIABLE])
+    assert "toy" in load_plugins("installed")
+    assert get_registry().get("norm", "toy_unitnorm").plugin == "toy"
+    documented = load_plugins("builtin")
+    assert "toy" not in documented and {"layers", "generate", "train", "hf"} <= set(documented)
+    assert "toy_unitnorm" not in get_registry().names("norm")
+    assert "toy" in {ep.name for ep in importlib.metadata.entry_points(group="specformer")}  # still installed
+    with pytest.raises(ValueError, match="SPECFORMER_DOCS_PLUGINS is 'all'; accepted: builtin, installed"):
+        load_plugins("all")

@@ -132,6 +132,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except RegistryError as exc:
         print(f"specformer: plugin error: {exc}", file=sys.stderr)
         return 2
+    except UserError as exc:  # SPECFORMER_PLUGINS, read as the plugins load
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

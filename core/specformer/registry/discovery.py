@@ -8,6 +8,10 @@ Each plugin brings its own extension points: its ``specformer_add_hookspecs`` ru
 is registered, and every plugin's ``specformer_add_kinds`` runs before any plugin's
 ``specformer_register_components``. So the hooks a plugin implements are checked once
 all plugins are loaded, and components can be registered for any plugin's kind.
+
+The environment variable ``SPECFORMER_PLUGINS`` narrows which installed plugins load
+(:func:`selected_distributions`): ``builtin`` loads specformer's own only, whatever else is
+installed, so output and tests do not change with the plugins a user happens to have.
 """
 
 from __future__ import annotations
@@ -15,16 +19,22 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
 from specformer.registry import hookspecs
-from specformer.errors import RegistryError
+from specformer.errors import RegistryError, UserError
 from specformer.registry.components import Registry
 
 ENTRY_POINT_GROUP = "specformer"
+#: The environment variable choosing which installed plugins load (docs/writing-a-plugin.md).
+PLUGINS_VARIABLE = "SPECFORMER_PLUGINS"
+#: The distribution whose entry points are specformer's own (built-in) plugins.
+BUILTIN_DISTRIBUTION = "specformer"
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,10 @@ _infos: dict[str, PluginInfo] = {}
 
 @functools.cache
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The plugin manager with the hookspecs and every ``specformer`` entry point loaded."""
+    """The plugin manager with the hookspecs and the ``specformer`` entry points loaded (those
+    ``SPECFORMER_PLUGINS`` selects: every installed one unless it says otherwise)."""
     pm = new_plugin_manager()
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(_selected_entry_points(), key=lambda e: e.name):
         if pm.has_plugin(ep.name):
             continue  # the same distribution found twice on sys.path
         try:
@@ -60,6 +71,44 @@ def get_plugin_manager() -> pluggy.PluginManager:
                         version=ep.dist.version if ep.dist else "?", check=False)
     check_hooks(pm)  # only now: a plugin may implement a hook that a plugin loaded after it declares
     return pm
+
+
+def selected_distributions() -> frozenset[str] | None:
+    """The distributions whose plugins load, as ``SPECFORMER_PLUGINS`` says (normalized names);
+    None for every installed one (the variable unset, empty or ``installed``)."""
+    value = os.environ.get(PLUGINS_VARIABLE, "").strip()
+    if value in ("", "installed"):
+        return None
+    names = [name.strip() for name in value.split(",")]
+    extra = names[1:]
+    if names[0] != "builtin" or not all(extra) or {"builtin", "installed"} & set(extra):
+        raise UserError(
+            f"{PLUGINS_VARIABLE}={value!r} is not a plugin selection; accepted: 'installed' (every installed "
+            f"plugin, the default), 'builtin' (specformer's own plugins only), or 'builtin' followed by the "
+            f"distributions to load as well, comma-separated, e.g. 'builtin,specformer-mynorm'"
+        )
+    return frozenset(_normalized(name) for name in (BUILTIN_DISTRIBUTION, *extra))
+
+
+def _selected_entry_points() -> list[importlib.metadata.EntryPoint]:
+    found = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    selected = selected_distributions()
+    if selected is None:
+        return found
+    by_distribution = {_normalized(ep.dist.name): ep.dist.name for ep in found if ep.dist is not None}
+    unknown = sorted(selected - by_distribution.keys() - {BUILTIN_DISTRIBUTION})
+    if unknown:
+        others = sorted(name for key, name in by_distribution.items() if key != BUILTIN_DISTRIBUTION)
+        raise UserError(
+            f"{PLUGINS_VARIABLE} names {', '.join(map(repr, unknown))}, which installs no specformer plugin; "
+            f"installed plugin distributions besides specformer's own: {', '.join(others) or 'none'}"
+        )
+    return [ep for ep in found if ep.dist is not None and _normalized(ep.dist.name) in selected]
+
+
+def _normalized(distribution: str) -> str:
+    """A distribution name as pip compares them: case, '-', '_' and '.' do not matter (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def new_plugin_manager() -> pluggy.PluginManager:

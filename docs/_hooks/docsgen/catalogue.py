@@ -17,7 +17,7 @@ from docsgen.text import cell, first_sentence, rst_to_md
 CATALOGUE_DIR = "catalogue"
 
 
-#: Page titles of the core's kinds; a kind a plugin adds is titled by its name.
+#: Page titles (sidebar, page heading, index section) of the built-in plugins' kinds.
 KIND_TITLES = {
     "positional": "Positional schemes",
     "norm": "Norms",
@@ -25,12 +25,21 @@ KIND_TITLES = {
     "attention": "Attention",
     "layout": "Block layouts",
     "residual": "Residual streams",
+    "per_layer_input": "Per-layer inputs",
+    "adapter": "Adapters",
     "sampler": "Samplers",
+    "rope_scaling": "RoPE scaling",
+    "router": "Expert routers",
+    "indexer": "Sparse-attention indexers",
+    "quantization": "Quantization",
+    "optimizer": "Optimizers",
+    "logger": "Training loggers",
 }
 
 
 def kind_title(kind: str) -> str:
-    return KIND_TITLES.get(kind, kind)
+    """The kind's title; a kind another plugin adds is titled from its name (``my_kind``: "My kind")."""
+    return KIND_TITLES.get(kind) or kind.replace("_", " ").capitalize()
 
 
 def kind_page(kind: str) -> str:

@@ -8,7 +8,9 @@ author's and is kept):
 * ``<!-- specformer-output: summary specs/tiny.yaml -->``: the block shows the command
   and what it printed (stdout and stderr, as a terminal shows them), and its exit code
   when not 0. The command runs in-process from the repository root, so the block shows
-  what this version of specformer prints.
+  what this version of specformer prints, with its built-in plugins only: a page does not
+  change with the third-party plugins installed where it is refreshed
+  (:func:`docsgen.plugin_scope.builtin_only`).
 * ``<!-- specformer-include: specs/tiny.yaml -->``: the block holds that file of the
   repository, verbatim.
 
@@ -27,6 +29,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from docsgen.plugin_scope import builtin_only
 from docsgen.snippets import REPO
 
 MARKER = re.compile(r"^(?P<indent>[ \t]*)<!-- specformer-(?P<what>output|include): (?P<arg>.+?) -->[ \t]*$")
@@ -78,7 +81,12 @@ class Refreshed:
 
 
 def refresh(markdown: str) -> Refreshed:
-    """``markdown`` with the body of every marked block generated anew."""
+    """``markdown`` with the body of every marked block generated anew (with the built-in plugins only)."""
+    with builtin_only():
+        return _refresh(markdown)
+
+
+def _refresh(markdown: str) -> Refreshed:
     lines = markdown.split("\n")
     out: list[str] = []
     ran: list[tuple[str, int]] = []
