@@ -23,7 +23,10 @@ class StrictNumbers(BaseModel):
     (a field that truly wants one can say ``Field(allow_inf_nan=True)``).
     """
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    # defer_build: a model's validator is built when it first validates, not when its class is
+    # defined. Registering the plugins defines a hundred Params classes, and `specformer --help`
+    # validates none of them (benchmarks/bench_startup.py).
+    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="before")
     @classmethod
