@@ -20,15 +20,15 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 #: layer or of layers below it, never above. A new module must be placed here.
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundations", {"errors", "messages", "version", "lazy", "files.datafile", "files.atomic", "files.outputs",
-                     "machine.threads", "machine.devices", "machine.memory", "tokenizers.tokenizer",
-                     "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file"}),
+                     "machine.threads", "machine.devices", "machine.memory", "machine.allocation", "tokenizers.tokenizer",
+                     "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file", "checkpoint.locate"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",
                          "model.sized", "model.sized_by_building", "model.residual", "model.parallel_plan",
                          "model.tensor_parallel", "model.expert_parallel"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),
-    ("validation", {"spec.validate", "checkpoint.provenance"}),
+    ("validation", {"spec.file_order", "spec.validate", "checkpoint.provenance"}),
     ("building", {"model.wiring", "spec.size_check", "model.decoder", "model.assemble", "model.sizes"}),
     ("the spec pipeline", {"spec.check"}),
     ("entry points", {"spec", "model.builder", "model.summary", "model.parallel", "checkpoint.check", "checkpoint.save_load",
