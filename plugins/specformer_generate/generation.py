@@ -25,6 +25,7 @@ from specformer_generate.cache import StaticKVCache
 from specformer_generate.decode import cache_capacity, prefill, recompute, step_function
 from specformer_generate.inputs import PromptBatch, prompt_batch
 from specformer_generate.memory import check_generation_memory, estimate
+from specformer_generate.options import GenerationOptions, takes_options
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.speculation_args import speculation_drafter
 from specformer_generate.speculative import speculative_decode
@@ -53,74 +54,39 @@ class _Run:
     draft_tokens: int = 0  # tokens the drafter proposes a round; read only when there is a drafter
 
 
-def generate(
-    model: Any,
-    input_ids: Prompts,
-    *,
-    max_new_tokens: int,
-    sampler: Any = None,
-    seed: int | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    stop: Sequence[Sequence[int]] | None = None,
-    use_cache: bool = True,
-    num_beams: int = 1,
-    length_penalty: float = 1.0,
-    early_stopping: bool | str = False,
-    pad_token_id: int | None = None,
-    compile: bool | str = False,
-    check_every: int = 16,
-    max_memory: int | str | None = None,
-    draft: Any = None,
-    draft_tokens: int = 4,
-) -> "Tensor | list[list[int]]":
+@takes_options(beams=True)
+def generate(model: Any, input_ids: Prompts, options: GenerationOptions) -> Tensor | list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens; return the full sequences.
 
     ``input_ids``: a ``(B, T)`` tensor (returns a ``(B, T + n)`` tensor) or a list of token
     lists of any lengths (returns a list of lists; each prompt gives the tokens it would
-    give alone). ``sampler``: ``None`` (greedy), a list of sampler components as in a
-    spec's ``generate.sampler``, or a :class:`Sampler`. ``seed`` makes draws repeatable.
-    A row ends after a token of ``eos_token_id`` or a ``stop`` sequence (both kept in the
-    output); in a tensor result later columns hold ``pad_token_id`` (default: the first
-    eos id, else -1). ``num_beams > 1`` runs beam search (:mod:`specformer_generate.beam`)
-    with ``length_penalty`` and ``early_stopping``. ``compile`` compiles the one-token step
-    with ``torch.compile`` (``True`` or a backend name). ``check_every``: how many tokens
-    between the host's looks at whether every row finished. ``max_memory`` (bytes or a
-    size such as ``"8GiB"``, or ``"unlimited"``): the most the call may need (see
-    :mod:`specformer_generate.memory`); default ``SPECFORMER_MAX_MEMORY``, else the
-    memory available. ``draft``: speculative decoding (:mod:`specformer_generate.speculative`)
-    with ``"ngram"`` (prompt lookup) or a smaller model over the same vocabulary, proposing
-    ``draft_tokens`` tokens a round; the result is the same as without it (greedy: the same
-    tokens; sampling: the same distribution). Every argument is checked first: a bad one is a
-    ``ValueError``, a call that needs too much memory a ``MemoryLimitError``, before anything
-    is allocated.
+    give alone). A row ends after a token of ``eos_token_id`` or a ``stop`` sequence; in a
+    tensor result later columns hold ``pad_token_id``. ``num_beams > 1`` runs beam search.
+    Every argument is checked first: a bad one is a ``ValueError``, a call that needs too
+    much memory a ``MemoryLimitError``, before anything is allocated.
     """
     start = time.perf_counter()
-    num_beams = arguments.positive_int("num_beams", num_beams)
-    check_every = arguments.positive_int("check_every", check_every)
-    length_penalty = arguments.finite_number("length_penalty", length_penalty)
-    early_stopping = arguments.early_stopping(early_stopping)
+    num_beams = arguments.positive_int("num_beams", options.num_beams)
+    check_every = arguments.positive_int("check_every", options.check_every)
+    length_penalty = arguments.finite_number("length_penalty", options.length_penalty)
+    early_stopping = arguments.early_stopping(options.early_stopping)
     if num_beams > 1:
-        if draft is not None:
+        if options.draft is not None:
             raise ValueError("draft= (speculative decoding) works with sampling and greedy decoding, not beam search; "
                              "drop num_beams or draft")
-        batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
-                                  eos_token_id=eos_token_id, stop=stop, use_cache=use_cache,
-                                  pad_token_id=pad_token_id, compile=compile, max_memory=max_memory,
-                                  num_beams=num_beams)
-        _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="beam search")
+        batch, checked = _prepare(model, input_ids, options, num_beams=num_beams)
+        _check_no_restart(model, batch, checked.max_new_tokens, use_cache=options.use_cache, what="beam search")
         with _inference(model):
             result, produced = beam.beam_search(
                 model, batch, max_new_tokens=checked.max_new_tokens, num_beams=num_beams,
                 length_penalty=length_penalty, early_stopping=early_stopping,
-                sampler=None if sampler is None else checked.sampler, eos=checked.eos, stop=checked.stop,
-                pad_token_id=pad_token_id, use_cache=use_cache, compile=compile,
+                sampler=None if options.sampler is None else checked.sampler, eos=checked.eos, stop=checked.stop,
+                pad_token_id=options.pad_token_id, use_cache=options.use_cache, compile=options.compile,
             )
         _report(produced, time.perf_counter() - start)
         return result
     with _inference(model):
-        run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
-                     eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                     compile=compile, max_memory=max_memory, draft=draft, draft_tokens=draft_tokens)
+        run = _start(model, input_ids, options)
         for step in _decode(run):
             if (step + 1) % check_every == 0 and run.stopper.all_done():
                 break
@@ -129,22 +95,8 @@ def generate(
     return result
 
 
-def stream(
-    model: Any,
-    input_ids: Prompts,
-    *,
-    max_new_tokens: int,
-    sampler: Any = None,
-    seed: int | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    stop: Sequence[Sequence[int]] | None = None,
-    use_cache: bool = True,
-    pad_token_id: int | None = None,
-    compile: bool | str = False,
-    max_memory: int | str | None = None,
-    draft: Any = None,
-    draft_tokens: int = 4,
-) -> Iterator[list[int]]:
+@takes_options(beams=False)
+def stream(model: Any, input_ids: Prompts, options: GenerationOptions) -> Iterator[list[int]]:
     """Like :func:`generate`, but yield each new column of tokens as it is produced.
 
     Each item is a list with one token id per prompt; a row that already finished
@@ -157,9 +109,7 @@ def stream(
     arguments.check_mode(model)
     try:
         with torch.inference_mode():
-            run = _start(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
-                         eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                         compile=compile, max_memory=max_memory, draft=draft, draft_tokens=draft_tokens)
+            run = _start(model, input_ids, options)
         steps = _decode(run)
         column = run.batch.width
         while True:
@@ -237,21 +187,20 @@ class _Checked:
     seed: int | None
 
 
-def _prepare(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
-             stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any,
+def _prepare(model: Any, input_ids: Any, options: GenerationOptions, *,
              num_beams: int = 1) -> tuple[PromptBatch, _Checked]:
     """Check every argument (a ValueError for the first bad one) and the memory the call needs."""
-    arguments.flag("use_cache", use_cache)
-    arguments.compile_option(compile)
+    use_cache = arguments.flag("use_cache", options.use_cache)
+    arguments.compile_option(options.compile)
     batch = _batch(model, input_ids)
-    eos = arguments.eos_ids(eos_token_id)
+    eos = arguments.eos_ids(options.eos_token_id)
     checked = _Checked(
-        max_new_tokens=_check_budget(model, batch, max_new_tokens),
-        sampler=build_sampler(sampler),
+        max_new_tokens=_check_budget(model, batch, options.max_new_tokens),
+        sampler=build_sampler(options.sampler),
         eos=eos,
-        stop=arguments.stop_sequences(stop),
-        pad=arguments.pad_id(pad_token_id, eos),
-        seed=arguments.seed(seed),
+        stop=arguments.stop_sequences(options.stop),
+        pad=arguments.pad_id(options.pad_token_id, eos),
+        seed=arguments.seed(options.seed),
     )
     rows = batch.batch_size * num_beams
     candidates = 0
@@ -261,26 +210,23 @@ def _prepare(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, s
     need = estimate(model, rows=rows, width=batch.width, new_tokens=checked.max_new_tokens, candidates=candidates,
                     use_cache=use_cache)
     what = f"beam search with {num_beams} beams" if num_beams > 1 else f"generating for {rows} prompt(s)"
-    check_generation_memory(need, device=batch.tokens.device, max_memory=max_memory, what=what)
+    check_generation_memory(need, device=batch.tokens.device, max_memory=options.max_memory, what=what)
     return batch, checked
 
 
-def _start(model: Any, input_ids: Any, *, max_new_tokens: Any, sampler: Any, seed: Any, eos_token_id: Any,
-           stop: Any, use_cache: Any, pad_token_id: Any, compile: Any, max_memory: Any, draft: Any,
-           draft_tokens: Any) -> _Run:
-    batch, checked = _prepare(model, input_ids, max_new_tokens=max_new_tokens, sampler=sampler, seed=seed,
-                              eos_token_id=eos_token_id, stop=stop, use_cache=use_cache, pad_token_id=pad_token_id,
-                              compile=compile, max_memory=max_memory)
+def _start(model: Any, input_ids: Any, options: GenerationOptions) -> _Run:
+    batch, checked = _prepare(model, input_ids, options)
+    use_cache, compile = options.use_cache, options.compile
     device = batch.tokens.device
     stopper = StopCondition(batch_size=batch.batch_size, eos=checked.eos, stop=checked.stop, device=device)
     history = torch.full((batch.batch_size, batch.width + checked.max_new_tokens), -1, dtype=torch.long, device=device)
     history[:, : batch.width] = batch.marked()
     generator = torch.Generator(device=device).manual_seed(checked.seed) if checked.seed is not None else None
-    drafter = None
-    if draft is not None:
+    drafter, draft_tokens = None, options.draft_tokens
+    if options.draft is not None:
         _check_no_restart(model, batch, checked.max_new_tokens, use_cache=use_cache, what="speculative decoding")
-        drafter = speculation_drafter(model, draft, sampler=checked.sampler, use_cache=use_cache, compile=compile,
-                                      needed=batch.width + checked.max_new_tokens)
+        drafter = speculation_drafter(model, options.draft, sampler=checked.sampler, use_cache=use_cache,
+                                      compile=compile, needed=batch.width + checked.max_new_tokens)
         draft_tokens = arguments.positive_int("draft_tokens", draft_tokens)
     return _Run(model=model, batch=batch, max_new_tokens=checked.max_new_tokens, sampler=checked.sampler,
                 generator=generator, stopper=stopper, pad=checked.pad, use_cache=use_cache,

@@ -7,37 +7,29 @@ Registered as a spec section by the plugin, so ``specformer validate`` checks it
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, StrictBool, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from specformer.registry.params import SubComponent
+from specformer.spec.strict import StrictFloat, StrictInt, StrictNumbers
 
 Schedule = Literal["warmup_cosine", "linear", "constant", "wsd"]
 DecayShape = Literal["linear", "cosine", "1-sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]
 Distributed = Literal["auto", "none", "ddp", "fsdp"]
 
-
-def _not_a_bool(value: Any) -> Any:
-    # pydantic would read true as 1: a YAML slip (`steps: yes`) must not become a setting.
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    return value
+#: Core's strict numbers under the names the optimizer settings (optimizers/params.py) import.
+Int = StrictInt
+Float = StrictFloat
 
 
-#: Whole numbers only (an integral float such as 1e3 is accepted; booleans are not).
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-#: Finite real numbers only: inf and nan are refused, as are booleans.
-Float = Annotated[FiniteFloat, BeforeValidator(_not_a_bool)]
-
-
-class ParallelConfig(BaseModel):
+class ParallelConfig(StrictNumbers):
     """How the model is split across the processes of a run (``train.parallel``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    tp: Int = Field(
+    tp: int = Field(
         default=1, ge=1,
         description="Tensor-parallel degree: each block component that declares a plan (attention by heads, FFNs "
                     "by hidden channels) is split across groups of this many processes, which read the same rows; "
@@ -50,14 +42,14 @@ class ParallelConfig(BaseModel):
                     "feed-forwards compute on 1/tp of the tokens (the split sublayers gather them on entry and "
                     "reduce-scatter their outputs).",
     )
-    ep: Int = Field(
+    ep: int = Field(
         default=1, ge=1,
         description="Expert-parallel degree: each mixture of experts keeps n_experts / ep whole experts on each of "
                     "ep processes, which read different rows and send each token to the processes of its experts "
                     "(all-to-all); the router, attention and shared experts stay whole. Launch a multiple of ep "
                     "processes (train.distributed auto or ddp, or fsdp); n_experts must divide by ep.",
     )
-    cp: Int = Field(
+    cp: int = Field(
         default=1, ge=1,
         description="Context-parallel degree: groups of this many processes read the same rows, each taking 1/cp of "
                     "every row's tokens (two chunks: an early and a late one) and gathering the keys and values of "
@@ -72,37 +64,41 @@ class ParallelConfig(BaseModel):
         return self
 
 
-class TrainConfig(BaseModel):
-    """How to train the model: optimisation, data, evaluation, checkpoints and logging."""
+class TrainSpec(StrictNumbers):
+    """How to train the model: optimisation, data, evaluation, checkpoints and logging (the spec's ``train:``).
+
+    Named as the ``generate:`` section's model (``specformer_generate.GenerateSpec``) is;
+    ``TrainConfig`` is the same class under its earlier name.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     # -- length and batch ------------------------------------------------------------
-    steps: Int = Field(default=1000, gt=0, description="Optimizer steps to train for.")
-    batch_size: Int = Field(
+    steps: int = Field(default=1000, gt=0, description="Optimizer steps to train for.")
+    batch_size: int = Field(
         default=16, gt=0,
         description="Sequences per micro-batch on each process; the global batch is "
                     "batch_size * grad_accum * number of processes (those reading different rows: "
                     "tensor-parallel processes read the same).",
     )
-    grad_accum: Int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
-    seq_len: Int | None = Field(
+    grad_accum: int = Field(default=1, gt=0, description="Micro-batches whose gradients are summed before each step.")
+    seq_len: int | None = Field(
         default=None, gt=0, description="Tokens per training row; default the model's context_length."
     )
 
     # -- optimiser and schedule ------------------------------------------------------
-    lr: Float = Field(
+    lr: float = Field(
         default=1e-3, gt=0, le=10,
         description="Peak learning rate; at most 10 (AdamW moves each weight by about lr per step).",
     )
-    min_lr: Float = Field(default=1e-4, ge=0, description="Learning rate at the end of the decay.")
-    warmup_steps: Int = Field(default=100, ge=0, description="Steps of linear warm-up from ~0 to lr.")
+    min_lr: float = Field(default=1e-4, ge=0, description="Learning rate at the end of the decay.")
+    warmup_steps: int = Field(default=100, ge=0, description="Steps of linear warm-up from ~0 to lr.")
     schedule: Schedule = Field(
         default="warmup_cosine",
         description="warmup_cosine: cosine decay to min_lr; linear: linear decay to min_lr; constant: lr after "
                     "warm-up; wsd: warm-up, stable at lr, linear decay to min_lr over the last decay_fraction.",
     )
-    decay_fraction: Float = Field(
+    decay_fraction: float = Field(
         default=0.2, gt=0, le=1, description="wsd only: share of the steps spent in the final decay."
     )
     decay_shape: DecayShape = Field(
@@ -115,15 +111,15 @@ class TrainConfig(BaseModel):
         description="The optimizer component ({kind: adamw|muon|lion|sgd|<a plugin's>, ...}) and its param-group "
                     "rules; lr, min_lr, betas, eps and weight_decay here are its defaults.",
     )
-    betas: tuple[Float, Float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2) (Muon's AdamW part too).")
-    eps: Float = Field(default=1e-8, gt=0, description="AdamW's epsilon.")
-    weight_decay: Float = Field(
+    betas: tuple[float, float] = Field(default=(0.9, 0.95), description="AdamW's (beta1, beta2) (Muon's AdamW part too).")
+    eps: float = Field(default=1e-8, gt=0, description="AdamW's epsilon.")
+    weight_decay: float = Field(
         default=0.1, ge=0, description="Decoupled weight decay, applied to matrices (>= 2-D parameters) only."
     )
-    grad_clip: Float | None = Field(
+    grad_clip: float | None = Field(
         default=1.0, ge=0, description="Clip the global gradient norm to this; null or 0 disables clipping."
     )
-    aux_loss_weight: Float = Field(
+    aux_loss_weight: float = Field(
         default=1.0, ge=0, description="Multiplies the model's auxiliary loss (MoE load balancing) when it has one."
     )
 
@@ -144,7 +140,7 @@ class TrainConfig(BaseModel):
         description="Read and tokenize the corpus lazily while training (no pre-pass, no token cache): files in a "
                     "seeded order each epoch, rows in stream order; the position is saved in checkpoints.",
     )
-    tokenize_workers: Int | Literal["auto"] = Field(
+    tokenize_workers: int | Literal["auto"] = Field(
         default="auto",
         description="Processes tokenizing the corpus before training: auto (one per CPU core, up to 8, for "
                     "corpora over 4 MB) or a count (1: in this process).",
@@ -164,7 +160,7 @@ class TrainConfig(BaseModel):
         description="byte (UTF-8 bytes + special tokens), bpe (trained on the corpus at the model's "
                     "vocab_size), or a path to a tokenizer.json.",
     )
-    val_fraction: Float = Field(
+    val_fraction: float = Field(
         default=0.1, ge=0, lt=1, description="Share of the corpus' tokens held out (its end) for validation."
     )
     cache_dir: str | None = Field(
@@ -172,7 +168,7 @@ class TrainConfig(BaseModel):
         description="Where tokenized corpora and trained tokenizers are cached; default $SPECFORMER_CACHE "
                     "or ~/.cache/specformer.",
     )
-    seed: Int = Field(default=1337, description="Seeds initialisation, data order and dropout.")
+    seed: int = Field(default=1337, description="Seeds initialisation, data order and dropout.")
 
     # -- fine-tuning (the adapter kind and chat data come from the finetune plugin) -------
     init: str | None = Field(
@@ -192,20 +188,20 @@ class TrainConfig(BaseModel):
     )
 
     # -- evaluation and samples ------------------------------------------------------
-    eval_every: Int = Field(default=100, ge=0, description="Evaluate every this many steps (0: only at the end).")
-    eval_steps: Int | None = Field(
+    eval_every: int = Field(default=100, ge=0, description="Evaluate every this many steps (0: only at the end).")
+    eval_steps: int | None = Field(
         default=20, gt=0, description="Validation batches per evaluation; null evaluates the whole split."
     )
-    sample_tokens: Int = Field(default=200, ge=0, description="Length of the sample printed at each evaluation; 0 disables samples.")
+    sample_tokens: int = Field(default=200, ge=0, description="Length of the sample printed at each evaluation; 0 disables samples.")
     sample_prompt: str = Field(default="", description="Text the samples continue (after an end-of-text token); "
                                                        "a chat run's samples answer it as a user message.")
-    sample_temperature: Float = Field(default=0.8, gt=0, description="Sampling temperature of the samples.")
-    sample_top_k: Int | None = Field(default=50, gt=0, description="Keep the k most likely tokens when sampling; null keeps all.")
+    sample_temperature: float = Field(default=0.8, gt=0, description="Sampling temperature of the samples.")
+    sample_top_k: int | None = Field(default=50, gt=0, description="Keep the k most likely tokens when sampling; null keeps all.")
 
     # -- checkpoints -----------------------------------------------------------------
     out_dir: str | None = Field(default=None, description="Run directory; default runs/<spec file name>. --out overrides it.")
-    save_every: Int = Field(default=500, ge=0, description="Save a checkpoint every this many steps (0: only at the end).")
-    keep_last: Int = Field(default=2, gt=0, description="Checkpoints kept; older ones are deleted.")
+    save_every: int = Field(default=500, ge=0, description="Save a checkpoint every this many steps (0: only at the end).")
+    keep_last: int = Field(default=2, gt=0, description="Checkpoints kept; older ones are deleted.")
     checkpoint_format: Literal["full", "sharded", "auto"] = Field(
         default="full",
         description="full: the weights and optimizer state gathered to the first process, one file each; sharded: "
@@ -222,7 +218,7 @@ class TrainConfig(BaseModel):
     compile: StrictBool | Literal["auto"] = Field(
         default="auto", description="torch.compile the model; auto compiles on CUDA only."
     )
-    threads: Int | Literal["auto"] = Field(
+    threads: int | Literal["auto"] = Field(
         default="auto",
         description="CPU threads (1 to 1024) or auto: one per core the load average shows idle (OMP_NUM_THREADS when set); "
                     "a resumed run keeps the count it was saved with.",
@@ -242,7 +238,7 @@ class TrainConfig(BaseModel):
     )
 
     # -- logging ---------------------------------------------------------------------
-    log_every: Int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this "
+    log_every: int = Field(default=1, gt=0, description="Read the loss back, log metrics and update the bar every this "
                                                          "many steps (and before each evaluation and checkpoint).")
     progress: StrictBool = Field(default=True, description="Show a progress bar.")
     plot: StrictBool = Field(default=True, description="Write a loss-curve PNG at the end (needs matplotlib).")
@@ -270,7 +266,7 @@ class TrainConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TrainConfig":
+    def _consistent(self) -> "TrainSpec":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if not all(0 <= b < 1 for b in self.betas):
@@ -283,3 +279,7 @@ class TrainConfig(BaseModel):
     @property
     def clip_norm(self) -> float | None:
         return self.grad_clip if self.grad_clip else None
+
+
+#: The earlier name of :class:`TrainSpec`, kept importable (``specformer_train.TrainConfig``).
+TrainConfig = TrainSpec

@@ -115,3 +115,27 @@ def test_integers_from_set_are_exact_above_2_53():
     assert overrides.parse_value(str(2**53 + 1)) == 2**53 + 1
     assert overrides.parse_value("-" + str(2**60 + 3)) == -(2**60 + 3)
     assert overrides.parse_value("3e-4") == pytest.approx(3e-4)
+
+
+def test_the_field_types_give_a_plain_model_the_same_rules():
+    from pydantic import BaseModel
+
+    from specformer.spec.strict import StrictFloat, StrictInt
+
+    class Nested(BaseModel):
+        count: StrictInt = 1
+        rate: StrictFloat = 0.5
+
+    for bad, message in [({"count": True}, "a boolean is not a number here"), ({"rate": False}, "a boolean is not a number here"),
+                         ({"rate": math.inf}, "finite number"), ({"rate": math.nan}, "finite number")]:
+        with pytest.raises(ValidationError, match=message):
+            Nested(**bad)
+    assert Nested(count=1e3, rate=2) == Nested(count=1000, rate=2.0)
+
+
+def test_a_boolean_inside_a_tuple_is_refused_too():
+    class Pair(StrictNumbers):
+        betas: tuple[float, float] = (0.9, 0.95)
+
+    with pytest.raises(ValidationError, match="a boolean is not a number here"):
+        Pair(betas=(True, 0.9))

@@ -7,10 +7,12 @@ each other.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+
+_NOT_A_NUMBER = "a boolean is not a number here; write a number"
 
 
 class StrictNumbers(BaseModel):
@@ -31,11 +33,24 @@ class StrictNumbers(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+        if isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value)):
             field = cls.model_fields.get(info.field_name or "")
             if field is not None and _numeric_without_bool(field.annotation):
-                raise PydanticCustomError("bool_not_number", "a boolean is not a number here; write a number")
+                raise PydanticCustomError("bool_not_number", _NOT_A_NUMBER)
         return value
+
+
+def _refuse_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", _NOT_A_NUMBER)
+    return value
+
+
+#: StrictNumbers' rule for one field of a model that does not derive from it (a plain
+#: ``BaseModel`` nested in a spec): an int, never a boolean.
+StrictInt = Annotated[int, BeforeValidator(_refuse_bool)]
+#: The same for a real number: finite, never a boolean.
+StrictFloat = Annotated[float, AllowInfNan(False), BeforeValidator(_refuse_bool)]
 
 
 def _numeric_without_bool(annotation: Any) -> bool:
@@ -52,4 +67,4 @@ def _numeric_without_bool(annotation: Any) -> bool:
     return bool(leaves & {int, float}) and bool not in leaves
 
 
-__all__ = ["StrictNumbers"]
+__all__ = ["StrictFloat", "StrictInt", "StrictNumbers"]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer_layers.routers.params import check_top_k
+from specformer_layers.routers.params import GroupedParams, check_top_k
 
 
 class Routing(NamedTuple):
@@ -65,6 +65,30 @@ class LinearRouter(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, bias={self.bias is not None}"
+
+
+class GroupedTopK(LinearRouter):
+    """Base of the routers whose settings are :class:`GroupedParams` (``softmax_topk``, ``sigmoid_topk``).
+
+    Reads the settings they share: ``normalize``, ``scaling_factor`` and the grouping
+    (``n_group``, ``topk_group``, checked against the experts here), and the score bias.
+    A subclass names its ``Params`` and implements ``forward``.
+    """
+
+    Params: type[GroupedParams] = GroupedParams
+
+    def __init__(self, params: GroupedParams | None = None, *, d_model: int, n_experts: int, top_k: int) -> None:
+        params = params if params is not None else self.Params()
+        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
+        params.sized(d_model=d_model, n_experts=n_experts, top_k=top_k)  # the grouping fits the experts
+        self.normalize = params.normalize
+        self.scaling_factor = params.scaling_factor
+        self.n_group = params.n_group
+        self.topk_group = params.topk_group
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, normalize={self.normalize}, scaling_factor={self.scaling_factor}, "
+                f"n_group={self.n_group}, topk_group={self.topk_group}")
 
 
 def keep_best_groups(scores: Tensor, *, n_group: int, topk_group: int, group_score: str) -> Tensor:

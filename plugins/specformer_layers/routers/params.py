@@ -32,7 +32,12 @@ def check_groups(*, n_experts: int, top_k: int, n_group: int, topk_group: int, m
 
 
 class GroupedParams(Params):
-    """Router params with DeepSeek's grouped (device/node-limited) selection."""
+    """Params of the top-k routers that weigh the chosen experts by their scores, with DeepSeek's grouped selection.
+
+    ``softmax_topk`` and ``sigmoid_topk`` (so ``sqrtsoftplus_topk``) share these: grouped
+    (device/node-limited) selection, the rescaling of the kept weights, their scale, and an
+    optional learned bias on the scores.
+    """
 
     n_group: int = Field(
         default=1, gt=0,
@@ -40,6 +45,17 @@ class GroupedParams(Params):
     )
     topk_group: int = Field(
         default=1, gt=0, description="Groups each token may choose experts from (with n_group > 1); at most n_group.",
+    )
+    normalize: bool = Field(
+        default=True, description="Rescale the chosen experts' weights (probabilities or scores) to sum to 1 "
+                                  "(norm_topk_prob).",
+    )
+    bias: bool = Field(
+        default=False, description="A learned bias on each expert's score, trained with the weights (gpt-oss; "
+                                   "not sigmoid_topk's selection_bias).",
+    )
+    scaling_factor: float = Field(
+        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
     )
 
     @model_validator(mode="after")
@@ -56,7 +72,7 @@ class GroupedParams(Params):
         check_groups(n_experts=n_experts, top_k=top_k, n_group=self.n_group, topk_group=self.topk_group,
                      min_per_group=self.min_per_group)
         # The score projection (n_experts, d_model), biased when the router's params say so.
-        return Sized(parameters=linear(d_model, n_experts, bias=bool(getattr(self, "bias", False))))
+        return Sized(parameters=linear(d_model, n_experts, bias=self.bias))
 
 
 class SoftmaxTopKParams(GroupedParams):
@@ -70,12 +86,6 @@ class SoftmaxTopKParams(GroupedParams):
     ``topk_group`` groups with the highest best-expert probability (DeepSeek-V2's
     group-limited greedy routing).
     """
-
-    normalize: bool = Field(default=True, description="Rescale the kept top-k probabilities to sum to 1.")
-    bias: bool = Field(default=False, description="A learned bias on each expert's score (gpt-oss).")
-    scaling_factor: float = Field(
-        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
-    )
 
 
 class SigmoidTopKParams(GroupedParams):
@@ -98,11 +108,6 @@ class SigmoidTopKParams(GroupedParams):
     #: A group's score sums its two best experts, so each group needs two.
     min_per_group: ClassVar[int] = 2
 
-    normalize: bool = Field(default=True, description="Rescale the chosen experts' scores to sum to 1 (norm_topk_prob).")
-    bias: bool = Field(default=False, description="A learned bias on each expert's score (in the weights, unlike selection_bias).")
-    scaling_factor: float = Field(
-        default=1.0, gt=0, description="Multiplies the routing weights (DeepSeek's routed_scaling_factor).",
-    )
     bias_update_rate: float = Field(
         default=0.001, ge=0,
         description="How far training moves each expert's selection bias per step towards balanced load "

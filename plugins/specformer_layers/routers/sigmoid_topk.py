@@ -7,24 +7,18 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from specformer_layers.routers.base import LinearRouter, Routing, keep_best_groups
+from specformer_layers.routers.base import GroupedTopK, Routing, keep_best_groups
 from specformer_layers.routers.params import SigmoidTopKParams
 
 
-class SigmoidTopK(LinearRouter):
+class SigmoidTopK(GroupedTopK):
     """Sigmoid top-k routing with a selection-only balancing bias (:class:`SigmoidTopKParams`)."""
 
     Params = SigmoidTopKParams
 
     def __init__(self, params: SigmoidTopKParams | None = None, *, d_model: int, n_experts: int, top_k: int) -> None:
-        params = params if params is not None else SigmoidTopKParams()
-        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
-        n_group, topk_group = params.n_group, params.topk_group
-        params.sized(d_model=d_model, n_experts=n_experts, top_k=top_k)  # the grouping fits the experts
-        self.normalize = params.normalize
-        self.scaling_factor = params.scaling_factor
-        self.n_group = n_group
-        self.topk_group = topk_group
+        params = params if params is not None else self.Params()
+        super().__init__(params, d_model=d_model, n_experts=n_experts, top_k=top_k)
         self.bias_update_rate = params.bias_update_rate
         self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32))
         #: Routing slots each expert received in training forwards since the train plugin last read them.
@@ -76,5 +70,4 @@ class SigmoidTopK(LinearRouter):
         return self
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, normalize={self.normalize}, scaling_factor={self.scaling_factor}, "
-                f"n_group={self.n_group}, topk_group={self.topk_group}, bias_update_rate={self.bias_update_rate}")
+        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}"

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from specformer_layers.routers.base import LinearRouter, Routing, keep_best_groups
+from specformer_layers.routers.base import GroupedTopK, Routing, keep_best_groups
 from specformer_layers.routers.params import SoftmaxTopKParams
 
 
-class SoftmaxTopK(LinearRouter):
+class SoftmaxTopK(GroupedTopK):
     """Softmax top-k routing (:class:`SoftmaxTopKParams`)."""
 
     Params = SoftmaxTopKParams
-
-    def __init__(self, params: SoftmaxTopKParams | None = None, *, d_model: int, n_experts: int, top_k: int) -> None:
-        params = params if params is not None else SoftmaxTopKParams()
-        super().__init__(d_model=d_model, n_experts=n_experts, top_k=top_k, bias=params.bias)
-        n_group, topk_group = params.n_group, params.topk_group
-        params.sized(d_model=d_model, n_experts=n_experts, top_k=top_k)  # the grouping fits the experts
-        self.normalize = params.normalize
-        self.scaling_factor = params.scaling_factor
-        self.n_group = n_group
-        self.topk_group = topk_group
 
     def forward(self, tokens: Tensor) -> Routing:
         probs = self.logits(tokens).softmax(dim=-1)  # (N, E)
@@ -35,7 +25,3 @@ class SoftmaxTopK(LinearRouter):
         if self.scaling_factor != 1.0:
             weights = weights * self.scaling_factor
         return Routing(weights, experts, probs)
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, normalize={self.normalize}, scaling_factor={self.scaling_factor}, "
-                f"n_group={self.n_group}, topk_group={self.topk_group}")

@@ -655,6 +655,45 @@ def test_the_public_defaults() -> None:
     assert inspect.signature(stream).parameters["draft_tokens"].default == 4
 
 
+def test_generate_and_stream_take_the_options_declared_once() -> None:
+    from specformer_generate.options import GenerationOptions
+
+    def keywords(function: Any) -> dict[str, Any]:
+        return {name: p.default for name, p in inspect.signature(function).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    declared = {f.name: GenerationOptions.__dataclass_fields__[f.name].default
+                for f in GenerationOptions.taken(beams=True)}
+    assert list(keywords(generate).items()) == [
+        (name, inspect.Parameter.empty if name == "max_new_tokens" else default) for name, default in declared.items()]
+    beams_only = ["num_beams", "length_penalty", "early_stopping", "check_every"]
+    assert list(keywords(stream)) == [name for name in declared if name not in beams_only]
+    for function in (generate, stream):  # each option's description is in both docstrings, from the one field
+        assert all(f"``{name}``" in function.__doc__ for name in keywords(function))
+    with pytest.raises(TypeError, match=r"^stream\(\) got an unexpected keyword argument 'num_beams'$"):
+        stream(tiny(), [[1, 2]], max_new_tokens=2, num_beams=2)
+    with pytest.raises(TypeError, match=r"^generate\(\) got an unexpected keyword argument 'max_tokens'$"):
+        generate(tiny(), [[1, 2]], max_new_tokens=2, max_tokens=2)
+
+
+def test_the_options_reach_the_loop_as_one_frozen_object(monkeypatch) -> None:
+    import dataclasses
+    from specformer_generate.options import GenerationOptions
+
+    seen: list[Any] = []
+    real = GEN._start
+
+    def recording(model: Any, input_ids: Any, options: Any) -> Any:
+        seen.append(options)
+        return real(model, input_ids, options)
+
+    monkeypatch.setattr(GEN, "_start", recording)
+    assert len(list(stream(tiny(), [[1, 2]], max_new_tokens=3, seed=5, use_cache=False))) == 3
+    assert seen == [GenerationOptions(max_new_tokens=3, seed=5, use_cache=False)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[0].seed = 6  # type: ignore[misc]
+
+
 def test_beam_search_refuses_a_draft_and_checks_seed_and_pad() -> None:
     model = tiny()
     with pytest.raises(ValueError) as caught:

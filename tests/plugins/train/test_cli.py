@@ -58,8 +58,8 @@ def _vocab_300(tmp_path: Path) -> list[str]:
     (lambda d: ["--set", "train.lr=1e308"], "train.lr: Input should be less than or equal to 10"),
     (lambda d: ["--set", "train.lr=.inf"], "train.lr: Input should be a finite number"),
     (lambda d: ["--set", "train.grad_clip=.nan"], "train.grad_clip: Input should be a finite number"),
-    (lambda d: ["--set", "train.steps=true"], "train.steps: must be a number, not a boolean"),
-    (lambda d: ["--set", "train.lr=true"], "train.lr: must be a number, not a boolean"),
+    (lambda d: ["--set", "train.steps=true"], "train.steps: a boolean is not a number here"),
+    (lambda d: ["--set", "train.lr=true"], "train.lr: a boolean is not a number here"),
     (lambda d: ["--set", "train.threads=0"], "train.threads: must be auto or a thread count from 1 to 1024"),
     (lambda d: ["--new-data"], "--new-data only applies with --resume"),
 ])

@@ -79,3 +79,23 @@ def test_overrides_are_validated_again(tmp_path) -> None:
     spec = load_train_spec(tiny_spec(), overrides=["train.lr=5e-4"], steps=3, data="somewhere", out_dir="o")
     config = spec.section("train")
     assert (config.lr, config.steps, config.data, config.out_dir) == (5e-4, 3, "somewhere", "o")
+
+
+def test_the_section_models_are_the_cores_strict_numbers_under_one_naming() -> None:
+    from pydantic import ValidationError
+
+    from specformer.registry.params import StrictNumbers
+    from specformer_generate import GenerateSpec
+    from specformer_train.config import ParallelConfig, TrainSpec
+
+    assert TrainConfig is TrainSpec and issubclass(GenerateSpec, StrictNumbers)
+    assert issubclass(TrainSpec, StrictNumbers) and issubclass(ParallelConfig, StrictNumbers)
+    for bad, field in [({"steps": True}, "steps"), ({"lr": False}, "lr"), ({"betas": (True, 0.9)}, "betas"),
+                       ({"parallel": {"tp": True}}, "parallel.tp")]:
+        with pytest.raises(ValidationError, match="a boolean is not a number here") as info:
+            TrainSpec(**bad)
+        assert ".".join(map(str, info.value.errors()[0]["loc"])).startswith(field)
+    for bad in ({"lr": float("inf")}, {"grad_clip": float("nan")}, {"betas": [0.9, float("inf")]}):
+        with pytest.raises(ValidationError, match="Input should be a finite number"):
+            TrainSpec(**bad)
+    assert TrainSpec(steps=1e3, compile=True, document_mask=False).steps == 1000  # booleans where booleans go

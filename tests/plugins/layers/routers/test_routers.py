@@ -215,3 +215,22 @@ def test_too_few_experts_in_the_kept_groups_is_one_line() -> None:
                                                    r"groups \(1 x 2 = 2\)") as info:
         specformer.load_spec(spec)
     assert "model.block.ffn" in str(info.value)
+
+
+def test_the_grouped_top_k_routers_share_one_declaration_of_their_common_settings() -> None:
+    from specformer_layers.routers.base import GroupedTopK
+    from specformer_layers.routers.params import GroupedParams, SigmoidTopKParams, SoftmaxTopKParams
+
+    shared = ["n_group", "topk_group", "normalize", "bias", "scaling_factor"]
+    assert list(GroupedParams.model_fields) == shared
+    assert list(SoftmaxTopKParams.model_fields) == shared
+    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_update_rate"]
+    for name in shared:  # one description each, the same in both catalogue entries
+        declared = [repr(p.model_fields[name]) for p in (GroupedParams, SoftmaxTopKParams, SigmoidTopKParams)]
+        assert len(set(declared)) == 1, declared
+    settings = dict(normalize=False, bias=True, scaling_factor=2.5, n_group=2, topk_group=1)
+    for router in (SoftmaxTopK(SoftmaxTopKParams(**settings), d_model=D, n_experts=E, top_k=2),
+                   SigmoidTopK(SigmoidTopKParams(**settings), d_model=D, n_experts=E, top_k=2)):
+        assert isinstance(router, GroupedTopK) and router.bias is not None
+        assert (router.normalize, router.scaling_factor, router.n_group, router.topk_group) == (False, 2.5, 2, 1)
+        assert "normalize=False, scaling_factor=2.5, n_group=2, topk_group=1" in repr(router)
