@@ -7,7 +7,7 @@ from specformer_hf.family import Family
 
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
-    # late: every family module imports .common from this package, which is then still being initialised
+    # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone4, gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_oss, gpt2, gpt_neox,
                                         llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen2_moe,
                                         qwen3, qwen3_moe, smollm3, stablelm)

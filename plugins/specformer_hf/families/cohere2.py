@@ -3,8 +3,13 @@ sliding-window layers with interleaved rope to one global layer without position
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (Attention, GatedFFN, LayerNorm, Layout, Sizes, SlidingRopeGlobalNope, Switch,
-                                           Value, decoder_family)
+from specformer_hf.parts.attention import Attention
+from specformer_hf.parts.base import Switch, Value
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import LayerNorm, Layout
+from specformer_hf.parts.windows import SlidingRopeGlobalNope
 
 #: transformers' Cohere2Config defaults.
 DEFAULTS = {

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (ATTN, FamilyView, GroupedExperts, Layout, Part, RMSNorm, Sizes, decoder_family,
-                                           rope, rope_parameters_of)
-from specformer_hf.rules import Copy, Rule
-from specformer_hf.specview import NotExpressible
+from specformer_hf.parts.attention import LatentAttention
+from specformer_hf.parts.base import FamilyView, Part
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GroupedExperts
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import rope, rope_parameters_of
 
 #: transformers' DeepseekV3Config defaults.
 DEFAULTS = {
@@ -22,8 +25,6 @@ DEFAULTS = {
     "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_interleave": True,
     "attention_bias": False, "num_mtp_layers": 1, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
-#: DeepseekV3RMSNorm's own eps, which the latent norms use (the config's rms_norm_eps is for the block norms).
-LATENT_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -43,55 +44,6 @@ class LatentRope(Part):
         params = rope_parameters_of({**pos, "interleaved": False}, view.name, path="model.positional",
                                     context_length=view.model.context_length)
         config.update(rope_parameters=params, rope_interleave=interleaved)
-
-
-@dataclass(frozen=True)
-class LatentAttention(Part):
-    """num_attention_heads, q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias
-    <-> attention ``mla``; the q_a/q_b (or q), kv_a, kv_b and o projections and the two latent norms."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        attention: dict[str, Any] = {
-            "kind": "mla",
-            "n_heads": cfg.get_size("num_attention_heads"),
-            "kv_lora_rank": cfg.get_size("kv_lora_rank"),
-            "qk_rope_head_dim": cfg.get_size("qk_rope_head_dim"),
-            "qk_nope_head_dim": cfg.get_int("qk_nope_head_dim"),
-            "v_head_dim": cfg.get_size("v_head_dim"),
-            "q_lora_rank": cfg.get("q_lora_rank"),
-            "latent_norm": {"kind": "rmsnorm", "eps": LATENT_EPS},
-            "bias": bool(cfg.get("attention_bias")),
-        }
-        # Every head has its own key and value from the latent; head_dim and qk_head_dim are derived sizes.
-        cfg.mark_read("num_key_value_heads", "head_dim", "qk_head_dim")
-        scaling = model["positional"].get("scaling") or {}
-        if scaling.get("kind") == "yarn" and scaling.get("mscale_all_dim"):
-            attention.update(yarn_factor=scaling["factor"], yarn_mscale_all_dim=scaling["mscale_all_dim"])
-        model.setdefault("block", {})["attention"] = attention
-
-    #: Whether the family's attention has DeepSeek Sparse Attention's indexer (DeepSeek-V3.2) or none (V2, V3).
-    indexed: bool = False
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("attention", ("mla",))
-        a = view.uniform("attention")
-        if (a.get("indexer") is not None) != self.indexed:
-            raise NotExpressible("model.block.attention.indexer", f"Hugging Face {view.name}'s latent attention has "
-                                 f"{'an' if self.indexed else 'no'} indexer")
-        if a["latent_norm"].get("kind") != "rmsnorm" or a["latent_norm"].get("eps") != LATENT_EPS or a["window"] is not None:
-            raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s latent attention has RMSNorm "
-                                 f"latents (eps {LATENT_EPS}) and no window")
-        config.update(num_attention_heads=a["n_heads"], num_key_value_heads=a["n_heads"], kv_lora_rank=a["kv_lora_rank"],
-                      qk_rope_head_dim=a["qk_rope_head_dim"], qk_nope_head_dim=a["qk_nope_head_dim"],
-                      v_head_dim=a["v_head_dim"], q_lora_rank=a["q_lora_rank"], attention_bias=a["bias"])
-
-    def rules(self) -> list[Rule]:
-        pairs = [("q_proj", "q_proj"), ("q_a_proj", "q_a"), ("q_b_proj", "q_b"), ("kv_a_proj_with_mqa", "kv_a"),
-                 ("kv_b_proj", "kv_b"), ("o_proj", "out")]
-        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.{p}", f"blocks.{{i}}.attention.{ours}.{p}") for hf, ours in pairs
-                             for p in ("weight", "bias")]
-        return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
-                        Copy(f"{ATTN}.kv_a_layernorm.weight", "blocks.{i}.attention.kv_norm.weight")]
 
 
 FAMILY = decoder_family(

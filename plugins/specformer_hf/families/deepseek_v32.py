@@ -8,9 +8,14 @@ from typing import Any
 
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import ATTN, FamilyView, Layout, Part, RMSNorm, Sizes, decoder_family, rope, rope_parameters_of
+from specformer_hf.parts.attention import LatentAttention
+from specformer_hf.parts.base import ATTN, FamilyView, Part
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GroupedExperts
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.families.deepseek_v3 import DEFAULTS as V3_DEFAULTS
-from specformer_hf.families.deepseek_v3 import GroupedExperts, LatentAttention
 from specformer_hf.rules import Copy, Rule
 from specformer_hf.specview import NotExpressible
 

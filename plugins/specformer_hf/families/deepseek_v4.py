@@ -11,9 +11,12 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
-from specformer_hf.families.common import (LAYER, MLP, FamilyView, Layout, Part, RMSNorm, Sizes, _selection,
-                                           _shared_halves, decoder_family, expert_rules, per_layer_overrides, rope,
-                                           rope_parameters_of)
+from specformer_hf.parts.base import LAYER, MLP, FamilyView, Part, per_layer_overrides, selection
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import expert_rules, shared_halves
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.rules import Copy, Fused, Rule
 from specformer_hf.specview import NotExpressible
 
@@ -99,7 +102,7 @@ class TwoRopes(Part):
         model["positional"] = schemes["compress"] if any(t != SLIDING for t in types) else schemes["main"]
         sliding = [i for i, t in enumerate(types) if t == SLIDING]
         if sliding and model["positional"] != schemes["main"]:
-            model.setdefault("layers", []).append({"select": _selection(sliding, len(types)), "positional": schemes["main"]})
+            model.setdefault("layers", []).append({"select": selection(sliding, len(types)), "positional": schemes["main"]})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         windows = view.per_layer("attention", "compress_rate")
@@ -295,7 +298,7 @@ class HashAndScoredExperts(Part):
             Copy(f"{FFN}.gate.bias", "blocks.{i}.ffn.router.selection_bias"),
             Copy(f"{FFN}.gate.tid2eid", "blocks.{i}.ffn.router.token_experts"),
             Fused([f"{FFN}.shared_experts.w1.weight", f"{FFN}.shared_experts.w3.weight"],
-                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves),
+                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
             Copy(f"{FFN}.shared_experts.w2.weight", "blocks.{i}.ffn.shared.down.weight"),
         ]
 

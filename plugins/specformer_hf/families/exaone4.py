@@ -3,8 +3,11 @@ q/k RMSNorm, and three sliding-window layers with rope to one global layer witho
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, Layout, QKNorm, Rope, SlidingRopeGlobalNope, decoder_family,
-                                           replace_part)
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.norms import Layout
+from specformer_hf.parts.positions import Rope
+from specformer_hf.parts.windows import SlidingRopeGlobalNope
 
 #: transformers' Exaone4Config defaults.
 DEFAULTS = {

@@ -33,10 +33,14 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LAYER, FamilyView, GatedFFN, Part, RMSNorm, Rope, Sizes, attention_sizes,
-                                           decoder_family)
-from specformer_hf.families.hybrid import (embedding_multiplier_config, exact_preimage, mamba2_config, mamba2_mixer,
-                                           mamba2_rules)
+from specformer_hf.parts.attention import attention_sizes
+from specformer_hf.parts.base import LAYER, FamilyView, Part, exact_preimage
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes, embedding_multiplier_config
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.mamba2 import HYBRID_FIELDS, mamba2_rules
+from specformer_hf.parts.norms import RMSNorm
+from specformer_hf.parts.positions import Rope
 from specformer_hf.rules import Copy, Fused, Rule, halves, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
@@ -114,7 +118,7 @@ class HybridMixer(Part):
         d_inner = int(d_ssm) if d_ssm is not None else cfg.get_size("mamba_expand") * cfg.get_size("hidden_size")
         if d_ssm is not None:
             cfg.mark_read("mamba_expand")  # mamba_d_ssm decides the width
-        mamba = mamba2_mixer(cfg, d_inner=d_inner)
+        mamba = HYBRID_FIELDS.spec(cfg, d_inner=d_inner)
         if bool(cfg.get("projectors_bias")) != mamba["bias"]:
             raise UserError(f"{cfg.family}: mamba_proj_bias ({mamba['bias']}) and projectors_bias "
                             f"({cfg.get('projectors_bias')}) differ; specformer's mamba2 has biases on both of its "
@@ -150,8 +154,8 @@ class HybridMixer(Part):
             raise NotExpressible("model.block.attention.mixers[0].norm_eps", f"Hugging Face {view.name}'s Mamba norm "
                                  f"uses rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
         ins, outs = parallel["in_multipliers"], parallel["out_multipliers"]
-        config.update(mamba2_config(mamba),
-                      mamba_d_ssm=mamba["n_heads"] * mamba["head_dim"], mamba_proj_bias=mamba["bias"],
+        config.update(HYBRID_FIELDS.config(mamba, d_model=view.model.d_model, family=view.name),
+                      mamba_d_ssm=mamba["n_heads"] * mamba["head_dim"],
                       projectors_bias=mamba["bias"], mamba_rms_norm=mamba["gated_norm"],
                       mamba_norm_before_gate=mamba["norm_before_gate"],
                       ssm_multipliers=mamba.get("projection_multipliers") or [1.0] * 5,

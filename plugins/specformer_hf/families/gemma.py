@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, GatedFFN, RMSNorm, Refuse, Switch,
-                                           decoder_family, replace_part)
+from specformer_hf.parts.base import Refuse, Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.embedding import EmbeddingScale
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import RMSNorm
 
 #: transformers' GemmaConfig defaults.
 DEFAULTS = {

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, GatedFFN, LayerTypes, Layout, QueryScale,
-                                           RMSNorm, Refuse, Switch, Value, decoder_family, replace_part)
+from specformer_hf.parts.attention import QueryScale
+from specformer_hf.parts.base import Refuse, Switch, Value
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.embedding import EmbeddingScale
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.windows import LayerTypes
 
 #: transformers' Gemma2Config defaults.
 DEFAULTS = {

@@ -3,8 +3,14 @@ query and key heads, five sliding-window layers to one global layer, and a rope 
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, EmbeddingScale, Fixed, GatedFFN, LayerTypeRopes, Layout, QKNorm,
-                                           QueryScale, RMSNorm, Refuse, Rope, Switch, Value, decoder_family, replace_part)
+from specformer_hf.parts.attention import QKNorm, QueryScale
+from specformer_hf.parts.base import Fixed, Refuse, Switch, Value
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.embedding import EmbeddingScale
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import Rope
+from specformer_hf.parts.windows import LayerTypeRopes
 
 #: transformers' Gemma3TextConfig defaults (its rope defaults: 10k for sliding layers, 1M for global ones).
 DEFAULTS = {

@@ -11,10 +11,11 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-from specformer_hf.families.common import (ATTN, LAYER, MLP, EmbeddingScale, FamilyView, Layout, Part, Refuse,
-                                           RMSNorm, Sizes, Switch, Value, _selection, decoder_family,
-                                           layer_types_from_config)
-from specformer_hf.families.qwen_hybrid import language_model_of
+from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, Refuse, Switch, Value, selection
+from specformer_hf.parts.decoder import decoder_family, language_model_of
+from specformer_hf.parts.embedding import EmbeddingScale, Sizes
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.windows import layer_types_from_config
 from specformer_hf.rules import Copy, Fused, Rule, Site
 from specformer_hf.specview import NotExpressible
 
@@ -133,7 +134,7 @@ def _overrides(layers: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[
             key = repr(sorted((n, sorted(c.items(), key=str)) for n, c in change.items()))
             changes.setdefault(key, []).append(index)
             described[key] = change
-    return [{"select": _selection(indices, len(layers)), **described[key]} for key, indices in changes.items()]
+    return [{"select": selection(indices, len(layers)), **described[key]} for key, indices in changes.items()]
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,11 @@ q/k/v biases, optional per-head q/k RMSNorm, and DeepSeek-V3's sigmoid-routed ex
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, Fixed, GatedFFN, GroupedExperts, QKNorm, Rope, Switch,
-                                           decoder_family, replace_part)
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import Fixed, Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN, GroupedExperts
+from specformer_hf.parts.positions import Rope
 
 #: transformers' Glm4MoeConfig defaults (GLM-4.5-Air's shapes; partial_rotary_factor 0.5 unless the config says).
 DEFAULTS = {

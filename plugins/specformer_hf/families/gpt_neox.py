@@ -6,7 +6,8 @@ from typing import Any
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
-from specformer_hf.families import common
+from specformer_hf.parts.embedding import model_sizes, model_sizes_config, no_output_bias
+from specformer_hf.parts.positions import check_rotary_dim, rope, rope_config
 from specformer_hf.rules import Copy, HeadInterleavedQKV
 from specformer_hf.specview import NotExpressible, SpecView
 
@@ -24,12 +25,12 @@ DEFAULTS = {
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     bias = bool(cfg.get("attention_bias"))
     n_heads = cfg.get_size("num_attention_heads")
-    positional = common.rope(cfg, extra_legacy={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
+    positional = rope(cfg, extra_legacy={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
                              partial=True)
-    common.check_rotary_dim(cfg, n_heads, positional)
+    check_rotary_dim(cfg, n_heads, positional)
     parallel = bool(cfg.get("use_parallel_residual"))
     return {
-        **common.model_sizes(cfg),
+        **model_sizes(cfg),
         "positional": positional,
         "block": {
             "layout": {"kind": "parallel", "shared_norm": False} if parallel else "prenorm",
@@ -43,26 +44,26 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
 
 def to_config(view: SpecView) -> dict[str, Any]:
     m = view.model
-    common.no_output_bias(view, NAME)
+    no_output_bias(view, NAME)
     layout = view.block_kind("layout", ("parallel", "prenorm"), family=NAME)
     if layout == "parallel" and view.uniform("layout", "shared_norm", family=NAME):
         raise NotExpressible("model.block.layout.shared_norm", "GPT-NeoX's parallel blocks have two norms (GPT-J's one norm has no GPT-NeoX equivalent)")
     view.block_kind("norm", ("layernorm",), family=NAME)
     view.block_kind("attention", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
-    rope = common.rope_config(view, NAME, legacy_theta="rotary_emb_base", partial=True)
-    rope["rotary_pct"] = rope["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
-    if "rope_scaling" in rope:
-        rope["rope_scaling"]["partial_rotary_factor"] = rope["rotary_pct"]
+    rotary = rope_config(view, NAME, legacy_theta="rotary_emb_base", partial=True)
+    rotary["rotary_pct"] = rotary["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
+    if "rope_scaling" in rotary:
+        rotary["rope_scaling"]["partial_rotary_factor"] = rotary["rotary_pct"]
     return {
-        **common.model_sizes_config(view),
+        **model_sizes_config(view),
         "num_attention_heads": view.uniform("attention", "n_heads", family=NAME),
         "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
         "use_parallel_residual": layout == "parallel",
         "intermediate_size": view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model,
         "hidden_act": ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=NAME)],
         "layer_norm_eps": view.uniform("norm", "eps", family=NAME),
-        **rope,
+        **rotary,
     }
 
 

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, MLP, ATTN, FamilyView, GatedFFN, LayerTypes, Part,
-                                           Switch, decoder_family, replace_part)
+from specformer_hf.parts.base import ATTN, MLP, FamilyView, Part, Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.windows import LayerTypes
 from specformer_hf.rules import Copy, InterleavedGateUp, Rule, TransposedExperts
 from specformer_hf.specview import NotExpressible
 

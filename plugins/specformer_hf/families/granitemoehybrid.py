@@ -29,10 +29,15 @@ from specformer.errors import UserError
 from specformer_layers import default_gated_hidden
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-from specformer_hf.families.common import (_GATED_KIND, GATED_FFNS, LAYER, Attention, FamilyView, Layout, Part,
-                                           RMSNorm, Rope, Sizes, _selection, attention_sizes, decoder_family)
-from specformer_hf.families.hybrid import (embedding_multiplier_config, exact_preimage, keeps_keys, keeps_state,
-                                           mamba2_config, mamba2_mixer, mamba2_rules, uniform_mixers)
+from specformer_hf.parts.attention import Attention, attention_sizes
+from specformer_hf.parts.base import (LAYER, FamilyView, Part, exact_preimage, keeps_keys, keeps_state, selection,
+                                      uniform_mixers)
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes, embedding_multiplier_config
+from specformer_hf.parts.feedforward import GATED_FFNS, GATED_KIND
+from specformer_hf.parts.mamba2 import HYBRID_FIELDS, mamba2_rules
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import Rope
 from specformer_hf.rules import AtLayers, Copy, OneOf, Rule
 from specformer_hf.specview import NotExpressible
 
@@ -75,9 +80,8 @@ def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dic
     model.setdefault("block", {})["attention"] = mixers[base]
     other = [i for i, kind in enumerate(kinds) if kind != base]
     if other:
-        override = {"select": _selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]}
+        override = {"select": selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]}
         model.setdefault("layers", []).append(override)
-
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ class GraniteMixers(Part):
         mixers["attention"] = attention
         if "mamba2" in kinds:
             d_inner = cfg.get_size("mamba_expand") * cfg.get_size("hidden_size")
-            mixers["mamba2"] = mamba2_mixer(cfg, d_inner=d_inner)
+            mixers["mamba2"] = HYBRID_FIELDS.spec(cfg, d_inner=d_inner)
         else:
             cfg.mark_read(*MAMBA_FIELDS)  # no Mamba layer: the fields are inert
         hybrid_layers(model, kinds, mixers)
@@ -183,8 +187,8 @@ class GraniteMixers(Part):
             if m["norm_eps"] != view.uniform("norm", "eps"):
                 raise NotExpressible("model.block.attention.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
                                      f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
-            config.update(mamba2_config(m),
-                          mamba_expand=d_inner // view.model.d_model, mamba_proj_bias=m["bias"])
+            config.update(HYBRID_FIELDS.config(m, d_model=view.model.d_model, family=view.name),
+                          mamba_expand=d_inner // view.model.d_model)
 
     def rules(self) -> list[Rule]:
         attention = [AtLayers(rule, where=lambda site: keeps_keys(site.attention), layers="attention")
@@ -210,7 +214,7 @@ class GraniteExperts(Part):
             }
         else:  # no experts: the shared expert alone
             cfg.mark_read("intermediate_size", "num_experts_per_tok", "router_aux_loss_coef")
-            ffn = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": shared, "activation": activation}
+            ffn = {"kind": GATED_KIND.get(activation, "swiglu"), "hidden": shared, "activation": activation}
         model.setdefault("block", {})["ffn"] = ffn
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:

@@ -17,9 +17,13 @@ from specformer.errors import UserError
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from torch import Tensor
 
-from specformer_hf.families.common import (ATTN, LAYER, MLP, FamilyView, Layout, Part, RMSNorm, Sizes, _selection,
-                                           _shared_halves, decoder_family, default_gated_hidden, expert_rules)
-from specformer_hf.families.deepseek_v3 import LATENT_EPS, LatentAttention
+from specformer_hf.parts.attention import LATENT_EPS, LatentAttention
+from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, selection
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import expert_rules, shared_halves
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_layers import default_gated_hidden
 from specformer_hf.rules import Copy, DepthwiseConv, Fused, OneOf, Rule, Site, halves
 from specformer_hf.specview import NotExpressible
 
@@ -137,7 +141,7 @@ class HybridMixers(Part):
         others = [i for i, kind in enumerate(kinds) if kind != base]
         if others:
             other = next(k for k in MIXERS if k != base)
-            model.setdefault("layers", []).append({"select": _selection(others, n_layers), "attention": mixers[other]})
+            model.setdefault("layers", []).append({"select": selection(others, n_layers), "attention": mixers[other]})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         layers = view.per_layer("attention")
@@ -236,7 +240,7 @@ def _ffn_rules() -> list[Rule]:
         *expert_rules(saved=SAVED_MLP, gate="w1", up="w3", down="w2"),
         both(lambda m: Copy(f"{m}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias")),
         both(lambda m: Fused([f"{m}.shared_experts.gate_proj.weight", f"{m}.shared_experts.up_proj.weight"],
-                             "blocks.{i}.ffn.shared.gate_up.weight", sizes=_shared_halves)),
+                             "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves)),
         both(lambda m: Copy(f"{m}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight")),
         both(lambda m: Fused([f"{m}.gate_proj.weight", f"{m}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight",
                              sizes=halves)),
@@ -288,7 +292,7 @@ class KimiExperts(Part):
         }
         dense = [i for i in range(n_layers) if i not in sparse]
         if dense:
-            model.setdefault("layers", []).append({"select": _selection(dense, n_layers), "ffn": dense_ffn})
+            model.setdefault("layers", []).append({"select": selection(dense, n_layers), "ffn": dense_ffn})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         ffns = view.per_layer("ffn")

@@ -17,8 +17,12 @@ from typing import Any, Callable
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LAYER, FamilyView, Part, Rope, RMSNorm, Sizes, _selection, decoder_family,
-                                           default_gated_hidden, model_sizes, rmsnorm)
+from specformer_hf.parts.base import LAYER, FamilyView, Part, selection
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes, model_sizes
+from specformer_hf.parts.norms import RMSNorm, rmsnorm
+from specformer_hf.parts.positions import Rope
+from specformer_layers import default_gated_hidden
 from specformer_hf.rules import Copy, DepthwiseConv, Fused, Rule, Site, halves, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
@@ -131,7 +135,7 @@ class Mixers(Part):
         model.setdefault("block", {})["attention"] = base
         others = [i for i, t in enumerate(types) if t == other_type]
         if others:
-            model.setdefault("layers", []).append({"select": _selection(others, n_layers), "attention": other})
+            model.setdefault("layers", []).append({"select": selection(others, n_layers), "attention": other})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         mixers = view.per_layer("attention")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import LLAMA_PARTS, Switch, decoder_family
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
 
 #: transformers' LlamaConfig defaults (a saved config.json may leave any of these out).
 DEFAULTS = {

@@ -12,9 +12,13 @@ from specformer.errors import UserError
 from specformer_layers import default_gated_hidden
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-from specformer_hf.families.common import (LAYER, Attention, FamilyView, Layout, Part, RMSNorm, Sizes, Switch,
-                                           _GATED_KIND, _selection, decoder_family, per_layer_overrides, no_rope_flags, rope,
-                                           rope_parameters_of)
+from specformer_hf.parts.attention import Attention
+from specformer_hf.parts.base import LAYER, FamilyView, Part, Switch, per_layer_overrides, selection
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GATED_KIND
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import no_rope_flags, rope, rope_parameters_of
 from specformer_hf.rules import Copy, Fused, Rule, Site, TransposedExperts
 from specformer_hf.specview import NotExpressible
 
@@ -65,7 +69,7 @@ class LocalAndGlobalLayers(Part):
         model["positional"] = {**rope(cfg), "interleaved": True}  # Llama 4 turns adjacent pairs (complex numbers)
         nope = [i for i, rotary in enumerate(uses_rope) if not rotary]
         if nope:
-            model.setdefault("layers", []).append({"select": _selection(nope, n_layers), "positional": "none"})
+            model.setdefault("layers", []).append({"select": selection(nope, n_layers), "positional": "none"})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         name, pos = view.name, view.positional
@@ -138,7 +142,7 @@ class Experts(Part):
                "hidden": cfg.get_int("intermediate_size"), "activation": activation, "gated": True,
                "n_shared_experts": 1, "router": {"kind": "topk_sigmoid"},
                "aux_loss_coef": cfg.get_float("router_aux_loss_coef")}
-        dense = {"kind": _GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size_mlp"),
+        dense = {"kind": GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size_mlp"),
                  "activation": activation}
         per_layer_overrides(model, "ffn", [moe if i in moe_layers else dense for i in range(n_layers)], n_layers)
 

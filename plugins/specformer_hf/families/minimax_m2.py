@@ -3,8 +3,11 @@ head rotated, and Mixtral-style experts chosen by sigmoid scores plus a selectio
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LAYER, LLAMA_PARTS, MLP, GatedFFN, MixtureOfExperts, QKNorm, Refuse, Rope,
-                                           decoder_family, replace_part)
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import LAYER, MLP, Refuse
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
+from specformer_hf.parts.positions import Rope
 
 #: transformers' MiniMaxM2Config defaults (MiniMax-M2's shapes but for rotary_dim, which its config.json adds).
 DEFAULTS = {

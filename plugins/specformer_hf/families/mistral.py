@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import LLAMA_PARTS, Value, decoder_family
+from specformer_hf.parts.base import Value
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
 
 #: transformers' MistralConfig defaults.
 DEFAULTS = {

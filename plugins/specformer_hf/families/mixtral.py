@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LAYER, LLAMA_PARTS, GatedFFN, MixtureOfExperts, Value, decoder_family,
-                                           replace_part)
+from specformer_hf.parts.base import LAYER, Value
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
 
 #: transformers' MixtralConfig defaults.
 DEFAULTS = {

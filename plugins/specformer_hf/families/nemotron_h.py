@@ -25,8 +25,10 @@ from typing import Any
 
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import FamilyView, Part, _selection, decoder_family
-from specformer_hf.families.mamba2 import Mamba2Mixer, no_positions
+from specformer_hf.parts.base import FamilyView, Part, selection
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.positions import no_positions
+from specformer_hf.parts.mamba2 import Mamba2Fields, mamba2_rules
 from specformer_hf.rules import AtLayers, Copy, Fused, Rule, Site, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
@@ -45,8 +47,8 @@ LAYER = "backbone.layers.{i}"
 LETTERS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Older layers_block_type names, as transformers renames them.
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
-MIXER = Mamba2Mixer(LAYER, heads="mamba_num_heads", head_dim="mamba_head_dim", state="ssm_state_size",
-                    act="mamba_hidden_act", dt_limit=False, expand=False)
+MIXER = Mamba2Fields(heads="mamba_num_heads", head_dim="mamba_head_dim", state="ssm_state_size", act="mamba_hidden_act",
+                     width="heads", step="min")
 
 
 def layer_types(cfg: ConfigReader) -> list[str]:
@@ -125,9 +127,9 @@ class NemotronHModel(Part):
         # Read whether the model has such layers or not: a field of an absent layer type changes nothing.
         attention_spec, mlp_spec = _attention(cfg), _mlp(cfg)
         if attention:
-            layers.append({"select": _selection(attention, n_layers), "attention": attention_spec})
+            layers.append({"select": selection(attention, n_layers), "attention": attention_spec})
         if mlp:
-            layers.append({"select": _selection(mlp, n_layers), "attention": "none", "ffn": mlp_spec})
+            layers.append({"select": selection(mlp, n_layers), "attention": "none", "ffn": mlp_spec})
         if layers:
             model["layers"] = layers
         if cfg.get_int("num_nextn_predict_layers"):
@@ -173,7 +175,7 @@ class NemotronHModel(Part):
 
     def rules(self) -> list[Rule]:
         attn = mlp = f"{LAYER}.mixer"  # every layer's one sublayer is its "mixer"
-        mamba_out = {r.ours: r for r in MIXER.rules() if r.ours[0].startswith("blocks.{i}.attention.out.")}
+        mamba_out = {r.ours: r for r in mamba2_rules(f"{LAYER}.mixer", "blocks.{i}.attention") if r.ours[0].startswith("blocks.{i}.attention.out.")}
         return [
             Copy("backbone.embeddings.weight", "embedding.weight"),
             Copy("backbone.norm_f.weight", "final_norm.weight"),
@@ -182,7 +184,7 @@ class NemotronHModel(Part):
             # (a rule whose parameter a layer lacks is skipped there).
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.attention_norm.weight"),
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.ffn_norm.weight"),
-            *(r for r in MIXER.rules() if r.ours not in mamba_out),
+            *(r for r in mamba2_rules(f"{LAYER}.mixer", "blocks.{i}.attention") if r.ours not in mamba_out),
             Fused([f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"],
                   "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
             # Mamba and attention layers both have attention.out, from different tensors.

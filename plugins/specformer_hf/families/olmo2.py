@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import LLAMA_PARTS, Layout, QKNorm, Switch, decoder_family, replace_part
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.norms import Layout
 
 #: transformers' Olmo2Config defaults.
 DEFAULTS = {

@@ -3,8 +3,12 @@ q/k RMSNorm over all heads) with three sliding-window layers to one global layer
 
 from __future__ import annotations
 
-from specformer_hf.families.common import (LLAMA_PARTS, LayerTypeRopes, Layout, QKNorm, Rope, Switch, decoder_family,
-                                           replace_part)
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.norms import Layout
+from specformer_hf.parts.positions import Rope
+from specformer_hf.parts.windows import LayerTypeRopes
 
 #: transformers' Olmo3Config defaults (theta 500k for both layer types).
 DEFAULTS = {

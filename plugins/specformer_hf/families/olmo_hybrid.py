@@ -3,10 +3,13 @@ fourth layer, OLMo-2's attention layer (norms after each sublayer, q/k RMSNorm o
 
 from __future__ import annotations
 
-from specformer_hf.families.common import GatedFFN, RMSNorm, Sizes, decoder_family
-from specformer_hf.families.qwen_hybrid import (AttentionFields, DeltaNetFields, HybridMixers, OptionalRope,
-                                                olmo_attention_rules, olmo_default_types, olmo_delta_rules,
-                                                olmo_norm_rules)
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, HybridMixers, olmo_attention_rules,
+                                          olmo_default_types, olmo_delta_rules, olmo_norm_rules)
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import RMSNorm
+from specformer_hf.parts.positions import OptionalRope
 
 #: transformers' OlmoHybridConfig defaults (the linear_* head sizes None: derived from the attention's).
 DEFAULTS = {

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (ATTN, LLAMA_PARTS, MLP, FamilyView, Layout, Rope, Sizes, Value,
-                                           decoder_family, replace_part)
+from specformer_hf.parts.base import ATTN, MLP, FamilyView, Value
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.norms import Layout
+from specformer_hf.parts.positions import Rope
 from specformer_hf.rules import Copy
 
 #: transformers' Phi3Config defaults.

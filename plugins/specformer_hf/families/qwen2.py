@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import LLAMA_PARTS, Fixed, QwenWindows, decoder_family
+from specformer_hf.parts.base import Fixed
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
+from specformer_hf.parts.windows import QwenWindows
 
 #: transformers' Qwen2Config defaults.
 DEFAULTS = {

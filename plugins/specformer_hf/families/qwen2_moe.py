@@ -4,8 +4,10 @@ one gated shared expert, optional dense layers."""
 from __future__ import annotations
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, Fixed, GatedFFN, MixtureOfExperts, Switch, SwitchedWindows,
-                                           decoder_family, replace_part)
+from specformer_hf.parts.base import Fixed, Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
+from specformer_hf.parts.windows import SwitchedWindows
 
 #: transformers' Qwen2MoeConfig defaults.
 DEFAULTS = {
@@ -17,7 +19,6 @@ DEFAULTS = {
     "router_aux_loss_coef": 0.001, "mlp_only_layers": None, "qkv_bias": True, "layer_types": None,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
-
 
 
 def sliding_by_default(cfg: ConfigReader, n_layers: int) -> list[bool]:

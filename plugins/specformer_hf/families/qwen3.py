@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from specformer_hf.families.common import LLAMA_PARTS, QKNorm, QwenWindows, Switch, decoder_family
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
+from specformer_hf.parts.windows import QwenWindows
 
 #: transformers' Qwen3Config defaults.
 DEFAULTS = {

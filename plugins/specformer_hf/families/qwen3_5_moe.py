@@ -3,10 +3,13 @@ layers with routed experts (top-k weights always renormalised) and a gated share
 
 from __future__ import annotations
 
-from specformer_hf.families.common import Layout, MixtureOfExperts, RMSNorm, Sizes, decoder_family
-from specformer_hf.families.qwen_hybrid import (AttentionFields, DeltaNetFields, HybridMixers, TextRope,
-                                                gated_attention_rules, language_model_of, qwen3_5_delta_rules,
-                                                qwen_default_types)
+from specformer_hf.parts.decoder import decoder_family, language_model_of
+from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, HybridMixers, gated_attention_rules,
+                                          qwen3_5_delta_rules, qwen_default_types)
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import MixtureOfExperts
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import TextRope
 
 #: transformers' Qwen3_5MoeTextConfig defaults.
 DEFAULTS = {

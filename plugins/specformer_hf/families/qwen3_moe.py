@@ -4,8 +4,11 @@ dense layers."""
 from __future__ import annotations
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, GatedFFN, MixtureOfExperts, QKNorm, Switch,
-                                           SwitchedWindows, decoder_family, replace_part)
+from specformer_hf.parts.attention import QKNorm
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
+from specformer_hf.parts.windows import SwitchedWindows
 
 #: transformers' Qwen3MoeConfig defaults.
 DEFAULTS = {
@@ -16,7 +19,6 @@ DEFAULTS = {
     "num_experts": 128, "norm_topk_prob": False, "router_aux_loss_coef": 0.001, "mlp_only_layers": None,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
-
 
 
 def every_layer_slides(cfg: ConfigReader, n_layers: int) -> list[bool]:

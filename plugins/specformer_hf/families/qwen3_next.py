@@ -3,9 +3,13 @@ layer, (1 + w) RMSNorms, a quarter of each head rotated, routed experts with a g
 
 from __future__ import annotations
 
-from specformer_hf.families.common import Layout, MixtureOfExperts, RMSNorm, Sizes, decoder_family
-from specformer_hf.families.qwen_hybrid import (AttentionFields, DeltaNetFields, HybridMixers, TextRope,
-                                                gated_attention_rules, qwen3_next_delta_rules, qwen_default_types)
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, HybridMixers, gated_attention_rules,
+                                          qwen3_next_delta_rules, qwen_default_types)
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import MixtureOfExperts
+from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.positions import TextRope
 
 #: transformers' Qwen3NextConfig defaults (its __post_init__ puts partial_rotary_factor 0.25 into the rope parameters).
 DEFAULTS = {

@@ -4,8 +4,10 @@ positions (NoPE)."""
 from __future__ import annotations
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.common import (LLAMA_PARTS, NoRopeLayers, Rope, Switch, SwitchedWindows, decoder_family,
-                                           no_rope_flags, replace_part)
+from specformer_hf.parts.base import Switch
+from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
+from specformer_hf.parts.positions import NoRopeLayers, Rope, no_rope_flags
+from specformer_hf.parts.windows import SwitchedWindows
 
 #: transformers' SmolLM3Config defaults.
 DEFAULTS = {
@@ -15,7 +17,6 @@ DEFAULTS = {
     "no_rope_layer_interval": 4, "layer_types": None, "attention_bias": False, "mlp_bias": False,
     "tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 2000000.0},
 }
-
 
 
 def nope_layers_slide(cfg: ConfigReader, n_layers: int) -> list[bool]:

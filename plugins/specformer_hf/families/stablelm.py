@@ -9,8 +9,13 @@ from torch import Tensor
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.specview import NotExpressible
-from specformer_hf.families.common import (ATTN, Attention, FamilyView, Fixed, GatedFFN, LayerNorm, Layout, Part, Rope,
-                                           Sizes, Switch, decoder_family)
+from specformer_hf.parts.attention import Attention
+from specformer_hf.parts.base import ATTN, FamilyView, Fixed, Part, Switch
+from specformer_hf.parts.decoder import decoder_family
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.norms import LayerNorm, Layout
+from specformer_hf.parts.positions import Rope
 from specformer_hf.rules import Rule, Site
 
 #: transformers' StableLmConfig defaults.

@@ -15,7 +15,8 @@ import specformer_hf
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import get_families
-from specformer_hf.families.hybrid import exact_preimage, json_float
+from specformer_hf.parts.base import exact_preimage
+from specformer_hf.parts.mamba2 import json_float
 
 
 def _folder(tmp_path, case_name: str, **changes):

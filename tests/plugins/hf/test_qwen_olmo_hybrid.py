@@ -14,7 +14,7 @@ from multimodal import check_language_model_import
 import specformer
 import specformer_hf
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.qwen_hybrid import GatedQuery, GroupedBA, GroupedQKVZ
+from specformer_hf.parts.deltanet import GatedQuery, GroupedBA, GroupedQKVZ
 from specformer_hf.family import get_families
 from specformer_hf.rules import Site
 

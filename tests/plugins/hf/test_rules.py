@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from specformer_hf.families.common import _selection, window_layers
+from specformer_hf.parts.base import selection
+from specformer_hf.parts.windows import window_layers
 from specformer_hf.rules import Copy, Fused, HeadInterleavedQKV, PerExpert, Site, Transposed, halves, qkv_sizes
 
 
@@ -67,11 +68,11 @@ def test_templates_expand_per_layer():
 
 
 def test_window_overrides_read_as_slices():
-    assert _selection([0, 2], 4) == "0::2"
-    assert _selection([1, 3, 5], 6) == "1::2"
-    assert _selection([2, 3], 4) == "2:"
-    assert _selection([1, 2], 4) == "1:3"
-    assert _selection([0, 1, 3], 4) == [0, 1, 3]
-    assert _selection([2], 4) == 2
+    assert selection([0, 2], 4) == "0::2"
+    assert selection([1, 3, 5], 6) == "1::2"
+    assert selection([2, 3], 4) == "2:"
+    assert selection([1, 2], 4) == "1:3"
+    assert selection([0, 1, 3], 4) == [0, 1, 3]
+    assert selection([2], 4) == 2
     assert window_layers(8, [8, None, 8, None]) == [{"select": "1::2", "attention": {"window": None}}]
     assert window_layers(None, [None, None]) == []

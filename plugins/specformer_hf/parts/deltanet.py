@@ -1,5 +1,5 @@
-"""What the hybrid families share (Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OLMo Hybrid): Gated DeltaNet layers among
-full-attention ones, chosen per layer by ``layer_types``.
+"""Gated DeltaNet layers among full-attention ones, chosen per layer by ``layer_types`` (Qwen3-Next, Qwen3.5,
+Qwen3.5-MoE, OLMo Hybrid): both mixers' config fields, and their weight rules by the kind of layer.
 
 A spec keeps the most common mixer in its block and the other one in a single ``layers:``
 override (``{select: "3::4", attention: {kind: attention, ...}}`` for the published
@@ -19,10 +19,11 @@ from torch import Tensor
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
-from specformer_hf.family import Family
-from specformer_hf.families.common import ATTN, LAYER, FamilyView, Part, Rope, _selection, attention_sizes, rmsnorm
+from specformer_hf.parts.attention import attention_sizes
+from specformer_hf.parts.base import ATTN, LAYER, FamilyView, Part, selection
+from specformer_hf.parts.norms import rmsnorm
 from specformer_hf.rules import AtLayers, Copy, DepthwiseConv, Fused, OneOf, Rule, Site
-from specformer_hf.specview import ExportsAs, NotExpressible
+from specformer_hf.specview import NotExpressible
 
 LINEAR, FULL = "linear_attention", "full_attention"
 #: Our mixer kinds for the two layer types.
@@ -197,7 +198,7 @@ class HybridMixers(Part):
         other = [i for i, t in enumerate(types) if t != base]
         if other:
             kind = types[other[0]]
-            override: dict[str, Any] = {"select": _selection(other, len(types)), "attention": mixers[kind]}
+            override: dict[str, Any] = {"select": selection(other, len(types)), "attention": mixers[kind]}
             if layouts:
                 override["layout"] = layouts[kind]
             model.setdefault("layers", []).append(override)
@@ -417,87 +418,9 @@ def olmo_norm_rules() -> list[Rule]:
     ]
 
 
-# -- positions ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TextRope(Rope):
-    """Qwen3.5's rope, read as the text-only model uses it: the multimodal sections (mrope_section,
-    mrope_interleaved) turn text positions exactly as a plain rope does, so they are read and dropped."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        stored = cfg.data.get("rope_parameters")
-        if isinstance(stored, dict) and ({"mrope_section", "mrope_interleaved"} & stored.keys()):
-            cfg.data["rope_parameters"] = {k: v for k, v in stored.items() if k not in ("mrope_section", "mrope_interleaved")}
-        cfg.mark_read("mrope_section", "mrope_interleaved")
-        super().read(cfg, model)
-
-
-@dataclass(frozen=True)
-class OptionalRope(Rope):
-    """OLMo Hybrid: rope on the attention layers, or none at all when rope_theta is null (its released checkpoints)."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        stored = cfg.data.get("rope_parameters")
-        theta = stored.get("rope_theta", 0) if isinstance(stored, dict) else cfg.data.get("rope_theta", 0)
-        if theta is None:
-            cfg.mark_read("rope_parameters", "rope_theta", "rope_scaling")
-            model["positional"] = {"kind": "none"}
-            return
-        super().read(cfg, model)
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        if view.positional["kind"] == "none":
-            view.view.one_positional(family=view.name)
-            config["rope_parameters"] = {"rope_type": "default", "rope_theta": None}
-            return
-        super().write(view, config)
-
-
-# -- the multimodal checkpoints' language model ---------------------------------------------------------
-
-
-def language_model_of(text: Family, *, name: str, model_type: str, architecture: str,
-                      skipped: tuple[str, ...] = (r"model\.visual\..*",),
-                      skipped_what: str = "the vision encoder (model.visual.*) is") -> Family:
-    """The family reading ``text``'s model out of a multimodal checkpoint (Qwen3.5's and Gemma 4's published ones).
-
-    config.json nests the language model's fields under ``text_config`` and ties the head at
-    the top level (``tie_word_embeddings``, as the multimodal model does); the weights sit under
-    ``model.language_model.`` and the other encoders' (``skipped``, in words ``skipped_what``:
-    Qwen3.5's ``model.visual.*``) are skipped, as transformers skips them when it loads such a checkpoint as a causal LM.
-    Export writes the text family's layout: this family expresses no spec.
-    """
-
-    def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-        inner = cfg.get("text_config", None)
-        if not isinstance(inner, dict):
-            raise UserError(f"{cfg.family}: config.json needs a 'text_config' mapping (the language model's fields), "
-                            f"got {inner!r}")
-        reader = ConfigReader(inner, defaults=text.defaults, family=f"{cfg.family} text_config",
-                              max_layers=cfg.max_layers)
-        model = text.to_spec(reader)
-        model["tie_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-        cfg.mark_read(*cfg.data)  # the vision encoder's settings and the image/video token ids: not the text model's
-        cfg.unused.extend(f"text_config.{key}" for key in reader.unread(also_harmless=text.non_math_fields))
-        return model
-
-    def to_config(view: Any) -> dict[str, Any]:
-        raise ExportsAs("", f"export writes the language model alone, as Hugging Face {text.name} "
-                                 f"({text.model_type})")
-
-    return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,
-                  to_config=to_config, weights=text.weights,
-                  ignore_tensors=(*text.ignore_tensors, *skipped),
-                  aliases=(("model.", "model.language_model."),),
-                  maps=f"text_config as {text.name} ({text.model_type}); model.language_model.* weights; top-level "
-                       "tie_word_embeddings",
-                  caveats=f"the language model only: {skipped_what} skipped; export writes {text.model_type}")
-
-
 __all__ = [
     "AttentionFields", "DeltaNetFields", "FULL", "GatedQuery", "GroupedBA", "GroupedQKVZ",
-    "HybridMixers", "LINEAR", "OptionalRope", "TextRope", "at_full", "at_linear", "gated_attention_rules",
-    "hybrid_layer_types", "language_model_of", "olmo_attention_rules", "olmo_default_types", "olmo_delta_rules", "olmo_norm_rules",
+    "HybridMixers", "LINEAR", "at_full", "at_linear", "gated_attention_rules",
+    "hybrid_layer_types", "olmo_attention_rules", "olmo_default_types", "olmo_delta_rules", "olmo_norm_rules",
     "qwen3_5_delta_rules", "qwen3_next_delta_rules", "qwen_default_types",
 ]

@@ -1,0 +1,175 @@
+"""Softmax attention: its sizes, the q/k/v and output projections, q/k norms, the score scale; latent attention."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from specformer_hf.config import ConfigReader
+from specformer_hf.parts.base import ATTN, FamilyView, Part
+from specformer_hf.parts.norms import rmsnorm
+from specformer_hf.rules import Copy, Fused, Rule, qkv_sizes
+from specformer_hf.specview import NotExpressible, SpecView
+
+
+def attention_sizes(cfg: ConfigReader) -> dict[str, Any]:
+    """n_heads, n_kv_heads, head_dim of the attention (head_dim: null means hidden / heads)."""
+    n_heads = cfg.get_size("num_attention_heads")
+    n_kv = cfg.get("num_key_value_heads", None) or n_heads
+    head_dim = cfg.get("head_dim", None) or cfg.get_size("hidden_size") // n_heads
+    return {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_kv, "head_dim": head_dim}
+
+
+def attention_sizes_config(view: SpecView, family: str) -> dict[str, Any]:
+    view.block_kind("attention", ("attention",), family=family)
+    for key in ("n_heads", "n_kv_heads", "head_dim"):
+        view.uniform("attention", key, family=family)
+    n_heads, n_kv, head_dim = view.attention_sizes()
+    return {"num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim}
+
+
+@dataclass(frozen=True)
+class Attention(Part):
+    """num_attention_heads, num_key_value_heads, head_dim; q/k/v fused into our qkv, o_proj, their biases.
+
+    ``head_dim`` False: the family's attention always uses hidden_size / num_attention_heads
+    (StableLM), whatever a head_dim field says.
+    """
+
+    head_dim: bool = True
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        sizes = attention_sizes(cfg)
+        if not self.head_dim:
+            sizes["head_dim"] = cfg.get_size("hidden_size") // sizes["n_heads"]
+        model.setdefault("block", {}).setdefault("attention", {}).update(sizes)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        sizes = attention_sizes_config(view.view, view.name)
+        if not self.head_dim:
+            if sizes["head_dim"] * sizes["num_attention_heads"] != view.model.d_model:
+                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                                     f"d_model / n_heads ({view.model.d_model} / {sizes['num_attention_heads']})")
+            del sizes["head_dim"]
+        config.update(sizes)
+
+    def rules(self) -> list[Rule]:
+        return [
+            Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"],
+                  "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+            Fused([f"{ATTN}.q_proj.bias", f"{ATTN}.k_proj.bias", f"{ATTN}.v_proj.bias"],
+                  "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
+            Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+            Copy(f"{ATTN}.o_proj.bias", "blocks.{i}.attention.out.bias"),
+        ]
+
+
+@dataclass(frozen=True)
+class QKNorm(Part):
+    """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2).
+
+    Always on, unless ``switch`` names a boolean config field that turns it on (GLM-4.5's use_qk_norm).
+    """
+
+    scope: str = "head"
+    eps_key: str = "rms_norm_eps"
+    #: 1 for Gemma 3's (1 + w) weights.
+    offset: float = 0.0
+    switch: str | None = None
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        if self.switch and not cfg.get(self.switch):
+            return
+        attention = model.setdefault("block", {}).setdefault("attention", {})
+        attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset), qk_norm_scope=self.scope)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        on = view.uniform("attention", "qk_norm") is not None
+        if self.switch:
+            config[self.switch] = on
+        elif not on:
+            raise NotExpressible("model.block.attention.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
+
+    def rules(self) -> list[Rule]:
+        return [Copy(f"{ATTN}.q_norm.weight", "blocks.{i}.attention.q_norm.weight"),
+                Copy(f"{ATTN}.k_norm.weight", "blocks.{i}.attention.k_norm.weight")]
+
+
+@dataclass(frozen=True)
+class QueryScale(Part):
+    """query_pre_attn_scalar s: scores scaled by s^-1/2 instead of head_dim^-1/2 (Gemma 2 and 3)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        attention = model.setdefault("block", {}).setdefault("attention", {})
+        scalar = cfg.get_float("query_pre_attn_scalar")
+        if scalar != attention["head_dim"]:
+            attention["scale"] = scalar ** -0.5
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        _, _, head_dim = view.attention_sizes()
+        scale = view.uniform("attention", "scale")
+        scalar: float = head_dim
+        if scale is not None:
+            scalar = scale ** -2
+            if math.isclose(scalar, round(scalar), rel_tol=1e-9):
+                scalar = int(round(scalar))
+        config["query_pre_attn_scalar"] = scalar
+
+
+# -- multi-head latent attention (DeepSeek-V3, V3.2, Kimi Linear) ----------------------------------------
+
+#: DeepseekV3RMSNorm's own eps, which the latent norms use (the config's rms_norm_eps is for the block norms).
+LATENT_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class LatentAttention(Part):
+    """num_attention_heads, q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias
+    <-> attention ``mla``; the q_a/q_b (or q), kv_a, kv_b and o projections and the two latent norms."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        attention: dict[str, Any] = {
+            "kind": "mla",
+            "n_heads": cfg.get_size("num_attention_heads"),
+            "kv_lora_rank": cfg.get_size("kv_lora_rank"),
+            "qk_rope_head_dim": cfg.get_size("qk_rope_head_dim"),
+            "qk_nope_head_dim": cfg.get_int("qk_nope_head_dim"),
+            "v_head_dim": cfg.get_size("v_head_dim"),
+            "q_lora_rank": cfg.get("q_lora_rank"),
+            "latent_norm": {"kind": "rmsnorm", "eps": LATENT_EPS},
+            "bias": bool(cfg.get("attention_bias")),
+        }
+        # Every head has its own key and value from the latent; head_dim and qk_head_dim are derived sizes.
+        cfg.mark_read("num_key_value_heads", "head_dim", "qk_head_dim")
+        scaling = model["positional"].get("scaling") or {}
+        if scaling.get("kind") == "yarn" and scaling.get("mscale_all_dim"):
+            attention.update(yarn_factor=scaling["factor"], yarn_mscale_all_dim=scaling["mscale_all_dim"])
+        model.setdefault("block", {})["attention"] = attention
+
+    #: Whether the family's attention has DeepSeek Sparse Attention's indexer (DeepSeek-V3.2) or none (V2, V3).
+    indexed: bool = False
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("attention", ("mla",))
+        a = view.uniform("attention")
+        if (a.get("indexer") is not None) != self.indexed:
+            raise NotExpressible("model.block.attention.indexer", f"Hugging Face {view.name}'s latent attention has "
+                                 f"{'an' if self.indexed else 'no'} indexer")
+        if a["latent_norm"].get("kind") != "rmsnorm" or a["latent_norm"].get("eps") != LATENT_EPS or a["window"] is not None:
+            raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s latent attention has RMSNorm "
+                                 f"latents (eps {LATENT_EPS}) and no window")
+        config.update(num_attention_heads=a["n_heads"], num_key_value_heads=a["n_heads"], kv_lora_rank=a["kv_lora_rank"],
+                      qk_rope_head_dim=a["qk_rope_head_dim"], qk_nope_head_dim=a["qk_nope_head_dim"],
+                      v_head_dim=a["v_head_dim"], q_lora_rank=a["q_lora_rank"], attention_bias=a["bias"])
+
+    def rules(self) -> list[Rule]:
+        pairs = [("q_proj", "q_proj"), ("q_a_proj", "q_a"), ("q_b_proj", "q_b"), ("kv_a_proj_with_mqa", "kv_a"),
+                 ("kv_b_proj", "kv_b"), ("o_proj", "out")]
+        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.{p}", f"blocks.{{i}}.attention.{ours}.{p}") for hf, ours in pairs
+                             for p in ("weight", "bias")]
+        return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
+                        Copy(f"{ATTN}.kv_a_layernorm.weight", "blocks.{i}.attention.kv_norm.weight")]
+
+
+__all__ = ["Attention", "LATENT_EPS", "LatentAttention", "QKNorm", "QueryScale", "attention_sizes", "attention_sizes_config"]

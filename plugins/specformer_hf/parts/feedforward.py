@@ -1,0 +1,305 @@
+"""The feed-forward: a gated MLP, a mixture of gated experts (its routers and expert tensors), dense layers among them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specformer.errors import UserError
+from specformer_layers import default_gated_hidden  # the width a gated FFN with hidden: null builds
+
+from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
+from specformer_hf.parts.base import MLP, FamilyView, Part
+from specformer_hf.rules import Copy, Fused, OneOf, PerExpert, Rule, Site, halves
+from specformer_hf.specview import NotExpressible, SpecView
+
+#: Our gated feed-forward kinds, and the one each activation makes.
+GATED_FFNS = ("swiglu", "geglu", "reglu")
+GATED_KIND = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu", "relu": "reglu"}
+
+
+def gated_ffn(cfg: ConfigReader, *, act_key: str = "hidden_act", bias: bool = False) -> dict[str, Any]:
+    activation = activation_from_hf(cfg, act_key)
+    kind = GATED_KIND.get(activation, "swiglu")
+    return {"kind": kind, "hidden": cfg.get_int("intermediate_size"), "activation": activation, "bias": bias}
+
+
+def gated_ffn_config(view: SpecView, family: str, *, act_key: str = "hidden_act") -> dict[str, Any]:
+    view.block_kind("ffn", GATED_FFNS, family=family)
+    hidden = view.uniform("ffn", "hidden", family=family) or default_gated_hidden(view.model.d_model)
+    return {"intermediate_size": hidden, act_key: ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=family)]}
+
+
+@dataclass(frozen=True)
+class GatedFFN(Part):
+    """intermediate_size and the activation (``act_key``) <-> a gated feed-forward; gate/up fused, down; ``bias_key`` switches biases."""
+
+    act_key: str = "hidden_act"
+    bias_key: str | None = None
+    #: Gemma's configs say "gelu" for the tanh approximation, and may name the field hidden_activation.
+    gemma_gelu: bool = False
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        key = self.act_key
+        if self.gemma_gelu:
+            key = next((k for k in ("hidden_activation", self.act_key) if cfg.has(k) and cfg.data[k] is not None), self.act_key)
+            cfg.mark_read("hidden_activation", self.act_key)
+            if cfg.get(key) == "gelu":
+                cfg.data[key] = "gelu_pytorch_tanh"
+        bias = bool(cfg.get(self.bias_key)) if self.bias_key else False
+        model.setdefault("block", {})["ffn"] = gated_ffn(cfg, act_key=key, bias=bias)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(gated_ffn_config(view.view, view.name, act_key=self.act_key))
+        if self.bias_key:
+            config[self.bias_key] = view.uniform("ffn", "bias")
+
+    def rules(self) -> list[Rule]:
+        return [
+            Fused([f"{MLP}.gate_proj.weight", f"{MLP}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight", sizes=halves),
+            Fused([f"{MLP}.gate_proj.bias", f"{MLP}.up_proj.bias"], "blocks.{i}.ffn.gate_up.bias", sizes=halves),
+            Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
+            Copy(f"{MLP}.down_proj.bias", "blocks.{i}.ffn.down.bias"),
+        ]
+
+
+# -- mixtures of experts ------------------------------------------------------------------------------
+
+
+def _n_experts(site: Site) -> int:
+    return getattr(site.ffn, "n_experts", 0)  # 0 in a dense layer: no expert tensors there
+
+
+def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: str = "up_proj",
+                 down: str = "down_proj") -> list[Rule]:
+    """Router and experts, read from either layout transformers uses, written per expert as it saves them.
+
+    ``saved`` is the module that ``save_pretrained`` writes: ``{saved}.gate.weight`` (the
+    router) and, per expert j, ``{saved}.experts.{j}.{gate|up|down}.weight``. ``fused`` is
+    transformers 5's module as it is in memory (and in files saved from it as they are):
+    ``{fused}.gate.weight``, ``{fused}.experts.gate_up_proj`` (n_experts, 2 * hidden, d_model)
+    = [gate; up] per expert, exactly our ``experts_in``, and ``{fused}.experts.down_proj``
+    (n_experts, d_model, hidden) = our ``experts_out``.
+    """
+    router = Copy(f"{saved}.gate.weight", "blocks.{i}.ffn.router.weight")
+    return [
+        router if saved == fused else OneOf(router, Copy(f"{fused}.gate.weight", "blocks.{i}.ffn.router.weight")),
+        OneOf(PerExpert([f"{saved}.experts.{{j}}.{gate}.weight", f"{saved}.experts.{{j}}.{up}.weight"],
+                        "blocks.{i}.ffn.experts_in", n_experts=_n_experts),
+              Copy(f"{fused}.experts.gate_up_proj", "blocks.{i}.ffn.experts_in")),
+        OneOf(PerExpert([f"{saved}.experts.{{j}}.{down}.weight"], "blocks.{i}.ffn.experts_out", n_experts=_n_experts),
+              Copy(f"{fused}.experts.down_proj", "blocks.{i}.ffn.experts_out")),
+    ]
+
+
+def shared_halves(site: Site) -> tuple[int, int]:
+    hidden = site.ffn.shared.hidden
+    return hidden, hidden
+
+
+def _plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool) -> bool:
+    """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias; NotExpressible otherwise."""
+    plain = {"n_group": 1, "topk_group": 1, "scaling_factor": 1.0, "bias": False}
+    if (router or {}).get("kind") != "sigmoid_topk" or any(router.get(k, v) != v for k, v in plain.items()) \
+            or (always_normalize and not router.get("normalize", True)):
+        raise NotExpressible("model.block.ffn.router", f"Hugging Face {family} routes with sigmoid_topk (a selection bias, "
+                             "no groups, scaling_factor 1, no score bias" + (", normalize: true)" if always_normalize else ")"))
+    return bool(router.get("normalize", True))
+
+
+@dataclass(frozen=True)
+class MixtureOfExperts(Part):
+    """A routed mixture of gated experts (softmax over all experts, then top-k), in place of the gated feed-forward.
+
+    ``n_experts``, ``hidden`` and ``normalize`` name the family's config fields (``normalize``
+    None: the top-k weights are always renormalised, as Mixtral's router does); ``saved``
+    and the expert tensor names as in :func:`expert_rules`. ``shared``: one always-on gated
+    expert of width shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate . x)
+    (Qwen2-MoE). ``dense``: decoder_sparse_step and mlp_only_layers make some layers a plain
+    gated feed-forward of width intermediate_size (Qwen-MoE), written as ``layers:`` overrides.
+    ``selection_bias``: the names (saved, in memory) of a per-expert bias that only picks experts; the
+    router is then ``sigmoid_topk`` (sigmoid scores, the chosen ones renormalised; MiniMax-M2).
+    """
+
+    n_experts: str = "num_experts"
+    hidden: str = "intermediate_size"
+    normalize: str | None = None
+    saved: str = MLP
+    gate: str = "gate_proj"
+    up: str = "up_proj"
+    down: str = "down_proj"
+    shared: bool = False
+    dense: bool = False
+    #: Other names config.json may give the expert count (Qwen3-MoE saves num_local_experts, its hub files num_experts).
+    n_experts_aliases: tuple[str, ...] = ()
+    selection_bias: tuple[str, ...] = ()
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        count_key = next((k for k in (self.n_experts, *self.n_experts_aliases) if cfg.has(k)), self.n_experts)
+        cfg.mark_read(*self.n_experts_aliases)
+        ffn: dict[str, Any] = {
+            "kind": "moe",
+            "n_experts": cfg.get_int(count_key),
+            "top_k": cfg.get_int("num_experts_per_tok"),
+            "hidden": cfg.get_int(self.hidden),
+            "activation": activation,
+            "gated": True,
+            "routing": "softmax_then_topk",
+            "normalize_topk": bool(cfg.get(self.normalize)) if self.normalize else True,
+            "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
+        }
+        if self.selection_bias:
+            ffn["router"] = {"kind": "sigmoid_topk", "normalize": ffn.pop("normalize_topk")}
+            del ffn["routing"]
+        if self.shared:
+            ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"), shared_gate=True)
+        model.setdefault("block", {})["ffn"] = ffn
+        if self.dense:
+            n_layers, step = cfg.get_layers("num_hidden_layers"), cfg.get_size("decoder_sparse_step")
+            only = cfg.get("mlp_only_layers") or []
+            if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < n_layers for i in only):
+                raise UserError(f"{cfg.family}: mlp_only_layers must list layer indices below {n_layers}, got {only!r}")
+            dense = [i for i in range(n_layers) if i in only or (i + 1) % step != 0]
+            if dense:
+                swiglu = {"kind": GATED_KIND.get(activation, "swiglu"), "hidden": cfg.get_int("intermediate_size"),
+                          "activation": activation}
+                model.setdefault("layers", []).append({"select": dense[0] if len(dense) == 1 else dense, "ffn": swiglu})
+            else:
+                cfg.mark_read("intermediate_size")  # only dense layers use it: inert here, not worth a warning
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = view.per_layer("ffn", "kind")
+        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
+        dense = [i for i, kind in enumerate(kinds) if kind != "moe"]
+        if not moe:
+            raise NotExpressible("model.block.ffn.kind", f"Hugging Face {view.name} needs mixture-of-experts layers (moe)")
+        if dense and not self.dense:
+            raise NotExpressible("model.layers[*].ffn.kind", f"Hugging Face {view.name} has experts in every layer")
+        if any(f != moe[0] for f in moe[1:]):
+            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one expert setting")
+        ffn = moe[0]
+        normalize = ffn["normalize_topk"]
+        if self.selection_bias:
+            normalize = _plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None)
+        elif ffn.get("router") is not None:
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "
+                                 "(write it with routing and normalize_topk)")
+        for key, wanted in (("expert_bias", False), ("swiglu_limit", None), ("routing", "softmax_then_topk"), ("gated", True)):
+            if ffn.get(key, wanted) != wanted:
+                raise NotExpressible(f"model.block.ffn.{key}", f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
+        hidden = ffn["hidden"] or default_gated_hidden(view.model.d_model)
+        config.update({
+            self.n_experts: ffn["n_experts"],
+            "num_experts_per_tok": ffn["top_k"],
+            self.hidden: hidden,
+            "hidden_act": ACTIVATIONS_TO_HF[ffn["activation"]],
+            "router_aux_loss_coef": ffn["aux_loss_coef"],
+        })
+        if self.normalize:
+            config[self.normalize] = normalize
+        if self.shared:
+            if ffn.get("n_shared_experts") != 1 or not ffn.get("shared_gate"):
+                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one gated shared expert "
+                                     "(n_shared_experts: 1, shared_gate: true)")
+            config["shared_expert_intermediate_size"] = ffn.get("shared_hidden") or hidden
+        elif ffn.get("n_shared_experts"):
+            raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
+        if self.dense:
+            config.update(decoder_sparse_step=1, mlp_only_layers=dense)
+            widths = {view.view.layers[i]["ffn"].get("hidden") or default_gated_hidden(view.model.d_model) for i in dense}
+            if len(widths) > 1:
+                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; Hugging Face "
+                                     f"{view.name} has one intermediate_size")
+            if dense:
+                config["intermediate_size"] = widths.pop()
+
+    def rules(self) -> list[Rule]:
+        rules = expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+        if self.selection_bias:
+            rules.append(OneOf(*(Copy(name, "blocks.{i}.ffn.router.selection_bias") for name in self.selection_bias)))
+        if self.shared:
+            rules += [
+                Fused([f"{MLP}.shared_expert.gate_proj.weight", f"{MLP}.shared_expert.up_proj.weight"],
+                      "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
+                Copy(f"{MLP}.shared_expert.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+                Copy(f"{MLP}.shared_expert_gate.weight", "blocks.{i}.ffn.shared_gate.weight"),
+            ]
+        if self.dense:
+            rules += GatedFFN().rules()  # the dense layers' mlp (a rule whose parameters a layer lacks is skipped)
+        return rules
+
+
+@dataclass(frozen=True)
+class GroupedExperts(Part):
+    """n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, norm_topk_prob,
+    routed_scaling_factor, n_group, topk_group, first_k_dense_replace <-> ffn moe with a sigmoid_topk router
+    (e_score_correction_bias is its selection_bias) and ``layers:`` overrides for the dense first layers
+    (DeepSeek-V3's experts, which GLM-4.5 shares field for field and tensor for tensor)."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        n_shared = cfg.get_int("n_shared_experts") or 0
+        ffn: dict[str, Any] = {
+            "kind": "moe",
+            "n_experts": cfg.get_int("n_routed_experts"),
+            "top_k": cfg.get_int("num_experts_per_tok"),
+            "hidden": cfg.get_int("moe_intermediate_size"),
+            "activation": activation,
+            "router": {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
+                       "scaling_factor": cfg.get_float("routed_scaling_factor"),
+                       "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1},
+            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss
+        }
+        if n_shared:
+            ffn["n_shared_experts"] = n_shared
+        model.setdefault("block", {})["ffn"] = ffn
+        dense = min(cfg.get_int("first_k_dense_replace") or 0, cfg.get_layers("num_hidden_layers"))
+        if dense:
+            model.setdefault("layers", []).append({"select": 0 if dense == 1 else f"0:{dense}", "ffn": {
+                "kind": "swiglu" if activation == "silu" else "geglu", "hidden": cfg.get_int("intermediate_size"),
+                "activation": activation}})
+        # The multi-token prediction modules are not part of the causal LM; intermediate_size only sizes dense layers.
+        cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "intermediate_size")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kinds = view.per_layer("ffn", "kind")
+        dense = [i for i, k in enumerate(kinds) if k != "moe"]
+        if dense != list(range(len(dense))) or len(dense) == len(kinds):
+            raise NotExpressible("model.layers[*].ffn", f"Hugging Face {view.name} has dense layers first, then moe layers")
+        moe = [layer["ffn"] for layer in view.view.layers if layer["ffn"]["kind"] == "moe"]
+        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
+        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
+            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
+        ffn, router = moe[0], moe[0].get("router") or {}
+        if router.get("kind") != "sigmoid_topk" or router.get("bias"):
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
+        hidden = ffn["hidden"]
+        if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
+            raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")
+        config.update(n_routed_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], moe_intermediate_size=hidden,
+                      n_shared_experts=ffn["n_shared_experts"], norm_topk_prob=router["normalize"],
+                      routed_scaling_factor=router["scaling_factor"], n_group=router["n_group"],
+                      topk_group=router["topk_group"], first_k_dense_replace=len(dense),
+                      hidden_act={"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[ffn["activation"]])
+        if dense:
+            widths = {view.view.layers[i]["ffn"]["hidden"] for i in dense}
+            if len(widths) > 1:
+                raise NotExpressible("model.layers[*].ffn.hidden", f"dense layers of widths {sorted(widths)}; one intermediate_size")
+            config["intermediate_size"] = widths.pop()
+
+    def rules(self) -> list[Rule]:
+        return [
+            *expert_rules(saved=MLP),
+            Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias"),
+            Fused([f"{MLP}.shared_experts.gate_proj.weight", f"{MLP}.shared_experts.up_proj.weight"],
+                  "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
+            Copy(f"{MLP}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+            *GatedFFN().rules(),  # the dense first layers
+        ]
+
+
+__all__ = [
+    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "expert_rules", "gated_ffn",
+    "gated_ffn_config", "shared_halves",
+]

@@ -1,0 +1,106 @@
+"""Norms and the block layout that places them: RMSNorm, LayerNorm, and each layout's norm tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specformer_hf.config import ConfigReader
+from specformer_hf.parts.base import LAYER, FamilyView, Part
+from specformer_hf.rules import Copy, Rule
+from specformer_hf.specview import NotExpressible, SpecView
+
+
+def rmsnorm(cfg: ConfigReader, *, eps_key: str = "rms_norm_eps", offset: float = 0.0) -> dict[str, Any]:
+    norm: dict[str, Any] = {"kind": "rmsnorm", "eps": cfg.get_float(eps_key)}
+    if offset:
+        norm["offset"] = offset
+    return norm
+
+
+def rmsnorm_config(view: SpecView, family: str, *, eps_key: str = "rms_norm_eps") -> dict[str, Any]:
+    view.block_kind("norm", ("rmsnorm",), family=family)
+    return {eps_key: view.uniform("norm", "eps", family=family)}
+
+
+#: Each layout's norm tensors, Llama-style names (our name, Hugging Face name).
+LAYOUT_NORMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "prenorm": (("attention_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm")),
+    "postnorm_inside": (("attention_norm", "post_attention_layernorm"), ("ffn_norm", "post_feedforward_layernorm")),
+    "sandwich": (("attention_norm", "input_layernorm"), ("attention_post_norm", "post_attention_layernorm"),
+                 ("ffn_norm", "pre_feedforward_layernorm"), ("ffn_post_norm", "post_feedforward_layernorm")),
+    "parallel": (("attention_norm", "input_layernorm"),),  # one shared norm (GPT-J style)
+}
+
+
+@dataclass(frozen=True)
+class Layout(Part):
+    """The block layout (which fixes the norms' places and their tensor names).
+
+    ``parallel_key`` names a boolean config field that switches to parallel attention and
+    feed-forward sharing one norm (StableLM's use_parallel_residual).
+    """
+
+    kind: str = "prenorm"
+    #: Norms with biases (LayerNorm) have ``.bias`` tensors too.
+    norm_bias: bool = False
+    parallel_key: str | None = None
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        kind = "parallel" if self.parallel_key and cfg.get(self.parallel_key) else self.kind
+        model.setdefault("block", {})["layout"] = {"kind": "parallel", "shared_norm": True} if kind == "parallel" else kind
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kind = view.block_kind("layout", (self.kind, "parallel") if self.parallel_key else (self.kind,))
+        if kind == "parallel" and not view.uniform("layout", "shared_norm"):
+            raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {view.name}'s parallel blocks share one norm")
+        if self.parallel_key:
+            config[self.parallel_key] = kind == "parallel"
+
+    def rules(self) -> list[Rule]:
+        suffixes = ("weight", "bias") if self.norm_bias else ("weight",)
+        names = dict(LAYOUT_NORMS[self.kind])
+        if self.parallel_key:
+            names.update(LAYOUT_NORMS["parallel"])  # a parallel block has only the first norm: its rule is skipped otherwise
+        return [Copy(f"{LAYER}.{hf}.{s}", f"blocks.{{i}}.{ours}.{s}") for ours, hf in names.items() for s in suffixes]
+
+
+@dataclass(frozen=True)
+class RMSNorm(Part):
+    """RMSNorm everywhere, eps from ``eps_key``; ``offset`` 1 for Gemma's (1 + w) weights."""
+
+    eps_key: str = "rms_norm_eps"
+    offset: float = 0.0
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["norm"] = rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        config.update(rmsnorm_config(view.view, view.name, eps_key=self.eps_key))
+
+
+@dataclass(frozen=True)
+class LayerNorm(Part):
+    """LayerNorm everywhere, eps from ``eps_key``, with a bias (the final norm's too) unless ``bias`` is False (Cohere)."""
+
+    eps_key: str = "layer_norm_eps"
+    bias: bool = True
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        norm = {"kind": "layernorm", "eps": cfg.get_float(self.eps_key)}
+        if not self.bias:
+            norm["bias"] = False
+        model.setdefault("block", {})["norm"] = norm
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("norm", ("layernorm",))
+        if view.uniform("norm", "bias") != self.bias or not view.uniform("norm", "affine"):
+            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have a weight "
+                                 + ("and a bias" if self.bias else "and no bias"))
+        config[self.eps_key] = view.uniform("norm", "eps")
+
+    def rules(self) -> list[Rule]:
+        return [Copy("model.norm.bias", "final_norm.bias")] if self.bias else []
+
+
+__all__ = ["LAYOUT_NORMS", "LayerNorm", "Layout", "RMSNorm", "rmsnorm", "rmsnorm_config"]
