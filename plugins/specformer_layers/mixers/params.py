@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from specformer.registry.params import Params, Sized
 from specformer.model.sized import linear
+from specformer_layers.mixers.conv_params import ConvTaps
 
 
 class GatedDeltaNetParams(Params):
@@ -43,8 +44,8 @@ class GatedDeltaNetParams(Params):
     )
     key_head_dim: int | None = Field(default=None, gt=0, description="Channels per query/key head; default d_model / n_heads.")
     value_head_dim: int | None = Field(default=None, gt=0, description="Channels per value head; default key_head_dim.")
-    conv_kernel: int = Field(default=4, description="Taps of the causal depthwise convolution over queries, keys and "
-                                                    "values (at least 2).")
+    conv_kernel: ConvTaps = Field(default=4, description="Taps of the causal depthwise convolution over queries, keys "
+                                                         "and values (at least 2).")
     conv_bias: bool = Field(default=False, description="A bias on that convolution.")
     norm_eps: float = Field(default=1e-6, gt=0, description="Epsilon of the gated RMSNorm on each head's output.")
     negative_eigenvalues: bool = Field(
@@ -61,14 +62,6 @@ class GatedDeltaNetParams(Params):
     )
     dt_init_floor: float = Field(default=1e-4, gt=0, description="Smallest dt of that log-uniform initialisation.")
     chunk: int = Field(default=64, gt=0, description="Tokens per chunk of the chunked (parallel) form of the rule.")
-
-    @field_validator("conv_kernel")
-    @classmethod
-    def _conv_keeps_a_window(cls, value: int) -> int:  # the spec's report adds "(got <value>)"
-        if value < 2:
-            raise ValueError("conv_kernel must be at least 2 (the convolution carries its last conv_kernel - 1 "
-                             "inputs between forwards)")
-        return value
 
     @field_validator("a_init_range")
     @classmethod
@@ -140,7 +133,7 @@ class Mamba2Params(Params):
     head_dim: int = Field(gt=0, description="Channels per head; the inner width is n_heads * head_dim.")
     state_size: int = Field(default=128, gt=0, description="State channels per head (Mamba-2's d_state, N).")
     n_groups: int = Field(default=1, gt=0, description="Groups of B and C, each shared by n_heads / n_groups heads; the gated norm is per group too.")
-    conv_kernel: int = Field(default=4, description="Taps of the short causal convolution over x, B and C (at least 2).")
+    conv_kernel: ConvTaps = Field(default=4, description="Taps of the short causal convolution over x, B and C (at least 2).")
     conv_bias: bool = Field(default=True, description="Bias on the convolution.")
     bias: bool = Field(default=False, description="Biases on the input and output projections.")
     dt_min: float = Field(default=0.0, ge=0, description="Lower clamp of the step after softplus (Mamba-2's time_step_limit[0]).")
@@ -163,9 +156,6 @@ class Mamba2Params(Params):
 
     @model_validator(mode="after")
     def _sizes_fit(self) -> "Mamba2Params":
-        if self.conv_kernel < 2:
-            raise ValueError(f"conv_kernel must be at least 2 (a causal convolution over the token and earlier ones), "
-                             f"got {self.conv_kernel}")
         if self.n_heads % self.n_groups:
             raise ValueError(f"n_groups ({self.n_groups}) must divide n_heads ({self.n_heads}): "
                              f"each group of B, C and the norm serves whole heads")

@@ -23,11 +23,11 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "heads not a multiple of the groups": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 3},
                                            "model.block.attention: n_groups (3) must divide n_heads (4)"),
     "mamba2 conv kernel 0": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "conv_kernel": 0},
-                             "model.block.attention: conv_kernel must be at least 2"),
+                             "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
     "short_conv kernel 1": ({"kind": "short_conv", "kernel": 1},
                             "model.block.attention.kernel: kernel must be at least 2"),
     "kda conv kernel 0": ({"kind": "kda", "n_heads": 4, "conv_kernel": 0},
-                          "model.block.attention.conv_kernel:"),
+                          "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
 }
 
 
@@ -39,4 +39,5 @@ def test_a_bad_mixer_is_one_problem(case: str, tmp_path: Path, capsys: pytest.Ca
     assert main(["validate", str(path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == f"{path}: 1 problem in the spec:", lines
-    assert len(lines) == 2 and lines[1].strip().startswith(problem), lines
+    assert len(lines) == 3 and lines[1].strip().startswith(problem), lines
+    assert lines[2].strip().startswith("(checked once these are fixed:"), lines  # what validate checks next
