@@ -13,7 +13,9 @@ use so it treats padding, documents and cached states exactly as the built-ins d
   ``train.document_mask``);
 - :func:`leading_padding` : how many padding tokens open each row of a cached forward.
 
-Imported on first use: listing components reads this package's ``params`` module only.
+Each mixer's settings are a torch-free module of their own, ``<mixer>_params`` (``mamba2_params``,
+``gated_deltanet_params``, ...; the convolution's width, shared, in ``conv_params``): listing
+components reads those only, and everything here is imported on first use.
 """
 
 from specformer.lazy import lazy_exports

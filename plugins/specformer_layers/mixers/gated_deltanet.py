@@ -14,7 +14,7 @@ from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.delta_rule import delta_rule_recurrent
 from specformer_layers.mixers.kernels import GATED_DELTA_RULE, chunked_delta_rule
 from specformer_layers.mixers.gated_norm import GatedRMSNorm
-from specformer_layers.mixers.params import GatedDeltaNetParams
+from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 
 #: A cached forward of at most this many tokens runs the rule token by token (decoding); longer ones by chunks.

@@ -12,7 +12,7 @@ from specformer.model.state import StateSlots
 
 from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
-from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.kernels import SSD, chunked_ssd
 from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.ssd import ssd_recurrent, working_dtype

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 import specformer
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.mamba2 import Mamba2
-from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.mamba2_params import Mamba2Params
 
 from tests.fixtures.tiny import tiny_spec
 
