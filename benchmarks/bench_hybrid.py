@@ -319,7 +319,7 @@ def gated_deltanet_pair(sizes: Sizes) -> tuple[nn.Module, nn.Module, str]:
     from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
 
     from specformer_layers.mixers.gated_deltanet import GatedDeltaNet
-    from specformer_layers.mixers.params import GatedDeltaNetParams
+    from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 
     mixer = mixers(sizes)["gated_deltanet"]
     d, value_heads, key_heads = sizes.d_model, mixer["n_heads"], mixer["n_key_heads"]

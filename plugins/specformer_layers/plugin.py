@@ -15,10 +15,11 @@ from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
-from specformer_layers.mixers.short_conv_params import ShortConvParams
-from specformer_layers.mixers.parallel_params import ParallelMixerParams
-from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
+from specformer_layers.mixers.mamba2_params import Mamba2Params
+from specformer_layers.mixers.parallel_params import ParallelMixerParams
+from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.layouts.params import (
     AbsentFFNParams,
     AbsentMixerParams,
@@ -28,7 +29,6 @@ from specformer_layers.layouts.params import (
     PreNormBlockParams,
     SandwichBlockParams,
 )
-from specformer_layers.mixers.params import GatedDeltaNetParams
 from specformer_layers.per_layer.params import PerLayerEmbeddingParams
 from specformer_layers.norms.params import L2NormParams, LayerNormParams, RMSNormParams, ScaleNormParams
 from specformer_layers.positional.params import (

@@ -11,12 +11,13 @@ from torch import Tensor, nn
 from specformer.model.attention import CacheSlots
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import StateSlots
 from specformer.model.parallel_plan import ParallelPlan, Split
 from specformer_layers.attention.block_pooling import BlockPooler
 from specformer_layers.attention.grouped_output import GroupedLowRankOutput
 from specformer_layers.attention.indexer import index_kl, index_scores, top_slots
 from specformer_layers.attention.params import CompressedAttentionParams
+from specformer_layers.mixers.recurrent import with_state
 
 
 class CompressedAttention(nn.Module):
@@ -229,23 +230,36 @@ class CompressedAttention(nn.Module):
         entries so far (the state) with this forward's completed blocks written in, and the
         state brought up to date.
         """
-        rate, positions = self.compress_rate, ctx.positions
+        if ctx.cache is None:
+            return self._pooled(x, ctx.positions, rotate, held=None, keep_steps=False)[0]
+        # The state is read and written as every recurrent mixer does (with_state), but only that
+        # part of their forward is shared: the window goes through the per-token cache beside it,
+        # packed documents are refused rather than cut apart (blocks pool across the whole row), and
+        # without a cache the entries still come from this forward's blocks.
+        return with_state(ctx, self, lambda held, keep_steps: self._pooled(x, ctx.positions, rotate, held=held,
+                                                                            keep_steps=keep_steps))
+
+    def _pooled(self, x: Tensor, positions: Tensor, rotate: Any, *, held: dict[str, Tensor] | None, keep_steps: bool
+                ) -> tuple[tuple[Tensor, Tensor, Tensor | None], dict[str, Tensor], dict[str, Tensor] | None]:
+        """(entries, the position completing each, the indexer's entries), the state after, steps if kept.
+
+        ``held``: the state before this forward (None: no cache, the entries are this forward's only).
+        """
+        rate = self.compress_rate
         assert rate is not None and self.pooler is not None
         names = [("entries", "tail", self.pooler)]
         if self.index_heads is not None:
             names.append(("index_entries", "index_tail", self.index_pooler))
-        cache = recurrent_cache(ctx.cache, self) if ctx.cache is not None else None
-        held = cache.read_state(self.layer_index, positions) if cache is not None else {}
         found: dict[str, Tensor] = {}
         states: dict[str, Tensor] = {}
         steps: dict[str, Tensor] = {}
         has = (positions >= 0).any(dim=1)  # (B,) a row with no token here keeps its state
         for entries_name, tail_name, pooler in names:
             source = x.detach() if pooler is not self.pooler else x  # the indexer learns from its own loss only
-            blocks = pooler.blocks(pooler.project(source), positions, held.get(tail_name))
+            blocks = pooler.blocks(pooler.project(source), positions, None if held is None else held[tail_name])
             pooled, index = pooler.entries(blocks, rotate=rotate)  # (B, n, dim), (B, n) block indices
             complete = (index + 1) * rate - 1 <= blocks.last[:, None]  # (B, n)
-            if cache is None:
+            if held is None:
                 found[entries_name] = pooled
                 ends = torch.where(complete, (index + 1) * rate - 1, -1)  # (B, n)
                 continue
@@ -262,7 +276,7 @@ class CompressedAttention(nn.Module):
             tail_before = held[tail_name].clone()
             states[tail_name] = torch.where(has[:, None, None], pooler.tails(blocks, blocks.last[:, None])[:, 0],
                                             tail_before)
-            if cache.keep_steps:
+            if keep_steps:
                 # After each token: its position, or for padding before any token the position before the first.
                 upto = positions.cummax(dim=1).values
                 upto = torch.where(upto >= 0, upto, blocks.first[:, None] - 1)
@@ -271,10 +285,9 @@ class CompressedAttention(nn.Module):
                 # to before that token it is never read until that block completes again, and is
                 # then written anew, so every step may hold the entries as they are after the forward.
                 steps[entries_name] = written[:, None].expand(-1, positions.shape[1], -1, -1)
-        if cache is not None:
-            cache.write_state(self.layer_index, states, steps=steps if cache.keep_steps else None)
+        if held is not None:
             N = found["entries"].shape[1]
             ends = (torch.arange(N, device=positions.device) + 1) * rate - 1
             ends = ends.expand(positions.shape[0], N)
         # Entries no query here can read are masked (not cut: the sizes stay known from the shapes).
-        return found["entries"], ends, found.get("index_entries")
+        return (found["entries"], ends, found.get("index_entries")), states, steps if keep_steps else None

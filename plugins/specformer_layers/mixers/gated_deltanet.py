@@ -8,15 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import ConvOutput, causal_conv
-from specformer_layers.mixers.delta_rule import DeltaRuleOutput, delta_rule_recurrent
+from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.delta_rule import delta_rule_recurrent
 from specformer_layers.mixers.kernels import GATED_DELTA_RULE, chunked_delta_rule
-from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.gated_norm import GatedRMSNorm
-from specformer_layers.mixers.params import GatedDeltaNetParams
+from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
+from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 
 #: A cached forward of at most this many tokens runs the rule token by token (decoding); longer ones by chunks.
 RECURRENT_MAX_TOKENS = 16
@@ -24,7 +23,7 @@ RECURRENT_MAX_TOKENS = 16
 L2_EPS = 1e-6
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(RecurrentMixer):
     """Gated DeltaNet token mixer: :class:`GatedDeltaNetParams`.
 
     Module parameters (the names weight mappings rely on), with ``Hk`` key heads of ``dk``
@@ -48,9 +47,6 @@ class GatedDeltaNet(nn.Module):
     """
 
     Params = GatedDeltaNetParams
-    window = None
-    cache_slots = None
-    uses_positions = False
 
     def __init__(self, params: GatedDeltaNetParams, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
@@ -90,28 +86,16 @@ class GatedDeltaNet(nn.Module):
 
     # -- forward ----------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        if ctx.document_ids is not None:  # packed documents: each starts from a fresh state
-            return by_document(x, ctx.document_ids, lambda part: self._mix(part)[0])
-        if ctx.cache is None:
-            padding = None if ctx.plain_causal else leading_padding(ctx.positions)
-            return self._mix(x, padding=padding)[0]
-        cache = recurrent_cache(ctx.cache, self)
-        held = cache.read_state(self.layer_index, ctx.positions)
-        keep_steps = bool(cache.keep_steps)
-        y, conv, rule = self._mix(x, window=held["conv"], state=held["recurrent"],
-                                  padding=leading_padding(ctx.positions), steps=keep_steps,
-                                  recurrent=keep_steps or x.shape[1] <= RECURRENT_MAX_TOKENS)
-        steps = {"conv": conv.steps, "recurrent": rule.steps} if keep_steps else None
-        cache.write_state(self.layer_index, {"conv": conv.window, "recurrent": rule.state}, steps=steps)
-        return y
-
-    def _mix(self, x: Tensor, *, window: Tensor | None = None, state: Tensor | None = None,
-             padding: Tensor | None = None, steps: bool = False, recurrent: bool = False) -> tuple[Tensor, ConvOutput, DeltaRuleOutput]:
-        """The layer on ``x`` ``(B, T, D)`` from ``window`` and ``state`` (zeros when None): (output, conv, rule).
+    def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
+            steps: bool = False) -> MixerRun:
+        """The layer on ``x`` ``(B, T, D)`` from ``state`` (zeros when None): output, states after, steps if asked.
 
         ``padding`` ``(B,)``: tokens opening each row that must leave both states as they were.
+        A cached forward of at most :data:`RECURRENT_MAX_TOKENS` tokens (decoding) runs the rule
+        token by token, as does one that keeps steps; anything else by chunks.
         """
+        recurrent = steps or (state is not None and x.shape[1] <= RECURRENT_MAX_TOKENS)
+        window, held = (None, None) if state is None else (state["conv"], state["recurrent"])
         B, T, _ = x.shape
         Hk, Hv, dk, dv = self.n_kv_heads, self.n_heads, self.key_head_dim, self.head_dim
         conv = causal_conv(self.qkv(x), self.conv_weight, self.conv_bias, window=window, padding=padding,
@@ -136,13 +120,14 @@ class GatedDeltaNet(nn.Module):
             log_decay = log_decay.masked_fill(is_padding, 0.0)
         beta, log_decay = beta.transpose(1, 2), log_decay.transpose(1, 2)  # (B, Hv, T)
         if recurrent:
-            rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, steps=steps)
+            rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=held, scale=dk ** -0.5, steps=steps)
         else:
-            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=state, scale=dk ** -0.5, chunk=self.chunk)
+            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=held, scale=dk ** -0.5, chunk=self.chunk)
         o = rule.out.transpose(1, 2)  # (B, T, Hv, dv)
         gate = self.z(x).reshape(B, T, Hv, dv)
         y = self.norm(o, gate).reshape(B, T, Hv * dv)
-        return self.out(y), conv, rule
+        return MixerRun(out=self.out(y), state={"conv": conv.window, "recurrent": rule.state},
+                        steps={"conv": conv.steps, "recurrent": rule.steps} if steps else None)
 
     # -- facts and initialisation ---------------------------------------------------------------
 

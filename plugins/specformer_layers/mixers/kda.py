@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import StateSlots
 from specformer_layers.mixers.conv import causal_conv
 from specformer_layers.mixers.delta_rule import delta_rule_recurrent
 from specformer_layers.mixers.kernels import KIMI_DELTA_RULE, chunked_delta_rule
-from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.gated_norm import GatedRMSNorm
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
+from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 
 #: Up to this many tokens a cached forward runs token by token (decoding, speculative drafts); longer ones chunked.
 RECURRENT_UP_TO = 16
@@ -24,17 +22,7 @@ RECURRENT_UP_TO = 16
 L2_EPS = 1e-6
 
 
-@dataclass
-class _Run:
-    """What one pass over a batch of sequences gives: the output and the states after it."""
-
-    out: Tensor  # (B, T, D)
-    conv: Tensor  # (B, C, K-1)
-    recurrent: Tensor  # (B, H, dk, dv)
-    steps: dict[str, Tensor] | None = None  # the states after each token, when asked for
-
-
-class KimiDeltaAttention(nn.Module):
+class KimiDeltaAttention(RecurrentMixer):
     """Kimi Delta Attention: :class:`KimiDeltaAttentionParams`.
 
     Parameters: ``qkv`` (one Linear ``d_model -> 2*H*dk + H*dv``, rows ``[q; k; v]``, as the
@@ -62,9 +50,6 @@ class KimiDeltaAttention(nn.Module):
         self.n_kv_heads = n_heads
         self.head_dim = head_dim
         self.value_head_dim = value_dim
-        self.window = None
-        self.cache_slots = None
-        self.uses_positions = False
         self.conv_kernel = params.conv_kernel
         self.chunk = params.chunk
         channels = 2 * n_heads * head_dim + n_heads * value_dim
@@ -89,22 +74,10 @@ class KimiDeltaAttention(nn.Module):
         self._init_decay()
         nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))  # what nn.Conv1d starts from
 
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        if ctx.document_ids is not None:
-            return by_document(x, ctx.document_ids, lambda docs: self._run(docs).out)
-        if ctx.cache is None:
-            # Left padding (negative positions: generate without a cache) stays out of the state here too.
-            return self._run(x, padding=None if ctx.plain_causal else leading_padding(ctx.positions)).out
-        cache = recurrent_cache(ctx.cache, self)
-        state = cache.read_state(self.layer_index, ctx.positions)
-        keep = bool(cache.keep_steps)
-        run = self._run(x, conv=state["conv"], recurrent=state["recurrent"], padding=leading_padding(ctx.positions),
-                        steps=keep)
-        cache.write_state(self.layer_index, {"conv": run.conv, "recurrent": run.recurrent}, steps=run.steps)
-        return run.out
-
-    def _run(self, x: Tensor, *, conv: Tensor | None = None, recurrent: Tensor | None = None,
-             padding: Tensor | None = None, steps: bool = False) -> _Run:
+    def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
+            steps: bool = False) -> MixerRun:
+        """The layer on ``x`` ``(B, T, D)`` from ``state`` (zeros when None): output, states after, steps if asked."""
+        conv, recurrent = (None, None) if state is None else (state["conv"], state["recurrent"])
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.head_dim, self.value_head_dim
         mixed = causal_conv(self.qkv(x), self.conv_weight, self.conv_bias, window=conv, padding=padding,
@@ -133,7 +106,7 @@ class KimiDeltaAttention(nn.Module):
             kept = {"conv": mixed.steps, "recurrent": rule.steps.to(x.dtype)}
         gate = self.g_b(self.g_a(x)).view(B, T, H, dv)
         y = self.norm(rule.out.transpose(1, 2).to(x.dtype), gate).reshape(B, T, H * dv)  # (B, T, H*dv)
-        return _Run(out=self.out(y), conv=mixed.window, recurrent=rule.state.to(x.dtype), steps=kept)
+        return MixerRun(out=self.out(y), state={"conv": mixed.window, "recurrent": rule.state.to(x.dtype)}, steps=kept)
 
     def _log_decay(self, x: Tensor, dtype: torch.dtype) -> Tensor:
         """``(B, T, H*dk)``: the log of each key channel's decay, ``-exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)`` (<= 0)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from specformer.registry.params import Params, Sized
+from specformer_layers.mixers.conv_params import ConvTaps
 
 
 class KimiDeltaAttentionParams(Params):
@@ -30,7 +31,8 @@ class KimiDeltaAttentionParams(Params):
     n_heads: int = Field(gt=0, description="Number of heads, each with its own state matrix.")
     head_dim: int | None = Field(default=None, gt=0, description="Query/key channels per head; default d_model / n_heads.")
     value_head_dim: int | None = Field(default=None, gt=0, description="Value channels per head; default head_dim.")
-    conv_kernel: int = Field(default=4, ge=2, description="Width of the short causal convolution on queries, keys and values.")
+    conv_kernel: ConvTaps = Field(default=4, description="Width of the short causal convolution on queries, keys and values "
+                                                         "(at least 2).")
     conv_bias: bool = Field(default=False, description="A bias on the short convolution.")
     decay_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank decay projection (f_a, f_b); default head_dim.")
     gate_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank output gate projection (g_a, g_b); default value_head_dim.")

@@ -8,14 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import StateSlots
 
 from specformer_layers.mixers.conv import causal_conv
-from specformer_layers.mixers.documents import by_document, leading_padding
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
-from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.kernels import SSD, chunked_ssd
+from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.ssd import ssd_recurrent, working_dtype
 
 #: Steps at most this many tokens token by token in a cached forward (decode); longer ones go by chunks.
@@ -25,7 +24,7 @@ DT_INIT = (1e-3, 1e-1)
 A_INIT = (1.0, 16.0)
 
 
-class Mamba2(nn.Module):
+class Mamba2(RecurrentMixer):
     """Mamba-2's mixer (:class:`Mamba2Params`), written for the model's mixer slot.
 
     Parameters, by name (weight conversions rely on them): ``in_proj`` (Linear
@@ -54,9 +53,6 @@ class Mamba2(nn.Module):
         self.n_heads = heads
         self.n_kv_heads = heads
         self.head_dim = head_dim
-        self.window = None
-        self.cache_slots = None
-        self.uses_positions = False
         # Per token and head: decay and write the (P, N) state, then read it out with C (specformer summary).
         self.recurrent_flops_per_token = 5 * heads * head_dim * size
         self.state_slots = StateSlots((("conv", (self.conv_channels, params.conv_kernel - 1)),
@@ -82,21 +78,8 @@ class Mamba2(nn.Module):
 
     # -- forward -----------------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        if ctx.document_ids is not None:
-            return by_document(x, ctx.document_ids, lambda docs: self._run(docs)[0])
-        if ctx.cache is None:
-            # A ragged batch recomputed without a cache opens rows with padding too (negative positions).
-            return self._run(x, padding=leading_padding(ctx.positions))[0]
-        cache = recurrent_cache(ctx.cache, self)
-        before = cache.read_state(self.layer_index, ctx.positions)
-        keep = bool(cache.keep_steps)
-        out, after, steps = self._run(x, state=before, padding=leading_padding(ctx.positions), steps=keep)
-        cache.write_state(self.layer_index, after, steps=steps)
-        return out
-
-    def _run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
-             steps: bool = False) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
+    def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
+            steps: bool = False) -> MixerRun:
         """The layer on ``x`` ``(B, T, D)`` from ``state`` (None: fresh rows); output, state after, steps if asked."""
         batch, length, _ = x.shape
         heads, head_dim, size, groups = self.n_heads, self.head_dim, self.state_size, self.n_groups
@@ -127,8 +110,8 @@ class Mamba2(nn.Module):
         y = y.reshape(batch, length, self.d_inner)
         y = self.norm(y, z) if self.norm is not None else y * F.silu(z.to(y.dtype))
         out = self.out(y.to(x.dtype))
-        after = {"conv": conv.window, "ssm": ssm}
-        return out, after, ({"conv": conv.steps, "ssm": kept} if steps else None)
+        return MixerRun(out=out, state={"conv": conv.window, "ssm": ssm},
+                        steps={"conv": conv.steps, "ssm": kept} if steps else None)
 
     def _projection_scale(self, projected: Tensor) -> Tensor:
         """``(d_inner + C + H,)``: each part's factor repeated over its channels (z, x, B, C, dt)."""

@@ -7,15 +7,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots, recurrent_cache
+from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import ConvOutput, causal_conv
-from specformer_layers.mixers.documents import by_document, leading_padding
+from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 
 
-class ShortConv(nn.Module):
+class ShortConv(RecurrentMixer):
     """LFM2's gated depthwise short convolution: :class:`ShortConvParams`.
 
     Its public facts describe it as one head spanning the model width (``n_heads``,
@@ -25,8 +24,6 @@ class ShortConv(nn.Module):
     """
 
     Params = ShortConvParams
-    uses_positions = False
-    cache_slots = None
 
     def __init__(self, params: ShortConvParams | None = None, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
@@ -35,7 +32,6 @@ class ShortConv(nn.Module):
         self.n_heads = 1
         self.n_kv_heads = 1
         self.head_dim = d_model
-        self.window = None
         self.kernel = params.kernel
         self.state_slots = StateSlots((("conv", (d_model, params.kernel - 1)),))
         # Per token beyond the projections: the depthwise convolution and the two gating products.
@@ -47,27 +43,14 @@ class ShortConv(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=params.bias)
         self._init_conv()
 
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        if ctx.document_ids is not None:
-            return by_document(x, ctx.document_ids, lambda part: self._run(part)[0])
-        if ctx.cache is None:
-            # A left-padded batch run without a cache: its padding stays out of the real tokens' windows too.
-            padding = None if ctx.plain_causal else leading_padding(ctx.positions)
-            return self._run(x, padding=padding)[0]
-        cache = recurrent_cache(ctx.cache, self)
-        state = cache.read_state(self.layer_index, ctx.positions)
-        keep_steps = bool(cache.keep_steps)
-        y, conv = self._run(x, window=state["conv"], padding=leading_padding(ctx.positions), steps=keep_steps)
-        cache.write_state(self.layer_index, {"conv": conv.window},
-                          steps={"conv": conv.steps} if keep_steps else None)
-        return y
-
-    def _run(self, x: Tensor, *, window: Tensor | None = None, padding: Tensor | None = None,
-             steps: bool = False) -> tuple[Tensor, ConvOutput]:
-        """The mixer on ``x`` ``(B, T, D)`` after ``window`` ``(B, D, K-1)``; its output and the convolution's."""
+    def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
+            steps: bool = False) -> MixerRun:
+        """The mixer on ``x`` ``(B, T, D)`` after the window ``state["conv"]`` ``(B, D, K-1)`` (zeros when None)."""
         b, c, v = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
-        conv = causal_conv(b * v, self.conv_weight, self.conv_bias, window=window, padding=padding, steps=steps)
-        return self.out(c * conv.out), conv
+        conv = causal_conv(b * v, self.conv_weight, self.conv_bias, window=None if state is None else state["conv"],
+                           padding=padding, steps=steps)
+        return MixerRun(out=self.out(c * conv.out), state={"conv": conv.window},
+                        steps={"conv": conv.steps} if steps else None)
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel this layer runs, in words (``specformer summary``)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from specformer.registry.params import Params, Sized
 from specformer.model.sized import linear
+from specformer_layers.mixers.conv_params import ConvTaps
 
 
 class ShortConvParams(Params):
@@ -22,16 +23,9 @@ class ShortConvParams(Params):
     both ``bias`` and ``conv_bias``.
     """
 
-    kernel: int = Field(default=3, description="Tokens each channel's convolution spans (LFM2's conv_L_cache), at least 2.")
+    kernel: ConvTaps = Field(default=3, description="Tokens each channel's convolution spans (LFM2's conv_L_cache), at least 2.")
     bias: bool = Field(default=False, description="Biases on the input and output projections.")
     conv_bias: bool = Field(default=False, description="A bias per channel on the convolution.")
-
-    @field_validator("kernel")
-    @classmethod
-    def _at_least_two(cls, value: int) -> int:
-        if value < 2:
-            raise ValueError("kernel must be at least 2 (the convolution spans the token and at least one before it)")
-        return value
 
     def sized(self, *, d_model: int) -> Sized:
         K = self.kernel

@@ -69,7 +69,8 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
                "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
                "specformer_layers.mixers.kernels",
-               "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm"}
+               "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm",
+               "specformer_layers.mixers.recurrent", "specformer_layers.mixers.conv_params"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
 
@@ -83,7 +84,7 @@ def test_registering_imports_only_the_params_modules() -> None:
     code = ("import json, sys; import specformer_layers.plugin; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('specformer_layers'))))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-    # A params module is named params.py, or <component>_params.py beside a package's shared one (mixers).
+    # A params module is named params.py, or <component>_params.py (mixers: one per mixer, conv_params shared).
     layers = [m for m in loaded if m != "specformer_layers.plugin" and not m.endswith((".params", "_params"))
               and not _is_package(m)]
     assert layers == [], f"importing the plugin imported {layers}"

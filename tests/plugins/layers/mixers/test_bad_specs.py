@@ -23,11 +23,11 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "heads not a multiple of the groups": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 3},
                                            "model.block.attention: n_groups (3) must divide n_heads (4)"),
     "mamba2 conv kernel 0": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "conv_kernel": 0},
-                             "model.block.attention: conv_kernel must be at least 2"),
+                             "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
     "short_conv kernel 1": ({"kind": "short_conv", "kernel": 1},
                             "model.block.attention.kernel: kernel must be at least 2"),
     "kda conv kernel 0": ({"kind": "kda", "n_heads": 4, "conv_kernel": 0},
-                          "model.block.attention.conv_kernel:"),
+                          "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
 }
 
 

@@ -14,7 +14,7 @@ from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.gated_deltanet import GatedDeltaNet
-from specformer_layers.mixers.params import GatedDeltaNetParams
+from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from fixtures.tiny import tiny_spec
 
 D_MODEL = 32

@@ -242,7 +242,7 @@ def test_beam_search_equals_recompute(model: Any) -> None:
 
 @pytest.mark.parametrize(("change", "where", "says"), [
     ({"n_heads": 0}, "model.block.attention.n_heads", "greater than 0"),
-    ({"conv_kernel": 1}, "model.block.attention.conv_kernel", "greater than or equal to 2"),
+    ({"conv_kernel": 1}, "model.block.attention.conv_kernel", "conv_kernel must be at least 2"),
     ({"chunk": 0}, "model.block.attention.chunk", "greater than 0"),
     ({"gate": 3}, "model.block.attention.gate", "unknown field; did you mean 'gate_rank'?"),
 ])

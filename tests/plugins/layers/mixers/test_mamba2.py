@@ -17,7 +17,7 @@ from pydantic import ValidationError
 import specformer
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.mamba2 import Mamba2
-from specformer_layers.mixers.params import Mamba2Params
+from specformer_layers.mixers.mamba2_params import Mamba2Params
 
 from tests.fixtures.tiny import tiny_spec
 
@@ -61,7 +61,7 @@ def test_equals_transformers_mamba2_mixer(groups: int, kernel: int, bias: bool) 
         ours.norm.weight.copy_(hf.norm.weight)
     x = torch.randn(2, 8, 16)
     want = hf(x)
-    got = ours._run(x)[0]
+    got = ours.run(x).out
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -164,20 +164,20 @@ def test_public_facts() -> None:
     assert "chunk 4" in layer.describe_kernel()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"conv_kernel": 1}, "conv_kernel must be at least 2"),
-    ({"conv_kernel": 0}, "conv_kernel must be at least 2"),
-    ({"n_groups": 3}, r"n_groups \(3\) must divide n_heads \(4\)"),
-    ({"dt_min": 0.5, "dt_max": 0.1}, r"dt_max \(0.1\) must be above dt_min \(0.5\)"),
+@pytest.mark.parametrize(("change", "message", "where"), [
+    ({"conv_kernel": 1}, "conv_kernel must be at least 2", "model.block.attention.conv_kernel: "),
+    ({"conv_kernel": 0}, "conv_kernel must be at least 2", "model.block.attention.conv_kernel: "),
+    ({"n_groups": 3}, r"n_groups \(3\) must divide n_heads \(4\)", "model.block.attention: "),
+    ({"dt_min": 0.5, "dt_max": 0.1}, r"dt_max \(0.1\) must be above dt_min \(0.5\)", "model.block.attention: "),
 ])
-def test_bad_params_are_one_clear_line(change: dict, message: str) -> None:
+def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Mamba2Params(**{**{k: v for k, v in MIXER.items() if k != "kind"}, **change})
     with pytest.raises(Exception, match=message) as caught:
         specformer.build(tiny_spec(block={"attention": {**MIXER, **change}}), seed=0)
 
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
-    assert len(lines) == 1 and lines[0].strip().startswith("model.block.attention: ")
+    assert len(lines) == 1 and lines[0].strip().startswith(where)
 
 
 def test_served_requests_batched_give_what_each_gives_alone() -> None:
