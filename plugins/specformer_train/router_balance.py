@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 
 
 @runtime_checkable

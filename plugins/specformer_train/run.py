@@ -35,7 +35,7 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, split_tokens
 from specformer_train.datasource import (absolute_source, check_same_data, data_record, describe, recorded_source,
                                          stream_record)
-from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
+from specformer_train.parallel.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
                                           resolve_mode, shutdown)
 from specformer_train.hint import generate_command
 from specformer_train.init_weights import load_init

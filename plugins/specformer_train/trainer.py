@@ -2,7 +2,7 @@
 
 One optimizer step reads ``grad_accum`` micro-batches of ``batch_size`` rows on each
 process, sums their gradients (each loss divided by ``grad_accum``; DDP/FSDP average
-across processes; split experts are summed over their group: :mod:`specformer_train.expert_parallel`),
+across processes; split experts are summed over their group: :mod:`specformer_train.parallel.expert`),
 clips the global gradient norm, sets each param group's learning rate
 from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
@@ -40,7 +40,7 @@ from specformer_train.checkpointing import (CheckpointContents, OutputError, Tra
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.documents import document_layout, document_settings
-from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
+from specformer_train.parallel.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
                                           optimizer_step_scope,
                                           shared_tag, wrap_model)
 from specformer_train.interrupt import StopOnInterrupt
@@ -119,7 +119,7 @@ class Trainer:
         if config.activation_checkpointing:
             enable_activation_checkpointing(self.model)
         if self.ctx.sequence_parallel:
-            from specformer_train.sequence_parallel import check_sequence_parallel  # late: only sp runs need it
+            from specformer_train.parallel.sequence import check_sequence_parallel  # late: only sp runs need it
 
             try:
                 check_sequence_parallel(model, tp=self.ctx.tp, seq_len=self.seq_len)
@@ -131,7 +131,7 @@ class Trainer:
             self.wrapped.compile()
         self.optimizer = make_optimizer(self.model, config, device=self.device)
         if self.ctx.experts is not None:
-            from specformer_train.expert_parallel import refuse_coupled_updates  # late: only EP runs need it
+            from specformer_train.parallel.expert import refuse_coupled_updates  # late: only EP runs need it
 
             refuse_coupled_updates(self.optimizer, self.ctx.experts)
         if self.ctx.tp_copies and any(group.get("use_muon") for group in self.optimizer.param_groups):
@@ -147,7 +147,7 @@ class Trainer:
         self.state.extra["documents"] = dict(self.documents)
         self.state.extra["mesh"] = self.ctx.mesh()
         if self.ctx.cp > 1:
-            from specformer_train.context_parallel import check_context_parallel  # late: only cp runs need it
+            from specformer_train.parallel.context import check_context_parallel  # late: only cp runs need it
 
             check_context_parallel(model, cp=self.ctx.cp, seq_len=self.seq_len,
                                    documents=self.documents,
@@ -278,8 +278,8 @@ class Trainer:
         if config.clip_norm is not None:
             if ctx.tp > 1 or ctx.ep > 1:  # split and replicated gradients together: torch's norm refuses the mix
                 # late: only model-parallel runs need these
-                from specformer_train.expert_parallel import expert_groups_of
-                from specformer_train.tensor_parallel import clip_grad_norm
+                from specformer_train.parallel.expert import expert_groups_of
+                from specformer_train.parallel.tensor import clip_grad_norm
 
                 grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm,
                                            split_over=expert_groups_of(ctx.experts), row_weights=row_weights)
@@ -298,15 +298,15 @@ class Trainer:
         heads for the gradient norm (empty without them)."""
         ctx = self.ctx
         if ctx.tp_summed:  # weights each process applied to its share only (parallel_plan.Shared, sequence parallel)
-            from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
+            from specformer_train.parallel.tensor import sum_shared_gradients  # late: only TP runs need it
 
             sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
         if ctx.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
-            from specformer_train.expert_parallel import finish_expert_gradients  # late: only EP runs need it
+            from specformer_train.parallel.expert import finish_expert_gradients  # late: only EP runs need it
 
             finish_expert_gradients(ctx.experts, dp_size=ctx.dp_size)
         if ctx.tp_copies:  # key/value heads fewer than tp: each copy's gradient is a part
-            from specformer_train.tensor_parallel import sum_copied_rows  # late: only TP runs need it
+            from specformer_train.parallel.tensor import sum_copied_rows  # late: only TP runs need it
 
             return sum_copied_rows(self.model, ctx.tp_copies, ctx.tp_mesh)
         return {}
@@ -343,7 +343,7 @@ class Trainer:
         its two chunks of every row, with their positions and the cache that gathers the group's keys."""
         if self.ctx.cp == 1:
             return inputs, targets, layout
-        from specformer_train.context_parallel import GatheredKeys, positions_of  # late: only cp runs need them
+        from specformer_train.parallel.context import GatheredKeys, positions_of  # late: only cp runs need them
 
         mine = positions_of(inputs.shape[1], cp=self.ctx.cp, rank=self.ctx.cp_rank, device=inputs.device)
         positions = mine.expand(inputs.shape[0], -1)  # (B, T/cp); no document layout (check_context_parallel)
@@ -363,7 +363,7 @@ class Trainer:
         if self.ctx.tp == 1:
             yield
             return
-        from specformer_train.tensor_parallel import vocabulary_parallel_loss  # late: only TP runs need DTensors
+        from specformer_train.parallel.tensor import vocabulary_parallel_loss  # late: only TP runs need DTensors
 
         cut = self.ctx.sequence.active() if self.ctx.sequence is not None else contextlib.nullcontext()
         with vocabulary_parallel_loss(self.model), cut:

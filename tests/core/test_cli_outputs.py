@@ -235,7 +235,7 @@ def _sharded_checkpoint(w: Workspace) -> Path:
     """A one-process sharded training checkpoint of the tiny model (made once, beside the workspace's inputs)."""
     from specformer_train.checkpointing import TrainerState, save_checkpoint
     from specformer_train.config import TrainConfig
-    from specformer_train.distributed import DistContext
+    from specformer_train.parallel.distributed import DistContext
     from specformer_train.optim import make_optimizer
 
     found = w.float_ckpt.parent / "sharded" / "checkpoints" / "step-0000001"

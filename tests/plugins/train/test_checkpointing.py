@@ -30,7 +30,7 @@ from specformer_train.checkpointing import (CheckpointContents, DamagedCheckpoin
                                             recover_interrupted_saves, save_checkpoint, step_dirs, step_name,
                                             tokenizer_file_text)
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 from specformer_train.optim import make_optimizer
 
 from fixtures.tiny import tiny_spec

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from specformer_layers.routers.sigmoid_topk import SigmoidTopK
 from specformer_train import router_balance
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 from specformer_train.router_balance import balance_routers
 
 #: One process of the check: argv = rank, world size, rendezvous file, output file. World size 1
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from specformer_layers.routers.sigmoid_topk import SigmoidTopK
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 from specformer_train.router_balance import balance_routers
 
 rank, world, rendezvous, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]

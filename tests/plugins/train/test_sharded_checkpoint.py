@@ -28,7 +28,7 @@ from specformer_train import train
 from specformer_train.checkpointing import (DamagedCheckpoint, TrainerState, load_checkpoint, read_checkpoint,
                                             save_checkpoint)
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 from specformer_train.metrics import read_metrics
 from specformer_train.optim import make_optimizer
 from specformer_train.resume import find_resumable

@@ -32,7 +32,7 @@ from specformer_train import TrainingDiverged, train
 from specformer_train.checkpointing import latest_checkpoint
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.distributed import DistContext
 from specformer_train.metrics import read_metrics
 from specformer_train.run import mesh_change
 from specformer_train.trainer import (IGNORE, Trainer, _allow_tf32, _compiles, _cpu_threads,
@@ -827,7 +827,7 @@ def test_samples_run_eagerly_even_for_a_model_torch_would_trace() -> None:
 
 
 def test_only_the_main_process_exports_and_only_a_saved_checkpoint(tmp_path: Path) -> None:
-    from specformer_train.distributed import DistContext
+    from specformer_train.parallel.distributed import DistContext
 
     trainer = make_trainer(tmp_path, steps=1)
     result = trainer.fit()

@@ -8,11 +8,11 @@ reads its own slice of every global batch, and the gradients are averaged:
 - ``fsdp``: parameters, gradients and optimizer state are sharded across processes
   with FSDP2's ``fully_shard``, applied to each block and then to the whole model;
 - ``tp`` (``train.parallel.tp``): every process reads the same rows and holds its share of
-  each component that declares a tensor-parallel plan (:mod:`specformer_train.tensor_parallel`);
+  each component that declares a tensor-parallel plan (:mod:`specformer_train.parallel.tensor`);
 - ``cp`` (``train.parallel.cp``, beside ddp or fsdp): the processes of a group read the same rows,
-  each taking its share of every row's tokens (:mod:`specformer_train.context_parallel`).
+  each taking its share of every row's tokens (:mod:`specformer_train.parallel.context`).
 - ``train.parallel.ep`` beside ddp or fsdp: the processes still read different rows, and each
-  holds its share of every mixture's experts (:mod:`specformer_train.expert_parallel`).
+  holds its share of every mixture's experts (:mod:`specformer_train.parallel.expert`).
 
 NCCL is the backend on CUDA, gloo on CPU (so the tests run two processes on a laptop).
 """
@@ -185,12 +185,13 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
         # late: only tensor-parallel runs need the plans' machinery
         from torch.distributed.device_mesh import init_device_mesh
 
-        from specformer_train.tensor_parallel import apply_tensor_parallel, copied_rows
+        from specformer_train.parallel.tensor import apply_tensor_parallel, copied_rows
 
         mesh = init_device_mesh(device.type, (ctx.dp_size, ctx.tp), mesh_dim_names=("dp", "tp"))
         dp_mesh = mesh["dp"]
         if ctx.sequence_parallel:
-            from specformer_train.sequence_parallel import SequenceSplit
+            # late: only sequence-parallel runs need its DTensor moves
+            from specformer_train.parallel.sequence import SequenceSplit
 
             ctx.sequence = SequenceSplit(mesh["tp"])
         try:
@@ -208,7 +209,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device) -> nn.M
     experts: set[nn.Parameter] = set()  # split over expert parallelism: kept out of the data-parallel average
     if ctx.ep > 1:
         # late: only expert-parallel runs need its groups
-        from specformer_train.expert_parallel import apply_expert_parallel, new_expert_groups
+        from specformer_train.parallel.expert import apply_expert_parallel, new_expert_groups
 
         group, replicas = new_expert_groups(world=ctx.world_size, ep=ctx.ep, rank=ctx.rank, tp=ctx.tp)
         ctx.experts = apply_expert_parallel(model, group=group, replicas=replicas)
