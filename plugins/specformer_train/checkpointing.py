@@ -60,7 +60,8 @@ from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 from specformer_text import OutputError
 
-from specformer_train.parallel.distributed import DistContext, barrier
+from specformer_train.parallel.distributed import barrier
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.checkpoint_files import DamagedCheckpoint, parse_json, read_json, refuse_misfit
 from specformer_train.optimizer_state import group_problems, state_problems
 from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
@@ -183,7 +184,7 @@ def clear_earlier_run(out_dir: Path) -> int:
 
 
 def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int, tag: str | None = None,
+                    tokenizer: Tokenizer, ctx: ParallelLayout, keep_last: int, tag: str | None = None,
                     sharded: bool = False) -> Path:
     """Write a complete checkpoint of step ``state.step`` (every process calls this); return its path.
 
@@ -234,7 +235,7 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
 
 
 def _save_full(tmp: Path, final: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-               tokenizer: Tokenizer, ctx: DistContext) -> None:
+               tokenizer: Tokenizer, ctx: ParallelLayout) -> None:
     """``model.safetensors`` and ``optimizer.safetensors`` into ``tmp``, gathered to the first process."""
     model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
     if not ctx.is_main:
@@ -344,7 +345,7 @@ class CheckpointContents:
 
 
 def load_checkpoint(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer: Tokenizer,
-                    ctx: DistContext) -> TrainerState:
+                    ctx: ParallelLayout) -> TrainerState:
     """Restore model, optimizer and this process' RNG states from ``path``; return the trainer state."""
     contents = read_checkpoint(path, rank=ctx.rank, world_size=ctx.world_size)
     return apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=tokenizer)

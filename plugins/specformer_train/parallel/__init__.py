@@ -2,9 +2,13 @@
 
 One module per concept:
 
-- :mod:`~specformer_train.parallel.distributed`: who this process is (``DistContext``), joining
-  torchrun's process group, the device, wrapping the model (DDP, FSDP2, and the splits below),
-  and the collectives the trainer needs (means, stop flags, barriers).
+- :mod:`~specformer_train.parallel.layout`: ``ParallelLayout``, who this process is and how the
+  run's processes are laid out (``[dp][cp][tp]``), its degrees checked once, its world mesh and
+  sub-meshes built once; immutable.
+- :mod:`~specformer_train.parallel.parallelize`: ``parallelize``, the one function that splits,
+  recomputes, compiles and wraps (FSDP2 or DDP) a model for its layout, in a fixed order.
+- :mod:`~specformer_train.parallel.distributed`: joining torchrun's process group, this process'
+  device, and the collectives the trainer needs (gradient sync, means, stop flags, barriers).
 - :mod:`~specformer_train.parallel.tensor`: tensor parallelism (``train.parallel.tp``), each block
   component split as its ``parallel_plan`` declares; the embedding and head by vocabulary.
 - :mod:`~specformer_train.parallel.sequence`: sequence parallelism beside it, the stream cut by

@@ -1,7 +1,7 @@
 """Tensor-parallel training: each block's components split as they declare (``train.parallel.tp``).
 
 ``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
-such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.parallel.distributed.wrap_model`); every
+such groups, sharded across by FSDP2: :func:`specformer_train.parallel.parallelize.parallelize`); every
 block component splits its weights across them as its ``parallel_plan`` declares
 (:mod:`specformer.model.tensor_parallel`: attention by heads, FFNs by hidden channels), the
 embedding and head by vocabulary rows where :func:`specformer.model.parallel_plan.vocabulary_split`

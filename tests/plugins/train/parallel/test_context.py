@@ -12,7 +12,7 @@ import torch.distributed as dist
 from specformer.errors import UserError
 import specformer
 from specformer_train.parallel.context import check_context_parallel, positions_of
-from specformer_train.parallel.distributed import resolve_mode
+from specformer_train.parallel.layout import resolve_mode
 
 from fixtures.tiny import tiny_spec
 from .test_distributed import torchrun

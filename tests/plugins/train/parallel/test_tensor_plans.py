@@ -15,7 +15,7 @@ from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnPara
                                               put_in_rank_order, rank_major_order, restore_row_order, styles_from_plan)
 from specformer.spec.check import estimate
 from specformer_train.config import TrainConfig
-from specformer_train.parallel.distributed import resolve_mode
+from specformer_train.parallel.layout import resolve_mode
 from specformer_train.parallel.tensor import clip_grad_norm, vocabulary_styles
 
 from fixtures.tiny import tiny_spec
