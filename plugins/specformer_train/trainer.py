@@ -326,7 +326,8 @@ class Trainer:
 
         mine = positions_of(inputs.shape[1], cp=self.ctx.cp, rank=self.ctx.cp_rank, device=inputs.device)
         positions = mine.expand(inputs.shape[0], -1)  # (B, T/cp); no document layout (check_context_parallel)
-        return inputs[:, mine], targets[:, mine], {"positions": positions, "cache": GatheredKeys(self.ctx.meshes.cp.get_group())}
+        cache = GatheredKeys(self.ctx.meshes.cp.get_group())
+        return inputs[:, mine], targets[:, mine], {"positions": positions, "cache": cache}
 
     def _to_device(self, rows: np.ndarray) -> Tensor:
         batch = torch.from_numpy(rows)
