@@ -288,7 +288,7 @@ def parallel_step_differences(device: str, *, backend: str) -> dict[str, tuple[f
     from torch.distributed.fsdp import fully_shard
 
     from specformer.model.builder import build
-    from specformer_train.tensor_parallel import apply_tensor_parallel, vocabulary_parallel_loss
+    from specformer_train.parallel.tensor import apply_tensor_parallel, vocabulary_parallel_loss
     from specformer_train.trainer import lm_loss
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

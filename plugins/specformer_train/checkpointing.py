@@ -62,40 +62,15 @@ from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import METADATA_KEY, Tokenizer
 from specformer_text import OutputError
 
-from specformer_train.distributed import DistContext, barrier
+from specformer_train.parallel.distributed import barrier
+from specformer_train.parallel.layout import ParallelLayout
+from specformer_train.checkpoint_files import DamagedCheckpoint, parse_json, read_json, refuse_misfit
 from specformer_train.optimizer_state import group_problems, state_problems
 from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
                                                  read_index, write_shards)
 
 TRAINER_FORMAT = "specformer-train-state/1"
 _LEFTOVER = re.compile(r"^\.(step-\d+)\.(tmp|old)(-.*)?$")  # an unfinished save's temporaries
-
-
-class DamagedCheckpoint(CheckpointError):
-    """A checkpoint file is missing, truncated or not what it should be; the message names the file."""
-
-
-def parse_json(text: str, *, where: str) -> Any:
-    """``text`` (a checkpoint's JSON) parsed; every way it fails to parse is a :class:`DamagedCheckpoint` naming ``where``.
-
-    Nesting deep enough to overflow the parser (a RecursionError) included: ``--resume`` falls back past
-    a damaged checkpoint only when reading it raises this one error.
-    """
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise DamagedCheckpoint(f"{where}: not readable JSON (nested too deeply to parse)") from None
-    except ValueError as exc:  # json.JSONDecodeError
-        raise DamagedCheckpoint(f"{where}: not readable JSON ({exc})") from None
-
-
-def read_json(path: Path) -> Any:
-    """The JSON file ``path`` of a checkpoint, parsed (:func:`parse_json`)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DamagedCheckpoint(f"{path}: not readable JSON ({exc})") from None
-    return parse_json(text, where=str(path))
 
 
 @dataclass
@@ -169,7 +144,7 @@ def clear_earlier_run(out_dir: Path) -> int:
 
 
 def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-                    tokenizer: Tokenizer, ctx: DistContext, keep_last: int, tag: str | None = None,
+                    tokenizer: Tokenizer, ctx: ParallelLayout, keep_last: int, tag: str | None = None,
                     sharded: bool = False) -> Path:
     """Write a complete checkpoint of step ``state.step`` (every process calls this); return its path.
 
@@ -177,7 +152,7 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
     (:mod:`specformer_train.sharded_checkpoint`) instead of the first writing them gathered.
 
     ``tag`` makes the temporary names unique to this run; it must be the same on every
-    process (:func:`specformer_train.distributed.shared_tag`); one process may leave it out. A failure to write raises
+    process (:func:`specformer_train.parallel.distributed.shared_tag`); one process may leave it out. A failure to write raises
     :class:`OutputError` and leaves the earlier checkpoints and ``latest`` as they were.
     """
     root = checkpoint_root(out_dir)
@@ -220,7 +195,7 @@ def save_checkpoint(*, out_dir: Path, model: nn.Module, optimizer: torch.optim.O
 
 
 def _save_full(tmp: Path, final: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainerState,
-               tokenizer: Tokenizer, ctx: DistContext) -> None:
+               tokenizer: Tokenizer, ctx: ParallelLayout) -> None:
     """``model.safetensors`` and ``optimizer.safetensors`` into ``tmp``, gathered to the first process."""
     model_state, optim_state = full_state_dicts(model, optimizer)  # collective under FSDP
     if not ctx.is_main:
@@ -264,7 +239,7 @@ def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tupl
                                                          get_optimizer_state_dict)
 
     from specformer.model.expert_parallel import gather_experts
-    from specformer_train.tensor_parallel import gathered_in_module_order
+    from specformer_train.parallel.tensor import gathered_in_module_order
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)
@@ -330,7 +305,7 @@ class CheckpointContents:
 
 
 def load_checkpoint(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer: Tokenizer,
-                    ctx: DistContext) -> TrainerState:
+                    ctx: ParallelLayout) -> TrainerState:
     """Restore model, optimizer and this process' RNG states from ``path``; return the trainer state."""
     contents = read_checkpoint(path, rank=ctx.rank, world_size=ctx.world_size)
     return apply_checkpoint(contents, model=model, optimizer=optimizer, tokenizer=tokenizer)
@@ -392,7 +367,7 @@ def apply_checkpoint(contents: CheckpointContents, *, model: nn.Module, optimize
                                                          set_optimizer_state_dict)
 
     from specformer.model.expert_parallel import local_rows
-    from specformer_train.tensor_parallel import in_rank_order
+    from specformer_train.parallel.tensor import in_rank_order
 
     path = contents.path
     check_tokenizer(contents, tokenizer)
@@ -473,23 +448,10 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], *, where: 
     refuse_misfit(expected, {name: tuple(t.shape) for name, t in weights.items()}, where=where)
 
 
-def refuse_misfit(expected: dict[str, tuple], got: dict[str, tuple], *, where: str) -> None:
-    """A CheckpointError naming what ``got`` (stored names and shapes) lacks, adds or shapes otherwise than the model."""
-    if expected == got:
-        return
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    shaped = sorted(f"{n} {got[n]} vs {expected[n]}" for n in set(got) & set(expected) if got[n] != expected[n])
-    raise CheckpointError(
-        f"{where}: does not fit the model of this spec (missing {missing or 'none'}, unexpected "
-        f"{extra or 'none'}, mis-shaped {shaped or 'none'}); resume with the spec the run was started with"
-    )
-
-
 def _fused_orders(model: nn.Module) -> dict[str, torch.Tensor]:
-    # late: only a tensor-parallel model has fused orders, and only its run needs torch.distributed's styles
     if not any(hasattr(m, ROW_ORDER) for m in model.modules()):
         return {}
+    # late: only a tensor-parallel model has fused orders, and only its run needs torch.distributed's styles
     from specformer.model.tensor_parallel import fused_row_orders
 
     return fused_row_orders(model)

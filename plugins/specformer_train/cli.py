@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 EPILOG = """\
@@ -85,6 +86,4 @@ def _fmt(value: float | None) -> str:
 
 
 def _is_main() -> bool:
-    import os
-
     return os.environ.get("RANK", "0") == "0"

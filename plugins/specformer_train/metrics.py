@@ -63,7 +63,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def plot_losses(metrics_path: Path, png_path: Path, *, title: str = "") -> Path | None:
     """Training loss per step (and validation loss at each evaluation) as a PNG; None without matplotlib."""
-    try:
+    try:  # late: matplotlib is optional (no plot without it)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 
 
 @runtime_checkable
@@ -36,7 +36,7 @@ class BiasBalanced(Protocol):
     observed_load: Tensor | None
 
 
-def balance_routers(model: nn.Module, ctx: DistContext | None = None) -> int:
+def balance_routers(model: nn.Module, ctx: ParallelLayout | None = None) -> int:
     """Apply one bias update to every router of ``model`` that observed a load; the number updated."""
     updated = 0
     for module in model.modules():

@@ -35,8 +35,8 @@ from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, split_tokens
 from specformer_train.datasource import (absolute_source, check_same_data, data_record, describe, recorded_source,
                                          stream_record)
-from specformer_train.distributed import (DistContext, any_process, barrier, device_for, init_distributed,
-                                          resolve_mode, shutdown)
+from specformer_train.parallel.distributed import any_process, barrier, device_for, init_distributed, shutdown
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.hint import after_consolidating, generate_command
 from specformer_train.init_weights import load_init
 from specformer_train.lock import RunLock
@@ -98,9 +98,9 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         raise UserError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
     parallel = config.parallel
-    mode = resolve_mode(config.distributed, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
-    ctx = init_distributed(mode, tp=parallel.tp, ep=parallel.ep, cp=parallel.cp)
-    ctx.sequence_parallel = parallel.sequence_parallel
+    ctx = init_distributed(ParallelLayout.of_launch(distributed=config.distributed, tp=parallel.tp, ep=parallel.ep,
+                                                    cp=parallel.cp, sequence_parallel=parallel.sequence_parallel),
+                           device=config.device)
     say = print if ctx.is_main else (lambda *a, **k: None)
     try:
         with contextlib.ExitStack() as held:
@@ -147,7 +147,7 @@ def _input_paths(config: TrainConfig, source: str | Path | None) -> list[Path]:
     return paths
 
 
-def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, resume: bool | str | Path,
+def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: ParallelLayout, *, resume: bool | str | Path,
            new_data: bool, data_given: bool, source: str | None) -> TrainResult:
     say: Callable[..., None] = print if ctx.is_main else (lambda *a, **k: None)
     resume_from = find_resumable(run_dir, resume, rank=ctx.rank, world_size=ctx.world_size, say=say) if resume else None
@@ -217,7 +217,7 @@ def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, 
                      counts=(len(tokens), len(split.train), 0 if split.val is None else len(split.val)), record=record)
 
 
-def _groups_in_words(ctx: DistContext) -> str:
+def _groups_in_words(ctx: ParallelLayout) -> str:
     """How the processes of a model-parallel run share the rows, in words."""
     words = []
     if ctx.tp * ctx.cp > 1:
@@ -248,7 +248,7 @@ def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, res
     return record
 
 
-def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: DistContext, *, say: Callable[..., None],
+def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: ParallelLayout, *, say: Callable[..., None],
               resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
               val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any],
               chat: Any = None) -> TrainResult:
@@ -323,7 +323,7 @@ def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_descrip
         f"  batch   {config.batch_size} x {trainer.seq_len} tokens x {config.grad_accum} accumulation x "
         f"{trainer.ctx.dp_size} process(es) = {tokens_per_step:,} tokens/step; {config.steps} steps "
         f"{epochs}",
-        *([f"  split   {trainer.ctx.layout} ({_groups_in_words(trainer.ctx)})"] if trainer.ctx.layout else []),
+        *([f"  split   {split} ({_groups_in_words(trainer.ctx)})"] if (split := trainer.parallel.description) else []),
         f"  device  {trainer.device}, {trainer.precision}, {mode}" + "".join(f", {e}" for e in extras)
         + (f"; {trainer.threads} CPU thread(s)" if trainer.threads else ""),
     ]

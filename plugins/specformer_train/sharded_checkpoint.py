@@ -43,15 +43,18 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from specformer.checkpoint.check import TensorInfo, check_checkpoint
 from specformer.checkpoint.file import FORMAT, write_safetensors_atomic
 from specformer.checkpoint.provenance import header_entry
-from specformer.errors import CheckpointError, UserError
+from specformer.errors import UserError
 from specformer.files.atomic import write_text_atomic
 from specformer.registry.discovery import get_registry
 from specformer.tokenizers.tokenizer import METADATA_KEY
 from specformer.version import __version__
 
+from specformer_train.checkpoint_files import DamagedCheckpoint, parse_json, read_json, refuse_misfit
 from specformer_train.optimizer_state import state_problems
+from specformer_train.parallel.placement import global_indices
 
 INDEX = "sharded.json"
 SHARDED_FORMAT = "specformer-sharded-checkpoint/1"
@@ -89,41 +92,6 @@ def use_sharded(requested: str, *, mode: str, tp: int, adapter: bool, ep: int = 
     return sharded
 
 
-# -- where a process' share lies in the whole tensor --------------------------------------------
-
-
-def global_indices(tensor: Tensor, row_order: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
-    """Per dimension, the global index of each local position of ``tensor``, and its local data.
-
-    A plain tensor is whole; a DTensor's ranges are split by its placements, in mesh order,
-    as DTensor splits them. ``row_order`` (a fused projection's) maps rank-major rows to the module's.
-    """
-    # late: only distributed runs have DTensors; consolidation never asks
-    from torch.distributed.tensor import DTensor
-
-    indices = [torch.arange(n) for n in tensor.shape]
-    if isinstance(tensor, DTensor):
-        local = tensor.to_local()
-        mesh, coordinate = tensor.device_mesh, tensor.device_mesh.get_coordinate()
-        assert coordinate is not None, "this process is not in the tensor's mesh"
-        for mesh_dim, placement in enumerate(tensor.placements):
-            if placement.is_replicate() or placement.is_partial():
-                continue
-            dim = placement.dim
-            # shaped (1, ..., 1, n) so that the placement splits its own dimension, with its own semantics
-            shaped = indices[dim].view(*([1] * dim), -1)
-            pieces, _ = placement._split_tensor(shaped, mesh.size(mesh_dim), with_padding=False, contiguous=False)
-            indices[dim] = pieces[coordinate[mesh_dim]].reshape(-1)
-        if [len(i) for i in indices] != list(local.shape):
-            raise CheckpointError(f"cannot place a local shard {tuple(local.shape)} of a {tuple(tensor.shape)} tensor "
-                                  f"with placements {tensor.placements}")
-    else:
-        local = tensor
-    if row_order is not None:
-        indices[0] = row_order[indices[0]]
-    return indices, local
-
-
 def module_shape(tensor: Tensor, row_order: Tensor | None) -> list[int]:
     """The (global) shape of ``tensor`` in the module's rows: fewer than gathered when units are copied."""
     shape = list(tensor.shape)
@@ -144,6 +112,7 @@ def first_copies(row_order: Tensor) -> Tensor:
 
 def writes_copy(tensor: Tensor, rank: int) -> bool:
     """Whether this process writes its share of ``tensor`` (each copy of a replicated block is written once)."""
+    # late: only distributed runs have DTensors; consolidation never asks
     from torch.distributed.tensor import DTensor
 
     if not isinstance(tensor, DTensor):
@@ -292,8 +261,6 @@ def read_index(path: Path) -> ShardedIndex:
     dtype the index's, and the blocks of every tensor tiling it exactly (:func:`tiling_problem`),
     which also bounds every declared size by the values the shard files hold.
     """
-    from specformer_train.checkpointing import DamagedCheckpoint, parse_json, read_json  # it imports this module
-
     path = Path(path)
     index_path = path / INDEX
     index = read_json(index_path)
@@ -412,8 +379,6 @@ class ShardReader:
 
     def fill(self, name: str, out: Tensor, indices: list[Tensor]) -> None:
         """Copy into ``out`` (a local share) the stored values at ``indices`` (per dimension, global positions)."""
-        from specformer_train.checkpointing import DamagedCheckpoint
-
         copied = 0
         for block in self.index.blocks[name]:
             local_positions, block_positions = [], []
@@ -443,6 +408,7 @@ class ShardReader:
 
     def like(self, name: str, template: Tensor, row_order: Tensor | None = None) -> Tensor:
         """A tensor laid out as ``template`` (a DTensor keeps its mesh and placements) holding the stored ``name``."""
+        # late: only distributed runs have DTensors; consolidation never asks
         from torch.distributed.tensor import DTensor
 
         indices, local = global_indices(template, row_order)
@@ -467,6 +433,7 @@ class ShardReader:
 
 def check_fits(index: ShardedIndex, model: nn.Module) -> None:
     """Refuse a checkpoint of another model: the stored names and global shapes must be the model's."""
+    # late: torch.distributed's state-dict helpers and styles load for a run's resume only, never to consolidate
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from specformer.model.tensor_parallel import fused_row_orders
@@ -474,7 +441,6 @@ def check_fits(index: ShardedIndex, model: nn.Module) -> None:
     orders = fused_row_orders(model)
     expected = {name: tuple(module_shape(t, orders.get(name))) for name, t in get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=False)).items()}
-    from specformer_train.checkpointing import refuse_misfit  # late: checkpointing imports this module
 
     refuse_misfit(expected, {name: tuple(index.shapes[MODEL + name]) for name in index.model_names()},
                   where=str(index.path))
@@ -482,6 +448,7 @@ def check_fits(index: ShardedIndex, model: nn.Module) -> None:
 
 def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Put the stored model and optimizer state into ``model`` and ``optimizer``, laid out as they are split now."""
+    # late: torch.distributed's state-dict helpers and styles load for a run's resume only, never to consolidate
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, set_model_state_dict,
                                                          set_optimizer_state_dict)
 
@@ -518,8 +485,6 @@ def load_shards(index: ShardedIndex, *, model: nn.Module, optimizer: torch.optim
 def read_consolidable(path: Path) -> ShardedIndex:
     """The index of the sharded checkpoint at ``path``, its model's tensors checked against the spec in its header
     as :func:`specformer.load` checks a file's (no tensor the model does not have, each shaped as the model's)."""
-    from specformer.checkpoint.check import TensorInfo, check_checkpoint
-
     index = read_index(path)
     model = {fqn: TensorInfo(dtype=STORED_DTYPES[index.dtypes[MODEL + fqn]], shape=tuple(index.shapes[MODEL + fqn]))
              for fqn in index.model_names()}

@@ -2,7 +2,7 @@
 
 One optimizer step reads ``grad_accum`` micro-batches of ``batch_size`` rows on each
 process, sums their gradients (each loss divided by ``grad_accum``; DDP/FSDP average
-across processes; split experts are summed over their group: :mod:`specformer_train.expert_parallel`),
+across processes; split experts are summed over their group: :mod:`specformer_train.parallel.expert`),
 clips the global gradient norm, sets each param group's learning rate
 from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
@@ -40,15 +40,15 @@ from specformer_train.checkpointing import (CheckpointContents, OutputError, Tra
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.documents import document_layout, document_settings
-from specformer_train.distributed import (DistContext, all_reduce_mean, any_process, device_for, gradient_sync,
-                                          optimizer_step_scope,
-                                          shared_tag, wrap_model)
+from specformer_train.parallel.distributed import (all_reduce_mean, any_process, device_for, gradient_sync,
+                                                   optimizer_step_scope, shared_tag)
+from specformer_train.parallel.layout import ParallelLayout
+from specformer_train.parallel.parallelize import parallelize
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.router_balance import balance_routers
 from specformer_train.loggers import RunLoggers
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
-from specformer_train.recompute import enable_activation_checkpointing
 from specformer_train.sharded_checkpoint import consolidate, is_sharded, use_sharded
 from specformer_train.sampling import sample_text
 from specformer_train.schedule import step_learning_rates
@@ -85,14 +85,14 @@ class Trainer:
         val_rows: EvalRows | None,
         tokenizer: Tokenizer,
         out_dir: str | Path,
-        ctx: DistContext | None = None,
+        ctx: ParallelLayout | None = None,
         device: torch.device | str | None = None,
         data_record: dict[str, Any] | None = None,
         chat: Any = None,
     ) -> None:
         self.config = config
         self.data_record = data_record  # recorded in every checkpoint (see specformer_train.datasource)
-        self.ctx = ctx or DistContext()
+        self.ctx = ctx or ParallelLayout()
         self.device = torch.device(device) if device is not None else device_for(config.device, self.ctx)
         self.tokenizer = tokenizer
         self.chat = chat  # a chat run's prompting (see specformer_train.sampling.sample_text), else None
@@ -116,42 +116,21 @@ class Trainer:
 
         self.model = model.to(self.device)  # the Decoder: parameters by name, generation, saving
         self.model.train()
-        if config.activation_checkpointing:
-            enable_activation_checkpointing(self.model)
-        if self.ctx.sequence_parallel:
-            from specformer_train.sequence_parallel import check_sequence_parallel  # late: only sp runs need it
-
-            try:
-                check_sequence_parallel(model, tp=self.ctx.tp, seq_len=self.seq_len)
-            except ValueError as exc:
-                raise UserError(f"train.parallel.sequence_parallel: {exc}") from None
-        self.wrapped = wrap_model(self.model, self.ctx, self.device)  # what the loop calls
+        # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
+        self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
+        self.ctx.check_model(model, seq_len=self.seq_len, documents=self.documents,
+                             masked_loss=hasattr(train_rows, "loss_mask"))
         self.compiled = _compiles(config.compile, self.device)
-        if self.compiled:
-            self.wrapped.compile()
+        self.parallel = parallelize(self.model, self.ctx, device=self.device,
+                                    activation_checkpointing=config.activation_checkpointing, compile=self.compiled)
+        self.wrapped = self.parallel.wrapped  # what the loop calls
         self.optimizer = make_optimizer(self.model, config, device=self.device)
-        if self.ctx.experts is not None:
-            from specformer_train.expert_parallel import refuse_coupled_updates  # late: only EP runs need it
-
-            refuse_coupled_updates(self.optimizer, self.ctx.experts)
-        if self.ctx.tp_copies and any(group.get("use_muon") for group in self.optimizer.param_groups):
-            raise UserError(f"train.parallel.tp {self.ctx.tp}: key/value heads fewer than tp are copied on the "
-                            f"processes, and muon would orthogonalise the matrix with its copies "
-                            f"({next(iter(self.ctx.tp_copies))}); use adamw, lion or sgd, or a tp that divides the "
-                            f"key/value heads")
+        self.parallel.check_optimizer(self.optimizer, self.ctx)
         self._settings = group_settings(self.optimizer)  # this run's; they win over a checkpoint's on resume
         self.hooks = get_plugin_manager().hook
         self.state = TrainerState(world_size=self.ctx.world_size, threads=self.threads, data=data_record)
-        # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
-        self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
         self.state.extra["documents"] = dict(self.documents)
         self.state.extra["mesh"] = self.ctx.mesh()
-        if self.ctx.cp > 1:
-            from specformer_train.context_parallel import check_context_parallel  # late: only cp runs need it
-
-            check_context_parallel(model, cp=self.ctx.cp, seq_len=self.seq_len,
-                                   documents=self.documents,
-                                   masked_loss=hasattr(train_rows, "loss_mask"))
         self._tag = shared_tag(self.ctx, self.device)  # temporary names unique to this run
         self._sharded = use_sharded(config.checkpoint_format, mode=self.ctx.mode, tp=self.ctx.tp,
                                     adapter=config.adapter is not None, ep=self.ctx.ep)
@@ -278,11 +257,11 @@ class Trainer:
         if config.clip_norm is not None:
             if ctx.tp > 1 or ctx.ep > 1:  # split and replicated gradients together: torch's norm refuses the mix
                 # late: only model-parallel runs need these
-                from specformer_train.expert_parallel import expert_groups_of
-                from specformer_train.tensor_parallel import clip_grad_norm
+                from specformer_train.parallel.expert import expert_groups_of
+                from specformer_train.parallel.tensor import clip_grad_norm
 
                 grad_norm = clip_grad_norm(list(self.model.parameters()), config.clip_norm,
-                                           split_over=expert_groups_of(ctx.experts), row_weights=row_weights)
+                                           split_over=expert_groups_of(self.parallel.experts), row_weights=row_weights)
             else:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
@@ -296,19 +275,19 @@ class Trainer:
     def _finish_split_gradients(self) -> dict[int, Tensor]:
         """The sums model parallelism leaves to the end of the backward; returns the row weights of copied key/value
         heads for the gradient norm (empty without them)."""
-        ctx = self.ctx
-        if ctx.tp_summed:  # weights each process applied to its share only (parallel_plan.Shared, sequence parallel)
-            from specformer_train.tensor_parallel import sum_shared_gradients  # late: only TP runs need it
+        ctx, parallel = self.ctx, self.parallel
+        if parallel.tp_summed:  # weights each process applied to its share only (parallel_plan.Shared, sequence parallel)
+            from specformer_train.parallel.tensor import sum_shared_gradients  # late: only TP runs need it
 
-            sum_shared_gradients(self.model, ctx.tp_summed, ctx.tp_mesh)
-        if ctx.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
-            from specformer_train.expert_parallel import finish_expert_gradients  # late: only EP runs need it
+            sum_shared_gradients(self.model, parallel.tp_summed, ctx.meshes.tp)
+        if parallel.experts is not None:  # expert stacks: summed over their group by the all-to-all, not by DDP/FSDP
+            from specformer_train.parallel.expert import finish_expert_gradients  # late: only EP runs need it
 
-            finish_expert_gradients(ctx.experts, dp_size=ctx.dp_size)
-        if ctx.tp_copies:  # key/value heads fewer than tp: each copy's gradient is a part
-            from specformer_train.tensor_parallel import sum_copied_rows  # late: only TP runs need it
+            finish_expert_gradients(parallel.experts, dp_size=ctx.dp_size)
+        if parallel.tp_copies:  # key/value heads fewer than tp: each copy's gradient is a part
+            from specformer_train.parallel.tensor import sum_copied_rows  # late: only TP runs need it
 
-            return sum_copied_rows(self.model, ctx.tp_copies, ctx.tp_mesh)
+            return sum_copied_rows(self.model, parallel.tp_copies, ctx.meshes.tp)
         return {}
 
     def _micro_batches(self) -> Iterator[tuple[Tensor, Tensor, dict[str, Tensor]]]:
@@ -343,11 +322,12 @@ class Trainer:
         its two chunks of every row, with their positions and the cache that gathers the group's keys."""
         if self.ctx.cp == 1:
             return inputs, targets, layout
-        from specformer_train.context_parallel import GatheredKeys, positions_of  # late: only cp runs need them
+        from specformer_train.parallel.context import GatheredKeys, positions_of  # late: only cp runs need them
 
         mine = positions_of(inputs.shape[1], cp=self.ctx.cp, rank=self.ctx.cp_rank, device=inputs.device)
         positions = mine.expand(inputs.shape[0], -1)  # (B, T/cp); no document layout (check_context_parallel)
-        return inputs[:, mine], targets[:, mine], {"positions": positions, "cache": GatheredKeys(self.ctx.cp_group)}
+        cache = GatheredKeys(self.ctx.meshes.cp.get_group())
+        return inputs[:, mine], targets[:, mine], {"positions": positions, "cache": cache}
 
     def _to_device(self, rows: np.ndarray) -> Tensor:
         batch = torch.from_numpy(rows)
@@ -363,9 +343,10 @@ class Trainer:
         if self.ctx.tp == 1:
             yield
             return
-        from specformer_train.tensor_parallel import vocabulary_parallel_loss  # late: only TP runs need DTensors
+        from specformer_train.parallel.tensor import vocabulary_parallel_loss  # late: only TP runs need DTensors
 
-        cut = self.ctx.sequence.active() if self.ctx.sequence is not None else contextlib.nullcontext()
+        sequence = self.parallel.sequence
+        cut = sequence.active() if sequence is not None else contextlib.nullcontext()
         with vocabulary_parallel_loss(self.model), cut:
             yield
 

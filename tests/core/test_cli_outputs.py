@@ -235,7 +235,7 @@ def _sharded_checkpoint(w: Workspace) -> Path:
     """A one-process sharded training checkpoint of the tiny model (made once, beside the workspace's inputs)."""
     from specformer_train.checkpointing import TrainerState, save_checkpoint
     from specformer_train.config import TrainConfig
-    from specformer_train.distributed import DistContext
+    from specformer_train.parallel.layout import ParallelLayout
     from specformer_train.optim import make_optimizer
 
     found = w.float_ckpt.parent / "sharded" / "checkpoints" / "step-0000001"
@@ -243,7 +243,7 @@ def _sharded_checkpoint(w: Workspace) -> Path:
         model = specformer.build(BYTE_MODEL, seed=0)
         optimizer = make_optimizer(model, TrainConfig(), device=torch.device("cpu"))
         save_checkpoint(out_dir=found.parents[1], model=model, optimizer=optimizer, state=TrainerState(step=1),
-                        tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1, sharded=True)
+                        tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1, sharded=True)
     return found
 
 

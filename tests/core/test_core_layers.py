@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.imports import find_cycle
+
 CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 
 #: The core's layers, bottom first, by module path under ``specformer`` (``spec`` is the
@@ -31,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("validation", {"spec.file_order", "spec.validate", "checkpoint.provenance"}),
     ("building", {"model.wiring", "spec.size_check", "model.decoder", "model.assemble", "model.sizes"}),
     ("the spec pipeline", {"spec.check"}),
-    ("entry points", {"spec", "model.builder", "model.summary", "model.parallel", "checkpoint.check", "checkpoint.save_load",
+    ("entry points", {"spec", "model.builder", "model.summary", "model.device_plan", "checkpoint.check", "checkpoint.save_load",
                       "cli.catalogue", "cli.scaffold", "cli.main", "cli.__main__"}),
 ]
 
@@ -86,29 +88,6 @@ def imports_of(module: str, modules: set[str]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     modules = core_modules()
     return {m: imports_of(m, modules) for m in modules}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle of ``graph`` as a path that returns to its start, or None."""
-    state: dict[str, str] = {}
-    stack: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = "open"
-        stack.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == "open":
-                return stack[stack.index(n):] + [n]
-            if n not in state and (found := visit(n)):
-                return found
-        state[m] = "done"
-        stack.pop()
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m)):
-            return found
-    return None
 
 
 def test_the_core_import_graph_has_no_circle():

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from specformer.cli.main import main
-from specformer.model.parallel import parse_layout, plan_parallel
+from specformer.model.device_plan import parse_layout, plan_parallel
 from specformer.spec.check import estimate
 
 from fixtures.tiny import tiny_spec
@@ -155,7 +155,7 @@ def test_context_parallel_splits_tokens_shards_weights_and_gathers_keys():
 
 def test_the_tied_embedding_of_the_tiny_spec_is_planned_whole_at_tp2(capsys):
     # 259 vocabulary rows, which 2 does not divide: a tied head keeps them whole, as training does
-    # (tests/plugins/train/test_tensor_parallel_plans.py checks the trainer reads the same decision).
+    # (tests/plugins/train/parallel/test_tensor_plans.py checks the trainer reads the same decision).
     from conftest import SPECS
 
     code, out, err = run(capsys, "summary", str(SPECS / "tiny.yaml"), "--parallel", "tp=2")

@@ -165,7 +165,7 @@ SKIPPED: list[tuple[str, str]] = [
     (r"python3? -m venv\s", "creates a virtual environment for PyTorch and the extras (a download of gigabytes)"),
     (r"pip install\s", "installs into the environment, which tests never change; plugin packages are staged instead "
                        "(tests/fixtures/isolated_plugin.py)"),
-    (r"torchrun\s", "starts several processes (DDP/FSDP); tests/plugins/train/test_distributed.py runs them"),
+    (r"torchrun\s", "starts several processes (DDP/FSDP); tests/plugins/train/parallel/test_distributed.py runs them"),
     (r"python3? benchmarks/", "a benchmark: minutes of timing, printed as ratios (docs/benchmarks.md)"),
     (r"python3? tools/mutation\.py", "the mutation run: minutes to hours of mutmut (the mutation extra); "
                                     "tests/tools/test_mutation.py checks its table"),

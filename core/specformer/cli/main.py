@@ -245,7 +245,7 @@ def _run_summary(args: argparse.Namespace) -> int:
         if stored is not None:  # a checkpoint: what its weights take as stored (quantized ones included)
             print(f"weights in the file: {stored:,} bytes")
         if plan is not None:
-            from specformer.model.parallel import format_parallel
+            from specformer.model.device_plan import format_parallel
 
             print(format_parallel(plan))
     return 0
@@ -259,14 +259,14 @@ def _parallel_layout(args: argparse.Namespace) -> Any:
         if args.dtype is not None or args.seq is not None or args.batch != 1:
             raise UserError("--dtype, --batch and --seq size the --parallel plan; give --parallel too")
         return None
-    from specformer.model.parallel import parse_layout  # late: imports torch
+    from specformer.model.device_plan import parse_layout  # late: imports torch
 
     return parse_layout(args.parallel)
 
 
 def _parallel_report(spec: Any, layout: Any, args: argparse.Namespace) -> Any:
     """The plan on paper; the precision from --dtype, else the spec's train section (auto: bf16), else bf16."""
-    from specformer.model.parallel import plan_parallel
+    from specformer.model.device_plan import plan_parallel
     from specformer.spec.check import estimate
 
     dtype, source = args.dtype, "--dtype"

@@ -80,7 +80,7 @@ class FusedColwiseParallel(ColwiseParallel):
     one, see :func:`rank_major_order`). The local output is ``[part0_r, part1_r, ...]`` on the
     last dim. A copied part makes the gathered parameter longer than the module's: each
     process' copy of a unit is a row block of its own, kept equal by summing their gradients
-    (:func:`specformer_train.tensor_parallel.sum_copied_rows`).
+    (:func:`specformer_train.parallel.tensor.sum_copied_rows`).
     """
 
     def __init__(self, parts: Sequence[int], copied: Sequence[int | None] | None = None) -> None:

@@ -55,7 +55,7 @@ def make_tensorboard_logger(params: TensorBoardParams, *, out_dir: Path, resume_
 
 
 def tensorboard_available() -> bool:
-    try:
+    try:  # late: tensorboard is optional (the logger says how to install it)
         import tensorboard  # noqa: F401
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:

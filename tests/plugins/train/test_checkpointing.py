@@ -30,7 +30,7 @@ from specformer_train.checkpointing import (CheckpointContents, DamagedCheckpoin
                                             recover_interrupted_saves, save_checkpoint, step_dirs, step_name,
                                             tokenizer_file_text)
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.optim import make_optimizer
 
 from fixtures.tiny import tiny_spec
@@ -58,7 +58,7 @@ def save(out: Path, step: int, *, keep_last: int = 10, model_and_optimizer: tupl
          state: TrainerState | None = None) -> Path:
     model, optimizer = model_and_optimizer or trained()
     return save_checkpoint(out_dir=out, model=model, optimizer=optimizer, state=state or TrainerState(step=step),
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=keep_last)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=keep_last)
 
 
 def fake_step_dirs(out: Path, *steps: int) -> Path:
@@ -75,12 +75,12 @@ def test_round_trip_restores_weights_optimizer_and_rng_exactly(tmp_path: Path) -
     random.seed(4)
     np.random.seed(5)
     path = save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer, state=state,
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=3)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=3)
     expected_draws = (torch.rand(3), random.random(), np.random.rand())
 
     other, other_optimizer = trained(1)
     torch.manual_seed(999)
-    loaded = load_checkpoint(path, model=other, optimizer=other_optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+    loaded = load_checkpoint(path, model=other, optimizer=other_optimizer, tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     assert (loaded.step, loaded.sequences, loaded.tokens) == (7, 28, 896)
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
         assert torch.equal(a, b), name
@@ -94,14 +94,14 @@ def test_round_trip_restores_weights_optimizer_and_rng_exactly(tmp_path: Path) -
 def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path: Path) -> None:
     model, optimizer = trained(0)
     path = save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer, state=TrainerState(step=1),
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1)
     bigger = specformer.build({"model": {**MODEL, "d_model": 48}}, seed=0)
     with pytest.raises(specformer.CheckpointError, match=r"does not fit the model of this spec .*mis-shaped"):
         load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainConfig(), device=torch.device("cpu")),
-                        tokenizer=ByteTokenizer(), ctx=DistContext())
+                        tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     (path / "optimizer.safetensors").unlink()
     with pytest.raises(specformer.CheckpointError, match=r"not a complete training checkpoint \(no optimizer.safetensors\)"):
-        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=ParallelLayout())
 
 
 # -- names, latest, repairs -------------------------------------------------------------
@@ -598,10 +598,10 @@ def test_a_cuda_generator_state_is_read_back(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ctx", [
-    DistContext(rank=1, world_size=1),  # no rng-rank1 file: each process restores only its own states
-    DistContext(rank=0, world_size=2),  # saved by one process: not restored into two
+    ParallelLayout(rank=1, world_size=1),  # no rng-rank1 file: each process restores only its own states
+    ParallelLayout(rank=0, world_size=2),  # saved by one process: not restored into two
 ], ids=["another-rank", "another-world-size"])
-def test_generator_states_are_restored_only_by_the_process_that_saved_them(tmp_path: Path, ctx: DistContext) -> None:
+def test_generator_states_are_restored_only_by_the_process_that_saved_them(tmp_path: Path, ctx: ParallelLayout) -> None:
     from specformer_train.checkpointing import load_checkpoint
 
     torch.manual_seed(7)  # the state saved differs from the one checked below, whatever ran before
@@ -772,7 +772,7 @@ def test_temporary_names_carry_the_runs_tag(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(os, "replace", lambda src, dst: (renamed.append(Path(src).name), replace(src, dst))[1])
     model, optimizer = trained()
     save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer, state=TrainerState(step=1),
-                    tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=3, tag="run7")
+                    tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=3, tag="run7")
     assert ".step-0000001.tmp-run7" in renamed
     renamed.clear()
     save(tmp_path, 2)

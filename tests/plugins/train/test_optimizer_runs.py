@@ -17,7 +17,7 @@ from specformer_train import train
 from specformer_train.metrics import read_metrics
 
 from .conftest import make_text, tiny_spec
-from .test_distributed import torchrun
+from .parallel.test_distributed import torchrun
 from .test_interrupts import cli, curve
 
 OPTIMIZERS = {

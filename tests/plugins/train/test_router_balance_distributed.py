@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from specformer_layers.routers.sigmoid_topk import SigmoidTopK
 from specformer_train import router_balance
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.router_balance import balance_routers
 
 #: One process of the check: argv = rank, world size, rendezvous file, output file. World size 1
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from specformer_layers.routers.sigmoid_topk import SigmoidTopK
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.router_balance import balance_routers
 
 rank, world, rendezvous, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -56,7 +56,7 @@ def make_router() -> SigmoidTopK:
 balanced, local = make_router(), make_router()
 if world > 1:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    ctx = DistContext(mode="ddp", rank=rank, world_size=world)
+    ctx = ParallelLayout(mode="ddp", rank=rank, world_size=world)
 mine = tokens[:, rank] if world > 1 else tokens.flatten(1, 2)  # (step, tokens, D)
 history, local_history = [], []
 for step in range(STEPS):
@@ -127,7 +127,7 @@ def test_the_update_sums_the_load_over_processes_before_taking_its_sign(monkeypa
         tensor.add_(other_load)
 
     monkeypatch.setattr(router_balance.dist, "all_reduce", all_reduce)
-    assert balance_routers(this_rank, DistContext(mode="ddp", rank=0, world_size=2)) == 1
+    assert balance_routers(this_rank, ParallelLayout(mode="ddp", rank=0, world_size=2)) == 1
     balance_routers(whole)  # no context: no all-reduce
     assert calls == [dist.ReduceOp.SUM]
     assert torch.equal(this_rank.selection_bias, whole.selection_bias)

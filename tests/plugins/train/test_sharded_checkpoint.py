@@ -28,7 +28,7 @@ from specformer_train import train
 from specformer_train.checkpointing import (DamagedCheckpoint, TrainerState, load_checkpoint, read_checkpoint,
                                             save_checkpoint)
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.metrics import read_metrics
 from specformer_train.optim import make_optimizer
 from specformer_train.resume import find_resumable
@@ -41,7 +41,7 @@ from .test_checkpointing import MODEL, TOO_DEEP, trained
 def save_sharded(out: Path, step: int, *, model_and_optimizer: tuple | None = None, keep_last: int = 10) -> Path:
     model, optimizer = model_and_optimizer or trained()
     return save_checkpoint(out_dir=out, model=model, optimizer=optimizer, state=TrainerState(step=step),
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=keep_last, sharded=True)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=keep_last, sharded=True)
 
 
 def assert_no_pickle(directory: Path) -> None:
@@ -68,7 +68,7 @@ def test_a_sharded_checkpoint_restores_weights_optimizer_and_rng_exactly(tmp_pat
     random.seed(4)
     path = save_checkpoint(out_dir=tmp_path, model=model, optimizer=optimizer,
                            state=TrainerState(step=7, sequences=28, tokens=896), tokenizer=ByteTokenizer(),
-                           ctx=DistContext(), keep_last=3, sharded=True)
+                           ctx=ParallelLayout(), keep_last=3, sharded=True)
     expected_draws = (torch.rand(3), random.random())
     assert sorted(p.name for p in path.iterdir()) == [
         "rng-rank0.safetensors", shard_file(0), INDEX, "tokenizer.json", "trainer.json"]
@@ -76,7 +76,7 @@ def test_a_sharded_checkpoint_restores_weights_optimizer_and_rng_exactly(tmp_pat
 
     other, other_optimizer = trained(1, optimizer=kind)
     torch.manual_seed(999)
-    loaded = load_checkpoint(path, model=other, optimizer=other_optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+    loaded = load_checkpoint(path, model=other, optimizer=other_optimizer, tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     assert (loaded.step, loaded.sequences, loaded.tokens) == (7, 28, 896)
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
         assert torch.equal(a, b), name
@@ -104,7 +104,7 @@ def test_consolidating_gives_the_file_specformer_load_reads(tmp_path: Path, caps
     assert json.loads(header[METADATA_KEY]) == json.loads(ByteTokenizer().to_json()) and header["train_step"] == "3"
     # the same header a full checkpoint's model.safetensors has
     full = save_checkpoint(out_dir=tmp_path / "full", model=model, optimizer=optimizer, state=TrainerState(step=3),
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1)
     assert header == read_metadata(full / "model.safetensors")
     # by default, beside the shards; the run directory stands for its latest checkpoint, then read as that file
     assert main(["checkpoint", "consolidate", str(tmp_path)]) == 0
@@ -136,7 +136,7 @@ def test_consolidate_refuses_what_is_not_a_sharded_checkpoint_in_one_line(tmp_pa
                                                                capsys)
     model, optimizer = trained(0)
     full = save_checkpoint(out_dir=tmp_path / "full", model=model, optimizer=optimizer, state=TrainerState(step=1),
-                           tokenizer=ByteTokenizer(), ctx=DistContext(), keep_last=1)
+                           tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1)
     assert "a full checkpoint already" in _bad(["checkpoint", "consolidate", str(full)], capsys)
     sharded = save_sharded(tmp_path / "sharded", 1)
     (sharded / shard_file(0)).unlink()
@@ -215,10 +215,10 @@ def test_a_sharded_checkpoint_of_another_model_or_optimizer_is_refused(tmp_path:
     bigger = specformer.build({"model": {**MODEL, "d_model": 48}}, seed=0)
     with pytest.raises(CheckpointError, match=r"does not fit the model of this spec .*'embedding.weight \(259, 16\) vs \(259, 48\)'"):
         load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainConfig(), device=torch.device("cpu")),
-                        tokenizer=ByteTokenizer(), ctx=DistContext())
+                        tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     model = specformer.build({"model": MODEL}, seed=0)
     with pytest.raises(CheckpointError, match="trained with the optimizer AdamW, this spec's train.optimizer builds"):
-        load_checkpoint(path, model=model, tokenizer=ByteTokenizer(), ctx=DistContext(),
+        load_checkpoint(path, model=model, tokenizer=ByteTokenizer(), ctx=ParallelLayout(),
                         optimizer=make_optimizer(model, TrainConfig(optimizer="lion"), device=torch.device("cpu")))
 
 
@@ -427,7 +427,7 @@ def test_a_tensor_the_model_does_not_have_is_refused_by_consolidate_and_resume(
     with pytest.raises(CheckpointError, match=r"does not fit the model of this spec \(missing none, unexpected "
                                               r"\['evil.weight'\], mis-shaped none\)"):
         load_checkpoint(path, model=model, optimizer=make_optimizer(model, TrainConfig(), device=torch.device("cpu")),
-                        tokenizer=ByteTokenizer(), ctx=DistContext())
+                        tokenizer=ByteTokenizer(), ctx=ParallelLayout())
 
 
 def test_a_group_setting_of_another_kind_than_the_optimizer_takes_is_refused(tmp_path: Path) -> None:
@@ -436,7 +436,7 @@ def test_a_group_setting_of_another_kind_than_the_optimizer_takes_is_refused(tmp
     model, optimizer = trained(1)
     with pytest.raises(CheckpointError, match=r"the stored optimizer settings are not of the kind AdamW takes "
                                               r"\(group 0's lr is 'x', expected one like 0.001\)"):
-        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=DistContext())
+        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=ByteTokenizer(), ctx=ParallelLayout())
 
 
 def test_consolidate_force_replaces_its_own_earlier_output_but_never_an_input(

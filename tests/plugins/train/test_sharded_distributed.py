@@ -18,7 +18,7 @@ import yaml
 import specformer
 
 from .conftest import TINY_MODEL, TINY_TRAIN, make_text
-from .test_distributed import curve, train_alone, values
+from .parallel.test_distributed import curve, train_alone, values
 from .test_sharded_checkpoint import assert_no_pickle
 
 pytestmark = [pytest.mark.slow,

@@ -32,7 +32,7 @@ from specformer_train import TrainingDiverged, train
 from specformer_train.checkpointing import latest_checkpoint
 from specformer_train.config import TrainConfig
 from specformer_train.data import EvalRows, PackedRows
-from specformer_train.distributed import DistContext
+from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.metrics import read_metrics
 from specformer_train.run import mesh_change
 from specformer_train.trainer import (IGNORE, Trainer, _allow_tf32, _compiles, _cpu_threads,
@@ -97,8 +97,8 @@ def test_checkpoints_hold_no_pickle_and_only_the_last_k_are_kept(tmp_path: Path,
 
 
 def test_resuming_on_another_mesh_says_which() -> None:
-    one = DistContext().mesh()
-    two = DistContext(mode="tp", world_size=2, tp=2).mesh()
+    one = ParallelLayout().mesh()
+    two = ParallelLayout(mode="tp", world_size=2, tp=2).mesh()
     assert mesh_change(one, one) is None and mesh_change(None, two) is None  # before meshes were recorded: quiet
     assert mesh_change(one, two) == ("note: resuming a checkpoint written by processes 1, distributed none, dp 1, tp 1, "
                                      "ep 1, cp 1 onto processes 2, distributed tp, dp 1, tp 2, ep 1, cp 1")
@@ -211,7 +211,7 @@ BASE: dict[str, Any] = {
 
 
 def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
-                 data_record: dict | None = None, ctx: DistContext | None = None, **settings: Any) -> Trainer:
+                 data_record: dict | None = None, ctx: ParallelLayout | None = None, **settings: Any) -> Trainer:
     train = {**BASE, **settings}
     config = TrainConfig(**train)
     tokens = np.random.default_rng(0).integers(0, 256, size=2000)  # no end-of-text (256): plain causal rows
@@ -827,13 +827,13 @@ def test_samples_run_eagerly_even_for_a_model_torch_would_trace() -> None:
 
 
 def test_only_the_main_process_exports_and_only_a_saved_checkpoint(tmp_path: Path) -> None:
-    from specformer_train.distributed import DistContext
+    from specformer_train.parallel.layout import ParallelLayout
 
     trainer = make_trainer(tmp_path, steps=1)
     result = trainer.fit()
     (tmp_path / "model.safetensors").unlink()
     assert trainer._export_final(None) is None
-    trainer.ctx = DistContext(rank=1, world_size=2)
+    trainer.ctx = ParallelLayout(rank=1, world_size=2)
     assert trainer._export_final(result.checkpoint) is None and not (tmp_path / "model.safetensors").exists()
 
 
@@ -971,7 +971,7 @@ def test_the_loop_hands_its_wrapper_and_context_to_gradient_sync_and_router_bala
 def test_a_second_process_seeds_apart_reads_its_own_rows_and_leaves_reports_to_the_first(
         tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 1 of 2, without a process group (mode none): its seed, its half of each global batch, and silence."""
-    trainer = make_trainer(tmp_path, steps=2, sample_tokens=4, ctx=DistContext(rank=1, world_size=2))
+    trainer = make_trainer(tmp_path, steps=2, sample_tokens=4, ctx=ParallelLayout(rank=1, world_size=2))
     seeds: list[int] = []
     real_seed = torch.manual_seed
     monkeypatch.setattr(torch, "manual_seed", lambda seed: seeds.append(seed) or real_seed(seed))
@@ -993,13 +993,13 @@ def test_a_second_process_seeds_apart_reads_its_own_rows_and_leaves_reports_to_t
 
 
 def test_the_device_comes_from_the_config_unless_one_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[tuple[str, DistContext]] = []
+    asked: list[tuple[str, ParallelLayout]] = []
     monkeypatch.setattr(trainer_module, "device_for",
                         lambda setting, ctx: asked.append((setting, ctx)) or torch.device("cpu"))
     config = TrainConfig(**{**BASE, "device": "cpu"})
     model = specformer.build({"model": copy.deepcopy(MODEL), "train": BASE}, seed=0)
     rows = PackedRows(np.zeros(200, dtype=np.int64), seq_len=T, seed=0)
-    ctx = DistContext()
+    ctx = ParallelLayout()
     chosen = Trainer(model=model, config=config, train_rows=rows, val_rows=None, tokenizer=ByteTokenizer(),
                      out_dir=tmp_path, ctx=ctx)
     assert asked == [("cpu", ctx)] and chosen.device == torch.device("cpu")
@@ -1034,9 +1034,9 @@ def test_samples_only_when_asked_and_on_every_process_under_fsdp(tmp_path: Path,
     assert make_trainer(tmp_path / "none", sample_tokens=0).sample(1) is None and calls == []
     trainer = make_trainer(tmp_path / "one", sample_tokens=1)
     assert trainer.sample(1) == "text" and calls == [1]
-    trainer.ctx = DistContext(mode="fsdp", rank=1, world_size=2)  # every process takes part in an FSDP forward
+    trainer.ctx = ParallelLayout(mode="fsdp", rank=1, world_size=2)  # every process takes part in an FSDP forward
     assert trainer.sample(1) == "text" and calls == [1, 1]
-    trainer.ctx = DistContext(mode="ddp", rank=1, world_size=2)  # otherwise the first process samples alone
+    trainer.ctx = ParallelLayout(mode="ddp", rank=1, world_size=2)  # otherwise the first process samples alone
     assert trainer.sample(1) is None and calls == [1, 1]
 
 

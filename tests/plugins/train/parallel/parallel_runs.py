@@ -12,7 +12,7 @@ import yaml
 import specformer
 from specformer_train.metrics import read_metrics
 
-from .conftest import TINY_MODEL, TINY_TRAIN, make_text
+from ..conftest import TINY_MODEL, TINY_TRAIN, make_text
 from .test_distributed import curve, train_alone, values
 
 

@@ -124,7 +124,7 @@ def test_sequence_parallelism_trains_like_one_process(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_vocabulary_parallel_head_splits_logits_only_for_the_loss() -> None:
     script = Path(__file__).parent / "scripts" / "vocabulary_parallel_logits.py"
-    tests = Path(__file__).parents[2]
+    tests = Path(__file__).parents[3]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(tests)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           timeout=300)

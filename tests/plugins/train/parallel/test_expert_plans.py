@@ -12,8 +12,8 @@ from specformer.errors import UserError
 from specformer.model.expert_parallel import (by_local_expert, expert_split_parameters, local_range, local_rows,
                                               send_sizes)
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import resolve_mode
-from specformer_train.expert_parallel import (apply_expert_parallel, expert_groups_of, group_ranks,
+from specformer_train.parallel.layout import resolve_mode
+from specformer_train.parallel.expert import (apply_expert_parallel, expert_groups_of, group_ranks,
                                               refuse_coupled_updates)
 from specformer_train.optim import make_optimizer
 

@@ -11,13 +11,13 @@ import torch.distributed as dist
 
 from specformer.errors import UserError
 import specformer
-from specformer_train.context_parallel import check_context_parallel, positions_of
-from specformer_train.distributed import resolve_mode
+from specformer_train.parallel.context import check_context_parallel, positions_of
+from specformer_train.parallel.layout import resolve_mode
 
 from fixtures.tiny import tiny_spec
 from .test_distributed import torchrun
 from .parallel_runs import assert_same_run, one_and_parallel
-from .test_tensor_parallel import DEEPSEEK_BLOCK
+from .test_tensor import DEEPSEEK_BLOCK
 
 #: Context parallelism reads keys by position, so packed documents are not masked or restarted in these runs.
 PLAIN_ROWS = {"document_mask": False, "reset_positions": False}

@@ -17,7 +17,7 @@ import specformer
 from specformer_train import train
 from specformer_train.metrics import read_metrics
 
-from .conftest import make_text, tiny_spec
+from ..conftest import make_text, tiny_spec
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")

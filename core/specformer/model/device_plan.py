@@ -26,7 +26,7 @@ and works out, per device:
   all-to-all dispatch and combine of each token's ``top_k`` copies, forward and backward;
   context parallel's gather of every attention layer's keys and values (what its cache
   slots hold) in forward and the all-reduce of their gradients in backward (as the trainer
-  does it, :mod:`specformer_train.context_parallel`); and the all-reduce of the gradients
+  does it, :mod:`specformer_train.parallel.context`); and the all-reduce of the gradients
   across ``dp_replicate``.
 
 The activation rule is generic, so it holds for any component: every matmul keeps its

@@ -1,4 +1,4 @@
-"""Run by torchrun (tests/plugins/train/test_tensor_parallel.py): what the vocabulary-parallel head hands out.
+"""Run by torchrun (tests/plugins/train/parallel/test_tensor.py): what the vocabulary-parallel head hands out.
 
 Outside the loss the logits are whole on every process (sampling reads them so); inside
 ``vocabulary_parallel_loss`` each process holds only its rows of the vocabulary, and the
@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 import specformer
-from specformer_train.tensor_parallel import apply_tensor_parallel, vocabulary_parallel_loss
+from specformer_train.parallel.tensor import apply_tensor_parallel, vocabulary_parallel_loss
 from specformer_train.trainer import lm_loss
 
 sys.path.insert(0, sys.argv[1])  # the tests folder, for the tiny spec

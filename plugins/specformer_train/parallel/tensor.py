@@ -1,7 +1,7 @@
 """Tensor-parallel training: each block's components split as they declare (``train.parallel.tp``).
 
 ``torchrun --nproc_per_node=TP`` starts TP processes that read the same rows (or several
-such groups, sharded across by FSDP2 on a 2-D mesh: :func:`specformer_train.distributed.wrap_model`); every
+such groups, sharded across by FSDP2: :func:`specformer_train.parallel.parallelize.parallelize`); every
 block component splits its weights across them as its ``parallel_plan`` declares
 (:mod:`specformer.model.tensor_parallel`: attention by heads, FFNs by hidden channels), the
 embedding and head by vocabulary rows where :func:`specformer.model.parallel_plan.vocabulary_split`
@@ -26,10 +26,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.parallel import RowwiseParallel, loss_parallel, parallelize_module
 
 from specformer.model.parallel_plan import VocabularySplit, declared_splits, plan_of, shared_weights, vocabulary_of
-from specformer.model.tensor_parallel import fused_row_orders, put_in_rank_order, restore_row_order
+from specformer.model.tensor_parallel import (SHARDED_LOGITS, VocabParallelHead, fused_row_orders, put_in_rank_order,
+                                              restore_row_order, styles_from_plan)
+from specformer_train.parallel.placement import global_indices
+from specformer_train.parallel.sequence import SequenceRowwise, apply_sequence_parallel, split_part_ids
 
 
 def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh,
@@ -38,16 +42,11 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh,
     one warning names those that declare no plan. Returns what was split, in words, and the names of the
     parameters whose gradients are summed over the group (:class:`specformer.model.parallel_plan.Shared`).
 
-    ``sequence`` (a :class:`specformer_train.sequence_parallel.SequenceSplit`): the stream is cut by sequence
+    ``sequence`` (a :class:`specformer_train.parallel.sequence.SequenceSplit`): the stream is cut by sequence
     between sublayers, so only a block component that itself declares a tp split is split (a whole one computes
     on this process' tokens, its inner parts too), and its row-split output layer hands back this process'
-    tokens (:mod:`specformer_train.sequence_parallel`).
+    tokens (:mod:`specformer_train.parallel.sequence`).
     """
-    # late: only a tensor-parallel run needs the styles' machinery
-    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
-
-    from specformer.model.tensor_parallel import styles_from_plan
-
     tp = mesh.size()
     replicated: dict[str, list[str]] = {}
     split: dict[str, int] = {}
@@ -86,9 +85,6 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh,
     told = ", ".join(f"{count} {name}" for name, count in sorted(split.items())) or "nothing"
     vocabulary = _split_vocabulary(model, mesh)
     if sequence is not None:
-        # late: only a sequence-parallel run needs its hooks
-        from specformer_train.sequence_parallel import apply_sequence_parallel, split_part_ids
-
         summed += apply_sequence_parallel(model, sequence, split_parts=split_part_ids(model))
         vocabulary += ", the stream cut by sequence between sublayers"
     return (f"tensor parallel {tp} ways: split {told}, {vocabulary}"
@@ -98,8 +94,6 @@ def apply_tensor_parallel(model: nn.Module, *, mesh: DeviceMesh,
 def _sequence_styles(styles: dict, sequence: Any, rowwise: type) -> dict:
     """A component's styles with its row-split output layers handing back this process' tokens; a ValueError when it
     has none (its output would stay whole while the stream is cut)."""
-    from specformer_train.sequence_parallel import SequenceRowwise
-
     if not any(type(style) is rowwise for style in styles.values()):
         raise ValueError("sequence parallelism needs a row-split output layer (a weight split on dim 1) to hand "
                          "back each process' tokens; its plan declares none")
@@ -112,11 +106,6 @@ def vocabulary_styles(model: nn.Module, tp: int) -> tuple[VocabularySplit, dict[
     The decision is the planner's own (:func:`specformer.model.parallel_plan.vocabulary_split`), so
     ``specformer summary --parallel`` shows what training does.
     """
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import RowwiseParallel
-
-    from specformer.model.tensor_parallel import VocabParallelHead
-
     vocabulary = vocabulary_of(model, tp)
     if not vocabulary.split:
         return vocabulary, {}
@@ -125,10 +114,6 @@ def vocabulary_styles(model: nn.Module, tp: int) -> tuple[VocabularySplit, dict[
 
 def _split_vocabulary(model: nn.Module, mesh: DeviceMesh) -> str:
     """Split the embedding and the output head by vocabulary rows where they can be; say which, in words."""
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    from specformer.model.tensor_parallel import SHARDED_LOGITS
-
     vocabulary, styles = vocabulary_styles(model, mesh.size())
     if styles:
         parallelize_module(model, mesh, styles)
@@ -139,14 +124,10 @@ def _split_vocabulary(model: nn.Module, mesh: DeviceMesh) -> str:
 @contextlib.contextmanager
 def vocabulary_parallel_loss(model: nn.Module) -> Iterator[None]:
     """Inside: the logits stay split by vocabulary and cross-entropy reads them so (forward and backward)."""
-    from specformer.model.tensor_parallel import SHARDED_LOGITS
-
     head = getattr(model, "lm_head", None)
     if not hasattr(head, SHARDED_LOGITS):  # not split by vocabulary: plain logits, plain loss
         yield
         return
-    from torch.distributed.tensor.parallel import loss_parallel
-
     setattr(head, SHARDED_LOGITS, True)
     try:
         with loss_parallel():
@@ -183,8 +164,6 @@ def sum_copied_rows(model: nn.Module, copies: dict[str, Tensor], mesh: DeviceMes
     Works on any layout of the gradient (FSDP2's shards of the tensor-parallel rows too): the
     rows are placed by their index in the whole parameter.
     """
-    from specformer_train.sharded_checkpoint import global_indices  # late: places a DTensor's rows
-
     parameters = dict(model.named_parameters())
     weights: dict[int, Tensor] = {}
     for name, order in copies.items():

@@ -9,14 +9,14 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 import specformer
 from specformer.errors import UserError
-from specformer.model.parallel import parse_layout, plan_parallel
+from specformer.model.device_plan import parse_layout, plan_parallel
 from specformer.model.parallel_plan import plan_of, shared_weights
 from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnParameters, VocabParallelHead,
                                               put_in_rank_order, rank_major_order, restore_row_order, styles_from_plan)
 from specformer.spec.check import estimate
 from specformer_train.config import TrainConfig
-from specformer_train.distributed import resolve_mode
-from specformer_train.tensor_parallel import clip_grad_norm, vocabulary_styles
+from specformer_train.parallel.layout import resolve_mode
+from specformer_train.parallel.tensor import clip_grad_norm, vocabulary_styles
 
 from fixtures.tiny import tiny_spec
 
@@ -175,7 +175,7 @@ def test_the_norm_of_replicated_gradients_is_torchs() -> None:
     ({"block": {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 1, "router": {"kind": "hash"}}}}, 32, "hash routing"),
 ])
 def test_sequence_parallelism_refuses_what_a_cut_stream_cannot_hold(model: dict, seq_len: int, message: str) -> None:
-    from specformer_train.sequence_parallel import check_sequence_parallel
+    from specformer_train.parallel.sequence import check_sequence_parallel
 
     built = specformer.build(tiny_spec(**{k: v for k, v in model.items() if k != "block"}, block=model.get("block")))
     with pytest.raises(ValueError, match=message):
