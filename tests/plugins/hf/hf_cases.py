@@ -111,6 +111,12 @@ CASES = [
     # StableLM 2 12B's per-head q/k LayerNorms (a separate weight for each of 4 query and 2 key heads), parallel.
     Case("stablelm-qk_layernorm", "StableLmConfig", "StableLmForCausalLM",
          _llama_like(qk_layernorm=True, use_parallel_residual=True, layer_norm_eps=1e-4)),
+    # Phi: parallel blocks on one LayerNorm with biases, half of each head rotated, biases everywhere (the LM head's
+    # too); here with GQA and the shared q/k LayerNorms; the variant is Phi-2's shape (0.4 of 20-channel heads, MHA).
+    Case("phi", "PhiConfig", "PhiForCausalLM", _llama_like(qk_layernorm=True, layer_norm_eps=1e-4)),
+    Case("phi-2-shape", "PhiConfig", "PhiForCausalLM",
+         {**BASE, "hidden_size": 80, "intermediate_size": 112, "num_hidden_layers": 3, "hidden_act": "gelu",
+          "rope_parameters": _rope("default", partial_rotary_factor=0.4)}),
     # Routed experts (several per token) with a gated shared expert, and a dense first layer (mlp_only_layers).
     Case("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40,
@@ -450,6 +456,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe",
+    "gemma4-moe", "phi-2-shape",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
