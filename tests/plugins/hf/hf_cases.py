@@ -66,6 +66,14 @@ CASES = [
     Case("gpt2-untied-layer-scaled", "GPT2Config", "GPT2LMHeadModel",
          dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, activation_function="relu",
               scale_attn_by_inverse_layer_idx=True, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    # GPTBigCode (SantaCoder, StarCoder 1): GPT-2 with one key/value head (multi_query), untied here, unscaled scores
+    # in the variant with a key/value head per query head (c_attn grouped per head) and the head tied.
+    Case("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    Case("gpt_bigcode-mha-unscaled", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=5, n_positions=CONTEXT, multi_query=False,
+              scale_attn_weights=False, activation_function="gelu", bos_token_id=None, eos_token_id=None)),
     Case("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
          {**BASE, "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
     Case("gpt_neox-sequential", "GPTNeoXConfig", "GPTNeoXForCausalLM",
@@ -456,6 +464,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe", "phi-2-shape",
+    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -68,6 +68,10 @@ DENSE_SPECS = {
     "stablelm-2-1.6b.yaml": ("StableLmConfig", dict(
         vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
         num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True, tie_word_embeddings=False)),
+    # bigcode/starcoder's published config.json (GPTBigCodeConfig's defaults are GPT-2 124M's sizes).
+    "starcoder-15.5b.yaml": ("GPTBigCodeConfig", dict(
+        vocab_size=49152, n_embd=6144, n_layer=40, n_head=48, n_inner=24576, n_positions=8192, bos_token_id=0,
+        eos_token_id=0)),
     # microsoft/phi-2's published config.json (PhiConfig's defaults are Phi-1's sizes).
     "phi-2.yaml": ("PhiConfig", dict(
         vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,

@@ -282,3 +282,41 @@ def test_the_tied_deepseek_v32_case_ties_at_the_indexer_cut(tmp_path, monkeypatc
         tied += int(((scores >= cut).sum(-1) > k)[cut[..., 0].isfinite()].sum())
     assert tied >= 4, f"only {tied} queries tie at the cut: the case no longer tests tie-breaking"
 
+
+
+# -- Phi, GPTBigCode ---------------------------------------------------------------------------------------
+
+GPT_STYLE = {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32, "positional": "learned",
+             "block": {"layout": "prenorm", "norm": "layernorm",
+                       "attention": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                       "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}
+
+
+def test_a_multi_query_gpt_style_spec_exports_as_gpt_bigcode(tmp_path):
+    """One key/value head and learned positions: only GPTBigCode holds it (a GPT-2 spec stays GPT-2: test_export)."""
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
+        **GPT_STYLE["block"]["attention"], "n_kv_heads": 1}}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["multi_query"]) == ("gpt_bigcode", True)
+
+
+def test_gpt_bigcode_refuses_key_value_heads_between_one_and_all(tmp_path):
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
+        **GPT_STYLE["block"]["attention"], "n_kv_heads": 2}}}}
+    with pytest.raises(UserError, match=r"n_kv_heads.*2 key/value heads: Hugging Face GPTBigCode has one \(multi_query\) "
+                                        r"or one per query head \(4\)"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gpt_bigcode")
+
+
+def test_phi_exports_only_a_head_with_a_bias(tmp_path):
+    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
+                      "positional": {"kind": "rope", "fraction": 0.5},
+                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                                "attention": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
+                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    with pytest.raises(UserError, match=r"lm_head_bias.*Phi's LM head always has a bias"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="phi")
+    spec["model"]["lm_head_bias"] = True
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # no other family has a head bias
+    assert json.loads((out / "config.json").read_text())["model_type"] == "phi"
