@@ -71,13 +71,21 @@ CASES = [
     Case("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
          dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, layer_norm_epsilon=1e-4,
               tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
-    Case("gpt_bigcode-mha-unscaled", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+    Case("gpt_bigcode-mha-unscaled", "gptj-whole-heads", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=5, n_positions=CONTEXT, multi_query=False,
               scale_attn_weights=False, activation_function="gelu", bos_token_id=None, eos_token_id=None)),
     Case("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
          {**BASE, "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
     Case("gpt_neox-sequential", "GPTNeoXConfig", "GPTNeoXForCausalLM",
          {**BASE, "use_parallel_residual": False, "attention_bias": False, "tie_word_embeddings": True}),
+    # GPT-J: parallel blocks on one LayerNorm, interleaved rotary on the first rotary_dim channels (6 of 16; the
+    # variant: whole 20-channel heads of 3 layers), bias-free attention, the LM head's bias.
+    Case("gptj", "GPTJConfig", "GPTJForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=6, n_positions=CONTEXT, n_inner=80,
+              layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None)),
+    Case("gptj-whole-heads", "GPTJConfig", "GPTJForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None)),
     Case("llama", "LlamaConfig", "LlamaForCausalLM", _llama_like(attention_bias=True, mlp_bias=True)),
     Case("llama-tied-head_dim", "LlamaConfig", "LlamaForCausalLM", _llama_like(head_dim=32, tie_word_embeddings=True)),
     Case("llama-rope-linear", "LlamaConfig", "LlamaForCausalLM", _llama_like(rope_parameters=_rope("linear", factor=2.0))),
@@ -464,6 +472,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled",
+    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

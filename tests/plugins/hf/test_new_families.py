@@ -320,3 +320,31 @@ def test_phi_exports_only_a_head_with_a_bias(tmp_path):
     spec["model"]["lm_head_bias"] = True
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # no other family has a head bias
     assert json.loads((out / "config.json").read_text())["model_type"] == "phi"
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"tie_word_embeddings": True}, r"'tie_word_embeddings' = True is not supported: GPT-J's LM head has a bias"),
+    ({"rotary_dim": 7}, r"'rotary_dim' = 7 is not supported: it must be an even number of channels from 2 to the head "
+                        r"size \(16\)"),
+    ({"rotary_dim": None}, r"'rotary_dim' = None is not supported"),  # transformers breaks with several heads
+])
+def test_gptj_import_refuses_what_it_cannot_reproduce(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "gptj", **changes))
+
+
+def test_gptj_exports_only_interleaved_rotary_with_its_theta(tmp_path):
+    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
+                      "lm_head_bias": True, "positional": {"kind": "rope", "fraction": 0.5},
+                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                                "attention": {"kind": "attention", "n_heads": 2},
+                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    with pytest.raises(UserError, match=r"interleaved.*GPT-J always pairs adjacent channels"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
+    spec["model"]["positional"].update(interleaved=True, theta=500.0)
+    with pytest.raises(UserError, match=r"GPT-J's rotary has theta 10000 and no scaling"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
+    spec["model"]["positional"]["theta"] = 10000.0
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # the only family with this rope
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["rotary_dim"]) == ("gptj", 8)
