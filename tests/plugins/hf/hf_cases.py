@@ -71,7 +71,7 @@ CASES = [
     Case("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
          dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, layer_norm_epsilon=1e-4,
               tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
-    Case("gpt_bigcode-mha-unscaled", "gptj-whole-heads", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+    Case("gpt_bigcode-mha-unscaled", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=5, n_positions=CONTEXT, multi_query=False,
               scale_attn_weights=False, activation_function="gelu", bos_token_id=None, eos_token_id=None)),
     Case("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
