@@ -20,6 +20,10 @@ BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_lay
             max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
+#: Falcon's config has ffn_hidden_size, not intermediate_size (which it would keep as an unknown field).
+FALCON_BASE = {k: v for k, v in BASE.items() if k != "intermediate_size"}
+
+
 @dataclass(frozen=True)
 class Case:
     """A transformers config class name, its keyword arguments and the causal-LM class it builds."""
@@ -86,6 +90,17 @@ CASES = [
     Case("gptj-whole-heads", "GPTJConfig", "GPTJForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
               activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # Falcon: new_decoder_architecture (Falcon-40B/180B) with 2 key/value heads for 6 query heads, two norms, biases
+    # on; the variants: Falcon-7B's parallel multi-query block, one norm before a grouped block, sequential blocks.
+    Case("falcon", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "hidden_size": 48, "num_attention_heads": 6, "num_kv_heads": 2, "new_decoder_architecture": True,
+          "bias": True, "layer_norm_epsilon": 1e-4, "tie_word_embeddings": False}),
+    Case("falcon-7b-shape", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "num_hidden_layers": 3, "ffn_hidden_size": 80, "rope_parameters": _rope("linear", factor=2.0)}),
+    Case("falcon-new-one-norm", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "num_kv_heads": 1, "new_decoder_architecture": True, "num_ln_in_parallel_attn": 1}),
+    Case("falcon-sequential", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "parallel_attn": False, "multi_query": False, "bias": True, "activation": "gelu_pytorch_tanh"}),
     Case("llama", "LlamaConfig", "LlamaForCausalLM", _llama_like(attention_bias=True, mlp_bias=True)),
     Case("llama-tied-head_dim", "LlamaConfig", "LlamaForCausalLM", _llama_like(head_dim=32, tie_word_embeddings=True)),
     Case("llama-rope-linear", "LlamaConfig", "LlamaForCausalLM", _llama_like(rope_parameters=_rope("linear", factor=2.0))),
@@ -472,6 +487,7 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads",
+    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
+    "falcon-sequential",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

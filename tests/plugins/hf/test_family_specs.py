@@ -72,6 +72,7 @@ DENSE_SPECS = {
     "starcoder-15.5b.yaml": ("GPTBigCodeConfig", dict(
         vocab_size=49152, n_embd=6144, n_layer=40, n_head=48, n_inner=24576, n_positions=8192, bos_token_id=0,
         eos_token_id=0)),
+    "falcon-7b.yaml": ("FalconConfig", dict()),  # transformers' defaults are Falcon-7B's
     "gpt-j-6b.yaml": ("GPTJConfig", dict()),  # transformers' defaults are GPT-J-6B's
     # microsoft/phi-2's published config.json (PhiConfig's defaults are Phi-1's sizes).
     "phi-2.yaml": ("PhiConfig", dict(

@@ -348,3 +348,44 @@ def test_gptj_exports_only_interleaved_rotary_with_its_theta(tmp_path):
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # the only family with this rope
     config = json.loads((out / "config.json").read_text())
     assert (config["model_type"], config["rotary_dim"]) == ("gptj", 8)
+
+
+@pytest.mark.parametrize("case, changes, needle", [
+    ("falcon", {"alibi": True}, r"'alibi' = True is not supported: Falcon's ALiBi \(Falcon-RW\) divides the slopes by "
+                                r"sqrt\(head_dim\) and rounds slope x position to bfloat16"),
+    ("falcon", {"parallel_attn": False}, r"'parallel_attn' = False is not supported with new_decoder_architecture"),
+    ("falcon-sequential", {"num_kv_heads": 2}, r"'num_kv_heads' = 2 is not supported without new_decoder_architecture "
+                                               r"or multi_query"),
+])
+def test_falcon_import_refuses_what_transformers_does_otherwise(tmp_path, case, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, case, **changes))
+
+
+FALCON_STYLE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
+                "block": {"layout": "prenorm", "norm": "layernorm",
+                          "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+                          "ffn": {"kind": "mlp", "hidden": 48, "bias": False}}}
+
+
+@pytest.mark.parametrize("block, needle", [
+    ({}, r"2 key/value heads in a sequential block: Hugging Face Falcon has one \(multi_query\) or one per query head"),
+    ({"layout": {"kind": "parallel", "shared_norm": False}, "ffn": {"kind": "mlp", "hidden": 48, "bias": True}},
+     r"Falcon's one bias switch covers q/k/v, the output projection and the MLP alike"),
+])
+def test_falcon_export_refuses_what_it_cannot_hold(tmp_path, block, needle):
+    spec = {"model": {**FALCON_STYLE, "block": {**FALCON_STYLE["block"], **block}}}
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="falcon")
+
+
+@pytest.mark.parametrize("layout, config", [
+    ({"kind": "parallel", "shared_norm": False}, {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 2}),
+    ({"kind": "parallel", "shared_norm": True}, {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 1}),
+])
+def test_grouped_query_parallel_specs_export_as_falcon_40b_blocks(tmp_path, layout, config):
+    spec = {"model": {**FALCON_STYLE, "block": {**FALCON_STYLE["block"], "layout": layout}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == "falcon" and written["num_kv_heads"] == 2
+    assert {key: written[key] for key in config} == config

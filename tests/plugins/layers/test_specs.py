@@ -79,6 +79,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "starcoder-15.5b.yaml": _llama_like(
         "GPTBigCodeConfig", vocab_size=49152, n_embd=6144, n_layer=40, n_head=48, n_inner=24576, n_positions=8192,
         bos_token_id=0, eos_token_id=0),
+    "falcon-7b.yaml": _llama_like("FalconConfig"),  # transformers' defaults are Falcon-7B's
     "gpt-j-6b.yaml": _llama_like("GPTJConfig"),  # transformers' defaults are GPT-J-6B's
     # microsoft/phi-2's published config.json (PhiConfig's defaults are Phi-1's sizes).
     "phi-2.yaml": _llama_like(
