@@ -8,8 +8,8 @@ from specformer_hf.family import Family
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
-    from specformer_hf.families import (cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone4, gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_oss, gpt2, gpt_neox,
-                                        llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen2_moe,
+    from specformer_hf.families import (cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone4, falcon, gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_oss, gpt2, gpt_neox, gptj,
+                                        llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3, phi, phi3, qwen2, qwen2_moe,
                                         qwen3, qwen3_moe, smollm3, stablelm)
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (falcon_h1, granitemoehybrid, kimi_linear, lfm2, mamba2, nemotron_h, olmo_hybrid,
@@ -20,6 +20,7 @@ def builtin_families() -> list[Family]:
             qwen2_moe.FAMILY, qwen3_moe.FAMILY, smollm3.FAMILY,
             gemma3.FAMILY, gpt_oss.FAMILY, deepseek_v3.FAMILY, deepseek_v32.FAMILY, deepseek_v4.FAMILY,
             cohere2.FAMILY, glm4_moe.FAMILY, minimax_m2.FAMILY, olmo3.FAMILY, exaone4.FAMILY, llama4.FAMILY, gemma4.FAMILY,
+            phi.FAMILY, gpt_bigcode.FAMILY, gptj.FAMILY, falcon.FAMILY,
             qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY, kimi_linear.FAMILY,
             lfm2.FAMILY, mamba2.FAMILY, nemotron_h.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).

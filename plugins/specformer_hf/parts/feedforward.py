@@ -1,4 +1,5 @@
-"""The feed-forward: a gated MLP, a mixture of gated experts (its routers and expert tensors), dense layers among them."""
+"""The feed-forward: a gated MLP, a plain MLP with biases, a mixture of gated experts (its routers and expert
+tensors), dense layers among them."""
 
 from __future__ import annotations
 
@@ -61,6 +62,30 @@ class GatedFFN(Part):
             Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
             Copy(f"{MLP}.down_proj.bias", "blocks.{i}.ffn.down.bias"),
         ]
+
+
+@dataclass(frozen=True)
+class PlainMLP(Part):
+    """intermediate_size and the activation (``act_key``) <-> a two-matrix ``mlp`` with biases (Phi's fc1 and fc2)."""
+
+    act_key: str = "hidden_act"
+    up: str = "fc1"
+    down: str = "fc2"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["ffn"] = {"kind": "mlp", "hidden": cfg.get_int("intermediate_size"),
+                                                "activation": activation_from_hf(cfg, self.act_key), "bias": True}
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("ffn", ("mlp",))
+        if not view.uniform("ffn", "bias"):
+            raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s MLP always has biases")
+        config["intermediate_size"] = view.uniform("ffn", "hidden") or 4 * view.model.d_model
+        config[self.act_key] = ACTIVATIONS_TO_HF[view.uniform("ffn", "activation")]
+
+    def rules(self) -> list[Rule]:
+        return [Copy(f"{MLP}.{hf}.{p}", f"blocks.{{i}}.ffn.{ours}.{p}")
+                for hf, ours in ((self.up, "fc_in"), (self.down, "fc_out")) for p in ("weight", "bias")]
 
 
 # -- mixtures of experts ------------------------------------------------------------------------------
@@ -300,6 +325,6 @@ class GroupedExperts(Part):
 
 
 __all__ = [
-    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "expert_rules", "gated_ffn",
+    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "PlainMLP", "expert_rules", "gated_ffn",
     "gated_ffn_config", "shared_halves",
 ]

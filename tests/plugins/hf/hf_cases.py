@@ -20,6 +20,10 @@ BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_lay
             max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
+#: Falcon's config has ffn_hidden_size, not intermediate_size (which it would keep as an unknown field).
+FALCON_BASE = {k: v for k, v in BASE.items() if k != "intermediate_size"}
+
+
 @dataclass(frozen=True)
 class Case:
     """A transformers config class name, its keyword arguments and the causal-LM class it builds."""
@@ -66,10 +70,37 @@ CASES = [
     Case("gpt2-untied-layer-scaled", "GPT2Config", "GPT2LMHeadModel",
          dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, activation_function="relu",
               scale_attn_by_inverse_layer_idx=True, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    # GPTBigCode (SantaCoder, StarCoder 1): GPT-2 with one key/value head (multi_query), untied here, unscaled scores
+    # in the variant with a key/value head per query head (c_attn grouped per head) and the head tied.
+    Case("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT, n_inner=80, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)),
+    Case("gpt_bigcode-mha-unscaled", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=5, n_positions=CONTEXT, multi_query=False,
+              scale_attn_weights=False, activation_function="gelu", bos_token_id=None, eos_token_id=None)),
     Case("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
          {**BASE, "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
     Case("gpt_neox-sequential", "GPTNeoXConfig", "GPTNeoXForCausalLM",
          {**BASE, "use_parallel_residual": False, "attention_bias": False, "tie_word_embeddings": True}),
+    # GPT-J: parallel blocks on one LayerNorm, interleaved rotary on the first rotary_dim channels (6 of 16; the
+    # variant: whole 20-channel heads of 3 layers), bias-free attention, the LM head's bias.
+    Case("gptj", "GPTJConfig", "GPTJForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=6, n_positions=CONTEXT, n_inner=80,
+              layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None)),
+    Case("gptj-whole-heads", "GPTJConfig", "GPTJForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # Falcon: new_decoder_architecture (Falcon-40B/180B) with 2 key/value heads for 6 query heads, two norms, biases
+    # on; the variants: Falcon-7B's parallel multi-query block, one norm before a grouped block, sequential blocks.
+    Case("falcon", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "hidden_size": 48, "num_attention_heads": 6, "num_kv_heads": 2, "new_decoder_architecture": True,
+          "bias": True, "layer_norm_epsilon": 1e-4, "tie_word_embeddings": False}),
+    Case("falcon-7b-shape", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "num_hidden_layers": 3, "ffn_hidden_size": 80, "rope_parameters": _rope("linear", factor=2.0)}),
+    Case("falcon-new-one-norm", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "num_kv_heads": 1, "new_decoder_architecture": True, "num_ln_in_parallel_attn": 1}),
+    Case("falcon-sequential", "FalconConfig", "FalconForCausalLM",
+         {**FALCON_BASE, "parallel_attn": False, "multi_query": False, "bias": True, "activation": "gelu_pytorch_tanh"}),
     Case("llama", "LlamaConfig", "LlamaForCausalLM", _llama_like(attention_bias=True, mlp_bias=True)),
     Case("llama-tied-head_dim", "LlamaConfig", "LlamaForCausalLM", _llama_like(head_dim=32, tie_word_embeddings=True)),
     Case("llama-rope-linear", "LlamaConfig", "LlamaForCausalLM", _llama_like(rope_parameters=_rope("linear", factor=2.0))),
@@ -111,6 +142,12 @@ CASES = [
     # StableLM 2 12B's per-head q/k LayerNorms (a separate weight for each of 4 query and 2 key heads), parallel.
     Case("stablelm-qk_layernorm", "StableLmConfig", "StableLmForCausalLM",
          _llama_like(qk_layernorm=True, use_parallel_residual=True, layer_norm_eps=1e-4)),
+    # Phi: parallel blocks on one LayerNorm with biases, half of each head rotated, biases everywhere (the LM head's
+    # too); here with GQA and the shared q/k LayerNorms; the variant is Phi-2's shape (0.4 of 20-channel heads, MHA).
+    Case("phi", "PhiConfig", "PhiForCausalLM", _llama_like(qk_layernorm=True, layer_norm_eps=1e-4)),
+    Case("phi-2-shape", "PhiConfig", "PhiForCausalLM",
+         {**BASE, "hidden_size": 80, "intermediate_size": 112, "num_hidden_layers": 3, "hidden_act": "gelu",
+          "rope_parameters": _rope("default", partial_rotary_factor=0.4)}),
     # Routed experts (several per token) with a gated shared expert, and a dense first layer (mlp_only_layers).
     Case("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40,
@@ -450,6 +487,7 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe",
+    "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
+    "falcon-sequential",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

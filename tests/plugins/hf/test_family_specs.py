@@ -68,6 +68,17 @@ DENSE_SPECS = {
     "stablelm-2-1.6b.yaml": ("StableLmConfig", dict(
         vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
         num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True, tie_word_embeddings=False)),
+    # bigcode/starcoder's published config.json (GPTBigCodeConfig's defaults are GPT-2 124M's sizes).
+    "starcoder-15.5b.yaml": ("GPTBigCodeConfig", dict(
+        vocab_size=49152, n_embd=6144, n_layer=40, n_head=48, n_inner=24576, n_positions=8192, bos_token_id=0,
+        eos_token_id=0)),
+    "falcon-7b.yaml": ("FalconConfig", dict()),  # transformers' defaults are Falcon-7B's
+    "gpt-j-6b.yaml": ("GPTJConfig", dict()),  # transformers' defaults are GPT-J-6B's
+    # microsoft/phi-2's published config.json (PhiConfig's defaults are Phi-1's sizes).
+    "phi-2.yaml": ("PhiConfig", dict(
+        vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.4})),
     "smollm3-3b.yaml": ("SmolLM3Config", dict(
         vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
         num_key_value_heads=4, max_position_embeddings=65536, tie_word_embeddings=True,
@@ -262,3 +273,46 @@ def test_the_hybrid_spec_is_what_importing_its_config_gives(name):
     read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))
     ours = yaml.safe_load((SPECS / name).read_text())
     assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
+
+
+#: microsoft/phi-2's config.json as published (transformers 4.37: partial_rotary_factor and rope_theta at the top level).
+PHI_2_PUBLISHED = {
+    "_name_or_path": "microsoft/phi-2", "architectures": ["PhiForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256, "hidden_act": "gelu_new", "hidden_size": 2560,
+    "initializer_range": 0.02, "intermediate_size": 10240, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "model_type": "phi", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "partial_rotary_factor": 0.4, "qk_layernorm": False, "resid_pdrop": 0.1, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.37.0",
+    "use_cache": True, "vocab_size": 51200,
+}
+
+
+def test_the_published_phi_2_config_reads_to_the_spec_and_its_parameter_count():
+    """Phi-2's top-level partial_rotary_factor (0.4, not the class default 0.5) is read, every field understood."""
+    import warnings
+
+    from specformer_hf.config import ConfigReader
+    from specformer_hf.family import get_families
+    from specformer_hf.specview import differences, math_view
+
+    family = get_families().get("phi")
+    reader = ConfigReader(PHI_2_PUBLISHED, defaults=family.defaults, family=family.name)
+    read = family.to_spec(reader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reader.warn_unread(also_harmless=family.non_math_fields) == []
+    assert read["positional"]["fraction"] == 0.4
+    ours = yaml.safe_load((SPECS / "phi-2.yaml").read_text())
+    assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
+    assert specformer.summarize(SPECS / "phi-2.yaml").total == 2_779_683_840
+
+
+def test_a_tied_phi_head_is_refused_naming_its_bias():
+    from specformer.errors import UserError
+    from specformer_hf.config import ConfigReader
+    from specformer_hf.family import get_families
+
+    family = get_families().get("phi")
+    with pytest.raises(UserError, match=r"'tie_word_embeddings' = True is not supported: Phi's LM head has a bias"):
+        family.to_spec(ConfigReader({**PHI_2_PUBLISHED, "tie_word_embeddings": True}, defaults=family.defaults,
+                                    family=family.name))

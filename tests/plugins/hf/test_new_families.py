@@ -282,3 +282,110 @@ def test_the_tied_deepseek_v32_case_ties_at_the_indexer_cut(tmp_path, monkeypatc
         tied += int(((scores >= cut).sum(-1) > k)[cut[..., 0].isfinite()].sum())
     assert tied >= 4, f"only {tied} queries tie at the cut: the case no longer tests tie-breaking"
 
+
+
+# -- Phi, GPTBigCode ---------------------------------------------------------------------------------------
+
+GPT_STYLE = {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32, "positional": "learned",
+             "block": {"layout": "prenorm", "norm": "layernorm",
+                       "attention": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                       "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}
+
+
+def test_a_multi_query_gpt_style_spec_exports_as_gpt_bigcode(tmp_path):
+    """One key/value head and learned positions: only GPTBigCode holds it (a GPT-2 spec stays GPT-2: test_export)."""
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
+        **GPT_STYLE["block"]["attention"], "n_kv_heads": 1}}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["multi_query"]) == ("gpt_bigcode", True)
+
+
+def test_gpt_bigcode_refuses_key_value_heads_between_one_and_all(tmp_path):
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
+        **GPT_STYLE["block"]["attention"], "n_kv_heads": 2}}}}
+    with pytest.raises(UserError, match=r"n_kv_heads.*2 key/value heads: Hugging Face GPTBigCode has one \(multi_query\) "
+                                        r"or one per query head \(4\)"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gpt_bigcode")
+
+
+def test_phi_exports_only_a_head_with_a_bias(tmp_path):
+    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
+                      "positional": {"kind": "rope", "fraction": 0.5},
+                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                                "attention": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
+                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    with pytest.raises(UserError, match=r"lm_head_bias.*Phi's LM head always has a bias"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="phi")
+    spec["model"]["lm_head_bias"] = True
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # no other family has a head bias
+    assert json.loads((out / "config.json").read_text())["model_type"] == "phi"
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"tie_word_embeddings": True}, r"'tie_word_embeddings' = True is not supported: GPT-J's LM head has a bias"),
+    ({"rotary_dim": 7}, r"'rotary_dim' = 7 is not supported: it must be an even number of channels from 2 to the head "
+                        r"size \(16\)"),
+    ({"rotary_dim": None}, r"'rotary_dim' = None is not supported"),  # transformers breaks with several heads
+])
+def test_gptj_import_refuses_what_it_cannot_reproduce(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "gptj", **changes))
+
+
+def test_gptj_exports_only_interleaved_rotary_with_its_theta(tmp_path):
+    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
+                      "lm_head_bias": True, "positional": {"kind": "rope", "fraction": 0.5},
+                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                                "attention": {"kind": "attention", "n_heads": 2},
+                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    with pytest.raises(UserError, match=r"interleaved.*GPT-J always pairs adjacent channels"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
+    spec["model"]["positional"].update(interleaved=True, theta=500.0)
+    with pytest.raises(UserError, match=r"GPT-J's rotary has theta 10000 and no scaling"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
+    spec["model"]["positional"]["theta"] = 10000.0
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")  # the only family with this rope
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["rotary_dim"]) == ("gptj", 8)
+
+
+@pytest.mark.parametrize("case, changes, needle", [
+    ("falcon", {"alibi": True}, r"'alibi' = True is not supported: Falcon's ALiBi \(Falcon-RW\) divides the slopes by "
+                                r"sqrt\(head_dim\) and rounds slope x position to bfloat16"),
+    ("falcon", {"parallel_attn": False}, r"'parallel_attn' = False is not supported with new_decoder_architecture"),
+    ("falcon-sequential", {"num_kv_heads": 2}, r"'num_kv_heads' = 2 is not supported without new_decoder_architecture "
+                                               r"or multi_query"),
+])
+def test_falcon_import_refuses_what_transformers_does_otherwise(tmp_path, case, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, case, **changes))
+
+
+FALCON_STYLE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
+                "block": {"layout": "prenorm", "norm": "layernorm",
+                          "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+                          "ffn": {"kind": "mlp", "hidden": 48, "bias": False}}}
+
+
+@pytest.mark.parametrize("block, needle", [
+    ({}, r"2 key/value heads in a sequential block: Hugging Face Falcon has one \(multi_query\) or one per query head"),
+    ({"layout": {"kind": "parallel", "shared_norm": False}, "ffn": {"kind": "mlp", "hidden": 48, "bias": True}},
+     r"Falcon's one bias switch covers q/k/v, the output projection and the MLP alike"),
+])
+def test_falcon_export_refuses_what_it_cannot_hold(tmp_path, block, needle):
+    spec = {"model": {**FALCON_STYLE, "block": {**FALCON_STYLE["block"], **block}}}
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="falcon")
+
+
+@pytest.mark.parametrize("layout, config", [
+    ({"kind": "parallel", "shared_norm": False}, {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 2}),
+    ({"kind": "parallel", "shared_norm": True}, {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 1}),
+])
+def test_grouped_query_parallel_specs_export_as_falcon_40b_blocks(tmp_path, layout, config):
+    spec = {"model": {**FALCON_STYLE, "block": {**FALCON_STYLE["block"], "layout": layout}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == "falcon" and written["num_kv_heads"] == 2
+    assert {key: written[key] for key in config} == config

@@ -75,6 +75,17 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "GPTNeoXConfig", vocab_size=50304, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
         num_attention_heads=12, max_position_embeddings=2048, tie_word_embeddings=False, use_parallel_residual=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+    # bigcode/starcoder's published config.json (GPTBigCodeConfig's defaults are GPT-2 124M's sizes).
+    "starcoder-15.5b.yaml": _llama_like(
+        "GPTBigCodeConfig", vocab_size=49152, n_embd=6144, n_layer=40, n_head=48, n_inner=24576, n_positions=8192,
+        bos_token_id=0, eos_token_id=0),
+    "falcon-7b.yaml": _llama_like("FalconConfig"),  # transformers' defaults are Falcon-7B's
+    "gpt-j-6b.yaml": _llama_like("GPTJConfig"),  # transformers' defaults are GPT-J-6B's
+    # microsoft/phi-2's published config.json (PhiConfig's defaults are Phi-1's sizes).
+    "phi-2.yaml": _llama_like(
+        "PhiConfig", vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.4}),
     "stablelm-2-1.6b.yaml": _llama_like(
         "StableLmConfig", vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
         num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, use_qkv_bias=True,
