@@ -11,7 +11,8 @@ generate ...``) is run right after it, in the same workspace.
 
 Commands run in-process through ``specformer.cli.main``, as the ``specformer`` script
 does (a crash counts as exit code 1): one interpreter per group of sources, so torch is
-imported once per group.
+imported once per group. In a fresh virtual environment (tests/docs/test_fresh_setup.py)
+they run through that environment's ``specformer`` script instead, as a user types them.
 """
 
 from __future__ import annotations
@@ -154,6 +155,44 @@ def collect() -> list[Printed]:
     """Every printed command: README.md, then docs/*.md in name order, then the epilogs."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     return [c for page in pages for c in from_markdown(page)] + from_epilogs()
+
+
+#: A Makefile rule: its target line and its recipe (the tab-indented lines below it).
+MAKE_RULE = re.compile(r"^(?P<target>[\w.-]+):[^\n]*\n(?P<recipe>(?:\t[^\n]*\n)+)", re.M)
+
+
+def make_recipe(target: str, makefile: Path = REPO / "Makefile") -> list[str] | None:
+    """The ``specformer`` commands ``make TARGET`` runs, as a user types them in the activated
+    environment (``$(VENV)/bin/specformer`` is ``specformer``); None where the recipe runs
+    anything else (other than ``echo``), which a printed-command runner cannot stand in for."""
+    for rule in MAKE_RULE.finditer(makefile.read_text(encoding="utf-8")):
+        if rule["target"] != target:
+            continue
+        commands = []
+        for line in rule["recipe"].splitlines():
+            line = re.sub(r"\$\(VENV\)/bin/", "", line.strip().lstrip("@-"))
+            if line.startswith("echo "):
+                continue
+            if not line.startswith("specformer "):
+                return None
+            commands.append(strip_comment(line))
+        return commands
+    return None
+
+
+def expand_make(printed: list[Printed], makefile: Path = REPO / "Makefile") -> list[Printed]:
+    """``printed`` with each ``make TARGET`` whose recipe is ``specformer`` commands replaced by
+    those commands, at the same source line: what the target does once its set-up (the
+    environment) is there. Other ``make`` lines stay as printed (skipped, see SKIPPED)."""
+    expanded: list[Printed] = []
+    for command in printed:
+        words = command.text.split()
+        recipe = make_recipe(words[1], makefile) if len(words) == 2 and words[0] == "make" else None
+        if recipe is None:
+            expanded.append(command)
+        else:
+            expanded += [Printed(source=command.source, text=text) for text in recipe]
+    return expanded
 
 
 # -- what happens to each -------------------------------------------------------------------
@@ -443,11 +482,20 @@ def make_inputs(argv: list[str], workspace: Path) -> None:
 class Runs:
     """The plan's groups running side by side, each in its own interpreter, from the moment
     this is made; :meth:`results` waits for them. ``plugins`` are the staged plugin packages
-    (tests/fixtures/isolated_plugin.py) the groups of PAGE_PLUGINS need, by name."""
+    (tests/fixtures/isolated_plugin.py) the groups of PAGE_PLUGINS need, by name.
 
-    def __init__(self, printed: list[Printed], root: Path, plugins: dict[str, Any]) -> None:
+    By default the runners are this interpreter in this environment, and run each command
+    in-process. ``python``, ``environ`` and ``script`` run them in another environment (a
+    fresh virtual environment: tests/docs/test_fresh_setup.py) instead, each command through
+    the ``script`` that ``environ``'s PATH finds, in a process of its own, as a user's shell does.
+    """
+
+    def __init__(self, printed: list[Printed], root: Path, plugins: dict[str, Any], *,
+                 python: str = sys.executable, environ: dict[str, str] | None = None,
+                 script: str | None = None) -> None:
         self.root = root
-        base = {**os.environ, "SPECFORMER_CACHE": str(root / "cache"), "COLUMNS": "120"}
+        base = {**(os.environ if environ is None else environ),
+                "SPECFORMER_CACHE": str(root / "cache"), "COLUMNS": "120"}
         self.running: list[tuple[subprocess.Popen, Path, Path]] = []
         for (plugin, shard), steps in plan(printed, root / "workspaces").items():
             name = f"{plugin or 'core'}-{shard}"
@@ -455,8 +503,8 @@ class Runs:
             plan_file.write_text(json.dumps([asdict(s) for s in steps]))
             env = plugins[plugin].env(base) if plugin else base
             with log.open("w") as log_file:
-                process = subprocess.Popen([sys.executable, __file__, str(plan_file), str(out)], env=env,
-                                           stdout=log_file, stderr=subprocess.STDOUT)
+                process = subprocess.Popen([python, __file__, str(plan_file), str(out), *([script] if script else [])],
+                                           env=env, stdout=log_file, stderr=subprocess.STDOUT)
             self.running.append((process, out, log))
 
     def results(self) -> dict[str, dict]:
@@ -481,6 +529,30 @@ class Runs:
 started: Runs | None = None
 
 
+# -- checking a result -----------------------------------------------------------------------
+
+
+def check(command: Printed, result: dict) -> None:
+    """Fails unless ``command`` exited as its page implies and printed every line the page shows below it."""
+    assert result["code"] == command.expected_code, (
+        f"{command.source}: `{command.text}` (run as `specformer {' '.join(result['argv'])}`) exited "
+        f"{result['code']}, the page implies {command.expected_code}:\n{result['output']}"
+    )
+    output = without_numbers(result["output"])
+    for line in command.shown_output:
+        if line.strip() in ("...", "…"):
+            continue
+        assert without_numbers(line) in output, (
+            f"{command.source}: the page shows\n  {line.strip()}\nbut `{command.text}` printed:\n{result['output']}"
+        )
+
+
+def failed_hints(results: dict[str, dict]) -> list[str]:
+    """What went wrong with each printed hint that failed (none: every hint a command printed works)."""
+    return [f"{r['id']} (printed by {r['hint_of']}) exited {r['code']}:\n{r['output']}"
+            for r in results.values() if r["hint_of"] and r["code"]]
+
+
 # -- running (in the fresh interpreter) --------------------------------------------------------
 
 
@@ -494,7 +566,7 @@ class Result:
     hint_of: str | None = None
 
 
-def run_one(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
+def run_in_process(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
     from specformer.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -518,7 +590,22 @@ def run_one(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[in
     return int(code or 0), out.getvalue(), err.getvalue()
 
 
-def run_plan(steps: list[dict]) -> list[Result]:
+def run_script(script: str, argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
+    """:func:`run_in_process`'s result, the command run through the ``script`` on PATH in a process of its own."""
+    done = subprocess.run([script, *argv], cwd=workspace, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=600)
+    if stdout_to is not None:
+        (workspace / stdout_to).write_text(done.stdout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def run_plan(steps: list[dict], script: str | None = None) -> list[Result]:
+    """Each step's result, its printed hints' after it; each command in-process, or through ``script``."""
+    def run_one(argv: list[str], workspace: Path, stdout_to: str | None) -> tuple[int, str, str]:
+        if script is None:
+            return run_in_process(argv, workspace, stdout_to)
+        return run_script(script, argv, workspace, stdout_to)
+
     results: list[Result] = []
     for step in steps:
         workspace = Path(step["workspace"])
@@ -554,6 +641,7 @@ def _tail(text: str, limit: int = 6000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
-if __name__ == "__main__":  # python printed_commands.py PLAN.json RESULTS.json
+if __name__ == "__main__":  # python printed_commands.py PLAN.json RESULTS.json [SCRIPT]
     steps = json.loads(Path(sys.argv[1]).read_text())
-    Path(sys.argv[2]).write_text(json.dumps([asdict(r) for r in run_plan(steps)]))
+    script = sys.argv[3] if len(sys.argv) > 3 else None
+    Path(sys.argv[2]).write_text(json.dumps([asdict(r) for r in run_plan(steps, script)]))

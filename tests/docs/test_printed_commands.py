@@ -35,24 +35,13 @@ def test_printed_command_works(command: pc.Printed, results):
     if reason:
         pytest.skip(reason)
     pc.argv_for(command.text)  # a command the runner cannot run and no rule skips fails here, saying so
-    result = results[command.id]
-    assert result["code"] == command.expected_code, (
-        f"{command.source}: `{command.text}` (run as `specformer {' '.join(result['argv'])}`) exited "
-        f"{result['code']}, the page implies {command.expected_code}:\n{result['output']}"
-    )
-    output = pc.without_numbers(result["output"])
-    for line in command.shown_output:
-        if line.strip() in ("...", "…"):
-            continue
-        assert pc.without_numbers(line) in output, (
-            f"{command.source}: the page shows\n  {line.strip()}\nbut `{command.text}` printed:\n{result['output']}"
-        )
+    pc.check(command, results[command.id])
 
 
 def test_every_printed_hint_works(results):
     hints = [r for r in results.values() if r["hint_of"]]
     assert any(r["argv"][:1] == ["generate"] for r in hints), "`specformer train` should end with a `try:` hint"
-    failed = [f"{r['id']} (printed by {r['hint_of']}) exited {r['code']}:\n{r['output']}" for r in hints if r["code"]]
+    failed = pc.failed_hints(results)
     assert not failed, "\n\n".join(failed)
 
 
