@@ -63,6 +63,30 @@ class GatedFFN(Part):
         ]
 
 
+@dataclass(frozen=True)
+class PlainMLP(Part):
+    """intermediate_size and the activation (``act_key``) <-> an ungated ``mlp``; ``fc_in``/``fc_out`` name the
+    checkpoint's two projections under ``mlp.`` (StarCoder2's c_fc, c_proj). Their biases are there or not as the
+    spec's ``ffn.bias`` says: the family's bias switch sets it (StarCoder2's use_bias)."""
+
+    fc_in: str = "c_fc"
+    fc_out: str = "c_proj"
+    act_key: str = "hidden_act"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        model.setdefault("block", {})["ffn"] = {"kind": "mlp", "hidden": cfg.get_int("intermediate_size"),
+                                                "activation": activation_from_hf(cfg, self.act_key)}
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("ffn", ("mlp",))
+        hidden = view.uniform("ffn", "hidden") or 4 * view.model.d_model  # MLPParams' default width
+        config.update({"intermediate_size": hidden, self.act_key: ACTIVATIONS_TO_HF[view.uniform("ffn", "activation")]})
+
+    def rules(self) -> list[Rule]:
+        return [Copy(f"{MLP}.{hf}.{p}", f"blocks.{{i}}.ffn.{ours}.{p}")
+                for hf, ours in ((self.fc_in, "fc_in"), (self.fc_out, "fc_out")) for p in ("weight", "bias")]
+
+
 # -- mixtures of experts ------------------------------------------------------------------------------
 
 
@@ -300,6 +324,6 @@ class GroupedExperts(Part):
 
 
 __all__ = [
-    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "expert_rules", "gated_ffn",
+    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "PlainMLP", "expert_rules", "gated_ffn",
     "gated_ffn_config", "shared_halves",
 ]

@@ -438,6 +438,13 @@ CASES += [
                      layer_types=["full_attention", "linear_attention", "linear_attention"], linear_num_key_heads=2,
                      linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=4, linear_conv_kernel_dim=4,
                      linear_allow_neg_eigval=False, rope_parameters={"rope_type": "default", "rope_theta": None})),
+    # StarCoder2: LayerNorm with biases, a plain GELU MLP, use_bias on every projection, a window shorter than the
+    # prompt; and without biases, untied, a head_dim of its own (3 query heads per kv head, non-default eps).
+    Case("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM",
+         _llama_like(sliding_window=WINDOW, norm_epsilon=1e-4)),
+    Case("starcoder2-no-bias-untied", "Starcoder2Config", "Starcoder2ForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, use_bias=False, tie_word_embeddings=False, hidden_act="gelu",
+                     rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -450,6 +457,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe",
+    "gemma4-moe", "starcoder2-no-bias-untied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -105,6 +105,9 @@ DENSE_SPECS = {
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
         rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    # transformers' Starcoder2Config defaults are StarCoder2-3B's sizes; context, window and theta as published.
+    "starcoder2-3b.yaml": ("Starcoder2Config", dict(
+        max_position_embeddings=16384, sliding_window=4096, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
 }
 
 

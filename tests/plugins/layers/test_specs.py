@@ -166,6 +166,11 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
         rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    # StarCoder2-3B: transformers' Starcoder2Config defaults are its sizes (the same fields as
+    # tests/plugins/hf/test_family_specs.py's).
+    "starcoder2-3b.yaml": _llama_like(
+        "Starcoder2Config", max_position_embeddings=16384, sliding_window=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
 }
 
 REAL = sorted(HF_CONFIGS)
