@@ -445,6 +445,13 @@ CASES += [
     Case("starcoder2-no-bias-untied", "Starcoder2Config", "Starcoder2ForCausalLM",
          _llama_like(num_attention_heads=6, head_dim=12, use_bias=False, tie_word_embeddings=False, hidden_act="gelu",
                      rope_parameters=_rope("linear", factor=2.0))),
+    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on; and tied,
+    # one kv head, the top-k weights renormalised.
+    Case("olmoe", "OlmoeConfig", "OlmoeForCausalLM",
+         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4)),
+    Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
+                     norm_topk_prob=True, tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -457,6 +464,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe", "starcoder2-no-bias-untied",
+    "gemma4-moe", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -62,6 +62,8 @@ MOE_SPECS = {
         "compressed_sparse_attention" if i % 2 == 0 else "heavily_compressed_attention" for i in range(41)])),
     # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
     "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
+    # transformers' OlmoeConfig defaults are OLMoE-1B-7B's but for intermediate_size (the published config's 1024).
+    "olmoe-1b-7b.yaml": ("OlmoeConfig", dict(intermediate_size=1024)),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

@@ -171,6 +171,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "starcoder2-3b.yaml": _llama_like(
         "Starcoder2Config", max_position_embeddings=16384, sliding_window=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    # OLMoE-1B-7B: transformers' OlmoeConfig defaults with the published intermediate_size.
+    "olmoe-1b-7b.yaml": _llama_like("OlmoeConfig", intermediate_size=1024),
 }
 
 REAL = sorted(HF_CONFIGS)
