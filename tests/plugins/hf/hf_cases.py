@@ -452,6 +452,16 @@ CASES += [
     Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
                      norm_topk_prob=True, tie_word_embeddings=True)),
+    # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
+    # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
+    Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
+         _llama_like(attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("internlm3", "InternLM3Config", "LlamaForCausalLM",
+         _llama_like(head_dim=24, attention_bias=True, mlp_bias=True, pad_token_id=None)),
+    Case("iquestcoder", "IQuestCoderConfig", "LlamaForCausalLM",
+         _llama_like(num_attention_heads=8, head_dim=16, tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

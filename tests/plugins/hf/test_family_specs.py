@@ -110,6 +110,10 @@ DENSE_SPECS = {
     # transformers' Starcoder2Config defaults are StarCoder2-3B's sizes; context, window and theta as published.
     "starcoder2-3b.yaml": ("Starcoder2Config", dict(
         max_position_embeddings=16384, sliding_window=4096, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # Llama under other model_types: transformers' config defaults are these models' sizes.
+    "exaone-3.0-7.8b.yaml": ("ExaoneConfig", dict()),
+    "internlm3-8b.yaml": ("InternLM3Config", dict()),
+    "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
 }
 
 

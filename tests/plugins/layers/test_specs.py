@@ -173,6 +173,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
     # OLMoE-1B-7B: transformers' OlmoeConfig defaults with the published intermediate_size.
     "olmoe-1b-7b.yaml": _llama_like("OlmoeConfig", intermediate_size=1024),
+    # Llama under other model_types: transformers' config defaults are these models' sizes.
+    "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
+    "internlm3-8b.yaml": _llama_like("InternLM3Config"),
+    "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)
