@@ -462,6 +462,13 @@ CASES += [
          _llama_like(num_attention_heads=8, head_dim=16, tie_word_embeddings=True,
                      rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
+    # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
+    # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
+    Case("cohere", "CohereConfig", "CohereForCausalLM",
+         _llama_like(attention_bias=True, logit_scale=0.25, layer_norm_eps=1e-4, pad_token_id=None)),
+    Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
+         _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
+                     rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -474,6 +481,6 @@ SLOW_VARIANTS = frozenset({
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
-    "gemma4-moe", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied",
+    "gemma4-moe", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

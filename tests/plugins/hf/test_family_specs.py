@@ -114,6 +114,7 @@ DENSE_SPECS = {
     "exaone-3.0-7.8b.yaml": ("ExaoneConfig", dict()),
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
+    "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
 }
 
 

@@ -177,6 +177,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
+    "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
