@@ -8,9 +8,10 @@ from specformer_hf.family import Family
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
-    from specformer_hf.families import (cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone4, falcon, gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_oss, gpt2, gpt_neox, gptj,
-                                        llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3, phi, phi3, qwen2, qwen2_moe,
-                                        qwen3, qwen3_moe, smollm3, stablelm)
+    from specformer_hf.families import (cohere, cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone, exaone4, falcon,
+                                        gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_oss, gpt2, gpt_neox, gptj,
+                                        internlm3, iquestcoder, llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3,
+                                        olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3, stablelm, starcoder2)
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (falcon_h1, granitemoehybrid, kimi_linear, lfm2, mamba2, nemotron_h, olmo_hybrid,
                                         qwen3_5, qwen3_5_moe, qwen3_next)
@@ -23,6 +24,11 @@ def builtin_families() -> list[Family]:
             phi.FAMILY, gpt_bigcode.FAMILY, gptj.FAMILY, falcon.FAMILY,
             qwen3_next.FAMILY, qwen3_5.FAMILY, qwen3_5_moe.FAMILY, olmo_hybrid.FAMILY, kimi_linear.FAMILY,
             lfm2.FAMILY, mamba2.FAMILY, nemotron_h.FAMILY, granitemoehybrid.FAMILY, falcon_h1.FAMILY,
+            # The long tail (issue 44): after every family above, so that no spec's export changes.
+            starcoder2.FAMILY, olmoe.FAMILY,
+            # transformers runs these as Llama: Llama writes every spec they express.
+            exaone.FAMILY, internlm3.FAMILY, iquestcoder.FAMILY,
+            cohere.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -18,7 +18,7 @@ from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_fro
 from torch import Tensor
 
 from specformer_hf.parts.attention import LATENT_EPS, LatentAttention
-from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, selection
+from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, SavedNames, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import expert_rules, shared_halves
@@ -47,21 +47,6 @@ SAVED_NAMES = (
 MIXERS = ("kda", "mla")
 #: layer_types' names for the two mixers.
 LAYER_TYPES = {"kda": "linear_attention", "mla": "full_attention"}
-
-
-@dataclass(frozen=True)
-class SavedNames(Part):
-    """The fields transformers saves under other names (its attribute_map), read under the names the parts use."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        for saved, name in SAVED_NAMES:
-            if not cfg.has(saved):
-                continue
-            if cfg.has(name) and cfg.data[name] != cfg.data[saved]:
-                raise UserError(f"{cfg.family}: config.json sets both {saved!r} ({cfg.data[saved]!r}) and {name!r} "
-                                f"({cfg.data[name]!r}), which transformers treats as one field")
-            cfg.data[name] = cfg.data[saved]
-            cfg.mark_read(saved)
 
 
 @dataclass(frozen=True)
@@ -351,7 +336,7 @@ FAMILY = decoder_family(
     model_type="kimi_linear",
     architecture="KimiLinearForCausalLM",
     defaults=DEFAULTS,
-    parts=[SavedNames(), Sizes(), NoPositions(), Layout("prenorm"), RMSNorm(), HybridMixers(), KimiExperts(),
+    parts=[SavedNames(SAVED_NAMES), Sizes(), NoPositions(), Layout("prenorm"), RMSNorm(), HybridMixers(), KimiExperts(),
            WrittenNames()],
     maps="attention kda (linear_attn_config num_heads, head_dim, short_conv_kernel_size, or the linear_* fields; "
          "gated output norm with rms_norm_eps) and mla (as DeepSeek-V3's, without positions) per layer: layer_types or "

@@ -17,6 +17,9 @@ from specformer_hf.parts.positions import Rope
 from specformer_hf.rules import Copy, Fused, Rule, qkv_sizes
 from specformer_hf.specview import NotExpressible
 
+#: Phi's fc1/fc2 MLP, biased whatever the config says.
+PHI_MLP = PlainMLP(fc_in="fc1", fc_out="fc2", always_biased=True)
+
 #: transformers' PhiConfig defaults (Phi-1's sizes); its __post_init__ makes partial_rotary_factor 0.5.
 DEFAULTS = {
     "vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
@@ -83,7 +86,7 @@ FAMILY = decoder_family(
         Fixed("attention.qkv_bias", True, why="always has q/k/v biases"),
         Fixed("attention.out_bias", True, why="always has a bias on the output projection (dense)"),
         QKLayerNorm(),
-        PlainMLP(),
+        PHI_MLP,
     ],
     # Phi names the output projection dense and the final norm final_layernorm: its own rules, not the parts'.
     rules=[
@@ -96,7 +99,7 @@ FAMILY = decoder_family(
         Copy(f"{ATTN}.dense.weight", "blocks.{i}.attention.out.weight"),
         Copy(f"{ATTN}.dense.bias", "blocks.{i}.attention.out.bias"),
         *QKLayerNorm().rules(),
-        *PlainMLP().rules(),
+        *PHI_MLP.rules(),
     ],
     maps="layout parallel with one shared LayerNorm (input_layernorm), rope with partial_rotary_factor (default 0.5), "
          "GQA, q/k/v and dense biases, qk_layernorm -> qk_norm LayerNorm shared by the heads, GELU MLP (fc1, fc2) "

@@ -59,10 +59,13 @@ class QKLayerNorm(Part):
     """qk_layernorm <-> qk_norm bias-free LayerNorm (eps layer_norm_eps) with ``qk_norm_scope: per_head_weights``.
 
     transformers' StableLmLayerNormPerHead keeps one LayerNorm (no bias) per query and per key head.
+    ``switch``: the config field that turns them on (Cohere's use_qk_norm, whose weights differ in layout only).
     """
 
+    switch: str = "qk_layernorm"
+
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        if cfg.require("qk_layernorm", (False, True), why="it switches per-head q/k LayerNorms on or off"):
+        if cfg.require(self.switch, (False, True), why="it switches per-head q/k LayerNorms on or off"):
             model.setdefault("block", {}).setdefault("attention", {}).update(
                 qk_norm={"kind": "layernorm", "eps": cfg.get_float("layer_norm_eps"), "bias": False},
                 qk_norm_scope="per_head_weights")
@@ -71,9 +74,9 @@ class QKLayerNorm(Part):
         norm = view.uniform("attention", "qk_norm")
         if norm is not None and view.uniform("attention", "qk_norm_scope") != "per_head_weights":
             raise NotExpressible("model.block.attention.qk_norm_scope",
-                                 f"Hugging Face {view.name}'s qk_layernorm keeps separate weights for every head "
+                                 f"Hugging Face {view.name}'s {self.switch} keeps separate weights for every head "
                                  "(qk_norm_scope: per_head_weights)")
-        config["qk_layernorm"] = norm is not None  # the read-back comparison checks its kind, bias and eps
+        config[self.switch] = norm is not None  # the read-back comparison checks its kind, bias and eps
 
     def rules(self) -> list[Rule]:
         return [PerHead(f"{ATTN}.q_layernorm.norms.{{h}}.weight", "blocks.{i}.attention.q_norm.{h}.weight",

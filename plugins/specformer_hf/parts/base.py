@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from specformer.errors import UserError
 from specformer.model.attention import cache_slots_of
 from specformer.model.state import state_slots_of
 
@@ -151,6 +152,25 @@ class Refuse(Part):
             cfg.require(self.key, self.allowed, why=self.why)
 
 
+@dataclass(frozen=True)
+class SavedNames(Part):
+    """Fields a config.json may hold under another name (transformers' attribute_map), read under the names the parts
+    use: ``pairs`` of (the other name, the parts' name). Both set to different values is refused, as transformers
+    keeps one field. Export writes the parts' names (a family that saves the others renames them in a last part)."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        for saved, name in self.pairs:
+            if not cfg.has(saved):
+                continue
+            if cfg.has(name) and cfg.data[name] != cfg.data[saved]:
+                raise UserError(f"{cfg.family}: config.json sets both {saved!r} ({cfg.data[saved]!r}) and {name!r} "
+                                f"({cfg.data[name]!r}), which transformers treats as one field")
+            cfg.data[name] = cfg.data[saved]
+            cfg.mark_read(saved)
+
+
 # -- per-layer settings --------------------------------------------------------------------------------
 
 
@@ -230,6 +250,6 @@ def exact_preimage(target: float, forward: Callable[[float], float], guess: floa
 
 
 __all__ = [
-    "ATTN", "FamilyView", "Fixed", "LAYER", "MLP", "Part", "Refuse", "Switch", "Value", "exact_preimage", "keeps_keys",
+    "ATTN", "FamilyView", "Fixed", "LAYER", "MLP", "Part", "Refuse", "SavedNames", "Switch", "Value", "exact_preimage", "keeps_keys",
     "keeps_state", "per_layer_overrides", "selection", "set_path", "uniform_mixers",
 ]

@@ -66,26 +66,32 @@ class GatedFFN(Part):
 
 @dataclass(frozen=True)
 class PlainMLP(Part):
-    """intermediate_size and the activation (``act_key``) <-> a two-matrix ``mlp`` with biases (Phi's fc1 and fc2)."""
+    """intermediate_size and the activation (``act_key``) <-> an ungated ``mlp``; ``fc_in``/``fc_out`` name the
+    checkpoint's two projections under ``mlp.`` (StarCoder2's c_fc and c_proj, Phi's fc1 and fc2).
 
+    ``always_biased``: the family's MLP has biases whatever its config says (Phi), so import turns them on and
+    export refuses a spec without them; otherwise they are there or not as the spec's ``ffn.bias`` says, which
+    the family's bias switch sets (StarCoder2's use_bias)."""
+
+    fc_in: str = "c_fc"
+    fc_out: str = "c_proj"
     act_key: str = "hidden_act"
-    up: str = "fc1"
-    down: str = "fc2"
+    always_biased: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {})["ffn"] = {"kind": "mlp", "hidden": cfg.get_int("intermediate_size"),
-                                                "activation": activation_from_hf(cfg, self.act_key), "bias": True}
+        ffn = {"kind": "mlp", "hidden": cfg.get_int("intermediate_size"), "activation": activation_from_hf(cfg, self.act_key)}
+        model.setdefault("block", {})["ffn"] = {**ffn, "bias": True} if self.always_biased else ffn
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         view.block_kind("ffn", ("mlp",))
-        if not view.uniform("ffn", "bias"):
+        if self.always_biased and not view.uniform("ffn", "bias"):
             raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s MLP always has biases")
-        config["intermediate_size"] = view.uniform("ffn", "hidden") or 4 * view.model.d_model
-        config[self.act_key] = ACTIVATIONS_TO_HF[view.uniform("ffn", "activation")]
+        hidden = view.uniform("ffn", "hidden") or 4 * view.model.d_model  # MLPParams' default width
+        config.update({"intermediate_size": hidden, self.act_key: ACTIVATIONS_TO_HF[view.uniform("ffn", "activation")]})
 
     def rules(self) -> list[Rule]:
         return [Copy(f"{MLP}.{hf}.{p}", f"blocks.{{i}}.ffn.{ours}.{p}")
-                for hf, ours in ((self.up, "fc_in"), (self.down, "fc_out")) for p in ("weight", "bias")]
+                for hf, ours in ((self.fc_in, "fc_in"), (self.fc_out, "fc_out")) for p in ("weight", "bias")]
 
 
 # -- mixtures of experts ------------------------------------------------------------------------------

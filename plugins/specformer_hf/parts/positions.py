@@ -91,15 +91,15 @@ def _warn_unused(cfg: ConfigReader, rope_type: str, params: dict[str, Any]) -> N
 
 def rope_config(view: SpecView, family: str, *, legacy_theta: str | None = "rope_theta",
                 rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False,
-                other_layers: tuple[str, ...] = ()) -> dict[str, Any]:
+                other_layers: tuple[str, ...] = (), interleaved: bool = False) -> dict[str, Any]:
     """``rope_parameters`` (transformers 5) plus the legacy fields transformers 4 reads.
 
     ``other_layers``: positional kinds some layers may have instead, which the family maps
-    elsewhere (``none`` for NoPE layers)."""
+    elsewhere (``none`` for NoPE layers). ``interleaved``: the family rotates adjacent pairs (Cohere)."""
     view.one_positional(family=family, except_kinds=other_layers)
     pos = view.expect(view.positional, "model.positional", ("rope",), family=family)
     params = rope_parameters_of(pos, family, path="model.positional", rope_types=rope_types, partial=partial,
-                                context_length=view.model.context_length)
+                                context_length=view.model.context_length, interleaved=interleaved)
     scaling = pos.get("scaling")
     out: dict[str, Any] = {"rope_parameters": params}
     if scaling:
@@ -110,12 +110,17 @@ def rope_config(view: SpecView, family: str, *, legacy_theta: str | None = "rope
 
 
 def rope_parameters_of(pos: dict[str, Any], family: str, *, path: str, context_length: int,
-                       rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False) -> dict[str, Any]:
-    """One ``rope`` scheme (full params) as transformers' rope parameters; NotExpressible (at ``path``) otherwise."""
+                       rope_types: tuple[str, ...] = ROPE_TYPES, partial: bool = False,
+                       interleaved: bool = False) -> dict[str, Any]:
+    """One ``rope`` scheme (full params) as transformers' rope parameters; NotExpressible (at ``path``) otherwise.
+
+    ``interleaved``: the family rotates adjacent pairs (Cohere), and only those."""
     if pos["kind"] != "rope":
         raise NotExpressible(f"{path}.kind", f"{pos['kind']!r} has no equivalent in Hugging Face {family} (which uses 'rope')")
-    if pos.get("interleaved"):
-        raise NotExpressible(f"{path}.interleaved", f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")
+    if bool(pos.get("interleaved")) != interleaved:
+        raise NotExpressible(f"{path}.interleaved", f"Hugging Face {family} rotates adjacent pairs (interleaved: true)"
+                             if interleaved else
+                             f"interleaved (GPT-J style) rotary pairs have no equivalent in Hugging Face {family}")
     params: dict[str, Any] = {"rope_type": "default", "rope_theta": pos["theta"]}
     if pos.get("fraction", 1.0) != 1.0:
         if not partial:
@@ -167,6 +172,8 @@ class Rope(Part):
     #: A top-level field giving the rotated channels per head, for partial_rotary_factor = it / head_dim when the
     #: config gives no factor itself (MiniMax-M2's rotary_dim).
     rotary_dim_key: str | None = None
+    #: The family rotates adjacent pairs (Cohere's repeat_interleave), not halves.
+    interleaved: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if self.rotary_dim_key and cfg.get(self.rotary_dim_key, None) is not None:
@@ -176,11 +183,11 @@ class Rope(Part):
                           original_override=self.original_override, partial=self.partial)
         if self.partial:
             check_rotary_dim(cfg, cfg.get_size("num_attention_heads"), positional)
-        model["positional"] = positional
+        model["positional"] = {**positional, "interleaved": True} if self.interleaved else positional
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         written = rope_config(view.view, view.name, legacy_theta=self.legacy_theta, rope_types=self.rope_types,
-                              partial=self.partial, other_layers=self.other_layers)
+                              partial=self.partial, other_layers=self.other_layers, interleaved=self.interleaved)
         if self.write_fraction:
             fraction = written["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
             written["partial_rotary_factor"] = fraction  # where transformers 4 reads it

@@ -475,6 +475,37 @@ CASES += [
                      layer_types=["full_attention", "linear_attention", "linear_attention"], linear_num_key_heads=2,
                      linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=4, linear_conv_kernel_dim=4,
                      linear_allow_neg_eigval=False, rope_parameters={"rope_type": "default", "rope_theta": None})),
+    # StarCoder2: LayerNorm with biases, a plain GELU MLP, use_bias on every projection, a window shorter than the
+    # prompt; and without biases, untied, a head_dim of its own (3 query heads per kv head, non-default eps).
+    Case("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM",
+         _llama_like(sliding_window=WINDOW, norm_epsilon=1e-4)),
+    Case("starcoder2-no-bias-untied", "Starcoder2Config", "Starcoder2ForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, use_bias=False, tie_word_embeddings=False, hidden_act="gelu",
+                     rope_parameters=_rope("linear", factor=2.0))),
+    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on; and tied,
+    # one kv head, the top-k weights renormalised.
+    Case("olmoe", "OlmoeConfig", "OlmoeForCausalLM",
+         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4)),
+    Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
+                     norm_topk_prob=True, tie_word_embeddings=True)),
+    # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
+    # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
+    Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
+         _llama_like(attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("internlm3", "InternLM3Config", "LlamaForCausalLM",
+         _llama_like(head_dim=24, attention_bias=True, mlp_bias=True, pad_token_id=None)),
+    Case("iquestcoder", "IQuestCoderConfig", "LlamaForCausalLM",
+         _llama_like(num_attention_heads=8, head_dim=16, tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
+    # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
+    # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
+    Case("cohere", "CohereConfig", "CohereForCausalLM",
+         _llama_like(attention_bias=True, logit_scale=0.25, layer_norm_eps=1e-4, pad_token_id=None)),
+    Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
+         _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
+                     rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -488,6 +519,6 @@ SLOW_VARIANTS = frozenset({
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
-    "falcon-sequential",
+    "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -62,6 +62,8 @@ MOE_SPECS = {
         "compressed_sparse_attention" if i % 2 == 0 else "heavily_compressed_attention" for i in range(41)])),
     # transformers' Llama4TextConfig defaults are Llama 4 Scout's text model.
     "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
+    # transformers' OlmoeConfig defaults are OLMoE-1B-7B's but for intermediate_size (the published config's 1024).
+    "olmoe-1b-7b.yaml": ("OlmoeConfig", dict(intermediate_size=1024)),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -116,6 +118,14 @@ DENSE_SPECS = {
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
         rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    # transformers' Starcoder2Config defaults are StarCoder2-3B's sizes; context, window and theta as published.
+    "starcoder2-3b.yaml": ("Starcoder2Config", dict(
+        max_position_embeddings=16384, sliding_window=4096, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # Llama under other model_types: transformers' config defaults are these models' sizes.
+    "exaone-3.0-7.8b.yaml": ("ExaoneConfig", dict()),
+    "internlm3-8b.yaml": ("InternLM3Config", dict()),
+    "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
+    "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
 }
 
 

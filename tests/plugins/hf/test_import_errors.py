@@ -117,8 +117,10 @@ def test_tied_config_with_a_different_head_is_refused(llama_dir, tmp_path):
         ({"num_hidden_layers": "two"}, ["'num_hidden_layers' must be an integer"]),
         ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
          ["partial_rotary_factor 0.5 is not supported", "rotates whole heads"]),
+        ({"model_type": "olmoe", "clip_qkv": 8.0}, ["'clip_qkv' = 8.0 is not supported", "no specformer equivalent"]),
     ],
-    ids=["rope-type", "activation", "layer-type", "bidirectional", "phi3-rope", "not-a-number", "partial-rotary"],
+    ids=["rope-type", "activation", "layer-type", "bidirectional", "phi3-rope", "not-a-number", "partial-rotary",
+         "olmoe-clip_qkv"],
 )
 def test_config_values_that_change_the_maths_unsupported(llama_dir, tmp_path, changes, needles):
     d = _copy(llama_dir, tmp_path)

@@ -56,6 +56,24 @@ def test_stablelm_exports_only_per_head_qk_norms(tmp_path):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
 
 
+def test_cohere_exports_an_interleaved_rope_and_per_head_qk_norms_only(tmp_path):
+    spec = {"model": {
+        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "logit_scale": 0.5,
+        "positional": {"kind": "rope"},
+        "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": {"kind": "layernorm", "bias": False},
+                  "attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 48}},
+    }}
+    with pytest.raises(UserError, match="rotates adjacent pairs"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
+    spec["model"]["positional"]["interleaved"] = True
+    spec["model"]["block"]["attention"].update(qk_norm={"kind": "layernorm", "bias": False}, qk_norm_scope="head")
+    with pytest.raises(UserError, match="use_qk_norm keeps separate weights for every head"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
+    spec["model"]["block"]["attention"]["qk_norm_scope"] = "per_head_weights"
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
+    assert json.loads((out / "config.json").read_text())["use_qk_norm"] is True
+
+
 def test_stablelm_without_rope_parameters_rotates_a_quarter_of_each_head(tmp_path):
     folder = _folder(tmp_path, "stablelm")
     config = json.loads((folder / "config.json").read_text())

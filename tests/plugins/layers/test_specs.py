@@ -177,6 +177,18 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16,
         rope_parameters={"rope_type": "llama3", "rope_theta": 1e6, "factor": 16.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    # StarCoder2-3B: transformers' Starcoder2Config defaults are its sizes (the same fields as
+    # tests/plugins/hf/test_family_specs.py's).
+    "starcoder2-3b.yaml": _llama_like(
+        "Starcoder2Config", max_position_embeddings=16384, sliding_window=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    # OLMoE-1B-7B: transformers' OlmoeConfig defaults with the published intermediate_size.
+    "olmoe-1b-7b.yaml": _llama_like("OlmoeConfig", intermediate_size=1024),
+    # Llama under other model_types: transformers' config defaults are these models' sizes.
+    "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
+    "internlm3-8b.yaml": _llama_like("InternLM3Config"),
+    "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
+    "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
