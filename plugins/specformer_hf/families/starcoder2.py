@@ -14,7 +14,7 @@ from specformer_hf.parts.positions import Rope
 #: transformers' Starcoder2Config defaults (StarCoder2-7B's sizes; its published rope_theta is 1e6, not the default).
 DEFAULTS = {
     "vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
-    "num_attention_heads": 24, "num_key_value_heads": 2, "head_dim": None, "hidden_act": "gelu_pytorch_tanh",
+    "num_attention_heads": 24, "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh",
     "max_position_embeddings": 4096, "norm_epsilon": 1e-5, "tie_word_embeddings": True, "sliding_window": None,
     "use_bias": True, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
