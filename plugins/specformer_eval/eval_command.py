@@ -12,6 +12,7 @@ object with ``--json``), progress bars to stderr.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                                     limit=limit)
         report["tasks"] = results.get("results", {})
         if not args.json:
-            from lm_eval.utils import make_table
+            from lm_eval.utils import make_table  # late: lm-evaluation-harness is an optional extra
 
             print(make_table(results))
     if args.json:
@@ -109,8 +110,6 @@ def _task_names(text: str) -> list[str]:
 
 
 def _harness() -> Any:
-    import importlib.util
-
     if importlib.util.find_spec("lm_eval") is None:
         raise UserError("--tasks needs lm-evaluation-harness, which is not installed; "
                         "install it with: pip install 'specformer[eval]'")

@@ -75,6 +75,7 @@ def text_size(texts: Iterable[str], *, points: float = LABEL_POINTS, weight: str
 @functools.cache
 def _scratch() -> tuple[Any, Any]:
     """A figure and renderer at :data:`DPI` that measure text and draw nothing."""
+    # late: matplotlib takes about half a second to import, and only drawing a figure needs it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -102,6 +103,7 @@ class Canvas:
     """A figure ``width`` × ``height`` px on which things are placed in pixels from the top left."""
 
     def __init__(self, *, width: float, height: float) -> None:
+        # late: matplotlib takes about half a second to import, and only drawing a figure needs it
         from matplotlib.figure import Figure
 
         self.width, self.height = math.ceil(width), math.ceil(height)

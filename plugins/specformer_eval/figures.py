@@ -146,6 +146,7 @@ def _overview(inspection: Inspection, panels: list[tuple[int, int]], *, cols: in
 
 
 def _draw_sheet(inspection: Inspection, sheet: _Sheet) -> Any:
+    # late: matplotlib takes about half a second to import, and only drawing a figure needs it
     from matplotlib.colors import PowerNorm
 
     width, height = sheet.size
@@ -185,6 +186,7 @@ def _token_labels(ax: Any, labels: list[str], *, figure: Any) -> None:
     Plain texts rather than tick labels: a tick is five artists, and tick labels made a
     picture of 64 tokens three times slower to draw.
     """
+    # late: matplotlib takes about half a second to import, and only drawing a figure needs it
     from matplotlib.transforms import offset_copy
 
     left = offset_copy(ax.get_yaxis_transform(), fig=figure, x=-tick_space(), y=0, units="dots")
@@ -335,6 +337,7 @@ def layer_names(rows: int) -> list[str]:
 
 
 def _save(figure: Any, path: Path) -> Path:
+    # late: matplotlib takes about half a second to import, and only drawing a figure needs it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(figure)

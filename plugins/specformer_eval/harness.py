@@ -26,6 +26,7 @@ checkpoint and its Hugging Face export score the same:
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -214,8 +215,7 @@ def run_tasks(lm: SpecformerLM, tasks: list[str], *, include_path: str | None = 
               limit: int | float | None = None, log_samples: bool = False) -> dict[str, Any]:
     """``lm_eval.simple_evaluate`` on ``tasks`` (names or glob patterns; ``include_path`` adds a folder of
     task YAMLs); a UserError names an unknown task with the closest known ones."""
-    import difflib
-
+    # late: simple_evaluate and the task manager load lm-eval's task machinery, which only running tasks needs
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 

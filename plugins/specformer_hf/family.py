@@ -10,7 +10,7 @@ export are generic code driven by it (:mod:`specformer_hf.importer`,
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from specformer.errors import RegistryError, UserError
@@ -111,8 +111,6 @@ class Families:
 
 
 def _with_plugin(family: Family, plugin: str) -> Family:
-    from dataclasses import replace
-
     return replace(family, plugin=plugin)
 
 

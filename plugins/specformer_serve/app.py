@@ -227,6 +227,7 @@ class _AnsweredByTheHttpLayer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # late: the HTTP stack is an optional extra
         from h11 import LocalProtocolError  # uvicorn's HTTP/1.1 implementation, which server.py chooses
 
         dropped = False

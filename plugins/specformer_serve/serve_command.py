@@ -12,6 +12,7 @@ one-line error with exit code 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -109,8 +110,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _require_server_stack() -> None:
     """The HTTP stack is an optional extra; its absence is one line saying how to install it."""
-    import importlib.util
-
     missing = []
     for name in ("starlette", "uvicorn", "jinja2"):
         try:

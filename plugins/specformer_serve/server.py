@@ -44,7 +44,7 @@ class Server:
     def __init__(self, engine: Engine, config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0,
                  log_level: str = "warning", header_timeout: float = limits.HEADER_TIMEOUT,
                  max_connections: int = limits.MAX_CONNECTIONS, keep_alive: int = limits.KEEP_ALIVE) -> None:
-        import uvicorn
+        import uvicorn  # late: the HTTP stack is an optional extra
 
         self.engine = engine
         self.socket = bind(host, port)

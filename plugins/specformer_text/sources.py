@@ -127,7 +127,7 @@ def _field_of(record: Any, field: str, *, where: str) -> str:
 
 
 def _open_parquet(path: Path, field: str) -> Any:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # late: pyarrow comes with the optional datasets extra
 
     try:
         handle = pq.ParquetFile(path)
@@ -197,7 +197,7 @@ def _dataset_documents(dataset: Any, path: Path, field: str, skip: int) -> Itera
 
 
 def _datasets() -> Any:
-    try:
+    try:  # late: datasets is an optional extra, and slow to import
         import datasets
     except ImportError:
         raise UserError("reading .arrow files and datasets directories needs the 'datasets' package: "
@@ -210,7 +210,7 @@ def _datasets() -> Any:
 
 
 def _check_column(path: Path, schema: Any, field: str) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # late: pyarrow comes with the optional datasets extra
 
     names = list(schema.names)
     if field not in names:

@@ -75,6 +75,7 @@ def trained_bpe(corpus: Corpus, *, vocab_size: int, cache: str | None = None) ->
 
 
 def train_bpe(documents: Iterable[str], *, vocab_size: int) -> BPETokenizer:
+    # late: tokenizers is needed only when a BPE tokenizer is trained
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 

@@ -69,7 +69,7 @@ def load_tokenizer_json(
 
 
 def _read(path: Path) -> Any:
-    try:
+    try:  # late: tokenizers is needed only when a tokenizer.json is read
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
         raise UserError(f"{path}: reading tokenizer.json needs the tokenizers package (pip install tokenizers)") from None
