@@ -276,35 +276,43 @@ PARALLEL_SPEC: dict[str, Any] = {"model": {
               "ffn": {"kind": "swiglu"}}}}
 
 
-def parallel_step_differences(device: str, *, backend: str) -> dict[str, tuple[float, float]]:
+def parallel_step_differences(device: str, *, backend: str,
+                              spec: dict[str, Any] | None = None) -> dict[str, tuple[float, float]]:
     """One SGD step (fp32; Adam's first step would magnify rounding in tiny gradients into whole steps) plain, under
     FSDP2 and under tensor parallelism on a one-process group:
     ``{way: (|loss - plain loss|, largest |weight - plain weight|)}``. Starts and ends the process group."""
     import os
+    import socket
 
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     from specformer.model.builder import build
+    from specformer_train.parallel.layout import ParallelLayout
+    from specformer_train.parallel.parallelize import parallelize
     from specformer_train.parallel.tensor import apply_tensor_parallel, vocabulary_parallel_loss
     from specformer_train.trainer import lm_loss
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
+    if "MASTER_PORT" not in os.environ:  # a free port: a fixed one may be taken by another run on the machine
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
     dist.init_process_group(backend, rank=0, world_size=1)
     try:
-        ids = torch.randint(0, 4096, (4, 129), device=device, generator=torch.Generator(device).manual_seed(0))
+        spec = PARALLEL_SPEC if spec is None else spec
+        ids = torch.randint(0, spec["model"]["vocab_size"], (4, 129), device=device,
+                            generator=torch.Generator(device).manual_seed(0))
 
         def step(way: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            model = build(PARALLEL_SPEC, device=device, seed=0)
+            model = build(spec, device=device, seed=0)
             scope = contextlib.nullcontext()
-            if way == "fsdp":
-                for block in model.blocks:
-                    fully_shard(block)
-                fully_shard(model)
+            if way == "fsdp":  # as training wraps it: the layout's mesh, then parallelize's fixed order
+                layout = ParallelLayout(mode="fsdp", world_size=1).with_meshes(torch.device(device).type)
+                model = parallelize(model, layout, device=torch.device(device)).wrapped
             elif way == "tp":
+                # parallelize splits only at tp > 1, which one process cannot be: the DTensor styles applied directly
                 apply_tensor_parallel(model, mesh=init_device_mesh(torch.device(device).type, (1,)))
                 scope = vocabulary_parallel_loss(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -132,3 +132,22 @@ def test_the_parallel_case_steps_like_the_plain_one_on_gloo() -> None:
 def test_a_check_row_prints_no_speed() -> None:
     report = gpu_check.format_report("card", [gpu_check.Row("parallel", float("nan"), None, "fsdp vs plain: ...")])
     assert report.splitlines()[-1].split()[:3] == ["parallel", "-", "-"]
+
+
+def test_the_parallel_check_runs_on_cpu_and_the_ways_agree_with_plain(monkeypatch) -> None:
+    """The check's code path (the layout and parallelize for FSDP2, DTensor styles for tp) on gloo: it runs only
+    where a GPU is lent, so this is what keeps it working between loans."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(probe.getsockname()[1]))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    tiny = {"model": {"vocab_size": 96, "d_model": 32, "n_layers": 2, "context_length": 256, "positional": "rope",
+                      "tie_embeddings": False, "block": {"norm": "rmsnorm", "ffn": {"kind": "swiglu"},
+                                                         "attention": {"kind": "attention", "n_heads": 4,
+                                                                       "n_kv_heads": 2}}}}
+    differences = gpu_check.parallel_step_differences("cpu", backend="gloo", spec=tiny)
+    assert set(differences) == {"fsdp", "tp"}
+    for way, (loss, weights) in differences.items():
+        assert loss < 1e-5 and weights < 1e-5, (way, loss, weights)
