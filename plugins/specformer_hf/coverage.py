@@ -155,11 +155,14 @@ def refusal(model_type: str, *, supported: Iterable[str]) -> str | None:
     text = text_model_type(model_type)
     where = "docs/interop.md, 'Families not yet supported'"
     if text != model_type:
-        lacks = MISSING.get(text, MAPPING_ONLY if text in set(supported) else None)
-        if lacks is None:
+        if text in set(supported):  # the text family exists; reading it out of the wrapper's layout does not
+            return (f"Hugging Face model_type {model_type!r} is a multimodal checkpoint whose language model "
+                    f"({text!r}) is supported, but not read out of this checkpoint yet; it lacks: {MAPPING_ONLY} "
+                    f"({where})")
+        if text not in MISSING:
             return None
         return (f"Hugging Face model_type {model_type!r} is a multimodal checkpoint whose language model is "
-                f"{text!r}, not supported yet; it lacks: {lacks} ({where})")
+                f"{text!r}, not supported yet; it lacks: {MISSING[text]} ({where})")
     if model_type in MISSING:
         return f"Hugging Face model_type {model_type!r} is not supported yet; it lacks: {MISSING[model_type]} ({where})"
     return None

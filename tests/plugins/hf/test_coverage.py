@@ -84,8 +84,8 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
                "Families not yet supported"]),
     ("bloom", [f"model_type 'bloom' is not supported yet; it lacks: {MAPPING_ONLY}"]),
     ("fuyu", ["model_type 'fuyu' is a multimodal checkpoint whose language model is 'persimmon'", MAPPING_ONLY]),
-    ("gemma3", ["multimodal checkpoint whose language model is 'gemma3_text', not supported yet; it lacks: "
-                f"{MAPPING_ONLY}"]),
+    ("gemma3", ["multimodal checkpoint whose language model ('gemma3_text') is supported, but not read out of this "
+                f"checkpoint yet; it lacks: {MAPPING_ONLY}"]),
     ("gemma3n", ["whose language model is 'gemma3n_text'", "AltUp and LAuReL residuals (issue 47)"]),
     ("bert", ["model_type 'bert' is not a decoder-only text model (an encoder (BERT-like)"]),
     ("whisper", ["is not a decoder-only text model (a speech recognition"]),
