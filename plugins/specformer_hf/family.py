@@ -17,6 +17,7 @@ from specformer.errors import RegistryError, UserError
 from specformer.registry.discovery import get_plugin_manager
 
 from specformer_hf.config import ConfigReader
+from specformer_hf.coverage import refusal
 from specformer_hf.rules import Rule
 from specformer_hf.specview import SpecView
 
@@ -84,6 +85,10 @@ class Families:
         if model_type in self._by_type:
             return self._by_type[model_type]
         known = sorted(self._by_type)
+        # A model type transformers has but specformer does not convert: say what it lacks, not only what exists.
+        why = refusal(str(model_type), supported=known)
+        if why is not None:
+            raise UserError(why)
         close = difflib.get_close_matches(str(model_type), known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UserError(

@@ -109,16 +109,22 @@ def test_the_pages_do_not_change_with_the_plugins_installed(toy_plugin, monkeypa
 
 
 def test_the_interop_page_counts_the_families_the_hf_plugin_registers():
-    """Issue 53: docs/interop.md said "nineteen" long after the hf plugin read 37 families."""
+    """Issue 53: docs/interop.md said "nineteen" long after the hf plugin read 37 families; issue 44: out of how many."""
     from specformer_hf import get_families
 
     page = " ".join((REPO / "docs" / "interop.md").read_text(encoding="utf-8").split())
-    said = re.search(r"for (\d+) decoder families \((\d+) model types: (\w+) of them are multimodal checkpoints", page)
+    said = re.search(r"for (\d+) of the (\d+) decoder-only text families of transformers (\d+\.\d+) \((\d+) model types: "
+                     r"(\w+) of them are multimodal checkpoints", page)
     assert said, "docs/interop.md no longer opens with the count of families this test checks"
+    # Issue 44: out of how many the installed transformers has (tests/plugins/hf/test_coverage.py checks the rows).
+    transformers = pytest.importorskip("transformers")
+    from specformer_hf.coverage import decoder_text_families
+
+    assert (int(said[2]), said[3]) == (len(decoder_text_families()), ".".join(transformers.__version__.split(".")[:2]))
     families = [f for f in get_families() if f.plugin == "hf"]
     # A multimodal checkpoint is read for the language model of a text family already counted ("Gemma 4 (multimodal)").
     multimodal = [f for f in families if f.name.endswith(" (multimodal)")]
     decoders = {f.name for f in families} - {f.name for f in multimodal}
     assert {f.name.removesuffix(" (multimodal)") for f in multimodal} <= decoders
     words = {"no": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-    assert (int(said[1]), int(said[2]), words.get(said[3])) == (len(decoders), len(families), len(multimodal))
+    assert (int(said[1]), int(said[4]), words.get(said[5])) == (len(decoders), len(families), len(multimodal))

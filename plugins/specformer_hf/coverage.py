@@ -1,0 +1,172 @@
+"""Which of transformers' causal-LM model types are decoder-only text families, and what each unsupported one lacks.
+
+transformers registers about 200 model types for causal language modelling
+(``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``). Not all of them are decoder-only text models: BERT-likes
+run as decoders with ``is_decoder``, the decoder halves of encoder-decoders and speech, audio and
+image models are there too, and a multimodal checkpoint sits beside its own text model. The tables
+below sort every one of them, so that the count of families cannot drift:
+
+* :data:`NOT_DECODERS`: model types that are no decoder-only text family, and why;
+* :data:`WRAPPERS`: multimodal checkpoints, each counted as the text model it holds;
+* :data:`MISSING`: decoder-only text families with no family here yet, each with the one mechanism it lacks.
+
+Every other model type of the mapping must be a built-in family. ``hf import`` names the mechanism
+in its refusal (:meth:`specformer_hf.Families.get`), docs/interop.md's "Families not yet
+supported" table repeats :data:`MISSING`, and ``tests/plugins/hf/test_coverage.py`` fails when the
+installed transformers holds a model type that is in none of them. The tables import nothing: the
+refusal reads them without transformers installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: What a family lacks when specformer has every part it uses and only its family table is missing.
+MAPPING_ONLY = "a mapping only (issue 44)"
+
+#: Model types registered for causal LM that are not decoder-only text families -> why.
+NOT_DECODERS: dict[str, str] = {
+    # Encoders (masked-LM pre-training, bidirectional attention), registered for causal LM through `is_decoder`.
+    **{model_type: "an encoder (BERT-like) that runs as a decoder only with is_decoder" for model_type in (
+        "bert", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert", "rembert", "roberta",
+        "roberta-prelayernorm", "roc_bert", "roformer", "xlm-roberta", "xlm-roberta-xl", "xmod")},
+    "bert-generation": "the BERT encoder reused as the decoder of an encoder-decoder",
+    "xlm": "a cross-lingual encoder (masked LM first; causal only as an option of the same model)",
+    "xlnet": "a permutation language model: two-stream attention over bidirectional context, not a causal decoder",
+    # The decoder halves of encoder-decoders: each layer cross-attends to an encoder's output.
+    **{model_type: "the decoder half of an encoder-decoder" for model_type in (
+        "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp", "pegasus", "plbart",
+        "prophetnet")},
+    "trocr": "the text decoder of an image-to-text encoder-decoder",
+    # Not text: speech, audio and image models whose outputs or inputs are not text tokens alone.
+    "whisper": "a speech recognition encoder-decoder's decoder",
+    "moshi": "a speech-to-speech model (audio codec tokens)",
+    "moss_transcribe_diarize": "a speech transcription model",
+    "musicgen": "a music generator (audio codec tokens)",
+    "musicgen_melody": "a music generator (audio codec tokens)",
+    "git": "an image-to-text model (a vision encoder's tokens in the decoder's input)",
+    "got_ocr2": "an OCR model (a vision encoder's tokens in the decoder's input)",
+    "phi4_multimodal": "a vision and speech model (its encoders and LoRA adapters live inside the causal LM)",
+}
+
+#: Multimodal checkpoints -> the text model_type of their language model: one family, counted once.
+WRAPPERS: dict[str, str] = {
+    "dots3_note": "dots3_note_text",
+    "fuyu": "persimmon",  # Fuyu's decoder is a Persimmon fed image patches
+    "gemma3": "gemma3_text",
+    "gemma3n": "gemma3n_text",
+    "gemma4": "gemma4_text",
+    "gemma4_unified": "gemma4_unified_text",
+    "llama4": "llama4_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen4_exp": "qwen4_exp_text",
+}
+
+#: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
+MISSING: dict[str, str] = {
+    # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
+    # deepseek_v2, minicpm3, youtu, granite*, ernie4_5* and glm* are being added beside this table.
+    **{model_type: MAPPING_ONLY for model_type in (
+        "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
+        "cwm", "deepseek_v2", "dots1", "dots3_note_text", "emu3", "ernie4_5", "ernie4_5_moe", "exaone_moe", "flex_olmo",
+        "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "gpt_neo", "granite",
+        "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hy_v3", "hyperclovax", "jais2",
+        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm3", "minicpm5_moe", "ministral", "ministral3",
+        "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "param2moe", "persimmon",
+        "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm", "youtu")},
+    # Issue 45: recurrent and linear-attention mixers.
+    "mamba": "Mamba-1 selective scan (issue 45)",
+    "falcon_mamba": "Mamba-1 selective scan (issue 45)",
+    "jamba": "Mamba-1 selective scan (issue 45)",
+    "rwkv": "RWKV-4 time and channel mixing (issue 45)",
+    "recurrent_gemma": "Griffin RG-LRU (issue 45)",
+    "xlstm": "mLSTM (issue 45)",
+    "minimax": "Lightning attention (issue 45)",
+    "bailing_hybrid": "bounded-forget linear attention (issue 45)",
+    # Issue 46: one new part each.
+    "bitnet": "ternary BitLinear (issue 46)",
+    "diffllama": "differential attention (issue 46)",
+    "olmo": "weightless LayerNorm and clip_qkv (issue 46)",
+    "dbrx": "clip_qkv (issue 46)",
+    "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
+    "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
+    "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
+    "laguna": "softplus attention output gates and router variants (issue 46)",
+    "mellum": "router variants: logit softcap, router weight applied to the MoE input (issue 46)",
+    "cohere2_moe": "an averaged shared expert (issue 46)",
+    "phimoe": "SparseMixer top-2 router (issue 46)",
+    "zaya": "compressed convolutional attention and an MLP router (issue 46)",
+    "ergo": "per-expert norms and a learned residual gate (issue 46)",
+    "axk1": "an extra norm on the MoE output (issue 46)",
+    "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
+    "apertus": "xIELU activation (issue 46)",
+    "apertus1p5_text": "xIELU activation (issue 46)",
+    "cpmant": "T5-style bucketed relative position bias (issue 46)",
+    "gpt_neox_japanese": "a dense bias added after the residual (issue 46)",
+    "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
+    "jetmoe": "mixture of attention heads (issue 46)",
+    "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
+    "kolibri1_1": "block-pooled attention indexer (issue 46)",
+    "hy_v4": "MLA with the indexer, mHC and learnable sinks together (issue 46)",
+    # Issue 47: multi-token prediction, and shared, looped or cross-reading blocks.
+    "gemma4_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
+    "gemma4_unified_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
+    "zamba": "shared blocks (issue 47)",
+    "zamba2": "shared blocks (issue 47)",
+    "dory": "looped blocks (issue 47)",
+    "hrm_text": "looped blocks (issue 47)",
+    "inkling2_loop_text": "looped blocks (issue 47)",
+    "inkling2_text": "block attention residuals (issue 47)",
+    "gemma3n_text": "AltUp and LAuReL residuals (issue 47)",
+    "longcat_flash": "zero-compute experts and a shortcut MoE path (issue 47)",
+    "qwen4_exp_text": "hashed n-gram per-layer embeddings and low-rank hyper-connections (issue 47)",
+    "doge": "dynamic mask attention (issue 47)",
+    "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
+    # In no issue yet.
+    "mllama": "cross-attention layers (to image states)",
+    "reformer": "LSH attention with reversible layers",
+}
+
+
+def text_model_type(model_type: str) -> str:
+    """The family ``model_type`` counts as: its text model's for a multimodal checkpoint, its own otherwise."""
+    return WRAPPERS.get(model_type, model_type)
+
+
+def decoder_text_families(model_types: Iterable[str] | None = None) -> list[str]:
+    """The decoder-only text families among ``model_types`` (default: the installed transformers' causal-LM ones), sorted.
+
+    Each multimodal checkpoint is folded into its text model; :data:`NOT_DECODERS` are left out.
+    """
+    if model_types is None:
+        # late: transformers is a test-only dependency of this plugin, needed only to count
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        model_types = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return sorted({text_model_type(t) for t in model_types if t not in NOT_DECODERS})
+
+
+def refusal(model_type: str, *, supported: Iterable[str]) -> str | None:
+    """One line saying why ``model_type`` (not among ``supported``) has no family, or None when no table knows it."""
+    if model_type in NOT_DECODERS:
+        return (f"Hugging Face model_type {model_type!r} is not a decoder-only text model ({NOT_DECODERS[model_type]}); "
+                "specformer imports decoder-only language models")
+    text = text_model_type(model_type)
+    where = "docs/interop.md, 'Families not yet supported'"
+    if text != model_type:
+        if text in set(supported):  # the text family exists; reading it out of the wrapper's layout does not
+            return (f"Hugging Face model_type {model_type!r} is a multimodal checkpoint whose language model "
+                    f"({text!r}) is supported, but not read out of this checkpoint yet; it lacks: {MAPPING_ONLY} "
+                    f"({where})")
+        if text not in MISSING:
+            return None
+        return (f"Hugging Face model_type {model_type!r} is a multimodal checkpoint whose language model is "
+                f"{text!r}, not supported yet; it lacks: {MISSING[text]} ({where})")
+    if model_type in MISSING:
+        return f"Hugging Face model_type {model_type!r} is not supported yet; it lacks: {MISSING[model_type]} ({where})"
+    return None
+
+
+__all__ = ["MAPPING_ONLY", "MISSING", "NOT_DECODERS", "WRAPPERS", "decoder_text_families", "refusal",
+           "text_model_type"]
