@@ -48,11 +48,11 @@ def main() -> int:
     from specformer.spec import load_spec
     from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_eval import evaluate_documents
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_text.corpus import default_corpus
 
     spec = load_spec(args.spec)
-    config = spec.section("train") or TrainConfig()
+    config = spec.section("train") or TrainSpec()
     model = specformer.build(spec, seed=0).to(args.device)
     tokenizer = ByteTokenizer()
     documents = _documents(default_corpus().documents(), limit=args.eval_bytes)

@@ -51,7 +51,7 @@ def main() -> int:
 
     import specformer
     from specformer.tokenizers.tokenizer import ByteTokenizer
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_train.data import PackedRows
     from specformer_train.documents import document_ids, document_positions
     from specformer_train.optim import make_optimizer
@@ -64,7 +64,7 @@ def main() -> int:
     tokens = packed_stream(n_tokens=400_000, context=T, eot=eot, vocab=spec.model.vocab_size)
 
     def ours(masked: bool):
-        config = TrainConfig(batch_size=args.batch, steps=10**6, warmup_steps=0, compile=False, device="cpu",
+        config = TrainSpec(batch_size=args.batch, steps=10**6, warmup_steps=0, compile=False, device="cpu",
                              progress=False, tensorboard=False, plot=False, precision="fp32", threads=args.threads,
                              document_mask=masked, reset_positions=masked)
         trainer = Trainer(model=specformer.build(spec, seed=0), config=config,
@@ -80,7 +80,7 @@ def main() -> int:
     masked_trainer, masked_step = ours(True)
     _, plain_step = ours(False)
     hf = llama_like(masked_trainer.model)
-    hf_optimizer = make_optimizer(hf, TrainConfig(), device=torch.device("cpu"))
+    hf_optimizer = make_optimizer(hf, TrainSpec(), device=torch.device("cpu"))
     rows = PackedRows(tokens, seq_len=T, seed=1)
     position = [0]
     causal = torch.ones(T, T, dtype=torch.bool).tril()

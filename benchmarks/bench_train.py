@@ -87,7 +87,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import specformer
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_train.data import PackedRows
     from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_train.trainer import Trainer
@@ -99,7 +99,7 @@ def main() -> int:
     tokens = np.random.default_rng(0).integers(0, spec.model.vocab_size, size=400_000).astype(np.uint16)
 
     def ours(compile_: bool, optimizer: str = "adamw") -> tuple[Trainer, Callable[[], None]]:
-        config = TrainConfig(batch_size=args.batch, steps=10**6, warmup_steps=0, compile=compile_, device=str(device),
+        config = TrainSpec(batch_size=args.batch, steps=10**6, warmup_steps=0, compile=compile_, device=str(device),
                              progress=False, tensorboard=False, plot=False, precision=precision, threads=args.threads,
                              optimizer=optimizer)
         trainer = Trainer(model=specformer.build(spec, seed=0), config=config,
@@ -132,14 +132,14 @@ def compare_optimizers(args: argparse.Namespace, ours: Callable, *, T: int) -> N
 
 def compare_with_transformers(args: argparse.Namespace, ours: Callable, tokens: np.ndarray, *, T: int,
                               device: torch.device, precision: str) -> None:
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_train.data import PackedRows
     from specformer_train.optim import make_optimizer
     from specformer_train.progress import mfu, peak_flops
 
     eager_trainer, eager_step = ours(False)
     hf = llama_like(eager_trainer.model).to(device)
-    hf_optimizer = make_optimizer(hf, TrainConfig(), device=device)
+    hf_optimizer = make_optimizer(hf, TrainSpec(), device=device)
     rows = PackedRows(tokens, seq_len=T, seed=1)
     position = [0]
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 from specformer.lazy import lazy_exports
 
 _EXPORTS = {
-    "TrainConfig": "specformer_train.config",
+    "TrainSpec": "specformer_train.config",
+    "TrainConfig": "specformer_train.config",  # TrainSpec's earlier name
     "load_train_spec": "specformer_train.run",
     "train": "specformer_train.run",
     "TrainResult": "specformer_train.trainer",

@@ -12,16 +12,12 @@ from typing import Literal
 from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from specformer.registry.params import SubComponent
-from specformer.spec.strict import StrictFloat, StrictInt, StrictNumbers
+from specformer.spec.strict import StrictNumbers
 
 Schedule = Literal["warmup_cosine", "linear", "constant", "wsd"]
 DecayShape = Literal["linear", "cosine", "1-sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]
 Distributed = Literal["auto", "none", "ddp", "fsdp"]
-
-#: Core's strict numbers under the names the optimizer settings (optimizers/params.py) import.
-Int = StrictInt
-Float = StrictFloat
 
 
 class ParallelConfig(StrictNumbers):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from specformer.errors import UserError
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 
 
 def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict]:
@@ -28,12 +28,12 @@ def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict]:
     ]
 
 
-def optimizer_name(config: TrainConfig) -> str:
+def optimizer_name(config: TrainSpec) -> str:
     """The registered name of the config's optimizer (``adamw``, ``muon``, ...)."""
     return config.optimizer.component.name
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig, *, device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, config: TrainSpec, *, device: torch.device) -> torch.optim.Optimizer:
     """The optimizer ``config.optimizer`` names, over ``model``'s parameters; a bad rule is a :class:`UserError`."""
     try:
         # The optimizer gets its own params and the run's settings it may use, never the whole config.

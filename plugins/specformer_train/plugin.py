@@ -9,7 +9,7 @@ from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 
 from specformer_train import hookspecs, loggers, optimizers
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 
 
 @hookimpl
@@ -26,7 +26,7 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
 
 @hookimpl
 def specformer_register_components(registry: PluginRegistry) -> None:
-    registry.add_section("train", TrainConfig)
+    registry.add_section("train", TrainSpec)
     optimizers.register_optimizers(registry)
     loggers.register_loggers(registry)
 

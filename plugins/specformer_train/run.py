@@ -31,7 +31,7 @@ from specformer_text import Corpus, find_corpus, make_tokenizer, tokenize_corpus
 
 from specformer_train.checkpointing import (CheckpointContents, check_tokenizer, clear_earlier_run,
                                             recover_interrupted_saves)
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.data import EvalRows, PackedRows, split_tokens
 from specformer_train.datasource import (absolute_source, check_same_data, data_record, describe, recorded_source,
                                          stream_record)
@@ -93,7 +93,7 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
     if new_data and not resume:
         raise UserError("--new-data only applies with --resume (a fresh run uses whatever --data says)")
     loaded = load_train_spec(spec, overrides=overrides, data=data, out_dir=out_dir, steps=steps, init=init)
-    config: TrainConfig = loaded.section("train") or TrainConfig()
+    config: TrainSpec = loaded.section("train") or TrainSpec()
     if config.adapter is not None and config.init is None:  # a spec may name an adapter for --init to complete
         raise UserError("train.adapter trains on a base model's weights: set train.init (or --init) to its checkpoint")
     run_dir = Path(config.out_dir) if config.out_dir else default_out_dir(spec)
@@ -122,7 +122,7 @@ def train(spec: SpecSource, *, data: str | None = None, out_dir: str | None = No
         shutdown(ctx)
 
 
-def _check_run_dir(run_dir: Path, spec: Spec, config: TrainConfig, *, resume: bool, overwrite: bool,
+def _check_run_dir(run_dir: Path, spec: Spec, config: TrainSpec, *, resume: bool, overwrite: bool,
                    say: Callable[[str], None], source: str | Path | None) -> None:
     """Under the lock, before any data is read: check that no input lies where the run writes,
     finish interrupted saves, then check that the directory can be written, may be used, and
@@ -136,7 +136,7 @@ def _check_run_dir(run_dir: Path, spec: Spec, config: TrainConfig, *, resume: bo
     check_space(run_dir, n_params=summarize(spec).total, keep_last=config.keep_last)
 
 
-def _input_paths(config: TrainConfig, source: str | Path | None) -> list[Path]:
+def _input_paths(config: TrainSpec, source: str | Path | None) -> list[Path]:
     """The files and folders a run reads that exist: the spec file, train.init, the data (a glob's
     matches), and a tokenizer or chat template given as a file."""
     given = [source, config.init, config.tokenizer, config.chat_template]
@@ -147,7 +147,7 @@ def _input_paths(config: TrainConfig, source: str | Path | None) -> list[Path]:
     return paths
 
 
-def _train(spec: Spec, config: TrainConfig, run_dir: Path, ctx: ParallelLayout, *, resume: bool | str | Path,
+def _train(spec: Spec, config: TrainSpec, run_dir: Path, ctx: ParallelLayout, *, resume: bool | str | Path,
            new_data: bool, data_given: bool, source: str | None) -> TrainResult:
     say: Callable[..., None] = print if ctx.is_main else (lambda *a, **k: None)
     resume_from = find_resumable(run_dir, resume, rank=ctx.rank, world_size=ctx.world_size, say=say) if resume else None
@@ -248,7 +248,7 @@ def _checked_record(record: dict[str, Any], recorded: dict[str, Any] | None, res
     return record
 
 
-def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: ParallelLayout, *, say: Callable[..., None],
+def _train_on(spec: Spec, config: TrainSpec, run_dir: Path, ctx: ParallelLayout, *, say: Callable[..., None],
               resume_from: CheckpointContents | None, started: Any, seq_len: int, tokenizer: Any, train_rows: Any,
               val_rows: Any, description: str, counts: tuple[int | None, int | None, int], record: dict[str, Any],
               chat: Any = None) -> TrainResult:
@@ -280,7 +280,7 @@ def _train_on(spec: Spec, config: TrainConfig, run_dir: Path, ctx: ParallelLayou
     return result
 
 
-def _with_data(spec: Spec, data: str | None, *, source: str | None) -> tuple[Spec, TrainConfig]:
+def _with_data(spec: Spec, data: str | None, *, source: str | None) -> tuple[Spec, TrainSpec]:
     """``spec`` with ``train.data`` set to ``data`` (the recorded source of a resumed run)."""
     raw = spec.to_dict()
     raw["train"]["data"] = data
@@ -298,7 +298,7 @@ def _find_corpus(data: str | None, recorded: str | None, *, text_field: str) -> 
                         "its new place with --data PATH (and --new-data if its contents changed)") from None
 
 
-def _header(spec: Spec, config: TrainConfig, trainer: Trainer, *, corpus_description: str, n_tokens: int | None,
+def _header(spec: Spec, config: TrainSpec, trainer: Trainer, *, corpus_description: str, n_tokens: int | None,
             n_train: int | None, n_val: int, run_dir: Path, resume_from: CheckpointContents | None) -> str:
     m = spec.model
     tokens_per_step = trainer.global_batch * trainer.seq_len

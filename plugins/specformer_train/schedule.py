@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def learning_rate(step: int, *, schedule: str, lr: float, min_lr: float, warmup_
                     decay_shape=decay_shape).at(lr, min_lr)
 
 
-def step_learning_rates(step: int, config: TrainConfig, groups: list[dict[str, Any]]) -> tuple[float, list[float]]:
+def step_learning_rates(step: int, config: TrainSpec, groups: list[dict[str, Any]]) -> tuple[float, list[float]]:
     """The run's learning rate at ``step`` (at ``train.lr``: what is logged) and each param group's.
 
     The schedule is evaluated once for the step; each group's rate is that phase between its

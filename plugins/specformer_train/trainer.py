@@ -37,7 +37,7 @@ from specformer.tokenizers.tokenizer import Tokenizer
 
 from specformer_train.checkpointing import (CheckpointContents, OutputError, TrainerState, apply_checkpoint,
                                             read_checkpoint, save_checkpoint)
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.data import EvalRows, PackedRows, local_slice
 from specformer_train.documents import document_layout, document_settings
 from specformer_train.parallel.distributed import (all_reduce_mean, any_process, device_for, gradient_sync,
@@ -74,13 +74,13 @@ class TrainResult:
 
 
 class Trainer:
-    """Trains a built :class:`~specformer.Decoder` on packed rows according to a :class:`TrainConfig`."""
+    """Trains a built :class:`~specformer.Decoder` on packed rows according to a :class:`TrainSpec`."""
 
     def __init__(
         self,
         *,
         model: nn.Module,
-        config: TrainConfig,
+        config: TrainSpec,
         train_rows: PackedRows,
         val_rows: EvalRows | None,
         tokenizer: Tokenizer,

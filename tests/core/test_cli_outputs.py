@@ -234,14 +234,14 @@ def _checkpoint_with_a_tokenizer(w: Workspace, out: Path) -> None:
 def _sharded_checkpoint(w: Workspace) -> Path:
     """A one-process sharded training checkpoint of the tiny model (made once, beside the workspace's inputs)."""
     from specformer_train.checkpointing import TrainerState, save_checkpoint
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_train.parallel.layout import ParallelLayout
     from specformer_train.optim import make_optimizer
 
     found = w.float_ckpt.parent / "sharded" / "checkpoints" / "step-0000001"
     if not found.is_dir():
         model = specformer.build(BYTE_MODEL, seed=0)
-        optimizer = make_optimizer(model, TrainConfig(), device=torch.device("cpu"))
+        optimizer = make_optimizer(model, TrainSpec(), device=torch.device("cpu"))
         save_checkpoint(out_dir=found.parents[1], model=model, optimizer=optimizer, state=TrainerState(step=1),
                         tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1, sharded=True)
     return found

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from specformer.registry.params import Params
-from specformer_train.config import Float, Int
+from specformer.spec.strict import StrictFloat, StrictInt
 
 
 class GroupRule(BaseModel):
@@ -25,15 +25,15 @@ class GroupRule(BaseModel):
         description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.attention.*') "
                     "this rule applies to; the first matching rule wins.",
     )
-    lr: Float | None = Field(default=None, gt=0, le=10, description="Peak learning rate of these parameters.")
-    lr_scale: Float | None = Field(
+    lr: StrictFloat | None = Field(default=None, gt=0, le=10, description="Peak learning rate of these parameters.")
+    lr_scale: StrictFloat | None = Field(
         default=None, gt=0, description="Multiply the role's default peak learning rate by this (instead of lr)."
     )
-    min_lr: Float | None = Field(
+    min_lr: StrictFloat | None = Field(
         default=None, ge=0,
         description="Their learning rate at the end of the decay; default train.min_lr scaled like the peak.",
     )
-    weight_decay: Float | None = Field(default=None, ge=0, description="Their weight decay.")
+    weight_decay: StrictFloat | None = Field(default=None, ge=0, description="Their weight decay.")
 
     @model_validator(mode="after")
     def _one_lr(self) -> "GroupRule":
@@ -54,8 +54,8 @@ class AdamWParams(Params):
     fused: StrictBool | Literal["auto"] = Field(
         default="auto", description="auto: torch's fused kernel on CUDA, the foreach path elsewhere."
     )
-    betas: tuple[Float, Float] | None = Field(default=None, description="(beta1, beta2); default train.betas.")
-    eps: Float | None = Field(default=None, gt=0, description="Epsilon; default train.eps.")
+    betas: tuple[StrictFloat, StrictFloat] | None = Field(default=None, description="(beta1, beta2); default train.betas.")
+    eps: StrictFloat | None = Field(default=None, gt=0, description="Epsilon; default train.eps.")
 
 
 class MuonParams(Params):
@@ -64,16 +64,16 @@ class MuonParams(Params):
     Settings of ``muon``: Muon for hidden matrices; the other parameters use AdamW with train's settings.
     """
 
-    lr: Float = Field(default=0.02, gt=0, le=10, description="Peak learning rate of the hidden matrices (Muon's).")
-    momentum: Float = Field(default=0.95, ge=0, lt=1, description="Muon's momentum.")
+    lr: StrictFloat = Field(default=0.02, gt=0, le=10, description="Peak learning rate of the hidden matrices (Muon's).")
+    momentum: StrictFloat = Field(default=0.95, ge=0, lt=1, description="Muon's momentum.")
     nesterov: StrictBool = Field(default=True, description="Nesterov momentum.")
-    ns_steps: Int = Field(default=5, gt=0, le=20, description="Newton-Schulz iterations.")
-    weight_decay: Float = Field(default=0.0, ge=0, description="Decoupled weight decay of the hidden matrices.")
+    ns_steps: StrictInt = Field(default=5, gt=0, le=20, description="Newton-Schulz iterations.")
+    weight_decay: StrictFloat = Field(default=0.0, ge=0, description="Decoupled weight decay of the hidden matrices.")
     ns_dtype: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="Precision of the Newton-Schulz iteration: auto is bf16 on CUDA, fp32 elsewhere."
     )
-    betas: tuple[Float, Float] | None = Field(default=None, description="The AdamW part's betas; default train.betas.")
-    eps: Float | None = Field(default=None, gt=0, description="The AdamW part's epsilon; default train.eps.")
+    betas: tuple[StrictFloat, StrictFloat] | None = Field(default=None, description="The AdamW part's betas; default train.betas.")
+    eps: StrictFloat | None = Field(default=None, gt=0, description="The AdamW part's epsilon; default train.eps.")
     groups: list[GroupRule] = Field(
         default_factory=list, description="Rules that change the lr / weight decay of some parameters."
     )
@@ -85,7 +85,7 @@ class LionParams(Params):
     Settings of ``lion``; learning rate and weight decay come from ``train:`` (and ``groups``).
     """
 
-    betas: tuple[Float, Float] = Field(default=(0.9, 0.99), description="(beta1: the update's mix, beta2: the momentum's).")
+    betas: tuple[StrictFloat, StrictFloat] = Field(default=(0.9, 0.99), description="(beta1: the update's mix, beta2: the momentum's).")
     groups: list[GroupRule] = Field(
         default_factory=list, description="Rules that change the lr / weight decay of some parameters."
     )
@@ -97,7 +97,7 @@ class SGDParams(Params):
     Settings of ``sgd``; learning rate and weight decay (L2, matrices only) come from ``train:``.
     """
 
-    momentum: Float = Field(default=0.9, ge=0, lt=1, description="Momentum (0: plain SGD).")
+    momentum: StrictFloat = Field(default=0.9, ge=0, lt=1, description="Momentum (0: plain SGD).")
     nesterov: StrictBool = Field(default=False, description="Nesterov momentum (needs momentum > 0).")
     groups: list[GroupRule] = Field(
         default_factory=list, description="Rules that change the lr / weight decay of some parameters."

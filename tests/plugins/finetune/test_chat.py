@@ -16,7 +16,7 @@ from specformer.errors import UserError
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_finetune.chat_data import ChatRows, encode_file, encode_record, looks_like_chat
 from specformer_text.chat_template import BUILTIN, TemplateError, render, special_tokens, template_from_metadata
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.trainer import Trainer
 
 from .conftest import TINY_MODEL, TINY_TRAIN
@@ -156,7 +156,7 @@ def test_loss_of_a_two_turn_conversation_counts_only_the_assistant_tokens(tmp_pa
     model_spec = {**copy.deepcopy(TINY_MODEL), "context_length": 256}
     model = specformer.build({"model": model_spec}, seed=5)
     reference = copy.deepcopy(model).eval()
-    config = TrainConfig(**{**TINY_TRAIN, "batch_size": 1, "seq_len": len(ids) - 1, "grad_clip": None})
+    config = TrainSpec(**{**TINY_TRAIN, "batch_size": 1, "seq_len": len(ids) - 1, "grad_clip": None})
     trainer = Trainer(model=model, config=config, train_rows=_OneConversation(ids, mask), val_rows=None,
                       tokenizer=tokenizer, out_dir=tmp_path, device="cpu")
     loss, _ = trainer._train_step(0.0)

@@ -29,7 +29,7 @@ from specformer_train.checkpointing import (CheckpointContents, DamagedCheckpoin
                                             latest_checkpoint, latest_name, load_checkpoint, prune, read_checkpoint,
                                             recover_interrupted_saves, save_checkpoint, step_dirs, step_name,
                                             tokenizer_file_text)
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.optim import make_optimizer
 
@@ -45,7 +45,7 @@ MODEL: dict[str, Any] = tiny_spec(
 def trained(seed: int = 0, **settings: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """A model and its optimizer after two steps, so that the optimizer has state."""
     model = specformer.build({"model": MODEL}, seed=seed)
-    optimizer = make_optimizer(model, TrainConfig(**settings), device=torch.device("cpu"))
+    optimizer = make_optimizer(model, TrainSpec(**settings), device=torch.device("cpu"))
     generator = torch.Generator().manual_seed(seed)
     for _ in range(2):
         model(torch.randint(0, 259, (2, 8), generator=generator)).square().mean().backward()
@@ -97,7 +97,7 @@ def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path: Path) -> Non
                            tokenizer=ByteTokenizer(), ctx=ParallelLayout(), keep_last=1)
     bigger = specformer.build({"model": {**MODEL, "d_model": 48}}, seed=0)
     with pytest.raises(specformer.CheckpointError, match=r"does not fit the model of this spec .*mis-shaped"):
-        load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainConfig(), device=torch.device("cpu")),
+        load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainSpec(), device=torch.device("cpu")),
                         tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     (path / "optimizer.safetensors").unlink()
     with pytest.raises(specformer.CheckpointError, match=r"not a complete training checkpoint \(no optimizer.safetensors\)"):

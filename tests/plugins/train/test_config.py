@@ -6,7 +6,7 @@ import pytest
 
 import specformer
 from specformer.errors import SpecError, UserError
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainConfig, TrainSpec
 from specformer_train.overrides import apply_overrides, parse_value
 from specformer_train.run import load_train_spec
 
@@ -14,15 +14,15 @@ from .conftest import tiny_spec
 
 
 def test_defaults_are_valid_and_every_field_is_described() -> None:
-    config = TrainConfig()
+    config = TrainSpec()
     assert config.schedule == "warmup_cosine" and config.tokenizer == "byte"
-    for name, info in TrainConfig.model_fields.items():
+    for name, info in TrainSpec.model_fields.items():
         assert info.description, f"train.{name} has no description"
 
 
 def test_section_is_registered_and_validated_with_paths() -> None:
     spec = specformer.load_spec(tiny_spec(lr=0.01))
-    assert isinstance(spec.section("train"), TrainConfig)
+    assert isinstance(spec.section("train"), TrainSpec)
     assert spec.section("train").lr == 0.01
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec(lr=-1, schedul="constant"))
@@ -86,9 +86,12 @@ def test_the_section_models_are_the_cores_strict_numbers_under_one_naming() -> N
 
     from specformer.registry.params import StrictNumbers
     from specformer_generate import GenerateSpec
-    from specformer_train.config import ParallelConfig, TrainSpec
+    from specformer_train.config import ParallelConfig
 
-    assert TrainConfig is TrainSpec and issubclass(GenerateSpec, StrictNumbers)
+    import specformer_train
+
+    assert TrainConfig is TrainSpec is specformer_train.TrainSpec and specformer_train.TrainConfig is TrainSpec
+    assert issubclass(GenerateSpec, StrictNumbers)
     assert issubclass(TrainSpec, StrictNumbers) and issubclass(ParallelConfig, StrictNumbers)
     for bad, field in [({"steps": True}, "steps"), ({"lr": False}, "lr"), ({"betas": (True, 0.9)}, "betas"),
                        ({"parallel": {"tp": True}}, "parallel.tp")]:

@@ -143,7 +143,7 @@ def _pieces(row: list[int]) -> list[list[int]]:
 @pytest.mark.parametrize("masked", [True, False])
 def test_evaluation_masks_documents_as_training_does(tmp_path: Path, masked: bool) -> None:
     from specformer.tokenizers.tokenizer import ByteTokenizer
-    from specformer_train.config import TrainConfig
+    from specformer_train.config import TrainSpec
     from specformer_train.data import EvalRows, PackedRows
     from specformer_train.trainer import Trainer
 
@@ -153,7 +153,7 @@ def test_evaluation_masks_documents_as_training_does(tmp_path: Path, masked: boo
         stream += [EOT, *rng.integers(0, 256, size=int(rng.integers(2, 12))).tolist()]
     tokens = np.array(stream, dtype=np.int64)
     model = _model({"kind": "rope"})
-    config = TrainConfig(**{**tiny_spec()["train"], "eval_steps": None, "batch_size": 2, "device": "cpu",
+    config = TrainSpec(**{**tiny_spec()["train"], "eval_steps": None, "batch_size": 2, "device": "cpu",
                             "document_mask": masked, "reset_positions": masked})
     trainer = Trainer(model=model, config=config, train_rows=PackedRows(tokens, seq_len=16, seed=0),
                       val_rows=EvalRows(tokens, seq_len=16), tokenizer=ByteTokenizer(), out_dir=tmp_path)

@@ -12,7 +12,7 @@ from fixtures.isolated_plugin import stage
 from specformer.errors import UserError
 from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer_train import train
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.metrics import read_metrics
 
 from .conftest import tiny_spec
@@ -71,7 +71,7 @@ CSV_PLUGIN = {
 
 
 def test_default_loggers_are_jsonl_and_tensorboard() -> None:
-    config = TrainConfig()
+    config = TrainSpec()
     assert [r.component.name for r in config.loggers] == ["jsonl", "tensorboard"]
     assert {"jsonl", "tensorboard"} <= set(get_registry().names("logger"))
 
@@ -86,7 +86,7 @@ def test_without_the_jsonl_logger_no_metrics_file_is_written(tmp_path: Path, cor
 
 def test_an_unknown_logger_names_the_registered_ones() -> None:
     with pytest.raises(Exception) as info:
-        TrainConfig(loggers=["jsonl", "wandb_typo"])
+        TrainSpec(loggers=["jsonl", "wandb_typo"])
     message = str(info.value)
     assert "wandb_typo" in message and "jsonl" in message and "tensorboard" in message
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import specformer
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer_train import train
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.data import EvalRows, PackedRows
 from specformer_train.schedule import learning_rate
 from specformer_train.trainer import Trainer
@@ -27,7 +27,7 @@ from .conftest import TINY_TRAIN, tiny_spec
 def make_trainer(tmp_path: Path, *, tokens: np.ndarray | None = None, val: np.ndarray | None = None,
                  **settings: Any) -> Trainer:
     spec = tiny_spec(**settings)
-    config = TrainConfig(**spec["train"])
+    config = TrainSpec(**spec["train"])
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 256, size=4000) if tokens is None else tokens
     model = specformer.build(spec, seed=0)
@@ -116,7 +116,7 @@ def test_a_resumed_run_steps_with_its_own_optimizer_settings(tmp_path: Path, cor
         assert group["betas"] == (0.8, 0.9) and group["eps"] == 1e-6
         assert group["lr"] == pytest.approx(expected_lr)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
-    assert TINY_TRAIN["lr"] != 2e-3 and TrainConfig().weight_decay != 0.05  # the saved run's were different
+    assert TINY_TRAIN["lr"] != 2e-3 and TrainSpec().weight_decay != 0.05  # the saved run's were different
 
 
 def test_the_evaluation_loss_is_the_mean_over_every_target_token(tmp_path: Path) -> None:

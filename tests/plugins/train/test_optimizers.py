@@ -13,7 +13,7 @@ import specformer
 from specformer.errors import SpecError, UserError
 from specformer.registry.discovery import get_registry
 from specformer.spec.validate import validate
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.optim import make_optimizer
 from specformer_train.optimizers.groups import role_of
 
@@ -53,7 +53,7 @@ def test_muon_update_equals_the_published_algorithm(rows: int, cols: int, ns_ste
     torch.manual_seed(0)
     model = OneMatrix(rows, cols)
     weight = model.blocks[0].proj.weight
-    config = TrainConfig(lr=1e-3, min_lr=0.0, optimizer={"kind": "muon", "lr": 0.1, "momentum": 0.9,
+    config = TrainSpec(lr=1e-3, min_lr=0.0, optimizer={"kind": "muon", "lr": 0.1, "momentum": 0.9,
                                                           "weight_decay": 0.5, "ns_steps": ns_steps})
     optimizer = make_optimizer(model, config, device=CPU)
     muon_group = next(g for g in optimizer.param_groups if g["use_muon"])
@@ -79,7 +79,7 @@ def test_muon_uses_five_steps_and_the_quintic_coefficients_by_default() -> None:
     model = OneMatrix(5, 8)
     weight = model.blocks[0].proj.weight
     start = weight.detach().clone()
-    optimizer = make_optimizer(model, TrainConfig(optimizer={"kind": "muon", "lr": 1.0, "nesterov": False}),
+    optimizer = make_optimizer(model, TrainSpec(optimizer={"kind": "muon", "lr": 1.0, "nesterov": False}),
                                device=CPU)
     grad = torch.randn(5, 8)
     weight.grad = grad.clone()
@@ -97,7 +97,7 @@ def test_muon_leaves_embeddings_head_and_vectors_to_adamw() -> None:
     spec["model"]["tie_embeddings"] = False
     model = specformer.build(spec, seed=0)
     reference = copy.deepcopy(model)
-    config = TrainConfig(lr=1e-2, weight_decay=0.1, optimizer="muon")
+    config = TrainSpec(lr=1e-2, weight_decay=0.1, optimizer="muon")
     optimizer = make_optimizer(model, config, device=CPU)
     by_name = {n: p for n, p in model.named_parameters()}
     muon = {id(p) for g in optimizer.param_groups if g["use_muon"] for p in g["params"]}
@@ -128,7 +128,7 @@ def test_muon_leaves_embeddings_head_and_vectors_to_adamw() -> None:
 def test_lion_follows_its_formula() -> None:
     torch.manual_seed(3)
     model = OneMatrix(4, 3)
-    config = TrainConfig(lr=0.01, weight_decay=0.2, optimizer={"kind": "lion", "betas": [0.8, 0.9]})
+    config = TrainSpec(lr=0.01, weight_decay=0.2, optimizer={"kind": "lion", "betas": [0.8, 0.9]})
     optimizer = make_optimizer(model, config, device=CPU)
     params = dict(model.named_parameters())
     w = {n: p.detach().clone() for n, p in params.items()}
@@ -149,7 +149,7 @@ def test_lion_follows_its_formula() -> None:
 def test_sgd_follows_its_formula(nesterov: bool) -> None:
     torch.manual_seed(4)
     model = OneMatrix(4, 3)
-    config = TrainConfig(lr=0.1, weight_decay=0.01, optimizer={"kind": "sgd", "momentum": 0.5, "nesterov": nesterov})
+    config = TrainSpec(lr=0.1, weight_decay=0.01, optimizer={"kind": "sgd", "momentum": 0.5, "nesterov": nesterov})
     optimizer = make_optimizer(model, config, device=CPU)
     params = dict(model.named_parameters())
     w = {n: p.detach().clone() for n, p in params.items()}
@@ -167,7 +167,7 @@ def test_sgd_follows_its_formula(nesterov: bool) -> None:
 
 
 def test_sgd_refuses_nesterov_without_momentum() -> None:
-    config = TrainConfig(optimizer={"kind": "sgd", "momentum": 0, "nesterov": True})
+    config = TrainSpec(optimizer={"kind": "sgd", "momentum": 0, "nesterov": True})
     with pytest.raises(UserError, match="nesterov: true needs momentum > 0"):
         make_optimizer(OneMatrix(2, 2), config, device=CPU)
 
@@ -192,7 +192,7 @@ def test_roles_by_shape_and_name() -> None:
 
 def test_rules_set_lr_and_decay_by_role_and_by_glob_first_match_wins() -> None:
     model = untied_model()
-    config = TrainConfig(lr=1e-3, min_lr=1e-4, weight_decay=0.1, optimizer={"kind": "adamw", "groups": [
+    config = TrainSpec(lr=1e-3, min_lr=1e-4, weight_decay=0.1, optimizer={"kind": "adamw", "groups": [
         {"match": ["blocks.1.*"], "lr_scale": 0.5},                     # before the role rule: wins for layer 1
         {"match": ["head", "embedding"], "lr": 4e-3, "weight_decay": 0.0},
         {"match": ["matrix"], "weight_decay": 0.3, "min_lr": 0.0},
@@ -212,7 +212,7 @@ def test_rules_set_lr_and_decay_by_role_and_by_glob_first_match_wins() -> None:
 
 
 def test_a_rule_that_matches_nothing_is_refused() -> None:
-    config = TrainConfig(optimizer={"kind": "muon", "groups": [{"match": ["head"], "lr": 0.01}]})
+    config = TrainSpec(optimizer={"kind": "muon", "groups": [{"match": ["head"], "lr": 0.01}]})
     model = specformer.build(tiny_spec(), seed=0)  # tied: there is no separate head
     with pytest.raises(UserError, match=r"groups\[0\]\.match \['head'\] matches no parameter"):
         make_optimizer(model, config, device=CPU)

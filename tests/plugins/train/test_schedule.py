@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.schedule import learning_rate, step_learning_rates
 
 LR, MIN, WARM, STEPS = 1e-3, 1e-4, 10, 110
@@ -53,7 +53,7 @@ def test_warmup_longer_than_the_run_only_warms_up() -> None:
 
 
 def test_the_runs_rate_uses_the_config() -> None:
-    config = TrainConfig(lr=2e-3, min_lr=0.0, warmup_steps=0, steps=10, schedule="linear")
+    config = TrainSpec(lr=2e-3, min_lr=0.0, warmup_steps=0, steps=10, schedule="linear")
     assert [round(step_learning_rates(s, config, [])[0], 6) for s in (0, 5, 10)] == [2e-3, 1e-3, 0.0]
 
 
@@ -82,7 +82,7 @@ def test_the_rates_of_a_step_evaluate_the_schedule_once_and_equal_each_groups_ow
     calls: list[int] = []
     original = schedule.phase_of
     monkeypatch.setattr(schedule, "phase_of", lambda step, **kw: calls.append(step) or original(step, **kw))
-    config = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=3, steps=20, schedule="wsd", decay_shape="1-sqrt")
+    config = TrainSpec(lr=1e-3, min_lr=1e-4, warmup_steps=3, steps=20, schedule="wsd", decay_shape="1-sqrt")
     groups = [{"peak_lr": 1e-3, "min_lr": 1e-4}, {"peak_lr": 0.02, "min_lr": 0.002}, {"peak_lr": 5e-4, "min_lr": 0.0}]
     for step in (0, 2, 3, 10, 17, 19):
         calls.clear()
@@ -120,7 +120,7 @@ def test_wsd_decays_over_the_last_fifth_by_default() -> None:
 
 
 def test_the_runs_rate_uses_the_decay_fraction() -> None:
-    config = TrainConfig(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
+    config = TrainSpec(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
 
     def at(step: int) -> float:
         return step_learning_rates(step, config, [])[0]
@@ -135,7 +135,7 @@ def test_an_unknown_schedule_is_named_with_the_known_ones() -> None:
 
 
 def test_the_runs_rate_uses_the_decay_shape() -> None:
-    config = TrainConfig(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5,
+    config = TrainSpec(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5,
                          decay_shape="cosine")
     # A fifth into the decay (step 60 of 50..100); halfway, cosine and linear would agree.
     cosine = FLOOR + (PEAK - FLOOR) * 0.5 * (1 + math.cos(math.pi * 0.2))
@@ -144,7 +144,7 @@ def test_the_runs_rate_uses_the_decay_shape() -> None:
 
 
 def test_group_rates_use_the_runs_decay_fraction() -> None:
-    config = TrainConfig(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
+    config = TrainSpec(lr=PEAK, min_lr=FLOOR, warmup_steps=0, steps=100, schedule="wsd", decay_fraction=0.5)
     groups = [{"peak_lr": 2.0, "min_lr": 0.0}, {"peak_lr": PEAK, "min_lr": FLOOR}]
     # Step 75: halfway through a decay that starts at step 50 (not at 80, the default fraction's start).
     assert step_learning_rates(75, config, groups)[1] == pytest.approx([1.0, PEAK + (FLOOR - PEAK) * 0.5])

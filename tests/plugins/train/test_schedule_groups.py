@@ -14,7 +14,7 @@ from specformer.errors import SpecError
 from specformer.registry.discovery import get_registry
 from specformer.tokenizers.tokenizer import ByteTokenizer
 from specformer.spec.validate import validate
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.data import PackedRows
 from specformer_train.schedule import learning_rate, step_learning_rates
 from specformer_train.trainer import Trainer
@@ -60,7 +60,7 @@ def test_an_unknown_decay_shape_is_a_spec_error() -> None:
 
 
 def test_each_group_follows_the_schedule_between_its_own_peak_and_min() -> None:
-    config = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=5, steps=50, schedule="wsd", decay_shape="cosine")
+    config = TrainSpec(lr=1e-3, min_lr=1e-4, warmup_steps=5, steps=50, schedule="wsd", decay_shape="cosine")
     groups = [{"peak_lr": 1e-3, "min_lr": 1e-4}, {"peak_lr": 0.02, "min_lr": 0.002}, {"peak_lr": 0.5, "min_lr": 0.0}]
     for step in (0, 3, 5, 20, 41, 45, 49, 50):
         got = step_learning_rates(step, config, groups)[1]
@@ -74,7 +74,7 @@ def test_each_group_follows_the_schedule_between_its_own_peak_and_min() -> None:
 def test_the_trainer_steps_each_group_at_its_own_rate(tmp_path: Path) -> None:
     spec = tiny_spec(steps=3, warmup_steps=1, schedule="linear", lr=1e-3, min_lr=0.0,
                      optimizer={"kind": "muon", "lr": 0.05, "groups": [{"match": ["vector"], "lr": 2e-3}]})
-    config = TrainConfig(**spec["train"])
+    config = TrainSpec(**spec["train"])
     rows = PackedRows(np.random.default_rng(0).integers(0, 256, size=4000), seq_len=32, seed=0)
     trainer = Trainer(model=specformer.build(spec, seed=0), config=config, train_rows=rows, val_rows=None,
                       tokenizer=ByteTokenizer(), out_dir=tmp_path, device="cpu")

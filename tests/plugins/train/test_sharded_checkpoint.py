@@ -27,7 +27,7 @@ from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
 from specformer_train import train
 from specformer_train.checkpointing import (DamagedCheckpoint, TrainerState, load_checkpoint, read_checkpoint,
                                             save_checkpoint)
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.metrics import read_metrics
 from specformer_train.optim import make_optimizer
@@ -214,18 +214,18 @@ def test_a_sharded_checkpoint_of_another_model_or_optimizer_is_refused(tmp_path:
     path = save_sharded(tmp_path, 1)
     bigger = specformer.build({"model": {**MODEL, "d_model": 48}}, seed=0)
     with pytest.raises(CheckpointError, match=r"does not fit the model of this spec .*'embedding.weight \(259, 16\) vs \(259, 48\)'"):
-        load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainConfig(), device=torch.device("cpu")),
+        load_checkpoint(path, model=bigger, optimizer=make_optimizer(bigger, TrainSpec(), device=torch.device("cpu")),
                         tokenizer=ByteTokenizer(), ctx=ParallelLayout())
     model = specformer.build({"model": MODEL}, seed=0)
     with pytest.raises(CheckpointError, match="trained with the optimizer AdamW, this spec's train.optimizer builds"):
         load_checkpoint(path, model=model, tokenizer=ByteTokenizer(), ctx=ParallelLayout(),
-                        optimizer=make_optimizer(model, TrainConfig(optimizer="lion"), device=torch.device("cpu")))
+                        optimizer=make_optimizer(model, TrainSpec(optimizer="lion"), device=torch.device("cpu")))
 
 
 def test_the_format_is_chosen_by_train_checkpoint_format() -> None:
-    assert TrainConfig().checkpoint_format == "full"
+    assert TrainSpec().checkpoint_format == "full"
     with pytest.raises(ValueError, match="checkpoint_format"):
-        TrainConfig(checkpoint_format="pickle")
+        TrainSpec(checkpoint_format="pickle")
     assert use_sharded("auto", mode="fsdp", tp=1, adapter=False)
     assert use_sharded("auto", mode="tp", tp=2, adapter=False)
     assert not use_sharded("auto", mode="ddp", tp=1, adapter=False)
@@ -426,7 +426,7 @@ def test_a_tensor_the_model_does_not_have_is_refused_by_consolidate_and_resume(
     model = specformer.build({"model": MODEL}, seed=0)
     with pytest.raises(CheckpointError, match=r"does not fit the model of this spec \(missing none, unexpected "
                                               r"\['evil.weight'\], mis-shaped none\)"):
-        load_checkpoint(path, model=model, optimizer=make_optimizer(model, TrainConfig(), device=torch.device("cpu")),
+        load_checkpoint(path, model=model, optimizer=make_optimizer(model, TrainSpec(), device=torch.device("cpu")),
                         tokenizer=ByteTokenizer(), ctx=ParallelLayout())
 
 

@@ -30,7 +30,7 @@ from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import ByteTokenizer, METADATA_KEY
 from specformer_train import TrainingDiverged, train
 from specformer_train.checkpointing import latest_checkpoint
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.data import EvalRows, PackedRows
 from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.metrics import read_metrics
@@ -213,7 +213,7 @@ BASE: dict[str, Any] = {
 def make_trainer(out: Path, *, val: bool = True, model_seed: int = 0, val_rows: EvalRows | None = None,
                  data_record: dict | None = None, ctx: ParallelLayout | None = None, **settings: Any) -> Trainer:
     train = {**BASE, **settings}
-    config = TrainConfig(**train)
+    config = TrainSpec(**train)
     tokens = np.random.default_rng(0).integers(0, 256, size=2000)  # no end-of-text (256): plain causal rows
     if val_rows is None and val:
         val_rows = EvalRows(np.random.default_rng(1).integers(0, 256, size=5 * T + 1), seq_len=T)
@@ -535,7 +535,7 @@ def test_a_resumed_run_keeps_its_own_optimizer_settings(tmp_path: Path) -> None:
         assert group["betas"] == (0.8, 0.9) and group["eps"] == 1e-6
         assert group["lr"] == pytest.approx(hand_lr(1, steps=2))
     assert [g["weight_decay"] for g in groups[0]] == [0.05, 0.0]
-    assert TrainConfig().weight_decay != 0.05
+    assert TrainSpec().weight_decay != 0.05
     assert resumed.threads == 2 and torch.get_num_threads() == 2 and resumed.state.threads == 2
 
 
@@ -618,7 +618,7 @@ def test_evaluation_and_samples_are_printed(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_a_sequence_longer_than_the_context_is_refused(tmp_path: Path) -> None:
-    config = TrainConfig(**BASE)
+    config = TrainSpec(**BASE)
     model = specformer.build({"model": {**copy.deepcopy(MODEL), "context_length": T - 1}, "train": BASE}, seed=0)
     rows = PackedRows(np.zeros(200, dtype=np.int64), seq_len=T, seed=0)
     with pytest.raises(UserError, match=f"train.seq_len {T} is longer than model.context_length {T - 1}"):
@@ -775,7 +775,7 @@ def test_compile_true_compiles_on_the_cpu_too(tmp_path: Path) -> None:
 
 
 def test_too_few_rows_for_one_global_batch_are_refused(tmp_path: Path) -> None:
-    config = TrainConfig(**{**BASE, "batch_size": 4, "grad_accum": 2})
+    config = TrainSpec(**{**BASE, "batch_size": 4, "grad_accum": 2})
     model = specformer.build({"model": copy.deepcopy(MODEL), "train": BASE}, seed=0)
     rows = PackedRows(np.zeros(7 * (T + 1), dtype=np.int64), seq_len=T, seed=0)  # 7 rows, a batch needs 8
     with pytest.raises(UserError, match="fewer than one global batch of 8 sequences"):
@@ -996,7 +996,7 @@ def test_the_device_comes_from_the_config_unless_one_is_given(tmp_path: Path, mo
     asked: list[tuple[str, ParallelLayout]] = []
     monkeypatch.setattr(trainer_module, "device_for",
                         lambda setting, ctx: asked.append((setting, ctx)) or torch.device("cpu"))
-    config = TrainConfig(**{**BASE, "device": "cpu"})
+    config = TrainSpec(**{**BASE, "device": "cpu"})
     model = specformer.build({"model": copy.deepcopy(MODEL), "train": BASE}, seed=0)
     rows = PackedRows(np.zeros(200, dtype=np.int64), seq_len=T, seed=0)
     ctx = ParallelLayout()

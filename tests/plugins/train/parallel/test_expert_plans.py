@@ -11,7 +11,7 @@ import specformer
 from specformer.errors import UserError
 from specformer.model.expert_parallel import (by_local_expert, expert_split_parameters, local_range, local_rows,
                                               send_sizes)
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.parallel.layout import resolve_mode
 from specformer_train.parallel.expert import (apply_expert_parallel, expert_groups_of, group_ranks,
                                               refuse_coupled_updates)
@@ -102,9 +102,9 @@ def test_experts_that_do_not_divide_and_a_model_without_experts_are_refused() ->
 
 
 def test_the_expert_parallel_setting_is_validated_and_needs_a_matching_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert TrainConfig().parallel.ep == 1
+    assert TrainSpec().parallel.ep == 1
     with pytest.raises(ValueError, match="greater than or equal to 1"):
-        TrainConfig(parallel={"ep": 0})
+        TrainSpec(parallel={"ep": 0})
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(UserError, match=r"needs a multiple of 2 processes launched by torchrun \(now none\)"):
@@ -131,7 +131,7 @@ def test_the_expert_parallel_setting_is_validated_and_needs_a_matching_launch(mo
 def test_an_optimizer_that_updates_a_stack_as_one_matrix_is_refused(optimizer: str) -> None:
     model = specformer.build(tiny_spec(block={"ffn": MOE}))
     layout = apply_expert_parallel(model, group=FakeGroup(2, 0))
-    built = make_optimizer(model, TrainConfig(optimizer={"kind": optimizer}), device=torch.device("cpu"))
+    built = make_optimizer(model, TrainSpec(optimizer={"kind": optimizer}), device=torch.device("cpu"))
     if optimizer == "adamw":  # element by element: a share of the experts updates as the whole would
         refuse_coupled_updates(built, layout)
         return

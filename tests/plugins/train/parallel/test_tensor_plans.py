@@ -14,7 +14,7 @@ from specformer.model.parallel_plan import plan_of, shared_weights
 from specformer.model.tensor_parallel import (FusedColwiseParallel, ShardOwnParameters, VocabParallelHead,
                                               put_in_rank_order, rank_major_order, restore_row_order, styles_from_plan)
 from specformer.spec.check import estimate
-from specformer_train.config import TrainConfig
+from specformer_train.config import TrainSpec
 from specformer_train.parallel.layout import resolve_mode
 from specformer_train.parallel.tensor import clip_grad_norm, vocabulary_styles
 
@@ -132,11 +132,11 @@ def test_the_gated_ffn_refuses_hidden_channels_that_do_not_divide() -> None:
 
 
 def test_the_parallel_setting_is_validated_and_needs_a_matching_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert TrainConfig().parallel.tp == 1
+    assert TrainSpec().parallel.tp == 1
     with pytest.raises(ValueError, match="greater than or equal to 1"):
-        TrainConfig(parallel={"tp": 0})
+        TrainSpec(parallel={"tp": 0})
     with pytest.raises(ValueError, match="Extra inputs"):
-        TrainConfig(parallel={"pp": 2})
+        TrainSpec(parallel={"pp": 2})
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(UserError, match=r"needs a multiple of 2 processes launched by torchrun \(now none\)"):
@@ -183,10 +183,10 @@ def test_sequence_parallelism_refuses_what_a_cut_stream_cannot_hold(model: dict,
 
 
 def test_sequence_parallelism_needs_tensor_parallelism() -> None:
-    assert not TrainConfig().parallel.sequence_parallel
+    assert not TrainSpec().parallel.sequence_parallel
     with pytest.raises(ValueError, match="sequence_parallel cuts the stream between tensor-parallel sublayers"):
-        TrainConfig(parallel={"sequence_parallel": True})
-    assert TrainConfig(parallel={"tp": 2, "sequence_parallel": True}).parallel.sequence_parallel
+        TrainSpec(parallel={"sequence_parallel": True})
+    assert TrainSpec(parallel={"tp": 2, "sequence_parallel": True}).parallel.sequence_parallel
 
 
 @pytest.mark.parametrize(("model", "tp", "described"), [
