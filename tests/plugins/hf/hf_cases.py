@@ -506,6 +506,13 @@ CASES += [
     Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
          _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
                      rope_parameters=_rope("linear", factor=2.0))),
+    # ERNIE 4.5 (dense): an interleaved rope over whole heads, use_bias on every projection, tied; and MQA with 6
+    # heads of a head_dim of its own (hidden / heads would be 10), untied, no biases, a linear rope scaling.
+    Case("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM",
+         _llama_like(head_dim=None, use_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("ernie4_5-mqa-untied", "Ernie4_5Config", "Ernie4_5ForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, tie_word_embeddings=False,
+                     pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -520,5 +527,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
+    "ernie4_5-mqa-untied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

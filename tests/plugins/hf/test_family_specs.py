@@ -126,6 +126,7 @@ DENSE_SPECS = {
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
+    "ernie-4.5-0.3b.yaml": ("Ernie4_5Config", dict()),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
 }
 
 
