@@ -513,6 +513,14 @@ CASES += [
     Case("ernie4_5-mqa-untied", "Ernie4_5Config", "Ernie4_5ForCausalLM",
          _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, tie_word_embeddings=False,
                      pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
+    # GLM (glm-4-9b): head_dim 24 (not hidden / heads) with half of it rotated in adjacent pairs (the default factor,
+    # not written), q/k/v biases (none on o), the fused gate_up_proj, tied; and MQA, no biases, a quarter of each
+    # head rotated under a linear scaling, untied.
+    Case("glm", "GlmConfig", "GlmForCausalLM",
+         _llama_like(head_dim=24, rms_norm_eps=1e-4, tie_word_embeddings=True, pad_token_id=None)),
+    Case("glm-mqa-quarter", "GlmConfig", "GlmForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=16, attention_bias=False, pad_token_id=None,
+                     rope_parameters=_rope("linear", factor=2.0, partial_rotary_factor=0.25))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -527,6 +535,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "ernie4_5-mqa-untied",
+    "ernie4_5-mqa-untied", "glm-mqa-quarter",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

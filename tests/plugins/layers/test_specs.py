@@ -190,6 +190,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
     "ernie-4.5-0.3b.yaml": _llama_like("Ernie4_5Config"),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
+    "glm-4-9b.yaml": _llama_like("GlmConfig"),  # transformers' defaults are glm-4-9b's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
