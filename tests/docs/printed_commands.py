@@ -634,8 +634,9 @@ def run_plan(steps: list[dict], script: str | None = None) -> list[Result]:
     return results
 
 
-def _tail(text: str, limit: int = 6000) -> str:
-    # Progress bars redraw with carriage returns: keep what a terminal would show last.
+def _tail(text: str, limit: int = 16000) -> str:
+    # Progress bars redraw with carriage returns: keep what a terminal would show last. The limit leaves room for
+    # the longest output a page checks from its first line: `hf export --verbose`, one line per family (50 of them).
     lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
     text = "\n".join(lines)
     return text if len(text) <= limit else "...\n" + text[-limit:]

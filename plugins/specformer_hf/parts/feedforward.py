@@ -39,6 +39,9 @@ class GatedFFN(Part):
     bias_key: str | None = None
     #: Gemma's configs say "gelu" for the tanh approximation, and may name the field hidden_activation.
     gemma_gelu: bool = False
+    #: The checkpoint keeps gate and up as one ``gate_up_proj`` whose rows are [gate; up] (GLM, Phi-3's layout):
+    #: our gate_up exactly, copied as it is.
+    fused: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         key = self.act_key
@@ -56,6 +59,9 @@ class GatedFFN(Part):
             config[self.bias_key] = view.uniform("ffn", "bias")
 
     def rules(self) -> list[Rule]:
+        if self.fused:
+            return [Copy(f"{MLP}.gate_up_proj.weight", "blocks.{i}.ffn.gate_up.weight"),
+                    Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight")]
         return [
             Fused([f"{MLP}.gate_proj.weight", f"{MLP}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight", sizes=halves),
             Fused([f"{MLP}.gate_proj.bias", f"{MLP}.up_proj.bias"], "blocks.{i}.ffn.gate_up.bias", sizes=halves),

@@ -45,6 +45,9 @@ class Layout(Part):
     #: Norms with biases (LayerNorm) have ``.bias`` tensors too.
     norm_bias: bool = False
     parallel_key: str | None = None
+    #: (our name, Hugging Face name) pairs where the family names the layout's norms otherwise than
+    #: :data:`LAYOUT_NORMS` (GLM-4's sandwich: post_self_attn_layernorm, post_mlp_layernorm).
+    names: tuple[tuple[str, str], ...] = ()
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         kind = "parallel" if self.parallel_key and cfg.get(self.parallel_key) else self.kind
@@ -59,7 +62,7 @@ class Layout(Part):
 
     def rules(self) -> list[Rule]:
         suffixes = ("weight", "bias") if self.norm_bias else ("weight",)
-        names = dict(LAYOUT_NORMS[self.kind])
+        names = dict(self.names or LAYOUT_NORMS[self.kind])
         if self.parallel_key:
             names.update(LAYOUT_NORMS["parallel"])  # a parallel block has only the first norm: its rule is skipped otherwise
         return [Copy(f"{LAYER}.{hf}.{s}", f"blocks.{{i}}.{ours}.{s}") for ours, hf in names.items() for s in suffixes]

@@ -506,6 +506,28 @@ CASES += [
     Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
          _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
                      rope_parameters=_rope("linear", factor=2.0))),
+    # ERNIE 4.5 (dense): an interleaved rope over whole heads, use_bias on every projection, tied; and MQA with 6
+    # heads of a head_dim of its own (hidden / heads would be 10), untied, no biases, a linear rope scaling.
+    Case("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM",
+         _llama_like(head_dim=None, use_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("ernie4_5-mqa-untied", "Ernie4_5Config", "Ernie4_5ForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, tie_word_embeddings=False,
+                     pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
+    # GLM (glm-4-9b): head_dim 24 (not hidden / heads) with half of it rotated in adjacent pairs (the default factor,
+    # not written), q/k/v biases (none on o), the fused gate_up_proj, tied; and MQA, no biases, a quarter of each
+    # head rotated under a linear scaling, untied.
+    Case("glm", "GlmConfig", "GlmForCausalLM",
+         _llama_like(head_dim=24, rms_norm_eps=1e-4, tie_word_embeddings=True, pad_token_id=None)),
+    Case("glm-mqa-quarter", "GlmConfig", "GlmForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=16, attention_bias=False, pad_token_id=None,
+                     rope_parameters=_rope("linear", factor=2.0, partial_rotary_factor=0.25))),
+    # GLM-4-0414: GLM with sandwich norms (post_self_attn_layernorm, post_mlp_layernorm), q/k/v biases, untied; and
+    # 3 heads of 20 over 1 kv head, no biases, tied, whole heads rotated.
+    Case("glm4", "Glm4Config", "Glm4ForCausalLM", _llama_like(head_dim=16, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("glm4-mqa-whole-tied", "Glm4Config", "Glm4ForCausalLM",
+         _llama_like(num_attention_heads=3, num_key_value_heads=1, head_dim=20, attention_bias=False,
+                     tie_word_embeddings=True, pad_token_id=None,
+                     rope_parameters=_rope("default", partial_rotary_factor=1.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -520,5 +542,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
+    "ernie4_5-mqa-untied", "glm-mqa-quarter", "glm4-mqa-whole-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

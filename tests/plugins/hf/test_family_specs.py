@@ -126,6 +126,9 @@ DENSE_SPECS = {
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
+    "ernie-4.5-0.3b.yaml": ("Ernie4_5Config", dict()),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
+    "glm-4-9b.yaml": ("GlmConfig", dict()),  # transformers' defaults are glm-4-9b's sizes
+    "glm-4-9b-0414.yaml": ("Glm4Config", dict()),  # transformers' defaults are GLM-4-9B-0414's sizes
 }
 
 

@@ -189,6 +189,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
+    "ernie-4.5-0.3b.yaml": _llama_like("Ernie4_5Config"),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
+    "glm-4-9b.yaml": _llama_like("GlmConfig"),  # transformers' defaults are glm-4-9b's sizes
+    "glm-4-9b-0414.yaml": _llama_like("Glm4Config"),  # transformers' defaults are GLM-4-9B-0414's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
