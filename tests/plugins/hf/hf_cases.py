@@ -489,6 +489,15 @@ CASES += [
     Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
                      norm_topk_prob=True, tie_word_embeddings=True)),
+    # Granite 3: Llama with every muP multiplier away from 1, biases on, untied, non-default eps; and tied, 6 query heads
+    # over 3 kv heads of a head_dim of their own, a linear rope scaling, logits multiplied (logits_scaling below 1).
+    Case("granite", "GraniteConfig", "GraniteForCausalLM",
+         _llama_like(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5,
+                     attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4)),
+    Case("granite-tied-head_dim", "GraniteConfig", "GraniteForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=3, head_dim=12, tie_word_embeddings=True,
+                     embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+                     logits_scaling=0.25, rope_parameters=_rope("linear", factor=2.0))),
     # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
     # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
     Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
@@ -520,5 +529,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
+    "granite-tied-head_dim",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -126,6 +126,11 @@ DENSE_SPECS = {
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
+    # ibm-granite/granite-3.0-2b-instruct's config.json as recalled (GraniteConfig's defaults are Llama-2-7B's sizes).
+    "granite-3.0-2b.yaml": ("GraniteConfig", dict(
+        vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
 }
 
 

@@ -189,6 +189,11 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
+    # Granite 3 (the same fields as tests/plugins/hf/test_family_specs.py's).
+    "granite-3.0-2b.yaml": _llama_like(
+        "GraniteConfig", vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5,
+        tie_word_embeddings=True),
 }
 
 REAL = sorted(HF_CONFIGS)
