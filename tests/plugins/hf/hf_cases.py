@@ -498,6 +498,16 @@ CASES += [
          _llama_like(num_attention_heads=6, num_key_value_heads=3, head_dim=12, tie_word_embeddings=True,
                      embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
                      logits_scaling=0.25, rope_parameters=_rope("linear", factor=2.0))),
+    # Granite 3 MoE: 5 experts (2 per token) in every layer, the multipliers, biased attention, non-default eps; and tied,
+    # MQA, 3 of 4 experts per token.
+    Case("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, embedding_multiplier=3.0,
+                     residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5, attention_bias=True,
+                     rms_norm_eps=1e-4)),
+    Case("granitemoe-mqa-tied", "GraniteMoeConfig", "GraniteMoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=3,
+                     intermediate_size=24, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
+                     attention_multiplier=0.015625, logits_scaling=0.5)),
     # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
     # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
     Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
@@ -529,6 +539,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "granite-tied-head_dim",
+    "granite-tied-head_dim", "granitemoe-mqa-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
