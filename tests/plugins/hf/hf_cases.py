@@ -508,6 +508,14 @@ CASES += [
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=3,
                      intermediate_size=24, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
                      attention_multiplier=0.015625, logits_scaling=0.5)),
+    # Granite MoE with a shared expert wider than the routed ones; and with none (shared_intermediate_size 0).
+    Case("granitemoeshared", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, shared_intermediate_size=56,
+                     embedding_multiplier=2.0, residual_multiplier=0.7, attention_multiplier=0.2, logits_scaling=1.5,
+                     attention_bias=True)),
+    Case("granitemoeshared-no-shared", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+         _llama_like(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=0,
+                     tie_word_embeddings=True, residual_multiplier=0.3)),
     # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
     # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
     Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
@@ -539,6 +547,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "granite-tied-head_dim", "granitemoe-mqa-tied",
+    "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
