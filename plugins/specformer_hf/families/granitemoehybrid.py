@@ -9,15 +9,10 @@ softmaxed (the same weights as a softmax over all experts renormalised over the 
 ``normalize_topk``), plus one shared SwiGLU expert of ``shared_intermediate_size``; with no
 experts the shared expert alone is the layer's feed-forward.
 
-Granite's four multipliers each have a place of their own, so nothing is folded into the
-weights and export writes them back exactly: ``embedding_multiplier`` is the model's
-``embedding_multiplier``; ``residual_multiplier`` the pre-norm layout's (both sublayers'
-outputs are scaled before the residual add); ``attention_multiplier`` is the attention's
-score ``scale`` (it replaces ``1/sqrt(head_dim)``); ``logits_scaling`` divides the logits,
-which is the model's ``logit_scale = 1 / logits_scaling`` (export writes the
-``logits_scaling`` whose reciprocal is exactly that scale). ``position_embedding_type``
-null or ``nope`` is no positions at all (``positional: none``; the published Granite 4.0-H
-models say ``nope``), ``rope`` the usual rope.
+Granite's four multipliers each have a place of their own (see :mod:`specformer_hf.parts.multipliers`);
+the experts' fused layout is :class:`~specformer_hf.parts.feedforward.GraniteExperts`'.
+``position_embedding_type`` null or ``nope`` is no positions at all (``positional: none``; the
+published Granite 4.0-H models say ``nope``), ``rope`` the usual rope.
 """
 
 from __future__ import annotations
@@ -26,19 +21,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer.errors import UserError
-from specformer_layers import default_gated_hidden
 
-from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
+from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import Attention, attention_sizes
-from specformer_hf.parts.base import (LAYER, FamilyView, Part, exact_preimage, keeps_keys, keeps_state, selection,
-                                      uniform_mixers)
+from specformer_hf.parts.base import LAYER, FamilyView, Part, keeps_keys, keeps_state, selection, uniform_mixers
 from specformer_hf.parts.decoder import decoder_family
-from specformer_hf.parts.embedding import Sizes, embedding_multiplier_config
-from specformer_hf.parts.feedforward import GATED_FFNS, GATED_KIND
+from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.feedforward import GraniteExperts
 from specformer_hf.parts.mamba2 import HYBRID_FIELDS, mamba2_rules
-from specformer_hf.parts.norms import Layout, RMSNorm
+from specformer_hf.parts.multipliers import Multipliers, ScaledResiduals, attention_multiplier_config
+from specformer_hf.parts.norms import RMSNorm
 from specformer_hf.parts.positions import Rope
-from specformer_hf.rules import AtLayers, Copy, OneOf, Rule
+from specformer_hf.rules import AtLayers, Rule
 from specformer_hf.specview import NotExpressible
 
 #: transformers' GraniteMoeHybridConfig defaults.
@@ -58,8 +52,6 @@ DEFAULTS = {
 LAYER_TYPES = {"linear_attention": "mamba2", "mamba": "mamba2", "full_attention": "attention", "attention": "attention"}
 MAMBA_FIELDS = ("mamba_n_heads", "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_conv", "mamba_expand",
                 "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "time_step_limit")
-MOE = f"{LAYER}.block_sparse_moe"
-SHARED = f"{LAYER}.shared_mlp"
 
 
 def layer_mixers(cfg: ConfigReader, default: str) -> list[str]:
@@ -107,39 +99,6 @@ class GranitePositions(Part):
 
 
 @dataclass(frozen=True)
-class ScaledResiduals(Part):
-    """Pre-norm blocks; residual_multiplier <-> the layout's ``residual_multiplier``."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {})["layout"] = {"kind": "prenorm",
-                                                   "residual_multiplier": cfg.get_float("residual_multiplier")}
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("layout", ("prenorm",))
-        config["residual_multiplier"] = view.uniform("layout", "residual_multiplier")
-
-    def rules(self) -> list[Rule]:
-        return Layout("prenorm").rules()
-
-
-@dataclass(frozen=True)
-class Multipliers(Part):
-    """embedding_multiplier <-> the model's; logits_scaling <-> ``logit_scale = 1 / logits_scaling``."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model["embedding_multiplier"] = cfg.get_float("embedding_multiplier")
-        scaling = cfg.get_float("logits_scaling")
-        if not scaling > 0:
-            raise UserError(f"{cfg.family}: logits_scaling divides the logits and must be positive, got {scaling!r}")
-        model["logit_scale"] = 1.0 / scaling
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        scale = view.model.logit_scale
-        config["embedding_multiplier"] = embedding_multiplier_config(view.model)
-        config["logits_scaling"] = exact_preimage(scale, lambda v: 1.0 / v, 1.0 / scale)
-
-
-@dataclass(frozen=True)
 class GraniteMixers(Part):
     """layer_types, the attention's sizes, attention_bias and attention_multiplier, the mamba_* fields."""
 
@@ -173,9 +132,8 @@ class GraniteMixers(Part):
             if n_heads * head_dim != view.model.d_model:
                 raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
                                      f"d_model / n_heads ({view.model.d_model} / {n_heads})")
-            scale = a.get("scale")
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, attention_bias=a["qkv_bias"],
-                          attention_multiplier=scale if scale is not None else head_dim ** -0.5)
+                          attention_multiplier=attention_multiplier_config(a.get("scale"), head_dim))
         mamba = [layer["attention"] for layer in layers if layer["attention"]["kind"] == "mamba2"]
         if mamba:
             m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
@@ -196,67 +154,6 @@ class GraniteMixers(Part):
         mamba = [AtLayers(rule, where=lambda site: keeps_state(site.attention), layers="Mamba-2")
                  for rule in mamba2_rules(f"{LAYER}.mamba", "blocks.{i}.attention")]
         return attention + mamba
-
-
-@dataclass(frozen=True)
-class GraniteExperts(Part):
-    """num_local_experts, num_experts_per_tok, intermediate_size (experts), shared_intermediate_size, hidden_act."""
-
-    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        activation = activation_from_hf(cfg, "hidden_act")
-        n_experts, shared = cfg.get_int("num_local_experts"), cfg.get_size("shared_intermediate_size")
-        if n_experts > 0:
-            ffn: dict[str, Any] = {
-                "kind": "moe", "n_experts": n_experts, "top_k": cfg.get_int("num_experts_per_tok"),
-                "hidden": cfg.get_int("intermediate_size"), "activation": activation, "gated": True,
-                "routing": "softmax_then_topk", "normalize_topk": True,
-                "aux_loss_coef": cfg.get_float("router_aux_loss_coef"), "n_shared_experts": 1, "shared_hidden": shared,
-            }
-        else:  # no experts: the shared expert alone
-            cfg.mark_read("intermediate_size", "num_experts_per_tok", "router_aux_loss_coef")
-            ffn = {"kind": GATED_KIND.get(activation, "swiglu"), "hidden": shared, "activation": activation}
-        model.setdefault("block", {})["ffn"] = ffn
-
-    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        kind = view.block_kind("ffn", ("moe", *GATED_FFNS))
-        ffn = view.uniform("ffn")
-        config["hidden_act"] = ACTIVATIONS_TO_HF[ffn["activation"]]
-        if kind != "moe":
-            if ffn.get("bias"):
-                raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s shared expert has no biases")
-            config.update(num_local_experts=0, shared_intermediate_size=ffn["hidden"] or default_width(view))
-            return
-        for key, wanted in (("router", None), ("expert_bias", False), ("swiglu_limit", None), ("gated", True),
-                            ("n_shared_experts", 1), ("shared_gate", False)):
-            if ffn.get(key, wanted) != wanted:
-                raise NotExpressible(f"model.block.ffn.{key}",
-                                     f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
-        hidden = ffn["hidden"] or default_width(view)
-        config.update(num_local_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], intermediate_size=hidden,
-                      shared_intermediate_size=ffn.get("shared_hidden") or hidden,
-                      router_aux_loss_coef=ffn["aux_loss_coef"])
-
-    def rules(self) -> list[Rule]:
-        ffn = "blocks.{i}.ffn"
-
-        def saved_or_fused(saved: str, fused: str, ours: str) -> Rule:
-            # save_pretrained writes the checkpoint's names; transformers 5's modules hold the fused ones.
-            return OneOf(Copy(f"{MOE}.{saved}", f"{ffn}.{ours}"), Copy(f"{MOE}.{fused}", f"{ffn}.{ours}"))
-
-        return [
-            saved_or_fused("router.layer.weight", "router.weight", "router.weight"),
-            saved_or_fused("input_linear.weight", "experts.gate_up_proj", "experts_in"),
-            saved_or_fused("output_linear.weight", "experts.down_proj", "experts_out"),
-            # The shared expert, [gate; up] in one matrix as ours: inside the mixture, or the whole feed-forward.
-            Copy(f"{SHARED}.input_linear.weight", f"{ffn}.shared.gate_up.weight"),
-            Copy(f"{SHARED}.output_linear.weight", f"{ffn}.shared.down.weight"),
-            Copy(f"{SHARED}.input_linear.weight", f"{ffn}.gate_up.weight"),
-            Copy(f"{SHARED}.output_linear.weight", f"{ffn}.down.weight"),
-        ]
-
-
-def default_width(view: FamilyView) -> int:
-    return default_gated_hidden(view.model.d_model)
 
 
 FAMILY = decoder_family(

@@ -17,7 +17,7 @@ it cannot write with a clear message.
 
 The parts live beside this module, one concept each: :mod:`.base` (the protocol and the
 single-field parts), :mod:`.embedding`, :mod:`.norms`, :mod:`.attention`, :mod:`.positions`,
-:mod:`.windows`, :mod:`.feedforward`, :mod:`.mamba2` and :mod:`.deltanet`.
+:mod:`.windows`, :mod:`.feedforward`, :mod:`.multipliers`, :mod:`.mamba2` and :mod:`.deltanet`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from specformer.errors import UserError
 from specformer_layers import default_gated_hidden  # the width a gated FFN with hidden: null builds
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-from specformer_hf.parts.base import MLP, FamilyView, Part
+from specformer_hf.parts.base import LAYER, MLP, FamilyView, Part
 from specformer_hf.rules import Copy, Fused, OneOf, PerExpert, Rule, Site, halves
 from specformer_hf.specview import NotExpressible, SpecView
 
@@ -336,7 +336,93 @@ class GroupedExperts(Part):
         ]
 
 
+@dataclass(frozen=True)
+class GraniteExperts(Part):
+    """num_local_experts, num_experts_per_tok, intermediate_size (each expert's width), hidden_act, and
+    shared_intermediate_size <-> ffn moe; Granite's fused expert layout (``block_sparse_moe``, ``shared_mlp``).
+
+    The router keeps the top-k logits and softmaxes them: the same weights as a softmax over all
+    experts renormalised over the kept ones (``normalize_topk``). ``shared`` says what the family
+    does with an always-on SwiGLU expert of width shared_intermediate_size beside the mixture:
+    ``always`` (Granite 4.0-H, whose config with no experts is the shared expert alone),
+    ``optional`` (granitemoeshared: a width of 0 is none) or ``none`` (granitemoe, no such field).
+    """
+
+    shared: str = "always"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        activation = activation_from_hf(cfg, "hidden_act")
+        n_experts = cfg.get_int("num_local_experts")
+        shared = 0 if self.shared == "none" else cfg.get_int("shared_intermediate_size")
+        if self.shared == "always":
+            shared = cfg.get_size("shared_intermediate_size")
+        if n_experts > 0:
+            ffn: dict[str, Any] = {
+                "kind": "moe", "n_experts": n_experts, "top_k": cfg.get_int("num_experts_per_tok"),
+                "hidden": cfg.get_int("intermediate_size"), "activation": activation, "gated": True,
+                "routing": "softmax_then_topk", "normalize_topk": True,
+                "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
+            }
+            if shared:
+                ffn.update(n_shared_experts=1, shared_hidden=shared)
+        elif self.shared == "always":  # no experts: the shared expert alone
+            cfg.mark_read("intermediate_size", "num_experts_per_tok", "router_aux_loss_coef")
+            ffn = {"kind": GATED_KIND.get(activation, "swiglu"), "hidden": shared, "activation": activation}
+        else:
+            raise UserError(f"{cfg.family}: num_local_experts must be at least 1 (every layer is a mixture of experts), "
+                            f"got {n_experts}")
+        model.setdefault("block", {})["ffn"] = ffn
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        kind = view.block_kind("ffn", ("moe", *GATED_FFNS) if self.shared == "always" else ("moe",))
+        ffn = view.uniform("ffn")
+        config["hidden_act"] = ACTIVATIONS_TO_HF[ffn["activation"]]
+        if kind != "moe":
+            if ffn.get("bias"):
+                raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s shared expert has no biases")
+            config.update(num_local_experts=0,
+                          shared_intermediate_size=ffn["hidden"] or default_gated_hidden(view.model.d_model))
+            return
+        shared = {"always": (1,), "optional": (0, 1), "none": (0,)}[self.shared]
+        if ffn.get("n_shared_experts", 0) not in shared:
+            raise NotExpressible("model.block.ffn.n_shared_experts", f"{ffn.get('n_shared_experts')!r}: Hugging Face "
+                                 f"{view.name} has {' or '.join(map(str, shared))} shared experts")
+        for key, wanted in (("router", None), ("expert_bias", False), ("swiglu_limit", None), ("gated", True),
+                            ("normalize_topk", True), ("shared_gate", False)):
+            if ffn.get(key, wanted) != wanted:
+                raise NotExpressible(f"model.block.ffn.{key}",
+                                     f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
+        hidden = ffn["hidden"] or default_gated_hidden(view.model.d_model)
+        config.update(num_local_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], intermediate_size=hidden,
+                      router_aux_loss_coef=ffn["aux_loss_coef"])
+        if self.shared != "none":
+            n_shared = ffn.get("n_shared_experts", 0)
+            config["shared_intermediate_size"] = (ffn.get("shared_hidden") or hidden) if n_shared else 0
+
+    def rules(self) -> list[Rule]:
+        ffn, moe, shared = "blocks.{i}.ffn", f"{LAYER}.block_sparse_moe", f"{LAYER}.shared_mlp"
+
+        def saved_or_fused(saved: str, fused: str, ours: str) -> Rule:
+            # save_pretrained writes the checkpoint's names; transformers 5's modules hold the fused ones.
+            return OneOf(Copy(f"{moe}.{saved}", f"{ffn}.{ours}"), Copy(f"{moe}.{fused}", f"{ffn}.{ours}"))
+
+        rules = [
+            saved_or_fused("router.layer.weight", "router.weight", "router.weight"),
+            saved_or_fused("input_linear.weight", "experts.gate_up_proj", "experts_in"),
+            saved_or_fused("output_linear.weight", "experts.down_proj", "experts_out"),
+        ]
+        if self.shared == "none":
+            return rules
+        return rules + [
+            # The shared expert, [gate; up] in one matrix as ours: inside the mixture, or the whole feed-forward.
+            Copy(f"{shared}.input_linear.weight", f"{ffn}.shared.gate_up.weight"),
+            Copy(f"{shared}.output_linear.weight", f"{ffn}.shared.down.weight"),
+            Copy(f"{shared}.input_linear.weight", f"{ffn}.gate_up.weight"),
+            Copy(f"{shared}.output_linear.weight", f"{ffn}.down.weight"),
+        ]
+
+
 __all__ = [
-    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GroupedExperts", "MixtureOfExperts", "PlainMLP", "expert_rules", "gated_ffn",
-    "gated_ffn_config", "shared_halves",
+    "GATED_FFNS", "GATED_KIND", "GatedFFN", "GraniteExperts", "GroupedExperts", "MixtureOfExperts", "PlainMLP",
+    "expert_rules", "gated_ffn", "gated_ffn_config", "shared_halves",
 ]

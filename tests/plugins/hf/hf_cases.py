@@ -489,6 +489,33 @@ CASES += [
     Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
                      norm_topk_prob=True, tie_word_embeddings=True)),
+    # Granite 3: Llama with every muP multiplier away from 1, biases on, untied, non-default eps; and tied, 6 query heads
+    # over 3 kv heads of a head_dim of their own, a linear rope scaling, logits multiplied (logits_scaling below 1).
+    Case("granite", "GraniteConfig", "GraniteForCausalLM",
+         _llama_like(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5,
+                     attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4)),
+    Case("granite-tied-head_dim", "GraniteConfig", "GraniteForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=3, head_dim=12, tie_word_embeddings=True,
+                     embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+                     logits_scaling=0.25, rope_parameters=_rope("linear", factor=2.0))),
+    # Granite 3 MoE: 5 experts (2 per token) in every layer, the multipliers, biased attention, non-default eps; and tied,
+    # MQA, 3 of 4 experts per token.
+    Case("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, embedding_multiplier=3.0,
+                     residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5, attention_bias=True,
+                     rms_norm_eps=1e-4)),
+    Case("granitemoe-mqa-tied", "GraniteMoeConfig", "GraniteMoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=3,
+                     intermediate_size=24, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
+                     attention_multiplier=0.015625, logits_scaling=0.5)),
+    # Granite MoE with a shared expert wider than the routed ones; and with none (shared_intermediate_size 0).
+    Case("granitemoeshared", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, intermediate_size=40, shared_intermediate_size=56,
+                     embedding_multiplier=2.0, residual_multiplier=0.7, attention_multiplier=0.2, logits_scaling=1.5,
+                     attention_bias=True)),
+    Case("granitemoeshared-no-shared", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+         _llama_like(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=0,
+                     tie_word_embeddings=True, residual_multiplier=0.3)),
     # Llama under other model_types (transformers builds LlamaForCausalLM): EXAONE 3 with its own tensor names and
     # biases on; InternLM3 with biases (which it requires together) and a head_dim of its own; IQuest-Coder tied.
     Case("exaone", "ExaoneConfig", "LlamaForCausalLM",
@@ -543,5 +570,6 @@ SLOW_VARIANTS = frozenset({
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
     "ernie4_5-mqa-untied", "glm-mqa-quarter", "glm4-mqa-whole-tied",
+    "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -64,6 +64,13 @@ MOE_SPECS = {
     "llama-4-scout-17b-16e.yaml": ("Llama4TextConfig", dict()),
     # transformers' OlmoeConfig defaults are OLMoE-1B-7B's but for intermediate_size (the published config's 1024).
     "olmoe-1b-7b.yaml": ("OlmoeConfig", dict(intermediate_size=1024)),
+    # ibm-granite/granite-3.0-1b-a400m-instruct's config.json as recalled (GraniteMoeConfig's defaults are
+    # Llama-2-7B's sizes).
+    "granite-3.0-1b-a400m.yaml": ("GraniteMoeConfig", dict(
+        vocab_size=49155, hidden_size=1024, intermediate_size=512, num_hidden_layers=24, num_attention_heads=16,
+        num_key_value_heads=8, num_local_experts=32, num_experts_per_tok=8, max_position_embeddings=4096,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
+        attention_multiplier=0.015625, logits_scaling=6.0)),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -129,6 +136,11 @@ DENSE_SPECS = {
     "ernie-4.5-0.3b.yaml": ("Ernie4_5Config", dict()),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
     "glm-4-9b.yaml": ("GlmConfig", dict()),  # transformers' defaults are glm-4-9b's sizes
     "glm-4-9b-0414.yaml": ("Glm4Config", dict()),  # transformers' defaults are GLM-4-9B-0414's sizes
+    # ibm-granite/granite-3.0-2b-instruct's config.json as recalled (GraniteConfig's defaults are Llama-2-7B's sizes).
+    "granite-3.0-2b.yaml": ("GraniteConfig", dict(
+        vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
 }
 
 
@@ -143,7 +155,8 @@ def test_active_parameters_match_transformers(name):
     total = sum(p.numel() for p in hf.parameters())
     idle = 0
     for layer in hf.model.layers:
-        ffn = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward  # Llama 4 names it feed_forward
+        # Llama 4 names it feed_forward, Granite MoE block_sparse_moe
+        ffn = next(getattr(layer, name) for name in ("mlp", "feed_forward", "block_sparse_moe") if hasattr(layer, name))
         experts = getattr(ffn, "experts", None)
         if experts is None:
             continue  # a dense layer

@@ -192,6 +192,15 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "ernie-4.5-0.3b.yaml": _llama_like("Ernie4_5Config"),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
     "glm-4-9b.yaml": _llama_like("GlmConfig"),  # transformers' defaults are glm-4-9b's sizes
     "glm-4-9b-0414.yaml": _llama_like("Glm4Config"),  # transformers' defaults are GLM-4-9B-0414's sizes
+    # Granite 3 and Granite 3 MoE (the same fields as tests/plugins/hf/test_family_specs.py's).
+    "granite-3.0-2b.yaml": _llama_like(
+        "GraniteConfig", vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5,
+        tie_word_embeddings=True),
+    "granite-3.0-1b-a400m.yaml": _llama_like(
+        "GraniteMoeConfig", vocab_size=49155, hidden_size=1024, intermediate_size=512, num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=8, num_local_experts=32, num_experts_per_tok=8,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True),
 }
 
 REAL = sorted(HF_CONFIGS)
