@@ -524,6 +524,17 @@ CASES += [
                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                       "original_max_position_embeddings": 16, "mscale": 0.707, "mscale_all_dim": 0.707,
                                       "beta_fast": 32.0, "beta_slow": 1.0})),
+    # MiniCPM3: latent attention with a query bottleneck and a rope turning halves, muP scales (embeddings x12,
+    # residual branches x 1.4 / sqrt(3), the final state / (64 / 16)), tied, biases; and without the query bottleneck,
+    # v_head_dim and the scales null (no scaling: hidden / heads and sqrt(layers)), untied, a linear rope scaling.
+    Case("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, scale_emb=12, scale_depth=1.4, dim_model_base=16,
+                     attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=True)),
+    Case("minicpm3-no-q-lora-unscaled", "MiniCPM3Config", "MiniCPM3ForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+                     qk_nope_head_dim=8, v_head_dim=None, scale_emb=1, scale_depth=None, dim_model_base=None,
+                     tie_word_embeddings=False, rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -538,6 +549,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "deepseek_v2-lite-greedy-yarn",
+    "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

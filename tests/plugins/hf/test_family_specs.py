@@ -135,6 +135,7 @@ DENSE_SPECS = {
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
+    "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
 }
 
 

@@ -193,6 +193,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}),
+    # MiniCPM3-4B: transformers' MiniCPM3Config defaults are its sizes.
+    "minicpm3-4b.yaml": _llama_like("MiniCPM3Config"),
     # Llama under other model_types: transformers' config defaults are these models' sizes.
     "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
