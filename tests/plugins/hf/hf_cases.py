@@ -535,6 +535,12 @@ CASES += [
          _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
                      qk_nope_head_dim=8, v_head_dim=None, scale_emb=1, scale_depth=None, dim_model_base=None,
                      tie_word_embeddings=False, rope_parameters=_rope("linear", factor=2.0))),
+    # Youtu-LLM: dense latent attention with a query bottleneck and interleaved rope, SwiGLU everywhere, biases on
+    # the attention, untied, non-default eps.
+    Case("youtu", "YoutuConfig", "YoutuForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, attention_bias=True, rms_norm_eps=1e-4,
+                     tie_word_embeddings=False)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -136,6 +136,7 @@ DENSE_SPECS = {
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
+    "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
 }
 
 

@@ -195,6 +195,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}),
     # MiniCPM3-4B: transformers' MiniCPM3Config defaults are its sizes.
     "minicpm3-4b.yaml": _llama_like("MiniCPM3Config"),
+    # Youtu-LLM-2B: transformers' YoutuConfig defaults are its sizes.
+    "youtu-llm-2b.yaml": _llama_like("YoutuConfig"),
     # Llama under other model_types: transformers' config defaults are these models' sizes.
     "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
