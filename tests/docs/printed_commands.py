@@ -634,7 +634,8 @@ def run_plan(steps: list[dict], script: str | None = None) -> list[Result]:
     return results
 
 
-def _tail(text: str, limit: int = 6000) -> str:
+def _tail(text: str, limit: int = 12000) -> str:
+    # Room for `hf export --verbose`'s one line per family (50 of them, over 6 kB) with the page's first line.
     # Progress bars redraw with carriage returns: keep what a terminal would show last.
     lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
     text = "\n".join(lines)
