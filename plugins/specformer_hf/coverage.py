@@ -69,11 +69,11 @@ MISSING: dict[str, str] = {
     # deepseek_v2, minicpm3, youtu, granite*, ernie4_5* and glm* are being added beside this table.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
-        "cwm", "deepseek_v2", "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
+        "cwm", "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "gpt_neo",         "granite_swa", "granitemoe_swa", "helium", "hy_v3", "hyperclovax", "jais2",
-        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm3", "minicpm5_moe", "ministral", "ministral3",
+        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "param2moe", "persimmon",
-        "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm", "youtu")},
+        "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm")},
     "ernie4_5_moe": "a router choosing by softmax plus a selection-only bias (issue 46)",
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",

@@ -11,6 +11,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (  # one per line: families are added side by side
         cohere,
         cohere2,
+        deepseek_v2,
         deepseek_v3,
         deepseek_v32,
         deepseek_v4,
@@ -37,6 +38,7 @@ def builtin_families() -> list[Family]:
         iquestcoder,
         llama,
         llama4,
+        minicpm3,
         minimax_m2,
         mistral,
         mixtral,
@@ -52,6 +54,7 @@ def builtin_families() -> list[Family]:
         smollm3,
         stablelm,
         starcoder2,
+        youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (falcon_h1, granitemoehybrid, kimi_linear, lfm2, mamba2, nemotron_h, olmo_hybrid,
@@ -76,6 +79,9 @@ def builtin_families() -> list[Family]:
             granite.FAMILY,
             granitemoe.FAMILY,
             granitemoeshared.FAMILY,
+            deepseek_v2.FAMILY,
+            minicpm3.FAMILY,
+            youtu.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -272,7 +272,13 @@ class GroupedExperts(Part):
     """n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts, norm_topk_prob,
     routed_scaling_factor, n_group, topk_group, first_k_dense_replace <-> ffn moe with a sigmoid_topk router
     (e_score_correction_bias is its selection_bias) and ``layers:`` overrides for the dense first layers
-    (DeepSeek-V3's experts, which GLM-4.5 shares field for field and tensor for tensor)."""
+    (DeepSeek-V3's experts, which GLM-4.5 shares field for field and tensor for tensor).
+
+    ``softmax``: DeepSeek-V2's router instead, a ``softmax_topk`` whose weights transformers never renormalises
+    (DeepseekV2TopkRouter has no norm_topk_prob) and whose groups count only with ``topk_method:
+    group_limited_greedy`` (a group scored by its best expert); no selection bias."""
+
+    softmax: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -283,10 +289,8 @@ class GroupedExperts(Part):
             "top_k": cfg.get_int("num_experts_per_tok"),
             "hidden": cfg.get_int("moe_intermediate_size"),
             "activation": activation,
-            "router": {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
-                       "scaling_factor": cfg.get_float("routed_scaling_factor"),
-                       "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1},
-            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss
+            "router": self._read_router(cfg),
+            "aux_loss_coef": 0.0,  # DeepSeek-V3 balances through the selection bias, not a loss; transformers' V2 has none
         }
         if n_shared:
             ffn["n_shared_experts"] = n_shared
@@ -299,6 +303,22 @@ class GroupedExperts(Part):
         # The multi-token prediction modules are not part of the causal LM; intermediate_size only sizes dense layers.
         cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "intermediate_size")
 
+    def _read_router(self, cfg: ConfigReader) -> dict[str, Any]:
+        if not self.softmax:
+            return {"kind": "sigmoid_topk", "normalize": bool(cfg.get("norm_topk_prob")),
+                    "scaling_factor": cfg.get_float("routed_scaling_factor"),
+                    "n_group": cfg.get("n_group") or 1, "topk_group": cfg.get("topk_group") or 1}
+        method = cfg.require("topk_method", ("greedy", "group_limited_greedy"),
+                             why="transformers' DeepSeek-V2 picks the top-k experts of all (greedy) or of the best groups")
+        if cfg.get("norm_topk_prob"):
+            cfg.note_unused("norm_topk_prob (transformers' DeepSeek-V2 never renormalises the chosen experts' weights)")
+        grouped = method == "group_limited_greedy"
+        if not grouped:
+            cfg.mark_read("n_group", "topk_group")  # greedy routing ignores the groups
+        return {"kind": "softmax_topk", "normalize": False, "scaling_factor": cfg.get_float("routed_scaling_factor"),
+                "n_group": cfg.get_size("n_group") if grouped else 1,
+                "topk_group": cfg.get_size("topk_group") if grouped else 1}
+
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         kinds = view.per_layer("ffn", "kind")
         dense = [i for i, k in enumerate(kinds) if k != "moe"]
@@ -309,7 +329,11 @@ class GroupedExperts(Part):
         if any(strip(f) != strip(moe[0]) for f in moe[1:]):
             raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
         ffn, router = moe[0], moe[0].get("router") or {}
-        if router.get("kind") != "sigmoid_topk" or router.get("bias"):
+        if self.softmax:
+            if router.get("kind") != "softmax_topk" or router.get("bias") or router.get("normalize", True):
+                raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with softmax_topk "
+                                     "(normalize: false, no score bias)")
+        elif router.get("kind") != "sigmoid_topk" or router.get("bias"):
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
         hidden = ffn["hidden"]
         if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
@@ -319,6 +343,8 @@ class GroupedExperts(Part):
                       routed_scaling_factor=router["scaling_factor"], n_group=router["n_group"],
                       topk_group=router["topk_group"], first_k_dense_replace=len(dense),
                       hidden_act={"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[ffn["activation"]])
+        if self.softmax:
+            config["topk_method"] = "group_limited_greedy" if router["n_group"] > 1 else "greedy"
         if dense:
             widths = {view.view.layers[i]["ffn"]["hidden"] for i in dense}
             if len(widths) > 1:
@@ -326,9 +352,10 @@ class GroupedExperts(Part):
             config["intermediate_size"] = widths.pop()
 
     def rules(self) -> list[Rule]:
+        bias = [] if self.softmax else [Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias")]
         return [
             *expert_rules(saved=MLP),
-            Copy(f"{MLP}.gate.e_score_correction_bias", "blocks.{i}.ffn.router.selection_bias"),
+            *bias,
             Fused([f"{MLP}.shared_experts.gate_proj.weight", f"{MLP}.shared_experts.up_proj.weight"],
                   "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
             Copy(f"{MLP}.shared_experts.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),

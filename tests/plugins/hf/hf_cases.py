@@ -555,6 +555,41 @@ CASES += [
          _llama_like(num_attention_heads=3, num_key_value_heads=1, head_dim=20, attention_bias=False,
                      tie_word_embeddings=True, pad_token_id=None,
                      rope_parameters=_rope("default", partial_rotary_factor=1.0))),
+    # DeepSeek-V2: latent attention with a query bottleneck and paired rotary channels; 8 softmax-scored experts in
+    # 4 groups (group_limited_greedy keeps 2), 3 per token, not renormalised, scaled; 2 shared experts, one dense
+    # first layer. And V2-Lite's shape: greedy routing over all experts (the groups ignored), no query bottleneck,
+    # biases, YaRN with mscale_all_dim, norm_topk_prob true (transformers ignores it), two dense layers.
+    Case("deepseek_v2", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, topk_method="group_limited_greedy", n_shared_experts=2, moe_intermediate_size=16,
+                     first_k_dense_replace=1, routed_scaling_factor=2.5, rms_norm_eps=1e-5)),
+    Case("deepseek_v2-lite-greedy-yarn", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+         _llama_like(num_hidden_layers=3, hidden_size=80, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=None,
+                     kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=6,
+                     num_experts_per_tok=2, n_group=3, topk_group=1, topk_method="greedy", n_shared_experts=1,
+                     moe_intermediate_size=24, first_k_dense_replace=2, norm_topk_prob=True, attention_bias=True,
+                     tie_word_embeddings=True,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "mscale": 0.707, "mscale_all_dim": 0.707,
+                                      "beta_fast": 32.0, "beta_slow": 1.0})),
+    # MiniCPM3: latent attention with a query bottleneck and a rope turning halves, muP scales (embeddings x12,
+    # residual branches x 1.4 / sqrt(3), the final state / (64 / 16)), tied, biases; and without the query bottleneck,
+    # v_head_dim and the scales null (no scaling: hidden / heads and sqrt(layers)), untied, a linear rope scaling.
+    Case("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, scale_emb=12, scale_depth=1.4, dim_model_base=16,
+                     attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=True)),
+    Case("minicpm3-no-q-lora-unscaled", "MiniCPM3Config", "MiniCPM3ForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+                     qk_nope_head_dim=8, v_head_dim=None, scale_emb=1, scale_depth=None, dim_model_base=None,
+                     tie_word_embeddings=False, rope_parameters=_rope("linear", factor=2.0))),
+    # Youtu-LLM: dense latent attention with a query bottleneck and interleaved rope, SwiGLU everywhere, biases on
+    # the attention, untied, non-default eps.
+    Case("youtu", "YoutuConfig", "YoutuForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, attention_bias=True, rms_norm_eps=1e-4,
+                     tie_word_embeddings=False)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -571,5 +606,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
     "ernie4_5-mqa-untied", "glm-mqa-quarter", "glm4-mqa-whole-tied",
     "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
+    "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

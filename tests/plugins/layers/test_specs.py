@@ -184,6 +184,19 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
     # OLMoE-1B-7B: transformers' OlmoeConfig defaults with the published intermediate_size.
     "olmoe-1b-7b.yaml": _llama_like("OlmoeConfig", intermediate_size=1024),
+    # DeepSeek-V2-Lite's published config.json.
+    "deepseek-v2-lite.yaml": _llama_like(
+        "DeepseekV2Config", vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64, num_experts_per_tok=6,
+        routed_scaling_factor=1.0, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=128,
+        v_head_dim=128, topk_method="greedy", n_group=1, topk_group=1, first_k_dense_replace=1, norm_topk_prob=False,
+        max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}),
+    # MiniCPM3-4B: transformers' MiniCPM3Config defaults are its sizes.
+    "minicpm3-4b.yaml": _llama_like("MiniCPM3Config"),
+    # Youtu-LLM-2B: transformers' YoutuConfig defaults are its sizes.
+    "youtu-llm-2b.yaml": _llama_like("YoutuConfig"),
     # Llama under other model_types: transformers' config defaults are these models' sizes.
     "exaone-3.0-7.8b.yaml": _llama_like("ExaoneConfig"),
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
