@@ -506,6 +506,13 @@ CASES += [
     Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
          _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
                      rope_parameters=_rope("linear", factor=2.0))),
+    # MPT: ALiBi with a head count that is no power of two (the slopes' interleaved second half), a softmax_scale of
+    # its own, untied, non-default eps; and the defaults' layout (4 heads, tied).
+    Case("mpt", "MptConfig", "MptForCausalLM",
+         dict(vocab_size=128, d_model=60, n_layers=2, n_heads=6, max_seq_len=CONTEXT, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3})),
+    Case("mpt-tied", "MptConfig", "MptForCausalLM",
+         dict(vocab_size=128, d_model=64, n_layers=3, n_heads=4, max_seq_len=CONTEXT)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -519,6 +526,6 @@ SLOW_VARIANTS = frozenset({
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
-    "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
+    "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

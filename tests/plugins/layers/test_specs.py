@@ -189,6 +189,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
+    # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
+    "mpt-7b.yaml": _llama_like(
+        "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),
 }
 
 REAL = sorted(HF_CONFIGS)
