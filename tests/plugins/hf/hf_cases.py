@@ -513,6 +513,13 @@ CASES += [
               tie_word_embeddings=False, attn_config={"softmax_scale": 0.3})),
     Case("mpt-tied", "MptConfig", "MptForCausalLM",
          dict(vocab_size=128, d_model=64, n_layers=3, n_heads=4, max_seq_len=CONTEXT)),
+    # Arcee (AFM): Llama with an ungated squared-ReLU MLP; GQA, biases on, non-default eps, untied; and tied with a
+    # head_dim of its own, 4 query heads per kv head, the MLP in another activation.
+    Case("arcee", "ArceeConfig", "ArceeForCausalLM",
+         _llama_like(attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("arcee-tied-head-dim", "ArceeConfig", "ArceeForCausalLM",
+         _llama_like(num_attention_heads=8, head_dim=12, tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh",
+                     pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -527,5 +534,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
+    "arcee-tied-head-dim",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -128,6 +128,7 @@ DENSE_SPECS = {
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": ("MptConfig", dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048)),
+    "arcee-afm-4.5b.yaml": ("ArceeConfig", dict()),  # transformers' defaults ("AFM-4.5B-Base style")
 }
 
 

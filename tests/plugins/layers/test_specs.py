@@ -192,6 +192,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": _llama_like(
         "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),
+    "arcee-afm-4.5b.yaml": _llama_like("ArceeConfig"),  # transformers' defaults ("AFM-4.5B-Base style")
 }
 
 REAL = sorted(HF_CONFIGS)
