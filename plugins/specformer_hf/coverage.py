@@ -73,7 +73,7 @@ MISSING: dict[str, str] = {
         "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "gpt_neo", "granite",
         "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm3", "minicpm5_moe", "ministral", "ministral3",
-        "modernbert-decoder", "nanochat", "nemotron", "openai-gpt", "opt", "param2moe", "persimmon",
+        "modernbert-decoder", "nanochat", "openai-gpt", "opt", "param2moe", "persimmon",
         "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm", "youtu")},
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
@@ -125,6 +125,7 @@ MISSING: dict[str, str] = {
     "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
     # In no issue yet.
     "bloom": "a LayerNorm on the token embeddings (word_embeddings_layernorm)",
+    "nemotron": "a LayerNorm that scales by 1 + weight (LayerNorm1P)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }
