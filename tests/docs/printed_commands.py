@@ -634,12 +634,12 @@ def run_plan(steps: list[dict], script: str | None = None) -> list[Result]:
     return results
 
 
-def _tail(text: str, limit: int = 16000) -> str:
-    # Progress bars redraw with carriage returns: keep what a terminal would show last. The limit leaves room for
-    # the longest output a page checks from its first line: `hf export --verbose`, one line per family (50 of them).
+def _tail(text: str, limit: int = 6000, head: int = 2000) -> str:
+    # Progress bars redraw with carriage returns: keep what a terminal would show last.
     lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
     text = "\n".join(lines)
-    return text if len(text) <= limit else "...\n" + text[-limit:]
+    # The start too: a page shows a long output's first lines then "..." (hf export --verbose, one line a family).
+    return text if len(text) <= head + limit else text[:head] + "\n...\n" + text[-limit:]
 
 
 if __name__ == "__main__":  # python printed_commands.py PLAN.json RESULTS.json [SCRIPT]

@@ -9,6 +9,7 @@ def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
+        arcee,
         cohere,
         cohere2,
         deepseek_v2,
@@ -42,6 +43,7 @@ def builtin_families() -> list[Family]:
         minimax_m2,
         mistral,
         mixtral,
+        mpt,
         olmo2,
         olmo3,
         olmoe,
@@ -82,6 +84,8 @@ def builtin_families() -> list[Family]:
             deepseek_v2.FAMILY,
             minicpm3.FAMILY,
             youtu.FAMILY,
+            mpt.FAMILY,
+            arcee.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -590,6 +590,20 @@ CASES += [
          _llama_like(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
                      qk_nope_head_dim=12, v_head_dim=10, attention_bias=True, rms_norm_eps=1e-4,
                      tie_word_embeddings=False)),
+    # MPT: ALiBi with a head count that is no power of two (the slopes' interleaved second half), a softmax_scale of
+    # its own, untied, non-default eps; and the defaults' layout (4 heads, tied).
+    Case("mpt", "MptConfig", "MptForCausalLM",
+         dict(vocab_size=128, d_model=60, n_layers=2, n_heads=6, max_seq_len=CONTEXT, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3})),
+    Case("mpt-tied", "MptConfig", "MptForCausalLM",
+         dict(vocab_size=128, d_model=64, n_layers=3, n_heads=4, max_seq_len=CONTEXT)),
+    # Arcee (AFM): Llama with an ungated squared-ReLU MLP; GQA, biases on, non-default eps, untied; and tied with a
+    # head_dim of its own, 4 query heads per kv head, the MLP in another activation.
+    Case("arcee", "ArceeConfig", "ArceeForCausalLM",
+         _llama_like(attention_bias=True, mlp_bias=True, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("arcee-tied-head-dim", "ArceeConfig", "ArceeForCausalLM",
+         _llama_like(num_attention_heads=8, head_dim=12, tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh",
+                     pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -607,5 +621,7 @@ SLOW_VARIANTS = frozenset({
     "ernie4_5-mqa-untied", "glm-mqa-quarter", "glm4-mqa-whole-tied",
     "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
+    "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
+    "arcee-tied-head-dim",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -152,6 +152,9 @@ DENSE_SPECS = {
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
     "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
+    # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
+    "mpt-7b.yaml": ("MptConfig", dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048)),
+    "arcee-afm-4.5b.yaml": ("ArceeConfig", dict()),  # transformers' defaults ("AFM-4.5B-Base style")
 }
 
 
