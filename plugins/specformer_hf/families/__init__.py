@@ -11,7 +11,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (cohere, cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone, exaone4, falcon,
                                         gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_oss, gpt2, gpt_neox, gptj,
                                         internlm3, iquestcoder, llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3,
-                                        olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3, stablelm, starcoder2)
+                                        olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3, stablelm, starcoder2)
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (falcon_h1, granitemoehybrid, kimi_linear, lfm2, mamba2, nemotron_h, olmo_hybrid,
                                         qwen3_5, qwen3_5_moe, qwen3_next)
@@ -29,6 +29,7 @@ def builtin_families() -> list[Family]:
             # transformers runs these as Llama: Llama writes every spec they express.
             exaone.FAMILY, internlm3.FAMILY, iquestcoder.FAMILY,
             cohere.FAMILY,
+            opt.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -506,6 +506,16 @@ CASES += [
     Case("cohere-qk_norm", "CohereConfig", "CohereForCausalLM",
          _llama_like(num_key_value_heads=1, use_qk_norm=True, tie_word_embeddings=False, logit_scale=1.0, pad_token_id=None,
                      rope_parameters=_rope("linear", factor=2.0))),
+    # OPT: learned positions read from row 2 of their table, biases on, the head untied, 5 heads of 12; and without
+    # biases nor LayerNorm weights (enable_bias, layer_norm_elementwise_affine false), GELU, tied, 3 layers.
+    Case("opt", "OPTConfig", "OPTForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_hidden_layers=2, num_attention_heads=5, ffn_dim=80,
+              max_position_embeddings=CONTEXT, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)),
+    Case("opt-no-bias-no-affine", "OPTConfig", "OPTForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_dim=96,
+              max_position_embeddings=CONTEXT, enable_bias=False, layer_norm_elementwise_affine=False,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -520,5 +530,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
+    "opt-no-bias-no-affine",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

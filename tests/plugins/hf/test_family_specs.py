@@ -126,6 +126,7 @@ DENSE_SPECS = {
     "internlm3-8b.yaml": ("InternLM3Config", dict()),
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
+    "opt-125m.yaml": ("OPTConfig", dict()),  # transformers' defaults are OPT-125M's sizes
 }
 
 

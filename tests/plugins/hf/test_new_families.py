@@ -407,3 +407,41 @@ def test_grouped_query_parallel_specs_export_as_falcon_40b_blocks(tmp_path, layo
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == "falcon" and written["num_kv_heads"] == 2
     assert {key: written[key] for key in config} == config
+
+
+# -- OPT ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"do_layer_norm_before": False}, r"'do_layer_norm_before' = False is not supported: post-norm OPT \(OPT-350m\) ends "
+                                      r"without a final LayerNorm"),
+    ({"_remove_final_layer_norm": True}, r"'_remove_final_layer_norm' = True is not supported"),
+    ({"word_embed_proj_dim": 32}, r"'word_embed_proj_dim' = 32 is not supported: word embeddings of another width than "
+                                  r"hidden_size need projections into and out of the stream \(project_in, project_out\)"),
+])
+def test_opt_import_refuses_what_specformer_cannot_build(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "opt", **changes))
+
+
+def test_opt_reads_checkpoints_saved_without_the_model_prefix(tmp_path):
+    """The published OPT checkpoints were saved from OPTModel: decoder.* tensors, the tied head absent."""
+    hf = BY_NAME["opt-no-bias-no-affine"].build()
+    hf.save_pretrained(tmp_path)
+    tensors = {name.removeprefix("model."): t.contiguous() for name, t in hf.state_dict().items() if name != "lm_head.weight"}
+    save_file(tensors, tmp_path / "model.safetensors")
+    imported = specformer_hf.import_hf(tmp_path)
+    assert imported.spec["model"]["positional"] == {"kind": "learned", "offset": 2}
+    ids = torch.randint(0, 128, (1, 20))
+    with torch.no_grad():
+        assert (imported.model(ids) - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+def test_learned_positions_with_opt_offset_export_only_as_opt(tmp_path):
+    spec = {"model": {**GPT_STYLE, "positional": {"kind": "learned", "offset": 2},
+                      "block": {**GPT_STYLE["block"], "ffn": {"kind": "mlp", "activation": "relu"}}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "opt"
+    spec["model"]["positional"]["offset"] = 1
+    with pytest.raises(UserError, match=r"model.positional.offset: 1: Hugging Face OPT's position table starts at row 2"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="opt")

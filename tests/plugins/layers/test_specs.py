@@ -189,6 +189,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "internlm3-8b.yaml": _llama_like("InternLM3Config"),
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
+    "opt-125m.yaml": _llama_like("OPTConfig"),  # transformers' defaults are OPT-125M's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
