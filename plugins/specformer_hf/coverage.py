@@ -70,7 +70,7 @@ MISSING: dict[str, str] = {
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
         "cwm", "deepseek_v2", "dots1", "dots3_note_text", "emu3", "ernie4_5", "ernie4_5_moe", "exaone_moe", "flex_olmo",
-        "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "gpt_neo", "granite",
+        "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "granite",
         "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm3", "minicpm5_moe", "ministral", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "param2moe", "persimmon",

@@ -9,7 +9,7 @@ def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (cohere, cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone, exaone4, falcon,
-                                        gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_oss, gpt2, gpt_neox, gptj,
+                                        gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_neo, gpt_oss, gpt2, gpt_neox, gptj,
                                         internlm3, iquestcoder, llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3,
                                         olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3, stablelm, starcoder2)
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
@@ -29,7 +29,7 @@ def builtin_families() -> list[Family]:
             # transformers runs these as Llama: Llama writes every spec they express.
             exaone.FAMILY, internlm3.FAMILY, iquestcoder.FAMILY,
             cohere.FAMILY,
-            opt.FAMILY,
+            opt.FAMILY, gpt_neo.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -516,6 +516,16 @@ CASES += [
          dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_dim=96,
               max_position_embeddings=CONTEXT, enable_bias=False, layer_norm_elementwise_affine=False,
               activation_function="gelu", bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # GPT-Neo: a global layer then two local ones with a window shorter than the prompt, unscaled scores, 5 heads of
+    # 12, untied, non-default eps; and every layer global, tied, GELU.
+    Case("gpt_neo", "GPTNeoConfig", "GPTNeoForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_layers=3, num_heads=5, intermediate_size=80,
+              attention_types=[[["global", "local"], 1], [["local"], 1]], window_size=WINDOW,
+              max_position_embeddings=CONTEXT, layer_norm_epsilon=1e-4, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None)),
+    Case("gpt_neo-global-tied", "GPTNeoConfig", "GPTNeoForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global"], 2]],
+              activation_function="gelu", max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -530,6 +540,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "opt-no-bias-no-affine",
+    "opt-no-bias-no-affine", "gpt_neo-global-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

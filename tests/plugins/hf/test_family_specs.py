@@ -127,6 +127,10 @@ DENSE_SPECS = {
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
     "opt-125m.yaml": ("OPTConfig", dict()),  # transformers' defaults are OPT-125M's sizes
+    # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
+    "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
+        vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],
+        window_size=256, max_position_embeddings=2048)),
 }
 
 

@@ -445,3 +445,38 @@ def test_learned_positions_with_opt_offset_export_only_as_opt(tmp_path):
     spec["model"]["positional"]["offset"] = 1
     with pytest.raises(UserError, match=r"model.positional.offset: 1: Hugging Face OPT's position table starts at row 2"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="opt")
+
+
+# -- GPT-Neo -------------------------------------------------------------------------------------------------------
+
+
+def test_gpt_neo_reads_attention_types_as_per_layer_windows(tmp_path):
+    imported = specformer_hf.import_hf(_folder(tmp_path, "gpt_neo"))
+    model = imported.spec["model"]
+    assert model["block"]["attention"]["scale"] == 1.0 and model["block"]["attention"]["window"] == 8
+    assert model["layers"] == [{"select": 0, "attention": {"window": None}}]
+
+
+@pytest.mark.parametrize("types, needle", [
+    ([[["global", "sparse"], 1], [["local"], 1]], r"'attention_types' = .* must give 'global' or 'local' for each of the "
+                                                  r"3 layers \(not sparse\)"),
+    ([[["global", "local"], 2]], r"must give 'global' or 'local' for each of the 3 layers, not 4"),
+    ([["global", 3]], r"'attention_types' = .* must give 'global' or 'local'"),
+])
+def test_gpt_neo_refuses_attention_types_that_do_not_name_each_layer(tmp_path, types, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "gpt_neo", attention_types=types))
+
+
+def test_an_unscaled_windowed_gpt_style_spec_exports_as_gpt_neo(tmp_path):
+    """Local layers on every other layer from the second: attention_types is the shortest repeating pattern."""
+    spec = {"model": {**GPT_STYLE, "n_layers": 4, "block": {**GPT_STYLE["block"], "attention": {
+        "kind": "attention", "n_heads": 4, "out_bias": True, "scale": 1.0}},
+        "layers": [{"select": "1::2", "attention": {"window": 6}}]}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gpt_neo"
+    assert (config["attention_types"], config["window_size"]) == ([[["global", "local"], 2]], 6)
+    spec["model"]["block"]["attention"]["scale"] = 0.5
+    with pytest.raises(UserError, match=r"GPT-Neo never scales attention scores \(scale: 1\)"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="gpt_neo")

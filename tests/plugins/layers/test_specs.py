@@ -190,6 +190,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
     "opt-125m.yaml": _llama_like("OPTConfig"),  # transformers' defaults are OPT-125M's sizes
+    # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
+    "gpt-neo-125m.yaml": _llama_like(
+        "GPTNeoConfig", vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12,
+        attention_types=[[["global", "local"], 6]], window_size=256, max_position_embeddings=2048),
 }
 
 REAL = sorted(HF_CONFIGS)
