@@ -68,7 +68,7 @@ MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     # deepseek_v2, minicpm3, youtu, granite*, ernie4_5* and glm* are being added beside this table.
     **{model_type: MAPPING_ONLY for model_type in (
-        "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
+        "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "cohere_compass_text", "ctrl",
         "cwm", "deepseek_v2", "dots1", "dots3_note_text", "emu3", "ernie4_5", "ernie4_5_moe", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "granite",
         "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hy_v3", "hyperclovax", "jais2",

@@ -8,7 +8,7 @@ from specformer_hf.family import Family
 def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
-    from specformer_hf.families import (cohere, cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone, exaone4, falcon,
+    from specformer_hf.families import (codegen, cohere, cohere2, deepseek_v3, deepseek_v32, deepseek_v4, exaone, exaone4, falcon,
                                         gemma, gemma2, gemma3, gemma4, glm4_moe, gpt_bigcode, gpt_neo, gpt_oss, gpt2, gpt_neox, gptj,
                                         internlm3, iquestcoder, llama, llama4, minimax_m2, mistral, mixtral, olmo2, olmo3,
                                         olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3, stablelm, starcoder2)
@@ -30,6 +30,8 @@ def builtin_families() -> list[Family]:
             exaone.FAMILY, internlm3.FAMILY, iquestcoder.FAMILY,
             cohere.FAMILY,
             opt.FAMILY, gpt_neo.FAMILY,
+            # GPT-J's maths with its own q/k/v layout: GPT-J writes every spec it expresses (import keeps CodeGen).
+            codegen.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -526,6 +526,14 @@ CASES += [
     Case("gpt_neo-global-tied", "GPTNeoConfig", "GPTNeoForCausalLM",
          dict(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global"], 2]],
               activation_function="gelu", max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None)),
+    # CodeGen: GPT-J's maths with qkv_proj in 4 shards of [q_s v_s k_s]: 8 heads (two per shard), rotary on 6 of 8
+    # channels, non-default eps; and 3 heads of 20 that straddle the shards (n_embd 60), whole heads rotated, GELU.
+    Case("codegen", "CodeGenConfig", "CodeGenForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=8, rotary_dim=6, n_positions=CONTEXT, n_inner=80,
+              layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None)),
+    Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -540,6 +548,6 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "opt-no-bias-no-affine", "gpt_neo-global-tied",
+    "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -131,6 +131,9 @@ DENSE_SPECS = {
     "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
         vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],
         window_size=256, max_position_embeddings=2048)),
+    # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
+    "codegen-350m-mono.yaml": ("CodeGenConfig", dict(
+        vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048)),
 }
 
 

@@ -480,3 +480,30 @@ def test_an_unscaled_windowed_gpt_style_spec_exports_as_gpt_neo(tmp_path):
     spec["model"]["block"]["attention"]["scale"] = 0.5
     with pytest.raises(UserError, match=r"GPT-Neo never scales attention scores \(scale: 1\)"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="gpt_neo")
+
+
+# -- CodeGen -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"tie_word_embeddings": True}, r"'tie_word_embeddings' = True is not supported: CodeGen's LM head has a bias"),
+    ({"n_embd": 66, "n_head": 3}, r"'n_embd' = 66 is not supported: CodeGen splits q, k and v into 4 shards of "
+                                  r"n_embd / 4 channels, so it must be a multiple of 4"),
+])
+def test_codegen_import_refuses_what_transformers_cannot_run(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "codegen", **changes))
+
+
+def test_codegen_imports_keep_their_family_and_gptj_specs_stay_gptj(tmp_path):
+    """CodeGen and GPT-J share their maths: an imported CodeGen exports as CodeGen, a spec from elsewhere as GPT-J."""
+    imported = specformer_hf.import_hf(_folder(tmp_path / "in", "codegen"))
+    out = specformer_hf.to_hf(imported.model, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "codegen"
+    spec = {"model": imported.spec["model"]}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "fresh")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "gptj"
+    spec["model"] = {**spec["model"], "d_model": 66,  # 6 heads of 11: a width GPT-J holds, CodeGen does not
+                     "block": {**spec["model"]["block"], "attention": {"kind": "attention", "n_heads": 6}}}
+    with pytest.raises(UserError, match=r"model.d_model: 66: Hugging Face CodeGen splits q, k and v into 4 shards"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "odd", family="codegen")

@@ -194,6 +194,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "gpt-neo-125m.yaml": _llama_like(
         "GPTNeoConfig", vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12,
         attention_types=[[["global", "local"], 6]], window_size=256, max_position_embeddings=2048),
+    # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
+    "codegen-350m-mono.yaml": _llama_like(
+        "CodeGenConfig", vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048),
 }
 
 REAL = sorted(HF_CONFIGS)
