@@ -73,7 +73,7 @@ MISSING: dict[str, str] = {
         "flint", "gemma4_unified_text", "glm", "glm4", "glm4_moe_lite", "glm_moe_dsa", "gpt-sw3", "granite",
         "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm3", "minicpm5_moe", "ministral", "ministral3",
-        "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "param2moe", "persimmon",
+        "modernbert-decoder", "mpt", "nanochat", "nemotron", "param2moe", "persimmon",
         "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm", "youtu")},
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
@@ -85,6 +85,7 @@ MISSING: dict[str, str] = {
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
+    "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
     "olmo": "weightless LayerNorm and clip_qkv (issue 46)",
