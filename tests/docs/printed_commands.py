@@ -634,8 +634,9 @@ def run_plan(steps: list[dict], script: str | None = None) -> list[Result]:
     return results
 
 
-def _tail(text: str, limit: int = 6000) -> str:
-    # Progress bars redraw with carriage returns: keep what a terminal would show last.
+def _tail(text: str, limit: int = 12000) -> str:
+    # Progress bars redraw with carriage returns: keep what a terminal would show last. The limit holds the first line
+    # of `hf export --verbose`, which lists one reason per Hugging Face family (50 of them, and growing).
     lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
     text = "\n".join(lines)
     return text if len(text) <= limit else "...\n" + text[-limit:]
