@@ -10,6 +10,7 @@ def builtin_families() -> list[Family]:
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
+        codegen,
         cohere,
         cohere2,
         deepseek_v2,
@@ -29,6 +30,7 @@ def builtin_families() -> list[Family]:
         glm4_moe,
         gpt2,
         gpt_bigcode,
+        gpt_neo,
         gpt_neox,
         gpt_oss,
         gptj,
@@ -47,6 +49,7 @@ def builtin_families() -> list[Family]:
         olmo2,
         olmo3,
         olmoe,
+        opt,
         phi,
         phi3,
         qwen2,
@@ -86,6 +89,9 @@ def builtin_families() -> list[Family]:
             youtu.FAMILY,
             mpt.FAMILY,
             arcee.FAMILY,
+            opt.FAMILY,
+            gpt_neo.FAMILY,
+            codegen.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -24,9 +24,10 @@ DEFAULTS = {
 THETA = 10000.0
 
 
-def to_spec(cfg: ConfigReader) -> dict[str, Any]:
+def to_spec(cfg: ConfigReader, *, name: str = NAME) -> dict[str, Any]:
+    """GPT-J's config as a spec; ``name``: the family whose config it is (CodeGen shares GPT-J's fields and maths)."""
     cfg.require("tie_word_embeddings", (False,),
-                why="GPT-J's LM head has a bias of its own, and specformer's tied head has none")
+                why=f"{name}'s LM head has a bias of its own, and specformer's tied head has none")
     d_model, n_heads = cfg.get_size("n_embd"), cfg.get_size("n_head")
     head_dim = d_model // n_heads
     rotary_dim = cfg.get("rotary_dim")
@@ -54,22 +55,23 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     }
 
 
-def to_config(view: SpecView) -> dict[str, Any]:
+def to_config(view: SpecView, *, name: str = NAME) -> dict[str, Any]:
+    """The GPT-J config of ``view``; ``name`` as in :func:`to_spec`."""
     m = view.model
     if not m.lm_head_bias:
-        raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME}'s LM head always has a bias")
-    pos = view.expect(view.positional, "model.positional", ("rope",), family=NAME)
+        raise NotExpressible("model.lm_head_bias", f"Hugging Face {name}'s LM head always has a bias")
+    pos = view.expect(view.positional, "model.positional", ("rope",), family=name)
     if not pos.get("interleaved"):
-        raise NotExpressible("model.positional.interleaved", f"Hugging Face {NAME} always pairs adjacent channels "
+        raise NotExpressible("model.positional.interleaved", f"Hugging Face {name} always pairs adjacent channels "
                              "(interleaved: true)")
     if pos.get("theta") != THETA or pos.get("scaling"):
-        raise NotExpressible("model.positional", f"Hugging Face {NAME}'s rotary has theta {THETA:g} and no scaling")
-    view.block_kind("layout", ("parallel",), family=NAME)
-    if not view.uniform("layout", "shared_norm", family=NAME):
-        raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {NAME}'s parallel blocks share one norm")
-    view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
-    view.block_kind("ffn", ("mlp",), family=NAME)
+        raise NotExpressible("model.positional", f"Hugging Face {name}'s rotary has theta {THETA:g} and no scaling")
+    view.block_kind("layout", ("parallel",), family=name)
+    if not view.uniform("layout", "shared_norm", family=name):
+        raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {name}'s parallel blocks share one norm")
+    view.block_kind("norm", ("layernorm",), family=name)
+    view.block_kind("attention", ("attention",), family=name)
+    view.block_kind("ffn", ("mlp",), family=name)
     n_heads, _, head_dim = view.attention_sizes()
     rotary_dim = int(head_dim * pos.get("fraction", 1.0))
     return {
@@ -79,9 +81,9 @@ def to_config(view: SpecView) -> dict[str, Any]:
         "n_layer": m.n_layers,
         "n_head": n_heads,
         "rotary_dim": rotary_dim - rotary_dim % 2,  # as specformer's rope rounds it; the read-back compares the rest
-        "n_inner": view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model,
-        "activation_function": ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=NAME)],
-        "layer_norm_epsilon": view.uniform("norm", "eps", family=NAME),
+        "n_inner": view.uniform("ffn", "hidden", family=name) or 4 * m.d_model,
+        "activation_function": ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=name)],
+        "layer_norm_epsilon": view.uniform("norm", "eps", family=name),
         "tie_word_embeddings": False,
     }
 

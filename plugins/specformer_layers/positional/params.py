@@ -8,10 +8,16 @@ from specformer.registry.params import Params, Sized, SubComponent
 
 
 class LearnedPositionsParams(Params):
-    """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019)."""
+    """A trained vector per position, added to the token embeddings (GPT-2, Radford et al. 2019).
+
+    ``offset`` rows come before position 0's and are never read: OPT's table starts its
+    positions at row 2 (rows kept so that its checkpoints load as they are).
+    """
+
+    offset: int = Field(default=0, ge=0, description="Table rows before position 0's, never read (OPT: 2).")
 
     def sized(self, *, context_length: int, d_model: int) -> Sized:
-        return Sized(parameters=context_length * d_model, adds_to_embeddings=True)
+        return Sized(parameters=(context_length + self.offset) * d_model, adds_to_embeddings=True)
 
 
 class SinusoidalPositionsParams(Params):

@@ -604,6 +604,34 @@ CASES += [
     Case("arcee-tied-head-dim", "ArceeConfig", "ArceeForCausalLM",
          _llama_like(num_attention_heads=8, head_dim=12, tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh",
                      pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
+    # OPT: learned positions read from row 2 of their table, biases on, the head untied, 5 heads of 12; and without
+    # biases nor LayerNorm weights (enable_bias, layer_norm_elementwise_affine false), GELU, tied, 3 layers.
+    Case("opt", "OPTConfig", "OPTForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_hidden_layers=2, num_attention_heads=5, ffn_dim=80,
+              max_position_embeddings=CONTEXT, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)),
+    Case("opt-no-bias-no-affine", "OPTConfig", "OPTForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_dim=96,
+              max_position_embeddings=CONTEXT, enable_bias=False, layer_norm_elementwise_affine=False,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # GPT-Neo: a global layer then two local ones with a window shorter than the prompt, unscaled scores, 5 heads of
+    # 12, untied, non-default eps; and every layer global, tied, GELU.
+    Case("gpt_neo", "GPTNeoConfig", "GPTNeoForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_layers=3, num_heads=5, intermediate_size=80,
+              attention_types=[[["global", "local"], 1], [["local"], 1]], window_size=WINDOW,
+              max_position_embeddings=CONTEXT, layer_norm_epsilon=1e-4, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None)),
+    Case("gpt_neo-global-tied", "GPTNeoConfig", "GPTNeoForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global"], 2]],
+              activation_function="gelu", max_position_embeddings=CONTEXT, bos_token_id=None, eos_token_id=None)),
+    # CodeGen: GPT-J's maths with qkv_proj in 4 shards of [q_s v_s k_s]: 8 heads (two per shard), rotary on 6 of 8
+    # channels, non-default eps; and 3 heads of 20 that straddle the shards (n_embd 60), whole heads rotated, GELU.
+    Case("codegen", "CodeGenConfig", "CodeGenForCausalLM",
+         dict(vocab_size=128, n_embd=64, n_layer=2, n_head=8, rotary_dim=6, n_positions=CONTEXT, n_inner=80,
+              layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None)),
+    Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
+         dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
+              activation_function="gelu", bos_token_id=None, eos_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -623,5 +651,6 @@ SLOW_VARIANTS = frozenset({
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
+    "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -155,6 +155,14 @@ DENSE_SPECS = {
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": ("MptConfig", dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048)),
     "arcee-afm-4.5b.yaml": ("ArceeConfig", dict()),  # transformers' defaults ("AFM-4.5B-Base style")
+    "opt-125m.yaml": ("OPTConfig", dict()),  # transformers' defaults are OPT-125M's sizes
+    # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
+    "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
+        vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],
+        window_size=256, max_position_embeddings=2048)),
+    # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
+    "codegen-350m-mono.yaml": ("CodeGenConfig", dict(
+        vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048)),
 }
 
 

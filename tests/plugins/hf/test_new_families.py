@@ -407,3 +407,103 @@ def test_grouped_query_parallel_specs_export_as_falcon_40b_blocks(tmp_path, layo
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == "falcon" and written["num_kv_heads"] == 2
     assert {key: written[key] for key in config} == config
+
+
+# -- OPT ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"do_layer_norm_before": False}, r"'do_layer_norm_before' = False is not supported: post-norm OPT \(OPT-350m\) ends "
+                                      r"without a final LayerNorm"),
+    ({"_remove_final_layer_norm": True}, r"'_remove_final_layer_norm' = True is not supported"),
+    ({"word_embed_proj_dim": 32}, r"'word_embed_proj_dim' = 32 is not supported: word embeddings of another width than "
+                                  r"hidden_size need projections into and out of the stream \(project_in, project_out\)"),
+])
+def test_opt_import_refuses_what_specformer_cannot_build(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "opt", **changes))
+
+
+def test_opt_reads_checkpoints_saved_without_the_model_prefix(tmp_path):
+    """The published OPT checkpoints were saved from OPTModel: decoder.* tensors, the tied head absent."""
+    hf = BY_NAME["opt-no-bias-no-affine"].build()
+    hf.save_pretrained(tmp_path)
+    tensors = {name.removeprefix("model."): t.contiguous() for name, t in hf.state_dict().items() if name != "lm_head.weight"}
+    save_file(tensors, tmp_path / "model.safetensors")
+    imported = specformer_hf.import_hf(tmp_path)
+    assert imported.spec["model"]["positional"] == {"kind": "learned", "offset": 2}
+    ids = torch.randint(0, 128, (1, 20))
+    with torch.no_grad():
+        assert (imported.model(ids) - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+def test_learned_positions_with_opt_offset_export_only_as_opt(tmp_path):
+    spec = {"model": {**GPT_STYLE, "positional": {"kind": "learned", "offset": 2},
+                      "block": {**GPT_STYLE["block"], "ffn": {"kind": "mlp", "activation": "relu"}}}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "opt"
+    spec["model"]["positional"]["offset"] = 1
+    with pytest.raises(UserError, match=r"model.positional.offset: 1: Hugging Face OPT's position table starts at row 2"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="opt")
+
+
+# -- GPT-Neo -------------------------------------------------------------------------------------------------------
+
+
+def test_gpt_neo_reads_attention_types_as_per_layer_windows(tmp_path):
+    imported = specformer_hf.import_hf(_folder(tmp_path, "gpt_neo"))
+    model = imported.spec["model"]
+    assert model["block"]["attention"]["scale"] == 1.0 and model["block"]["attention"]["window"] == 8
+    assert model["layers"] == [{"select": 0, "attention": {"window": None}}]
+
+
+@pytest.mark.parametrize("types, needle", [
+    ([[["global", "sparse"], 1], [["local"], 1]], r"'attention_types' = .* must give 'global' or 'local' for each of the "
+                                                  r"3 layers \(not sparse\)"),
+    ([[["global", "local"], 2]], r"must give 'global' or 'local' for each of the 3 layers, not 4"),
+    ([["global", 3]], r"'attention_types' = .* must give 'global' or 'local'"),
+])
+def test_gpt_neo_refuses_attention_types_that_do_not_name_each_layer(tmp_path, types, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "gpt_neo", attention_types=types))
+
+
+def test_an_unscaled_windowed_gpt_style_spec_exports_as_gpt_neo(tmp_path):
+    """Local layers on every other layer from the second: attention_types is the shortest repeating pattern."""
+    spec = {"model": {**GPT_STYLE, "n_layers": 4, "block": {**GPT_STYLE["block"], "attention": {
+        "kind": "attention", "n_heads": 4, "out_bias": True, "scale": 1.0}},
+        "layers": [{"select": "1::2", "attention": {"window": 6}}]}}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gpt_neo"
+    assert (config["attention_types"], config["window_size"]) == ([[["global", "local"], 2]], 6)
+    spec["model"]["block"]["attention"]["scale"] = 0.5
+    with pytest.raises(UserError, match=r"GPT-Neo never scales attention scores \(scale: 1\)"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="gpt_neo")
+
+
+# -- CodeGen -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"tie_word_embeddings": True}, r"'tie_word_embeddings' = True is not supported: CodeGen's LM head has a bias"),
+    ({"n_embd": 66, "n_head": 3}, r"'n_embd' = 66 is not supported: CodeGen splits q, k and v into 4 shards of "
+                                  r"n_embd / 4 channels, so it must be a multiple of 4"),
+])
+def test_codegen_import_refuses_what_transformers_cannot_run(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.import_hf(_folder(tmp_path, "codegen", **changes))
+
+
+def test_codegen_imports_keep_their_family_and_gptj_specs_stay_gptj(tmp_path):
+    """CodeGen and GPT-J share their maths: an imported CodeGen exports as CodeGen, a spec from elsewhere as GPT-J."""
+    imported = specformer_hf.import_hf(_folder(tmp_path / "in", "codegen"))
+    out = specformer_hf.to_hf(imported.model, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "codegen"
+    spec = {"model": imported.spec["model"]}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "fresh")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "gptj"
+    spec["model"] = {**spec["model"], "d_model": 66,  # 6 heads of 11: a width GPT-J holds, CodeGen does not
+                     "block": {**spec["model"]["block"], "attention": {"kind": "attention", "n_heads": 6}}}
+    with pytest.raises(UserError, match=r"model.d_model: 66: Hugging Face CodeGen splits q, k and v into 4 shards"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "odd", family="codegen")
