@@ -74,7 +74,6 @@ MISSING: dict[str, str] = {
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "param2moe", "persimmon",
         "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm")},
-    "ernie4_5_moe": "a router choosing by softmax plus a selection-only bias (issue 46)",
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
     "falcon_mamba": "Mamba-1 selective scan (issue 45)",

@@ -16,6 +16,7 @@ def builtin_families() -> list[Family]:
         deepseek_v32,
         deepseek_v4,
         ernie4_5,
+        ernie4_5_moe,
         exaone,
         exaone4,
         falcon,
@@ -82,6 +83,7 @@ def builtin_families() -> list[Family]:
             deepseek_v2.FAMILY,
             minicpm3.FAMILY,
             youtu.FAMILY,
+            ernie4_5_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 
