@@ -66,7 +66,6 @@ WRAPPERS: dict[str, str] = {
 #: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
-    # deepseek_v2, minicpm3, youtu, granite*, ernie4_5* and glm* are being added beside this table.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "aria_text", "bamba", "beam", "biogpt", "cohere_compass_text", "ctrl",
         "cwm", "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
@@ -74,7 +73,6 @@ MISSING: dict[str, str] = {
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral", "ministral3",
         "modernbert-decoder", "nanochat", "param2moe", "persimmon",
         "sarvam_mla", "sarvam_moe", "seed_oss", "solar_open", "vaultgemma", "xglm")},
-    "ernie4_5_moe": "a router choosing by softmax plus a selection-only bias (issue 46)",
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
     "falcon_mamba": "Mamba-1 selective scan (issue 45)",

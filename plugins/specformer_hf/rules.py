@@ -91,6 +91,19 @@ class Transposed(Rule):
         return [tensors[0].t().contiguous()]
 
 
+class Unsqueezed(Rule):
+    """A tensor the checkpoint stores with a leading axis of one (ERNIE 4.5 MoE's ``(1, E)`` expert bias) as ours ``(E,)``."""
+
+    def __init__(self, hf: str, ours: str) -> None:
+        self.hf, self.ours = (hf,), (ours,)
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].reshape(tensors[0].shape[1:])]  # (1, *S) -> S
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [tensors[0].unsqueeze(0)]  # S -> (1, *S)
+
+
 class DepthwiseConv(Rule):
     """Depthwise ``nn.Conv1d`` weights ``(C_i, 1, K)`` as a recurrent mixer's ``conv_weight`` ``(C, K)``.
 
@@ -313,4 +326,4 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "halves", "qkv_sizes"]
+__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "Unsqueezed", "halves", "qkv_sizes"]

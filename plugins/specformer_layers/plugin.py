@@ -48,6 +48,7 @@ from specformer_layers.positional.rope_scaling.params import (
 )
 from specformer_layers.residual.params import HyperConnectionsParams, SingleStreamParams
 from specformer_layers.routers.params import (
+    BiasedSoftmaxTopKParams,
     HashParams,
     NormedSoftmaxTopKParams,
     SigmoidTopKParams,
@@ -107,6 +108,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://ai.meta.com/blog/llama-4-multimodal-intelligence/"),
     (ROUTER_KIND, "sqrtsoftplus_topk", "routers.sqrtsoftplus_topk:SqrtSoftplusTopK", SqrtSoftplusTopKParams,
      "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash-Base"),
+    (ROUTER_KIND, "biased_softmax_topk", "routers.biased_softmax_topk:BiasedSoftmaxTopK", BiasedSoftmaxTopKParams,
+     "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT"),
     (ROUTER_KIND, "hash", "routers.hash:HashRouter", HashParams, "https://arxiv.org/abs/2106.04426"),
 
     ("attention", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,

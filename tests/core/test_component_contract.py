@@ -176,6 +176,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("router", "softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "sigmoid_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "sqrtsoftplus_topk", "topk_group"): (2, {"n_group": 2}),
+    ("router", "biased_softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("rope_scaling", "longrope", "short_factor"): [1.5] * PAIRS,
     ("rope_scaling", "longrope", "long_factor"): [3.0] * PAIRS,
     ("layout", "parallel", "shared_norm"): True,

@@ -147,6 +147,24 @@ class SqrtSoftplusTopKParams(SigmoidTopKParams):
     """
 
 
+class BiasedSoftmaxTopKParams(SigmoidTopKParams):
+    """As ``sigmoid_topk``, with each expert scored by a softmax over all experts' ``x W^T`` (ERNIE 4.5 MoE).
+
+    The ``top_k`` experts are chosen by probability plus the selection-only balancing bias
+    (ERNIE's ``e_score_correction_bias``, moved by ``bias_update_rate`` while training as
+    ``sigmoid_topk``'s is); the weights are the chosen plain probabilities, divided by
+    ``max(their sum, norm_min)`` with ``normalize`` (ERNIE's ``moe_norm_min``), then
+    multiplied by ``scaling_factor``. Without the bias it is ``softmax_topk`` with
+    ``normalize`` (the floor aside); grouping ranks a group by its two best biased
+    probabilities, as ``sigmoid_topk`` does.
+    """
+
+    norm_min: float = Field(
+        default=1e-12, ge=0,
+        description="With normalize: the chosen weights are divided by max(their sum, norm_min) (ERNIE's moe_norm_min).",
+    )
+
+
 class HashParams(Params):
     """Experts fixed per token id by a table, not by a learned score; a learned score still weighs them (DeepSeek-V4).
 

@@ -33,7 +33,7 @@ class SigmoidTopK(GroupedTopK):
         experts = candidates.topk(self.top_k, dim=-1).indices  # (N, k)
         weights = scores.gather(1, experts)  # (N, k)
         if self.normalize:
-            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+            weights = self.renormalized(weights)
         if self.scaling_factor != 1.0:
             weights = weights * self.scaling_factor
         if self.training and self.bias_update_rate > 0:
@@ -44,8 +44,12 @@ class SigmoidTopK(GroupedTopK):
         return Routing(weights, experts, probs)
 
     def score(self, logits: Tensor) -> Tensor:
-        """Each expert's score from its logit (a subclass scores otherwise)."""
+        """Each expert's score from the logits ``(N, E)`` (a subclass scores otherwise)."""
         return logits.sigmoid()
+
+    def renormalized(self, weights: Tensor) -> Tensor:
+        """The chosen experts' weights ``(N, k)`` rescaled to sum to one (DeepSeek-V3's form, 1e-20 against 0/0)."""
+        return weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
 
     def _observe(self, experts: Tensor) -> None:
         slots = experts.flatten()

@@ -540,6 +540,18 @@ CASES += [
     Case("ernie4_5-mqa-untied", "Ernie4_5Config", "Ernie4_5ForCausalLM",
          _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, tie_word_embeddings=False,
                      pad_token_id=None, rope_parameters=_rope("linear", factor=2.0))),
+    # ERNIE 4.5 MoE: layer 0 dense, 1 and 2 experts (the default start index 1) with two shared experts, 5 heads over
+    # 1 kv head, tied; and experts on every second layer up to index 3 only (1 and 3 of 5), use_bias with an untied
+    # head, no shared experts, a normalisation floor (moe_norm_min) above many tokens' kept probabilities.
+    Case("ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1, hidden_size=80,
+                     moe_num_experts=6, moe_k=2, moe_intermediate_size=24, moe_num_shared_experts=2,
+                     rms_norm_eps=1e-4, tie_word_embeddings=True)),
+    Case("ernie4_5_moe-interval-bias", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+         _llama_like(num_hidden_layers=5, moe_num_experts=5, moe_k=3, moe_intermediate_size=32,
+                     moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_end_index=3, moe_layer_interval=2,
+                     moe_norm_min=0.8, use_bias=True, tie_word_embeddings=False,
+                     rope_parameters=_rope("linear", factor=2.0))),
     # GLM (glm-4-9b): head_dim 24 (not hidden / heads) with half of it rotated in adjacent pairs (the default factor,
     # not written), q/k/v biases (none on o), the fused gate_up_proj, tied; and MQA, no biases, a quarter of each
     # head rotated under a linear scaling, untied.
@@ -646,7 +658,7 @@ SLOW_VARIANTS = frozenset({
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",
     "gemma4-moe", "phi-2-shape", "gpt_bigcode-mha-unscaled", "gptj-whole-heads", "falcon-7b-shape", "falcon-new-one-norm",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm",
-    "ernie4_5-mqa-untied", "glm-mqa-quarter", "glm4-mqa-whole-tied",
+    "ernie4_5-mqa-untied", "ernie4_5_moe-interval-bias", "glm-mqa-quarter", "glm4-mqa-whole-tied",
     "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",

@@ -80,6 +80,8 @@ MOE_SPECS = {
         max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})),
+    # transformers' Ernie4_5_MoeConfig defaults are ERNIE-4.5-21B-A3B's sizes (its docstring says so).
+    "ernie-4.5-21b-a3b.yaml": ("Ernie4_5_MoeConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -174,7 +176,8 @@ def test_active_parameters_match_transformers(name):
     config = getattr(transformers, config_class)(**fields)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(config)
-    total = sum(p.numel() for p in hf.parameters())
+    # Frozen parameters (ERNIE 4.5 MoE's e_score_correction_bias, requires_grad False) are buffers in specformer.
+    total = sum(p.numel() for p in hf.parameters() if p.requires_grad)
     idle = 0
     for layer in hf.model.layers:
         # Llama 4 names it feed_forward, Granite MoE block_sparse_moe
@@ -270,7 +273,8 @@ def test_hybrid_total_and_active_parameters_match_transformers(name):
     config = getattr(transformers, config_class)(**fields)
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(config)
-    total = sum(p.numel() for p in hf.parameters())
+    # Frozen parameters (ERNIE 4.5 MoE's e_score_correction_bias, requires_grad False) are buffers in specformer.
+    total = sum(p.numel() for p in hf.parameters() if p.requires_grad)
     idle = 0
     for layer in hf.model.layers:
         moe = getattr(layer, "block_sparse_moe", None)  # Granite's routed experts (Falcon-H1 has none)

@@ -507,3 +507,52 @@ def test_codegen_imports_keep_their_family_and_gptj_specs_stay_gptj(tmp_path):
                      "block": {**spec["model"]["block"], "attention": {"kind": "attention", "n_heads": 6}}}
     with pytest.raises(UserError, match=r"model.d_model: 66: Hugging Face CodeGen splits q, k and v into 4 shards"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "odd", family="codegen")
+@pytest.mark.parametrize("changes, needle", [
+    ({"use_bias": True}, r"use_bias with tie_word_embeddings is not supported: the LM head tied to the embedding then "
+                         r"has a bias"),
+    ({"use_bias": True, "tie_word_embeddings": False},
+     r"use_bias with moe_num_shared_experts > 0 is not supported: the shared experts then have biases"),
+    ({"moe_layer_start_index": 3}, r"select no layer of 3: a model without experts is dense ERNIE 4.5"),
+])
+def test_ernie4_5_moe_import_refuses_what_specformer_cannot_build(tmp_path, changes, needle):
+    with pytest.raises(UserError, match=needle) as caught:
+        specformer_hf.import_hf(_folder(tmp_path, "ernie4_5_moe", **changes))
+    assert "\n" not in str(caught.value)
+
+
+def test_ernie4_5_moe_reads_its_expert_layers_and_writes_them_back(tmp_path):
+    """Experts on every second layer up to index 3 (1 and 3 of 5); the others dense, biased with use_bias."""
+    imported = specformer_hf.import_hf(_folder(tmp_path / "in", "ernie4_5_moe-interval-bias"))
+    kinds = [type(block.ffn).__name__ for block in imported.model.blocks]
+    assert kinds == ["GatedMLP", "MoE", "GatedMLP", "MoE", "GatedMLP"]
+    assert imported.model.blocks[0].ffn.gate_up.bias is not None
+    specformer_hf.to_hf(imported.model, tmp_path / "out", family="ernie4_5_moe")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["moe_layer_start_index"], config["moe_layer_end_index"], config["moe_layer_interval"]) == (1, 3, 2)
+    assert config["moe_norm_min"] == 0.8
+
+
+def test_ernie4_5_moe_export_refuses_expert_layers_it_cannot_place(tmp_path):
+    spec = tiny_spec(n_layers=3, positional={"kind": "rope", "interleaved": True})
+    spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16,
+                                     "router": {"kind": "biased_softmax_topk"}}
+    spec["model"]["layers"] = [{"select": 1, "ffn": {"kind": "swiglu", "hidden": 16}}]  # experts on 0 and 2
+    with pytest.raises(UserError, match=r"moe on layers \[0, 2\]: Hugging Face ERNIE 4.5 MoE has experts on every "
+                                        r"moe_layer_interval-th layer"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="ernie4_5_moe")
+    spec["model"]["layers"] = []
+    spec["model"]["block"]["ffn"]["router"] = {"kind": "sigmoid_topk"}
+    with pytest.raises(UserError, match="routes with biased_softmax_topk"):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="ernie4_5_moe")
+
+
+def test_ernie4_5_moe_skips_the_multi_token_prediction_module_as_transformers_does(tmp_path):
+    from safetensors.torch import load_file
+
+    folder = _folder(tmp_path, "ernie4_5_moe")
+    tensors = load_file(folder / "model.safetensors")
+    save_file({**tensors, "model.mtp_linear_proj.0.weight": torch.ones(80, 160)}, folder / "model.safetensors")
+    specformer_hf.import_hf(folder)
+    save_file({**tensors, "model.layers.7.mlp.gate.weight": torch.ones(6, 80)}, folder / "model.safetensors")
+    with pytest.raises(UserError, match=r"does not use.*model\.layers\.7"):
+        specformer_hf.import_hf(folder)

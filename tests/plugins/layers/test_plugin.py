@@ -13,7 +13,7 @@ EXPECTED = {
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "parallel", "none"},
     "attention": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
-    "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk"},
+    "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk"},
     "residual": {"single", "mhc"},
     "indexer": {"lightning"},
     "per_layer_input": {"per_layer_embedding"},

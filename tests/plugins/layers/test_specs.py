@@ -203,6 +203,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "iquest-coder-40b.yaml": _llama_like("IQuestCoderConfig"),
     "command-r-35b.yaml": _llama_like("CohereConfig"),  # transformers' defaults are Command R's sizes
     "ernie-4.5-0.3b.yaml": _llama_like("Ernie4_5Config"),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
+    # transformers' Ernie4_5_MoeConfig defaults are ERNIE-4.5-21B-A3B's sizes (its docstring says so).
+    "ernie-4.5-21b-a3b.yaml": _llama_like("Ernie4_5_MoeConfig"),
     "glm-4-9b.yaml": _llama_like("GlmConfig"),  # transformers' defaults are glm-4-9b's sizes
     "glm-4-9b-0414.yaml": _llama_like("Glm4Config"),  # transformers' defaults are GLM-4-9B-0414's sizes
     # Granite 3 and Granite 3 MoE (the same fields as tests/plugins/hf/test_family_specs.py's).
@@ -253,7 +255,8 @@ def test_parameter_count_matches_transformers_and_publication(name: str) -> None
     ours = specformer.summarize(SPECS / name).total
     with torch.device("meta"):
         hf = AutoModelForCausalLM.from_config(HF_CONFIGS[name]())
-    theirs = sum(p.numel() for p in hf.parameters())
+    # Frozen parameters (ERNIE 4.5 MoE's e_score_correction_bias, requires_grad False) are buffers in specformer.
+    theirs = sum(p.numel() for p in hf.parameters() if p.requires_grad)
     assert ours == theirs, f"{name}: specformer {ours:,}, transformers {theirs:,}"
     assert ours == published_total(name)
 
