@@ -16,9 +16,9 @@ class AdapterParams(Params):
     """What every adapter shares: where it goes and how the frozen base is held."""
 
     targets: list[str] = Field(
-        default_factory=lambda: ["blocks.*.attention.*"], min_length=1,
+        default_factory=lambda: ["blocks.*.mixer.*"], min_length=1,
         description="Linear layers to adapt, by the model's own module paths with globs: `*` within a segment, "
-                    "`**` across (e.g. `blocks.*.attention.qkv`, `blocks.*.ffn.*`).")
+                    "`**` across (e.g. `blocks.*.mixer.qkv`, `blocks.*.ffn.*`).")
     base: SubComponent("quantization") | None = Field(  # type: ignore[valid-type]
         default=None,
         description="Hold the frozen base weights at lower precision (a quantization scheme: bf16, int8); "

@@ -22,7 +22,7 @@ class GroupRule(BaseModel):
 
     match: list[str] = Field(
         min_length=1,
-        description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.attention.*') "
+        description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.mixer.*') "
                     "this rule applies to; the first matching rule wins.",
     )
     lr: Float | None = Field(default=None, gt=0, le=10, description="Peak learning rate of these parameters.")
