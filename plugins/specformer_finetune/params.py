@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from specformer.registry.params import Params, SubComponent
+from specformer.renamed import current_patterns
 
 
 class AdapterParams(Params):
@@ -23,6 +24,12 @@ class AdapterParams(Params):
         default=None,
         description="Hold the frozen base weights at lower precision (a quantization scheme: bf16, int8); "
                     "null keeps them as loaded.")
+
+    @field_validator("targets")
+    @classmethod
+    def _current_names(cls, targets: list[str]) -> list[str]:
+        # Targets written before the block's `attention` became `mixer` (blocks.*.attention.qkv) still select.
+        return current_patterns(targets, where="adapter targets")
 
 
 class LoRAParams(AdapterParams):
