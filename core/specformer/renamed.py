@@ -37,14 +37,24 @@ class RenamedWarning(DeprecationWarning):
     """A name written the old way was read the new way: rewrite it, it will stop being read some day."""
 
 
-# Shown, where DeprecationWarning is hidden by default: the person who wrote the file is the one to tell. Python
-# shows each distinct message once, and each message names its file: one line per file, not one per layer.
-warnings.filterwarnings("default", category=RenamedWarning)
+# Shown, where DeprecationWarning is hidden by default: the person who wrote the file is the one to tell.
+warnings.filterwarnings("always", category=RenamedWarning)
+
+#: The lines said in this process: each once, however often its file is read (a command may validate a spec twice).
+_SAID: set[str] = set()
 
 
 def _say(where: str, subject: str) -> None:
-    warnings.warn(f"{where}: {subject}: the block's token mixer is now called {MIXER!r} (whatever its kind); "
-                  f"{OLD_MIXER!r} is read as {MIXER!r} for now: rename it", RenamedWarning, stacklevel=3)
+    line = (f"{where}: {subject}: the block's token mixer is now called {MIXER!r} (whatever its kind); "
+            f"{OLD_MIXER!r} is read as {MIXER!r} for now: rename it")
+    if line not in _SAID:
+        _SAID.add(line)
+        warnings.warn(line, RenamedWarning, stacklevel=3)
+
+
+def forget_said() -> None:
+    """Say every line again when its file is next read (tests, each of which reads files anew)."""
+    _SAID.clear()
 
 
 def upgrade_spec(data: Any, *, source: str | None = None) -> Any:
@@ -122,4 +132,5 @@ def current_patterns(patterns: list[str], *, where: str) -> list[str]:
     return current
 
 
-__all__ = ["MIXER", "OLD_MIXER", "RenamedWarning", "current_kind", "current_name", "current_patterns", "upgrade_spec"]
+__all__ = ["MIXER", "OLD_MIXER", "RenamedWarning", "current_kind", "current_name", "current_patterns", "forget_said",
+           "upgrade_spec"]

@@ -70,6 +70,19 @@ def test_an_old_spec_file_reads_as_mixer_with_one_line_naming_the_file(tmp_path:
     assert '"attention":' not in spec.to_json().replace('"kind": "attention"', "")
 
 
+def test_a_file_read_twice_in_one_process_is_said_once(tmp_path: Path) -> None:
+    from specformer.cli.main import main
+
+    path = tmp_path / "old.yaml"
+    path.write_text(OLD_YAML)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["summary", str(path)]) == 0  # validates the spec, then sizes it from the file again
+        specformer.load_spec(path)
+    lines = renamed_lines(caught)
+    assert len(lines) == 1 and str(path) in lines[0], lines
+
+
 def test_both_keys_in_one_place_is_an_error_naming_both(tmp_path: Path) -> None:
     path = tmp_path / "both.yaml"
     path.write_text(OLD_YAML.replace("    ffn: {kind: swiglu", "    mixer: {kind: mamba2}\n    ffn: {kind: swiglu"))

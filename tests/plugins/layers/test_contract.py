@@ -296,7 +296,7 @@ def _attention_by_positional() -> list[Any]:
         if scaling.get("kind") != "longrope":
             return scheme
         if "mixers" in attention:  # a parallel mixer: its attention carries the rotary heads
-            attention = next(m for m in attention["mixers"] if m["kind"] in ("mixer", "mla"))
+            attention = next(m for m in attention["mixers"] if m["kind"] in ("attention", "mla"))
         width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention.get("n_heads", 1)
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],
@@ -341,7 +341,7 @@ def _reads_positions(attention: dict[str, Any]) -> bool:
     return uses_positions(layer)
 
 
-@pytest.mark.parametrize(("mixer", "positional", "layers"), _attention_by_positional())
+@pytest.mark.parametrize(("attention", "positional", "layers"), _attention_by_positional())
 def test_every_attention_and_positional_generate_with_the_cache_as_recompute(
         attention: dict[str, Any], positional: dict[str, Any], layers: list[dict[str, Any]]) -> None:
     spec = spec_with("mixer", attention)
