@@ -48,7 +48,7 @@ def spec_for(shape: dict[str, Any]) -> dict[str, Any]:
         "vocab_size": shape["vocab"], "d_model": shape["d"], "n_layers": shape["n_layers"],
         "context_length": shape["context"], "tie_embeddings": False,
         "positional": {"kind": "rope", "theta": shape["theta"]},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5}, "attention": attention, "ffn": ffn},
+        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5}, "mixer": attention, "ffn": ffn},
     }}
 
 
@@ -166,12 +166,12 @@ def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
     out = {"tok.weight": sd["embedding.weight"], "norm": sd["final_norm.weight"], "head.weight": sd["lm_head.weight"]}
     for i, layer in enumerate(peer.layers):
         p = f"blocks.{i}."
-        q, k, v = sd[p + "attention.qkv.weight"].split(
+        q, k, v = sd[p + "mixer.qkv.weight"].split(
             (layer.n_heads * layer.hd, layer.n_kv * layer.hd, layer.n_kv * layer.hd))
         out.update({f"layers.{i}.attn_norm": sd[p + "attention_norm.weight"],
                     f"layers.{i}.ffn_norm": sd[p + "ffn_norm.weight"],
                     f"layers.{i}.wq.weight": q, f"layers.{i}.wk.weight": k, f"layers.{i}.wv.weight": v,
-                    f"layers.{i}.wo.weight": sd[p + "attention.out.weight"]})
+                    f"layers.{i}.wo.weight": sd[p + "mixer.out.weight"]})
         if layer.moe is not None:
             out.update({f"layers.{i}.moe.gate.weight": sd[p + "ffn.router.weight"],
                         f"layers.{i}.moe.w_gate_up": sd[p + "ffn.experts_in"],

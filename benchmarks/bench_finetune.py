@@ -5,7 +5,7 @@ so both sides hold the same weights. Four training steps are timed, each forward
 + backward + AdamW step on the same random batches, fp32 (bf16 autocast on CUDA):
 
 - ``ours LoRA``: ``train.adapter``'s LoRA (rank r on every attention and FFN linear layer:
-  ``blocks.*.attention.*``, ``blocks.*.ffn.*``), the base frozen;
+  ``blocks.*.mixer.*``, ``blocks.*.ffn.*``), the base frozen;
 - ``ours full``: every parameter trained (what ``train --init`` without an adapter does);
 - ``peft LoRA``: ``peft.get_peft_model`` on the transformers model, rank r on q/k/v/o and
   gate/up/down (peft adapts q, k and v separately where we adapt the fused projection, so it
@@ -72,7 +72,7 @@ def prepare(mode: str, ours: Any, hf: Any, rank: int) -> tuple[torch.nn.Module, 
         from specformer_finetune import apply_adapter
 
         apply_adapter(ours, {"kind": "lora", "rank": rank, "alpha": 2 * rank,
-                             "targets": ["blocks.*.attention.*", "blocks.*.ffn.*"]})
+                             "targets": ["blocks.*.mixer.*", "blocks.*.ffn.*"]})
         return ours, ours
     if mode == "ours full":
         return ours, ours

@@ -63,7 +63,7 @@ def llama_spec(*, vocab: int, d: int, layers: int, heads: int, kv_heads: int, hi
             "block": {
                 "layout": "prenorm",
                 "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                "attention": {"kind": "attention", "n_heads": heads, "n_kv_heads": kv_heads},
+                "mixer": {"kind": "attention", "n_heads": heads, "n_kv_heads": kv_heads},
                 "ffn": {"kind": "swiglu", "hidden": hidden},
             },
         }
@@ -74,7 +74,7 @@ def hf_llama_from(model: Any) -> Any:
     """A ``LlamaForCausalLM`` with ``model``'s weights (fused qkv / gate_up split back apart)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    spec, attn, ffn = model.spec.model, model.blocks[0].attention, model.blocks[0].ffn
+    spec, attn, ffn = model.spec.model, model.blocks[0].mixer, model.blocks[0].ffn
     config = LlamaConfig(
         vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=ffn.hidden,
         num_hidden_layers=spec.n_layers, num_attention_heads=attn.n_heads, num_key_value_heads=attn.n_kv_heads,
@@ -88,11 +88,11 @@ def hf_llama_from(model: Any) -> Any:
     with torch.no_grad():
         hf.model.embed_tokens.weight.copy_(model.embedding.weight)
         for ours, theirs in zip(model.blocks, hf.model.layers):
-            q, k, v = ours.attention.qkv.weight.split((H * hd, KV * hd, KV * hd))
+            q, k, v = ours.mixer.qkv.weight.split((H * hd, KV * hd, KV * hd))
             theirs.self_attn.q_proj.weight.copy_(q)
             theirs.self_attn.k_proj.weight.copy_(k)
             theirs.self_attn.v_proj.weight.copy_(v)
-            theirs.self_attn.o_proj.weight.copy_(ours.attention.out.weight)
+            theirs.self_attn.o_proj.weight.copy_(ours.mixer.out.weight)
             gate, up = ours.ffn.gate_up.weight.chunk(2)
             theirs.mlp.gate_proj.weight.copy_(gate)
             theirs.mlp.up_proj.weight.copy_(up)

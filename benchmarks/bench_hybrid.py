@@ -105,17 +105,17 @@ def spec(sizes: Sizes, mixer: dict[str, Any] | None, *, attention_every: int | N
         "vocab_size": sizes.vocab, "d_model": sizes.d_model, "n_layers": sizes.n_layers, "context_length": context,
         "tie_embeddings": True, "positional": {"kind": "rope", "theta": 1_000_000.0},
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": attention(sizes) if mixer is None else dict(mixer),
+                  "mixer": attention(sizes) if mixer is None else dict(mixer),
                   "ffn": {"kind": "swiglu", "hidden": sizes.hidden}},
     }
     if mixer is not None and attention_every is not None:
         first = attention_every - 1
-        model["layers"] = [{"select": f"{first}::{attention_every}", "attention": attention(sizes)}]
+        model["layers"] = [{"select": f"{first}::{attention_every}", "mixer": attention(sizes)}]
     return {"model": model}
 
 
 def available_mixers() -> tuple[list[str], list[str]]:
-    names = set(specformer.get_registry().names("attention"))
+    names = set(specformer.get_registry().names("mixer"))
     return [m for m in MIXERS if m in names], [m for m in MIXERS if m not in names]
 
 

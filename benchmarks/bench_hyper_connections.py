@@ -143,7 +143,7 @@ def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
     for i in range(len(peer.layers)):
         p, q = f"blocks.{i}.", f"layers.{i}."
         out.update({q + "attn_norm": sd[p + "attention_norm.weight"], q + "ffn_norm": sd[p + "ffn_norm.weight"],
-                    q + "wqkv.weight": sd[p + "attention.qkv.weight"], q + "wo.weight": sd[p + "attention.out.weight"],
+                    q + "wqkv.weight": sd[p + "mixer.qkv.weight"], q + "wo.weight": sd[p + "mixer.out.weight"],
                     q + "w13.weight": sd[p + "ffn.gate_up.weight"], q + "w2.weight": sd[p + "ffn.down.weight"]})
         for mine, theirs in (("attention_residual", "attn_hc"), ("ffn_residual", "ffn_hc")):
             out.update({f"{q}{theirs}.{w}": sd[f"{p}{mine}.{w}"] for w in ("fn", "base", "scale")})

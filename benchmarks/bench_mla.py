@@ -43,7 +43,7 @@ def spec_for(shape: dict[str, Any]) -> dict[str, Any]:
         "context_length": shape["context"], "tie_embeddings": False,
         "positional": {"kind": "rope", "theta": shape["theta"], "interleaved": True},
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-6},
-                  "attention": {"kind": "mla", "n_heads": shape["n_heads"], "q_lora_rank": shape["q_lora"],
+                  "mixer": {"kind": "mla", "n_heads": shape["n_heads"], "q_lora_rank": shape["q_lora"],
                                 "kv_lora_rank": shape["kv_lora"], "qk_rope_head_dim": shape["rope"],
                                 "qk_nope_head_dim": shape["nope"], "v_head_dim": shape["v"]},
                   "ffn": {"kind": "swiglu", "hidden": shape["hidden"]}},
@@ -52,7 +52,7 @@ def spec_for(shape: dict[str, Any]) -> dict[str, Any]:
 
 def gqa_spec_for(shape: dict[str, Any], n_kv: int = 4) -> dict[str, Any]:
     spec = spec_for(shape)
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": shape["n_heads"], "n_kv_heads": n_kv}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": shape["n_heads"], "n_kv_heads": n_kv}
     spec["model"]["positional"] = {"kind": "rope", "theta": shape["theta"]}
     return spec
 
@@ -128,10 +128,10 @@ class PeerModel(nn.Module):
 def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
     sd = ours.state_dict()
     out = {"tok.weight": sd["embedding.weight"], "norm": sd["final_norm.weight"], "head.weight": sd["lm_head.weight"]}
-    names = {"attention_norm.weight": "attn_norm", "attention.q_a.weight": "w_dq.weight",
-             "attention.q_norm.weight": "q_norm", "attention.q_b.weight": "w_uq.weight",
-             "attention.kv_a.weight": "w_dkv.weight", "attention.kv_norm.weight": "kv_norm",
-             "attention.kv_b.weight": "w_ukv.weight", "attention.out.weight": "wo.weight",
+    names = {"attention_norm.weight": "attn_norm", "mixer.q_a.weight": "w_dq.weight",
+             "mixer.q_norm.weight": "q_norm", "mixer.q_b.weight": "w_uq.weight",
+             "mixer.kv_a.weight": "w_dkv.weight", "mixer.kv_norm.weight": "kv_norm",
+             "mixer.kv_b.weight": "w_ukv.weight", "mixer.out.weight": "wo.weight",
              "ffn_norm.weight": "ffn_norm", "ffn.down.weight": "w2.weight"}
     for i in range(len(peer.layers)):
         out.update({f"layers.{i}.{theirs}": sd[f"blocks.{i}.{mine}"] for mine, theirs in names.items()})

@@ -46,7 +46,7 @@ def spec_for(shape: dict[str, Any]) -> dict[str, Any]:
         "context_length": shape["context"], "tie_embeddings": False,
         "positional": {"kind": "rope", "theta": shape["theta"]},
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": {"kind": "attention", "n_heads": shape["n_heads"], "n_kv_heads": shape["n_kv"]},
+                  "mixer": {"kind": "attention", "n_heads": shape["n_heads"], "n_kv_heads": shape["n_kv"]},
                   "ffn": ffn},
     }}
 
@@ -132,12 +132,12 @@ def copy_weights(ours: specformer.Decoder, peer: PeerModel) -> PeerModel:
     out = {"tok.weight": sd["embedding.weight"], "norm": sd["final_norm.weight"], "head.weight": sd["lm_head.weight"]}
     for i, layer in enumerate(peer.layers):
         p, m = f"blocks.{i}.", f"layers.{i}.moe."
-        q, k, v = sd[p + "attention.qkv.weight"].split(
+        q, k, v = sd[p + "mixer.qkv.weight"].split(
             (layer.n_heads * layer.hd, layer.n_kv * layer.hd, layer.n_kv * layer.hd))
         out.update({f"layers.{i}.attn_norm": sd[p + "attention_norm.weight"],
                     f"layers.{i}.ffn_norm": sd[p + "ffn_norm.weight"],
                     f"layers.{i}.wq.weight": q, f"layers.{i}.wk.weight": k, f"layers.{i}.wv.weight": v,
-                    f"layers.{i}.wo.weight": sd[p + "attention.out.weight"],
+                    f"layers.{i}.wo.weight": sd[p + "mixer.out.weight"],
                     m + "gate": sd[p + "ffn.router.weight"], m + "e_bias": sd[p + "ffn.router.selection_bias"],
                     m + "w_gate_up": sd[p + "ffn.experts_in"], m + "w_down": sd[p + "ffn.experts_out"],
                     m + "shared_gate_up.weight": sd[p + "ffn.shared.gate_up.weight"],

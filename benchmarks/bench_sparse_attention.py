@@ -42,7 +42,7 @@ def spec(*, topk: int | None, context: int, block: int) -> dict[str, Any]:
                                 "head_dim": s["index_dim"], "block": block}
     return {"model": {"vocab_size": 256, "d_model": s["d"], "n_layers": 1, "context_length": context,
                       "tie_embeddings": False, "positional": {"kind": "rope", "interleaved": True},
-                      "block": {"norm": {"kind": "rmsnorm", "eps": 1e-6}, "attention": attention,
+                      "block": {"norm": {"kind": "rmsnorm", "eps": 1e-6}, "mixer": attention,
                                 "ffn": {"kind": "swiglu", "hidden": 64}}}}
 
 
@@ -50,10 +50,10 @@ def layers(*, topk: int, context: int, block: int) -> tuple[Any, Any, Any]:
     """(sparse model, its attention, the dense attention with the same weights)."""
     sparse = specformer.build(spec(topk=topk, context=context, block=block), seed=0).eval()
     dense = specformer.build(spec(topk=None, context=context, block=block), seed=0).eval()
-    dense_attention = dense.blocks[0].attention
-    shared = {k: v for k, v in sparse.blocks[0].attention.state_dict().items() if not k.startswith("indexer.")}
+    dense_attention = dense.blocks[0].mixer
+    shared = {k: v for k, v in sparse.blocks[0].mixer.state_dict().items() if not k.startswith("indexer.")}
     dense_attention.load_state_dict(shared)
-    return sparse, sparse.blocks[0].attention, dense_attention
+    return sparse, sparse.blocks[0].mixer, dense_attention
 
 
 def runner(model: Any, attention: Any, T: int) -> Callable[[], Any]:

@@ -38,7 +38,7 @@ def llama_like(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers LlamaForCausalLM with the shape of our Decoder (GQA, SwiGLU width, tied head)."""
     import transformers
 
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     config = transformers.LlamaConfig(
         vocab_size=model.vocab_size, hidden_size=model.d_model, intermediate_size=model.blocks[0].ffn.hidden,
         num_hidden_layers=len(model.blocks), num_attention_heads=attention.n_heads,

@@ -116,7 +116,7 @@ def train_spec(*, seq: int, window: int | None) -> dict[str, Any]:
     spec = copy.deepcopy(read_spec_file(TRAIN_SPEC))
     spec["model"]["context_length"] = seq
     if window is not None:
-        spec["model"]["block"]["attention"]["window"] = window
+        spec["model"]["block"]["mixer"]["window"] = window
     spec.pop("train", None)
     return spec
 
@@ -165,9 +165,9 @@ def hybrid_spec(*, seq: int) -> dict[str, Any]:
     """GPT-2 124M's shape with Gated DeltaNet in three layers of four (attention in every fourth, as Qwen3.5)."""
     spec = train_spec(seq=seq, window=None)
     model = spec["model"]
-    heads = model["block"]["attention"]["n_heads"]
-    model["block"]["attention"] = {"kind": "gated_deltanet", "n_heads": heads}
-    model["layers"] = [*model.get("layers", []), {"select": "3::4", "attention": {"kind": "attention", "n_heads": heads}}]
+    heads = model["block"]["mixer"]["n_heads"]
+    model["block"]["mixer"] = {"kind": "gated_deltanet", "n_heads": heads}
+    model["layers"] = [*model.get("layers", []), {"select": "3::4", "mixer": {"kind": "attention", "n_heads": heads}}]
     return spec
 
 
@@ -254,7 +254,7 @@ def run_kernels(args: argparse.Namespace) -> str:
             words.append(f"{name}: {kernel.package} not installed")
             continue
         spec = {"model": {"vocab_size": 1024, "d_model": 512, "n_layers": 2, "context_length": 2048, "positional": "none",
-                          "block": {"norm": "rmsnorm", "attention": attention, "ffn": {"kind": "swiglu"}}}}
+                          "block": {"norm": "rmsnorm", "mixer": attention, "ffn": {"kind": "swiglu"}}}}
         model = build(spec, device=args.device, seed=0).eval()
         ids = torch.randint(0, 1024, (2, 1000), device=args.device)
         with torch.no_grad():
@@ -272,7 +272,7 @@ def run_kernels(args: argparse.Namespace) -> str:
 #: The parallel case's model: Llama-shaped, small, an untied head (split by vocabulary under tensor parallelism).
 PARALLEL_SPEC: dict[str, Any] = {"model": {
     "vocab_size": 4096, "d_model": 256, "n_layers": 2, "context_length": 256, "positional": "rope", "tie_embeddings": False,
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 8, "n_kv_heads": 4},
+    "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 8, "n_kv_heads": 4},
               "ffn": {"kind": "swiglu"}}}}
 
 

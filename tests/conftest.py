@@ -55,6 +55,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "seconds per mutant where a faster test pins the same behaviour")
 
 
+@pytest.fixture(autouse=True)
+def _renamed_lines_said_anew() -> None:
+    """Each test hears specformer.renamed's deprecation lines afresh (a process says each line once)."""
+    from specformer.renamed import forget_said
+
+    forget_said()
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """Torch on one thread for the test, and the count it had restored after.

@@ -44,7 +44,7 @@ class UserError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a spec, located by its dotted path (``model.block.attention.n_heads``)."""
+    """One thing wrong with a spec, located by its dotted path (``model.block.mixer.n_heads``)."""
 
     path: str
     message: str

@@ -77,7 +77,7 @@ def inspect_prompt(model: Any, tokenizer: Tokenizer, text: str, *, k: int = 5) -
             model(input_ids)
         silent = [i for i, a in enumerate(cap.attention) if a is None]
         if silent:
-            mixers = sorted({type(model.blocks[i].attention).__name__ for i in silent})
+            mixers = sorted({type(model.blocks[i].mixer).__name__ for i in silent})
             raise UserError(f"specformer inspect draws every layer's attention, but layers {_ranges(silent)} "
                             f"({', '.join(mixers)}) have no attention probabilities (a recurrent mixer, or none); "
                             f"for the residual stream of such a model use specformer_eval.capture and logit_lens")

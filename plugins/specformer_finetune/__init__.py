@@ -4,7 +4,7 @@ chat data with loss masking, ``specformer merge``, and PEFT interop (``specforme
 ::
 
     from specformer_finetune import apply_adapter, merge_adapter
-    apply_adapter(model, {"kind": "lora", "rank": 8, "alpha": 16, "targets": ["blocks.*.attention.qkv"]})
+    apply_adapter(model, {"kind": "lora", "rank": 8, "alpha": 16, "targets": ["blocks.*.mixer.qkv"]})
     ...                                   # train: only the adapter's tensors require gradients
     merge_adapter(model)                  # fold B @ A * alpha / rank into the base weights, in place
 

@@ -2,7 +2,7 @@
 
 An adapter checkpoint is a specformer checkpoint file (format tag, the base's spec,
 tokenizer and Hugging Face entries copied from the base's header) whose tensors are the
-adapter's alone (``blocks.0.attention.qkv.lora_A``, ...). The header entry ``adapter``
+adapter's alone (``blocks.0.mixer.qkv.lora_A``, ...). The header entry ``adapter``
 records the component (``{"kind": "lora", "rank": 8, ...}``), the wrapped layers and the
 base: its path (absolute, and relative to the adapter file so a moved pair still loads)
 and the SHA-256 of its bytes. Core reads such a file through the two checkpoint hooks:
@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 import specformer
-from specformer.checkpoint.check import TensorInfo, check_checkpoint
+from specformer.checkpoint.check import TensorInfo, check_checkpoint, spec_data
 from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
+from specformer.renamed import current_name
 from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter, resolve_adapter
 
 #: The header entry of an adapter checkpoint.
@@ -101,6 +102,7 @@ def read_record(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
             and isinstance(base, dict) and isinstance(base.get("path"), str) and isinstance(base.get("sha256"), str)):
         raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' (a list of layer names) and "
                               f"'base' (path and sha256), got {excerpt(record)}")
+    record["targets"] = [current_name(t) for t in targets]  # layers named before a rename, as they are now
     try:  # checked here, so that summary refuses what load would: each bad field on the one line
         resolve_adapter(record["adapter"], path=ADAPTER_KEY)
     except SpecError as exc:
@@ -128,7 +130,8 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
         return None
     path = base_path(record, where)
     base = check_checkpoint(path)
-    if json.loads(base.metadata["spec"]).get("model") != json.loads(metadata["spec"]).get("model"):
+    # Compared as read now: an adapter saved after a rename sits on a base saved before it.
+    if spec_data(path, base.metadata).get("model") != spec_data(where, metadata).get("model"):
         raise CheckpointError(f"{where}: the adapter's spec describes another model than its base {path}")
     targets = record["targets"]
     stray = [n for n in tensors if not any(n.startswith(f"{t}.") for t in targets)]

@@ -81,7 +81,7 @@ def adapter_of(model: nn.Module) -> AdapterInfo | None:
 
 
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter's own tensors by their names in the model (``blocks.0.attention.qkv.lora_A``), not the base's."""
+    """The adapter's own tensors by their names in the model (``blocks.0.mixer.qkv.lora_A``), not the base's."""
     info = _require(model)
     out: dict[str, torch.Tensor] = {}
     for name in info.targets:

@@ -7,22 +7,29 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from specformer.registry.params import Params, SubComponent
+from specformer.renamed import current_patterns
 
 
 class AdapterParams(Params):
     """What every adapter shares: where it goes and how the frozen base is held."""
 
     targets: list[str] = Field(
-        default_factory=lambda: ["blocks.*.attention.*"], min_length=1,
+        default_factory=lambda: ["blocks.*.mixer.*"], min_length=1,
         description="Linear layers to adapt, by the model's own module paths with globs: `*` within a segment, "
-                    "`**` across (e.g. `blocks.*.attention.qkv`, `blocks.*.ffn.*`).")
+                    "`**` across (e.g. `blocks.*.mixer.qkv`, `blocks.*.ffn.*`).")
     base: SubComponent("quantization") | None = Field(  # type: ignore[valid-type]
         default=None,
         description="Hold the frozen base weights at lower precision (a quantization scheme: bf16, int8); "
                     "null keeps them as loaded.")
+
+    @field_validator("targets")
+    @classmethod
+    def _current_names(cls, targets: list[str]) -> list[str]:
+        # Targets written before the block's `attention` became `mixer` (blocks.*.attention.qkv) still select.
+        return current_patterns(targets, where="adapter targets")
 
 
 class LoRAParams(AdapterParams):

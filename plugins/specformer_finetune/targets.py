@@ -1,7 +1,7 @@
 """Which linear layers an adapter wraps: the model's own module paths, matched segment by segment.
 
 A target is a dotted path whose segments are shell patterns: ``*`` (or ``?``, ``[...]``)
-inside one segment, so ``blocks.*.attention.qkv`` names the fused QKV projection of every
+inside one segment, so ``blocks.*.mixer.qkv`` names the fused QKV projection of every
 block and ``blocks.*.ffn.*`` every linear layer of every FFN; a whole segment ``**``
 matches any number of segments (``**.down``). Only linear layers (``nn.Linear`` or a
 quantized one) can be targets; a pattern that matches none is an error naming what the

@@ -26,8 +26,8 @@ class Site:
     layer: int | None
 
     @property
-    def attention(self) -> Any:
-        return self.model.blocks[self.layer].attention
+    def mixer(self) -> Any:
+        return self.model.blocks[self.layer].mixer
 
     @property
     def ffn(self) -> Any:
@@ -158,13 +158,13 @@ class HeadInterleavedQKV(Rule):
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
         t = tensors[0]
-        heads, head_dim = site.attention.n_heads, site.attention.head_dim
+        heads, head_dim = site.mixer.n_heads, site.mixer.head_dim
         grouped = t.reshape(heads, 3, head_dim, *t.shape[1:])  # (H, 3, hd, ...)
         return [grouped.transpose(0, 1).reshape(t.shape).contiguous()]  # (3, H, hd, ...) flattened
 
     def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
         t = tensors[0]
-        heads, head_dim = site.attention.n_heads, site.attention.head_dim
+        heads, head_dim = site.mixer.n_heads, site.mixer.head_dim
         grouped = t.reshape(3, heads, head_dim, *t.shape[1:])  # (3, H, hd, ...)
         return [grouped.transpose(0, 1).reshape(t.shape).contiguous()]  # (H, 3, hd, ...) flattened
 
@@ -316,7 +316,7 @@ class AtLayers(Rule):
 
 def qkv_sizes(site: Site) -> tuple[int, int, int]:
     """Rows of q, k and v in our fused ``qkv``: ``n_heads * hd``, ``n_kv * hd``, ``n_kv * hd``."""
-    a = site.attention
+    a = site.mixer
     return a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim
 
 

@@ -122,7 +122,7 @@ class SpecView:
 
     def attention_sizes(self, layer: int = 0) -> tuple[int, int, int]:
         """(n_heads, n_kv_heads, head_dim) of a layer, defaults resolved."""
-        a = self.layers[layer]["attention"]
+        a = self.layers[layer]["mixer"]
         sizes = head_sizes(d_model=self.model.d_model, n_heads=a["n_heads"], n_kv_heads=a.get("n_kv_heads"),
                            head_dim=a.get("head_dim"))
         return sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
@@ -167,7 +167,7 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
         fields = {f: identity("layout" if f == "layout" else f, resolved[f]) for f in BLOCK_FIELDS}
         if "positional" in layer:
             fields["positional"] = _resolved_scaling(identity("positional", layer["positional"]), m.context_length)
-        _attention_defaults_written_out(fields["attention"], m.d_model)
+        _attention_defaults_written_out(fields["mixer"], m.d_model)
         layers.append(fields)
     out["layers"] = layers
     return out

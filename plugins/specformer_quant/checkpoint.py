@@ -19,6 +19,7 @@ from specformer.model.builder import build_checked
 from specformer.checkpoint.check import TensorInfo
 from specformer.checkpoint.file import read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
+from specformer.renamed import current_name
 from specformer_quant.apply import RECIPE_KEY, rebuild, schemes_of
 
 
@@ -39,7 +40,9 @@ def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
     except SpecError as exc:
         raise CheckpointError(f"{where}: the quantization recipe in the header is not one this installation can "
                               f"read: {problems_line(exc.problems)}") from None
-    return recipe
+    # Layers named before a rename (blocks.0.attention.qkv), as the file's tensors are read: as they are now.
+    return {**recipe, **{k: [current_name(n) if isinstance(n, str) else n for n in recipe[k]]
+                         for k in ("linears", "stacks") if k in recipe}}
 
 
 def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where: str) -> dict[str, TensorInfo] | None:

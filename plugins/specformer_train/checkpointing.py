@@ -65,7 +65,7 @@ from specformer_text import OutputError
 from specformer_train.parallel.distributed import barrier
 from specformer_train.parallel.layout import ParallelLayout
 from specformer_train.checkpoint_files import DamagedCheckpoint, parse_json, read_json, refuse_misfit
-from specformer_train.optimizer_state import group_problems, state_problems
+from specformer_train.optimizer_state import current_groups, current_slots, group_problems, state_problems
 from specformer_train.sharded_checkpoint import (ShardedIndex, check_fits, is_sharded, load_shards, model_header,
                                                  read_index, write_shards)
 
@@ -462,9 +462,9 @@ def _load_optimizer(path: Path, *, weights: dict[str, torch.Tensor]) -> dict[str
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-        groups = json.loads(metadata["param_groups"])
-        scalars = json.loads(metadata.get("scalars", "{}"))
+            tensors = current_slots({name: f.get_tensor(name) for name in f.keys()})  # named as the weights are
+        groups = current_groups(json.loads(metadata["param_groups"]))
+        scalars = current_slots(json.loads(metadata.get("scalars", "{}")))
         optimizer_class = metadata.get("optimizer", "AdamW")
     except Exception as exc:  # safetensors raises its own error types for truncated or garbage files
         raise DamagedCheckpoint(f"{path}: not a readable optimizer state ({type(exc).__name__}: {exc})") from None

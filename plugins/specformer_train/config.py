@@ -174,7 +174,7 @@ class TrainSpec(StrictNumbers):
     )
     adapter: SubComponent("adapter") | None = Field(  # type: ignore[valid-type]
         default=None,
-        description="Train only an adapter ({kind: lora, rank: 8, alpha: 16, targets: [blocks.*.attention.qkv]}) on "
+        description="Train only an adapter ({kind: lora, rank: 8, alpha: 16, targets: [blocks.*.mixer.qkv]}) on "
                     "the frozen train.init weights; checkpoints then hold the adapter and a reference to the base.",
     )
     chat_template: str | None = Field(

@@ -24,6 +24,8 @@ from typing import Any
 
 from torch import Tensor
 
+from specformer.renamed import current_name
+
 #: torch dtype names a state tensor may have (a moment or a count is a float).
 FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"})
 
@@ -35,6 +37,24 @@ def is_number(value: Any) -> bool:
 
 def _is_setting(value: Any) -> bool:
     return value is None or isinstance(value, (bool, str)) or is_number(value)
+
+
+def current_slots(slots: Any) -> Any:
+    """A mapping of slots (``<parameter>/<key>``) or parameter names stored before a rename, keyed as they are now.
+
+    Anything that is not a mapping is returned as it is, for :func:`state_problems` to report.
+    """
+    if not isinstance(slots, dict):
+        return slots
+    return {current_name(k) if isinstance(k, str) else k: v for k, v in slots.items()}
+
+
+def current_groups(groups: Any) -> Any:
+    """Parameter groups whose ``params`` were named before a rename, as they are named now (malformed ones as they are)."""
+    if not isinstance(groups, list):
+        return groups
+    return [{**g, "params": [current_name(n) if isinstance(n, str) else n for n in g["params"]]}
+            if isinstance(g, dict) and isinstance(g.get("params"), list) else g for g in groups]
 
 
 def state_problems(tensors: dict[str, tuple[list[int], str]], scalars: Any, weights: dict[str, list[int]],

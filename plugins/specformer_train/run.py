@@ -26,6 +26,7 @@ from specformer.errors import UserError
 from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer.spec.check import check_spec
 from specformer.spec import Spec, read_spec_file
+from specformer.renamed import upgrade_spec
 from specformer.model.summary import summarize
 from specformer_text import Corpus, find_corpus, make_tokenizer, tokenize_corpus
 
@@ -59,6 +60,7 @@ def load_train_spec(spec: SpecSource, *, overrides: Sequence[str] = (), data: st
         raw = spec.to_dict()
     else:
         raw = dict(spec) if isinstance(spec, dict) else read_spec_file(spec)
+    raw = upgrade_spec(raw, source=source)  # an old file's keys as they are now, so --set model.block.mixer... applies
     changes = list(overrides)
     # The dedicated flags are spelled as overrides so they are validated the same way.
     changes += [f"train.steps={steps}"] if steps is not None else []

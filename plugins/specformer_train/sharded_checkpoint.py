@@ -49,11 +49,12 @@ from specformer.checkpoint.provenance import header_entry
 from specformer.errors import UserError
 from specformer.files.atomic import write_text_atomic
 from specformer.registry.discovery import get_registry
+from specformer.renamed import current_name
 from specformer.tokenizers.tokenizer import METADATA_KEY
 from specformer.version import __version__
 
 from specformer_train.checkpoint_files import DamagedCheckpoint, parse_json, read_json, refuse_misfit
-from specformer_train.optimizer_state import state_problems
+from specformer_train.optimizer_state import current_groups, current_slots, state_problems
 from specformer_train.parallel.placement import global_indices
 
 INDEX = "sharded.json"
@@ -267,10 +268,13 @@ def read_index(path: Path) -> ShardedIndex:
     try:
         if index.get("format") != SHARDED_FORMAT:
             raise DamagedCheckpoint(f"{index_path}: unknown format; expected {SHARDED_FORMAT!r}")
-        shapes = {str(name): [int(n) for n in info["shape"]] for name, info in index["tensors"].items()}
-        dtypes = {str(name): str(info["dtype"]) for name, info in index["tensors"].items()}
+        # Names stored before a rename (model/blocks.0.attention.qkv.weight) are read as they are now.
+        shapes = {current_name(str(name)): [int(n) for n in info["shape"]] for name, info in index["tensors"].items()}
+        dtypes = {current_name(str(name)): str(info["dtype"]) for name, info in index["tensors"].items()}
         files = [str(f) for f in index["files"]]
         optimizer, header, world_size = dict(index["optimizer"]), dict(index["header"]), int(index["world_size"])
+        optimizer.update(scalars=current_slots(optimizer.get("scalars")),
+                         param_groups=current_groups(optimizer.get("param_groups")))
         problems = ([f"a negative size in {name}" for name, shape in shapes.items() if any(n < 0 for n in shape)]
                     + [f"dtype {d!r}" for d in dtypes.values() if d not in STORED_DTYPES]
                     + [f"file {f!r}" for f in files if Path(f).name != f]  # shards lie beside the index
@@ -303,7 +307,7 @@ def read_index(path: Path) -> ShardedIndex:
         except Exception as exc:  # safetensors' own error types for truncated or garbage files; RecursionError
             raise DamagedCheckpoint(f"{file}: not a readable shard ({type(exc).__name__}: {exc})") from None
         try:
-            entries = [(str(key), str(of), [int(o) for o in offsets]) for key, (of, offsets) in slices.items()]
+            entries = [(str(key), current_name(str(of)), [int(o) for o in offsets]) for key, (of, offsets) in slices.items()]
         except (AttributeError, TypeError, ValueError) as exc:
             raise DamagedCheckpoint(f"{file}: its slices header is not a map of blocks ({exc})") from None
         for key, of, offsets in entries:
@@ -488,7 +492,9 @@ def read_consolidable(path: Path) -> ShardedIndex:
     index = read_index(path)
     model = {fqn: TensorInfo(dtype=STORED_DTYPES[index.dtypes[MODEL + fqn]], shape=tuple(index.shapes[MODEL + fqn]))
              for fqn in index.model_names()}
-    check_checkpoint(index.path / INDEX, metadata=index.header, tensors=model)
+    checked = check_checkpoint(index.path / INDEX, metadata=index.header, tensors=model)
+    # The spec as specformer.save writes it now (one stored before a rename is written with the names of now).
+    index.header["spec"] = checked.spec.to_json()
     return index
 
 

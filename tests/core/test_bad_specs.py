@@ -34,9 +34,9 @@ values = st.recursive(
 )
 PATHS = [
     ("model",), ("model", "vocab_size"), ("model", "d_model"), ("model", "n_layers"), ("model", "context_length"),
-    ("model", "positional"), ("model", "block"), ("model", "block", "norm"), ("model", "block", "attention"),
-    ("model", "block", "attention", "n_heads"), ("model", "block", "attention", "n_kv_heads"),
-    ("model", "block", "attention", "head_dim"), ("model", "block", "attention", "window"),
+    ("model", "positional"), ("model", "block"), ("model", "block", "norm"), ("model", "block", "mixer"),
+    ("model", "block", "mixer", "n_heads"), ("model", "block", "mixer", "n_kv_heads"),
+    ("model", "block", "mixer", "head_dim"), ("model", "block", "mixer", "window"),
     ("model", "block", "ffn"), ("model", "block", "ffn", "hidden"), ("model", "block", "layout"),
     ("model", "layers"), ("model", "final_norm"), ("model", "tie_embeddings"), ("model", "logit_softcap"),
     ("model", "embedding_multiplier"), ("model", "pad_vocab_to_multiple"),

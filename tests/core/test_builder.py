@@ -83,15 +83,15 @@ def test_scaled_residual_init(tiny_spec):
     model = specformer.build(tiny_spec, seed=0)
     std = model.spec.model.init_std
     block = model.blocks[0]
-    assert block.attention.qkv.weight.std().item() == pytest.approx(std, rel=0.05)
-    assert block.attention.out.weight.std().item() == pytest.approx(std / (2 * 8) ** 0.5, rel=0.05)
+    assert block.mixer.qkv.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert block.mixer.out.weight.std().item() == pytest.approx(std / (2 * 8) ** 0.5, rel=0.05)
     assert block.ffn.down.weight.std().item() == pytest.approx(std / (2 * 8) ** 0.5, rel=0.05)
     assert torch.equal(block.attention_norm.weight, torch.ones(256))
 
 
 def test_per_layer_overrides_reach_the_modules(tiny_spec):
     tiny_spec["model"]["n_layers"] = 4
-    tiny_spec["model"]["layers"] = [{"select": "1::2", "attention": {"window": 4}}]
+    tiny_spec["model"]["layers"] = [{"select": "1::2", "mixer": {"window": 4}}]
     model = specformer.build(tiny_spec)
     assert [a.window for a in model.attention_modules()] == [None, 4, None, 4]
 
@@ -177,7 +177,7 @@ def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
     monkeypatch.setattr(specformer.model.sizes, "estimate_resolved", counting("size check", specformer.model.sizes.estimate_resolved))
     monkeypatch.setattr(specformer.model.builder, "assemble", counting("assemble", specformer.model.builder.assemble))
     tiny_spec["model"]["n_layers"] = 3
-    tiny_spec["model"]["layers"] = [{"select": 1, "attention": {"window": 4}}]  # two distinct blocks
+    tiny_spec["model"]["layers"] = [{"select": 1, "mixer": {"window": 4}}]  # two distinct blocks
     model = specformer.build(tiny_spec)
     assert calls == {"resolve": 1, "size check": 1, "assemble": 1}
     assert len(model.blocks) == 3

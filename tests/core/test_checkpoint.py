@@ -104,7 +104,7 @@ def test_missing_extra_and_misshaped_tensors_are_named(saved):
     path = saved
 
     def damage(t):
-        t.pop("blocks.0.attention.qkv.weight")
+        t.pop("blocks.0.mixer.qkv.weight")
         t["blocks.9.surprise"] = torch.zeros(1)
         t["final_norm.weight"] = torch.ones(5)
         return t
@@ -113,7 +113,7 @@ def test_missing_extra_and_misshaped_tensors_are_named(saved):
     with pytest.raises(CheckpointError) as info:
         specformer.load(path)
     msg = str(info.value)
-    assert "missing tensors: blocks.0.attention.qkv.weight" in msg
+    assert "missing tensors: blocks.0.mixer.qkv.weight" in msg
     assert "unexpected tensors: blocks.9.surprise" in msg
     assert "final_norm.weight (checkpoint (5,), model (32,))" in msg
 

@@ -95,7 +95,7 @@ def test_a_small_file_claiming_a_huge_model_is_refused_quickly(tmp_path, saved, 
     """A 30B-parameter spec over the tiny weights: refused from the header alone, nothing allocated."""
     huge = copy.deepcopy(TINY)
     huge["model"].update(vocab_size=152064, d_model=8192, n_layers=48)
-    huge["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 64, "n_kv_heads": 8}
+    huge["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 64, "n_kv_heads": 8}
     huge["model"]["block"]["ffn"] = {"kind": "swiglu", "hidden": 29568}
     assert specformer.summarize(huge).total > 25e9
     path = forge(tmp_path, saved, spec=json.dumps(huge))

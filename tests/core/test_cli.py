@@ -36,14 +36,14 @@ def test_validate_ok(capsys):
 
 
 def test_validate_bad_spec_exits_2_with_one_line_per_problem(capsys, tmp_path, tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = 3
+    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
     tiny_spec["model"]["block"]["norm"] = "rmsnrom"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(tiny_spec))
     code, _, err = run(capsys, "validate", str(path))
     assert code == 2
     assert "2 problems" in err
-    assert "model.block.attention" in err and "model.block.norm.kind" in err
+    assert "model.block.mixer" in err and "model.block.norm.kind" in err
     assert "Traceback" not in err
 
 
@@ -83,10 +83,10 @@ def test_summary_flops_by_formula(capsys):
 
 
 def test_components_lists_kind_plugin_doc_and_defaults(capsys):
-    code, out, _ = run(capsys, "components", "attention")
+    code, out, _ = run(capsys, "components", "mixer")
     assert code == 0
-    count = len(get_registry().names("attention"))
-    assert out.startswith(f"attention ({count} component{'s' if count > 1 else ''})\n")
+    count = len(get_registry().names("mixer"))
+    assert out.startswith(f"mixer ({count} component{'s' if count > 1 else ''})\n")
     assert re.search(r"^  attention +\[layers\] Scaled dot-product attention", out, re.M)
     assert re.search(r"^      n_heads +int > 0 +required +Number of query heads\.$", out, re.M)
     assert re.search(r"^      n_kv_heads +int > 0 or null +default null +Key/value heads", out, re.M)
@@ -115,7 +115,7 @@ def test_schema_validates_every_example_spec_and_rejects_a_bad_one(capsys, tmp_p
         errors = list(validator.iter_errors(read_spec_file(path)))
         assert not errors, (path.name, [e.message for e in errors])
     bad = read_spec_file(SPECS / "tiny.yaml")
-    bad["model"]["block"]["attention"]["n_haeds"] = 3
+    bad["model"]["block"]["mixer"]["n_haeds"] = 3
     assert list(validator.iter_errors(bad))
     bad = read_spec_file(SPECS / "tiny.yaml")
     bad["model"]["block"]["norm"] = "notanorm"

@@ -61,7 +61,7 @@ class Workspace:
 
 
 BYTE_MODEL = tiny_spec(vocab_size=259)  # the tiny model, byte tokens
-LORA = {"kind": "lora", "rank": 2, "alpha": 4, "targets": ["blocks.*.attention.*"]}
+LORA = {"kind": "lora", "rank": 2, "alpha": 4, "targets": ["blocks.*.mixer.*"]}
 TRAIN = ["--steps", "1", *(item for setting in ("batch_size=2", "val_fraction=0", "eval_every=0", "save_every=0",
                                                  "sample_tokens=0", "progress=false", "plot=false", "tensorboard=false",
                                                  "threads=1") for item in ("--set", f"train.{setting}"))]

@@ -55,7 +55,7 @@ PAIRS = ROTARY_DIM // 2
 def _sizes(kind: str) -> dict[str, Any] | None:
     """The sizes the builder would pass a component of ``kind`` (fresh modules on every call); None: not built here."""
     if kind == "layout":
-        return {"d_model": 4, "attention": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
+        return {"d_model": 4, "mixer": nn.Linear(4, 4), "ffn": nn.Linear(4, 4),
                 "make_norm": lambda: nn.LayerNorm(4), "make_residual": ResidualConnection, "layer_index": 1,
                 "n_layers": 2, "per_layer_input": 3}
     return {
@@ -63,7 +63,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "positional": {"d_model": 32, "n_heads": 4, "head_dim": 8, "context_length": 32},
         "norm": {"dim": 8},
         "ffn": {"d_model": 32, "layer_index": 1, "n_layers": 2, "vocab_size": 50},
-        "attention": {"d_model": 32, "layer_index": 1, "n_layers": 2, "context_length": 32},
+        "mixer": {"d_model": 32, "layer_index": 1, "n_layers": 2, "context_length": 32},
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
         "indexer": {"d_model": 32, "query_dim": 8, "positional_dim": 8},
@@ -74,17 +74,17 @@ def _sizes(kind: str) -> dict[str, Any] | None:
 
 #: Example params of components whose Params have required fields (or need some to build at these sizes).
 EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
-    ("attention", "attention"): {"n_heads": 4},
-    ("attention", "mla"): {"n_heads": 4, "kv_lora_rank": 8, "qk_rope_head_dim": 8, "qk_nope_head_dim": 4,
+    ("mixer", "attention"): {"n_heads": 4},
+    ("mixer", "mla"): {"n_heads": 4, "kv_lora_rank": 8, "qk_rope_head_dim": 8, "qk_nope_head_dim": 4,
                            "v_head_dim": 8},
-    ("attention", "compressed"): {"n_heads": 4, "head_dim": 16, "q_lora_rank": 8, "rope_dim": 8, "window": 3,
+    ("mixer", "compressed"): {"n_heads": 4, "head_dim": 16, "q_lora_rank": 8, "rope_dim": 8, "window": 3,
                                   "compress_rate": 2, "overlap": True, "index_heads": 2, "index_head_dim": 8,
                                   "index_topk": 2, "out_groups": 2, "out_rank": 4},
-    ("attention", "kda"): {"n_heads": 4},
-    ("attention", "gated_deltanet"): {"n_heads": 4},
-    ("attention", "parallel"): {"mixers": [{"kind": "attention", "n_heads": 4},
+    ("mixer", "kda"): {"n_heads": 4},
+    ("mixer", "gated_deltanet"): {"n_heads": 4},
+    ("mixer", "parallel"): {"mixers": [{"kind": "attention", "n_heads": 4},
                                            {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8}]},
-    ("attention", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
+    ("mixer", "mamba2"): {"n_heads": 4, "head_dim": 8, "state_size": 8},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
     ("indexer", "lightning"): {"topk": 3, "n_heads": 4, "head_dim": 12},
     ("ffn", "parallel"): {"ffns": [{"kind": "geglu", "hidden": 16}, {"kind": "moe", "n_experts": 4, "top_k": 2,
@@ -110,47 +110,47 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
 #: A changed value for params no rule below can pick one for, optionally with the other params
 #: it needs to show (``(value, {other: value})``): e.g. qk_norm_scope matters only with a qk_norm.
 CHANGES: dict[tuple[str, str, str], Any] = {
-    ("attention", "attention", "n_kv_heads"): 2,
-    ("attention", "attention", "head_dim"): 4,
-    ("attention", "attention", "window"): 8,
-    ("attention", "attention", "qk_norm"): "rmsnorm",
-    ("attention", "attention", "qk_norm_scope"): ("all", {"qk_norm": "rmsnorm"}),
-    ("attention", "attention", "logit_softcap"): 30.0,
-    ("attention", "attention", "scale"): 0.5,
-    ("attention", "attention", "chunk"): 8,
-    ("attention", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
-    ("attention", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
-    ("attention", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
-    ("attention", "attention", "v_norm"): "rmsnorm",
+    ("mixer", "attention", "n_kv_heads"): 2,
+    ("mixer", "attention", "head_dim"): 4,
+    ("mixer", "attention", "window"): 8,
+    ("mixer", "attention", "qk_norm"): "rmsnorm",
+    ("mixer", "attention", "qk_norm_scope"): ("all", {"qk_norm": "rmsnorm"}),
+    ("mixer", "attention", "logit_softcap"): 30.0,
+    ("mixer", "attention", "scale"): 0.5,
+    ("mixer", "attention", "chunk"): 8,
+    ("mixer", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
+    ("mixer", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
+    ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
+    ("mixer", "attention", "v_norm"): "rmsnorm",
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
-    ("attention", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
-    ("attention", "parallel", "in_multipliers"): [0.5, 2.0],
-    ("attention", "parallel", "out_multipliers"): [2.0, 0.5],
-    ("attention", "mamba2", "dt_max"): 0.1,
-    ("attention", "mamba2", "projection_multipliers"): [1.0, 2.0, 0.5, 1.5, 0.25],
-    ("attention", "mla", "q_lora_rank"): 8,
-    ("attention", "mla", "latent_norm"): "layernorm",
-    ("attention", "mla", "window"): 8,
-    ("attention", "mla", "scale"): 0.5,
-    ("attention", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
-    ("attention", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
-    ("attention", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
+    ("mixer", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
+    ("mixer", "parallel", "in_multipliers"): [0.5, 2.0],
+    ("mixer", "parallel", "out_multipliers"): [2.0, 0.5],
+    ("mixer", "mamba2", "dt_max"): 0.1,
+    ("mixer", "mamba2", "projection_multipliers"): [1.0, 2.0, 0.5, 1.5, 0.25],
+    ("mixer", "mla", "q_lora_rank"): 8,
+    ("mixer", "mla", "latent_norm"): "layernorm",
+    ("mixer", "mla", "window"): 8,
+    ("mixer", "mla", "scale"): 0.5,
+    ("mixer", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
+    ("mixer", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
+    ("mixer", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
     ("indexer", "lightning", "key_norm"): "rmsnorm",
-    ("attention", "compressed", "norm"): "layernorm",
-    ("attention", "compressed", "compress_rate"): 3,
-    ("attention", "compressed", "out_groups"): (4, {"out_rank": 4}),
-    ("attention", "compressed", "out_rank"): 2,
-    ("attention", "kda", "head_dim"): 4,
-    ("attention", "kda", "value_head_dim"): 4,
-    ("attention", "kda", "decay_rank"): 4,
-    ("attention", "kda", "gate_rank"): 4,
-    ("attention", "gated_deltanet", "n_key_heads"): 2,
-    ("attention", "gated_deltanet", "key_head_dim"): 4,
-    ("attention", "gated_deltanet", "value_head_dim"): 4,
-    ("attention", "gated_deltanet", "a_init_range"): [1.0, 2.0],
-    ("attention", "gated_deltanet", "dt_init_range"): [0.001, 0.1],
-    ("attention", "gated_deltanet", "dt_init_floor"): (0.05, {"dt_init_range": [0.001, 0.1]}),
+    ("mixer", "compressed", "norm"): "layernorm",
+    ("mixer", "compressed", "compress_rate"): 3,
+    ("mixer", "compressed", "out_groups"): (4, {"out_rank": 4}),
+    ("mixer", "compressed", "out_rank"): 2,
+    ("mixer", "kda", "head_dim"): 4,
+    ("mixer", "kda", "value_head_dim"): 4,
+    ("mixer", "kda", "decay_rank"): 4,
+    ("mixer", "kda", "gate_rank"): 4,
+    ("mixer", "gated_deltanet", "n_key_heads"): 2,
+    ("mixer", "gated_deltanet", "key_head_dim"): 4,
+    ("mixer", "gated_deltanet", "value_head_dim"): 4,
+    ("mixer", "gated_deltanet", "a_init_range"): [1.0, 2.0],
+    ("mixer", "gated_deltanet", "dt_init_range"): [0.001, 0.1],
+    ("mixer", "gated_deltanet", "dt_init_floor"): (0.05, {"dt_init_range": [0.001, 0.1]}),
     ("ffn", "mlp", "hidden"): 16,
     ("ffn", "swiglu", "hidden"): 16,
     ("ffn", "geglu", "hidden"): 16,
@@ -180,7 +180,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("rope_scaling", "longrope", "short_factor"): [1.5] * PAIRS,
     ("rope_scaling", "longrope", "long_factor"): [3.0] * PAIRS,
     ("layout", "parallel", "shared_norm"): True,
-    ("adapter", "lora", "targets"): ["attention.qkv"],
+    ("adapter", "lora", "targets"): ["mixer.qkv"],
     ("adapter", "lora", "base"): "int8",
 }
 
@@ -464,11 +464,11 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 
 #: Every mixer with its example params, and variants whose sub-parts change what the cache keeps:
 #: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read).
-MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "attention"] + [
+MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "mixer"] + [
     pytest.param((c, {**_example(c), "q_lora_rank": 8,
                       "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 12, "block": 4}}),
                  id="attention-mla-indexer")
-    for c in BUILT if (c.kind, c.name) == ("attention", "mla")
+    for c in BUILT if (c.kind, c.name) == ("mixer", "mla")
 ]
 
 
@@ -478,8 +478,8 @@ def _hybrid(case: tuple[Component, dict[str, Any]], *, seed: int) -> Any:
     from fixtures.tiny import tiny_spec
 
     c, example = case
-    spec = tiny_spec(block={"attention": {"kind": c.name, **example}},
-                     layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
+    spec = tiny_spec(block={"mixer": {"kind": c.name, **example}},
+                     layers=[{"select": 1, "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
     return specformer.build(spec, seed=seed).double().eval()
 
 

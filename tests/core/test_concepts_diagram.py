@@ -117,7 +117,7 @@ def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_tak
 
     block = model.blocks[0]
     model.embedding.register_forward_hook(hook("Decoder.embedding"))
-    block.attention.register_forward_hook(hook("attention / ffn"))
+    block.mixer.register_forward_hook(hook("attention / ffn"))
     record(model.residual, "expand", "ResidualStream.expand")
     record(model.residual, "collapse", "ResidualStream.collapse")
     record(block.attention_residual, "read", "ResidualConnection.read", pick=lambda out: out[0])
@@ -140,9 +140,9 @@ def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_tak
 #: the keys and values of the last two that keep their own (Gemma 4's pattern at toy size).
 SHARED_KV_SPEC = {"model": {
     "vocab_size": 32, "d_model": 32, "n_layers": 6, "context_length": 64, "positional": "rope",
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": "swiglu"},
-    "layers": [{"select": "0::2", "attention": {"window": 4}}, {"select": 4, "attention": {"kv_from": 2}},
-               {"select": 5, "attention": {"kv_from": 3}}]}}
+    "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": "swiglu"},
+    "layers": [{"select": "0::2", "mixer": {"window": 4}}, {"select": 4, "mixer": {"kv_from": 2}},
+               {"select": 5, "mixer": {"kv_from": 3}}]}}
 
 
 def draw_shared_caches(model) -> list[str]:

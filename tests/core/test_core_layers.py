@@ -21,7 +21,7 @@ CORE = Path(__file__).resolve().parents[2] / "core" / "specformer"
 #: spec package's root, which holds ``load_spec``). A module may import modules of its own
 #: layer or of layers below it, never above. A new module must be placed here.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundations", {"errors", "messages", "version", "lazy", "files.datafile", "files.atomic", "files.outputs",
+    ("foundations", {"errors", "messages", "renamed", "version", "lazy", "files.datafile", "files.atomic", "files.outputs",
                      "machine.threads", "machine.devices", "machine.memory", "machine.allocation", "tokenizers.tokenizer",
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file", "checkpoint.locate"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",

@@ -28,7 +28,7 @@ def positional_schemes() -> list[str]:
 def spec_with(tiny_spec: dict, positional: str, attention: dict, layout: str = "prenorm") -> dict:
     spec = copy.deepcopy(tiny_spec)
     spec["model"]["positional"] = positional
-    spec["model"]["block"]["attention"] = attention
+    spec["model"]["block"]["mixer"] = attention
     spec["model"]["block"]["layout"] = layout
     return spec
 

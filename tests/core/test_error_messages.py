@@ -69,7 +69,7 @@ def test_article_follows_how_the_kind_is_spoken(tiny_spec):
     tiny_spec["model"]["block"]["ffn"] = "attention"
     tiny_spec["model"]["positional"] = "rmsnorm"
     assert sorted(problems(tiny_spec)) == [
-        f"model.block.ffn.kind: 'attention' is an attention, not an ffn; registered ffn components: {registered('ffn')}",
+        f"model.block.ffn.kind: 'attention' is a mixer, not an ffn; registered ffn components: {registered('ffn')}",
         f"model.positional.kind: 'rmsnorm' is a norm, not a positional; registered positional components: {registered('positional')}",
     ]
 
@@ -85,16 +85,16 @@ def test_problems_inside_a_sampler_list_use_the_one_path_format(tiny_spec):
 
 
 def test_problems_inside_a_nested_component_of_the_model_use_the_one_path_format(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
+    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
     assert problems(tiny_spec) == [
-        "model.block.attention.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset, weight"
+        "model.block.mixer.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset, weight"
     ]
 
 
 def test_a_bad_value_inside_a_nested_component_names_its_full_path(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["qk_norm"] = {"kind": "rmsnorm", "eps": -1}
+    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "eps": -1}
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.block.attention.qk_norm.eps: ") and "greater than 0" in msg and "(got -1)" in msg
+    assert msg.startswith("model.block.mixer.qk_norm.eps: ") and "greater than 0" in msg and "(got -1)" in msg
 
 
 def test_layer_override_problems_are_at_their_list_index(tiny_spec):
@@ -127,7 +127,7 @@ def test_the_cli_prints_every_problem_in_the_one_format(tmp_path, capsys):
     path = tmp_path / "typos.yaml"
     path.write_text(
         "model:\n  vocab_size: 97\n  d_model: 32\n  n_layers: 2\n  context_length: 32\n  positional: rope\n"
-        "  block:\n    norm: swiglu\n    attention: {kind: attention, n_heads: 4}\n    ffn: {kind: swiglu, hidden: 48}\n"
+        "  block:\n    norm: swiglu\n    mixer: {kind: attention, n_heads: 4}\n    ffn: {kind: swiglu, hidden: 48}\n"
         "trian: {}\n"
     )
     assert main(["validate", str(path)]) == 2
@@ -166,10 +166,10 @@ def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
 
 def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tiny_spec):
     tiny_spec["model"]["block"]["norm"] = "rmsnrom"
-    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = 3
+    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
     assert problems(tiny_spec) == [
         f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}",
-        "model.block.attention: n_kv_heads (3) must divide n_heads (4)",
+        "model.block.mixer: n_kv_heads (3) must divide n_heads (4)",
     ]
 
 
@@ -214,12 +214,12 @@ def test_a_missing_field_no_key_was_meant_for_is_still_reported(tiny_spec):
 ])
 def test_a_component_read_outside_a_spec_is_worded_as_the_spec_words_it(tiny_spec, ref):
     """resolve_component (a checkpoint's header, a flag) gives the lines load_spec gives, under its own path."""
-    tiny_spec["model"]["block"]["attention"] = ref
+    tiny_spec["model"]["block"]["mixer"] = ref
     in_spec = problems(tiny_spec)
     with pytest.raises(SpecError) as info:
-        resolve_component("attention", ref, path="header.attention")
+        resolve_component("mixer", ref, path="header.attention")
     outside = [str(p) for p in info.value.problems]
-    assert outside == [line.replace("model.block.attention", "header.attention") for line in in_spec]
+    assert outside == [line.replace("model.block.mixer", "header.attention") for line in in_spec]
     assert all("\n" not in line and "pydantic.dev" not in line for line in outside)
 
 

@@ -13,7 +13,7 @@ from fixtures.tiny import tiny_spec
 
 def _with(**model):
     return tiny_spec(**{"vocab_size": 50, "n_layers": 1, "context_length": 16,
-                        "block": {"attention": {"kind": "attention", "n_heads": 2}}, **model})
+                        "block": {"mixer": {"kind": "attention", "n_heads": 2}}, **model})
 
 
 def test_logits_are_the_unscaled_ones_times_the_scale_then_capped():

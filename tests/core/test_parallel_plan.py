@@ -95,7 +95,7 @@ def test_a_component_without_a_plan_is_reported_replicated(capsys, tmp_path):
     code, out, err = run(capsys, "summary", str(path), "--parallel", "tp=2")
     assert code == 0, err
     assert "replicated (no parallel_plan declared): positional (LearnedPositions)" in out
-    assert "attention (CausalSelfAttention): qkv, out over tp by query heads" in out
+    assert "mixer (CausalSelfAttention): qkv, out over tp by query heads" in out
     code, out, _ = run(capsys, "summary", "--json", str(path), "--parallel", "tp=2,dp_shard=2", "--batch", "2")
     plan = json.loads(out)["parallel"]
     assert plan["replicated_without_plan"][0].startswith("positional") and plan["devices"] == 4
@@ -108,7 +108,7 @@ def test_a_component_without_a_plan_is_reported_replicated(capsys, tmp_path):
     ("tp=1.5", "is not a whole number"),
     ("tp=0", "tp=0 must be at least 1"),
     ("tp", "is not AXIS=SIZE"),
-    ("tp=3", "tp=3 must divide the 4 query heads of attention.qkv.weight"),
+    ("tp=3", "tp=3 must divide the 4 query heads of mixer.qkv.weight"),
     ("ep=3,dp_shard=3", "ep=3 must divide the 4 experts of ffn.experts_in"),
     ("ep=4,dp_shard=2", "ep=4 must divide dp_shard x cp x tp = 2"),
 ])
@@ -131,7 +131,7 @@ def test_sizing_flags_need_parallel(capsys):
 def test_latent_attention_splits_its_up_projections_by_head():
     mla = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
            "v_head_dim": 8, "q_lora_rank": 16}
-    r = plan_parallel(estimate(tiny_spec(vocab_size=96, block={"attention": mla})), parse_layout("tp=2"))
+    r = plan_parallel(estimate(tiny_spec(vocab_size=96, block={"mixer": mla})), parse_layout("tp=2"))
     attention = (16 * 32 + 16 + 20 * 32 + 16  # q_a, q_norm, kv_a, kv_norm: the latents' side, replicated
                  + 24 * 16  # q_b (4 heads x 12, 16) -> 2 heads
                  + 32 * 16  # kv_b (4 heads x (8 + 8), 16) -> 2 heads

@@ -82,16 +82,16 @@ REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_hea
 
 def test_every_registered_attention_declares_its_public_facts(tiny_spec):
     registry = get_registry()
-    for name in registry.names("attention"):
-        component = registry.get("attention", name)
+    for name in registry.names("mixer"):
+        component = registry.get("mixer", name)
         params = {k: v for k, v in {"n_heads": 4, "n_kv_heads": 2, "window": 8}.items() if k in component.params.model_fields}
         params.update(REQUIRED_EXTRA.get(name, {}))
         with torch.device("meta"):
-            layer = registry.resolve("attention", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2,
+            layer = registry.resolve("mixer", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2,
                                                                                             context_length=32)
         assert isinstance(layer, AttentionLayer), name
         if getattr(layer, "cache_slots", ...) is None and getattr(layer, "state_slots", None) is None:
-            assert (layer.n_heads, layer.window, layer.layer_index) == (0, None, 1), name  # no mixer (attention: none)
+            assert (layer.n_heads, layer.window, layer.layer_index) == (0, None, 1), name  # no mixer (mixer: none)
             continue
         if "n_heads" not in params and name != "parallel":  # one channel-wise "head" over d_model (short_conv)
             assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window) == (1, 1, 32, None), name

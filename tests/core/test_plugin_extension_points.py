@@ -91,7 +91,7 @@ def test_a_kind_defined_differently_by_two_plugins_names_the_second():
 
 def test_the_core_declares_only_the_kinds_a_decoder_is_built_from():
     # per_layer_input: the optional model.per_layer_input part (Gemma 4's per-layer embeddings) the Decoder calls.
-    assert set(KINDS) == {"positional", "norm", "attention", "ffn", "layout", "residual", "per_layer_input"}
+    assert set(KINDS) == {"positional", "norm", "mixer", "ffn", "layout", "residual", "per_layer_input"}
 
 
 def test_the_built_in_plugins_own_their_kinds_and_hooks():

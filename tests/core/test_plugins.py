@@ -54,7 +54,7 @@ def test_the_test_plugins_are_not_installed_in_the_environment():
 def test_built_in_plugins_are_entry_points_like_any_other():
     eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="specformer")}
     assert eps["layers"] == "specformer_layers.plugin"
-    assert {c.plugin for c in specformer.get_registry() if c.kind == "attention"} >= {"layers"}
+    assert {c.plugin for c in specformer.get_registry() if c.kind == "mixer"} >= {"layers"}
 
 
 def fake_entry_points(monkeypatch, extra: list[importlib.metadata.EntryPoint]) -> None:

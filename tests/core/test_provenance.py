@@ -56,7 +56,7 @@ def acme_checkpoint(tmp_path, tiny_spec, fresh_plugins):
     discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme",
                             distribution="specformer-acme", version="1.2.3")
     tiny_spec["model"]["block"]["norm"] = {"kind": "acmenorm", "eps": 1e-5}
-    tiny_spec["model"]["block"]["attention"]["qk_norm"] = "rmsnorm"  # a nested component is recorded too
+    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = "rmsnorm"  # a nested component is recorded too
     tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 5}, {"kind": "temperature", "value": 0.7}]}
     path = specformer.save(specformer.build(tiny_spec, seed=0), tmp_path / "acme.safetensors")
     discovery.reset()  # "uninstall": the plugin manager no longer knows 'acme'
@@ -75,7 +75,7 @@ def test_the_header_records_plugin_distribution_and_version_of_every_component(a
     assert by_name[("norm", "acmenorm")] == {
         "kind": "norm", "name": "acmenorm", "plugin": "acme", "distribution": "specformer-acme", "version": "1.2.3"}
     version = _version("specformer")
-    for kind, name, plugin in [("attention", "attention", "layers"), ("ffn", "swiglu", "layers"),
+    for kind, name, plugin in [("mixer", "attention", "layers"), ("ffn", "swiglu", "layers"),
                                ("positional", "rope", "layers"), ("layout", "prenorm", "layers"),
                                ("norm", "rmsnorm", "layers"), ("sampler", "top_k", "generate"),
                                ("sampler", "temperature", "generate")]:

@@ -92,8 +92,8 @@ def test_factory_is_passed_only_the_sizes_it_names(acme):
         seen.append(d_model)
         return d_model
 
-    view.register("attention", "lean", factory=attention, params=NormParams)
-    component = registry.get("attention", "lean")
+    view.register("mixer", "lean", factory=attention, params=NormParams)
+    component = registry.get("mixer", "lean")
     assert component.make(NormParams(), d_model=8, layer_index=0, n_layers=2) == 8 and seen == [8]
 
 
@@ -158,7 +158,7 @@ def test_unknown_kind_lists_the_known_kinds(acme):
     _, view = acme
     with pytest.raises(RegistryError) as info:
         view.register("nrom", "x", factory=norm_factory, params=NormParams)
-    assert "plugin 'acme', nrom 'x': unknown kind 'nrom'; did you mean 'norm'? known kinds: attention, ffn, layout, norm, per_layer_input, positional" in str(info.value)
+    assert "plugin 'acme', nrom 'x': unknown kind 'nrom'; did you mean 'norm'? known kinds: ffn, layout, mixer, norm, per_layer_input, positional" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["", "has space", "dotted.name", "slash/name"])
@@ -226,3 +226,12 @@ def test_building_keeps_the_registered_path_on_record(acme):
     component = registry.get("norm", "kept")
     component.make(3, dim=4)  # imports the factory
     assert component.factory_ref == component.factory_path == "fractions:Fraction"
+
+
+def test_a_plugin_registering_the_old_kind_attention_registers_a_mixer_with_one_line(acme):
+    from specformer.renamed import RenamedWarning
+
+    registry, view = acme
+    with pytest.warns(RenamedWarning, match=r"plugin 'acme' registering 'lean': kind 'attention': .* now called 'mixer'"):
+        view.register("attention", "lean", factory=lambda params, *, d_model: d_model, params=NormParams)
+    assert registry.get("mixer", "lean").kind == "mixer"

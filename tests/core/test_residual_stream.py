@@ -34,12 +34,12 @@ class OwnBlock(nn.Module):
 
     Params = PreNormBlockParams
 
-    def __init__(self, params: Any = None, *, attention: nn.Module, ffn: nn.Module, make_norm: Any) -> None:
+    def __init__(self, params: Any = None, *, mixer: nn.Module, ffn: nn.Module, make_norm: Any) -> None:
         super().__init__()
-        self.attention, self.ffn, self.norm = attention, ffn, make_norm()
+        self.mixer, self.ffn, self.norm = mixer, ffn, make_norm()
 
     def forward(self, x: Tensor, ctx: Any) -> Tensor:
-        return x + self.ffn(self.norm(x + self.attention(self.norm(x), ctx)))
+        return x + self.ffn(self.norm(x + self.mixer(self.norm(x), ctx)))
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ _CONTRACT = _contract_cases()
 EXAMPLES, CHANGES = _CONTRACT.EXAMPLES, _CONTRACT.CHANGES
 
 #: The kinds a model is built from: every component of these declares its size check.
-MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "attention", "layout", "residual", "indexer",
+MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "mixer", "layout", "residual", "indexer",
                "per_layer_input")
 
 #: Sizes around the edges each kind's components meet: divisible and not, even and odd, zero heads.
@@ -63,7 +63,7 @@ GRID: dict[str, list[dict[str, Any]]] = {
                                        (32, 4, 1, 8), (30, 5, 6, 4))],
     "rope_scaling": [{"rotary_dim": r, "theta": 10000.0, "context_length": 16384} for r in (2, 3, 4, 8, 64)],
     "ffn": [{"d_model": d, "layer_index": 1, "n_layers": 2, "vocab_size": 50} for d in (8, 30, 32)],
-    "attention": [{"d_model": d, "layer_index": 1, "n_layers": 2, "context_length": 16} for d in (7, 24, 30, 32)],
+    "mixer": [{"d_model": d, "layer_index": 1, "n_layers": 2, "context_length": 16} for d in (7, 24, 30, 32)],
     "router": [*({"d_model": 16, "n_experts": e, "top_k": k, "vocab_size": 50}
                  for e, k in ((4, 2), (4, 5), (6, 4), (3, 1), (8, 8))),
                {"d_model": 16, "n_experts": 4, "top_k": 2}],  # no vocabulary size: hash routing cannot be built
@@ -76,7 +76,7 @@ GRID: dict[str, list[dict[str, Any]]] = {
 #: connections to a residual stream of one stream or of several (which ``postnorm`` refuses); and a
 #: per-layer input of 0 or 4 channels (``sandwich`` gates it in, on one stream only).
 SUBLAYERS = {
-    "attention": [{"kind": "attention", "n_heads": 2}, {"kind": "none"}],
+    "mixer": [{"kind": "attention", "n_heads": 2}, {"kind": "none"}],
     "ffn": [{"kind": "mlp", "hidden": 8}, {"kind": "none"}],
     "residual": [{"kind": "single"}, {"kind": "mhc", "n_streams": 2}],
 }
@@ -84,21 +84,21 @@ SUBLAYERS = {
 
 #: Params beyond the contract test's whose checks the grid would not reach otherwise.
 MORE: dict[tuple[str, str], list[dict[str, Any]]] = {
-    ("attention", "attention"): [{"n_heads": 4, "n_kv_heads": 2, "qk_norm": "layernorm", "sinks": True,
+    ("mixer", "attention"): [{"n_heads": 4, "n_kv_heads": 2, "qk_norm": "layernorm", "sinks": True,
                                   "qk_norm_scope": "per_head_weights", "output_gate": True, "qkv_bias": True},
                                  *({"n_heads": 4, "n_kv_heads": 2, "kv_from": k, "qk_norm": "rmsnorm", "qk_norm_scope": scope,
                                     "window": 4} for k, scope in ((0, "head"), (0, "per_head_weights"), (0, "all"), (1, "all"))),
                                  {"n_heads": 4, "k_eq_v": True, "v_norm": {"kind": "rmsnorm", "weight": False}}],
-    ("attention", "mla"): [{**EXAMPLES[("attention", "mla")], "q_lora_rank": 8, "latent_norm": "scalenorm"},
-                           {**EXAMPLES[("attention", "mla")], "window": 4,  # an indexer reading the block input
+    ("mixer", "mla"): [{**EXAMPLES[("mixer", "mla")], "q_lora_rank": 8, "latent_norm": "scalenorm"},
+                           {**EXAMPLES[("mixer", "mla")], "window": 4,  # an indexer reading the block input
                             "indexer": {"kind": "lightning", "topk": 3, "head_dim": 8, "n_heads": 2}}],
-    ("attention", "compressed"): [{**EXAMPLES[("attention", "compressed")], "compress_rate": 4, "overlap": True,
+    ("mixer", "compressed"): [{**EXAMPLES[("mixer", "compressed")], "compress_rate": 4, "overlap": True,
                                    "index_heads": 2, "index_head_dim": 8, "out_groups": 2, "out_rank": 3},
-                                  {**EXAMPLES[("attention", "compressed")], "compress_rate": 2, "sinks": False}],
-    ("attention", "parallel"): [
+                                  {**EXAMPLES[("mixer", "compressed")], "compress_rate": 2, "sinks": False}],
+    ("mixer", "parallel"): [
         {"mixers": [{"kind": "attention", "n_heads": 4}, {"kind": "attention", "n_heads": 2}]},  # two caches
         {"mixers": [{"kind": "gated_deltanet", "n_heads": 4}, {"kind": "short_conv"}]},  # two states
-        {"mixers": [{"kind": "short_conv"}, {**EXAMPLES[("attention", "mla")], "kind": "mla"}]},  # a latent lead
+        {"mixers": [{"kind": "short_conv"}, {**EXAMPLES[("mixer", "mla")], "kind": "mla"}]},  # a latent lead
     ],
     ("ffn", "moe"): [{"n_experts": 6, "top_k": 4, "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 1}},
                      {"n_experts": 4, "top_k": 2, "gated": False, "n_shared_experts": 2, "expert_bias": True},
@@ -129,15 +129,15 @@ def _sizes(c: Component, registry: Any) -> list[tuple[dict[str, Any], dict[str, 
         return [(dict(s), dict(s)) for s in GRID[c.kind]]
     pairs = []
     norm = registry.resolve("norm", {"kind": "rmsnorm"})
-    for attention, ffn, residual, width in itertools.product(SUBLAYERS["attention"], SUBLAYERS["ffn"],
+    for attention, ffn, residual, width in itertools.product(SUBLAYERS["mixer"], SUBLAYERS["ffn"],
                                                             SUBLAYERS["residual"], (0, 4)):
-        a, f = registry.resolve("attention", attention), registry.resolve("ffn", ffn)
+        a, f = registry.resolve("mixer", attention), registry.resolve("ffn", ffn)
         stream = registry.resolve("residual", residual)
         common = {"d_model": 8, "layer_index": 1, "n_layers": 2, "per_layer_input": width}
         module_stream, sized_stream = stream.make(d_model=8), stream.sized(d_model=8)
-        built = {**common, "attention": a.make(d_model=8), "ffn": f.make(d_model=8),
+        built = {**common, "mixer": a.make(d_model=8), "ffn": f.make(d_model=8),
                  "make_norm": lambda dim=8: norm.make(dim=dim), "make_residual": module_stream.connection}
-        checked = {**common, "attention": a.sized(d_model=8), "ffn": f.sized(d_model=8),
+        checked = {**common, "mixer": a.sized(d_model=8), "ffn": f.sized(d_model=8),
                    "make_norm": lambda dim=8: norm.sized(dim=dim),
                    "make_residual": lambda sized_stream=sized_stream: SIZED.connection(sized_stream)}
         pairs.append((built, checked))
@@ -168,7 +168,7 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
     assert module is not None and facts is not None
     seen = facts_of(module)
     fields = ["parameters"]
-    if c.kind == "attention":
+    if c.kind == "mixer":
         fields += ["n_heads", "n_kv_heads", "head_dim", "uses_positions", "caches_tokens", "keeps_state", "absent",
                    "kv_from", "window"]
     if c.kind == "per_layer_input":
@@ -188,9 +188,9 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
         for f in ("parameters", "n_streams"):
             if declared is None or getattr(made, f) != getattr(declared, f):
                 found.append(f"connection {f}: module {getattr(made, f)!r}, check {getattr(declared, f, None)!r}")
-    if c.kind == "attention" and positional_dim_of(seen) != positional_dim_of(facts):
+    if c.kind == "mixer" and positional_dim_of(seen) != positional_dim_of(facts):
         found.append(f"positional width: module {positional_dim_of(seen)}, check {positional_dim_of(facts)}")
-    if c.kind == "attention" and cache_slots_of(seen) != cache_slots_of(facts):
+    if c.kind == "mixer" and cache_slots_of(seen) != cache_slots_of(facts):
         found.append(f"cache slots: module {cache_slots_of(seen)}, check {cache_slots_of(facts)}")
     return found
 
@@ -226,8 +226,8 @@ def test_every_built_in_model_component_declares_its_size_check(component: Compo
 def test_a_check_that_accepts_what_the_constructor_refuses_is_caught() -> None:
     """The comparison above can fail: a planted check that forgot a divisibility rule."""
     registry = get_registry()
-    component = registry.get("attention", "attention")
-    resolved = registry.resolve("attention", {"kind": "attention", "n_heads": 4})
+    component = registry.get("mixer", "attention")
+    resolved = registry.resolve("mixer", {"kind": "attention", "n_heads": 4})
 
     class Forgetful:
         def __init__(self, real: Any) -> None:
@@ -252,7 +252,7 @@ def test_every_example_spec_counts_its_parameters_without_torch_as_the_meta_buil
 
 @pytest.mark.parametrize("block", [
     {"residual": {"kind": "mhc", "n_streams": 3}, "layout": "parallel"},
-    {"residual": {"kind": "mhc", "n_streams": 2}, "attention": "none"},
+    {"residual": {"kind": "mhc", "n_streams": 2}, "mixer": "none"},
     {"ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 8, "router": {"kind": "hash"}}},
 ], ids=["hyper-connections", "hyper-connections-no-mixer", "hash-router"])
 def test_a_spec_on_several_streams_or_routed_by_token_counts_its_parameters_as_the_meta_build(block) -> None:
@@ -275,14 +275,14 @@ def _sharing(*layers: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("spec, found", [
     (_tiny(layout="postnorm", residual={"kind": "mhc", "n_streams": 2}),
      "model.block.layout: postnorm normalises the residual stream itself"),
-    (_sharing({"select": 0, "attention": {"n_kv_heads": 4}}, {"select": 2, "attention": {"kv_from": 0}}),
-     "model.layers[1].attention.kv_from: layer 0 keeps keys of 4 heads"),
-    (_sharing({"select": 0, "attention": {"kind": "gated_deltanet", "n_heads": 4}},
-              {"select": 2, "attention": {"kv_from": 0}}),
+    (_sharing({"select": 0, "mixer": {"n_kv_heads": 4}}, {"select": 2, "mixer": {"kv_from": 0}}),
+     "model.layers[1].mixer.kv_from: layer 0 keeps keys of 4 heads"),
+    (_sharing({"select": 0, "mixer": {"kind": "gated_deltanet", "n_heads": 4}},
+              {"select": 2, "mixer": {"kv_from": 0}}),
      "layer 0 (GatedDeltaNet) keeps no keys and values to share"),
-    (_sharing({"select": 1, "attention": {"kv_from": 0}}, {"select": 2, "attention": {"kv_from": 1}}),
+    (_sharing({"select": 1, "mixer": {"kv_from": 0}}, {"select": 2, "mixer": {"kv_from": 1}}),
      "layer 1 itself reads layer 0's keys and values"),
-    (_sharing({"select": 0, "attention": {"window": 4}}, {"select": 2, "attention": {"kv_from": 0}}),
+    (_sharing({"select": 0, "mixer": {"window": 4}}, {"select": 2, "mixer": {"kv_from": 0}}),
      "layer 0 keeps only its last 4 tokens (its window)"),
     ({"model": {**_tiny()["model"], "per_layer_input": {"kind": "per_layer_embedding", "width": 4}}},
      "model.block.layout: model.per_layer_input gives every block a per-layer input, and the 'prenorm' layout takes none"),
@@ -336,9 +336,9 @@ class MyLayoutParams(Params):
 
 
 class MyLayout(nn.Module):
-    def __init__(self, params: MyLayoutParams, *, attention: nn.Module, ffn: nn.Module, make_norm: Any) -> None:
+    def __init__(self, params: MyLayoutParams, *, mixer: nn.Module, ffn: nn.Module, make_norm: Any) -> None:
         super().__init__()
-        self.attention, self.ffn = attention, ffn
+        self.mixer, self.ffn = mixer, ffn
         self.attention_norm, self.ffn_norm = make_norm(), make_norm()
         self.gain = nn.Parameter(torch.ones(1))
 
@@ -387,7 +387,7 @@ def test_a_component_without_a_size_check_is_checked_by_building_it_on_meta() ->
     registry = _registry_with_undeclared()
     d_model = TINY["model"]["d_model"]
     odd = {"model": {**_tiny(norm="oddnorm")["model"], "d_model": d_model + 1, "block": {
-        **TINY["model"]["block"], "norm": "oddnorm", "attention": {"kind": "attention", "n_heads": 1}}}}
+        **TINY["model"]["block"], "norm": "oddnorm", "mixer": {"kind": "attention", "n_heads": 1}}}}
     with pytest.raises(SpecError) as info:
         check_spec(odd, registry=registry)
     assert str(info.value).strip().endswith(f"model.block.norm: oddnorm needs an even width, got {d_model + 1}")

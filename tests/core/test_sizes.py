@@ -61,10 +61,10 @@ def _spec(**model) -> dict:
 
 @pytest.mark.parametrize("model", [
     {},
-    {"n_layers": 6, "layers": [{"select": "0::2", "attention": {"window": 8}},
+    {"n_layers": 6, "layers": [{"select": "0::2", "mixer": {"window": 8}},
                                {"select": -1, "ffn": {"kind": "mlp", "hidden": 40}}]},
     {"tie_embeddings": False, "lm_head_bias": True, "pad_vocab_to_multiple": 64},
-    {"n_layers": 3, "block": {"norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2},
+    {"n_layers": 3, "block": {"norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
                               "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}}},
 ])
 def test_estimate_and_summary_equal_a_real_build(model):
@@ -83,7 +83,7 @@ def test_estimate_and_summary_equal_a_real_build(model):
 
 
 def test_a_million_layers_validate_and_summarise_from_one_block_per_distinct_layer(monkeypatch):
-    spec = _spec(n_layers=1_000_000, layers=[{"select": "0::2", "attention": {"window": 8}}])
+    spec = _spec(n_layers=1_000_000, layers=[{"select": "0::2", "mixer": {"window": 8}}])
     built = []
     real_make_block = wiring.make_block
 
@@ -98,19 +98,19 @@ def test_a_million_layers_validate_and_summarise_from_one_block_per_distinct_lay
     # check, summarize's check and its meta estimate): a layer-by-layer walk would make a million blocks.
     assert 0 < len(built) <= 3 * 2, len(built)
     per_block = summarize(_spec(n_layers=1))
-    block = per_block.params["attention"] + per_block.params["ffn"] + per_block.params.get("block norms", 0)
+    block = per_block.params["mixer"] + per_block.params["ffn"] + per_block.params.get("block norms", 0)
     assert s.total - s.params["embedding"] - s.params.get("final_norm", 0) == 1_000_000 * block
 
 
 def test_a_bad_override_in_one_group_is_still_found_at_its_path():
-    spec = _spec(n_layers=1_000_000, layers=[{"select": "999999", "attention": {"n_heads": 5}}])
-    with pytest.raises(SpecError, match=r"model.layers\[0\].attention"):
+    spec = _spec(n_layers=1_000_000, layers=[{"select": "999999", "mixer": {"n_heads": 5}}])
+    with pytest.raises(SpecError, match=r"model.layers\[0\].mixer"):
         specformer.load_spec(spec)
 
 
 def test_layers_may_differ_in_heads_each_positional_sized_by_its_own():
     """Each layer's positional scheme is built for its own heads (ALiBi slopes, RoPE width)."""
-    spec = _spec(n_layers=4, layers=[{"select": 1, "attention": {"n_heads": 2, "n_kv_heads": 2}}])
+    spec = _spec(n_layers=4, layers=[{"select": 1, "mixer": {"n_heads": 2, "n_kv_heads": 2}}])
     spec["model"]["positional"] = {"kind": "alibi"}
     model = specformer.build(spec, seed=0)
     heads = [model.positional_of_layer(i).n_heads for i in range(4)]
@@ -119,7 +119,7 @@ def test_layers_may_differ_in_heads_each_positional_sized_by_its_own():
 
 
 def test_a_long_explicit_layer_list_stays_fast():
-    spec = _spec(n_layers=40_000, layers=[{"select": list(range(0, 40_000, 2)), "attention": {"window": 8}}])
+    spec = _spec(n_layers=40_000, layers=[{"select": list(range(0, 40_000, 2)), "mixer": {"window": 8}}])
     start = time.monotonic()
     s = summarize(spec)
     assert time.monotonic() - start < 30  # a hang bound, not a speed target: list membership per layer took minutes

@@ -32,7 +32,7 @@ def test_same_spec_in_yaml_json_and_toml(tmp_path, tiny_spec):
     toml = (
         f"[model]\nvocab_size = {m['vocab_size']}\nd_model = {m['d_model']}\nn_layers = {m['n_layers']}\n"
         f"context_length = {m['context_length']}\npositional = {{ kind = \"rope\" }}\n"
-        "[model.block]\nnorm = \"rmsnorm\"\nattention = { kind = \"attention\", n_heads = 4, n_kv_heads = 2 }\n"
+        "[model.block]\nnorm = \"rmsnorm\"\nmixer = { kind = \"attention\", n_heads = 4, n_kv_heads = 2 }\n"
         "ffn = { kind = \"swiglu\", hidden = 48 }\n"
     )
     (tmp_path / "m.toml").write_text(toml)
@@ -49,23 +49,23 @@ def test_unknown_kind_lists_registered_names_and_closest_match(tiny_spec):
 
 
 def test_bad_param_names_path_value_and_constraint(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = 3
+    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.block.attention")
+    assert msg.startswith("model.block.mixer")
     assert "n_kv_heads (3) must divide n_heads (4)" in msg
 
 
 def test_negative_size_is_reported_with_value(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["n_heads"] = -1
+    tiny_spec["model"]["block"]["mixer"]["n_heads"] = -1
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.block.attention.n_heads:")
+    assert msg.startswith("model.block.mixer.n_heads:")
     assert "greater than 0" in msg and "-1" in msg
 
 
 def test_unknown_param_lists_accepted_fields(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["n_head"] = 4
+    tiny_spec["model"]["block"]["mixer"]["n_head"] = 4
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.block.attention.n_head: unknown field; did you mean 'n_heads'? accepted:")
+    assert msg.startswith("model.block.mixer.n_head: unknown field; did you mean 'n_heads'? accepted:")
     assert "n_heads" in msg and "n_kv_heads" in msg
 
 
@@ -89,9 +89,9 @@ def test_every_problem_is_reported_at_once(tiny_spec):
 
 
 def test_size_constraints_are_checked_by_components(tiny_spec):
-    tiny_spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 5}
+    tiny_spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 5}
     [msg] = problems(tiny_spec)
-    assert msg == "model.block.attention: n_heads (5) must divide d_model (32) unless head_dim is given"
+    assert msg == "model.block.mixer: n_heads (5) must divide d_model (32) unless head_dim is given"
 
 
 def test_unknown_section_lists_accepted_sections(tiny_spec):
@@ -114,24 +114,24 @@ def test_kind_must_be_present(tiny_spec):
 def test_layer_overrides_merge_same_kind_and_replace_other_kind(tiny_spec):
     tiny_spec["model"]["n_layers"] = 4
     tiny_spec["model"]["layers"] = [
-        {"select": "0::2", "attention": {"window": 8}},
+        {"select": "0::2", "mixer": {"window": 8}},
         {"select": -1, "ffn": {"kind": "mlp", "activation": "relu"}},
     ]
     blocks = specformer.load_spec(tiny_spec).model.layer_blocks()
-    assert [b["attention"].get("window") for b in blocks] == [8, None, 8, None]
-    assert all(b["attention"]["n_kv_heads"] == 2 for b in blocks)  # merged, not replaced
+    assert [b["mixer"].get("window") for b in blocks] == [8, None, 8, None]
+    assert all(b["mixer"]["n_kv_heads"] == 2 for b in blocks)  # merged, not replaced
     assert [b["ffn"]["kind"] for b in blocks] == ["swiglu", "swiglu", "swiglu", "mlp"]
     assert "hidden" not in blocks[3]["ffn"]  # a different kind replaces the whole component
 
 
 def test_override_errors_point_at_the_override(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": "all", "attention": {"window": 0}}]
+    tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 0}}]
     [msg] = problems(tiny_spec)
-    assert msg.startswith("model.layers[0].attention.window:")
+    assert msg.startswith("model.layers[0].mixer.window:")
 
 
 def test_override_selecting_missing_layer(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": 7, "attention": {"window": 4}}]
+    tiny_spec["model"]["layers"] = [{"select": 7, "mixer": {"window": 4}}]
     [msg] = problems(tiny_spec)
     assert msg.startswith("model.layers[0].select: layer 7 does not exist")
 

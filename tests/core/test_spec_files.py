@@ -142,15 +142,15 @@ def test_a_huge_bad_value_is_quoted_as_a_short_excerpt(tmp_path):
 
 def test_a_huge_bad_component_param_is_quoted_as_a_short_excerpt():
     spec = json.loads(json.dumps(TINY))
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": ["y" * 100_000] * 1000}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": ["y" * 100_000] * 1000}
     with pytest.raises(SpecError) as info:
         specformer.load_spec(spec)
-    assert "model.block.attention.n_heads" in str(info.value) and len(str(info.value)) < 500
+    assert "model.block.mixer.n_heads" in str(info.value) and len(str(info.value)) < 500
 
 
 def test_a_long_layer_selection_is_quoted_as_a_short_excerpt():
     spec = json.loads(json.dumps(TINY))
-    spec["model"]["layers"] = [{"select": "z" * 50_000, "attention": {"window": 4}}]
+    spec["model"]["layers"] = [{"select": "z" * 50_000, "mixer": {"window": 4}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(spec)
     assert "model.layers[0].select" in str(info.value) and len(str(info.value)) < 500

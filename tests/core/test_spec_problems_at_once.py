@@ -24,11 +24,11 @@ model:
   positional: rope
   block:
     norm: rmsnorm
-    attention: {kind: attention, n_heads: 4, qkv_biass: true}
+    mixer: {kind: attention, n_heads: 4, qkv_biass: true}
     ffn: {kind: swiglu, hidden: -3}
   layers:
-    - {select: "1::0x", attention: {window: 16}}
-    - {select: 2, attention: {windw: 16}}
+    - {select: "1::0x", mixer: {window: 16}}
+    - {select: 2, mixer: {windw: 16}}
 train:
   steps: 10
   batch_sise: 4
@@ -36,10 +36,10 @@ train:
 
 SIX_PATHS = [
     "model.colour",
-    "model.block.attention.qkv_biass",
+    "model.block.mixer.qkv_biass",
     "model.block.ffn.hidden",
     "model.layers[0].select",
-    "model.layers[1].attention.windw",
+    "model.layers[1].mixer.windw",
     "train.batch_sise",
 ]
 
@@ -76,11 +76,11 @@ def test_without_the_model_level_mistake_a_bad_select_hides_nothing(tmp_path):
 
 def test_an_override_with_a_bad_select_still_has_its_params_checked(tmp_path):
     text = SIX_MISTAKES.replace("  colour: blue\n", "").replace("qkv_biass", "qkv_bias").replace("hidden: -3", "hidden: 3")
-    text = text.replace("{select: \"1::0x\", attention: {window: 16}}", "{select: 9, attention: {window: -1}}")
+    text = text.replace("{select: \"1::0x\", mixer: {window: 16}}", "{select: 9, mixer: {window: -1}}")
     text = text.replace("  batch_sise: 4\n", "")
     error = spec_problems(text, tmp_path)
     assert [p.path for p in error.problems] == [
-        "model.layers[0].select", "model.layers[0].attention.window", "model.layers[1].attention.windw"]
+        "model.layers[0].select", "model.layers[0].mixer.window", "model.layers[1].mixer.windw"]
 
 
 def test_a_missing_size_does_not_hide_a_component_problem(tmp_path):
@@ -93,53 +93,53 @@ def test_a_bad_n_layers_says_the_selections_were_not_checked(tmp_path):
     error = spec_problems(SIX_MISTAKES.replace("n_layers: 4", "n_layers: four"), tmp_path)
     paths = [p.path for p in error.problems]
     assert "model.n_layers" in paths and "model.layers[0].select" not in paths
-    assert "model.layers[1].attention.windw" in paths
+    assert "model.layers[1].mixer.windw" in paths
     assert "the layer selections (they need a valid n_layers)" in str(error)
 
 
 def test_a_bad_value_on_the_block_is_reported_once_where_it_is_written(tiny_spec):
-    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = -2
-    tiny_spec["model"]["layers"] = [{"select": 0, "attention": {"window": 16}}]
+    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
+    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec)
-    assert [p.path for p in info.value.problems] == ["model.block.attention.n_kv_heads"]
+    assert [p.path for p in info.value.problems] == ["model.block.mixer.n_kv_heads"]
 
 
 def test_a_check_across_the_block_component_is_reported_once_at_the_block(tiny_spec):
-    tiny_spec["model"]["block"]["attention"].update(n_heads=4, n_kv_heads=3)
-    tiny_spec["model"]["layers"] = [{"select": 0, "attention": {"window": 16}}]
+    tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=3)
+    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec)
-    assert [p.path for p in info.value.problems] == ["model.block.attention"]
+    assert [p.path for p in info.value.problems] == ["model.block.mixer"]
 
 
 def test_a_bad_value_on_every_overridden_layer_is_reported_at_the_block(tiny_spec):
     """With ``select: all`` no layer keeps the block as written; its bad value is still the block's."""
-    tiny_spec["model"]["block"]["attention"]["n_kv_heads"] = -2
-    tiny_spec["model"]["layers"] = [{"select": "all", "attention": {"window": 16}}]
+    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
+    tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec)
-    assert [p.path for p in info.value.problems] == ["model.block.attention.n_kv_heads"]
+    assert [p.path for p in info.value.problems] == ["model.block.mixer.n_kv_heads"]
 
 
 def test_a_problem_the_override_makes_is_reported_at_the_override(tiny_spec):
-    tiny_spec["model"]["block"]["attention"].update(n_heads=4, n_kv_heads=2)
-    tiny_spec["model"]["layers"] = [{"select": 0, "attention": {"n_kv_heads": 3}}]
+    tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=2)
+    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"n_kv_heads": 3}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec)
-    assert [p.path for p in info.value.problems] == ["model.layers[0].attention"]
+    assert [p.path for p in info.value.problems] == ["model.layers[0].mixer"]
 
 
 @pytest.mark.parametrize("select, layers", [("3", [3]), (" -1 ", [3]), ("1:3", [1, 2])])
 def test_a_quoted_index_or_slice_selects_those_layers(tiny_spec, select, layers):
     tiny_spec["model"]["n_layers"] = 4
-    tiny_spec["model"]["layers"] = [{"select": select, "attention": {"window": 16}}]
+    tiny_spec["model"]["layers"] = [{"select": select, "mixer": {"window": 16}}]
     spec = specformer.load_spec(tiny_spec)
     assert spec.model.layers[0].layer_indices(spec.model.n_layers) == layers
 
 
 def test_a_quoted_index_out_of_range_says_which_layers_exist(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": "5", "attention": {"window": 16}}]
+    tiny_spec["model"]["layers"] = [{"select": "5", "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
         specformer.load_spec(tiny_spec)
     [problem] = info.value.problems

@@ -60,11 +60,11 @@ def test_help_components_schema_and_every_subcommands_help_import_no_torch():
 
 #: Mistakes found by each step of validation, the size check above all (the one that used to build on meta).
 BAD_BLOCKS = {
-    "heads do not split d_model": {"attention": {"kind": "attention", "n_heads": 5}},
-    "a rope too narrow to turn": {"attention": {"kind": "attention", "n_heads": 4, "head_dim": 1}},
-    "recurrent heads do not split d_model": {"attention": {"kind": "gated_deltanet", "n_heads": 5}},
-    "kda heads do not split d_model": {"attention": {"kind": "kda", "n_heads": 5}},
-    "two caches in one parallel mixer": {"attention": {"kind": "parallel", "mixers": [
+    "heads do not split d_model": {"mixer": {"kind": "attention", "n_heads": 5}},
+    "a rope too narrow to turn": {"mixer": {"kind": "attention", "n_heads": 4, "head_dim": 1}},
+    "recurrent heads do not split d_model": {"mixer": {"kind": "gated_deltanet", "n_heads": 5}},
+    "kda heads do not split d_model": {"mixer": {"kind": "kda", "n_heads": 5}},
+    "two caches in one parallel mixer": {"mixer": {"kind": "parallel", "mixers": [
         {"kind": "attention", "n_heads": 2}, {"kind": "attention", "n_heads": 4}]}},
     "router groups that do not split the experts": {"ffn": {"kind": "moe", "n_experts": 6, "top_k": 2, "hidden": 8,
                                                             "router": {"kind": "sigmoid_topk", "n_group": 4}}},

@@ -28,7 +28,7 @@ def _with(path: tuple[str, ...], value) -> dict:
 @pytest.mark.parametrize("path", [
     ("model", "n_layers"), ("model", "d_model"), ("model", "vocab_size"), ("model", "context_length"),
     ("model", "pad_vocab_to_multiple"), ("model", "init_std"), ("model", "embedding_multiplier"),
-    ("model", "block", "attention", "n_heads"), ("model", "block", "ffn", "hidden"),
+    ("model", "block", "mixer", "n_heads"), ("model", "block", "ffn", "hidden"),
 ])
 @pytest.mark.parametrize("value", [True, False])
 def test_a_boolean_is_not_a_size(path, value):
@@ -44,7 +44,7 @@ def test_d_model_true_no_longer_reads_as_one():
 
 
 def test_a_boolean_inside_a_list_of_indices_is_refused():
-    spec = _with(("model", "layers"), [{"select": [0, True], "attention": {"window": 4}}])
+    spec = _with(("model", "layers"), [{"select": [0, True], "mixer": {"window": 4}}])
     with pytest.raises(SpecError, match=r"model.layers\[0\].select.*boolean is not a number"):
         specformer.load_spec(spec)
 

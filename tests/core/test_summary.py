@@ -11,7 +11,7 @@ def test_dense_counts_by_formula(tiny_spec):
     attention = d * (heads + 2 * kv) * hd + heads * hd * d
     ffn = d * 2 * hidden + hidden * d
     norms = 2 * d
-    assert s.params["attention"] == layers * attention
+    assert s.params["mixer"] == layers * attention
     assert s.params["ffn"] == layers * ffn
     assert s.total == vocab * d + layers * (attention + ffn + norms) + d
     assert s.forward_flops_per_token == 2 * (layers * (attention + ffn) + vocab * d) + layers * 4 * heads * hd * ctx
@@ -30,6 +30,6 @@ def test_mixture_of_experts_counts_only_active_experts(tiny_spec):
 
 def test_sliding_window_caps_the_attention_term(tiny_spec):
     full = specformer.summarize(tiny_spec)
-    tiny_spec["model"]["block"]["attention"]["window"] = 8
+    tiny_spec["model"]["block"]["mixer"]["window"] = 8
     windowed = specformer.summarize(tiny_spec)
     assert full.forward_flops_per_token - windowed.forward_flops_per_token == 2 * 4 * 4 * 8 * (32 - 8)

@@ -200,11 +200,11 @@ def test_the_cache_at_full_context_is_what_generate_allocates():
 
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 6, "context_length": 48, "positional": "rope",
-        "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 16},
+        "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 16},
                   "ffn": "swiglu"},
         "layers": [
-            {"select": "2::3", "attention": {"window": None}},  # layers 2 and 5 global
-            {"select": "4", "attention": {"kind": "mla", "n_heads": 2, "kv_lora_rank": 12, "qk_rope_head_dim": 4,
+            {"select": "2::3", "mixer": {"window": None}},  # layers 2 and 5 global
+            {"select": "4", "mixer": {"kind": "mla", "n_heads": 2, "kv_lora_rank": 12, "qk_rope_head_dim": 4,
                                           "qk_nope_head_dim": 6, "v_head_dim": 10, "window": 8}},
         ],
     }}

@@ -26,7 +26,7 @@ from fixtures.tiny import tiny_spec
 
 def model_spec(vocab_size: int) -> dict[str, Any]:
     return tiny_spec(vocab_size=vocab_size, n_layers=1,
-                     block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}})
+                     block={"mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}})
 
 
 @pytest.fixture(autouse=True)

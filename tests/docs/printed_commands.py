@@ -319,7 +319,7 @@ model:
   positional: {kind: rope}
   block:
     norm: rmsnrom
-    attention: {kind: attention, n_heads: 4, n_kv_heads: 3}
+    mixer: {kind: attention, n_heads: 4, n_kv_heads: 3}
     ffn: {kind: swiglu}
 """
 
@@ -328,17 +328,17 @@ TINY_LLAMA_SPEC = {"model": {
     "vocab_size": 128, "d_model": 64, "n_layers": 2, "context_length": 128, "tie_embeddings": False,
     "positional": {"kind": "rope", "theta": 10000.0},
     "block": {"norm": {"kind": "rmsnorm", "eps": 1.0e-6},
-              "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+              "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
               "ffn": {"kind": "swiglu", "hidden": 128}},
 }}
 #: A small byte-level model with a long context, for the examples that evaluate in 1024-token windows.
 LONG_CONTEXT_SPEC = {"model": {
     "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 1024, "positional": {"kind": "rope"},
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
+    "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
 }}
 ALIBI_SPEC = {"model": {
     "vocab_size": 259, "d_model": 32, "n_layers": 2, "context_length": 64, "positional": {"kind": "alibi"},
-    "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
+    "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4}, "ffn": {"kind": "swiglu"}},
 }}
 
 

@@ -79,7 +79,7 @@ def test_generated_pages_snippets_validate_by_the_same_convention(generated):
 def test_the_kinds_of_the_core_and_of_plugin_sections_have_a_place_in_a_spec():
     registry = get_registry()
     found = placements(registry)
-    for kind in ("positional", "norm", "ffn", "attention", "layout", "residual"):
+    for kind in ("positional", "norm", "ffn", "mixer", "layout", "residual"):
         assert kind in found, f"no spec field takes a {kind!r} component"
     if "generate" in registry.sections:
         assert found["sampler"] == [("key", "generate"), ("key", "sampler"), ("item",)]
@@ -102,14 +102,14 @@ model:
   n_layers: 2
   context_length: 16
   positional: rope
-  block: {norm: rmsnorm, attention: {kind: attention, n_heads: 4}, ffn: swiglu}
+  block: {norm: rmsnorm, mixer: {kind: attention, n_heads: 4}, ffn: swiglu}
 """
 
 
 def test_whole_spec_is_validated_and_its_problems_reported():
     registry = get_registry()
     assert check_block(_block(WHOLE), registry) == "spec"
-    with pytest.raises(AssertionError, match=r"(?s)page.md:1: the spec does not validate:.*model.block.attention: n_heads \(3\)"):
+    with pytest.raises(AssertionError, match=r"(?s)page.md:1: the spec does not validate:.*model.block.mixer: n_heads \(3\)"):
         check_block(_block(WHOLE.replace("n_heads: 4", "n_heads: 3")), registry)
 
 
@@ -165,8 +165,8 @@ def test_code_blocks_are_found_inside_tabs_and_admonitions():
 
 
 def test_merge_replaces_a_component_of_another_kind_and_merges_the_same_kind():
-    base = {"model": {"block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}}}}
-    assert merge(base, {"model": {"block": {"attention": {"window": 8}}}})["model"]["block"]["attention"] == {
+    base = {"model": {"block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4}}}}
+    assert merge(base, {"model": {"block": {"mixer": {"window": 8}}}})["model"]["block"]["mixer"] == {
         "kind": "attention", "n_heads": 4, "window": 8}
     assert merge(base, {"model": {"block": {"norm": {"kind": "layernorm", "bias": False}}}})["model"]["block"]["norm"] == {
         "kind": "layernorm", "bias": False}

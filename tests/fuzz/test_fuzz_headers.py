@@ -53,9 +53,9 @@ from specformer_quant.apply import RECIPE_KEY, recipe_json
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, outcome, run_cli, sentinel
 from fixtures.tiny import tiny_spec
 
-MODEL = tiny_spec(vocab_size=259, block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
+MODEL = tiny_spec(vocab_size=259, block={"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1},
                                          "ffn": {"kind": "swiglu", "hidden": 64}})
-LORA = {"kind": "lora", "rank": 4, "alpha": 8, "dropout": 0.0, "targets": ["blocks.*.attention.qkv", "blocks.*.ffn.down"]}
+LORA = {"kind": "lora", "rank": 4, "alpha": 8, "dropout": 0.0, "targets": ["blocks.*.mixer.qkv", "blocks.*.ffn.down"]}
 #: The kind of checkpoint, its file in the sentinel folder, and the header entry the case changes.
 KINDS = {"adapter": (f"{PREFIX}adapter.safetensors", "adapter"), "int8": (f"{PREFIX}int8.safetensors", RECIPE_KEY),
          "int4": (f"{PREFIX}int4.safetensors", RECIPE_KEY)}
@@ -72,7 +72,7 @@ NUMBERS = [0, -1, 1, 2, 7, 48, 4097, 2**31, 2**63, 2**64, 10**100, -(2**63), 0.5
            math.inf, -math.inf, math.nan]
 #: Values an entry holds somewhere (several of them valid where they land): cases that still load.
 PLAUSIBLE = [1, 2, 4, 8, 16.0, 0.1, True, False, "kaiming", "gaussian", "int8", "int4", "bf16", 32, 64, 128,
-             "blocks.*.ffn.*", ["blocks.0.attention.qkv"], {"kind": "int8"}, None]
+             "blocks.*.ffn.*", ["blocks.0.mixer.qkv"], {"kind": "int8"}, None]
 #: Keys a sibling component or another checkpoint's entry accepts: a mix-up more likely than a made-up name.
 KNOWN_KEYS = ["kind", "rank", "alpha", "dropout", "init", "targets", "base", "group_size", "dynamic_activations",
               "scheme", "linears", "stacks", "tied_head", "lm_head_scheme", "adapter", "path", "sha256", "relative"]

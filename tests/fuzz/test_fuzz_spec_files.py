@@ -79,15 +79,15 @@ def documents(draw: Any) -> dict:
     if draw(st.booleans()):
         model = spec.get("model")
         block = model.get("block") if isinstance(model, dict) else None
-        shared = block.get("attention") if isinstance(block, dict) else None
+        shared = block.get("mixer") if isinstance(block, dict) else None
         if isinstance(shared, dict):
-            spec["model"]["layers"] = [{"select": "0", "attention": shared}]  # the same object twice: &id001 / *id001
+            spec["model"]["layers"] = [{"select": "0", "mixer": shared}]  # the same object twice: &id001 / *id001
     return spec
 
 
 SIZE_PATHS = [("model", "vocab_size"), ("model", "d_model"), ("model", "n_layers"), ("model", "context_length"),
-              ("model", "block", "ffn", "hidden"), ("model", "block", "attention", "n_heads"),
-              ("model", "block", "attention", "head_dim"), ("model", "pad_vocab_to_multiple")]
+              ("model", "block", "ffn", "hidden"), ("model", "block", "mixer", "n_heads"),
+              ("model", "block", "mixer", "head_dim"), ("model", "pad_vocab_to_multiple")]
 HUGE = [2**31, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 10**30, 10**400 // 10**300]
 
 

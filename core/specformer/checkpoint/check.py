@@ -28,6 +28,7 @@ from specformer.registry.discovery import get_plugin_manager, get_registry
 from specformer.checkpoint.provenance import check_installed
 from specformer.model.sizes import SizeEstimate
 from specformer.spec.check import CheckedSpec, check_spec
+from specformer.renamed import current_name, upgrade_spec
 from specformer.spec.shapes import Spec
 from specformer.spec.validate import ResolvedModel
 
@@ -138,17 +139,23 @@ def spec_data(path: str | Path, metadata: dict[str, str]) -> dict[str, Any]:
             f"{path}: the spec in the header is a JSON {_json_type(data)} ({excerpt(data)}), not a mapping with a "
             f"'model' section; a checkpoint is described only by its own header"
         )
-    return data
+    try:  # a checkpoint saved before a rename says so once, naming its file
+        return upgrade_spec(data, source=str(path))
+    except SpecError as exc:
+        raise CheckpointError(f"{path}: the spec stored in the checkpoint does not validate here:\n{exc}") from None
 
 
 def tensor_infos(path: str | Path) -> dict[str, TensorInfo]:
-    """Name -> dtype and shape of every tensor, from the safetensors header (no tensor is read)."""
+    """Name -> dtype and shape of every tensor, from the safetensors header (no tensor is read).
+
+    Names stored before a rename are given as they are now (:func:`~specformer.renamed.current_name`).
+    """
     try:
         with safe_open(str(path), framework="pt") as f:
             out = {}
             for name in f.keys():
                 piece = f.get_slice(name)
-                out[name] = TensorInfo(dtype=str(piece.get_dtype()), shape=tuple(int(d) for d in piece.get_shape()))
+                out[current_name(name)] = TensorInfo(dtype=str(piece.get_dtype()), shape=tuple(int(d) for d in piece.get_shape()))
             return out
     except Exception as exc:  # safetensors' own error types for a damaged header
         raise CheckpointError(f"{path}: cannot read the tensor list ({type(exc).__name__}: {exc})") from None

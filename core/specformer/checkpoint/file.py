@@ -18,6 +18,7 @@ from specformer.checkpoint.locate import resolve_checkpoint
 from specformer.files.atomic import replacing
 from specformer.files.datafile import path_kind
 from specformer.errors import CheckpointError, InputError, excerpt
+from specformer.renamed import current_name
 
 FORMAT = "specformer-checkpoint/1"
 
@@ -62,9 +63,11 @@ def read_metadata(path: str | Path) -> dict[str, str]:
 
 
 def read_tensors(path: str | Path, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Every tensor of the file by its name as it is now: one stored before a rename (``blocks.0.attention.qkv.weight``)
+    reads as ``blocks.0.mixer.qkv.weight`` (:func:`~specformer.renamed.current_name`)."""
     try:
         with safe_open(str(path), framework="pt", device=str(device)) as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
+            return {current_name(name): f.get_tensor(name) for name in f.keys()}
     except Exception as exc:
         raise CheckpointError(f"{path}: cannot read tensors ({type(exc).__name__}: {exc})") from None
 

@@ -13,7 +13,7 @@ The record is additive metadata: checkpoints written before it existed load as b
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from specformer.errors import CheckpointError
 from specformer.registry.discovery import plugin_infos
 from specformer.registry.components import Registry, Resolved
+from specformer.renamed import current_kind
 from specformer.spec.validate import resolve_model
 
 #: The header key holding the JSON list of :class:`ComponentSource` records.
@@ -88,15 +89,17 @@ def header_entry(spec: Any, registry: Registry) -> dict[str, str]:
 
 
 def recorded_sources(metadata: dict[str, str]) -> list[ComponentSource]:
-    """The records a checkpoint header holds; none for a checkpoint written before they existed."""
+    """The records a checkpoint header holds (kinds renamed since read as they are now); none for a checkpoint written
+    before they existed."""
     text = metadata.get(HEADER_KEY)
     if not text:
         return []
     try:
-        return [ComponentSource(**{k: str(entry[k]) for k in ComponentSource.__dataclass_fields__})
-                for entry in json.loads(text)]
+        sources = [ComponentSource(**{k: str(entry[k]) for k in ComponentSource.__dataclass_fields__})
+                   for entry in json.loads(text)]
     except (json.JSONDecodeError, TypeError, KeyError):
         return []  # a damaged record is no worse than none: the spec's own validation still runs
+    return [replace(s, kind=current_kind(s.kind)) for s in sources]
 
 
 def check_installed(metadata: dict[str, str], registry: Registry, *, where: str) -> None:

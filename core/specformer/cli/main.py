@@ -25,6 +25,7 @@ from specformer.messages import plural, unknown_message
 from specformer.registry.discovery import get_plugin_manager, get_registry, plugin_infos
 from specformer.registry.schema import spec_json_schema
 from specformer.spec import load_spec
+from specformer.renamed import current_kind
 from specformer.version import __version__
 
 # Modules that import torch are imported inside the commands that need them (marked
@@ -301,13 +302,15 @@ def _spec_from_file_or_checkpoint(path: str) -> Any:
 
 
 def _configure_components(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", nargs="?", help="only this kind (positional, norm, ffn, attention, layout, sampler, ...)")
+    p.add_argument("kind", nargs="?", help="only this kind (positional, norm, ffn, mixer, layout, sampler, ...)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _run_components(args: argparse.Namespace) -> int:
 
     registry = get_registry()
+    if args.kind:  # the kind a name had before a rename lists what it is called now
+        args.kind = current_kind(args.kind, where="specformer components")
     if args.kind and args.kind not in registry.kinds:
         raise UserError(unknown_message("kind", args.kind, sorted(registry.kinds), accepted="known kinds"))
     chosen = [c for c in registry if not args.kind or c.kind == args.kind]

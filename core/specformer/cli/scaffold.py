@@ -254,7 +254,7 @@ SPEC = {
         "positional": "rope",
         "block": {
             "norm": {"kind": "$name", "eps": 1e-5},
-            "attention": {"kind": "attention", "n_heads": 4},
+            "mixer": {"kind": "attention", "n_heads": 4},
             "ffn": "swiglu",
         },
     }

@@ -53,7 +53,7 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
         width = per_layer_width(per_layer_input)
         made = [make_block(MODULES, parts, m, index, residual=residual, per_layer_input=width)
                 for index, parts in enumerate(resolved.layers)]
-        attentions = [b.attention for b in made]
+        attentions = [b.mixer for b in made]
         skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=positional_mixer(attentions),
                                  residual=residual, per_layer_input=per_layer_input)
         return make_decoder(resolved, skeleton, [b.block for b in made])

@@ -76,7 +76,7 @@ class Decoder(nn.Module):
         self.layer_scheme = list(layer_scheme) if layer_scheme is not None else None
         self.blocks = nn.ModuleList(blocks)
         # Layers whose keys and values later layers read (their kv_from): each forward keeps those for them.
-        self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "attention", None))) is not None})
+        self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "mixer", None))) is not None})
         self.final_norm = final_norm
         # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
         self.residual = residual if residual is not None else ResidualStream()
@@ -218,7 +218,7 @@ class Decoder(nn.Module):
 
     def attention_modules(self) -> list[AttentionLayer]:
         """Each block's attention, in layer order, with its public facts (:class:`~specformer.model.attention.AttentionLayer`)."""
-        return [block.attention for block in self.blocks]
+        return [block.mixer for block in self.blocks]
 
     def auxiliary_loss(self) -> Tensor | None:
         """The sum of auxiliary losses (e.g. MoE load balancing) set by the last forward, if any."""

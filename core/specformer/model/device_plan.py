@@ -122,9 +122,9 @@ class ParallelReport:
     dtype_source: str  # where it came from: "--dtype", "the spec's train.precision", "the default"
     batch: int
     seq: int
-    split: list[str] = field(default_factory=list)  # "attention (LatentAttention): q_b, kv_b, out over tp by heads"
+    split: list[str] = field(default_factory=list)  # "mixer (LatentAttention): q_b, kv_b, out over tp by heads"
     vocabulary: str = ""  # "embedding and head by vocabulary", "embedding and head whole (tied)"
-    undeclared: list[str] = field(default_factory=list)  # components with no plan: "attention (GatedDeltaNet)"
+    undeclared: list[str] = field(default_factory=list)  # components with no plan: "mixer (GatedDeltaNet)"
     parameter_elements: int = 0  # per device, after tp/ep and FSDP
     parameters: int = 0
     gradients: int = 0
@@ -181,7 +181,7 @@ def plan_parallel(shape: Any, layout: Layout, *, dtype: str = "bf16", dtype_sour
     tp_sublayers = moe_copies = 0  # per step: tp-split sublayers; MoE layers x top_k
     keys_per_token = 0  # elements of keys and values every attention layer keeps per token, on one tp device
     for block, count in shape.blocks:
-        keys_per_token += _keys_per_token(getattr(block, "attention", None), layout.tp) * count
+        keys_per_token += _keys_per_token(getattr(block, "mixer", None), layout.tp) * count
         for part, module in block.named_children():
             splits_here = list(_declared(part, module, r, None))
             for name, p, splits in splits_here:

@@ -7,7 +7,7 @@ is constructed on ``meta`` (shapes, no memory) with the same sizes, its construc
 ``ValueError`` is the problem, and the facts the builder reads (heads, widths, whether
 it reads positions, its parameter count) are read from the module.
 
-Siblings it receives (a layout's ``attention`` and ``ffn``, the norms its ``make_norm``
+Siblings it receives (a layout's ``mixer`` and ``ffn``, the norms its ``make_norm``
 makes) may have been checked without building; they are built here too, on meta, so the
 constructor sees real modules.
 """

@@ -111,7 +111,7 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
     s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
     groups: OrderedDict[str, int] = OrderedDict(
-        (k, 0) for k in ("embedding", "positional", "attention", "ffn", "block norms", "residual", "final_norm", "lm_head")
+        (k, 0) for k in ("embedding", "positional", "mixer", "ffn", "block norms", "residual", "final_norm", "lm_head")
     )
     for name, p in skeleton.named_parameters():
         top = name.split(".")[0]
@@ -122,11 +122,11 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         for name, p in block.named_parameters():
             part = name.split(".")[0]
             # A block's gate of its per-layer input counts with the per-layer input part.
-            key = (part if part in ("attention", "ffn") else "residual" if part in residuals
+            key = (part if part in ("mixer", "ffn") else "residual" if part in residuals
                    else "per_layer_input" if part == "per_layer" else "block norms")
             groups.setdefault(key, 0)
             groups[key] += p.numel() * count
-    s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "attention", "ffn"))
+    s.params = OrderedDict((k, v) for k, v in groups.items() if v or k in ("embedding", "mixer", "ffn"))
     s.total = sum(groups.values())
     s.non_embedding = s.total - groups["embedding"] - groups["positional"]
     lm_head_matmul = skeleton.embedding.weight.numel() if skeleton.tie_embeddings else 0
@@ -149,7 +149,7 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     stream = getattr(skeleton, "residual", None)
     s.residual_stream = stream.describe() if isinstance(stream, ResidualStream) else None
     for block, count in blocks:
-        attention = block.attention
+        attention = block.mixer
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
         state = state_slots_of(attention)  # and per sequence (a recurrent mixer)
         reach = reach_of(attention)  # a sliding window or a chunk bounds what a layer reads and keeps

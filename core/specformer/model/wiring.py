@@ -1,7 +1,7 @@
 """Which sizes each part of a resolved model receives: the builder's size flow, written once.
 
 A component receives its sizes and sub-parts, never the spec. Some sizes come from
-other parts: a layout receives its attention, ffn, a ``make_norm`` and a ``make_residual``
+other parts: a layout receives its mixer, ffn, a ``make_norm`` and a ``make_residual``
 (a connection to the model's residual stream, made once before the blocks); a positional scheme
 is sized by the heads of the mixer it serves (its ``n_heads`` and its positional width,
 :func:`~specformer.model.attention.positional_dim_of`); a layer that reads no positions
@@ -50,7 +50,7 @@ class Block:
     """One layer's block as made, and the mixer inside it (the positional scheme is sized by it)."""
 
     block: Any
-    attention: Any
+    mixer: Any
 
 
 @dataclass
@@ -105,14 +105,14 @@ def per_layer_width(per_layer_input: Any) -> int:
 
 def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index: int, *, residual: Any,
                per_layer_input: int = 0) -> Block:
-    """One block (layout around attention, ffn and norms, joined to ``residual``) for layer ``index``.
+    """One block (layout around mixer, ffn and norms, joined to ``residual``) for layer ``index``.
 
     ``per_layer_input``: the width of the per-layer input the block receives (0: none); a
     layout that takes one names that size and declares ``per_layer_width``, so a model
     whose layout would ignore its per-layer inputs is refused here.
     """
-    attention = make_part(maker, parts["attention"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
-                          context_length=m.context_length)
+    mixer = make_part(maker, parts["mixer"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
+                      context_length=m.context_length)
     ffn = make_part(maker, parts["ffn"], d_model=m.d_model, layer_index=index, n_layers=m.n_layers,
                     vocab_size=m.vocab_size)
     connections: list[Any] = []
@@ -125,7 +125,7 @@ def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index
         maker,
         parts["layout"],
         d_model=m.d_model,
-        attention=attention,
+        mixer=mixer,
         ffn=ffn,
         make_norm=_norm_maker(maker, parts["norm"], dim=m.d_model),
         make_residual=make_residual,
@@ -142,7 +142,7 @@ def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index
     if per_layer_input and (getattr(block, "per_layer_width", 0) or 0) != per_layer_input:
         raise SpecError([Problem(parts["layout"].path, f"model.per_layer_input gives every block a per-layer input, and "
                                                        f"the {name!r} layout takes none; use a layout that does (sandwich)")])
-    return Block(block, attention)
+    return Block(block, mixer)
 
 
 def check_kv_sharing(maker: Maker, resolved: ResolvedModel, attentions: list[Any]) -> None:
@@ -160,7 +160,7 @@ def check_kv_sharing(maker: Maker, resolved: ResolvedModel, attentions: list[Any
         source_index = kv_source_of(reader)
         if source_index is None:
             continue
-        path = f"{g.parts['attention'].path}.kv_from"
+        path = f"{g.parts['mixer'].path}.kv_from"
         source = group_of[overrides_of_layer(source_index, resolved.selections)]
         slots = cache_slots_of(source)
         further = kv_source_of(source)
@@ -301,10 +301,10 @@ def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
     width = per_layer_width(per_layer_input)
     blocks = [(make_block(maker, g.parts, m, g.group.first, residual=residual, per_layer_input=width), g.group.count)
               for g in resolved.groups]
-    check_layer_positionals(maker, resolved, [(b.attention, g.parts.get("positional"))
+    check_layer_positionals(maker, resolved, [(b.mixer, g.parts.get("positional"))
                                               for (b, _), g in zip(blocks, resolved.groups)])
-    check_kv_sharing(maker, resolved, [b.attention for b, _ in blocks])
-    first = positional_mixer([b.attention for b, _ in blocks])
+    check_kv_sharing(maker, resolved, [b.mixer for b, _ in blocks])
+    first = positional_mixer([b.mixer for b, _ in blocks])
     return Shapes(make_skeleton(maker, resolved, [], first_attention=first, residual=residual,
                                 per_layer_input=per_layer_input), blocks)
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from specformer.errors import RegistryError, UnknownComponentError
 from specformer.messages import unknown_message
 from specformer.model.sized import Sized
+from specformer.renamed import current_kind
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,15 @@ KINDS: dict[str, Kind] = {
             ("d_model", "layer_index", "n_layers", "vocab_size"),
         ),
         Kind(
-            "attention",
-            "The causal self-attention sublayer of a block.",
+            "mixer",
+            "The token mixer of a block: what reads the other tokens (causal self-attention, a recurrence, a "
+            "convolution, or none).",
             ("d_model", "layer_index", "n_layers", "context_length"),
         ),
         Kind(
             "layout",
-            "How a block wires its norms, attention and feed-forward around the residual stream.",
-            ("d_model", "attention", "ffn", "make_norm", "make_residual", "layer_index", "n_layers", "per_layer_input"),
+            "How a block wires its norms, token mixer and feed-forward around the residual stream.",
+            ("d_model", "mixer", "ffn", "make_norm", "make_residual", "layer_index", "n_layers", "per_layer_input"),
         ),
         Kind(
             "residual",
@@ -121,7 +123,7 @@ class Component:
     def sized(self, params: BaseModel, **sizes: Any) -> Sized:
         """The size check: ``params.sized(**sizes)`` (see :mod:`specformer.model.sized`), never importing torch.
 
-        Sizes may hold the checks of sibling parts (a layout's ``attention`` is a
+        Sizes may hold the checks of sibling parts (a layout's ``mixer`` is a
         :class:`Sized`). A component whose params declare no check is built on the meta
         device instead, and the facts are read from its module.
         """
@@ -264,6 +266,7 @@ class Registry:
         test, not here). ``doc`` defaults to the factory's docstring, or for a factory given
         by path to the ``params`` model's.
         """
+        kind = current_kind(kind, where=f"plugin {plugin!r} registering {name!r}")  # a plugin written before a rename
         where = f"plugin {plugin!r}, {kind} {name!r}"
         if kind not in self.kinds:
             raise RegistryError(f"{where}: {unknown_message('kind', kind, sorted(self.kinds), accepted='known kinds')}")

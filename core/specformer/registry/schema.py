@@ -27,7 +27,7 @@ _COMPONENT_FIELDS = {
     ("ModelSpec", "per_layer_input"): "per_layer_input",
     ("BlockSpec", "layout"): "layout",
     ("BlockSpec", "norm"): "norm",
-    ("BlockSpec", "attention"): "attention",
+    ("BlockSpec", "mixer"): "mixer",
     ("BlockSpec", "ffn"): "ffn",
     ("BlockSpec", "positional"): "positional",
     ("BlockSpec", "residual"): "residual",

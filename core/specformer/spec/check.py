@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from specformer.errors import SpecError
 from specformer.registry.components import Registry
 from specformer.registry.discovery import get_registry
+from specformer.renamed import upgrade_spec
 from specformer.spec.shapes import Spec, read_spec_file
 from specformer.spec import size_check
 from specformer.spec.size_check import SizeCheck
@@ -85,6 +86,7 @@ def check_spec(
     else:
         source = source or str(spec)
         data = read_spec_file(spec)
+    data = upgrade_spec(data, source=source)  # keys written before a rename (attention: -> mixer:), said once
     try:
         validated = validate(data, registry=registry, source=source)
     except SpecError as exc:  # the later checks need a valid spec: say so once rather than hide them

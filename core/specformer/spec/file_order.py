@@ -2,7 +2,7 @@
 
 Checks run in the order the pipeline needs (structure, sections, components), but a
 parsed YAML, JSON or TOML mapping keeps the order its keys were written in, so the
-place a dotted path names (``model.layers[1].attention.window``) can be located in the
+place a dotted path names (``model.layers[1].mixer.window``) can be located in the
 data. A path to a field that is not written (a missing required field) sorts after its
 parent's written fields; problems at the same place keep the order they were found in.
 """

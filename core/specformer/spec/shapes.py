@@ -83,14 +83,15 @@ class BlockSpec(StrictNumbers):
 
     layout: ComponentRef = Field(
         default_factory=lambda: ComponentRef(kind="prenorm"),
-        description="How norms, attention and feed-forward are wired around the residual stream.",
+        description="How norms, the token mixer and feed-forward are wired around the residual stream.",
     )
     norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
-    attention: ComponentRef = Field(description="The self-attention sublayer.")
+    mixer: ComponentRef = Field(description=("The token mixer: the sublayer that reads other tokens (attention, a "
+                                             "recurrence such as mamba2, a convolution, or none)."))
     ffn: ComponentRef = Field(description="The feed-forward sublayer.")
     positional: ComponentRef | None = Field(
         default=None,
-        description=("The positional scheme inside this block's attention (rope, alibi, none); default model.positional. "
+        description=("The positional scheme inside this block's mixer (rope, alibi, none); default model.positional. "
                      "Schemes that add to the embeddings (learned, sinusoidal) are model-level only."),
     )
     residual: ComponentRef = Field(
@@ -100,8 +101,8 @@ class BlockSpec(StrictNumbers):
     )
 
 
-BLOCK_FIELDS = ("layout", "norm", "attention", "ffn")
-#: Block fields a layer override may change: the components, and the positional scheme inside attention.
+BLOCK_FIELDS = ("layout", "norm", "mixer", "ffn")
+#: Block fields a layer override may change: the components, and the positional scheme inside the mixer.
 OVERRIDE_FIELDS = (*BLOCK_FIELDS, "positional")
 
 
@@ -109,7 +110,7 @@ class LayerOverride(StrictNumbers):
     """Changes to the block for some layers: any block field, merged into the base block's.
 
     A component given with the same ``kind`` as the base block's has its params merged
-    (``attention: {window: 4096}`` keeps every other attention param); a different
+    (``mixer: {window: 4096}`` keeps every other param of the mixer); a different
     ``kind`` replaces the component whole.
     """
 
@@ -123,11 +124,11 @@ class LayerOverride(StrictNumbers):
     )
     layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout of the selected layers (merged; a new kind replaces).")
     norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the norm of the selected layers (merged; a new kind replaces).")
-    attention: dict[str, Any] | str | None = Field(default=None, description="Changes to the attention of the selected layers (merged; a new kind replaces).")
+    mixer: dict[str, Any] | str | None = Field(default=None, description="Changes to the token mixer of the selected layers (merged; a new kind replaces).")
     ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward of the selected layers (merged; a new kind replaces).")
     positional: dict[str, Any] | str | None = Field(
         default=None,
-        description="Changes to the positional scheme inside the selected layers' attention (merged; a new kind replaces).",
+        description="Changes to the positional scheme inside the selected layers' mixer (merged; a new kind replaces).",
     )
 
     def layer_indices(self, n_layers: int) -> list[int]:
@@ -196,7 +197,7 @@ class ModelSpec(StrictNumbers):
     def block_with(self, overrides: Iterable[int]) -> dict[str, dict[str, Any]]:
         """The base block with the overrides at these indices of ``layers`` applied, in order.
 
-        Its ``positional`` is the scheme inside attention: the block's, else ``model.positional``.
+        Its ``positional`` is the scheme inside the mixer: the block's, else ``model.positional``.
         """
         block = {f: getattr(self.block, f).as_dict() for f in BLOCK_FIELDS}
         block["positional"] = (self.block.positional or self.positional).as_dict()

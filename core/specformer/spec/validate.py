@@ -3,7 +3,7 @@
 The layer above the spec's shapes (:mod:`specformer.spec`) and below building.
 :func:`validate` checks the structure of the data, each plugin's section, and resolves
 every component the model section names into :class:`ResolvedModel`: for each distinct
-block, the component and validated params of its layout, norm, attention and ffn, each
+block, the component and validated params of its layout, norm, mixer and ffn, each
 remembering the spec path it came from so that a problem found later (while sizing or
 building) still points at the right line. What it returns, the spec together with its
 resolved model, is what the size check (:mod:`specformer.spec.size_check`) and the builder use:
@@ -69,7 +69,7 @@ class ResolvedModel:
 
 
 #: The registry kind of each block field a spec writes.
-_KIND_OF = {"layout": "layout", "norm": "norm", "attention": "attention", "ffn": "ffn", "positional": "positional",
+_KIND_OF = {"layout": "layout", "norm": "norm", "mixer": "mixer", "ffn": "ffn", "positional": "positional",
             "residual": "residual", "final_norm": "norm", "per_layer_input": "per_layer_input"}
 
 

@@ -22,7 +22,7 @@ KIND_TITLES = {
     "positional": "Positional schemes",
     "norm": "Norms",
     "ffn": "Feed-forward networks",
-    "attention": "Attention",
+    "mixer": "Token mixers",
     "layout": "Block layouts",
     "residual": "Residual streams",
     "per_layer_input": "Per-layer inputs",

@@ -51,7 +51,7 @@ SMALLEST: dict[str, Any] = {
         "n_layers": 1,
         "context_length": 16,
         "positional": "rope",
-        "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"},
+        "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"},
     }
 }
 

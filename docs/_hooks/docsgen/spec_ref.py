@@ -17,7 +17,7 @@ from docsgen.text import rst_to_md
 _LAYER_FIELD_HELP = {
     "layout": "Replaces or changes the block's `layout` on the selected layers.",
     "norm": "Replaces or changes the block's `norm` on the selected layers.",
-    "attention": "Replaces or changes the block's `attention` on the selected layers.",
+    "mixer": "Replaces or changes the block's `mixer` on the selected layers.",
     "ffn": "Replaces or changes the block's `ffn` on the selected layers.",
 }
 
@@ -82,7 +82,7 @@ def spec_reference_page(registry: Registry, *, catalogue_kinds: set[str]) -> str
         "",
         "Every field a spec file can hold, generated from the pydantic models that validate it. "
         "Top-level sections other than `model` come from plugins; the ones registered when this site "
-        "was built are listed here. Component fields (`positional`, `norm`, `attention`, ...) take a "
+        "was built are listed here. Component fields (`positional`, `norm`, `mixer`, ...) take a "
         "registered component: its params are in the [component catalogue](../catalogue/index.md).",
         "",
         "## The file",

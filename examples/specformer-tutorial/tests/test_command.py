@@ -15,7 +15,7 @@ model:
   n_layers: 2
   context_length: 16
   positional: rope
-  block: {norm: rmsnorm, attention: {kind: attention, n_heads: 4}, ffn: swiglu}
+  block: {norm: rmsnorm, mixer: {kind: attention, n_heads: 4}, ffn: swiglu}
   final_norm: {kind: rmsnorm, eps: 1.0e-5}
 """
 

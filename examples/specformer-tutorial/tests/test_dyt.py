@@ -14,7 +14,7 @@ TINY = {
         "n_layers": 2,
         "context_length": 16,
         "positional": "rope",
-        "block": {"norm": {"kind": "dyt", "alpha_init": 0.8}, "attention": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"},
+        "block": {"norm": {"kind": "dyt", "alpha_init": 0.8}, "mixer": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"},
     }
 }
 

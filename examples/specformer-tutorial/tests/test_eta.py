@@ -46,7 +46,7 @@ def test_matches_transformers_eta_warper():
 
 
 MODEL = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 16, "positional": "rope",
-         "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"}}
+         "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4}, "ffn": "swiglu"}}
 
 
 def test_usable_from_a_spec_generate_section():

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from specformer_hf.families.stablelm import QKLayerNorm
 from specformer_hf.parts.attention import Attention
-from specformer_hf.parts.base import ATTN, Switch, Value
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, Switch, Value
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GatedFFN
@@ -59,10 +59,10 @@ class StackedQKLayerNorm(QKLayerNorm):
     switch: str = "use_qk_norm"
 
     def rules(self) -> list[Rule]:
-        return [StackedHeads(f"{ATTN}.q_norm.weight", "blocks.{i}.attention.q_norm.{h}.weight",
-                             heads=lambda site: site.attention.n_heads),
-                StackedHeads(f"{ATTN}.k_norm.weight", "blocks.{i}.attention.k_norm.{h}.weight",
-                             heads=lambda site: site.attention.n_kv_heads)]
+        return [StackedHeads(f"{ATTN}.q_norm.weight", f"{BLOCK_MIXER}.q_norm.{{h}}.weight",
+                             heads=lambda site: site.mixer.n_heads),
+                StackedHeads(f"{ATTN}.k_norm.weight", f"{BLOCK_MIXER}.k_norm.{{h}}.weight",
+                             heads=lambda site: site.mixer.n_kv_heads)]
 
 
 FAMILY = decoder_family(
@@ -77,7 +77,7 @@ FAMILY = decoder_family(
         LayerNorm(bias=False),
         Attention(head_dim=False),
         GatedFFN(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Value("logit_scale", "logit_scale"),
         StackedQKLayerNorm(),
     ],

@@ -32,7 +32,7 @@ FAMILY = decoder_family(
         LayerNorm(bias=False),
         Attention(head_dim=False),
         GatedFFN(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Value("logit_scale", "logit_scale"),
     ],
     maps="layout parallel with one shared bias-free LayerNorm, logit_scale, GQA, attention_bias, SwiGLU, layer_types / "

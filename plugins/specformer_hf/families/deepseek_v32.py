@@ -9,7 +9,7 @@ from typing import Any
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import LatentAttention
-from specformer_hf.parts.base import ATTN, FamilyView, Part
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, FamilyView, Part
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GroupedExperts
@@ -57,7 +57,7 @@ class IndexedLatentAttention(LatentAttention):
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         super().read(cfg, model)
-        attention = model["block"]["attention"]
+        attention = model["block"]["mixer"]
         if attention["q_lora_rank"] is None:
             raise UserError(f"{cfg.family}: q_lora_rank must be set: the indexer reads the query latent")
         types = cfg.get("layer_types") or []
@@ -72,19 +72,19 @@ class IndexedLatentAttention(LatentAttention):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         super().write(view, config)
-        indexer = view.uniform("attention")["indexer"]
+        indexer = view.uniform("mixer")["indexer"]
         if (indexer["kind"] != "lightning" or indexer["interleaved"]
                 or {**KEY_NORM, **indexer["key_norm"]} != KEY_NORM):
-            raise NotExpressible("model.block.attention.indexer", f"Hugging Face {view.name}'s indexer is lightning, "
+            raise NotExpressible("model.block.mixer.indexer", f"Hugging Face {view.name}'s indexer is lightning, "
                                  "turns its rotary channels in halves and normalises keys by a LayerNorm (eps 1e-6)")
-        if view.uniform("attention")["q_lora_rank"] is None:
-            raise NotExpressible("model.block.attention.q_lora_rank", f"Hugging Face {view.name} needs a query latent")
+        if view.uniform("mixer")["q_lora_rank"] is None:
+            raise NotExpressible("model.block.mixer.q_lora_rank", f"Hugging Face {view.name} needs a query latent")
         config.update(index_topk=indexer["topk"], index_n_heads=indexer["n_heads"], index_head_dim=indexer["head_dim"])
 
     def rules(self) -> list[Rule]:
         pairs = [("wq_b.weight", "q_proj.weight"), ("wk.weight", "k_proj.weight"), ("k_norm.weight", "k_norm.weight"),
                  ("k_norm.bias", "k_norm.bias"), ("weights_proj.weight", "weights_proj.weight")]
-        return super().rules() + [Copy(f"{ATTN}.indexer.{hf}", f"blocks.{{i}}.attention.indexer.{ours}")
+        return super().rules() + [Copy(f"{ATTN}.indexer.{hf}", f"{BLOCK_MIXER}.indexer.{ours}")
                                   for hf, ours in pairs]
 
 
@@ -120,7 +120,7 @@ FAMILY = decoder_family(
     parts=[Sizes(), PairedRope(), Layout("prenorm"), RMSNorm(), IndexedLatentAttention(), LayerTypedExperts()],
     maps="DeepSeek-V3's mapping (attention mla, interleaved rope, ffn moe with sigmoid_topk, dense first layers from "
          "mlp_layer_types / first_k_dense_replace) and the indexer: index_topk, index_n_heads, index_head_dim <-> "
-         "attention.indexer lightning (wq_b, wk, k_norm, weights_proj)",
+         "mixer.indexer lightning (wq_b, wk, k_norm, weights_proj)",
     caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
             "skips it; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
             "here it learns from its own KL loss when training (attention.indexer.loss_coef, 0 turns it off); ties "

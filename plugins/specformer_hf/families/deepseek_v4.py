@@ -11,7 +11,7 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
-from specformer_hf.parts.base import LAYER, MLP, FamilyView, Part, per_layer_overrides, selection
+from specformer_hf.parts.base import BLOCK_MIXER, LAYER, MLP, FamilyView, Part, per_layer_overrides, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import expert_rules, shared_halves
@@ -105,7 +105,7 @@ class TwoRopes(Part):
             model.setdefault("layers", []).append({"select": selection(sliding, len(types)), "positional": schemes["main"]})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        windows = view.per_layer("attention", "compress_rate")
+        windows = view.per_layer("mixer", "compress_rate")
         schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
         found: dict[str, tuple[int, dict[str, Any]]] = {}
         for i, (rate, scheme) in enumerate(zip(windows, schemes)):
@@ -157,17 +157,17 @@ class CompressedAttention(Part):
             else:
                 per_layer.append({**base, **off, "compress_rate": rates[HCA]})
         cfg.mark_read("compress_ratios", "compress_rate_csa", "compress_rate_hca", "qk_rope_head_dim", "attention_dropout")
-        per_layer_overrides(model, "attention", per_layer, len(per_layer))
+        per_layer_overrides(model, "mixer", per_layer, len(per_layer))
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("attention", ("compressed",))
-        layers = view.per_layer("attention")
+        view.block_kind("mixer", ("compressed",))
+        layers = view.per_layer("mixer")
         types, rates, index = [], {}, None
         first = layers[0]
         shared = ("n_heads", "head_dim", "q_lora_rank", "rope_dim", "window", "out_groups", "out_rank", "norm", "eps", "sinks")
         for i, a in enumerate(layers):
             if any(a[k] != first[k] for k in shared):
-                raise NotExpressible(f"model.layers[{i}].attention", f"Hugging Face {view.name} has one setting of "
+                raise NotExpressible(f"model.layers[{i}].mixer", f"Hugging Face {view.name} has one setting of "
                                      f"{', '.join(shared)} for every layer")
             if a["compress_rate"] is None:
                 kind = SLIDING
@@ -175,19 +175,19 @@ class CompressedAttention(Part):
                 kind = CSA
                 mine = (a["index_heads"], a["index_head_dim"], a["index_topk"])
                 if index is not None and index != mine:
-                    raise NotExpressible(f"model.layers[{i}].attention", "the indexers differ; one setting in Hugging Face")
+                    raise NotExpressible(f"model.layers[{i}].mixer", "the indexers differ; one setting in Hugging Face")
                 index = mine
             elif not a["overlap"] and a["index_heads"] is None:
                 kind = HCA
             else:
-                raise NotExpressible(f"model.layers[{i}].attention", f"Hugging Face {view.name} pools with overlap and "
+                raise NotExpressible(f"model.layers[{i}].mixer", f"Hugging Face {view.name} pools with overlap and "
                                      "an indexer (CSA) or with neither (HCA)")
             if kind != SLIDING and rates.setdefault(kind, a["compress_rate"]) != a["compress_rate"]:
-                raise NotExpressible(f"model.layers[{i}].attention.compress_rate", f"one rate per kind of layer in {view.name}")
+                raise NotExpressible(f"model.layers[{i}].mixer.compress_rate", f"one rate per kind of layer in {view.name}")
             types.append(kind)
         norm = first["norm"]
         if norm.get("kind") != "rmsnorm" or norm.get("eps") != first["eps"] or not first["sinks"] or first["out_groups"] is None:
-            raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s attention has RMSNorms (eps as its "
+            raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s attention has RMSNorms (eps as its "
                                  "query norm's), sinks and the grouped output projection")
         if view.model.block.norm.as_dict().get("eps", first["eps"]) != first["eps"]:
             pass  # the block norms' eps is checked by RMSNorm (rms_norm_eps): they must agree, one eps in the config
@@ -207,11 +207,11 @@ class CompressedAttention(Part):
                  ("compressor.norm", "pooler.norm"), ("indexer.compressor.wkv", "index_pooler.kv"),
                  ("indexer.compressor.wgate", "index_pooler.gate"), ("indexer.compressor.norm", "index_pooler.norm"),
                  ("indexer.wq_b", "index_q"), ("indexer.weights_proj", "index_weights")]
-        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.weight", f"blocks.{{i}}.attention.{ours}.weight") for hf, ours in pairs]
-        return rules + [Copy(f"{ATTN}.wo_a.weight", "blocks.{i}.attention.out.down"),
-                        Copy(f"{ATTN}.attn_sink", "blocks.{i}.attention.sinks"),
-                        Copy(f"{ATTN}.compressor.ape", "blocks.{i}.attention.pooler.slot_bias"),
-                        Copy(f"{ATTN}.indexer.compressor.ape", "blocks.{i}.attention.index_pooler.slot_bias")]
+        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.weight", f"{BLOCK_MIXER}.{ours}.weight") for hf, ours in pairs]
+        return rules + [Copy(f"{ATTN}.wo_a.weight", f"{BLOCK_MIXER}.out.down"),
+                        Copy(f"{ATTN}.attn_sink", f"{BLOCK_MIXER}.sinks"),
+                        Copy(f"{ATTN}.compressor.ape", f"{BLOCK_MIXER}.pooler.slot_bias"),
+                        Copy(f"{ATTN}.indexer.compressor.ape", f"{BLOCK_MIXER}.index_pooler.slot_bias")]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ otherwise (num_layers, layer_norm_epsilon, activation_function)."""
 from __future__ import annotations
 
 from specformer_hf.families import llama
-from specformer_hf.parts.base import SavedNames, Switch
+from specformer_hf.parts.base import BLOCK_MIXER, SavedNames, Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
 from specformer_hf.rules import Copy, Fused, halves, qkv_sizes
 
@@ -29,9 +29,9 @@ RULES = [
     Copy("lm_head.weight", "lm_head.weight"),
     Copy(f"{LAYER}.ln_1.weight", "blocks.{i}.attention_norm.weight"),
     Copy(f"{LAYER}.ln_2.weight", "blocks.{i}.ffn_norm.weight"),
-    *(Fused([f"{ATTN}.q_proj.{p}", f"{ATTN}.k_proj.{p}", f"{ATTN}.v_proj.{p}"], f"blocks.{{i}}.attention.qkv.{p}",
+    *(Fused([f"{ATTN}.q_proj.{p}", f"{ATTN}.k_proj.{p}", f"{ATTN}.v_proj.{p}"], f"{BLOCK_MIXER}.qkv.{p}",
             sizes=qkv_sizes) for p in ("weight", "bias")),
-    *(Copy(f"{ATTN}.out_proj.{p}", f"blocks.{{i}}.attention.out.{p}") for p in ("weight", "bias")),
+    *(Copy(f"{ATTN}.out_proj.{p}", f"{BLOCK_MIXER}.out.{p}") for p in ("weight", "bias")),
     *(Fused([f"{LAYER}.mlp.c_fc_0.{p}", f"{LAYER}.mlp.c_fc_1.{p}"], f"blocks.{{i}}.ffn.gate_up.{p}", sizes=halves)
       for p in ("weight", "bias")),
     *(Copy(f"{LAYER}.mlp.c_proj.{p}", f"blocks.{{i}}.ffn.down.{p}") for p in ("weight", "bias")),
@@ -45,7 +45,7 @@ FAMILY = decoder_family(
     parts=[
         SavedNames(SAVED_NAMES),
         *LLAMA_PARTS,
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
     ],
     rules=RULES,

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from specformer.errors import UserError
 
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.parts.embedding import model_sizes, model_sizes_config, no_output_bias
@@ -43,7 +44,7 @@ class GroupedQKV(Rule):
 
     @staticmethod
     def _sizes(site: Site) -> tuple[int, int, int]:
-        a = site.attention
+        a = site.mixer
         return a.n_kv_heads, a.n_heads // a.n_kv_heads, a.head_dim
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
@@ -108,7 +109,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": layout,
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")},
-            "attention": {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_kv, "qkv_bias": bias,
+            "mixer": {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_kv, "qkv_bias": bias,
                           "out_bias": bias},
             "ffn": {"kind": "mlp", "hidden": cfg.get("ffn_hidden_size") or 4 * d_model,
                     "activation": activation_from_hf(cfg, "activation"), "bias": bias},
@@ -121,14 +122,14 @@ def to_config(view: SpecView) -> dict[str, Any]:
     no_output_bias(view, NAME)
     kind = view.block_kind("layout", ("parallel", "prenorm"), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     n_heads, n_kv, head_dim = view.attention_sizes()
     if head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
+        raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
                              f"({m.d_model} / {n_heads})")
-    bias = view.uniform("attention", "qkv_bias", family=NAME)
-    if view.uniform("attention", "out_bias", family=NAME) != bias or view.uniform("ffn", "bias", family=NAME) != bias:
+    bias = view.uniform("mixer", "qkv_bias", family=NAME)
+    if view.uniform("mixer", "out_bias", family=NAME) != bias or view.uniform("ffn", "bias", family=NAME) != bias:
         raise NotExpressible("model.block", f"Hugging Face {NAME}'s one bias switch covers q/k/v, the output "
                              "projection and the MLP alike")
     shared = kind == "prenorm" or bool(view.uniform("layout", "shared_norm", family=NAME))
@@ -136,7 +137,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     if n_kv in (1, n_heads) and shared:  # Falcon-7B's block (or its sequential variant)
         config.update(new_decoder_architecture=False, multi_query=n_kv == 1, num_kv_heads=n_heads)
     elif kind == "prenorm":
-        raise NotExpressible("model.block.attention.n_kv_heads", f"{n_kv} key/value heads in a sequential block: "
+        raise NotExpressible("model.block.mixer.n_kv_heads", f"{n_kv} key/value heads in a sequential block: "
                              f"Hugging Face {NAME} has one (multi_query) or one per query head ({n_heads}) there")
     else:
         config.update(new_decoder_architecture=True, multi_query=True, num_kv_heads=n_kv,
@@ -169,10 +170,10 @@ WEIGHTS: list[Rule] = [
     *_norm("post_attention_layernorm", "ffn_norm", layouts=("prenorm",)),
     *_norm("ln_attn", "attention_norm", layouts=("parallel2",)),
     *_norm("ln_mlp", "ffn_norm", layouts=("parallel2",)),
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.weight", "blocks.{i}.attention.qkv.weight"),
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.bias", "blocks.{i}.attention.qkv.bias"),
-    Copy(f"{LAYER}.self_attention.dense.weight", "blocks.{i}.attention.out.weight"),
-    Copy(f"{LAYER}.self_attention.dense.bias", "blocks.{i}.attention.out.bias"),
+    GroupedQKV(f"{LAYER}.self_attention.query_key_value.weight", f"{BLOCK_MIXER}.qkv.weight"),
+    GroupedQKV(f"{LAYER}.self_attention.query_key_value.bias", f"{BLOCK_MIXER}.qkv.bias"),
+    Copy(f"{LAYER}.self_attention.dense.weight", f"{BLOCK_MIXER}.out.weight"),
+    Copy(f"{LAYER}.self_attention.dense.bias", f"{BLOCK_MIXER}.out.bias"),
     Copy(f"{LAYER}.mlp.dense_h_to_4h.weight", "blocks.{i}.ffn.fc_in.weight"),
     Copy(f"{LAYER}.mlp.dense_h_to_4h.bias", "blocks.{i}.ffn.fc_in.bias"),
     Copy(f"{LAYER}.mlp.dense_4h_to_h.weight", "blocks.{i}.ffn.fc_out.weight"),

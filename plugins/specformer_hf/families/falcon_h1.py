@@ -34,7 +34,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import attention_sizes
-from specformer_hf.parts.base import LAYER, FamilyView, Part, exact_preimage
+from specformer_hf.parts.base import BLOCK_MIXER, LAYER, FamilyView, Part, exact_preimage
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes, embedding_multiplier_config
 from specformer_hf.parts.feedforward import GatedFFN
@@ -58,7 +58,7 @@ DEFAULTS = {
     "ssm_in_multiplier": 1.0, "ssm_out_multiplier": 1.0, "attention_bias": False, "mlp_bias": False,
 }
 
-MAMBA, ATTENTION = "blocks.{i}.attention.mixers.0", "blocks.{i}.attention.mixers.1"
+MAMBA, ATTENTION = f"{BLOCK_MIXER}.mixers.0", f"{BLOCK_MIXER}.mixers.1"
 FFN = f"{LAYER}.feed_forward"
 
 
@@ -127,18 +127,18 @@ class HybridMixer(Part):
         before = bool(cfg.get("mamba_norm_before_gate"))
         mamba.update(gated_norm=gated_norm, norm_before_gate=before if gated_norm else False,
                      projection_multipliers=multipliers(cfg, "ssm_multipliers", 5))
-        model.setdefault("block", {})["attention"] = {
+        model.setdefault("block", {})["mixer"] = {
             "kind": "parallel", "mixers": [mamba, attention],
             "in_multipliers": [cfg.get_float("ssm_in_multiplier"), cfg.get_float("attention_in_multiplier")],
             "out_multipliers": [cfg.get_float("ssm_out_multiplier"), cfg.get_float("attention_out_multiplier")],
         }
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("attention", ("parallel",))
-        parallel = view.uniform("attention")
+        view.block_kind("mixer", ("parallel",))
+        parallel = view.uniform("mixer")
         kinds = [mixer["kind"] for mixer in parallel["mixers"]]
         if kinds != ["mamba2", "attention"]:
-            raise NotExpressible("model.block.attention.mixers", f"{kinds}: Hugging Face {view.name} runs "
+            raise NotExpressible("model.block.mixer.mixers", f"{kinds}: Hugging Face {view.name} runs "
                                  "['mamba2', 'attention'] side by side")
         mamba, attention = parallel["mixers"]
         n_heads = attention["n_heads"]
@@ -151,7 +151,7 @@ class HybridMixer(Part):
                                                                     scale / key_scale(head_dim)),
         )
         if mamba["norm_eps"] != view.uniform("norm", "eps"):
-            raise NotExpressible("model.block.attention.mixers[0].norm_eps", f"Hugging Face {view.name}'s Mamba norm "
+            raise NotExpressible("model.block.mixer.mixers[0].norm_eps", f"Hugging Face {view.name}'s Mamba norm "
                                  f"uses rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
         ins, outs = parallel["in_multipliers"], parallel["out_multipliers"]
         config.update(HYBRID_FIELDS.config(mamba, d_model=view.model.d_model, family=view.name),

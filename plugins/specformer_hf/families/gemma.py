@@ -25,7 +25,7 @@ FAMILY = decoder_family(
         Refuse("use_bidirectional_attention", (None, False), why="Gemma with bidirectional attention is not a causal LM"),
         *replace_part(replace_part(LLAMA_PARTS, RMSNorm(offset=1.0)), GatedFFN(gemma_gelu=True)),
         EmbeddingScale(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
     ],
     maps="as Llama with rmsnorm offset 1 (weights stored as w, applied as 1 + w), embedding_multiplier sqrt_d_model, GeGLU (tanh GELU)",
     caveats='hidden_act "gelu" is read as the tanh approximation, as transformers does for Gemma',

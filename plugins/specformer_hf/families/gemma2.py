@@ -32,8 +32,8 @@ FAMILY = decoder_family(
         Refuse("use_bidirectional_attention", (None, False), why="Gemma 2 with bidirectional attention is not a causal LM"),
         *PARTS,
         EmbeddingScale(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
-        Value("attn_logit_softcapping", "attention.logit_softcap"),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
+        Value("attn_logit_softcapping", "mixer.logit_softcap"),
         Value("final_logit_softcapping", "logit_softcap"),
         QueryScale(),
         # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).

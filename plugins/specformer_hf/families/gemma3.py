@@ -35,7 +35,7 @@ FAMILY = decoder_family(
         Refuse("use_bidirectional_attention", (None, False), why="Gemma 3 with bidirectional attention is not a causal LM"),
         *replace_part(PARTS, LayerTypeRopes(pattern=6, theta=THETA, local_theta_key="rope_local_base_freq"), instead_of=Rope),
         EmbeddingScale(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("head", offset=1.0),
         QueryScale(),
         # transformers 5.24's Gemma3Attention keeps attn_logit_softcapping but never passes it to any attention
@@ -44,7 +44,7 @@ FAMILY = decoder_family(
         Refuse("attn_logit_softcapping", (None,),
                why="transformers' Gemma 3 stores it but never applies it (in any attention implementation), so such a "
                    "config has no agreed meaning; every published Gemma 3 config has null"),
-        Fixed("attention.logit_softcap", None, why="does not soft-cap attention scores (transformers ignores "
+        Fixed("mixer.logit_softcap", None, why="does not soft-cap attention scores (transformers ignores "
                                                    "attn_logit_softcapping in Gemma 3)"),
         Value("final_logit_softcapping", "logit_softcap"),
     ],

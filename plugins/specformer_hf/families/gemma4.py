@@ -11,7 +11,7 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
-from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, Refuse, Switch, Value, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, MLP, FamilyView, Part, Refuse, Switch, Value, selection
 from specformer_hf.parts.decoder import decoder_family, language_model_of
 from specformer_hf.parts.embedding import EmbeddingScale, Sizes
 from specformer_hf.parts.norms import Layout, RMSNorm
@@ -173,11 +173,11 @@ class Gemma4Layers(Part):
                      "activation": activation}
             ffn = dense if moe is None else {"kind": "parallel", "norm": {"kind": "rmsnorm", "eps": eps},
                                              "ffns": [dense, moe]}
-            layers.append({"attention": attention, "ffn": ffn, "positional": ropes[layer_type]})
+            layers.append({"mixer": attention, "ffn": ffn, "positional": ropes[layer_type]})
         base = layers[max(range(len(layers)), key=lambda i: sum(layer == layers[i] for layer in layers))]
         model["positional"] = base["positional"]
         block = model.setdefault("block", {})
-        block.update(attention=base["attention"], ffn=base["ffn"])
+        block.update(mixer=base["mixer"], ffn=base["ffn"])
         block["layout"] = {"kind": "sandwich", "layer_scale": True, "per_layer_activation": activation,
                            "ffn_pre_norm": moe is None}
         overrides = _overrides(layers, base)
@@ -197,25 +197,25 @@ class Gemma4Layers(Part):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         n_layers = view.view.n_layers
-        attention = view.per_layer("attention")
+        attention = view.per_layer("mixer")
         windows = [a["window"] for a in attention]
         types = [SLIDING if w is not None else FULL for w in windows]
         if types[-1] != FULL:
-            raise NotExpressible(f"model.layers[{n_layers - 1}].attention.window", "Hugging Face Gemma 4's last layer is "
+            raise NotExpressible(f"model.layers[{n_layers - 1}].mixer.window", "Hugging Face Gemma 4's last layer is "
                                                                                   "global (window null)")
         sliding = {w for w in windows if w is not None}
         if len(sliding) > 1:
-            raise NotExpressible("model.layers[*].attention.window", f"several window sizes {sorted(sliding)}; Hugging "
+            raise NotExpressible("model.layers[*].mixer.window", f"several window sizes {sorted(sliding)}; Hugging "
                                                                      f"Face Gemma 4 has one sliding_window")
         shared = sum(a.get("kv_from") is not None for a in attention)
         first = n_layers - shared
         if any(a.get("kv_from") is not None for a in attention[:first]):
-            raise NotExpressible("model.layers[*].attention.kv_from", "Hugging Face Gemma 4 shares keys and values in "
+            raise NotExpressible("model.layers[*].mixer.kv_from", "Hugging Face Gemma 4 shares keys and values in "
                                                                       "its last layers only (num_kv_shared_layers)")
         expected = kv_sources(types, shared, family=view.name)
         for i, (a, source) in enumerate(zip(attention, expected)):
             if a.get("kv_from") != source:
-                raise NotExpressible(f"model.layers[{i}].attention.kv_from", f"{a.get('kv_from')}: Hugging Face Gemma 4's "
+                raise NotExpressible(f"model.layers[{i}].mixer.kv_from", f"{a.get('kv_from')}: Hugging Face Gemma 4's "
                                      f"layer {i} reads layer {source}'s (the last earlier {types[i]} layer of its own)")
         sizes = [(a["head_dim"] or view.model.d_model // a["n_heads"], a["n_kv_heads"] or a["n_heads"]) for a in attention]
         base = sizes[types.index(SLIDING)] if SLIDING in types else sizes[0]
@@ -226,7 +226,7 @@ class Gemma4Layers(Part):
         hidden = next(d["hidden"] for d, s in zip(dense, expected) if s is None)
         config.update(
             layer_types=types, sliding_window=sliding.pop() if sliding else DEFAULTS["sliding_window"],
-            num_attention_heads=view.uniform("attention", "n_heads"), head_dim=base[0], num_key_value_heads=base[1],
+            num_attention_heads=view.uniform("mixer", "n_heads"), head_dim=base[0], num_key_value_heads=base[1],
             per_layer_config={str(i): {"head_dim": hd, "num_key_value_heads": kv}
                               for i, (hd, kv) in enumerate(sizes) if (hd, kv) != base},
             attention_k_eq_v=bool(own_full and own_full[0].get("k_eq_v")), num_kv_shared_layers=shared,
@@ -250,10 +250,10 @@ class Gemma4Layers(Part):
         moe_ffn = "blocks.{i}.ffn.ffns.1"
         return [
             ProjectedHeads("weight"), ProjectedHeads("bias"),
-            Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
-            Copy(f"{ATTN}.o_proj.bias", "blocks.{i}.attention.out.bias"),
-            Copy(f"{ATTN}.q_norm.weight", "blocks.{i}.attention.q_norm.weight"),
-            Copy(f"{ATTN}.k_norm.weight", "blocks.{i}.attention.k_norm.weight"),
+            Copy(f"{ATTN}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+            Copy(f"{ATTN}.o_proj.bias", f"{BLOCK_MIXER}.out.bias"),
+            Copy(f"{ATTN}.q_norm.weight", f"{BLOCK_MIXER}.q_norm.weight"),
+            Copy(f"{ATTN}.k_norm.weight", f"{BLOCK_MIXER}.k_norm.weight"),
             # The MLP: the feed-forward itself, or the first branch beside the mixture of experts.
             Fused([f"{MLP}.gate_proj.weight", f"{MLP}.up_proj.weight"], "blocks.{i}.ffn.gate_up.weight",
                   sizes=lambda site: (site.ffn.hidden,) * 2),
@@ -287,11 +287,11 @@ class ProjectedHeads(Rule):
 
     def __init__(self, tensor: str) -> None:
         self.hf = tuple(f"{ATTN}.{p}_proj.{tensor}" for p in "qkv")
-        self.ours = (f"blocks.{{i}}.attention.qkv.{tensor}",)
+        self.ours = (f"{BLOCK_MIXER}.qkv.{tensor}",)
 
     def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
         hf, ours = super().expand_at(site)
-        return hf[:1 + len(site.attention.kv_splits)], ours
+        return hf[:1 + len(site.mixer.kv_splits)], ours
 
     def to_ours(self, tensors: list[Any], site: Site) -> list[Any]:
         import torch  # late: family modules are imported to list families, without torch
@@ -299,7 +299,7 @@ class ProjectedHeads(Rule):
         return [torch.cat(tensors, dim=0)]
 
     def to_hf(self, tensors: list[Any], site: Site) -> list[Any]:
-        a = site.attention
+        a = site.mixer
         return [part.contiguous() for part in tensors[0].split([a.n_heads * a.head_dim, *a.kv_splits], dim=0)]
 
 
@@ -312,7 +312,7 @@ FAMILY = decoder_family(
         Refuse("use_bidirectional_attention", (None, "vision"),
                why="'all' makes every token read every other (not a causal LM); 'vision' changes only image tokens"),
         Sizes(), Layout("sandwich"), RMSNorm(), EmbeddingScale(), Gemma4Layers(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Value("final_logit_softcapping", "logit_softcap"),
     ],
     # Published checkpoints keep k/v projections and norms for the layers that read another's keys and values;

@@ -28,8 +28,8 @@ FAMILY = decoder_family(
     parts=[
         *replace_part(replace_part(LLAMA_PARTS, Rope(partial=True, write_fraction=True)), GroupedExperts(),
                       instead_of=GatedFFN),
-        Switch("attention_bias", ("attention.qkv_bias",)),
-        Fixed("attention.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
+        Switch("attention_bias", ("mixer.qkv_bias",)),
+        Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
         QKNorm("head", switch="use_qk_norm"),
     ],
     maps="rope with partial_rotary_factor (default 0.5: half of each head rotated), GQA, attention_bias on q/k/v, "

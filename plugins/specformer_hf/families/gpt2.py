@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.rules import Copy, Transposed
@@ -42,7 +43,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": "prenorm",
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")},
-            "attention": attention,
+            "mixer": attention,
             "ffn": {"kind": "mlp", "hidden": cfg.get("n_inner") or 4 * d_model,
                     "activation": activation_from_hf(cfg, "activation_function"), "bias": True},
         },
@@ -51,7 +52,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         if scales[0] != (d_model // n_heads) ** -0.5:
             attention["scale"] = scales[0]
     else:
-        spec["layers"] = [{"select": i, "attention": {"scale": s}} for i, s in enumerate(scales)]
+        spec["layers"] = [{"select": i, "mixer": {"scale": s}} for i, s in enumerate(scales)]
     return spec
 
 
@@ -60,12 +61,12 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.expect(view.positional, "model.positional", ("learned",), family=NAME)
     view.block_kind("layout", ("prenorm",), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", "Hugging Face GPT-2 has no LM head bias")
     _, _, head_dim = view.attention_sizes()
-    scales = [s if s is not None else head_dim ** -0.5 for s in view.per_layer("attention", "scale")]
+    scales = [s if s is not None else head_dim ** -0.5 for s in view.per_layer("mixer", "scale")]
     for scale_weights in (True, False):
         for by_layer in (False, True):
             if all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(scales, layer_scales(scale_weights, by_layer, m.n_layers, head_dim))):
@@ -75,7 +76,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
         break
     else:
         raise NotExpressible(
-            "model.block.attention.scale",
+            "model.block.mixer.scale",
             f"per-layer scales {scales} are neither 1/sqrt(head_dim) nor 1, optionally divided by layer + 1, as GPT-2 allows",
         )
     return {
@@ -83,7 +84,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
         "n_positions": m.context_length,
         "n_embd": m.d_model,
         "n_layer": m.n_layers,
-        "n_head": view.uniform("attention", "n_heads", family=NAME),
+        "n_head": view.uniform("mixer", "n_heads", family=NAME),
         "n_inner": view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model,
         "activation_function": ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=NAME)],
         "layer_norm_epsilon": view.uniform("norm", "eps", family=NAME),
@@ -99,10 +100,10 @@ WEIGHTS = [
     Copy("transformer.h.{i}.ln_1.weight", "blocks.{i}.attention_norm.weight"),
     Copy("transformer.h.{i}.ln_1.bias", "blocks.{i}.attention_norm.bias"),
     # c_attn's output columns are [q | k | v], the same order as our fused qkv rows.
-    Transposed("transformer.h.{i}.attn.c_attn.weight", "blocks.{i}.attention.qkv.weight"),
-    Copy("transformer.h.{i}.attn.c_attn.bias", "blocks.{i}.attention.qkv.bias"),
-    Transposed("transformer.h.{i}.attn.c_proj.weight", "blocks.{i}.attention.out.weight"),
-    Copy("transformer.h.{i}.attn.c_proj.bias", "blocks.{i}.attention.out.bias"),
+    Transposed("transformer.h.{i}.attn.c_attn.weight", f"{BLOCK_MIXER}.qkv.weight"),
+    Copy("transformer.h.{i}.attn.c_attn.bias", f"{BLOCK_MIXER}.qkv.bias"),
+    Transposed("transformer.h.{i}.attn.c_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+    Copy("transformer.h.{i}.attn.c_proj.bias", f"{BLOCK_MIXER}.out.bias"),
     Copy("transformer.h.{i}.ln_2.weight", "blocks.{i}.ffn_norm.weight"),
     Copy("transformer.h.{i}.ln_2.bias", "blocks.{i}.ffn_norm.bias"),
     Transposed("transformer.h.{i}.mlp.c_fc.weight", "blocks.{i}.ffn.fc_in.weight"),

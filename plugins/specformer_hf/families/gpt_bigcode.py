@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.rules import Copy, HeadInterleavedQKV, Site
@@ -26,10 +27,10 @@ class BigCodeQKV(HeadInterleavedQKV):
     otherwise grouped per head ``[q_h; k_h; v_h]`` as GPT-NeoX's."""
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return list(tensors) if site.attention.n_kv_heads == 1 else super().to_ours(tensors, site)
+        return list(tensors) if site.mixer.n_kv_heads == 1 else super().to_ours(tensors, site)
 
     def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
-        return list(tensors) if site.attention.n_kv_heads == 1 else super().to_hf(tensors, site)
+        return list(tensors) if site.mixer.n_kv_heads == 1 else super().to_hf(tensors, site)
 
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": "prenorm",
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")},
-            "attention": attention,
+            "mixer": attention,
             "ffn": {"kind": "mlp", "hidden": cfg.get("n_inner") or 4 * d_model,
                     "activation": activation_from_hf(cfg, "activation_function"), "bias": True},
         },
@@ -63,17 +64,17 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.expect(view.positional, "model.positional", ("learned",), family=NAME)
     view.block_kind("layout", ("prenorm",), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME} has no LM head bias")
     n_heads, n_kv, head_dim = view.attention_sizes()
     if n_kv not in (1, n_heads):
-        raise NotExpressible("model.block.attention.n_kv_heads", f"{n_kv} key/value heads: Hugging Face {NAME} has one "
+        raise NotExpressible("model.block.mixer.n_kv_heads", f"{n_kv} key/value heads: Hugging Face {NAME} has one "
                              f"(multi_query) or one per query head ({n_heads})")
-    scale = view.uniform("attention", "scale", family=NAME)
+    scale = view.uniform("mixer", "scale", family=NAME)
     if scale not in (None, 1.0, head_dim ** -0.5):
-        raise NotExpressible("model.block.attention.scale",
+        raise NotExpressible("model.block.mixer.scale",
                              f"{scale}: Hugging Face {NAME} scales scores by 1/sqrt(head_dim) or not at all")
     return {
         "vocab_size": m.vocab_size,
@@ -95,10 +96,10 @@ WEIGHTS = [
     Copy("transformer.wpe.weight", "positional.table.weight"),
     Copy("transformer.h.{i}.ln_1.weight", "blocks.{i}.attention_norm.weight"),
     Copy("transformer.h.{i}.ln_1.bias", "blocks.{i}.attention_norm.bias"),
-    BigCodeQKV("transformer.h.{i}.attn.c_attn.weight", "blocks.{i}.attention.qkv.weight"),
-    BigCodeQKV("transformer.h.{i}.attn.c_attn.bias", "blocks.{i}.attention.qkv.bias"),
-    Copy("transformer.h.{i}.attn.c_proj.weight", "blocks.{i}.attention.out.weight"),
-    Copy("transformer.h.{i}.attn.c_proj.bias", "blocks.{i}.attention.out.bias"),
+    BigCodeQKV("transformer.h.{i}.attn.c_attn.weight", f"{BLOCK_MIXER}.qkv.weight"),
+    BigCodeQKV("transformer.h.{i}.attn.c_attn.bias", f"{BLOCK_MIXER}.qkv.bias"),
+    Copy("transformer.h.{i}.attn.c_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+    Copy("transformer.h.{i}.attn.c_proj.bias", f"{BLOCK_MIXER}.out.bias"),
     Copy("transformer.h.{i}.ln_2.weight", "blocks.{i}.ffn_norm.weight"),
     Copy("transformer.h.{i}.ln_2.bias", "blocks.{i}.ffn_norm.bias"),
     Copy("transformer.h.{i}.mlp.c_fc.weight", "blocks.{i}.ffn.fc_in.weight"),

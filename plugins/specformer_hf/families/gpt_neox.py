@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.parts.embedding import model_sizes, model_sizes_config, no_output_bias
@@ -35,7 +36,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": {"kind": "parallel", "shared_norm": False} if parallel else "prenorm",
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_eps")},
-            "attention": {"kind": "attention", "n_heads": n_heads, "qkv_bias": bias, "out_bias": bias},
+            "mixer": {"kind": "attention", "n_heads": n_heads, "qkv_bias": bias, "out_bias": bias},
             "ffn": {"kind": "mlp", "hidden": cfg.get_int("intermediate_size"),
                     "activation": activation_from_hf(cfg, "hidden_act"), "bias": True},
         },
@@ -49,7 +50,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     if layout == "parallel" and view.uniform("layout", "shared_norm", family=NAME):
         raise NotExpressible("model.block.layout.shared_norm", "GPT-NeoX's parallel blocks have two norms (GPT-J's one norm has no GPT-NeoX equivalent)")
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     rotary = rope_config(view, NAME, legacy_theta="rotary_emb_base", partial=True)
     rotary["rotary_pct"] = rotary["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
@@ -57,8 +58,8 @@ def to_config(view: SpecView) -> dict[str, Any]:
         rotary["rope_scaling"]["partial_rotary_factor"] = rotary["rotary_pct"]
     return {
         **model_sizes_config(view),
-        "num_attention_heads": view.uniform("attention", "n_heads", family=NAME),
-        "attention_bias": view.uniform("attention", "qkv_bias", family=NAME),
+        "num_attention_heads": view.uniform("mixer", "n_heads", family=NAME),
+        "attention_bias": view.uniform("mixer", "qkv_bias", family=NAME),
         "use_parallel_residual": layout == "parallel",
         "intermediate_size": view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model,
         "hidden_act": ACTIVATIONS_TO_HF[view.uniform("ffn", "activation", family=NAME)],
@@ -80,10 +81,10 @@ FAMILY = Family(
         Copy("gpt_neox.layers.{i}.input_layernorm.bias", "blocks.{i}.attention_norm.bias"),
         Copy("gpt_neox.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.ffn_norm.weight"),
         Copy("gpt_neox.layers.{i}.post_attention_layernorm.bias", "blocks.{i}.ffn_norm.bias"),
-        HeadInterleavedQKV("gpt_neox.layers.{i}.attention.query_key_value.weight", "blocks.{i}.attention.qkv.weight"),
-        HeadInterleavedQKV("gpt_neox.layers.{i}.attention.query_key_value.bias", "blocks.{i}.attention.qkv.bias"),
-        Copy("gpt_neox.layers.{i}.attention.dense.weight", "blocks.{i}.attention.out.weight"),
-        Copy("gpt_neox.layers.{i}.attention.dense.bias", "blocks.{i}.attention.out.bias"),
+        HeadInterleavedQKV("gpt_neox.layers.{i}.attention.query_key_value.weight", f"{BLOCK_MIXER}.qkv.weight"),
+        HeadInterleavedQKV("gpt_neox.layers.{i}.attention.query_key_value.bias", f"{BLOCK_MIXER}.qkv.bias"),
+        Copy("gpt_neox.layers.{i}.attention.dense.weight", f"{BLOCK_MIXER}.out.weight"),
+        Copy("gpt_neox.layers.{i}.attention.dense.bias", f"{BLOCK_MIXER}.out.bias"),
         Copy("gpt_neox.layers.{i}.mlp.dense_h_to_4h.weight", "blocks.{i}.ffn.fc_in.weight"),
         Copy("gpt_neox.layers.{i}.mlp.dense_h_to_4h.bias", "blocks.{i}.ffn.fc_in.bias"),
         Copy("gpt_neox.layers.{i}.mlp.dense_4h_to_h.weight", "blocks.{i}.ffn.fc_out.weight"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import ATTN, MLP, FamilyView, Part, Switch
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, MLP, FamilyView, Part, Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN
 from specformer_hf.parts.windows import LayerTypes
@@ -77,14 +77,14 @@ class Sinks(Part):
     """Every attention layer has learned per-head sink logits (``self_attn.sinks``)."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {}).setdefault("attention", {})["sinks"] = True
+        model.setdefault("block", {}).setdefault("mixer", {})["sinks"] = True
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        if not view.uniform("attention", "sinks"):
-            raise NotExpressible("model.block.attention.sinks", f"Hugging Face {view.name}'s attention always has sinks")
+        if not view.uniform("mixer", "sinks"):
+            raise NotExpressible("model.block.mixer.sinks", f"Hugging Face {view.name}'s attention always has sinks")
 
     def rules(self) -> list[Rule]:
-        return [Copy(f"{ATTN}.sinks", "blocks.{i}.attention.sinks")]
+        return [Copy(f"{ATTN}.sinks", f"{BLOCK_MIXER}.sinks")]
 
 
 FAMILY = decoder_family(
@@ -94,7 +94,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *replace_part(LLAMA_PARTS, GptOssExperts(), instead_of=GatedFFN),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Sinks(),
         # Even layers slide, odd layers see everything (GptOssConfig's default layer_types).
         LayerTypes(sliding=lambda i: (i + 1) % 2 == 1),

@@ -7,6 +7,7 @@ from typing import Any
 
 from specformer.errors import UserError
 
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
 from specformer_hf.rules import Copy, Fused, qkv_sizes
@@ -48,7 +49,7 @@ def to_spec(cfg: ConfigReader, *, name: str = NAME) -> dict[str, Any]:
         "block": {
             "layout": {"kind": "parallel", "shared_norm": True},
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")},
-            "attention": {"kind": "attention", "n_heads": n_heads, "qkv_bias": False, "out_bias": False},
+            "mixer": {"kind": "attention", "n_heads": n_heads, "qkv_bias": False, "out_bias": False},
             "ffn": {"kind": "mlp", "hidden": cfg.get("n_inner") or 4 * d_model,
                     "activation": activation_from_hf(cfg, "activation_function"), "bias": True},
         },
@@ -70,7 +71,7 @@ def to_config(view: SpecView, *, name: str = NAME) -> dict[str, Any]:
     if not view.uniform("layout", "shared_norm", family=name):
         raise NotExpressible("model.block.layout.shared_norm", f"Hugging Face {name}'s parallel blocks share one norm")
     view.block_kind("norm", ("layernorm",), family=name)
-    view.block_kind("attention", ("attention",), family=name)
+    view.block_kind("mixer", ("attention",), family=name)
     view.block_kind("ffn", ("mlp",), family=name)
     n_heads, _, head_dim = view.attention_sizes()
     rotary_dim = int(head_dim * pos.get("fraction", 1.0))
@@ -95,8 +96,8 @@ WEIGHTS = [
     Copy(f"{LAYER}.ln_1.weight", "blocks.{i}.attention_norm.weight"),
     Copy(f"{LAYER}.ln_1.bias", "blocks.{i}.attention_norm.bias"),
     Fused([f"{LAYER}.attn.q_proj.weight", f"{LAYER}.attn.k_proj.weight", f"{LAYER}.attn.v_proj.weight"],
-          "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
-    Copy(f"{LAYER}.attn.out_proj.weight", "blocks.{i}.attention.out.weight"),
+          f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
+    Copy(f"{LAYER}.attn.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
     Copy(f"{LAYER}.mlp.fc_in.weight", "blocks.{i}.ffn.fc_in.weight"),
     Copy(f"{LAYER}.mlp.fc_in.bias", "blocks.{i}.ffn.fc_in.bias"),
     Copy(f"{LAYER}.mlp.fc_out.weight", "blocks.{i}.ffn.fc_out.weight"),

@@ -24,7 +24,8 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import Attention, attention_sizes
-from specformer_hf.parts.base import LAYER, FamilyView, Part, keeps_keys, keeps_state, selection, uniform_mixers
+from specformer_hf.parts.base import (BLOCK_MIXER, LAYER, FamilyView, Part, keeps_keys, keeps_state, selection,
+                                      uniform_mixers)
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GraniteExperts
@@ -69,10 +70,10 @@ def layer_mixers(cfg: ConfigReader, default: str) -> list[str]:
 def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dict[str, Any]]) -> None:
     """The more common mixer in the block (Mamba-2 on a tie), the other in ``layers:`` overrides."""
     base = max(("mamba2", "attention"), key=kinds.count)
-    model.setdefault("block", {})["attention"] = mixers[base]
+    model.setdefault("block", {})["mixer"] = mixers[base]
     other = [i for i, kind in enumerate(kinds) if kind != base]
     if other:
-        override = {"select": selection(other, len(kinds)), "attention": mixers[kinds[other[0]]]}
+        override = {"select": selection(other, len(kinds)), "mixer": mixers[kinds[other[0]]]}
         model.setdefault("layers", []).append(override)
 
 
@@ -117,42 +118,42 @@ class GraniteMixers(Part):
         hybrid_layers(model, kinds, mixers)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        kinds = view.per_layer("attention", "kind")
+        kinds = view.per_layer("mixer", "kind")
         for i, kind in enumerate(kinds):
             if kind not in ("attention", "mamba2"):
-                raise NotExpressible(f"model.layers[{i}].attention.kind", f"{kind!r} has no equivalent in Hugging Face "
+                raise NotExpressible(f"model.layers[{i}].mixer.kind", f"{kind!r} has no equivalent in Hugging Face "
                                      f"{view.name} (whose layers are 'mamba2' or 'attention')")
         config["layer_types"] = ["full_attention" if kind == "attention" else "linear_attention" for kind in kinds]
         layers = view.view.layers
-        attention = [layer["attention"] for layer in layers if layer["attention"]["kind"] == "attention"]
+        attention = [layer["mixer"] for layer in layers if layer["mixer"]["kind"] == "attention"]
         if attention:
             a = uniform_mixers(attention, family=view.name, what="attention")
             index = kinds.index("attention")
             n_heads, n_kv, head_dim = view.view.attention_sizes(index)
             if n_heads * head_dim != view.model.d_model:
-                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {view.name} has head_dim = "
                                      f"d_model / n_heads ({view.model.d_model} / {n_heads})")
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, attention_bias=a["qkv_bias"],
                           attention_multiplier=attention_multiplier_config(a.get("scale"), head_dim))
-        mamba = [layer["attention"] for layer in layers if layer["attention"]["kind"] == "mamba2"]
+        mamba = [layer["mixer"] for layer in layers if layer["mixer"]["kind"] == "mamba2"]
         if mamba:
             m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
             d_inner = m["n_heads"] * m["head_dim"]
             if d_inner % view.model.d_model:
-                raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s Mamba inner width is "
+                raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s Mamba inner width is "
                                      f"mamba_expand x d_model; n_heads x head_dim = {d_inner} is no multiple of "
                                      f"{view.model.d_model}")
             if m["norm_eps"] != view.uniform("norm", "eps"):
-                raise NotExpressible("model.block.attention.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
+                raise NotExpressible("model.block.mixer.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
                                      f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
             config.update(HYBRID_FIELDS.config(m, d_model=view.model.d_model, family=view.name),
                           mamba_expand=d_inner // view.model.d_model)
 
     def rules(self) -> list[Rule]:
-        attention = [AtLayers(rule, where=lambda site: keeps_keys(site.attention), layers="attention")
+        attention = [AtLayers(rule, where=lambda site: keeps_keys(site.mixer), layers="attention")
                      for rule in Attention().rules()]
-        mamba = [AtLayers(rule, where=lambda site: keeps_state(site.attention), layers="Mamba-2")
-                 for rule in mamba2_rules(f"{LAYER}.mamba", "blocks.{i}.attention")]
+        mamba = [AtLayers(rule, where=lambda site: keeps_state(site.mixer), layers="Mamba-2")
+                 for rule in mamba2_rules(f"{LAYER}.mamba", BLOCK_MIXER)]
         return attention + mamba
 
 

@@ -22,7 +22,7 @@ DEFAULTS = {
 #: InternLM3Config's attribute_map: the published config.json uses the first names.
 SAVED_NAMES = (("qkv_bias", "attention_bias"), ("bias", "mlp_bias"))
 
-BIASES = ("attention.qkv_bias", "attention.out_bias", "ffn.bias")
+BIASES = ("mixer.qkv_bias", "mixer.out_bias", "ffn.bias")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *LLAMA_PARTS,
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
         # Fields of the original code's configs that IQuestCoderConfig lacks: absent or off, or transformers refuses.
         Refuse("clip_qkv", (None,), optional=True, why="clamping queries, keys and values has no specformer equivalent "

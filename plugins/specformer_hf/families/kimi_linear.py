@@ -18,7 +18,7 @@ from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_fro
 from torch import Tensor
 
 from specformer_hf.parts.attention import LATENT_EPS, LatentAttention
-from specformer_hf.parts.base import ATTN, LAYER, MLP, FamilyView, Part, SavedNames, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, MLP, FamilyView, Part, SavedNames, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import expert_rules, shared_halves
@@ -115,24 +115,24 @@ class HybridMixers(Part):
         mixers = {"kda": _kda(cfg, linear)}
         latent: dict[str, Any] = {"positional": model["positional"]}
         LatentAttention().read(cfg, latent)
-        mixers["mla"] = latent["block"]["attention"]
+        mixers["mla"] = latent["block"]["mixer"]
         kinds = ["kda" if t == "linear_attention" else "mla" for t in types]
         if "kda" in kinds:
             # The short convolution's activation is hidden_act in transformers; KDA's is SiLU.
             cfg.require("hidden_act", ("silu",), why="Kimi Delta Attention's short convolution uses hidden_act, "
                                                      "and KDA's is SiLU")
         base = max(MIXERS, key=kinds.count)
-        model.setdefault("block", {})["attention"] = mixers[base]
+        model.setdefault("block", {})["mixer"] = mixers[base]
         others = [i for i, kind in enumerate(kinds) if kind != base]
         if others:
             other = next(k for k in MIXERS if k != base)
-            model.setdefault("layers", []).append({"select": selection(others, n_layers), "attention": mixers[other]})
+            model.setdefault("layers", []).append({"select": selection(others, n_layers), "mixer": mixers[other]})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        layers = view.per_layer("attention")
+        layers = view.per_layer("mixer")
         for i, attention in enumerate(layers):
             if attention["kind"] not in MIXERS:
-                raise NotExpressible(f"model.layers[{i}].attention.kind", f"{attention['kind']!r} has no equivalent in "
+                raise NotExpressible(f"model.layers[{i}].mixer.kind", f"{attention['kind']!r} has no equivalent in "
                                      f"Hugging Face {view.name} (which uses 'kda' or 'mla')")
         config["layer_types"] = [LAYER_TYPES[a["kind"]] for a in layers]
         kda = _one_setting(view, [a for a in layers if a["kind"] == "kda"], "kda")
@@ -143,19 +143,19 @@ class HybridMixers(Part):
             sizes = {"value_head_dim": value_dim, "decay_rank": kda["decay_rank"] or head_dim,
                      "gate_rank": kda["gate_rank"] or value_dim}
             if any(size != head_dim for size in sizes.values()) or kda["conv_bias"]:
-                raise NotExpressible("model.layers[*].attention", f"Hugging Face {view.name}'s KDA has values, decay "
+                raise NotExpressible("model.layers[*].mixer", f"Hugging Face {view.name}'s KDA has values, decay "
                                      f"and gate ranks of head_dim ({head_dim}, got {sizes}) and no conv_bias")
             if kda["norm_eps"] != view.uniform("norm", "eps"):
-                raise NotExpressible("model.layers[*].attention.norm_eps", f"Hugging Face {view.name}'s KDA output norm "
+                raise NotExpressible("model.layers[*].mixer.norm_eps", f"Hugging Face {view.name}'s KDA output norm "
                                      "shares rms_norm_eps with the block norms")
             config.update(linear_num_heads=kda["n_heads"], linear_head_dim=head_dim,
                           linear_conv_kernel_dim=kda["conv_kernel"])
         if mla is not None:
             if mla["latent_norm"].get("kind") != "rmsnorm" or mla["latent_norm"].get("eps") != LATENT_EPS or mla["window"] is not None:
-                raise NotExpressible("model.layers[*].attention", f"Hugging Face {view.name}'s latent attention has "
+                raise NotExpressible("model.layers[*].mixer", f"Hugging Face {view.name}'s latent attention has "
                                      f"RMSNorm latents (eps {LATENT_EPS}) and no window")
             if mla["scale"] is not None or mla["yarn_factor"] is not None:
-                raise NotExpressible("model.layers[*].attention.scale", f"Hugging Face {view.name}'s latent attention "
+                raise NotExpressible("model.layers[*].mixer.scale", f"Hugging Face {view.name}'s latent attention "
                                      "scales scores by 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)")
             config.update(num_attention_heads=mla["n_heads"], num_key_value_heads=mla["n_heads"],
                           kv_lora_rank=mla["kv_lora_rank"], qk_rope_head_dim=mla["qk_rope_head_dim"],
@@ -170,12 +170,12 @@ def _one_setting(view: FamilyView, mixers: list[dict[str, Any]], kind: str) -> d
     """The setting every ``kind`` layer shares (None if no layer has one); dropout aside, which is not maths."""
     strip = lambda a: {k: v for k, v in a.items() if k != "dropout"}  # noqa: E731
     if any(strip(a) != strip(mixers[0]) for a in mixers[1:]):
-        raise NotExpressible("model.layers[*].attention", f"the {kind} layers differ; Hugging Face {view.name} has one setting")
+        raise NotExpressible("model.layers[*].mixer", f"the {kind} layers differ; Hugging Face {view.name} has one setting")
     return mixers[0] if mixers else None
 
 
 def _kda_qkv_sizes(site: Site) -> tuple[int, int, int]:
-    a = site.attention
+    a = site.mixer
     return a.n_heads * a.head_dim, a.n_heads * a.head_dim, a.n_heads * a.value_head_dim
 
 
@@ -192,7 +192,6 @@ class HeadDecayRate(Rule):
         return [tensors[0].reshape(1, 1, -1, 1).contiguous()]
 
 
-_OURS = "blocks.{i}.attention"
 #: Where save_pretrained (and Moonshot's files) keep the feed-forward; transformers' modules name it mlp.
 SAVED_MLP = f"{LAYER}.block_sparse_moe"
 
@@ -202,14 +201,14 @@ def _kda_rules() -> list[Rule]:
     convolutions apart) or as transformers' modules hold them; written as saved. Skipped in latent-attention layers."""
     gate = f"{ATTN}.forget_gate"
     return [
-        Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"], f"{_OURS}.qkv.weight",
+        Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"], f"{BLOCK_MIXER}.qkv.weight",
               sizes=_kda_qkv_sizes),
-        OneOf(DepthwiseConv([f"{ATTN}.{x}_conv1d.weight" for x in "qkv"], f"{_OURS}.conv_weight", sizes=_kda_qkv_sizes),
-              DepthwiseConv(f"{ATTN}.conv1d.weight", f"{_OURS}.conv_weight")),
-        *(OneOf(Copy(f"{ATTN}.{name}", f"{_OURS}.{ours}"), Copy(f"{gate}.{name}", f"{_OURS}.{ours}"))
+        OneOf(DepthwiseConv([f"{ATTN}.{x}_conv1d.weight" for x in "qkv"], f"{BLOCK_MIXER}.conv_weight", sizes=_kda_qkv_sizes),
+              DepthwiseConv(f"{ATTN}.conv1d.weight", f"{BLOCK_MIXER}.conv_weight")),
+        *(OneOf(Copy(f"{ATTN}.{name}", f"{BLOCK_MIXER}.{ours}"), Copy(f"{gate}.{name}", f"{BLOCK_MIXER}.{ours}"))
           for name, ours in (("f_a_proj.weight", "f_a.weight"), ("f_b_proj.weight", "f_b.weight"), ("dt_bias", "dt_bias"))),
-        OneOf(HeadDecayRate(f"{ATTN}.A_log", f"{_OURS}.A_log"), HeadDecayRate(f"{gate}.A_log", f"{_OURS}.A_log")),
-        *(Copy(f"{ATTN}.{name}.weight", f"{_OURS}.{ours}.weight")
+        OneOf(HeadDecayRate(f"{ATTN}.A_log", f"{BLOCK_MIXER}.A_log"), HeadDecayRate(f"{gate}.A_log", f"{BLOCK_MIXER}.A_log")),
+        *(Copy(f"{ATTN}.{name}.weight", f"{BLOCK_MIXER}.{ours}.weight")
           for name, ours in (("b_proj", "b"), ("g_a_proj", "g_a"), ("g_b_proj", "g_b"), ("o_norm", "norm"), ("o_proj", "out"))),
     ]
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import LAYER, FamilyView, Part, selection
+from specformer_hf.parts.base import BLOCK_MIXER, LAYER, FamilyView, Part, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes, model_sizes
 from specformer_hf.parts.norms import RMSNorm, rmsnorm
@@ -50,7 +50,7 @@ FFN = f"{LAYER}.feed_forward"
 
 
 def _mixer_kind(site: Site) -> str:
-    return "short_conv" if getattr(site.attention, "state_slots", None) is not None else "attention"
+    return "short_conv" if getattr(site.mixer, "state_slots", None) is not None else "attention"
 
 
 class OnMixer(Rule):
@@ -132,28 +132,28 @@ class Mixers(Part):
                      "qk_norm": rmsnorm(cfg, eps_key="norm_eps"), "qk_norm_scope": "head"}
         base, other, other_type = (conv, attention, ATTENTION) if types.count(CONV) >= types.count(ATTENTION) \
             else (attention, conv, CONV)
-        model.setdefault("block", {})["attention"] = base
+        model.setdefault("block", {})["mixer"] = base
         others = [i for i, t in enumerate(types) if t == other_type]
         if others:
-            model.setdefault("layers", []).append({"select": selection(others, n_layers), "attention": other})
+            model.setdefault("layers", []).append({"select": selection(others, n_layers), "mixer": other})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        mixers = view.per_layer("attention")
+        mixers = view.per_layer("mixer")
         kinds = [m["kind"] for m in mixers]
         for i, kind in enumerate(kinds):
             if kind not in ("short_conv", "attention"):
-                raise NotExpressible(f"model.layers[{i}].attention.kind", f"{kind!r} has no equivalent in Hugging Face "
+                raise NotExpressible(f"model.layers[{i}].mixer.kind", f"{kind!r} has no equivalent in Hugging Face "
                                      f"{view.name} (which has 'short_conv' and 'attention' layers)")
         convs = [m for m in mixers if m["kind"] == "short_conv"]
         attentions = [(i, m) for i, m in enumerate(mixers) if m["kind"] == "attention"]
         if any(c != convs[0] for c in convs[1:]):
-            raise NotExpressible("model.layers[*].attention", f"the short_conv layers differ; Hugging Face {view.name} "
+            raise NotExpressible("model.layers[*].mixer", f"the short_conv layers differ; Hugging Face {view.name} "
                                  "has one conv_L_cache and conv_bias for all")
         if convs and convs[0]["bias"] != convs[0]["conv_bias"]:
-            raise NotExpressible("model.block.attention.conv_bias", f"Hugging Face {view.name}'s conv_bias switches the "
+            raise NotExpressible("model.block.mixer.conv_bias", f"Hugging Face {view.name}'s conv_bias switches the "
                                  "projections' biases and the convolution's together (bias and conv_bias must be equal)")
         if any(m != attentions[0][1] for _, m in attentions[1:]):
-            raise NotExpressible("model.layers[*].attention", f"the attention layers differ; Hugging Face {view.name} "
+            raise NotExpressible("model.layers[*].mixer", f"the attention layers differ; Hugging Face {view.name} "
                                  "has one attention setting for all")
         config["layer_types"] = [CONV if kind == "short_conv" else ATTENTION for kind in kinds]
         config["full_attn_idxs"] = [i for i, _ in attentions]
@@ -163,7 +163,7 @@ class Mixers(Part):
             index, attention = attentions[0]
             n_heads, n_kv, head_dim = view.view.attention_sizes(index)
             if head_dim * n_heads != view.model.d_model:
-                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {view.name} has head_dim = "
                                      f"d_model / n_heads ({view.model.d_model} / {n_heads})")
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv)
         else:
@@ -173,18 +173,18 @@ class Mixers(Part):
     def rules(self) -> list[Rule]:
         attention = [
             Fused([f"{SELF_ATTN}.q_proj.weight", f"{SELF_ATTN}.k_proj.weight", f"{SELF_ATTN}.v_proj.weight"],
-                  "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
-            Copy(f"{SELF_ATTN}.out_proj.weight", "blocks.{i}.attention.out.weight"),
-            Copy(f"{SELF_ATTN}.q_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
-            Copy(f"{SELF_ATTN}.k_layernorm.weight", "blocks.{i}.attention.k_norm.weight"),
+                  f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
+            Copy(f"{SELF_ATTN}.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+            Copy(f"{SELF_ATTN}.q_layernorm.weight", f"{BLOCK_MIXER}.q_norm.weight"),
+            Copy(f"{SELF_ATTN}.k_layernorm.weight", f"{BLOCK_MIXER}.k_norm.weight"),
         ]
         conv = [
-            Copy(f"{SHORT_CONV}.in_proj.weight", "blocks.{i}.attention.in_proj.weight"),
-            Copy(f"{SHORT_CONV}.in_proj.bias", "blocks.{i}.attention.in_proj.bias"),
-            DepthwiseConv(f"{SHORT_CONV}.conv.weight", "blocks.{i}.attention.conv_weight"),
-            Copy(f"{SHORT_CONV}.conv.bias", "blocks.{i}.attention.conv_bias"),
-            Copy(f"{SHORT_CONV}.out_proj.weight", "blocks.{i}.attention.out.weight"),
-            Copy(f"{SHORT_CONV}.out_proj.bias", "blocks.{i}.attention.out.bias"),
+            Copy(f"{SHORT_CONV}.in_proj.weight", f"{BLOCK_MIXER}.in_proj.weight"),
+            Copy(f"{SHORT_CONV}.in_proj.bias", f"{BLOCK_MIXER}.in_proj.bias"),
+            DepthwiseConv(f"{SHORT_CONV}.conv.weight", f"{BLOCK_MIXER}.conv_weight"),
+            Copy(f"{SHORT_CONV}.conv.bias", f"{BLOCK_MIXER}.conv_bias"),
+            Copy(f"{SHORT_CONV}.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+            Copy(f"{SHORT_CONV}.out_proj.bias", f"{BLOCK_MIXER}.out.bias"),
         ]
         return [OnMixer(r, mixer="attention") for r in attention] + [OnMixer(r, mixer="short_conv") for r in conv]
 

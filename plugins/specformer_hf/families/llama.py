@@ -20,7 +20,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *LLAMA_PARTS,
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
     ],
     ignore_tensors=(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),

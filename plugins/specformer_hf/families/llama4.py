@@ -65,7 +65,7 @@ class LocalAndGlobalLayers(Part):
             if tuning and not rotary:
                 attention.update(temperature_floor_scale=floor_scale, temperature_attn_scale=attn_scale)
             per_layer.append(attention)
-        per_layer_overrides(model, "attention", per_layer, n_layers)
+        per_layer_overrides(model, "mixer", per_layer, n_layers)
         model["positional"] = {**rope(cfg), "interleaved": True}  # Llama 4 turns adjacent pairs (complex numbers)
         nope = [i for i, rotary in enumerate(uses_rope) if not rotary]
         if nope:
@@ -81,30 +81,30 @@ class LocalAndGlobalLayers(Part):
         if not pos.get("interleaved"):
             raise NotExpressible("model.positional.interleaved", f"Hugging Face {name} rotates adjacent pairs (interleaved: true)")
         rotary = [scheme["kind"] != "none" for scheme in schemes]
-        attentions = view.per_layer("attention")
+        attentions = view.per_layer("mixer")
         chunks = {a.get("chunk") for a in attentions} - {None}
         if len(chunks) > 1:
-            raise NotExpressible("model.layers[*].attention.chunk", f"several chunk sizes {sorted(chunks)}; Hugging Face "
+            raise NotExpressible("model.layers[*].mixer.chunk", f"several chunk sizes {sorted(chunks)}; Hugging Face "
                                  f"{name} has one attention_chunk_size")
         norms = {_key(a.get("qk_norm")) for a, r in zip(attentions, rotary) if r}
         if any(a.get("qk_norm") for a, r in zip(attentions, rotary) if not r) or len(norms) > 1:
-            raise NotExpressible("model.layers[*].attention.qk_norm", f"Hugging Face {name} normalises queries and keys "
+            raise NotExpressible("model.layers[*].mixer.qk_norm", f"Hugging Face {name} normalises queries and keys "
                                  "on every rope layer alike (use_qk_norm) and never on its NoPE layers")
         qk_norm = next(iter(norms), None)
         eps = None
         if qk_norm is not None:
             norm = dict(qk_norm)
-            if norm["kind"] != "l2norm" or view.uniform("attention", "qk_norm_scope") != "head":
-                raise NotExpressible("model.block.attention.qk_norm", f"Hugging Face {name}'s qk norm is l2norm per head")
+            if norm["kind"] != "l2norm" or view.uniform("mixer", "qk_norm_scope") != "head":
+                raise NotExpressible("model.block.mixer.qk_norm", f"Hugging Face {name}'s qk norm is l2norm per head")
             eps = norm["eps"]
         tunings = {(a["temperature_floor_scale"], a["temperature_attn_scale"]) if a.get("temperature_tuning") else None
                    for a, r in zip(attentions, rotary) if not r}
         if any(a.get("temperature_tuning") for a, r in zip(attentions, rotary) if r) or len(tunings) > 1:
-            raise NotExpressible("model.layers[*].attention.temperature_tuning", f"Hugging Face {name} tunes the "
+            raise NotExpressible("model.layers[*].mixer.temperature_tuning", f"Hugging Face {name} tunes the "
                                  "temperature of every NoPE layer alike (attn_temperature_tuning) and of no rope layer")
         tuning = next(iter(tunings), None)
         if eps is not None and eps != view.uniform("norm", "eps"):
-            raise NotExpressible("model.block.attention.qk_norm.eps", f"Hugging Face {name}'s qk norm uses rms_norm_eps "
+            raise NotExpressible("model.block.mixer.qk_norm.eps", f"Hugging Face {name}'s qk norm uses rms_norm_eps "
                                  f"({view.uniform('norm', 'eps')})")
         params = rope_parameters_of({**pos, "interleaved": False}, name, path="model.positional",
                                     context_length=view.model.context_length)
@@ -233,7 +233,7 @@ FAMILY = decoder_family(
         Layout("prenorm"),
         RMSNorm(),
         Attention(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Experts(),
         OneOverridePerSelection(),
     ],

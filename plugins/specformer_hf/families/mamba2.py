@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import FamilyView, Part
+from specformer_hf.parts.base import BLOCK_MIXER, FamilyView, Part
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.mamba2 import Mamba2Fields, mamba2_rules
 from specformer_hf.parts.positions import no_positions
@@ -50,7 +50,7 @@ class Mamba2Model(Part):
             n_layers=cfg.get_layers("num_hidden_layers"), context_length=context_length(cfg),
             tie_embeddings=bool(cfg.get("tie_word_embeddings")), positional={"kind": "none"},
             block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": cfg.get_float("layer_norm_epsilon")},
-                   "attention": self.mixer.spec(cfg), "ffn": "none"},
+                   "mixer": self.mixer.spec(cfg), "ffn": "none"},
         )
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
@@ -60,12 +60,12 @@ class Mamba2Model(Part):
         no_positions(view)
         view.block_kind("layout", ("prenorm",))
         view.block_kind("norm", ("rmsnorm",))
-        view.block_kind("attention", ("mamba2",))
+        view.block_kind("mixer", ("mamba2",))
         view.block_kind("ffn", ("none",))
         config.update(vocab_size=m.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.n_layers,
                       max_position_embeddings=m.context_length, tie_word_embeddings=m.tie_embeddings,
                       layer_norm_epsilon=view.uniform("norm", "eps"))
-        config.update(self.mixer.config(view.uniform("attention"), d_model=m.d_model, family=view.name))
+        config.update(self.mixer.config(view.uniform("mixer"), d_model=m.d_model, family=view.name))
 
     def rules(self) -> list[Rule]:
         return [
@@ -73,7 +73,7 @@ class Mamba2Model(Part):
             Copy("backbone.norm_f.weight", "final_norm.weight"),
             Copy("lm_head.weight", "lm_head.weight"),
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.attention_norm.weight"),
-            *mamba2_rules(f"{LAYER}.mixer", "blocks.{i}.attention"),
+            *mamba2_rules(f"{LAYER}.mixer", BLOCK_MIXER),
         ]
 
 

@@ -18,7 +18,7 @@ FAMILY = decoder_family(
     model_type="mistral",
     architecture="MistralForCausalLM",
     defaults=DEFAULTS,
-    parts=[*LLAMA_PARTS, Value("sliding_window", "attention.window")],
+    parts=[*LLAMA_PARTS, Value("sliding_window", "mixer.window")],
     maps="as Llama, plus sliding_window on every layer (null: full attention); no biases",
     caveats="a key is visible to a query when query - key < sliding_window, as in transformers 5",
 )

@@ -24,7 +24,7 @@ FAMILY = decoder_family(
         *replace_part(LLAMA_PARTS, MixtureOfExperts(n_experts="num_local_experts", saved=f"{LAYER}.block_sparse_moe",
                                                     gate="w1", up="w3", down="w2"),
                      instead_of=GatedFFN),
-        Value("sliding_window", "attention.window"),
+        Value("sliding_window", "mixer.window"),
     ],
     maps="as Mistral with ffn moe: num_local_experts, num_experts_per_tok, softmax-then-top-k routing renormalised "
          "(Mixtral's router), SwiGLU experts, router_aux_loss_coef -> aux_loss_coef",

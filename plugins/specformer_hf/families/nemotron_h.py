@@ -7,9 +7,9 @@ a Mamba-2 mixer (``M`` in ``hybrid_override_pattern``, ``linear_attention`` in
 squared-ReLU MLP (``-``, ``mlp``). In the spec, layer ``i`` is block ``i``, a ``prenorm``
 block with the other sublayer absent (``none``: no weights, and no norm for it):
 
-- ``M``: ``attention: mamba2``, ``ffn: none`` (the ``block:``, as most layers are Mamba);
-- ``*``: ``attention: {kind: attention, ...}``, ``ffn: none`` (a ``layers:`` override);
-- ``-``: ``attention: none``, ``ffn: {kind: mlp, activation: relu2, ...}`` (an override).
+- ``M``: ``mixer: mamba2``, ``ffn: none`` (the ``block:``, as most layers are Mamba);
+- ``*``: ``mixer: {kind: attention, ...}``, ``ffn: none`` (a ``layers:`` override);
+- ``-``: ``mixer: none``, ``ffn: {kind: mlp, activation: relu2, ...}`` (an override).
 
 Keeping one block per layer keeps the layer indices, the weight names and the cache's layer
 numbers the same as Hugging Face's; pairing a mixer with the MLP after it into one block
@@ -25,7 +25,7 @@ from typing import Any
 
 from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import FamilyView, Part, selection
+from specformer_hf.parts.base import BLOCK_MIXER, FamilyView, Part, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.positions import no_positions
 from specformer_hf.parts.mamba2 import Mamba2Fields, mamba2_rules
@@ -88,13 +88,13 @@ def _mlp(cfg: ConfigReader) -> dict[str, Any]:
 
 
 def _is_mamba(site: Site) -> bool:
-    return type(site.attention).__name__ == "Mamba2"
+    return type(site.mixer).__name__ == "Mamba2"
 
 
 def _kind_of(layer: dict[str, Any]) -> str | None:
     """A spec layer's Hugging Face layer type, or None when it is none of them."""
     return {("mamba2", "none"): "linear_attention", ("attention", "none"): "full_attention",
-            ("none", "mlp"): "mlp"}.get((layer["attention"]["kind"], layer["ffn"]["kind"]))
+            ("none", "mlp"): "mlp"}.get((layer["mixer"]["kind"], layer["ffn"]["kind"]))
 
 
 def _uniform(view: FamilyView, indices: list[int], field: str, what: str) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class NemotronHModel(Part):
             context_length=cfg.get_size("max_position_embeddings"), tie_embeddings=False,
             positional={"kind": "none"},
             block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": cfg.get_float("layer_norm_epsilon")},
-                   "attention": MIXER.spec(cfg), "ffn": "none"},
+                   "mixer": MIXER.spec(cfg), "ffn": "none"},
         )
         layers = []
         attention = [i for i, t in enumerate(types) if t == "full_attention"]
@@ -127,9 +127,9 @@ class NemotronHModel(Part):
         # Read whether the model has such layers or not: a field of an absent layer type changes nothing.
         attention_spec, mlp_spec = _attention(cfg), _mlp(cfg)
         if attention:
-            layers.append({"select": selection(attention, n_layers), "attention": attention_spec})
+            layers.append({"select": selection(attention, n_layers), "mixer": attention_spec})
         if mlp:
-            layers.append({"select": selection(mlp, n_layers), "attention": "none", "ffn": mlp_spec})
+            layers.append({"select": selection(mlp, n_layers), "mixer": "none", "ffn": mlp_spec})
         if layers:
             model["layers"] = layers
         if cfg.get_int("num_nextn_predict_layers"):
@@ -148,7 +148,7 @@ class NemotronHModel(Part):
         for i, t in enumerate(types):
             if t is None:
                 layer = view.view.layers[i]
-                raise NotExpressible(f"model.layers[{i}]", f"attention {layer['attention']['kind']!r} with ffn "
+                raise NotExpressible(f"model.layers[{i}]", f"attention {layer['mixer']['kind']!r} with ffn "
                                      f"{layer['ffn']['kind']!r}; Hugging Face {view.name}'s layers are mamba2 with ffn "
                                      "none, attention with ffn none, or attention none with an mlp")
         config.update(vocab_size=m.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.n_layers,
@@ -157,12 +157,12 @@ class NemotronHModel(Part):
                       hybrid_override_pattern="".join(next(c for c, n in LETTERS.items() if n == t) for t in types))
         by_type = {t: [i for i, x in enumerate(types) if x == t] for t in LETTERS.values()}
         if by_type["linear_attention"]:
-            mixer = _uniform(view, by_type["linear_attention"], "attention", "mamba2")
+            mixer = _uniform(view, by_type["linear_attention"], "mixer", "mamba2")
             config.update(MIXER.config(mixer, d_model=m.d_model, family=view.name))
         if by_type["full_attention"]:
-            attention = _uniform(view, by_type["full_attention"], "attention", "attention")
+            attention = _uniform(view, by_type["full_attention"], "mixer", "attention")
             if attention["qkv_bias"] or attention["out_bias"]:
-                raise NotExpressible("model.layers[*].attention", f"Hugging Face {view.name}'s attention has no biases")
+                raise NotExpressible("model.layers[*].mixer", f"Hugging Face {view.name}'s attention has no biases")
             n_heads, n_kv, head_dim = view.view.attention_sizes(by_type["full_attention"][0])
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, head_dim=head_dim,
                           attention_bias=False)
@@ -175,7 +175,7 @@ class NemotronHModel(Part):
 
     def rules(self) -> list[Rule]:
         attn = mlp = f"{LAYER}.mixer"  # every layer's one sublayer is its "mixer"
-        mamba_out = {r.ours: r for r in mamba2_rules(f"{LAYER}.mixer", "blocks.{i}.attention") if r.ours[0].startswith("blocks.{i}.attention.out.")}
+        mamba_out = {r.ours: r for r in mamba2_rules(f"{LAYER}.mixer", BLOCK_MIXER) if r.ours[0].startswith(f"{BLOCK_MIXER}.out.")}
         return [
             Copy("backbone.embeddings.weight", "embedding.weight"),
             Copy("backbone.norm_f.weight", "final_norm.weight"),
@@ -184,14 +184,14 @@ class NemotronHModel(Part):
             # (a rule whose parameter a layer lacks is skipped there).
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.attention_norm.weight"),
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.ffn_norm.weight"),
-            *(r for r in mamba2_rules(f"{LAYER}.mixer", "blocks.{i}.attention") if r.ours not in mamba_out),
+            *(r for r in mamba2_rules(f"{LAYER}.mixer", BLOCK_MIXER) if r.ours not in mamba_out),
             Fused([f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"],
-                  "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+                  f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
             # Mamba and attention layers both have attention.out, from different tensors.
-            AtLayers(mamba_out[("blocks.{i}.attention.out.weight",)], where=_is_mamba, layers="Mamba"),
-            AtLayers(Copy(f"{attn}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+            AtLayers(mamba_out[(f"{BLOCK_MIXER}.out.weight",)], where=_is_mamba, layers="Mamba"),
+            AtLayers(Copy(f"{attn}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"),
                      where=lambda site: not _is_mamba(site), layers="attention"),
-            mamba_out[("blocks.{i}.attention.out.bias",)],  # attention layers have no output bias
+            mamba_out[(f"{BLOCK_MIXER}.out.bias",)],  # attention layers have no output bias
             Copy(f"{mlp}.up_proj.weight", "blocks.{i}.ffn.fc_in.weight"),
             Copy(f"{mlp}.up_proj.bias", "blocks.{i}.ffn.fc_in.bias"),
             Copy(f"{mlp}.down_proj.weight", "blocks.{i}.ffn.fc_out.weight"),

@@ -23,7 +23,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *replace_part(LLAMA_PARTS, Layout("postnorm_inside")),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("all"),
     ],
     maps="layout postnorm_inside (post_attention/post_feedforward norms), qk_norm RMSNorm over the whole q and k "

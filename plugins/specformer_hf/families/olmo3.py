@@ -27,7 +27,7 @@ FAMILY = decoder_family(
     parts=[
         *replace_part(replace_part(LLAMA_PARTS, Layout("postnorm_inside")),
                       LayerTypeRopes(pattern=4, theta=THETA, pattern_key=None, flat_is_full=False), instead_of=Rope),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("all"),
     ],
     maps="as OLMo-2 (layout postnorm_inside, q/k RMSNorm over all heads, attention_bias) with layer_types (default: "

@@ -27,7 +27,7 @@ FAMILY = decoder_family(
         *replace_part(replace_part(LLAMA_PARTS, Attention(head_dim=False)),
                       MixtureOfExperts(normalize="norm_topk_prob", n_experts_aliases=("num_local_experts",)),
                       instead_of=GatedFFN),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("all"),
         Refuse("clip_qkv", (None,), why="clamping queries, keys and values to +-clip_qkv has no specformer equivalent"),
     ],

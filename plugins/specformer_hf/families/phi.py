@@ -8,7 +8,7 @@ from typing import Any
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import Attention
-from specformer_hf.parts.base import ATTN, FamilyView, Fixed, Part
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, FamilyView, Fixed, Part
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import model_sizes, model_sizes_config
 from specformer_hf.parts.feedforward import PlainMLP
@@ -56,19 +56,19 @@ class QKLayerNorm(Part):
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if cfg.require("qk_layernorm", (False, True), why="it switches the q/k LayerNorms on or off"):
-            model.setdefault("block", {}).setdefault("attention", {}).update(
+            model.setdefault("block", {}).setdefault("mixer", {}).update(
                 qk_norm={"kind": "layernorm", "eps": cfg.get_float("layer_norm_eps")}, qk_norm_scope="head")
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        norm = view.uniform("attention", "qk_norm")
-        if norm is not None and view.uniform("attention", "qk_norm_scope") != "head":
-            raise NotExpressible("model.block.attention.qk_norm_scope",
+        norm = view.uniform("mixer", "qk_norm")
+        if norm is not None and view.uniform("mixer", "qk_norm_scope") != "head":
+            raise NotExpressible("model.block.mixer.qk_norm_scope",
                                  f"Hugging Face {view.name}'s qk_layernorm is one norm shared by every head "
                                  "(qk_norm_scope: head)")
         config["qk_layernorm"] = norm is not None  # the read-back comparison checks its kind, bias and eps
 
     def rules(self) -> list[Rule]:
-        return [Copy(f"{ATTN}.{hf}.{p}", f"blocks.{{i}}.attention.{ours}.{p}")
+        return [Copy(f"{ATTN}.{hf}.{p}", f"{BLOCK_MIXER}.{ours}.{p}")
                 for hf, ours in (("q_layernorm", "q_norm"), ("k_layernorm", "k_norm")) for p in ("weight", "bias")]
 
 
@@ -83,8 +83,8 @@ FAMILY = decoder_family(
         Layout("parallel", norm_bias=True),
         LayerNorm(),
         Attention(head_dim=False),
-        Fixed("attention.qkv_bias", True, why="always has q/k/v biases"),
-        Fixed("attention.out_bias", True, why="always has a bias on the output projection (dense)"),
+        Fixed("mixer.qkv_bias", True, why="always has q/k/v biases"),
+        Fixed("mixer.out_bias", True, why="always has a bias on the output projection (dense)"),
         QKLayerNorm(),
         PHI_MLP,
     ],
@@ -93,11 +93,11 @@ FAMILY = decoder_family(
         *BiasedHead().rules(),
         *Layout("parallel", norm_bias=True).rules(),
         Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"],
-              "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+              f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
         Fused([f"{ATTN}.q_proj.bias", f"{ATTN}.k_proj.bias", f"{ATTN}.v_proj.bias"],
-              "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
-        Copy(f"{ATTN}.dense.weight", "blocks.{i}.attention.out.weight"),
-        Copy(f"{ATTN}.dense.bias", "blocks.{i}.attention.out.bias"),
+              f"{BLOCK_MIXER}.qkv.bias", sizes=qkv_sizes),
+        Copy(f"{ATTN}.dense.weight", f"{BLOCK_MIXER}.out.weight"),
+        Copy(f"{ATTN}.dense.bias", f"{BLOCK_MIXER}.out.bias"),
         *QKLayerNorm().rules(),
         *PHI_MLP.rules(),
     ],

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import ATTN, MLP, FamilyView, Value
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, MLP, FamilyView, Value
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.norms import Layout
@@ -58,13 +58,13 @@ FAMILY = decoder_family(
     architecture="Phi3ForCausalLM",
     defaults=DEFAULTS,
     # Phi3Config has no head_dim field, but the attention reads one if config.json has it (Attention does).
-    parts=[*replace_part(LLAMA_PARTS, LongRope(), instead_of=Rope), Value("sliding_window", "attention.window")],
+    parts=[*replace_part(LLAMA_PARTS, LongRope(), instead_of=Rope), Value("sliding_window", "mixer.window")],
     rules=[
         *Sizes().rules(),
         *Layout("prenorm").rules(),
         # qkv_proj rows are [q; k; v] and gate_up_proj rows [gate; up]: our fused layouts exactly.
-        Copy(f"{ATTN}.qkv_proj.weight", "blocks.{i}.attention.qkv.weight"),
-        Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
+        Copy(f"{ATTN}.qkv_proj.weight", f"{BLOCK_MIXER}.qkv.weight"),
+        Copy(f"{ATTN}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"),
         Copy(f"{MLP}.gate_up_proj.weight", "blocks.{i}.ffn.gate_up.weight"),
         Copy(f"{MLP}.down_proj.weight", "blocks.{i}.ffn.down.weight"),
     ],

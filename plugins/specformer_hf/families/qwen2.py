@@ -21,8 +21,8 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *LLAMA_PARTS,
-        Fixed("attention.qkv_bias", True, why="always has q/k/v biases"),
-        Fixed("attention.out_bias", False, why="has no o_proj bias"),
+        Fixed("mixer.qkv_bias", True, why="always has q/k/v biases"),
+        Fixed("mixer.out_bias", False, why="has no o_proj bias"),
         QwenWindows(),
     ],
     maps="as Llama with q/k/v biases (no o_proj bias); use_sliding_window, sliding_window, max_window_layers and layer_types -> per-layer windows",

@@ -35,8 +35,8 @@ FAMILY = decoder_family(
     parts=[
         *replace_part(LLAMA_PARTS, MixtureOfExperts(hidden="moe_intermediate_size", normalize="norm_topk_prob",
                                                     shared=True, dense=True), instead_of=GatedFFN),
-        Switch("qkv_bias", ("attention.qkv_bias",)),
-        Fixed("attention.out_bias", False, why="has no o_proj bias"),
+        Switch("qkv_bias", ("mixer.qkv_bias",)),
+        Fixed("mixer.out_bias", False, why="has no o_proj bias"),
         SwitchedWindows(sliding_by_default),
     ],
     maps="as Qwen2 (qkv_bias switch) with ffn moe: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, "

@@ -21,7 +21,7 @@ FAMILY = decoder_family(
     model_type="qwen3",
     architecture="Qwen3ForCausalLM",
     defaults=DEFAULTS,
-    parts=[*LLAMA_PARTS, Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")), QKNorm("head"), QwenWindows()],
+    parts=[*LLAMA_PARTS, Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")), QKNorm("head"), QwenWindows()],
     maps="as Qwen2 plus qk_norm (RMSNorm per head, before RoPE, eps rms_norm_eps); attention_bias on q, k, v, o",
     caveats="the q/k norms share rms_norm_eps with the block norms",
 )

@@ -37,7 +37,7 @@ FAMILY = decoder_family(
         *replace_part(LLAMA_PARTS, MixtureOfExperts(hidden="moe_intermediate_size", normalize="norm_topk_prob", dense=True,
                                                      n_experts_aliases=("num_local_experts",)),
                       instead_of=GatedFFN),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("head"),
         SwitchedWindows(every_layer_slides, layer_types=False),
     ],

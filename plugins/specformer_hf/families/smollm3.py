@@ -33,7 +33,7 @@ FAMILY = decoder_family(
     parts=[
         *replace_part(LLAMA_PARTS, Rope(other_layers=("none",))),
         NoRopeLayers(),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
         SwitchedWindows(nope_layers_slide),
     ],

@@ -10,7 +10,7 @@ from torch import Tensor
 from specformer_hf.config import ConfigReader
 from specformer_hf.specview import NotExpressible
 from specformer_hf.parts.attention import Attention
-from specformer_hf.parts.base import ATTN, FamilyView, Fixed, Part, Switch
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, FamilyView, Fixed, Part, Switch
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GatedFFN
@@ -66,23 +66,23 @@ class QKLayerNorm(Part):
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if cfg.require(self.switch, (False, True), why="it switches per-head q/k LayerNorms on or off"):
-            model.setdefault("block", {}).setdefault("attention", {}).update(
+            model.setdefault("block", {}).setdefault("mixer", {}).update(
                 qk_norm={"kind": "layernorm", "eps": cfg.get_float("layer_norm_eps"), "bias": False},
                 qk_norm_scope="per_head_weights")
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        norm = view.uniform("attention", "qk_norm")
-        if norm is not None and view.uniform("attention", "qk_norm_scope") != "per_head_weights":
-            raise NotExpressible("model.block.attention.qk_norm_scope",
+        norm = view.uniform("mixer", "qk_norm")
+        if norm is not None and view.uniform("mixer", "qk_norm_scope") != "per_head_weights":
+            raise NotExpressible("model.block.mixer.qk_norm_scope",
                                  f"Hugging Face {view.name}'s {self.switch} keeps separate weights for every head "
                                  "(qk_norm_scope: per_head_weights)")
         config[self.switch] = norm is not None  # the read-back comparison checks its kind, bias and eps
 
     def rules(self) -> list[Rule]:
-        return [PerHead(f"{ATTN}.q_layernorm.norms.{{h}}.weight", "blocks.{i}.attention.q_norm.{h}.weight",
-                        heads=lambda site: site.attention.n_heads),
-                PerHead(f"{ATTN}.k_layernorm.norms.{{h}}.weight", "blocks.{i}.attention.k_norm.{h}.weight",
-                        heads=lambda site: site.attention.n_kv_heads)]
+        return [PerHead(f"{ATTN}.q_layernorm.norms.{{h}}.weight", f"{BLOCK_MIXER}.q_norm.{{h}}.weight",
+                        heads=lambda site: site.mixer.n_heads),
+                PerHead(f"{ATTN}.k_layernorm.norms.{{h}}.weight", f"{BLOCK_MIXER}.k_norm.{{h}}.weight",
+                        heads=lambda site: site.mixer.n_kv_heads)]
 
 
 FAMILY = decoder_family(
@@ -97,8 +97,8 @@ FAMILY = decoder_family(
         LayerNorm(),
         Attention(head_dim=False),
         GatedFFN(),
-        Switch("use_qkv_bias", ("attention.qkv_bias",)),
-        Fixed("attention.out_bias", False, why="has no o_proj bias"),
+        Switch("use_qkv_bias", ("mixer.qkv_bias",)),
+        Fixed("mixer.out_bias", False, why="has no o_proj bias"),
         QKLayerNorm(),
     ],
     maps="LayerNorm with biases, rope with partial_rotary_factor (default 0.25), GQA, use_qkv_bias, SwiGLU, "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.parts.base import ATTN, FamilyView, Part
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, FamilyView, Part
 from specformer_hf.parts.norms import rmsnorm
 from specformer_hf.rules import Copy, Fused, Rule, qkv_sizes
 from specformer_hf.specview import NotExpressible, SpecView
@@ -22,9 +22,9 @@ def attention_sizes(cfg: ConfigReader) -> dict[str, Any]:
 
 
 def attention_sizes_config(view: SpecView, family: str) -> dict[str, Any]:
-    view.block_kind("attention", ("attention",), family=family)
+    view.block_kind("mixer", ("attention",), family=family)
     for key in ("n_heads", "n_kv_heads", "head_dim"):
-        view.uniform("attention", key, family=family)
+        view.uniform("mixer", key, family=family)
     n_heads, n_kv, head_dim = view.attention_sizes()
     return {"num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim}
 
@@ -43,13 +43,13 @@ class Attention(Part):
         sizes = attention_sizes(cfg)
         if not self.head_dim:
             sizes["head_dim"] = cfg.get_size("hidden_size") // sizes["n_heads"]
-        model.setdefault("block", {}).setdefault("attention", {}).update(sizes)
+        model.setdefault("block", {}).setdefault("mixer", {}).update(sizes)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         sizes = attention_sizes_config(view.view, view.name)
         if not self.head_dim:
             if sizes["head_dim"] * sizes["num_attention_heads"] != view.model.d_model:
-                raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} has head_dim = "
+                raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {view.name} has head_dim = "
                                      f"d_model / n_heads ({view.model.d_model} / {sizes['num_attention_heads']})")
             del sizes["head_dim"]
         config.update(sizes)
@@ -57,11 +57,11 @@ class Attention(Part):
     def rules(self) -> list[Rule]:
         return [
             Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"],
-                  "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+                  f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
             Fused([f"{ATTN}.q_proj.bias", f"{ATTN}.k_proj.bias", f"{ATTN}.v_proj.bias"],
-                  "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
-            Copy(f"{ATTN}.o_proj.weight", "blocks.{i}.attention.out.weight"),
-            Copy(f"{ATTN}.o_proj.bias", "blocks.{i}.attention.out.bias"),
+                  f"{BLOCK_MIXER}.qkv.bias", sizes=qkv_sizes),
+            Copy(f"{ATTN}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+            Copy(f"{ATTN}.o_proj.bias", f"{BLOCK_MIXER}.out.bias"),
         ]
 
 
@@ -81,19 +81,19 @@ class QKNorm(Part):
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if self.switch and not cfg.get(self.switch):
             return
-        attention = model.setdefault("block", {}).setdefault("attention", {})
+        attention = model.setdefault("block", {}).setdefault("mixer", {})
         attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset), qk_norm_scope=self.scope)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        on = view.uniform("attention", "qk_norm") is not None
+        on = view.uniform("mixer", "qk_norm") is not None
         if self.switch:
             config[self.switch] = on
         elif not on:
-            raise NotExpressible("model.block.attention.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
+            raise NotExpressible("model.block.mixer.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
 
     def rules(self) -> list[Rule]:
-        return [Copy(f"{ATTN}.q_norm.weight", "blocks.{i}.attention.q_norm.weight"),
-                Copy(f"{ATTN}.k_norm.weight", "blocks.{i}.attention.k_norm.weight")]
+        return [Copy(f"{ATTN}.q_norm.weight", f"{BLOCK_MIXER}.q_norm.weight"),
+                Copy(f"{ATTN}.k_norm.weight", f"{BLOCK_MIXER}.k_norm.weight")]
 
 
 @dataclass(frozen=True)
@@ -101,14 +101,14 @@ class QueryScale(Part):
     """query_pre_attn_scalar s: scores scaled by s^-1/2 instead of head_dim^-1/2 (Gemma 2 and 3)."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        attention = model.setdefault("block", {}).setdefault("attention", {})
+        attention = model.setdefault("block", {}).setdefault("mixer", {})
         scalar = cfg.get_float("query_pre_attn_scalar")
         if scalar != attention["head_dim"]:
             attention["scale"] = scalar ** -0.5
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         _, _, head_dim = view.attention_sizes()
-        scale = view.uniform("attention", "scale")
+        scale = view.uniform("mixer", "scale")
         scalar: float = head_dim
         if scale is not None:
             scalar = scale ** -2
@@ -145,19 +145,19 @@ class LatentAttention(Part):
         scaling = model["positional"].get("scaling") or {}
         if scaling.get("kind") == "yarn" and scaling.get("mscale_all_dim"):
             attention.update(yarn_factor=scaling["factor"], yarn_mscale_all_dim=scaling["mscale_all_dim"])
-        model.setdefault("block", {})["attention"] = attention
+        model.setdefault("block", {})["mixer"] = attention
 
     #: Whether the family's attention has DeepSeek Sparse Attention's indexer (DeepSeek-V3.2) or none (V2, V3).
     indexed: bool = False
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        view.block_kind("attention", ("mla",))
-        a = view.uniform("attention")
+        view.block_kind("mixer", ("mla",))
+        a = view.uniform("mixer")
         if (a.get("indexer") is not None) != self.indexed:
-            raise NotExpressible("model.block.attention.indexer", f"Hugging Face {view.name}'s latent attention has "
+            raise NotExpressible("model.block.mixer.indexer", f"Hugging Face {view.name}'s latent attention has "
                                  f"{'an' if self.indexed else 'no'} indexer")
         if a["latent_norm"].get("kind") != "rmsnorm" or a["latent_norm"].get("eps") != LATENT_EPS or a["window"] is not None:
-            raise NotExpressible("model.block.attention", f"Hugging Face {view.name}'s latent attention has RMSNorm "
+            raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s latent attention has RMSNorm "
                                  f"latents (eps {LATENT_EPS}) and no window")
         config.update(num_attention_heads=a["n_heads"], num_key_value_heads=a["n_heads"], kv_lora_rank=a["kv_lora_rank"],
                       qk_rope_head_dim=a["qk_rope_head_dim"], qk_nope_head_dim=a["qk_nope_head_dim"],
@@ -166,10 +166,10 @@ class LatentAttention(Part):
     def rules(self) -> list[Rule]:
         pairs = [("q_proj", "q_proj"), ("q_a_proj", "q_a"), ("q_b_proj", "q_b"), ("kv_a_proj_with_mqa", "kv_a"),
                  ("kv_b_proj", "kv_b"), ("o_proj", "out")]
-        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.{p}", f"blocks.{{i}}.attention.{ours}.{p}") for hf, ours in pairs
+        rules: list[Rule] = [Copy(f"{ATTN}.{hf}.{p}", f"{BLOCK_MIXER}.{ours}.{p}") for hf, ours in pairs
                              for p in ("weight", "bias")]
-        return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", "blocks.{i}.attention.q_norm.weight"),
-                        Copy(f"{ATTN}.kv_a_layernorm.weight", "blocks.{i}.attention.kv_norm.weight")]
+        return rules + [Copy(f"{ATTN}.q_a_layernorm.weight", f"{BLOCK_MIXER}.q_norm.weight"),
+                        Copy(f"{ATTN}.kv_a_layernorm.weight", f"{BLOCK_MIXER}.kv_norm.weight")]
 
 
 __all__ = ["Attention", "LATENT_EPS", "LatentAttention", "QKNorm", "QueryScale", "attention_sizes", "attention_sizes_config"]

@@ -27,6 +27,8 @@ from specformer_hf.specview import NotExpressible, SpecView
 
 #: Where a Llama-style checkpoint keeps layer i.
 LAYER = "model.layers.{i}"
+#: Our name of layer ``{i}``'s token mixer (``blocks.{i}.mixer.qkv.weight``): every rule names its tensors from here.
+BLOCK_MIXER = "blocks.{i}.mixer"
 ATTN = f"{LAYER}.self_attn"
 MLP = f"{LAYER}.mlp"
 
@@ -58,7 +60,7 @@ class FamilyView:
         return self.view.attention_sizes()
 
     def get(self, path: str) -> Any:
-        """A spec value by path: ``"attention.window"`` (the same in every layer) or a model field (``"logit_softcap"``)."""
+        """A spec value by path: ``"mixer.window"`` (the same in every layer) or a model field (``"logit_softcap"``)."""
         if "." in path:
             field_name, key = path.split(".", 1)
             return self.uniform(field_name, key)
@@ -66,7 +68,7 @@ class FamilyView:
 
 
 def set_path(model: dict[str, Any], path: str, value: Any) -> None:
-    """Set ``"attention.window"`` in the block (creating the component dict) or a model field."""
+    """Set ``"mixer.window"`` in the block (creating the component dict) or a model field."""
     if "." in path:
         field_name, key = path.split(".", 1)
         model.setdefault("block", {}).setdefault(field_name, {})[key] = value
@@ -213,7 +215,7 @@ def uniform_mixers(mixers: list[dict[str, Any]], *, family: str, what: str) -> d
     first = mixers[0]
     for other in mixers[1:]:
         if other != first:
-            raise NotExpressible("model.layers[*].attention", f"the {what} layers differ; Hugging Face {family} "
+            raise NotExpressible("model.layers[*].mixer", f"the {what} layers differ; Hugging Face {family} "
                                  f"has one {what} setting for all of them")
     return first
 

@@ -7,7 +7,7 @@ back -- together with the checkpoint tensors it accounts for::
 
     FAMILY = decoder_family(
         name="Mistral", model_type="mistral", architecture="MistralForCausalLM", defaults=DEFAULTS,
-        parts=[*LLAMA_PARTS, Value("sliding_window", "attention.window")],
+        parts=[*LLAMA_PARTS, Value("sliding_window", "mixer.window")],
     )
 
 ``to_spec`` (config -> spec) runs every part's ``read`` in order; ``to_config`` (spec ->

@@ -2,7 +2,7 @@
 Qwen3.5-MoE, OLMo Hybrid): both mixers' config fields, and their weight rules by the kind of layer.
 
 A spec keeps the most common mixer in its block and the other one in a single ``layers:``
-override (``{select: "3::4", attention: {kind: attention, ...}}`` for the published
+override (``{select: "3::4", mixer: {kind: attention, ...}}`` for the published
 every-fourth pattern; a list where the pattern is irregular). Weight rules differ by the
 kind of layer (a Gated DeltaNet and an attention both have ``qkv`` and ``out``), so every
 mixer rule here is wrapped in :class:`AtLayers`.
@@ -20,7 +20,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
 from specformer_hf.parts.attention import attention_sizes
-from specformer_hf.parts.base import ATTN, LAYER, FamilyView, Part, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, FamilyView, Part, selection
 from specformer_hf.parts.norms import rmsnorm
 from specformer_hf.rules import AtLayers, Copy, DepthwiseConv, Fused, OneOf, Rule, Site
 from specformer_hf.specview import NotExpressible
@@ -68,7 +68,7 @@ def hybrid_layer_types(cfg: ConfigReader, default: Callable[[ConfigReader, int],
 
 def is_linear(site: Site) -> bool:
     """Whether the site's layer mixes with a recurrent state (a Gated DeltaNet) rather than attention."""
-    return getattr(site.attention, "state_slots", None) is not None
+    return getattr(site.mixer, "state_slots", None) is not None
 
 
 def is_full(site: Site) -> bool:
@@ -118,7 +118,7 @@ class DeltaNetFields:
 
     def write(self, mixer: dict[str, Any], config: dict[str, Any], family: str, d_model: int) -> None:
         if mixer.get("conv_bias"):
-            raise NotExpressible("model.block.attention.conv_bias", f"Hugging Face {family}'s convolution has no bias")
+            raise NotExpressible("model.block.mixer.conv_bias", f"Hugging Face {family}'s convolution has no bias")
         key_dim = mixer["key_head_dim"] or d_model // mixer["n_heads"]  # the mixer's own defaults, written out
         config.update(
             linear_num_value_heads=mixer["n_heads"], linear_num_key_heads=mixer["n_key_heads"] or mixer["n_heads"],
@@ -128,7 +128,7 @@ class DeltaNetFields:
         if not self.olmo:
             return
         if mixer["norm_eps"] != 1e-5:
-            raise NotExpressible("model.block.attention.norm_eps", f"{mixer['norm_eps']}: Hugging Face {family}'s "
+            raise NotExpressible("model.block.mixer.norm_eps", f"{mixer['norm_eps']}: Hugging Face {family}'s "
                                  "gated norm always uses 1e-5")
         dt_range = mixer["dt_init_range"] or (0.001, 0.1)  # dt_bias starting at 1 has no OLMo equivalent: init only
         config.update(
@@ -160,7 +160,7 @@ class AttentionFields:
 
     def write(self, attention: dict[str, Any], config: dict[str, Any], family: str, d_model: int) -> None:
         if attention["output_gate"] != self.gated:
-            raise NotExpressible("model.layers[*].attention.output_gate",
+            raise NotExpressible("model.layers[*].mixer.output_gate",
                                  f"Hugging Face {family}'s attention {'always' if self.gated else 'never'} gates its output")
         n_heads = attention["n_heads"]
         config.update(num_attention_heads=n_heads, num_key_value_heads=attention.get("n_kv_heads") or n_heads,
@@ -192,33 +192,33 @@ class HybridMixers(Part):
         layouts = dict(zip((LINEAR, FULL), self.layouts)) if self.layouts else None
         base = max((LINEAR, FULL), key=types.count)
         block = model.setdefault("block", {})
-        block["attention"] = mixers[base]
+        block["mixer"] = mixers[base]
         if layouts:
             block["layout"] = layouts[base]
         other = [i for i, t in enumerate(types) if t != base]
         if other:
             kind = types[other[0]]
-            override: dict[str, Any] = {"select": selection(other, len(types)), "attention": mixers[kind]}
+            override: dict[str, Any] = {"select": selection(other, len(types)), "mixer": mixers[kind]}
             if layouts:
                 override["layout"] = layouts[kind]
             model.setdefault("layers", []).append(override)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        mixers = view.per_layer("attention")
+        mixers = view.per_layer("mixer")
         by_kind = {kind: layer_type for layer_type, kind in KINDS.items()}
         for i, mixer in enumerate(mixers):
             if mixer["kind"] not in by_kind:
-                raise NotExpressible(f"model.layers[{i}].attention.kind", f"{mixer['kind']!r} has no equivalent in "
+                raise NotExpressible(f"model.layers[{i}].mixer.kind", f"{mixer['kind']!r} has no equivalent in "
                                      f"Hugging Face {view.name} (which uses 'gated_deltanet' or 'attention')")
         types = [by_kind[m["kind"]] for m in mixers]
         first: dict[str, int] = {}
         for i, (layer_type, mixer) in enumerate(zip(types, mixers)):
             j = first.setdefault(layer_type, i)
             if mixer != mixers[j]:
-                raise NotExpressible(f"model.layers[{i}].attention", f"differs from layer {j}'s; Hugging Face "
+                raise NotExpressible(f"model.layers[{i}].mixer", f"differs from layer {j}'s; Hugging Face "
                                      f"{view.name} has one setting for all {layer_type} layers")
         if self.both_types and len(first) < 2:
-            raise NotExpressible("model.layers[*].attention.kind", f"Hugging Face {view.name} needs at least one "
+            raise NotExpressible("model.layers[*].mixer.kind", f"Hugging Face {view.name} needs at least one "
                                  "gated_deltanet layer and one attention layer")
         if LINEAR in first:
             self.linear.write(mixers[first[LINEAR]], config, view.name, view.model.d_model)
@@ -254,14 +254,14 @@ class GatedQuery(Rule):
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
         q_proj, k_proj, v_proj = tensors
-        heads, head_dim = site.attention.n_heads, site.attention.head_dim
+        heads, head_dim = site.mixer.n_heads, site.mixer.head_dim
         paired = q_proj.reshape(heads, 2, head_dim, *q_proj.shape[1:])  # (H, [query, gate], hd, ...)
         query, gate = (paired[:, j].reshape(heads * head_dim, *q_proj.shape[1:]) for j in (0, 1))
         return [torch.cat([query, k_proj, v_proj]).contiguous(), gate.contiguous()]
 
     def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
         qkv, gate = tensors
-        a = site.attention
+        a = site.mixer
         query, k_proj, v_proj = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim,
                                            a.n_kv_heads * a.head_dim])
         rest = qkv.shape[1:]
@@ -272,7 +272,7 @@ class GatedQuery(Rule):
 
 def _delta_sizes(site: Site) -> tuple[int, int, int, int, int]:
     """(key heads, value heads per key head, key head dim, value head dim, value heads) of a Gated DeltaNet."""
-    mixer = site.attention
+    mixer = site.mixer
     return mixer.n_kv_heads, mixer.n_heads // mixer.n_kv_heads, mixer.key_head_dim, mixer.head_dim, mixer.n_heads
 
 
@@ -325,31 +325,30 @@ def _qkv_of_delta(site: Site) -> tuple[int, int, int]:
     return key_heads * dk, key_heads * dk, value_heads * dv
 
 
-MIXER = "blocks.{i}.attention"
 
 
 def delta_state_rules(prefix: str = LINEAR_ATTN, *, norm: str = "norm", out: str = "out_proj") -> list[Rule]:
     """A_log, dt_bias, the gated norm and the output projection, as every family names them but OLMo's last two."""
-    return [Copy(f"{prefix}.A_log", f"{MIXER}.A_log"), Copy(f"{prefix}.dt_bias", f"{MIXER}.dt_bias"),
-            Copy(f"{prefix}.{norm}.weight", f"{MIXER}.norm.weight"), Copy(f"{prefix}.{out}.weight", f"{MIXER}.out.weight")]
+    return [Copy(f"{prefix}.A_log", f"{BLOCK_MIXER}.A_log"), Copy(f"{prefix}.dt_bias", f"{BLOCK_MIXER}.dt_bias"),
+            Copy(f"{prefix}.{norm}.weight", f"{BLOCK_MIXER}.norm.weight"), Copy(f"{prefix}.{out}.weight", f"{BLOCK_MIXER}.out.weight")]
 
 
 def qwen3_next_delta_rules() -> list[Rule]:
     return at_linear([
-        GroupedQKVZ(f"{LINEAR_ATTN}.in_proj_qkvz.weight", (f"{MIXER}.qkv.weight", f"{MIXER}.z.weight")),
-        GroupedBA(f"{LINEAR_ATTN}.in_proj_ba.weight", (f"{MIXER}.b.weight", f"{MIXER}.a.weight")),
-        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight"),
+        GroupedQKVZ(f"{LINEAR_ATTN}.in_proj_qkvz.weight", (f"{BLOCK_MIXER}.qkv.weight", f"{BLOCK_MIXER}.z.weight")),
+        GroupedBA(f"{LINEAR_ATTN}.in_proj_ba.weight", (f"{BLOCK_MIXER}.b.weight", f"{BLOCK_MIXER}.a.weight")),
+        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{BLOCK_MIXER}.conv_weight"),
         *delta_state_rules(),
     ])
 
 
 def qwen3_5_delta_rules() -> list[Rule]:
     return at_linear([
-        Copy(f"{LINEAR_ATTN}.in_proj_qkv.weight", f"{MIXER}.qkv.weight"),
-        Copy(f"{LINEAR_ATTN}.in_proj_z.weight", f"{MIXER}.z.weight"),
-        Copy(f"{LINEAR_ATTN}.in_proj_b.weight", f"{MIXER}.b.weight"),
-        Copy(f"{LINEAR_ATTN}.in_proj_a.weight", f"{MIXER}.a.weight"),
-        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight"),
+        Copy(f"{LINEAR_ATTN}.in_proj_qkv.weight", f"{BLOCK_MIXER}.qkv.weight"),
+        Copy(f"{LINEAR_ATTN}.in_proj_z.weight", f"{BLOCK_MIXER}.z.weight"),
+        Copy(f"{LINEAR_ATTN}.in_proj_b.weight", f"{BLOCK_MIXER}.b.weight"),
+        Copy(f"{LINEAR_ATTN}.in_proj_a.weight", f"{BLOCK_MIXER}.a.weight"),
+        DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{BLOCK_MIXER}.conv_weight"),
         *delta_state_rules(),
     ])
 
@@ -359,11 +358,11 @@ def olmo_delta_rules() -> list[Rule]:
     store it, or fused as transformers holds it in memory."""
     convs = [f"{LINEAR_ATTN}.{x}_conv1d.weight" for x in "qkv"]
     return at_linear([
-        Fused([f"{LINEAR_ATTN}.{x}_proj.weight" for x in "qkv"], f"{MIXER}.qkv.weight", sizes=_qkv_of_delta),
-        Copy(f"{LINEAR_ATTN}.g_proj.weight", f"{MIXER}.z.weight"),
-        Copy(f"{LINEAR_ATTN}.b_proj.weight", f"{MIXER}.b.weight"),
-        Copy(f"{LINEAR_ATTN}.a_proj.weight", f"{MIXER}.a.weight"),
-        OneOf(DepthwiseConv(convs, f"{MIXER}.conv_weight", sizes=_qkv_of_delta), DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{MIXER}.conv_weight")),
+        Fused([f"{LINEAR_ATTN}.{x}_proj.weight" for x in "qkv"], f"{BLOCK_MIXER}.qkv.weight", sizes=_qkv_of_delta),
+        Copy(f"{LINEAR_ATTN}.g_proj.weight", f"{BLOCK_MIXER}.z.weight"),
+        Copy(f"{LINEAR_ATTN}.b_proj.weight", f"{BLOCK_MIXER}.b.weight"),
+        Copy(f"{LINEAR_ATTN}.a_proj.weight", f"{BLOCK_MIXER}.a.weight"),
+        OneOf(DepthwiseConv(convs, f"{BLOCK_MIXER}.conv_weight", sizes=_qkv_of_delta), DepthwiseConv(f"{LINEAR_ATTN}.conv1d.weight", f"{BLOCK_MIXER}.conv_weight")),
         *delta_state_rules(norm="o_norm", out="o_proj"),
     ])
 
@@ -371,26 +370,26 @@ def olmo_delta_rules() -> list[Rule]:
 def gated_attention_rules() -> list[Rule]:
     """Qwen's full-attention layers: q_proj (queries and gates, head by head), k_proj, v_proj, o_proj, q/k norms."""
     return at_full([
-        GatedQuery([f"{ATTN}.{x}_proj.weight" for x in "qkv"], (f"{MIXER}.qkv.weight", f"{MIXER}.gate.weight")),
-        GatedQuery([f"{ATTN}.{x}_proj.bias" for x in "qkv"], (f"{MIXER}.qkv.bias", f"{MIXER}.gate.bias")),
+        GatedQuery([f"{ATTN}.{x}_proj.weight" for x in "qkv"], (f"{BLOCK_MIXER}.qkv.weight", f"{BLOCK_MIXER}.gate.weight")),
+        GatedQuery([f"{ATTN}.{x}_proj.bias" for x in "qkv"], (f"{BLOCK_MIXER}.qkv.bias", f"{BLOCK_MIXER}.gate.bias")),
         *plain_attention_rules(),
     ])
 
 
 def plain_attention_rules() -> list[Rule]:
-    return [Copy(f"{ATTN}.o_proj.weight", f"{MIXER}.out.weight"), Copy(f"{ATTN}.o_proj.bias", f"{MIXER}.out.bias"),
-            Copy(f"{ATTN}.q_norm.weight", f"{MIXER}.q_norm.weight"), Copy(f"{ATTN}.k_norm.weight", f"{MIXER}.k_norm.weight")]
+    return [Copy(f"{ATTN}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"), Copy(f"{ATTN}.o_proj.bias", f"{BLOCK_MIXER}.out.bias"),
+            Copy(f"{ATTN}.q_norm.weight", f"{BLOCK_MIXER}.q_norm.weight"), Copy(f"{ATTN}.k_norm.weight", f"{BLOCK_MIXER}.k_norm.weight")]
 
 
 def _qkv(site: Site) -> tuple[int, int, int]:
-    a = site.attention
+    a = site.mixer
     return a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim
 
 
 def olmo_attention_rules() -> list[Rule]:
     return at_full([
-        Fused([f"{ATTN}.{x}_proj.weight" for x in "qkv"], f"{MIXER}.qkv.weight", sizes=_qkv),
-        Fused([f"{ATTN}.{x}_proj.bias" for x in "qkv"], f"{MIXER}.qkv.bias", sizes=_qkv),
+        Fused([f"{ATTN}.{x}_proj.weight" for x in "qkv"], f"{BLOCK_MIXER}.qkv.weight", sizes=_qkv),
+        Fused([f"{ATTN}.{x}_proj.bias" for x in "qkv"], f"{BLOCK_MIXER}.qkv.bias", sizes=_qkv),
         *plain_attention_rules(),
     ])
 

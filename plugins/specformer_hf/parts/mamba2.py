@@ -123,7 +123,7 @@ class Mamba2Fields:
     def config(self, mixer: dict[str, Any], *, d_model: int, family: str) -> dict[str, Any]:
         """The config fields of one (resolved) ``mamba2`` spec, but the norm's eps."""
         if mixer["norm_before_gate"] and not self.norm_before_gate:
-            raise NotExpressible("model.block.attention.norm_before_gate",
+            raise NotExpressible("model.block.mixer.norm_before_gate",
                                  f"Hugging Face {family} gates before its norm (norm_before_gate: false)")
         heads, head_dim = mixer["n_heads"], mixer["head_dim"]
         out: dict[str, Any] = {
@@ -135,7 +135,7 @@ class Mamba2Fields:
             out[self.act] = "silu"
         if self.width == "expand":
             if (heads * head_dim) % d_model:
-                raise NotExpressible("model.block.attention", f"Hugging Face {family}'s inner width is an integer "
+                raise NotExpressible("model.block.mixer", f"Hugging Face {family}'s inner width is an integer "
                                      f"expand * hidden_size; n_heads * head_dim ({heads * head_dim}) is not a multiple "
                                      f"of d_model ({d_model})")
             out["expand"] = heads * head_dim // d_model
@@ -147,7 +147,7 @@ class Mamba2Fields:
             out["time_step_limit"] = [mixer["dt_min"], {FLOAT_TAG: "Infinity"} if high is None else high]
         else:
             if high is not None:
-                raise NotExpressible("model.block.attention.dt_max", f"Hugging Face {family} has no upper clamp of the step")
+                raise NotExpressible("model.block.mixer.dt_max", f"Hugging Face {family} has no upper clamp of the step")
             out["time_step_min"] = mixer["dt_min"]
         return out
 

@@ -19,7 +19,7 @@ def window_layers(base_window: int | None, windows: list[int | None]) -> list[di
     overrides = []
     for window in sorted({w for w in windows if w != base_window}, key=lambda w: (w is None, w or 0)):
         indices = [i for i, w in enumerate(windows) if w == window]
-        overrides.append({"select": selection(indices, len(windows)), "attention": {"window": window}})
+        overrides.append({"select": selection(indices, len(windows)), "mixer": {"window": window}})
     return overrides
 
 
@@ -35,9 +35,9 @@ def layer_types_from_config(cfg: ConfigReader, default: list[str]) -> list[str]:
 
 def single_window(view: SpecView, family: str) -> int | None:
     """The one sliding window every windowed layer uses (None if no layer has one)."""
-    windows = {w for w in view.per_layer("attention", "window") if w is not None}
+    windows = {w for w in view.per_layer("mixer", "window") if w is not None}
     if len(windows) > 1:
-        raise NotExpressible("model.layers[*].attention.window", f"several window sizes {sorted(windows)}; Hugging Face {family} has one sliding_window")
+        raise NotExpressible("model.layers[*].mixer.window", f"several window sizes {sorted(windows)}; Hugging Face {family} has one sliding_window")
     return windows.pop() if windows else None
 
 
@@ -47,7 +47,7 @@ def single_window(view: SpecView, family: str) -> int | None:
 def windowed(model: dict[str, Any], windows: list[int | None]) -> None:
     """The block's window is the most common one; the other layers get overrides."""
     base = max(set(windows), key=lambda w: (windows.count(w), w is None))
-    model.setdefault("block", {}).setdefault("attention", {})["window"] = base
+    model.setdefault("block", {}).setdefault("mixer", {})["window"] = base
     layers = window_layers(base, windows)
     if layers:
         model.setdefault("layers", []).extend(layers)
@@ -69,10 +69,10 @@ class LayerTypes(Part):
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         window = single_window(view.view, view.name)
         if window is None and self.required:
-            raise NotExpressible("model.layers[*].attention.window", f"Hugging Face {view.name} needs sliding-window layers (sliding_window)")
+            raise NotExpressible("model.layers[*].mixer.window", f"Hugging Face {view.name} needs sliding-window layers (sliding_window)")
         config["sliding_window"] = window
         config["layer_types"] = ["sliding_attention" if w is not None else "full_attention"
-                                 for w in view.per_layer("attention", "window")]
+                                 for w in view.per_layer("mixer", "window")]
 
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -141,10 +141,10 @@ class LayerTypeRopes(Part):
         return scheme
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        windows = view.per_layer("attention", "window")
+        windows = view.per_layer("mixer", "window")
         sliding = {w for w in windows if w is not None}
         if len(sliding) > 1:
-            raise NotExpressible("model.layers[*].attention.window", f"several window sizes {sorted(sliding)}; Hugging Face {view.name} has one sliding_window")
+            raise NotExpressible("model.layers[*].mixer.window", f"several window sizes {sorted(sliding)}; Hugging Face {view.name} has one sliding_window")
         types = ["sliding_attention" if w is not None else "full_attention" for w in windows]
         schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
         params: dict[str, Any] = {}
@@ -204,12 +204,12 @@ class SlidingRopeGlobalNope(Part):
             model.setdefault("layers", []).append({"select": selection(full, n_layers), "positional": "none"})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        windows = view.per_layer("attention", "window")
+        windows = view.per_layer("mixer", "window")
         sliding = {w for w in windows if w is not None}
         schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
         everywhere = self.rope_without_window and not sliding and all(s == view.positional for s in schemes)
         if len(sliding) != 1 and not everywhere:
-            raise NotExpressible("model.layers[*].attention.window", f"Hugging Face {view.name} has one sliding_window "
+            raise NotExpressible("model.layers[*].mixer.window", f"Hugging Face {view.name} has one sliding_window "
                                  f"on its local layers (got {sorted(sliding) or 'none'})"
                                  + (", or none and the rope on every layer" if self.rope_without_window else ""))
         for i, (window, scheme) in enumerate(zip(windows, schemes)):
@@ -245,7 +245,7 @@ class QwenWindows(Part):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         window = single_window(view.view, view.name)
-        types = ["sliding_attention" if w is not None else "full_attention" for w in view.per_layer("attention", "window")]
+        types = ["sliding_attention" if w is not None else "full_attention" for w in view.per_layer("mixer", "window")]
         sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
         # max_window_layers is what transformers 4 reads; it only describes "every layer from k on".
         first = sliding[0] if sliding and sliding == list(range(sliding[0], len(types))) else len(types)
@@ -287,9 +287,9 @@ class SwitchedWindows(Part):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         window = single_window(view.view, view.name)
-        windows = view.per_layer("attention", "window")
+        windows = view.per_layer("mixer", "window")
         if not self.layer_types and window is not None and None in windows:
-            raise NotExpressible("model.layers[*].attention.window",
+            raise NotExpressible("model.layers[*].mixer.window",
                                  f"Hugging Face {view.name} slides every layer or none (use_sliding_window), "
                                  f"got windows {windows}")
         config.update(use_sliding_window=window is not None, sliding_window=window)

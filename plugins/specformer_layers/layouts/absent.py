@@ -1,6 +1,6 @@
 """A sublayer a block does without: Mamba-2's blocks have no feed-forward, Nemotron-H's have one of the two.
 
-A block with ``attention: none`` or ``ffn: none`` holds an :class:`Absent` there. It adds
+A block with ``mixer: none`` or ``ffn: none`` holds an :class:`Absent` there. It adds
 nothing to the residual stream, and the block's norms that only serve it are not made (an
 ``nn.Identity`` stands in), so the block has exactly the weights of the sublayer it keeps.
 As a mixer it keeps nothing between forwards and reads no positions.

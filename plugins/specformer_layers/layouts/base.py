@@ -4,7 +4,7 @@ A layout is a declaration over :class:`Block`: its params name its parts in the 
 they are registered (which fixes the order of ``parameters()`` and of the state dict)
 and its residual connections (:class:`~specformer_layers.layouts.params.BlockParams`), and
 its ``forward`` wires them around the residual stream.
-Every part other than ``attention`` and ``ffn`` is a norm, made by the ``make_norm()``
+Every part other than ``mixer`` and ``ffn`` is a norm, made by the ``make_norm()``
 the builder passes (one call per norm, so each has its own weights).
 
 Sublayer outputs join the stream through connections (:mod:`specformer.model.residual`),
@@ -29,7 +29,7 @@ from specformer_layers.layouts.params import BlockParams
 
 
 class Block(nn.Module):
-    """A transformer block: ``attention``, ``ffn`` and the norms its layout's params name in ``parts``.
+    """A transformer block: ``mixer``, ``ffn`` and the norms its layout's params name in ``parts``.
 
     A layout subclasses it with its ``Params`` (which name the parts and say which norms are
     made, :meth:`~specformer_layers.layouts.params.BlockParams.norm_plan`) and its ``forward(x, ctx)``.
@@ -37,15 +37,15 @@ class Block(nn.Module):
 
     Params: ClassVar[type[BlockParams]] = BlockParams
 
-    def __init__(self, params: BlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+    def __init__(self, params: BlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
                  make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
         super().__init__()
         params = params if params is not None else self.Params()
-        if not set(params.parts) >= {"attention", "ffn"}:
+        if not set(params.parts) >= {"mixer", "ffn"}:
             raise TypeError(f"{type(self).__name__}: its params ({type(params).__name__}) must name the layout's parts, "
-                            f"attention and ffn among them (parts: ClassVar[tuple[str, ...]] on the BlockParams subclass)")
-        given = {"attention": attention, "ffn": ffn}
+                            f"mixer and ffn among them (parts: ClassVar[tuple[str, ...]] on the BlockParams subclass)")
+        given = {"mixer": mixer, "ffn": ffn}
         plan = params.norm_plan(absent={name: is_absent(module) for name, module in given.items()})
         # Parts in registration order; a norm this layout does without (per its params) is None, and one
         # that serves only absent sublayers (``ffn: none``) is an Identity: no weights, the forward unchanged.

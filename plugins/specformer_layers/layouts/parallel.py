@@ -18,4 +18,4 @@ class ParallelBlock(Block):
         stream_in, mix = self.residual.read(x)
         h = self.attention_norm(stream_in)
         ffn_in = h if self.ffn_norm is None else self.ffn_norm(stream_in)
-        return self.residual.write(x, self.attention(h, ctx), self.feed_forward(ffn_in, ctx), mix=mix)
+        return self.residual.write(x, self.mixer(h, ctx), self.feed_forward(ffn_in, ctx), mix=mix)

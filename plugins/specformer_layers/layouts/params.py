@@ -11,7 +11,10 @@ from specformer.model.sized import linear, total
 from specformer_layers.ffn.params import Activation
 
 #: The two sublayers of every block; every other part of a layout is a norm.
-SUBLAYERS = ("attention", "ffn")
+SUBLAYERS = ("mixer", "ffn")
+#: The prefix of the names of the norms and connections serving each sublayer. The mixer's keep the names they had
+#: when the slot was called ``attention`` (``attention_norm``, ``attention_residual``), as every checkpoint has them.
+PART_PREFIX = {"mixer": "attention", "ffn": "ffn"}
 
 #: What becomes of one norm of a layout: made by ``make_norm``, an identity (it serves only absent
 #: sublayers: no weights, the forward unchanged) or nothing (these params do without it).
@@ -21,19 +24,19 @@ NormPlan = Literal["norm", "identity", "none"]
 class BlockParams(Params):
     """What every layout takes: nothing beyond its parts (a layout with settings subclasses it)."""
 
-    #: Every part, in registration order: ``attention``, ``ffn`` and the names of the norms.
+    #: Every part, in registration order: ``mixer``, ``ffn`` and the names of the norms.
     parts: ClassVar[tuple[str, ...]] = ()
 
     #: Each residual connection and the sublayers whose outputs it writes (one each, unless they share a write).
-    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"attention_residual": ("attention",), "ffn_residual": ("ffn",)}
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"attention_residual": ("mixer",), "ffn_residual": ("ffn",)}
 
     def norms_made(self) -> tuple[str, ...]:
         """The norms ``make_norm`` builds for these params (a layout whose norms depend on a param overrides it)."""
         return tuple(p for p in self.parts if p not in SUBLAYERS)
 
     def norm_serves(self, name: str) -> tuple[str, ...]:
-        """The sublayers norm ``name`` serves: the one its name starts with (a layout sharing norms overrides it)."""
-        return tuple(s for s in SUBLAYERS if name.startswith(f"{s}_"))
+        """The sublayers norm ``name`` serves: the one whose prefix it starts with (a layout sharing norms overrides it)."""
+        return tuple(s for s in SUBLAYERS if name.startswith(f"{PART_PREFIX[s]}_"))
 
     def norm_plan(self, *, absent: dict[str, bool]) -> dict[str, NormPlan]:
         """What becomes of each norm in :attr:`parts`, given which sublayers are absent (``ffn: none``)."""
@@ -50,16 +53,16 @@ class BlockParams(Params):
                 plan[name] = "norm"
         return plan
 
-    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+    def sized(self, *, mixer: Sized, ffn: Sized, make_norm: Callable[[], Any],
               make_residual: Callable[[], Any] | None = None) -> Sized:
-        parameters, _ = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        parameters, _ = self.sized_parts(mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         return Sized(parameters=parameters)
 
-    def sized_parts(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+    def sized_parts(self, *, mixer: Sized, ffn: Sized, make_norm: Callable[[], Any],
                     make_residual: Callable[[], Any] | None = None) -> tuple[int | None, int]:
         """The parameters of the parts every layout makes (sublayers, norms, connections), and the streams they
         write (a layout with more parts adds its own to these)."""
-        absent = {"attention": attention.absent, "ffn": ffn.absent}
+        absent = {"mixer": mixer.absent, "ffn": ffn.absent}
         plan = self.norm_plan(absent=absent)
         norms = [make_norm().parameters for how in plan.values() if how == "norm"]
         # A connection whose sublayers are all absent is a weightless bypass; each other one is made.
@@ -67,7 +70,7 @@ class BlockParams(Params):
             make_residual() for sublayers in self.residuals.values() if not all(absent[s] for s in sublayers)]
         n_streams = max((c.n_streams for c in made), default=1)
         self.check_streams(n_streams)
-        return total(attention.parameters, ffn.parameters, *norms, *(c.parameters for c in made)), n_streams
+        return total(mixer.parameters, ffn.parameters, *norms, *(c.parameters for c in made)), n_streams
 
     def check_streams(self, n_streams: int) -> None:
         """ValueError when this layout cannot run on ``n_streams`` residual streams (every layout here can)."""
@@ -81,7 +84,7 @@ class PreNormBlockParams(BlockParams):
     width scaling); 1 leaves the block as above.
     """
 
-    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "ffn_norm", "ffn")
 
     residual_multiplier: float = Field(
         default=1.0, description="Each sublayer's output is multiplied by this before the residual add (Granite).",
@@ -91,7 +94,7 @@ class PreNormBlockParams(BlockParams):
 class PostNormBlockParams(BlockParams):
     """``x = norm(x + attention(x))``; ``x = norm(x + ffn(x))`` (Vaswani et al. 2017)."""
 
-    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
+    parts: ClassVar[tuple[str, ...]] = ("mixer", "attention_norm", "ffn", "ffn_norm")
 
     def check_streams(self, n_streams: int) -> None:
         if n_streams != 1:
@@ -109,10 +112,10 @@ class ParallelBlockParams(BlockParams):
     concurrently, which is why large models used it (Wang & Komatsuzaki 2021).
     """
 
-    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "ffn_norm", "ffn")
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "ffn_norm", "ffn")
 
     #: Both sublayers read the stream once and are written back together.
-    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"residual": ("attention", "ffn")}
+    residuals: ClassVar[dict[str, tuple[str, ...]]] = {"residual": ("mixer", "ffn")}
 
     shared_norm: bool = Field(default=False, description="One norm for both sublayers (GPT-J) instead of two (GPT-NeoX).")
 
@@ -121,7 +124,7 @@ class ParallelBlockParams(BlockParams):
 
     def norm_serves(self, name: str) -> tuple[str, ...]:
         shared = self.shared_norm and name == "attention_norm"  # it feeds the ffn too
-        return ("attention", "ffn") if shared else super().norm_serves(name)
+        return ("mixer", "ffn") if shared else super().norm_serves(name)
 
 
 class SandwichBlockParams(BlockParams):
@@ -140,7 +143,7 @@ class SandwichBlockParams(BlockParams):
     an FFN that normalises its own branches (``ffn: parallel``, Gemma 4's MoE layers).
     """
 
-    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn",
+    parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "attention_post_norm", "ffn_norm", "ffn",
                                        "ffn_post_norm")
 
     per_layer_activation: Activation = Field(
@@ -157,9 +160,9 @@ class SandwichBlockParams(BlockParams):
     def norms_made(self) -> tuple[str, ...]:
         return tuple(p for p in super().norms_made() if p != "ffn_norm" or self.ffn_pre_norm)
 
-    def sized(self, *, attention: Sized, ffn: Sized, make_norm: Callable[[], Any],
+    def sized(self, *, mixer: Sized, ffn: Sized, make_norm: Callable[[], Any],
               make_residual: Callable[[], Any] | None = None, d_model: int = 0, per_layer_input: int = 0) -> Sized:
-        parameters, n_streams = self.sized_parts(attention=attention, ffn=ffn, make_norm=make_norm,
+        parameters, n_streams = self.sized_parts(mixer=mixer, ffn=ffn, make_norm=make_norm,
                                                  make_residual=make_residual)
         self.check_single_stream(n_streams, per_layer_input=per_layer_input)
         if per_layer_input:  # the gate d_model -> width, the projection back and a norm of its own
@@ -183,7 +186,7 @@ class PostNormInsideBlockParams(BlockParams):
     stable than pre-norm. Unlike ``postnorm``, the stream itself is never normalised.
     """
 
-    parts: ClassVar[tuple[str, ...]] = ("attention", "attention_norm", "ffn", "ffn_norm")
+    parts: ClassVar[tuple[str, ...]] = ("mixer", "attention_norm", "ffn", "ffn_norm")
 
 
 class AbsentParams(Params):
@@ -197,7 +200,7 @@ class AbsentParams(Params):
 
 
 class AbsentMixerParams(AbsentParams):
-    """No token mixer in this block (``attention: none``): the block is its feed-forward alone.
+    """No token mixer in this block (``mixer: none``): the block is its feed-forward alone.
 
     Nemotron-H's MLP layers are such blocks: its layers are each one of a Mamba-2 mixer,
     attention or an MLP, each pre-normed and added to the residual stream (NVIDIA 2025,

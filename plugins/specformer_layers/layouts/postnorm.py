@@ -21,15 +21,15 @@ class PostNormBlock(Block):
 
     Params = PostNormBlockParams
 
-    def __init__(self, params: PostNormBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+    def __init__(self, params: PostNormBlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
                  make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
-        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        super().__init__(params, mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         params = params if params is not None else self.Params()
         params.check_streams(max(self.attention_residual.n_streams, self.ffn_residual.n_streams))
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)
-        x = self.attention_norm(self.attention_residual.write(x, self.attention(h, ctx), mix=mix))
+        x = self.attention_norm(self.attention_residual.write(x, self.mixer(h, ctx), mix=mix))
         h, mix = self.ffn_residual.read(x)
         return self.ffn_norm(self.ffn_residual.write(x, self.feed_forward(h, ctx), mix=mix))

@@ -16,6 +16,6 @@ class PostNormInsideBlock(Block):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)
-        x = self.attention_residual.write(x, self.attention_norm(self.attention(h, ctx)), mix=mix)
+        x = self.attention_residual.write(x, self.attention_norm(self.mixer(h, ctx)), mix=mix)
         h, mix = self.ffn_residual.read(x)
         return self.ffn_residual.write(x, self.ffn_norm(self.feed_forward(h, ctx)), mix=mix)

@@ -19,12 +19,12 @@ class SandwichBlock(Block):
 
     Params = SandwichBlockParams
 
-    def __init__(self, params: SandwichBlockParams | None = None, *, attention: nn.Module, ffn: nn.Module,
+    def __init__(self, params: SandwichBlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
                  make_residual: Callable[[], ResidualConnection] = ResidualConnection, d_model: int = 0,
                  layer_index: int = 0, per_layer_input: int = 0) -> None:
         params = params if params is not None else SandwichBlockParams()
-        super().__init__(params, attention=attention, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        super().__init__(params, mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
         streams = max(self.attention_residual.n_streams, self.ffn_residual.n_streams)
         params.check_single_stream(streams, per_layer_input=per_layer_input)
         self.layer_index = layer_index
@@ -37,7 +37,7 @@ class SandwichBlock(Block):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         h, mix = self.attention_residual.read(x)
-        x = self.attention_residual.write(x, self.attention_post_norm(self.attention(self.attention_norm(h), ctx)), mix=mix)
+        x = self.attention_residual.write(x, self.attention_post_norm(self.mixer(self.attention_norm(h), ctx)), mix=mix)
         h, mix = self.ffn_residual.read(x)
         ffn_in = h if self.ffn_norm is None else self.ffn_norm(h)
         x = self.ffn_residual.write(x, self.ffn_post_norm(self.feed_forward(ffn_in, ctx)), mix=mix)

@@ -25,7 +25,7 @@ class ParallelMixerParams(Params):
     sub-mixer alone is allowed: it only scales its input and output.
     """
 
-    mixers: list[SubComponent("attention")] = Field(  # type: ignore[valid-type]
+    mixers: list[SubComponent("mixer")] = Field(  # type: ignore[valid-type]
         min_length=1, description="The token mixers run on the same input (components of the attention kind).",
     )
     in_multipliers: list[float] | None = Field(

@@ -52,7 +52,7 @@ def check_rules(rules: list[GroupRule], model: nn.Module) -> None:
         if not any(rule_matches(rule, name=n, role=role_of(n, p)) for n, p in named):
             raise ValueError(f"train.optimizer.groups[{index}].match {rule.match} matches no parameter of the "
                              f"model; a pattern is a role ({', '.join(ROLES)}) or a glob on parameter names "
-                             f"such as 'blocks.*.attention.*'")
+                             f"such as 'blocks.*.mixer.*'")
 
 
 def build_groups(model: nn.Module, rules: list[GroupRule], defaults: Callable[[str, str, nn.Parameter], dict[str, Any]],

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from specformer.registry.params import Params
+from specformer.renamed import current_patterns
 from specformer.spec.strict import StrictFloat, StrictInt
 
 
@@ -22,7 +23,7 @@ class GroupRule(BaseModel):
 
     match: list[str] = Field(
         min_length=1,
-        description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.attention.*') "
+        description="Roles (matrix, embedding, head, vector) or name globs (e.g. 'blocks.*.mixer.*') "
                     "this rule applies to; the first matching rule wins.",
     )
     lr: StrictFloat | None = Field(default=None, gt=0, le=10, description="Peak learning rate of these parameters.")
@@ -34,6 +35,12 @@ class GroupRule(BaseModel):
         description="Their learning rate at the end of the decay; default train.min_lr scaled like the peak.",
     )
     weight_decay: StrictFloat | None = Field(default=None, ge=0, description="Their weight decay.")
+
+    @field_validator("match")
+    @classmethod
+    def _current_names(cls, match: list[str]) -> list[str]:
+        # Globs written before the block's `attention` became `mixer` (blocks.*.attention.*) still match.
+        return current_patterns(match, where="optimizer param-group match")
 
     @model_validator(mode="after")
     def _one_lr(self) -> "GroupRule":

@@ -93,7 +93,7 @@ def check_context_parallel(model: nn.Module, *, cp: int, seq_len: int, documents
         raise UserError(f"train.parallel.cp {cp}: each row is cut into 2 x cp = {2 * cp} equal chunks, so "
                         f"train.seq_len ({seq_len}) must divide by {2 * cp}")
     for index, block in enumerate(model.blocks):
-        attention = getattr(block, "attention", None)
+        attention = getattr(block, "mixer", None)
         if attention is not None and state_slots_of(attention) is not None:
             raise UserError(f"train.parallel.cp {cp}: layer {index}'s {type(attention).__name__} keeps a state across "
                             f"tokens (a recurrent mixer, or pooled entries), which context parallelism does not pass "

@@ -95,7 +95,7 @@ def apply_sequence_parallel(model: nn.Module, split: SequenceSplit, *, split_par
             if id(part) in split_parts:
                 # its row-split output layer (SequenceRowwise) hands back this process' tokens
                 part.register_forward_pre_hook(_on_first_argument(split, split.gather))
-            elif name == "attention":  # a whole token mixer reads every token
+            elif name == "mixer":  # a whole token mixer reads every token
                 part.register_forward_pre_hook(_on_first_argument(split, split.gather))
                 part.register_forward_hook(_on_output(split, split.cut))
             else:  # norms, residual connections, a whole feed-forward: this process' tokens only

@@ -36,7 +36,7 @@ ATTENTION_VARIANTS = {
 
 
 def build(seed: int = 0, **changes: Any) -> Any:
-    block = {part: changes.pop(part) for part in ("layout", "attention") if part in changes}
+    block = {part: changes.pop(part) for part in ("layout", "mixer") if part in changes}
     built = specformer.build(tiny_spec(**{"vocab_size": VOCAB, "n_layers": 3, **changes}, block=block), seed=seed)
     with torch.no_grad():
         for p in built.parameters():
@@ -47,7 +47,7 @@ def build(seed: int = 0, **changes: Any) -> Any:
 def attention_cases() -> list[Any]:
     """Every softmax attention (a recurrent mixer has no probabilities to report: see the test below)."""
     cases = []
-    for name in specformer.get_registry().names("attention"):
+    for name in specformer.get_registry().names("mixer"):
         if name in RECURRENT:
             continue
         for i, params in enumerate(ATTENTION_VARIANTS.get(name, [{"n_heads": 4}])):
@@ -61,8 +61,8 @@ RECURRENT = ("gated_deltanet", "kda", "mamba2", "short_conv", "none")
 
 
 def test_a_recurrent_layer_has_no_probabilities_and_the_attention_beside_it_has() -> None:
-    spec = tiny_spec(block={"attention": {"kind": "gated_deltanet", "n_heads": 4}},
-                     layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4}}])
+    spec = tiny_spec(block={"mixer": {"kind": "gated_deltanet", "n_heads": 4}},
+                     layers=[{"select": 1, "mixer": {"kind": "attention", "n_heads": 4}}])
     model = specformer.build(spec, seed=0).eval()
     ids = torch.randint(0, model.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad(), capture(model, attention=True) as cap:
@@ -92,7 +92,7 @@ def allowed(positions: torch.Tensor, window: int | None) -> torch.Tensor:
 @pytest.mark.parametrize("attention,positional", attention_cases())
 def test_probabilities_sum_to_one_over_allowed_keys_and_are_zero_elsewhere(attention, positional):
     try:
-        model = build(attention=attention, positional={"kind": positional})
+        model = build(mixer=attention, positional={"kind": positional})
     except SpecError as exc:
         pytest.skip(f"attention {attention['kind']!r} needs params this test cannot guess: {exc}")
     ids, positions = padded_batch()
@@ -172,7 +172,7 @@ def test_an_attention_that_cannot_report_is_named():
         def forward(self, x, ctx):
             return x
 
-    model.blocks[1].attention = Opaque()
+    model.blocks[1].mixer = Opaque()
     with pytest.raises(ValueError, match=r"layer 1's attention \(Opaque\) cannot report its probabilities"):
         with capture(model, attention=True):
             pass

@@ -31,7 +31,7 @@ def deep_model(layers: int, *, heads: int = 4) -> object:
     """A random model of ``layers`` layers, small everywhere else (its pictures are what is tested)."""
     return specformer.build(tiny_spec(
         vocab_size=259, d_model=16, n_layers=layers, context_length=256,
-        block={"attention": {"kind": "attention", "n_heads": heads}, "ffn": {"kind": "swiglu", "hidden": 32}},
+        block={"mixer": {"kind": "attention", "n_heads": heads}, "ffn": {"kind": "swiglu", "hidden": 32}},
     ), seed=0).eval()
 
 

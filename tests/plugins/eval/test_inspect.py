@@ -296,8 +296,8 @@ def test_a_model_with_recurrent_layers_is_refused_in_one_line_naming_them():
     from specformer.tokenizers.tokenizer import ByteTokenizer
     from specformer_eval.inspection import inspect_prompt
 
-    spec = tiny_spec(vocab_size=259, n_layers=4, block={"attention": {"kind": "gated_deltanet", "n_heads": 4}},
-                     layers=[{"select": 3, "attention": {"kind": "attention", "n_heads": 4}}])
+    spec = tiny_spec(vocab_size=259, n_layers=4, block={"mixer": {"kind": "gated_deltanet", "n_heads": 4}},
+                     layers=[{"select": 3, "mixer": {"kind": "attention", "n_heads": 4}}])
     model = specformer.build(spec, seed=0)
     with pytest.raises(UserError, match=r"^specformer inspect draws every layer's attention, but layers 0-2 "
                                         r"\(GatedDeltaNet\) have no attention probabilities"):

@@ -17,7 +17,7 @@ from fixtures.tiny import tiny_spec as shared_tiny_spec
 #: Byte-token vocabulary, context 64, 2 query heads over 1 KV head, a wider ffn.
 TINY_MODEL: dict[str, Any] = shared_tiny_spec(
     vocab_size=259, context_length=64,
-    block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}},
+    block={"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}},
 )["model"]
 
 TINY_TRAIN: dict[str, Any] = {

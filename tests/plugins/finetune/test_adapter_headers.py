@@ -24,7 +24,7 @@ from specformer_finetune.apply import apply_adapter
 
 from fixtures.one_line_errors import assert_each_refuses_in_one_line
 
-LORA = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.qkv"]}
+LORA = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.qkv"]}
 
 
 @pytest.fixture

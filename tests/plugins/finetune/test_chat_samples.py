@@ -26,7 +26,7 @@ from .conftest import TINY_MODEL, tiny_spec
 BYTES = ByteTokenizer()
 #: Room for a rendered ChatML conversation (about 70 bytes) and its reply.
 MODEL = {**TINY_MODEL, "context_length": 128}
-ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.*"]}
+ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.*"]}
 
 
 class _Replying(torch.nn.Module):

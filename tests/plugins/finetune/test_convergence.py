@@ -78,7 +78,7 @@ def test_lora_learns_to_answer_its_training_prompts(tmp_path: Path) -> None:
         "steps": 300, "batch_size": 8, "seq_len": 64, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 20,
         "eval_every": 0, "save_every": 0, "val_fraction": 0, "sample_tokens": 0, "progress": "false",
         "plot": "false", "tensorboard": "false", "threads": 2, "weight_decay": 0.0}.items())
-        + "  adapter: {kind: lora, rank: 8, alpha: 16, targets: ['blocks.*.attention.*', 'blocks.*.ffn.*']}\n")
+        + "  adapter: {kind: lora, rank: 8, alpha: 16, targets: ['blocks.*.mixer.*', 'blocks.*.ffn.*']}\n")
     assert main(["train", str(spec), "--init", str(base), "--data", str(data), "--out", str(tmp_path / "run")]) == 0
 
     tuned = specformer.load(tmp_path / "run" / "model.safetensors").eval()

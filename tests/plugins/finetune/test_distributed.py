@@ -27,7 +27,7 @@ from .conftest import tiny_spec
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")
 
-ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.qkv", "blocks.*.ffn.*"]}
+ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.qkv", "blocks.*.ffn.*"]}
 
 
 @pytest.mark.slow  # two torchrun launches, ~30 s each
@@ -81,7 +81,7 @@ def test_fsdp_adapter_run_resumes_from_its_checkpoint(tmp_path: Path, base_ckpt:
         keys = set(f.keys())
         stored = {k: f.get_tensor(k) for k in keys}
     model = specformer.load(base_ckpt)
-    lora = {f"{t}.{leaf}" for t in ("blocks.0.attention.qkv", "blocks.1.attention.qkv", "blocks.0.ffn.gate_up",
+    lora = {f"{t}.{leaf}" for t in ("blocks.0.mixer.qkv", "blocks.1.mixer.qkv", "blocks.0.ffn.gate_up",
                                     "blocks.1.ffn.gate_up", "blocks.0.ffn.down", "blocks.1.ffn.down")
             for leaf in ("lora_A", "lora_B")}
     assert keys == lora

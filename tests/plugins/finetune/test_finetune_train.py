@@ -19,7 +19,7 @@ from specformer_train.init_weights import load_init
 
 from .conftest import tiny_spec
 
-ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.*", "blocks.*.ffn.down"]}
+ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.*", "blocks.*.ffn.down"]}
 
 
 def _keys(path: Path) -> set[str]:

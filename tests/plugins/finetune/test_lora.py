@@ -18,7 +18,7 @@ from specformer_finetune.targets import matches
 
 from .conftest import TINY_MODEL
 
-LORA = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.attention.qkv", "blocks.*.ffn.*"]}
+LORA = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.qkv", "blocks.*.ffn.*"]}
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -102,14 +102,14 @@ def test_only_adapter_parameters_train() -> None:
 
 
 def test_targets_match_by_segment_with_globs() -> None:
-    assert matches("blocks.*.attention.qkv", "blocks.3.attention.qkv")
-    assert not matches("blocks.*.qkv", "blocks.3.attention.qkv")  # * stays within a segment
+    assert matches("blocks.*.mixer.qkv", "blocks.3.mixer.qkv")
+    assert not matches("blocks.*.qkv", "blocks.3.mixer.qkv")  # * stays within a segment
     assert matches("**.down", "blocks.1.ffn.down")
     assert matches("blocks.1?.ffn.*", "blocks.12.ffn.gate_up") and not matches("blocks.1?.ffn.*", "blocks.1.ffn.down")
 
 
 def test_target_matching_nothing_names_the_model_layers() -> None:
-    with pytest.raises(ValueError, match=r"matches no linear layer.*blocks\.\*\.attention\.qkv"):
+    with pytest.raises(ValueError, match=r"matches no linear layer.*blocks\.\*\.mixer\.qkv"):
         apply_adapter(_model(), {"kind": "lora", "targets": ["blocks.*.attn.q_proj"]})
 
 
@@ -134,7 +134,7 @@ def test_merge_equals_adapter_logits() -> None:
 @pytest.mark.parametrize("scheme", ["bf16", "int8"])
 def test_quantized_base_passes_gradients_to_every_adapter(scheme: str) -> None:
     model = _model()
-    apply_adapter(model, {**LORA, "targets": ["blocks.*.attention.qkv"], "base": scheme})
+    apply_adapter(model, {**LORA, "targets": ["blocks.*.mixer.qkv"], "base": scheme})
     _randomise_adapter(model)
     loss = model(torch.randint(0, 259, (2, 12))).logsumexp(-1).mean()
     loss.backward()

@@ -56,7 +56,7 @@ def test_a_peft_adapter_imports_onto_the_imported_base(tmp_path: Path, llama_dir
     out = tmp_path / "adapter.safetensors"
     assert main(["peft", "import", str(tmp_path / "peft"), str(out), "--base", str(base)]) == 0
     ours = specformer.load(out).eval()
-    assert ours.adapter.targets == ["blocks.0.attention.qkv", "blocks.0.ffn.down", "blocks.1.attention.qkv",
+    assert ours.adapter.targets == ["blocks.0.mixer.qkv", "blocks.0.ffn.down", "blocks.1.mixer.qkv",
                                     "blocks.1.ffn.down"]
     tuned.eval()
     with torch.no_grad():
@@ -72,7 +72,7 @@ def test_an_adapter_exports_for_peft_on_the_exported_base(tmp_path: Path, base: 
     from specformer_finetune.apply import apply_adapter
 
     model = specformer.load(base)
-    info = apply_adapter(model, {"kind": "lora", "rank": 3, "alpha": 6, "targets": ["blocks.*.attention.*",
+    info = apply_adapter(model, {"kind": "lora", "rank": 3, "alpha": 6, "targets": ["blocks.*.mixer.*",
                                                                                   "blocks.*.ffn.gate_up"]})
     _randomise_lora(model, seed=3)
     info.base = base_reference(base)

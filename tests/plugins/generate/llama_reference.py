@@ -24,7 +24,7 @@ LLAMA_SPEC: dict[str, Any] = {
         "block": {
             "layout": "prenorm",
             "norm": {"kind": "rmsnorm", "eps": 1e-5},
-            "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+            "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
             "ffn": {"kind": "swiglu", "hidden": 96},
         },
     }
@@ -36,7 +36,7 @@ def hf_llama_from(model: Any) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     spec = model.spec.model
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     ffn = model.blocks[0].ffn
     theta = spec.positional.as_dict().get("theta", 10000.0)
     config = LlamaConfig(
@@ -62,11 +62,11 @@ def hf_llama_from(model: Any) -> Any:
     with torch.no_grad():
         hf.model.embed_tokens.weight.copy_(model.embedding.weight[: spec.vocab_size])
         for ours, theirs in zip(model.blocks, hf.model.layers):
-            q, k, v = ours.attention.qkv.weight.split((H * hd, KV * hd, KV * hd), dim=0)
+            q, k, v = ours.mixer.qkv.weight.split((H * hd, KV * hd, KV * hd), dim=0)
             theirs.self_attn.q_proj.weight.copy_(q)
             theirs.self_attn.k_proj.weight.copy_(k)
             theirs.self_attn.v_proj.weight.copy_(v)
-            theirs.self_attn.o_proj.weight.copy_(ours.attention.out.weight)
+            theirs.self_attn.o_proj.weight.copy_(ours.mixer.out.weight)
             gate, up = ours.ffn.gate_up.weight.chunk(2, dim=0)
             theirs.mlp.gate_proj.weight.copy_(gate)
             theirs.mlp.up_proj.weight.copy_(up)

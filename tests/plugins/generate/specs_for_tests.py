@@ -67,7 +67,7 @@ def spec_data(path: Path) -> dict[str, Any]:
 
 
 #: Block parts ``tiny_with`` places in the block; every other change is a model field.
-BLOCK_PARTS = ("layout", "norm", "attention", "ffn")
+BLOCK_PARTS = ("layout", "norm", "mixer", "ffn")
 
 
 def tiny_with(**changes: Any) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def registry() -> Any:
     registry = discovery.build_registry(discovery.get_plugin_manager())
     third_party = registry.for_plugin("third-party")
     for name, cls in (("own_token", OwnTokenOnly), ("narrow_key", NarrowKeyWideValue)):
-        third_party.register("attention", name, factory=cls, params=cls.Params, doc=cls.__doc__)
+        third_party.register("mixer", name, factory=cls, params=cls.Params, doc=cls.__doc__)
     return registry
 
 
@@ -97,8 +97,8 @@ def spec(n_layers: int = 3) -> dict[str, Any]:
     return {"model": {
         "vocab_size": VOCAB, "d_model": 24, "n_layers": n_layers, "context_length": 64, "tie_embeddings": False,
         "init_std": 0.3, "positional": "rope",
-        "block": {"norm": "rmsnorm", "attention": {"kind": "narrow_key", "n_heads": 4}, "ffn": {"kind": "swiglu", "hidden": 32}},
-        "layers": [{"select": 1, "attention": {"kind": "own_token", "n_heads": 4}}],
+        "block": {"norm": "rmsnorm", "mixer": {"kind": "narrow_key", "n_heads": 4}, "ffn": {"kind": "swiglu", "hidden": 32}},
+        "layers": [{"select": 1, "mixer": {"kind": "own_token", "n_heads": 4}}],
     }}
 
 

@@ -104,7 +104,7 @@ def test_every_positional_scheme_works_with_the_cache(name: str) -> None:
     for window in (None, 8):
         data = tiny_with(positional={"kind": name})
         if window:
-            data["model"]["layers"] = [{"select": 0, "attention": {"window": window}}]
+            data["model"]["layers"] = [{"select": 0, "mixer": {"window": window}}]
         model = _build_or_skip(data)
         assert generate(model, PROMPTS, max_new_tokens=10) == generate(model, PROMPTS, max_new_tokens=10, use_cache=False)
         ids = torch.randint(0, model.vocab_size, (2, 25), generator=torch.Generator().manual_seed(1))
@@ -121,11 +121,11 @@ def test_every_layout_works_with_the_cache(name: str) -> None:
 @THROUGH_A_MODEL
 def test_ring_buffer_memory_is_bounded_by_the_window() -> None:
     data = tiny_with()
-    data["model"]["layers"] = [{"select": 0, "attention": {"window": 8}}]
+    data["model"]["layers"] = [{"select": 0, "mixer": {"window": 8}}]
     model = build_double(data)
     cache = StaticKVCache.for_model(model, batch_size=3, capacity=60)
     assert cache.slot_counts() == {0: 8, 1: 60}
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     per_slot = 2 * 3 * attention.n_kv_heads * attention.head_dim * 8  # keys + values, float64
     positions_bytes = 3 * (8 + 60) * 8
     assert cache.nbytes == per_slot * (8 + 60) + positions_bytes
@@ -136,7 +136,7 @@ def test_ring_buffer_memory_is_bounded_by_the_window() -> None:
 @THROUGH_A_MODEL
 def test_prefill_longer_than_the_window_and_decoding_past_it() -> None:
     data = tiny_with(positional={"kind": "rope"})
-    data["model"]["layers"] = [{"select": "all", "attention": {"window": 4}}]
+    data["model"]["layers"] = [{"select": "all", "mixer": {"window": 4}}]
     model = build_double(data)
     ids = torch.randint(0, model.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
     full = model(ids)
@@ -148,7 +148,7 @@ def test_prefill_longer_than_the_window_and_decoding_past_it() -> None:
 def test_the_window_is_respected_not_just_the_buffer() -> None:
     """With a window, tokens further back than the window must not change the next logits."""
     data = tiny_with(n_layers=1)
-    data["model"]["layers"] = [{"select": 0, "attention": {"window": 3}}]
+    data["model"]["layers"] = [{"select": 0, "mixer": {"window": 3}}]
     model = build_double(data)
     a = torch.tensor([[1, 2, 3, 4, 5, 6]])
     b = torch.tensor([[9, 9, 9, 4, 5, 6]])
@@ -467,7 +467,7 @@ def test_layer_shape_of_reads_what_an_attention_declares() -> None:
 def windowed_model():
     """Two layers of the tiny spec, the second with a window of 3."""
     data = tiny_with()
-    data["model"]["layers"] = [{"select": "1", "attention": {"window": 3}}]
+    data["model"]["layers"] = [{"select": "1", "mixer": {"window": 3}}]
     return specformer.build(data, seed=0)
 
 

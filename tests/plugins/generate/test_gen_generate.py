@@ -35,7 +35,7 @@ PROMPTS = [[3, 14, 15, 9, 2, 6, 5, 3, 5], [8, 9], [7, 9, 3, 2, 3], [1]]
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     data = tiny_with()
-    data["model"]["layers"] = [{"select": 1, "attention": {"window": 6}}]
+    data["model"]["layers"] = [{"select": 1, "mixer": {"window": 6}}]
     return specformer.build(data, seed=0).double().eval()
 
 
@@ -214,11 +214,11 @@ def test_concurrent_calls_on_a_model_in_training_mode_neither_race_nor_change_it
 
 
 def test_a_model_in_training_mode_with_dropout_is_refused_not_switched() -> None:
-    data = tiny_with(attention={"kind": "attention", "n_heads": 4, "dropout": 0.1})
+    data = tiny_with(mixer={"kind": "attention", "n_heads": 4, "dropout": 0.1})
     m = specformer.build(data, seed=0)
     assert m.training
     for call in (lambda: generate(m, [[1, 2]], max_new_tokens=2), lambda: list(stream(m, [[1, 2]], max_new_tokens=2))):
-        with pytest.raises(ValueError, match=r"training mode and blocks\.0\.attention applies dropout \(0\.1\).*"
+        with pytest.raises(ValueError, match=r"training mode and blocks\.0\.mixer applies dropout \(0\.1\).*"
                                              r"call model\.eval\(\)"):
             call()
         assert all(_modes(m))

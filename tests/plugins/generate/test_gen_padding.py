@@ -18,14 +18,14 @@ from .specs_for_tests import tiny_with
 
 ATTENTION = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}
 BACKENDS = {
-    "sdpa": dict(attention=ATTENTION),
-    "eager": dict(attention={**ATTENTION, "backend": "eager"}),
-    "softcap": dict(attention={**ATTENTION, "logit_softcap": 5.0}),
-    "softcap-sdpa-request": dict(attention={**ATTENTION, "logit_softcap": 5.0, "backend": "sdpa"}),
-    "window-eager": dict(attention={**ATTENTION, "backend": "eager", "window": 3}),
-    "window-sdpa": dict(attention={**ATTENTION, "window": 3}),
-    "alibi-sdpa": dict(attention=ATTENTION, positional={"kind": "alibi"}),
-    "alibi-eager": dict(attention={**ATTENTION, "backend": "eager"}, positional={"kind": "alibi"}),
+    "sdpa": dict(mixer=ATTENTION),
+    "eager": dict(mixer={**ATTENTION, "backend": "eager"}),
+    "softcap": dict(mixer={**ATTENTION, "logit_softcap": 5.0}),
+    "softcap-sdpa-request": dict(mixer={**ATTENTION, "logit_softcap": 5.0, "backend": "sdpa"}),
+    "window-eager": dict(mixer={**ATTENTION, "backend": "eager", "window": 3}),
+    "window-sdpa": dict(mixer={**ATTENTION, "window": 3}),
+    "alibi-sdpa": dict(mixer=ATTENTION, positional={"kind": "alibi"}),
+    "alibi-eager": dict(mixer={**ATTENTION, "backend": "eager"}, positional={"kind": "alibi"}),
 }
 PROMPTS = [[5, 9, 2, 7, 1, 3, 8], [4, 4, 1], [7]]
 

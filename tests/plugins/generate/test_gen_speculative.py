@@ -25,7 +25,7 @@ from .specs_for_tests import assert_not_degenerate, tiny_with
 WINDOWED = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 5}
 SPECS = {
     "rope": tiny_with(),
-    "window": tiny_with(attention=WINDOWED),
+    "window": tiny_with(mixer=WINDOWED),
     "learned": tiny_with(positional={"kind": "learned"}),
 }
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3, 4], [7, 8, 9], [11, 12, 11, 12, 11]]
@@ -91,7 +91,7 @@ def counting_model():
     model = build(tiny_with(), seed=2)
     with torch.no_grad():
         for block in model.blocks:
-            block.attention.out.weight.zero_()
+            block.mixer.out.weight.zero_()
             block.ffn.down.weight.zero_()
         model.lm_head.weight.copy_(torch.roll(model.embedding.weight, 1, dims=0))
     return model

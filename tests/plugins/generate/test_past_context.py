@@ -139,7 +139,7 @@ def test_beam_search_and_speculation_refuse_to_cross_a_cache_restart() -> None:
     scaling = {"kind": "longrope", "short_factor": [1.0] * pairs, "long_factor": [4.0] * pairs,
                "original_context_length": 8, "reencode": True}
     spec = spec_with_positional({"kind": "rope", "scaling": scaling})
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 8, "n_kv_heads": 2}  # head_dim 8
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 8, "n_kv_heads": 2}  # head_dim 8
     model = specformer.build(spec, seed=0).eval()
     prompt = torch.zeros(1, 5, dtype=torch.long)
     with pytest.raises(ValueError, match="beam search would pass 8 tokens.*at most 4 new tokens"):

@@ -22,7 +22,7 @@ hf_model.save_pretrained(work / "tiny-llama")
 
 # 2. Import it: a specformer Decoder with the same weights and the same logits.
 model = specformer_hf.from_hf(work / "tiny-llama")
-print(model.spec.model.block.attention.as_dict())
+print(model.spec.model.block.mixer.as_dict())
 ids = torch.randint(0, 128, (2, 32))
 with torch.no_grad():
     difference = (model(ids) - hf_model(ids).logits).abs().max().item()
@@ -30,7 +30,7 @@ print(f"largest logit difference: {difference:.1e}")
 
 # 3. Change the architecture through the spec: every layer now attends to its last 8 tokens.
 spec = model.spec.to_dict()
-spec["model"]["block"]["attention"]["window"] = 8
+spec["model"]["block"]["mixer"]["window"] = 8
 windowed = specformer.build(spec)
 windowed.load_state_dict(model.state_dict())
 

@@ -65,7 +65,7 @@ def test_export_refusal_exits_2(tmp_path, capsys):
     spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 16,
                       "positional": {"kind": "sinusoidal"},
                       "block": {"layout": "postnorm", "norm": "layernorm",
-                                "attention": {"kind": "attention", "n_heads": 2}, "ffn": "mlp"}}}
+                                "mixer": {"kind": "attention", "n_heads": 2}, "ffn": "mlp"}}}
     checkpoint = specformer.save(specformer.build(spec, seed=0), tmp_path / "c.safetensors")
     assert main(["hf", "export", str(checkpoint), str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err

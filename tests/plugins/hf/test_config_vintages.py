@@ -128,4 +128,4 @@ def test_qwen2_max_window_layers_without_layer_types(saved_qwen2, tmp_path, firs
 def _windows(model):
     from specformer_hf.specview import SpecView
 
-    return SpecView.of(model.spec).per_layer("attention", "window")
+    return SpecView.of(model.spec).per_layer("mixer", "window")

@@ -59,18 +59,18 @@ def test_a_plain_spec_exports_as_llama(tmp_path):
 
 def test_the_first_family_that_fits_is_chosen(tmp_path):
     # q/k/v biases without an o_proj bias: not Llama (one attention_bias for all four), but Qwen2.
-    model = _build(_llama_spec(**{"block.attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "qkv_bias": True}}))
+    model = _build(_llama_spec(**{"block.mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "qkv_bias": True}}))
     out = specformer_hf.to_hf(model, tmp_path / "out")
     assert json.loads((out / "config.json").read_text())["model_type"] == "qwen2"
     _same_logits(model, out)
 
 
 def test_a_forced_family_names_the_part_it_cannot_express(tmp_path):
-    model = _build(_llama_spec(**{"block.attention.window": 8}))
+    model = _build(_llama_spec(**{"block.mixer.window": 8}))
     with pytest.raises(UserError) as info:
         specformer_hf.to_hf(model, tmp_path / "out", family="llama")
     assert "cannot be exported as Hugging Face Llama" in str(info.value)
-    assert "model.block.attention.window: 8 (the family gives None)" in str(info.value)
+    assert "model.block.mixer.window: 8 (the family gives None)" in str(info.value)
     out = specformer_hf.to_hf(model, tmp_path / "out")  # Mistral has sliding windows
     assert json.loads((out / "config.json").read_text())["model_type"] == "mistral"
 
@@ -84,7 +84,7 @@ def test_a_forced_family_names_the_part_it_cannot_express(tmp_path):
         ({"positional": {"kind": "rope", "interleaved": True}}, "model.positional.interleaved"),
         ({"block.norm": {"kind": "scalenorm"}}, "model.block.norm.kind: 'scalenorm' has no equivalent"),
         ({"block.residual": {"kind": "mhc"}}, "model.block.residual: {'kind': 'specformer_layers.residual."),
-        ({"positional": {"kind": "rope", "fraction": 0.5}, "block.attention.window": 4, "block.attention.qkv_bias": True},
+        ({"positional": {"kind": "rope", "fraction": 0.5}, "block.mixer.window": 4, "block.mixer.qkv_bias": True},
          "Llama (llama): model.positional.fraction: 0.5: Hugging Face Llama rotates whole heads"),
     ],
     ids=["alibi", "postnorm", "final-softcap", "interleaved-rope", "scalenorm", "hyper-connections", "partial-rotary"],
@@ -146,7 +146,7 @@ def test_unknown_forced_family(tmp_path):
 def test_defaults_left_out_of_a_spec_compare_equal_to_their_values(tmp_path):
     # hidden, n_kv_heads, head_dim and scale left to their defaults: the exported config spells them
     # out, and reading it back must still count as the same model.
-    spec = _llama_spec(**{"block.ffn": {"kind": "swiglu"}, "block.attention": {"kind": "attention", "n_heads": 4}})
+    spec = _llama_spec(**{"block.ffn": {"kind": "swiglu"}, "block.mixer": {"kind": "attention", "n_heads": 4}})
     model = _build(spec)
     out = specformer_hf.to_hf(model, tmp_path / "out", family="llama")
     config = json.loads((out / "config.json").read_text())
@@ -158,7 +158,7 @@ def test_gpt_style_spec_exports_as_gpt2(tmp_path):
     spec = {"model": {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32,
                       "positional": "learned",
                       "block": {"layout": "prenorm", "norm": "layernorm",
-                                "attention": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                                "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
                                 "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}}
     model = _build(spec)
     out = specformer_hf.to_hf(model, tmp_path / "out")

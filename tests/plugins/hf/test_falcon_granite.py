@@ -54,14 +54,14 @@ def test_time_step_limit_reads_numbers_and_transformers_tagged_infinity():
         json_float({"x": 1}, "Falcon-H1")
     spec = _read("granitemoehybrid", num_hidden_layers=1, layer_types=["mamba"], hidden_size=64, mamba_n_heads=4,
                  time_step_limit=[0.001, {"__float__": "Infinity"}])
-    assert (spec["block"]["attention"]["dt_min"], spec["block"]["attention"]["dt_max"]) == (0.001, None)
+    assert (spec["block"]["mixer"]["dt_min"], spec["block"]["mixer"]["dt_max"]) == (0.001, None)
 
 
 def test_granite_reads_layer_types_old_and_new_and_puts_the_common_mixer_in_the_block():
     spec = _read("granitemoehybrid", num_hidden_layers=5, hidden_size=64, num_attention_heads=4, mamba_n_heads=4,
                  layer_types=["mamba", "full_attention", "linear_attention", "attention", "mamba"])
-    assert spec["block"]["attention"]["kind"] == "mamba2"
-    assert spec["layers"] == [{"select": "1::2", "attention": {
+    assert spec["block"]["mixer"]["kind"] == "mamba2"
+    assert spec["layers"] == [{"select": "1::2", "mixer": {
         "kind": "attention", "n_heads": 4, "n_kv_heads": 4, "head_dim": 16, "qkv_bias": False, "out_bias": False,
         "scale": 1.0}}]
     assert spec["positional"] == {"kind": "none"}
@@ -89,7 +89,7 @@ def test_falcon_refuses_different_biases_on_the_two_mamba_projections(tmp_path):
 def test_falcon_reads_null_multipliers_as_ones_and_refuses_a_short_list():
     spec = _read("falcon_h1", num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                  mamba_d_ssm=64, mamba_n_heads=4, mlp_multipliers=None, ssm_multipliers=None)
-    parallel = spec["block"]["attention"]
+    parallel = spec["block"]["mixer"]
     assert parallel["mixers"][0]["projection_multipliers"] == [1.0] * 5
     assert (spec["block"]["ffn"]["gate_multiplier"], spec["block"]["ffn"]["output_multiplier"]) == (1.0, 1.0)
     assert "scale" not in parallel["mixers"][1]  # key_multiplier 1: the attention's own 1/sqrt(head_dim)
@@ -102,7 +102,7 @@ def _falcon_like(mixers: list) -> dict:
     return {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": {"kind": "parallel", "mixers": mixers}, "ffn": {"kind": "swiglu", "hidden": 48}},
+                  "mixer": {"kind": "parallel", "mixers": mixers}, "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
 
 
@@ -121,14 +121,14 @@ def test_falcon_export_writes_a_key_multiplier_that_reads_back_as_the_scale(tmp_
     out = specformer_hf.to_hf(model, tmp_path / "out", family="falcon_h1")
     config = json.loads((out / "config.json").read_text())
     assert config["key_multiplier"] * 8 ** -0.5 == scale
-    assert specformer_hf.import_hf(out).spec["model"]["block"]["attention"]["mixers"][1]["scale"] == scale
+    assert specformer_hf.import_hf(out).spec["model"]["block"]["mixer"]["mixers"][1]["scale"] == scale
 
 
 def test_granite_export_refuses_a_mamba_norm_eps_of_its_own(tmp_path):
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": "none",
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "attention": {**MAMBA, "gated_norm": True, "norm_eps": 1e-6},
+                  "mixer": {**MAMBA, "gated_norm": True, "norm_eps": 1e-6},
                   "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
     with pytest.raises(UserError, match="Mamba norm uses rms_norm_eps, the block norms' eps"):

@@ -66,20 +66,20 @@ def _gemma4_like(**layers_change):
         "vocab_size": 64, "d_model": 32, "n_layers": 4, "context_length": 32, "embedding_multiplier": "sqrt_d_model",
         "positional": {"kind": "rope"},
         "block": {"layout": {"kind": "sandwich", "layer_scale": True}, "norm": {"kind": "rmsnorm", "eps": 1e-6},
-                  "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "window": 4,
+                  "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "window": 4,
                                 "qk_norm": {"kind": "rmsnorm", "eps": 1e-6}, "scale": 1.0,
                                 "v_norm": {"kind": "rmsnorm", "eps": 1e-6, "weight": False}},
                   "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
-        "layers": [{"select": "1::2", "attention": {"window": None}},
-                   {"select": 3, "attention": {"kv_from": 1, "v_norm": None}}, *layers_change.get("extra", [])]}}
+        "layers": [{"select": "1::2", "mixer": {"window": None}},
+                   {"select": 3, "mixer": {"kv_from": 1, "v_norm": None}}, *layers_change.get("extra", [])]}}
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ([{"select": 2, "attention": {"kv_from": 0, "v_norm": None}},  # layer 2 reads, layer 3 after it keeps its own
-      {"select": 3, "attention": {"kv_from": None, "v_norm": {"kind": "rmsnorm", "eps": 1e-6, "weight": False}}}],
-     "model.layers[*].attention.kv_from: Hugging Face Gemma 4 shares keys and values in its last layers only"),
-    ([{"select": 3, "attention": {"kv_from": 1, "window": 4}}, {"select": 2, "attention": {"kv_from": 0, "v_norm": None}}],
-     "model.layers[3].attention.window: Hugging Face Gemma 4's last layer is global (window null)"),
+    ([{"select": 2, "mixer": {"kv_from": 0, "v_norm": None}},  # layer 2 reads, layer 3 after it keeps its own
+      {"select": 3, "mixer": {"kv_from": None, "v_norm": {"kind": "rmsnorm", "eps": 1e-6, "weight": False}}}],
+     "model.layers[*].mixer.kv_from: Hugging Face Gemma 4 shares keys and values in its last layers only"),
+    ([{"select": 3, "mixer": {"kv_from": 1, "window": 4}}, {"select": 2, "mixer": {"kv_from": 0, "v_norm": None}}],
+     "model.layers[3].mixer.window: Hugging Face Gemma 4's last layer is global (window null)"),
 ])
 def test_specs_gemma4_cannot_hold_are_refused(tmp_path, extra, message):
     model = specformer.build(_gemma4_like(extra=extra), seed=0)
@@ -94,7 +94,7 @@ def test_a_layer_reading_another_than_transformers_would_is_refused(tmp_path):
     spec["model"]["layers"][0]["select"] = "1:"
     model = specformer.build(spec, seed=0)
     with pytest.raises(specformer.errors.UserError, match=re.escape(
-            "model.layers[3].attention.kv_from: 1: Hugging Face Gemma 4's layer 3 reads layer 2's (the last earlier "
+            "model.layers[3].mixer.kv_from: 1: Hugging Face Gemma 4's layer 3 reads layer 2's (the last earlier "
             "full_attention layer of its own)")):
         specformer_hf.to_hf(model, tmp_path / "export", family="gemma4_text")
 

@@ -39,9 +39,9 @@ def test_glm_rotates_half_of_each_head_unless_its_config_says_otherwise():
 
 def test_glm_qk_norm_follows_use_qk_norm_and_o_proj_has_no_bias():
     off, on = _read("glm4_moe", attention_bias=True), _read("glm4_moe", use_qk_norm=True)
-    assert "qk_norm" not in off["block"]["attention"] and off["block"]["attention"]["qkv_bias"] is True
-    assert off["block"]["attention"]["out_bias"] is False
-    assert on["block"]["attention"]["qk_norm_scope"] == "head"
+    assert "qk_norm" not in off["block"]["mixer"] and off["block"]["mixer"]["qkv_bias"] is True
+    assert off["block"]["mixer"]["out_bias"] is False
+    assert on["block"]["mixer"]["qk_norm_scope"] == "head"
 
 
 @pytest.mark.parametrize(("config", "fraction"), [
@@ -73,9 +73,9 @@ def test_olmo3_legacy_rope_fields_set_the_global_layers_and_leave_the_sliding_on
 
 def test_exaone4_without_a_window_puts_the_rope_on_every_layer():
     model = _read("exaone4", sliding_window=None, layer_types=["full_attention"] * 4)
-    assert model["block"]["attention"]["window"] is None and "layers" not in model
+    assert model["block"]["mixer"]["window"] is None and "layers" not in model
     windowed = _read("exaone4", sliding_window=8)  # pattern 4: layers 0-2 slide with rope, layer 3 is global, no positions
-    assert windowed["block"]["attention"]["window"] == 8
+    assert windowed["block"]["mixer"]["window"] == 8
     assert {"select": 3, "positional": "none"} in windowed["layers"]
 
 
@@ -102,7 +102,7 @@ def test_configs_transformers_would_run_differently_are_refused(model_type, conf
 
 def _moe_spec(*, attention: dict[str, Any] | None = None, **ffn: Any) -> dict[str, Any]:
     return tiny_spec(vocab_size=64, positional={"kind": "rope", "fraction": 0.5},
-                     block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1, **(attention or {})},
+                     block={"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1, **(attention or {})},
                             "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, **ffn}})
 
 
@@ -121,9 +121,9 @@ def test_export_refuses_what_the_family_cannot_hold(tmp_path, family, spec, need
 
 def test_exaone4_export_refuses_a_global_layer_with_rope(tmp_path):
     spec = tiny_spec(vocab_size=64, block={"layout": "postnorm_inside",
-                                           "attention": {"kind": "attention", "n_heads": 2, "window": 8,
+                                           "mixer": {"kind": "attention", "n_heads": 2, "window": 8,
                                                          "qk_norm": "rmsnorm", "qk_norm_scope": "head"}},
-                     layers=[{"select": 1, "attention": {"window": None}}])
+                     layers=[{"select": 1, "mixer": {"window": None}}])
     with pytest.raises(UserError, match=r"model\.layers\[1\]\.positional.*global layers use none"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="exaone4")
 

@@ -54,9 +54,9 @@ def test_moonshots_config_reads_as_the_real_shape_spec_with_every_field_understo
     spec = specformer.load_spec(SPECS / "kimi-linear-48b-a3b.yaml")
     assert differences(math_view(spec), math_view(specformer.load_spec({"model": model}))) == []
     # The more common mixer is the block's; the latent-attention layers and the dense first layer are overrides.
-    assert model["block"]["attention"]["kind"] == "kda"
-    assert [(o["select"], next(k for k in ("attention", "ffn") if k in o)) for o in model["layers"]] == [
-        ([3, 7, 11, 15, 19, 23, 26], "attention"), (0, "ffn")]
+    assert model["block"]["mixer"]["kind"] == "kda"
+    assert [(o["select"], next(k for k in ("mixer", "ffn") if k in o)) for o in model["layers"]] == [
+        ([3, 7, 11, 15, 19, 23, 26], "mixer"), (0, "ffn")]
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -82,8 +82,8 @@ def _tiny(kda: dict[str, Any] | None = None, *, mla: dict[str, Any] | None = Non
     ffn = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1, "aux_loss_coef": 0.0,
            "router": {"kind": "sigmoid_topk", "normalize": True, "scaling_factor": 1.0, "n_group": 1, "topk_group": 1}}
     return {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 3, "context_length": 32, "positional": "none",
-                      "block": {"norm": {"kind": "rmsnorm", "eps": 1e-5}, "attention": attention, "ffn": ffn},
-                      "layers": [{"select": 1, "attention": latent}, {"select": 0, "ffn": {"kind": "swiglu", "hidden": 48}}]}}
+                      "block": {"norm": {"kind": "rmsnorm", "eps": 1e-5}, "mixer": attention, "ffn": ffn},
+                      "layers": [{"select": 1, "mixer": latent}, {"select": 0, "ffn": {"kind": "swiglu", "hidden": 48}}]}}
 
 
 def config_of(data: dict[str, Any]) -> dict[str, Any]:
@@ -100,10 +100,10 @@ def test_a_hybrid_spec_writes_the_names_transformers_saves() -> None:
 
 
 @pytest.mark.parametrize(("data", "where", "says"), [
-    (_tiny({"conv_bias": True}), "model.layers[*].attention", "no conv_bias"),
-    (_tiny({"value_head_dim": 8}), "model.layers[*].attention", "values, decay and gate ranks of head_dim"),
-    (_tiny({"norm_eps": 1e-6}), "model.layers[*].attention.norm_eps", "shares rms_norm_eps"),
-    (_tiny(mla={"window": 4}), "model.layers[*].attention", "no window"),
+    (_tiny({"conv_bias": True}), "model.layers[*].mixer", "no conv_bias"),
+    (_tiny({"value_head_dim": 8}), "model.layers[*].mixer", "values, decay and gate ranks of head_dim"),
+    (_tiny({"norm_eps": 1e-6}), "model.layers[*].mixer.norm_eps", "shares rms_norm_eps"),
+    (_tiny(mla={"window": 4}), "model.layers[*].mixer", "no window"),
 ])
 def test_specs_it_cannot_write_are_refused_naming_the_part(data: dict[str, Any], where: str, says: str) -> None:
     with pytest.raises(NotExpressible) as info:

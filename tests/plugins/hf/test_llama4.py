@@ -24,11 +24,11 @@ def _spec(n_layers: int = 4, moe_select: str | None = "1::2") -> dict:
         vocab_size=96, d_model=64, n_layers=n_layers, context_length=64, tie_embeddings=False,
         positional={"kind": "rope", "theta": 500000.0, "interleaved": True},
         block={"norm": {"kind": "rmsnorm", "eps": 1e-5},
-               "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "chunk": 8,
+               "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "chunk": 8,
                              "qk_norm": {"kind": "l2norm", "eps": 1e-5}},
                "ffn": {"kind": "swiglu", "hidden": 48} if moe_select else MOE},
         layers=[{"select": "3::4", "positional": "none",
-                 "attention": {"chunk": None, "qk_norm": None, "temperature_tuning": True, "temperature_floor_scale": 4,
+                 "mixer": {"chunk": None, "qk_norm": None, "temperature_tuning": True, "temperature_floor_scale": 4,
                                "temperature_attn_scale": 0.5}}],
     )
     if moe_select:
@@ -82,12 +82,12 @@ def _with(change) -> dict:
 
 @pytest.mark.parametrize(("change", "needle"), [
     (lambda m: m["positional"].update(interleaved=False), "model.positional.interleaved"),
-    (lambda m: m["layers"][0]["attention"].update(qk_norm="l2norm"), "model.layers[*].attention.qk_norm"),
-    (lambda m: m["layers"][0]["attention"].update(chunk=16), "several chunk sizes [8, 16]"),
-    (lambda m: m["block"]["attention"].update(temperature_tuning=True), "model.layers[*].attention.temperature_tuning"),
+    (lambda m: m["layers"][0]["mixer"].update(qk_norm="l2norm"), "model.layers[*].mixer.qk_norm"),
+    (lambda m: m["layers"][0]["mixer"].update(chunk=16), "several chunk sizes [8, 16]"),
+    (lambda m: m["block"]["mixer"].update(temperature_tuning=True), "model.layers[*].mixer.temperature_tuning"),
     (lambda m: m["layers"][1]["ffn"].update(router={"kind": "sigmoid_topk"}), "model.block.ffn.router"),
     (lambda m: m["layers"][1]["ffn"].update(n_shared_experts=0), "model.block.ffn.n_shared_experts"),
-    (lambda m: m["block"]["attention"].update(qk_norm={"kind": "rmsnorm"}), "qk norm is l2norm per head"),
+    (lambda m: m["block"]["mixer"].update(qk_norm={"kind": "rmsnorm"}), "qk norm is l2norm per head"),
     (lambda m: m["block"].update(ffn=copy.deepcopy(MOE) | {"hidden": 40}), "the moe layers differ"),
     (lambda m: m["block"]["ffn"].update(kind="mlp"), "dense layers are gated"),
 ])

@@ -65,7 +65,7 @@ def test_internlm3_reads_qkv_bias_and_bias(tmp_path):
     hf, folder = _folder(tmp_path, "internlm3", drop=("attention_bias", "mlp_bias"), qkv_bias=True, bias=True)
     imported = specformer_hf.import_hf(folder)
     block = imported.spec["model"]["block"]
-    assert (block["attention"]["qkv_bias"], block["attention"]["out_bias"], block["ffn"]["bias"]) == (True, True, True)
+    assert (block["mixer"]["qkv_bias"], block["mixer"]["out_bias"], block["ffn"]["bias"]) == (True, True, True)
 
 
 @pytest.mark.parametrize("changes", [dict(attention_bias=True, mlp_bias=False), dict(attention_bias=False, mlp_bias=True)])
@@ -79,7 +79,7 @@ def test_internlm3_refuses_biases_that_differ_as_transformers_does(tmp_path, cha
 
 def test_internlm3_export_refuses_biases_that_differ(tmp_path):
     spec = {"model": {"vocab_size": 128, "d_model": 64, "n_layers": 1, "context_length": 32,
-                      "positional": {"kind": "rope"}, "block": {"norm": "rmsnorm", "attention": {"kind": "attention", "n_heads": 4, "qkv_bias": True},
+                      "positional": {"kind": "rope"}, "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True},
                                 "ffn": {"kind": "swiglu", "hidden": 96}}}}
     with pytest.raises(UserError, match="InternLM3"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="internlm3")

@@ -30,10 +30,10 @@ def test_stablelm_qk_layernorm_imports_as_per_head_weights(tmp_path):
     hf = BY_NAME["stablelm-qk_layernorm"].build()
     hf.save_pretrained(tmp_path)
     imported = specformer_hf.import_hf(tmp_path)
-    attention = imported.spec["model"]["block"]["attention"]
+    attention = imported.spec["model"]["block"]["mixer"]
     assert attention["qk_norm"] == {"kind": "layernorm", "eps": 1e-4, "bias": False}
     assert attention["qk_norm_scope"] == "per_head_weights"
-    ours = imported.model.blocks[1].attention
+    ours = imported.model.blocks[1].mixer
     theirs = hf.model.layers[1].self_attn
     for h in range(4):
         assert torch.equal(ours.q_norm[h].weight, theirs.q_layernorm.norms[h].weight)
@@ -45,13 +45,13 @@ def test_stablelm_exports_only_per_head_qk_norms(tmp_path):
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope", "fraction": 0.5},
         "block": {"layout": "prenorm", "norm": "layernorm",
-                  "attention": {"kind": "attention", "n_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False},
+                  "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False},
                                 "qk_norm_scope": "head"},
                   "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
     with pytest.raises(UserError, match="qk_layernorm keeps separate weights for every head"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
-    spec["model"]["block"]["attention"].update(qk_norm={"kind": "layernorm", "bias": True}, qk_norm_scope="per_head_weights")
+    spec["model"]["block"]["mixer"].update(qk_norm={"kind": "layernorm", "bias": True}, qk_norm_scope="per_head_weights")
     with pytest.raises(UserError, match=r"qk_norm\.bias: True"):  # transformers' per-head LayerNorms have no bias
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
 
@@ -61,15 +61,15 @@ def test_cohere_exports_an_interleaved_rope_and_per_head_qk_norms_only(tmp_path)
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "logit_scale": 0.5,
         "positional": {"kind": "rope"},
         "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": {"kind": "layernorm", "bias": False},
-                  "attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 48}},
+                  "mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
     with pytest.raises(UserError, match="rotates adjacent pairs"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
     spec["model"]["positional"]["interleaved"] = True
-    spec["model"]["block"]["attention"].update(qk_norm={"kind": "layernorm", "bias": False}, qk_norm_scope="head")
+    spec["model"]["block"]["mixer"].update(qk_norm={"kind": "layernorm", "bias": False}, qk_norm_scope="head")
     with pytest.raises(UserError, match="use_qk_norm keeps separate weights for every head"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
-    spec["model"]["block"]["attention"]["qk_norm_scope"] = "per_head_weights"
+    spec["model"]["block"]["mixer"]["qk_norm_scope"] = "per_head_weights"
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
     assert json.loads((out / "config.json").read_text())["use_qk_norm"] is True
 
@@ -91,7 +91,7 @@ def test_stablelm_export_refuses_what_it_cannot_hold(tmp_path, changes, needle):
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32,
         "positional": {"kind": "rope", "fraction": 0.5},
-        "block": {"layout": "prenorm", "norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2, **changes},
+        "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2, **changes},
                   "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
     with pytest.raises(UserError, match=needle):
@@ -102,7 +102,7 @@ def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
     """StableLM's default fraction is 0.25: a spec rotating whole heads must say 1.0 in the config."""
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2},
+        "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
                   "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
     model = specformer.build(spec, seed=0)
@@ -118,7 +118,7 @@ def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
 
 def test_per_layer_positions_are_not_dropped_by_a_one_rope_family(tmp_path):
     """A NoPE layer in a Llama-shaped spec: every one-rope family refuses it rather than export it with rope."""
-    spec = tiny_spec(vocab_size=64, block={"attention": {"kind": "attention", "n_heads": 2}},
+    spec = tiny_spec(vocab_size=64, block={"mixer": {"kind": "attention", "n_heads": 2}},
                      layers=[{"select": 1, "positional": "none"}])
     model = specformer.build(spec, seed=0)
     with pytest.raises(UserError, match=r"model\.layers\[1\]\.positional: 'none' differs from model\.positional"):
@@ -174,7 +174,7 @@ def test_which_layers_slide_follows_transformers(tmp_path, case, changes, window
 
     folder = _folder(tmp_path, case, **changes)
     model = specformer_hf.from_hf(folder)
-    assert [block.attention.window for block in model.blocks] == windows
+    assert [block.mixer.window for block in model.blocks] == windows
     config = AutoConfig.from_pretrained(folder)  # transformers' own reading, where the config has one
     if hasattr(config, "layer_types"):
         assert [t == "sliding_attention" for t in config.layer_types] == [w is not None for w in windows]
@@ -184,9 +184,9 @@ def test_qwen3_moe_slides_every_layer_or_none(tmp_path):
     spec = {"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
         "block": {"layout": "prenorm", "norm": "rmsnorm",
-                  "attention": {"kind": "attention", "n_heads": 2, "qk_norm": "rmsnorm"},
+                  "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": "rmsnorm"},
                   "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}},
-        "layers": [{"select": 0, "attention": {"window": 4}}],
+        "layers": [{"select": 0, "mixer": {"window": 4}}],
     }}
     with pytest.raises(UserError, match="slides every layer or none"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="qwen3_moe")
@@ -215,12 +215,12 @@ def test_gemma3_attn_logit_softcapping_is_refused_and_never_written(tmp_path):
                                         "but never applies it"):
         specformer_hf.from_hf(_folder(tmp_path / "in", "gemma3", attn_logit_softcapping=50.0))
     model = specformer_hf.from_hf(_folder(tmp_path / "ok", "gemma3", attn_logit_softcapping=None))
-    assert all(block.attention.logit_softcap is None for block in model.blocks)
+    assert all(block.mixer.logit_softcap is None for block in model.blocks)
     capped = specformer.build({"model": {
         "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
         "embedding_multiplier": "sqrt_d_model",
         "block": {"layout": "sandwich", "norm": {"kind": "rmsnorm", "offset": 1.0},
-                  "attention": {"kind": "attention", "n_heads": 2, "logit_softcap": 50.0,
+                  "mixer": {"kind": "attention", "n_heads": 2, "logit_softcap": 50.0,
                                 "qk_norm": {"kind": "rmsnorm", "offset": 1.0}},
                   "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
     }}, seed=0)
@@ -267,7 +267,7 @@ def test_deepseek_v32_refuses_mlp_layer_types_it_cannot_build_and_an_indexer_it_
         specformer_hf.from_hf(_folder(tmp_path / "in", "deepseek_v32", mlp_layer_types=["sparse", "dense", "sparse"]))
     model = specformer_hf.from_hf(_folder(tmp_path / "ok", "deepseek_v32"))
     spec = model.spec.to_dict()
-    spec["model"]["block"]["attention"]["indexer"]["interleaved"] = True
+    spec["model"]["block"]["mixer"]["indexer"]["interleaved"] = True
     paired = specformer.build(spec, seed=0)
     with pytest.raises(UserError, match="indexer is lightning, turns its rotary channels in halves"):
         specformer_hf.to_hf(paired, tmp_path / "out", family="deepseek_v32")
@@ -306,22 +306,22 @@ def test_the_tied_deepseek_v32_case_ties_at_the_indexer_cut(tmp_path, monkeypatc
 
 GPT_STYLE = {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32, "positional": "learned",
              "block": {"layout": "prenorm", "norm": "layernorm",
-                       "attention": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                       "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
                        "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}
 
 
 def test_a_multi_query_gpt_style_spec_exports_as_gpt_bigcode(tmp_path):
     """One key/value head and learned positions: only GPTBigCode holds it (a GPT-2 spec stays GPT-2: test_export)."""
-    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
-        **GPT_STYLE["block"]["attention"], "n_kv_heads": 1}}}}
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "mixer": {
+        **GPT_STYLE["block"]["mixer"], "n_kv_heads": 1}}}}
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
     config = json.loads((out / "config.json").read_text())
     assert (config["model_type"], config["multi_query"]) == ("gpt_bigcode", True)
 
 
 def test_gpt_bigcode_refuses_key_value_heads_between_one_and_all(tmp_path):
-    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "attention": {
-        **GPT_STYLE["block"]["attention"], "n_kv_heads": 2}}}}
+    spec = {"model": {**GPT_STYLE, "block": {**GPT_STYLE["block"], "mixer": {
+        **GPT_STYLE["block"]["mixer"], "n_kv_heads": 2}}}}
     with pytest.raises(UserError, match=r"n_kv_heads.*2 key/value heads: Hugging Face GPTBigCode has one \(multi_query\) "
                                         r"or one per query head \(4\)"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gpt_bigcode")
@@ -331,7 +331,7 @@ def test_phi_exports_only_a_head_with_a_bias(tmp_path):
     spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
                       "positional": {"kind": "rope", "fraction": 0.5},
                       "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
-                                "attention": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
+                                "mixer": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
                                 "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
     with pytest.raises(UserError, match=r"lm_head_bias.*Phi's LM head always has a bias"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="phi")
@@ -355,7 +355,7 @@ def test_gptj_exports_only_interleaved_rotary_with_its_theta(tmp_path):
     spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
                       "lm_head_bias": True, "positional": {"kind": "rope", "fraction": 0.5},
                       "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
-                                "attention": {"kind": "attention", "n_heads": 2},
+                                "mixer": {"kind": "attention", "n_heads": 2},
                                 "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
     with pytest.raises(UserError, match=r"interleaved.*GPT-J always pairs adjacent channels"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
@@ -382,7 +382,7 @@ def test_falcon_import_refuses_what_transformers_does_otherwise(tmp_path, case, 
 
 FALCON_STYLE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
                 "block": {"layout": "prenorm", "norm": "layernorm",
-                          "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+                          "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
                           "ffn": {"kind": "mlp", "hidden": 48, "bias": False}}}
 
 

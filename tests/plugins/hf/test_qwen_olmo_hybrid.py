@@ -23,7 +23,7 @@ TOLERANCE = 1e-4
 
 def _delta_site(*, key_heads: int, value_heads: int, dk: int, dv: int) -> Site:
     mixer = SimpleNamespace(n_heads=value_heads, n_kv_heads=key_heads, key_head_dim=dk, head_dim=dv, state_slots=())
-    return Site(SimpleNamespace(blocks=[SimpleNamespace(attention=mixer)]), 0)
+    return Site(SimpleNamespace(blocks=[SimpleNamespace(mixer=mixer)]), 0)
 
 
 def test_in_proj_qkvz_and_ba_regroup_as_transformers_splits_them():
@@ -60,7 +60,7 @@ def test_in_proj_qkvz_and_ba_regroup_as_transformers_splits_them():
 def test_gated_q_proj_splits_query_and_gate_head_by_head(bias):
     heads, kv, hd = 3, 1, 4
     attention = SimpleNamespace(n_heads=heads, n_kv_heads=kv, head_dim=hd)
-    site = Site(SimpleNamespace(blocks=[SimpleNamespace(attention=attention)]), 0)
+    site = Site(SimpleNamespace(blocks=[SimpleNamespace(mixer=attention)]), 0)
     shape = () if bias else (2,)
     q_proj = torch.arange(2 * heads * hd, dtype=torch.float64).reshape(-1, *([1] * len(shape))).expand(-1, *shape)
     k_proj, v_proj = torch.full((kv * hd, *shape), -1.0), torch.full((kv * hd, *shape), -2.0)
@@ -87,14 +87,14 @@ def _read(config_class: str, **fields):
 
 def test_layer_types_become_one_compact_override():
     spec, reader = _read("Qwen3NextConfig", num_hidden_layers=12)
-    assert spec["block"]["attention"]["kind"] == "gated_deltanet"
+    assert spec["block"]["mixer"]["kind"] == "gated_deltanet"
     assert [o["select"] for o in spec["layers"]] == ["3::4"]
-    assert spec["layers"][0]["attention"]["kind"] == "attention" and reader.unread() == []
+    assert spec["layers"][0]["mixer"]["kind"] == "attention" and reader.unread() == []
     full, linear = "full_attention", "linear_attention"
     spec, _ = _read("Qwen3_5TextConfig", num_hidden_layers=5, layer_types=[full, linear, full, full, linear])
-    assert spec["block"]["attention"]["kind"] == "attention"  # the commoner type is the block's
-    assert spec["layers"] == [{"select": "1::3", "attention": spec["layers"][0]["attention"]}]
-    assert spec["layers"][0]["attention"]["kind"] == "gated_deltanet"
+    assert spec["block"]["mixer"]["kind"] == "attention"  # the commoner type is the block's
+    assert spec["layers"] == [{"select": "1::3", "mixer": spec["layers"][0]["mixer"]}]
+    assert spec["layers"][0]["mixer"]["kind"] == "gated_deltanet"
     spec, _ = _read("Qwen3_5TextConfig", num_hidden_layers=7, layer_types=[full, full, linear, full, linear, linear, linear])
     assert [o["select"] for o in spec["layers"]] == [[0, 1, 3]]  # no slice says it: the list
 
@@ -132,8 +132,8 @@ def test_a_transformers_4_config_reads_as_the_spec_in_specs():
 def test_olmo_hybrid_layers_carry_their_layouts_and_nope_reads_as_no_positions():
     spec, reader = _read("OlmoHybridConfig", num_hidden_layers=8, rope_parameters={"rope_type": "default", "rope_theta": None})
     assert spec["positional"] == {"kind": "none"}
-    assert spec["block"]["layout"] == "prenorm" and spec["block"]["attention"]["negative_eigenvalues"] is True
-    assert spec["layers"] == [{"select": "3::4", "attention": spec["layers"][0]["attention"], "layout": "postnorm_inside"}]
+    assert spec["block"]["layout"] == "prenorm" and spec["block"]["mixer"]["negative_eigenvalues"] is True
+    assert spec["layers"] == [{"select": "3::4", "mixer": spec["layers"][0]["mixer"], "layout": "postnorm_inside"}]
     assert reader.unread() == []
 
 
@@ -197,9 +197,9 @@ def _tiny_hybrid(**attention_changes) -> dict:
         "vocab_size": 128, "d_model": 64, "n_layers": 4, "context_length": 64, "tie_embeddings": False,
         "positional": {"kind": "rope", "theta": 10000.0, "fraction": 0.25},
         "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-6, "offset": 1.0},
-                  "attention": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 3},
+                  "mixer": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 3},
                   "ffn": {"kind": "swiglu", "hidden": 96}},
-        "layers": [{"select": "1::2", "attention": attention}]}}
+        "layers": [{"select": "1::2", "mixer": attention}]}}
 
 
 def test_a_hand_written_hybrid_spec_exports_and_runs_the_same_in_transformers(tmp_path):
@@ -233,7 +233,7 @@ def test_olmo_hybrid_needs_both_layer_types(tmp_path):
     del spec["model"]["layers"]
     spec["model"]["positional"] = "none"
     spec["model"]["block"]["norm"] = {"kind": "rmsnorm", "eps": 1e-6}
-    spec["model"]["block"]["attention"].update(norm_eps=1e-5, negative_eigenvalues=True)
+    spec["model"]["block"]["mixer"].update(norm_eps=1e-5, negative_eigenvalues=True)
     model = specformer.build(spec, seed=0)
     with pytest.raises(specformer.errors.UserError, match="needs at least one gated_deltanet layer and one attention layer"):
         specformer_hf.to_hf(model, tmp_path / "export", family="olmo_hybrid")

@@ -12,7 +12,7 @@ from specformer_hf.rules import Copy, Fused, HeadInterleavedQKV, PerExpert, Site
 
 
 def _site(**attention):
-    block = SimpleNamespace(attention=SimpleNamespace(**attention), ffn=SimpleNamespace(hidden=3, n_experts=2))
+    block = SimpleNamespace(mixer=SimpleNamespace(**attention), ffn=SimpleNamespace(hidden=3, n_experts=2))
     return Site(model=SimpleNamespace(blocks=[block]), layer=0)
 
 
@@ -74,5 +74,5 @@ def test_window_overrides_read_as_slices():
     assert selection([1, 2], 4) == "1:3"
     assert selection([0, 1, 3], 4) == [0, 1, 3]
     assert selection([2], 4) == 2
-    assert window_layers(8, [8, None, 8, None]) == [{"select": "1::2", "attention": {"window": None}}]
+    assert window_layers(8, [8, None, 8, None]) == [{"select": "1::2", "mixer": {"window": None}}]
     assert window_layers(None, [None, None]) == []

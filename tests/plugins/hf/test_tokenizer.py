@@ -201,7 +201,7 @@ def test_attach_tokenizer_without_an_end_token_asks_for_one(llama_dir, tmp_path,
 
 def test_a_checkpoint_with_the_byte_tokenizer_keeps_it_unless_forced(tmp_path, capsys):
     spec = tiny_spec(vocab_size=259, d_model=16, n_layers=1, context_length=16,
-                     block={"ffn": "swiglu", "attention": {"kind": "attention", "n_heads": 2}})
+                     block={"ffn": "swiglu", "mixer": {"kind": "attention", "n_heads": 2}})
     checkpoint = specformer.save(specformer.build(spec, seed=0), tmp_path / "c.safetensors",
                                  metadata={"tokenizer": json.dumps({"kind": "byte"})})
     _bpe("<|endoftext|>").save(str(tmp_path / "tokenizer.json"))

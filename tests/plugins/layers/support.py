@@ -17,7 +17,7 @@ N_HEADS = 4
 HEAD_DIM = D_MODEL // N_HEADS
 
 #: The kinds whose components make up a Decoder (the sampler kind belongs to generation).
-LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "attention", "layout", "router")
+LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "mixer", "layout", "router")
 
 
 def tiny_spec(**model_changes: Any) -> dict[str, Any]:
@@ -36,12 +36,12 @@ def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
     elif kind == "norm":
         model["block"]["norm"] = ref
         model["final_norm"] = ref
-    elif kind in ("ffn", "attention", "layout"):
+    elif kind in ("ffn", "mixer", "layout"):
         model["block"][kind] = ref
-        if kind == "attention" and ref.get("kind") == "none":
+        if kind == "mixer" and ref.get("kind") == "none":
             # Blocks without a mixer (Nemotron-H's MLP layers) beside one with attention, so the model still
             # reads other tokens and keeps a cache; nothing of the first reads positions.
-            model["layers"] = [{"select": 1, "attention": {"kind": "attention", "n_heads": N_HEADS}}]
+            model["layers"] = [{"select": 1, "mixer": {"kind": "attention", "n_heads": N_HEADS}}]
     elif kind == "router":
         model["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "router": ref}
     else:

@@ -60,14 +60,14 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
     ("router", "softmax_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.0, "n_group": 2, "topk_group": 1}],
     ("router", "sigmoid_topk"): [{}, {"normalize": False, "bias": True, "scaling_factor": 2.5, "n_group": 2, "topk_group": 1}],
-    ("attention", "attention"): [
+    ("mixer", "attention"): [
         {"n_heads": 4, "n_kv_heads": 2},
         {"n_heads": 4, "n_kv_heads": 1, "head_dim": 12, "window": 3, "qkv_bias": True, "out_bias": True},
         {"n_heads": 4, "qk_norm": "rmsnorm", "logit_softcap": 20.0, "scale": 0.3},
         {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm"}, "qk_norm_scope": "all", "backend": "eager"},
         {"n_heads": 4, "n_kv_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False}, "qk_norm_scope": "per_head_weights"},
     ],
-    ("attention", "mla"): [
+    ("mixer", "mla"): [
         {"n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 4, "v_head_dim": 6,
          "q_lora_rank": 10},
         {"n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM, "qk_nope_head_dim": 0, "v_head_dim": 16,
@@ -75,25 +75,25 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
     ("ffn", "parallel"): [{"ffns": [{"kind": "geglu", "hidden": 16},
                                     {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 8}]}],
-    ("attention", "compressed"): [
+    ("mixer", "compressed"): [
         {"n_heads": 4, "head_dim": HEAD_DIM, "q_lora_rank": 8, "rope_dim": HEAD_DIM, "window": 3, "compress_rate": 2,
          "overlap": True, "index_heads": 2, "index_head_dim": HEAD_DIM, "index_topk": 2, "out_groups": 2, "out_rank": 4},
         {"n_heads": 2, "head_dim": 12, "q_lora_rank": 6, "rope_dim": HEAD_DIM, "window": 4, "compress_rate": 3,
          "sinks": False, "norm": "layernorm"},
         {"n_heads": 4, "head_dim": HEAD_DIM, "q_lora_rank": 8, "rope_dim": HEAD_DIM, "window": 3},
     ],
-    ("attention", "gated_deltanet"): [
+    ("mixer", "gated_deltanet"): [
         {"n_heads": 4},
         {"n_heads": 4, "n_key_heads": 2, "key_head_dim": 6, "value_head_dim": 8, "conv_kernel": 3, "conv_bias": True,
          "negative_eigenvalues": True, "dt_init_range": [0.001, 0.1], "chunk": 4},
     ],
-    ("attention", "short_conv"): [{}, {"kernel": 4, "bias": True, "conv_bias": True}, {"kernel": 2}],
-    ("attention", "kda"): [
+    ("mixer", "short_conv"): [{}, {"kernel": 4, "bias": True, "conv_bias": True}, {"kernel": 2}],
+    ("mixer", "kda"): [
         {"n_heads": 4},
         {"n_heads": 2, "head_dim": 6, "value_head_dim": 8, "conv_kernel": 3, "conv_bias": True, "decay_rank": 3,
          "gate_rank": 5, "norm_eps": 1e-5, "chunk": 4},
     ],
-    ("attention", "parallel"): [
+    ("mixer", "parallel"): [
         {"mixers": [{"kind": "attention", "n_heads": 4, "n_kv_heads": 2}], "in_multipliers": [0.5],
          "out_multipliers": [1.5]},
         {"mixers": [{"kind": "mla", "n_heads": 2, "kv_lora_rank": 8, "qk_rope_head_dim": HEAD_DIM,
@@ -103,7 +103,7 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
                     {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 5}],
          "in_multipliers": [0.5, 1.5], "out_multipliers": [2.0, 0.75]},
     ],
-    ("attention", "mamba2"): [
+    ("mixer", "mamba2"): [
         {"n_heads": 4, "head_dim": 8, "state_size": 6, "chunk": 4},
         {"n_heads": 4, "head_dim": 6, "state_size": 5, "n_groups": 2, "conv_kernel": 3, "conv_bias": False, "bias": True,
          "dt_min": 0.01, "dt_max": 0.5, "norm_before_gate": True, "chunk": 3},
@@ -282,7 +282,7 @@ def _attention_by_positional() -> list[Any]:
     """Every attention variant with every positional scheme, and with a per-layer mix of schemes."""
     registry = specformer.get_registry()
     # A recurrent mixer reads no positions (uses_positions False): no scheme acts inside it, so it is not crossed with them.
-    attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "attention" and not c.marks
+    attentions = [(c.values[1], c.values[2]) for c in CASES if c.values[0] == "mixer" and not c.marks
                   and _reads_positions({"kind": c.values[1], **c.values[2]})]
     schemes: list[tuple[str, dict[str, Any]]] = [
         (name, {"kind": name, **VARIANTS.get(("positional", name), [{}])[0]}) for name in registry.names("positional")
@@ -305,14 +305,14 @@ def _attention_by_positional() -> list[Any]:
     mix = [{"select": 0, "positional": "none"}, {"select": 1, "positional": {"kind": "rope", "theta": 500.0}},
            {"select": 2, "positional": "alibi"}]
     def built(attention: dict[str, Any]) -> Any:
-        return registry.resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
+        return registry.resolve("mixer", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
                                                              context_length=CONTEXT)
 
     cases = []
     for i, (name, params) in enumerate(attentions):
         module = built({"kind": name, **params})
         if cache_slots_of(module) is None and state_slots_of(module) is None:
-            continue  # no mixer at all (attention: none): nothing reads positions or goes through a cache
+            continue  # no mixer at all (mixer: none): nothing reads positions or goes through a cache
         for label, scheme in schemes:
             marks = [pytest.mark.skip(reason=REFUSED[(name, label)])] if (name, label) in REFUSED else []
             cases.append(pytest.param({"kind": name, **params}, fitted(scheme, params), [], id=f"{name}-{i}-{label}",
@@ -336,7 +336,7 @@ REFUSED = {
 
 
 def _reads_positions(attention: dict[str, Any]) -> bool:
-    layer = specformer.get_registry().resolve("attention", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
+    layer = specformer.get_registry().resolve("mixer", attention).make(d_model=D_MODEL, layer_index=0, n_layers=2,
                                                                             context_length=CONTEXT)
     return uses_positions(layer)
 
@@ -344,7 +344,7 @@ def _reads_positions(attention: dict[str, Any]) -> bool:
 @pytest.mark.parametrize(("attention", "positional", "layers"), _attention_by_positional())
 def test_every_attention_and_positional_generate_with_the_cache_as_recompute(
         attention: dict[str, Any], positional: dict[str, Any], layers: list[dict[str, Any]]) -> None:
-    spec = spec_with("attention", attention)
+    spec = spec_with("mixer", attention)
     spec["model"]["positional"] = positional
     if layers:
         spec["model"]["n_layers"] = 4

@@ -37,16 +37,16 @@ def _config(cls_name: str, **kw: Any) -> Callable[[], Any]:
 def _llama_layers(sd: dict[str, torch.Tensor], i: int, norms: dict[str, str]) -> dict[str, torch.Tensor]:
     """One transformers Llama-family layer's tensors under our names."""
     p, q = f"model.layers.{i}.", f"blocks.{i}."
-    out = {q + "attention.out.weight": sd[p + "self_attn.o_proj.weight"]}
+    out = {q + "mixer.out.weight": sd[p + "self_attn.o_proj.weight"]}
     if p + "self_attn.qkv_proj.weight" in sd:  # Phi-3 fuses q, k and v in our order already
-        out[q + "attention.qkv.weight"] = sd[p + "self_attn.qkv_proj.weight"]
+        out[q + "mixer.qkv.weight"] = sd[p + "self_attn.qkv_proj.weight"]
     else:
-        out[q + "attention.qkv.weight"] = torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+        out[q + "mixer.qkv.weight"] = torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
     if p + "self_attn.q_proj.bias" in sd:
-        out[q + "attention.qkv.bias"] = torch.cat([sd[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
+        out[q + "mixer.qkv.bias"] = torch.cat([sd[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
     for n in ("q_norm", "k_norm"):
         if p + f"self_attn.{n}.weight" in sd:
-            out[q + f"attention.{n}.weight"] = sd[p + f"self_attn.{n}.weight"]
+            out[q + f"mixer.{n}.weight"] = sd[p + f"self_attn.{n}.weight"]
     for theirs, ours in norms.items():
         out[q + ours + ".weight"] = sd[p + theirs + ".weight"]
     if p + "mlp.gate.weight" in sd:  # a sparse MoE block
@@ -89,9 +89,9 @@ def gpt_neox(sd: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tens
         w = sd[p + "attention.query_key_value.weight"]
         b = sd[p + "attention.query_key_value.bias"]
         heads = 4
-        out[q + "attention.qkv.weight"] = w.view(heads, 3, -1, w.shape[-1]).transpose(0, 1).reshape(w.shape)
-        out[q + "attention.qkv.bias"] = b.view(heads, 3, -1).transpose(0, 1).reshape(b.shape)
-        for theirs, ours in (("attention.dense", "attention.out"), ("mlp.dense_h_to_4h", "ffn.fc_in"),
+        out[q + "mixer.qkv.weight"] = w.view(heads, 3, -1, w.shape[-1]).transpose(0, 1).reshape(w.shape)
+        out[q + "mixer.qkv.bias"] = b.view(heads, 3, -1).transpose(0, 1).reshape(b.shape)
+        for theirs, ours in (("attention.dense", "mixer.out"), ("mlp.dense_h_to_4h", "ffn.fc_in"),
                              ("mlp.dense_4h_to_h", "ffn.fc_out"), ("input_layernorm", "attention_norm"),
                              ("post_attention_layernorm", "ffn_norm")):
             out[q + ours + ".weight"] = sd[p + theirs + ".weight"]
@@ -104,7 +104,7 @@ def gpt2(sd: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
            "final_norm.weight": sd["transformer.ln_f.weight"], "final_norm.bias": sd["transformer.ln_f.bias"]}
     for i in range(n_layers):
         p, q = f"transformer.h.{i}.", f"blocks.{i}."
-        for theirs, ours, conv1d in (("attn.c_attn", "attention.qkv", True), ("attn.c_proj", "attention.out", True),
+        for theirs, ours, conv1d in (("attn.c_attn", "mixer.qkv", True), ("attn.c_proj", "mixer.out", True),
                                      ("mlp.c_fc", "ffn.fc_in", True), ("mlp.c_proj", "ffn.fc_out", True),
                                      ("ln_1", "attention_norm", False), ("ln_2", "ffn_norm", False)):
             weight = sd[p + theirs + ".weight"]
@@ -156,7 +156,7 @@ def our_spec(name: str, changes: dict[str, Any]) -> dict[str, Any]:
     data = shrink(yaml.safe_load((SPECS / name).read_text()))
     data["model"]["n_layers"] = TOY["num_hidden_layers"]
     if "attn_softcap" in changes:
-        data["model"]["block"]["attention"]["logit_softcap"] = changes["attn_softcap"]
+        data["model"]["block"]["mixer"]["logit_softcap"] = changes["attn_softcap"]
     if "final_softcap" in changes:
         data["model"]["logit_softcap"] = changes["final_softcap"]
     return data

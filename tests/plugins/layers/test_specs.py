@@ -316,7 +316,7 @@ def shrink(data: Any) -> Any:
     data = walk(data)
     data["model"].update(SHRINK)
     layers = data["model"].get("layers") or []
-    names_layers = any(isinstance(layer.get("select"), list) or "kv_from" in (layer.get("attention") or {})
+    names_layers = any(isinstance(layer.get("select"), list) or "kv_from" in (layer.get("mixer") or {})
                        for layer in layers)
     if layers and not names_layers:
         data["model"]["n_layers"] = 6  # layer overrides such as "3::4" (SmolLM3) or "5::6" (Gemma 3) still select one

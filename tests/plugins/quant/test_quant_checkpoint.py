@@ -144,7 +144,7 @@ def test_bad_methods_write_nothing(capsys, float_checkpoint, tmp_path) -> None:
     narrow = tmp_path / "narrow.safetensors"  # d_model 48: int4's group of 32 does not divide it
     data = moe_spec()
     data["model"].update(d_model=48)
-    data["model"]["block"]["attention"].update(n_heads=4, n_kv_heads=2)
+    data["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=2)
     specformer.save(specformer.build(data, seed=0), narrow)
     for command in (("quantize", narrow, "--method", "int4", "-o", out), ("generate", narrow, "--quantize", "int4",
                                                                         "--prompt", "a")):
@@ -207,7 +207,7 @@ def test_the_lm_head_can_have_its_own_scheme(capsys, tmp_path, tied) -> None:
     assert recipe["scheme"] == {"kind": "int4"} and recipe["lm_head_scheme"] == {"kind": "int8"}
     loaded = specformer.load(out).eval()
     assert isinstance(loaded.lm_head.qweight, Int8Weight)
-    assert isinstance(loaded.blocks[0].attention.qkv.qweight, Int4Weight)
+    assert isinstance(loaded.blocks[0].mixer.qkv.qweight, Int4Weight)
     expected = specformer.load(source).eval()
     quantize(expected, "int4", quantize_lm_head=True, lm_head_scheme="int8")
     ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))

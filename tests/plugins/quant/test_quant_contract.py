@@ -32,7 +32,7 @@ def spec(**block) -> dict:
 
 #: Components whose params differ from the default attention's or ffn's (the rest keep those sizes).
 OWN_PARAMS = {
-    ("attention", "mla"): {"n_heads": 4, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    ("mixer", "mla"): {"n_heads": 4, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
                            "v_head_dim": 16, "q_lora_rank": 32},
 }
 
@@ -46,7 +46,7 @@ def build_or_skip(data: dict):
 
 def cases() -> list:
     registry = get_registry()
-    out = [("attention", name) for name in registry.names("attention")]
+    out = [("mixer", name) for name in registry.names("mixer")]
     out += [("ffn", name) for name in registry.names("ffn")]
     return out
 
@@ -84,7 +84,7 @@ def test_moe_experts_are_quantized_and_shrink() -> None:
     assert any(s.endswith("experts_in") for s in recipe["stacks"]) and any(s.endswith("experts_out") for s in recipe["stacks"])
     assert isinstance(model.blocks[0].ffn.experts_in, QuantizedWeight)
     assert weight_bytes(model) < 0.55 * before  # embeddings and head stay float32
-    assert isinstance(model.blocks[0].attention.qkv, QuantizedLinear)
+    assert isinstance(model.blocks[0].mixer.qkv, QuantizedLinear)
 
 
 def test_int4_dequantizes_to_the_formula() -> None:

@@ -24,7 +24,7 @@ from fixtures.one_line_errors import assert_each_refuses_in_one_line
 from fixtures.tiny import tiny_spec
 
 TINY = tiny_spec(vocab_size=259, d_model=64, n_layers=1,
-                 block={"attention": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}})
+                 block={"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}})
 
 
 @pytest.fixture(scope="module")

@@ -205,14 +205,14 @@ def test_a_model_error_ends_its_requests_and_the_engine_goes_on(model) -> None:
 #: mixes, and latent attention (which caches a compressed latent and a rotary key, not keys and values), with and
 #: without an indexer.
 ARCHITECTURES = {
-    "window": {"block": {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 5}}},
+    "window": {"block": {"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 5}}},
     "mqa-alibi": {"positional": {"kind": "alibi"},
-                  "block": {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1}}},
-    "per-layer-window": {"layers": [{"select": 0, "attention": {"window": 4}}]},
-    "mla": {"block": {"attention": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8,
+                  "block": {"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1}}},
+    "per-layer-window": {"layers": [{"select": 0, "mixer": {"window": 4}}]},
+    "mla": {"block": {"mixer": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8,
                                     "qk_nope_head_dim": 4, "v_head_dim": 6, "q_lora_rank": 10}}},
     # DeepSeek Sparse Attention: the indexer's keys ride in the pages beside the rotary key; 3 keys per query.
-    "mla-indexer": {"block": {"attention": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8,
+    "mla-indexer": {"block": {"mixer": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 8,
                                             "qk_nope_head_dim": 4, "v_head_dim": 6, "q_lora_rank": 10,
                                             "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 10}}}},
 }

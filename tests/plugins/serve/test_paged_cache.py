@@ -102,7 +102,7 @@ def test_a_model_decoding_through_the_paged_cache_gives_the_logits_of_a_full_for
 
 def test_a_sliding_window_model_reads_only_its_window_through_the_cache() -> None:
     spec = tiny_spec()
-    spec["model"]["block"]["attention"]["window"] = 3
+    spec["model"]["block"]["mixer"]["window"] = 3
     model = specformer.build(spec, seed=2).eval()
     cache = PagedKVCache.for_model(model, num_blocks=8, block_size=2)
     sequence = [7, 3, 9, 1, 4, 6, 2]

@@ -13,7 +13,7 @@ from .test_engine import assert_greedy_batched_equals_alone
 def test_the_serve_engine_batches_parallel_blocks_as_it_runs_each_request_alone() -> None:
     """Keys in paged blocks and the decaying sum's state in a slot, for the same layers; batched == alone."""
     spec = tiny_spec(vocab_size=61)
-    spec["model"]["block"]["attention"] = {"kind": "parallel", "mixers": [{"kind": "decaying_sum", "width": 6},
+    spec["model"]["block"]["mixer"] = {"kind": "parallel", "mixers": [{"kind": "decaying_sum", "width": 6},
                                                                           {"kind": "attention", "n_heads": 4}],
                                            "in_multipliers": [1.5, 1.0], "out_multipliers": [0.5, 2.0]}
     model = specformer.build(spec, registry=registry_with_decaying_sum(), seed=5).eval()

@@ -23,7 +23,7 @@ WORDS = (
 
 #: Byte-token vocabulary, 2 heads without grouping, a wider ffn: the model these tests were tuned on.
 TINY_MODEL: dict[str, Any] = shared_tiny_spec(
-    vocab_size=259, block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}},
+    vocab_size=259, block={"mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}},
 )["model"]
 
 TINY_TRAIN: dict[str, Any] = {

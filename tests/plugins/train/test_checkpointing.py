@@ -38,7 +38,7 @@ from fixtures.tiny import tiny_spec
 
 MODEL: dict[str, Any] = tiny_spec(
     vocab_size=259, d_model=16, n_layers=1, context_length=8,
-    block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
+    block={"mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
 )["model"]
 
 

@@ -178,7 +178,7 @@ def test_sgd_refuses_nesterov_without_momentum() -> None:
 def untied_model() -> nn.Module:
     spec = tiny_spec()
     spec["model"]["tie_embeddings"] = False
-    spec["model"]["block"]["attention"]["qkv_bias"] = True
+    spec["model"]["block"]["mixer"]["qkv_bias"] = True
     return specformer.build(spec, seed=0)
 
 
@@ -186,8 +186,8 @@ def test_roles_by_shape_and_name() -> None:
     model = untied_model()
     roles = {n: role_of(n, p) for n, p in model.named_parameters()}
     assert roles["embedding.weight"] == "embedding" and roles["lm_head.weight"] == "head"
-    assert roles["blocks.0.attention.qkv.weight"] == "matrix" and roles["blocks.1.ffn.down.weight"] == "matrix"
-    assert roles["blocks.0.attention.qkv.bias"] == "vector" and roles["final_norm.weight"] == "vector"
+    assert roles["blocks.0.mixer.qkv.weight"] == "matrix" and roles["blocks.1.ffn.down.weight"] == "matrix"
+    assert roles["blocks.0.mixer.qkv.bias"] == "vector" and roles["final_norm.weight"] == "vector"
 
 
 def test_rules_set_lr_and_decay_by_role_and_by_glob_first_match_wins() -> None:
@@ -204,10 +204,10 @@ def test_rules_set_lr_and_decay_by_role_and_by_glob_first_match_wins() -> None:
         for p in group["params"]:
             setting[names[id(p)]] = (group["peak_lr"], group["min_lr"], group["weight_decay"])
     assert setting["lm_head.weight"] == setting["embedding.weight"] == (4e-3, pytest.approx(4e-4), 0.0)
-    assert setting["blocks.0.attention.qkv.weight"] == (1e-3, 0.0, 0.3)
-    assert setting["blocks.0.attention.qkv.bias"] == (1e-3, 1e-4, 0.0)
-    assert setting["blocks.1.attention.qkv.weight"] == (5e-4, pytest.approx(5e-5), 0.1)
-    assert setting["blocks.1.attention.qkv.bias"] == (5e-4, pytest.approx(5e-5), 0.0)
+    assert setting["blocks.0.mixer.qkv.weight"] == (1e-3, 0.0, 0.3)
+    assert setting["blocks.0.mixer.qkv.bias"] == (1e-3, 1e-4, 0.0)
+    assert setting["blocks.1.mixer.qkv.weight"] == (5e-4, pytest.approx(5e-5), 0.1)
+    assert setting["blocks.1.mixer.qkv.bias"] == (5e-4, pytest.approx(5e-5), 0.0)
     assert len(setting) == len(list(model.parameters()))
 
 

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow,
                                  reason="torch.distributed with the gloo backend is not available")]
 
 #: Grouped-query attention: the fused qkv projection's rows are rank-major when split by tensor parallelism.
-MODEL = {**TINY_MODEL, "block": {**TINY_MODEL["block"], "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+MODEL = {**TINY_MODEL, "block": {**TINY_MODEL["block"], "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
                                  "ffn": {"kind": "swiglu", "hidden": 64}}}
 
 

@@ -201,7 +201,7 @@ def test_compiled_training_matches_eager(tmp_path: Path, corpus_dir: Path) -> No
 T = 8  # sequence length
 MODEL: dict[str, Any] = tiny.tiny_spec(
     vocab_size=259, d_model=16, n_layers=1, context_length=T,
-    block={"attention": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
+    block={"mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 32}},
 )["model"]
 BASE: dict[str, Any] = {
     "steps": 4, "batch_size": 2, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 1, "schedule": "linear",

@@ -20,7 +20,7 @@ from ..support import VOCAB, tiny_spec
 
 def largest_allocation(T: int, backend: str, *, window: int | None, documents: bool) -> int:
     spec = tiny_spec(context_length=T)
-    spec["model"]["block"]["attention"].update(backend=backend, **({"window": window} if window else {}))
+    spec["model"]["block"]["mixer"].update(backend=backend, **({"window": window} if window else {}))
     model = build(spec, seed=0).eval()
     ids = torch.randint(0, VOCAB, (1, T))
     document_ids = (torch.arange(T) // 1000)[None] if documents else None  # documents of 1000 tokens

@@ -306,7 +306,7 @@ def test_specformer_summary_prints_each_layers_kernel() -> None:
 
     from ..support import tiny_spec
 
-    spec = tiny_spec(n_layers=3, layers=[{"select": "0::2", "attention": {"window": 8}}])
+    spec = tiny_spec(n_layers=3, layers=[{"select": "0::2", "mixer": {"window": 8}}])
     text = format_summary(summarize(spec))
     assert "attention kernel               flex; tiled sdpa dense mask for CPU training  (2 layers)" in text
     assert "attention kernel               sdpa (fused causal); flex for padded, packed or cached input  (1 layer)" in text
@@ -321,10 +321,10 @@ def mixed_model(backend: str, positional: dict):
     from ..support import tiny_spec
 
     spec = tiny_spec(n_layers=4, context_length=64, positional=positional, layers=[
-        {"select": "0::2", "attention": {"window": 3, "logit_softcap": 20.0}},
-        {"select": "1", "attention": {"chunk": 4, "sinks": True}},
+        {"select": "0::2", "mixer": {"window": 3, "logit_softcap": 20.0}},
+        {"select": "1", "mixer": {"chunk": 4, "sinks": True}},
     ])
-    spec["model"]["block"]["attention"]["backend"] = backend
+    spec["model"]["block"]["mixer"]["backend"] = backend
     return build(spec, seed=0)
 
 

@@ -108,9 +108,9 @@ def test_padding_and_arbitrary_positions(backend: str) -> None:
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
 def test_qk_norm_scopes(scope: str, norm: str) -> None:
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
                                            "qk_norm": norm, "qk_norm_scope": scope}
-    attention = specformer.build(spec, seed=0).blocks[0].attention.double()
+    attention = specformer.build(spec, seed=0).blocks[0].mixer.double()
     width_q, width_k = (8, 8) if scope == "head" else (32, 16)
     assert attention.q_norm.dim == width_q and attention.k_norm.dim == width_k
     assert isinstance(attention.q_norm, RMSNorm if norm == "rmsnorm" else LayerNorm)
@@ -137,10 +137,10 @@ def test_qk_norm_scopes_differ() -> None:
 def test_per_head_weights_qk_norm_matches_its_formula(norm: str) -> None:
     """StableLM 2's q/k LayerNorm: each head's channels normalised, then scaled by that head's own weights."""
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
                                            "qk_norm": {"kind": norm, "eps": 1e-5, **({"bias": False} if norm == "layernorm" else {})},
                                            "qk_norm_scope": "per_head_weights"}
-    attention = specformer.build(spec, seed=0).blocks[0].attention.double()
+    attention = specformer.build(spec, seed=0).blocks[0].mixer.double()
     names = sorted(n for n, _ in attention.named_parameters() if "norm" in n)
     assert names == [f"k_norm.{h}.weight" for h in range(2)] + [f"q_norm.{h}.weight" for h in range(4)]
     for p in attention.parameters():
@@ -225,7 +225,7 @@ def test_sdpa_and_eager_agree_for_every_option_combination(positional: str, mode
 @pytest.mark.parametrize("window", [None, 3])
 def test_cache_matches_one_forward(window: int | None) -> None:
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 1, "window": window}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 1, "window": window}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
     x = torch.randint(0, 61, (2, 12))
     cache = ListCache()
@@ -268,6 +268,6 @@ def test_bad_sizes() -> None:
     with pytest.raises(ValueError, match=r"n_heads \(5\) must divide d_model \(24\)"):
         CausalSelfAttention(CausalSelfAttentionParams(n_heads=5), d_model=D)
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "qk_norm_scope": "layer"}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "qk_norm_scope": "layer"}
     with pytest.raises(specformer.SpecError, match="qk_norm_scope"):
         specformer.load_spec(spec)

@@ -215,7 +215,7 @@ COMPRESSED = {"kind": "compressed", "n_heads": 4, "head_dim": 16, "q_lora_rank":
 def compressed_model(seed: int = 0, **changes: Any) -> Any:
     from fixtures.tiny import tiny_spec
 
-    spec = tiny_spec(vocab_size=61, block={"attention": {**COMPRESSED, **changes}},
+    spec = tiny_spec(vocab_size=61, block={"mixer": {**COMPRESSED, **changes}},
                      positional={"kind": "rope", "interleaved": True, "theta": 160000.0})
     return specformer.build(spec, seed=seed).double().eval()
 
@@ -268,7 +268,7 @@ def test_summary_counts_the_window_per_token_and_the_entries_per_sequence() -> N
     from specformer.model.summary import summarize
     from fixtures.tiny import tiny_spec
 
-    spec = tiny_spec(block={"attention": COMPRESSED}, positional={"kind": "rope", "interleaved": True})
+    spec = tiny_spec(block={"mixer": COMPRESSED}, positional={"kind": "rope", "interleaved": True})
     s = summarize(spec)  # two layers, context 32, window 3, compress_rate 3
     assert s.kv_elements_per_token == 2 * 16
     assert s.kv_elements_at_context == 2 * 16 * 3  # the window's ring
@@ -290,8 +290,8 @@ def test_a_wrong_spec_is_refused_at_its_path(changes: dict[str, Any], message: s
     base = {k: v for k, v in COMPRESSED.items() if k not in ("compress_rate", "overlap", "index_heads", "index_head_dim",
                                                            "index_topk", "out_groups", "out_rank")}
     with pytest.raises(SpecError) as info:
-        specformer.build(tiny_spec(block={"attention": {**base, **changes}}))
-    assert "model.block.attention" in str(info.value) and message in str(info.value)
+        specformer.build(tiny_spec(block={"mixer": {**base, **changes}}))
+    assert "model.block.mixer" in str(info.value) and message in str(info.value)
 
 
 @pytest.mark.parametrize("positional,message", [
@@ -301,7 +301,7 @@ def test_a_wrong_spec_is_refused_at_its_path(changes: dict[str, Any], message: s
 def test_a_positional_scheme_it_cannot_turn_with_is_refused(positional: dict[str, Any], message: str) -> None:
     from fixtures.tiny import tiny_spec
 
-    model = specformer.build(tiny_spec(block={"attention": {**COMPRESSED, "n_heads": 4}}, positional=positional))
+    model = specformer.build(tiny_spec(block={"mixer": {**COMPRESSED, "n_heads": 4}}, positional=positional))
     with pytest.raises(ValueError, match=message):
         model(torch.zeros((1, 4), dtype=torch.long))
 
@@ -345,7 +345,7 @@ def test_a_cache_keeps_the_entries_its_length_needs_and_says_when_they_run_out()
     from specformer_generate import StaticKVCache
 
     model = compressed_model()  # context 32, compress_rate 3: 10 entries at most
-    slots = model.blocks[0].attention.state_slots
+    slots = model.blocks[0].mixer.state_slots
     assert slots.shapes_for(None)["entries"] == (10, 16) and slots.shapes_for(14)["entries"] == (5, 16)
     assert slots.shapes_for(14)["index_entries"] == (5, 8) and slots.shapes_for(14)["tail"] == slots.shapes["tail"]
     cache = StaticKVCache.for_model(model, batch_size=1, capacity=5)  # two entries; the window is a ring

@@ -114,7 +114,7 @@ def reference_indexed_mla(attn: Any, x: torch.Tensor, weights: list[torch.Tensor
 def _attention_and_input(spec: dict[str, Any], T: int) -> tuple[Any, Any, torch.Tensor]:
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
     x = torch.randn(2, T, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    return model, model.blocks[0].attention, x
+    return model, model.blocks[0].mixer, x
 
 
 @pytest.mark.parametrize("T", [13, 4])
@@ -217,10 +217,10 @@ def test_the_cache_keeps_the_indexer_keys_beside_the_latent_and_the_rotary_key()
 
 
 @pytest.mark.parametrize(("change", "where", "says"), [
-    ({"indexer": {**INDEXER, "topk": 0}}, "model.block.attention.indexer.topk", "greater than 0"),
-    ({"indexer": {**INDEXER, "head_dim": 2}}, "model.block.attention",
+    ({"indexer": {**INDEXER, "topk": 0}}, "model.block.mixer.indexer.topk", "greater than 0"),
+    ({"indexer": {**INDEXER, "head_dim": 2}}, "model.block.mixer",
      "the indexer's head_dim (2) must hold the attention's 4 rotary channels"),
-    ({"indexer": "rmsnorm"}, "model.block.attention.indexer.kind", "is a norm, not an indexer"),
+    ({"indexer": "rmsnorm"}, "model.block.mixer.indexer.kind", "is a norm, not an indexer"),
 ])
 def test_bad_params_are_one_clear_line(change: dict[str, Any], where: str, says: str) -> None:
     spec = mla_spec({"indexer": INDEXER, **change})

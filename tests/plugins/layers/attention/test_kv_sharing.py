@@ -27,8 +27,8 @@ WINDOW = 5
 def shared_spec(*, window: int | None = None, **attention: Any) -> dict[str, Any]:
     """Four layers; layers 2 and 3 read layer 1's keys and values (as Gemma 4's last layers read the last own ones)."""
     base = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": window, **attention}
-    return tiny_spec(n_layers=4, block={"attention": base},
-                     layers=[{"select": "2:", "attention": {"kv_from": 1}}])
+    return tiny_spec(n_layers=4, block={"mixer": base},
+                     layers=[{"select": "2:", "mixer": {"kv_from": 1}}])
 
 
 def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -43,7 +43,7 @@ def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
 def _inputs_of(model: Any, ids: torch.Tensor) -> list[torch.Tensor]:
     """The input of every layer's attention in a forward of ``ids``."""
     seen: list[torch.Tensor] = []
-    hooks = [block.attention.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    hooks = [block.mixer.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
              for block in model.blocks]
     model(ids)
     for hook in hooks:
@@ -59,7 +59,7 @@ def test_a_sharing_layer_attends_to_the_source_layers_keys_and_values() -> None:
     model = specformer.build(spec, seed=0).double().eval()
     ids = torch.randint(0, model.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
     x = _inputs_of(model, ids)
-    source, reader = model.blocks[1].attention, model.blocks[3].attention
+    source, reader = model.blocks[1].mixer, model.blocks[3].mixer
     B, T, H, KV, hd = 2, 7, 4, 2, 8
     _q, k1, v1 = source.qkv(x[1]).split((H * hd, KV * hd, KV * hd), -1)
     q3 = reader.qkv(x[3])  # queries only: the reader has no key or value rows
@@ -78,11 +78,11 @@ def test_a_sharing_layer_attends_to_the_source_layers_keys_and_values() -> None:
 def test_keys_as_values_and_the_value_norm_follow_their_formula() -> None:
     """k_eq_v: v = k_proj(x) before the key's norm and rotation; v_norm: v / sqrt(mean(v^2) + eps) per head."""
     spec = tiny_spec(n_layers=1, positional={"kind": "none"},
-                     block={"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "k_eq_v": True,
+                     block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "k_eq_v": True,
                                           "qk_norm": "rmsnorm", "v_norm": {"kind": "rmsnorm", "weight": False,
                                                                            "eps": 1e-6}}})
     model = specformer.build(spec, seed=1).double().eval()
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     torch.nn.init.normal_(attention.k_norm.weight)  # a key norm that changes the keys, so v != k shows
     ids = torch.randint(0, model.vocab_size, (2, 6), generator=torch.Generator().manual_seed(1))
     x = _inputs_of(model, ids)[0]
@@ -143,39 +143,39 @@ def _problem(spec: dict[str, Any], **registry: Any) -> tuple[str, str]:
 
 
 def test_a_layer_cannot_share_the_kv_of_itself_or_a_later_layer() -> None:
-    spec = tiny_spec(n_layers=4, layers=[{"select": 2, "attention": {"kv_from": 2}}])
+    spec = tiny_spec(n_layers=4, layers=[{"select": 2, "mixer": {"kv_from": 2}}])
     path, message = _problem(spec)
-    assert path == "model.layers[0].attention" and "kv_from (2) must name an earlier layer than this one (2)" in message
-    spec["model"]["layers"][0]["attention"]["kv_from"] = 3
+    assert path == "model.layers[0].mixer" and "kv_from (2) must name an earlier layer than this one (2)" in message
+    spec["model"]["layers"][0]["mixer"]["kv_from"] = 3
     assert "kv_from (3) must name an earlier layer" in _problem(spec)[1]
 
 
 def test_the_source_must_have_the_same_head_layout() -> None:
-    spec = tiny_spec(n_layers=3, layers=[{"select": 0, "attention": {"n_kv_heads": 4}},
-                                         {"select": 2, "attention": {"kv_from": 0}}])
+    spec = tiny_spec(n_layers=3, layers=[{"select": 0, "mixer": {"n_kv_heads": 4}},
+                                         {"select": 2, "mixer": {"kv_from": 0}}])
     path, message = _problem(spec)
-    assert path == "model.layers[1].attention.kv_from"
+    assert path == "model.layers[1].mixer.kv_from"
     assert "layer 0 keeps keys of 4 heads x 8" in message and "reads 2 heads x 8" in message and "n_kv_heads" in message
 
 
 def test_the_source_must_keep_keys_and_values_of_its_own() -> None:
-    recurrent = tiny_spec(n_layers=3, layers=[{"select": 0, "attention": {"kind": "gated_deltanet", "n_heads": 4}},
-                                              {"select": 2, "attention": {"kv_from": 0}}])
+    recurrent = tiny_spec(n_layers=3, layers=[{"select": 0, "mixer": {"kind": "gated_deltanet", "n_heads": 4}},
+                                              {"select": 2, "mixer": {"kv_from": 0}}])
     path, message = _problem(recurrent)
-    assert path == "model.layers[1].attention.kv_from"
+    assert path == "model.layers[1].mixer.kv_from"
     assert message.startswith("layer 0 (GatedDeltaNet) keeps no keys and values to share")
-    chained = tiny_spec(n_layers=3, layers=[{"select": 1, "attention": {"kv_from": 0}},
-                                            {"select": 2, "attention": {"kv_from": 1}}])
+    chained = tiny_spec(n_layers=3, layers=[{"select": 1, "mixer": {"kv_from": 0}},
+                                            {"select": 2, "mixer": {"kv_from": 1}}])
     assert "layer 1 itself reads layer 0's keys and values; name that layer (0)" in _problem(chained)[1]
 
 
 def test_the_source_must_see_as_far_back_as_the_reader() -> None:
-    spec = tiny_spec(n_layers=3, layers=[{"select": 0, "attention": {"window": 4}},
-                                         {"select": 2, "attention": {"kv_from": 0}}])
+    spec = tiny_spec(n_layers=3, layers=[{"select": 0, "mixer": {"window": 4}},
+                                         {"select": 2, "mixer": {"kv_from": 0}}])
     assert "layer 0 keeps only its last 4 tokens (its window), this layer reads every earlier token" in _problem(spec)[1]
 
 
 def test_a_sharing_layer_takes_no_key_or_value_settings() -> None:
-    spec = tiny_spec(n_layers=3, layers=[{"select": 2, "attention": {"kv_from": 0, "k_eq_v": True}}])
+    spec = tiny_spec(n_layers=3, layers=[{"select": 2, "mixer": {"kv_from": 0, "k_eq_v": True}}])
     path, message = _problem(spec)
-    assert path == "model.layers[0].attention" and "projects no keys or values, so k_eq_v and v_norm do not apply" in message
+    assert path == "model.layers[0].mixer" and "projects no keys or values, so k_eq_v and v_norm do not apply" in message

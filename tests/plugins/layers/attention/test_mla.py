@@ -35,7 +35,7 @@ def mla_spec(attention: dict[str, Any] | None = None, positional: dict[str, Any]
         "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers, "context_length": 64, "tie_embeddings": False,
         "init_std": 0.2,
         "positional": positional or {"kind": "rope", "interleaved": True},
-        "block": {"norm": {"kind": "rmsnorm", "eps": 1e-6}, "attention": {**MLA, **(attention or {})},
+        "block": {"norm": {"kind": "rmsnorm", "eps": 1e-6}, "mixer": {**MLA, **(attention or {})},
                   "ffn": {"kind": "swiglu", "hidden": 48}},
     }}
 
@@ -74,7 +74,7 @@ def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.T
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_matches_the_formula(backend: str) -> None:
     model = specformer.build(mla_spec({"backend": backend}), seed=0, dtype=torch.float64).eval()
-    attn = model.blocks[0].attention
+    attn = model.blocks[0].mixer
     x = torch.randn(2, 9, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     ctx = model._context(torch.arange(9).expand(2, 9), cache=None, plain_causal=backend == "sdpa")
     # RoPE angles are float32 by design (specformer_layers.positional.fp32), hence not 1e-12.
@@ -83,7 +83,7 @@ def test_matches_the_formula(backend: str) -> None:
 
 def test_without_query_compression_has_a_full_query_projection() -> None:
     model = specformer.build(mla_spec({"q_lora_rank": None}), seed=0)
-    attn = model.blocks[0].attention
+    attn = model.blocks[0].mixer
     assert attn.q_proj.weight.shape == (4 * (6 + 4), 32)
     assert not hasattr(attn, "q_a")
 
@@ -113,9 +113,9 @@ def test_generation_with_the_cache_equals_recompute() -> None:
 
 
 @pytest.mark.parametrize(("change", "where", "says"), [
-    ({"qk_rope_head_dim": 5}, "model.block.attention", "qk_rope_head_dim (5) must be even"),
-    ({"kv_lora_rank": 0}, "model.block.attention.kv_lora_rank", "greater than 0"),
-    ({"latent_norm": "rope"}, "model.block.attention.latent_norm.kind", "is a positional, not a norm"),
+    ({"qk_rope_head_dim": 5}, "model.block.mixer", "qk_rope_head_dim (5) must be even"),
+    ({"kv_lora_rank": 0}, "model.block.mixer.kv_lora_rank", "greater than 0"),
+    ({"latent_norm": "rope"}, "model.block.mixer.latent_norm.kind", "is a positional, not a norm"),
 ])
 def test_bad_params_are_one_clear_line(change: dict[str, Any], where: str, says: str) -> None:
     with pytest.raises(SpecError) as info:
@@ -132,7 +132,7 @@ def hf_deepseek_from(model: Any, rope_parameters: dict[str, Any]) -> Any:
     """``DeepseekV3ForCausalLM`` (every layer dense) holding ``model``'s weights."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    attn = model.blocks[0].attention
+    attn = model.blocks[0].mixer
     config = DeepseekV3Config(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=len(model.blocks),
         num_attention_heads=attn.n_heads, num_key_value_heads=attn.n_heads, q_lora_rank=attn.q_lora_rank,
@@ -145,7 +145,7 @@ def hf_deepseek_from(model: Any, rope_parameters: dict[str, Any]) -> Any:
     with torch.no_grad():
         hf.model.embed_tokens.weight.copy_(model.embedding.weight)
         for ours, theirs in zip(model.blocks, hf.model.layers):
-            a, t = ours.attention, theirs.self_attn
+            a, t = ours.mixer, theirs.self_attn
             query = ((("q_proj", "q_proj"),) if a.q_lora_rank is None  # DeepSeek-V2-Lite: one full projection
                      else (("q_a", "q_a_proj"), ("q_norm", "q_a_layernorm"), ("q_b", "q_b_proj")))
             for mine, hf_name in (*query, ("kv_a", "kv_a_proj_with_mqa"), ("kv_norm", "kv_a_layernorm"),

@@ -51,13 +51,13 @@ def test_init_weights_covers_the_gate() -> None:
 def qwen_next_like_spec() -> dict:
     """Qwen3-Next's full-attention layer in small: gate, (1 + w) q/k RMSNorm per head, a quarter of channels rotating."""
     return tiny_spec(positional={"kind": "rope", "fraction": 0.25},
-                     block={"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
+                     block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
                                           "output_gate": True, "qk_norm": {"kind": "rmsnorm", "offset": 1.0}}})
 
 
 def test_partial_rotary_with_gate_and_offset_norm() -> None:
     model = specformer.build(qwen_next_like_spec(), seed=0, dtype=torch.float64).eval()
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     assert attention.gate is not None and attention.q_norm.offset == 1.0
     assert model.positional.rotary_dim == 4  # 0.25 of head_dim 16
 

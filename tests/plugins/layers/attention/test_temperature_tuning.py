@@ -83,8 +83,8 @@ def test_matches_transformers_llama4_attention(nope: bool) -> None:
         attention.update(temperature_tuning=True, temperature_floor_scale=FLOOR, temperature_attn_scale=STRENGTH)
     else:
         attention.update(qk_norm={"kind": "l2norm", "eps": 1e-5})
-    model = specformer.build(tiny_spec(d_model=24, n_layers=1, positional=positional, block={"attention": attention}))
-    ours = model.blocks[0].attention.double()
+    model = specformer.build(tiny_spec(d_model=24, n_layers=1, positional=positional, block={"mixer": attention}))
+    ours = model.blocks[0].mixer.double()
     with torch.no_grad():
         ours.qkv.weight.copy_(torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight]))
         ours.out.weight.copy_(theirs.o_proj.weight)
@@ -104,9 +104,9 @@ def _llama4_like(seed: int) -> torch.nn.Module:
     """A rotary layer with l2-normalised q/k and chunked attention, then a NoPE layer with temperature tuning."""
     spec = tiny_spec(
         positional={"kind": "rope", "interleaved": True},
-        block={"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "chunk": 4, "qk_norm": "l2norm"}},
+        block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "chunk": 4, "qk_norm": "l2norm"}},
         layers=[{"select": 1, "positional": "none",
-                 "attention": {"chunk": None, "qk_norm": None, "temperature_tuning": True,
+                 "mixer": {"chunk": None, "qk_norm": None, "temperature_tuning": True,
                                "temperature_floor_scale": FLOOR, "temperature_attn_scale": STRENGTH}}],
     )
     return specformer.build(spec, seed=seed).double().eval()

@@ -1,4 +1,4 @@
-"""Blocks without a sublayer (``attention: none``, ``ffn: none``): no weights for it, nothing added for it."""
+"""Blocks without a sublayer (``mixer: none``, ``ffn: none``): no weights for it, nothing added for it."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ def test_a_block_without_ffn_is_its_prenormed_mixer_and_has_no_ffn_norm() -> Non
     assert isinstance(block.ffn_norm, torch.nn.Identity)
     x = torch.randn(2, 5, 32)
     ctx = _context(x)
-    want = x + block.attention(block.attention_norm(x), ctx)
+    want = x + block.mixer(block.attention_norm(x), ctx)
     torch.testing.assert_close(block(x, ctx), want, rtol=0, atol=0)
 
 
 def test_a_block_without_mixer_is_its_prenormed_ffn() -> None:
-    model = specformer.build(tiny_spec(block={"attention": "none"}, positional={"kind": "none"}), seed=0).eval()
+    model = specformer.build(tiny_spec(block={"mixer": "none"}, positional={"kind": "none"}), seed=0).eval()
     block = model.blocks[1]
     assert [n for n, _ in block.named_parameters()] == ["ffn_norm.weight", *[f"ffn.{n}" for n, _ in block.ffn.named_parameters()]]
     x = torch.randn(2, 5, 32)
@@ -33,7 +33,7 @@ def test_a_block_without_mixer_is_its_prenormed_ffn() -> None:
 
 
 def test_a_shared_parallel_norm_stays_while_the_ffn_it_feeds_is_there() -> None:
-    spec = tiny_spec(block={"attention": "none", "layout": {"kind": "parallel", "shared_norm": True}},
+    spec = tiny_spec(block={"mixer": "none", "layout": {"kind": "parallel", "shared_norm": True}},
                      positional={"kind": "none"})
     block = specformer.build(spec, seed=0).blocks[0]
     assert not isinstance(block.attention_norm, torch.nn.Identity)
@@ -45,7 +45,7 @@ def test_a_shared_parallel_norm_stays_while_the_ffn_it_feeds_is_there() -> None:
 
 def test_layers_alternating_mixer_and_ffn_decode_with_a_cache() -> None:
     spec = tiny_spec(block={"ffn": "none"}, n_layers=4)
-    spec["model"]["layers"] = [{"select": "1::2", "attention": "none", "ffn": {"kind": "mlp", "hidden": 48}}]
+    spec["model"]["layers"] = [{"select": "1::2", "mixer": "none", "ffn": {"kind": "mlp", "hidden": 48}}]
     model = specformer.build(spec, seed=0).eval()
     assert "none" not in " ".join(kernel for _, kernel in specformer.summarize(model).attention_kernels)  # runs nothing
     tokens = torch.randint(0, 97, (2, 7))

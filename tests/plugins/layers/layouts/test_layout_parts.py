@@ -9,12 +9,12 @@ import specformer
 # The order parameters are registered in is the order an optimizer's saved state follows:
 # a layout that reordered its parts would break resuming an older run.
 EXPECTED = {
-    "prenorm": ["attention_norm", "attention", "ffn_norm", "ffn"],
-    "postnorm": ["attention", "attention_norm", "ffn", "ffn_norm"],
-    "postnorm_inside": ["attention", "attention_norm", "ffn", "ffn_norm"],
-    "sandwich": ["attention_norm", "attention", "attention_post_norm", "ffn_norm", "ffn", "ffn_post_norm"],
-    "parallel": ["attention_norm", "attention", "ffn_norm", "ffn"],
-    "parallel-shared": ["attention_norm", "attention", "ffn"],
+    "prenorm": ["attention_norm", "mixer", "ffn_norm", "ffn"],
+    "postnorm": ["mixer", "attention_norm", "ffn", "ffn_norm"],
+    "postnorm_inside": ["mixer", "attention_norm", "ffn", "ffn_norm"],
+    "sandwich": ["attention_norm", "mixer", "attention_post_norm", "ffn_norm", "ffn", "ffn_post_norm"],
+    "parallel": ["attention_norm", "mixer", "ffn_norm", "ffn"],
+    "parallel-shared": ["attention_norm", "mixer", "ffn"],
 }
 
 

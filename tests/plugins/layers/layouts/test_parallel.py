@@ -10,14 +10,14 @@ from .stubs import D, StubAttention, StubFFN, norm_maker
 
 
 def build(shared_norm: bool) -> ParallelBlock:
-    return ParallelBlock(ParallelBlock.Params(shared_norm=shared_norm), attention=StubAttention(D), ffn=StubFFN(D),
+    return ParallelBlock(ParallelBlock.Params(shared_norm=shared_norm), mixer=StubAttention(D), ffn=StubFFN(D),
                          make_norm=norm_maker())
 
 
 def test_separate_norms() -> None:
     block = build(shared_norm=False)
     x = torch.randn(2, 3, D, dtype=torch.float64)
-    expected = x + block.attention(block.attention_norm(x), None) + block.ffn(block.ffn_norm(x))
+    expected = x + block.mixer(block.attention_norm(x), None) + block.ffn(block.ffn_norm(x))
     torch.testing.assert_close(block(x, None), expected, rtol=0, atol=0)  # the same operations: bit for bit
     assert block.attention_norm is not block.ffn_norm
 
@@ -27,7 +27,7 @@ def test_shared_norm() -> None:
     assert block.ffn_norm is None
     x = torch.randn(2, 3, D, dtype=torch.float64)
     h = block.attention_norm(x)
-    torch.testing.assert_close(block(x, None), x + block.attention(h, None) + block.ffn(h), rtol=0, atol=0)  # the same operations: bit for bit
+    torch.testing.assert_close(block(x, None), x + block.mixer(h, None) + block.ffn(h), rtol=0, atol=0)  # the same operations: bit for bit
 
 
 def test_default_is_two_norms() -> None:

@@ -11,7 +11,7 @@ from .stubs import D, StubAttention, StubFFN, norm_maker
 
 def test_formula() -> None:
     attn, ffn = StubAttention(D), StubFFN(D)
-    block = PostNormBlock(attention=attn, ffn=ffn, make_norm=norm_maker())
+    block = PostNormBlock(mixer=attn, ffn=ffn, make_norm=norm_maker())
     x = torch.randn(2, 3, D, dtype=torch.float64)
     h = block.attention_norm(x + attn(x, None))
     torch.testing.assert_close(block(x, None), block.ffn_norm(h + ffn(h)), rtol=0, atol=0)  # the same operations: bit for bit

@@ -11,7 +11,7 @@ from .stubs import D, StubAttention, StubFFN, norm_maker
 
 def test_formula() -> None:
     attn, ffn = StubAttention(D), StubFFN(D)
-    block = SandwichBlock(attention=attn, ffn=ffn, make_norm=norm_maker())
+    block = SandwichBlock(mixer=attn, ffn=ffn, make_norm=norm_maker())
     norms = [block.attention_norm, block.attention_post_norm, block.ffn_norm, block.ffn_post_norm]
     assert len({id(n) for n in norms}) == 4
     x = torch.randn(2, 3, D, dtype=torch.float64)

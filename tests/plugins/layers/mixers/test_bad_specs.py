@@ -14,20 +14,20 @@ from specformer.cli.main import main
 #: (the mixer as written, the one problem validate prints for it)
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "conv kernel 0": ({"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 0},
-                      "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
+                      "model.block.mixer.conv_kernel: conv_kernel must be at least 2"),
     "a window on a recurrence": ({"kind": "gated_deltanet", "n_heads": 4, "window": 16},
-                                 "model.block.attention.window: unknown field; accepted: n_heads, n_key_heads"),
+                                 "model.block.mixer.window: unknown field; accepted: n_heads, n_key_heads"),
     "value heads not a multiple of key heads": ({"kind": "gated_deltanet", "n_heads": 3, "n_key_heads": 2,
                                                  "key_head_dim": 8},
-                                                "model.block.attention: n_key_heads (2) must divide n_heads (3)"),
+                                                "model.block.mixer: n_key_heads (2) must divide n_heads (3)"),
     "heads not a multiple of the groups": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 3},
-                                           "model.block.attention: n_groups (3) must divide n_heads (4)"),
+                                           "model.block.mixer: n_groups (3) must divide n_heads (4)"),
     "mamba2 conv kernel 0": ({"kind": "mamba2", "n_heads": 4, "head_dim": 8, "conv_kernel": 0},
-                             "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
+                             "model.block.mixer.conv_kernel: conv_kernel must be at least 2"),
     "short_conv kernel 1": ({"kind": "short_conv", "kernel": 1},
-                            "model.block.attention.kernel: kernel must be at least 2"),
+                            "model.block.mixer.kernel: kernel must be at least 2"),
     "kda conv kernel 0": ({"kind": "kda", "n_heads": 4, "conv_kernel": 0},
-                          "model.block.attention.conv_kernel: conv_kernel must be at least 2"),
+                          "model.block.mixer.conv_kernel: conv_kernel must be at least 2"),
 }
 
 
@@ -35,7 +35,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
 def test_a_bad_mixer_is_one_problem(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mixer, problem = BAD[case]
     path = tmp_path / "spec.json"
-    path.write_text(json.dumps(tiny_spec(block={"attention": mixer})))
+    path.write_text(json.dumps(tiny_spec(block={"mixer": mixer})))
     assert main(["validate", str(path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == f"{path}: 1 problem in the spec:", lines

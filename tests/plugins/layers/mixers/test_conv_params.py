@@ -16,8 +16,8 @@ REQUIRED = {"gated_deltanet": {"n_heads": 4}, "kda": {"n_heads": 4}, "mamba2": {
 def _mixers_with_a_conv() -> list[tuple[str, str]]:
     registry = get_registry()
     found = []
-    for name in registry.names("attention"):
-        fields = registry.get("attention", name).params.model_fields
+    for name in registry.names("mixer"):
+        fields = registry.get("mixer", name).params.model_fields
         found += [(name, field) for field in CONV_WIDTHS if field in fields]
     return found
 
@@ -30,7 +30,7 @@ def test_every_built_in_conv_mixer_is_found() -> None:
 @pytest.mark.parametrize(("name", "field"), _mixers_with_a_conv())
 @pytest.mark.parametrize("taps", [0, 1])
 def test_one_tap_is_refused_with_the_one_message_at_the_field(name: str, field: str, taps: int) -> None:
-    params = get_registry().get("attention", name).params
+    params = get_registry().get("mixer", name).params
     with pytest.raises(ValidationError) as caught:
         params(**REQUIRED.get(name, {}), **{field: taps})
     errors = caught.value.errors()

@@ -174,7 +174,7 @@ def test_heads_that_do_not_divide_d_model_are_refused() -> None:
 
 
 def test_a_bad_spec_is_one_clear_line() -> None:
-    spec = tiny_spec(block={"attention": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 0}})
+    spec = tiny_spec(block={"mixer": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 0}})
     with pytest.raises(SpecError) as caught:
         specformer.build(spec)
     text = str(caught.value)
@@ -291,11 +291,11 @@ def _model(**attention: Any) -> torch.nn.Module:
     mixer = {"kind": "gated_deltanet", "n_heads": 4, "n_key_heads": 2, "key_head_dim": 8, "value_head_dim": 6,
              "conv_kernel": 3, "chunk": 4, **attention}
     # layer 0 a Gated DeltaNet, layer 1 the spec's softmax attention (a hybrid, as Qwen3-Next is)
-    spec = tiny_spec(block={"attention": mixer}, layers=[{"select": "1", "attention": {"kind": "attention", "n_heads": 4,
+    spec = tiny_spec(block={"mixer": mixer}, layers=[{"select": "1", "mixer": {"kind": "attention", "n_heads": 4,
                                                                                           "n_kv_heads": 2}}])
     model = specformer.build(spec, seed=0).eval()
     with torch.no_grad():
-        model.blocks[0].attention.dt_bias.normal_()
+        model.blocks[0].mixer.dt_bias.normal_()
     return model
 
 

@@ -137,8 +137,8 @@ def test_chunked_and_token_by_token_forms_agree() -> None:
 def kda_spec(**kda: Any) -> dict[str, Any]:
     """Three layers: KDA, softmax attention, KDA; chunks of 4 so that prefills span several."""
     attention = {"kind": "kda", "n_heads": 2, "head_dim": 8, "value_head_dim": 12, "conv_kernel": 3, "chunk": 4, **kda}
-    return tiny_spec(n_layers=3, context_length=64, block={"attention": attention},
-                     layers=[{"select": 1, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
+    return tiny_spec(n_layers=3, context_length=64, block={"mixer": attention},
+                     layers=[{"select": 1, "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}])
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_the_model_holds_kda_and_attention_layers(model: Any) -> None:
-    kinds = [type(block.attention).__name__ for block in model.blocks]
+    kinds = [type(block.mixer).__name__ for block in model.blocks]
     assert kinds == ["KimiDeltaAttention", "CausalSelfAttention", "KimiDeltaAttention"]
 
 
@@ -241,10 +241,10 @@ def test_beam_search_equals_recompute(model: Any) -> None:
 
 
 @pytest.mark.parametrize(("change", "where", "says"), [
-    ({"n_heads": 0}, "model.block.attention.n_heads", "greater than 0"),
-    ({"conv_kernel": 1}, "model.block.attention.conv_kernel", "conv_kernel must be at least 2"),
-    ({"chunk": 0}, "model.block.attention.chunk", "greater than 0"),
-    ({"gate": 3}, "model.block.attention.gate", "unknown field; did you mean 'gate_rank'?"),
+    ({"n_heads": 0}, "model.block.mixer.n_heads", "greater than 0"),
+    ({"conv_kernel": 1}, "model.block.mixer.conv_kernel", "conv_kernel must be at least 2"),
+    ({"chunk": 0}, "model.block.mixer.chunk", "greater than 0"),
+    ({"gate": 3}, "model.block.mixer.gate", "unknown field; did you mean 'gate_rank'?"),
 ])
 def test_bad_params_are_one_clear_line(change: dict[str, Any], where: str, says: str) -> None:
     with pytest.raises(SpecError) as info:
@@ -259,4 +259,4 @@ def test_heads_that_do_not_divide_d_model_need_a_head_dim() -> None:
     with pytest.raises(SpecError) as info:
         specformer.build(spec)
     assert [(p.path, p.message) for p in info.value.problems] == [
-        ("model.block.attention", "n_heads (5) must divide d_model (32), or set head_dim")]
+        ("model.block.mixer", "n_heads (5) must divide d_model (32), or set head_dim")]

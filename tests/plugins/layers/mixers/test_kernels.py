@@ -58,7 +58,7 @@ def mamba_scan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_softp
 
 
 def _model(attention: dict[str, Any]) -> Any:
-    spec = tiny_spec(block={"attention": attention}, positional="none")
+    spec = tiny_spec(block={"mixer": attention}, positional="none")
     return specformer.build(spec, seed=0).eval()
 
 

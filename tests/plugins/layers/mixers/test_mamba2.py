@@ -69,10 +69,10 @@ def test_equals_transformers_mamba2_mixer(groups: int, kernel: int, bias: bool) 
 
 
 def _model(mixed: bool = False, **mixer):
-    spec = tiny_spec(block={"attention": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
+    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
     if mixed:
         spec["model"]["positional"] = {"kind": "rope"}
-        spec["model"]["layers"] = [{"select": "1", "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
+        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
     return specformer.build(spec, seed=0).eval()
 
 
@@ -157,7 +157,7 @@ def test_reorder_and_rollback_restore_the_states_exactly() -> None:
 
 
 def test_public_facts() -> None:
-    layer = _model().blocks[0].attention
+    layer = _model().blocks[0].mixer
     assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.cache_slots) == (4, 4, 8, None, None)
     assert layer.uses_positions is False
     assert layer.state_slots.shapes == {"conv": (32 + 2 * 2 * 6, 2), "ssm": (4, 8, 6)}
@@ -165,16 +165,16 @@ def test_public_facts() -> None:
 
 
 @pytest.mark.parametrize(("change", "message", "where"), [
-    ({"conv_kernel": 1}, "conv_kernel must be at least 2", "model.block.attention.conv_kernel: "),
-    ({"conv_kernel": 0}, "conv_kernel must be at least 2", "model.block.attention.conv_kernel: "),
-    ({"n_groups": 3}, r"n_groups \(3\) must divide n_heads \(4\)", "model.block.attention: "),
-    ({"dt_min": 0.5, "dt_max": 0.1}, r"dt_max \(0.1\) must be above dt_min \(0.5\)", "model.block.attention: "),
+    ({"conv_kernel": 1}, "conv_kernel must be at least 2", "model.block.mixer.conv_kernel: "),
+    ({"conv_kernel": 0}, "conv_kernel must be at least 2", "model.block.mixer.conv_kernel: "),
+    ({"n_groups": 3}, r"n_groups \(3\) must divide n_heads \(4\)", "model.block.mixer: "),
+    ({"dt_min": 0.5, "dt_max": 0.1}, r"dt_max \(0.1\) must be above dt_min \(0.5\)", "model.block.mixer: "),
 ])
 def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Mamba2Params(**{**{k: v for k, v in MIXER.items() if k != "kind"}, **change})
     with pytest.raises(Exception, match=message) as caught:
-        specformer.build(tiny_spec(block={"attention": {**MIXER, **change}}), seed=0)
+        specformer.build(tiny_spec(block={"mixer": {**MIXER, **change}}), seed=0)
 
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
     assert len(lines) == 1 and lines[0].strip().startswith(where)

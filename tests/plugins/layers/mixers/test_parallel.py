@@ -27,11 +27,11 @@ HEADS, HEAD_DIM = 3, 4
 
 def decay_sum(**params: int) -> Resolved:
     """The test suite's recurrent mixer (a decaying sum per channel, tests/fixtures/recurrent.py)."""
-    return registry_with_decaying_sum().resolve("attention", {"kind": "decaying_sum", "width": 5, **params})
+    return registry_with_decaying_sum().resolve("mixer", {"kind": "decaying_sum", "width": 5, **params})
 
 
 def attention(**params: object) -> Resolved:
-    return get_registry().resolve("attention", {"kind": "attention", "n_heads": HEADS, **params})
+    return get_registry().resolve("mixer", {"kind": "attention", "n_heads": HEADS, **params})
 
 
 def mixer(*refs: Resolved, ins: list[float] | None = None, outs: list[float] | None = None,
@@ -109,10 +109,10 @@ def test_cached_decoding_matches_the_full_forward(order: str) -> None:
 def test_a_spec_builds_it_and_the_model_caches_it() -> None:
     """Through specformer.build, with the only built-in sub-mixer: attention alone, input and output scaled."""
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {"kind": "parallel", "mixers": [{"kind": "attention", "n_heads": 4}],
+    spec["model"]["block"]["mixer"] = {"kind": "parallel", "mixers": [{"kind": "attention", "n_heads": 4}],
                                            "in_multipliers": [0.5], "out_multipliers": [3.0]}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
-    assert isinstance(model.blocks[0].attention, ParallelMixer)
+    assert isinstance(model.blocks[0].mixer, ParallelMixer)
     ids = torch.randint(0, 61, (1, 6))
     with torch.no_grad():
         full = model(ids)
@@ -125,7 +125,7 @@ def test_a_spec_builds_it_and_the_model_caches_it() -> None:
 # -- with the built-in recurrent mixer: Falcon-H1's Mamba-2 beside attention ---------------------------
 
 def mamba2(**params: object) -> Resolved:
-    return get_registry().resolve("attention", {"kind": "mamba2", "n_heads": 4, "head_dim": 6, "state_size": 8,
+    return get_registry().resolve("mixer", {"kind": "mamba2", "n_heads": 4, "head_dim": 6, "state_size": 8,
                                                 "n_groups": 2, "conv_kernel": 3, "chunk": 4, **params})
 
 
@@ -143,7 +143,7 @@ def test_mamba2_beside_attention_is_the_multiplied_sum() -> None:
 
 def falcon_like_spec() -> dict:
     spec = tiny_spec()
-    spec["model"]["block"]["attention"] = {
+    spec["model"]["block"]["mixer"] = {
         "kind": "parallel",
         "mixers": [{"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8, "n_groups": 2, "conv_kernel": 4,
                     "chunk": 4, "gated_norm": False},

@@ -56,12 +56,12 @@ def _ctx(positions: Tensor, **more: Any) -> ForwardContext:
 def test_every_built_in_recurrent_mixer_runs_the_shared_forward() -> None:
     registry = get_registry()
     found = set()
-    for name in registry.names("attention"):
-        component = registry.get("attention", name)
+    for name in registry.names("mixer"):
+        component = registry.get("mixer", name)
         if name in NOT_RECURRENT or not component.factory_path.startswith("specformer_layers.mixers."):
             continue
         with torch.device("meta"):
-            layer = registry.resolve("attention", {"kind": name, **SIZES[name]}).make(d_model=32, layer_index=0)
+            layer = registry.resolve("mixer", {"kind": name, **SIZES[name]}).make(d_model=32, layer_index=0)
         found.add(name)
         assert state_slots_of(layer) is not None, name
         assert isinstance(layer, RecurrentMixer) and type(layer).forward is RecurrentMixer.forward, name

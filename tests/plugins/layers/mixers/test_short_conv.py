@@ -109,8 +109,8 @@ PATTERNS = {"conv-first": 1, "attention-first": "0::3"}
 
 def hybrid(attention_layers: int | str, *, kernel: int = 3, seed: int = 0) -> nn.Module:
     # init_std well above the default: the mixers then move the greedy tokens, so a wrong state shows in them.
-    spec = tiny_spec(n_layers=4, block={"attention": {"kind": "short_conv", "kernel": kernel}},
-                     layers=[{"select": attention_layers, "attention": ATTENTION}], init_std=0.3)
+    spec = tiny_spec(n_layers=4, block={"mixer": {"kind": "short_conv", "kernel": kernel}},
+                     layers=[{"select": attention_layers, "mixer": ATTENTION}], init_std=0.3)
     return specformer.build(spec, seed=seed).eval()
 
 
@@ -120,7 +120,7 @@ def model(request) -> nn.Module:
 
 
 def test_the_spec_builds_the_mixers_it_names(model) -> None:
-    kinds = [type(block.attention).__name__ for block in model.blocks]
+    kinds = [type(block.mixer).__name__ for block in model.blocks]
     assert kinds.count("ShortConv") == 4 - kinds.count("CausalSelfAttention") >= 2
 
 
@@ -210,10 +210,10 @@ def test_rollback_restores_the_state_after_the_last_kept_token(model) -> None:
 
 @pytest.mark.parametrize("kernel", [0, 1])
 def test_a_kernel_below_two_is_refused_in_one_line(kernel: int) -> None:
-    spec = tiny_spec(block={"attention": {"kind": "short_conv", "kernel": kernel}})
+    spec = tiny_spec(block={"mixer": {"kind": "short_conv", "kernel": kernel}})
     with pytest.raises(SpecError) as info:
         specformer.build(spec)
     assert len(info.value.problems) == 1
     problem = info.value.problems[0]
-    assert problem.path == "model.block.attention.kernel", str(problem)
+    assert problem.path == "model.block.mixer.kernel", str(problem)
     assert "kernel must be at least 2" in problem.message and len(str(problem).splitlines()) == 1, str(problem)

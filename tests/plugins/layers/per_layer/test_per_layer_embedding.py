@@ -51,7 +51,7 @@ def test_each_block_gates_its_own_slice_into_the_stream_then_scales_it() -> None
     model(ids)
     hook.remove()
     x, ctx = seen["x"], seen["ctx"]
-    h = x + block.attention_post_norm(block.attention(block.attention_norm(x), ctx))
+    h = x + block.attention_post_norm(block.mixer(block.attention_norm(x), ctx))
     h = h + block.ffn_post_norm(block.ffn(block.ffn_norm(h)))
     p = model.per_layer_input(ids, model.embedding(ids))[:, :, 1]  # layer 1's slice
     gate = block.per_layer

@@ -59,9 +59,9 @@ def naive_alibi_attention(q, k, v, slopes):
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_attention_with_alibi_matches_naive(backend: str) -> None:
     spec = tiny_spec(positional={"kind": "alibi"}, n_layers=1)
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 4, "backend": backend}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "backend": backend}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     seen: dict[str, torch.Tensor] = {}
     handles = [attention.register_forward_pre_hook(lambda m, args: seen.update(x=args[0])),
                attention.register_forward_hook(lambda m, args, out: seen.update(y=out))]

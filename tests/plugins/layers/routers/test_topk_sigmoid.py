@@ -88,7 +88,7 @@ def test_moe_with_shared_expert_matches_transformers_llama4() -> None:
     for p in theirs.parameters():
         torch.nn.init.normal_(p, std=0.4)
     spec = tiny_spec(d_model=D)
-    spec["model"]["block"]["attention"] = {"kind": "attention", "n_heads": 2}
+    spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 2}
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": E, "top_k": 1, "hidden": HIDDEN, "n_shared_experts": 1,
                                      "router": {"kind": "topk_sigmoid"}}
     ours = specformer.build(spec).blocks[0].ffn.double()

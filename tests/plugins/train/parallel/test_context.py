@@ -23,7 +23,7 @@ from .test_tensor import DEEPSEEK_BLOCK
 PLAIN_ROWS = {"document_mask": False, "reset_positions": False}
 
 #: Grouped-query attention with a window shorter than a row (some chunks read none of another's keys) and sinks.
-WINDOWED_BLOCK = {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 12, "sinks": True},
+WINDOWED_BLOCK = {"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 12, "sinks": True},
                   "ffn": {"kind": "swiglu", "hidden": 64}}
 
 
@@ -43,7 +43,7 @@ def test_each_process_takes_an_early_and_a_late_chunk() -> None:
 ])
 def test_what_context_parallelism_cannot_split_is_refused_in_one_line(attention: dict, settings: dict,
                                                                       message: str) -> None:
-    model = specformer.build(tiny_spec(block={"attention": attention}))
+    model = specformer.build(tiny_spec(block={"mixer": attention}))
     given = {"seq_len": 32, "documents": {}, "masked_loss": False, **settings}
     with pytest.raises(UserError, match=message):
         check_context_parallel(model, cp=2, **given)

@@ -56,7 +56,7 @@ def test_a_split_needs_the_meshes_of_a_joined_process_group() -> None:
 def test_muon_is_refused_beside_copied_key_value_heads() -> None:
     model = specformer.build(tiny_spec())
     optimizer = SimpleNamespace(param_groups=[{"use_muon": True, "params": []}])
-    split = ParallelModel(wrapped=model, tp_copies={"blocks.0.attention.qkv.weight": torch.arange(3)})
-    with pytest.raises(UserError, match=r"train.parallel.tp 4: key/value heads .* \(blocks.0.attention.qkv.weight\)"):
+    split = ParallelModel(wrapped=model, tp_copies={"blocks.0.mixer.qkv.weight": torch.arange(3)})
+    with pytest.raises(UserError, match=r"train.parallel.tp 4: key/value heads .* \(blocks.0.mixer.qkv.weight\)"):
         split.check_optimizer(optimizer, ParallelLayout(mode="tp", world_size=4, tp=4))
     ParallelModel(wrapped=model).check_optimizer(optimizer, ParallelLayout())

@@ -20,23 +20,23 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 #: Llama-like: RMSNorm, RoPE, grouped-query attention (4 query heads, 2 key/value heads) and SwiGLU, an output head
 #: of its own (split by vocabulary: 259 byte tokens, 130 and 129 rows).
-LLAMA_BLOCK = {"attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64},
+LLAMA_BLOCK = {"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64},
                "tie_embeddings": False}
 
 #: Every part of attention the plan splits or keeps whole: gpt-oss's sinks (split by head), Qwen3's norm on each query
 #: and key head and a value norm (kept whole, gradients summed), Qwen3-Next's output gate (split by head), and a
 #: later layer reading the first one's keys and values (kv_from); a plain GELU MLP.
 ATTENTION_PARTS_BLOCK = {
-    "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True, "output_gate": True,
+    "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True, "output_gate": True,
                   "qk_norm": {"kind": "rmsnorm"}, "v_norm": {"kind": "rmsnorm"}},
     "ffn": {"kind": "mlp", "hidden": 64},
-    "layers": [{"select": 1, "attention": {"kv_from": 0, "v_norm": None}}],
+    "layers": [{"select": 1, "mixer": {"kv_from": 0, "v_norm": None}}],
 }
 
 #: DeepSeek-V3's shape, tiny: latent attention with a query bottleneck, and a mixture with a shared expert and
 #: sigmoid routing over groups (experts replicated under tp: expert parallelism is train.parallel.ep's).
 DEEPSEEK_BLOCK = {
-    "attention": {"kind": "mla", "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
+    "mixer": {"kind": "mla", "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
                   "qk_nope_head_dim": 8, "v_head_dim": 8},
     "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1,
             "router": {"kind": "sigmoid_topk", "normalize": True, "n_group": 2, "topk_group": 1}},
@@ -60,22 +60,22 @@ def test_two_tensor_parallel_processes_match_one(tmp_path: Path, optimizer: str)
 def test_a_component_without_a_plan_is_replicated_and_trains_like_one_process(tmp_path: Path) -> None:
     # A short convolution (LFM2's token mixer) declares no plan: it is computed whole on both processes, beside
     # a split FFN.
-    reference, two = one_and_parallel(tmp_path, {**LLAMA_BLOCK, "attention": {"kind": "short_conv"}})
+    reference, two = one_and_parallel(tmp_path, {**LLAMA_BLOCK, "mixer": {"kind": "short_conv"}})
     out = tmp_path / "tp"
     done = torchrun(two, out, "--set", "train.parallel.tp=2")
-    assert "split 2 GatedMLP, embedding and head by vocabulary; replicated ShortConv (blocks.*.attention)" in done.stdout
-    assert done.stderr.count("ShortConv (blocks.*.attention) declare(s) no parallel_plan") == 2  # once a process
+    assert "split 2 GatedMLP, embedding and head by vocabulary; replicated ShortConv (blocks.*.mixer)" in done.stdout
+    assert done.stderr.count("ShortConv (blocks.*.mixer) declare(s) no parallel_plan") == 2  # once a process
     assert_same_run(out, reference)
 
 
 #: Multi-query attention (one key/value head) over tp 2: each process holds a copy of the head, their gradients summed.
-COPIED_KV_BLOCK = {**LLAMA_BLOCK, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1,
+COPIED_KV_BLOCK = {**LLAMA_BLOCK, "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 1,
                                                "qkv_bias": True}}
 
 #: DeepSeek-V3.2's sparse latent attention: each query reads its 8 best keys of up to 32; the indexer, whole on every
 #: process, learns from the attention of every head (each process' heads' summed over the group).
 SPARSE_MLA_BLOCK = {
-    "attention": {**DEEPSEEK_BLOCK["attention"], "q_lora_rank": None,
+    "mixer": {**DEEPSEEK_BLOCK["mixer"], "q_lora_rank": None,
                   "indexer": {"kind": "lightning", "topk": 8, "n_heads": 2, "head_dim": 8, "block": 8, "loss_coef": 1.0}},
     "ffn": {"kind": "swiglu", "hidden": 64},
 }
@@ -104,7 +104,7 @@ def test_tensor_parallel_splits_every_declared_part_like_one_process(tmp_path: P
 #: (balanced by its bias: a load-balancing loss is taken on each process' tokens).
 SEQUENCE_BLOCK = {
     **LLAMA_BLOCK,
-    "layers": [{"select": 1, "attention": {"kind": "short_conv"},
+    "layers": [{"select": 1, "mixer": {"kind": "short_conv"},
                 "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1,
                         "aux_loss_coef": 0.0,
                         "router": {"kind": "sigmoid_topk", "normalize": True, "n_group": 2, "topk_group": 1}}}],

@@ -45,7 +45,7 @@ def _styles(module: torch.nn.Module, tp: int) -> dict:
 
 def test_attention_splits_its_heads_and_fused_qkv_per_part() -> None:
     model = specformer.build(tiny_spec())  # 4 query heads, 2 key/value heads, head_dim 8
-    attention = model.blocks[0].attention
+    attention = model.blocks[0].mixer
     styles = _styles(attention, 2)
     assert isinstance(styles["qkv"], FusedColwiseParallel) and styles["qkv"].parts == (32, 16, 16)
     assert isinstance(styles["out"], RowwiseParallel)
@@ -55,9 +55,9 @@ def test_attention_splits_its_heads_and_fused_qkv_per_part() -> None:
 
 
 def test_sinks_gate_and_per_head_norms_follow_the_heads() -> None:
-    attention = specformer.build(tiny_spec(block={"attention": {
+    attention = specformer.build(tiny_spec(block={"mixer": {
         "kind": "attention", "n_heads": 4, "n_kv_heads": 2, "sinks": True, "output_gate": True,
-        "qk_norm": {"kind": "rmsnorm"}}})).blocks[0].attention
+        "qk_norm": {"kind": "rmsnorm"}}})).blocks[0].mixer
     styles = _styles(attention, 2)
     assert isinstance(styles["gate"], ColwiseParallel) and not isinstance(styles["gate"], FusedColwiseParallel)
     assert isinstance(styles[""], ShardOwnParameters) and styles[""].names == ("sinks",)
@@ -77,7 +77,7 @@ def test_gated_and_plain_ffns_split_their_hidden_channels() -> None:
 def test_latent_attention_splits_its_up_projections_and_keeps_the_latents_whole() -> None:
     mla = {"kind": "mla", "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
            "qk_nope_head_dim": 8, "v_head_dim": 8}
-    attention = specformer.build(tiny_spec(block={"attention": mla})).blocks[0].attention
+    attention = specformer.build(tiny_spec(block={"mixer": mla})).blocks[0].mixer
     styles = _styles(attention, 2)
     assert {k: type(v) for k, v in styles.items()} == {"q_b": ColwiseParallel, "kv_b": ColwiseParallel,
                                                         "out": RowwiseParallel}
@@ -89,14 +89,14 @@ def test_latent_attention_splits_its_up_projections_and_keeps_the_latents_whole(
      r"splits key/value heads, and 3 do not divide by, or divide, tp=4"),
 ])
 def test_sizes_that_do_not_split_are_refused_by_name(attention: dict, tp: int, message: str) -> None:
-    layer = specformer.build(tiny_spec(d_model=48, block={"attention": attention})).blocks[0].attention
+    layer = specformer.build(tiny_spec(d_model=48, block={"mixer": attention})).blocks[0].mixer
     with pytest.raises(ValueError, match=message):
         _styles(layer, tp)
 
 
 def test_key_value_heads_fewer_than_tp_are_copied_one_per_process() -> None:
-    attention = specformer.build(tiny_spec(block={"attention": {"kind": "attention", "n_heads": 4,
-                                                                "n_kv_heads": 2}})).blocks[0].attention
+    attention = specformer.build(tiny_spec(block={"mixer": {"kind": "attention", "n_heads": 4,
+                                                                "n_kv_heads": 2}})).blocks[0].mixer
     styles = _styles(attention, 4)
     assert styles["qkv"].parts == (32, 16, 16) and styles["qkv"].copied == (None, 2, 2)
     # queries: 8 rows a process; key/value head 0 (rows 32-39, 48-55) on processes 0 and 1, head 1 on 2 and 3
@@ -119,7 +119,7 @@ def test_key_value_heads_fewer_than_tp_are_copied_one_per_process() -> None:
      "does not split compressed attention in training yet"),
 ])
 def test_components_refuse_what_they_cannot_compute_split(attention: dict, message: str) -> None:
-    layer = specformer.build(tiny_spec(block={"attention": attention})).blocks[0].attention
+    layer = specformer.build(tiny_spec(block={"mixer": attention})).blocks[0].mixer
     with pytest.raises(ValueError, match=message):
         layer.take_tensor_parallel_share(_Group(2))
 
