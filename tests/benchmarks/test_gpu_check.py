@@ -145,8 +145,8 @@ def test_the_parallel_check_runs_on_cpu_and_the_ways_agree_with_plain(monkeypatc
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     tiny = {"model": {"vocab_size": 96, "d_model": 32, "n_layers": 2, "context_length": 256, "positional": "rope",
                       "tie_embeddings": False, "block": {"norm": "rmsnorm", "ffn": {"kind": "swiglu"},
-                                                         "attention": {"kind": "attention", "n_heads": 4,
-                                                                       "n_kv_heads": 2}}}}
+                                                         "mixer": {"kind": "attention", "n_heads": 4,
+                                                                   "n_kv_heads": 2}}}}
     differences = gpu_check.parallel_step_differences("cpu", backend="gloo", spec=tiny)
     assert set(differences) == {"fsdp", "tp"}
     for way, (loss, weights) in differences.items():

@@ -30,7 +30,7 @@ FAMILY = decoder_family(
         RMSNorm(),
         Attention(),
         PlainMLP(fc_in="up_proj", fc_out="down_proj"),
-        Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
     ],
     ignore_tensors=(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),

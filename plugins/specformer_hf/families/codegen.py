@@ -13,6 +13,7 @@ from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families import gptj
 from specformer_hf.family import Family
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.rules import Fused, Rule, Site
 from specformer_hf.specview import NotExpressible, SpecView
 
@@ -74,7 +75,7 @@ LAYER = "transformer.h.{i}"
 
 # GPT-J's rules but for its q/k/v (one Fused rule over q_proj, k_proj, v_proj): CodeGen saves them as one tensor.
 WEIGHTS: list[Rule] = [rule for rule in gptj.WEIGHTS if not isinstance(rule, Fused)] + [
-    ShardedQKV(f"{LAYER}.attn.qkv_proj.weight", "blocks.{i}.attention.qkv.weight"),
+    ShardedQKV(f"{LAYER}.attn.qkv_proj.weight", f"{BLOCK_MIXER}.qkv.weight"),
 ]
 
 FAMILY = Family(

@@ -123,7 +123,7 @@ FAMILY = decoder_family(
          "mixer.indexer lightning (wq_b, wk, k_norm, weights_proj)",
     caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
             "skips it; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
-            "here it learns from its own KL loss when training (attention.indexer.loss_coef, 0 turns it off); ties "
+            "here it learns from its own KL loss when training (mixer.indexer.loss_coef, 0 turns it off); ties "
             "of the index score at a query's cut go to the keys torch.topk returns over the same row, as transformers "
             "(indexer.ties: topk), so at a tie a cached step may choose otherwise than recomputing, in both",
     ignore_tensors=(r"model\.layers\.61\..*",),

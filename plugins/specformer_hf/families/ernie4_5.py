@@ -24,7 +24,7 @@ FAMILY = decoder_family(
         # Ernie4_5's apply_rotary_pos_emb pairs adjacent channels across the whole head (no partial rotation).
         *replace_part(LLAMA_PARTS, Rope(interleaved=True)),
         # use_bias is on q, k, v, o and the three MLP projections alike (the LM head never has one).
-        Switch("use_bias", ("attention.qkv_bias", "attention.out_bias", "ffn.bias")),
+        Switch("use_bias", ("mixer.qkv_bias", "mixer.out_bias", "ffn.bias")),
     ],
     maps="prenorm RMSNorm, rope interleaved (adjacent pairs) over whole heads (theta; default 500000), GQA, head_dim, "
          "SwiGLU, use_bias -> biases on q, k, v, o and the MLP projections, tied or untied head",

@@ -51,7 +51,7 @@ class BiasedHead(Part):
         model.update(sizes, lm_head_bias=bool(cfg.get("use_bias")))
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
-        biased = bool(view.uniform("attention", "qkv_bias"))
+        biased = bool(view.uniform("mixer", "qkv_bias"))
         if view.model.lm_head_bias != biased:
             raise NotExpressible("model.lm_head_bias", f"Hugging Face {view.name}'s use_bias switches the LM head's bias "
                                  f"with the attention's (qkv_bias: {biased})")
@@ -162,7 +162,7 @@ FAMILY = decoder_family(
         *replace_part(replace_part(replace_part(LLAMA_PARTS, Rope(interleaved=True)), BiasedHead(), instead_of=Sizes),
                       ErnieExperts(), instead_of=GatedFFN),
         # use_bias also reaches the LM head (BiasedHead) and the dense layers' MLPs (ErnieExperts).
-        Switch("use_bias", ("attention.qkv_bias", "attention.out_bias")),
+        Switch("use_bias", ("mixer.qkv_bias", "mixer.out_bias")),
     ],
     maps="as dense ERNIE 4.5 (interleaved rope over whole heads, theta default 500000) with ffn moe on every "
          "moe_layer_interval-th layer from moe_layer_start_index to moe_layer_end_index (dense SwiGLU of "

@@ -218,9 +218,9 @@ FAMILY = decoder_family(
     parts=[FalconSizes(), Rope(), FalconBlocks(), RMSNorm(), HybridMixer(), FalconFFN(bias_key="mlp_bias"),
            ModelMultipliers()],
     non_math_fields=("num_logits_to_keep",),
-    maps="attention: parallel [mamba2, attention] in every block (ssm/attention in and out multipliers); mamba_* "
+    maps="mixer: parallel [mamba2, attention] in every block (ssm/attention in and out multipliers); mamba_* "
          "(mamba_d_ssm, mamba_rms_norm -> gated_norm, ssm_multipliers -> projection_multipliers) -> mamba2; "
-         "key_multiplier -> attention.scale; mlp_multipliers -> swiglu gate_multiplier and output_multiplier; "
+         "key_multiplier -> mixer.scale; mlp_multipliers -> swiglu gate_multiplier and output_multiplier; "
          "embedding_multiplier; lm_head_multiplier -> logit_scale",
     caveats="mamba_proj_bias and projectors_bias must agree (one bias switch on mamba2); transformers clamps the Mamba "
             "step (time_step_limit) when prefilling but not when decoding one token, so a finite limit generates "

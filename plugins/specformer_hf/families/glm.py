@@ -22,8 +22,8 @@ DEFAULTS = {
 PARTS = (
     *replace_part(replace_part(LLAMA_PARTS, Rope(partial=True, write_fraction=True, interleaved=True)),
                   GatedFFN(fused=True)),
-    Switch("attention_bias", ("attention.qkv_bias",)),
-    Fixed("attention.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
+    Switch("attention_bias", ("mixer.qkv_bias",)),
+    Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
 )
 
 FAMILY = decoder_family(

@@ -9,6 +9,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.parts.windows import single_window, windowed
 from specformer_hf.rules import Copy, Fused, qkv_sizes
 from specformer_hf.specview import NotExpressible, SpecView
@@ -66,7 +67,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
             "layout": "prenorm",
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")},
             # GPTNeoSelfAttention never scales its scores by 1/sqrt(head_dim).
-            "attention": {"kind": "attention", "n_heads": n_heads, "qkv_bias": False, "out_bias": True, "scale": 1.0},
+            "mixer": {"kind": "attention", "n_heads": n_heads, "qkv_bias": False, "out_bias": True, "scale": 1.0},
             "ffn": {"kind": "mlp", "hidden": cfg.get("intermediate_size") or 4 * d_model,
                     "activation": activation_from_hf(cfg, "activation_function"), "bias": True},
         },
@@ -83,19 +84,19 @@ def to_config(view: SpecView) -> dict[str, Any]:
                              "at row 0")
     view.block_kind("layout", ("prenorm",), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME} has no LM head bias")
     n_heads, n_kv, head_dim = view.attention_sizes()
     if n_kv != n_heads or n_heads * head_dim != m.d_model:
-        raise NotExpressible("model.block.attention", f"Hugging Face {NAME} has one key/value head per query head, "
+        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head, "
                              "each hidden_size / num_heads wide")
-    if view.uniform("attention", "scale", family=NAME) != 1.0:
-        raise NotExpressible("model.block.attention.scale", f"Hugging Face {NAME} never scales attention scores "
+    if view.uniform("mixer", "scale", family=NAME) != 1.0:
+        raise NotExpressible("model.block.mixer.scale", f"Hugging Face {NAME} never scales attention scores "
                              "(scale: 1)")
     window = single_window(view, NAME)
-    kinds = ["local" if w is not None else "global" for w in view.per_layer("attention", "window")]
+    kinds = ["local" if w is not None else "global" for w in view.per_layer("mixer", "window")]
     return {
         "vocab_size": m.vocab_size,
         "max_position_embeddings": m.context_length,
@@ -119,10 +120,10 @@ WEIGHTS = [
     Copy("transformer.wpe.weight", "positional.table.weight"),
     Copy(f"{LAYER}.ln_1.weight", "blocks.{i}.attention_norm.weight"),
     Copy(f"{LAYER}.ln_1.bias", "blocks.{i}.attention_norm.bias"),
-    Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"], "blocks.{i}.attention.qkv.weight",
+    Fused([f"{ATTN}.q_proj.weight", f"{ATTN}.k_proj.weight", f"{ATTN}.v_proj.weight"], f"{BLOCK_MIXER}.qkv.weight",
           sizes=qkv_sizes),
-    Copy(f"{ATTN}.out_proj.weight", "blocks.{i}.attention.out.weight"),
-    Copy(f"{ATTN}.out_proj.bias", "blocks.{i}.attention.out.bias"),
+    Copy(f"{ATTN}.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+    Copy(f"{ATTN}.out_proj.bias", f"{BLOCK_MIXER}.out.bias"),
     Copy(f"{LAYER}.ln_2.weight", "blocks.{i}.ffn_norm.weight"),
     Copy(f"{LAYER}.ln_2.bias", "blocks.{i}.ffn_norm.bias"),
     Copy(f"{LAYER}.mlp.c_fc.weight", "blocks.{i}.ffn.fc_in.weight"),

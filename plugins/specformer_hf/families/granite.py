@@ -27,7 +27,7 @@ DEFAULTS = {
 
 #: What a Granite 3 decoder is made of, less its feed-forward (granitemoe and granitemoeshared put experts there).
 GRANITE_PARTS = (Sizes(), Rope(), ScaledResiduals(), RMSNorm(), Attention(), AttentionMultiplier(),
-                 Switch("attention_bias", ("attention.qkv_bias", "attention.out_bias")), Multipliers())
+                 Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")), Multipliers())
 
 FAMILY = decoder_family(
     name="Granite",
@@ -36,7 +36,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[*GRANITE_PARTS, GatedFFN(bias_key="mlp_bias")],
     ignore_tensors=(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),
-    maps="Llama's fields; attention_multiplier -> attention.scale; residual_multiplier -> layout.residual_multiplier; "
+    maps="Llama's fields; attention_multiplier -> mixer.scale; residual_multiplier -> layout.residual_multiplier; "
          "embedding_multiplier; logits_scaling -> logit_scale = 1 / logits_scaling",
     caveats="attention_bias applies to q, k, v and o alike (as in transformers)",
 )

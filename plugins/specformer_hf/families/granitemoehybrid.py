@@ -164,7 +164,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[Sizes(), GranitePositions(), ScaledResiduals(), RMSNorm(), GraniteMixers(), GraniteExperts(), Multipliers()],
     maps="layer_types -> mamba2 or attention per layer (layers: overrides); mamba_* and time_step_limit -> mamba2; "
-         "attention_multiplier -> attention.scale; num_local_experts (top-k softmax) + shared_intermediate_size -> moe "
+         "attention_multiplier -> mixer.scale; num_local_experts (top-k softmax) + shared_intermediate_size -> moe "
          "with one shared expert (no experts: swiglu); residual_multiplier -> layout.residual_multiplier; "
          "embedding_multiplier; logits_scaling -> logit_scale = 1 / logits_scaling; position_embedding_type null/rope",
     caveats="one attention and one Mamba-2 setting for all layers; head_dim is d_model / n_heads; reads fused or "

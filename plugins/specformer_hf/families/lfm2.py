@@ -56,7 +56,7 @@ def _mixer_kind(site: Site) -> str:
 class OnMixer(Rule):
     """``rule`` in the layers whose mixer is ``mixer`` (``short_conv`` or ``attention``); nothing in the others.
 
-    LFM2's two kinds of layer both have an output projection, which is ``attention.out`` in
+    LFM2's two kinds of layer both have an output projection, which is ``mixer.out`` in
     ours and ``conv.out_proj`` or ``self_attn.out_proj`` in a checkpoint: each rule must be
     applied to its own kind of layer only. Elsewhere it names a parameter no model has, so
     import and export skip it as they skip a bias the spec leaves out.

@@ -40,7 +40,7 @@ FF = f"{LAYER}.feed_forward"
 class LocalAndGlobalLayers(Part):
     """rope_parameters, no_rope_layers (or no_rope_layer_interval), layer_types (or attention_chunk_size on the rope
     layers), use_qk_norm, attn_temperature_tuning, floor_scale, attn_scale <-> an interleaved rope, ``positional:
-    none`` on the NoPE layers, per-layer ``attention.chunk``, ``qk_norm: l2norm`` on the rope layers and
+    none`` on the NoPE layers, per-layer ``mixer.chunk``, ``qk_norm: l2norm`` on the rope layers and
     ``temperature_tuning`` on the NoPE layers."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
@@ -238,7 +238,7 @@ FAMILY = decoder_family(
         OneOverridePerSelection(),
     ],
     maps="rope_parameters -> interleaved rope; no_rope_layers / no_rope_layer_interval -> positional none on the NoPE "
-         "layers; layer_types / attention_chunk_size -> attention.chunk; use_qk_norm -> qk_norm l2norm on the rope "
+         "layers; layer_types / attention_chunk_size -> mixer.chunk; use_qk_norm -> qk_norm l2norm on the rope "
          "layers; attn_temperature_tuning, floor_scale, attn_scale -> temperature tuning on the NoPE layers; "
          "moe_layers / interleave_moe_layer_step -> moe layers (num_local_experts, num_experts_per_tok, "
          "intermediate_size, router topk_sigmoid, one shared expert) beside swiglu layers of intermediate_size_mlp",

@@ -9,6 +9,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import Family
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.parts.embedding import no_output_bias
 from specformer_hf.rules import Copy, Rule
 from specformer_hf.specview import NotExpressible, SpecView
@@ -91,7 +92,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": "prenorm",
             "norm": {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon"), "bias": False},
-            "attention": attn,
+            "mixer": attn,
             "ffn": {"kind": "mlp", "hidden": 4 * d_model, "activation": "gelu", "bias": False},
         },
     }
@@ -105,18 +106,18 @@ def to_config(view: SpecView) -> dict[str, Any]:
         raise NotExpressible("model.positional.kind", f"Hugging Face {NAME} has ALiBi positions in every layer")
     view.block_kind("layout", ("prenorm",), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     if view.uniform("norm", "bias", family=NAME) or not view.uniform("norm", "affine", family=NAME):
         raise NotExpressible("model.block.norm", f"Hugging Face {NAME}'s LayerNorms have a weight and no bias")
     n_heads, n_kv, head_dim = view.attention_sizes()
     if n_kv != n_heads:
-        raise NotExpressible("model.block.attention.n_kv_heads", f"Hugging Face {NAME} has one key/value head per "
+        raise NotExpressible("model.block.mixer.n_kv_heads", f"Hugging Face {NAME} has one key/value head per "
                              f"query head ({n_heads})")
     if head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
+        raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
                              f"({m.d_model} / {n_heads})")
-    if any(view.uniform("attention", key, family=NAME) for key in ("qkv_bias", "out_bias")) \
+    if any(view.uniform("mixer", key, family=NAME) for key in ("qkv_bias", "out_bias")) \
             or view.uniform("ffn", "bias", family=NAME):
         raise NotExpressible("model.block", f"Hugging Face {NAME} has no biases")
     if (view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model) != 4 * m.d_model:
@@ -135,7 +136,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
         "logit_scale": None,
         "tie_word_embeddings": m.tie_embeddings,
         "layer_norm_epsilon": view.uniform("norm", "eps", family=NAME),
-        "attn_config": {**ATTN_DEFAULTS, "softmax_scale": view.uniform("attention", "scale", family=NAME)},
+        "attn_config": {**ATTN_DEFAULTS, "softmax_scale": view.uniform("mixer", "scale", family=NAME)},
     }
 
 
@@ -145,8 +146,8 @@ WEIGHTS: list[Rule] = [
     Copy("transformer.wte.weight", "embedding.weight"),
     Copy(f"{LAYER}.norm_1.weight", "blocks.{i}.attention_norm.weight"),
     # Wqkv's rows are [q (all heads); k; v], ours already.
-    Copy(f"{LAYER}.attn.Wqkv.weight", "blocks.{i}.attention.qkv.weight"),
-    Copy(f"{LAYER}.attn.out_proj.weight", "blocks.{i}.attention.out.weight"),
+    Copy(f"{LAYER}.attn.Wqkv.weight", f"{BLOCK_MIXER}.qkv.weight"),
+    Copy(f"{LAYER}.attn.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
     Copy(f"{LAYER}.norm_2.weight", "blocks.{i}.ffn_norm.weight"),
     Copy(f"{LAYER}.ffn.up_proj.weight", "blocks.{i}.ffn.fc_in.weight"),
     Copy(f"{LAYER}.ffn.down_proj.weight", "blocks.{i}.ffn.fc_out.weight"),
@@ -165,7 +166,7 @@ FAMILY = Family(
     # Dropout, the device the original code initialised on, and a gradient scale on the embedding (training only).
     non_math_fields=("emb_pdrop", "init_device", "embedding_fraction"),
     maps="alibi positions (attn_config.alibi_bias_max 8); prenorm LayerNorms without biases (no_bias); Wqkv as our "
-         "fused qkv; attn_config.softmax_scale -> attention.scale; no biases; a GELU MLP of 4 x d_model (up_proj, "
+         "fused qkv; attn_config.softmax_scale -> mixer.scale; no biases; a GELU MLP of 4 x d_model (up_proj, "
          "down_proj); max_seq_len as the context; tied or untied head",
     caveats="refused: attn_config.clip_qkv (a missing mechanism), alibi_bias_max other than 8, and the settings "
             "transformers' MPT does not run (qk_ln, prefix_lm, multi-query attn_type, attn_uses_sequence_id, "

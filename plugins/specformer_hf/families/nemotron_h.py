@@ -187,7 +187,7 @@ class NemotronHModel(Part):
             *(r for r in mamba2_rules(f"{LAYER}.mixer", BLOCK_MIXER) if r.ours not in mamba_out),
             Fused([f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"],
                   f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
-            # Mamba and attention layers both have attention.out, from different tensors.
+            # Mamba and attention layers both have mixer.out, from different tensors.
             AtLayers(mamba_out[(f"{BLOCK_MIXER}.out.weight",)], where=_is_mamba, layers="Mamba"),
             AtLayers(Copy(f"{attn}.o_proj.weight", f"{BLOCK_MIXER}.out.weight"),
                      where=lambda site: not _is_mamba(site), layers="attention"),

@@ -7,6 +7,7 @@ from typing import Any
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.rules import Copy, Fused, qkv_sizes
 from specformer_hf.specview import NotExpressible, SpecView
 
@@ -50,8 +51,8 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
         "block": {
             "layout": "prenorm",
             "norm": norm,
-            "attention": {"kind": "attention", "n_heads": cfg.get_size("num_attention_heads"), "qkv_bias": bias,
-                          "out_bias": bias},
+            "mixer": {"kind": "attention", "n_heads": cfg.get_size("num_attention_heads"), "qkv_bias": bias,
+                      "out_bias": bias},
             "ffn": {"kind": "mlp", "hidden": cfg.get_size("ffn_dim"),
                     "activation": activation_from_hf(cfg, "activation_function"), "bias": bias},
         },
@@ -66,17 +67,17 @@ def to_config(view: SpecView) -> dict[str, Any]:
                              f"starts at row {OFFSET}")
     view.block_kind("layout", ("prenorm",), family=NAME)
     view.block_kind("norm", ("layernorm",), family=NAME)
-    view.block_kind("attention", ("attention",), family=NAME)
+    view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME} has no LM head bias")
     n_heads, n_kv, head_dim = view.attention_sizes()
     if n_kv != n_heads or n_heads * head_dim != m.d_model:
-        raise NotExpressible("model.block.attention", f"Hugging Face {NAME} has one key/value head per query head, "
+        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head, "
                              f"each hidden_size / num_attention_heads wide")
     bias = view.uniform("ffn", "bias", family=NAME)
-    if view.uniform("attention", "qkv_bias", family=NAME) != bias or view.uniform("attention", "out_bias", family=NAME) != bias:
-        raise NotExpressible("model.block.attention.qkv_bias", f"Hugging Face {NAME} switches the attention's and the "
+    if view.uniform("mixer", "qkv_bias", family=NAME) != bias or view.uniform("mixer", "out_bias", family=NAME) != bias:
+        raise NotExpressible("model.block.mixer.qkv_bias", f"Hugging Face {NAME} switches the attention's and the "
                              "MLP's biases together (enable_bias)")
     affine = view.uniform("norm", "affine", family=NAME)
     if view.uniform("norm", "eps", family=NAME) != EPS or (affine and not view.uniform("norm", "bias", family=NAME)):
@@ -106,11 +107,11 @@ WEIGHTS = [
     Copy(f"{LAYER}.self_attn_layer_norm.weight", "blocks.{i}.attention_norm.weight"),
     Copy(f"{LAYER}.self_attn_layer_norm.bias", "blocks.{i}.attention_norm.bias"),
     Fused([f"{LAYER}.self_attn.q_proj.weight", f"{LAYER}.self_attn.k_proj.weight", f"{LAYER}.self_attn.v_proj.weight"],
-          "blocks.{i}.attention.qkv.weight", sizes=qkv_sizes),
+          f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
     Fused([f"{LAYER}.self_attn.q_proj.bias", f"{LAYER}.self_attn.k_proj.bias", f"{LAYER}.self_attn.v_proj.bias"],
-          "blocks.{i}.attention.qkv.bias", sizes=qkv_sizes),
-    Copy(f"{LAYER}.self_attn.out_proj.weight", "blocks.{i}.attention.out.weight"),
-    Copy(f"{LAYER}.self_attn.out_proj.bias", "blocks.{i}.attention.out.bias"),
+          f"{BLOCK_MIXER}.qkv.bias", sizes=qkv_sizes),
+    Copy(f"{LAYER}.self_attn.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
+    Copy(f"{LAYER}.self_attn.out_proj.bias", f"{BLOCK_MIXER}.out.bias"),
     # In a pre-norm OPT layer "final_layer_norm" is the norm before the MLP.
     Copy(f"{LAYER}.final_layer_norm.weight", "blocks.{i}.ffn_norm.weight"),
     Copy(f"{LAYER}.final_layer_norm.bias", "blocks.{i}.ffn_norm.bias"),

@@ -108,7 +108,7 @@ class Switch(Part):
 
 @dataclass(frozen=True)
 class Value(Part):
-    """A config field copied as is to a spec field (sliding_window -> attention.window)."""
+    """A config field copied as is to a spec field (sliding_window -> mixer.window)."""
 
     key: str
     path: str

@@ -78,7 +78,7 @@ class Mamba2Fields:
     norm_before_gate: bool = False
 
     def spec(self, cfg: ConfigReader, *, d_inner: int | None = None) -> dict[str, Any]:
-        """The mixer's spec (the ``attention:`` of a Mamba layer); ``d_inner`` with ``width="given"``."""
+        """The mixer's spec (the ``mixer:`` of a Mamba layer); ``d_inner`` with ``width="given"``."""
         if self.act:
             cfg.require(self.act, ("silu",), why="Mamba-2's convolution is followed by SiLU")
         heads = cfg.get_size(self.heads)

@@ -48,11 +48,11 @@ class AttentionMultiplier(Part):
     """attention_multiplier <-> the attention's score ``scale`` (every layer softmax attention)."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        model.setdefault("block", {}).setdefault("attention", {})["scale"] = cfg.get_float("attention_multiplier")
+        model.setdefault("block", {}).setdefault("mixer", {})["scale"] = cfg.get_float("attention_multiplier")
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         head_dim = view.attention_sizes()[2]
-        config["attention_multiplier"] = attention_multiplier_config(view.uniform("attention", "scale"), head_dim)
+        config["attention_multiplier"] = attention_multiplier_config(view.uniform("mixer", "scale"), head_dim)
 
 
 @dataclass(frozen=True)

@@ -70,14 +70,14 @@ def test_mpt_import_reads_the_nested_attention_settings(tmp_path):
     imported = specformer_hf.import_hf(_mpt_folder(tmp_path))
     model = imported.spec["model"]
     assert model["positional"] == {"kind": "alibi"}
-    assert model["block"]["attention"]["scale"] == 0.3
+    assert model["block"]["mixer"]["scale"] == 0.3
     assert model["block"]["norm"] == {"kind": "layernorm", "eps": 1e-4, "bias": False}
 
 
 ALIBI_SPEC = {"vocab_size": 64, "d_model": 48, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
               "positional": "alibi",
               "block": {"layout": "prenorm", "norm": {"kind": "layernorm", "bias": False},
-                        "attention": {"kind": "attention", "n_heads": 3, "qkv_bias": False, "out_bias": False},
+                        "mixer": {"kind": "attention", "n_heads": 3, "qkv_bias": False, "out_bias": False},
                         "ffn": {"kind": "mlp", "hidden": 192, "activation": "gelu", "bias": False}}}
 
 

@@ -453,8 +453,8 @@ def test_learned_positions_with_opt_offset_export_only_as_opt(tmp_path):
 def test_gpt_neo_reads_attention_types_as_per_layer_windows(tmp_path):
     imported = specformer_hf.import_hf(_folder(tmp_path, "gpt_neo"))
     model = imported.spec["model"]
-    assert model["block"]["attention"]["scale"] == 1.0 and model["block"]["attention"]["window"] == 8
-    assert model["layers"] == [{"select": 0, "attention": {"window": None}}]
+    assert model["block"]["mixer"]["scale"] == 1.0 and model["block"]["mixer"]["window"] == 8
+    assert model["layers"] == [{"select": 0, "mixer": {"window": None}}]
 
 
 @pytest.mark.parametrize("types, needle", [
@@ -470,14 +470,14 @@ def test_gpt_neo_refuses_attention_types_that_do_not_name_each_layer(tmp_path, t
 
 def test_an_unscaled_windowed_gpt_style_spec_exports_as_gpt_neo(tmp_path):
     """Local layers on every other layer from the second: attention_types is the shortest repeating pattern."""
-    spec = {"model": {**GPT_STYLE, "n_layers": 4, "block": {**GPT_STYLE["block"], "attention": {
+    spec = {"model": {**GPT_STYLE, "n_layers": 4, "block": {**GPT_STYLE["block"], "mixer": {
         "kind": "attention", "n_heads": 4, "out_bias": True, "scale": 1.0}},
-        "layers": [{"select": "1::2", "attention": {"window": 6}}]}}
+        "layers": [{"select": "1::2", "mixer": {"window": 6}}]}}
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out")
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "gpt_neo"
     assert (config["attention_types"], config["window_size"]) == ([[["global", "local"], 2]], 6)
-    spec["model"]["block"]["attention"]["scale"] = 0.5
+    spec["model"]["block"]["mixer"]["scale"] = 0.5
     with pytest.raises(UserError, match=r"GPT-Neo never scales attention scores \(scale: 1\)"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out2", family="gpt_neo")
 
@@ -504,7 +504,7 @@ def test_codegen_imports_keep_their_family_and_gptj_specs_stay_gptj(tmp_path):
     out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "fresh")
     assert json.loads((out / "config.json").read_text())["model_type"] == "gptj"
     spec["model"] = {**spec["model"], "d_model": 66,  # 6 heads of 11: a width GPT-J holds, CodeGen does not
-                     "block": {**spec["model"]["block"], "attention": {"kind": "attention", "n_heads": 6}}}
+                     "block": {**spec["model"]["block"], "mixer": {"kind": "attention", "n_heads": 6}}}
     with pytest.raises(UserError, match=r"model.d_model: 66: Hugging Face CodeGen splits q, k and v into 4 shards"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "odd", family="codegen")
 @pytest.mark.parametrize("changes, needle", [

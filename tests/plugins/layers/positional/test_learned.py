@@ -30,7 +30,7 @@ def test_offset_rows_come_before_position_zero_and_are_counted() -> None:
     assert torch.equal(out[0, 2], m.table.weight[2])  # padding reads position 0's row, as without an offset
     spec = {"model": {"vocab_size": 16, "d_model": 8, "n_layers": 1, "context_length": 8,
                       "positional": {"kind": "learned", "offset": 2},
-                      "block": {"layout": "prenorm", "norm": "layernorm", "attention": {"kind": "attention", "n_heads": 2},
+                      "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
                                 "ffn": {"kind": "mlp", "hidden": 16}}}}
     model = specformer.build(spec, seed=0)
     assert model.positional.table.weight.shape == (10, 8)
