@@ -283,7 +283,7 @@ class AtLayers(Rule):
     """``rule`` only at the layers where ``where(site)`` holds; at the others it names no tensors and moves none.
 
     In a hybrid, attention and recurrent layers can both have a parameter of the same name
-    (``attention.out``) filled from different checkpoint tensors (``self_attn.o_proj``,
+    (``mixer.out``) filled from different checkpoint tensors (``self_attn.o_proj``,
     ``mamba.out_proj``): each rule claims only the layers of its own mixer.
     """
 
