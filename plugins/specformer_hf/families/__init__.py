@@ -30,6 +30,7 @@ def builtin_families() -> list[Family]:
         gpt_bigcode,
         gpt_neox,
         gpt_oss,
+        gpt_sw3,
         gptj,
         granite,
         granitemoe,
@@ -82,6 +83,8 @@ def builtin_families() -> list[Family]:
             deepseek_v2.FAMILY,
             minicpm3.FAMILY,
             youtu.FAMILY,
+            # transformers runs these as GPT-2, DeepSeek-V3 and GLM-4.5: those write every spec they express.
+            gpt_sw3.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -34,6 +34,8 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Why greedy generation is not compared for this case (None: it is compared).
     no_generate: str | None = None
+    #: The model_type config.json says, where the config class saves its own instead (GPT-SW3's is GPT2Config).
+    model_type: str | None = None
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -48,6 +50,16 @@ class Case:
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
         return model.eval()
+
+    def save(self, model: Any, directory: Any) -> None:
+        """``model.save_pretrained(directory)``, config.json then naming :attr:`model_type` if the case has one."""
+        import json
+        from pathlib import Path
+
+        model.save_pretrained(directory)
+        if self.model_type is not None:
+            path = Path(directory) / "config.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": self.model_type}, indent=2))
 
 
 def _llama_like(**kw: Any) -> dict[str, Any]:
@@ -526,6 +538,11 @@ CASES += [
          _llama_like(num_attention_heads=8, head_dim=16, tie_word_embeddings=True,
                      rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
+    # GPT-SW3: GPT-2 under its own model_type (transformers maps it to GPT2Config): untied, GELU, biased LayerNorms.
+    Case("gpt-sw3", "GPT2Config", "GPT2LMHeadModel",
+         dict(vocab_size=128, n_embd=60, n_layer=2, n_head=5, n_positions=CONTEXT, n_inner=72, activation_function="gelu",
+              layer_norm_epsilon=1e-4, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None),
+         model_type="gpt-sw3"),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",
