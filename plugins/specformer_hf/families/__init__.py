@@ -52,6 +52,7 @@ def builtin_families() -> list[Family]:
         qwen2_moe,
         qwen3,
         qwen3_moe,
+        sarvam_mla,
         smollm3,
         stablelm,
         starcoder2,
@@ -85,6 +86,7 @@ def builtin_families() -> list[Family]:
             youtu.FAMILY,
             # transformers runs these as GPT-2, DeepSeek-V3 and GLM-4.5: those write every spec they express.
             gpt_sw3.FAMILY,
+            sarvam_mla.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

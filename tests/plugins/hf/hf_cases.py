@@ -543,6 +543,15 @@ CASES += [
          dict(vocab_size=128, n_embd=60, n_layer=2, n_head=5, n_positions=CONTEXT, n_inner=72, activation_function="gelu",
               layer_norm_epsilon=1e-4, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None),
          model_type="gpt-sw3"),
+    # Sarvam-105B: DeepSeek-V3 under its own model_type; Sarvam's shape: no query bottleneck, experts in one group,
+    # a dense first layer, 6 experts with 2 per token, two shared experts, YaRN with mscale_all_dim, untied.
+    Case("sarvam_mla", "SarvamMLAConfig", "DeepseekV3ForCausalLM",
+         _llama_like(num_hidden_layers=3, hidden_size=80, num_key_value_heads=5, num_attention_heads=5, q_lora_rank=None,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=6,
+                     num_experts_per_tok=2, n_shared_experts=2, moe_intermediate_size=24, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-5, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                         "original_max_position_embeddings": 16, "mscale": 1.0,
+                                                         "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0})),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",
