@@ -46,6 +46,7 @@ def builtin_families() -> list[Family]:
         olmo2,
         olmo3,
         olmoe,
+        param2moe,
         phi,
         phi3,
         qwen2,
@@ -53,6 +54,7 @@ def builtin_families() -> list[Family]:
         qwen3,
         qwen3_moe,
         sarvam_mla,
+        sarvam_moe,
         smollm3,
         stablelm,
         starcoder2,
@@ -87,6 +89,8 @@ def builtin_families() -> list[Family]:
             # transformers runs these as GPT-2, DeepSeek-V3 and GLM-4.5: those write every spec they express.
             gpt_sw3.FAMILY,
             sarvam_mla.FAMILY,
+            param2moe.FAMILY,
+            sarvam_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

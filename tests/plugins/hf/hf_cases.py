@@ -552,6 +552,17 @@ CASES += [
                      rms_norm_eps=1e-5, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                          "original_max_position_embeddings": 16, "mscale": 1.0,
                                                          "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0})),
+    # Param2: GLM-4.5 with whole heads rotated (its default), q/k norms, q/k/v biases, tied, 6 experts in 2 groups
+    # (1 kept), 2 per token, two shared experts, a dense first layer.
+    Case("param2moe", "Param2MoeConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                     n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=24, first_k_dense_replace=1,
+                     rms_norm_eps=1e-5, pad_token_id=None)),
+    # Sarvam-30B: GLM-4.5 with whole heads rotated, q/k norms, MQA over 6 heads of 12, untied, no dense layer.
+    Case("sarvam_moe", "SarvamMoEConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, n_routed_experts=5,
+                     num_experts_per_tok=3, n_shared_experts=1, moe_intermediate_size=20, first_k_dense_replace=0,
+                     pad_token_id=None)),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",

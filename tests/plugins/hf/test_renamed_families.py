@@ -52,3 +52,30 @@ def test_sarvam_mla_reads_the_original_config_spellings(tmp_path):
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == "sarvam_mla" and written["n_routed_experts"] == 6
     assert written["rope_parameters"]["rope_type"] == "yarn"
+
+
+def test_param2moe_reads_the_original_config_spellings(tmp_path):
+    """bharatgenai's Param2 config.json says num_experts, num_shared_experts and use_qkv_bias (Param2MoeConfig's
+    attribute_map), and leaves out partial_rotary_factor: whole heads rotate (Param2MoeConfig's default, where GLM-4.5's
+    is half of each head)."""
+    hf, folder = _folder(tmp_path, "param2moe", drop=("n_routed_experts", "n_shared_experts", "attention_bias",
+                                                      "rope_parameters"),
+                         num_experts=6, num_shared_experts=2, use_qkv_bias=True, rope_theta=500000.0)
+    imported = _imports_with_the_same_logits(hf, folder)
+    assert imported.spec["model"]["positional"].get("fraction", 1.0) == 1.0
+    assert imported.spec["model"]["block"]["attention"]["qkv_bias"] is True
+
+
+def test_sarvam_moe_checkpoints_keep_the_original_tensor_names(tmp_path):
+    """transformers saves Sarvam-30B (and Param2) under the remote code's names; export writes the same ones."""
+    from safetensors import safe_open
+
+    _, folder = _folder(tmp_path, "sarvam_moe")
+    imported = specformer_hf.import_hf(folder)
+    out = specformer_hf.to_hf(imported.model, tmp_path / "out")
+    with safe_open(out / "model.safetensors", "pt") as f:
+        names = set(f.keys())
+    assert {"model.word_embeddings.weight", "model.layers.0.attention.query_key_value.weight",
+            "model.layers.0.attention.dense.weight", "model.layers.0.attention.query_layernorm.weight",
+            "model.layers.0.mlp.gate.expert_bias"} <= names
+    assert not any(".self_attn." in name or "embed_tokens" in name for name in names)
