@@ -35,6 +35,7 @@ def builtin_families() -> list[Family]:
         granite,
         granitemoe,
         granitemoeshared,
+        helium,
         internlm3,
         iquestcoder,
         llama,
@@ -91,6 +92,7 @@ def builtin_families() -> list[Family]:
             sarvam_mla.FAMILY,
             param2moe.FAMILY,
             sarvam_moe.FAMILY,
+            helium.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

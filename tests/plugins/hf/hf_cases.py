@@ -563,6 +563,10 @@ CASES += [
          _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, n_routed_experts=5,
                      num_experts_per_tok=3, n_shared_experts=1, moe_intermediate_size=20, first_k_dense_replace=0,
                      pad_token_id=None)),
+    # Helium: interleaved rope, q/k/v biases (none on o), MLP biases, 4 heads of 16 (filling hidden) over 2, tied.
+    Case("helium", "HeliumConfig", "HeliumForCausalLM",
+         _llama_like(head_dim=16, attention_bias=True, mlp_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                     pad_token_id=None)),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",
