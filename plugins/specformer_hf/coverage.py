@@ -73,7 +73,7 @@ MISSING: dict[str, str] = {
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "gpt_neo",         "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "persimmon",
-        "seed_oss", "solar_open", "vaultgemma", "xglm")},
+        "solar_open", "vaultgemma", "xglm")},
     "ernie4_5_moe": "a router choosing by softmax plus a selection-only bias (issue 46)",
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",

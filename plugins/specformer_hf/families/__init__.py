@@ -56,6 +56,7 @@ def builtin_families() -> list[Family]:
         qwen3_moe,
         sarvam_mla,
         sarvam_moe,
+        seed_oss,
         smollm3,
         stablelm,
         starcoder2,
@@ -93,6 +94,7 @@ def builtin_families() -> list[Family]:
             param2moe.FAMILY,
             sarvam_moe.FAMILY,
             helium.FAMILY,
+            seed_oss.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

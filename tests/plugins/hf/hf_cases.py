@@ -567,6 +567,10 @@ CASES += [
     Case("helium", "HeliumConfig", "HeliumForCausalLM",
          _llama_like(head_dim=16, attention_bias=True, mlp_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True,
                      pad_token_id=None)),
+    # Seed-OSS: q/k/v biases and an o_proj bias of its own, MLP biases, 3 heads of 20 over 1, untied.
+    Case("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
+         _llama_like(num_attention_heads=3, num_key_value_heads=1, head_dim=20, attention_out_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-5, pad_token_id=None)),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",
