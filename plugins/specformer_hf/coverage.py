@@ -71,7 +71,7 @@ MISSING: dict[str, str] = {
         "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
         "cwm", "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "gpt_neo",         "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
-        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral", "ministral3",
+        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "persimmon",
         "solar_open", "vaultgemma", "xglm")},
     "ernie4_5_moe": "a router choosing by softmax plus a selection-only bias (issue 46)",

@@ -42,6 +42,7 @@ def builtin_families() -> list[Family]:
         llama4,
         minicpm3,
         minimax_m2,
+        ministral,
         mistral,
         mixtral,
         olmo2,
@@ -95,6 +96,7 @@ def builtin_families() -> list[Family]:
             sarvam_moe.FAMILY,
             helium.FAMILY,
             seed_oss.FAMILY,
+            ministral.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

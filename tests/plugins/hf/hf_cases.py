@@ -571,6 +571,10 @@ CASES += [
     Case("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
          _llama_like(num_attention_heads=3, num_key_value_heads=1, head_dim=20, attention_out_bias=True, mlp_bias=True,
                      rms_norm_eps=1e-5, pad_token_id=None)),
+    # Ministral: full, sliding, sliding layers (the window shorter than the prompt), head_dim of its own.
+    Case("ministral", "MinistralConfig", "MinistralForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW,
+                     layer_types=["full_attention", "sliding_attention", "sliding_attention"])),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",
