@@ -69,7 +69,7 @@ MISSING: dict[str, str] = {
     # deepseek_v2, minicpm3, youtu, granite*, ernie4_5* and glm* are being added beside this table.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "arcee", "aria_text", "bamba", "beam", "biogpt", "bloom", "codegen", "cohere_compass_text", "ctrl",
-        "cwm", "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
+        "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "gpt_neo",         "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral3",
         "modernbert-decoder", "mpt", "nanochat", "nemotron", "openai-gpt", "opt", "persimmon",

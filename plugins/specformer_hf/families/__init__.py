@@ -11,6 +11,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (  # one per line: families are added side by side
         cohere,
         cohere2,
+        cwm,
         deepseek_v2,
         deepseek_v3,
         deepseek_v32,
@@ -97,6 +98,7 @@ def builtin_families() -> list[Family]:
             helium.FAMILY,
             seed_oss.FAMILY,
             ministral.FAMILY,
+            cwm.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

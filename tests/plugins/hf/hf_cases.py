@@ -575,6 +575,12 @@ CASES += [
     Case("ministral", "MinistralConfig", "MinistralForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW,
                      layer_types=["full_attention", "sliding_attention", "sliding_attention"])),
+    # CWM: the default layer_types (layer 0 and 4 full, 1-3 sliding), llama3 rope, MLP biases, MQA, tied.
+    Case("cwm", "CwmConfig", "CwmForCausalLM",
+         _llama_like(num_hidden_layers=5, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW, mlp_bias=True,
+                     tie_word_embeddings=True, rms_norm_eps=1e-4, bos_token_id=0,
+                     rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s
     # per-head q/k LayerNorms (one weight row per head), MQA, untied, a linear rope scaling.
     Case("cohere", "CohereConfig", "CohereForCausalLM",

@@ -43,6 +43,11 @@ def test_helium_export_refuses_heads_that_do_not_fill_d_model(tmp_path):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="helium")
 
 
+def test_cwm_without_layer_types_attends_fully_every_fourth_layer_from_the_first(tmp_path):
+    folder = _folder(tmp_path, "cwm", drop=("layer_types",))
+    assert _windows(specformer_hf.import_hf(folder)) == [None, 8, 8, 8, None]
+
+
 def test_ministral_without_layer_types_slides_in_every_layer_unless_the_window_is_null(tmp_path):
     assert _windows(specformer_hf.import_hf(_folder(tmp_path / "a", "ministral", drop=("layer_types",)))) == [8, 8, 8]
     folder = _folder(tmp_path / "b", "ministral", drop=("layer_types",), sliding_window=None)
