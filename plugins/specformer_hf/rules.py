@@ -10,6 +10,7 @@ checkpoint carrying weights the spec ignores is refused rather than half-loaded.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -311,6 +312,23 @@ class AtLayers(Rule):
         return f"{self.rule.describe()} ({self.layers} layers)"
 
 
+def renamed(rule: Rule, rename: Callable[[str], str]) -> Rule:
+    """``rule`` reading and writing its Hugging Face tensors under ``rename(name)``, with the same transforms.
+
+    For a checkpoint saved under other names than the family whose rules it reuses (transformers
+    renames them on load and back on save: Sarvam-30B's ``attention.dense`` is GLM-4.5's ``self_attn.o_proj``).
+    """
+    new = copy.copy(rule)
+    if isinstance(rule, OneOf):
+        new.options = tuple(renamed(option, rename) for option in rule.options)
+    elif isinstance(rule, AtLayers):
+        new.rule = renamed(rule.rule, rename)
+    elif isinstance(rule, PerExpert):
+        new.parts = tuple(rename(name) for name in rule.parts)
+    new.hf = tuple(rename(name) for name in rule.hf)
+    return new
+
+
 # -- split sizes ------------------------------------------------------------------------
 
 
@@ -326,4 +344,5 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert", "TransposedExperts", "Rule", "Site", "Transposed", "Unsqueezed", "halves", "qkv_sizes"]
+__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert",
+           "TransposedExperts", "Rule", "Site", "Transposed", "Unsqueezed", "halves", "qkv_sizes", "renamed"]

@@ -63,8 +63,7 @@ def _docs_extra_installed() -> bool:
 
 #: The tests that wait for one of the two slow things, by the session fixture they use: under pytest-xdist
 #: (`make test`), each group runs in one worker (``--dist loadgroup``), so each thing runs once.
-_GROUPS = {"site_build": "docs-site", "built_site": "docs-site", "results": "printed-commands",
-           "fresh_venv": "fresh-venv"}  # the slow suite's fresh environment (test_fresh_setup.py): made once, not per worker
+_GROUPS = {"site_build": "docs-site", "built_site": "docs-site", "results": "printed-commands"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

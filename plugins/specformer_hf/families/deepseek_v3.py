@@ -46,12 +46,15 @@ class LatentRope(Part):
         config.update(rope_parameters=params, rope_interleave=interleaved)
 
 
+#: The table, which the families transformers runs as DeepSeek-V3 (Sarvam-105B) reuse.
+PARTS = (Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), GroupedExperts())
+
 FAMILY = decoder_family(
     name="DeepSeek-V3",
     model_type="deepseek_v3",
     architecture="DeepseekV3ForCausalLM",
     defaults=DEFAULTS,
-    parts=[Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), GroupedExperts()],
+    parts=PARTS,
     maps="attention mla (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias; YaRN "
          "mscale_all_dim on the scores), rope_interleave -> interleaved rope, ffn moe with router sigmoid_topk "
          "(norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), "

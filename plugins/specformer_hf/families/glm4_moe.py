@@ -19,19 +19,22 @@ DEFAULTS = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
 }
 
+#: The table, which the families transformers runs as GLM-4.5 (Param2, Sarvam-30B) reuse.
+PARTS = (
+    *replace_part(replace_part(LLAMA_PARTS, Rope(partial=True, write_fraction=True)), GroupedExperts(),
+                  instead_of=GatedFFN),
+    Switch("attention_bias", ("mixer.qkv_bias",)),
+    Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
+    QKNorm("head", switch="use_qk_norm"),
+)
+
 # Glm4MoeConfig has no head_dim field, but the attention reads one if config.json has it (Attention does).
 FAMILY = decoder_family(
     name="GLM-4.5",
     model_type="glm4_moe",
     architecture="Glm4MoeForCausalLM",
     defaults=DEFAULTS,
-    parts=[
-        *replace_part(replace_part(LLAMA_PARTS, Rope(partial=True, write_fraction=True)), GroupedExperts(),
-                      instead_of=GatedFFN),
-        Switch("attention_bias", ("mixer.qkv_bias",)),
-        Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
-        QKNorm("head", switch="use_qk_norm"),
-    ],
+    parts=PARTS,
     maps="rope with partial_rotary_factor (default 0.5: half of each head rotated), GQA, attention_bias on q/k/v, "
          "use_qk_norm -> qk_norm (RMSNorm per head); ffn moe as DeepSeek-V3's: router sigmoid_topk (norm_topk_prob, "
          "routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), n_shared_experts, "

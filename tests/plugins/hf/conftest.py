@@ -50,7 +50,7 @@ def save_and_import(case: Case, directory: Path) -> Saved:
     import specformer_hf
 
     hf = case.build()
-    hf.save_pretrained(directory)
+    case.save(hf, directory)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*has no tokenizer.json")  # these folders have none, on purpose
         imported = specformer_hf.import_hf(directory)

@@ -34,6 +34,8 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Why greedy generation is not compared for this case (None: it is compared).
     no_generate: str | None = None
+    #: The model_type config.json says, where the config class saves its own instead (GPT-SW3's is GPT2Config).
+    model_type: str | None = None
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -48,6 +50,16 @@ class Case:
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
         return model.eval()
+
+    def save(self, model: Any, directory: Any) -> None:
+        """``model.save_pretrained(directory)``, config.json then naming :attr:`model_type` if the case has one."""
+        import json
+        from pathlib import Path
+
+        model.save_pretrained(directory)
+        if self.model_type is not None:
+            path = Path(directory) / "config.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": self.model_type}, indent=2))
 
 
 def _llama_like(**kw: Any) -> dict[str, Any]:
@@ -524,6 +536,49 @@ CASES += [
          _llama_like(head_dim=24, attention_bias=True, mlp_bias=True, pad_token_id=None)),
     Case("iquestcoder", "IQuestCoderConfig", "LlamaForCausalLM",
          _llama_like(num_attention_heads=8, head_dim=16, tie_word_embeddings=True,
+                     rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=16))),
+    # GPT-SW3: GPT-2 under its own model_type (transformers maps it to GPT2Config): untied, GELU, biased LayerNorms.
+    Case("gpt-sw3", "GPT2Config", "GPT2LMHeadModel",
+         dict(vocab_size=128, n_embd=60, n_layer=2, n_head=5, n_positions=CONTEXT, n_inner=72, activation_function="gelu",
+              layer_norm_epsilon=1e-4, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None),
+         model_type="gpt-sw3"),
+    # Sarvam-105B: DeepSeek-V3 under its own model_type; Sarvam's shape: no query bottleneck, experts in one group,
+    # a dense first layer, 6 experts with 2 per token, two shared experts, YaRN with mscale_all_dim, untied.
+    Case("sarvam_mla", "SarvamMLAConfig", "DeepseekV3ForCausalLM",
+         _llama_like(num_hidden_layers=3, hidden_size=80, num_key_value_heads=5, num_attention_heads=5, q_lora_rank=None,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=6,
+                     num_experts_per_tok=2, n_shared_experts=2, moe_intermediate_size=24, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-5, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                         "original_max_position_embeddings": 16, "mscale": 1.0,
+                                                         "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0})),
+    # Param2: GLM-4.5 with whole heads rotated (its default), q/k norms, q/k/v biases, tied, 6 experts in 2 groups
+    # (1 kept), 2 per token, two shared experts, a dense first layer.
+    Case("param2moe", "Param2MoeConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=16, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                     n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=24, first_k_dense_replace=1,
+                     rms_norm_eps=1e-5, pad_token_id=None)),
+    # Sarvam-30B: GLM-4.5 with whole heads rotated, q/k norms, MQA over 6 heads of 12, untied, no dense layer.
+    Case("sarvam_moe", "SarvamMoEConfig", "Glm4MoeForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=1, head_dim=12, n_routed_experts=5,
+                     num_experts_per_tok=3, n_shared_experts=1, moe_intermediate_size=20, first_k_dense_replace=0,
+                     pad_token_id=None)),
+    # Helium: interleaved rope, q/k/v biases (none on o), MLP biases, 4 heads of 16 (filling hidden) over 2, tied.
+    Case("helium", "HeliumConfig", "HeliumForCausalLM",
+         _llama_like(head_dim=16, attention_bias=True, mlp_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                     pad_token_id=None)),
+    # Seed-OSS: q/k/v biases and an o_proj bias of its own, MLP biases, 3 heads of 20 over 1, untied.
+    Case("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
+         _llama_like(num_attention_heads=3, num_key_value_heads=1, head_dim=20, attention_out_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-5, pad_token_id=None)),
+    # Ministral: full, sliding, sliding layers (the window shorter than the prompt), head_dim of its own.
+    Case("ministral", "MinistralConfig", "MinistralForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW,
+                     layer_types=["full_attention", "sliding_attention", "sliding_attention"])),
+    # CWM: the default layer_types (layer 0 and 4 full, 1-3 sliding), llama3 rope, MLP biases, MQA, tied.
+    Case("cwm", "CwmConfig", "CwmForCausalLM",
+         _llama_like(num_hidden_layers=5, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW, mlp_bias=True,
+                     tie_word_embeddings=True, rms_norm_eps=1e-4, bos_token_id=0,
                      rope_parameters=_rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=16))),
     # Cohere (Command R): parallel blocks, interleaved rope on every layer, scaled logits, biases; and Command R+'s

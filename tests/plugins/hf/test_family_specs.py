@@ -145,6 +145,7 @@ DENSE_SPECS = {
     "iquest-coder-40b.yaml": ("IQuestCoderConfig", dict()),
     "command-r-35b.yaml": ("CohereConfig", dict()),  # transformers' defaults are Command R's sizes
     "ernie-4.5-0.3b.yaml": ("Ernie4_5Config", dict()),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
+    "helium-1-preview-2b.yaml": ("HeliumConfig", dict()),  # transformers' defaults are helium-1-preview's sizes
     "glm-4-9b.yaml": ("GlmConfig", dict()),  # transformers' defaults are glm-4-9b's sizes
     "glm-4-9b-0414.yaml": ("Glm4Config", dict()),  # transformers' defaults are GLM-4-9B-0414's sizes
     # ibm-granite/granite-3.0-2b-instruct's config.json as recalled (GraniteConfig's defaults are Llama-2-7B's sizes).

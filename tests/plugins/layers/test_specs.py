@@ -205,6 +205,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "ernie-4.5-0.3b.yaml": _llama_like("Ernie4_5Config"),  # transformers' defaults are ERNIE-4.5-0.3B's sizes
     # transformers' Ernie4_5_MoeConfig defaults are ERNIE-4.5-21B-A3B's sizes (its docstring says so).
     "ernie-4.5-21b-a3b.yaml": _llama_like("Ernie4_5_MoeConfig"),
+    "helium-1-preview-2b.yaml": _llama_like("HeliumConfig"),  # transformers' defaults are helium-1-preview's sizes
     "glm-4-9b.yaml": _llama_like("GlmConfig"),  # transformers' defaults are glm-4-9b's sizes
     "glm-4-9b-0414.yaml": _llama_like("Glm4Config"),  # transformers' defaults are GLM-4-9B-0414's sizes
     # Granite 3 and Granite 3 MoE (the same fields as tests/plugins/hf/test_family_specs.py's).
