@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from specformer_hf.families import glm4_moe
+from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.rules import Copy, Rule, renamed
 
 #: GLM-4.5's name -> the saved one (regular expressions, applied in order), as transformers' conversion reverses.
@@ -23,7 +24,7 @@ RENAMES = (
     (r"\.self_attn\.", ".attention."),
 )
 
-QKV = ("blocks.{i}.attention.qkv.weight", "blocks.{i}.attention.qkv.bias")
+QKV = (f"{BLOCK_MIXER}.qkv.weight", f"{BLOCK_MIXER}.qkv.bias")
 
 
 def saved_name(name: str) -> str:
@@ -34,7 +35,7 @@ def saved_name(name: str) -> str:
 
 def saved_rules() -> list[Rule]:
     """GLM-4.5's rules under the saved names; q, k and v read from (and written as) the one fused tensor."""
-    rules: list[Rule] = [Copy(f"model.layers.{{i}}.attention.query_key_value.{p}", f"blocks.{{i}}.attention.qkv.{p}")
+    rules: list[Rule] = [Copy(f"model.layers.{{i}}.attention.query_key_value.{p}", f"{BLOCK_MIXER}.qkv.{p}")
                          for p in ("weight", "bias")]
     return rules + [renamed(rule, saved_name) for rule in glm4_moe.FAMILY.weights if rule.ours[0] not in QKV]
 

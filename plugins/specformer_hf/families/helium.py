@@ -29,7 +29,7 @@ class HeadsFillHidden(Part):
     whatever head_dim says, so transformers cannot load another shape."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        attention = model["block"]["attention"]
+        attention = model["block"]["mixer"]
         if attention["n_heads"] * attention["head_dim"] != model["d_model"]:
             raise UserError(f"{cfg.family}: num_attention_heads ({attention['n_heads']}) x head_dim "
                             f"({attention['head_dim']}) must equal hidden_size ({model['d_model']}): transformers' "
@@ -38,7 +38,7 @@ class HeadsFillHidden(Part):
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         n_heads, _, head_dim = view.view.attention_sizes()
         if n_heads * head_dim != view.model.d_model:
-            raise NotExpressible("model.block.attention.head_dim", f"Hugging Face {view.name} needs n_heads x head_dim "
+            raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {view.name} needs n_heads x head_dim "
                                  f"= d_model ({n_heads} x {head_dim} != {view.model.d_model})")
 
 
@@ -50,8 +50,8 @@ FAMILY = decoder_family(
     parts=[
         # Helium's apply_rotary_pos_emb pairs adjacent channels (repeat_interleave), over whole heads.
         *replace_part(LLAMA_PARTS, Rope(interleaved=True)),
-        Switch("attention_bias", ("attention.qkv_bias",)),
-        Fixed("attention.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
+        Switch("attention_bias", ("mixer.qkv_bias",)),
+        Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
         Switch("mlp_bias", ("ffn.bias",)),
         HeadsFillHidden(),
     ],

@@ -21,8 +21,8 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *LLAMA_PARTS,
-        Switch("attention_bias", ("attention.qkv_bias",)),
-        Switch("attention_out_bias", ("attention.out_bias",)),
+        Switch("attention_bias", ("mixer.qkv_bias",)),
+        Switch("attention_out_bias", ("mixer.out_bias",)),
         Switch("mlp_bias", ("ffn.bias",)),
     ],
     # Dropout after o_proj and down_proj, in training only.

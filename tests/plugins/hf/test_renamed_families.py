@@ -63,7 +63,7 @@ def test_param2moe_reads_the_original_config_spellings(tmp_path):
                          num_experts=6, num_shared_experts=2, use_qkv_bias=True, rope_theta=500000.0)
     imported = _imports_with_the_same_logits(hf, folder)
     assert imported.spec["model"]["positional"].get("fraction", 1.0) == 1.0
-    assert imported.spec["model"]["block"]["attention"]["qkv_bias"] is True
+    assert imported.spec["model"]["block"]["mixer"]["qkv_bias"] is True
 
 
 def test_sarvam_moe_checkpoints_keep_the_original_tensor_names(tmp_path):
