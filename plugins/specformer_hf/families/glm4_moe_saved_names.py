@@ -9,9 +9,12 @@ mapping for ``sarvam_moe``, which ``param2moe`` copies): ``model.word_embeddings
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from specformer_hf.families import glm4_moe
-from specformer_hf.parts.base import BLOCK_MIXER
+from specformer_hf.family import Family
+from specformer_hf.parts.base import BLOCK_MIXER, SavedNames
+from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.rules import Copy, Rule, renamed
 
 #: GLM-4.5's name -> the saved one (regular expressions, applied in order), as transformers' conversion reverses.
@@ -40,4 +43,29 @@ def saved_rules() -> list[Rule]:
     return rules + [renamed(rule, saved_name) for rule in glm4_moe.FAMILY.weights if rule.ours[0] not in QKV]
 
 
-__all__ = ["RENAMES", "saved_name", "saved_rules"]
+#: The original config.json's names for three GLM-4.5 fields (the config classes' attribute_map), both families alike.
+SAVED_NAMES = (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
+               ("use_qkv_bias", "attention_bias"))
+
+
+def saved_names_family(*, name: str, model_type: str, defaults: dict[str, Any]) -> Family:
+    """A GLM-4.5 family whose config.json and tensors use the original remote code's names (Sarvam-30B, Param2)."""
+    return decoder_family(
+        name=name,
+        model_type=model_type,
+        architecture="Glm4MoeForCausalLM",
+        defaults=defaults,
+        parts=[SavedNames(SAVED_NAMES), *glm4_moe.PARTS],
+        rules=saved_rules(),
+        ignore_tensors=glm4_moe.FAMILY.ignore_tensors,
+        maps="as GLM-4.5 (transformers builds Glm4MoeForCausalLM): partial_rotary_factor (default 1.0: whole heads), "
+             "use_qk_norm (default on), q/k/v biases, sigmoid-routed experts, shared experts, dense first layers; "
+             "num_experts, num_shared_experts, use_qkv_bias read as n_routed_experts, n_shared_experts, attention_bias; "
+             "the tensors under the original names (model.word_embeddings, attention.query_key_value fused, "
+             "attention.dense, attention.query_layernorm / key_layernorm, mlp.gate.expert_bias)",
+        caveats="as GLM-4.5; export writes GLM-4.5's field names and the original tensor names, as transformers' "
+                "save_pretrained does",
+    )
+
+
+__all__ = ["RENAMES", "SAVED_NAMES", "saved_name", "saved_names_family", "saved_rules"]
