@@ -82,7 +82,7 @@ def test_a_forced_family_names_the_part_it_cannot_express(tmp_path):
         ({"block.layout": "postnorm"}, "model.block.layout.kind: 'postnorm' has no equivalent"),
         ({"logit_softcap": 30.0}, "model.logit_softcap: 30.0 (the family gives None)"),
         # ERNIE 4.5 and GLM rotate adjacent pairs, without sliding windows; Mistral has windows, rotating halves
-        ({"positional": {"kind": "rope", "interleaved": True}, "block.attention.window": 4}, "model.positional.interleaved"),
+        ({"positional": {"kind": "rope", "interleaved": True}, "block.mixer.window": 4}, "model.positional.interleaved"),
         ({"block.norm": {"kind": "scalenorm"}}, "model.block.norm.kind: 'scalenorm' has no equivalent"),
         ({"block.residual": {"kind": "mhc"}}, "model.block.residual: {'kind': 'specformer_layers.residual."),
         ({"positional": {"kind": "rope", "fraction": 0.5}, "block.mixer.window": 4, "block.mixer.qkv_bias": True},
