@@ -10,6 +10,7 @@ def builtin_families() -> list[Family]:
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
+        biogpt,
         codegen,
         cohere,
         cohere2,
@@ -110,6 +111,7 @@ def builtin_families() -> list[Family]:
             seed_oss.FAMILY,
             ministral.FAMILY,
             cwm.FAMILY,
+            biogpt.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -699,6 +699,16 @@ CASES += [
     Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
               activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # BioGPT: OPT's learned positions (row 2 on) under BART blocks, embeddings scaled by sqrt(60), 5 heads of 12, untied,
+    # a layer_norm_eps transformers never reads; and unscaled, tied, ReLU, 3 layers.
+    Case("biogpt", "BioGptConfig", "BioGptForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_hidden_layers=2, num_attention_heads=5, intermediate_size=80,
+              max_position_embeddings=CONTEXT, layer_norm_eps=1e-3, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
+    Case("biogpt-unscaled-tied", "BioGptConfig", "BioGptForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+              max_position_embeddings=CONTEXT, scale_embedding=False, hidden_act="relu", bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -719,5 +729,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
+    "biogpt-unscaled-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -229,6 +229,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
     "codegen-350m-mono.yaml": _llama_like(
         "CodeGenConfig", vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048),
+    "biogpt.yaml": _llama_like("BioGptConfig"),  # transformers' defaults are microsoft/biogpt's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
