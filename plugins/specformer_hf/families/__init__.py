@@ -69,6 +69,7 @@ def builtin_families() -> list[Family]:
         smollm3,
         stablelm,
         starcoder2,
+        xglm,
         youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
@@ -112,6 +113,7 @@ def builtin_families() -> list[Family]:
             ministral.FAMILY,
             cwm.FAMILY,
             biogpt.FAMILY,
+            xglm.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

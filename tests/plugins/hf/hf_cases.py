@@ -709,6 +709,16 @@ CASES += [
          dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
               max_position_embeddings=CONTEXT, scale_embedding=False, hidden_act="relu", bos_token_id=None,
               eos_token_id=None, pad_token_id=None)),
+    # XGLM: fairseq's sinusoidal positions (offset 2, halves, 10000^(-i/29)) under biased pre-norm blocks, embeddings
+    # scaled by sqrt(60), 5 heads of 12, untied, the published pad_token_id 1 (its zeroed row is never read); and
+    # unscaled, tied, ReLU, 3 layers.
+    Case("xglm", "XGLMConfig", "XGLMForCausalLM",
+         dict(vocab_size=128, d_model=60, num_layers=2, attention_heads=5, ffn_dim=80, max_position_embeddings=CONTEXT,
+              tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=None)),
+    Case("xglm-unscaled-tied", "XGLMConfig", "XGLMForCausalLM",
+         dict(vocab_size=128, d_model=64, num_layers=3, attention_heads=4, ffn_dim=96, max_position_embeddings=CONTEXT,
+              scale_embedding=False, activation_function="relu", pad_token_id=None, bos_token_id=None,
+              eos_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -729,6 +739,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
-    "biogpt-unscaled-tied",
+    "biogpt-unscaled-tied", "xglm-unscaled-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
