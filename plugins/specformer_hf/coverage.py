@@ -71,7 +71,7 @@ MISSING: dict[str, str] = {
         "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral3",
-        "modernbert-decoder", "nanochat", "persimmon",
+        "modernbert-decoder", "nanochat",
         "solar_open", "vaultgemma")},
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",

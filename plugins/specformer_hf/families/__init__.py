@@ -57,6 +57,7 @@ def builtin_families() -> list[Family]:
         olmoe,
         opt,
         param2moe,
+        persimmon,
         phi,
         phi3,
         qwen2,
@@ -114,6 +115,7 @@ def builtin_families() -> list[Family]:
             cwm.FAMILY,
             biogpt.FAMILY,
             xglm.FAMILY,
+            persimmon.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

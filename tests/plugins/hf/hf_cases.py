@@ -719,6 +719,14 @@ CASES += [
          dict(vocab_size=128, d_model=64, num_layers=3, attention_heads=4, ffn_dim=96, max_position_embeddings=CONTEXT,
               scale_embedding=False, activation_function="relu", pad_token_id=None, bos_token_id=None,
               eos_token_id=None)),
+    # Persimmon: rope on 6 of 12 channels per head, per-head [q k v] fused, q/k LayerNorms, relu2, 5 heads, non-default
+    # eps, untied; and without the q/k norms, whole heads rotated, tied, GELU, 3 layers.
+    Case("persimmon", "PersimmonConfig", "PersimmonForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "intermediate_size": 80, "layer_norm_eps": 1e-4,
+          "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
+    Case("persimmon-no-qk-norm-tied", "PersimmonConfig", "PersimmonForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "qk_layernorm": False, "tie_word_embeddings": True, "hidden_act": "gelu",
+          "rope_parameters": _rope("default", partial_rotary_factor=1.0)}),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -739,6 +747,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
-    "biogpt-unscaled-tied", "xglm-unscaled-tied",
+    "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

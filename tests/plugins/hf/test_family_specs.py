@@ -168,6 +168,7 @@ DENSE_SPECS = {
         vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048)),
     "biogpt.yaml": ("BioGptConfig", dict()),  # transformers' defaults are microsoft/biogpt's sizes
     "xglm-564m.yaml": ("XGLMConfig", dict()),  # transformers' defaults are facebook/xglm-564M's sizes
+    "persimmon-8b.yaml": ("PersimmonConfig", dict()),  # transformers' defaults are Persimmon-8B's sizes
 }
 
 
