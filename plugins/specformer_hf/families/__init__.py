@@ -10,6 +10,7 @@ def builtin_families() -> list[Family]:
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
+        biogpt,
         codegen,
         cohere,
         cohere2,
@@ -56,6 +57,7 @@ def builtin_families() -> list[Family]:
         olmoe,
         opt,
         param2moe,
+        persimmon,
         phi,
         phi3,
         qwen2,
@@ -68,6 +70,7 @@ def builtin_families() -> list[Family]:
         smollm3,
         stablelm,
         starcoder2,
+        xglm,
         youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
@@ -110,6 +113,9 @@ def builtin_families() -> list[Family]:
             seed_oss.FAMILY,
             ministral.FAMILY,
             cwm.FAMILY,
+            biogpt.FAMILY,
+            xglm.FAMILY,
+            persimmon.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from specformer.registry.params import Params, Sized, SubComponent
@@ -25,13 +27,27 @@ class SinusoidalPositionsParams(Params):
 
     ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``.
     Computed from the positions on every forward, so it has no length limit.
+
+    The variants of tensor2tensor and fairseq (XGLM) are flags: ``split_halves`` puts every
+    sine first and every cosine after them (``PE[p, i] = sin``, ``PE[p, d/2 + i] = cos``);
+    ``frequencies: half_minus_one`` spaces them as ``base^(-i/(d/2 - 1))``, so that the
+    last pair turns at exactly ``1/base``; ``offset`` encodes position ``p`` as ``p + offset``
+    (fairseq's table starts its positions after the padding index: XGLM's ``offset`` 2).
     """
 
     base: float = Field(default=10000.0, gt=1, description="The wavelength base (10000 in the paper).")
+    offset: int = Field(default=0, ge=0, description="Added to every position before it is encoded (XGLM: 2).")
+    split_halves: bool = Field(default=False, description="Every sine, then every cosine (tensor2tensor, fairseq) "
+                                                          "instead of sin/cos interleaved (the paper).")
+    frequencies: Literal["d_model", "half_minus_one"] = Field(
+        default="d_model", description="d_model: pair i turns at base^(-2i/d) (the paper); half_minus_one: at "
+                                       "base^(-i/(d/2 - 1)) (tensor2tensor, fairseq).")
 
     def sized(self, *, d_model: int) -> Sized:
         if d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+        if self.frequencies == "half_minus_one" and d_model < 4:
+            raise ValueError(f"sinusoidal frequencies half_minus_one need d_model of at least 4, got {d_model}")
         return Sized(parameters=0, adds_to_embeddings=True)
 
 

@@ -699,6 +699,34 @@ CASES += [
     Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
               activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # BioGPT: OPT's learned positions (row 2 on) under BART blocks, embeddings scaled by sqrt(60), 5 heads of 12, untied,
+    # a layer_norm_eps transformers never reads; and unscaled, tied, ReLU, 3 layers.
+    Case("biogpt", "BioGptConfig", "BioGptForCausalLM",
+         dict(vocab_size=128, hidden_size=60, num_hidden_layers=2, num_attention_heads=5, intermediate_size=80,
+              max_position_embeddings=CONTEXT, layer_norm_eps=1e-3, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
+    Case("biogpt-unscaled-tied", "BioGptConfig", "BioGptForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+              max_position_embeddings=CONTEXT, scale_embedding=False, hidden_act="relu", bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
+    # XGLM: fairseq's sinusoidal positions (offset 2, halves, 10000^(-i/29)) under biased pre-norm blocks, embeddings
+    # scaled by sqrt(60), 5 heads of 12, untied, the published pad_token_id 1 (its zeroed row is never read); and
+    # unscaled, tied, ReLU, 3 layers.
+    Case("xglm", "XGLMConfig", "XGLMForCausalLM",
+         dict(vocab_size=128, d_model=60, num_layers=2, attention_heads=5, ffn_dim=80, max_position_embeddings=CONTEXT,
+              tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=None)),
+    Case("xglm-unscaled-tied", "XGLMConfig", "XGLMForCausalLM",
+         dict(vocab_size=128, d_model=64, num_layers=3, attention_heads=4, ffn_dim=96, max_position_embeddings=CONTEXT,
+              scale_embedding=False, activation_function="relu", pad_token_id=None, bos_token_id=None,
+              eos_token_id=None)),
+    # Persimmon: rope on 6 of 12 channels per head, per-head [q k v] fused, q/k LayerNorms, relu2, 5 heads, non-default
+    # eps, untied; and without the q/k norms, whole heads rotated, tied, GELU, 3 layers.
+    Case("persimmon", "PersimmonConfig", "PersimmonForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "intermediate_size": 80, "layer_norm_eps": 1e-4,
+          "rope_parameters": _rope("default", partial_rotary_factor=0.5)}),
+    Case("persimmon-no-qk-norm-tied", "PersimmonConfig", "PersimmonForCausalLM",
+         {**BASE, "num_hidden_layers": 3, "qk_layernorm": False, "tie_word_embeddings": True, "hidden_act": "gelu",
+          "rope_parameters": _rope("default", partial_rotary_factor=1.0)}),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -719,5 +747,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
+    "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

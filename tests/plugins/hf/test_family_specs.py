@@ -166,6 +166,9 @@ DENSE_SPECS = {
     # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
     "codegen-350m-mono.yaml": ("CodeGenConfig", dict(
         vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048)),
+    "biogpt.yaml": ("BioGptConfig", dict()),  # transformers' defaults are microsoft/biogpt's sizes
+    "xglm-564m.yaml": ("XGLMConfig", dict()),  # transformers' defaults are facebook/xglm-564M's sizes
+    "persimmon-8b.yaml": ("PersimmonConfig", dict()),  # transformers' defaults are Persimmon-8B's sizes
 }
 
 

@@ -229,6 +229,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # Salesforce/codegen-350M-mono's published config.json (CodeGenConfig's defaults are CodeGen-6B's sizes).
     "codegen-350m-mono.yaml": _llama_like(
         "CodeGenConfig", vocab_size=51200, n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048),
+    "biogpt.yaml": _llama_like("BioGptConfig"),  # transformers' defaults are microsoft/biogpt's sizes
+    "xglm-564m.yaml": _llama_like("XGLMConfig"),  # transformers' defaults are facebook/xglm-564M's sizes
+    "persimmon-8b.yaml": _llama_like("PersimmonConfig"),  # transformers' defaults are Persimmon-8B's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
