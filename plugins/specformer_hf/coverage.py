@@ -74,9 +74,7 @@ MISSING: dict[str, str] = {
         "modernbert-decoder", "nanochat",
         "solar_open", "vaultgemma")},
     # Issue 45: recurrent and linear-attention mixers.
-    "mamba": "Mamba-1 selective scan (issue 45)",
-    "falcon_mamba": "Mamba-1 selective scan (issue 45)",
-    "jamba": "Mamba-1 selective scan (issue 45)",
+    "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
     "recurrent_gemma": "Griffin RG-LRU (issue 45)",
     "xlstm": "mLSTM (issue 45)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.base import BLOCK_MIXER, FamilyView, Part
@@ -40,9 +40,15 @@ def context_length(cfg: ConfigReader) -> int:
 
 @dataclass(frozen=True)
 class Mamba2Model(Part):
-    """The whole model: sizes, pre-norm RMSNorm blocks of a Mamba-2 mixer and no ffn, no positions."""
+    """The whole model: sizes, pre-norm RMSNorm blocks of a Mamba-2 mixer and no ffn, no positions.
+
+    Mamba-1's families are the same stack around another mixer: a subclass names its ``mixer``
+    fields, its component ``kind`` and its tensors' ``mixer_rules``.
+    """
 
     mixer: Mamba2Fields = Mamba2Fields()
+    kind: ClassVar[str] = "mamba2"
+    mixer_rules: ClassVar[Callable[[str, str], list[Rule]]] = staticmethod(mamba2_rules)
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         model.update(
@@ -60,7 +66,7 @@ class Mamba2Model(Part):
         no_positions(view)
         view.block_kind("layout", ("prenorm",))
         view.block_kind("norm", ("rmsnorm",))
-        view.block_kind("mixer", ("mamba2",))
+        view.block_kind("mixer", (self.kind,))
         view.block_kind("ffn", ("none",))
         config.update(vocab_size=m.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.n_layers,
                       max_position_embeddings=m.context_length, tie_word_embeddings=m.tie_embeddings,
@@ -73,7 +79,7 @@ class Mamba2Model(Part):
             Copy("backbone.norm_f.weight", "final_norm.weight"),
             Copy("lm_head.weight", "lm_head.weight"),
             Copy(f"{LAYER}.norm.weight", "blocks.{i}.attention_norm.weight"),
-            *mamba2_rules(f"{LAYER}.mixer", BLOCK_MIXER),
+            *self.mixer_rules(f"{LAYER}.mixer", BLOCK_MIXER),
         ]
 
 

@@ -729,6 +729,26 @@ CASES += [
           "rope_parameters": _rope("default", partial_rotary_factor=1.0)}),
 ]
 
+# --- recurrent: Mamba-1 families (issue 45) ---
+
+
+def _mamba(**kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, state_size=5, bos_token_id=None, eos_token_id=None,
+                pad_token_id=None, use_associative_scan=False, **kw)
+
+
+CASES += [
+    # An inner width of 3 x hidden, a 3-tap convolution without bias, biased projections, a step of rank 3, untied.
+    Case("mamba", "MambaConfig", "MambaForCausalLM",
+         _mamba(expand=3, conv_kernel=3, use_conv_bias=False, use_bias=True, time_step_rank=3, tie_word_embeddings=False,
+                layer_norm_epsilon=1e-4)),
+    # The "auto" rank (ceil(32 / 16) = 2), tied embeddings, a 4-tap biased convolution.
+    Case("mamba-auto-rank-tied", "MambaConfig", "MambaForCausalLM", _mamba(expand=2, conv_kernel=4)),
+    # Falcon-Mamba's norms on dt, B and C with a non-default eps, a step of rank 5, untied.
+    Case("falcon_mamba", "FalconMambaConfig", "FalconMambaForCausalLM",
+         _mamba(expand=2, conv_kernel=4, time_step_rank=5, mixer_rms_eps=1e-3, tie_word_embeddings=False)),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -745,7 +765,7 @@ SLOW_VARIANTS = frozenset({
     "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
-    "arcee-tied-head-dim",
+    "arcee-tied-head-dim", "mamba-auto-rank-tied",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
 })

@@ -115,6 +115,11 @@ DENSE_SPECS = {
         num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
         full_attn_idxs=[2, 5, 8, 10, 12, 14])),
     "mamba-codestral-7b.yaml": ("Mamba2Config", dict(max_position_embeddings=4096)),
+    # MambaConfig's defaults with mamba-130m's 24 layers; Falcon-Mamba-7B's published sizes over FalconMambaConfig's.
+    "mamba-130m.yaml": ("MambaConfig", dict(num_hidden_layers=24, max_position_embeddings=4096)),
+    "falcon-mamba-7b.yaml": ("FalconMambaConfig", dict(
+        vocab_size=65024, hidden_size=4096, num_hidden_layers=64, time_step_rank=256, tie_word_embeddings=False,
+        max_position_embeddings=4096)),
     "nemotron-h-8b.yaml": ("NemotronHConfig", dict(
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", max_position_embeddings=8192)),
     "qwen3.5-9b.yaml": ("Qwen3_5TextConfig", dict()),

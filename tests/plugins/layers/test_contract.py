@@ -108,6 +108,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 4, "head_dim": 6, "state_size": 5, "n_groups": 2, "conv_kernel": 3, "conv_bias": False, "bias": True,
          "dt_min": 0.01, "dt_max": 0.5, "norm_before_gate": True, "chunk": 3},
     ],
+    ("mixer", "mamba"): [
+        {"d_inner": 24, "state_size": 6, "chunk": 4},
+        {"d_inner": 20, "state_size": 5, "dt_rank": 3, "conv_kernel": 3, "conv_bias": False, "bias": True,
+         "bcdt_norm_eps": 1e-3, "chunk": 3},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 

@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
     "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "parallel", "none"},
-    "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "parallel", "none"},
+    "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk"},
     "residual": {"single", "mhc"},
@@ -67,7 +67,8 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.attention.masking", "specformer_layers.attention.sparse",
                "specformer_layers.attention.block_pooling", "specformer_layers.attention.grouped_output",
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
-               "specformer_layers.mixers.ssd", "specformer_layers.mixers.grouped_gated_norm",
+               "specformer_layers.mixers.ssd", "specformer_layers.mixers.selective_scan",
+               "specformer_layers.mixers.grouped_gated_norm",
                "specformer_layers.mixers.kernels",
                "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm",
                "specformer_layers.mixers.recurrent", "specformer_layers.mixers.conv_params"}

@@ -129,6 +129,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, conv_L_cache=3,
         full_attn_idxs=[2, 5, 8, 10, 12, 14]),
     "mamba-codestral-7b.yaml": _llama_like("Mamba2Config"),  # transformers' defaults are Mamba-Codestral-7B's
+    # transformers' MambaConfig defaults with mamba-130m's 24 layers; Falcon-Mamba-7B's published sizes.
+    "mamba-130m.yaml": _llama_like("MambaConfig", num_hidden_layers=24),
+    "falcon-mamba-7b.yaml": _llama_like("FalconMambaConfig", vocab_size=65024, hidden_size=4096, num_hidden_layers=64,
+                                        time_step_rank=256, tie_word_embeddings=False),
     "nemotron-h-8b.yaml": _llama_like(
         "NemotronHConfig", hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         max_position_embeddings=8192),
@@ -308,6 +312,10 @@ def shrink(data: Any) -> Any:
                     value = 16 ** -0.5
                 elif key == "n_groups":  # Mamba-2's groups of B and C must divide its (shrunk) heads
                     value = min(value, 2)
+                elif key == "d_inner":  # Mamba-1's inner width (it has no heads)
+                    value = 128
+                elif key == "dt_rank":
+                    value = 8 if value is not None else None
                 elif key == "state_size":
                     value = 16
                 out[key] = walk(value)

@@ -1,0 +1,196 @@
+"""The mamba mixer (Mamba-1): equal to transformers' MambaMixer and FalconMambaMixer, exact through a model with a cache.
+
+Through a whole model: a cached token-by-token decode and a prefill by chunks equal the uncached
+forward, a left-padded ragged batch equals each row alone, packed documents equal each document
+alone, beam reordering and speculative rollback (``keep_steps``) restore states exactly, and the
+serve engine batches requests as each alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+import specformer
+from specformer_generate import StaticKVCache
+from specformer_layers.mixers.mamba import Mamba
+from specformer_layers.mixers.mamba_params import MambaParams
+
+from tests.fixtures.tiny import tiny_spec
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MIXER = {"kind": "mamba", "d_inner": 24, "state_size": 6, "conv_kernel": 3, "chunk": 4}
+
+
+# -- the module against transformers --------------------------------------------------------------
+
+
+def _hf_mixer(*, falcon: bool, inner: int, size: int, rank: int, kernel: int, conv_bias: bool, bias: bool):
+    from transformers import FalconMambaConfig, MambaConfig
+    from transformers.models.falcon_mamba.modeling_falcon_mamba import FalconMambaMixer
+    from transformers.models.mamba.modeling_mamba import MambaMixer
+
+    config_class, mixer_class = (FalconMambaConfig, FalconMambaMixer) if falcon else (MambaConfig, MambaMixer)
+    extra = {"mixer_rms_eps": 1e-3} if falcon else {}
+    config = config_class(hidden_size=16, expand=inner // 16, state_size=size, time_step_rank=rank,
+                          conv_kernel=kernel, use_conv_bias=conv_bias, use_bias=bias, num_hidden_layers=1,
+                          use_associative_scan=False, **extra)
+    torch.manual_seed(0)
+    # Built as its block builds it: transformers' FalconMambaMixer cannot initialise its own weights (its norms come later).
+    mixer = mixer_class(config, layer_idx=0, initialize_mixer_weights=False).eval()
+    with torch.no_grad():
+        for name, p in mixer.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        mixer.A_log.copy_(torch.rand(inner, size).log())
+    return mixer
+
+
+@pytest.mark.parametrize(("falcon", "kernel", "bias", "rank"), [(False, 4, False, 3), (False, 3, True, 1),
+                                                                (True, 4, True, 5), (True, 2, False, 2)])
+def test_equals_transformers_mamba_mixer(falcon: bool, kernel: int, bias: bool, rank: int) -> None:
+    hf = _hf_mixer(falcon=falcon, inner=32, size=5, rank=rank, kernel=kernel, conv_bias=bias, bias=bias)
+    ours = Mamba(MambaParams(d_inner=32, state_size=5, dt_rank=rank, conv_kernel=kernel, conv_bias=bias, bias=bias,
+                             bcdt_norm_eps=1e-3 if falcon else None, chunk=3), d_model=16)
+    with torch.no_grad():
+        for name in ("in_proj", "x_proj", "dt_proj"):
+            getattr(ours, name).load_state_dict(getattr(hf, name).state_dict())
+        ours.out.load_state_dict(hf.out_proj.state_dict())
+        ours.conv_weight.copy_(hf.conv1d.weight.squeeze(1))
+        if bias:
+            ours.conv_bias.copy_(hf.conv1d.bias)
+        for name in ("A_log", "D"):
+            getattr(ours, name).copy_(getattr(hf, name))
+    x = torch.randn(2, 8, 16)
+    want = hf(x)
+    torch.testing.assert_close(ours.run(x).out, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.run(x, steps=True).out, want, rtol=1e-4, atol=1e-5)
+
+
+# -- through a model ------------------------------------------------------------------------------
+
+
+def _model(mixed: bool = False, **mixer):
+    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
+    if mixed:
+        spec["model"]["positional"] = {"kind": "rope"}
+        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
+    return specformer.build(spec, seed=0).eval()
+
+
+def _decode(model, tokens: torch.Tensor, *, prefill: int, steps: bool = False) -> torch.Tensor:
+    batch, length = tokens.shape
+    cache = StaticKVCache.for_model(model, batch_size=batch, capacity=length, spare=length)
+    cache.keep_steps = steps
+    positions = torch.arange(length).expand(batch, length)
+    outs = [model(tokens[:, :prefill], positions=positions[:, :prefill], cache=cache)]
+    for t in range(prefill, length):
+        outs.append(model(tokens[:, t:t + 1], positions=positions[:, t:t + 1], cache=cache))
+    return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize(("mixed", "norm"), [(False, None), (True, None), (False, 1e-4)])
+def test_cached_decode_equals_the_uncached_forward(mixed: bool, norm: float | None) -> None:
+    model = _model(mixed, bcdt_norm_eps=norm)
+    tokens = torch.randint(0, 97, (2, 11))
+    with torch.no_grad():
+        want = model(tokens)
+        torch.testing.assert_close(_decode(model, tokens, prefill=6), want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(_decode(model, tokens, prefill=1, steps=True), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
+    """Through the cache and recomputed without one: padding never enters a state."""
+    model = _model(mixed)
+    rows = [torch.randint(1, 97, (n,)) for n in (9, 4, 6)]
+    longest, extra = 9, 3
+    tokens = torch.zeros(3, longest, dtype=torch.long)
+    positions = torch.full((3, longest), -1)
+    for i, row in enumerate(rows):
+        tokens[i, longest - len(row):] = row
+        positions[i, longest - len(row):] = torch.arange(len(row))
+    follow = torch.randint(1, 97, (3, extra))
+    with torch.no_grad():
+        cache = StaticKVCache.for_model(model, batch_size=3, capacity=longest + extra)
+        got = [model(tokens, positions=positions, cache=cache)]
+        for t in range(extra):
+            start = torch.tensor([len(r) + t for r in rows])[:, None]
+            got.append(model(follow[:, t:t + 1], positions=start, cache=cache))
+        got = torch.cat(got, 1)
+        recomputed = model(torch.cat((tokens, follow), 1),
+                           positions=torch.cat((positions, torch.tensor([[len(r) + t for t in range(extra)] for r in rows])), 1))
+        for i, row in enumerate(rows):
+            want = model(torch.cat((row, follow[i]))[None])[0]
+            torch.testing.assert_close(got[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(recomputed[i, longest - len(row):], want, rtol=1e-4, atol=1e-5)
+
+
+def test_packed_documents_equal_each_document_alone() -> None:
+    model = _model()
+    tokens = torch.randint(0, 97, (2, 10))
+    documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2], [5, 5, 5, 5, 5, 5, 7, 7, 7, 7]])
+    with torch.no_grad():
+        got = model(tokens, document_ids=documents)
+        for row, cuts in ((0, [(0, 3), (3, 7), (7, 10)]), (1, [(0, 6), (6, 10)])):
+            for a, b in cuts:
+                torch.testing.assert_close(got[row, a:b], model(tokens[row:row + 1, a:b])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_reorder_and_rollback_restore_the_states_exactly() -> None:
+    model = _model(mixed=True)
+    tokens = torch.randint(0, 97, (2, 9))
+    positions = torch.arange(9).expand(2, 9)
+    with torch.no_grad():
+        cache = StaticKVCache.for_model(model, batch_size=2, capacity=9, spare=4)
+        model(tokens[:, :4], positions=positions[:, :4], cache=cache)
+        cache.keep_steps = True
+        model(tokens[:, 4:8], positions=positions[:, 4:8], cache=cache)  # four drafts, two kept
+        cache.rollback(6)
+        got = model(tokens[:, 6:7], positions=positions[:, 6:7], cache=cache)
+        torch.testing.assert_close(got, model(tokens[:, :7])[:, 6:], rtol=1e-4, atol=1e-5)
+
+        cache = StaticKVCache.for_model(model, batch_size=2, capacity=9)
+        model(tokens[:, :5], positions=positions[:, :5], cache=cache)
+        cache.reorder(torch.tensor([1, 1]))
+        got = model(tokens[1:2, 5:6].expand(2, 1), positions=positions[:, 5:6], cache=cache)
+        want = model(tokens[1:2, :6])[:, 5:]
+        torch.testing.assert_close(got, want.expand(2, -1, -1), rtol=1e-4, atol=1e-5)
+
+
+def test_public_facts() -> None:
+    layer = _model().blocks[0].mixer
+    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.cache_slots) == (1, 1, 24, None, None)
+    assert layer.uses_positions is False
+    assert layer.state_slots.shapes == {"conv": (24, 2), "ssm": (24, 6)}
+    assert layer.dt_rank == 2  # ceil(d_model / 16) with the tiny spec's d_model of 32
+    assert "chunk 4" in layer.describe_kernel()
+
+
+@pytest.mark.parametrize(("change", "message", "where"), [
+    ({"conv_kernel": 1}, "conv_kernel must be at least 2", "model.block.mixer.conv_kernel: "),
+    ({"conv_kernel": 0}, "conv_kernel must be at least 2", "model.block.mixer.conv_kernel: "),
+    ({"dt_rank": 0}, "greater than 0", "model.block.mixer.dt_rank: "),
+    ({"bcdt_norm_eps": -1.0}, "greater than 0", "model.block.mixer.bcdt_norm_eps: "),
+])
+def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        MambaParams(**{**{k: v for k, v in MIXER.items() if k != "kind"}, **change})
+    with pytest.raises(Exception, match=message) as caught:
+        specformer.build(tiny_spec(block={"mixer": {**MIXER, **change}}), seed=0)
+
+    lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
+    assert len(lines) == 1 and lines[0].strip().startswith(where)
+
+
+def test_served_requests_batched_give_what_each_gives_alone() -> None:
+    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
+    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
+
+    model = _model(mixed=True)
+    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
+    lengths = [4, 6, 3, 5]
+    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)
