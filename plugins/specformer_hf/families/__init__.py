@@ -38,6 +38,7 @@ def builtin_families() -> list[Family]:
         gpt_sw3,
         gptj,
         granite,
+        granite_swa,
         granitemoe,
         granitemoeshared,
         helium,
@@ -110,6 +111,7 @@ def builtin_families() -> list[Family]:
             seed_oss.FAMILY,
             ministral.FAMILY,
             cwm.FAMILY,
+            granite_swa.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -510,6 +510,13 @@ CASES += [
          _llama_like(num_attention_heads=6, num_key_value_heads=3, head_dim=12, tie_word_embeddings=True,
                      embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
                      logits_scaling=0.25, rope_parameters=_rope("linear", factor=2.0))),
+    # Granite SWA: the default layer_types (layers 0 and 4 full, 1-3 sliding through a window shorter than the prompt),
+    # a rope base per layer with two NoPE layers (theta 0), sinks, the multipliers, biases, 6 heads of 12 over 2, untied.
+    Case("granite_swa", "GraniteSWAConfig", "GraniteSWAForCausalLM",
+         _llama_like(num_hidden_layers=5, num_attention_heads=6, head_dim=12, sliding_window=WINDOW,
+                     layer_rope_theta=[10000.0, 0, 500.0, 10000.0, 0], embedding_multiplier=3.0,
+                     residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5, attention_bias=True,
+                     mlp_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
     # Granite 3 MoE: 5 experts (2 per token) in every layer, the multipliers, biased attention, non-default eps; and tied,
     # MQA, 3 of 4 experts per token.
     Case("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",

@@ -153,6 +153,8 @@ DENSE_SPECS = {
         vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
+    # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
+    "granite-swash-2b.yaml": ("GraniteSWAConfig", dict()),
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
     "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).

@@ -217,6 +217,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "GraniteMoeConfig", vocab_size=49155, hidden_size=1024, intermediate_size=512, num_hidden_layers=24,
         num_attention_heads=16, num_key_value_heads=8, num_local_experts=32, num_experts_per_tok=8,
         max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
+    "granite-swash-2b.yaml": _llama_like("GraniteSWAConfig"),
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": _llama_like(
         "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),
