@@ -40,6 +40,7 @@ def builtin_families() -> list[Family]:
         granite,
         granite_swa,
         granitemoe,
+        granitemoe_swa,
         granitemoeshared,
         helium,
         internlm3,
@@ -112,6 +113,7 @@ def builtin_families() -> list[Family]:
             ministral.FAMILY,
             cwm.FAMILY,
             granite_swa.FAMILY,
+            granitemoe_swa.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

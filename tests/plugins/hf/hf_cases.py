@@ -517,6 +517,14 @@ CASES += [
                      layer_rope_theta=[10000.0, 0, 500.0, 10000.0, 0], embedding_multiplier=3.0,
                      residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5, attention_bias=True,
                      mlp_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
+    # Granite MoE SWA: a shared expert wider than the 5 routed ones (2 per token), full, sliding, sliding layers (the
+    # window shorter than the prompt) with a NoPE middle layer, sinks, the multipliers, attention biases, MQA, tied.
+    Case("granitemoe_swa", "GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_local_experts=5, num_experts_per_tok=2,
+                     intermediate_size=40, shared_intermediate_size=56, sliding_window=WINDOW,
+                     layer_rope_theta=[10000.0, 0, 2000.0], embedding_multiplier=2.0, residual_multiplier=0.7,
+                     attention_multiplier=0.2, logits_scaling=1.5, attention_bias=True, rms_norm_eps=1e-4,
+                     tie_word_embeddings=True)),
     # Granite 3 MoE: 5 experts (2 per token) in every layer, the multipliers, biased attention, non-default eps; and tied,
     # MQA, 3 of 4 experts per token.
     Case("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",

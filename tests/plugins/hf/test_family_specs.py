@@ -54,6 +54,8 @@ MOE_SPECS = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
     "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
     # Their published config.json's fields beyond transformers' defaults (see each spec's header).
+    # transformers' GraniteMoeSWAConfig defaults (GraniteMoeShared's sizes: no published model's, see the spec).
+    "granitemoe-swa-defaults.yaml": ("GraniteMoeSWAConfig", dict()),
     "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
         head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
     "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),

@@ -219,6 +219,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True),
     # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
     "granite-swash-2b.yaml": _llama_like("GraniteSWAConfig"),
+    # transformers' GraniteMoeSWAConfig defaults (GraniteMoeShared's sizes: no published model's, see the spec).
+    "granitemoe-swa-defaults.yaml": _llama_like("GraniteMoeSWAConfig"),
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": _llama_like(
         "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),
