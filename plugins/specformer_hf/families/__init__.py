@@ -50,6 +50,7 @@ def builtin_families() -> list[Family]:
         minicpm3,
         minimax_m2,
         ministral,
+        ministral3,
         mistral,
         mixtral,
         mpt,
@@ -114,6 +115,7 @@ def builtin_families() -> list[Family]:
             cwm.FAMILY,
             granite_swa.FAMILY,
             granitemoe_swa.FAMILY,
+            ministral3.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

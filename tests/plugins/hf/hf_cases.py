@@ -590,6 +590,18 @@ CASES += [
     Case("ministral", "MinistralConfig", "MinistralForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW,
                      layer_types=["full_attention", "sliding_attention", "sliding_attention"])),
+    # Ministral 3: queries scaled by 1 + 0.3 ln(1 + floor(p / 16)) (steps within the prompt), YaRN from 16 positions,
+    # a sliding window shorter than the prompt on every layer, 6 heads of 12 over 2, untied; and a plain rope with the
+    # scaling every 8 positions, MQA, tied.
+    Case("ministral3", "Ministral3Config", "Ministral3ForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, sliding_window=WINDOW, rms_norm_eps=1e-4, pad_token_id=None,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                      "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.3})),
+    Case("ministral3-plain-rope-tied", "Ministral3Config", "Ministral3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True, pad_token_id=None,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                      "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})),
     # CWM: the default layer_types (layer 0 and 4 full, 1-3 sliding), llama3 rope, MLP biases, MQA, tied.
     Case("cwm", "CwmConfig", "CwmForCausalLM",
          _llama_like(num_hidden_layers=5, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW, mlp_bias=True,
@@ -732,7 +744,7 @@ SLOW_VARIANTS = frozenset({
     "granite-tied-head_dim", "granitemoe-mqa-tied", "granitemoeshared-no-shared",
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
-    "arcee-tied-head-dim",
+    "arcee-tied-head-dim", "ministral3-plain-rope-tied",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -157,6 +157,8 @@ DENSE_SPECS = {
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
     # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
     "granite-swash-2b.yaml": ("GraniteSWAConfig", dict()),
+    # transformers' Ministral3Config defaults are Ministral-3-8B's text model (its docstring's checkpoint).
+    "ministral-3-8b.yaml": ("Ministral3Config", dict()),
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
     "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
