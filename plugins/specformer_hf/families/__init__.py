@@ -71,6 +71,7 @@ def builtin_families() -> list[Family]:
         smollm3,
         stablelm,
         starcoder2,
+        vaultgemma,
         youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
@@ -116,6 +117,7 @@ def builtin_families() -> list[Family]:
             granite_swa.FAMILY,
             granitemoe_swa.FAMILY,
             ministral3.FAMILY,
+            vaultgemma.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -602,6 +602,13 @@ CASES += [
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True, pad_token_id=None,
                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                       "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})),
+    # VaultGemma: Gemma 2 with pre-norm blocks; the default layer_types (even layers slide, through a window shorter than
+    # the prompt), both soft-caps, a query_pre_attn_scalar of its own, biases, 6 heads of 16 (not hidden / heads) over 2,
+    # untied.
+    Case("vaultgemma", "VaultGemmaConfig", "VaultGemmaForCausalLM",
+         _llama_like(num_hidden_layers=3, hidden_size=72, num_attention_heads=6, head_dim=16, sliding_window=WINDOW,
+                     query_pre_attn_scalar=20, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+                     attention_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False, pad_token_id=None)),
     # CWM: the default layer_types (layer 0 and 4 full, 1-3 sliding), llama3 rope, MLP biases, MQA, tied.
     Case("cwm", "CwmConfig", "CwmForCausalLM",
          _llama_like(num_hidden_layers=5, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW, mlp_bias=True,

@@ -159,6 +159,8 @@ DENSE_SPECS = {
     "granite-swash-2b.yaml": ("GraniteSWAConfig", dict()),
     # transformers' Ministral3Config defaults are Ministral-3-8B's text model (its docstring's checkpoint).
     "ministral-3-8b.yaml": ("Ministral3Config", dict()),
+    # transformers' VaultGemmaConfig defaults (Gemma2Config's sizes: no published model's, see the spec).
+    "vaultgemma-defaults.yaml": ("VaultGemmaConfig", dict()),
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
     "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).

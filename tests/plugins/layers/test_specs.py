@@ -223,6 +223,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "granitemoe-swa-defaults.yaml": _llama_like("GraniteMoeSWAConfig"),
     # transformers' Ministral3Config defaults are Ministral-3-8B's text model (its docstring's checkpoint).
     "ministral-3-8b.yaml": _llama_like("Ministral3Config"),
+    # transformers' VaultGemmaConfig defaults (Gemma2Config's sizes: no published model's, see the spec).
+    "vaultgemma-defaults.yaml": _llama_like("VaultGemmaConfig"),
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": _llama_like(
         "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),
