@@ -71,7 +71,7 @@ MISSING: dict[str, str] = {
         "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe",
-        "modernbert-decoder", "nanochat", "persimmon",
+        "modernbert-decoder", "persimmon",
         "solar_open", "xglm")},
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
@@ -124,6 +124,9 @@ MISSING: dict[str, str] = {
     "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
     # In no issue yet.
     "bloom": "a LayerNorm on the token embeddings (word_embeddings_layernorm) (issue 46)",
+    # NanoChat's other differences would map: its weightless q/k RMSNorms after the rope commute with it, its rotate_half
+    # turning the other way is the usual rope on q/k rows with each head's second half negated, relu2, a logit cap.
+    "nanochat": "a weightless RMSNorm on the token embeddings (issue 46)",
     "nemotron": "a LayerNorm that scales by 1 + weight (LayerNorm1P) (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
