@@ -69,10 +69,9 @@ MISSING: dict[str, str] = {
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "aria_text", "bamba", "beam", "cohere_compass_text",
         "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
-        "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
-        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral3",
-        "modernbert-decoder", "nanochat",
-        "solar_open", "vaultgemma")},
+        "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "hyperclovax", "jais2",
+        "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe",         "modernbert-decoder", "nanochat",
+        "solar_open")},
     # Issue 45: recurrent and linear-attention mixers.
     "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
@@ -124,6 +123,9 @@ MISSING: dict[str, str] = {
     # Its sinusoidal positions (split_halves) and embedding scale exist; a head tied to the embeddings has no bias.
     "ctrl": "a bias on the tied LM head (lm_head.bias beside tied weights) (issue 46)",
     "bloom": "a LayerNorm on the token embeddings (word_embeddings_layernorm) (issue 46)",
+    # NanoChat's other differences would map: its weightless q/k RMSNorms after the rope commute with it, its rotate_half
+    # turning the other way is the usual rope on q/k rows with each head's second half negated, relu2, a logit cap.
+    "nanochat": "a weightless RMSNorm on the token embeddings (issue 46)",
     "nemotron": "a LayerNorm that scales by 1 + weight (LayerNorm1P) (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",

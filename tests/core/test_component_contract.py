@@ -121,6 +121,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "chunk"): 8,
     ("mixer", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
     ("mixer", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
+    ("mixer", "attention", "temperature_position_offset"): (0, {"temperature_tuning": True, "temperature_floor_scale": 2}),
     ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("mixer", "attention", "v_norm"): "rmsnorm",
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,

@@ -39,7 +39,9 @@ def builtin_families() -> list[Family]:
         gpt_sw3,
         gptj,
         granite,
+        granite_swa,
         granitemoe,
+        granitemoe_swa,
         granitemoeshared,
         helium,
         internlm3,
@@ -49,6 +51,7 @@ def builtin_families() -> list[Family]:
         minicpm3,
         minimax_m2,
         ministral,
+        ministral3,
         mistral,
         mixtral,
         mpt,
@@ -70,6 +73,7 @@ def builtin_families() -> list[Family]:
         smollm3,
         stablelm,
         starcoder2,
+        vaultgemma,
         xglm,
         youtu,
     )
@@ -118,6 +122,10 @@ def builtin_families() -> list[Family]:
             persimmon.FAMILY,
             mamba.FAMILY,
             falcon_mamba.FAMILY,
+            granite_swa.FAMILY,
+            granitemoe_swa.FAMILY,
+            ministral3.FAMILY,
+            vaultgemma.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

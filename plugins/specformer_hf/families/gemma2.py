@@ -23,6 +23,18 @@ DEFAULTS = {
 PARTS = replace_part(replace_part(replace_part(LLAMA_PARTS, Layout("sandwich")), RMSNorm(offset=1.0)),
                      GatedFFN(act_key="hidden_activation", gemma_gelu=True))
 
+#: Gemma 2's decoder (VaultGemma's too, with another layout).
+GEMMA2_PARTS = (
+    *PARTS,
+    EmbeddingScale(),
+    Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
+    Value("attn_logit_softcapping", "mixer.logit_softcap"),
+    Value("final_logit_softcapping", "logit_softcap"),
+    QueryScale(),
+    # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).
+    LayerTypes(sliding=lambda i: (i + 1) % 2 == 1, required=True),
+)
+
 FAMILY = decoder_family(
     name="Gemma 2",
     model_type="gemma2",
@@ -30,14 +42,7 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         Refuse("use_bidirectional_attention", (None, False), why="Gemma 2 with bidirectional attention is not a causal LM"),
-        *PARTS,
-        EmbeddingScale(),
-        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
-        Value("attn_logit_softcapping", "mixer.logit_softcap"),
-        Value("final_logit_softcapping", "logit_softcap"),
-        QueryScale(),
-        # Even layers slide, odd layers see everything (Gemma2Config's default layer_types).
-        LayerTypes(sliding=lambda i: (i + 1) % 2 == 1, required=True),
+        *GEMMA2_PARTS,
     ],
     maps="as Gemma with layout sandwich, attn_logit_softcapping -> attention logit_softcap, final_logit_softcapping -> "
          "logit_softcap, query_pre_attn_scalar -> scale, layer_types + sliding_window -> per-layer windows",

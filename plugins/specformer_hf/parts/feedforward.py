@@ -376,6 +376,10 @@ class GraniteExperts(Part):
     """
 
     shared: str = "always"
+    #: Whether save_pretrained writes the checkpoint's names (input_linear, output_linear, router.layer: transformers'
+    #: conversion mapping for granitemoe and the families mapped to it); False: the fused names the modules hold
+    #: (granitemoe_swa, which has no conversion mapping). Import reads either.
+    checkpoint_names: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -431,7 +435,8 @@ class GraniteExperts(Part):
 
         def saved_or_fused(saved: str, fused: str, ours: str) -> Rule:
             # save_pretrained writes the checkpoint's names; transformers 5's modules hold the fused ones.
-            return OneOf(Copy(f"{moe}.{saved}", f"{ffn}.{ours}"), Copy(f"{moe}.{fused}", f"{ffn}.{ours}"))
+            options = (Copy(f"{moe}.{saved}", f"{ffn}.{ours}"), Copy(f"{moe}.{fused}", f"{ffn}.{ours}"))
+            return OneOf(*(options if self.checkpoint_names else options[::-1]))
 
         rules = [
             saved_or_fused("router.layer.weight", "router.weight", "router.weight"),

@@ -226,6 +226,50 @@ class NoRopeLayers(Part):
         config["no_rope_layers"] = [int(kind != "none") for kind in kinds]
 
 
+
+@dataclass(frozen=True)
+class LayerRopeThetas(Part):
+    """rope_parameters with ``layer_rope_theta`` (one rope base per layer, 0: no positions; default: the rope's theta
+    on every layer) <-> a rope per layer that differs from the others in its theta only, or ``positional: none``
+    (Granite SWA). The model's positional is the most common rope; other layers get overrides."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        base = rope(cfg)
+        n_layers = cfg.get_layers("num_hidden_layers")
+        thetas = cfg.get("layer_rope_theta", None)
+        if thetas is None:
+            thetas = [base["theta"]] * n_layers
+        if (not isinstance(thetas, list) or len(thetas) != n_layers
+                or any(isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0 for t in thetas)):
+            raise UserError(f"{cfg.family}: layer_rope_theta must hold a rope base >= 0 (0: no positions) for each of "
+                            f"the {n_layers} layers, got {thetas!r}")
+        schemes = [{**base, "theta": float(t)} if t else {"kind": "none"} for t in thetas]
+        ropes = [s for s in schemes if s["kind"] == "rope"]
+        # The most common rope is the model's (ties: the first layer's); with no rope at all, none.
+        model["positional"] = max(ropes, key=ropes.count) if ropes else {"kind": "none"}
+        for scheme in [s for i, s in enumerate(schemes) if s not in schemes[:i]]:
+            if scheme != model["positional"]:
+                indices = [i for i, s in enumerate(schemes) if s == scheme]
+                model.setdefault("layers", []).append({"select": selection(indices, n_layers),
+                                                       "positional": "none" if scheme["kind"] == "none" else scheme})
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        schemes = [scheme or view.positional for scheme in view.per_layer("positional")]
+        ropes = [(i, s) for i, s in enumerate(schemes) if s["kind"] != "none"]
+        for i, scheme in ropes:
+            if scheme["kind"] != "rope":
+                raise NotExpressible(f"model.layers[{i}].positional", f"{scheme['kind']!r} has no equivalent in Hugging "
+                                     f"Face {view.name} (rope, or none through a layer_rope_theta of 0)")
+        first = view.positional if view.positional["kind"] == "rope" else (ropes[0][1] if ropes else None)
+        for i, scheme in ropes:
+            if {**scheme, "theta": 0} != {**first, "theta": 0}:
+                raise NotExpressible(f"model.layers[{i}].positional", f"differs from model.positional in more than "
+                                     f"its theta; Hugging Face {view.name}'s layers share one rope but for its base")
+        params = (rope_parameters_of(first, view.name, path="model.positional", context_length=view.model.context_length)
+                  if first else {"rope_type": "default", "rope_theta": 10000.0})
+        config.update(rope_parameters=params,
+                      layer_rope_theta=[s["theta"] if s["kind"] == "rope" else 0 for s in schemes])
+
 # -- no positions ---------------------------------------------------------------------------------------
 
 
@@ -273,6 +317,6 @@ class OptionalRope(Rope):
 
 
 __all__ = [
-    "NoRopeLayers", "OptionalRope", "ROPE_SCALINGS", "ROPE_TYPES", "Rope", "TextRope", "check_rotary_dim", "no_positions",
+    "LayerRopeThetas", "NoRopeLayers", "OptionalRope", "ROPE_SCALINGS", "ROPE_TYPES", "Rope", "TextRope", "check_rotary_dim", "no_positions",
     "no_rope_flags", "rope", "rope_config", "rope_parameters_of",
 ]

@@ -49,7 +49,8 @@ class CausalSelfAttention(nn.Module):
         # gpt-oss's sinks: one logit per query head, a column of the softmax with no value.
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if params.sinks else None
         self.layer_index = layer_index
-        self.temperature = (params.temperature_floor_scale, params.temperature_attn_scale) if params.temperature_tuning else None
+        self.temperature = ((params.temperature_floor_scale, params.temperature_attn_scale, params.temperature_position_offset)
+                            if params.temperature_tuning else None)
         self.qk_norm_scope = params.qk_norm_scope
         q_norm, k_norm = _qk_norms(params, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
         # Cross-layer KV sharing: this layer reads layer kv_from's keys and values (ctx.shared_kv) and keeps none.
@@ -186,7 +187,8 @@ class CausalSelfAttention(nn.Module):
         if self.gate is not None:
             parts.append("output_gate=True")
         if self.temperature is not None:
-            parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]})")
+            parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
+                         + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))
         if self.kv_from is not None:
             parts.append(f"kv_from={self.kv_from}")
         if self.k_eq_v:
@@ -205,14 +207,15 @@ class CausalSelfAttention(nn.Module):
                 nn.init.zeros_(bias)
 
 
-def query_temperature(positions: Tensor, floor_scale: float, attn_scale: float) -> Tensor:
-    """Llama 4's query multiplier ``(B, T)`` from absolute positions: ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``.
+def query_temperature(positions: Tensor, floor_scale: float, attn_scale: float, offset: int = 1) -> Tensor:
+    """Llama 4's query multiplier ``(B, T)`` from absolute positions: ``1 + attn_scale * ln(1 + floor((p + offset) /
+    floor_scale))``; ``offset`` 1 is Llama 4's (positions counted from 1), 0 Ministral 3's.
 
     Computed from each token's own position (not its slot in the batch), so a left-padded row
     or a cached decode step scales a token exactly as a forward over the whole row would;
     padding (negative positions) gets 1.
     """
-    steps = torch.floor((positions.clamp(min=0).float() + 1.0) / floor_scale)
+    steps = torch.floor((positions.clamp(min=0).float() + float(offset)) / floor_scale)
     return torch.log1p(steps) * attn_scale + 1.0
 
 

@@ -24,9 +24,10 @@ class CausalSelfAttentionParams(Params):
     each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
     adds a learned per-head logit to the softmax normalisation (gpt-oss), so a head may
     attend to nothing. ``temperature_tuning`` multiplies each query by
-    ``1 + temperature_attn_scale * ln(1 + floor((position + 1) / temperature_floor_scale))``
-    of its absolute position, so attention stays sharp far into a long context (Llama 4's
-    NoPE layers, ``attn_temperature_tuning``; Nakanishi 2025, arXiv:2501.19399).
+    ``1 + temperature_attn_scale * ln(1 + floor((position + temperature_position_offset) /
+    temperature_floor_scale))`` of its absolute position, so attention stays sharp far into a
+    long context (Llama 4's NoPE layers, ``attn_temperature_tuning``, offset 1; Ministral 3's
+    rope layers, offset 0; Nakanishi 2025, arXiv:2501.19399).
     ``output_gate`` multiplies each channel of the attention output,
     before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
@@ -70,14 +71,19 @@ class CausalSelfAttentionParams(Params):
     sinks: bool = Field(default=False, description="Learned per-head sink logits that join the softmax normalisation (gpt-oss).")
     temperature_tuning: bool = Field(
         default=False,
-        description="Scale each query by 1 + temperature_attn_scale * ln(1 + floor((position + 1) / "
-                    "temperature_floor_scale)) (Llama 4's NoPE layers).",
+        description="Scale each query by 1 + temperature_attn_scale * ln(1 + floor((position + "
+                    "temperature_position_offset) / temperature_floor_scale)) (Llama 4's NoPE layers, Ministral 3).",
     )
     temperature_floor_scale: float = Field(
         default=8192, gt=0, description="Positions per step of the temperature tuning (Llama 4's floor_scale).",
     )
     temperature_attn_scale: float = Field(
         default=0.1, ge=0, description="Strength of the temperature tuning (Llama 4's attn_scale).",
+    )
+    temperature_position_offset: int = Field(
+        default=1, ge=0,
+        description="What the temperature tuning adds to the position before the floor: 1 counts positions from 1 "
+                    "(Llama 4), 0 from 0 (Ministral 3's llama_4_scaling_beta).",
     )
     output_gate: bool = Field(
         default=False,

@@ -510,6 +510,21 @@ CASES += [
          _llama_like(num_attention_heads=6, num_key_value_heads=3, head_dim=12, tie_word_embeddings=True,
                      embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
                      logits_scaling=0.25, rope_parameters=_rope("linear", factor=2.0))),
+    # Granite SWA: the default layer_types (layers 0 and 4 full, 1-3 sliding through a window shorter than the prompt),
+    # a rope base per layer with two NoPE layers (theta 0), sinks, the multipliers, biases, 6 heads of 12 over 2, untied.
+    Case("granite_swa", "GraniteSWAConfig", "GraniteSWAForCausalLM",
+         _llama_like(num_hidden_layers=5, num_attention_heads=6, head_dim=12, sliding_window=WINDOW,
+                     layer_rope_theta=[10000.0, 0, 500.0, 10000.0, 0], embedding_multiplier=3.0,
+                     residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5, attention_bias=True,
+                     mlp_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
+    # Granite MoE SWA: a shared expert wider than the 5 routed ones (2 per token), full, sliding, sliding layers (the
+    # window shorter than the prompt) with a NoPE middle layer, sinks, the multipliers, attention biases, MQA, tied.
+    Case("granitemoe_swa", "GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_local_experts=5, num_experts_per_tok=2,
+                     intermediate_size=40, shared_intermediate_size=56, sliding_window=WINDOW,
+                     layer_rope_theta=[10000.0, 0, 2000.0], embedding_multiplier=2.0, residual_multiplier=0.7,
+                     attention_multiplier=0.2, logits_scaling=1.5, attention_bias=True, rms_norm_eps=1e-4,
+                     tie_word_embeddings=True)),
     # Granite 3 MoE: 5 experts (2 per token) in every layer, the multipliers, biased attention, non-default eps; and tied,
     # MQA, 3 of 4 experts per token.
     Case("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",
@@ -575,6 +590,25 @@ CASES += [
     Case("ministral", "MinistralConfig", "MinistralForCausalLM",
          _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW,
                      layer_types=["full_attention", "sliding_attention", "sliding_attention"])),
+    # Ministral 3: queries scaled by 1 + 0.3 ln(1 + floor(p / 16)) (steps within the prompt), YaRN from 16 positions,
+    # a sliding window shorter than the prompt on every layer, 6 heads of 12 over 2, untied; and a plain rope with the
+    # scaling every 8 positions, MQA, tied.
+    Case("ministral3", "Ministral3Config", "Ministral3ForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, sliding_window=WINDOW, rms_norm_eps=1e-4, pad_token_id=None,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                      "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.3})),
+    Case("ministral3-plain-rope-tied", "Ministral3Config", "Ministral3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True, pad_token_id=None,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                      "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})),
+    # VaultGemma: Gemma 2 with pre-norm blocks; the default layer_types (even layers slide, through a window shorter than
+    # the prompt), both soft-caps, a query_pre_attn_scalar of its own, biases, 6 heads of 16 (not hidden / heads) over 2,
+    # untied.
+    Case("vaultgemma", "VaultGemmaConfig", "VaultGemmaForCausalLM",
+         _llama_like(num_hidden_layers=3, hidden_size=72, num_attention_heads=6, head_dim=16, sliding_window=WINDOW,
+                     query_pre_attn_scalar=20, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+                     attention_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False, pad_token_id=None)),
     # CWM: the default layer_types (layer 0 and 4 full, 1-3 sliding), llama3 rope, MLP biases, MQA, tied.
     Case("cwm", "CwmConfig", "CwmForCausalLM",
          _llama_like(num_hidden_layers=5, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW, mlp_bias=True,
@@ -766,6 +800,7 @@ SLOW_VARIANTS = frozenset({
     "deepseek_v2-lite-greedy-yarn", "minicpm3-no-q-lora-unscaled",
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim", "mamba-auto-rank-tied",
+    "arcee-tied-head-dim", "ministral3-plain-rope-tied",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
 })

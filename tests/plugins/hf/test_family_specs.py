@@ -54,6 +54,8 @@ MOE_SPECS = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})),
     "qwen3.5-35b-a3b.yaml": ("Qwen3_5MoeTextConfig", dict()),
     # Their published config.json's fields beyond transformers' defaults (see each spec's header).
+    # transformers' GraniteMoeSWAConfig defaults (GraniteMoeShared's sizes: no published model's, see the spec).
+    "granitemoe-swa-defaults.yaml": ("GraniteMoeSWAConfig", dict()),
     "glm-4.5-air.yaml": ("Glm4MoeConfig", dict(
         head_dim=128, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})),
     "minimax-m2.yaml": ("MiniMaxM2Config", dict(rotary_dim=64)),
@@ -158,6 +160,12 @@ DENSE_SPECS = {
         vocab_size=49155, hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0)),
+    # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
+    "granite-swash-2b.yaml": ("GraniteSWAConfig", dict()),
+    # transformers' Ministral3Config defaults are Ministral-3-8B's text model (its docstring's checkpoint).
+    "ministral-3-8b.yaml": ("Ministral3Config", dict()),
+    # transformers' VaultGemmaConfig defaults (Gemma2Config's sizes: no published model's, see the spec).
+    "vaultgemma-defaults.yaml": ("VaultGemmaConfig", dict()),
     "minicpm3-4b.yaml": ("MiniCPM3Config", dict()),  # transformers' defaults are MiniCPM3-4B's sizes
     "youtu-llm-2b.yaml": ("YoutuConfig", dict()),  # transformers' defaults are Youtu-LLM-2B's sizes
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).

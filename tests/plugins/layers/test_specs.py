@@ -221,6 +221,14 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         "GraniteMoeConfig", vocab_size=49155, hidden_size=1024, intermediate_size=512, num_hidden_layers=24,
         num_attention_heads=16, num_key_value_heads=8, num_local_experts=32, num_experts_per_tok=8,
         max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    # transformers' GraniteSWAConfig defaults are granite-swash-2b's sizes (its docstring's checkpoint).
+    "granite-swash-2b.yaml": _llama_like("GraniteSWAConfig"),
+    # transformers' GraniteMoeSWAConfig defaults (GraniteMoeShared's sizes: no published model's, see the spec).
+    "granitemoe-swa-defaults.yaml": _llama_like("GraniteMoeSWAConfig"),
+    # transformers' Ministral3Config defaults are Ministral-3-8B's text model (its docstring's checkpoint).
+    "ministral-3-8b.yaml": _llama_like("Ministral3Config"),
+    # transformers' VaultGemmaConfig defaults (Gemma2Config's sizes: no published model's, see the spec).
+    "vaultgemma-defaults.yaml": _llama_like("VaultGemmaConfig"),
     # mosaicml/mpt-7b's published config.json (MptConfig's defaults are MPT-1B's sizes).
     "mpt-7b.yaml": _llama_like(
         "MptConfig", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048),

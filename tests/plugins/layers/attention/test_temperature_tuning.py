@@ -26,9 +26,9 @@ from ..support import causal_positions, context
 FLOOR, STRENGTH = 3, 0.5  # small enough that the multiplier changes within a test's few positions
 
 
-def multiplier(position: int, floor_scale: float, attn_scale: float) -> float:
-    """``1 + attn_scale * ln(1 + floor((position + 1) / floor_scale))`` (Llama 4, arXiv:2501.19399)."""
-    return 1.0 + attn_scale * math.log(1.0 + math.floor((position + 1) / floor_scale))
+def multiplier(position: int, floor_scale: float, attn_scale: float, offset: int = 1) -> float:
+    """``1 + attn_scale * ln(1 + floor((position + offset) / floor_scale))`` (Llama 4's offset 1, arXiv:2501.19399)."""
+    return 1.0 + attn_scale * math.log(1.0 + math.floor((position + offset) / floor_scale))
 
 
 def test_the_multiplier_is_the_formula() -> None:
@@ -40,16 +40,28 @@ def test_the_multiplier_is_the_formula() -> None:
     assert query_temperature(torch.tensor([[-1, -5]]), FLOOR, STRENGTH).tolist() == [[1.0, 1.0]]  # padding
 
 
-def test_only_queries_are_scaled() -> None:
-    """The layer with tuning equals the layer without, fed queries multiplied by the formula."""
+def test_offset_zero_counts_positions_from_zero() -> None:
+    """Ministral 3's ``1 + beta * ln(1 + floor(position / original_max_position_embeddings))``: each step one position
+    later than Llama 4's (at FLOOR, not FLOOR - 1)."""
+    positions = torch.tensor([[0, 1, 2, 3, 5, 6, 8, 9, 100]])
+    got = query_temperature(positions, FLOOR, STRENGTH, 0)
+    want = [1.0 + STRENGTH * math.log(1.0 + math.floor(p / FLOOR)) for p in positions[0].tolist()]
+    torch.testing.assert_close(got[0].double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=0)
+    assert got[0, 2] == 1.0 and query_temperature(positions, FLOOR, STRENGTH)[0, 2] > 1.0  # position 2: only Llama 4's
+
+
+@pytest.mark.parametrize("offset", [1, 0])
+def test_only_queries_are_scaled(offset: int) -> None:
+    """The layer with tuning equals the layer without, fed queries multiplied by the formula (either offset)."""
     torch.manual_seed(0)
     tuned = CausalSelfAttention(CausalSelfAttentionParams(n_heads=2, temperature_tuning=True, temperature_floor_scale=FLOOR,
-                                                          temperature_attn_scale=STRENGTH, backend="eager"), d_model=8)
+                                                          temperature_attn_scale=STRENGTH,
+                                                          temperature_position_offset=offset, backend="eager"), d_model=8)
     plain = CausalSelfAttention(CausalSelfAttentionParams(n_heads=2, backend="eager"), d_model=8)
     plain.load_state_dict(tuned.state_dict())
     x = torch.randn(1, 9, 8, dtype=torch.float64)
     tuned, plain = tuned.double(), plain.double()
-    scale = torch.tensor([multiplier(p, FLOOR, STRENGTH) for p in range(9)], dtype=torch.float64)
+    scale = torch.tensor([multiplier(p, FLOOR, STRENGTH, offset) for p in range(9)], dtype=torch.float64)
     with torch.no_grad():
         q_rows = plain.qkv.weight[:8].clone()
         got = tuned(x, context(causal_positions(1, 9)))
