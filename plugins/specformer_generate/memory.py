@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of, reach_of
+from specformer.model.attention import cache_slots_of, heads_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.errors import InputError, MemoryLimitError
 from specformer.machine.memory import ENV_VAR, memory_limit, parse_bytes
@@ -71,7 +71,8 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     for module in model.attention_modules():
         window = reach_of(module)  # an AttentionLayer's public facts: its window or chunk
         slots = window if (use_cache and window is not None and window < length) else length
-        widest_heads = max(widest_heads, int(module.n_heads))
+        heads = heads_of(module)  # None: a mixer without heads scores nothing
+        widest_heads = max(widest_heads, heads.n_heads if heads is not None else 1)
         layer = 0
         kept = cache_slots_of(module)  # what the layer declares it keeps per token (None: nothing)
         if use_cache and kept is not None:

@@ -8,7 +8,8 @@ from pydantic import Field
 from torch import nn
 
 import specformer
-from specformer.model.attention import AttentionLayer, HeadSizes, head_sizes
+from specformer.model.attention import AttentionLayer, HeadSizes, cache_slots_of, head_sizes, heads_of
+from specformer.model.state import state_slots_of, uses_positions
 from specformer.registry.components import Registry, construct
 from specformer.registry.params import Params
 from specformer.registry.discovery import get_registry
@@ -81,7 +82,9 @@ REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_hea
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}
 
 
-def test_every_registered_attention_declares_its_public_facts(tiny_spec):
+def test_every_registered_mixer_declares_the_facts_it_has(tiny_spec):
+    """An attention declares every fact of one; a recurrence its state and its heads where it has heads, nothing
+    it does not have (no window, no positions, nothing per token); no mixer (``none``) declares nothing."""
     registry = get_registry()
     for name in registry.names("mixer"):
         component = registry.get("mixer", name)
@@ -90,14 +93,22 @@ def test_every_registered_attention_declares_its_public_facts(tiny_spec):
         with torch.device("meta"):
             layer = registry.resolve("mixer", {"kind": name, **params}).make(d_model=32, layer_index=1, n_layers=2,
                                                                                             context_length=32)
+        assert layer.layer_index == 1, name
+        heads, kept, state = heads_of(layer), cache_slots_of(layer), state_slots_of(layer)
+        if kept is None and state is None:  # no mixer (mixer: none)
+            assert (heads, uses_positions(layer)) == (None, False), name
+            continue
+        if kept is None:  # a recurrence: a state and nothing else it does not have
+            assert getattr(layer, "window", None) is None and not uses_positions(layer), name
+            assert "window" not in vars(type(layer)) and "window" not in vars(layer), name
+            if "n_heads" in params:
+                assert (heads.n_heads, heads.head_dim) == (4, 8), name
+            else:  # one width-wide operation, no heads (short_conv)
+                assert heads is None, name
+            continue
         assert isinstance(layer, AttentionLayer), name
-        if getattr(layer, "cache_slots", ...) is None and getattr(layer, "state_slots", None) is None:
-            assert (layer.n_heads, layer.window, layer.layer_index) == (0, None, 1), name  # no mixer (mixer: none)
-            continue
-        if "n_heads" not in params and name != "parallel":  # one channel-wise "head" over d_model (short_conv)
-            assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window) == (1, 1, 32, None), name
-            continue
         # Without n_kv_heads, every head has its own key and value; compressed attention shares one by design.
         kv = 1 if name == "compressed" else params.get("n_kv_heads", 4)
-        window = params.get("window")  # a recurrent mixer has none
-        assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, kv, 8, window, 1), name
+        window = params.get("window")
+        assert (heads.n_heads, heads.n_kv_heads, heads.head_dim, layer.window) == (4, kv, 8, window), name
+        assert uses_positions(layer), name

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from specformer.errors import SpecError
-from specformer.model.attention import cache_slots_of, positional_dim_of
+from specformer.model.attention import cache_slots_of, heads_of, positional_dim_of
 from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.model.sized_by_building import facts_of
 from specformer.registry.components import Component
@@ -188,7 +188,8 @@ def disagreements(c: Component, resolved: Any, built_sizes: dict[str, Any], chec
         for f in ("parameters", "n_streams"):
             if declared is None or getattr(made, f) != getattr(declared, f):
                 found.append(f"connection {f}: module {getattr(made, f)!r}, check {getattr(declared, f, None)!r}")
-    if c.kind == "mixer" and positional_dim_of(seen) != positional_dim_of(facts):
+    # A mixer without heads has no positional width (n_heads and head_dim are compared above).
+    if c.kind == "mixer" and heads_of(seen) is not None and positional_dim_of(seen) != positional_dim_of(facts):
         found.append(f"positional width: module {positional_dim_of(seen)}, check {positional_dim_of(facts)}")
     if c.kind == "mixer" and cache_slots_of(seen) != cache_slots_of(facts):
         found.append(f"cache slots: module {cache_slots_of(seen)}, check {cache_slots_of(facts)}")

@@ -72,6 +72,11 @@ class AttentionLayer(Protocol):
     :func:`positional_dim_of`). A sparse attention (an indexer choosing keys) may declare
     ``keys_read`` (the most keys one query reads) and ``selection_flops_per_key`` (what
     choosing costs per query and key of its span), which ``specformer summary`` counts.
+
+    A token mixer that is no attention (a recurrence, a convolution) declares only what it
+    has: ``layer_index``, its ``state_slots`` and its heads where it has heads; readers take
+    the rest from :func:`heads_of`, :func:`cache_slots_of`, :func:`reach_of` and
+    :func:`specformer.model.state.uses_positions`, which answer "none" for what is not declared.
     """
 
     n_heads: int  # query heads
@@ -107,15 +112,33 @@ def head_sizes(*, d_model: int, n_heads: int, n_kv_heads: int | None = None, hea
     return HeadSizes(n_heads=n_heads, n_kv_heads=kv, head_dim=head_dim)
 
 
+def heads_of(layer: Any) -> HeadSizes | None:
+    """``layer``'s heads as it declares them (``n_heads`` and ``head_dim``; ``n_kv_heads`` defaulting to ``n_heads``), or None.
+
+    A mixer declares heads only where it has them: a short convolution or a per-channel
+    recurrence has none, and then nothing is sized by them.
+    """
+    n_heads, head_dim = getattr(layer, "n_heads", None), getattr(layer, "head_dim", None)
+    if n_heads is None or head_dim is None:
+        return None
+    kv = getattr(layer, "n_kv_heads", None)
+    return HeadSizes(n_heads=int(n_heads), n_kv_heads=int(n_heads if kv is None else kv), head_dim=int(head_dim))
+
+
 def cache_slots_of(layer: Any) -> CacheSlots | None:
     """What ``layer`` keeps per token: its declared ``cache_slots``, else keys and values by its kv heads.
 
     A layer written before ``cache_slots`` existed keeps keys and values
-    ``(B, n_kv_heads, S, head_dim)``; that stays its default.
+    ``(B, n_kv_heads, S, head_dim)``; that stays its default. A mixer that keeps a recurrent
+    state instead (it declares ``state_slots``) or has no heads keeps nothing per token unless
+    it says so.
     """
     if hasattr(layer, "cache_slots"):
         return layer.cache_slots
-    kv, hd = int(layer.n_kv_heads), int(layer.head_dim)
+    heads = heads_of(layer)
+    if heads is None or getattr(layer, "state_slots", None) is not None:
+        return None
+    kv, hd = heads.n_kv_heads, heads.head_dim
     return CacheSlots(key_heads=kv, key_dim=hd, value_heads=kv, value_dim=hd)
 
 
@@ -141,5 +164,5 @@ def positional_dim_of(layer: Any) -> int:
     return int(dim if dim is not None else layer.head_dim)
 
 
-__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "kv_source_of", "positional_dim_of",
-           "reach_of"]
+__all__ = ["AttentionLayer", "CacheSlots", "HeadSizes", "cache_slots_of", "head_sizes", "heads_of", "kv_source_of",
+           "positional_dim_of", "reach_of"]

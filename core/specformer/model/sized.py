@@ -39,11 +39,11 @@ from specformer.model.attention import CacheSlots
 class Sized:
     """The facts of one component for given sizes, as the built module would show them.
 
-    Every field is optional: declare those your kind's readers use. An attention (token
-    mixer) gives ``n_heads``, ``head_dim`` and, when they differ from the defaults,
-    ``n_kv_heads``, ``positional_dim``, ``uses_positions``, ``caches_tokens`` and ``keeps_state``
-    (a recurrence: False, False, True), ``slots`` (what it caches when not keys and values by its
-    heads), ``kv_from`` and ``window``; the per-layer input part gives its ``width`` and a layout
+    Every field is optional: declare those your kind's readers use. A token mixer declares
+    only the facts it has: an attention its ``n_heads``, ``head_dim`` and, when they differ from
+    the defaults, ``n_kv_heads``, ``positional_dim``, ``slots`` (what it caches when not keys and
+    values by its heads), ``kv_from`` and ``window``; a recurrence ``keeps_state`` (and its heads
+    where it has heads); ``uses_positions`` and ``caches_tokens`` follow from those unless declared; the per-layer input part gives its ``width`` and a layout
     that takes it its ``per_layer_width``; a positional scheme that adds
     to the token embeddings sets ``adds_to_embeddings``; a sublayer that is not there (the
     ``none`` attention and ffn) sets ``absent``; a residual stream gives ``n_streams`` and the
@@ -58,10 +58,14 @@ class Sized:
     head_dim: int | None = None
     #: Channels per head a positional scheme turns (latent attention's rotary part); None: head_dim.
     positional_dim: int | None = None
-    #: False for a mixer that reads no positions (a recurrence): the model's scheme is sized by others.
-    uses_positions: bool = True
-    #: False for a mixer that keeps nothing per token in a generation cache (``cache_slots = None``).
-    caches_tokens: bool = True
+    #: Whether a mixer reads positions; None (undeclared): it does when it has heads and keeps no recurrent
+    #: state (as :func:`~specformer.model.state.uses_positions` reads a module). The model's scheme is
+    #: sized by the mixers that read positions.
+    uses_positions: bool | None = None
+    #: Whether a mixer keeps something per token in a generation cache; None (undeclared): it does when
+    #: it declares ``slots``, or has heads and keeps no recurrent state (as
+    #: :func:`~specformer.model.attention.cache_slots_of` reads a module).
+    caches_tokens: bool | None = None
     #: What a mixer keeps per token when not keys and values of ``n_kv_heads`` x ``head_dim`` (its declared
     #: ``cache_slots``); read through :attr:`cache_slots`.
     slots: CacheSlots | None = None
@@ -89,6 +93,14 @@ class Sized:
     #: Builds the component itself on the meta device (filled in by the registry; used by a
     #: sibling that declares no check and must be built around real modules).
     build: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Resolve the undeclared facts the way the module readers do, so both answer alike.
+        plain = self.n_heads is not None and not self.keeps_state
+        if self.uses_positions is None:
+            object.__setattr__(self, "uses_positions", plain)
+        if self.caches_tokens is None:
+            object.__setattr__(self, "caches_tokens", self.slots is not None or plain)
 
     @property
     def cache_slots(self) -> CacheSlots | None:

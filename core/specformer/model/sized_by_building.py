@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from specformer.model.attention import kv_source_of
+from specformer.model.attention import cache_slots_of, kv_source_of
 from specformer.model.positional import PositionalScheme, adds_to_embeddings
 from specformer.model.residual import ResidualStream
 from specformer.model.state import state_slots_of, uses_positions
@@ -49,7 +49,7 @@ def facts_of(module: Any) -> Sized:
         head_dim=getattr(module, "head_dim", None),
         positional_dim=getattr(module, "positional_dim", None),
         uses_positions=uses_positions(module),
-        caches_tokens=getattr(module, "cache_slots", True) is not None,  # undeclared: keys and values per token
+        caches_tokens=cache_slots_of(module) is not None,
         slots=getattr(module, "cache_slots", None),
         kv_from=kv_source_of(module),
         window=getattr(module, "window", None),

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from specformer.model.attention import heads_of
+
 if TYPE_CHECKING:  # torch-free at run time: the size check (specformer.model.wiring) reads uses_positions
     from torch import Tensor
 
@@ -117,10 +119,15 @@ def state_slots_of(layer: Any) -> StateSlots | None:
 def uses_positions(layer: Any) -> bool:
     """Whether a token mixer reads positions (softmax attention does; a recurrence is ordered by itself).
 
-    A layer declares ``uses_positions = False`` when a positional scheme would do nothing
-    inside it, so the model's scheme is sized by the layers that do use one.
+    A layer that says nothing reads positions when it has heads and keeps no recurrent state
+    (softmax attention); one that keeps a state and still reads positions (a sliding window
+    beside a pooled state) declares ``uses_positions = True``. The model's scheme is sized by
+    the layers that use one.
     """
-    return bool(getattr(layer, "uses_positions", True))
+    declared = getattr(layer, "uses_positions", None)
+    if declared is not None:
+        return bool(declared)
+    return heads_of(layer) is not None and state_slots_of(layer) is None
 
 
 def recurrent_cache(cache: Any, layer: Any) -> RecurrentStateCache:

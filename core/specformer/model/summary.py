@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from specformer.model.attention import cache_slots_of, kv_source_of, reach_of
+from specformer.model.attention import cache_slots_of, heads_of, kv_source_of, reach_of
 from specformer.model.state import state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
@@ -154,11 +154,12 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         state = state_slots_of(attention)  # and per sequence (a recurrent mixer)
         reach = reach_of(attention)  # a sliding window or a chunk bounds what a layer reads and keeps
         span = context_length if reach is None else min(reach, context_length)
-        if kept is not None or state is None:  # softmax attention reads every key in its span
-            value_dim = getattr(attention, "v_head_dim", attention.head_dim)  # latent attention's values are narrower
+        heads = heads_of(attention)  # None: a mixer without heads (no mixer, a short convolution)
+        if heads is not None and (kept is not None or state is None):  # softmax attention reads every key in its span
+            value_dim = getattr(attention, "v_head_dim", heads.head_dim)  # latent attention's values are narrower
             # Sparse attention reads at most `keys_read` keys of its span, having scored all of them to choose.
             read = min(span, getattr(attention, "keys_read", None) or span)
-            s.attention_flops_per_token += 2 * attention.n_heads * (attention.head_dim + value_dim) * read * count
+            s.attention_flops_per_token += 2 * heads.n_heads * (heads.head_dim + value_dim) * read * count
             s.attention_flops_per_token += int(getattr(attention, "selection_flops_per_key", 0)) * span * count
         if state is not None:
             s.attention_flops_per_token += int(getattr(attention, "recurrent_flops_per_token", 0)) * count

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from specformer.errors import Problem, SpecError
-from specformer.model.attention import cache_slots_of, kv_source_of, positional_dim_of
+from specformer.model.attention import cache_slots_of, heads_of, kv_source_of, positional_dim_of
 from specformer.model.state import uses_positions
 from specformer.spec.layer_groups import overrides_of_layer
 from specformer.spec.shapes import ModelSpec
@@ -198,14 +198,25 @@ def positional_mixer(attentions: list[Any]) -> Any:
     return next((a for a in attentions if uses_positions(a)), attentions[0])
 
 
+def positional_sizes(mixer: Any, *, d_model: int) -> tuple[int, int]:
+    """``(n_heads, head_dim)`` a positional scheme serving ``mixer`` is sized by: its heads and positional width.
+
+    A mixer with no heads (a short convolution, a per-channel recurrence) reads no positions, so a
+    scheme sized by it is never called; it gets one head over the model width, which every scheme accepts.
+    """
+    if heads_of(mixer) is None:
+        return 1, d_model
+    return int(mixer.n_heads), positional_dim_of(mixer)
+
+
 def make_layer_positional(maker: Maker, part: ResolvedPart, attention: Any, m: ModelSpec) -> Any:
     """The positional scheme inside one layer's attention, sized by its heads; SpecError for an embedding scheme.
 
     A scheme that adds to the token embeddings (learned, sinusoidal) is model-level: on a
     layer it could only be ignored, so it is refused at the path it was written at.
     """
-    scheme = make_part(maker, part, d_model=m.d_model, n_heads=attention.n_heads, head_dim=positional_dim_of(attention),
-                       context_length=m.context_length)
+    n_heads, head_dim = positional_sizes(attention, d_model=m.d_model)
+    scheme = make_part(maker, part, d_model=m.d_model, n_heads=n_heads, head_dim=head_dim, context_length=m.context_length)
     if part.path != "model.positional" and maker.adds_to_embeddings(scheme):
         name = part.resolved.component.name
         raise SpecError([Problem(part.path, f"{name!r} adds to the token embeddings, so it belongs in model.positional only; "
@@ -231,7 +242,7 @@ def layer_positionals(maker: Maker, resolved: ResolvedModel, attentions: list[An
     def key(part: ResolvedPart, attention: Any) -> tuple[str, int, int]:
         if id(part) not in refs:
             refs[id(part)] = json.dumps(part.resolved.to_dict(), sort_keys=True)
-        return refs[id(part)], int(attention.n_heads), positional_dim_of(attention)
+        return (refs[id(part)], *positional_sizes(attention, d_model=resolved.spec.d_model))
 
     found = {key(resolved.positional, first_attention): 0}
     schemes: list[Any] = []
@@ -269,14 +280,9 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
     ``per_layer_input`` (made once, before the blocks); per-layer schemes only when ``attentions``
     (every layer's) are given."""
     m = resolved.spec
-    positional = make_part(
-        maker,
-        resolved.positional,
-        d_model=m.d_model,
-        n_heads=first_attention.n_heads,
-        head_dim=positional_dim_of(first_attention),
-        context_length=m.context_length,
-    )
+    n_heads, head_dim = positional_sizes(first_attention, d_model=m.d_model)
+    positional = make_part(maker, resolved.positional, d_model=m.d_model, n_heads=n_heads, head_dim=head_dim,
+                           context_length=m.context_length)
     extra, chosen = layer_positionals(maker, resolved, attentions, positional, first_attention) if attentions else ([], None)
     return Skeleton(residual, per_layer_input, positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
 

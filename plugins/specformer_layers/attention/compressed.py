@@ -84,6 +84,7 @@ class CompressedAttention(nn.Module):
             # The entries grow with the tokens: a cache that knows its length keeps only the rows it needs.
             per = (("entries", rate),) + ((("index_entries", rate),) if self.index_heads is not None else ())
             self.state_slots = StateSlots(tuple(tensors), per_tokens=per)
+        self.uses_positions = True  # rotary over its window, though it keeps a state beside it
         # An inspector (specformer_eval.capture) sets this to receive the probabilities over the tokens
         # (B, H, T, S); it asks only layers without pooled entries (the others keep a state).
         self.observe_weights: Callable[[Tensor], None] | None = None

@@ -386,4 +386,4 @@ class CompressedAttentionParams(Params):
         # are a per-sequence state.
         slots = CacheSlots(key_heads=1, key_dim=hd - hd // 2, value_heads=1, value_dim=hd // 2)
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=1, head_dim=hd, positional_dim=self.rope_dim,
-                     slots=slots, window=self.window, keeps_state=rate is not None)
+                     slots=slots, window=self.window, keeps_state=rate is not None, uses_positions=True)

@@ -27,16 +27,8 @@ class Absent(nn.Module):
 
     def __init__(self, params: AbsentParams | None = None, *, d_model: int, layer_index: int = 0) -> None:
         super().__init__()
-        # The public facts of a mixer (specformer.model.attention.AttentionLayer): no heads, nothing kept.
-        # head_dim only sizes the model's positional scheme when no layer reads positions (it is then never called).
+        # Its one public fact as a mixer: the layer it stands in (no heads, so it keeps and reads nothing).
         self.layer_index = layer_index
-        self.n_heads = 0
-        self.n_kv_heads = 0
-        self.head_dim = d_model
-        self.window = None
-        self.cache_slots = None
-        self.state_slots = None
-        self.uses_positions = False
 
     def forward(self, x: Tensor, ctx: Any = None) -> Tensor:
         return torch.zeros_like(x)

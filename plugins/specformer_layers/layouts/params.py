@@ -193,10 +193,7 @@ class AbsentParams(Params):
     """No sublayer here: the block adds nothing for it and makes none of the norms that only serve it."""
 
     def sized(self, *, d_model: int) -> Sized:
-        # The facts of a mixer with no heads that reads no positions (head_dim only sizes the model's
-        # positional scheme when no layer reads positions: it is then never called).
-        return Sized(parameters=0, n_heads=0, n_kv_heads=0, head_dim=d_model, uses_positions=False,
-                     caches_tokens=False, absent=True)
+        return Sized(parameters=0, absent=True)  # no heads: it keeps nothing and reads no positions
 
 
 class AbsentMixerParams(AbsentParams):

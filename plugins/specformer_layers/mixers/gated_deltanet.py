@@ -64,7 +64,7 @@ class GatedDeltaNet(RecurrentMixer):
         self.a_init_range = params.a_init_range
         self.dt_init_range = params.dt_init_range
         self.dt_init_floor = params.dt_init_floor
-        self.chunk = params.chunk
+        self.scan_chunk = params.chunk
         channels = 2 * key_heads * key_dim + value_heads * value_dim
         self.state_slots = StateSlots((("conv", (channels, kernel - 1)), ("recurrent", (value_heads, key_dim, value_dim))))
         # Per token beyond the projections: the convolution, then per head the decay, the key's prediction, the
@@ -122,7 +122,7 @@ class GatedDeltaNet(RecurrentMixer):
         if recurrent:
             rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=held, scale=dk ** -0.5, steps=steps)
         else:
-            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=held, scale=dk ** -0.5, chunk=self.chunk)
+            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=held, scale=dk ** -0.5, chunk=self.scan_chunk)
         o = rule.out.transpose(1, 2)  # (B, T, Hv, dv)
         gate = self.z(x).reshape(B, T, Hv, dv)
         y = self.norm(o, gate).reshape(B, T, Hv * dv)
@@ -133,12 +133,12 @@ class GatedDeltaNet(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel this layer runs, in words (``specformer summary``); ``bias`` (a scheme biasing scores) changes nothing here."""
-        return GATED_DELTA_RULE.describe(f"torch chunked (chunk {self.chunk})") + \
+        return GATED_DELTA_RULE.describe(f"torch chunked (chunk {self.scan_chunk})") + \
             f"; token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens"
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_key_heads={self.n_kv_heads}", f"key_head_dim={self.key_head_dim}",
-                 f"value_head_dim={self.head_dim}", f"conv_kernel={self.conv_kernel}", f"chunk={self.chunk}"]
+                 f"value_head_dim={self.head_dim}", f"conv_kernel={self.conv_kernel}", f"chunk={self.scan_chunk}"]
         if self.negative_eigenvalues:
             parts.append("negative_eigenvalues=True")
         return ", ".join(parts)

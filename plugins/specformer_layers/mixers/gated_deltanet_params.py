@@ -96,8 +96,7 @@ class GatedDeltaNetParams(Params):
         parameters = (d_model * channels + d_model * value_heads * value_dim + 2 * d_model * value_heads  # qkv, z, b, a
                       + channels * K + (channels if self.conv_bias else 0) + 2 * value_heads  # conv, A_log, dt_bias
                       + value_dim + value_heads * value_dim * d_model)  # the gated norm, out
-        return Sized(parameters=parameters, n_heads=value_heads, n_kv_heads=key_heads, head_dim=value_dim,
-                     uses_positions=False, caches_tokens=False, keeps_state=True)
+        return Sized(parameters=parameters, n_heads=value_heads, n_kv_heads=key_heads, head_dim=value_dim, keeps_state=True)
 
 
 __all__ = ["GatedDeltaNetParams"]

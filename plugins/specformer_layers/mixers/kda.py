@@ -47,11 +47,10 @@ class KimiDeltaAttention(RecurrentMixer):
         # The public facts (specformer.model.attention.AttentionLayer, specformer.model.state).
         self.layer_index = layer_index
         self.n_heads = n_heads
-        self.n_kv_heads = n_heads
         self.head_dim = head_dim
         self.value_head_dim = value_dim
         self.conv_kernel = params.conv_kernel
-        self.chunk = params.chunk
+        self.scan_chunk = params.chunk
         channels = 2 * n_heads * head_dim + n_heads * value_dim
         self.state_slots = StateSlots((("conv", (channels, params.conv_kernel - 1)),
                                        ("recurrent", (n_heads, head_dim, value_dim))))
@@ -99,7 +98,7 @@ class KimiDeltaAttention(RecurrentMixer):
         if steps or (initial is not None and T <= RECURRENT_UP_TO):
             rule = delta_rule_recurrent(q, k, v, beta, log_decay, state=initial, steps=steps)
         else:
-            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=initial, chunk=self.chunk)
+            rule = chunked_delta_rule(q, k, v, beta, log_decay, state=initial, chunk=self.scan_chunk)
         kept = None
         if steps:
             assert rule.steps is not None and mixed.steps is not None
@@ -133,11 +132,11 @@ class KimiDeltaAttention(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel this layer runs, in words (``specformer summary``); no positional bias reaches a recurrence."""
-        return KIMI_DELTA_RULE.describe(f"torch chunked (chunk {self.chunk})") + "; token by token when decoding"
+        return KIMI_DELTA_RULE.describe(f"torch chunked (chunk {self.scan_chunk})") + "; token by token when decoding"
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, head_dim={self.head_dim}, value_head_dim={self.value_head_dim}, "
-                f"conv_kernel={self.conv_kernel}, chunk={self.chunk}")
+                f"conv_kernel={self.conv_kernel}, chunk={self.scan_chunk}")
 
 
 def _l2_normalise(x: Tensor) -> Tensor:

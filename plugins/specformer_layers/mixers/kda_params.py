@@ -55,5 +55,4 @@ class KimiDeltaAttentionParams(Params):
                       + d_model * decay_rank + decay_rank * H * hd + H + H * hd  # f_a, f_b, A_log, dt_bias
                       + d_model * H + d_model * gate_rank + gate_rank * H * vd  # b, g_a, g_b
                       + vd + H * vd * d_model)  # the gated norm, out
-        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=hd,
-                     uses_positions=False, caches_tokens=False, keeps_state=True)
+        return Sized(parameters=parameters, n_heads=H, head_dim=hd, keeps_state=True)

@@ -51,7 +51,6 @@ class Mamba2(RecurrentMixer):
         # The public facts (specformer.model.attention.AttentionLayer and specformer.model.state) others read.
         self.layer_index = layer_index
         self.n_heads = heads
-        self.n_kv_heads = heads
         self.head_dim = head_dim
         # Per token and head: decay and write the (P, N) state, then read it out with C (specformer summary).
         self.recurrent_flops_per_token = 5 * heads * head_dim * size
@@ -59,7 +58,7 @@ class Mamba2(RecurrentMixer):
                                        ("ssm", (heads, head_dim, size))))
         self.dt_min = params.dt_min
         self.dt_max = params.dt_max
-        self.chunk = params.chunk
+        self.scan_chunk = params.chunk
 
         self.in_proj = nn.Linear(d_model, self.d_inner + self.conv_channels + heads, bias=params.bias)
         self.conv_weight = nn.Parameter(torch.empty(self.conv_channels, params.conv_kernel))
@@ -106,7 +105,7 @@ class Mamba2(RecurrentMixer):
         if steps or (state is not None and length <= RECURRENT_UP_TO):
             y, ssm, kept = ssd_recurrent(xs, dt, A, B, C, D=self.D, state=ssm, steps=steps)
         else:
-            y, ssm = chunked_ssd(xs, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
+            y, ssm = chunked_ssd(xs, dt, A, B, C, chunk=self.scan_chunk, D=self.D, state=ssm)
         y = y.reshape(batch, length, self.d_inner)
         y = self.norm(y, z) if self.norm is not None else y * F.silu(z.to(y.dtype))
         out = self.out(y.to(x.dtype))
@@ -124,11 +123,11 @@ class Mamba2(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """What runs, in words (``specformer summary``)."""
-        return SSD.describe(f"torch ssd chunked (chunk {self.chunk})") + "; token by token when decoding"
+        return SSD.describe(f"torch ssd chunked (chunk {self.scan_chunk})") + "; token by token when decoding"
 
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"head_dim={self.head_dim}", f"state_size={self.state_size}",
-                 f"n_groups={self.n_groups}", f"conv_kernel={self.conv_weight.shape[1]}", f"chunk={self.chunk}"]
+                 f"n_groups={self.n_groups}", f"conv_kernel={self.conv_weight.shape[1]}", f"chunk={self.scan_chunk}"]
         if self.dt_min or self.dt_max is not None:
             parts.append(f"dt=[{self.dt_min}, {self.dt_max if self.dt_max is not None else 'inf'}]")
         return ", ".join(parts)

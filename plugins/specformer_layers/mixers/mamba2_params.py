@@ -80,7 +80,7 @@ class Mamba2Params(Params):
         parameters = (linear(d_model, d_inner + conv_channels + H, bias=self.bias)  # z, x, B, C and dt at once
                       + conv_channels * K + (conv_channels if self.conv_bias else 0) + 3 * H  # conv, dt_bias, A_log, D
                       + (d_inner if self.gated_norm else 0) + linear(d_inner, d_model, bias=self.bias))
-        return Sized(parameters=parameters, n_heads=H, n_kv_heads=H, head_dim=hd, uses_positions=False, caches_tokens=False, keeps_state=True)
+        return Sized(parameters=parameters, n_heads=H, head_dim=hd, keeps_state=True)
 
 
 __all__ = ["Mamba2Params"]

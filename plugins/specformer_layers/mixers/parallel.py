@@ -7,7 +7,7 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from specformer.model.attention import cache_slots_of
+from specformer.model.attention import cache_slots_of, heads_of
 from specformer.model.context import ForwardContext
 from specformer.model.state import state_slots_of, uses_positions
 
@@ -41,10 +41,10 @@ class ParallelMixer(nn.Module):
         readers = [i for i, m in enumerate(self.mixers) if uses_positions(m)]
         lead = self.mixers[params.lead(keepers, readers)]
         self.layer_index = layer_index
-        self.n_heads = int(lead.n_heads)
-        self.n_kv_heads = int(lead.n_kv_heads)
-        self.head_dim = int(lead.head_dim)
-        self.window = lead.window if keepers else None
+        heads = heads_of(lead)
+        if heads is not None:  # the lead's heads, where it has heads
+            self.n_heads, self.n_kv_heads, self.head_dim = heads.n_heads, heads.n_kv_heads, heads.head_dim
+        self.window = getattr(lead, "window", None) if keepers else None
         self.cache_slots = cache_slots_of(lead) if keepers else None
         self.state_slots = state_slots_of(self.mixers[recurrent[0]]) if recurrent else None
         self.uses_positions = bool(readers)

@@ -57,15 +57,12 @@ def with_state(ctx: ForwardContext, layer: nn.Module,
 class RecurrentMixer(nn.Module):
     """A token mixer that keeps a fixed-size state per sequence instead of keys per token.
 
-    A subclass declares its ``state_slots``, ``layer_index`` and heads, and writes :meth:`run`;
-    this class's :meth:`forward` keeps documents apart, padding out of the state and the
-    cache up to date, the same way for every mixer. It keeps nothing per token and reads no
-    positions (the public facts below).
+    A subclass declares its ``state_slots``, ``layer_index`` and its heads where it has heads,
+    and writes :meth:`run`; this class's :meth:`forward` keeps documents apart, padding out of
+    the state and the cache up to date, the same way for every mixer. Nothing else needs
+    declaring: a mixer with a state keeps nothing per token and reads no positions
+    (:func:`~specformer.model.attention.cache_slots_of`, :func:`~specformer.model.state.uses_positions`).
     """
-
-    window = None
-    cache_slots = None
-    uses_positions = False
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         if ctx.document_ids is not None:  # packed documents: each starts from a fresh state

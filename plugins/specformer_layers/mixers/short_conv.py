@@ -17,10 +17,9 @@ from specformer_layers.mixers.short_conv_params import ShortConvParams
 class ShortConv(RecurrentMixer):
     """LFM2's gated depthwise short convolution: :class:`ShortConvParams`.
 
-    Its public facts describe it as one head spanning the model width (``n_heads``,
-    ``n_kv_heads`` 1, ``head_dim`` ``d_model``): the gates and the convolution act on every
-    channel at once. It keeps no keys (``cache_slots`` None) and no positions; its state is the
-    last ``kernel - 1`` inputs of the convolution, ``(d_model, kernel - 1)`` per sequence.
+    It has no heads (the gates and the convolution act on every channel at once), keeps no
+    keys and reads no positions; its state is the last ``kernel - 1`` inputs of the
+    convolution, ``(d_model, kernel - 1)`` per sequence.
     """
 
     Params = ShortConvParams
@@ -29,9 +28,6 @@ class ShortConv(RecurrentMixer):
         super().__init__()
         params = params if params is not None else ShortConvParams()
         self.layer_index = layer_index
-        self.n_heads = 1
-        self.n_kv_heads = 1
-        self.head_dim = d_model
         self.kernel = params.kernel
         self.state_slots = StateSlots((("conv", (d_model, params.kernel - 1)),))
         # Per token beyond the projections: the depthwise convolution and the two gating products.

@@ -31,8 +31,7 @@ class ShortConvParams(Params):
         K = self.kernel
         parameters = (linear(d_model, 3 * d_model, bias=self.bias) + d_model * K + (d_model if self.conv_bias else 0)
                       + linear(d_model, d_model, bias=self.bias))
-        return Sized(parameters=parameters, n_heads=1, n_kv_heads=1, head_dim=d_model,
-                     uses_positions=False, caches_tokens=False, keeps_state=True)
+        return Sized(parameters=parameters, keeps_state=True)
 
 
 __all__ = ["ShortConvParams"]
