@@ -18,6 +18,7 @@ def builtin_families() -> list[Family]:
         deepseek_v3,
         deepseek_v32,
         deepseek_v4,
+        dots1,
         ernie4_5,
         ernie4_5_moe,
         exaone,
@@ -110,6 +111,7 @@ def builtin_families() -> list[Family]:
             seed_oss.FAMILY,
             ministral.FAMILY,
             cwm.FAMILY,
+            dots1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -699,6 +699,14 @@ CASES += [
     Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
               activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # dots.llm1: Qwen3's attention (head_dim 24, not hidden / heads; per-head q/k norms; biases on q, k, v and o) over
+    # DeepSeek-V3's experts: 8 in 4 groups (2 kept), 3 per token, scaled and renormalised, two shared experts, a dense
+    # first layer; the layers from max_window_layers on slide with a window shorter than the prompt.
+    Case("dots1", "Dots1Config", "Dots1ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, n_routed_experts=8, num_experts_per_tok=3,
+                     n_group=4, topk_group=2, n_shared_experts=2, moe_intermediate_size=32, first_k_dense_replace=1,
+                     norm_topk_prob=True, routed_scaling_factor=2.5, rms_norm_eps=1e-5, sliding_window=WINDOW,
+                     max_window_layers=1)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
