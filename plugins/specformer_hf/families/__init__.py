@@ -24,6 +24,7 @@ def builtin_families() -> list[Family]:
         exaone,
         exaone4,
         falcon,
+        flex_olmo,
         gemma,
         gemma2,
         gemma3,
@@ -112,6 +113,7 @@ def builtin_families() -> list[Family]:
             ministral.FAMILY,
             cwm.FAMILY,
             dots1.FAMILY,
+            flex_olmo.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

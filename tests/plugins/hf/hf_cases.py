@@ -707,6 +707,12 @@ CASES += [
                      n_group=4, topk_group=2, n_shared_experts=2, moe_intermediate_size=32, first_k_dense_replace=1,
                      norm_topk_prob=True, routed_scaling_factor=2.5, rms_norm_eps=1e-5, sliding_window=WINDOW,
                      max_window_layers=1)),
+    # FlexOlmo: OLMo-2's post-sublayer norms and q/k norms over all heads (5 heads of 12 over 1: the k norm is 12
+    # wide), biases on, non-default eps, 5 softmax-routed experts with 2 per token renormalised, tied.
+    Case("flex_olmo", "FlexOlmoConfig", "FlexOlmoForCausalLM",
+         _llama_like(hidden_size=60, num_attention_heads=5, num_key_value_heads=1, attention_bias=True,
+                     num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-5,
+                     tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -88,6 +88,7 @@ MOE_SPECS = {
         num_attention_heads=32, num_key_value_heads=32, n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6,
         first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=32768,
         rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7})),
+    "flexolmo-7x7b.yaml": ("FlexOlmoConfig", dict()),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
