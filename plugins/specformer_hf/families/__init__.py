@@ -48,6 +48,7 @@ def builtin_families() -> list[Family]:
         llama,
         llama4,
         minicpm3,
+        minicpm5_moe,
         minimax_m2,
         ministral,
         mistral,
@@ -114,6 +115,7 @@ def builtin_families() -> list[Family]:
             cwm.FAMILY,
             dots1.FAMILY,
             flex_olmo.FAMILY,
+            minicpm5_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -713,6 +713,13 @@ CASES += [
          _llama_like(hidden_size=60, num_attention_heads=5, num_key_value_heads=1, attention_bias=True,
                      num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-5,
                      tie_word_embeddings=True)),
+    # MiniCPM5-MoE: gated attention (each head's query then its gate in q_gate_proj) with head_dim 24, 4 heads over
+    # 2, biases on; 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, one shared expert, the first
+    # layer dense by mlp_layer_types.
+    Case("minicpm5_moe", "MiniCPM5MoeConfig", "MiniCPM5MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, n_routed_experts=8, num_experts_per_tok=3,
+                     n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-5, mlp_layer_types=["dense", "sparse", "sparse"], pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

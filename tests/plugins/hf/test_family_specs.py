@@ -89,6 +89,7 @@ MOE_SPECS = {
         first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=32768,
         rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7})),
     "flexolmo-7x7b.yaml": ("FlexOlmoConfig", dict()),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
+    "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

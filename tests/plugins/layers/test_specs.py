@@ -190,6 +190,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=32768,
         rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7}),
     "flexolmo-7x7b.yaml": _llama_like("FlexOlmoConfig"),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
+    "minicpm5-15b-a2.5b.yaml": _llama_like("MiniCPM5MoeConfig"),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
     # DeepSeek-V2-Lite's published config.json.
     "deepseek-v2-lite.yaml": _llama_like(
         "DeepseekV2Config", vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
