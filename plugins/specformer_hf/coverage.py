@@ -72,7 +72,7 @@ MISSING: dict[str, str] = {
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "ministral3",
         "modernbert-decoder", "nanochat", "persimmon",
-        "solar_open", "vaultgemma", "xglm")},
+        "vaultgemma", "xglm")},
     # Issue 45: recurrent and linear-attention mixers.
     "mamba": "Mamba-1 selective scan (issue 45)",
     "falcon_mamba": "Mamba-1 selective scan (issue 45)",

@@ -69,6 +69,7 @@ def builtin_families() -> list[Family]:
         sarvam_moe,
         seed_oss,
         smollm3,
+        solar_open,
         stablelm,
         starcoder2,
         youtu,
@@ -116,6 +117,7 @@ def builtin_families() -> list[Family]:
             dots1.FAMILY,
             flex_olmo.FAMILY,
             minicpm5_moe.FAMILY,
+            solar_open.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

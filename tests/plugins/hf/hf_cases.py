@@ -720,6 +720,12 @@ CASES += [
          _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, n_routed_experts=8, num_experts_per_tok=3,
                      n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
                      rms_norm_eps=1e-5, mlp_layer_types=["dense", "sparse", "sparse"], pad_token_id=None)),
+    # Solar Open: 6 heads of 16 over 2 (not filling hidden), q/k/v biases (none on o), tied, 6 sigmoid-routed experts in
+    # 2 groups (1 kept), 2 per token, not renormalised, scaled, two shared experts, experts in every layer.
+    Case("solar_open", "SolarOpenConfig", "SolarOpenForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=16, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                     n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=24, norm_topk_prob=False,
+                     routed_scaling_factor=1.5, rms_norm_eps=1e-4, tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

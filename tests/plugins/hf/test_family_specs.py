@@ -90,6 +90,7 @@ MOE_SPECS = {
         rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7})),
     "flexolmo-7x7b.yaml": ("FlexOlmoConfig", dict()),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
     "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
+    "solar-open-100b.yaml": ("SolarOpenConfig", dict()),  # transformers' defaults are Solar-Open-100B's sizes
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
