@@ -69,7 +69,7 @@ MISSING: dict[str, str] = {
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "aria_text", "bamba", "beam", "biogpt", "cohere_compass_text", "ctrl",
         "dots3_note_text", "emu3", "exaone_moe",
-        "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
+        "flint", "gemma4_unified_text", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "ministral3",
         "modernbert-decoder", "nanochat", "persimmon",
         "vaultgemma", "xglm")},

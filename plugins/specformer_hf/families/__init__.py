@@ -32,6 +32,7 @@ def builtin_families() -> list[Family]:
         glm,
         glm4,
         glm4_moe,
+        glm4_moe_lite,
         gpt2,
         gpt_bigcode,
         gpt_neo,
@@ -118,6 +119,7 @@ def builtin_families() -> list[Family]:
             flex_olmo.FAMILY,
             minicpm5_moe.FAMILY,
             solar_open.FAMILY,
+            glm4_moe_lite.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -726,6 +726,15 @@ CASES += [
          _llama_like(num_attention_heads=6, head_dim=16, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
                      n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=24, norm_topk_prob=False,
                      routed_scaling_factor=1.5, rms_norm_eps=1e-4, tie_word_embeddings=True)),
+    # GLM-4.7-Flash: latent attention with a query bottleneck over 5 heads (not dividing hidden 64, as its 20 do not
+    # divide 2048), interleaved rope, attention biases; 8 sigmoid experts in 4 groups (2 kept), 3 per token, scaled, a
+    # shared expert, two dense first layers by mlp_layer_types.
+    Case("glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=24,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
+                     routed_scaling_factor=2.5, attention_bias=True, mlp_layer_types=["dense", "dense", "sparse"],
+                     rms_norm_eps=1e-6)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

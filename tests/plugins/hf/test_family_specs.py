@@ -91,6 +91,7 @@ MOE_SPECS = {
     "flexolmo-7x7b.yaml": ("FlexOlmoConfig", dict()),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
     "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
     "solar-open-100b.yaml": ("SolarOpenConfig", dict()),  # transformers' defaults are Solar-Open-100B's sizes
+    "glm-4.7-flash.yaml": ("Glm4MoeLiteConfig", dict()),  # transformers' defaults are GLM-4.7-Flash's sizes
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

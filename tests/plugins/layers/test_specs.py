@@ -192,6 +192,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "flexolmo-7x7b.yaml": _llama_like("FlexOlmoConfig"),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
     "minicpm5-15b-a2.5b.yaml": _llama_like("MiniCPM5MoeConfig"),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
     "solar-open-100b.yaml": _llama_like("SolarOpenConfig"),  # transformers' defaults are Solar-Open-100B's sizes
+    "glm-4.7-flash.yaml": _llama_like("Glm4MoeLiteConfig"),  # transformers' defaults are GLM-4.7-Flash's sizes
     # DeepSeek-V2-Lite's published config.json.
     "deepseek-v2-lite.yaml": _llama_like(
         "DeepseekV2Config", vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
