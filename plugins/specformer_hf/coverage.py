@@ -68,7 +68,7 @@ MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "aria_text", "bamba", "beam", "biogpt", "cohere_compass_text", "ctrl",
-        "dots3_note_text", "emu3", "exaone_moe",
+        "dots3_note_text", "emu3",
         "flint", "gemma4_unified_text", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "ministral3",
         "modernbert-decoder", "nanochat", "persimmon",

@@ -23,6 +23,7 @@ def builtin_families() -> list[Family]:
         ernie4_5_moe,
         exaone,
         exaone4,
+        exaone_moe,
         falcon,
         flex_olmo,
         gemma,
@@ -120,6 +121,7 @@ def builtin_families() -> list[Family]:
             minicpm5_moe.FAMILY,
             solar_open.FAMILY,
             glm4_moe_lite.FAMILY,
+            exaone_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -735,6 +735,13 @@ CASES += [
                      num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
                      routed_scaling_factor=2.5, attention_bias=True, mlp_layer_types=["dense", "dense", "sparse"],
                      rms_norm_eps=1e-6)),
+    # K-EXAONE: EXAONE 4's per-head q/k norms, head_dim 24, 4 heads over 2, three sliding layers with rope (a window
+    # shorter than the prompt) to a global one without; 8 sigmoid experts in 4 groups (2 kept), 3 per token, two
+    # shared experts, the first layer dense.
+    Case("exaone_moe", "ExaoneMoeConfig", "ExaoneMoeForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=4, num_experts=8,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, num_shared_experts=2, moe_intermediate_size=32,
+                     first_k_dense_replace=1, routed_scaling_factor=1.5, rms_norm_eps=1e-4, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
