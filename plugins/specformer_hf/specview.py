@@ -181,7 +181,9 @@ def _attention_defaults_written_out(attention: dict[str, Any], d_model: int) -> 
         key_dim = attention.get("key_head_dim") or d_model // attention["n_heads"]
         attention.update(n_key_heads=attention.get("n_key_heads") or attention["n_heads"], key_head_dim=key_dim,
                          value_head_dim=attention.get("value_head_dim") or key_dim)
-    elif "n_heads" in attention:
+    elif "n_heads" in attention and not (kind == "mla" or kind.endswith(".LatentAttention")):
+        # Latent attention has no head_dim: its widths are its own fields, and n_heads need not divide d_model
+        # (GLM-4.7-Flash: 20 heads over 2048).
         sizes = head_sizes(d_model=d_model, n_heads=attention["n_heads"], n_kv_heads=attention.get("n_kv_heads"),
                            head_dim=attention.get("head_dim"))
         attention["n_kv_heads"], attention["head_dim"] = sizes.n_kv_heads, sizes.head_dim

@@ -230,17 +230,24 @@ class SlidingRopeGlobalNope(Part):
 
 @dataclass(frozen=True)
 class QwenWindows(Part):
-    """use_sliding_window, sliding_window, max_window_layers (transformers 4) and layer_types <-> per-layer windows."""
+    """use_sliding_window, sliding_window, max_window_layers (transformers 4) and layer_types <-> per-layer windows.
+
+    ``switch``: the boolean field that turns windows on; None where the family has none and a non-null
+    sliding_window is on by itself (dots.llm1).
+    """
+
+    switch: str | None = "use_sliding_window"
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         window = cfg.get("sliding_window")  # read either way: it matters only with use_sliding_window
-        window = window if cfg.get("use_sliding_window") else None
+        window = window if self.switch is None or cfg.get(self.switch) else None
         n_layers, first_sliding = cfg.get_layers("num_hidden_layers"), cfg.get_int("max_window_layers")
         default = ["sliding_attention" if window is not None and i >= first_sliding else "full_attention" for i in range(n_layers)]
         types = layer_types_from_config(cfg, default)
         if window is None and "sliding_attention" in types:  # transformers cannot build their mask either
+            why = f"{self.switch} false or sliding_window null" if self.switch else "sliding_window null"
             raise UserError(f"{cfg.family}: layer_types names sliding_attention layers but there is no window "
-                            "(use_sliding_window false or sliding_window null); set both, or make every layer full_attention")
+                            f"({why}); set {'both' if self.switch else 'it'}, or make every layer full_attention")
         windowed(model, [window if t == "sliding_attention" else None for t in types])
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
@@ -249,7 +256,9 @@ class QwenWindows(Part):
         sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
         # max_window_layers is what transformers 4 reads; it only describes "every layer from k on".
         first = sliding[0] if sliding and sliding == list(range(sliding[0], len(types))) else len(types)
-        config.update(use_sliding_window=window is not None, sliding_window=window, max_window_layers=first, layer_types=types)
+        config.update(sliding_window=window, max_window_layers=first, layer_types=types)
+        if self.switch is not None:
+            config[self.switch] = window is not None
 
 
 @dataclass(frozen=True)

@@ -781,6 +781,49 @@ CASES += [
     # Falcon-Mamba's norms on dt, B and C with a non-default eps, a step of rank 5, untied.
     Case("falcon_mamba", "FalconMambaConfig", "FalconMambaForCausalLM",
          _mamba(expand=2, conv_kernel=4, time_step_rank=5, mixer_rms_eps=1e-3, tie_word_embeddings=False)),
+    # dots.llm1: Qwen3's attention (head_dim 24, not hidden / heads; per-head q/k norms; biases on q, k, v and o) over
+    # DeepSeek-V3's experts: 8 in 4 groups (2 kept), 3 per token, scaled and renormalised, two shared experts, a dense
+    # first layer; the layers from max_window_layers on slide with a window shorter than the prompt.
+    Case("dots1", "Dots1Config", "Dots1ForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, n_routed_experts=8, num_experts_per_tok=3,
+                     n_group=4, topk_group=2, n_shared_experts=2, moe_intermediate_size=32, first_k_dense_replace=1,
+                     norm_topk_prob=True, routed_scaling_factor=2.5, rms_norm_eps=1e-5, sliding_window=WINDOW,
+                     max_window_layers=1)),
+    # FlexOlmo: OLMo-2's post-sublayer norms and q/k norms over all heads (5 heads of 12 over 1: the k norm is 12
+    # wide), biases on, non-default eps, 5 softmax-routed experts with 2 per token renormalised, tied.
+    Case("flex_olmo", "FlexOlmoConfig", "FlexOlmoForCausalLM",
+         _llama_like(hidden_size=60, num_attention_heads=5, num_key_value_heads=1, attention_bias=True,
+                     num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-5,
+                     tie_word_embeddings=True)),
+    # MiniCPM5-MoE: gated attention (each head's query then its gate in q_gate_proj) with head_dim 24, 4 heads over
+    # 2, biases on; 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, one shared expert, the first
+    # layer dense by mlp_layer_types.
+    Case("minicpm5_moe", "MiniCPM5MoeConfig", "MiniCPM5MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, attention_bias=True, n_routed_experts=8, num_experts_per_tok=3,
+                     n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-5, mlp_layer_types=["dense", "sparse", "sparse"], pad_token_id=None)),
+    # Solar Open: 6 heads of 16 over 2 (not filling hidden), q/k/v biases (none on o), tied, 6 sigmoid-routed experts in
+    # 2 groups (1 kept), 2 per token, not renormalised, scaled, two shared experts, experts in every layer.
+    Case("solar_open", "SolarOpenConfig", "SolarOpenForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=16, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                     n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=24, norm_topk_prob=False,
+                     routed_scaling_factor=1.5, rms_norm_eps=1e-4, tie_word_embeddings=True)),
+    # GLM-4.7-Flash: latent attention with a query bottleneck over 5 heads (not dividing hidden 64, as its 20 do not
+    # divide 2048), interleaved rope, attention biases; 8 sigmoid experts in 4 groups (2 kept), 3 per token, scaled, a
+    # shared expert, two dense first layers by mlp_layer_types.
+    Case("glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=24,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
+                     routed_scaling_factor=2.5, attention_bias=True, mlp_layer_types=["dense", "dense", "sparse"],
+                     rms_norm_eps=1e-6)),
+    # K-EXAONE: EXAONE 4's per-head q/k norms, head_dim 24, 4 heads over 2, three sliding layers with rope (a window
+    # shorter than the prompt) to a global one without; 8 sigmoid experts in 4 groups (2 kept), 3 per token, two
+    # shared experts, the first layer dense.
+    Case("exaone_moe", "ExaoneMoeConfig", "ExaoneMoeForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=4, num_experts=8,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, num_shared_experts=2, moe_intermediate_size=32,
+                     first_k_dense_replace=1, routed_scaling_factor=1.5, rms_norm_eps=1e-4, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

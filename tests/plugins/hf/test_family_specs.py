@@ -84,6 +84,16 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})),
     # transformers' Ernie4_5_MoeConfig defaults are ERNIE-4.5-21B-A3B's sizes (its docstring says so).
     "ernie-4.5-21b-a3b.yaml": ("Ernie4_5_MoeConfig", dict()),
+    # rednote-hilab/dots.llm1.base's config.json as recalled (Dots1Config has no defaults for the experts' counts).
+    "dots-llm1.yaml": ("Dots1Config", DOTS_LLM1 := dict(
+        vocab_size=152064, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=62,
+        num_attention_heads=32, num_key_value_heads=32, n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6,
+        first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7})),
+    "flexolmo-7x7b.yaml": ("FlexOlmoConfig", dict()),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
+    "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
+    "solar-open-100b.yaml": ("SolarOpenConfig", dict()),  # transformers' defaults are Solar-Open-100B's sizes
+    "glm-4.7-flash.yaml": ("Glm4MoeLiteConfig", dict()),  # transformers' defaults are GLM-4.7-Flash's sizes
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

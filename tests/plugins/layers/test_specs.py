@@ -188,6 +188,15 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
     # OLMoE-1B-7B: transformers' OlmoeConfig defaults with the published intermediate_size.
     "olmoe-1b-7b.yaml": _llama_like("OlmoeConfig", intermediate_size=1024),
+    # Dots1Config has no defaults for the experts' counts: rednote-hilab/dots.llm1.base's as recalled.
+    "dots-llm1.yaml": _llama_like(
+        "Dots1Config", hidden_size=4096, n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6,
+        first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1e7}),
+    "flexolmo-7x7b.yaml": _llama_like("FlexOlmoConfig"),  # transformers' defaults are FlexOlmo-7x7B-1T's sizes
+    "minicpm5-15b-a2.5b.yaml": _llama_like("MiniCPM5MoeConfig"),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
+    "solar-open-100b.yaml": _llama_like("SolarOpenConfig"),  # transformers' defaults are Solar-Open-100B's sizes
+    "glm-4.7-flash.yaml": _llama_like("Glm4MoeLiteConfig"),  # transformers' defaults are GLM-4.7-Flash's sizes
     # DeepSeek-V2-Lite's published config.json.
     "deepseek-v2-lite.yaml": _llama_like(
         "DeepseekV2Config", vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
