@@ -124,7 +124,6 @@ MISSING: dict[str, str] = {
     "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
     # In no issue yet.
     "bloom": "a LayerNorm on the token embeddings (word_embeddings_layernorm) (issue 46)",
-    "nemotron": "a LayerNorm that scales by 1 + weight (LayerNorm1P) (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }

@@ -51,6 +51,7 @@ def builtin_families() -> list[Family]:
         mistral,
         mixtral,
         mpt,
+        nemotron,
         olmo2,
         olmo3,
         olmoe,
@@ -110,6 +111,7 @@ def builtin_families() -> list[Family]:
             seed_oss.FAMILY,
             ministral.FAMILY,
             cwm.FAMILY,
+            nemotron.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

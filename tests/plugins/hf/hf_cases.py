@@ -699,6 +699,15 @@ CASES += [
     Case("codegen-straddling-heads", "CodeGenConfig", "CodeGenForCausalLM",
          dict(vocab_size=128, n_embd=60, n_layer=3, n_head=3, rotary_dim=20, n_positions=CONTEXT,
               activation_function="gelu", bos_token_id=None, eos_token_id=None)),
+    # Nemotron: LayerNorm1P (1 + w) with biases, rope on half of each head, squared-ReLU MLP; GQA, biases on, 6 heads
+    # of 12 (a head_dim of its own), non-default eps, untied; and tied, every head its own kv head, a quarter rotated.
+    Case("nemotron", "NemotronConfig", "NemotronForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=2, head_dim=12, attention_bias=True, mlp_bias=True,
+                     norm_eps=1e-4, tie_word_embeddings=False,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.5))),
+    Case("nemotron-mha-quarter-tied", "NemotronConfig", "NemotronForCausalLM",
+         _llama_like(num_key_value_heads=4, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.25))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -719,5 +728,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
+    "nemotron-mha-quarter-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
