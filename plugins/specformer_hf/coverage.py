@@ -86,7 +86,6 @@ MISSING: dict[str, str] = {
     "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
-    "olmo": "weightless LayerNorm and clip_qkv (issue 46)",
     "dbrx": "clip_qkv (issue 46)",
     "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
     "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",

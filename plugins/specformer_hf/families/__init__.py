@@ -52,6 +52,7 @@ def builtin_families() -> list[Family]:
         mixtral,
         mpt,
         nemotron,
+        olmo,
         olmo2,
         olmo3,
         olmoe,
@@ -112,6 +113,7 @@ def builtin_families() -> list[Family]:
             ministral.FAMILY,
             cwm.FAMILY,
             nemotron.FAMILY,
+            olmo.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -708,6 +708,12 @@ CASES += [
     Case("nemotron-mha-quarter-tied", "NemotronConfig", "NemotronForCausalLM",
          _llama_like(num_key_value_heads=4, tie_word_embeddings=True,
                      rope_parameters=_rope("default", partial_rotary_factor=0.25))),
+    # OLMo: non-parametric LayerNorms, q/k/v clamped at 0.3 (most projected channels are larger), GQA, biases on,
+    # untied; and 5 heads of 12 (hidden 60), multi-head, tied, no clipping.
+    Case("olmo", "OlmoConfig", "OlmoForCausalLM",
+         _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
+    Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -728,6 +734,6 @@ SLOW_VARIANTS = frozenset({
     "falcon-sequential", "starcoder2-no-bias-untied", "olmoe-mqa-normalized-tied", "cohere-qk_norm", "mpt-tied",
     "arcee-tied-head-dim",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
-    "nemotron-mha-quarter-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

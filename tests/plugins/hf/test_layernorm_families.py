@@ -29,3 +29,24 @@ def test_layernorm_export_refuses_another_norm(tmp_path, norm, family, needle):
     ffn = {"kind": "swiglu", "hidden": 48} if family == "stablelm" else None
     with pytest.raises(UserError, match=needle):
         specformer_hf.to_hf(specformer.build(_spec(norm, ffn=ffn), seed=0), tmp_path / "out", family=family)
+
+
+@pytest.mark.parametrize(("norm", "needle"), [
+    # OlmoLayerNorm has no weight, no bias and no eps setting.
+    ({"kind": "layernorm", "affine": False, "eps": 1e-6}, r"model\.block\.norm\.eps.*always use eps 1e-05"),
+    ({"kind": "layernorm"}, r"have no weight and no bias"),
+])
+def test_olmo_export_refuses_another_norm(tmp_path, norm, needle):
+    spec = _spec(norm, ffn={"kind": "swiglu", "hidden": 48})
+    spec["model"]["positional"] = {"kind": "rope"}
+    with pytest.raises(UserError, match=needle):
+        specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="olmo")
+
+
+def test_olmo_clip_qkv_round_trips_through_the_config(tmp_path):
+    import json
+
+    spec = _spec({"kind": "layernorm", "affine": False}, mixer={"clip_qkv": 8.0}, ffn={"kind": "swiglu", "hidden": 48})
+    spec["model"]["positional"] = {"kind": "rope"}
+    out = specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="olmo")
+    assert json.loads((out / "config.json").read_text())["clip_qkv"] == 8.0
