@@ -67,7 +67,7 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "afmoe", "aria_text", "bamba", "beam", "biogpt", "cohere_compass_text", "ctrl",
+        "afmoe", "aria_text", "bamba", "beam", "biogpt", "cohere_compass_text", "ctrl", "dbrx",
         "dots1", "dots3_note_text", "emu3", "exaone_moe", "flex_olmo",
         "flint", "gemma4_unified_text", "glm4_moe_lite", "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hy_v3", "hyperclovax", "jais2",
         "kolibri1", "lara_mini", "lfm2_moe", "lfm3", "minicpm5_moe", "ministral3",
@@ -86,7 +86,6 @@ MISSING: dict[str, str] = {
     "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
-    "dbrx": "clip_qkv (issue 46)",
     "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
     "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
