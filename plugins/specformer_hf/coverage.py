@@ -67,7 +67,7 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "afmoe", "aria_text", "bamba", "beam", "cohere_compass_text", "dots3_note_text", "emu3", "flint",
+        "afmoe", "aria_text", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
         "gemma4_unified_text", "glm_moe_dsa", "hy_v3", "hyperclovax", "jais2", "kolibri1", "lara_mini", "lfm2_moe",
         "lfm3", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
@@ -81,8 +81,6 @@ MISSING: dict[str, str] = {
     "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
-    "olmo": "weightless LayerNorm and clip_qkv (issue 46)",
-    "dbrx": "clip_qkv (issue 46)",
     "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
     "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
@@ -124,7 +122,6 @@ MISSING: dict[str, str] = {
     # NanoChat's other differences would map: its weightless q/k RMSNorms after the rope commute with it, its rotate_half
     # turning the other way is the usual rope on q/k rows with each head's second half negated, relu2, a logit cap.
     "nanochat": "a weightless RMSNorm on the token embeddings (issue 46)",
-    "nemotron": "a LayerNorm that scales by 1 + weight (LayerNorm1P) (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }

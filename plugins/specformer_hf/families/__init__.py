@@ -60,6 +60,8 @@ def builtin_families() -> list[Family]:
         mistral,
         mixtral,
         mpt,
+        nemotron,
+        olmo,
         olmo2,
         olmo3,
         olmoe,
@@ -138,6 +140,8 @@ def builtin_families() -> list[Family]:
             solar_open.FAMILY,
             glm4_moe_lite.FAMILY,
             exaone_moe.FAMILY,
+            nemotron.FAMILY,
+            olmo.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -84,26 +84,49 @@ class RMSNorm(Part):
 
 @dataclass(frozen=True)
 class LayerNorm(Part):
-    """LayerNorm everywhere, eps from ``eps_key``, with a bias (the final norm's too) unless ``bias`` is False (Cohere)."""
+    """LayerNorm everywhere, eps from ``eps_key``, with a bias (the final norm's too) unless ``bias`` is False (Cohere).
+
+    ``offset`` 1: the scale is stored as ``w`` and applied as ``1 + w`` (Nemotron's LayerNorm1P).
+    ``affine`` False: neither weight nor bias (OLMo's non-parametric LayerNorm). ``eps``: the one
+    eps the family always uses, no config field holding it (OLMo's 1e-5); ``eps_key`` is then not read.
+    """
 
     eps_key: str = "layer_norm_eps"
     bias: bool = True
+    offset: float = 0.0
+    affine: bool = True
+    eps: float | None = None
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
-        norm = {"kind": "layernorm", "eps": cfg.get_float(self.eps_key)}
-        if not self.bias:
+        eps = self.eps if self.eps is not None else cfg.get_float(self.eps_key)
+        norm: dict[str, Any] = {"kind": "layernorm", "eps": eps}
+        if not self.affine:
+            norm["affine"] = False
+        elif not self.bias:
             norm["bias"] = False
+        if self.offset:
+            norm["offset"] = self.offset
         model.setdefault("block", {})["norm"] = norm
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         view.block_kind("norm", ("layernorm",))
-        if view.uniform("norm", "bias") != self.bias or not view.uniform("norm", "affine"):
-            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have a weight "
-                                 + ("and a bias" if self.bias else "and no bias"))
-        config[self.eps_key] = view.uniform("norm", "eps")
+        affine = view.uniform("norm", "affine")
+        if affine != self.affine or (affine and view.uniform("norm", "bias") != self.bias):
+            has = ("no weight and no bias" if not self.affine else "a weight and a bias" if self.bias
+                   else "a weight and no bias")
+            raise NotExpressible("model.block.norm", f"Hugging Face {view.name}'s LayerNorms have {has}")
+        if self.affine and view.uniform("norm", "offset") != self.offset:
+            raise NotExpressible("model.block.norm.offset", f"Hugging Face {view.name}'s LayerNorms scale by "
+                                 + ("1 + weight (offset: 1)" if self.offset else "their weight (offset: 0)"))
+        eps = view.uniform("norm", "eps")
+        if self.eps is None:
+            config[self.eps_key] = eps
+        elif eps != self.eps:
+            raise NotExpressible("model.block.norm.eps", f"{eps}: Hugging Face {view.name}'s LayerNorms always use "
+                                 f"eps {self.eps}")
 
     def rules(self) -> list[Rule]:
-        return [Copy("model.norm.bias", "final_norm.bias")] if self.bias else []
+        return [Copy("model.norm.bias", "final_norm.bias")] if self.affine and self.bias else []
 
 
 __all__ = ["LAYOUT_NORMS", "LayerNorm", "Layout", "RMSNorm", "rmsnorm", "rmsnorm_config"]

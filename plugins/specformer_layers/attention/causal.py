@@ -60,6 +60,7 @@ class CausalSelfAttention(nn.Module):
             self.cache_slots = None
             k_norm = None
         self.k_eq_v = params.k_eq_v
+        self.clip_qkv = params.clip_qkv
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
         # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
         self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
@@ -96,7 +97,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
         H, hd = self.n_heads, self.head_dim
-        q, *kv = self.qkv(x).split((H * hd, *self.kv_splits), dim=-1)
+        qkv = self.qkv(x)
+        if self.clip_qkv is not None:  # every projected channel, before norms and rotation (OLMo, DBRX)
+            qkv = qkv.clamp(-self.clip_qkv, self.clip_qkv)
+        q, *kv = qkv.split((H * hd, *self.kv_splits), dim=-1)
         if self.q_norm is not None and self.qk_norm_scope == "all":
             q = self.q_norm(q)
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
@@ -193,6 +197,8 @@ class CausalSelfAttention(nn.Module):
             parts.append(f"kv_from={self.kv_from}")
         if self.k_eq_v:
             parts.append("k_eq_v=True")
+        if self.clip_qkv is not None:
+            parts.append(f"clip_qkv={self.clip_qkv}")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:

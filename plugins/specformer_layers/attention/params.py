@@ -46,7 +46,10 @@ class CausalSelfAttentionParams(Params):
     same heads and width, and see at least as far back (a window no shorter). ``k_eq_v``
     uses the key projection for the values too (Gemma 4's global layers): the values are
     the keys before their norm and rotation. ``v_norm`` normalises each value head (Gemma
-    4: an RMSNorm without a learned scale).
+    4: an RMSNorm without a learned scale). ``clip_qkv`` clamps every query, key and value
+    channel to ``[-clip_qkv, clip_qkv]`` right after the projection (biases included), before
+    any norm or rotation (OLMo, DBRX: a guard against loss spikes, Groeneveld et al. 2024,
+    arXiv:2402.00838).
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
@@ -99,6 +102,11 @@ class CausalSelfAttentionParams(Params):
                                                     "before their norm and rotation (Gemma 4's global layers).")
     v_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
         default=None, description="A norm applied to each value head (Gemma 4: rmsnorm without a weight).",
+    )
+    clip_qkv: float | None = Field(
+        default=None, gt=0,
+        description="Clamp queries, keys and values to [-clip_qkv, clip_qkv] right after their projection, "
+                    "before norms and rotation (OLMo, DBRX).",
     )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",

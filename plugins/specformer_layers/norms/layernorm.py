@@ -20,7 +20,8 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.dim = dim
         self.eps = params.eps
-        self.weight = nn.Parameter(torch.ones(dim)) if params.affine else None
+        self.offset = params.offset
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - params.offset)) if params.affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if params.affine and params.bias else None
 
     def parallel_plan(self) -> ParallelPlan:
@@ -28,10 +29,12 @@ class LayerNorm(nn.Module):
         return {}
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
+        weight = self.weight + self.offset if self.weight is not None and self.offset else self.weight
+        return F.layer_norm(x, (self.dim,), weight, self.bias, self.eps)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         if self.weight is not None:
-            nn.init.ones_(self.weight)
+            nn.init.constant_(self.weight, 1.0 - self.offset)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
+

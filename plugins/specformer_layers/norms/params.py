@@ -10,13 +10,23 @@ from specformer.registry.params import Params, Sized
 class LayerNormParams(Params):
     """Subtract the mean, divide by the standard deviation, then scale (and shift) per channel.
 
-    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias``. ``bias: false`` drops the
-    shift (as in nanoGPT's bias-free configs); ``affine: false`` drops both (OLMo).
+    ``y = (x - mean(x)) / sqrt(var(x) + eps) * (offset + weight) + bias``. ``bias: false`` drops the
+    shift (as in nanoGPT's bias-free configs); ``affine: false`` drops both (OLMo). ``offset: 1``
+    stores the scale as ``weight - 1``, so the weight initialises to zero (Nemotron's LayerNorm1P,
+    as Gemma's RMSNorm does with the same option).
     """
 
     eps: float = Field(default=1e-5, gt=0, description="Added to the variance for stability.")
     bias: bool = Field(default=True, description="Learn a per-channel shift.")
     affine: bool = Field(default=True, description="Learn a per-channel scale (and shift); false = non-parametric.")
+    offset: float = Field(default=0.0, description="Added to the weight before scaling (1.0 for Nemotron's LayerNorm1P).")
+
+    @model_validator(mode="after")
+    def _offset_needs_weight(self) -> "LayerNormParams":
+        if not self.affine and self.offset:
+            raise ValueError(f"offset ({self.offset}) is added to the weight, so it needs affine: true; "
+                             "a non-parametric norm does not scale")
+        return self
 
     def sized(self, *, dim: int) -> Sized:
         return Sized(parameters=(dim if self.affine else 0) + (dim if self.affine and self.bias else 0))

@@ -824,6 +824,21 @@ CASES += [
          _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=4, num_experts=8,
                      num_experts_per_tok=3, n_group=4, topk_group=2, num_shared_experts=2, moe_intermediate_size=32,
                      first_k_dense_replace=1, routed_scaling_factor=1.5, rms_norm_eps=1e-4, pad_token_id=None)),
+    # Nemotron: LayerNorm1P (1 + w) with biases, rope on half of each head, squared-ReLU MLP; GQA, biases on, 6 heads
+    # of 12 (a head_dim of its own), non-default eps, untied; and tied, every head its own kv head, a quarter rotated.
+    Case("nemotron", "NemotronConfig", "NemotronForCausalLM",
+         _llama_like(num_attention_heads=6, num_key_value_heads=2, head_dim=12, attention_bias=True, mlp_bias=True,
+                     norm_eps=1e-4, tie_word_embeddings=False,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.5))),
+    Case("nemotron-mha-quarter-tied", "NemotronConfig", "NemotronForCausalLM",
+         _llama_like(num_key_value_heads=4, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=0.25))),
+    # OLMo: non-parametric LayerNorms, q/k/v clamped at 0.3 (most projected channels are larger), GQA, biases on,
+    # untied; and 5 heads of 12 (hidden 60), multi-head, tied, no clipping.
+    Case("olmo", "OlmoConfig", "OlmoForCausalLM",
+         _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
+    Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -846,5 +861,6 @@ SLOW_VARIANTS = frozenset({
     "arcee-tied-head-dim", "ministral3-plain-rope-tied",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -85,9 +85,6 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
     # BLOOM's ALiBi and fused query_key_value exist; its LayerNorm between the embedding and the first block does not.
     ("bloom", ["model_type 'bloom' is not supported yet; it lacks: a LayerNorm on the token embeddings "
                "(word_embeddings_layernorm)"]),
-    # Nemotron's relu2 MLP and partial rotary exist; LayerNorm's (1 + w) scale (RMSNorm has that offset) does not.
-    ("nemotron", ["model_type 'nemotron' is not supported yet; it lacks: a LayerNorm that scales by 1 + weight "
-                  "(LayerNorm1P)"]),
     ("fuyu", ["model_type 'fuyu' is a multimodal checkpoint whose language model ('persimmon') is supported, but not "
               f"read out of this checkpoint yet; it lacks: {MAPPING_ONLY}"]),
     ("gemma3", ["multimodal checkpoint whose language model ('gemma3_text') is supported, but not read out of this "

@@ -182,6 +182,9 @@ DENSE_SPECS = {
     "mpt-7b.yaml": ("MptConfig", dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048)),
     "arcee-afm-4.5b.yaml": ("ArceeConfig", dict()),  # transformers' defaults ("AFM-4.5B-Base style")
     "opt-125m.yaml": ("OPTConfig", dict()),  # transformers' defaults are OPT-125M's sizes
+    # transformers' NemotronConfig defaults ("nemotron-15b style") with Nemotron-4 15B's 8 key/value heads (its paper).
+    "nemotron-4-15b.yaml": ("NemotronConfig", dict(num_key_value_heads=8)),
+    "olmo-7b.yaml": ("OlmoConfig", dict()),  # transformers' defaults are OLMo-7B's sizes
     # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
     "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
         vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],
