@@ -135,11 +135,12 @@ def cache_slots_of(layer: Any) -> CacheSlots | None:
     """
     if hasattr(layer, "cache_slots"):
         return layer.cache_slots
-    heads = heads_of(layer)
-    if heads is None or getattr(layer, "state_slots", None) is not None:
+    kv = getattr(layer, "n_kv_heads", None)
+    kv = getattr(layer, "n_heads", None) if kv is None else kv
+    hd = getattr(layer, "head_dim", None)
+    if kv is None or hd is None or getattr(layer, "state_slots", None) is not None:
         return None
-    kv, hd = heads.n_kv_heads, heads.head_dim
-    return CacheSlots(key_heads=kv, key_dim=hd, value_heads=kv, value_dim=hd)
+    return CacheSlots(key_heads=int(kv), key_dim=int(hd), value_heads=int(kv), value_dim=int(hd))
 
 
 def reach_of(layer: Any) -> int | None:

@@ -34,9 +34,8 @@ class Mamba(RecurrentMixer):
     ``out`` (Linear ``d_inner -> d_model``), with ``R`` the step's rank, ``N`` the state size and
     ``K`` taps.
 
-    Its public facts describe it as one head spanning the inner width (``n_heads`` 1,
-    ``head_dim`` ``d_inner``): every channel has its own decay rates, there are no heads to
-    split. Per sequence it keeps ``conv`` ``(d_inner, K - 1)`` (the last inputs of the
+    It has no heads (every channel has its own decay rates), keeps nothing per token and
+    reads no positions. Per sequence it keeps ``conv`` ``(d_inner, K - 1)`` (the last inputs of the
     convolution) and ``ssm`` ``(d_inner, N)`` (the states): its :attr:`state_slots`.
     """
 
@@ -49,12 +48,9 @@ class Mamba(RecurrentMixer):
         self.state_size = size
         self.dt_rank = params.dt_rank if params.dt_rank is not None else default_dt_rank(d_model)
         self.bcdt_norm_eps = params.bcdt_norm_eps
-        self.chunk = params.chunk
-        # The public facts (specformer.model.attention.AttentionLayer and specformer.model.state) others read.
+        self.scan_chunk = params.chunk
+        # The public facts others read (specformer.model.state): its layer and its state.
         self.layer_index = layer_index
-        self.n_heads = 1
-        self.n_kv_heads = 1
-        self.head_dim = inner
         # Per token, channel and state value: the decay's exp and product, the write's two products, the read.
         self.recurrent_flops_per_token = 6 * inner * size
         self.state_slots = StateSlots((("conv", (inner, params.conv_kernel - 1)), ("ssm", (inner, size))))
@@ -96,7 +92,7 @@ class Mamba(RecurrentMixer):
         if steps or (state is not None and length <= RECURRENT_UP_TO):
             y, ssm, kept = selective_scan_recurrent(u, dt, A, B, C, D=self.D, state=ssm, steps=steps)
         else:
-            y, ssm = selective_scan_chunked(u, dt, A, B, C, chunk=self.chunk, D=self.D, state=ssm)
+            y, ssm = selective_scan_chunked(u, dt, A, B, C, chunk=self.scan_chunk, D=self.D, state=ssm)
         y = y * F.silu(z.to(y.dtype))
         out = self.out(y.to(x.dtype))
         return MixerRun(out=out, state={"conv": conv.window, "ssm": ssm},
@@ -112,11 +108,11 @@ class Mamba(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """What runs, in words (``specformer summary``)."""
-        return f"torch selective scan, parallel by chunks (chunk {self.chunk}); token by token when decoding"
+        return f"torch selective scan, parallel by chunks (chunk {self.scan_chunk}); token by token when decoding"
 
     def extra_repr(self) -> str:
         parts = [f"d_inner={self.d_inner}", f"state_size={self.state_size}", f"dt_rank={self.dt_rank}",
-                 f"conv_kernel={self.conv_weight.shape[1]}", f"chunk={self.chunk}"]
+                 f"conv_kernel={self.conv_weight.shape[1]}", f"chunk={self.scan_chunk}"]
         if self.bcdt_norm_eps is not None:
             parts.append(f"bcdt_norm_eps={self.bcdt_norm_eps}")
         return ", ".join(parts)

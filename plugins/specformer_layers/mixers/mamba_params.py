@@ -52,8 +52,7 @@ class MambaParams(Params):
                       + linear(D, rank + 2 * N, bias=False) + linear(rank, D, bias=True)  # x_proj, dt_proj
                       + D * N + D  # A_log, D
                       + linear(D, d_model, bias=self.bias))
-        return Sized(parameters=parameters, n_heads=1, n_kv_heads=1, head_dim=D, uses_positions=False,
-                     caches_tokens=False, keeps_state=True)
+        return Sized(parameters=parameters, keeps_state=True)  # no heads: nothing per token, no positions
 
 
 __all__ = ["MambaParams", "default_dt_rank"]

@@ -168,7 +168,9 @@ def test_each_forward_replaces_the_last():
 def test_an_attention_that_cannot_report_is_named():
     model = build()
 
-    class Opaque(nn.Module):
+    class Opaque(nn.Module):  # an attention (it has heads) that hands nothing to an observer
+        n_heads, head_dim = 2, 16
+
         def forward(self, x, ctx):
             return x
 

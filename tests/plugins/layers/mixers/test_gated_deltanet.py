@@ -10,8 +10,10 @@ from torch import Tensor
 
 import specformer
 from specformer.errors import SpecError
+from specformer.model.attention import cache_slots_of, reach_of
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
+from specformer.model.state import uses_positions
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.gated_deltanet import GatedDeltaNet
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
@@ -133,8 +135,10 @@ def test_public_facts_and_parameter_names() -> None:
     layer = GatedDeltaNet(GatedDeltaNetParams(n_heads=4, n_key_heads=2, key_head_dim=8, value_head_dim=6, conv_kernel=3,
                                               conv_bias=True), d_model=D_MODEL, layer_index=3)
     channels = 2 * 2 * 8 + 4 * 6
-    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.layer_index) == (4, 2, 6, None, 3)
-    assert layer.cache_slots is None and layer.uses_positions is False
+    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.layer_index) == (4, 2, 6, 3)
+    # A recurrence declares no window, no cache slots and no positions: the readers answer none for them.
+    assert not hasattr(layer, "window") and not hasattr(layer, "cache_slots")
+    assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     assert layer.state_slots.shapes == {"conv": (channels, 2), "recurrent": (4, 8, 6)}
     shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     assert shapes == {"qkv.weight": (channels, D_MODEL), "z.weight": (24, D_MODEL), "b.weight": (4, D_MODEL),

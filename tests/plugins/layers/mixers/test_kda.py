@@ -15,6 +15,8 @@ import torch
 
 import specformer
 from specformer.errors import SpecError
+from specformer.model.attention import HeadSizes, cache_slots_of, heads_of, reach_of
+from specformer.model.state import uses_positions
 from specformer.model.context import ForwardContext
 from specformer_generate import StaticKVCache, generate
 from specformer_layers.mixers.kda import KimiDeltaAttention
@@ -111,8 +113,9 @@ def test_public_facts() -> None:
                                d_model=D_MODEL, layer_index=1)
     channels = 2 * 2 * 8 + 2 * 6
     assert layer.state_slots.tensors == (("conv", (channels, 2)), ("recurrent", (2, 8, 6)))
-    assert (layer.cache_slots, layer.window, layer.uses_positions) == (None, None, False)
-    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.layer_index) == (2, 2, 8, 1)
+    assert not hasattr(layer, "window") and not hasattr(layer, "cache_slots") and not hasattr(layer, "n_kv_heads")
+    assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
+    assert (heads_of(layer), layer.layer_index) == (HeadSizes(n_heads=2, n_kv_heads=2, head_dim=8), 1)
     assert layer.qkv.weight.shape == (channels, D_MODEL) and layer.conv_weight.shape == (channels, 3)
     assert layer.out.weight.shape == (D_MODEL, 12) and layer.norm.weight.shape == (6,)
     assert "chunk 64" in layer.describe_kernel()

@@ -15,6 +15,8 @@ import torch
 from pydantic import ValidationError
 
 import specformer
+from specformer.model.attention import cache_slots_of, heads_of, reach_of
+from specformer.model.state import uses_positions
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.mamba import Mamba
 from specformer_layers.mixers.mamba_params import MambaParams
@@ -163,8 +165,9 @@ def test_reorder_and_rollback_restore_the_states_exactly() -> None:
 
 def test_public_facts() -> None:
     layer = _model().blocks[0].mixer
-    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.cache_slots) == (1, 1, 24, None, None)
-    assert layer.uses_positions is False
+    assert heads_of(layer) is None  # per channel: no heads
+    assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
+    assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     assert layer.state_slots.shapes == {"conv": (24, 2), "ssm": (24, 6)}
     assert layer.dt_rank == 2  # ceil(d_model / 16) with the tiny spec's d_model of 32
     assert "chunk 4" in layer.describe_kernel()

@@ -15,6 +15,8 @@ import torch
 from pydantic import ValidationError
 
 import specformer
+from specformer.model.attention import cache_slots_of, reach_of
+from specformer.model.state import uses_positions
 from specformer_generate import StaticKVCache
 from specformer_layers.mixers.mamba2 import Mamba2
 from specformer_layers.mixers.mamba2_params import Mamba2Params
@@ -158,8 +160,9 @@ def test_reorder_and_rollback_restore_the_states_exactly() -> None:
 
 def test_public_facts() -> None:
     layer = _model().blocks[0].mixer
-    assert (layer.n_heads, layer.n_kv_heads, layer.head_dim, layer.window, layer.cache_slots) == (4, 4, 8, None, None)
-    assert layer.uses_positions is False
+    assert (layer.n_heads, layer.head_dim) == (4, 8) and not hasattr(layer, "n_kv_heads")
+    assert not hasattr(layer, "window") and not hasattr(layer, "cache_slots")
+    assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     assert layer.state_slots.shapes == {"conv": (32 + 2 * 2 * 6, 2), "ssm": (4, 8, 6)}
     assert "chunk 4" in layer.describe_kernel()
 

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from specformer.model.context import ForwardContext
-from specformer.model.state import state_slots_of
+from specformer.model.attention import cache_slots_of, reach_of
+from specformer.model.state import state_slots_of, uses_positions
 from specformer.registry.discovery import get_registry
 from specformer_layers.mixers import MixerRun, RecurrentMixer
 
@@ -65,7 +66,9 @@ def test_every_built_in_recurrent_mixer_runs_the_shared_forward() -> None:
         found.add(name)
         assert state_slots_of(layer) is not None, name
         assert isinstance(layer, RecurrentMixer) and type(layer).forward is RecurrentMixer.forward, name
-        assert (layer.window, layer.cache_slots, layer.uses_positions) == (None, None, False), name
+        # It declares only what it has: the readers answer "none" for a window, cache slots and positions.
+        assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions")), name
+        assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False), name
     assert {"gated_deltanet", "kda", "mamba2", "short_conv"} <= found, found
 
 

@@ -14,8 +14,9 @@ from torch import nn
 
 import specformer
 from specformer.errors import SpecError
+from specformer.model.attention import cache_slots_of, heads_of, reach_of
 from specformer.model.context import ForwardContext
-from specformer.model.state import StateSlots
+from specformer.model.state import StateSlots, uses_positions
 from specformer_generate import StaticKVCache, generate
 from specformer_layers.mixers.short_conv import ShortConv
 from specformer_layers.mixers.short_conv_params import ShortConvParams
@@ -70,8 +71,9 @@ def test_matches_the_formula_written_out(kernel: int, bias: bool) -> None:
 def test_public_facts() -> None:
     conv = ShortConv(ShortConvParams(kernel=4), d_model=8, layer_index=3)
     assert conv.state_slots == StateSlots((("conv", (8, 3)),))
-    assert (conv.n_heads, conv.n_kv_heads, conv.head_dim, conv.window, conv.layer_index) == (1, 1, 8, None, 3)
-    assert conv.cache_slots is None and conv.uses_positions is False
+    assert conv.layer_index == 3 and heads_of(conv) is None  # one width-wide operation: no heads
+    assert not hasattr(conv, "window") and not hasattr(conv, "cache_slots")
+    assert (reach_of(conv), cache_slots_of(conv), uses_positions(conv)) == (None, None, False)
     assert [name for name, _ in conv.named_parameters()] == ["conv_weight", "in_proj.weight", "out.weight"]
 
 
