@@ -13,7 +13,9 @@ was written before is read here, in one place each:
 - :func:`current_name`: a tensor or module path stored before (a checkpoint's tensors, an
   adapter's targets, a quantization recipe, an optimizer's parameter names) as it is now;
 - :func:`current_patterns`: a user's globs over module paths (``blocks.*.attention.qkv``),
-  with the same deprecation line.
+  with the same deprecation line;
+- :func:`sizes_for`: a third-party layout whose constructor (or size check) still takes
+  ``attention=`` is handed the mixer under that name, with the same deprecation line.
 
 The norms and residual connections around the mixer keep their names
 (``attention_norm``, ``attention_residual``): those tensors did not move.
@@ -119,6 +121,19 @@ def current_name(name: str) -> str:
     return ".".join(MIXER if part == OLD_MIXER else part for part in name.split("."))
 
 
+def sizes_for(sizes: dict[str, Any], accepted: set[str] | None, *, where: str) -> dict[str, Any]:
+    """The sizes a component is given, for one written before the rename: a layout (or its size check)
+    whose constructor takes ``attention=`` and no ``mixer=`` receives the mixer under its old name.
+
+    ``accepted``: the keyword names the factory takes (None: it takes ``**``, and gets the new
+    name). ``where`` names the factory in the one line that says so.
+    """
+    if accepted is None or MIXER not in sizes or MIXER in accepted or OLD_MIXER not in accepted:
+        return sizes
+    _say(where, f"its {OLD_MIXER}= argument")
+    return {(OLD_MIXER if key == MIXER else key): value for key, value in sizes.items()}
+
+
 def current_patterns(patterns: list[str], *, where: str) -> list[str]:
     """A user's globs over module paths (``blocks.*.attention.qkv``) as they are now, with one line saying so.
 
@@ -133,4 +148,4 @@ def current_patterns(patterns: list[str], *, where: str) -> list[str]:
 
 
 __all__ = ["MIXER", "OLD_MIXER", "RenamedWarning", "current_kind", "current_name", "current_patterns", "forget_said",
-           "upgrade_spec"]
+           "sizes_for", "upgrade_spec"]

@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 import specformer
 from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError
-from specformer.renamed import RenamedWarning, current_name, current_patterns, upgrade_spec
+from specformer.registry.components import call_with_sizes, construct
+from specformer.renamed import RenamedWarning, current_name, current_patterns, forget_said, upgrade_spec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pre_mixer"
 
@@ -159,3 +160,30 @@ def test_an_old_checkpoint_whose_stored_spec_has_both_keys_is_refused(tmp_path: 
               metadata={**metadata, "spec": json.dumps(spec)})
     with pytest.raises(CheckpointError, match=r"model.block: both 'attention' and 'mixer'"):
         specformer.load(tmp_path / "both.safetensors")
+
+
+def test_a_layout_written_before_the_rename_is_handed_the_mixer_as_attention() -> None:
+    """A third-party layout (or its size check) that takes ``attention=`` keeps working, with one line saying so."""
+    forget_said()
+
+    def old_layout(params, *, attention, ffn, d_model):
+        return attention, ffn, d_model
+
+    def old_check(*, attention, d_model):
+        return attention
+
+    with pytest.warns(RenamedWarning, match=r"old_layout: its attention= argument: .*now called 'mixer'"):
+        assert construct(old_layout, None, mixer="M", ffn="F", d_model=8, make_norm=None) == ("M", "F", 8)
+    with pytest.warns(RenamedWarning, match=r"old_check: its attention= argument"):
+        assert call_with_sizes(old_check, mixer="S", d_model=8) == "S"
+
+    def new_layout(params, *, mixer, d_model):
+        return mixer
+
+    def takes_everything(params, **sizes):
+        return sorted(sizes)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to say for a layout written the new way
+        assert construct(new_layout, None, mixer="M", d_model=8) == "M"
+        assert construct(takes_everything, None, mixer="M", d_model=8) == ["d_model", "mixer"]

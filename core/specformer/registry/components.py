@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from specformer.errors import RegistryError, UnknownComponentError
 from specformer.messages import unknown_message
 from specformer.model.sized import Sized
-from specformer.renamed import current_kind
+from specformer.renamed import current_kind, sizes_for
 
 
 @dataclass(frozen=True)
@@ -166,13 +166,20 @@ def construct(factory: Callable[..., Any], params: Any, **sizes: Any) -> Any:
     Every kind's builder passes all the sizes of that kind; a component names the ones it needs.
     """
     accepted = _keyword_names(factory)
+    sizes = sizes_for(sizes, accepted, where=_named(factory))
     return factory(params, **{k: v for k, v in sizes.items() if accepted is None or k in accepted})
 
 
 def call_with_sizes(function: Callable[..., Any], **sizes: Any) -> Any:
     """``function(**sizes)``, passing only the sizes it names (all, if it takes ``**``): a size check's call."""
     accepted = _keyword_names(function)
+    sizes = sizes_for(sizes, accepted, where=_named(function))
     return function(**{k: v for k, v in sizes.items() if accepted is None or k in accepted})
+
+
+def _named(function: Callable[..., Any]) -> str:
+    """``module:qualname`` of a factory or check, for a message."""
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"
 
 
 def _keyword_names(factory: Callable[..., Any]) -> set[str] | None:
