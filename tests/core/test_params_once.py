@@ -80,7 +80,7 @@ REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_hea
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}
 
 
-def test_every_registered_attention_declares_its_public_facts(tiny_spec):
+def test_every_registered_attention_declares_its_public_facts(fresh_tiny_spec):
     registry = get_registry()
     for name in registry.names("mixer"):
         component = registry.get("mixer", name)
