@@ -95,8 +95,8 @@ def tutorial_staged(tmp_path_factory) -> StagedPlugin:
 
 
 @pytest.fixture
-def tiny_spec() -> dict:
-    """A small Llama-style spec as a dict (fixtures/tiny.py); tests change their own copy."""
+def fresh_tiny_spec() -> dict:
+    """A fresh copy of the shared tiny spec (fixtures/tiny.py's ``tiny_spec()``), for a test to change."""
     return tiny.tiny_spec()
 
 

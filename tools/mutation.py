@@ -77,16 +77,16 @@ MODULES: dict[str, list[str]] = {
     # generate()'s own tests reach StopCondition too, but each takes seconds per mutant.
     "plugins/specformer_generate/stopping.py": ["tests/plugins/generate/test_gen_stopping.py"],
     "core/specformer/checkpoint/save_load.py": [
-        "tests/core/test_checkpoint.py",
-        "tests/core/test_checkpoint_headers.py",
+        "tests/core/checkpoint/test_checkpoint.py",
+        "tests/core/checkpoint/test_checkpoint_headers.py",
     ],
     "core/specformer/checkpoint/check.py": [
-        "tests/core/test_checkpoint.py",
-        "tests/core/test_checkpoint_headers.py",
+        "tests/core/checkpoint/test_checkpoint.py",
+        "tests/core/checkpoint/test_checkpoint_headers.py",
     ],
     "core/specformer/checkpoint/file.py": [
-        "tests/core/test_checkpoint.py",
-        "tests/core/test_checkpoint_headers.py",
+        "tests/core/checkpoint/test_checkpoint.py",
+        "tests/core/checkpoint/test_checkpoint_headers.py",
     ],
     "plugins/specformer_train/checkpointing.py": [
         "tests/plugins/train/test_checkpointing.py",

@@ -58,7 +58,7 @@ def test_every_step_of_the_spec_path_names_a_function_that_exists():
             assert callable(target), ref
 
 
-def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
+def test_the_spec_path_is_the_order_build_calls_it_in(fresh_tiny_spec, monkeypatch):
     import specformer
     from specformer.model import builder
     from specformer.spec import check
@@ -84,19 +84,19 @@ def test_the_spec_path_is_the_order_build_calls_it_in(tiny_spec, monkeypatch):
     spy(builder, "check_memory", "machine.memory.check_memory")
     spy(builder, "assemble", "model.assemble.assemble")
     spy(specformer.Decoder, "init_weights", "Decoder.init_weights")
-    specformer.build(tiny_spec)
+    specformer.build(fresh_tiny_spec)
     drawn = [re.split(r"\s{2,}", line.strip())[1].split(" / ")[0] for line in block_after("spec-path")]
     assert order == [step for step in drawn if step in order]
     assert order == [s for s in drawn if s not in ("model.builder.build", "spec.shapes.read_spec_file")]
 
 
-def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_takes(tiny_spec):
+def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_takes(fresh_tiny_spec):
     import torch
 
     import specformer
 
-    spec = {**tiny_spec, "model": {**tiny_spec["model"],
-                                   "block": {**tiny_spec["model"]["block"], "residual": {"kind": "mhc", "n_streams": 4}}}}
+    mhc_block = {**fresh_tiny_spec["model"]["block"], "residual": {"kind": "mhc", "n_streams": 4}}
+    spec = {**fresh_tiny_spec, "model": {**fresh_tiny_spec["model"], "block": mhc_block}}
     model = specformer.build(spec, seed=0)
     sizes = {"B": 2, "T": 5, "N": 4, "D": model.d_model, "V": model.vocab_size}
     seen: dict[str, tuple[int, ...]] = {}

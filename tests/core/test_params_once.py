@@ -82,7 +82,7 @@ REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_hea
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}
 
 
-def test_every_registered_mixer_declares_the_facts_it_has(tiny_spec):
+def test_every_registered_mixer_declares_the_facts_it_has(fresh_tiny_spec):
     """An attention declares every fact of one; a recurrence its state and its heads where it has heads, nothing
     it does not have (no window, no positions, nothing per token); no mixer (``none``) declares nothing."""
     registry = get_registry()

@@ -26,15 +26,15 @@ def fresh_plugins():
     discovery.reset()
 
 
-def test_third_party_plugin_is_found_through_its_entry_point(toy_plugin, tiny_spec):
+def test_third_party_plugin_is_found_through_its_entry_point(toy_plugin, fresh_tiny_spec):
     names = {ep.name for ep in importlib.metadata.entry_points(group="specformer")}
     assert "toy" in names
     component = specformer.get_registry().get("norm", "toy_unitnorm")
     assert component.plugin == "toy"
     info = {i.name: i for i in discovery.plugin_infos()}["toy"]
     assert (info.distribution, info.version, info.module) == ("specformer-toy", "0.0.1", "specformer_toy.plugin")
-    tiny_spec["model"]["block"]["norm"] = {"kind": "toy_unitnorm", "eps": 1e-5}
-    model = specformer.build(tiny_spec, seed=0)
+    fresh_tiny_spec["model"]["block"]["norm"] = {"kind": "toy_unitnorm", "eps": 1e-5}
+    model = specformer.build(fresh_tiny_spec, seed=0)
     x = torch.randn(2, 3, 32)
     norm = model.blocks[0].attention_norm
     torch.testing.assert_close(norm(x), x / (x.norm(dim=-1, keepdim=True) + 1e-5) * 32**0.5)
@@ -100,7 +100,7 @@ def test_importing_specformer_loads_no_plugin(fresh_plugins):
     assert discovery.get_plugin_manager.cache_info().currsize == 0
 
 
-def test_validate_spec_hook_problems_are_reported(fresh_plugins, tiny_spec):
+def test_validate_spec_hook_problems_are_reported(fresh_plugins, fresh_tiny_spec):
     pm = discovery.get_plugin_manager()
 
     def check(spec, registry):
@@ -108,9 +108,9 @@ def test_validate_spec_hook_problems_are_reported(fresh_plugins, tiny_spec):
 
     discovery.register_plugin(pm, types.SimpleNamespace(specformer_validate_spec=hookimpl(check)), name="rules")
     with pytest.raises(specformer.SpecError, match="house rule"):
-        specformer.load_spec(tiny_spec)
-    tiny_spec["model"]["d_model"] = 64
-    specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
+    fresh_tiny_spec["model"]["d_model"] = 64
+    specformer.load_spec(fresh_tiny_spec)
 
 
 def test_hookspecs_are_documented():

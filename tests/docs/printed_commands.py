@@ -211,7 +211,7 @@ SKIPPED: list[tuple[str, str]] = [
     (r"specformer eval .*--tasks\s", "lm-evaluation-harness tasks: the named ones download their data sets from the Hugging "
                                      "Face Hub (no network in tests), my_task is the reader's own; tests/plugins/eval runs a local task"),
     (r"(cp|mv|rm|mkdir|ls|cat)\s", "a plain file operation on the reader's own files; nothing of specformer's runs"),
-    (r"pytest\s", "another package's test suite: tests/docs/test_tutorial.py and tests/core/test_scaffold.py run it"),
+    (r"pytest\s", "another package's test suite: tests/docs/test_tutorial.py and tests/core/cli/test_scaffold.py run it"),
     (r"ATEN_CPU_CAPABILITY=", "this test suite, or part of it, on another of PyTorch's CPU kernels: CI runs it whole "
                               "(`make test-kernels`)"),
     (r"specformer serve\s", "starts a server that runs until Ctrl-C; tests/plugins/serve/test_cli.py starts one, "

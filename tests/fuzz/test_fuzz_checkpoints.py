@@ -6,7 +6,7 @@ by hand for what safetensors itself would never write:
 
 - header entries: ``format`` missing or another tool's; ``spec`` missing, invalid JSON,
   a JSON list/number/string/null, nested thousands deep, the tiny spec changed at a few
-  paths (the strategies of ``tests/core/test_bad_specs.py``) or claiming a far larger
+  paths (the strategies of ``tests/core/spec/test_bad_specs.py``) or claiming a far larger
   model than the tensors hold; ``component_sources`` and ``tokenizer`` entries of any
   form (unknown kinds, a BPE entry with no or garbage data); extra entries;
 - tensors: dropped, renamed, extra, another dtype (integer, bool, half, double), another
@@ -42,7 +42,7 @@ from specformer.errors import MemoryLimitError
 from conftest import TINY
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, outcome, run_cli, sentinel
 
-bad_specs = load_sibling_tests("core/test_bad_specs.py", "_fuzz_bad_specs")
+bad_specs = load_sibling_tests("core/spec/test_bad_specs.py", "_fuzz_bad_specs")
 
 _model = specformer.build(TINY, seed=0)
 TENSORS = {name: t.detach().clone().contiguous() for name, t in _model.state_dict().items()}

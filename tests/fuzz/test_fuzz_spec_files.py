@@ -1,7 +1,7 @@
 """Property-based: any spec file (YAML, JSON or TOML, well-formed or not) validates or is one clear error.
 
 A case is the tiny spec changed at a few paths (the strategies of
-``tests/core/test_bad_specs.py``), written as YAML (with anchors and aliases where a
+``tests/core/spec/test_bad_specs.py``), written as YAML (with anchors and aliases where a
 value is shared), JSON or TOML, then spliced with the features of the format that a
 person or an attacker can use: YAML tags (``!!python/object/apply``, ``!!binary``,
 ``!!set``, unknown ones), merge keys, undefined aliases, alias bombs, numbers no
@@ -35,7 +35,7 @@ from specformer.errors import MemoryLimitError
 from conftest import TINY
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, load_sibling_tests, outcome, run_cli, sentinel
 
-bad_specs = load_sibling_tests("core/test_bad_specs.py", "_fuzz_bad_specs")
+bad_specs = load_sibling_tests("core/spec/test_bad_specs.py", "_fuzz_bad_specs")
 
 
 def bomb(levels: int, width: int) -> str:

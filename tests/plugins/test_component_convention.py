@@ -51,11 +51,11 @@ def test_every_registered_sampler_is_covered_here() -> None:
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon", "lion", "sgd"])
-def test_an_optimizer_from_a_spec_is_the_optimizer_from_python(name: str, tiny_spec: dict) -> None:
+def test_an_optimizer_from_a_spec_is_the_optimizer_from_python(name: str, fresh_tiny_spec: dict) -> None:
     registry = get_registry()
     sizes = dict(lr=3e-3, min_lr=1e-4, weight_decay=0.05, betas=(0.8, 0.9), eps=1e-7, device=torch.device("cpu"))
     spec = {"kind": name, "groups": [{"match": ["vector"], "lr_scale": 0.5}]}
-    model = specformer.build(tiny_spec, seed=0)
+    model = specformer.build(fresh_tiny_spec, seed=0)
     from_spec = registry.resolve("optimizer", spec).make(model=model, **sizes)
     component = registry.get("optimizer", name)
     factory = component.factory

@@ -19,7 +19,7 @@ torch-free ``Params``::
 ``ValueError`` with the message its constructor would raise, and returns the facts the
 builder reads from the built module (see the fields below). ``specformer validate`` and
 :func:`specformer.load_spec` run these checks instead of building, so they never import
-torch; a contract test (tests/core/test_size_checks.py) holds every registered
+torch; a contract test (tests/core/spec/test_size_checks.py) holds every registered
 component's check to what its constructor accepts.
 
 A component that declares nothing (``Params.sized`` returns ``NotImplemented``) still

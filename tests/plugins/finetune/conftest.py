@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,14 @@ import torch
 
 import specformer
 from specformer.tokenizers.tokenizer import METADATA_KEY, ByteTokenizer
-from fixtures.tiny import tiny_spec as shared_tiny_spec
+from fixtures.tiny import tiny_spec
 
-#: Byte-token vocabulary, context 64, 2 query heads over 1 KV head, a wider ffn.
-TINY_MODEL: dict[str, Any] = shared_tiny_spec(
-    vocab_size=259, context_length=64,
-    block={"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}},
-)["model"]
+#: Byte-token vocabulary, context 64, 2 query heads over 1 KV head, a wider ffn: the changes to the shared tiny model.
+TINY_CHANGES: dict[str, Any] = {
+    "vocab_size": 259, "context_length": 64,
+    "block": {"mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1}, "ffn": {"kind": "swiglu", "hidden": 64}},
+}
+TINY_MODEL: dict[str, Any] = tiny_spec(**TINY_CHANGES)["model"]
 
 TINY_TRAIN: dict[str, Any] = {
     "steps": 6, "batch_size": 4, "seq_len": 32, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1, "eval_every": 3,
@@ -39,14 +39,15 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return cache
 
 
-def tiny_spec(**train: Any) -> dict[str, Any]:
-    return {"model": copy.deepcopy(TINY_MODEL), "train": {**TINY_TRAIN, **train}}
+def tiny_finetune_spec(**train: Any) -> dict[str, Any]:
+    """The tiny model with ``TINY_TRAIN`` as its train section, ``train`` changing its fields."""
+    return tiny_spec(**TINY_CHANGES, train={**TINY_TRAIN, **train})
 
 
 @pytest.fixture
 def base_ckpt(tmp_path: Path) -> Path:
     """A randomly initialised tiny model saved with the byte tokenizer (what an imported model looks like)."""
-    model = specformer.build({"model": copy.deepcopy(TINY_MODEL)}, seed=3)
+    model = specformer.build(tiny_spec(**TINY_CHANGES), seed=3)
     path = tmp_path / "base.safetensors"
     specformer.save(model, path, metadata={METADATA_KEY: ByteTokenizer().to_json()})
     return path

@@ -21,7 +21,7 @@ from specformer_text.end_of_turn import turn_end
 from specformer_train import train
 from specformer_train.sampling import sample_text
 
-from .conftest import TINY_MODEL, tiny_spec
+from .conftest import TINY_MODEL, tiny_finetune_spec
 
 BYTES = ByteTokenizer()
 #: Room for a rendered ChatML conversation (about 70 bytes) and its reply.
@@ -70,8 +70,8 @@ def test_a_chat_sample_is_a_user_message_answered_up_to_the_end_of_turn() -> Non
 
 def test_a_chat_runs_samples_and_hint_use_its_template(tmp_path: Path, chat_file: Path, monkeypatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tiny_spec(chat_template="chatml", tokenizer="byte", sample_tokens=8, sample_prompt="what is 2 plus one?",
-                     steps=3, eval_every=3)
+    spec = tiny_finetune_spec(chat_template="chatml", tokenizer="byte", sample_tokens=8,
+                              sample_prompt="what is 2 plus one?", steps=3, eval_every=3)
     spec["model"] = dict(MODEL)
     run = tmp_path / "run"
     result = train(spec, data=str(chat_file), out_dir=str(run))

@@ -19,7 +19,7 @@ from specformer_text.chat_template import resolve_template
 from specformer_train import train
 from specformer_text.corpus import find_corpus
 
-from .conftest import tiny_spec
+from .conftest import tiny_finetune_spec
 
 SEQ = 32
 
@@ -104,7 +104,7 @@ def test_a_restored_stream_reads_the_same_rows_and_masks(mixed_file: Path) -> No
 
 def test_streamed_chat_run_resumes_like_an_uninterrupted_one(tmp_path: Path, base_ckpt: Path,
                                                              chat_file: Path) -> None:
-    spec = tiny_spec(adapter={"kind": "lora", "rank": 4, "alpha": 8}, streaming=True, chat_template="chatml")
+    spec = tiny_finetune_spec(adapter={"kind": "lora", "rank": 4, "alpha": 8}, streaming=True, chat_template="chatml")
     whole = train(spec, data=str(chat_file), out_dir=str(tmp_path / "a"), init=str(base_ckpt))
     saved = json.loads((tmp_path / "a" / "checkpoints" / "step-0000003" / "trainer.json").read_text())
     assert saved["extra"]["stream"]["sequences"] == 12  # the stream's place is in the checkpoint

@@ -22,7 +22,7 @@ from specformer_finetune.adapter_file import base_reference
 from specformer_train import train
 from specformer_train.metrics import read_metrics
 
-from .conftest import tiny_spec
+from .conftest import tiny_finetune_spec
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")
@@ -35,8 +35,8 @@ ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.qk
 def test_two_processes_train_the_adapter_like_one(tmp_path: Path, base_ckpt: Path, text_file: Path, mode: str) -> None:
     settings = dict(data=str(text_file), steps=4, save_every=2, eval_every=2, seed=5, adapter=ADAPTER,
                     init=str(base_ckpt), cache_dir=str(tmp_path / "cache"))
-    (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
-    (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, **settings)))
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_finetune_spec(batch_size=4, **settings)))
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_finetune_spec(batch_size=2, **settings)))
     train(tmp_path / "one.yaml", out_dir=str(tmp_path / "single"))
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -72,7 +72,7 @@ def test_fsdp_adapter_run_resumes_from_its_checkpoint(tmp_path: Path, base_ckpt:
     settings = dict(data=str(text_file), steps=4, save_every=2, eval_every=2, seed=5, adapter=ADAPTER,
                     init=str(base_ckpt), cache_dir=str(tmp_path / "cache"))
     spec = tmp_path / "two.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(batch_size=2, **settings)))
+    spec.write_text(yaml.safe_dump(tiny_finetune_spec(batch_size=2, **settings)))
     _torchrun(spec, tmp_path / "whole")
 
     # What the FSDP run saved at step 2: the adapter's tensors only, and the base checkpoint it sits on.

@@ -17,7 +17,7 @@ from specformer.errors import UserError
 from specformer_train import train
 from specformer_train.init_weights import load_init
 
-from .conftest import tiny_spec
+from .conftest import tiny_finetune_spec
 
 ADAPTER = {"kind": "lora", "rank": 4, "alpha": 8, "targets": ["blocks.*.mixer.*", "blocks.*.ffn.down"]}
 
@@ -28,7 +28,8 @@ def _keys(path: Path) -> set[str]:
 
 
 def test_adapter_run_changes_only_the_adapter(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
-    result = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    result = train(tiny_finetune_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"),
+                   init=str(base_ckpt))
     assert result.status == "finished" and result.model_path is not None
     stored = _keys(result.model_path)
     assert stored and all(k.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for k in stored)
@@ -51,12 +52,13 @@ def test_adapter_run_changes_only_the_adapter(tmp_path: Path, base_ckpt: Path, t
 
 
 def test_resumed_adapter_run_equals_an_uninterrupted_one(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
-    whole = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "a"), init=str(base_ckpt))
+    whole = train(tiny_finetune_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "a"),
+                  init=str(base_ckpt))
     # The run "b" stopped after its step-3 checkpoint: a copy of the uninterrupted run's.
     shutil.copytree(tmp_path / "a" / "checkpoints" / "step-0000003", tmp_path / "b" / "checkpoints" / "step-0000003")
     (tmp_path / "b" / "checkpoints" / "latest").write_text("step-0000003")
-    resumed = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "b"), init=str(base_ckpt),
-                    resume=True)
+    resumed = train(tiny_finetune_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "b"),
+                    init=str(base_ckpt), resume=True)
     a = specformer.load(whole.model_path).state_dict()
     b = specformer.load(resumed.model_path).state_dict()
     assert a.keys() == b.keys()
@@ -66,7 +68,8 @@ def test_resumed_adapter_run_equals_an_uninterrupted_one(tmp_path: Path, base_ck
 
 def test_merge_command_writes_a_plain_checkpoint_with_the_adapter_logits(tmp_path: Path, base_ckpt: Path,
                                                                          text_file: Path) -> None:
-    result = train(tiny_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    result = train(tiny_finetune_spec(adapter=ADAPTER), data=str(text_file), out_dir=str(tmp_path / "run"),
+                   init=str(base_ckpt))
     out = tmp_path / "merged.safetensors"
     assert main(["merge", str(result.model_path), "-o", str(out)]) == 0
     assert not any("lora" in k for k in _keys(out))
@@ -80,7 +83,7 @@ def test_merge_command_writes_a_plain_checkpoint_with_the_adapter_logits(tmp_pat
 def test_full_fine_tune_starts_from_the_checkpoint_weights(tmp_path: Path, base_ckpt: Path) -> None:
     from specformer.spec.check import check_spec
 
-    started = load_init(str(base_ckpt), check_spec(tiny_spec()).spec)
+    started = load_init(str(base_ckpt), check_spec(tiny_finetune_spec()).spec)
     saved = specformer.load(base_ckpt).state_dict()
     assert started.model.state_dict().keys() == saved.keys()
     assert all(torch.equal(started.model.state_dict()[k], saved[k]) for k in saved)
@@ -88,7 +91,7 @@ def test_full_fine_tune_starts_from_the_checkpoint_weights(tmp_path: Path, base_
 
 
 def test_init_refuses_a_spec_of_another_model(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
-    spec = tiny_spec()
+    spec = tiny_finetune_spec()
     spec["model"]["d_model"] = 48
     with pytest.raises(UserError, match=r"model\.d_model: spec 48, checkpoint 32"):
         train(spec, data=str(text_file), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
@@ -96,12 +99,12 @@ def test_init_refuses_a_spec_of_another_model(tmp_path: Path, base_ckpt: Path, t
 
 def test_adapter_without_init_is_refused_before_any_data_is_read(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="set train.init"):
-        train(tiny_spec(adapter=ADAPTER), data=str(tmp_path / "missing.txt"), out_dir=str(tmp_path / "run"))
+        train(tiny_finetune_spec(adapter=ADAPTER), data=str(tmp_path / "missing.txt"), out_dir=str(tmp_path / "run"))
 
 
 def test_cli_init_flag(tmp_path: Path, base_ckpt: Path, text_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec(steps=2, save_every=0, eval_every=0, adapter="lora")))
+    spec_path.write_text(yaml.safe_dump(tiny_finetune_spec(steps=2, save_every=0, eval_every=0, adapter="lora")))
     code = main(["train", str(spec_path), "--data", str(text_file), "--out", str(tmp_path / "run"),
                  "--init", str(base_ckpt)])
     assert code == 0
@@ -111,7 +114,7 @@ def test_cli_init_flag(tmp_path: Path, base_ckpt: Path, text_file: Path, capsys:
 
 def test_adapter_run_on_chat_data(tmp_path: Path, base_ckpt: Path, chat_file: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    result = train(tiny_spec(adapter=ADAPTER, chat_template="chatml"), data=str(chat_file),
+    result = train(tiny_finetune_spec(adapter=ADAPTER, chat_template="chatml"), data=str(chat_file),
                    out_dir=str(tmp_path / "run"), init=str(base_ckpt))
     assert result.status == "finished" and result.val_loss is not None
     assert "120 conversations, loss on replies only" in capsys.readouterr().out
@@ -119,7 +122,7 @@ def test_adapter_run_on_chat_data(tmp_path: Path, base_ckpt: Path, chat_file: Pa
 
 def test_chat_template_on_plain_text_is_refused(tmp_path: Path, base_ckpt: Path, text_file: Path) -> None:
     with pytest.raises(UserError, match="is not chat data"):
-        train(tiny_spec(chat_template="chatml"), data=str(text_file), out_dir=str(tmp_path / "run"),
+        train(tiny_finetune_spec(chat_template="chatml"), data=str(text_file), out_dir=str(tmp_path / "run"),
               init=str(base_ckpt))
 
 
@@ -128,7 +131,7 @@ def test_a_runaway_chat_template_stops_train_with_one_line(tmp_path: Path, base_
     template = tmp_path / "runaway.jinja"
     template.write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec(adapter=ADAPTER, chat_template=str(template))))
+    spec_path.write_text(yaml.safe_dump(tiny_finetune_spec(adapter=ADAPTER, chat_template=str(template))))
     code = main(["train", str(spec_path), "--data", str(chat_file), "--out", str(tmp_path / "run"),
                  "--init", str(base_ckpt)])
     err = capsys.readouterr().err.strip()
@@ -160,8 +163,8 @@ def test_a_hostile_chat_line_stops_train_with_one_line_naming_it(tmp_path: Path,
     data = tmp_path / "hostile.jsonl"
     data.write_bytes(content + b"\n" + chat_file.read_bytes())
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming,
-                                                  steps=2, eval_every=0, save_every=0)))
+    spec_path.write_text(yaml.safe_dump(tiny_finetune_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming,
+                                                           steps=2, eval_every=0, save_every=0)))
     code = main(["train", str(spec_path), "--data", str(data), "--out", str(tmp_path / "run"), "--init", str(base_ckpt)])
     err = capsys.readouterr().err.strip()
     assert code == 2, err
@@ -175,8 +178,9 @@ def test_a_chat_file_starting_with_a_byte_order_mark_is_chat_data(tmp_path: Path
                                                                   streaming: bool) -> None:
     data = tmp_path / "bom.jsonl"
     data.write_bytes(b"\xef\xbb\xbf" + chat_file.read_bytes())
-    result = train(tiny_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming, steps=2, eval_every=0,
-                             save_every=0), data=str(data), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
+    spec = tiny_finetune_spec(adapter=ADAPTER, chat_template="chatml", streaming=streaming, steps=2, eval_every=0,
+                              save_every=0)
+    result = train(spec, data=str(data), out_dir=str(tmp_path / "run"), init=str(base_ckpt))
     assert result.status == "finished"
     if not streaming:
         assert "120 conversations, loss on replies only" in capsys.readouterr().out

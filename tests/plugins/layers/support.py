@@ -9,7 +9,7 @@ from torch import Tensor
 
 from specformer.model.context import ForwardContext
 from specformer.model.positional import PositionalScheme
-from fixtures.tiny import tiny_spec as shared_tiny_spec
+from fixtures.tiny import tiny_spec
 
 VOCAB = 61
 D_MODEL = 32
@@ -20,14 +20,14 @@ HEAD_DIM = D_MODEL // N_HEADS
 LAYER_KINDS = ("positional", "rope_scaling", "norm", "ffn", "mixer", "layout", "router")
 
 
-def tiny_spec(**model_changes: Any) -> dict[str, Any]:
-    """The shared tiny spec (fixtures/tiny.py) over ``VOCAB`` ids; ``model_changes`` replace model fields."""
-    return shared_tiny_spec(**{"vocab_size": VOCAB, **model_changes})
+def tiny_spec_over_vocab(**model_changes: Any) -> dict[str, Any]:
+    """The shared tiny spec (fixtures/tiny.py) over ``VOCAB`` ids; ``model_changes`` go to it as they are."""
+    return tiny_spec(**{"vocab_size": VOCAB, **model_changes})
 
 
 def spec_with(kind: str, ref: dict[str, Any]) -> dict[str, Any]:
     """The tiny spec with the component ``ref`` (``{kind: name, **params}``) of ``kind`` in its place."""
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     model = spec["model"]
     if kind == "positional":
         model["positional"] = ref

@@ -13,7 +13,7 @@ from specformer_serve.app import ServeConfig
 from specformer_serve.chat_template import PLAIN, renderer_for
 from specformer_serve.engine import Engine
 from specformer_serve.server import Server
-from fixtures.tiny import tiny_spec as shared_tiny_spec
+from fixtures.tiny import tiny_spec
 
 BYTES = ByteTokenizer()
 EOT = BYTES.eot_id
@@ -25,12 +25,12 @@ SERVED_MODEL: dict[str, Any] = {"vocab_size": 259, "context_length": 96, "tie_em
 SERVED_BLOCK: dict[str, Any] = {"ffn": {"kind": "swiglu", "hidden": 64}}
 
 
-def tiny_spec(**model_changes: Any) -> dict[str, Any]:
+def served_spec(**model_changes: Any) -> dict[str, Any]:
     """The served model's spec (the shared tiny spec, byte ids); ``model_changes`` replace model fields."""
-    return shared_tiny_spec(block=SERVED_BLOCK, **{**SERVED_MODEL, **model_changes})
+    return tiny_spec(block=SERVED_BLOCK, **{**SERVED_MODEL, **model_changes})
 
 
-SPEC: dict[str, Any] = tiny_spec()
+SPEC: dict[str, Any] = served_spec()
 
 
 @pytest.fixture(scope="session")

@@ -222,9 +222,9 @@ ARCHITECTURES = {
 def test_every_attention_layout_batches_to_its_results_alone(name) -> None:
     import specformer
 
-    from .conftest import tiny_spec
+    from .conftest import served_spec
 
-    spec = tiny_spec()
+    spec = served_spec()
     changes = ARCHITECTURES[name]
     for key, value in changes.items():
         if key == "block":
@@ -248,9 +248,9 @@ def test_a_quantized_model_batches_to_its_results_alone() -> None:
     import specformer
     from specformer_quant import quantize
 
-    from .conftest import tiny_spec
+    from .conftest import served_spec
 
-    model = specformer.build(tiny_spec(), seed=5).eval()
+    model = specformer.build(served_spec(), seed=5).eval()
     quantize(model, "int8")
     requests = _requests(5, seed=6, longest=16)
     engine = Engine(model, max_batch=5, num_blocks=64, block_size=4).start()

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import specformer
 
-from .conftest import MODEL_ID, make_server, tiny_spec
+from .conftest import MODEL_ID, make_server, served_spec
 
 OK = {"model": MODEL_ID, "prompt": "ok", "max_tokens": 3, "temperature": 0}
 CHAT = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -141,7 +141,7 @@ def test_the_api_key_is_required_when_set(model) -> None:
 @pytest.fixture(scope="module")
 def long_server():
     """A model with a long context and no end-of-text stop, so a request runs long enough to walk away from."""
-    model = specformer.build(tiny_spec(context_length=4096), seed=0).eval()
+    model = specformer.build(served_spec(context_length=4096), seed=0).eval()
     with make_server(model, eos=False, num_blocks=1024, block_size=8) as server:
         yield server
 

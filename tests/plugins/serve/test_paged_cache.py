@@ -9,7 +9,7 @@ import specformer
 from specformer.model.attention import CacheSlots
 from specformer_serve.paged_cache import NULL_BLOCK, BlockPool, CachedLayer, PagedKVCache
 
-from .conftest import tiny_spec
+from .conftest import served_spec
 
 
 def test_the_pool_hands_out_each_block_once_and_takes_them_back() -> None:
@@ -80,7 +80,7 @@ def test_plan_refuses_a_row_without_blocks_for_its_tokens() -> None:
 
 def test_a_model_decoding_through_the_paged_cache_gives_the_logits_of_a_full_forward() -> None:
     """Reference: the model run on each whole sequence without a cache (causal attention over everything)."""
-    model = specformer.build(tiny_spec(positional={"kind": "rope"}), seed=1).eval()
+    model = specformer.build(served_spec(positional={"kind": "rope"}), seed=1).eval()
     cache = PagedKVCache.for_model(model, num_blocks=16, block_size=3)
     prompts = [[5, 9, 2, 7, 1], [3, 3]]
     follow = [[4, 8, 6, 2], [9, 1, 5, 7]]
@@ -101,7 +101,7 @@ def test_a_model_decoding_through_the_paged_cache_gives_the_logits_of_a_full_for
 
 
 def test_a_sliding_window_model_reads_only_its_window_through_the_cache() -> None:
-    spec = tiny_spec()
+    spec = served_spec()
     spec["model"]["block"]["mixer"]["window"] = 3
     model = specformer.build(spec, seed=2).eval()
     cache = PagedKVCache.for_model(model, num_blocks=8, block_size=2)
@@ -118,7 +118,7 @@ def test_a_sliding_window_model_reads_only_its_window_through_the_cache() -> Non
 
 def test_left_padded_rows_write_their_padding_to_the_null_block() -> None:
     """A prefill of prompts of different lengths: padding columns go nowhere anyone reads."""
-    model = specformer.build(tiny_spec(), seed=4).eval()
+    model = specformer.build(served_spec(), seed=4).eval()
     cache = PagedKVCache.for_model(model, num_blocks=8, block_size=2)
     prompts = [[4, 9, 1, 7], [6]]
     tables = [[cache.pool.allocate(), cache.pool.allocate()], [cache.pool.allocate()]]

@@ -16,7 +16,7 @@ from specformer.cli.main import main
 from specformer.registry.discovery import get_plugin_manager
 from specformer.registry.hookspecs import hookimpl
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 pytest.importorskip("specformer_generate")
 
@@ -38,7 +38,8 @@ def interrupted_run(tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixt
     """A run stopped by Ctrl-C at step 3 of 8 (a checkpoint at step 2 beside the one the interrupt saves), and what
     it printed on stderr."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(data=str(corpus_dir), eval_every=0, save_every=2, sample_prompt="the ")))
+    spec.write_text(yaml.safe_dump(tiny_train_spec(data=str(corpus_dir), eval_every=0, save_every=2,
+                                                   sample_prompt="the ")))
     out = tmp_path / "run dir"  # a space: the printed command must quote it
     plugin = CtrlCAt(3)
     get_plugin_manager().register(plugin, name="ctrl-c-at")

@@ -11,7 +11,7 @@ import yaml
 
 from specformer.cli.main import main
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 def test_train_command_runs_and_says_where_the_model_is(spec_file: Path, tmp_path: Path,
@@ -30,7 +30,7 @@ def test_train_command_runs_and_says_where_the_model_is(spec_file: Path, tmp_pat
 def test_the_train_section_validates_with_specformer_validate(spec_file: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["validate", str(spec_file)]) == 0
     bad = spec_file.with_name("bad.yaml")
-    bad.write_text(yaml.safe_dump(tiny_spec(steps=0)))
+    bad.write_text(yaml.safe_dump(tiny_train_spec(steps=0)))
     assert main(["validate", str(bad)]) == 2
     assert "train.steps: Input should be greater than 0" in capsys.readouterr().err
 
@@ -100,7 +100,7 @@ def test_the_printed_generate_command_works(tmp_path: Path, corpus_dir: Path, ca
     pytest.importorskip("specformer_generate")
     prompt = "it's \"the\" $HOME "  # quotes and a dollar: it must reach generate as written
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(data=str(corpus_dir), sample_prompt=prompt, eval_every=0)))
+    spec.write_text(yaml.safe_dump(tiny_train_spec(data=str(corpus_dir), sample_prompt=prompt, eval_every=0)))
     out = tmp_path / "out dir"  # a space too
     assert main(["train", str(spec), "--out", str(out), "--steps", "2"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("try:"))

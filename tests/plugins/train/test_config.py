@@ -10,7 +10,7 @@ from specformer_train.config import TrainConfig, TrainSpec
 from specformer_train.overrides import apply_overrides, parse_value
 from specformer_train.run import load_train_spec
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 def test_defaults_are_valid_and_every_field_is_described() -> None:
@@ -21,11 +21,11 @@ def test_defaults_are_valid_and_every_field_is_described() -> None:
 
 
 def test_section_is_registered_and_validated_with_paths() -> None:
-    spec = specformer.load_spec(tiny_spec(lr=0.01))
+    spec = specformer.load_spec(tiny_train_spec(lr=0.01))
     assert isinstance(spec.section("train"), TrainSpec)
     assert spec.section("train").lr == 0.01
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec(lr=-1, schedul="constant"))
+        specformer.load_spec(tiny_train_spec(lr=-1, schedul="constant"))
     text = str(info.value)
     assert "train.lr" in text and "greater than 0" in text
     assert "train.schedul: unknown field" in text and "schedule" in text
@@ -39,7 +39,7 @@ def test_section_is_registered_and_validated_with_paths() -> None:
 ])
 def test_bad_values_name_what_is_accepted(bad: dict, needle: str) -> None:
     with pytest.raises(SpecError, match=None) as info:
-        specformer.load_spec(tiny_spec(**bad))
+        specformer.load_spec(tiny_train_spec(**bad))
     assert needle in str(info.value)
 
 
@@ -53,7 +53,7 @@ def test_values_are_yaml_scalars_with_plain_exponents_as_floats(text: str, value
 
 
 def test_overrides_set_nested_keys_and_expand_bare_component_names() -> None:
-    data = tiny_spec()
+    data = tiny_train_spec()
     out = apply_overrides(data, ["train.lr=3e-4", "model.block.norm.eps=1e-5", "train.betas=[0.9, 0.99]"])
     assert out["train"]["lr"] == 3e-4
     assert out["model"]["block"]["norm"] == {"kind": "rmsnorm", "eps": 1e-5}
@@ -68,15 +68,15 @@ def test_overrides_set_nested_keys_and_expand_bare_component_names() -> None:
 ])
 def test_malformed_overrides_are_user_errors(item: str, needle: str) -> None:
     with pytest.raises(UserError, match=None) as info:
-        apply_overrides(tiny_spec(), [item])
+        apply_overrides(tiny_train_spec(), [item])
     assert needle in str(info.value)
 
 
 def test_overrides_are_validated_again(tmp_path) -> None:
     with pytest.raises(SpecError) as info:
-        load_train_spec(tiny_spec(), overrides=["train.lrr=1"])
+        load_train_spec(tiny_train_spec(), overrides=["train.lrr=1"])
     assert "train.lrr: unknown field" in str(info.value)
-    spec = load_train_spec(tiny_spec(), overrides=["train.lr=5e-4"], steps=3, data="somewhere", out_dir="o")
+    spec = load_train_spec(tiny_train_spec(), overrides=["train.lr=5e-4"], steps=3, data="somewhere", out_dir="o")
     config = spec.section("train")
     assert (config.lr, config.steps, config.data, config.out_dir) == (5e-4, 3, "somewhere", "o")
 

@@ -21,7 +21,7 @@ from specformer.files.atomic import temp_sibling
 from specformer_train.checkpointing import latest_checkpoint, recover_interrupted_saves
 from specformer_train.metrics import read_metrics
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 class Killed(BaseException):
@@ -29,8 +29,8 @@ class Killed(BaseException):
 
 
 def spec(corpus: Path, out: Path, **train_settings: Any) -> dict[str, Any]:
-    return tiny_spec(data=str(corpus), out_dir=str(out), **{"steps": 8, "save_every": 4, "eval_every": 4,
-                                                            **train_settings})
+    return tiny_train_spec(data=str(corpus), out_dir=str(out), **{"steps": 8, "save_every": 4, "eval_every": 4,
+                                                                  **train_settings})
 
 
 def losses(out: Path) -> list[tuple[int, float]]:

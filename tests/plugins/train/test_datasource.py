@@ -16,7 +16,7 @@ from specformer_train import datasource, train
 from specformer_train.datasource import fingerprint_tokens
 from specformer_train.metrics import read_metrics
 
-from .conftest import make_text, tiny_spec
+from .conftest import make_text, tiny_train_spec
 
 
 def losses(out: Path) -> list[float]:
@@ -41,7 +41,8 @@ def two_corpora(tmp_path: Path, corpus_dir: Path) -> tuple[Path, Path]:
 
 def settings(out: Path, spec_data: Path, **extra: Any) -> dict[str, Any]:
     # The spec names `spec_data`; runs are started with another --data, as in the issue.
-    return tiny_spec(data=str(spec_data), out_dir=str(out), **{"steps": 8, "save_every": 4, "eval_every": 4, **extra})
+    return tiny_train_spec(data=str(spec_data), out_dir=str(out),
+                           **{"steps": 8, "save_every": 4, "eval_every": 4, **extra})
 
 
 def test_resume_without_data_continues_on_the_recorded_data(tmp_path: Path, two_corpora,

@@ -17,7 +17,7 @@ from specformer_train import train
 from specformer_train.checkpointing import latest_checkpoint
 from specformer_train.documents import document_ids, document_layout, document_positions, document_settings
 
-from .conftest import TINY_MODEL, tiny_spec
+from .conftest import TINY_MODEL, tiny_train_spec
 
 EOT = 256  # the byte tokenizer's <|endoftext|>
 
@@ -153,7 +153,7 @@ def test_evaluation_masks_documents_as_training_does(tmp_path: Path, masked: boo
         stream += [EOT, *rng.integers(0, 256, size=int(rng.integers(2, 12))).tolist()]
     tokens = np.array(stream, dtype=np.int64)
     model = _model({"kind": "rope"})
-    config = TrainSpec(**{**tiny_spec()["train"], "eval_steps": None, "batch_size": 2, "device": "cpu",
+    config = TrainSpec(**{**tiny_train_spec()["train"], "eval_steps": None, "batch_size": 2, "device": "cpu",
                             "document_mask": masked, "reset_positions": masked})
     trainer = Trainer(model=model, config=config, train_rows=PackedRows(tokens, seq_len=16, seed=0),
                       val_rows=EvalRows(tokens, seq_len=16), tokenizer=ByteTokenizer(), out_dir=tmp_path)
@@ -178,9 +178,9 @@ def test_evaluation_masks_documents_as_training_does(tmp_path: Path, masked: boo
 def test_the_settings_are_recorded_and_kept_on_resume(tmp_path: Path) -> None:
     data = _documents_file(tmp_path)
     out = tmp_path / "run"
-    train(tiny_spec(data=str(data), out_dir=str(out), steps=2, eval_every=0, document_mask=False))
+    train(tiny_train_spec(data=str(data), out_dir=str(out), steps=2, eval_every=0, document_mask=False))
     state = json.loads((latest_checkpoint(out) / "trainer.json").read_text())
     assert state["extra"]["documents"] == {"document_mask": False, "reset_positions": True}
-    train(tiny_spec(data=str(data), out_dir=str(out), steps=4, eval_every=0), resume=True)
+    train(tiny_train_spec(data=str(data), out_dir=str(out), steps=4, eval_every=0), resume=True)
     state = json.loads((latest_checkpoint(out) / "trainer.json").read_text())
     assert state["step"] == 4 and state["extra"]["documents"] == {"document_mask": False, "reset_positions": True}

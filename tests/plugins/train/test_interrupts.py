@@ -14,7 +14,7 @@ import yaml
 
 from specformer_train.metrics import read_metrics
 
-from .conftest import make_text, tiny_spec
+from .conftest import make_text, tiny_train_spec
 
 # Runs the real CLI with one extra plugin that sends this process a signal at a chosen moment.
 DRIVER = r"""
@@ -64,7 +64,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list]:
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(6000, seed=1))
     spec = root / "spec.yaml"
-    data = tiny_spec(data=str(corpus), steps=STEPS, save_every=4, eval_every=4)
+    data = tiny_train_spec(data=str(corpus), steps=STEPS, save_every=4, eval_every=4)
     data["model"]["block"]["ffn"]["dropout"] = 0.1  # so the resumed RNG state matters too
     spec.write_text(yaml.safe_dump(data))
     done = cli(spec, root / "uninterrupted")

@@ -15,7 +15,7 @@ from specformer_train import train
 from specformer_train.config import TrainSpec
 from specformer_train.metrics import read_metrics
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 # A third-party plugin with one logger: every step's loss as a CSV row, and how the run ended.
 CSV_PLUGIN = {
@@ -78,8 +78,8 @@ def test_default_loggers_are_jsonl_and_tensorboard() -> None:
 
 def test_without_the_jsonl_logger_no_metrics_file_is_written(tmp_path: Path, corpus_dir: Path) -> None:
     out = tmp_path / "run"
-    result = train(tiny_spec(data=str(corpus_dir), out_dir=str(out), steps=2, eval_every=0, save_every=0,
-                             loggers=[], plot=True))
+    result = train(tiny_train_spec(data=str(corpus_dir), out_dir=str(out), steps=2, eval_every=0, save_every=0,
+                                   loggers=[], plot=True))
     assert result.status == "finished"
     assert not (out / "metrics.jsonl").exists() and not (out / "loss.png").exists()
 
@@ -99,8 +99,8 @@ def test_a_third_party_logger_is_a_plugin(tmp_path: Path, corpus_dir: Path) -> N
     plugins_before = {name for name, _ in get_plugin_manager().list_name_plugin()}
     with stage(project, tmp_path / "site").active():
         out = tmp_path / "run"
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(out), steps=3, eval_every=0, save_every=0,
-                        loggers=["jsonl", {"kind": "csv", "file": "curve.csv"}]))
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(out), steps=3, eval_every=0, save_every=0,
+                              loggers=["jsonl", {"kind": "csv", "file": "curve.csv"}]))
         rows = list(csv.reader((out / "curve.csv").read_text(encoding="utf-8").splitlines()))
         # The same losses as the jsonl logger saw, in order, then the ending the trainer reported.
         jsonl = [(r["step"], r["loss"]) for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
@@ -116,6 +116,6 @@ def test_a_logger_that_fails_to_start_leaves_nothing_registered(tmp_path: Path, 
     (blocked / "metrics.jsonl").mkdir()  # the jsonl logger cannot open its file
     plugins_before = {name for name, _ in get_plugin_manager().list_name_plugin()}
     with pytest.raises(UserError, match="metrics.jsonl"):
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(blocked), steps=2, loggers=["tensorboard", "jsonl"],
-                        tensorboard=True))
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(blocked), steps=2, loggers=["tensorboard", "jsonl"],
+                              tensorboard=True))
     assert {name for name, _ in get_plugin_manager().list_name_plugin()} == plugins_before

@@ -13,11 +13,11 @@ from specformer.errors import UserError
 from specformer_train.config import TrainSpec
 from specformer_train.optim import group_settings, make_optimizer, param_groups
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 def test_matrices_decay_vectors_do_not() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     decay, no_decay = param_groups(model, weight_decay=0.1)
     names = {id(p): n for n, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -27,7 +27,7 @@ def test_matrices_decay_vectors_do_not() -> None:
 
 
 def test_decoupled_decay_shrinks_matrices_only_by_lr_times_wd() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     config = TrainSpec(lr=0.1, weight_decay=0.5)
     optimizer = make_optimizer(model, config, device=torch.device("cpu"))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -44,7 +44,7 @@ CPU = torch.device("cpu")
 
 
 def test_an_impossible_optimizer_setting_is_a_user_error_with_the_components_message() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     config = TrainSpec(optimizer={"kind": "sgd", "nesterov": True, "momentum": 0})
     with pytest.raises(UserError) as caught:
         make_optimizer(model, config, device=CPU)
@@ -63,7 +63,7 @@ def plugin_optimizer(groups: list[dict]) -> SimpleNamespace:
 
 @pytest.mark.parametrize("keys", [{}, {"peak_lr": 0.1}, {"min_lr": 0.0}])
 def test_groups_without_peak_lr_or_min_lr_are_refused_by_name(keys: dict) -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     config = TrainSpec().model_copy(update={"optimizer": plugin_optimizer([{"params": list(model.parameters()), **keys}])})
     with pytest.raises(UserError) as caught:
         make_optimizer(model, config, device=CPU)
@@ -72,7 +72,7 @@ def test_groups_without_peak_lr_or_min_lr_are_refused_by_name(keys: dict) -> Non
 
 
 def test_groups_with_both_are_accepted() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     groups = [{"params": list(model.parameters()), "peak_lr": 0.1, "min_lr": 0.0}]
     config = TrainSpec().model_copy(update={"optimizer": plugin_optimizer(groups)})
     optimizer = make_optimizer(model, config, device=CPU)

@@ -16,7 +16,7 @@ from specformer.errors import CheckpointError
 from specformer_train import train
 from specformer_train.metrics import read_metrics
 
-from .conftest import make_text, tiny_spec
+from .conftest import make_text, tiny_train_spec
 from .parallel.test_distributed import torchrun
 from .test_interrupts import cli, curve
 
@@ -37,7 +37,7 @@ def spec_file(root: Path, name: str, **settings) -> Path:
     corpus = root / "corpus.txt"
     if not corpus.exists():
         corpus.write_text(make_text(6000, seed=3))
-    data = tiny_spec(data=str(corpus), optimizer=OPTIMIZERS[name], **settings)
+    data = tiny_train_spec(data=str(corpus), optimizer=OPTIMIZERS[name], **settings)
     path = root / f"{name}-{settings.get('batch_size', 4)}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

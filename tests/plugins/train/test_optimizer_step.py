@@ -21,12 +21,12 @@ from specformer_train.data import EvalRows, PackedRows
 from specformer_train.schedule import learning_rate
 from specformer_train.trainer import Trainer
 
-from .conftest import TINY_TRAIN, tiny_spec
+from .conftest import TINY_TRAIN, tiny_train_spec
 
 
 def make_trainer(tmp_path: Path, *, tokens: np.ndarray | None = None, val: np.ndarray | None = None,
                  **settings: Any) -> Trainer:
-    spec = tiny_spec(**settings)
+    spec = tiny_train_spec(**settings)
     config = TrainSpec(**spec["train"])
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 256, size=4000) if tokens is None else tokens
@@ -96,7 +96,7 @@ def test_accumulated_micro_batches_step_with_the_whole_batch_mean_gradient(tmp_p
 def test_a_resumed_run_steps_with_its_own_optimizer_settings(tmp_path: Path, corpus_dir: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"
-    train(tiny_spec(data=str(corpus_dir), out_dir=str(out), steps=4, save_every=4, eval_every=0))
+    train(tiny_train_spec(data=str(corpus_dir), out_dir=str(out), steps=4, save_every=4, eval_every=0))
     spies: list[StepSpy] = []
     original_init = Trainer.__init__
 
@@ -106,7 +106,7 @@ def test_a_resumed_run_steps_with_its_own_optimizer_settings(tmp_path: Path, cor
 
     monkeypatch.setattr(Trainer, "__init__", init)
     new = dict(steps=6, lr=2e-3, min_lr=1e-4, warmup_steps=1, weight_decay=0.05, betas=[0.8, 0.9], eps=1e-6)
-    train(tiny_spec(data=str(corpus_dir), out_dir=str(out), eval_every=0, **new), resume=True)
+    train(tiny_train_spec(data=str(corpus_dir), out_dir=str(out), eval_every=0, **new), resume=True)
     # torch.distributed's state loading runs one step at lr 0 to create the state; then the run's two steps.
     real = [groups for groups in spies[0].groups if groups[0]["lr"] > 0]
     assert len(real) == 2

@@ -17,7 +17,7 @@ from specformer_train.config import TrainSpec
 from specformer_train.optim import make_optimizer
 from specformer_train.optimizers.groups import role_of
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 CPU = torch.device("cpu")
 
@@ -93,7 +93,7 @@ def test_muon_uses_five_steps_and_the_quintic_coefficients_by_default() -> None:
 
 
 def test_muon_leaves_embeddings_head_and_vectors_to_adamw() -> None:
-    spec = tiny_spec()
+    spec = tiny_train_spec()
     spec["model"]["tie_embeddings"] = False
     model = specformer.build(spec, seed=0)
     reference = copy.deepcopy(model)
@@ -176,7 +176,7 @@ def test_sgd_refuses_nesterov_without_momentum() -> None:
 
 
 def untied_model() -> nn.Module:
-    spec = tiny_spec()
+    spec = tiny_train_spec()
     spec["model"]["tie_embeddings"] = False
     spec["model"]["block"]["mixer"]["qkv_bias"] = True
     return specformer.build(spec, seed=0)
@@ -213,7 +213,7 @@ def test_rules_set_lr_and_decay_by_role_and_by_glob_first_match_wins() -> None:
 
 def test_a_rule_that_matches_nothing_is_refused() -> None:
     config = TrainSpec(optimizer={"kind": "muon", "groups": [{"match": ["head"], "lr": 0.01}]})
-    model = specformer.build(tiny_spec(), seed=0)  # tied: there is no separate head
+    model = specformer.build(tiny_train_spec(), seed=0)  # tied: there is no separate head
     with pytest.raises(UserError, match=r"groups\[0\]\.match \['head'\] matches no parameter"):
         make_optimizer(model, config, device=CPU)
 
@@ -228,7 +228,7 @@ def test_a_rule_that_matches_nothing_is_refused() -> None:
     ({"kind": "sgd", "momentun": 0.9}, "momentun"),
 ])
 def test_bad_optimizer_settings_are_spec_errors(optimizer: dict, message: str) -> None:
-    spec = tiny_spec()
+    spec = tiny_train_spec()
     spec["train"]["optimizer"] = optimizer
     with pytest.raises(SpecError, match=message):
         validate(spec, registry=get_registry())
@@ -244,7 +244,7 @@ def test_muon_trains_the_tiny_spec_to_a_lower_loss_than_adamw_at_equal_steps(tmp
     losses = {}
     for name, optimizer in (("adamw", "adamw"), ("muon", {"kind": "muon", "lr": 0.02})):
         # Each at its usual learning rate; the same model, data, schedule and steps.
-        spec = tiny_spec(data=str(corpus_dir), steps=150, warmup_steps=10, eval_every=0, eval_steps=None,
-                         save_every=0, optimizer=optimizer)
+        spec = tiny_train_spec(data=str(corpus_dir), steps=150, warmup_steps=10, eval_every=0, eval_steps=None,
+                               save_every=0, optimizer=optimizer)
         losses[name] = train(spec, out_dir=str(tmp_path / name)).val_loss
     assert losses["muon"] < losses["adamw"] - 0.02, losses

@@ -9,7 +9,7 @@ import specformer
 from specformer_train import progress
 from specformer_train.progress import ProgressBar, mfu, peak_flops
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 def test_mfu_is_achieved_over_peak_flops() -> None:
@@ -19,7 +19,7 @@ def test_mfu_is_achieved_over_peak_flops() -> None:
 
 
 def test_flops_per_token_is_six_n_plus_attention() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_train_spec(), seed=0)
     s = specformer.summarize(model)
     # Matrices: every linear weight, and the embedding once, as the tied LM head (the lookup costs nothing).
     n_matmul = sum(p.numel() for p in model.parameters() if p.dim() >= 2)

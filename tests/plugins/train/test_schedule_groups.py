@@ -19,7 +19,7 @@ from specformer_train.data import PackedRows
 from specformer_train.schedule import learning_rate, step_learning_rates
 from specformer_train.trainer import Trainer
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 LR, MIN, STEPS, WARMUP = 1.0, 0.1, 100, 10
 
@@ -52,7 +52,7 @@ def test_the_shapes_differ_where_they_should() -> None:
 
 
 def test_an_unknown_decay_shape_is_a_spec_error() -> None:
-    spec = tiny_spec(schedule="wsd", decay_shape="sqrt")
+    spec = tiny_train_spec(schedule="wsd", decay_shape="sqrt")
     with pytest.raises(SpecError, match="decay_shape"):
         validate(spec, registry=get_registry())
     with pytest.raises(ValueError, match="known: linear, cosine, 1-sqrt"):
@@ -72,8 +72,8 @@ def test_each_group_follows_the_schedule_between_its_own_peak_and_min() -> None:
 
 
 def test_the_trainer_steps_each_group_at_its_own_rate(tmp_path: Path) -> None:
-    spec = tiny_spec(steps=3, warmup_steps=1, schedule="linear", lr=1e-3, min_lr=0.0,
-                     optimizer={"kind": "muon", "lr": 0.05, "groups": [{"match": ["vector"], "lr": 2e-3}]})
+    spec = tiny_train_spec(steps=3, warmup_steps=1, schedule="linear", lr=1e-3, min_lr=0.0,
+                           optimizer={"kind": "muon", "lr": 0.05, "groups": [{"match": ["vector"], "lr": 2e-3}]})
     config = TrainSpec(**spec["train"])
     rows = PackedRows(np.random.default_rng(0).integers(0, 256, size=4000), seq_len=32, seed=0)
     trainer = Trainer(model=specformer.build(spec, seed=0), config=config, train_rows=rows, val_rows=None,

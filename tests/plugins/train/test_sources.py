@@ -14,7 +14,7 @@ from specformer.errors import UserError
 from specformer_text.corpus import find_corpus
 from specformer_text.sources import read_documents
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 TEXTS = [f"document number {i}: " + "word " * (i % 7) for i in range(23)]
 
@@ -120,7 +120,7 @@ def test_the_command_line_names_the_field_and_exits_2(tmp_path: Path, capsys: py
 
     data = _parquet(tmp_path / "d.parquet", TEXTS, field="body")
     spec = tmp_path / "tiny.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(out_dir=str(tmp_path / "out"))))
+    spec.write_text(yaml.safe_dump(tiny_train_spec(out_dir=str(tmp_path / "out"))))
     assert main(["train", str(spec), "--data", str(data)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no 'text' column (columns: body, id)" in err[0]
@@ -131,7 +131,7 @@ def test_the_command_line_trains_on_the_named_field(tmp_path: Path, capsys: pyte
 
     data = _parquet(tmp_path / "d.parquet", TEXTS * 20, field="body")
     spec = tmp_path / "tiny.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec(out_dir=str(tmp_path / "out"), steps=2, eval_every=0, eval_steps=1)))
+    spec.write_text(yaml.safe_dump(tiny_train_spec(out_dir=str(tmp_path / "out"), steps=2, eval_every=0, eval_steps=1)))
     assert main(["train", str(spec), "--data", str(data), "--text-field", "body"]) == 0, capsys.readouterr().err
     assert f"data    {data}:" in capsys.readouterr().out
 

@@ -16,7 +16,7 @@ from specformer_text.corpus import find_corpus
 from specformer_train.metrics import read_metrics
 from specformer_train.stream import StreamRows
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 EOT = 256
 SEQ = 16
@@ -136,7 +136,7 @@ def test_a_stream_reads_forward_only(tmp_path: Path) -> None:
 
 
 def _run(out: Path, data: Path, **settings):
-    result = train(tiny_spec(data=str(data), out_dir=str(out), streaming=True, eval_steps=1, **settings))
+    result = train(tiny_train_spec(data=str(data), out_dir=str(out), streaming=True, eval_steps=1, **settings))
     return result, read_metrics(out / "metrics.jsonl")
 
 
@@ -153,8 +153,8 @@ def test_streamed_training_resumes_exactly(tmp_path: Path) -> None:
     (tmp_path / "cut" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in whole if r["step"] <= 4))
     state = json.loads((cut / "step-0000004" / "trainer.json").read_text())
     assert state["extra"]["stream"]["sequences"] == 16 and state["data"]["fingerprint"].startswith("files:")
-    result = train(tiny_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "cut"), streaming=True, eval_steps=1,
-                             steps=8, save_every=4, eval_every=4), resume=True)
+    result = train(tiny_train_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "cut"), streaming=True,
+                                   eval_steps=1, steps=8, save_every=4, eval_every=4), resume=True)
     resumed = read_metrics(tmp_path / "cut" / "metrics.jsonl")
     assert result.step == 8
     assert [r["loss"] for r in resumed if r["kind"] == "train"] == [r["loss"] for r in whole if r["kind"] == "train"]
@@ -163,15 +163,15 @@ def test_streamed_training_resumes_exactly(tmp_path: Path) -> None:
 
 def test_switching_streaming_on_at_resume_counts_as_other_data(tmp_path: Path) -> None:
     _many_files(tmp_path / "c", n_files=30)
-    train(tiny_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "r"), steps=2, eval_every=0, eval_steps=1))
+    train(tiny_train_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "r"), steps=2, eval_every=0, eval_steps=1))
     with pytest.raises(UserError, match="the data differs from what the run was trained on"):
-        train(tiny_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "r"), steps=4, eval_every=0, eval_steps=1,
-                        streaming=True), resume=True)
+        train(tiny_train_spec(data=str(tmp_path / "c"), out_dir=str(tmp_path / "r"), steps=4, eval_every=0,
+                              eval_steps=1, streaming=True), resume=True)
 
 
 def test_streaming_needs_a_number_of_evaluation_batches(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="streaming holds out eval_steps x batch_size rows"):
-        train(tiny_spec(out_dir=str(tmp_path / "r"), streaming=True, eval_steps=None))
+        train(tiny_train_spec(out_dir=str(tmp_path / "r"), streaming=True, eval_steps=None))
 
 
 def test_a_position_in_other_files_starts_the_new_corpus_at_its_beginning(tmp_path: Path) -> None:
@@ -196,6 +196,6 @@ def test_streaming_reads_lazily_and_writes_no_token_cache(tmp_path: Path, _priva
     with pytest.raises(UserError, match=r"a.jsonl:21: not valid JSON"):
         stream.rows(10, 100)
     _many_files(tmp_path / "d", n_files=30)
-    train(tiny_spec(data=str(tmp_path / "d"), out_dir=str(tmp_path / "r"), streaming=True, eval_steps=1, steps=2,
-                    eval_every=0))
+    train(tiny_train_spec(data=str(tmp_path / "d"), out_dir=str(tmp_path / "r"), streaming=True, eval_steps=1, steps=2,
+                          eval_every=0))
     assert not (_private_cache / "tokens").exists()

@@ -9,7 +9,7 @@ import pytest
 from specformer.registry.discovery import get_plugin_manager
 from specformer_train import train
 
-from .conftest import tiny_spec
+from .conftest import tiny_train_spec
 
 
 def test_scalars_reach_tensorboard_event_files(tmp_path: Path, corpus_dir: Path) -> None:
@@ -17,7 +17,7 @@ def test_scalars_reach_tensorboard_event_files(tmp_path: Path, corpus_dir: Path)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     plugins_before = {name for name, _ in get_plugin_manager().list_name_plugin()}
-    train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), tensorboard=True, steps=4, eval_every=2))
+    train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), tensorboard=True, steps=4, eval_every=2))
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     events.Reload()
     scalars = events.Tags()["scalars"]

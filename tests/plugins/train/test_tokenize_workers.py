@@ -14,7 +14,7 @@ from specformer_text.corpus import find_corpus
 from specformer_text.tokenization import train_bpe
 from specformer_text.tokenize_workers import PARALLEL_MIN_BYTES, choose_workers
 
-from .conftest import make_text, tiny_spec
+from .conftest import make_text, tiny_train_spec
 
 
 def test_auto_uses_workers_only_where_they_pay() -> None:
@@ -29,7 +29,7 @@ def test_the_worker_count_is_checked() -> None:
     import specformer
 
     with pytest.raises(SpecError, match=r"train.tokenize_workers: .*auto or a process count from 1 to 256"):
-        specformer.load_spec(tiny_spec(tokenize_workers=0))
+        specformer.load_spec(tiny_train_spec(tokenize_workers=0))
 
 
 @pytest.mark.slow

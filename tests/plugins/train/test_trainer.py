@@ -41,7 +41,7 @@ import specformer_train.trainer as trainer_module
 
 from fixtures import tiny
 
-from .conftest import NaNFrom, tiny_spec
+from .conftest import NaNFrom, tiny_train_spec
 
 
 END_TO_END = pytest.mark.mutation_exempt("trains through train() for seconds, once per mutant; the Trainer tests "
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("thread_count_recorded_not_applied", "progr
 
 
 def run(out: Path, corpus: Path, **train_settings: Any) -> tuple[Any, list[dict]]:
-    result = train(tiny_spec(data=str(corpus), out_dir=str(out), **train_settings))
+    result = train(tiny_train_spec(data=str(corpus), out_dir=str(out), **train_settings))
     return result, read_metrics(out / "metrics.jsonl")
 
 
@@ -132,25 +132,25 @@ def test_a_fresh_start_keeps_an_earlier_run_unless_told_to_overwrite_it(tmp_path
         run(tmp_path / "run", corpus_dir, steps=2)
     assert sorted(p.name for p in root.iterdir()) == before
     with pytest.raises(specformer.UserError, match="fewer than one global batch"):
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), batch_size=5000), overwrite=True)
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), batch_size=5000), overwrite=True)
     assert latest_checkpoint(tmp_path / "run").name == "step-0000008", "a failed start must not delete a run"
     capsys.readouterr()
-    train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), steps=2, save_every=0, eval_every=0),
+    train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), steps=2, save_every=0, eval_every=0),
           overwrite=True)
     assert "--overwrite: removed 2 checkpoint(s) of the earlier run" in capsys.readouterr().out
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-0000002"]
     with pytest.raises(specformer.UserError, match=r"has no checkpoint to resume from"):
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "empty")), resume=True)
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "empty")), resume=True)
     with pytest.raises(specformer.UserError, match=r"not a checkpoint directory"):
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=str(tmp_path))
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=str(tmp_path))
     with pytest.raises(specformer.UserError, match=r"give one of them"):
-        train(tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=True, overwrite=True)
+        train(tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run")), resume=True, overwrite=True)
 
 
 @END_TO_END
 def test_resuming_with_another_tokenizer_is_refused(tmp_path: Path, corpus_dir: Path) -> None:
     run(tmp_path / "run", corpus_dir, steps=2, save_every=0, eval_every=0)
-    spec = tiny_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), tokenizer="bpe")
+    spec = tiny_train_spec(data=str(corpus_dir), out_dir=str(tmp_path / "run"), tokenizer="bpe")
     spec["model"]["vocab_size"] = 259
     with pytest.raises(specformer.CheckpointError, match="different tokenizer"):
         train(spec, resume=True)

@@ -15,11 +15,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from specformer.model.builder import build
 
-from ..support import VOCAB, tiny_spec
+from ..support import VOCAB, tiny_spec_over_vocab
 
 
 def largest_allocation(T: int, backend: str, *, window: int | None, documents: bool) -> int:
-    spec = tiny_spec(context_length=T)
+    spec = tiny_spec_over_vocab(context_length=T)
     spec["model"]["block"]["mixer"].update(backend=backend, **({"window": window} if window else {}))
     model = build(spec, seed=0).eval()
     ids = torch.randint(0, VOCAB, (1, T))

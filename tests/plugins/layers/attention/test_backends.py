@@ -304,9 +304,9 @@ def test_the_summary_names_the_kernel_each_situation_really_takes(monkeypatch, b
 def test_specformer_summary_prints_each_layers_kernel() -> None:
     from specformer.model.summary import format_summary, summarize
 
-    from ..support import tiny_spec
+    from ..support import tiny_spec_over_vocab
 
-    spec = tiny_spec(n_layers=3, layers=[{"select": "0::2", "mixer": {"window": 8}}])
+    spec = tiny_spec_over_vocab(n_layers=3, layers=[{"select": "0::2", "mixer": {"window": 8}}])
     text = format_summary(summarize(spec))
     assert "attention kernel               flex; tiled sdpa dense mask for CPU training  (2 layers)" in text
     assert "attention kernel               sdpa (fused causal); flex for padded, packed or cached input  (1 layer)" in text
@@ -318,9 +318,9 @@ def test_specformer_summary_prints_each_layers_kernel() -> None:
 def mixed_model(backend: str, positional: dict):
     from specformer.model.builder import build
 
-    from ..support import tiny_spec
+    from ..support import tiny_spec_over_vocab
 
-    spec = tiny_spec(n_layers=4, context_length=64, positional=positional, layers=[
+    spec = tiny_spec_over_vocab(n_layers=4, context_length=64, positional=positional, layers=[
         {"select": "0::2", "mixer": {"window": 3, "logit_softcap": 20.0}},
         {"select": "1", "mixer": {"chunk": 4, "sinks": True}},
     ])

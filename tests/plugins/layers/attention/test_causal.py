@@ -16,7 +16,7 @@ from specformer_layers.norms.rmsnorm import RMSNorm
 from specformer_layers.positional.alibi import ALiBi
 from specformer_layers.positional.rope import RotaryPositions
 
-from ..support import ListCache, causal_positions, context, tiny_spec
+from ..support import ListCache, causal_positions, context, tiny_spec_over_vocab
 
 D = 24
 
@@ -107,7 +107,7 @@ def test_padding_and_arbitrary_positions(backend: str) -> None:
 @pytest.mark.parametrize("scope", ["head", "all"])
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
 def test_qk_norm_scopes(scope: str, norm: str) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
                                            "qk_norm": norm, "qk_norm_scope": scope}
     attention = specformer.build(spec, seed=0).blocks[0].mixer.double()
@@ -136,7 +136,7 @@ def test_qk_norm_scopes_differ() -> None:
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
 def test_per_head_weights_qk_norm_matches_its_formula(norm: str) -> None:
     """StableLM 2's q/k LayerNorm: each head's channels normalised, then scaled by that head's own weights."""
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2,
                                            "qk_norm": {"kind": norm, "eps": 1e-5, **({"bias": False} if norm == "layernorm" else {})},
                                            "qk_norm_scope": "per_head_weights"}
@@ -224,7 +224,7 @@ def test_sdpa_and_eager_agree_for_every_option_combination(positional: str, mode
 
 @pytest.mark.parametrize("window", [None, 3])
 def test_cache_matches_one_forward(window: int | None) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "n_kv_heads": 1, "window": window}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
     x = torch.randint(0, 61, (2, 12))
@@ -267,7 +267,7 @@ def test_bad_sizes() -> None:
         CausalSelfAttentionParams(n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match=r"n_heads \(5\) must divide d_model \(24\)"):
         CausalSelfAttention(CausalSelfAttentionParams(n_heads=5), d_model=D)
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "qk_norm_scope": "layer"}
     with pytest.raises(specformer.SpecError, match="qk_norm_scope"):
         specformer.load_spec(spec)

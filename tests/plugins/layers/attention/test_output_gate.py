@@ -10,7 +10,7 @@ from specformer_layers.attention.causal import CausalSelfAttention
 from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.positional.rope import RotaryPositions
 
-from ..support import ListCache, causal_positions, context, tiny_spec
+from ..support import ListCache, causal_positions, context, tiny_spec_over_vocab
 from .test_causal import D, make, naive
 
 
@@ -50,8 +50,8 @@ def test_init_weights_covers_the_gate() -> None:
 
 def qwen_next_like_spec() -> dict:
     """Qwen3-Next's full-attention layer in small: gate, (1 + w) q/k RMSNorm per head, a quarter of channels rotating."""
-    return tiny_spec(positional={"kind": "rope", "fraction": 0.25},
-                     block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
+    return tiny_spec_over_vocab(positional={"kind": "rope", "fraction": 0.25},
+                                block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
                                           "output_gate": True, "qk_norm": {"kind": "rmsnorm", "offset": 1.0}}})
 
 

@@ -10,7 +10,7 @@ from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.gated import GatedMLP
 from specformer_layers.ffn.params import GatedMLPParams, default_gated_hidden
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -25,7 +25,7 @@ def test_formula(activation: str) -> None:
 
 @pytest.mark.parametrize(("name", "activation"), [("swiglu", "silu"), ("geglu", "gelu"), ("reglu", "relu")])
 def test_registered_defaults(name: str, activation: str) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": name}
     ffn = specformer.build(spec).blocks[0].ffn
     assert ffn.activation is ACTIVATIONS[activation]

@@ -10,7 +10,7 @@ from specformer_layers.ffn.activations import ACTIVATIONS
 from specformer_layers.ffn.mlp import MLP
 from specformer_layers.ffn.params import MLPParams
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -25,7 +25,7 @@ def test_formula(activation: str, bias: bool) -> None:
 
 
 def test_relu2_through_a_spec() -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "mlp", "activation": "relu2"}
     model = specformer.build(spec, seed=0)
     ffn = model.blocks[0].ffn

@@ -11,7 +11,7 @@ import specformer
 from specformer_layers.ffn.moe import MoE, load_balancing_loss
 from specformer_layers.ffn.params import MoEParams
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 
 def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
@@ -167,7 +167,7 @@ def test_aux_loss_formula_and_gradient() -> None:
 
 
 def test_decoder_collects_aux_loss_of_every_layer() -> None:
-    spec = tiny_spec(n_layers=3)
+    spec = tiny_spec_over_vocab(n_layers=3)
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "aux_loss_coef": 0.1}
     model = specformer.build(spec, seed=0)
     assert model.auxiliary_loss() is None
@@ -181,7 +181,7 @@ def test_zero_coefficient_gives_no_loss() -> None:
     moe = _random_moe(aux_loss_coef=0.0)
     moe(torch.randn(1, 4, 16, dtype=torch.float64))
     assert moe.aux_loss is None
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "aux_loss_coef": 0.0}
     model = specformer.build(spec, seed=0)
     model(torch.randint(0, 61, (1, 5)))
@@ -206,7 +206,7 @@ def test_bfloat16_and_empty_experts() -> None:
 
 
 def test_defaults_and_parameter_count() -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_shared_experts": 2}
     moe = specformer.build(spec).blocks[0].ffn
     assert (moe.n_experts, moe.top_k, moe.hidden, moe.gated) == (8, 2, 128, True)
@@ -241,7 +241,7 @@ def test_mixtral_active_parameters() -> None:
     ({"router": {"kind": "softmax_topk", "n_group": 2, "topk_group": 3}}, "topk_group \\(3\\) cannot exceed n_group \\(2\\)"),
 ])
 def test_bad_params(params: dict, message: str) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", **params}
     with pytest.raises(specformer.SpecError, match=message):
         specformer.load_spec(spec)
@@ -250,7 +250,7 @@ def test_bad_params(params: dict, message: str) -> None:
 def test_dense_first_layers_and_active_parameters_of_a_deepseek_shaped_spec() -> None:
     """first_k_dense_replace as a layers: override; summary's active count written out by hand."""
     d, experts, top_k, hidden, dense_hidden = 32, 8, 2, 16, 64
-    spec = tiny_spec(n_layers=4)
+    spec = tiny_spec_over_vocab(n_layers=4)
     spec["model"]["block"]["ffn"] = {
         "kind": "moe", "n_experts": experts, "top_k": top_k, "hidden": hidden, "n_shared_experts": 1,
         "aux_loss_coef": 0.0,

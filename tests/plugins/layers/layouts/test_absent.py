@@ -8,7 +8,7 @@ import torch
 import specformer
 from specformer_generate import StaticKVCache
 
-from tests.fixtures.tiny import tiny_spec
+from fixtures.tiny import tiny_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

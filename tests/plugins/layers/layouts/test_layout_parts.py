@@ -19,10 +19,10 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_a_layout_registers_its_parts_in_its_declared_order(tiny_spec, name):
+def test_a_layout_registers_its_parts_in_its_declared_order(fresh_tiny_spec, name):
     layout = {"kind": "parallel", "shared_norm": True} if name == "parallel-shared" else name
-    tiny_spec["model"]["block"]["layout"] = layout
-    block = specformer.build(tiny_spec, device="meta").blocks[0]
+    fresh_tiny_spec["model"]["block"]["layout"] = layout
+    block = specformer.build(fresh_tiny_spec, device="meta").blocks[0]
     order = list(dict.fromkeys(n.split(".")[0] for n, _ in block.named_parameters()))
     assert order == EXPECTED[name]
     norms = [p for p in EXPECTED[name] if p.endswith("norm")]

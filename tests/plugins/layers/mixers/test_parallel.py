@@ -19,7 +19,7 @@ from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 D_MODEL = 12
 HEADS, HEAD_DIM = 3, 4
@@ -108,7 +108,7 @@ def test_cached_decoding_matches_the_full_forward(order: str) -> None:
 
 def test_a_spec_builds_it_and_the_model_caches_it() -> None:
     """Through specformer.build, with the only built-in sub-mixer: attention alone, input and output scaled."""
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {"kind": "parallel", "mixers": [{"kind": "attention", "n_heads": 4}],
                                            "in_multipliers": [0.5], "out_multipliers": [3.0]}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
@@ -142,7 +142,7 @@ def test_mamba2_beside_attention_is_the_multiplied_sum() -> None:
 
 
 def falcon_like_spec() -> dict:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["mixer"] = {
         "kind": "parallel",
         "mixers": [{"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8, "n_groups": 2, "conv_kernel": 4,

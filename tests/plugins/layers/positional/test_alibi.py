@@ -10,7 +10,7 @@ import torch
 import specformer
 from specformer_layers.positional.alibi import ALiBi, alibi_slopes
 
-from ..support import ListCache, tiny_spec
+from ..support import ListCache, tiny_spec_over_vocab
 
 
 @pytest.mark.parametrize("n_heads", [1, 2, 4, 8, 16])
@@ -58,7 +58,7 @@ def naive_alibi_attention(q, k, v, slopes):
 
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_attention_with_alibi_matches_naive(backend: str) -> None:
-    spec = tiny_spec(positional={"kind": "alibi"}, n_layers=1)
+    spec = tiny_spec_over_vocab(positional={"kind": "alibi"}, n_layers=1)
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 4, "backend": backend}
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
     attention = model.blocks[0].mixer
@@ -75,7 +75,7 @@ def test_attention_with_alibi_matches_naive(backend: str) -> None:
 
 
 def test_alibi_through_a_kv_cache_matches_one_forward() -> None:
-    model = specformer.build(tiny_spec(positional={"kind": "alibi"}), seed=0, dtype=torch.float64).eval()
+    model = specformer.build(tiny_spec_over_vocab(positional={"kind": "alibi"}), seed=0, dtype=torch.float64).eval()
     x = torch.randint(0, 61, (2, 10))
     full = model(x)
     cache = ListCache()

@@ -21,7 +21,7 @@ from specformer_layers.positional.alibi import ALiBi
 from specformer_layers.positional.nope import NoPositions
 from specformer_layers.positional.rope import RotaryPositions
 
-from ..support import VOCAB, tiny_spec
+from ..support import VOCAB, tiny_spec_over_vocab
 
 GEMMA3_LIKE: list[dict[str, Any]] = [
     {"select": "all", "positional": {"theta": 10000.0, "scaling": None}},
@@ -30,14 +30,14 @@ GEMMA3_LIKE: list[dict[str, Any]] = [
 
 
 def mixed_spec(n_layers: int = 12, layers: list[dict[str, Any]] | None = None, **changes: Any) -> dict[str, Any]:
-    spec = tiny_spec(n_layers=n_layers, **changes)
+    spec = tiny_spec_over_vocab(n_layers=n_layers, **changes)
     spec["model"]["positional"] = {"kind": "rope", "theta": 1_000_000.0}
     spec["model"]["layers"] = copy.deepcopy(GEMMA3_LIKE if layers is None else layers)
     return spec
 
 
 def test_without_overrides_every_layer_uses_model_positional() -> None:
-    model = specformer.build(tiny_spec(), seed=0)
+    model = specformer.build(tiny_spec_over_vocab(), seed=0)
     assert model.layer_scheme is None and len(model.layer_positionals) == 0
     assert all(model.positional_of_layer(i) is model.positional for i in range(2))
 
@@ -78,7 +78,7 @@ def test_each_layer_computes_what_a_model_with_its_scheme_everywhere_computes() 
     """Layer 1 of a mix behaves as layer 1 of a model whose every layer has that layer's scheme."""
     layers = [{"select": 1, "positional": {"kind": "alibi"}}]
     mixed = specformer.build(mixed_spec(n_layers=2, layers=layers), seed=0, dtype=torch.float64).eval()
-    uniform = specformer.build(tiny_spec(positional={"kind": "alibi"}), seed=0, dtype=torch.float64).eval()
+    uniform = specformer.build(tiny_spec_over_vocab(positional={"kind": "alibi"}), seed=0, dtype=torch.float64).eval()
     uniform.load_state_dict(mixed.state_dict())
     assert isinstance(mixed.positional_of_layer(1), ALiBi) and isinstance(mixed.positional_of_layer(0), RotaryPositions)
     seen: dict[str, torch.Tensor] = {}

@@ -11,7 +11,7 @@ import specformer
 from specformer_layers.positional.params import RotaryPositionsParams
 from specformer_layers.positional.rope import RotaryPositions, rotary_dim_of
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 
 def rotate_pairs_reference(x: torch.Tensor, positions: torch.Tensor, *, theta: float, rotary_dim: int,
@@ -91,7 +91,8 @@ def test_matches_transformers_interleaved_gptj() -> None:
 
 
 def test_frequencies_stay_float32_under_bfloat16() -> None:
-    model = specformer.build(tiny_spec(positional={"kind": "rope", "theta": 500000.0}), seed=0, dtype=torch.bfloat16)
+    model = specformer.build(tiny_spec_over_vocab(positional={"kind": "rope", "theta": 500000.0}), seed=0,
+                             dtype=torch.bfloat16)
     rope = model.positional
     assert rope.inv_freq.dtype == torch.float32
     torch.testing.assert_close(rope.inv_freq, 1.0 / 500000.0 ** (torch.arange(0, 8, 2).float() / 8), rtol=0, atol=0)
@@ -105,13 +106,15 @@ def test_rejects_too_few_rotary_channels() -> None:
     with pytest.raises(ValueError, match="need at least 2"):
         RotaryPositions(RotaryPositionsParams(fraction=0.25), head_dim=4, context_length=8)
     with pytest.raises(specformer.SpecError, match="model.positional"):
-        specformer.build(tiny_spec(positional={"kind": "rope", "fraction": 0.1}))
+        specformer.build(tiny_spec_over_vocab(positional={"kind": "rope", "fraction": 0.1}))
 
 
 def test_scaling_is_validated_against_the_registry() -> None:
     with pytest.raises(specformer.SpecError, match="unknown rope_scaling 'lienar'.*did you mean 'linear'"):
-        specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {"kind": "lienar", "factor": 2}}))
+        specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope",
+                                                              "scaling": {"kind": "lienar", "factor": 2}}))
     with pytest.raises(specformer.SpecError, match="factor"):
-        specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {"kind": "linear"}}))
-    spec = specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {"kind": "linear", "factor": 2}}))
+        specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {"kind": "linear"}}))
+    spec = specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope",
+                                                                 "scaling": {"kind": "linear", "factor": 2}}))
     assert spec.to_dict()["model"]["positional"]["scaling"] == {"kind": "linear", "factor": 2.0}

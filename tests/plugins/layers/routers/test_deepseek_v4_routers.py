@@ -15,7 +15,7 @@ from specformer_layers.routers.hash import HashRouter, fixed_hash
 from specformer_layers.routers.params import HashParams, SqrtSoftplusTopKParams
 from specformer_layers.routers.sqrtsoftplus_topk import SqrtSoftplusTopK
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 D, E, V = 12, 8, 30
 
@@ -123,7 +123,7 @@ def test_hash_router_matches_transformers() -> None:
 
 def _hash_model(seed: int) -> torch.nn.Module:
     ffn = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "router": {"kind": "hash", "scaling_factor": 1.5}}
-    spec = tiny_spec(layers=[{"select": 0, "ffn": ffn}])
+    spec = tiny_spec_over_vocab(layers=[{"select": 0, "ffn": ffn}])
     return specformer.build(spec, seed=seed).double().eval()
 
 

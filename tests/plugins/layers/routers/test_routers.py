@@ -11,7 +11,7 @@ import specformer
 from specformer_layers.routers.sigmoid_topk import SigmoidTopK
 from specformer_layers.routers.softmax_topk import SoftmaxTopK
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 D, E = 12, 8
 
@@ -169,7 +169,7 @@ def test_load_is_observed_only_while_training_with_a_rate() -> None:
 
 
 def test_moe_with_a_router_uses_it() -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 2, "hidden": 16,
                                      "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 2,
                                                 "scaling_factor": 2.5}}
@@ -179,7 +179,7 @@ def test_moe_with_a_router_uses_it() -> None:
 
 
 def test_default_router_is_the_softmax_router_of_the_shorthand() -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}
     router = specformer.build(spec, seed=0).blocks[0].ffn.router
     assert isinstance(router, SoftmaxTopK) and router.normalize is False
@@ -200,7 +200,7 @@ def test_default_router_is_the_softmax_router_of_the_shorthand() -> None:
     ({"kind": "topk_sigmoid", "normalize": True}, "normalize"),
 ])
 def test_bad_router_specs(router: dict, message: str) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 2, "hidden": 16, "router": router}
     with pytest.raises(specformer.SpecError, match=message) as info:
         specformer.load_spec(spec)
@@ -208,7 +208,7 @@ def test_bad_router_specs(router: dict, message: str) -> None:
 
 
 def test_too_few_experts_in_the_kept_groups_is_one_line() -> None:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 8, "top_k": 3, "hidden": 16,
                                      "router": {"kind": "softmax_topk", "n_group": 4, "topk_group": 1}}
     with pytest.raises(specformer.SpecError, match=r"top_k \(3\) exceeds the experts of the topk_group \(1\) kept "

@@ -12,7 +12,7 @@ import specformer
 from fixtures.isolated_plugin import stage
 from specformer_train.router_balance import balance_routers
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 PYPROJECT = """
 [project]
@@ -87,7 +87,7 @@ def cosine_router(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _spec(router: object) -> dict:
-    spec = tiny_spec()
+    spec = tiny_spec_over_vocab()
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "router": router}
     return spec
 

@@ -15,7 +15,7 @@ from specformer_layers.ffn.params import MoEParams
 from specformer_layers.routers.params import TopKSigmoidParams
 from specformer_layers.routers.topk_sigmoid import TopKSigmoid
 
-from ..support import tiny_spec
+from ..support import tiny_spec_over_vocab
 
 D, E, HIDDEN = 12, 6, 10
 
@@ -87,7 +87,7 @@ def test_moe_with_shared_expert_matches_transformers_llama4() -> None:
     theirs = Llama4TextMoe(config).double()
     for p in theirs.parameters():
         torch.nn.init.normal_(p, std=0.4)
-    spec = tiny_spec(d_model=D)
+    spec = tiny_spec_over_vocab(d_model=D)
     spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 2}
     spec["model"]["block"]["ffn"] = {"kind": "moe", "n_experts": E, "top_k": 1, "hidden": HIDDEN, "n_shared_experts": 1,
                                      "router": {"kind": "topk_sigmoid"}}

@@ -17,7 +17,7 @@ import specformer
 from specformer_train import train
 from specformer_train.metrics import read_metrics
 
-from ..conftest import make_text, tiny_spec
+from ..conftest import make_text, tiny_train_spec
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")
@@ -58,8 +58,8 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(6000, seed=2))
     settings = dict(data=str(corpus), steps=8, save_every=4, eval_every=4, seed=5, cache_dir=str(root / "cache"))
-    (root / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
-    (root / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, **settings)))  # per process
+    (root / "one.yaml").write_text(yaml.safe_dump(tiny_train_spec(batch_size=4, **settings)))
+    (root / "two.yaml").write_text(yaml.safe_dump(tiny_train_spec(batch_size=2, **settings)))  # per process
     train_alone(root / "one.yaml", out_dir=str(root / "single"))
     return root, root / "single"
 
@@ -112,8 +112,8 @@ def test_two_processes_streaming_match_one(tmp_path: Path) -> None:
     for i in range(12):
         (corpus / f"part-{i:02d}.txt").write_text(make_text(300, seed=10 + i))
     settings = dict(data=str(corpus), steps=6, save_every=3, eval_every=3, eval_steps=1, seed=5, streaming=True)
-    (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=4, **settings)))
-    (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_spec(batch_size=2, eval_steps=2, **{
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(tiny_train_spec(batch_size=4, **settings)))
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(tiny_train_spec(batch_size=2, eval_steps=2, **{
         k: v for k, v in settings.items() if k != "eval_steps"})))  # the same 4 validation rows held out
     train_alone(tmp_path / "one.yaml", out_dir=str(tmp_path / "single"))
     torchrun(tmp_path / "two.yaml", tmp_path / "ddp", "--set", "train.distributed=ddp")

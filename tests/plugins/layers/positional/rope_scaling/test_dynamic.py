@@ -12,7 +12,7 @@ from specformer_layers.positional.rope_scaling.base import default_inv_freq
 from specformer_layers.positional.rope_scaling.dynamic import DynamicNTKScaling
 from specformer_layers.positional.rope_scaling.params import DynamicNTKScalingParams
 
-from ...support import ListCache, tiny_spec
+from ...support import ListCache, tiny_spec_over_vocab
 from .hf import hf_config, hf_cos_sin, hf_init
 
 
@@ -60,13 +60,15 @@ def test_uses_the_longest_position_of_the_batch() -> None:
 
 
 def test_default_original_context_is_the_models() -> None:
-    model = specformer.build(tiny_spec(positional={"kind": "rope", "scaling": {"kind": "dynamic", "factor": 2.0}}))
+    spec = tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {"kind": "dynamic", "factor": 2.0}})
+    model = specformer.build(spec)
     assert model.positional.scaling.original_context_length == 32
 
 
 def test_under_a_cache_keys_keep_the_rotation_they_were_written_with() -> None:
     """The documented caveat: step-by-step decoding past the original context differs from one forward."""
-    spec = tiny_spec(positional={"kind": "rope", "scaling": {"kind": "dynamic", "factor": 4.0, "original_context_length": 8}})
+    spec = tiny_spec_over_vocab(positional={"kind": "rope",
+                                            "scaling": {"kind": "dynamic", "factor": 4.0, "original_context_length": 8}})
     model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
     x = torch.randint(0, 61, (1, 16))
     full = model(x)

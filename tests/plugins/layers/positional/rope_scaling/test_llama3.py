@@ -12,7 +12,7 @@ from specformer_layers.positional.rope_scaling.base import default_inv_freq
 from specformer_layers.positional.rope_scaling.llama3 import Llama3Scaling
 from specformer_layers.positional.rope_scaling.params import Llama3ScalingParams
 
-from ...support import tiny_spec
+from ...support import tiny_spec_over_vocab
 from .hf import hf_config, hf_init
 
 
@@ -51,7 +51,7 @@ def test_formula_per_pair() -> None:
 
 
 def test_spec_defaults_are_llama_3_1() -> None:
-    model = specformer.build(tiny_spec(positional={"kind": "rope", "theta": 500000.0, "scaling": "llama3"}))
+    model = specformer.build(tiny_spec_over_vocab(positional={"kind": "rope", "theta": 500000.0, "scaling": "llama3"}))
     params = Llama3ScalingParams(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context_length=8192)
     expected = Llama3Scaling(params, rotary_dim=8, theta=500000.0)
     torch.testing.assert_close(model.positional.frequencies(torch.zeros(1, 1, dtype=torch.long)), expected.frequencies(None))
@@ -59,5 +59,5 @@ def test_spec_defaults_are_llama_3_1() -> None:
 
 def test_high_must_exceed_low() -> None:
     with pytest.raises(specformer.SpecError, match="high_freq_factor"):
-        specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {
+        specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {
             "kind": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 1.0}}))

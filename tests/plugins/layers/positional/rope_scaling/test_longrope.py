@@ -13,7 +13,7 @@ from specformer_layers.positional.rope import RotaryPositions
 from specformer_layers.positional.rope_scaling.longrope import LongRopeScaling
 from specformer_layers.positional.rope_scaling.params import LongRopeScalingParams
 
-from ...support import tiny_spec
+from ...support import tiny_spec_over_vocab
 from .hf import hf_config, hf_cos_sin, hf_init
 
 SHORT = [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8]
@@ -56,5 +56,5 @@ def test_rotary_switches_like_transformers(length: int) -> None:
 
 def test_factor_count_checked() -> None:
     with pytest.raises(specformer.SpecError, match="short_factor has 3 values; it needs one per rotary channel pair: 4"):
-        specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {
+        specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {
             "kind": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 4, "original_context_length": 8}}))

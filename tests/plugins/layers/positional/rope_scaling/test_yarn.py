@@ -13,7 +13,7 @@ from specformer_layers.positional.rope import RotaryPositions
 from specformer_layers.positional.rope_scaling.params import YarnScalingParams
 from specformer_layers.positional.rope_scaling.yarn import YarnScaling
 
-from ...support import tiny_spec
+from ...support import tiny_spec_over_vocab
 from .hf import hf_config, hf_cos_sin, hf_init
 
 CASES: list[dict[str, Any]] = [
@@ -43,7 +43,7 @@ def test_matches_transformers(case: dict[str, Any], head_dim: int, fraction: flo
 
 
 def test_default_factor_is_the_context_ratio() -> None:
-    spec = tiny_spec(positional={"kind": "rope", "scaling": {"kind": "yarn", "original_context_length": 8}})
+    spec = tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {"kind": "yarn", "original_context_length": 8}})
     model = specformer.build(spec)
     assert model.positional.scaling.factor == 4.0  # context_length 32 / 8
 
@@ -63,5 +63,5 @@ def test_cos_sin_match_transformers_rotary() -> None:
 
 def test_betas_checked() -> None:
     with pytest.raises(specformer.SpecError, match="beta_fast"):
-        specformer.load_spec(tiny_spec(positional={"kind": "rope", "scaling": {
+        specformer.load_spec(tiny_spec_over_vocab(positional={"kind": "rope", "scaling": {
             "kind": "yarn", "original_context_length": 8, "beta_fast": 1.0, "beta_slow": 2.0}}))

@@ -29,7 +29,6 @@ reference computed from the matching transformers model, built on the ``meta`` d
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -37,7 +36,8 @@ import torch
 import specformer
 from specformer.cli.main import main
 
-SPECS = Path(__file__).resolve().parents[2] / "specs"
+from conftest import SPECS
+
 
 ROPE_1M = {"rope_type": "default", "rope_theta": 1e6}
 

@@ -25,8 +25,8 @@ def positional_schemes() -> list[str]:
     return specformer.get_registry().names("positional")
 
 
-def spec_with(tiny_spec: dict, positional: str, attention: dict, layout: str = "prenorm") -> dict:
-    spec = copy.deepcopy(tiny_spec)
+def spec_with(fresh_tiny_spec: dict, positional: str, attention: dict, layout: str = "prenorm") -> dict:
+    spec = copy.deepcopy(fresh_tiny_spec)
     spec["model"]["positional"] = positional
     spec["model"]["block"]["mixer"] = attention
     spec["model"]["block"]["layout"] = layout
@@ -35,8 +35,8 @@ def spec_with(tiny_spec: dict, positional: str, attention: dict, layout: str = "
 
 @pytest.mark.parametrize("attention", list(ATTENTION_VARIANTS))
 @pytest.mark.parametrize("positional", positional_schemes())
-def test_changing_later_tokens_never_changes_earlier_logits(tiny_spec, positional, attention):
-    model = specformer.build(spec_with(tiny_spec, positional, ATTENTION_VARIANTS[attention]), seed=0).eval()
+def test_changing_later_tokens_never_changes_earlier_logits(fresh_tiny_spec, positional, attention):
+    model = specformer.build(spec_with(fresh_tiny_spec, positional, ATTENTION_VARIANTS[attention]), seed=0).eval()
     x = torch.randint(0, 97, (2, 12))
     y = x.clone()
     y[:, 7:] = torch.randint(0, 97, (2, 5))
@@ -61,8 +61,8 @@ class ConcatCache:
 
 @pytest.mark.parametrize("attention", list(ATTENTION_VARIANTS))
 @pytest.mark.parametrize("positional", positional_schemes())
-def test_incremental_forward_through_a_cache_equals_full_forward(tiny_spec, positional, attention):
-    model = specformer.build(spec_with(tiny_spec, positional, ATTENTION_VARIANTS[attention]), seed=0).eval()
+def test_incremental_forward_through_a_cache_equals_full_forward(fresh_tiny_spec, positional, attention):
+    model = specformer.build(spec_with(fresh_tiny_spec, positional, ATTENTION_VARIANTS[attention]), seed=0).eval()
     x = torch.randint(0, 97, (2, 10))
     full = model(x)
     cache = ConcatCache()
@@ -73,8 +73,8 @@ def test_incremental_forward_through_a_cache_equals_full_forward(tiny_spec, posi
 
 
 @pytest.mark.parametrize("positional", positional_schemes())
-def test_left_padding_with_negative_positions_gives_the_unpadded_logits(tiny_spec, positional):
-    model = specformer.build(spec_with(tiny_spec, positional, ATTENTION_VARIANTS["gqa"]), seed=0).eval()
+def test_left_padding_with_negative_positions_gives_the_unpadded_logits(fresh_tiny_spec, positional):
+    model = specformer.build(spec_with(fresh_tiny_spec, positional, ATTENTION_VARIANTS["gqa"]), seed=0).eval()
     x = torch.randint(0, 97, (1, 6))
     alone = model(x)
     padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), x], 1)
@@ -83,14 +83,14 @@ def test_left_padding_with_negative_positions_gives_the_unpadded_logits(tiny_spe
     torch.testing.assert_close(out[:, 3:], alone, rtol=1e-5, atol=1e-5)
 
 
-def test_forward_with_cache_requires_positions(tiny_spec):
-    model = specformer.build(tiny_spec)
+def test_forward_with_cache_requires_positions(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec)
     with pytest.raises(ValueError, match="needs the absolute positions"):
         model(torch.zeros(1, 3, dtype=torch.long), cache=ConcatCache())
 
 
-def test_last_only_returns_the_last_position(tiny_spec):
-    model = specformer.build(tiny_spec, seed=0)
+def test_last_only_returns_the_last_position(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec, seed=0)
     x = torch.randint(0, 97, (2, 9))
     last = model(x, last_only=True)
     assert last.shape == (2, 1, 97)
@@ -98,21 +98,21 @@ def test_last_only_returns_the_last_position(tiny_spec):
     torch.testing.assert_close(last, model(x)[:, -1:], rtol=1e-5, atol=1e-6)
 
 
-def test_tied_head_is_the_embedding_and_untied_has_its_own(tiny_spec):
-    tied = specformer.build(tiny_spec, seed=0)
+def test_tied_head_is_the_embedding_and_untied_has_its_own(fresh_tiny_spec):
+    tied = specformer.build(fresh_tiny_spec, seed=0)
     assert tied.lm_head is None
     assert "lm_head.weight" not in tied.state_dict()
-    tiny_spec["model"].update(tie_embeddings=False, lm_head_bias=True)
-    untied = specformer.build(tiny_spec, seed=0)
+    fresh_tiny_spec["model"].update(tie_embeddings=False, lm_head_bias=True)
+    untied = specformer.build(fresh_tiny_spec, seed=0)
     assert untied.lm_head.weight.data_ptr() != untied.embedding.weight.data_ptr()
     assert untied.lm_head.bias is not None
 
 
-def test_model_level_options_by_formula(tiny_spec):
+def test_model_level_options_by_formula(fresh_tiny_spec):
     """Embedding multiplier, final soft-cap and vocab padding, checked against the formulas."""
-    base = specformer.build(tiny_spec, seed=0).eval()
-    tiny_spec["model"].update(embedding_multiplier="sqrt_d_model", logit_softcap=2.0, pad_vocab_to_multiple=64)
-    model = specformer.build(tiny_spec, seed=0).eval()
+    base = specformer.build(fresh_tiny_spec, seed=0).eval()
+    fresh_tiny_spec["model"].update(embedding_multiplier="sqrt_d_model", logit_softcap=2.0, pad_vocab_to_multiple=64)
+    model = specformer.build(fresh_tiny_spec, seed=0).eval()
     assert model.embedding.weight.shape == (128, 32)
     with torch.no_grad():
         model.embedding.weight[:97] = base.embedding.weight
@@ -135,15 +135,15 @@ def test_model_level_options_by_formula(tiny_spec):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_auxiliary_loss_collects_module_losses(tiny_spec):
-    model = specformer.build(tiny_spec)
+def test_auxiliary_loss_collects_module_losses(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec)
     assert model.auxiliary_loss() is None
     model.blocks[0].ffn.aux_loss = torch.tensor(0.5)
     model.blocks[1].ffn.aux_loss = torch.tensor(0.25)
     assert model.auxiliary_loss().item() == 0.75
 
 
-def test_input_must_be_two_dimensional(tiny_spec):
-    model = specformer.build(tiny_spec)
+def test_input_must_be_two_dimensional(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec)
     with pytest.raises(ValueError, match="must be \\(batch, time\\)"):
         model(torch.zeros(5, dtype=torch.long))

@@ -41,9 +41,9 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_round_trip_is_bit_exact(tmp_path, tiny_spec, dtype):
-    tiny_spec["model"].update(tie_embeddings=False, lm_head_bias=True)
-    model = specformer.build(tiny_spec, seed=0, dtype=dtype)
+def test_round_trip_is_bit_exact(tmp_path, fresh_tiny_spec, dtype):
+    fresh_tiny_spec["model"].update(tie_embeddings=False, lm_head_bias=True)
+    model = specformer.build(fresh_tiny_spec, seed=0, dtype=dtype)
     path = specformer.save(model, tmp_path / "m.safetensors")
     loaded = specformer.load(path)
     assert loaded.spec.to_dict() == model.spec.to_dict()
@@ -134,10 +134,10 @@ def test_spec_that_is_not_json(saved):
         specformer.load(path)
 
 
-def test_wrong_spec_for_the_weights(saved, tiny_spec):
+def test_wrong_spec_for_the_weights(saved, fresh_tiny_spec):
     path = saved
-    tiny_spec["model"]["d_model"] = 64
-    rewrite(path, spec=json.dumps(tiny_spec))
+    fresh_tiny_spec["model"]["d_model"] = 64
+    rewrite(path, spec=json.dumps(fresh_tiny_spec))
     with pytest.raises(CheckpointError, match="mis-shaped tensors"):
         specformer.load(path)
 

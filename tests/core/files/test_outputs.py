@@ -3,7 +3,7 @@
 An input is recognised however the output names it (``./a/../a``, a symbolic link, a hard
 link); a folder to be replaced may not hold an input; an existing output needs ``force``;
 a staged folder replaces the old one only once complete, and a failure leaves the old one.
-Every command's use of it is tried in ``test_cli_outputs.py``.
+Every command's use of it is tried in ``tests/core/cli/test_cli_outputs.py``.
 """
 
 from __future__ import annotations

@@ -26,80 +26,81 @@ def registered(kind: str) -> str:
     return ", ".join(specformer.get_registry().names(kind))
 
 
-def test_misspelt_model_field_suggests_the_field_and_lists_the_accepted_ones(tiny_spec):
-    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
-    found = problems(tiny_spec)
+def test_misspelt_model_field_suggests_the_field_and_lists_the_accepted_ones(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["d_modle"] = fresh_tiny_spec["model"].pop("d_model")
+    found = problems(fresh_tiny_spec)
     assert f"model.d_modle: unknown field; did you mean 'd_model'? accepted: {', '.join(ModelSpec.model_fields)}" in found
 
 
-def test_misspelt_section_suggests_the_section(tiny_spec):
-    tiny_spec["trian"] = {"steps": 3}
+def test_misspelt_section_suggests_the_section(fresh_tiny_spec):
+    fresh_tiny_spec["trian"] = {"steps": 3}
     sections = ", ".join(["model", *sorted(specformer.get_registry().sections)])
-    assert problems(tiny_spec) == [f"trian: unknown section; did you mean 'train'? accepted sections: {sections}"]
+    assert problems(fresh_tiny_spec) == [f"trian: unknown section; did you mean 'train'? accepted sections: {sections}"]
 
 
-def test_misspelt_field_of_a_plugin_section_suggests_the_field(tiny_spec):
-    tiny_spec["train"] = {"lrr": 1e-3}
-    [msg] = problems(tiny_spec)
+def test_misspelt_field_of_a_plugin_section_suggests_the_field(fresh_tiny_spec):
+    fresh_tiny_spec["train"] = {"lrr": 1e-3}
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("train.lrr: unknown field; did you mean 'lr'? accepted: steps, ")
 
 
-def test_a_field_with_nothing_close_lists_the_accepted_ones_without_a_guess(tiny_spec):
-    tiny_spec["model"]["block"]["ffn"]["zzzz"] = 1
-    [msg] = problems(tiny_spec)
+def test_a_field_with_nothing_close_lists_the_accepted_ones_without_a_guess(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["ffn"]["zzzz"] = 1
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.ffn.zzzz: unknown field; accepted: ")
     assert "did you mean" not in msg
 
 
-def test_misspelt_component_name_suggests_the_closest(tiny_spec):
-    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
-    assert problems(tiny_spec) == [
+def test_misspelt_component_name_suggests_the_closest(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+    assert problems(fresh_tiny_spec) == [
         f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}"
     ]
 
 
-def test_a_component_of_another_kind_says_which_kind_it_is(tiny_spec):
-    tiny_spec["model"]["block"]["norm"] = "swiglu"
-    assert problems(tiny_spec) == [
+def test_a_component_of_another_kind_says_which_kind_it_is(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["norm"] = "swiglu"
+    assert problems(fresh_tiny_spec) == [
         f"model.block.norm.kind: 'swiglu' is an ffn, not a norm; registered norm components: {registered('norm')}"
     ]
 
 
-def test_article_follows_how_the_kind_is_spoken(tiny_spec):
-    tiny_spec["model"]["block"]["ffn"] = "attention"
-    tiny_spec["model"]["positional"] = "rmsnorm"
-    assert sorted(problems(tiny_spec)) == [
+def test_article_follows_how_the_kind_is_spoken(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["ffn"] = "attention"
+    fresh_tiny_spec["model"]["positional"] = "rmsnorm"
+    assert sorted(problems(fresh_tiny_spec)) == [
         f"model.block.ffn.kind: 'attention' is a mixer, not an ffn; registered ffn components: {registered('ffn')}",
         f"model.positional.kind: 'rmsnorm' is a norm, not a positional; registered positional components: {registered('positional')}",
     ]
 
 
-def test_problems_inside_a_sampler_list_use_the_one_path_format(tiny_spec):
-    tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 3}, {"kind": "top_k", "kk": 2}, "topp", "rmsnorm"]}
+def test_problems_inside_a_sampler_list_use_the_one_path_format(fresh_tiny_spec):
+    fresh_tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 3}, {"kind": "top_k", "kk": 2}, "topp",
+                                               "rmsnorm"]}
     samplers = registered("sampler")
-    assert problems(tiny_spec) == [
+    assert problems(fresh_tiny_spec) == [
         "generate.sampler[1].kk: unknown field; did you mean 'k'? accepted: k, min_tokens_to_keep",
         f"generate.sampler[2].kind: unknown sampler 'topp'; did you mean 'top_p'? registered sampler components: {samplers}",
         f"generate.sampler[3].kind: 'rmsnorm' is a norm, not a sampler; registered sampler components: {samplers}",
     ]
 
 
-def test_problems_inside_a_nested_component_of_the_model_use_the_one_path_format(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
-    assert problems(tiny_spec) == [
+def test_problems_inside_a_nested_component_of_the_model_use_the_one_path_format(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "epss": 1e-5}
+    assert problems(fresh_tiny_spec) == [
         "model.block.mixer.qk_norm.epss: unknown field; did you mean 'eps'? accepted: eps, offset, weight"
     ]
 
 
-def test_a_bad_value_inside_a_nested_component_names_its_full_path(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "eps": -1}
-    [msg] = problems(tiny_spec)
+def test_a_bad_value_inside_a_nested_component_names_its_full_path(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["qk_norm"] = {"kind": "rmsnorm", "eps": -1}
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.mixer.qk_norm.eps: ") and "greater than 0" in msg and "(got -1)" in msg
 
 
-def test_layer_override_problems_are_at_their_list_index(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": 0}, {"select": 7, "ffn": {"hidden": 8}}]
-    [msg] = problems(tiny_spec)
+def test_layer_override_problems_are_at_their_list_index(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["layers"] = [{"select": 0}, {"select": 7, "ffn": {"hidden": 8}}]
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.layers[1].select: layer 7 does not exist")
 
 
@@ -144,11 +145,11 @@ def test_components_of_an_unknown_kind_suggests_the_kind(capsys):
     assert capsys.readouterr().err == f"error: unknown kind 'nrom'; did you mean 'norm'? known kinds: {kinds}\n"
 
 
-def test_a_structural_problem_in_the_model_still_reports_the_sections_problems(tiny_spec):
-    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
-    tiny_spec["trian"] = {}
-    tiny_spec["generate"] = {"sampler": [{"kind": "temperature", "valeu": 0.8}]}
-    found = problems(tiny_spec)  # in file order: the model's keys come first
+def test_a_structural_problem_in_the_model_still_reports_the_sections_problems(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["d_modle"] = fresh_tiny_spec["model"].pop("d_model")
+    fresh_tiny_spec["trian"] = {}
+    fresh_tiny_spec["generate"] = {"sampler": [{"kind": "temperature", "valeu": 0.8}]}
+    found = problems(fresh_tiny_spec)  # in file order: the model's keys come first
     assert found[0].startswith("model.d_modle: unknown field; did you mean 'd_model'?")
     assert found[1].startswith("trian: unknown section; did you mean 'train'?")
     assert found[2] == "generate.sampler[0].valeu: unknown field; did you mean 'value'? accepted: value"
@@ -164,16 +165,16 @@ def test_the_docs_example_of_typos_prints_what_the_page_explains(capsys):
     assert "'swiglu' is an ffn, not a norm" in lines[0]
 
 
-def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(tiny_spec):
-    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
-    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
-    assert problems(tiny_spec) == [
+def test_a_check_across_a_components_params_does_not_quote_the_whole_mapping(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
+    assert problems(fresh_tiny_spec) == [
         f"model.block.norm.kind: unknown norm 'rmsnrom'; did you mean 'rmsnorm'? registered norm components: {registered('norm')}",
         "model.block.mixer: n_kv_heads (3) must divide n_heads (4)",
     ]
 
 
-def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(tiny_spec):
+def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(fresh_tiny_spec):
     from specformer.registry.components import Registry
     from specformer.registry.discovery import get_registry
     from specformer.registry.params import Params
@@ -186,23 +187,23 @@ def test_a_norm_that_fails_inside_a_layout_is_reported_at_the_norms_path(tiny_sp
         raise ValueError(f"dim must be 12345, got {dim}")
 
     registry.for_plugin("picky").register("norm", "picky", factory=picky, params=Params)
-    tiny_spec["model"]["block"]["norm"] = "picky"
+    fresh_tiny_spec["model"]["block"]["norm"] = "picky"
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec, registry=registry)
+        specformer.load_spec(fresh_tiny_spec, registry=registry)
     assert [str(p) for p in info.value.problems] == ["model.block.norm: dim must be 12345, got 32"]
 
 
-def test_a_missing_field_is_not_reported_twice_when_a_misspelt_key_names_it(tiny_spec):
-    tiny_spec["model"]["d_modle"] = tiny_spec["model"].pop("d_model")
-    assert problems(tiny_spec) == [
+def test_a_missing_field_is_not_reported_twice_when_a_misspelt_key_names_it(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["d_modle"] = fresh_tiny_spec["model"].pop("d_model")
+    assert problems(fresh_tiny_spec) == [
         f"model.d_modle: unknown field; did you mean 'd_model'? accepted: {', '.join(ModelSpec.model_fields)}"
     ]
 
 
-def test_a_missing_field_no_key_was_meant_for_is_still_reported(tiny_spec):
-    del tiny_spec["model"]["d_model"]
-    tiny_spec["model"]["zzz"] = 1
-    found = problems(tiny_spec)  # a field not written has no place: after the written ones
+def test_a_missing_field_no_key_was_meant_for_is_still_reported(fresh_tiny_spec):
+    del fresh_tiny_spec["model"]["d_model"]
+    fresh_tiny_spec["model"]["zzz"] = 1
+    found = problems(fresh_tiny_spec)  # a field not written has no place: after the written ones
     assert found[0].startswith("model.zzz: unknown field; accepted: ")
     assert found[1] == "model.d_model: required field is missing"
 
@@ -212,10 +213,10 @@ def test_a_missing_field_no_key_was_meant_for_is_still_reported(tiny_spec):
     {"kind": "atention", "n_heads": 4},
     {"n_heads": 4},
 ])
-def test_a_component_read_outside_a_spec_is_worded_as_the_spec_words_it(tiny_spec, ref):
+def test_a_component_read_outside_a_spec_is_worded_as_the_spec_words_it(fresh_tiny_spec, ref):
     """resolve_component (a checkpoint's header, a flag) gives the lines load_spec gives, under its own path."""
-    tiny_spec["model"]["block"]["mixer"] = ref
-    in_spec = problems(tiny_spec)
+    fresh_tiny_spec["model"]["block"]["mixer"] = ref
+    in_spec = problems(fresh_tiny_spec)
     with pytest.raises(SpecError) as info:
         resolve_component("mixer", ref, path="header.attention")
     outside = [str(p) for p in info.value.problems]

@@ -35,11 +35,11 @@ def test_validate_ok(capsys):
     assert out.count(": ok") == 2
 
 
-def test_validate_bad_spec_exits_2_with_one_line_per_problem(capsys, tmp_path, tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
-    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+def test_validate_bad_spec_exits_2_with_one_line_per_problem(capsys, tmp_path, fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
+    fresh_tiny_spec["model"]["block"]["norm"] = "rmsnrom"
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(tiny_spec))
+    path.write_text(yaml.safe_dump(fresh_tiny_spec))
     code, _, err = run(capsys, "validate", str(path))
     assert code == 2
     assert "2 problems" in err

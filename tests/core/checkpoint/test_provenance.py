@@ -51,14 +51,14 @@ def fresh_plugins():
 
 
 @pytest.fixture
-def acme_checkpoint(tmp_path, tiny_spec, fresh_plugins):
+def acme_checkpoint(tmp_path, fresh_tiny_spec, fresh_plugins):
     """A checkpoint written while plugin 'acme' (distribution specformer-acme 1.2.3) was installed; then it is gone."""
     discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme",
                             distribution="specformer-acme", version="1.2.3")
-    tiny_spec["model"]["block"]["norm"] = {"kind": "acmenorm", "eps": 1e-5}
-    tiny_spec["model"]["block"]["mixer"]["qk_norm"] = "rmsnorm"  # a nested component is recorded too
-    tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 5}, {"kind": "temperature", "value": 0.7}]}
-    path = specformer.save(specformer.build(tiny_spec, seed=0), tmp_path / "acme.safetensors")
+    fresh_tiny_spec["model"]["block"]["norm"] = {"kind": "acmenorm", "eps": 1e-5}
+    fresh_tiny_spec["model"]["block"]["mixer"]["qk_norm"] = "rmsnorm"  # a nested component is recorded too
+    fresh_tiny_spec["generate"] = {"sampler": [{"kind": "top_k", "k": 5}, {"kind": "temperature", "value": 0.7}]}
+    path = specformer.save(specformer.build(fresh_tiny_spec, seed=0), tmp_path / "acme.safetensors")
     discovery.reset()  # "uninstall": the plugin manager no longer knows 'acme'
     return path
 
@@ -122,10 +122,10 @@ def test_an_installed_plugin_that_lacks_the_component_says_which_version_wrote_i
     )
 
 
-def test_a_plugin_registered_in_process_is_named_without_a_pip_command(tmp_path, tiny_spec, fresh_plugins):
+def test_a_plugin_registered_in_process_is_named_without_a_pip_command(tmp_path, fresh_tiny_spec, fresh_plugins):
     discovery.register_plugin(discovery.get_plugin_manager(), _acme_plugin(), name="acme")
-    tiny_spec["model"]["block"]["norm"] = "acmenorm"
-    path = specformer.save(specformer.build(tiny_spec, seed=0), tmp_path / "m.safetensors")
+    fresh_tiny_spec["model"]["block"]["norm"] = "acmenorm"
+    path = specformer.save(specformer.build(fresh_tiny_spec, seed=0), tmp_path / "m.safetensors")
     discovery.reset()
     with pytest.raises(CheckpointError) as info:
         specformer.load(path)
@@ -136,8 +136,8 @@ def test_a_plugin_registered_in_process_is_named_without_a_pip_command(tmp_path,
     )
 
 
-def test_a_checkpoint_without_the_record_still_loads(tmp_path, tiny_spec):
-    model = specformer.build(tiny_spec, seed=0)
+def test_a_checkpoint_without_the_record_still_loads(tmp_path, fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec, seed=0)
     path = specformer.save(model, tmp_path / "new.safetensors")
     metadata = read_metadata(path)
     assert HEADER_KEY in metadata

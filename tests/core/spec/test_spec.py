@@ -18,17 +18,17 @@ def problems(spec: dict) -> list[str]:
     return [str(p) for p in info.value.problems]
 
 
-def test_valid_spec_loads_with_defaults(tiny_spec):
-    spec = specformer.load_spec(tiny_spec)
+def test_valid_spec_loads_with_defaults(fresh_tiny_spec):
+    spec = specformer.load_spec(fresh_tiny_spec)
     assert spec.model.block.layout.kind == "prenorm"
     assert spec.model.tie_embeddings is True
     assert spec.model.final_norm_ref() == {"kind": "rmsnorm"}
 
 
-def test_same_spec_in_yaml_json_and_toml(tmp_path, tiny_spec):
-    (tmp_path / "m.yaml").write_text(yaml.safe_dump(tiny_spec))
-    (tmp_path / "m.json").write_text(json.dumps(tiny_spec))
-    m = tiny_spec["model"]
+def test_same_spec_in_yaml_json_and_toml(tmp_path, fresh_tiny_spec):
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(fresh_tiny_spec))
+    (tmp_path / "m.json").write_text(json.dumps(fresh_tiny_spec))
+    m = fresh_tiny_spec["model"]
     toml = (
         f"[model]\nvocab_size = {m['vocab_size']}\nd_model = {m['d_model']}\nn_layers = {m['n_layers']}\n"
         f"context_length = {m['context_length']}\npositional = {{ kind = \"rope\" }}\n"
@@ -40,99 +40,99 @@ def test_same_spec_in_yaml_json_and_toml(tmp_path, tiny_spec):
     assert loaded[0] == loaded[1] == loaded[2]
 
 
-def test_unknown_kind_lists_registered_names_and_closest_match(tiny_spec):
-    tiny_spec["model"]["block"]["norm"] = "rmsnrom"
-    [msg] = problems(tiny_spec)
+def test_unknown_kind_lists_registered_names_and_closest_match(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["norm"] = "rmsnrom"
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.norm.kind: unknown norm 'rmsnrom'")
     assert "did you mean 'rmsnorm'?" in msg
     assert "layernorm" in msg and "rmsnorm" in msg
 
 
-def test_bad_param_names_path_value_and_constraint(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
-    [msg] = problems(tiny_spec)
+def test_bad_param_names_path_value_and_constraint(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = 3
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.mixer")
     assert "n_kv_heads (3) must divide n_heads (4)" in msg
 
 
-def test_negative_size_is_reported_with_value(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["n_heads"] = -1
-    [msg] = problems(tiny_spec)
+def test_negative_size_is_reported_with_value(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_heads"] = -1
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.mixer.n_heads:")
     assert "greater than 0" in msg and "-1" in msg
 
 
-def test_unknown_param_lists_accepted_fields(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["n_head"] = 4
-    [msg] = problems(tiny_spec)
+def test_unknown_param_lists_accepted_fields(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_head"] = 4
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.mixer.n_head: unknown field; did you mean 'n_heads'? accepted:")
     assert "n_heads" in msg and "n_kv_heads" in msg
 
 
-def test_unknown_model_field_lists_accepted_fields(tiny_spec):
-    tiny_spec["model"]["dmodel"] = 3
-    [msg] = problems(tiny_spec)
+def test_unknown_model_field_lists_accepted_fields(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["dmodel"] = 3
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.dmodel: unknown field; did you mean 'd_model'? accepted:") and "d_model" in msg
 
 
-def test_missing_required_field(tiny_spec):
-    del tiny_spec["model"]["d_model"]
-    assert problems(tiny_spec) == ["model.d_model: required field is missing"]
+def test_missing_required_field(fresh_tiny_spec):
+    del fresh_tiny_spec["model"]["d_model"]
+    assert problems(fresh_tiny_spec) == ["model.d_model: required field is missing"]
 
 
-def test_every_problem_is_reported_at_once(tiny_spec):
-    tiny_spec["model"]["block"]["norm"] = "nope"
-    tiny_spec["model"]["block"]["ffn"] = {"kind": "swiglu", "hidden": 0}
-    tiny_spec["model"]["positional"] = {"kind": "rope", "theta": -1}
-    paths = sorted(p.split(":")[0] for p in problems(tiny_spec))
+def test_every_problem_is_reported_at_once(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["norm"] = "nope"
+    fresh_tiny_spec["model"]["block"]["ffn"] = {"kind": "swiglu", "hidden": 0}
+    fresh_tiny_spec["model"]["positional"] = {"kind": "rope", "theta": -1}
+    paths = sorted(p.split(":")[0] for p in problems(fresh_tiny_spec))
     assert paths == ["model.block.ffn.hidden", "model.block.norm.kind", "model.positional.theta"]
 
 
-def test_size_constraints_are_checked_by_components(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 5}
-    [msg] = problems(tiny_spec)
+def test_size_constraints_are_checked_by_components(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"] = {"kind": "attention", "n_heads": 5}
+    [msg] = problems(fresh_tiny_spec)
     assert msg == "model.block.mixer: n_heads (5) must divide d_model (32) unless head_dim is given"
 
 
-def test_unknown_section_lists_accepted_sections(tiny_spec):
-    tiny_spec["trian"] = {}
-    [msg] = problems(tiny_spec)
+def test_unknown_section_lists_accepted_sections(fresh_tiny_spec):
+    fresh_tiny_spec["trian"] = {}
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("trian: unknown section; did you mean 'train'? accepted sections: model")
 
 
-def test_bare_name_means_default_params(tiny_spec):
-    spec = specformer.load_spec(tiny_spec)
+def test_bare_name_means_default_params(fresh_tiny_spec):
+    spec = specformer.load_spec(fresh_tiny_spec)
     assert spec.model.block.norm.as_dict() == {"kind": "rmsnorm"}
 
 
-def test_kind_must_be_present(tiny_spec):
-    tiny_spec["model"]["block"]["ffn"] = {"hidden": 3}
-    [msg] = problems(tiny_spec)
+def test_kind_must_be_present(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["ffn"] = {"hidden": 3}
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.block.ffn:") and "'kind'" in msg
 
 
-def test_layer_overrides_merge_same_kind_and_replace_other_kind(tiny_spec):
-    tiny_spec["model"]["n_layers"] = 4
-    tiny_spec["model"]["layers"] = [
+def test_layer_overrides_merge_same_kind_and_replace_other_kind(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["n_layers"] = 4
+    fresh_tiny_spec["model"]["layers"] = [
         {"select": "0::2", "mixer": {"window": 8}},
         {"select": -1, "ffn": {"kind": "mlp", "activation": "relu"}},
     ]
-    blocks = specformer.load_spec(tiny_spec).model.layer_blocks()
+    blocks = specformer.load_spec(fresh_tiny_spec).model.layer_blocks()
     assert [b["mixer"].get("window") for b in blocks] == [8, None, 8, None]
     assert all(b["mixer"]["n_kv_heads"] == 2 for b in blocks)  # merged, not replaced
     assert [b["ffn"]["kind"] for b in blocks] == ["swiglu", "swiglu", "swiglu", "mlp"]
     assert "hidden" not in blocks[3]["ffn"]  # a different kind replaces the whole component
 
 
-def test_override_errors_point_at_the_override(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 0}}]
-    [msg] = problems(tiny_spec)
+def test_override_errors_point_at_the_override(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 0}}]
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.layers[0].mixer.window:")
 
 
-def test_override_selecting_missing_layer(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": 7, "mixer": {"window": 4}}]
-    [msg] = problems(tiny_spec)
+def test_override_selecting_missing_layer(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["layers"] = [{"select": 7, "mixer": {"window": 4}}]
+    [msg] = problems(fresh_tiny_spec)
     assert msg.startswith("model.layers[0].select: layer 7 does not exist")
 
 
@@ -165,13 +165,13 @@ def test_missing_file_and_bad_syntax(tmp_path):
         specformer.load_spec(scalar)
 
 
-def test_lm_head_bias_needs_untied(tiny_spec):
-    tiny_spec["model"]["lm_head_bias"] = True
-    [msg] = problems(tiny_spec)
+def test_lm_head_bias_needs_untied(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["lm_head_bias"] = True
+    [msg] = problems(fresh_tiny_spec)
     assert "tie_embeddings: false" in msg
 
 
-def test_spec_round_trips_through_json(tiny_spec):
-    spec = specformer.load_spec(tiny_spec)
+def test_spec_round_trips_through_json(fresh_tiny_spec):
+    spec = specformer.load_spec(fresh_tiny_spec)
     again = specformer.load_spec(json.loads(spec.to_json()))
     assert again.to_dict() == spec.to_dict()

@@ -97,60 +97,60 @@ def test_a_bad_n_layers_says_the_selections_were_not_checked(tmp_path):
     assert "the layer selections (they need a valid n_layers)" in str(error)
 
 
-def test_a_bad_value_on_the_block_is_reported_once_where_it_is_written(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
-    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
+def test_a_bad_value_on_the_block_is_reported_once_where_it_is_written(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
+    fresh_tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     assert [p.path for p in info.value.problems] == ["model.block.mixer.n_kv_heads"]
 
 
-def test_a_check_across_the_block_component_is_reported_once_at_the_block(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=3)
-    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
+def test_a_check_across_the_block_component_is_reported_once_at_the_block(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=3)
+    fresh_tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     assert [p.path for p in info.value.problems] == ["model.block.mixer"]
 
 
-def test_a_bad_value_on_every_overridden_layer_is_reported_at_the_block(tiny_spec):
+def test_a_bad_value_on_every_overridden_layer_is_reported_at_the_block(fresh_tiny_spec):
     """With ``select: all`` no layer keeps the block as written; its bad value is still the block's."""
-    tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
-    tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 16}}]
+    fresh_tiny_spec["model"]["block"]["mixer"]["n_kv_heads"] = -2
+    fresh_tiny_spec["model"]["layers"] = [{"select": "all", "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     assert [p.path for p in info.value.problems] == ["model.block.mixer.n_kv_heads"]
 
 
-def test_a_problem_the_override_makes_is_reported_at_the_override(tiny_spec):
-    tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=2)
-    tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"n_kv_heads": 3}}]
+def test_a_problem_the_override_makes_is_reported_at_the_override(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["block"]["mixer"].update(n_heads=4, n_kv_heads=2)
+    fresh_tiny_spec["model"]["layers"] = [{"select": 0, "mixer": {"n_kv_heads": 3}}]
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     assert [p.path for p in info.value.problems] == ["model.layers[0].mixer"]
 
 
 @pytest.mark.parametrize("select, layers", [("3", [3]), (" -1 ", [3]), ("1:3", [1, 2])])
-def test_a_quoted_index_or_slice_selects_those_layers(tiny_spec, select, layers):
-    tiny_spec["model"]["n_layers"] = 4
-    tiny_spec["model"]["layers"] = [{"select": select, "mixer": {"window": 16}}]
-    spec = specformer.load_spec(tiny_spec)
+def test_a_quoted_index_or_slice_selects_those_layers(fresh_tiny_spec, select, layers):
+    fresh_tiny_spec["model"]["n_layers"] = 4
+    fresh_tiny_spec["model"]["layers"] = [{"select": select, "mixer": {"window": 16}}]
+    spec = specformer.load_spec(fresh_tiny_spec)
     assert spec.model.layers[0].layer_indices(spec.model.n_layers) == layers
 
 
-def test_a_quoted_index_out_of_range_says_which_layers_exist(tiny_spec):
-    tiny_spec["model"]["layers"] = [{"select": "5", "mixer": {"window": 16}}]
+def test_a_quoted_index_out_of_range_says_which_layers_exist(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["layers"] = [{"select": "5", "mixer": {"window": 16}}]
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     [problem] = info.value.problems
-    n = tiny_spec["model"]["n_layers"]
+    n = fresh_tiny_spec["model"]["n_layers"]
     assert problem.message == f"layer 5 does not exist (the model has {n} layers: 0..{n - 1})"
 
 
-def test_a_train_typo_lists_every_accepted_field_whole(tiny_spec):
-    tiny_spec["train"] = {"batch_sise": 4}
+def test_a_train_typo_lists_every_accepted_field_whole(fresh_tiny_spec):
+    fresh_tiny_spec["train"] = {"batch_sise": 4}
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     [problem] = info.value.problems
     line = str(problem)
     fields = list(get_registry().sections["train"][0].model_fields)
@@ -158,9 +158,9 @@ def test_a_train_typo_lists_every_accepted_field_whole(tiny_spec):
     assert "did you mean 'batch_size'?" in line
 
 
-def test_a_huge_misspelt_key_is_still_cut_in_the_message(tiny_spec):
-    tiny_spec["model"]["q" * 100_000] = 1
+def test_a_huge_misspelt_key_is_still_cut_in_the_message(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["q" * 100_000] = 1
     with pytest.raises(SpecError) as info:
-        specformer.load_spec(tiny_spec)
+        specformer.load_spec(fresh_tiny_spec)
     line = str(info.value.problems[0])
     assert "accepted: vocab_size" in line and len(line) < 1000

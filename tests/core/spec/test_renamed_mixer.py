@@ -20,7 +20,9 @@ from specformer.errors import CheckpointError, SpecError
 from specformer.registry.components import call_with_sizes, construct
 from specformer.renamed import RenamedWarning, current_name, current_patterns, forget_said, upgrade_spec
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pre_mixer"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "pre_mixer"
 
 #: The model of the fixtures, written the way specs are written now.
 SPEC = {"model": {"vocab_size": 32, "d_model": 16, "n_layers": 2, "context_length": 16, "positional": {"kind": "rope"},

@@ -57,30 +57,30 @@ def test_every_example_spec_validates_builds_and_trains_a_step(path):
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_model_carries_its_spec(tiny_spec):
-    model = specformer.build(tiny_spec)
-    assert model.spec.to_dict() == specformer.load_spec(tiny_spec).to_dict()
+def test_model_carries_its_spec(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec)
+    assert model.spec.to_dict() == specformer.load_spec(fresh_tiny_spec).to_dict()
 
 
-def test_seed_makes_init_deterministic(tiny_spec):
-    a, b = specformer.build(tiny_spec, seed=3), specformer.build(tiny_spec, seed=3)
-    c = specformer.build(tiny_spec, seed=4)
+def test_seed_makes_init_deterministic(fresh_tiny_spec):
+    a, b = specformer.build(fresh_tiny_spec, seed=3), specformer.build(fresh_tiny_spec, seed=3)
+    c = specformer.build(fresh_tiny_spec, seed=4)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert not torch.equal(a.embedding.weight, c.embedding.weight)
 
 
-def test_build_does_not_disturb_the_global_rng(tiny_spec):
+def test_build_does_not_disturb_the_global_rng(fresh_tiny_spec):
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    specformer.build(tiny_spec, seed=1)
+    specformer.build(fresh_tiny_spec, seed=1)
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_scaled_residual_init(tiny_spec):
-    tiny_spec["model"].update(d_model=256, n_layers=8)
-    tiny_spec["model"]["block"]["ffn"]["hidden"] = 512
-    model = specformer.build(tiny_spec, seed=0)
+def test_scaled_residual_init(fresh_tiny_spec):
+    fresh_tiny_spec["model"].update(d_model=256, n_layers=8)
+    fresh_tiny_spec["model"]["block"]["ffn"]["hidden"] = 512
+    model = specformer.build(fresh_tiny_spec, seed=0)
     std = model.spec.model.init_std
     block = model.blocks[0]
     assert block.mixer.qkv.weight.std().item() == pytest.approx(std, rel=0.05)
@@ -89,10 +89,10 @@ def test_scaled_residual_init(tiny_spec):
     assert torch.equal(block.attention_norm.weight, torch.ones(256))
 
 
-def test_per_layer_overrides_reach_the_modules(tiny_spec):
-    tiny_spec["model"]["n_layers"] = 4
-    tiny_spec["model"]["layers"] = [{"select": "1::2", "mixer": {"window": 4}}]
-    model = specformer.build(tiny_spec)
+def test_per_layer_overrides_reach_the_modules(fresh_tiny_spec):
+    fresh_tiny_spec["model"]["n_layers"] = 4
+    fresh_tiny_spec["model"]["layers"] = [{"select": "1::2", "mixer": {"window": 4}}]
+    model = specformer.build(fresh_tiny_spec)
     assert [a.window for a in model.attention_modules()] == [None, 4, None, 4]
 
 
@@ -102,8 +102,8 @@ def test_build_on_meta_allocates_nothing():
     assert all(p.is_meta for p in model.parameters())
 
 
-def test_dtype_argument(tiny_spec):
-    model = specformer.build(tiny_spec, dtype=torch.bfloat16)
+def test_dtype_argument(fresh_tiny_spec):
+    model = specformer.build(fresh_tiny_spec, dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model(torch.zeros(1, 4, dtype=torch.long)).dtype == torch.bfloat16
 
@@ -128,9 +128,9 @@ def test_llama_logits_equal_a_hand_written_llama():
 
 
 @pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
-def test_sequence_longer_than_context_is_refused_by_positions_that_end_there(tiny_spec, kind):
-    tiny_spec["model"]["positional"] = {"kind": kind}
-    model = specformer.build(tiny_spec)
+def test_sequence_longer_than_context_is_refused_by_positions_that_end_there(fresh_tiny_spec, kind):
+    fresh_tiny_spec["model"]["positional"] = {"kind": kind}
+    model = specformer.build(fresh_tiny_spec)
     with pytest.raises(ValueError, match=f"longer than the context length 32 \\(its {type(model.positional).__name__} "
                                          "has no position past it\\); give at most 32 tokens"):
         model(torch.zeros(1, 33, dtype=torch.long))
@@ -139,12 +139,12 @@ def test_sequence_longer_than_context_is_refused_by_positions_that_end_there(tin
 @pytest.mark.parametrize("positional, warns", [({"kind": "rope"}, True), ({"kind": "alibi"}, False),
                                                ({"kind": "none"}, False),
                                                ({"kind": "rope", "scaling": {"kind": "dynamic", "factor": 2.0}}, False)])
-def test_sequence_longer_than_context_runs_where_the_positions_allow_it(tiny_spec, positional, warns):
+def test_sequence_longer_than_context_runs_where_the_positions_allow_it(fresh_tiny_spec, positional, warns):
     """Decoder.past_context's policy, as generation applies it: "warn" warns once per model, "yes" says nothing."""
     import warnings
 
-    tiny_spec["model"]["positional"] = positional
-    model = specformer.build(tiny_spec, seed=0).eval()
+    fresh_tiny_spec["model"]["positional"] = positional
+    model = specformer.build(fresh_tiny_spec, seed=0).eval()
     ids = torch.randint(0, 97, (2, 40), generator=torch.Generator().manual_seed(0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -160,7 +160,7 @@ def test_sequence_longer_than_context_runs_where_the_positions_allow_it(tiny_spe
             torch.testing.assert_close(long[:, :32], model(ids[:, :32]), rtol=0, atol=1e-5)
 
 
-def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
+def test_build_resolves_sizes_and_assembles_once(fresh_tiny_spec, monkeypatch):
     import specformer.model.builder
     import specformer.model.sizes
     import specformer.spec.validate
@@ -176,21 +176,21 @@ def test_build_resolves_sizes_and_assembles_once(tiny_spec, monkeypatch):
     monkeypatch.setattr(specformer.spec.validate, "resolve_model", counting("resolve", specformer.spec.validate.resolve_model))
     monkeypatch.setattr(specformer.model.sizes, "estimate_resolved", counting("size check", specformer.model.sizes.estimate_resolved))
     monkeypatch.setattr(specformer.model.builder, "assemble", counting("assemble", specformer.model.builder.assemble))
-    tiny_spec["model"]["n_layers"] = 3
-    tiny_spec["model"]["layers"] = [{"select": 1, "mixer": {"window": 4}}]  # two distinct blocks
-    model = specformer.build(tiny_spec)
+    fresh_tiny_spec["model"]["n_layers"] = 3
+    fresh_tiny_spec["model"]["layers"] = [{"select": 1, "mixer": {"window": 4}}]  # two distinct blocks
+    model = specformer.build(fresh_tiny_spec)
     assert calls == {"resolve": 1, "size check": 1, "assemble": 1}
     assert len(model.blocks) == 3
 
 
 @pytest.mark.parametrize("positional", ["rope", {"kind": "rope", "scaling": {"kind": "llama3", "factor": 8}},
                                         "alibi", "sinusoidal", "learned", "none"], ids=str)
-def test_build_without_init_materialises_once_and_loads_exactly(tiny_spec, monkeypatch, positional):
-    tiny_spec["model"]["positional"] = positional
-    reference = specformer.build(tiny_spec, seed=0)
+def test_build_without_init_materialises_once_and_loads_exactly(fresh_tiny_spec, monkeypatch, positional):
+    fresh_tiny_spec["model"]["positional"] = positional
+    reference = specformer.build(fresh_tiny_spec, seed=0)
     inits = []
     monkeypatch.setattr(specformer.Decoder, "init_weights", lambda self, **kw: inits.append(1))
-    bare = specformer.build(tiny_spec, init=False)
+    bare = specformer.build(fresh_tiny_spec, init=False)
     assert inits == []  # nothing initialised that the stored tensors then overwrite
     assert all(not p.is_meta for p in bare.parameters()) and all(not b.is_meta for b in bare.buffers())
     # The derived tables (not in the state dict) are recomputed, equal to a normal build's.

@@ -2,7 +2,7 @@
 
 safetensors writes its files 0600; a checkpoint saved by specformer must get what any
 other tool's new file gets (0o666 less the umask), under any umask. The commands' files
-are checked the same way in ``test_cli_outputs.py``.
+are checked the same way in ``tests/core/cli/test_cli_outputs.py``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from specformer.spec.check import check_spec, estimate
 from specformer.spec.size_check import SIZED
 from specformer.model.wiring import first_line
 
-from conftest import TINY
+from conftest import SPECS, TINY
 
 
 def _contract_cases() -> Any:
@@ -41,7 +41,7 @@ def _contract_cases() -> Any:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).with_name("test_component_contract.py")
+    path = Path(__file__).resolve().parents[1] / "test_component_contract.py"
     spec = importlib.util.spec_from_file_location("_component_contract_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -244,9 +244,7 @@ def test_a_check_that_accepts_what_the_constructor_refuses_is_caught() -> None:
 
 def test_every_example_spec_counts_its_parameters_without_torch_as_the_meta_build(tmp_path) -> None:
     """The torch-free count (the 2^63-byte check) equals the meta estimate's for every spec in specs/."""
-    from pathlib import Path
-
-    for path in sorted(Path(__file__).resolve().parents[2].glob("specs/*.*")):
+    for path in sorted(SPECS.glob("*.*")):
         checked = check_spec(path)
         assert checked.sizes is not None and checked.sizes.parameters == checked.shape.parameters, path
 

@@ -33,12 +33,12 @@ def test_the_console_script_runs_the_cli(monkeypatch: pytest.MonkeyPatch, capsys
 
 
 def test_pyproject_points_the_console_script_here() -> None:
-    from pathlib import Path
+    from conftest import REPO
 
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["specformer"] == "specformer_launch:main"
