@@ -9,9 +9,9 @@ from typing import Any
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
-from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.parts.embedding import model_sizes, model_sizes_config, no_output_bias
-from specformer_hf.rules import Copy, Fused, qkv_sizes
+from specformer_hf.parts.fairseq import fairseq_layer_rules
+from specformer_hf.rules import Copy
 from specformer_hf.specview import NotExpressible, SpecView
 
 NAME = "BioGPT"
@@ -103,21 +103,7 @@ LAYER = "biogpt.layers.{i}"
 WEIGHTS = [
     Copy("biogpt.embed_tokens.weight", "embedding.weight"),
     Copy("biogpt.embed_positions.weight", "positional.table.weight"),
-    Copy(f"{LAYER}.self_attn_layer_norm.weight", "blocks.{i}.attention_norm.weight"),
-    Copy(f"{LAYER}.self_attn_layer_norm.bias", "blocks.{i}.attention_norm.bias"),
-    Fused([f"{LAYER}.self_attn.q_proj.weight", f"{LAYER}.self_attn.k_proj.weight", f"{LAYER}.self_attn.v_proj.weight"],
-          f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
-    Fused([f"{LAYER}.self_attn.q_proj.bias", f"{LAYER}.self_attn.k_proj.bias", f"{LAYER}.self_attn.v_proj.bias"],
-          f"{BLOCK_MIXER}.qkv.bias", sizes=qkv_sizes),
-    Copy(f"{LAYER}.self_attn.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
-    Copy(f"{LAYER}.self_attn.out_proj.bias", f"{BLOCK_MIXER}.out.bias"),
-    # BART's names: "final_layer_norm" is the norm before the MLP.
-    Copy(f"{LAYER}.final_layer_norm.weight", "blocks.{i}.ffn_norm.weight"),
-    Copy(f"{LAYER}.final_layer_norm.bias", "blocks.{i}.ffn_norm.bias"),
-    Copy(f"{LAYER}.fc1.weight", "blocks.{i}.ffn.fc_in.weight"),
-    Copy(f"{LAYER}.fc1.bias", "blocks.{i}.ffn.fc_in.bias"),
-    Copy(f"{LAYER}.fc2.weight", "blocks.{i}.ffn.fc_out.weight"),
-    Copy(f"{LAYER}.fc2.bias", "blocks.{i}.ffn.fc_out.bias"),
+    *fairseq_layer_rules(LAYER),
     Copy("biogpt.layer_norm.weight", "final_norm.weight"),
     Copy("biogpt.layer_norm.bias", "final_norm.bias"),
     Copy("output_projection.weight", "lm_head.weight"),

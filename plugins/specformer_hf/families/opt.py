@@ -7,8 +7,8 @@ from typing import Any
 
 from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_from_hf
 from specformer_hf.family import Family
-from specformer_hf.parts.base import BLOCK_MIXER
-from specformer_hf.rules import Copy, Fused, qkv_sizes
+from specformer_hf.parts.fairseq import fairseq_layer_rules
+from specformer_hf.rules import Copy
 from specformer_hf.specview import NotExpressible, SpecView
 
 NAME = "OPT"
@@ -104,21 +104,7 @@ LAYER = "model.decoder.layers.{i}"
 WEIGHTS = [
     Copy("model.decoder.embed_tokens.weight", "embedding.weight"),
     Copy("model.decoder.embed_positions.weight", "positional.table.weight"),
-    Copy(f"{LAYER}.self_attn_layer_norm.weight", "blocks.{i}.attention_norm.weight"),
-    Copy(f"{LAYER}.self_attn_layer_norm.bias", "blocks.{i}.attention_norm.bias"),
-    Fused([f"{LAYER}.self_attn.q_proj.weight", f"{LAYER}.self_attn.k_proj.weight", f"{LAYER}.self_attn.v_proj.weight"],
-          f"{BLOCK_MIXER}.qkv.weight", sizes=qkv_sizes),
-    Fused([f"{LAYER}.self_attn.q_proj.bias", f"{LAYER}.self_attn.k_proj.bias", f"{LAYER}.self_attn.v_proj.bias"],
-          f"{BLOCK_MIXER}.qkv.bias", sizes=qkv_sizes),
-    Copy(f"{LAYER}.self_attn.out_proj.weight", f"{BLOCK_MIXER}.out.weight"),
-    Copy(f"{LAYER}.self_attn.out_proj.bias", f"{BLOCK_MIXER}.out.bias"),
-    # In a pre-norm OPT layer "final_layer_norm" is the norm before the MLP.
-    Copy(f"{LAYER}.final_layer_norm.weight", "blocks.{i}.ffn_norm.weight"),
-    Copy(f"{LAYER}.final_layer_norm.bias", "blocks.{i}.ffn_norm.bias"),
-    Copy(f"{LAYER}.fc1.weight", "blocks.{i}.ffn.fc_in.weight"),
-    Copy(f"{LAYER}.fc1.bias", "blocks.{i}.ffn.fc_in.bias"),
-    Copy(f"{LAYER}.fc2.weight", "blocks.{i}.ffn.fc_out.weight"),
-    Copy(f"{LAYER}.fc2.bias", "blocks.{i}.ffn.fc_out.bias"),
+    *fairseq_layer_rules(LAYER),
     Copy("model.decoder.final_layer_norm.weight", "final_norm.weight"),
     Copy("model.decoder.final_layer_norm.bias", "final_norm.bias"),
     Copy("lm_head.weight", "lm_head.weight"),
