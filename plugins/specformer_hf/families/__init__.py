@@ -50,6 +50,7 @@ def builtin_families() -> list[Family]:
         helium,
         internlm3,
         iquestcoder,
+        jais2,
         llama,
         llama4,
         minicpm3,
@@ -142,6 +143,7 @@ def builtin_families() -> list[Family]:
             exaone_moe.FAMILY,
             nemotron.FAMILY,
             olmo.FAMILY,
+            jais2.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

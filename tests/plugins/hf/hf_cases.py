@@ -839,6 +839,13 @@ CASES += [
          _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
     Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
          {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
+    # Jais 2: Arcee's decoder with biased LayerNorms (the final one too): 6 heads of 10 over 2 (hidden 60), biases on
+    # (the defaults), squared ReLU, non-default eps, untied; and tied, multi-head, no biases, GELU, linear rope.
+    Case("jais2", "Jais2Config", "Jais2ForCausalLM",
+         _llama_like(hidden_size=60, num_attention_heads=6, layer_norm_eps=1e-4, tie_word_embeddings=False)),
+    Case("jais2-tied-no-bias", "Jais2Config", "Jais2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, attention_bias=False, mlp_bias=False,
+                     tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh", rope_parameters=_rope("linear", factor=2.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -862,5 +869,6 @@ SLOW_VARIANTS = frozenset({
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
+    "jais2-tied-no-bias",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

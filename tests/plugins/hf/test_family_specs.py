@@ -185,6 +185,7 @@ DENSE_SPECS = {
     # transformers' NemotronConfig defaults ("nemotron-15b style") with Nemotron-4 15B's 8 key/value heads (its paper).
     "nemotron-4-15b.yaml": ("NemotronConfig", dict(num_key_value_heads=8)),
     "olmo-7b.yaml": ("OlmoConfig", dict()),  # transformers' defaults are OLMo-7B's sizes
+    "jais-2-8b.yaml": ("Jais2Config", dict()),  # transformers' defaults are Jais-2-8B's sizes (its docstring's)
     # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
     "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
         vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],
