@@ -50,6 +50,7 @@ def builtin_families() -> list[Family]:
         helium,
         internlm3,
         iquestcoder,
+        jais2,
         llama,
         llama4,
         minicpm3,
@@ -86,7 +87,8 @@ def builtin_families() -> list[Family]:
         youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
-    from specformer_hf.families import (falcon_h1, falcon_mamba, granitemoehybrid, kimi_linear, lfm2, mamba, mamba2,
+    from specformer_hf.families import (falcon_h1, falcon_mamba, granitemoehybrid, kimi_linear, lfm2, lfm2_moe, mamba,
+                                        mamba2,
                                         nemotron_h, olmo_hybrid, qwen3_5, qwen3_5_moe, qwen3_next)
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
@@ -142,6 +144,8 @@ def builtin_families() -> list[Family]:
             exaone_moe.FAMILY,
             nemotron.FAMILY,
             olmo.FAMILY,
+            jais2.FAMILY,
+            lfm2_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -18,21 +18,24 @@ DEFAULTS = {
     "attention_bias": False, "mlp_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 
+#: Arcee's decoder (Jais 2 swaps its norms for LayerNorms).
+PARTS = (
+    Sizes(),
+    Rope(),
+    Layout("prenorm"),
+    RMSNorm(),
+    Attention(),
+    PlainMLP(fc_in="up_proj", fc_out="down_proj"),
+    Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
+    Switch("mlp_bias", ("ffn.bias",)),
+)
+
 FAMILY = decoder_family(
     name="Arcee",
     model_type="arcee",
     architecture="ArceeForCausalLM",
     defaults=DEFAULTS,
-    parts=[
-        Sizes(),
-        Rope(),
-        Layout("prenorm"),
-        RMSNorm(),
-        Attention(),
-        PlainMLP(fc_in="up_proj", fc_out="down_proj"),
-        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
-        Switch("mlp_bias", ("ffn.bias",)),
-    ],
+    parts=PARTS,
     ignore_tensors=(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),
     maps="as Llama (prenorm RMSNorm, rope, GQA, head_dim, attention_bias, mlp_bias) with an ungated mlp (up_proj, "
          "down_proj; hidden_act, relu2 by default), tied or untied head",

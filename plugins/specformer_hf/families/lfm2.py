@@ -94,7 +94,8 @@ class OnMixer(Rule):
 def _layer_types(cfg: ConfigReader, n_layers: int) -> list[str]:
     """layer_types, else full_attn_idxs (attention there, conv elsewhere), else attention everywhere (as transformers)."""
     types = cfg.get("layer_types")
-    indices = cfg.get("full_attn_idxs")  # read either way: transformers ignores it once layer_types is set
+    # read either way: transformers ignores it once layer_types is set (LFM2-MoE's config has no such field)
+    indices = cfg.get("full_attn_idxs", None)
     if types is None:
         if indices is None:
             indices = list(range(n_layers))

@@ -839,6 +839,26 @@ CASES += [
          _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
     Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
          {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
+    # Jais 2: Arcee's decoder with biased LayerNorms (the final one too): 6 heads of 10 over 2 (hidden 60), biases on
+    # (the defaults), squared ReLU, non-default eps, untied; and tied, multi-head, no biases, GELU, linear rope.
+    Case("jais2", "Jais2Config", "Jais2ForCausalLM",
+         _llama_like(hidden_size=60, num_attention_heads=6, layer_norm_eps=1e-4, tie_word_embeddings=False)),
+    Case("jais2-tied-no-bias", "Jais2Config", "Jais2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, attention_bias=False, mlp_bias=False,
+                     tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh", rope_parameters=_rope("linear", factor=2.0))),
+    # LFM2-MoE: conv, attention, conv layers (6 heads of 10 over 2, hidden 60), the first dense (width 80), then 6
+    # sigmoid-routed experts of width 24, 3 per token, renormalised, scaled by 1.5, with the expert bias, untied; and
+    # two dense layers, not renormalised, biased convolutions of 4 taps, tied.
+    Case("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+         _llama_like(hidden_size=60, num_attention_heads=6, num_hidden_layers=3, intermediate_size=80,
+                     layer_types=["conv", "full_attention", "conv"], num_dense_layers=1, num_experts=6,
+                     num_experts_per_tok=3, moe_intermediate_size=24, routed_scaling_factor=1.5, norm_eps=1e-4,
+                     conv_L_cache=3, tie_word_embeddings=False)),
+    Case("lfm2_moe-dense-pair-tied", "Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+         _llama_like(num_hidden_layers=4, layer_types=["full_attention", "conv", "conv", "full_attention"],
+                     num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                     norm_topk_prob=False, conv_L_cache=4, conv_bias=True,
+                     tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -862,5 +882,6 @@ SLOW_VARIANTS = frozenset({
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
+    "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

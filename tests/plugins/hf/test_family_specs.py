@@ -94,6 +94,9 @@ MOE_SPECS = {
     "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
     "solar-open-100b.yaml": ("SolarOpenConfig", dict()),  # transformers' defaults are Solar-Open-100B's sizes
     "glm-4.7-flash.yaml": ("Glm4MoeLiteConfig", dict()),  # transformers' defaults are GLM-4.7-Flash's sizes
+    # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).
+    "lfm2-8b-a1b.yaml": ("Lfm2MoeConfig", dict(num_hidden_layers=24, layer_types=[
+        "full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)])),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {
@@ -185,6 +188,7 @@ DENSE_SPECS = {
     # transformers' NemotronConfig defaults ("nemotron-15b style") with Nemotron-4 15B's 8 key/value heads (its paper).
     "nemotron-4-15b.yaml": ("NemotronConfig", dict(num_key_value_heads=8)),
     "olmo-7b.yaml": ("OlmoConfig", dict()),  # transformers' defaults are OLMo-7B's sizes
+    "jais-2-8b.yaml": ("Jais2Config", dict()),  # transformers' defaults are Jais-2-8B's sizes (its docstring's)
     # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
     "gpt-neo-125m.yaml": ("GPTNeoConfig", dict(
         vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, attention_types=[[["global", "local"], 6]],

@@ -246,6 +246,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # transformers' NemotronConfig defaults ("nemotron-15b style") with Nemotron-4 15B's 8 key/value heads.
     "nemotron-4-15b.yaml": _llama_like("NemotronConfig", num_key_value_heads=8),
     "olmo-7b.yaml": _llama_like("OlmoConfig"),  # transformers' defaults are OLMo-7B's sizes
+    "jais-2-8b.yaml": _llama_like("Jais2Config"),  # transformers' defaults are Jais-2-8B's sizes (its docstring's)
+    # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).
+    "lfm2-8b-a1b.yaml": _llama_like("Lfm2MoeConfig", num_hidden_layers=24, layer_types=[
+        "full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)]),
     # EleutherAI/gpt-neo-125M's published config.json (GPTNeoConfig's defaults are GPT-Neo 1.3B's sizes).
     "gpt-neo-125m.yaml": _llama_like(
         "GPTNeoConfig", vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12,
