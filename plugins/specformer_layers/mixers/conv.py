@@ -12,11 +12,12 @@ sees exactly its window followed by its real tokens.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 
 @dataclass
@@ -90,4 +91,14 @@ def _padding_first(stream: Tensor, padding: Tensor, kept: int) -> Tensor:
     return padded.gather(2, source[:, None, :].expand(-1, stream.shape[1], -1))
 
 
-__all__ = ["ConvOutput", "causal_conv"]
+@torch.no_grad()
+def init_conv(weight: Tensor, bias: Tensor | None) -> None:
+    """A depthwise convolution's ``weight`` ``(C, K)`` and ``bias`` ``(C,)`` as torch initialises a depthwise
+    ``Conv1d`` (what the published mixers train from): uniform within ``1/sqrt(K)``, its fan-in."""
+    bound = 1.0 / math.sqrt(weight.shape[1])
+    nn.init.uniform_(weight, -bound, bound)
+    if bias is not None:
+        nn.init.uniform_(bias, -bound, bound)
+
+
+__all__ = ["ConvOutput", "causal_conv", "init_conv"]

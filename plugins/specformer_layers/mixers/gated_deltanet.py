@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.conv import causal_conv, init_conv
 from specformer_layers.mixers.delta_rule import delta_rule_recurrent
 from specformer_layers.mixers.kernels import GATED_DELTA_RULE, chunked_delta_rule
 from specformer_layers.mixers.gated_norm import GatedRMSNorm
@@ -81,7 +81,7 @@ class GatedDeltaNet(RecurrentMixer):
         self.dt_bias = nn.Parameter(torch.empty(value_heads))
         self.norm = GatedRMSNorm(value_dim, eps=params.norm_eps, activation="silu")
         self.out = nn.Linear(value_heads * value_dim, d_model, bias=False)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_decay()
 
     # -- forward ----------------------------------------------------------------------------
@@ -147,15 +147,8 @@ class GatedDeltaNet(RecurrentMixer):
         for linear in (self.qkv, self.z, self.b, self.a):
             nn.init.normal_(linear.weight, std=std)
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_decay()
-
-    def _init_conv(self) -> None:
-        # As torch initialises a depthwise Conv1d (one input channel per group, fan-in K).
-        bound = 1.0 / math.sqrt(self.conv_kernel)
-        nn.init.uniform_(self.conv_weight, -bound, bound)
-        if self.conv_bias is not None:
-            nn.init.uniform_(self.conv_bias, -bound, bound)
 
     @torch.no_grad()
     def _init_decay(self) -> None:

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.conv import causal_conv, init_conv
 from specformer_layers.mixers.mamba_params import MambaParams, default_dt_rank
 from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.selective_scan import selective_scan_chunked, selective_scan_recurrent
@@ -63,7 +63,7 @@ class Mamba(RecurrentMixer):
         self.A_log = nn.Parameter(torch.empty(inner, size))
         self.D = nn.Parameter(torch.empty(inner))
         self.out = nn.Linear(inner, d_model, bias=params.bias)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
 
     # -- forward -----------------------------------------------------------------------------------
@@ -124,15 +124,8 @@ class Mamba(RecurrentMixer):
         for bias in (self.in_proj.bias, self.out.bias):
             if bias is not None:
                 nn.init.zeros_(bias)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
-
-    @torch.no_grad()
-    def _init_conv(self) -> None:
-        bound = 1.0 / math.sqrt(self.conv_weight.shape[1])  # PyTorch's default for a depthwise conv
-        nn.init.uniform_(self.conv_weight, -bound, bound)
-        if self.conv_bias is not None:
-            nn.init.uniform_(self.conv_bias, -bound, bound)
 
     @torch.no_grad()
     def _init_scan(self) -> None:

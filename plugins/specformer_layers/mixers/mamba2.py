@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.conv import causal_conv, init_conv
 from specformer_layers.mixers.grouped_gated_norm import GroupedGatedRMSNorm
 from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.kernels import SSD, chunked_ssd
@@ -72,7 +72,7 @@ class Mamba2(RecurrentMixer):
         multipliers = params.projection_multipliers
         self.projection_multipliers = None if multipliers is None else tuple(multipliers)
         self.out = nn.Linear(self.d_inner, d_model, bias=params.bias)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
 
     # -- forward -----------------------------------------------------------------------------------
@@ -140,15 +140,8 @@ class Mamba2(RecurrentMixer):
                 nn.init.zeros_(bias)
         if self.norm is not None:
             nn.init.ones_(self.norm.weight)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
-
-    @torch.no_grad()
-    def _init_conv(self) -> None:
-        bound = 1.0 / math.sqrt(self.conv_weight.shape[1])  # PyTorch's default for a depthwise conv
-        nn.init.uniform_(self.conv_weight, -bound, bound)
-        if self.conv_bias is not None:
-            nn.init.uniform_(self.conv_bias, -bound, bound)
 
     @torch.no_grad()
     def _init_scan(self) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor, nn
 
 from specformer.model.state import StateSlots
 
-from specformer_layers.mixers.conv import causal_conv
+from specformer_layers.mixers.conv import causal_conv, init_conv
 from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 
@@ -37,7 +36,7 @@ class ShortConv(RecurrentMixer):
         self.conv_weight = nn.Parameter(torch.empty(d_model, params.kernel))  # (C, K): oldest input first
         self.conv_bias = nn.Parameter(torch.zeros(d_model)) if params.conv_bias else None
         self.out = nn.Linear(d_model, d_model, bias=params.bias)
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
 
     def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
             steps: bool = False) -> MixerRun:
@@ -55,17 +54,10 @@ class ShortConv(RecurrentMixer):
     def extra_repr(self) -> str:
         return f"kernel={self.kernel}, conv_bias={self.conv_bias is not None}"
 
-    def _init_conv(self) -> None:
-        # As torch initialises a depthwise Conv1d (what LFM2 trains from): uniform within 1/sqrt(fan_in), fan_in = K.
-        bound = 1.0 / math.sqrt(self.kernel)
-        nn.init.uniform_(self.conv_weight, -bound, bound)
-        if self.conv_bias is not None:
-            nn.init.uniform_(self.conv_bias, -bound, bound)
-
     def init_weights(self, *, std: float, residual_std: float) -> None:
         nn.init.normal_(self.in_proj.weight, std=std)
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
-        self._init_conv()
+        init_conv(self.conv_weight, self.conv_bias)
         if self.conv_bias is not None:
             nn.init.zeros_(self.conv_bias)
         for bias in (self.in_proj.bias, self.out.bias):
