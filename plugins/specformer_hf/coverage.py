@@ -69,7 +69,7 @@ MISSING: dict[str, str] = {
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "aria_text", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
         "gemma4_unified_text", "glm_moe_dsa", "hy_v3", "hyperclovax", "jais2", "kolibri1", "lara_mini", "lfm2_moe",
-        "lfm3", "modernbert-decoder")},
+        "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
     "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",

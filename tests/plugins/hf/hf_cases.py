@@ -357,6 +357,19 @@ CASES = [
          {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 2, "conv_L_cache": 4, "block_ffn_dim_multiplier": 1.5,
           "block_multiple_of": 40,
           "layer_types": ["full_attention", "conv", "full_attention"], "rope_parameters": _rope("linear", factor=2.0)}),
+    # LFM3: short convolutions, a sliding layer (window shorter than the prompt) and global layers with the
+    # proportional rope on half of each head; 6 heads of 12 over 2 (not filling hidden), q/k/v/o biases, the head gate,
+    # sandwich norms, non-default eps, kernel 4 with biases, untied.
+    Case("lfm3", "Lfm3Config", "Lfm3ForCausalLM",
+         {**BASE, "num_hidden_layers": 5, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 12,
+          "norm_eps": 1e-4, "conv_L_cache": 4, "conv_bias": True, "attention_bias": True, "sliding_window": WINDOW,
+          "tie_word_embeddings": False,
+          "layer_types": ["conv", "full_attention", "conv", "sliding_attention", "full_attention"]}),
+    # Mostly attention (the block is attention), no gate, no sandwich norms, tied, Lfm3Config's own rope defaults
+    # and layer pattern (conv, conv, global, conv, sliding).
+    Case("lfm3-prenorm-ungated", "Lfm3Config", "Lfm3ForCausalLM",
+         {**BASE, "num_hidden_layers": 5, "num_key_value_heads": 1, "head_dim": 16, "use_sandwich_norm": False,
+          "use_attention_gate": False, "sliding_window": WINDOW}),
     # --- hybrid: Falcon-H1, Granite 4.0-H ---
     # Falcon-H1: Mamba-2 beside attention in every block. Every multiplier away from 1, Mamba without its norm,
     # 2 groups of B/C, conv kernel 3, an inner width of its own (mamba_d_ssm); then the gated norm on either side of
@@ -847,7 +860,7 @@ BY_NAME = {case.name: case for case in CASES}
 #: (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
     "deepseek_v32-yarn-layer-types",
-    "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
+    "lfm2-attention-majority", "lfm3-prenorm-ungated", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",

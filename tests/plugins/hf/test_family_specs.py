@@ -274,6 +274,8 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
 
 #: spec file -> (transformers config class, the spec's model as its config fields).
 HYBRID_SPECS = {
+    # transformers' Lfm3Config defaults, which its docstring names as LiquidAI/LFM3-1.7B's.
+    "lfm3-1.7b.yaml": ("Lfm3Config", {}),
     "granite-4.0-h-tiny.yaml": ("GraniteMoeHybridConfig", dict(
         vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12, num_key_value_heads=4,
         intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64, num_experts_per_tok=6,
