@@ -10,6 +10,7 @@ def builtin_families() -> list[Family]:
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
+        aria_text,
         biogpt,
         codegen,
         cohere,
@@ -143,6 +144,7 @@ def builtin_families() -> list[Family]:
             nemotron.FAMILY,
             olmo.FAMILY,
             lfm3.FAMILY,
+            aria_text.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

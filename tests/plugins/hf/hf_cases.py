@@ -339,6 +339,15 @@ CASES = [
                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
                                       "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
                                                          "rope_theta": 1e6}})),
+    # Aria (text): 4 heads of 24 over 2 (head_dim its own: transformers' Aria wants heads dividing hidden), attention biases, 5 experts of 24 (top 2, softmax over
+    # the chosen logits) beside two shared experts (48 wide), non-default eps, untied; and multi-query, one shared
+    # expert, 3 of 4 experts per token, tied.
+    Case("aria_text", "AriaTextConfig", "AriaTextForCausalLM",
+         _llama_like(head_dim=24, attention_bias=True, intermediate_size=24, moe_num_experts=5,
+                     moe_topk=2, moe_num_shared_experts=2, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("aria_text-mqa-one-shared-tied", "AriaTextConfig", "AriaTextForCausalLM",
+         _llama_like(num_key_value_heads=1, intermediate_size=32, moe_num_experts=4, moe_topk=3,
+                     moe_num_shared_experts=1, tie_word_embeddings=True, pad_token_id=None)),
     # --- hybrid: LFM2 ---
     # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
     Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
@@ -367,7 +376,7 @@ CASES = [
           "layer_types": ["conv", "full_attention", "conv", "sliding_attention", "full_attention"]}),
     # Mostly attention (the block is attention), no gate, no sandwich norms, tied, Lfm3Config's own rope defaults
     # and layer pattern (conv, conv, global, conv, sliding).
-    Case("lfm3-prenorm-ungated", "Lfm3Config", "Lfm3ForCausalLM",
+    Case("lfm3-prenorm-ungated", "aria_text-mqa-one-shared-tied", "Lfm3Config", "Lfm3ForCausalLM",
          {**BASE, "num_hidden_layers": 5, "num_key_value_heads": 1, "head_dim": 16, "use_sandwich_norm": False,
           "use_attention_gate": False, "sliding_window": WINDOW}),
     # --- hybrid: Falcon-H1, Granite 4.0-H ---
