@@ -36,6 +36,7 @@ def builtin_families() -> list[Family]:
         glm4,
         glm4_moe,
         glm4_moe_lite,
+        glm_moe_dsa,
         gpt2,
         gpt_bigcode,
         gpt_neo,
@@ -145,6 +146,7 @@ def builtin_families() -> list[Family]:
             olmo.FAMILY,
             lfm3.FAMILY,
             aria_text.FAMILY,
+            glm_moe_dsa.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

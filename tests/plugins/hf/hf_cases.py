@@ -242,6 +242,15 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
                      routed_scaling_factor=2.5, index_topk=5, index_n_heads=16, index_head_dim=12)),
+    # GLM-MoE-DSA: DeepSeek-V3.2 with an interleaved indexer rope; 5 heads (not dividing hidden), 4 keys per query,
+    # indexer heads wider than the rotary part (12 > 8), attention biases, non-default eps, experts in 2 groups (1
+    # kept), two dense first layers by mlp_layer_types, every indexer its own (indexer_types all 'full').
+    Case("glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=24,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8,
+                     num_experts_per_tok=3, n_group=2, topk_group=1, n_shared_experts=1, moe_intermediate_size=32,
+                     mlp_layer_types=["dense", "dense", "sparse"], routed_scaling_factor=2.5, attention_bias=True,
+                     rms_norm_eps=1e-4, index_topk=4, index_n_heads=16, index_head_dim=12)),
     # Two indexer heads: many keys score exactly 0 (both heads' ReLU closed) at a query's cut of 6, and the keys
     # chosen among them must be the ones torch.topk returns in transformers (test_indexer_ties counts the ties).
     Case("deepseek_v32-tied-cut", "DeepseekV32Config", "DeepseekV32ForCausalLM", TIED_V32),
