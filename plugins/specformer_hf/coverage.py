@@ -68,7 +68,7 @@ MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
-        "gemma4_unified_text", "hy_v3", "hyperclovax", "jais2", "kolibri1", "lara_mini", "lfm2_moe",
+        "gemma4_unified_text", "hyperclovax", "jais2", "kolibri1", "lara_mini", "lfm2_moe",
         "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
     "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",

@@ -50,6 +50,7 @@ def builtin_families() -> list[Family]:
         granitemoe_swa,
         granitemoeshared,
         helium,
+        hy_v3,
         internlm3,
         iquestcoder,
         llama,
@@ -147,6 +148,7 @@ def builtin_families() -> list[Family]:
             lfm3.FAMILY,
             aria_text.FAMILY,
             glm_moe_dsa.FAMILY,
+            hy_v3.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -251,6 +251,12 @@ CASES = [
                      num_experts_per_tok=3, n_group=2, topk_group=1, n_shared_experts=1, moe_intermediate_size=32,
                      mlp_layer_types=["dense", "dense", "sparse"], routed_scaling_factor=2.5, attention_bias=True,
                      rms_norm_eps=1e-4, index_topk=4, index_n_heads=16, index_head_dim=12)),
+    # Hunyuan 3: per-head q/k RMSNorm, 6 heads of 12 over 2 (not filling hidden), attention biases; 6 sigmoid experts
+    # (a selection bias), 3 per token, renormalised and scaled, two shared experts, the first layer dense; eps 1e-4.
+    Case("hy_v3", "HYV3Config", "HYV3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=6, head_dim=12, attention_bias=True, num_experts=6,
+                     num_experts_per_tok=3, num_shared_experts=2, moe_intermediate_size=24, router_scaling_factor=1.7,
+                     rms_norm_eps=1e-4, pad_token_id=None)),
     # Two indexer heads: many keys score exactly 0 (both heads' ReLU closed) at a query's cut of 6, and the keys
     # chosen among them must be the ones torch.topk returns in transformers (test_indexer_ties counts the ties).
     Case("deepseek_v32-tied-cut", "DeepseekV32Config", "DeepseekV32ForCausalLM", TIED_V32),
