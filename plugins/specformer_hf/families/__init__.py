@@ -10,6 +10,7 @@ def builtin_families() -> list[Family]:
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
+        aria_text,
         biogpt,
         codegen,
         cohere,
@@ -35,6 +36,7 @@ def builtin_families() -> list[Family]:
         glm4,
         glm4_moe,
         glm4_moe_lite,
+        glm_moe_dsa,
         gpt2,
         gpt_bigcode,
         gpt_neo,
@@ -48,6 +50,7 @@ def builtin_families() -> list[Family]:
         granitemoe_swa,
         granitemoeshared,
         helium,
+        hy_v3,
         internlm3,
         iquestcoder,
         jais2,
@@ -87,9 +90,22 @@ def builtin_families() -> list[Family]:
         youtu,
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
-    from specformer_hf.families import (falcon_h1, falcon_mamba, granitemoehybrid, kimi_linear, lfm2, lfm2_moe, mamba,
-                                        mamba2,
-                                        nemotron_h, olmo_hybrid, qwen3_5, qwen3_5_moe, qwen3_next)
+    from specformer_hf.families import (  # one per line: families are added side by side
+        falcon_h1,
+        falcon_mamba,
+        granitemoehybrid,
+        kimi_linear,
+        lfm2,
+        lfm2_moe,
+        lfm3,
+        mamba,
+        mamba2,
+        nemotron_h,
+        olmo_hybrid,
+        qwen3_5,
+        qwen3_5_moe,
+        qwen3_next,
+    )
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
             gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, olmo2.FAMILY, stablelm.FAMILY,
@@ -146,6 +162,10 @@ def builtin_families() -> list[Family]:
             olmo.FAMILY,
             jais2.FAMILY,
             lfm2_moe.FAMILY,
+            lfm3.FAMILY,
+            aria_text.FAMILY,
+            glm_moe_dsa.FAMILY,
+            hy_v3.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -26,7 +26,7 @@ DEFAULTS = {
     "mlp_layer_types": None, "layer_types": None, "mlp_bias": False,
 }
 #: The indexer's key norm: transformers' DeepseekV32Indexer.k_norm, nn.LayerNorm(index_head_dim, eps=1e-6).
-KEY_NORM = {"kind": "layernorm", "eps": 1e-6, "bias": True, "affine": True}
+KEY_NORM = {"kind": "layernorm", "eps": 1e-6, "bias": True, "affine": True, "offset": 0.0}
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class IndexedLatentAttention(LatentAttention):
     indexed_attention."""
 
     indexed: bool = True
+    #: The indexer turns its rotary channels in adjacent pairs (GLM-5's); DeepSeek-V3.2's turns halves.
+    indexer_interleaved: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         super().read(cfg, model)
@@ -66,17 +68,18 @@ class IndexedLatentAttention(LatentAttention):
                             "DeepSeek-V3.2 is indexed_attention")
         attention["indexer"] = {"kind": "lightning", "topk": cfg.get_size("index_topk"),
                                 "n_heads": cfg.get_size("index_n_heads"), "head_dim": cfg.get_size("index_head_dim"),
-                                "key_norm": dict(KEY_NORM), "interleaved": False,
+                                "key_norm": dict(KEY_NORM), "interleaved": self.indexer_interleaved,
                                 # transformers keeps what torch.topk returns when scores tie at the cut
                                 "ties": "topk"}
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         super().write(view, config)
         indexer = view.uniform("mixer")["indexer"]
-        if (indexer["kind"] != "lightning" or indexer["interleaved"]
+        if (indexer["kind"] != "lightning" or indexer["interleaved"] != self.indexer_interleaved
                 or {**KEY_NORM, **indexer["key_norm"]} != KEY_NORM):
+            turns = "in adjacent pairs (interleaved: true)" if self.indexer_interleaved else "in halves"
             raise NotExpressible("model.block.mixer.indexer", f"Hugging Face {view.name}'s indexer is lightning, "
-                                 "turns its rotary channels in halves and normalises keys by a LayerNorm (eps 1e-6)")
+                                 f"turns its rotary channels {turns} and normalises keys by a LayerNorm (eps 1e-6)")
         if view.uniform("mixer")["q_lora_rank"] is None:
             raise NotExpressible("model.block.mixer.q_lora_rank", f"Hugging Face {view.name} needs a query latent")
         config.update(index_topk=indexer["topk"], index_n_heads=indexer["n_heads"], index_head_dim=indexer["head_dim"])

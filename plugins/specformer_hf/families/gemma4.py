@@ -86,14 +86,16 @@ def _head_sizes(cfg: ConfigReader, types: list[str]) -> list[tuple[int, int]]:
     return [wide if t == FULL else base for t in types]
 
 
-def _rope(cfg: ConfigReader, layer_type: str) -> dict[str, Any]:
-    """One layer type's rope: default, or proportional (only the first channel pairs turn)."""
-    stored = cfg.get("rope_parameters", None) or DEFAULT_ROPE
-    params = dict(stored.get(layer_type) or DEFAULT_ROPE[layer_type]) if isinstance(stored, dict) else None
+def layer_type_rope(cfg: ConfigReader, layer_type: str,
+                    defaults: dict[str, dict[str, Any]] = DEFAULT_ROPE) -> dict[str, Any]:
+    """One layer type's rope: default, or proportional (only the first channel pairs turn); ``defaults``: the family's
+    rope parameters per layer type when the config has none (Gemma 4's, LFM3's)."""
+    stored = cfg.get("rope_parameters", None) or defaults
+    params = dict(stored.get(layer_type) or defaults[layer_type]) if isinstance(stored, dict) else None
     if params is None:
         raise UserError(f"{cfg.family}: rope_parameters must map layer types to rope settings, got {stored!r}")
     rope_type = params.pop("rope_type", "default")
-    out: dict[str, Any] = {"kind": "rope", "theta": float(params.pop("rope_theta", DEFAULT_ROPE[layer_type]["rope_theta"]))}
+    out: dict[str, Any] = {"kind": "rope", "theta": float(params.pop("rope_theta", defaults[layer_type]["rope_theta"]))}
     if rope_type == "proportional":
         out["scaling"] = {"kind": "proportional", "fraction": float(params.pop("partial_rotary_factor", 1.0)),
                           "factor": float(params.pop("factor", 1.0))}
@@ -105,11 +107,12 @@ def _rope(cfg: ConfigReader, layer_type: str) -> dict[str, Any]:
     return out
 
 
-def _rope_parameters(scheme: dict[str, Any]) -> dict[str, Any]:
+def layer_type_rope_parameters(scheme: dict[str, Any], family: str = "Gemma 4") -> dict[str, Any]:
+    """One layer type's rope parameters (default or proportional), as :func:`layer_type_rope` reads them."""
     scaling = scheme.get("scaling")
     if scheme["kind"] != "rope" or scheme.get("interleaved") or scheme.get("fraction", 1.0) != 1.0 or \
             (scaling and scaling["kind"] != "proportional"):
-        raise NotExpressible("model.positional", "Hugging Face Gemma 4 turns whole heads with the default or the "
+        raise NotExpressible("model.positional", f"Hugging Face {family} turns whole heads with the default or the "
                                                  "proportional rope (rope_scaling proportional)")
     if not scaling:
         return {"rope_type": "default", "rope_theta": scheme["theta"]}
@@ -119,7 +122,7 @@ def _rope_parameters(scheme: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _overrides(layers: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
+def layer_overrides(layers: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
     """``layers:`` overrides that turn ``base`` into each layer: each field's changed keys, layers with the same
     changes selected together."""
     changes: dict[str, list[int]] = {}
@@ -155,7 +158,7 @@ class Gemma4Layers(Part):
         k_eq_v = bool(cfg.get("attention_k_eq_v"))
         double = bool(cfg.get("use_double_wide_mlp"))
         hidden = cfg.get_size("intermediate_size")
-        ropes = {t: _rope(cfg, t) for t in (SLIDING, FULL)}
+        ropes = {t: layer_type_rope(cfg, t) for t in (SLIDING, FULL)}
         moe = self._moe(cfg, activation, eps) if cfg.get("enable_moe_block") else None
         cfg.mark_read("num_experts", "top_k_experts", "moe_intermediate_size")  # without the mixture they do nothing
         layers = []
@@ -180,7 +183,7 @@ class Gemma4Layers(Part):
         block.update(mixer=base["mixer"], ffn=base["ffn"])
         block["layout"] = {"kind": "sandwich", "layer_scale": True, "per_layer_activation": activation,
                            "ffn_pre_norm": moe is None}
-        overrides = _overrides(layers, base)
+        overrides = layer_overrides(layers, base)
         if overrides:
             model.setdefault("layers", []).extend(overrides)
         width = cfg.get_int("hidden_size_per_layer_input")
@@ -230,7 +233,7 @@ class Gemma4Layers(Part):
             per_layer_config={str(i): {"head_dim": hd, "num_key_value_heads": kv}
                               for i, (hd, kv) in enumerate(sizes) if (hd, kv) != base},
             attention_k_eq_v=bool(own_full and own_full[0].get("k_eq_v")), num_kv_shared_layers=shared,
-            rope_parameters={t: _rope_parameters(next(p or view.positional for p, u in
+            rope_parameters={t: layer_type_rope_parameters(next(p or view.positional for p, u in
                                                       zip(view.per_layer("positional"), types) if u == t))
                              for t in dict.fromkeys(types)},
             intermediate_size=hidden, hidden_activation=ACTIVATIONS_TO_HF[dense[0]["activation"]],

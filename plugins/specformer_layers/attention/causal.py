@@ -67,8 +67,14 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias)
         self.v_norm = params.v_norm.make(dim=head_dim) if params.v_norm is not None else None
         self.out = nn.Linear(n_heads * head_dim, d_model, bias=params.out_bias)
-        # The output gate reads the block input, one logit per output channel of every head.
-        self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias) if params.output_gate else None
+        # The output gate reads the block input: one logit per output channel of every head, or per head (no bias).
+        self.gate_per_head = params.output_gate_scope == "head"
+        if not params.output_gate:
+            self.gate = None
+        elif self.gate_per_head:
+            self.gate = nn.Linear(d_model, n_heads, bias=False)
+        else:
+            self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
@@ -122,8 +128,11 @@ class CausalSelfAttention(nn.Module):
                         state=state)
         y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
                    scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
-        y = y.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
-        if self.gate is not None:
+        y = y.transpose(1, 2)  # (B, T, H, hd)
+        if self.gate is not None and self.gate_per_head:
+            y = y * torch.sigmoid(self.gate(x))[..., None]  # (B, T, H, 1): each head's output scaled as a whole
+        y = y.reshape(B, T, H * hd)  # (B, T, H*hd)
+        if self.gate is not None and not self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))
         return self.out(y)
 
@@ -189,7 +198,7 @@ class CausalSelfAttention(nn.Module):
         if self.sinks is not None:
             parts.append("sinks=True")
         if self.gate is not None:
-            parts.append("output_gate=True")
+            parts.append("output_gate=head" if self.gate_per_head else "output_gate=True")
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
                          + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))

@@ -32,7 +32,8 @@ class CausalSelfAttentionParams(Params):
     before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
     full-attention layers): a head can close itself for a token instead of parking its
-    attention on a sink. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    attention on a sink. ``output_gate_scope: head`` gates whole heads instead, one logit
+    per head from a projection without bias (LFM3's ``g_proj``). ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
     fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
     no ``T x T`` tensor) for every other mask and score modification where it can run;
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
@@ -93,6 +94,11 @@ class CausalSelfAttentionParams(Params):
         description="Multiply the attention output per channel by sigmoid of a projection of the block input "
                     "(biased when qkv_bias is), before the output projection (Qwen3-Next, Qwen3.5).",
     )
+    output_gate_scope: Literal["channel", "head"] = Field(
+        default="channel",
+        description="channel: one gate logit per output channel of every head (biased when qkv_bias is); head: one "
+                    "per head, from a projection without bias, scaling the head's whole output (LFM3).",
+    )
     kv_from: int | None = Field(
         default=None, ge=0,
         description="Read the keys and values of this earlier layer (its index) instead of projecting and caching "
@@ -132,13 +138,18 @@ class CausalSelfAttentionParams(Params):
         parameters = total(
             linear(d_model, H * hd + kv_rows, bias=self.qkv_bias),
             linear(H * hd, d_model, bias=self.out_bias),
-            linear(d_model, H * hd, bias=self.qkv_bias) if self.output_gate else 0,
+            self._gate_parameters(d_model, H, hd),
             H if self.sinks else 0,
             self._qk_norm_parameters(H, KV, hd),
             self.v_norm.sized(dim=hd).parameters if self.v_norm is not None else 0,
         )
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
                      kv_from=self.kv_from, window=self.window)
+
+    def _gate_parameters(self, d_model: int, H: int, hd: int) -> int:
+        if not self.output_gate:
+            return 0
+        return linear(d_model, H) if self.output_gate_scope == "head" else linear(d_model, H * hd, bias=self.qkv_bias)
 
     def check_kv_from(self, layer_index: int) -> None:
         """ValueError unless ``kv_from`` (when set) names a layer before ``layer_index``."""

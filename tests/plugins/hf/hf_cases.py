@@ -242,6 +242,21 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
                      routed_scaling_factor=2.5, index_topk=5, index_n_heads=16, index_head_dim=12)),
+    # GLM-MoE-DSA: DeepSeek-V3.2 with an interleaved indexer rope; 5 heads (not dividing hidden), 4 keys per query,
+    # indexer heads wider than the rotary part (12 > 8), attention biases, non-default eps, experts in 2 groups (1
+    # kept), two dense first layers by mlp_layer_types, every indexer its own (indexer_types all 'full').
+    Case("glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=24,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8,
+                     num_experts_per_tok=3, n_group=2, topk_group=1, n_shared_experts=1, moe_intermediate_size=32,
+                     mlp_layer_types=["dense", "dense", "sparse"], routed_scaling_factor=2.5, attention_bias=True,
+                     rms_norm_eps=1e-4, index_topk=4, index_n_heads=16, index_head_dim=12)),
+    # Hunyuan 3: per-head q/k RMSNorm, 6 heads of 12 over 2 (not filling hidden), attention biases; 6 sigmoid experts
+    # (a selection bias), 3 per token, renormalised and scaled, two shared experts, the first layer dense; eps 1e-4.
+    Case("hy_v3", "HYV3Config", "HYV3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=6, head_dim=12, attention_bias=True, num_experts=6,
+                     num_experts_per_tok=3, num_shared_experts=2, moe_intermediate_size=24, router_scaling_factor=1.7,
+                     rms_norm_eps=1e-4, pad_token_id=None)),
     # Two indexer heads: many keys score exactly 0 (both heads' ReLU closed) at a query's cut of 6, and the keys
     # chosen among them must be the ones torch.topk returns in transformers (test_indexer_ties counts the ties).
     Case("deepseek_v32-tied-cut", "DeepseekV32Config", "DeepseekV32ForCausalLM", TIED_V32),
@@ -339,6 +354,15 @@ CASES = [
                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
                                       "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
                                                          "rope_theta": 1e6}})),
+    # Aria (text): 4 heads of 24 over 2 (head_dim its own: transformers' Aria wants heads dividing hidden), attention biases, 5 experts of 24 (top 2, softmax over
+    # the chosen logits) beside two shared experts (48 wide), non-default eps, untied; and multi-query, one shared
+    # expert, 3 of 4 experts per token, tied.
+    Case("aria_text", "AriaTextConfig", "AriaTextForCausalLM",
+         _llama_like(head_dim=24, attention_bias=True, intermediate_size=24, moe_num_experts=5,
+                     moe_topk=2, moe_num_shared_experts=2, rms_norm_eps=1e-4, pad_token_id=None)),
+    Case("aria_text-mqa-one-shared-tied", "AriaTextConfig", "AriaTextForCausalLM",
+         _llama_like(num_key_value_heads=1, intermediate_size=32, moe_num_experts=4, moe_topk=3,
+                     moe_num_shared_experts=1, tie_word_embeddings=True, pad_token_id=None)),
     # --- hybrid: LFM2 ---
     # Short-convolution layers with attention between them (the commoner kind is the block's mixer).
     Case("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
@@ -357,6 +381,19 @@ CASES = [
          {**BASE, "num_hidden_layers": 3, "num_key_value_heads": 2, "conv_L_cache": 4, "block_ffn_dim_multiplier": 1.5,
           "block_multiple_of": 40,
           "layer_types": ["full_attention", "conv", "full_attention"], "rope_parameters": _rope("linear", factor=2.0)}),
+    # LFM3: short convolutions, a sliding layer (window shorter than the prompt) and global layers with the
+    # proportional rope on half of each head; 6 heads of 12 over 2 (not filling hidden), q/k/v/o biases, the head gate,
+    # sandwich norms, non-default eps, kernel 4 with biases, untied.
+    Case("lfm3", "Lfm3Config", "Lfm3ForCausalLM",
+         {**BASE, "num_hidden_layers": 5, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 12,
+          "norm_eps": 1e-4, "conv_L_cache": 4, "conv_bias": True, "attention_bias": True, "sliding_window": WINDOW,
+          "tie_word_embeddings": False,
+          "layer_types": ["conv", "full_attention", "conv", "sliding_attention", "full_attention"]}),
+    # Mostly attention (the block is attention), no gate, no sandwich norms, tied, Lfm3Config's own rope defaults
+    # and layer pattern (conv, conv, global, conv, sliding).
+    Case("lfm3-prenorm-ungated", "aria_text-mqa-one-shared-tied", "Lfm3Config", "Lfm3ForCausalLM",
+         {**BASE, "num_hidden_layers": 5, "num_key_value_heads": 1, "head_dim": 16, "use_sandwich_norm": False,
+          "use_attention_gate": False, "sliding_window": WINDOW}),
     # --- hybrid: Falcon-H1, Granite 4.0-H ---
     # Falcon-H1: Mamba-2 beside attention in every block. Every multiplier away from 1, Mamba without its norm,
     # 2 groups of B/C, conv kernel 3, an inner width of its own (mamba_d_ssm); then the gated norm on either side of
@@ -867,7 +904,7 @@ BY_NAME = {case.name: case for case in CASES}
 #: (every parity check of each takes about a second, and there are many).
 SLOW_VARIANTS = frozenset({
     "deepseek_v32-yarn-layer-types",
-    "lfm2-attention-majority", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
+    "lfm2-attention-majority", "lfm3-prenorm-ungated", "falcon_h1-rms-norm", "falcon_h1-gate-then-norm", "granitemoehybrid-attention",
     "granitemoehybrid-rope-dense", "granitemoehybrid-dense-nope", "mamba2-tied-clamped", "nemotron_h-biased",
     "kimi_linear-mla-base", "qwen3_next-irregular", "olmo_hybrid-nope",
     "glm4_moe-air-yarn", "minimax_m2-mqa-partial", "olmo3-layer-types-bias", "exaone4-global-llama3", "llama4-interleaved",

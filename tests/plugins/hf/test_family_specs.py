@@ -47,6 +47,10 @@ MOE_SPECS = {
         max_position_embeddings=163840,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    # transformers' HYV3Config defaults, which its docstring names as tencent/Hy3-preview's.
+    "hy3-preview.yaml": ("HYV3Config", dict()),
+    # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
+    "glm-5.yaml": ("GlmMoeDsaConfig", dict()),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
     "kimi-linear-48b-a3b.yaml": ("KimiLinearConfig", dict(linear_attn_config=KIMI_LINEAR_ATTENTION)),
     "qwen3-next-80b-a3b.yaml": ("Qwen3NextConfig", dict(
@@ -278,6 +282,8 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
 
 #: spec file -> (transformers config class, the spec's model as its config fields).
 HYBRID_SPECS = {
+    # transformers' Lfm3Config defaults, which its docstring names as LiquidAI/LFM3-1.7B's.
+    "lfm3-1.7b.yaml": ("Lfm3Config", {}),
     "granite-4.0-h-tiny.yaml": ("GraniteMoeHybridConfig", dict(
         vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12, num_key_value_heads=4,
         intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64, num_experts_per_tok=6,

@@ -556,3 +556,23 @@ def test_ernie4_5_moe_skips_the_multi_token_prediction_module_as_transformers_do
     save_file({**tensors, "model.layers.7.mlp.gate.weight": torch.ones(6, 80)}, folder / "model.safetensors")
     with pytest.raises(UserError, match=r"does not use.*model\.layers\.7"):
         specformer_hf.import_hf(folder)
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"indexer_types": ["full", "shared", "full"]}, "layers [1] reuse an earlier layer's chosen keys"),
+    ({"indexer_types": None, "index_topk_pattern": "FSS"}, "layers [1, 2] reuse"),
+    ({"indexer_types": None, "index_topk_freq": 2, "index_skip_topk_offset": 1}, "layers [1] reuse"),
+])
+def test_glm_moe_dsa_refuses_shared_indexer_layers(tmp_path, changes, needle):
+    """A 'shared' layer reads the keys an earlier layer's indexer chose (cross-layer top-k sharing, not in specformer)."""
+    folder = _folder(tmp_path, "glm_moe_dsa", **changes)
+    with pytest.raises(UserError, match="cross-layer top-k sharing") as caught:
+        specformer_hf.import_hf(folder)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_glm_moe_dsa_reads_the_all_full_pattern_keywords(tmp_path):
+    """transformers derives indexer_types from index_topk_freq / index_skip_topk_offset when the config has none."""
+    folder = _folder(tmp_path, "glm_moe_dsa", indexer_types=None, index_topk_freq=1, index_skip_topk_offset=2)
+    imported = specformer_hf.import_hf(folder)
+    assert imported.spec["model"]["block"]["mixer"]["indexer"]["interleaved"] is True

@@ -71,3 +71,30 @@ def test_cached_matches_uncached() -> None:
     steps = [model(x[:, :4], positions=causal_positions(2, 4), cache=cache)]
     steps += [model(x[:, t:t + 1], positions=torch.full((2, 1), t), cache=cache) for t in range(4, 11)]
     torch.testing.assert_close(torch.cat(steps, 1), model(x))
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_head_gate_formula(backend: str) -> None:
+    """output_gate_scope head: out(concat_h(sigmoid(x . g_h) * head_h)), g_h one row of a bias-free projection (LFM3)."""
+    gated = make(n_kv_heads=2, output_gate=True, output_gate_scope="head", qkv_bias=True, out_bias=True,
+                 backend=backend)
+    assert gated.gate.bias is None and gated.gate.out_features == gated.n_heads
+    heads = make(n_kv_heads=2, qkv_bias=True)
+    heads.qkv.load_state_dict(gated.qkv.state_dict())
+    heads.out.weight.data = torch.eye(D, dtype=torch.float64)
+    rope = RotaryPositions(head_dim=6, context_length=16)
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    positions = causal_positions(2, 7)
+    attended = naive(heads, x, positions, rope)  # (B, T, H*hd), head h in channels h*hd .. (h+1)*hd
+    gate = torch.sigmoid(x @ gated.gate.weight.T)  # (B, T, H)
+    expected = (gate.repeat_interleave(gated.head_dim, dim=-1) * attended) @ gated.out.weight.T + gated.out.bias
+    torch.testing.assert_close(gated(x, context(positions, rope, plain_causal=True)), expected)
+
+
+def test_head_gate_is_sized_by_the_heads() -> None:
+    params = CausalSelfAttentionParams(n_heads=4, n_kv_heads=1, head_dim=10, output_gate=True,
+                                       output_gate_scope="head", qkv_bias=True)
+    gated = CausalSelfAttention(params, d_model=D)
+    assert (gated.gate.in_features, gated.gate.out_features) == (D, 4)
+    assert "output_gate=head" in gated.extra_repr()
+    assert params.sized(d_model=D).parameters == sum(p.numel() for p in gated.parameters())
