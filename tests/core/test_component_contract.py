@@ -124,6 +124,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "temperature_position_offset"): (0, {"temperature_tuning": True, "temperature_floor_scale": 2}),
     ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("mixer", "attention", "v_norm"): "rmsnorm",
+    ("mixer", "attention", "clip_qkv"): 0.05,  # below the tiny projections' largest values, so it clamps
+    ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
     ("mixer", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
