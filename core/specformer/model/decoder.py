@@ -1,10 +1,10 @@
-"""The Decoder: embed -> positional -> blocks -> final norm -> LM head.
+"""The Decoder: embed -> (embedding norm) -> positional -> blocks -> final norm -> LM head.
 
 A plain ``nn.Module``. It knows no concrete component: the builder hands it a
 positional scheme, a list of blocks (each built by a layout component from an
 attention, an ffn and norms), the residual stream the blocks are joined to
 (:mod:`specformer.model.residual`: expanded after the embeddings, collapsed before the
-final norm) and a final norm.
+final norm), a final norm and, for some models, a norm on the token embeddings.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Decoder(nn.Module):
         layer_positionals: list[PositionalScheme] = (),
         layer_scheme: list[int] | None = None,
         final_norm: nn.Module,
+        embedding_norm: nn.Module | None = None,
         residual: ResidualStream | None = None,
         tie_embeddings: bool = True,
         lm_head_bias: bool = False,
@@ -78,6 +79,8 @@ class Decoder(nn.Module):
         # Layers whose keys and values later layers read (their kv_from): each forward keeps those for them.
         self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "mixer", None))) is not None})
         self.final_norm = final_norm
+        # A norm on the token embeddings (BLOOM, nanochat); None: the embeddings enter the blocks as they are.
+        self.embedding_norm = embedding_norm
         # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
         self.residual = residual if residual is not None else ResidualStream()
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
@@ -128,6 +131,8 @@ class Decoder(nn.Module):
         if self.embedding_multiplier != 1.0:
             # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
             x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         per_layer = self.per_layer_input(input_ids, x) if self.per_layer_input is not None else None  # (B, T, L, P)
         added = self.positional.embed(positions)
         if added is not None:

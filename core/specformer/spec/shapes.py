@@ -154,6 +154,11 @@ class ModelSpec(StrictNumbers):
     layers: list[LayerOverride] = Field(
         default_factory=list, description="Per-layer overrides of block fields, applied in order."
     )
+    embedding_norm: ComponentRef | None = Field(
+        default=None,
+        description="Norm on the token embeddings, before positions are added and the first block "
+                    "(BLOOM's word_embeddings_layernorm, nanochat's weightless RMSNorm); none by default.",
+    )
     final_norm: ComponentRef | None = Field(
         default=None, description="Norm before the LM head; defaults to the block's norm."
     )

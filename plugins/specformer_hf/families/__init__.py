@@ -11,6 +11,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
         biogpt,
+        bloom,
         codegen,
         cohere,
         cohere2,
@@ -142,6 +143,7 @@ def builtin_families() -> list[Family]:
             exaone_moe.FAMILY,
             nemotron.FAMILY,
             olmo.FAMILY,
+            bloom.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -839,6 +839,14 @@ CASES += [
          _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
     Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
          {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
+    # BLOOM: a LayerNorm on the embeddings, ALiBi over 6 heads (not a power of two: the interleaved extra slopes),
+    # per-head fused q/k/v, non-default eps, untied; and tied with 4 heads of 16.
+    Case("bloom", "BloomConfig", "BloomForCausalLM",
+         dict(vocab_size=128, hidden_size=60, n_layer=2, n_head=6, layer_norm_epsilon=1e-4, tie_word_embeddings=False,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    Case("bloom-tied", "BloomConfig", "BloomForCausalLM",
+         dict(vocab_size=128, hidden_size=64, n_layer=3, n_head=4, tie_word_embeddings=True, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

@@ -256,6 +256,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "biogpt.yaml": _llama_like("BioGptConfig"),  # transformers' defaults are microsoft/biogpt's sizes
     "xglm-564m.yaml": _llama_like("XGLMConfig"),  # transformers' defaults are facebook/xglm-564M's sizes
     "persimmon-8b.yaml": _llama_like("PersimmonConfig"),  # transformers' defaults are Persimmon-8B's sizes
+    # bigscience/bloom-560m's published config.json (BloomConfig's defaults are tiny test sizes).
+    "bloom-560m.yaml": _llama_like("BloomConfig", vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
 }
 
 REAL = sorted(HF_CONFIGS)
