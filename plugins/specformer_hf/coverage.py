@@ -118,9 +118,6 @@ MISSING: dict[str, str] = {
     # In no issue yet.
     # Its sinusoidal positions (split_halves) and embedding scale exist; a head tied to the embeddings has no bias.
     "ctrl": "a bias on the tied LM head (lm_head.bias beside tied weights) (issue 46)",
-    # NanoChat's other differences would map: its weightless q/k RMSNorms after the rope commute with it, its rotate_half
-    # turning the other way is the usual rope on q/k rows with each head's second half negated, relu2, a logit cap.
-    "nanochat": "a weightless RMSNorm on the token embeddings (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }

@@ -61,6 +61,7 @@ def builtin_families() -> list[Family]:
         mistral,
         mixtral,
         mpt,
+        nanochat,
         nemotron,
         olmo,
         olmo2,
@@ -144,6 +145,7 @@ def builtin_families() -> list[Family]:
             nemotron.FAMILY,
             olmo.FAMILY,
             bloom.FAMILY,
+            nanochat.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -844,6 +844,14 @@ CASES += [
     Case("bloom", "BloomConfig", "BloomForCausalLM",
          dict(vocab_size=128, hidden_size=60, n_layer=2, n_head=6, layer_norm_epsilon=1e-4, tie_word_embeddings=False,
               bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # nanochat: weightless RMSNorms (embeddings, blocks, q/k after the reversed rope, final), 6 heads of 12 over 2 kv
+    # heads (a head_dim of its own), attention biases, non-default eps, soft-capped logits, untied; and tied, every
+    # head its own kv head, no biases, no soft-cap.
+    Case("nanochat", "NanoChatConfig", "NanoChatForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, attention_bias=True, rms_norm_eps=1e-4,
+                     final_logit_softcapping=15.0, tie_word_embeddings=False)),
+    Case("nanochat-mha-tied-uncapped", "NanoChatConfig", "NanoChatForCausalLM",
+         _llama_like(num_key_value_heads=4, final_logit_softcapping=None, tie_word_embeddings=True)),
     Case("bloom-tied", "BloomConfig", "BloomForCausalLM",
          dict(vocab_size=128, hidden_size=64, n_layer=3, n_head=4, tie_word_embeddings=True, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)),

@@ -197,6 +197,8 @@ DENSE_SPECS = {
     "persimmon-8b.yaml": ("PersimmonConfig", dict()),  # transformers' defaults are Persimmon-8B's sizes
     # bigscience/bloom-560m's published config.json (BloomConfig's defaults are tiny test sizes).
     "bloom-560m.yaml": ("BloomConfig", dict(vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16)),
+    # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
+    "nanochat-defaults.yaml": ("NanoChatConfig", dict()),
 }
 
 
