@@ -78,7 +78,6 @@ MISSING: dict[str, str] = {
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
-    "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
     "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",

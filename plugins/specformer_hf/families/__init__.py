@@ -64,6 +64,7 @@ def builtin_families() -> list[Family]:
         nanochat,
         nemotron,
         olmo,
+        openai_gpt,
         olmo2,
         olmo3,
         olmoe,
@@ -146,6 +147,7 @@ def builtin_families() -> list[Family]:
             olmo.FAMILY,
             bloom.FAMILY,
             nanochat.FAMILY,
+            openai_gpt.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 
