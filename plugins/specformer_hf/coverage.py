@@ -116,7 +116,6 @@ MISSING: dict[str, str] = {
     "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
     # In no issue yet.
     # Its sinusoidal positions (split_halves) and embedding scale exist; a head tied to the embeddings has no bias.
-    "ctrl": "a bias on the tied LM head (lm_head.bias beside tied weights) (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }

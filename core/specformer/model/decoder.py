@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from specformer.model.attention import AttentionLayer, kv_source_of
 from specformer.model.context import ForwardContext, KVCache, default_positions
+from specformer.model.head_bias import TiedHeadBias
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
 from specformer.model.residual import ResidualStream
@@ -60,8 +61,6 @@ class Decoder(nn.Module):
         super().__init__()
         if padded_vocab_size < vocab_size:
             raise ValueError(f"padded_vocab_size {padded_vocab_size} is smaller than vocab_size {vocab_size}")
-        if lm_head_bias and tie_embeddings:
-            raise ValueError("an LM head bias needs untied embeddings")
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.context_length = context_length
@@ -84,6 +83,8 @@ class Decoder(nn.Module):
         # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
         self.residual = residual if residual is not None else ResidualStream()
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
+        # A tied head's bias (CTRL): the head shares the embedding's weight, the bias is its own.
+        self.head_bias = TiedHeadBias(rows=padded_vocab_size) if lm_head_bias and tie_embeddings else None
         self.embedding_multiplier = embedding_multiplier
         self.logit_softcap = logit_softcap
         self.logit_scale = logit_scale
@@ -211,6 +212,8 @@ class Decoder(nn.Module):
         """
         x = self.final_norm(self.residual.collapse(x))
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
+        if self.head_bias is not None:
+            logits = self.head_bias(logits)
         if self.logit_scale != 1.0:
             logits = logits * self.logit_scale
         if self.logit_softcap is not None:

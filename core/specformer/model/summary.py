@@ -116,6 +116,7 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     )
     for name, p in skeleton.named_parameters():
         top = name.split(".")[0]
+        top = "lm_head" if top == "head_bias" else top  # a tied head's bias counts with the head
         if top != "blocks":
             groups[top] = groups.get(top, 0) + p.numel()
     for block, count in blocks:

@@ -70,7 +70,8 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     m = resolved.spec
     shapes = size_flow(SIZED, resolved)
     embedding = m.padded_vocab_size * m.d_model
-    head = 0 if m.tie_embeddings else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
+    head = (m.padded_vocab_size if m.lm_head_bias else 0) if m.tie_embeddings \
+        else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
     blocks = [None if b.block.parameters is None else b.block.parameters * count for b, count in shapes.blocks]
     skeleton = shapes.skeleton
     per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0

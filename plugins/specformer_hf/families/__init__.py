@@ -13,6 +13,7 @@ def builtin_families() -> list[Family]:
         biogpt,
         bloom,
         codegen,
+        ctrl,
         cohere,
         cohere2,
         cwm,
@@ -148,6 +149,7 @@ def builtin_families() -> list[Family]:
             bloom.FAMILY,
             nanochat.FAMILY,
             openai_gpt.FAMILY,
+            ctrl.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -860,6 +860,13 @@ CASES += [
     Case("openai-gpt-tied-relu", "OpenAIGPTConfig", "OpenAIGPTLMHeadModel",
          dict(vocab_size=128, n_positions=CONTEXT, n_embd=64, n_layer=3, n_head=4, afn="relu",
               tie_word_embeddings=True)),
+    # CTRL: a bias on the tied LM head, sinusoidal positions (sines then cosines) on sqrt(d)-scaled embeddings, 6 heads
+    # of 10 (hidden 60), a ReLU MLP of 100, non-default final eps; and untied (the head's bias in its own Linear).
+    Case("ctrl", "CTRLConfig", "CTRLLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=60, dff=100, n_layer=2, n_head=6, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=True)),
+    Case("ctrl-untied", "CTRLConfig", "CTRLLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=64, dff=96, n_layer=3, n_head=4, tie_word_embeddings=False)),
     Case("bloom-tied", "BloomConfig", "BloomForCausalLM",
          dict(vocab_size=128, hidden_size=64, n_layer=3, n_head=4, tie_word_embeddings=True, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)),

@@ -200,6 +200,7 @@ DENSE_SPECS = {
     # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
     "nanochat-defaults.yaml": ("NanoChatConfig", dict()),
     "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
+    "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
 }
 
 

@@ -261,6 +261,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
     "nanochat-defaults.yaml": _llama_like("NanoChatConfig"),
     "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
+    "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
 }
 
 REAL = sorted(HF_CONFIGS)
