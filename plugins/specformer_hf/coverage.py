@@ -77,7 +77,6 @@ MISSING: dict[str, str] = {
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
-    "openai-gpt": "no final norm after post-norm blocks (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
     "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
@@ -116,11 +115,6 @@ MISSING: dict[str, str] = {
     "blt": "byte latent transformer: entropy patcher and local byte encoder/decoder (issue 47)",
     # In no issue yet.
     # Its sinusoidal positions (split_halves) and embedding scale exist; a head tied to the embeddings has no bias.
-    "ctrl": "a bias on the tied LM head (lm_head.bias beside tied weights) (issue 46)",
-    "bloom": "a LayerNorm on the token embeddings (word_embeddings_layernorm) (issue 46)",
-    # NanoChat's other differences would map: its weightless q/k RMSNorms after the rope commute with it, its rotate_half
-    # turning the other way is the usual rope on q/k rows with each head's second half negated, relu2, a logit cap.
-    "nanochat": "a weightless RMSNorm on the token embeddings (issue 46)",
     "mllama": "cross-attention layers (to image states)",
     "reformer": "LSH attention with reversible layers",
 }

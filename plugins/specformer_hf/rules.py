@@ -147,6 +147,36 @@ class Fused(Rule):
         return [part.contiguous() for part in tensors[0].split(list(self.sizes(site)), dim=self.dim)]
 
 
+class ReversedRopeQK(Fused):
+    """q, k, v fused into our ``qkv`` with the second half of every query and key head negated (and back on export).
+
+    A family whose ``rotate_half`` is ``cat(x2, -x1)`` (nanochat) turns its rope the other way:
+    ``R(-t) q = N R(t) N q`` with ``N`` negating each head's second half, and ``N`` leaves q . k
+    unchanged, so negating those rows of the projections makes the usual rope give the same scores.
+    (A norm over each head, which sign flips and rotations leave alone, commutes with all of it.)
+    """
+
+    def __init__(self, hf: Sequence[str], ours: str) -> None:
+        super().__init__(hf, ours, sizes=qkv_sizes)
+
+    @staticmethod
+    def _negate_second_halves(t: Tensor, site: Site) -> Tensor:
+        a = site.mixer
+        q_rows, k_rows = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+        out = t.clone()
+        for start, heads in ((0, a.n_heads), (q_rows, a.n_kv_heads)):
+            rows = out[start:start + heads * a.head_dim]
+            halves = rows.view(heads, 2, a.head_dim // 2, *t.shape[1:])  # (H, first/second half, hd/2, ...)
+            halves[:, 1].neg_()
+        return out
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return [self._negate_second_halves(super().to_ours(tensors, site)[0], site)]
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        return super().to_hf([self._negate_second_halves(tensors[0], site)], site)
+
+
 class HeadInterleavedQKV(Rule):
     """GPT-NeoX's fused projection, grouped by head ``[q_h; k_h; v_h]`` for each head h.
 
@@ -345,4 +375,5 @@ def halves(site: Site) -> tuple[int, int]:
 
 
 __all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert",
+           "ReversedRopeQK",
            "TransposedExperts", "Rule", "Site", "Transposed", "Unsqueezed", "halves", "qkv_sizes", "renamed"]

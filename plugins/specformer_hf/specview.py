@@ -39,7 +39,8 @@ class ExportsAs(NotExpressible):
 #: Params that change speed or training, never what a forward pass in eval mode computes.
 NON_MATH_PARAMS = frozenset({"backend", "dropout", "aux_loss_coef", "bias_update_rate",  # the last two: training only
                              "a_init_range", "dt_init_range", "dt_init_floor"})  # Gated DeltaNet's initialisation
-NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional"})
+NON_MATH_MODEL_FIELDS = frozenset({"embedding_dropout", "init_std", "pad_vocab_to_multiple", "layers", "block", "final_norm", "positional",
+                                   "embedding_norm"})
 
 
 @dataclass
@@ -155,6 +156,8 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     )
     out["positional"] = _resolved_scaling(identity("positional", view.positional), m.context_length)
     out["final_norm"] = identity("norm", view.final_norm)
+    if m.embedding_norm is not None:
+        out["embedding_norm"] = identity("norm", registry.resolve("norm", m.embedding_norm.as_dict()).to_dict())
     out["block"] = {"residual": identity("residual", view.residual)}  # one stream or several: the maths of every block
     if m.per_layer_input is not None:
         part = identity("per_layer_input", registry.resolve("per_layer_input", m.per_layer_input.as_dict()).to_dict())

@@ -65,6 +65,7 @@ def components_used(spec: Any, registry: Registry) -> list[ComponentSource]:
     resolved, _problems = resolve_model(spec.model, registry)
     if resolved is not None:  # a model built with another registry: record what this one knows
         visit([resolved.positional.resolved, resolved.final_norm.resolved])
+        visit([part.resolved for part in (resolved.embedding_norm, resolved.per_layer_input) if part is not None])
         visit([part.resolved for layer in resolved.layers for part in layer.values()])
     visit(list((spec.model_extra or {}).values()))
 

@@ -75,6 +75,7 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             layer_scheme=skeleton.layer_scheme,
             blocks=blocks,
             final_norm=skeleton.final_norm,
+            embedding_norm=skeleton.embedding_norm,
             residual=skeleton.residual,
             tie_embeddings=m.tie_embeddings,
             lm_head_bias=m.lm_head_bias,

@@ -1,10 +1,10 @@
-"""The Decoder: embed -> positional -> blocks -> final norm -> LM head.
+"""The Decoder: embed -> (embedding norm) -> positional -> blocks -> final norm -> LM head.
 
 A plain ``nn.Module``. It knows no concrete component: the builder hands it a
 positional scheme, a list of blocks (each built by a layout component from an
 attention, an ffn and norms), the residual stream the blocks are joined to
 (:mod:`specformer.model.residual`: expanded after the embeddings, collapsed before the
-final norm) and a final norm.
+final norm), a final norm and, for some models, a norm on the token embeddings.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from specformer.model.attention import AttentionLayer, kv_source_of
 from specformer.model.context import ForwardContext, KVCache, default_positions
+from specformer.model.head_bias import TiedHeadBias
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
 from specformer.model.residual import ResidualStream
@@ -46,6 +47,7 @@ class Decoder(nn.Module):
         layer_positionals: list[PositionalScheme] = (),
         layer_scheme: list[int] | None = None,
         final_norm: nn.Module,
+        embedding_norm: nn.Module | None = None,
         residual: ResidualStream | None = None,
         tie_embeddings: bool = True,
         lm_head_bias: bool = False,
@@ -59,8 +61,6 @@ class Decoder(nn.Module):
         super().__init__()
         if padded_vocab_size < vocab_size:
             raise ValueError(f"padded_vocab_size {padded_vocab_size} is smaller than vocab_size {vocab_size}")
-        if lm_head_bias and tie_embeddings:
-            raise ValueError("an LM head bias needs untied embeddings")
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.context_length = context_length
@@ -78,9 +78,13 @@ class Decoder(nn.Module):
         # Layers whose keys and values later layers read (their kv_from): each forward keeps those for them.
         self.kv_sources = sorted({s for b in blocks if (s := kv_source_of(getattr(b, "mixer", None))) is not None})
         self.final_norm = final_norm
+        # A norm on the token embeddings (BLOOM, nanochat); None: the embeddings enter the blocks as they are.
+        self.embedding_norm = embedding_norm
         # The residual stream's own weights (hyper-connections' head); the blocks hold their connections.
         self.residual = residual if residual is not None else ResidualStream()
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, padded_vocab_size, bias=lm_head_bias)
+        # A tied head's bias (CTRL): the head shares the embedding's weight, the bias is its own.
+        self.head_bias = TiedHeadBias(rows=padded_vocab_size) if lm_head_bias and tie_embeddings else None
         self.embedding_multiplier = embedding_multiplier
         self.logit_softcap = logit_softcap
         self.logit_scale = logit_scale
@@ -128,6 +132,8 @@ class Decoder(nn.Module):
         if self.embedding_multiplier != 1.0:
             # Gemma scales in the activation dtype; the multiplier is rounded to it the same way.
             x = x * torch.tensor(self.embedding_multiplier, dtype=x.dtype)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         per_layer = self.per_layer_input(input_ids, x) if self.per_layer_input is not None else None  # (B, T, L, P)
         added = self.positional.embed(positions)
         if added is not None:
@@ -206,6 +212,8 @@ class Decoder(nn.Module):
         """
         x = self.final_norm(self.residual.collapse(x))
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
+        if self.head_bias is not None:
+            logits = self.head_bias(logits)
         if self.logit_scale != 1.0:
             logits = logits * self.logit_scale
         if self.logit_softcap is not None:

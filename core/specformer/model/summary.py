@@ -111,10 +111,12 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
     s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
     groups: OrderedDict[str, int] = OrderedDict(
-        (k, 0) for k in ("embedding", "positional", "mixer", "ffn", "block norms", "residual", "final_norm", "lm_head")
+        (k, 0) for k in ("embedding", "embedding_norm", "positional", "mixer", "ffn", "block norms", "residual",
+                         "final_norm", "lm_head")
     )
     for name, p in skeleton.named_parameters():
         top = name.split(".")[0]
+        top = "lm_head" if top == "head_bias" else top  # a tied head's bias counts with the head
         if top != "blocks":
             groups[top] = groups.get(top, 0) + p.numel()
     for block, count in blocks:
@@ -130,7 +132,7 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     s.total = sum(groups.values())
     s.non_embedding = s.total - groups["embedding"] - groups["positional"]
     lm_head_matmul = skeleton.embedding.weight.numel() if skeleton.tie_embeddings else 0
-    norm_params = groups["block norms"] + groups["final_norm"]
+    norm_params = groups["block norms"] + groups["final_norm"] + groups["embedding_norm"]
     # Sparse modules (mixture of experts) multiply each token by only some of their weights.
     in_blocks = {id(m) for m in skeleton.blocks.modules()} if hasattr(skeleton, "blocks") else set()
     parts = [(m, 1) for m in skeleton.modules() if id(m) not in in_blocks]

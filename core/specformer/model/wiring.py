@@ -63,6 +63,7 @@ class Skeleton:
     layer_positionals: list[Any]  # the distinct per-layer schemes beyond ``positional``
     layer_scheme: list[int] | None  # each layer's index into [positional, *layer_positionals]; None: all 0
     final_norm: Any
+    embedding_norm: Any = None  # model.embedding_norm as made, or None when the model has none
 
 
 def make_part(maker: Maker, part: ResolvedPart, **sizes: Any) -> Any:
@@ -284,7 +285,10 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
     positional = make_part(maker, resolved.positional, d_model=m.d_model, n_heads=n_heads, head_dim=head_dim,
                            context_length=m.context_length)
     extra, chosen = layer_positionals(maker, resolved, attentions, positional, first_attention) if attentions else ([], None)
-    return Skeleton(residual, per_layer_input, positional, extra, chosen, make_part(maker, resolved.final_norm, dim=m.d_model))
+    final_norm = make_part(maker, resolved.final_norm, dim=m.d_model)
+    embedding_norm = (make_part(maker, resolved.embedding_norm, dim=m.d_model)
+                      if resolved.embedding_norm is not None else None)
+    return Skeleton(residual, per_layer_input, positional, extra, chosen, final_norm, embedding_norm)
 
 
 @dataclass

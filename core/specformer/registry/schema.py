@@ -24,6 +24,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _COMPONENT_FIELDS = {
     ("ModelSpec", "positional"): "positional",
     ("ModelSpec", "final_norm"): "norm",
+    ("ModelSpec", "embedding_norm"): "norm",
     ("ModelSpec", "per_layer_input"): "per_layer_input",
     ("BlockSpec", "layout"): "layout",
     ("BlockSpec", "norm"): "norm",

@@ -154,6 +154,11 @@ class ModelSpec(StrictNumbers):
     layers: list[LayerOverride] = Field(
         default_factory=list, description="Per-layer overrides of block fields, applied in order."
     )
+    embedding_norm: ComponentRef | None = Field(
+        default=None,
+        description="Norm on the token embeddings, before positions are added and the first block "
+                    "(BLOOM's word_embeddings_layernorm, nanochat's weightless RMSNorm); none by default.",
+    )
     final_norm: ComponentRef | None = Field(
         default=None, description="Norm before the LM head; defaults to the block's norm."
     )
@@ -163,7 +168,8 @@ class ModelSpec(StrictNumbers):
                     "(Gemma 3n's and Gemma 4's per-layer embeddings); none by default.",
     )
     tie_embeddings: bool = Field(default=True, description="Share the token embedding with the LM head.")
-    lm_head_bias: bool = Field(default=False, description="Give the LM head a bias (needs untied embeddings).")
+    lm_head_bias: bool = Field(
+        default=False, description="Give the LM head a bias; with tied embeddings it is a parameter of its own (CTRL).")
     embedding_multiplier: float | Literal["sqrt_d_model"] = Field(
         default=1.0, description="Scale token embeddings by this (Gemma uses sqrt_d_model)."
     )
@@ -178,12 +184,6 @@ class ModelSpec(StrictNumbers):
     )
     embedding_dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the input embeddings.")
     init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of weights; output projections are scaled by 1/sqrt(2*n_layers).")
-
-    @model_validator(mode="after")
-    def _head_bias_needs_untied(self) -> "ModelSpec":
-        if self.lm_head_bias and self.tie_embeddings:
-            raise ValueError("lm_head_bias: true needs tie_embeddings: false (a tied head has no separate bias)")
-        return self
 
     @property
     def padded_vocab_size(self) -> int:

@@ -70,12 +70,14 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     m = resolved.spec
     shapes = size_flow(SIZED, resolved)
     embedding = m.padded_vocab_size * m.d_model
-    head = 0 if m.tie_embeddings else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
+    head = (m.padded_vocab_size if m.lm_head_bias else 0) if m.tie_embeddings \
+        else linear(m.d_model, m.padded_vocab_size, bias=m.lm_head_bias)
     blocks = [None if b.block.parameters is None else b.block.parameters * count for b, count in shapes.blocks]
     skeleton = shapes.skeleton
     per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0
+    embedding_norm = skeleton.embedding_norm.parameters if skeleton.embedding_norm is not None else 0
     parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
-                       skeleton.final_norm.parameters, *blocks)
+                       embedding_norm, skeleton.final_norm.parameters, *blocks)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)

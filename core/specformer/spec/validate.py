@@ -60,6 +60,7 @@ class ResolvedModel:
     groups: list[ResolvedGroup] = field(default_factory=list)
     selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
     per_layer_input: ResolvedPart | None = None  # model.per_layer_input, when the model has one
+    embedding_norm: ResolvedPart | None = None  # model.embedding_norm, when the model has one
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -70,7 +71,8 @@ class ResolvedModel:
 
 #: The registry kind of each block field a spec writes.
 _KIND_OF = {"layout": "layout", "norm": "norm", "mixer": "mixer", "ffn": "ffn", "positional": "positional",
-            "residual": "residual", "final_norm": "norm", "per_layer_input": "per_layer_input"}
+            "residual": "residual", "final_norm": "norm", "embedding_norm": "norm",
+            "per_layer_input": "per_layer_input"}
 
 
 @dataclass
@@ -175,6 +177,8 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     residual = resolve("residual", model.block.residual.as_dict(), "model.block.residual")
     per_layer_input = (resolve("per_layer_input", model.per_layer_input.as_dict(), "model.per_layer_input")
                        if model.per_layer_input is not None else None)
+    embedding_norm = (resolve("norm", model.embedding_norm.as_dict(), "model.embedding_norm")
+                      if model.embedding_norm is not None else None)
 
     def block_parts(overrides: tuple[int, ...], fields: tuple[str, ...] = OVERRIDE_FIELDS) -> dict[str, ResolvedPart]:
         parts = {}
@@ -200,7 +204,8 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     if resolver.problems or positional is None or final_norm is None or residual is None:
         return None, resolver.problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
-                         selections=membership(selections), per_layer_input=per_layer_input), []
+                         selections=membership(selections), per_layer_input=per_layer_input,
+                         embedding_norm=embedding_norm), []
 
 
 def check_as_written(data: Any, registry: Registry) -> tuple[list[Problem], list[str]]:
@@ -222,7 +227,7 @@ def check_as_written(data: Any, registry: Registry) -> tuple[list[Problem], list
         except ValueError:
             return None  # not a component: the structure's problem, reported with it
 
-    for name in ("positional", "final_norm", "per_layer_input"):
+    for name in ("positional", "final_norm", "embedding_norm", "per_layer_input"):
         if (ref := ref_of(data.get(name))) is not None:
             resolver.resolve(_KIND_OF[name], ref, join_path("model", [name]))
     block = data.get("block") if isinstance(data.get("block"), dict) else {}

@@ -12,7 +12,9 @@ def builtin_families() -> list[Family]:
         arcee,
         aria_text,
         biogpt,
+        bloom,
         codegen,
+        ctrl,
         cohere,
         cohere2,
         cwm,
@@ -64,8 +66,10 @@ def builtin_families() -> list[Family]:
         mistral,
         mixtral,
         mpt,
+        nanochat,
         nemotron,
         olmo,
+        openai_gpt,
         olmo2,
         olmo3,
         olmoe,
@@ -166,6 +170,10 @@ def builtin_families() -> list[Family]:
             aria_text.FAMILY,
             glm_moe_dsa.FAMILY,
             hy_v3.FAMILY,
+            bloom.FAMILY,
+            nanochat.FAMILY,
+            openai_gpt.FAMILY,
+            ctrl.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -46,7 +46,7 @@ class BiasedHead(Part):
         sizes = model_sizes(cfg)
         if cfg.get("use_bias") and sizes["tie_embeddings"]:
             raise UserError(f"{cfg.family}: use_bias with tie_word_embeddings is not supported: the LM head tied to the "
-                            "embedding then has a bias of its own, and specformer's tied head has none; supported: "
+                            "embedding then has a bias of its own, not mapped by this family yet; supported: "
                             "use_bias false, or tie_word_embeddings false")
         model.update(sizes, lm_head_bias=bool(cfg.get("use_bias")))
 

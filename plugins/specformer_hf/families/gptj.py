@@ -28,7 +28,7 @@ THETA = 10000.0
 def to_spec(cfg: ConfigReader, *, name: str = NAME) -> dict[str, Any]:
     """GPT-J's config as a spec; ``name``: the family whose config it is (CodeGen shares GPT-J's fields and maths)."""
     cfg.require("tie_word_embeddings", (False,),
-                why=f"{name}'s LM head has a bias of its own, and specformer's tied head has none")
+                why=f"{name}'s LM head has a bias of its own, beside a tied weight not mapped by this family yet")
     d_model, n_heads = cfg.get_size("n_embd"), cfg.get_size("n_head")
     head_dim = d_model // n_heads
     rotary_dim = cfg.get("rotary_dim")

@@ -31,11 +31,11 @@ DEFAULTS = {
 
 @dataclass(frozen=True)
 class BiasedHead(Part):
-    """Sizes, and the LM head's bias that PhiForCausalLM always has (so the head cannot be tied to the embedding)."""
+    """Sizes, and the LM head's bias that PhiForCausalLM always has (a tied head with it is not mapped yet)."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         cfg.require("tie_word_embeddings", (False,),
-                    why="Phi's LM head has a bias of its own, and specformer's tied head has none")
+                    why="Phi's LM head has a bias of its own, beside a tied weight not mapped by this family yet")
         model.update(model_sizes(cfg), lm_head_bias=True)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:

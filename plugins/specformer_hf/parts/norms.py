@@ -83,6 +83,36 @@ class RMSNorm(Part):
 
 
 @dataclass(frozen=True)
+class WeightlessRMSNorms(Part):
+    """One weightless RMSNorm (eps from ``eps_key``) in every place: the blocks, the final norm, the token embeddings
+    (``model.embedding_norm``) and each head's queries and keys (nanochat's ``NanoChatRMSNorm``, which learns nothing).
+    """
+
+    eps_key: str = "rms_norm_eps"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        norm = {"kind": "rmsnorm", "eps": cfg.get_float(self.eps_key), "weight": False}
+        model["embedding_norm"] = dict(norm)
+        block = model.setdefault("block", {})
+        block["norm"] = dict(norm)
+        block.setdefault("mixer", {}).update(qk_norm=dict(norm), qk_norm_scope="head")
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        view.block_kind("norm", ("rmsnorm",))
+        if view.uniform("norm", "weight"):
+            raise NotExpressible("model.block.norm.weight", f"Hugging Face {view.name}'s RMSNorms learn no weight "
+                                 "(weight: false)")
+        if view.model.embedding_norm is None:
+            raise NotExpressible("model.embedding_norm", f"Hugging Face {view.name} normalises the token embeddings "
+                                 "(embedding_norm: {kind: rmsnorm, weight: false})")
+        if view.uniform("mixer", "qk_norm") is None:
+            raise NotExpressible("model.block.mixer.qk_norm", f"Hugging Face {view.name} always normalises queries "
+                                 "and keys (qk_norm: {kind: rmsnorm, weight: false})")
+        # Any other eps, scope or weight on the final, embedding or q/k norms reads back otherwise: export names it.
+        config[self.eps_key] = view.uniform("norm", "eps")
+
+
+@dataclass(frozen=True)
 class LayerNorm(Part):
     """LayerNorm everywhere, eps from ``eps_key``, with a bias (the final norm's too) unless ``bias`` is False (Cohere).
 
@@ -129,4 +159,4 @@ class LayerNorm(Part):
         return [Copy("model.norm.bias", "final_norm.bias")] if self.affine and self.bias else []
 
 
-__all__ = ["LAYOUT_NORMS", "LayerNorm", "Layout", "RMSNorm", "rmsnorm", "rmsnorm_config"]
+__all__ = ["LAYOUT_NORMS", "LayerNorm", "Layout", "RMSNorm", "WeightlessRMSNorms", "rmsnorm", "rmsnorm_config"]

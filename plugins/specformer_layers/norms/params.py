@@ -81,3 +81,15 @@ class L2NormParams(Params):
 
     def sized(self, *, dim: int) -> Sized:
         return Sized(parameters=0)  # no learned weight
+
+
+class NoNormParams(Params):
+    """No normalisation: the input passes through unchanged, with no weights.
+
+    For a place that would otherwise have a norm: ``final_norm: none`` for a model whose
+    post-norm blocks already end normalised (GPT-1, the original transformer's decoder), or
+    a block whose layout should place no norm at all.
+    """
+
+    def sized(self, *, dim: int) -> Sized:
+        return Sized(parameters=0)

@@ -64,6 +64,7 @@ def _spec(**model) -> dict:
     {"n_layers": 6, "layers": [{"select": "0::2", "mixer": {"window": 8}},
                                {"select": -1, "ffn": {"kind": "mlp", "hidden": 40}}]},
     {"tie_embeddings": False, "lm_head_bias": True, "pad_vocab_to_multiple": 64},
+    {"tie_embeddings": True, "lm_head_bias": True, "pad_vocab_to_multiple": 64},
     {"n_layers": 3, "block": {"norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
                               "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}}},
 ])

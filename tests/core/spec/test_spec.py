@@ -165,10 +165,11 @@ def test_missing_file_and_bad_syntax(tmp_path):
         specformer.load_spec(scalar)
 
 
-def test_lm_head_bias_needs_untied(fresh_tiny_spec):
+def test_a_tied_head_may_have_a_bias(fresh_tiny_spec):
+    """CTRL's: the bias is a parameter of its own beside the shared weight (tests/core/model/test_tied_head_bias.py)."""
     fresh_tiny_spec["model"]["lm_head_bias"] = True
-    [msg] = problems(fresh_tiny_spec)
-    assert "tie_embeddings: false" in msg
+    spec = specformer.load_spec(fresh_tiny_spec)
+    assert spec.model.tie_embeddings and spec.model.lm_head_bias
 
 
 def test_spec_round_trips_through_json(fresh_tiny_spec):

@@ -896,6 +896,37 @@ CASES += [
                      num_dense_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                      norm_topk_prob=False, conv_L_cache=4, conv_bias=True,
                      tie_word_embeddings=True)),
+    # BLOOM: a LayerNorm on the embeddings, ALiBi over 6 heads (not a power of two: the interleaved extra slopes),
+    # per-head fused q/k/v, non-default eps, untied; and tied with 4 heads of 16.
+    Case("bloom", "BloomConfig", "BloomForCausalLM",
+         dict(vocab_size=128, hidden_size=60, n_layer=2, n_head=6, layer_norm_epsilon=1e-4, tie_word_embeddings=False,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # nanochat: weightless RMSNorms (embeddings, blocks, q/k after the reversed rope, final), 6 heads of 12 over 2 kv
+    # heads (a head_dim of its own), attention biases, non-default eps, soft-capped logits, untied; and tied, every
+    # head its own kv head, no biases, no soft-cap.
+    Case("nanochat", "NanoChatConfig", "NanoChatForCausalLM",
+         _llama_like(num_attention_heads=6, head_dim=12, attention_bias=True, rms_norm_eps=1e-4,
+                     final_logit_softcapping=15.0, tie_word_embeddings=False)),
+    Case("nanochat-mha-tied-uncapped", "NanoChatConfig", "NanoChatForCausalLM",
+         _llama_like(num_key_value_heads=4, final_logit_softcapping=None, tie_word_embeddings=True)),
+    # GPT-1: post-norm blocks and no final norm, learned positions, 6 heads of 10 (hidden 60), non-default eps,
+    # untied; and tied with relu.
+    Case("openai-gpt", "OpenAIGPTConfig", "OpenAIGPTLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=60, n_layer=2, n_head=6, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=False)),
+    Case("openai-gpt-tied-relu", "OpenAIGPTConfig", "OpenAIGPTLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=64, n_layer=3, n_head=4, afn="relu",
+              tie_word_embeddings=True)),
+    # CTRL: a bias on the tied LM head, sinusoidal positions (sines then cosines) on sqrt(d)-scaled embeddings, 6 heads
+    # of 10 (hidden 60), a ReLU MLP of 100, non-default final eps; and untied (the head's bias in its own Linear).
+    Case("ctrl", "CTRLConfig", "CTRLLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=60, dff=100, n_layer=2, n_head=6, layer_norm_epsilon=1e-4,
+              tie_word_embeddings=True)),
+    Case("ctrl-untied", "CTRLConfig", "CTRLLMHeadModel",
+         dict(vocab_size=128, n_positions=CONTEXT, n_embd=64, dff=96, n_layer=3, n_head=4, tie_word_embeddings=False)),
+    Case("bloom-tied", "BloomConfig", "BloomForCausalLM",
+         dict(vocab_size=128, hidden_size=64, n_layer=3, n_head=4, tie_word_embeddings=True, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}

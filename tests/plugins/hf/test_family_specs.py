@@ -203,6 +203,12 @@ DENSE_SPECS = {
     "biogpt.yaml": ("BioGptConfig", dict()),  # transformers' defaults are microsoft/biogpt's sizes
     "xglm-564m.yaml": ("XGLMConfig", dict()),  # transformers' defaults are facebook/xglm-564M's sizes
     "persimmon-8b.yaml": ("PersimmonConfig", dict()),  # transformers' defaults are Persimmon-8B's sizes
+    # bigscience/bloom-560m's published config.json (BloomConfig's defaults are tiny test sizes).
+    "bloom-560m.yaml": ("BloomConfig", dict(vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16)),
+    # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
+    "nanochat-defaults.yaml": ("NanoChatConfig", dict()),
+    "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
+    "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
 }
 
 

@@ -9,7 +9,7 @@ import specformer
 EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
-    "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm"},
+    "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "none"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "parallel", "none"},
     "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},

@@ -263,6 +263,12 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "biogpt.yaml": _llama_like("BioGptConfig"),  # transformers' defaults are microsoft/biogpt's sizes
     "xglm-564m.yaml": _llama_like("XGLMConfig"),  # transformers' defaults are facebook/xglm-564M's sizes
     "persimmon-8b.yaml": _llama_like("PersimmonConfig"),  # transformers' defaults are Persimmon-8B's sizes
+    # bigscience/bloom-560m's published config.json (BloomConfig's defaults are tiny test sizes).
+    "bloom-560m.yaml": _llama_like("BloomConfig", vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
+    # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
+    "nanochat-defaults.yaml": _llama_like("NanoChatConfig"),
+    "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
+    "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
 }
 
 REAL = sorted(HF_CONFIGS)

@@ -245,3 +245,29 @@ def test_a_scale_that_is_not_finite_is_refused_on_load(capsys, float_checkpoint,
             code, out, err = cli(capsys, *command)
             assert code == 2 and message in err, (command, err)
             assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_quantized_tied_head_keeps_its_own_bias(capsys, tmp_path) -> None:
+    """CTRL's tied head with a bias: the int8 copy of the table replaces the matmul, the bias is still added, and the
+    quantized file loads with both."""
+    data = moe_spec()
+    data["model"].update(tie_embeddings=True, lm_head_bias=True)
+    float_model = specformer.build(data, seed=0).eval()
+    with torch.no_grad():
+        float_model.head_bias.bias.uniform_(-3, 3)
+    source = tmp_path / "tied-bias.safetensors"
+    specformer.save(float_model, source, metadata={"tokenizer": json.dumps({"kind": "byte"})})
+    out = tmp_path / "tied-bias-int8.safetensors"
+    code, _, err = cli(capsys, "quantize", source, "--method", "int8", "--quantize-lm-head", "-o", out)
+    assert code == 0, err
+    loaded = specformer.load(out).eval()
+    expected = specformer.load(source).eval()
+    quantize(expected, "int8", quantize_lm_head=True)
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, reference = loaded(ids), float_model(ids)
+        assert torch.equal(got, expected(ids))
+        assert torch.equal(loaded.head_bias.bias, float_model.head_bias.bias)
+        # int8 moves the logits a little; the bias (up to 3) is still in them
+        assert float((got - reference).abs().max()) < 0.05 * float(reference.abs().max())
+        assert float((got - loaded.head_bias.bias - reference).abs().max()) > 1.0
