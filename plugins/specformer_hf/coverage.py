@@ -71,7 +71,6 @@ MISSING: dict[str, str] = {
         "gemma4_unified_text", "glm_moe_dsa", "hy_v3", "hyperclovax", "jais2", "kolibri1", "lara_mini", "lfm2_moe",
         "lfm3", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
-    "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
     "recurrent_gemma": "Griffin RG-LRU (issue 45)",
     "xlstm": "mLSTM (issue 45)",

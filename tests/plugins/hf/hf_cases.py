@@ -839,6 +839,21 @@ CASES += [
          _llama_like(clip_qkv=0.3, attention_bias=True, tie_word_embeddings=False)),
     Case("olmo-mha-tied-unclipped", "OlmoConfig", "OlmoForCausalLM",
          {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True}),
+    # Jamba: attention (6 heads of 8 over 2, no positions) at layers 1 and 4 of 5 (period 3, offset 1), Mamba-1 elsewhere
+    # (weighted norms on dt, B and C at a non-default eps, rank 5, a 3-tap convolution without bias, biased
+    # projections); 5 experts, 2 per token, not renormalised, at layers 0, 2, 4 (period 2, offset 0), SwiGLU between.
+    Case("jamba", "JambaConfig", "JambaForCausalLM",
+         _llama_like(hidden_size=48, num_hidden_layers=5, num_attention_heads=6, intermediate_size=40,
+                     attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
+                     num_experts=5, num_experts_per_tok=2, mamba_expand=2, mamba_d_state=5, mamba_d_conv=3,
+                     mamba_dt_rank=5, mamba_conv_bias=False, mamba_proj_bias=True, rms_norm_eps=1e-5,
+                     use_associative_scan=False, tie_word_embeddings=False)),
+    # Attention first in every other layer (the block is attention on a tie: 2 of 3), no experts (one expert is a
+    # plain MLP), the "auto" rank, tied embeddings.
+    Case("jamba-dense-tied", "JambaConfig", "JambaForCausalLM",
+         _llama_like(hidden_size=32, num_hidden_layers=3, attn_layer_period=2, attn_layer_offset=0, num_experts=1,
+                     mamba_expand=2, mamba_d_state=4, mamba_d_conv=4, use_associative_scan=False,
+                     tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -861,6 +876,6 @@ SLOW_VARIANTS = frozenset({
     "arcee-tied-head-dim", "ministral3-plain-rope-tied",
     "opt-no-bias-no-affine", "gpt_neo-global-tied", "codegen-straddling-heads",
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
-    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -80,8 +80,8 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("jamba", ["model_type 'jamba' is not supported yet; it lacks: weighted RMSNorms on the Mamba-1 mixer's step, B "
-               "and C (issue 45)", "Families not yet supported"]),
+    ("rwkv", ["model_type 'rwkv' is not supported yet; it lacks: RWKV-4 time and channel mixing (issue 45)",
+              "Families not yet supported"]),
     # BLOOM's ALiBi and fused query_key_value exist; its LayerNorm between the embedding and the first block does not.
     ("bloom", ["model_type 'bloom' is not supported yet; it lacks: a LayerNorm on the token embeddings "
                "(word_embeddings_layernorm)"]),

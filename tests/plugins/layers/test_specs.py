@@ -148,6 +148,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
         tie_word_embeddings=False, mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128,
         mamba_n_groups=1, mamba_d_conv=4, mamba_rms_norm=False),
+    # Jamba-v0.1: transformers' JambaConfig defaults are its sizes (the docstring's checkpoint).
+    "jamba-v0.1.yaml": _llama_like("JambaConfig"),
     # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
     "qwen3-next-80b-a3b.yaml": _llama_like(
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
