@@ -72,7 +72,6 @@ MISSING: dict[str, str] = {
         "lfm3", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
-    "recurrent_gemma": "Griffin RG-LRU (issue 45)",
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",

@@ -87,7 +87,8 @@ def builtin_families() -> list[Family]:
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, mamba,
-                                        mamba2, nemotron_h, olmo_hybrid, qwen3_5, qwen3_5_moe, qwen3_next)
+                                        mamba2, nemotron_h, olmo_hybrid, qwen3_5, qwen3_5_moe, qwen3_next,
+                                        recurrent_gemma)
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
             gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, olmo2.FAMILY, stablelm.FAMILY,
@@ -143,6 +144,7 @@ def builtin_families() -> list[Family]:
             nemotron.FAMILY,
             olmo.FAMILY,
             jamba.FAMILY,
+            recurrent_gemma.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -848,6 +848,14 @@ CASES += [
                      num_experts=5, num_experts_per_tok=2, mamba_expand=2, mamba_d_state=5, mamba_d_conv=3,
                      mamba_dt_rank=5, mamba_conv_bias=False, mamba_proj_bias=True, rms_norm_eps=1e-5,
                      use_associative_scan=False, tie_word_embeddings=False)),
+    # RecurrentGemma: recurrent, recurrent, attention (4 layers: the pattern cut short); the RG-LRU 36 wide (not
+    # hidden 48) with its gates in 6 blocks, a 3-tap convolution; attention 6 heads of 8 over 2, a window shorter than
+    # the prompt, rope on half of each head; untied, non-default eps.
+    Case("recurrent_gemma", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
+         dict(vocab_size=128, hidden_size=48, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2,
+              intermediate_size=80, lru_width=36, conv1d_width=3, attention_window_size=WINDOW, rms_norm_eps=1e-5,
+              logits_soft_cap=20.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)),
     # Attention first in every other layer (the block is attention on a tie: 2 of 3), no experts (one expert is a
     # plain MLP), the "auto" rank, tied embeddings.
     Case("jamba-dense-tied", "JambaConfig", "JambaForCausalLM",

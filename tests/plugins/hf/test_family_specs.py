@@ -270,7 +270,7 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
 
     import transformers
 
-# --- hybrid: Falcon-H1, Granite 4.0-H, Jamba ---
+# --- hybrid: Falcon-H1, Granite 4.0-H, Jamba, RecurrentGemma ---
 
 #: spec file -> (transformers config class, the spec's model as its config fields).
 HYBRID_SPECS = {
@@ -293,6 +293,8 @@ HYBRID_SPECS = {
         ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738])),
     # transformers' JambaConfig defaults, which describe ai21labs/Jamba-v0.1 (its docstring's checkpoint).
     "jamba-v0.1.yaml": ("JambaConfig", dict()),
+    # RecurrentGemmaConfig's defaults with recurrentgemma-2b's MLP (15360, halved by transformers) and one kv head.
+    "recurrentgemma-2b.yaml": ("RecurrentGemmaConfig", dict(intermediate_size=15360, num_key_value_heads=1)),
 }
 
 
