@@ -70,9 +70,7 @@ MISSING: dict[str, str] = {
         "afmoe", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
         "gemma4_unified_text", "hyperclovax", "kolibri1", "lara_mini", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
-    "jamba": "weighted RMSNorms on the Mamba-1 mixer's step, B and C (issue 45)",
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
-    "recurrent_gemma": "Griffin RG-LRU (issue 45)",
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",

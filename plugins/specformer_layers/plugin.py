@@ -20,6 +20,7 @@ from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.mamba_params import MambaParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
+from specformer_layers.mixers.rglru_params import RGLRUParams
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.layouts.params import (
     AbsentFFNParams,
@@ -128,6 +129,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "parallel", "mixers.parallel:ParallelMixer", ParallelMixerParams, "https://arxiv.org/abs/2507.22448"),
     ("mixer", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
     ("mixer", "mamba", "mixers.mamba:Mamba", MambaParams, "https://arxiv.org/abs/2312.00752"),
+    ("mixer", "rglru", "mixers.rglru:RGLRU", RGLRUParams, "https://arxiv.org/abs/2402.19427"),
     ("mixer", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),

@@ -77,6 +77,7 @@ def test_head_sizes_names_sizes_that_do_not_fit(given, message):
 REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8},
                   "mamba2": {"head_dim": 8, "state_size": 4},
                   "mamba": {"d_inner": 16, "state_size": 4},
+                  "rglru": {"width": 16},
                   "compressed": {"head_dim": 8, "q_lora_rank": 8, "rope_dim": 4, "compress_rate": 4},
                   "parallel": {"mixers": [{"kind": "attention", "n_heads": 4},
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}

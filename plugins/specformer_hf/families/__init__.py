@@ -98,6 +98,7 @@ def builtin_families() -> list[Family]:
         falcon_h1,
         falcon_mamba,
         granitemoehybrid,
+        jamba,
         kimi_linear,
         lfm2,
         lfm2_moe,
@@ -109,6 +110,7 @@ def builtin_families() -> list[Family]:
         qwen3_5,
         qwen3_5_moe,
         qwen3_next,
+        recurrent_gemma,
     )
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
@@ -174,6 +176,8 @@ def builtin_families() -> list[Family]:
             nanochat.FAMILY,
             openai_gpt.FAMILY,
             ctrl.FAMILY,
+            jamba.FAMILY,
+            recurrent_gemma.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

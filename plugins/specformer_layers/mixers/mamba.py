@@ -30,8 +30,9 @@ class Mamba(RecurrentMixer):
     ``d_model -> 2 * d_inner``, rows ``[x, z]``), ``conv_weight`` ``(d_inner, K)`` and
     ``conv_bias`` ``(d_inner,)`` (or None) of the depthwise causal convolution over ``x``,
     ``x_proj`` (Linear ``d_inner -> R + 2 * N``, no bias, rows ``[dt, B, C]``), ``dt_proj``
-    (Linear ``R -> d_inner`` with bias), ``A_log`` ``(d_inner, N)``, ``D`` ``(d_inner,)`` and
-    ``out`` (Linear ``d_inner -> d_model``), with ``R`` the step's rank, ``N`` the state size and
+    (Linear ``R -> d_inner`` with bias), ``A_log`` ``(d_inner, N)``, ``D`` ``(d_inner,)``,
+    ``out`` (Linear ``d_inner -> d_model``) and, with ``bcdt_norm_weights``, the norms' weights
+    ``dt_norm_weight`` ``(R,)``, ``b_norm_weight`` and ``c_norm_weight`` ``(N,)``, with ``R`` the step's rank, ``N`` the state size and
     ``K`` taps.
 
     It has no heads (every channel has its own decay rates), keeps nothing per token and
@@ -63,6 +64,10 @@ class Mamba(RecurrentMixer):
         self.A_log = nn.Parameter(torch.empty(inner, size))
         self.D = nn.Parameter(torch.empty(inner))
         self.out = nn.Linear(inner, d_model, bias=params.bias)
+        # Jamba's norms on dt, B and C carry a weight each (Falcon-Mamba's do not): None without them.
+        self.dt_norm_weight = nn.Parameter(torch.ones(self.dt_rank)) if params.bcdt_norm_weights else None
+        self.b_norm_weight = nn.Parameter(torch.ones(size)) if params.bcdt_norm_weights else None
+        self.c_norm_weight = nn.Parameter(torch.ones(size)) if params.bcdt_norm_weights else None
         init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
 
@@ -78,7 +83,8 @@ class Mamba(RecurrentMixer):
         u = conv.out  # (B, T, d_inner)
         dt, B, C = self.x_proj(u).split((self.dt_rank, self.state_size, self.state_size), dim=-1)
         if self.bcdt_norm_eps is not None:
-            dt, B, C = (self._weightless_rms(t) for t in (dt, B, C))
+            dt, B, C = (self._rms(t, w) for t, w in ((dt, self.dt_norm_weight), (B, self.b_norm_weight),
+                                                     (C, self.c_norm_weight)))
         work = working_dtype(x.dtype)
         # The bias joins in the working dtype, before softplus (as Mamba's kernels add delta_bias).
         dt = F.softplus(F.linear(dt, self.dt_proj.weight).to(work) + self.dt_proj.bias.to(work))  # (B, T, d_inner)
@@ -98,11 +104,15 @@ class Mamba(RecurrentMixer):
         return MixerRun(out=out, state={"conv": conv.window, "ssm": ssm},
                         steps={"conv": conv.steps, "ssm": kept} if steps else None)
 
-    def _weightless_rms(self, t: Tensor) -> Tensor:
-        """Falcon-Mamba's RMSNorm without weight over the last dim, computed in float32 at least."""
+    def _rms(self, t: Tensor, weight: Tensor | None) -> Tensor:
+        """RMSNorm over the last dim in float32 at least, back in ``t``'s dtype, then times ``weight`` if any.
+
+        Falcon-Mamba's has no weight; Jamba's (JambaRMSNorm) scales after casting back, as here.
+        """
         assert self.bcdt_norm_eps is not None
         w = t.to(working_dtype(t.dtype))
-        return (w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True) + self.bcdt_norm_eps)).to(t.dtype)
+        normed = (w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True) + self.bcdt_norm_eps)).to(t.dtype)
+        return normed if weight is None else weight * normed
 
     # -- description and initialisation -----------------------------------------------------------
 
@@ -115,6 +125,8 @@ class Mamba(RecurrentMixer):
                  f"conv_kernel={self.conv_weight.shape[1]}", f"chunk={self.scan_chunk}"]
         if self.bcdt_norm_eps is not None:
             parts.append(f"bcdt_norm_eps={self.bcdt_norm_eps}")
+        if self.dt_norm_weight is not None:
+            parts.append("bcdt_norm_weights=True")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
@@ -124,6 +136,9 @@ class Mamba(RecurrentMixer):
         for bias in (self.in_proj.bias, self.out.bias):
             if bias is not None:
                 nn.init.zeros_(bias)
+        for weight in (self.dt_norm_weight, self.b_norm_weight, self.c_norm_weight):
+            if weight is not None:
+                nn.init.ones_(weight)
         init_conv(self.conv_weight, self.conv_bias)
         self._init_scan()
 

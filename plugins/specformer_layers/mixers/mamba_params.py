@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized
 from specformer.model.sized import linear
@@ -42,12 +42,21 @@ class MambaParams(Params):
     conv_bias: bool = Field(default=True, description="Bias on the convolution.")
     bias: bool = Field(default=False, description="Biases on the input and output projections.")
     bcdt_norm_eps: float | None = Field(default=None, gt=0, description="Epsilon of the weightless RMSNorms on the step, B and C (Falcon-Mamba's mixer_rms_eps); none: no such norms.")
+    bcdt_norm_weights: bool = Field(default=False, description="A learned weight on each of those norms (Jamba's); needs bcdt_norm_eps.")
     chunk: int = Field(default=16, gt=0, description="Tokens per chunk of the parallel scan (speed and memory only).")
+
+    @model_validator(mode="after")
+    def _weights_need_norms(self) -> "MambaParams":
+        if self.bcdt_norm_weights and self.bcdt_norm_eps is None:
+            raise ValueError("bcdt_norm_weights needs bcdt_norm_eps (the norms those weights scale); "
+                             "set bcdt_norm_eps or drop bcdt_norm_weights")
+        return self
 
     def sized(self, *, d_model: int) -> Sized:
         D, N, K = self.d_inner, self.state_size, self.conv_kernel
         rank = self.dt_rank if self.dt_rank is not None else default_dt_rank(d_model)
-        parameters = (linear(d_model, 2 * D, bias=self.bias)  # x and z at once
+        parameters = ((rank + 2 * N if self.bcdt_norm_weights else 0)  # the norms' weights on dt, B and C
+                      + linear(d_model, 2 * D, bias=self.bias)  # x and z at once
                       + D * K + (D if self.conv_bias else 0)  # the depthwise convolution
                       + linear(D, rank + 2 * N, bias=False) + linear(rank, D, bias=True)  # x_proj, dt_proj
                       + D * N + D  # A_log, D

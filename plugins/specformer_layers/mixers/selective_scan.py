@@ -75,6 +75,21 @@ def selective_scan_recurrent(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Ten
     return _skip(y, x, D), h, (torch.stack(kept, dim=1) if steps else None)
 
 
+def linear_recurrence(a: Tensor, b: Tensor, h: Tensor) -> Tensor:
+    """Every state of ``h_t = a_t * h_{t-1} + b_t`` from ``h`` ``(B, *S)``: ``(B, l, *S)``, ``a`` and ``b`` ``(B, l, *S)``.
+
+    By doubling over the ``l`` tokens at once (``log2(l)`` steps, no Python step per token); with
+    every ``a_t`` in ``[0, 1]`` nothing divides or grows. Used a chunk at a time.
+    """
+    # After the step with shift k, (a_t, b_t) composes the 2k tokens ending at t (fewer at the start).
+    shift = 1
+    while shift < a.shape[1]:
+        b = torch.cat((b[:, :shift], a[:, shift:] * b[:, :-shift] + b[:, shift:]), dim=1)
+        a = torch.cat((a[:, :shift], a[:, shift:] * a[:, :-shift]), dim=1)
+        shift *= 2
+    return a * h[:, None] + b
+
+
 def selective_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, chunk: int,
                            D: Tensor | None = None, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The same recurrence, ``chunk`` tokens at a time, each chunk by doubling steps (any ``T``).
@@ -92,17 +107,11 @@ def selective_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tenso
     for start in range(0, length, chunk):
         end = min(start + chunk, length)
         a, b = _terms(x[:, start:end], dt[:, start:end], A, B[:, start:end], work)  # (B, l, D, N) each
-        # Doubling: after the step with shift k, (a_t, b_t) composes the 2k tokens ending at t (fewer at the start).
-        shift = 1
-        while shift < end - start:
-            b = torch.cat((b[:, :shift], a[:, shift:] * b[:, :-shift] + b[:, shift:]), dim=1)
-            a = torch.cat((a[:, :shift], a[:, shift:] * a[:, :-shift]), dim=1)
-            shift *= 2
-        states = a * h[:, None] + b  # (B, l, D, N): the state after each token of the chunk
+        states = linear_recurrence(a, b, h)  # (B, l, D, N): the state after each token of the chunk
         outs.append(torch.einsum("bldn,bln->bld", states, C[:, start:end]))
         h = states[:, -1]
     y = torch.cat(outs, dim=1) if outs else x.new_zeros(x.shape, dtype=work)  # (B, T, D)
     return _skip(y, x, D), h
 
 
-__all__ = ["selective_scan_chunked", "selective_scan_recurrent"]
+__all__ = ["linear_recurrence", "selective_scan_chunked", "selective_scan_recurrent"]

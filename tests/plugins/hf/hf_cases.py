@@ -927,6 +927,29 @@ CASES += [
     Case("bloom-tied", "BloomConfig", "BloomForCausalLM",
          dict(vocab_size=128, hidden_size=64, n_layer=3, n_head=4, tie_word_embeddings=True, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)),
+    # Jamba: attention (6 heads of 8 over 2, no positions) at layers 1 and 4 of 5 (period 3, offset 1), Mamba-1 elsewhere
+    # (weighted norms on dt, B and C at a non-default eps, rank 5, a 3-tap convolution without bias, biased
+    # projections); 5 experts, 2 per token, not renormalised, at layers 0, 2, 4 (period 2, offset 0), SwiGLU between.
+    Case("jamba", "JambaConfig", "JambaForCausalLM",
+         _llama_like(hidden_size=48, num_hidden_layers=5, num_attention_heads=6, intermediate_size=40,
+                     attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
+                     num_experts=5, num_experts_per_tok=2, mamba_expand=2, mamba_d_state=5, mamba_d_conv=3,
+                     mamba_dt_rank=5, mamba_conv_bias=False, mamba_proj_bias=True, rms_norm_eps=1e-5,
+                     use_associative_scan=False, tie_word_embeddings=False)),
+    # RecurrentGemma: recurrent, recurrent, attention (4 layers: the pattern cut short); the RG-LRU 36 wide (not
+    # hidden 48) with its gates in 6 blocks, a 3-tap convolution; attention 6 heads of 8 over 2, a window shorter than
+    # the prompt, rope on half of each head; untied, non-default eps.
+    Case("recurrent_gemma", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
+         dict(vocab_size=128, hidden_size=48, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2,
+              intermediate_size=80, lru_width=36, conv1d_width=3, attention_window_size=WINDOW, rms_norm_eps=1e-5,
+              logits_soft_cap=20.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)),
+    # Attention first in every other layer (the block is attention on a tie: 2 of 3), no experts (one expert is a
+    # plain MLP), the "auto" rank, tied embeddings.
+    Case("jamba-dense-tied", "JambaConfig", "JambaForCausalLM",
+         _llama_like(hidden_size=32, num_hidden_layers=3, attn_layer_period=2, attn_layer_offset=0, num_experts=1,
+                     mamba_expand=2, mamba_d_state=4, mamba_d_conv=4, use_associative_scan=False,
+                     tie_word_embeddings=True)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -951,5 +974,6 @@ SLOW_VARIANTS = frozenset({
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

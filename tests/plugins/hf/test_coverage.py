@@ -80,8 +80,8 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("jamba", ["model_type 'jamba' is not supported yet; it lacks: weighted RMSNorms on the Mamba-1 mixer's step, B "
-               "and C (issue 45)", "Families not yet supported"]),
+    ("rwkv", ["model_type 'rwkv' is not supported yet; it lacks: RWKV-4 time and channel mixing (issue 45)",
+              "Families not yet supported"]),
     # JetMoE's experts and rope exist; routing its attention heads per token does not.
     ("jetmoe", ["model_type 'jetmoe' is not supported yet; it lacks: mixture of attention heads (issue 46)"]),
     ("fuyu", ["model_type 'fuyu' is a multimodal checkpoint whose language model ('persimmon') is supported, but not "

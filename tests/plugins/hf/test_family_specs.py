@@ -284,7 +284,7 @@ def test_the_published_lfm2_config_reads_to_the_spec_and_its_parameter_count():
 
     import transformers
 
-# --- hybrid: Falcon-H1, Granite 4.0-H ---
+# --- hybrid: Falcon-H1, Granite 4.0-H, Jamba, RecurrentGemma ---
 
 #: spec file -> (transformers config class, the spec's model as its config fields).
 HYBRID_SPECS = {
@@ -307,6 +307,10 @@ HYBRID_SPECS = {
         attention_out_multiplier=0.9375, ssm_in_multiplier=1.25, ssm_out_multiplier=0.23570226039551587,
         mlp_multipliers=[0.8838834764831844, 0.5859375],
         ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738])),
+    # transformers' JambaConfig defaults, which describe ai21labs/Jamba-v0.1 (its docstring's checkpoint).
+    "jamba-v0.1.yaml": ("JambaConfig", dict()),
+    # RecurrentGemmaConfig's defaults with recurrentgemma-2b's MLP (15360, halved by transformers) and one kv head.
+    "recurrentgemma-2b.yaml": ("RecurrentGemmaConfig", dict(intermediate_size=15360, num_key_value_heads=1)),
 }
 
 
@@ -324,6 +328,8 @@ def test_hybrid_total_and_active_parameters_match_transformers(name):
     idle = 0
     for layer in hf.model.layers:
         moe = getattr(layer, "block_sparse_moe", None)  # Granite's routed experts (Falcon-H1 has none)
+        if moe is None and hasattr(getattr(layer, "feed_forward", None), "experts"):
+            moe = layer.feed_forward  # Jamba's, in its expert layers only
         if moe is not None:
             per_expert = sum(p.numel() for p in moe.experts.parameters()) // config.num_local_experts
             idle += (config.num_local_experts - config.num_experts_per_tok) * per_expert

@@ -112,6 +112,11 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"d_inner": 24, "state_size": 6, "chunk": 4},
         {"d_inner": 20, "state_size": 5, "dt_rank": 3, "conv_kernel": 3, "conv_bias": False, "bias": True,
          "bcdt_norm_eps": 1e-3, "chunk": 3},
+        {"d_inner": 20, "state_size": 5, "dt_rank": 3, "bcdt_norm_eps": 1e-4, "bcdt_norm_weights": True, "chunk": 3},
+    ],
+    ("mixer", "rglru"): [
+        {"width": 24, "gate_blocks": 3, "conv_kernel": 3, "chunk": 4},
+        {"width": 20, "conv_kernel": 2, "bias": False, "activation": "gelu", "chunk": 3},
     ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }

@@ -151,6 +151,10 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
         tie_word_embeddings=False, mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128,
         mamba_n_groups=1, mamba_d_conv=4, mamba_rms_norm=False),
+    # Jamba-v0.1: transformers' JambaConfig defaults are its sizes (the docstring's checkpoint).
+    "jamba-v0.1.yaml": _llama_like("JambaConfig"),
+    # RecurrentGemma-2B: the defaults with its MLP (15360, halved by transformers) and one kv head (see the spec).
+    "recurrentgemma-2b.yaml": _llama_like("RecurrentGemmaConfig", intermediate_size=15360, num_key_value_heads=1),
     # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
     "qwen3-next-80b-a3b.yaml": _llama_like(
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,
@@ -351,6 +355,10 @@ def shrink(data: Any) -> Any:
                     value = 8 if value is not None else None
                 elif key == "state_size":
                     value = 16
+                elif key == "width" and node.get("kind") == "rglru":  # Griffin's recurrence width (no heads)
+                    value = 64
+                elif key == "gate_blocks":  # blocks of the RG-LRU's gates, dividing its shrunk width
+                    value = 4
                 out[key] = walk(value)
             return out
         if isinstance(node, list):
@@ -389,6 +397,7 @@ def test_reduced_size_builds_and_trains(name: str) -> None:
     if "window" in str(original):
         # (a recurrent or convolutional mixer beside the attention has no window)
         assert any(getattr(a, "window", None) == 8 for a in model.attention_modules())
+        assert any(getattr(a, "window", None) == 8 for a in model.attention_modules())  # recurrent mixers have none
 
 
 def test_gemma2_alternates_local_and_global_layers() -> None:

@@ -11,7 +11,7 @@ from specformer.registry.discovery import get_registry
 CONV_WIDTHS = ("conv_kernel", "kernel")
 #: The other settings each mixer needs before its width is checked.
 REQUIRED = {"gated_deltanet": {"n_heads": 4}, "kda": {"n_heads": 4}, "mamba2": {"n_heads": 4, "head_dim": 8},
-            "mamba": {"d_inner": 32}}
+            "mamba": {"d_inner": 32}, "rglru": {"width": 32}}
 
 
 def _mixers_with_a_conv() -> list[tuple[str, str]]:

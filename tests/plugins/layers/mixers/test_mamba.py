@@ -72,6 +72,83 @@ def test_equals_transformers_mamba_mixer(falcon: bool, kernel: int, bias: bool, 
     torch.testing.assert_close(ours.run(x, steps=True).out, want, rtol=1e-4, atol=1e-5)
 
 
+def _naive_mamba(layer: Mamba, x: torch.Tensor) -> torch.Tensor:
+    """The mixer written out token by token, weighted dt/B/C norms included (Jamba's), for one fresh row batch."""
+    eps = layer.bcdt_norm_eps
+
+    def rms(t: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        if eps is None:
+            return t
+        normed = t / torch.sqrt((t * t).mean(-1, keepdim=True) + eps)
+        return normed if weight is None else normed * weight
+
+    batch, length, _ = x.shape
+    inner, size, rank = layer.d_inner, layer.state_size, layer.dt_rank
+    kernel = layer.conv_weight.shape[1]
+    xs, z = layer.in_proj(x).chunk(2, dim=-1)
+    A = -torch.exp(layer.A_log)
+    h = torch.zeros(batch, inner, size)
+    outs = []
+    for t in range(length):
+        taps = [xs[:, t - j] if t - j >= 0 else torch.zeros(batch, inner) for j in range(kernel - 1, -1, -1)]
+        u = sum(layer.conv_weight[:, j] * taps[j] for j in range(kernel))
+        u = torch.nn.functional.silu(u + (layer.conv_bias if layer.conv_bias is not None else 0.0))
+        proj = layer.x_proj(u)
+        dt, B, C = proj[:, :rank], proj[:, rank:rank + size], proj[:, rank + size:]
+        dt, B, C = rms(dt, layer.dt_norm_weight), rms(B, layer.b_norm_weight), rms(C, layer.c_norm_weight)
+        dt = torch.nn.functional.softplus(dt @ layer.dt_proj.weight.T + layer.dt_proj.bias)  # (B, d_inner)
+        h = torch.exp(dt[..., None] * A) * h + (dt * u)[..., None] * B[:, None, :]
+        y = (h * C[:, None, :]).sum(-1) + layer.D * u
+        outs.append(layer.out(y * torch.nn.functional.silu(z[:, t])))
+    return torch.stack(outs, dim=1)
+
+
+@pytest.mark.parametrize(("eps", "weights"), [(None, False), (1e-3, False), (1e-5, True)])
+def test_equals_the_recurrence_written_out(eps: float | None, weights: bool) -> None:
+    torch.manual_seed(1)
+    layer = Mamba(MambaParams(d_inner=20, state_size=4, dt_rank=3, conv_kernel=3, bcdt_norm_eps=eps,
+                              bcdt_norm_weights=weights, chunk=3), d_model=8)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn_like(p) * 0.4)
+        layer.A_log.copy_(torch.rand_like(layer.A_log).log())
+        x = torch.randn(2, 10, 8)  # not a multiple of the chunk
+        want = _naive_mamba(layer, x)
+        torch.testing.assert_close(layer.run(x).out, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer.run(x, steps=True).out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_equals_transformers_jamba_mixer() -> None:
+    """Jamba's Mamba layers: weighted RMSNorms on dt, B and C (eps rms_norm_eps)."""
+    from transformers import JambaConfig
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+
+    config = JambaConfig(hidden_size=16, mamba_expand=2, mamba_d_state=5, mamba_dt_rank=3, mamba_d_conv=3,
+                         mamba_conv_bias=True, mamba_proj_bias=True, rms_norm_eps=1e-4, num_hidden_layers=1,
+                         use_associative_scan=False)
+    torch.manual_seed(0)
+    hf = JambaMambaMixer(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        hf.A_log.copy_(torch.rand_like(hf.A_log).log())
+    ours = Mamba(MambaParams(d_inner=32, state_size=5, dt_rank=3, conv_kernel=3, bias=True, bcdt_norm_eps=1e-4,
+                             bcdt_norm_weights=True, chunk=3), d_model=16)
+    with torch.no_grad():
+        for name in ("in_proj", "x_proj", "dt_proj"):
+            getattr(ours, name).load_state_dict(getattr(hf, name).state_dict())
+        ours.out.load_state_dict(hf.out_proj.state_dict())
+        ours.conv_weight.copy_(hf.conv1d.weight.squeeze(1))
+        ours.conv_bias.copy_(hf.conv1d.bias)
+        for name in ("A_log", "D"):
+            getattr(ours, name).copy_(getattr(hf, name))
+        for norm in ("dt", "b", "c"):
+            getattr(ours, f"{norm}_norm_weight").copy_(getattr(hf, f"{norm}_layernorm").weight)
+        x = torch.randn(2, 9, 16)
+        want = hf(x)
+        torch.testing.assert_close(ours.run(x).out, want, rtol=1e-4, atol=1e-5)
+
+
 # -- through a model ------------------------------------------------------------------------------
 
 
@@ -94,9 +171,15 @@ def _decode(model, tokens: torch.Tensor, *, prefill: int, steps: bool = False) -
     return torch.cat(outs, 1)
 
 
-@pytest.mark.parametrize(("mixed", "norm"), [(False, None), (True, None), (False, 1e-4)])
-def test_cached_decode_equals_the_uncached_forward(mixed: bool, norm: float | None) -> None:
-    model = _model(mixed, bcdt_norm_eps=norm)
+@pytest.mark.parametrize(("mixed", "norm", "weights"), [(False, None, False), (True, None, False), (False, 1e-4, False),
+                                                        (True, 1e-4, True)])
+def test_cached_decode_equals_the_uncached_forward(mixed: bool, norm: float | None, weights: bool) -> None:
+    model = _model(mixed, bcdt_norm_eps=norm, bcdt_norm_weights=weights)
+    if weights:  # weights other than their initial ones, so that a norm's weight not applied would show
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm_weight"):
+                    p.copy_(torch.rand_like(p) + 0.5)
     tokens = torch.randint(0, 97, (2, 11))
     with torch.no_grad():
         want = model(tokens)
@@ -178,6 +261,7 @@ def test_public_facts() -> None:
     ({"conv_kernel": 0}, "conv_kernel must be at least 2", "model.block.mixer.conv_kernel: "),
     ({"dt_rank": 0}, "greater than 0", "model.block.mixer.dt_rank: "),
     ({"bcdt_norm_eps": -1.0}, "greater than 0", "model.block.mixer.bcdt_norm_eps: "),
+    ({"bcdt_norm_weights": True}, "bcdt_norm_weights needs bcdt_norm_eps", "model.block.mixer: "),
 ])
 def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -> None:
     with pytest.raises(ValidationError, match=message):
