@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 import specformer
 from specformer.checkpoint.check import TensorInfo, check_checkpoint, spec_data
 from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer.renamed import current_name
+from specformer.spec.shapes import ModelSpec
 from specformer_finetune.apply import AdapterInfo, adapter_of, adapter_state, apply_adapter, resolve_adapter
 
 #: The header entry of an adapter checkpoint.
@@ -123,6 +125,15 @@ def base_path(record: dict[str, Any], where: str) -> Path:
                           f"(nor at {candidates[0]}); put the base back or merge the adapter where both are")
 
 
+def _model_of(path: str | Path, metadata: dict[str, str]) -> Any:
+    """The ``model`` section of a checkpoint's spec with every default filled in (as stored where it does not parse)."""
+    model = spec_data(path, metadata).get("model")
+    try:
+        return ModelSpec.model_validate(model).model_dump(mode="json")
+    except ValidationError:
+        return model
+
+
 def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where: str) -> dict[str, TensorInfo] | None:
     """The base's layout, for an adapter checkpoint (its spec is checked against the base's weights); else None."""
     record = read_record(metadata, where)
@@ -130,8 +141,9 @@ def float_layout(metadata: dict[str, str], tensors: dict[str, TensorInfo], where
         return None
     path = base_path(record, where)
     base = check_checkpoint(path)
-    # Compared as read now: an adapter saved after a rename sits on a base saved before it.
-    if spec_data(path, base.metadata).get("model") != spec_data(where, metadata).get("model"):
+    # Compared as read now, defaults filled: an adapter saved after a rename (or after a field
+    # was added to the spec) sits on a base saved before it.
+    if _model_of(path, base.metadata) != _model_of(where, metadata):
         raise CheckpointError(f"{where}: the adapter's spec describes another model than its base {path}")
     targets = record["targets"]
     stray = [n for n in tensors if not any(n.startswith(f"{t}.") for t in targets)]
