@@ -121,6 +121,18 @@ class SpecView:
             )
         return kind
 
+    def multi_head(self, *, family: str) -> int:
+        """The head count of a model with one key/value head per query head, each d_model / n_heads wide (GPT-2's
+        attention, and every family before grouped queries); NotExpressible naming the field otherwise."""
+        n_heads, n_kv, head_dim = self.attention_sizes()
+        if n_kv != n_heads:
+            raise NotExpressible("model.block.mixer.n_kv_heads", f"{n_kv}: Hugging Face {family} has one key/value "
+                                 f"head per query head ({n_heads})")
+        if head_dim * n_heads != self.model.d_model:
+            raise NotExpressible("model.block.mixer.head_dim", f"{head_dim}: Hugging Face {family} has head_dim = "
+                                 f"d_model / n_heads ({self.model.d_model} / {n_heads})")
+        return n_heads
+
     def attention_sizes(self, layer: int = 0) -> tuple[int, int, int]:
         """(n_heads, n_kv_heads, head_dim) of a layer, defaults resolved."""
         a = self.layers[layer]["mixer"]

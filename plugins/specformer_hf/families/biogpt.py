@@ -67,10 +67,7 @@ def multi_head_biased(view: SpecView, family: str) -> int:
     view.block_kind("norm", ("layernorm",), family=family)
     view.block_kind("mixer", ("attention",), family=family)
     view.block_kind("ffn", ("mlp",), family=family)
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads or n_heads * head_dim != m.d_model:
-        raise NotExpressible("model.block.mixer", f"Hugging Face {family} has one key/value head per query head, "
-                             "each d_model / n_heads wide")
+    n_heads = view.multi_head(family=family)
     for path in ("mixer.qkv_bias", "mixer.out_bias", "ffn.bias"):
         if not view.uniform(*path.split("."), family=family):
             raise NotExpressible(f"model.block.{path}", f"Hugging Face {family} always has biases on q, k, v, the "

@@ -9,9 +9,8 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.falcon import GroupedQKV
+from specformer_hf.families.falcon import FINAL_NORM_AND_HEAD, attention_and_mlp_rules
 from specformer_hf.family import Family
-from specformer_hf.parts.base import BLOCK_MIXER
 from specformer_hf.parts.embedding import no_output_bias
 from specformer_hf.rules import Copy, Rule
 from specformer_hf.specview import NotExpressible, SpecView
@@ -82,13 +81,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("norm", ("layernorm",), family=NAME)
     view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads:
-        raise NotExpressible("model.block.mixer.n_kv_heads", f"Hugging Face {NAME} has one key/value head per "
-                             f"query head ({n_heads})")
-    if head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
-                             f"({m.d_model} / {n_heads})")
+    n_heads = view.multi_head(family=NAME)
     if (view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model) != 4 * m.d_model:
         raise NotExpressible("model.block.ffn.hidden", f"Hugging Face {NAME}'s MLP is always 4 x d_model "
                              f"({4 * m.d_model}) wide")
@@ -115,20 +108,11 @@ WEIGHTS: list[Rule] = [
     Copy("transformer.word_embeddings_layernorm.bias", "embedding_norm.bias"),
     Copy(f"{LAYER}.input_layernorm.weight", "blocks.{i}.attention_norm.weight"),
     Copy(f"{LAYER}.input_layernorm.bias", "blocks.{i}.attention_norm.bias"),
-    # query_key_value holds each head's [q; k; v] in turn: Falcon's grouping with one query head per group.
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.weight", f"{BLOCK_MIXER}.qkv.weight"),
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.bias", f"{BLOCK_MIXER}.qkv.bias"),
-    Copy(f"{LAYER}.self_attention.dense.weight", f"{BLOCK_MIXER}.out.weight"),
-    Copy(f"{LAYER}.self_attention.dense.bias", f"{BLOCK_MIXER}.out.bias"),
     Copy(f"{LAYER}.post_attention_layernorm.weight", "blocks.{i}.ffn_norm.weight"),
     Copy(f"{LAYER}.post_attention_layernorm.bias", "blocks.{i}.ffn_norm.bias"),
-    Copy(f"{LAYER}.mlp.dense_h_to_4h.weight", "blocks.{i}.ffn.fc_in.weight"),
-    Copy(f"{LAYER}.mlp.dense_h_to_4h.bias", "blocks.{i}.ffn.fc_in.bias"),
-    Copy(f"{LAYER}.mlp.dense_4h_to_h.weight", "blocks.{i}.ffn.fc_out.weight"),
-    Copy(f"{LAYER}.mlp.dense_4h_to_h.bias", "blocks.{i}.ffn.fc_out.bias"),
-    Copy("transformer.ln_f.weight", "final_norm.weight"),
-    Copy("transformer.ln_f.bias", "final_norm.bias"),
-    Copy("lm_head.weight", "lm_head.weight"),
+    # query_key_value holds each head's [q; k; v] in turn: Falcon's grouping with one query head per group.
+    *attention_and_mlp_rules(LAYER),
+    *FINAL_NORM_AND_HEAD,
 ]
 
 FAMILY = Family(

@@ -65,10 +65,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("norm", ("layernorm",), family=NAME)
     view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads or head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head and "
-                             f"head_dim = d_model / n_heads ({m.d_model} / {n_heads})")
+    n_heads = view.multi_head(family=NAME)
     view.expect(view.final_norm, "model.final_norm", ("layernorm",), family=NAME)
     # The sinusoid's variant, the block eps (always 1e-6), the biases and the activation: any other value reads
     # back otherwise and export names it.

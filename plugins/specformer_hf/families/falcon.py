@@ -157,6 +157,28 @@ def to_config(view: SpecView) -> dict[str, Any]:
 LAYER = "transformer.h.{i}"
 
 
+def attention_and_mlp_rules(layer: str) -> list[Rule]:
+    """The fused ``query_key_value``, ``dense`` and ``dense_h_to_4h``/``dense_4h_to_h`` of a layer: BLOOM's names, Falcon's too."""
+    return [
+        GroupedQKV(f"{layer}.self_attention.query_key_value.weight", f"{BLOCK_MIXER}.qkv.weight"),
+        GroupedQKV(f"{layer}.self_attention.query_key_value.bias", f"{BLOCK_MIXER}.qkv.bias"),
+        Copy(f"{layer}.self_attention.dense.weight", f"{BLOCK_MIXER}.out.weight"),
+        Copy(f"{layer}.self_attention.dense.bias", f"{BLOCK_MIXER}.out.bias"),
+        Copy(f"{layer}.mlp.dense_h_to_4h.weight", "blocks.{i}.ffn.fc_in.weight"),
+        Copy(f"{layer}.mlp.dense_h_to_4h.bias", "blocks.{i}.ffn.fc_in.bias"),
+        Copy(f"{layer}.mlp.dense_4h_to_h.weight", "blocks.{i}.ffn.fc_out.weight"),
+        Copy(f"{layer}.mlp.dense_4h_to_h.bias", "blocks.{i}.ffn.fc_out.bias"),
+    ]
+
+
+#: ``ln_f`` and the LM head, as BLOOM and Falcon name them.
+FINAL_NORM_AND_HEAD: list[Rule] = [
+    Copy("transformer.ln_f.weight", "final_norm.weight"),
+    Copy("transformer.ln_f.bias", "final_norm.bias"),
+    Copy("lm_head.weight", "lm_head.weight"),
+]
+
+
 def _norm(hf: str, ours: str, *, layouts: tuple[str, ...]) -> list[Rule]:
     return [AtLayers(Copy(f"{LAYER}.{hf}.{p}", f"blocks.{{i}}.{ours}.{p}"), where=lambda site: _layout(site) in layouts,
                      layers=" and ".join(layouts)) for p in ("weight", "bias")]
@@ -170,17 +192,8 @@ WEIGHTS: list[Rule] = [
     *_norm("post_attention_layernorm", "ffn_norm", layouts=("prenorm",)),
     *_norm("ln_attn", "attention_norm", layouts=("parallel2",)),
     *_norm("ln_mlp", "ffn_norm", layouts=("parallel2",)),
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.weight", f"{BLOCK_MIXER}.qkv.weight"),
-    GroupedQKV(f"{LAYER}.self_attention.query_key_value.bias", f"{BLOCK_MIXER}.qkv.bias"),
-    Copy(f"{LAYER}.self_attention.dense.weight", f"{BLOCK_MIXER}.out.weight"),
-    Copy(f"{LAYER}.self_attention.dense.bias", f"{BLOCK_MIXER}.out.bias"),
-    Copy(f"{LAYER}.mlp.dense_h_to_4h.weight", "blocks.{i}.ffn.fc_in.weight"),
-    Copy(f"{LAYER}.mlp.dense_h_to_4h.bias", "blocks.{i}.ffn.fc_in.bias"),
-    Copy(f"{LAYER}.mlp.dense_4h_to_h.weight", "blocks.{i}.ffn.fc_out.weight"),
-    Copy(f"{LAYER}.mlp.dense_4h_to_h.bias", "blocks.{i}.ffn.fc_out.bias"),
-    Copy("transformer.ln_f.weight", "final_norm.weight"),
-    Copy("transformer.ln_f.bias", "final_norm.bias"),
-    Copy("lm_head.weight", "lm_head.weight"),
+    *attention_and_mlp_rules(LAYER),
+    *FINAL_NORM_AND_HEAD,
 ]
 
 FAMILY = Family(

@@ -88,10 +88,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME} has no LM head bias")
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads or n_heads * head_dim != m.d_model:
-        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head, "
-                             "each hidden_size / num_heads wide")
+    n_heads = view.multi_head(family=NAME)
     if view.uniform("mixer", "scale", family=NAME) != 1.0:
         raise NotExpressible("model.block.mixer.scale", f"Hugging Face {NAME} never scales attention scores "
                              "(scale: 1)")

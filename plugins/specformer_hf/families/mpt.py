@@ -110,13 +110,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("ffn", ("mlp",), family=NAME)
     if view.uniform("norm", "bias", family=NAME) or not view.uniform("norm", "affine", family=NAME):
         raise NotExpressible("model.block.norm", f"Hugging Face {NAME}'s LayerNorms have a weight and no bias")
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads:
-        raise NotExpressible("model.block.mixer.n_kv_heads", f"Hugging Face {NAME} has one key/value head per "
-                             f"query head ({n_heads})")
-    if head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.mixer.head_dim", f"Hugging Face {NAME} has head_dim = d_model / n_heads "
-                             f"({m.d_model} / {n_heads})")
+    n_heads = view.multi_head(family=NAME)
     if any(view.uniform("mixer", key, family=NAME) for key in ("qkv_bias", "out_bias")) \
             or view.uniform("ffn", "bias", family=NAME):
         raise NotExpressible("model.block", f"Hugging Face {NAME} has no biases")

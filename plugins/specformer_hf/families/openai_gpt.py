@@ -62,10 +62,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("norm", ("layernorm",), family=NAME)
     view.block_kind("mixer", ("attention",), family=NAME)
     view.block_kind("ffn", ("mlp",), family=NAME)
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads or head_dim * n_heads != m.d_model:
-        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head and "
-                             f"head_dim = d_model / n_heads ({m.d_model} / {n_heads})")
+    n_heads = view.multi_head(family=NAME)
     if (view.uniform("ffn", "hidden", family=NAME) or 4 * m.d_model) != 4 * m.d_model:
         raise NotExpressible("model.block.ffn.hidden", f"Hugging Face {NAME}'s MLP is always 4 x d_model "
                              f"({4 * m.d_model}) wide")

@@ -71,10 +71,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
     view.block_kind("ffn", ("mlp",), family=NAME)
     if m.lm_head_bias:
         raise NotExpressible("model.lm_head_bias", f"Hugging Face {NAME} has no LM head bias")
-    n_heads, n_kv, head_dim = view.attention_sizes()
-    if n_kv != n_heads or n_heads * head_dim != m.d_model:
-        raise NotExpressible("model.block.mixer", f"Hugging Face {NAME} has one key/value head per query head, "
-                             f"each hidden_size / num_attention_heads wide")
+    n_heads = view.multi_head(family=NAME)
     bias = view.uniform("ffn", "bias", family=NAME)
     if view.uniform("mixer", "qkv_bias", family=NAME) != bias or view.uniform("mixer", "out_bias", family=NAME) != bias:
         raise NotExpressible("model.block.mixer.qkv_bias", f"Hugging Face {NAME} switches the attention's and the "
