@@ -22,7 +22,7 @@ import torch
 from pydantic import ValidationError
 
 import specformer
-from specformer.checkpoint.check import TensorInfo, check_checkpoint, spec_data
+from specformer.checkpoint.check import TensorInfo, check_checkpoint, first_bad_module_path, spec_data
 from specformer.checkpoint.file import read_metadata, read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer.renamed import current_name
@@ -104,6 +104,10 @@ def read_record(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
             and isinstance(base, dict) and isinstance(base.get("path"), str) and isinstance(base.get("sha256"), str)):
         raise CheckpointError(f"{where}: the adapter entry must hold 'adapter', 'targets' (a list of layer names) and "
                               f"'base' (path and sha256), got {excerpt(record)}")
+    bad = first_bad_module_path(targets)
+    if bad is not None:
+        raise CheckpointError(f"{where}: the adapter entry's 'targets' lists {excerpt(bad)}, which is not a layer name "
+                              f"(dotted names of letters, digits and _, as blocks.0.mixer.qkv)")
     record["targets"] = [current_name(t) for t in targets]  # layers named before a rename, as they are now
     try:  # checked here, so that summary refuses what load would: each bad field on the one line
         resolve_adapter(record["adapter"], path=ADAPTER_KEY)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from specformer.model.builder import build_checked
-from specformer.checkpoint.check import TensorInfo
+from specformer.checkpoint.check import TensorInfo, first_bad_module_path
 from specformer.checkpoint.file import read_tensors
 from specformer.errors import CheckpointError, SpecError, excerpt, problems_line
 from specformer.renamed import current_name
@@ -35,6 +35,11 @@ def read_recipe(metadata: dict[str, str], where: str) -> dict[str, Any] | None:
     if not isinstance(recipe, dict) or not all(isinstance(recipe.get(k, []), list) for k in ("linears", "stacks")):
         raise CheckpointError(f"{where}: the quantization recipe must be a mapping with 'scheme', 'linears' and "
                               f"'stacks', got {excerpt(recipe)}")
+    for key in ("linears", "stacks"):
+        bad = first_bad_module_path(recipe.get(key, []))
+        if bad is not None:
+            raise CheckpointError(f"{where}: the quantization recipe's {key!r} lists {excerpt(bad)}, which is not a "
+                                  f"layer name (dotted names of letters, digits and _, as blocks.0.ffn.down)")
     try:
         schemes_of(recipe)
     except SpecError as exc:

@@ -13,6 +13,7 @@ names the problem, before :func:`specformer.load` builds the model.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -90,6 +91,19 @@ class CheckedCheckpoint:
     @property
     def tensor_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
+
+
+#: A module's dotted path as a header may name it (``blocks.0.ffn.down``): names of attributes, nothing else.
+MODULE_PATH = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
+
+
+def first_bad_module_path(names: list[Any]) -> Any:
+    """The first of ``names`` that is not a module path (a header entry listing layers); None when all are.
+
+    A header is untrusted input: a name holding a line break or a control character would
+    otherwise be printed into a one-line error as it is.
+    """
+    return next((n for n in names if not (isinstance(n, str) and MODULE_PATH.fullmatch(n))), None)
 
 
 def check_checkpoint(path: str | Path, *, registry: Any = None, metadata: dict[str, str] | None = None,
@@ -226,4 +240,5 @@ def _json_type(value: Any) -> str:
     )
 
 
-__all__ = ["CheckedCheckpoint", "TensorInfo", "check_checkpoint", "compare_layout", "spec_data", "tensor_infos"]
+__all__ = ["MODULE_PATH", "CheckedCheckpoint", "TensorInfo", "check_checkpoint", "compare_layout", "first_bad_module_path",
+           "spec_data", "tensor_infos"]

@@ -90,3 +90,22 @@ def test_the_params_are_checked_again_where_the_adapter_is_applied(tmp_path: Pat
     assert "\n" not in message and "errors.pydantic.dev" not in message
     assert message.startswith(f"{bad}: the adapter cannot be applied to its base: adapter.rank: "
                               "Input should be greater than 0 (got 0)"), message
+
+
+@pytest.mark.parametrize("name", ["\x1e", "blocks.0.mixer.qkv\u2028x", ""])
+def test_a_target_that_is_no_layer_name_is_refused_in_one_line(tmp_path: Path, adapter_ckpt: Path,
+                                                                 capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """The targets are untrusted input: a name with a record separator or a line break is shown escaped, once."""
+    with safe_open(str(adapter_ckpt), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        header = dict(f.metadata())
+    record = json.loads(header["adapter"])
+    record["targets"] = [name, *record["targets"][1:]]
+    header["adapter"] = json.dumps(record)
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad), metadata=header)
+    with pytest.raises(CheckpointError) as info:
+        specformer.load(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "'targets' lists" in message and "not a layer name" in message, message
+    assert_each_refuses_in_one_line([["summary", str(bad)]], message, capsys)

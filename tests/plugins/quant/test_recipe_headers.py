@@ -82,3 +82,22 @@ def test_a_scheme_given_in_python_is_a_spec_error_at_its_path() -> None:
     with pytest.raises(SpecError) as info:
         scheme_from({"kind": "int4", "group_size": 48}, path="--method")
     assert [str(p) for p in info.value.problems] == ["--method.group_size: Input should be 32, 64 or 128 (got 48)"]
+
+
+@pytest.mark.parametrize("name", ["\x1e", "blocks.0.ffn.down\nblocks.1", "blocks..0", 7])
+def test_a_listed_layer_that_is_no_layer_name_is_refused_in_one_line(tmp_path: Path, quantized: dict[str, Path],
+                                                                       capsys: pytest.CaptureFixture[str], name) -> None:
+    """The recipe is untrusted input: a name with a record separator or a line break is shown escaped, once."""
+    recipe = json.loads(read_metadata_of(quantized["int4"])["quantization"])
+    bad = with_recipe(quantized["int4"], tmp_path / "bad.safetensors", linears=[name, *recipe["linears"][1:]])
+    with pytest.raises(CheckpointError) as info:
+        specformer.load(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "'linears' lists" in message and "not a layer name" in message, message
+    assert_each_refuses_in_one_line([["generate", str(bad), "--prompt", "a", "--max-new-tokens", "1"],
+                                     ["summary", str(bad)]], message, capsys)
+
+
+def read_metadata_of(path: Path) -> dict[str, str]:
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata())
