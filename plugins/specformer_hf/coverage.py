@@ -77,8 +77,6 @@ MISSING: dict[str, str] = {
     # Issue 46: one new part each.
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
-    "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
-    "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
     "laguna": "softplus attention output gates and router variants (issue 46)",
     "mellum": "router variants: logit softcap, router weight applied to the MoE input (issue 46)",

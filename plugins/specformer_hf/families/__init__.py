@@ -52,6 +52,8 @@ def builtin_families() -> list[Family]:
         granitemoe_swa,
         granitemoeshared,
         helium,
+        hunyuan_v1_dense,
+        hunyuan_v1_moe,
         hy_v3,
         internlm3,
         iquestcoder,
@@ -178,6 +180,8 @@ def builtin_families() -> list[Family]:
             ctrl.FAMILY,
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
+            hunyuan_v1_dense.FAMILY,
+            hunyuan_v1_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 
