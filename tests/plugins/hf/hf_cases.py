@@ -963,6 +963,18 @@ CASES += [
     Case("hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
          _llama_like(num_key_value_heads=1, head_dim=12, intermediate_size=40, num_experts=5, moe_topk=3,
                      rms_norm_eps=1e-5, tie_word_embeddings=False, rope_parameters=_rope("dynamic", alpha=2.0, factor=1.0))),
+    # Apertus: xIELU's alpha_p / alpha_n shaken per layer (every tensor is), q/k RMSNorm before RoPE, GQA with
+    # head_dim 20, biased attention, llama3 rope scaling (its default), untied; and multi-head, default rope, tied.
+    Case("apertus", "ApertusConfig", "ApertusForCausalLM",
+         _llama_like(head_dim=20, attention_bias=True, intermediate_size=80, tie_word_embeddings=False,
+                     rope_parameters=_rope("llama3", factor=8.0, original_max_position_embeddings=16,
+                                           low_freq_factor=1.0, high_freq_factor=4.0))),
+    Case("apertus-mha-tied", "ApertusConfig", "ApertusForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True,
+          "rope_parameters": _rope("default")}),
+    # Apertus 1.5's text model, its head unpruned (output_vocab_size null), MQA.
+    Case("apertus1p5_text", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM",
+         _llama_like(num_key_value_heads=1, tie_word_embeddings=False, rope_parameters=_rope("default"))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -987,6 +999,6 @@ SLOW_VARIANTS = frozenset({
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
-    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied", "hunyuan_v1_dense-mha-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied", "hunyuan_v1_dense-mha-tied", "apertus-mha-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
