@@ -77,8 +77,6 @@ MISSING: dict[str, str] = {
     # Issue 46: one new part each.
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
-    "hunyuan_v1_dense": "q/k norm after RoPE (issue 46)",
-    "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
     "laguna": "softplus attention output gates and router variants (issue 46)",
     "mellum": "router variants: logit softcap, router weight applied to the MoE input (issue 46)",
@@ -88,8 +86,6 @@ MISSING: dict[str, str] = {
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk1": "an extra norm on the MoE output (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
-    "apertus": "xIELU activation (issue 46)",
-    "apertus1p5_text": "xIELU activation (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
     "gpt_neox_japanese": "a dense bias added after the residual (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",

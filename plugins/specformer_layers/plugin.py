@@ -15,6 +15,7 @@ from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
 from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
+from specformer_layers.ffn.xielu_params import XIELUParams
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.mixers.mamba2_params import Mamba2Params
@@ -65,6 +66,8 @@ ROPE_SCALING_KIND = "rope_scaling"
 ROUTER_KIND = "router"
 #: The kind this plugin adds: what ``mla``'s ``indexer`` param names (sparse attention).
 INDEXER_KIND = "indexer"
+#: The kind this plugin adds: a learned activation ``mlp``'s ``activation`` may name instead of a fixed one.
+ACTIVATION_KIND = "activation"
 
 #: (kind, name, class path under specformer_layers, Params, paper) of every built-in component.
 COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
@@ -100,6 +103,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
+    (ACTIVATION_KIND, "xielu", "ffn.xielu:XIELU", XIELUParams, "https://arxiv.org/abs/2411.13010"),
     ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
      "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
@@ -160,6 +164,12 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
             "(and token_ids (N,) when it declares reads_token_ids), returns (weights (N, top_k), experts (N, top_k), "
             "probs (N, n_experts)); weights_on says whether a weight scales the expert's output or its input.",
         sizes=("d_model", "n_experts", "top_k", "vocab_size"),
+    )
+    registry.add_kind(
+        ACTIVATION_KIND,
+        doc="A non-linearity with learned parameters of its own, made with no sizes (called on any tensor, "
+            "elementwise); an mlp names one as its activation where a fixed function will not do.",
+        sizes=(),
     )
     registry.add_kind(
         INDEXER_KIND,

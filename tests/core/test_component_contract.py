@@ -117,6 +117,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "window"): 8,
     ("mixer", "attention", "qk_norm"): "rmsnorm",
     ("mixer", "attention", "qk_norm_scope"): ("all", {"qk_norm": "rmsnorm"}),
+    ("mixer", "attention", "qk_norm_order"): ("after_rope", {"qk_norm": "rmsnorm"}),
+    ("ffn", "mlp", "activation"): "xielu",  # a learned activation component in place of the fixed gelu
     ("mixer", "attention", "logit_softcap"): 30.0,
     ("mixer", "attention", "scale"): 0.5,
     ("mixer", "attention", "chunk"): 8,

@@ -31,6 +31,7 @@ KIND_TITLES = {
     "rope_scaling": "RoPE scaling",
     "router": "Expert routers",
     "indexer": "Sparse-attention indexers",
+    "activation": "Learned activations",
     "quantization": "Quantization",
     "optimizer": "Optimizers",
     "logger": "Training loggers",

@@ -9,6 +9,8 @@ def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
+        apertus,
+        apertus1p5_text,
         arcee,
         aria_text,
         biogpt,
@@ -52,6 +54,8 @@ def builtin_families() -> list[Family]:
         granitemoe_swa,
         granitemoeshared,
         helium,
+        hunyuan_v1_dense,
+        hunyuan_v1_moe,
         hy_v3,
         internlm3,
         iquestcoder,
@@ -178,6 +182,10 @@ def builtin_families() -> list[Family]:
             ctrl.FAMILY,
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
+            hunyuan_v1_dense.FAMILY,
+            hunyuan_v1_moe.FAMILY,
+            apertus.FAMILY,
+            apertus1p5_text.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

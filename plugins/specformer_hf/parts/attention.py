@@ -70,6 +70,7 @@ class QKNorm(Part):
     """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2).
 
     Always on, unless ``switch`` names a boolean config field that turns it on (GLM-4.5's use_qk_norm).
+    ``order`` ``after_rope``: the family normalises the rotated heads (Hunyuan-V1), our ``qk_norm_order``.
     """
 
     scope: str = "head"
@@ -77,23 +78,32 @@ class QKNorm(Part):
     #: 1 for Gemma 3's (1 + w) weights.
     offset: float = 0.0
     switch: str | None = None
+    order: str = "before_rope"
+    #: The checkpoint's names of the query and key norms under self_attn (Hunyuan-V1: query_layernorm, key_layernorm).
+    names: tuple[str, str] = ("q_norm", "k_norm")
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if self.switch and not cfg.get(self.switch):
             return
         attention = model.setdefault("block", {}).setdefault("mixer", {})
         attention.update(qk_norm=rmsnorm(cfg, eps_key=self.eps_key, offset=self.offset), qk_norm_scope=self.scope)
+        if self.order != "before_rope":
+            attention["qk_norm_order"] = self.order
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         on = view.uniform("mixer", "qk_norm") is not None
+        if on and view.uniform("mixer", "qk_norm_order") != self.order:
+            raise NotExpressible("model.block.mixer.qk_norm_order", f"Hugging Face {view.name} normalises queries and "
+                                 f"keys {self.order.replace('_', ' ')} (qk_norm_order: {self.order})")
         if self.switch:
             config[self.switch] = on
         elif not on:
             raise NotExpressible("model.block.mixer.qk_norm", f"Hugging Face {view.name} always normalises queries and keys (qk_norm: rmsnorm)")
 
     def rules(self) -> list[Rule]:
-        return [Copy(f"{ATTN}.q_norm.weight", f"{BLOCK_MIXER}.q_norm.weight"),
-                Copy(f"{ATTN}.k_norm.weight", f"{BLOCK_MIXER}.k_norm.weight")]
+        q, k = self.names
+        return [Copy(f"{ATTN}.{q}.weight", f"{BLOCK_MIXER}.q_norm.weight"),
+                Copy(f"{ATTN}.{k}.weight", f"{BLOCK_MIXER}.k_norm.weight")]
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,11 @@ class PlainMLP(Part):
         if self.always_biased and not view.uniform("ffn", "bias"):
             raise NotExpressible("model.block.ffn.bias", f"Hugging Face {view.name}'s MLP always has biases")
         hidden = view.uniform("ffn", "hidden") or 4 * view.model.d_model  # MLPParams' default width
-        config.update({"intermediate_size": hidden, self.act_key: ACTIVATIONS_TO_HF[view.uniform("ffn", "activation")]})
+        activation = view.uniform("ffn", "activation")
+        if not isinstance(activation, str):  # a learned activation component
+            raise NotExpressible("model.block.ffn.activation", f"{activation.get('kind')!r}: Hugging Face {view.name}'s "
+                                 "MLP has a fixed activation (hidden_act)")
+        config.update({"intermediate_size": hidden, self.act_key: ACTIVATIONS_TO_HF[activation]})
 
     def rules(self) -> list[Rule]:
         return [Copy(f"{MLP}.{hf}.{p}", f"blocks.{{i}}.ffn.{ours}.{p}")

@@ -52,6 +52,8 @@ class CausalSelfAttention(nn.Module):
         self.temperature = ((params.temperature_floor_scale, params.temperature_attn_scale, params.temperature_position_offset)
                             if params.temperature_tuning else None)
         self.qk_norm_scope = params.qk_norm_scope
+        # Hunyuan-V1 normalises the rotated heads; the others normalise, then rotate.
+        self.qk_norm_after_rope = params.qk_norm_order == "after_rope"
         q_norm, k_norm = _qk_norms(params, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
         # Cross-layer KV sharing: this layer reads layer kv_from's keys and values (ctx.shared_kv) and keeps none.
         self.kv_from = params.kv_from
@@ -110,11 +112,14 @@ class CausalSelfAttention(nn.Module):
         if self.q_norm is not None and self.qk_norm_scope == "all":
             q = self.q_norm(q)
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        if self.q_norm is not None and self.qk_norm_scope != "all":  # head, per_head_weights
+        per_head_norm = self.q_norm is not None and self.qk_norm_scope != "all"  # head, per_head_weights
+        if per_head_norm and not self.qk_norm_after_rope:
             q = self.q_norm(q)
         # This layer's own scheme (model.layers[].positional), its tables prepared once per forward.
         positional, state = ctx.positional_for(self.layer_index), ctx.positional_state_for(self.layer_index)
         q = positional.rotate(q, state)
+        if per_head_norm and self.qk_norm_after_rope:
+            q = self.q_norm(q)
         if self.temperature is not None:
             # Multiplied in float32 and rounded once, as transformers' Llama 4 does.
             q = (q * query_temperature(ctx.positions, *self.temperature)[:, None, :, None]).to(q.dtype)
@@ -147,11 +152,14 @@ class CausalSelfAttention(nn.Module):
             k = self.k_norm(k)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        if self.k_norm is not None and self.qk_norm_scope != "all":
+        per_head_norm = self.k_norm is not None and self.qk_norm_scope != "all"
+        if per_head_norm and not self.qk_norm_after_rope:
             k = self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
         k = positional.rotate(k, state)
+        if per_head_norm and self.qk_norm_after_rope:  # before the cache: it keeps keys as attention reads them
+            k = self.k_norm(k)
         if ctx.cache is not None:
             k, v, k_positions = ctx.cache.update(self.layer_index, k, v, ctx.positions)  # (B, KV, S, hd)
         else:
@@ -208,6 +216,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("k_eq_v=True")
         if self.clip_qkv is not None:
             parts.append(f"clip_qkv={self.clip_qkv}")
+        if self.qk_norm_after_rope:
+            parts.append("qk_norm_order=after_rope")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:

@@ -19,8 +19,9 @@ class CausalSelfAttentionParams(Params):
     (sliding window, Mistral); ``qk_norm`` normalises queries and keys before RoPE, per
     head (``qk_norm_scope: head``, Qwen3, Gemma 3), per head with separate weights for
     every head (``per_head_weights``, StableLM 2 12B) or over all heads at once (``all``,
-    OLMo-2); ``logit_softcap`` bounds scores smoothly (Gemma 2); ``scale`` replaces
-    ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
+    OLMo-2); ``qk_norm_order: after_rope`` normalises the rotated queries and keys instead
+    (Hunyuan-V1; with a learned weight the two orders differ); ``logit_softcap`` bounds
+    scores smoothly (Gemma 2); ``scale`` replaces ``1/sqrt(head_dim)`` (Gemma 2's ``query_pre_attn_scalar ** -0.5``); ``chunk`` limits
     each query to its own block of ``chunk`` positions (Llama 4's local layers); ``sinks``
     adds a learned per-head logit to the softmax normalisation (gpt-oss), so a head may
     attend to nothing. ``temperature_tuning`` multiplies each query by
@@ -60,13 +61,18 @@ class CausalSelfAttentionParams(Params):
     out_bias: bool = Field(default=False, description="Bias on the output projection.")
     window: int | None = Field(default=None, gt=0, description="Sliding window: attend to at most this many latest tokens.")
     qk_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
-        default=None, description="A norm applied to queries and keys (before RoPE).",
+        default=None, description="A norm applied to queries and keys (before RoPE unless qk_norm_order says after).",
     )
     qk_norm_scope: Literal["head", "per_head_weights", "all"] = Field(
         default="head",
         description="head: qk_norm over each head's channels, one weight shared by the heads (Qwen3); "
                     "per_head_weights: the same with a separate weight for every head (StableLM 2 12B); "
                     "all: over all heads' channels at once (OLMo-2).",
+    )
+    qk_norm_order: Literal["before_rope", "after_rope"] = Field(
+        default="before_rope",
+        description="before_rope: qk_norm on the projected queries and keys, then rotation (Qwen3, OLMo-2); "
+                    "after_rope: rotation first, then qk_norm per head (Hunyuan-V1).",
     )
     logit_softcap: float | None = Field(default=None, gt=0, description="Scores become cap * tanh(scores / cap).")
     scale: float | None = Field(default=None, gt=0, description="Score scale; default 1 / sqrt(head_dim).")
@@ -127,6 +133,9 @@ class CausalSelfAttentionParams(Params):
         if self.kv_from is not None and (self.k_eq_v or self.v_norm is not None):
             raise ValueError("a layer with kv_from projects no keys or values, so k_eq_v and v_norm do not apply; "
                              "set them on the layer it reads")
+        if self.qk_norm_order == "after_rope" and self.qk_norm_scope == "all":
+            raise ValueError("qk_norm_order after_rope normalises each rotated head, so it takes qk_norm_scope head or "
+                             "per_head_weights, not all (a norm over every head's channels comes before rotation)")
         return self
 
     def sized(self, *, d_model: int, layer_index: int = 0) -> Sized:

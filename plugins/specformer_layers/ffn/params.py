@@ -28,7 +28,11 @@ class MLPParams(Params):
     """``fc_out(act(fc_in(x)))``, widening to ``hidden`` channels in between."""
 
     hidden: int | None = Field(default=None, gt=0, description="Inner width; default 4 * d_model.")
-    activation: Activation = Field(default="gelu", description="Non-linearity between the two projections.")
+    activation: Activation | SubComponent("activation") = Field(  # type: ignore[valid-type]
+        default="gelu",
+        description="Non-linearity between the two projections: a fixed one by name, or a learned activation "
+                    "component (xielu: Apertus).",
+    )
     bias: bool = Field(default=True, description="Biases on both projections.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
 
@@ -38,7 +42,9 @@ class MLPParams(Params):
 
     def sized(self, *, d_model: int) -> Sized:
         hidden = self.hidden_for(d_model)
-        return Sized(parameters=linear(d_model, hidden, bias=self.bias) + linear(hidden, d_model, bias=self.bias))
+        learned = 0 if isinstance(self.activation, str) else self.activation.sized().parameters
+        return Sized(parameters=total(linear(d_model, hidden, bias=self.bias), linear(hidden, d_model, bias=self.bias),
+                                      learned))
 
 
 class GatedMLPParams(Params):

@@ -53,7 +53,7 @@ EXAMPLES, CHANGES = _CONTRACT.EXAMPLES, _CONTRACT.CHANGES
 
 #: The kinds a model is built from: every component of these declares its size check.
 MODEL_KINDS = ("positional", "rope_scaling", "norm", "ffn", "router", "mixer", "layout", "residual", "indexer",
-               "per_layer_input")
+               "per_layer_input", "activation")
 
 #: Sizes around the edges each kind's components meet: divisible and not, even and odd, zero heads.
 GRID: dict[str, list[dict[str, Any]]] = {
@@ -70,6 +70,7 @@ GRID: dict[str, list[dict[str, Any]]] = {
     "residual": [{"d_model": d} for d in (1, 8, 30)],
     "indexer": [{"d_model": d, "query_dim": q, "positional_dim": p} for d, q, p in ((16, 8, 4), (8, 16, 12), (12, 12, 16))],
     "per_layer_input": [{"vocab_size": v, "d_model": d, "n_layers": n} for v, d, n in ((50, 8, 2), (7, 30, 3))],
+    "activation": [{}],  # elementwise: no sizes
 }
 
 #: A layout receives its sublayers: here each of a present and an absent mixer and ffn; its
@@ -100,6 +101,7 @@ MORE: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"mixers": [{"kind": "gated_deltanet", "n_heads": 4}, {"kind": "short_conv"}]},  # two states
         {"mixers": [{"kind": "short_conv"}, {**EXAMPLES[("mixer", "mla")], "kind": "mla"}]},  # a latent lead
     ],
+    ("ffn", "mlp"): [{"hidden": 8, "activation": "xielu", "bias": False}],  # a learned activation's two scalars
     ("ffn", "moe"): [{"n_experts": 6, "top_k": 4, "router": {"kind": "sigmoid_topk", "n_group": 4, "topk_group": 1}},
                      {"n_experts": 4, "top_k": 2, "gated": False, "n_shared_experts": 2, "expert_bias": True},
                      {"n_experts": 4, "top_k": 2, "router": {"kind": "hash"}}],  # a router sized by the vocabulary

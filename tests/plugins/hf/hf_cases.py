@@ -950,6 +950,31 @@ CASES += [
          _llama_like(hidden_size=32, num_hidden_layers=3, attn_layer_period=2, attn_layer_offset=0, num_experts=1,
                      mamba_expand=2, mamba_d_state=4, mamba_d_conv=4, use_associative_scan=False,
                      tie_word_embeddings=True)),
+    # Hunyuan-V1 dense: q/k RMSNorm after RoPE (weights shaken away from 1, so the order shows), head_dim 20 (not
+    # hidden / heads), GQA, biased attention, the NTK-alpha rope (alpha 3), untied; and multi-head, default rope, tied
+    # (head_dim written out: transformers' Hunyuan-V1 attention has no default for it).
+    Case("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
+         _llama_like(head_dim=20, attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                     rope_parameters=_rope("dynamic", alpha=3.0, factor=1.0))),
+    Case("hunyuan_v1_dense-mha-tied", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "head_dim": 12, "tie_word_embeddings": True}),
+    # Hunyuan-V1 MoE: 5 experts, 3 per token (renormalised), the ungated shared expert as wide as each (40), MQA with
+    # head_dim 12, the NTK-alpha rope, untied.
+    Case("hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
+         _llama_like(num_key_value_heads=1, head_dim=12, intermediate_size=40, num_experts=5, moe_topk=3,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, rope_parameters=_rope("dynamic", alpha=2.0, factor=1.0))),
+    # Apertus: xIELU's alpha_p / alpha_n shaken per layer (every tensor is), q/k RMSNorm before RoPE, GQA with
+    # head_dim 20, biased attention, llama3 rope scaling (its default), untied; and multi-head, default rope, tied.
+    Case("apertus", "ApertusConfig", "ApertusForCausalLM",
+         _llama_like(head_dim=20, attention_bias=True, intermediate_size=80, tie_word_embeddings=False,
+                     rope_parameters=_rope("llama3", factor=8.0, original_max_position_embeddings=16,
+                                           low_freq_factor=1.0, high_freq_factor=4.0))),
+    Case("apertus-mha-tied", "ApertusConfig", "ApertusForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 5, "tie_word_embeddings": True,
+          "rope_parameters": _rope("default")}),
+    # Apertus 1.5's text model, its head unpruned (output_vocab_size null), MQA.
+    Case("apertus1p5_text", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM",
+         _llama_like(num_key_value_heads=1, tie_word_embeddings=False, rope_parameters=_rope("default"))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -974,6 +999,6 @@ SLOW_VARIANTS = frozenset({
     "biogpt-unscaled-tied", "xglm-unscaled-tied", "persimmon-no-qk-norm-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
-    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied", "hunyuan_v1_dense-mha-tied", "apertus-mha-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -207,6 +207,7 @@ DENSE_SPECS = {
     "bloom-560m.yaml": ("BloomConfig", dict(vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16)),
     # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
     "nanochat-defaults.yaml": ("NanoChatConfig", dict()),
+    "apertus-defaults.yaml": ("ApertusConfig", dict()),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
 }

@@ -16,6 +16,7 @@ EXPECTED = {
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk"},
     "residual": {"single", "mhc"},
     "indexer": {"lightning"},
+    "activation": {"xielu"},
     "per_layer_input": {"per_layer_embedding"},
 }
 
@@ -32,6 +33,12 @@ def test_registered_names() -> None:
 def test_rope_scaling_kind() -> None:
     kind = specformer.get_registry().kinds["rope_scaling"]
     assert kind.sizes == ("rotary_dim", "theta", "context_length")
+    assert kind.doc
+
+
+def test_activation_kind() -> None:
+    kind = specformer.get_registry().kinds["activation"]
+    assert kind.sizes == ()  # elementwise: made with no sizes
     assert kind.doc
 
 

@@ -271,6 +271,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "bloom-560m.yaml": _llama_like("BloomConfig", vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
     # transformers' NanoChatConfig defaults (a d12's sizes: no published model's, see the spec).
     "nanochat-defaults.yaml": _llama_like("NanoChatConfig"),
+    "apertus-defaults.yaml": _llama_like("ApertusConfig"),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
 }
