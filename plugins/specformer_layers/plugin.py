@@ -21,6 +21,7 @@ from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.mamba_params import MambaParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.rglru_params import RGLRUParams
+from specformer_layers.mixers.rwkv4_params import Rwkv4Params
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.layouts.params import (
     AbsentFFNParams,
@@ -130,6 +131,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
     ("mixer", "mamba", "mixers.mamba:Mamba", MambaParams, "https://arxiv.org/abs/2312.00752"),
     ("mixer", "rglru", "mixers.rglru:RGLRU", RGLRUParams, "https://arxiv.org/abs/2402.19427"),
+    ("mixer", "rwkv4", "mixers.rwkv4:Rwkv4", Rwkv4Params, "https://arxiv.org/abs/2305.13048"),
     ("mixer", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),

@@ -138,6 +138,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "mamba", "dt_rank"): 3,
     ("mixer", "mamba", "bcdt_norm_weights"): (True, {"bcdt_norm_eps": 1e-3}),
     ("mixer", "rglru", "gate_blocks"): 4,
+    ("mixer", "rwkv4", "width"): 24,
     ("mixer", "mla", "q_lora_rank"): 8,
     ("mixer", "mla", "latent_norm"): "layernorm",
     ("mixer", "mla", "window"): 8,

@@ -118,6 +118,7 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"width": 24, "gate_blocks": 3, "conv_kernel": 3, "chunk": 4},
         {"width": 20, "conv_kernel": 2, "bias": False, "activation": "gelu", "chunk": 3},
     ],
+    ("mixer", "rwkv4"): [{}, {"width": 24}],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 
