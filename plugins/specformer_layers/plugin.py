@@ -14,7 +14,7 @@ from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
-from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
+from specformer_layers.ffn.params import ChannelMixParams, GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.mixers.mamba2_params import Mamba2Params
@@ -100,6 +100,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
+    ("ffn", "rwkv_channel_mix", "ffn.channel_mix:ChannelMix", ChannelMixParams, "https://arxiv.org/abs/2305.13048"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
     ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
      "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),

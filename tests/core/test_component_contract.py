@@ -165,6 +165,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "swiglu", "hidden"): 16,
     ("ffn", "geglu", "hidden"): 16,
     ("ffn", "reglu", "hidden"): 16,
+    ("ffn", "rwkv_channel_mix", "hidden"): 16,
     ("ffn", "moe", "router"): {"kind": "sigmoid_topk"},
     ("ffn", "parallel", "ffns"): [{"kind": "mlp", "hidden": 16}, {"kind": "geglu", "hidden": 8}],
     ("ffn", "parallel", "norm"): "layernorm",
