@@ -70,7 +70,6 @@ MISSING: dict[str, str] = {
         "afmoe", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
         "gemma4_unified_text", "hyperclovax", "kolibri1", "lara_mini", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
-    "rwkv": "RWKV-4 time and channel mixing (issue 45)",
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",

@@ -14,7 +14,7 @@ from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
-from specformer_layers.ffn.params import GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
+from specformer_layers.ffn.params import ChannelMixParams, GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.ffn.xielu_params import XIELUParams
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
@@ -22,6 +22,7 @@ from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.mamba_params import MambaParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.rglru_params import RGLRUParams
+from specformer_layers.mixers.rwkv4_params import Rwkv4Params
 from specformer_layers.mixers.short_conv_params import ShortConvParams
 from specformer_layers.layouts.params import (
     AbsentFFNParams,
@@ -102,6 +103,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "geglu", "ffn.gated:GatedMLP", GeGLUParams, "https://arxiv.org/abs/2002.05202"),
     ("ffn", "reglu", "ffn.gated:GatedMLP", ReGLUParams, "https://arxiv.org/abs/2002.05202"),
+    ("ffn", "rwkv_channel_mix", "ffn.channel_mix:ChannelMix", ChannelMixParams, "https://arxiv.org/abs/2305.13048"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
     (ACTIVATION_KIND, "xielu", "ffn.xielu:XIELU", XIELUParams, "https://arxiv.org/abs/2411.13010"),
     ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
@@ -134,6 +136,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "mamba2", "mixers.mamba2:Mamba2", Mamba2Params, "https://arxiv.org/abs/2405.21060"),
     ("mixer", "mamba", "mixers.mamba:Mamba", MambaParams, "https://arxiv.org/abs/2312.00752"),
     ("mixer", "rglru", "mixers.rglru:RGLRU", RGLRUParams, "https://arxiv.org/abs/2402.19427"),
+    ("mixer", "rwkv4", "mixers.rwkv4:Rwkv4", Rwkv4Params, "https://arxiv.org/abs/2305.13048"),
     ("mixer", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),

@@ -115,6 +115,7 @@ def builtin_families() -> list[Family]:
         qwen3_5_moe,
         qwen3_next,
         recurrent_gemma,
+        rwkv,
     )
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
@@ -186,6 +187,7 @@ def builtin_families() -> list[Family]:
             hunyuan_v1_moe.FAMILY,
             apertus.FAMILY,
             apertus1p5_text.FAMILY,
+            rwkv.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -47,6 +47,30 @@ class MLPParams(Params):
                                       learned))
 
 
+class ChannelMixParams(Params):
+    """RWKV's channel mixing (Peng et al. 2023, arXiv:2305.13048; transformers' RwkvFeedForward).
+
+    Each token's input is interpolated, per channel, with the previous token's (the token
+    shift: ``x mu + x_prev (1 - mu)``, one ``mu`` for the key and one for the receptance);
+    the output is ``sigmoid(receptance(x_r)) * value(relu(key(x_k))²)``, widening to ``hidden``
+    channels in between. No biases. The previous token's input is a state a cached decode
+    would keep; feed-forwards keep none yet, so a model with this kind runs without a cache
+    (training, scoring) and refuses one.
+    """
+
+    hidden: int | None = Field(default=None, gt=0, description="Inner width (RWKV's intermediate_size); default 4 * d_model.")
+
+    def hidden_for(self, d_model: int) -> int:
+        """The inner width for ``d_model``: ``hidden``, else 4 * d_model."""
+        return self.hidden or 4 * d_model
+
+    def sized(self, *, d_model: int) -> Sized:
+        hidden = self.hidden_for(d_model)
+        return Sized(parameters=2 * d_model  # the token-shift interpolations of the key and the receptance
+                     + linear(d_model, hidden, bias=False) + linear(hidden, d_model, bias=False)
+                     + linear(d_model, d_model, bias=False))
+
+
 class GatedMLPParams(Params):
     """Gated feed-forward, silu gate by default (SwiGLU): ``down(act(gate(x)) * up(x))``.
 

@@ -944,6 +944,20 @@ CASES += [
               intermediate_size=80, lru_width=36, conv1d_width=3, attention_window_size=WINDOW, rms_norm_eps=1e-5,
               logits_soft_cap=20.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
               pad_token_id=None)),
+    # RWKV-4: attention_hidden_size = hidden_size (transformers' state needs it), a narrower channel mix, 3 layers
+    # (under rescale_every 6: transformers rescales nothing), untied head.
+    Case("rwkv", "RwkvConfig", "RwkvForCausalLM",
+         dict(vocab_size=128, hidden_size=48, num_hidden_layers=3, intermediate_size=72, context_length=64,
+              layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None, pad_token_id=None),
+         no_generate="RWKV's channel mixing keeps the previous token's input, a feed-forward state the caches cannot "
+                     "keep yet (it refuses a cache)"),
+    # Tied embeddings, two layers (transformers' init divides by layers - 1), rescale_every 0 (what export writes),
+    # the default 4 x hidden channel mix.
+    Case("rwkv-tied", "RwkvConfig", "RwkvForCausalLM",
+         dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, context_length=64, rescale_every=0,
+              tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None),
+         no_generate="RWKV's channel mixing keeps the previous token's input, a feed-forward state the caches cannot "
+                     "keep yet (it refuses a cache)"),
     # Attention first in every other layer (the block is attention on a tie: 2 of 3), no experts (one expert is a
     # plain MLP), the "auto" rank, tied embeddings.
     Case("jamba-dense-tied", "JambaConfig", "JambaForCausalLM",

@@ -80,7 +80,7 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("rwkv", ["model_type 'rwkv' is not supported yet; it lacks: RWKV-4 time and channel mixing (issue 45)",
+    ("xlstm", ["model_type 'xlstm' is not supported yet; it lacks: mLSTM (issue 45)",
               "Families not yet supported"]),
     # JetMoE's experts and rope exist; routing its attention heads per token does not.
     ("jetmoe", ["model_type 'jetmoe' is not supported yet; it lacks: mixture of attention heads (issue 46)"]),

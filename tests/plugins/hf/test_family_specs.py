@@ -136,6 +136,8 @@ DENSE_SPECS = {
     "mamba-codestral-7b.yaml": ("Mamba2Config", dict(max_position_embeddings=4096)),
     # MambaConfig's defaults with mamba-130m's 24 layers; Falcon-Mamba-7B's published sizes over FalconMambaConfig's.
     "mamba-130m.yaml": ("MambaConfig", dict(num_hidden_layers=24, max_position_embeddings=4096)),
+    # RWKV/rwkv-4-169m-pile's shape (recalled: hidden 768, 12 layers, vocabulary 50277, context 1024).
+    "rwkv-4-169m.yaml": ("RwkvConfig", dict(vocab_size=50277, hidden_size=768, num_hidden_layers=12, context_length=1024)),
     "falcon-mamba-7b.yaml": ("FalconMambaConfig", dict(
         vocab_size=65024, hidden_size=4096, num_hidden_layers=64, time_step_rank=256, tie_word_embeddings=False,
         max_position_embeddings=4096)),

@@ -10,8 +10,8 @@ EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
     "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "none"},
-    "ffn": {"mlp", "swiglu", "geglu", "reglu", "moe", "parallel", "none"},
-    "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "rglru", "parallel", "none"},
+    "ffn": {"mlp", "swiglu", "geglu", "reglu", "rwkv_channel_mix", "moe", "parallel", "none"},
+    "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk"},
     "residual": {"single", "mhc"},
@@ -78,7 +78,8 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.mixers.grouped_gated_norm",
                "specformer_layers.mixers.kernels",
                "specformer_layers.mixers.delta_rule", "specformer_layers.mixers.gated_norm",
-               "specformer_layers.mixers.recurrent", "specformer_layers.mixers.conv_params"}
+               "specformer_layers.mixers.recurrent", "specformer_layers.mixers.conv_params",
+               "specformer_layers.mixers.wkv", "specformer_layers.mixers.token_shift"}
     modules = {m.name for m in pkgutil.walk_packages(specformer_layers.__path__, "specformer_layers.") if not m.ispkg}
     assert modules - registered - support == set()
 

@@ -155,6 +155,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "jamba-v0.1.yaml": _llama_like("JambaConfig"),
     # RecurrentGemma-2B: the defaults with its MLP (15360, halved by transformers) and one kv head (see the spec).
     "recurrentgemma-2b.yaml": _llama_like("RecurrentGemmaConfig", intermediate_size=15360, num_key_value_heads=1),
+    # RWKV-4 169M (recalled; see the spec).
+    "rwkv-4-169m.yaml": _llama_like("RwkvConfig", vocab_size=50277, hidden_size=768, num_hidden_layers=12,
+                                    context_length=1024),
     # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
     "qwen3-next-80b-a3b.yaml": _llama_like(
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,

@@ -1,0 +1,223 @@
+"""The rwkv4 mixer (RWKV-4's time mixing): the WKV recurrence written out, transformers' RwkvSelfAttention,
+and exact through a model with a cache.
+
+Through a whole model: a cached token-by-token decode equals the uncached forward, a
+left-padded ragged batch equals each row alone, packed documents equal each document alone
+(the token shift and the recurrence start fresh at each), beam reordering and speculative
+rollback (``keep_steps``) restore states exactly, and the serve engine batches requests as
+each alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+import specformer
+from specformer.model.attention import cache_slots_of, heads_of, reach_of
+from specformer.model.state import uses_positions
+from specformer_layers.mixers.rwkv4 import Rwkv4
+from specformer_layers.mixers.rwkv4_params import Rwkv4Params
+from specformer_layers.mixers.wkv import wkv
+
+from tests.fixtures.tiny import tiny_spec
+from .through_the_cache import (
+    assert_a_left_padded_ragged_batch_equals_each_row_alone,
+    assert_cached_decode_equals_the_uncached_forward,
+    assert_packed_documents_equal_each_document_alone,
+    assert_reorder_and_rollback_restore_the_states_exactly,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MIXER = {"kind": "rwkv4", "width": 24}
+
+
+def _wkv_written_out(k: torch.Tensor, v: torch.Tensor, time_decay: torch.Tensor, time_first: torch.Tensor) -> torch.Tensor:
+    """The WKV as the paper writes it (Peng et al. 2023, eq. 14), in float64, each sum formed in full."""
+    k, v, w, u = k.double(), v.double(), torch.exp(time_decay.double()), time_first.double()
+    batch, length, width = k.shape
+    out = torch.zeros(batch, length, width, dtype=torch.float64)
+    for t in range(length):
+        num = math.e ** (u + k[:, t]) * v[:, t]
+        den = math.e ** (u + k[:, t])
+        for i in range(t):
+            weight = torch.exp(-(t - 1 - i) * w + k[:, i])
+            num = num + weight * v[:, i]
+            den = den + weight
+        out[:, t] = num / den
+    return out
+
+
+def _randomised(layer: Rwkv4) -> Rwkv4:
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+        layer.time_mix_key.uniform_(0, 1)
+        layer.time_mix_value.uniform_(0, 1)
+        layer.time_mix_receptance.uniform_(0, 1)
+    return layer
+
+
+def _time_mixing_written_out(layer: Rwkv4, x: torch.Tensor) -> torch.Tensor:
+    """The whole time mixing for fresh rows: shift, interpolate, project, WKV (written out), gate, project."""
+    previous = torch.cat((torch.zeros_like(x[:, :1]), x[:, :-1]), dim=1)
+    mixed = {name: x * getattr(layer, f"time_mix_{name}") + previous * (1 - getattr(layer, f"time_mix_{name}"))
+             for name in ("key", "value", "receptance")}
+    k, v = layer.key(mixed["key"]), layer.value(mixed["value"])
+    r = torch.sigmoid(layer.receptance(mixed["receptance"]))
+    return layer.output(r * _wkv_written_out(k, v, layer.time_decay, layer.time_first).float())
+
+
+@pytest.mark.parametrize("length", [1, 7, 13])
+def test_the_wkv_equals_the_sums_written_out(length: int) -> None:
+    torch.manual_seed(0)
+    k, v = torch.randn(2, length, 6) * 3, torch.randn(2, length, 6)
+    time_decay, time_first = torch.randn(6), torch.randn(6)
+    want = _wkv_written_out(k, v, time_decay, time_first).float()
+    out, _, _ = wkv(k, v, decay=torch.exp(time_decay), bonus=time_first)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    # From the state after a first part, the rest equals the whole; the steps are the states after each token.
+    cut = length // 2
+    first, state, steps = wkv(k[:, :cut], v[:, :cut], decay=torch.exp(time_decay), bonus=time_first, steps=True)
+    rest, _, _ = wkv(k[:, cut:], v[:, cut:], decay=torch.exp(time_decay), bonus=time_first, state=state)
+    torch.testing.assert_close(torch.cat((first, rest), 1), want, rtol=1e-5, atol=1e-5)
+    if cut:
+        torch.testing.assert_close(steps.num[:, -1], state.num)
+
+
+def test_large_keys_neither_overflow_nor_lose_the_average() -> None:
+    """Keys far past float32's exp range (e^100): the stabilised form still gives the weighted average."""
+    k = torch.tensor([[[100.0], [90.0], [-80.0]]])
+    v = torch.tensor([[[1.0], [3.0], [5.0]]])
+    time_decay, time_first = torch.tensor([0.5]), torch.tensor([-1.0])
+    out, state, _ = wkv(k, v, decay=torch.exp(time_decay), bonus=time_first)
+    assert torch.isfinite(out).all() and torch.isfinite(state.num).all()
+    torch.testing.assert_close(out, _wkv_written_out(k, v, time_decay, time_first).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_leaves_the_state_and_gives_zero() -> None:
+    torch.manual_seed(1)
+    k, v = torch.randn(1, 5, 4), torch.randn(1, 5, 4)
+    decay, bonus = torch.rand(4) + 0.1, torch.randn(4)
+    real = torch.tensor([[False, False, True, True, True]])
+    out, state, _ = wkv(k, v, decay=decay, bonus=bonus, real=real)
+    want, alone, _ = wkv(k[:, 2:], v[:, 2:], decay=decay, bonus=bonus)
+    assert (out[:, :2] == 0).all()
+    torch.testing.assert_close(out[:, 2:], want)
+    torch.testing.assert_close(state.num, alone.num)
+
+
+@pytest.mark.parametrize(("width", "length"), [(None, 11), (12, 9), (16, 1)])
+def test_equals_the_time_mixing_written_out(width: int | None, length: int) -> None:
+    torch.manual_seed(0)
+    layer = _randomised(Rwkv4(Rwkv4Params(width=width), d_model=8))
+    x = torch.randn(2, length, 8)
+    with torch.no_grad():
+        want = _time_mixing_written_out(layer, x)
+        torch.testing.assert_close(layer.run(x).out, want, rtol=1e-5, atol=1e-5)
+        # Token by token through the state equals the whole sequence at once.
+        state, outs = None, []
+        for t in range(length):
+            done = layer.run(x[:, t:t + 1], state=state)
+            outs.append(done.out)
+            state = done.state
+        torch.testing.assert_close(torch.cat(outs, 1), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("width", [16, 12])
+def test_equals_transformers_self_attention(width: int) -> None:
+    from transformers import RwkvConfig
+    from transformers.models.rwkv.modeling_rwkv import RwkvSelfAttention
+
+    config = RwkvConfig(hidden_size=16, attention_hidden_size=width, num_hidden_layers=1, context_length=32)
+    torch.manual_seed(0)
+    hf = RwkvSelfAttention(config, layer_id=0).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    ours = Rwkv4(Rwkv4Params(width=width), d_model=16)
+    with torch.no_grad():
+        for name in ("key", "value", "receptance", "output"):
+            getattr(ours, name).load_state_dict(getattr(hf, name).state_dict())
+        for name in ("time_mix_key", "time_mix_value", "time_mix_receptance"):
+            getattr(ours, name).copy_(getattr(hf, name).reshape(-1))
+        ours.time_decay.copy_(hf.time_decay)
+        ours.time_first.copy_(hf.time_first)
+        x = torch.randn(2, 10, 16)
+        want, _ = hf(x)
+        torch.testing.assert_close(ours.run(x).out, want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours.run(x, steps=True).out, want, rtol=1e-4, atol=1e-5)
+
+
+# -- through a model ------------------------------------------------------------------------------
+
+
+def _model(mixed: bool = False, **mixer):
+    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
+    if mixed:
+        spec["model"]["positional"] = {"kind": "rope"}
+        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
+    model = specformer.build(spec, seed=0).eval()
+    with torch.no_grad():  # decays, bonuses and shifts away from their initial values
+        for name, p in model.named_parameters():
+            if ".mixer.time_" in name:
+                p.copy_(torch.rand_like(p) if "time_mix" in name else torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
+    assert_cached_decode_equals_the_uncached_forward(_model(mixed))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
+    """Through the cache and recomputed without one: padding enters neither the shift nor the recurrence."""
+    assert_a_left_padded_ragged_batch_equals_each_row_alone(_model(mixed))
+
+
+def test_packed_documents_equal_each_document_alone() -> None:
+    assert_packed_documents_equal_each_document_alone(_model())
+
+
+def test_reorder_and_rollback_restore_the_states_exactly() -> None:
+    assert_reorder_and_rollback_restore_the_states_exactly(_model(mixed=True))
+
+
+def test_public_facts() -> None:
+    layer = _model().blocks[0].mixer
+    assert heads_of(layer) is None
+    assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
+    assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
+    d_model = layer.time_mix_key.shape[0]
+    assert layer.state_slots.shapes == {"shift": (d_model,), "num": (24,), "den": (24,), "exponent": (24,)}
+    summary = specformer.summarize(tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=3))
+    assert summary.total == sum(p.numel() for p in _model().parameters())
+
+
+@pytest.mark.parametrize(("change", "message", "where"), [
+    ({"width": 0}, "greater than 0", "model.block.mixer.width: "),
+    ({"width": "wide"}, "valid integer", "model.block.mixer.width: "),
+])
+def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Rwkv4Params(**{**{k: v for k, v in MIXER.items() if k != "kind"}, **change})
+    with pytest.raises(Exception, match=message) as caught:
+        specformer.build(tiny_spec(block={"mixer": {**MIXER, **change}}), seed=0)
+    lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
+    assert len(lines) == 1 and lines[0].strip().startswith(where)
+
+
+def test_served_requests_batched_give_what_each_gives_alone() -> None:
+    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
+    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
+
+    model = _model(mixed=True)
+    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
+    lengths = [4, 6, 3, 5]
+    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)
