@@ -18,6 +18,7 @@ def builtin_families() -> list[Family]:
         cohere,
         cohere2,
         cwm,
+        dbrx,
         deepseek_v2,
         deepseek_v3,
         deepseek_v32,
@@ -178,6 +179,7 @@ def builtin_families() -> list[Family]:
             ctrl.FAMILY,
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
+            dbrx.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -950,6 +950,20 @@ CASES += [
          _llama_like(hidden_size=32, num_hidden_layers=3, attn_layer_period=2, attn_layer_offset=0, num_experts=1,
                      mamba_expand=2, mamba_d_state=4, mamba_d_conv=4, use_associative_scan=False,
                      tie_word_embeddings=True)),
+    # DBRX (transformers' attention reads attn_config.rope_theta, so every config has one; the rope uses
+    # rope_parameters): q/k/v clamped at 0.3 (most fused Wqkv channels are larger), 6 heads of 10 over 2 (hidden 60),
+    # a rope theta of its own; 5 experts of width 24, 2 per token, renormalised (p = 1); and clipped at the published 8
+    # (transformers' DBRX fails without a clip_qkv), multi-query, 3 per token not renormalised (p null), gelu experts.
+    Case("dbrx", "DbrxConfig", "DbrxForCausalLM",
+         dict(vocab_size=128, d_model=60, n_heads=6, n_layers=2, max_seq_len=CONTEXT,
+              rope_parameters=_rope("default", rope_theta=5000.0),
+              attn_config={"clip_qkv": 0.3, "kv_n_heads": 2, "rope_theta": 5000.0},
+              ffn_config={"ffn_hidden_size": 24, "moe_num_experts": 5, "moe_top_k": 2})),
+    Case("dbrx-mqa-unnormalized", "DbrxConfig", "DbrxForCausalLM",
+         dict(vocab_size=128, d_model=64, n_heads=4, n_layers=3, max_seq_len=CONTEXT,
+              attn_config={"clip_qkv": 8, "kv_n_heads": 1, "rope_theta": 10000.0},
+              ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 3,
+                          "moe_normalize_expert_weights": None, "ffn_act_fn": {"name": "gelu"}})),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -975,5 +989,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
+    "dbrx-mqa-unnormalized",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
