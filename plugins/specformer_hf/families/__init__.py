@@ -31,6 +31,7 @@ def builtin_families() -> list[Family]:
         exaone_moe,
         falcon,
         flex_olmo,
+        flint,
         gemma,
         gemma2,
         gemma3,
@@ -180,6 +181,7 @@ def builtin_families() -> list[Family]:
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
             dbrx.FAMILY,
+            flint.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -964,6 +964,22 @@ CASES += [
               attn_config={"clip_qkv": 8, "kv_n_heads": 1, "rope_theta": 10000.0},
               ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 3,
                           "moe_normalize_expert_weights": None, "ffn_act_fn": {"name": "gelu"}})),
+    # Flint: sinks, 6 heads of 12 over 2 (not filling hidden), per-head q/k norms; layers 1 and 3 slide through a
+    # window shorter than the prompt with rope, the others global without positions; layer 0 dense (width 80), then
+    # 6 sigmoid-scored experts of width 24, 3 per token, renormalised, beside an ungated shared expert of 40; eps 1e-4.
+    Case("flint", "FlintConfig", "FlintForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=6, head_dim=12, intermediate_size=80,
+                     layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                     sliding_window=WINDOW, mlp_only_layers=[0], num_experts=6, num_experts_per_tok=3,
+                     moe_intermediate_size=24, shared_expert_intermediate_size=40, rms_norm_eps=1e-4,
+                     max_position_embeddings=CONTEXT)),
+    # The default layer_types and mlp_only_layers (5 layers: 0, 1 and 4 global, the first two dense), experts in every
+    # other layer of the rest (decoder_sparse_step 2), not renormalised, attention biases, a rope theta of its own.
+    Case("flint-defaults-unnormalized-biased", "FlintConfig", "FlintForCausalLM",
+         _llama_like(num_hidden_layers=5, sliding_window=WINDOW, decoder_sparse_step=2, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                     norm_topk_prob=False, attention_bias=True, max_position_embeddings=CONTEXT,
+                     rope_parameters=_rope("default", rope_theta=500.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -989,6 +1005,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
-    "dbrx-mqa-unnormalized",
+    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -118,6 +118,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
     "glm-5.yaml": _llama_like("GlmMoeDsaConfig"),  # transformers' defaults are zai-org/GLM-5's, its docstring says
     "hy3-preview.yaml": _llama_like("HYV3Config"),  # transformers' defaults are tencent/Hy3-preview's, its docstring says
+    "flint.yaml": _llama_like("FlintConfig"),  # transformers' defaults, whose docstring names RecursiveSI/flint
     "kimi-linear-48b-a3b.yaml": _llama_like(
         "KimiLinearConfig", linear_attn_config={
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,
