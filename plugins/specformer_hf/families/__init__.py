@@ -9,6 +9,7 @@ def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
+        afmoe,
         arcee,
         aria_text,
         biogpt,
@@ -182,6 +183,7 @@ def builtin_families() -> list[Family]:
             recurrent_gemma.FAMILY,
             dbrx.FAMILY,
             flint.FAMILY,
+            afmoe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -347,8 +347,9 @@ class GroupedExperts(Part):
             if router.get("kind") != "softmax_topk" or router.get("bias") or router.get("normalize", True):
                 raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with softmax_topk "
                                      "(normalize: false, no score bias)")
-        elif router.get("kind") != "sigmoid_topk" or router.get("bias"):
-            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
+        elif router.get("kind") != "sigmoid_topk" or router.get("bias") or not router.get("selection_bias", True):
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score "
+                                 "bias, a selection bias)")
         hidden = ffn["hidden"]
         if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
             raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")

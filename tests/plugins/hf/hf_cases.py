@@ -980,6 +980,21 @@ CASES += [
                      num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
                      norm_topk_prob=False, attention_bias=True, max_position_embeddings=CONTEXT,
                      rope_parameters=_rope("default", rope_theta=500.0))),
+    # AFMoE: sandwich norms, 6 heads of 12 over 2 (not filling hidden) with per-head q/k norms and a channel output
+    # gate; layers 0 and 2 slide through a window shorter than the prompt with rope, 1 and 3 global without
+    # positions; the first layer dense (width 80), then 6 sigmoid experts of 24 (a selection bias), 3 per token,
+    # renormalised and scaled by 1.7, two ungated shared experts; embeddings scaled (mup), untied, eps 1e-4.
+    Case("afmoe", "AfmoeConfig", "AfmoeForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=6, head_dim=12, intermediate_size=80,
+                     global_attn_every_n_layers=2, sliding_window=WINDOW, num_dense_layers=1, num_experts=6,
+                     num_experts_per_tok=3, moe_intermediate_size=24, num_shared_experts=2, route_scale=1.7,
+                     mup_enabled=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
+    # Explicit layer_types (global, sliding, sliding), no dense layer, one shared expert, tied, no mup.
+    Case("afmoe-layer-types-tied", "AfmoeConfig", "AfmoeForCausalLM",
+         _llama_like(num_hidden_layers=3, layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                     sliding_window=WINDOW, num_dense_layers=0, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, num_shared_experts=1, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", rope_theta=500.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -1005,6 +1020,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
-    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased",
+    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
