@@ -98,6 +98,7 @@ def builtin_families() -> list[Family]:
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (  # one per line: families are added side by side
+        bamba,
         falcon_h1,
         falcon_mamba,
         granitemoehybrid,
@@ -184,6 +185,7 @@ def builtin_families() -> list[Family]:
             dbrx.FAMILY,
             flint.FAMILY,
             afmoe.FAMILY,
+            bamba.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -995,6 +995,22 @@ CASES += [
                      sliding_window=WINDOW, num_dense_layers=0, num_experts=4, num_experts_per_tok=2,
                      moe_intermediate_size=32, num_shared_experts=1, tie_word_embeddings=True,
                      rope_parameters=_rope("default", rope_theta=500.0))),
+    # Bamba: Mamba-2, attention, Mamba-2 (hidden 48; the attention 6 heads of 8 over 2, biases on, the rope on half of
+    # each head); Mamba-2 of 12 heads of 8 in 2 groups (mamba_expand 2), state 8, a 3-tap convolution with bias,
+    # biased projections, the step clamped to [0.001, 0.5], a chunk shorter than the prompt; SwiGLU with biases,
+    # untied, non-default eps.
+    Case("bamba", "BambaConfig", "BambaForCausalLM",
+         _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
+                     attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
+                     mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=16, mamba_conv_bias=True,
+                     mamba_proj_bias=True, time_step_limit=(0.001, 0.5), rms_norm_eps=1e-4,
+                     tie_word_embeddings=False)),
+    # Attention in two of three layers (the block is attention), the rope on every channel (partial_rotary_factor
+    # 1 written), the "auto" head width, no biases, tied.
+    Case("bamba-attention-full-rope-tied", "BambaConfig", "BambaForCausalLM",
+         _llama_like(num_hidden_layers=3, attn_layer_indices=[0, 2], mamba_n_heads=8, mamba_d_state=4,
+                     mamba_chunk_size=16, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=1.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -1020,6 +1036,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
-    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied",
+    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied", "bamba-attention-full-rope-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
