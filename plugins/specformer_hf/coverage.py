@@ -67,7 +67,7 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "afmoe", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
+        "beam", "cohere_compass_text", "dots3_note_text", "emu3",
         "gemma4_unified_text", "hyperclovax", "kolibri1", "lara_mini", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",

@@ -272,6 +272,35 @@ class TransposedExperts(Rule):
         return [tensors[0].transpose(1, 2).contiguous()]
 
 
+class FlatExperts(Rule):
+    """Experts stored as 2-D matrices ``(n_experts * hidden, d_model)`` (DBRX's ``w1``, ``v1``, ``w2``), ours stacked.
+
+    Without ``transposed``, the tensors (gate, then up) become ``experts_in`` ``(n_experts,
+    parts * hidden, d_model)``, each expert's slices concatenated; with it, the one tensor holds
+    each expert's down projection transposed (``(hidden, d_model)`` per expert, applied as
+    ``h @ w2``) and becomes ``experts_out`` ``(n_experts, d_model, hidden)``.
+    """
+
+    def __init__(self, hf: Sequence[str], ours: str, *, transposed: bool = False) -> None:
+        self.hf, self.ours = tuple(hf), (ours,)
+        if transposed and len(self.hf) != 1:
+            raise ValueError("a transposed expert stack is one tensor")
+        self.transposed = transposed
+
+    def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        n = site.ffn.n_experts
+        stacks = [t.reshape(n, t.shape[0] // n, t.shape[1]) for t in tensors]  # (E, F, D) each
+        if self.transposed:
+            return [stacks[0].transpose(1, 2).contiguous()]  # (E, D, F)
+        return [torch.cat(stacks, dim=1).contiguous()]  # (E, parts * F, D)
+
+    def to_hf(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
+        t = tensors[0]
+        if self.transposed:
+            return [t.transpose(1, 2).reshape(-1, t.shape[1]).contiguous()]  # (E, F, D) -> (E * F, D)
+        return [part.reshape(-1, t.shape[2]).contiguous() for part in t.chunk(len(self.hf), dim=1)]  # (E * F, D) each
+
+
 class OneOf(Rule):
     """Checkpoints name the same parameters in several ways: import reads whichever the file has, export the first.
 
@@ -374,6 +403,6 @@ def halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-__all__ = ["AtLayers", "Copy", "DepthwiseConv", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert",
+__all__ = ["AtLayers", "Copy", "DepthwiseConv", "FlatExperts", "Fused", "HeadInterleavedQKV", "InterleavedGateUp", "OneOf", "PerExpert",
            "ReversedRopeQK",
            "TransposedExperts", "Rule", "Site", "Transposed", "Unsqueezed", "halves", "qkv_sizes", "renamed"]

@@ -9,6 +9,7 @@ def builtin_families() -> list[Family]:
     """In export preference order: when several families express a spec, the first wins."""
     # late: the family modules import torch (through their weight rules) and are needed only when families are listed
     from specformer_hf.families import (  # one per line: families are added side by side
+        afmoe,
         apertus,
         apertus1p5_text,
         arcee,
@@ -20,6 +21,7 @@ def builtin_families() -> list[Family]:
         cohere,
         cohere2,
         cwm,
+        dbrx,
         deepseek_v2,
         deepseek_v3,
         deepseek_v32,
@@ -32,6 +34,7 @@ def builtin_families() -> list[Family]:
         exaone_moe,
         falcon,
         flex_olmo,
+        flint,
         gemma,
         gemma2,
         gemma3,
@@ -99,6 +102,7 @@ def builtin_families() -> list[Family]:
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (  # one per line: families are added side by side
+        bamba,
         falcon_h1,
         falcon_mamba,
         granitemoehybrid,
@@ -188,6 +192,10 @@ def builtin_families() -> list[Family]:
             apertus.FAMILY,
             apertus1p5_text.FAMILY,
             rwkv.FAMILY,
+            dbrx.FAMILY,
+            flint.FAMILY,
+            afmoe.FAMILY,
+            bamba.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -138,13 +138,16 @@ def shared_halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-def _plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool) -> bool:
-    """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias; NotExpressible otherwise."""
-    plain = {"n_group": 1, "topk_group": 1, "scaling_factor": 1.0, "bias": False}
+def _plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool,
+                          selection_bias: bool = True) -> bool:
+    """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias, and a selection bias or none
+    as ``selection_bias`` says; NotExpressible otherwise."""
+    plain = {"n_group": 1, "topk_group": 1, "scaling_factor": 1.0, "bias": False, "selection_bias": selection_bias}
     if (router or {}).get("kind") != "sigmoid_topk" or any(router.get(k, v) != v for k, v in plain.items()) \
             or (always_normalize and not router.get("normalize", True)):
-        raise NotExpressible("model.block.ffn.router", f"Hugging Face {family} routes with sigmoid_topk (a selection bias, "
-                             "no groups, scaling_factor 1, no score bias" + (", normalize: true)" if always_normalize else ")"))
+        raise NotExpressible("model.block.ffn.router", f"Hugging Face {family} routes with sigmoid_topk ("
+                             + ("a selection bias" if selection_bias else "selection_bias: false")
+                             + ", no groups, scaling_factor 1, no score bias" + (", normalize: true)" if always_normalize else ")"))
     return bool(router.get("normalize", True))
 
 
@@ -160,6 +163,8 @@ class MixtureOfExperts(Part):
     gated feed-forward of width intermediate_size (Qwen-MoE), written as ``layers:`` overrides.
     ``selection_bias``: the names (saved, in memory) of a per-expert bias that only picks experts; the
     router is then ``sigmoid_topk`` (sigmoid scores, the chosen ones renormalised; MiniMax-M2).
+    ``sigmoid``: a ``sigmoid_topk`` router without such a bias (``selection_bias: false``; Flint).
+    ``shared_gate``: whether the shared expert is scaled by its sigmoid gate (Qwen2-MoE) or added as it is (Flint).
     """
 
     n_experts: str = "num_experts"
@@ -174,6 +179,8 @@ class MixtureOfExperts(Part):
     #: Other names config.json may give the expert count (Qwen3-MoE saves num_local_experts, its hub files num_experts).
     n_experts_aliases: tuple[str, ...] = ()
     selection_bias: tuple[str, ...] = ()
+    sigmoid: bool = False
+    shared_gate: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -190,11 +197,14 @@ class MixtureOfExperts(Part):
             "normalize_topk": bool(cfg.get(self.normalize)) if self.normalize else True,
             "aux_loss_coef": cfg.get_float("router_aux_loss_coef"),
         }
-        if self.selection_bias:
+        if self.selection_bias or self.sigmoid:
             ffn["router"] = {"kind": "sigmoid_topk", "normalize": ffn.pop("normalize_topk")}
+            if not self.selection_bias:
+                ffn["router"]["selection_bias"] = False
             del ffn["routing"]
         if self.shared:
-            ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"), shared_gate=True)
+            ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"),
+                       shared_gate=self.shared_gate)
         model.setdefault("block", {})["ffn"] = ffn
         if self.dense:
             n_layers, step = cfg.get_layers("num_hidden_layers"), cfg.get_size("decoder_sparse_step")
@@ -221,8 +231,9 @@ class MixtureOfExperts(Part):
             raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one expert setting")
         ffn = moe[0]
         normalize = ffn["normalize_topk"]
-        if self.selection_bias:
-            normalize = _plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None)
+        if self.selection_bias or self.sigmoid:
+            normalize = _plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None,
+                                              selection_bias=bool(self.selection_bias))
         elif ffn.get("router") is not None:
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "
                                  "(write it with routing and normalize_topk)")
@@ -240,9 +251,11 @@ class MixtureOfExperts(Part):
         if self.normalize:
             config[self.normalize] = normalize
         if self.shared:
-            if ffn.get("n_shared_experts") != 1 or not ffn.get("shared_gate"):
-                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one gated shared expert "
-                                     "(n_shared_experts: 1, shared_gate: true)")
+            if ffn.get("n_shared_experts") != 1 or bool(ffn.get("shared_gate")) != self.shared_gate:
+                gate = "true" if self.shared_gate else "false"
+                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one "
+                                     f"{'gated' if self.shared_gate else 'ungated'} shared expert "
+                                     f"(n_shared_experts: 1, shared_gate: {gate})")
             config["shared_expert_intermediate_size"] = ffn.get("shared_hidden") or hidden
         elif ffn.get("n_shared_experts"):
             raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
@@ -264,8 +277,9 @@ class MixtureOfExperts(Part):
                 Fused([f"{MLP}.shared_expert.gate_proj.weight", f"{MLP}.shared_expert.up_proj.weight"],
                       "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
                 Copy(f"{MLP}.shared_expert.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
-                Copy(f"{MLP}.shared_expert_gate.weight", "blocks.{i}.ffn.shared_gate.weight"),
             ]
+            if self.shared_gate:
+                rules.append(Copy(f"{MLP}.shared_expert_gate.weight", "blocks.{i}.ffn.shared_gate.weight"))
         if self.dense:
             rules += GatedFFN().rules()  # the dense layers' mlp (a rule whose parameters a layer lacks is skipped)
         return rules
@@ -337,8 +351,9 @@ class GroupedExperts(Part):
             if router.get("kind") != "softmax_topk" or router.get("bias") or router.get("normalize", True):
                 raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with softmax_topk "
                                      "(normalize: false, no score bias)")
-        elif router.get("kind") != "sigmoid_topk" or router.get("bias"):
-            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score bias)")
+        elif router.get("kind") != "sigmoid_topk" or router.get("bias") or not router.get("selection_bias", True):
+            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score "
+                                 "bias, a selection bias)")
         hidden = ffn["hidden"]
         if ffn["n_shared_experts"] and (ffn.get("shared_hidden") or hidden * ffn["n_shared_experts"]) != hidden * ffn["n_shared_experts"]:
             raise NotExpressible("model.block.ffn.shared_hidden", f"Hugging Face {view.name}'s shared experts are n_shared_experts * hidden wide")

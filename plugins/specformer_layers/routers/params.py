@@ -102,7 +102,8 @@ class SigmoidTopKParams(GroupedParams):
     groups whose two best biased scores sum highest (DeepSeek-V3's node-limited routing).
 
     The bias is a buffer saved with the weights and kept in float32 when the model is cast:
-    steps of 0.001 would vanish in bfloat16.
+    steps of 0.001 would vanish in bfloat16. ``selection_bias: false`` drops it: the top-k of
+    the plain scores, and no bias balancing (Flint, whose load is balanced by the auxiliary loss).
     """
 
     #: A group's score sums its two best experts, so each group needs two.
@@ -112,6 +113,11 @@ class SigmoidTopKParams(GroupedParams):
         default=0.001, ge=0,
         description="How far training moves each expert's selection bias per step towards balanced load "
                     "(DeepSeek-V3's gamma); 0 keeps the bias fixed.",
+    )
+    selection_bias: bool = Field(
+        default=True,
+        description="Keep the selection-only balancing bias; false: the experts are chosen by their plain scores and "
+                    "the router holds no bias tensor (Flint), so bias_update_rate has nothing to move.",
     )
 
 

@@ -20,13 +20,16 @@ class SigmoidTopK(GroupedTopK):
         params = params if params is not None else self.Params()
         super().__init__(params, d_model=d_model, n_experts=n_experts, top_k=top_k)
         self.bias_update_rate = params.bias_update_rate
-        self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32))
+        # None without the bias (selection_bias: false): no tensor in the state dict, nothing for training to move.
+        self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32) if params.selection_bias else None)
         #: Routing slots each expert received in training forwards since the train plugin last read them.
         self.observed_load: Tensor | None = None
 
     def forward(self, tokens: Tensor) -> Routing:
         scores = self.score(self.logits(tokens))  # (N, E)
-        candidates = scores + self.selection_bias.to(scores.dtype)  # the bias picks experts, never weighs them
+        candidates = scores
+        if self.selection_bias is not None:
+            candidates = scores + self.selection_bias.to(scores.dtype)  # the bias picks experts, never weighs them
         if self.n_group > 1:
             candidates = keep_best_groups(candidates, n_group=self.n_group, topk_group=self.topk_group,
                                           group_score="top2_sum")
@@ -36,7 +39,7 @@ class SigmoidTopK(GroupedTopK):
             weights = self.renormalized(weights)
         if self.scaling_factor != 1.0:
             weights = weights * self.scaling_factor
-        if self.training and self.bias_update_rate > 0:
+        if self.training and self.bias_update_rate > 0 and self.selection_bias is not None:
             self._observe(experts)
         # The load-balancing loss wants a distribution: the scores normalised per token, as
         # DeepSeek-V3's complementary sequence-wise loss does.
@@ -61,10 +64,13 @@ class SigmoidTopK(GroupedTopK):
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         super().init_weights(std=std, residual_std=residual_std)
-        self.selection_bias.zero_()  # balanced until training observes otherwise
+        if self.selection_bias is not None:
+            self.selection_bias.zero_()  # balanced until training observes otherwise
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:
         bias = self.selection_bias
+        if bias is None:
+            return super()._apply(fn, recurse)
         super()._apply(fn, recurse)
         moved = self.selection_bias
         if bias.is_meta or moved.is_meta:  # sizing, or just materialised from meta: only the dtype to restore
@@ -74,4 +80,4 @@ class SigmoidTopK(GroupedTopK):
         return self
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}"
+        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}, selection_bias={self.selection_bias is not None}"

@@ -989,6 +989,67 @@ CASES += [
     # Apertus 1.5's text model, its head unpruned (output_vocab_size null), MQA.
     Case("apertus1p5_text", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM",
          _llama_like(num_key_value_heads=1, tie_word_embeddings=False, rope_parameters=_rope("default"))),
+    # DBRX (transformers' attention reads attn_config.rope_theta, so every config has one; the rope uses
+    # rope_parameters): q/k/v clamped at 0.3 (most fused Wqkv channels are larger), 6 heads of 10 over 2 (hidden 60),
+    # a rope theta of its own; 5 experts of width 24, 2 per token, renormalised (p = 1); and clipped at the published 8
+    # (transformers' DBRX fails without a clip_qkv), multi-query, 3 per token not renormalised (p null), gelu experts.
+    Case("dbrx", "DbrxConfig", "DbrxForCausalLM",
+         dict(vocab_size=128, d_model=60, n_heads=6, n_layers=2, max_seq_len=CONTEXT,
+              rope_parameters=_rope("default", rope_theta=5000.0),
+              attn_config={"clip_qkv": 0.3, "kv_n_heads": 2, "rope_theta": 5000.0},
+              ffn_config={"ffn_hidden_size": 24, "moe_num_experts": 5, "moe_top_k": 2})),
+    Case("dbrx-mqa-unnormalized", "DbrxConfig", "DbrxForCausalLM",
+         dict(vocab_size=128, d_model=64, n_heads=4, n_layers=3, max_seq_len=CONTEXT,
+              attn_config={"clip_qkv": 8, "kv_n_heads": 1, "rope_theta": 10000.0},
+              ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 3,
+                          "moe_normalize_expert_weights": None, "ffn_act_fn": {"name": "gelu"}})),
+    # Flint: sinks, 6 heads of 12 over 2 (not filling hidden), per-head q/k norms; layers 1 and 3 slide through a
+    # window shorter than the prompt with rope, the others global without positions; layer 0 dense (width 80), then
+    # 6 sigmoid-scored experts of width 24, 3 per token, renormalised, beside an ungated shared expert of 40; eps 1e-4.
+    Case("flint", "FlintConfig", "FlintForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=6, head_dim=12, intermediate_size=80,
+                     layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                     sliding_window=WINDOW, mlp_only_layers=[0], num_experts=6, num_experts_per_tok=3,
+                     moe_intermediate_size=24, shared_expert_intermediate_size=40, rms_norm_eps=1e-4,
+                     max_position_embeddings=CONTEXT)),
+    # The default layer_types and mlp_only_layers (5 layers: 0, 1 and 4 global, the first two dense), experts in every
+    # other layer of the rest (decoder_sparse_step 2), not renormalised, attention biases, a rope theta of its own.
+    Case("flint-defaults-unnormalized-biased", "FlintConfig", "FlintForCausalLM",
+         _llama_like(num_hidden_layers=5, sliding_window=WINDOW, decoder_sparse_step=2, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                     norm_topk_prob=False, attention_bias=True, max_position_embeddings=CONTEXT,
+                     rope_parameters=_rope("default", rope_theta=500.0))),
+    # AFMoE: sandwich norms, 6 heads of 12 over 2 (not filling hidden) with per-head q/k norms and a channel output
+    # gate; layers 0 and 2 slide through a window shorter than the prompt with rope, 1 and 3 global without
+    # positions; the first layer dense (width 80), then 6 sigmoid experts of 24 (a selection bias), 3 per token,
+    # renormalised and scaled by 1.7, two ungated shared experts; embeddings scaled (mup), untied, eps 1e-4.
+    Case("afmoe", "AfmoeConfig", "AfmoeForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=6, head_dim=12, intermediate_size=80,
+                     global_attn_every_n_layers=2, sliding_window=WINDOW, num_dense_layers=1, num_experts=6,
+                     num_experts_per_tok=3, moe_intermediate_size=24, num_shared_experts=2, route_scale=1.7,
+                     mup_enabled=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
+    # Explicit layer_types (global, sliding, sliding), no dense layer, one shared expert, tied, no mup.
+    Case("afmoe-layer-types-tied", "AfmoeConfig", "AfmoeForCausalLM",
+         _llama_like(num_hidden_layers=3, layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                     sliding_window=WINDOW, num_dense_layers=0, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, num_shared_experts=1, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", rope_theta=500.0))),
+    # Bamba: Mamba-2, attention, Mamba-2 (hidden 48; the attention 6 heads of 8 over 2, biases on, the rope on half of
+    # each head); Mamba-2 of 12 heads of 8 in 2 groups (mamba_expand 2), state 8, a 3-tap convolution with bias,
+    # biased projections, the step clamped to [0.001, 0.5], a chunk shorter than the prompt; SwiGLU with biases,
+    # untied, non-default eps.
+    Case("bamba", "BambaConfig", "BambaForCausalLM",
+         _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
+                     attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
+                     mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=16, mamba_conv_bias=True,
+                     mamba_proj_bias=True, time_step_limit=(0.001, 0.5), rms_norm_eps=1e-4,
+                     tie_word_embeddings=False)),
+    # Attention in two of three layers (the block is attention), the rope on every channel (partial_rotary_factor
+    # 1 written), the "auto" head width, no biases, tied.
+    Case("bamba-attention-full-rope-tied", "BambaConfig", "BambaForCausalLM",
+         _llama_like(num_hidden_layers=3, attn_layer_indices=[0, 2], mamba_n_heads=8, mamba_d_state=4,
+                     mamba_chunk_size=16, tie_word_embeddings=True,
+                     rope_parameters=_rope("default", partial_rotary_factor=1.0))),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -1014,5 +1075,7 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied", "hunyuan_v1_dense-mha-tied", "apertus-mha-tied",
+    "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
+    "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied", "bamba-attention-full-rope-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

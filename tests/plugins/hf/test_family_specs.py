@@ -49,6 +49,8 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # transformers' HYV3Config defaults, which its docstring names as tencent/Hy3-preview's.
     "hy3-preview.yaml": ("HYV3Config", dict()),
+    # transformers' FlintConfig defaults, whose docstring names RecursiveSI/flint.
+    "flint.yaml": ("FlintConfig", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
     "glm-5.yaml": ("GlmMoeDsaConfig", dict()),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
@@ -215,6 +217,33 @@ DENSE_SPECS = {
 }
 
 
+#: DBRX's published sizes (see specs/dbrx.yaml), with its rope base where transformers 5 reads it (rope_parameters;
+#: the published config.json has it in attn_config only, which transformers 5 ignores).
+DBRX = ("DbrxConfig", dict(
+    d_model=6144, n_heads=48, n_layers=40, max_seq_len=32768, vocab_size=100352,
+    rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    attn_config={"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000.0},
+    ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4, "moe_jitter_eps": 0.0,
+                "moe_loss_weight": 0.05, "moe_normalize_expert_weights": 1.0}))
+#: Mixtures whose experts transformers keeps as flat 2-D matrices (no module per expert): their spec -> config.
+FLAT_EXPERT_SPECS = {"dbrx.yaml": DBRX}
+
+
+def test_dbrx_active_parameters_match_transformers():
+    import transformers
+
+    config_class, fields = DBRX
+    config = getattr(transformers, config_class)(**fields)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in hf.parameters())
+    ffn = config.ffn_config
+    # w1, v1 and w2 each hold (n_experts * ffn_hidden_size, d_model): a token leaves n_experts - top_k of them idle.
+    idle = len(hf.transformer.blocks) * (ffn.moe_num_experts - ffn.moe_top_k) * 3 * ffn.ffn_hidden_size * config.d_model
+    summary = specformer.summarize(SPECS / "dbrx.yaml")
+    assert (summary.total, summary.active) == (total, total - idle)
+
+
 @pytest.mark.parametrize("name", sorted(MOE_SPECS))
 def test_active_parameters_match_transformers(name):
     import transformers
@@ -249,7 +278,7 @@ def test_llama_4_scout_chunked_layers_cache_only_their_chunk():
     assert summary.kv_bytes_at_context(torch.bfloat16) == (36 * 8192 + 12 * 131072) * per_token_bf16
 
 
-@pytest.mark.parametrize("name", sorted({**MOE_SPECS, **DENSE_SPECS}))
+@pytest.mark.parametrize("name", sorted({**MOE_SPECS, **DENSE_SPECS, **FLAT_EXPERT_SPECS}))
 def test_the_spec_is_what_importing_its_config_gives(name):
     """The hand-written spec and the family's reading of the same config build the same maths."""
     from specformer_hf.config import ConfigReader
@@ -258,7 +287,7 @@ def test_the_spec_is_what_importing_its_config_gives(name):
 
     import transformers
 
-    config_class, fields = {**MOE_SPECS, **DENSE_SPECS}[name]
+    config_class, fields = {**MOE_SPECS, **DENSE_SPECS, **FLAT_EXPERT_SPECS}[name]
     config = getattr(transformers, config_class)(**fields).to_dict()
     family = get_families().get(config["model_type"])
     read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))

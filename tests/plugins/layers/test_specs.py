@@ -118,6 +118,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
     "glm-5.yaml": _llama_like("GlmMoeDsaConfig"),  # transformers' defaults are zai-org/GLM-5's, its docstring says
     "hy3-preview.yaml": _llama_like("HYV3Config"),  # transformers' defaults are tencent/Hy3-preview's, its docstring says
+    "flint.yaml": _llama_like("FlintConfig"),  # transformers' defaults, whose docstring names RecursiveSI/flint
     "kimi-linear-48b-a3b.yaml": _llama_like(
         "KimiLinearConfig", linear_attn_config={
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,
@@ -255,6 +256,13 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "opt-125m.yaml": _llama_like("OPTConfig"),  # transformers' defaults are OPT-125M's sizes
     # transformers' NemotronConfig defaults ("nemotron-15b style") with Nemotron-4 15B's 8 key/value heads.
     "nemotron-4-15b.yaml": _llama_like("NemotronConfig", num_key_value_heads=8),
+    # DBRX's published sizes, its rope base in rope_parameters too (see tests/plugins/hf/test_family_specs.py's DBRX).
+    "dbrx.yaml": _llama_like(
+        "DbrxConfig", d_model=6144, n_heads=48, n_layers=40, max_seq_len=32768, vocab_size=100352,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        attn_config={"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000.0},
+        ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4, "moe_jitter_eps": 0.0,
+                    "moe_loss_weight": 0.05, "moe_normalize_expert_weights": 1.0}),
     "olmo-7b.yaml": _llama_like("OlmoConfig"),  # transformers' defaults are OLMo-7B's sizes
     "jais-2-8b.yaml": _llama_like("Jais2Config"),  # transformers' defaults are Jais-2-8B's sizes (its docstring's)
     # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).

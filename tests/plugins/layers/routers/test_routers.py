@@ -51,7 +51,8 @@ def softmax_reference(router: SoftmaxTopK, token: list[float]) -> tuple[dict[int
 
 
 def sigmoid_reference(router: SigmoidTopK, token: list[float]) -> tuple[dict[int, float], list[float]]:
-    weight, selection = router.weight.tolist(), router.selection_bias.tolist()
+    weight = router.weight.tolist()
+    selection = router.selection_bias.tolist() if router.selection_bias is not None else [0.0] * E
     bias = router.bias.tolist() if router.bias is not None else [0.0] * E
     scores = [1 / (1 + math.exp(-sum(w * x for w, x in zip(row, token)) - b)) for row, b in zip(weight, bias)]
     biased = [s + b for s, b in zip(scores, selection)]  # used for choosing only
@@ -109,6 +110,7 @@ SIGMOID = [
     {"top_k": 3, "normalize": False},
     {"top_k": 4, "scaling_factor": 2.5, "n_group": 4, "topk_group": 2},  # DeepSeek-V3's shape, scaled down
     {"top_k": 2, "n_group": 2, "topk_group": 1, "bias": True},
+    {"top_k": 3, "selection_bias": False},  # Flint: the plain scores choose
 ]
 
 
@@ -116,7 +118,7 @@ SIGMOID = [
 @pytest.mark.parametrize("with_selection_bias", [False, True])
 def test_sigmoid_topk_matches_formula(config: dict, with_selection_bias: bool) -> None:
     router = _randomise(make(SigmoidTopK, **config))
-    if with_selection_bias:  # large enough to change choices and group ranking
+    if with_selection_bias and router.selection_bias is not None:  # large enough to change choices and group ranking
         router.selection_bias.copy_(torch.randn(E, generator=torch.Generator().manual_seed(3)) * 0.3)
     _check(router, sigmoid_reference, torch.randn(40, D, dtype=torch.float64))
 
@@ -151,6 +153,16 @@ def test_selection_bias_stays_float32_is_saved_and_reset_by_init() -> None:
     assert "selection_bias" in router.state_dict()
     router.init_weights(std=0.02, residual_std=0.01)
     assert router.selection_bias.abs().sum() == 0
+
+
+def test_without_a_selection_bias_the_router_holds_no_bias_and_observes_no_load() -> None:
+    """selection_bias: false (Flint): nothing in the state dict for a checkpoint to fill, nothing for training to move."""
+    router = make(SigmoidTopK, top_k=3, selection_bias=False)
+    assert set(router.state_dict()) == {"weight"}
+    router.train()(torch.randn(10, D))
+    assert router.observed_load is None
+    assert router.to(torch.bfloat16).selection_bias is None
+    router.init_weights(std=0.02, residual_std=0.01)  # nothing to reset
 
 
 def test_load_is_observed_only_while_training_with_a_rate() -> None:
@@ -224,7 +236,7 @@ def test_the_grouped_top_k_routers_share_one_declaration_of_their_common_setting
     shared = ["n_group", "topk_group", "normalize", "bias", "scaling_factor"]
     assert list(GroupedParams.model_fields) == shared
     assert list(SoftmaxTopKParams.model_fields) == shared
-    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_update_rate"]
+    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_update_rate", "selection_bias"]
     for name in shared:  # one description each, the same in both catalogue entries
         declared = [repr(p.model_fields[name]) for p in (GroupedParams, SoftmaxTopKParams, SigmoidTopKParams)]
         assert len(set(declared)) == 1, declared
