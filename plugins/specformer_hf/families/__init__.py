@@ -53,6 +53,7 @@ def builtin_families() -> list[Family]:
         granitemoeshared,
         helium,
         hy_v3,
+        hyperclovax,
         internlm3,
         iquestcoder,
         jais2,
@@ -178,6 +179,7 @@ def builtin_families() -> list[Family]:
             ctrl.FAMILY,
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
+            hyperclovax.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

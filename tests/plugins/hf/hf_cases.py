@@ -952,6 +952,19 @@ CASES += [
                      tie_word_embeddings=True)),
 ]
 
+CASES += [
+    # HyperCLOVA X: peri-layer norms (use_post_norm) with every muP multiplier away from 1 and logits_scaling
+    # multiplying, 4 query heads of 12 over 2 kv heads (head_dim not hidden / heads), biases, untied; and without the
+    # post norms, tied, the attention multiplier left to its default 1/sqrt(head_dim).
+    Case("hyperclovax", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+         _llama_like(num_attention_heads=4, head_dim=12, embedding_multiplier=3.0, residual_multiplier=0.5,
+                     attention_multiplier=0.2, logits_scaling=0.4, attention_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-4)),
+    Case("hyperclovax-prenorm-tied", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+         _llama_like(num_hidden_layers=3, use_post_norm=False, tie_word_embeddings=True, embedding_multiplier=12.0,
+                     residual_multiplier=0.22, logits_scaling=3.0)),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -975,5 +988,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
+    "hyperclovax-prenorm-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
