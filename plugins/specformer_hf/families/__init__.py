@@ -57,6 +57,7 @@ def builtin_families() -> list[Family]:
         internlm3,
         iquestcoder,
         jais2,
+        kolibri1,
         llama,
         llama4,
         minicpm3,
@@ -180,6 +181,7 @@ def builtin_families() -> list[Family]:
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
             hyperclovax.FAMILY,
+            kolibri1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -20,13 +20,16 @@ class SigmoidTopK(GroupedTopK):
         params = params if params is not None else self.Params()
         super().__init__(params, d_model=d_model, n_experts=n_experts, top_k=top_k)
         self.bias_update_rate = params.bias_update_rate
+        self.bias_on = params.bias_on
         self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32))
         #: Routing slots each expert received in training forwards since the train plugin last read them.
         self.observed_load: Tensor | None = None
 
     def forward(self, tokens: Tensor) -> Routing:
-        scores = self.score(self.logits(tokens))  # (N, E)
-        candidates = scores + self.selection_bias.to(scores.dtype)  # the bias picks experts, never weighs them
+        logits = self.logits(tokens)  # (N, E)
+        scores = self.score(logits)  # (N, E)
+        biased = logits if self.bias_on == "logit" else scores
+        candidates = biased + self.selection_bias.to(biased.dtype)  # the bias picks experts, never weighs them
         if self.n_group > 1:
             candidates = keep_best_groups(candidates, n_group=self.n_group, topk_group=self.topk_group,
                                           group_score="top2_sum")
@@ -74,4 +77,4 @@ class SigmoidTopK(GroupedTopK):
         return self
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}"
+        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}, bias_on={self.bias_on!r}"
