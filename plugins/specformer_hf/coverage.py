@@ -68,7 +68,7 @@ MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
         "afmoe", "bamba", "beam", "cohere_compass_text", "dbrx", "dots3_note_text", "emu3", "flint",
-        "gemma4_unified_text", "lara_mini", "modernbert-decoder")},
+        "gemma4_unified_text", "modernbert-decoder")},
     # Issue 45: recurrent and linear-attention mixers.
     "rwkv": "RWKV-4 time and channel mixing (issue 45)",
     "xlstm": "mLSTM (issue 45)",

@@ -104,6 +104,7 @@ def builtin_families() -> list[Family]:
         kimi_linear,
         lfm2,
         lfm2_moe,
+        lara_mini,
         lfm3,
         mamba,
         mamba2,
@@ -182,6 +183,7 @@ def builtin_families() -> list[Family]:
             recurrent_gemma.FAMILY,
             hyperclovax.FAMILY,
             kolibri1.FAMILY,
+            lara_mini.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

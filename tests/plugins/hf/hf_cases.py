@@ -997,6 +997,28 @@ CASES += [
          shake_buffers=("e_score_correction_bias", 1.0)),
 ]
 
+#: LaraMiniConfig has no intermediate_size (every layer is experts); small Gated DeltaNets: 2 key heads of 8 serving
+#: 4 value heads of 12, a 4-tap convolution.
+_LARA_BASE = {**_KOLIBRI_BASE, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+              "linear_value_head_dim": 12, "linear_conv_kernel_dim": 4}
+
+CASES += [
+    # Lara-Mini: the default layer_types over 5 layers (linear, sliding, linear, full, sliding: the window shorter than
+    # the prompt, the full layer without positions), 4 heads of 16 over 2 with q/k norms, 6 experts with 2 per token
+    # renormalised and an ungated shared expert wider than them, tied.
+    Case("lara_mini", "LaraMiniConfig", "LaraMiniForCausalLM",
+         {**_LARA_BASE, "num_hidden_layers": 5, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": WINDOW,
+          "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 40,
+          "rms_norm_eps": 1e-5}),
+    # Irregular layer_types with attention the commonest (full first, then linear, then two sliding), attention biases,
+    # weights not renormalised, MQA, untied.
+    Case("lara_mini-irregular-biased", "LaraMiniConfig", "LaraMiniForCausalLM",
+         {**_LARA_BASE, "num_hidden_layers": 4, "num_key_value_heads": 1, "head_dim": 12, "sliding_window": WINDOW,
+          "layer_types": ["full_attention", "linear_attention", "sliding_attention", "sliding_attention"],
+          "attention_bias": True, "num_experts": 4, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
+          "shared_expert_intermediate_size": 16, "norm_topk_prob": False, "tie_word_embeddings": False}),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1020,6 +1042,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped",
     "jais2-tied-no-bias", "lfm2_moe-dense-pair-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
-    "hyperclovax-prenorm-tied", "kolibri1-sliding-unnormalized",
+    "hyperclovax-prenorm-tied", "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

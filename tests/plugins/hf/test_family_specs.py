@@ -49,6 +49,8 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # transformers' HYV3Config defaults, which its docstring names as tencent/Hy3-preview's.
     "hy3-preview.yaml": ("HYV3Config", dict()),
+    # transformers' LaraMiniConfig defaults, which its docstring names as translated/Lara-4-Mini-Base's.
+    "lara-4-mini-base.yaml": ("LaraMiniConfig", dict()),
     # transformers' Kolibri1Config defaults, which its docstring names as Aleph-Alpha/Kolibri-1's.
     "kolibri-1.yaml": ("Kolibri1Config", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
