@@ -243,7 +243,7 @@ def test_the_grouped_top_k_routers_share_one_declaration_of_their_common_setting
     shared = ["n_group", "topk_group", "normalize", "bias", "scaling_factor"]
     assert list(GroupedParams.model_fields) == shared
     assert list(SoftmaxTopKParams.model_fields) == shared
-    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_update_rate"]
+    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_on", "bias_update_rate"]
     for name in shared:  # one description each, the same in both catalogue entries
         declared = [repr(p.model_fields[name]) for p in (GroupedParams, SoftmaxTopKParams, SigmoidTopKParams)]
         assert len(set(declared)) == 1, declared
