@@ -67,13 +67,15 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "beam", "cohere_compass_text", "dots3_note_text", "emu3",
-        "gemma4_unified_text", "hyperclovax", "kolibri1", "lara_mini", "modernbert-decoder")},
+        "cohere_compass_text", "dots3_note_text", "emu3",
+        "gemma4_unified_text")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
+    "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
+    "modernbert-decoder": "a prediction head before the LM head, and a first layer without an attention norm (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "diffllama": "differential attention (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",

@@ -60,9 +60,11 @@ def builtin_families() -> list[Family]:
         hunyuan_v1_dense,
         hunyuan_v1_moe,
         hy_v3,
+        hyperclovax,
         internlm3,
         iquestcoder,
         jais2,
+        kolibri1,
         llama,
         llama4,
         minicpm3,
@@ -110,6 +112,7 @@ def builtin_families() -> list[Family]:
         kimi_linear,
         lfm2,
         lfm2_moe,
+        lara_mini,
         lfm3,
         mamba,
         mamba2,
@@ -196,6 +199,9 @@ def builtin_families() -> list[Family]:
             flint.FAMILY,
             afmoe.FAMILY,
             bamba.FAMILY,
+            hyperclovax.FAMILY,
+            kolibri1.FAMILY,
+            lara_mini.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -112,7 +112,7 @@ def _n_experts(site: Site) -> int:
 
 
 def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: str = "up_proj",
-                 down: str = "down_proj") -> list[Rule]:
+                 down: str = "down_proj", saves_fused: bool = False) -> list[Rule]:
     """Router and experts, read from either layout transformers uses, written per expert as it saves them.
 
     ``saved`` is the module that ``save_pretrained`` writes: ``{saved}.gate.weight`` (the
@@ -120,16 +120,22 @@ def expert_rules(*, saved: str, fused: str = MLP, gate: str = "gate_proj", up: s
     transformers 5's module as it is in memory (and in files saved from it as they are):
     ``{fused}.gate.weight``, ``{fused}.experts.gate_up_proj`` (n_experts, 2 * hidden, d_model)
     = [gate; up] per expert, exactly our ``experts_in``, and ``{fused}.experts.down_proj``
-    (n_experts, d_model, hidden) = our ``experts_out``.
+    (n_experts, d_model, hidden) = our ``experts_out``. ``saves_fused``: the family's checkpoints keep the
+    fused tensors (no conversion splits them per expert on save: Lara-Mini), so export writes those.
     """
     router = Copy(f"{saved}.gate.weight", "blocks.{i}.ffn.router.weight")
+    per_expert_in = PerExpert([f"{saved}.experts.{{j}}.{gate}.weight", f"{saved}.experts.{{j}}.{up}.weight"],
+                              "blocks.{i}.ffn.experts_in", n_experts=_n_experts)
+    per_expert_out = PerExpert([f"{saved}.experts.{{j}}.{down}.weight"], "blocks.{i}.ffn.experts_out",
+                               n_experts=_n_experts)
+    fused_in = Copy(f"{fused}.experts.gate_up_proj", "blocks.{i}.ffn.experts_in")
+    fused_out = Copy(f"{fused}.experts.down_proj", "blocks.{i}.ffn.experts_out")
+    first, second = ((fused_in, fused_out), (per_expert_in, per_expert_out)) if saves_fused else \
+        ((per_expert_in, per_expert_out), (fused_in, fused_out))
     return [
         router if saved == fused else OneOf(router, Copy(f"{fused}.gate.weight", "blocks.{i}.ffn.router.weight")),
-        OneOf(PerExpert([f"{saved}.experts.{{j}}.{gate}.weight", f"{saved}.experts.{{j}}.{up}.weight"],
-                        "blocks.{i}.ffn.experts_in", n_experts=_n_experts),
-              Copy(f"{fused}.experts.gate_up_proj", "blocks.{i}.ffn.experts_in")),
-        OneOf(PerExpert([f"{saved}.experts.{{j}}.{down}.weight"], "blocks.{i}.ffn.experts_out", n_experts=_n_experts),
-              Copy(f"{fused}.experts.down_proj", "blocks.{i}.ffn.experts_out")),
+        OneOf(first[0], second[0]),
+        OneOf(first[1], second[1]),
     ]
 
 
@@ -164,7 +170,8 @@ class MixtureOfExperts(Part):
     ``selection_bias``: the names (saved, in memory) of a per-expert bias that only picks experts; the
     router is then ``sigmoid_topk`` (sigmoid scores, the chosen ones renormalised; MiniMax-M2).
     ``sigmoid``: a ``sigmoid_topk`` router without such a bias (``selection_bias: false``; Flint).
-    ``shared_gate``: whether the shared expert is scaled by its sigmoid gate (Qwen2-MoE) or added as it is (Flint).
+    ``shared_gate``: whether the shared expert is scaled by its sigmoid gate (Qwen2-MoE) or added as it is
+    (Flint, Lara-Mini).
     """
 
     n_experts: str = "num_experts"
@@ -175,12 +182,14 @@ class MixtureOfExperts(Part):
     up: str = "up_proj"
     down: str = "down_proj"
     shared: bool = False
+    shared_gate: bool = True
     dense: bool = False
     #: Other names config.json may give the expert count (Qwen3-MoE saves num_local_experts, its hub files num_experts).
     n_experts_aliases: tuple[str, ...] = ()
     selection_bias: tuple[str, ...] = ()
     sigmoid: bool = False
-    shared_gate: bool = True
+    #: The checkpoints keep the experts fused (gate_up_proj, down_proj): export writes them so (Lara-Mini).
+    saves_fused: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -252,10 +261,9 @@ class MixtureOfExperts(Part):
             config[self.normalize] = normalize
         if self.shared:
             if ffn.get("n_shared_experts") != 1 or bool(ffn.get("shared_gate")) != self.shared_gate:
-                gate = "true" if self.shared_gate else "false"
-                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one "
-                                     f"{'gated' if self.shared_gate else 'ungated'} shared expert "
-                                     f"(n_shared_experts: 1, shared_gate: {gate})")
+                gated = "gated" if self.shared_gate else "ungated"
+                raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has one {gated} "
+                                     f"shared expert (n_shared_experts: 1, shared_gate: {str(self.shared_gate).lower()})")
             config["shared_expert_intermediate_size"] = ffn.get("shared_hidden") or hidden
         elif ffn.get("n_shared_experts"):
             raise NotExpressible("model.block.ffn.n_shared_experts", f"Hugging Face {view.name} has no shared experts")
@@ -269,7 +277,7 @@ class MixtureOfExperts(Part):
                 config["intermediate_size"] = widths.pop()
 
     def rules(self) -> list[Rule]:
-        rules = expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down)
+        rules = expert_rules(saved=self.saved, gate=self.gate, up=self.up, down=self.down, saves_fused=self.saves_fused)
         if self.selection_bias:
             rules.append(OneOf(*(Copy(name, "blocks.{i}.ffn.router.selection_bias") for name in self.selection_bias)))
         if self.shared:

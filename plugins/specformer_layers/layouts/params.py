@@ -141,6 +141,10 @@ class SandwichBlockParams(BlockParams):
     ``layer_scalar``, a buffer that checkpoints set and training leaves alone). With
     ``ffn_pre_norm: false`` the block has no ``ffn_norm`` and the FFN reads the raw stream:
     an FFN that normalises its own branches (``ffn: parallel``, Gemma 4's MoE layers).
+
+    ``residual_multiplier`` scales each sublayer's post-normed output before the residual add,
+    ``x = x + r * post_norm(attention(pre_norm(x)))`` (HyperCLOVA X's muP-style
+    ``residual_multiplier`` on its peri-layer norms); 1 leaves the block as above.
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "attention_post_norm", "ffn_norm", "ffn",
@@ -151,6 +155,10 @@ class SandwichBlockParams(BlockParams):
     )
     layer_scale: bool = Field(
         default=False, description="Multiply the stream leaving the block by a per-layer scalar buffer (Gemma 4).",
+    )
+    residual_multiplier: float = Field(
+        default=1.0, description="Each sublayer's post-normed output is multiplied by this before the residual add "
+                                 "(HyperCLOVA X).",
     )
     ffn_pre_norm: bool = Field(
         default=True, description="Normalise the FFN's input; false: the FFN reads the raw stream and brings its own "

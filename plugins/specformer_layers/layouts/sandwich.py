@@ -34,13 +34,17 @@ class SandwichBlock(Block):
         self.per_layer = (PerLayerGate(d_model=d_model, width=per_layer_input, activation=params.per_layer_activation,
                                        norm=make_norm()) if per_layer_input else None)
         self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
+        self.residual_multiplier = params.residual_multiplier
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        r = self.residual_multiplier
         h, mix = self.attention_residual.read(x)
-        x = self.attention_residual.write(x, self.attention_post_norm(self.mixer(self.attention_norm(h), ctx)), mix=mix)
+        out = self.attention_post_norm(self.mixer(self.attention_norm(h), ctx))
+        x = self.attention_residual.write(x, out if r == 1.0 else out * r, mix=mix)
         h, mix = self.ffn_residual.read(x)
         ffn_in = h if self.ffn_norm is None else self.ffn_norm(h)
-        x = self.ffn_residual.write(x, self.ffn_post_norm(self.feed_forward(ffn_in, ctx)), mix=mix)
+        out = self.ffn_post_norm(self.feed_forward(ffn_in, ctx))
+        x = self.ffn_residual.write(x, out if r == 1.0 else out * r, mix=mix)
         if self.per_layer is not None:
             x = self.per_layer(x, ctx.per_layer_inputs[:, :, self.layer_index])  # this layer's slice (B, T, width)
         if self.layer_scale is not None:

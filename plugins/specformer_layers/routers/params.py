@@ -104,10 +104,19 @@ class SigmoidTopKParams(GroupedParams):
     The bias is a buffer saved with the weights and kept in float32 when the model is cast:
     steps of 0.001 would vanish in bfloat16. ``selection_bias: false`` drops it: the top-k of
     the plain scores, and no bias balancing (Flint, whose load is balanced by the auxiliary loss).
+    ``bias_on: logit`` adds it to the experts' raw logits ``x W^T`` instead of their scores
+    before the top-k (Kolibri-1's router): the weights stay the chosen experts' scores, but with
+    a nonzero bias other experts win.
     """
 
     #: A group's score sums its two best experts, so each group needs two.
     min_per_group: ClassVar[int] = 2
+
+    bias_on: Literal["score", "logit"] = Field(
+        default="score",
+        description="What selection_bias is added to before the top-k: the experts' scores (DeepSeek-V3) or their raw "
+                    "logits (Kolibri-1).",
+    )
 
     bias_update_rate: float = Field(
         default=0.001, ge=0,

@@ -20,16 +20,19 @@ class SigmoidTopK(GroupedTopK):
         params = params if params is not None else self.Params()
         super().__init__(params, d_model=d_model, n_experts=n_experts, top_k=top_k)
         self.bias_update_rate = params.bias_update_rate
+        self.bias_on = params.bias_on
         # None without the bias (selection_bias: false): no tensor in the state dict, nothing for training to move.
         self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32) if params.selection_bias else None)
         #: Routing slots each expert received in training forwards since the train plugin last read them.
         self.observed_load: Tensor | None = None
 
     def forward(self, tokens: Tensor) -> Routing:
-        scores = self.score(self.logits(tokens))  # (N, E)
+        logits = self.logits(tokens)  # (N, E)
+        scores = self.score(logits)  # (N, E)
         candidates = scores
-        if self.selection_bias is not None:
-            candidates = scores + self.selection_bias.to(scores.dtype)  # the bias picks experts, never weighs them
+        if self.selection_bias is not None:  # the bias picks experts, never weighs them
+            biased = logits if self.bias_on == "logit" else scores
+            candidates = biased + self.selection_bias.to(biased.dtype)
         if self.n_group > 1:
             candidates = keep_best_groups(candidates, n_group=self.n_group, topk_group=self.topk_group,
                                           group_score="top2_sum")
@@ -80,4 +83,5 @@ class SigmoidTopK(GroupedTopK):
         return self
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}, selection_bias={self.selection_bias is not None}"
+        return (f"{super().extra_repr()}, bias_update_rate={self.bias_update_rate}, "
+                f"selection_bias={self.selection_bias is not None}, bias_on={self.bias_on!r}")

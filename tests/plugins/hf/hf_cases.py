@@ -36,6 +36,9 @@ class Case:
     no_generate: str | None = None
     #: The model_type config.json says, where the config class saves its own instead (GPT-SW3's is GPT2Config).
     model_type: str | None = None
+    #: Saved buffers (by the last part of their name) to shake too, by this much: a selection bias that starts at 0
+    #: would leave where it is added untested (Kolibri-1's e_score_correction_bias).
+    shake_buffers: tuple[str, float] | None = None
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -49,6 +52,11 @@ class Case:
             # mapped to the wrong place, or an offset applied twice, changes the logits.
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
+            if self.shake_buffers is not None:
+                name, scale = self.shake_buffers
+                for key, b in model.named_buffers():
+                    if key.rsplit(".", 1)[-1] == name:
+                        b.add_(torch.randn_like(b) * scale)
         return model.eval()
 
     def save(self, model: Any, directory: Any) -> None:
@@ -1052,6 +1060,65 @@ CASES += [
                      rope_parameters=_rope("default", partial_rotary_factor=1.0))),
 ]
 
+CASES += [
+    # HyperCLOVA X: peri-layer norms (use_post_norm) with every muP multiplier away from 1 and logits_scaling
+    # multiplying, 4 query heads of 12 over 2 kv heads (head_dim not hidden / heads), biases, untied; and without the
+    # post norms, tied, the attention multiplier left to its default 1/sqrt(head_dim).
+    Case("hyperclovax", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+         _llama_like(num_attention_heads=4, head_dim=12, embedding_multiplier=3.0, residual_multiplier=0.5,
+                     attention_multiplier=0.2, logits_scaling=0.4, attention_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-4)),
+    Case("hyperclovax-prenorm-tied", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+         _llama_like(num_hidden_layers=3, use_post_norm=False, tie_word_embeddings=True, embedding_multiplier=12.0,
+                     residual_multiplier=0.22, logits_scaling=3.0)),
+]
+
+#: Kolibri1Config has no intermediate_size (every layer is experts).
+_KOLIBRI_BASE = {k: v for k, v in BASE.items() if k != "intermediate_size"}
+
+CASES += [
+    # Kolibri-1: sliding, full, sliding, full layers (the window shorter than the prompt; the full ones without rope),
+    # 6 query heads of 12 over 2, 6 experts with 2 per token renormalised, a selection bias large enough to change the
+    # choice (on the logits, not the sigmoid scores), a shared expert wider than the routed ones, untied.
+    Case("kolibri1", "Kolibri1Config", "Kolibri1ForCausalLM",
+         {**_KOLIBRI_BASE, "num_hidden_layers": 4, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 12,
+          "sliding_window": WINDOW,
+          "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+          "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+          "shared_expert_intermediate_size": 40, "norm_topk_prob": True, "rms_norm_eps": 1e-5},
+         shake_buffers=("e_score_correction_bias", 1.0)),
+    # The default layer_types (both layers sliding: the first full one would be the fifth), weights not renormalised,
+    # 3 of 4 experts per token, a shared expert narrower than the routed ones, MQA, tied. (transformers' Kolibri-1
+    # cannot run without a sliding_window: its model always builds the sliding mask.)
+    Case("kolibri1-sliding-unnormalized", "Kolibri1Config", "Kolibri1ForCausalLM",
+         {**_KOLIBRI_BASE, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": WINDOW, "num_experts": 4,
+          "num_experts_per_tok": 3, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 16,
+          "tie_word_embeddings": True},
+         shake_buffers=("e_score_correction_bias", 1.0)),
+]
+
+#: LaraMiniConfig has no intermediate_size (every layer is experts); small Gated DeltaNets: 2 key heads of 8 serving
+#: 4 value heads of 12, a 4-tap convolution.
+_LARA_BASE = {**_KOLIBRI_BASE, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+              "linear_value_head_dim": 12, "linear_conv_kernel_dim": 4}
+
+CASES += [
+    # Lara-Mini: the default layer_types over 5 layers (linear, sliding, linear, full, sliding: the window shorter than
+    # the prompt, the full layer without positions), 4 heads of 16 over 2 with q/k norms, 6 experts with 2 per token
+    # renormalised and an ungated shared expert wider than them, tied.
+    Case("lara_mini", "LaraMiniConfig", "LaraMiniForCausalLM",
+         {**_LARA_BASE, "num_hidden_layers": 5, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": WINDOW,
+          "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 40,
+          "rms_norm_eps": 1e-5}),
+    # Irregular layer_types with attention the commonest (full first, then linear, then two sliding), attention biases,
+    # weights not renormalised, MQA, untied.
+    Case("lara_mini-irregular-biased", "LaraMiniConfig", "LaraMiniForCausalLM",
+         {**_LARA_BASE, "num_hidden_layers": 4, "num_key_value_heads": 1, "head_dim": 12, "sliding_window": WINDOW,
+          "layer_types": ["full_attention", "linear_attention", "sliding_attention", "sliding_attention"],
+          "attention_bias": True, "num_experts": 4, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
+          "shared_expert_intermediate_size": 16, "norm_topk_prob": False, "tie_word_embeddings": False}),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1077,5 +1144,6 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied", "hunyuan_v1_dense-mha-tied", "apertus-mha-tied",
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
     "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied", "bamba-attention-full-rope-tied",
+    "hyperclovax-prenorm-tied", "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

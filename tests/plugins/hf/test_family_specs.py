@@ -51,6 +51,10 @@ MOE_SPECS = {
     "hy3-preview.yaml": ("HYV3Config", dict()),
     # transformers' FlintConfig defaults, whose docstring names RecursiveSI/flint.
     "flint.yaml": ("FlintConfig", dict()),
+    # transformers' LaraMiniConfig defaults, which its docstring names as translated/Lara-4-Mini-Base's.
+    "lara-4-mini-base.yaml": ("LaraMiniConfig", dict()),
+    # transformers' Kolibri1Config defaults, which its docstring names as Aleph-Alpha/Kolibri-1's.
+    "kolibri-1.yaml": ("Kolibri1Config", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
     "glm-5.yaml": ("GlmMoeDsaConfig", dict()),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).

@@ -17,3 +17,15 @@ def test_formula() -> None:
     x = torch.randn(2, 3, D, dtype=torch.float64)
     h = x + block.attention_post_norm(attn(block.attention_norm(x), None))
     torch.testing.assert_close(block(x, None), h + block.ffn_post_norm(ffn(block.ffn_norm(h))), rtol=0, atol=0)  # the same operations: bit for bit
+
+
+def test_residual_multiplier_scales_each_post_normed_output() -> None:
+    from specformer_layers.layouts.params import SandwichBlockParams
+
+    attn, ffn = StubAttention(D), StubFFN(D)
+    block = SandwichBlock(SandwichBlockParams(residual_multiplier=0.3), mixer=attn, ffn=ffn, make_norm=norm_maker())
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    # HyperCLOVA X: the multiplier comes after the post norm, so it is not undone by it.
+    h = x + block.attention_post_norm(attn(block.attention_norm(x), None)) * 0.3
+    expected = h + block.ffn_post_norm(ffn(block.ffn_norm(h))) * 0.3
+    torch.testing.assert_close(block(x, None), expected, rtol=0, atol=0)

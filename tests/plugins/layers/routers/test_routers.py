@@ -144,6 +144,25 @@ def test_selection_bias_chooses_but_does_not_weigh() -> None:
     torch.testing.assert_close(chosen_five, plain)  # the weight is the unbiased score
 
 
+def test_selection_bias_on_the_logits_picks_by_logit_plus_bias() -> None:
+    # Kolibri-1: top-k of x W^T + bias (a bias of 1 moves an expert far more on the logit scale than on the sigmoid's).
+    router = _randomise(make(SigmoidTopK, top_k=2, normalize=True, bias_on="logit"))
+    with torch.no_grad():
+        router.selection_bias.copy_(torch.linspace(-1.5, 1.5, E))
+    tokens = torch.randn(30, D, dtype=torch.float64)
+    weights, experts, _ = router(tokens)
+    for t in range(len(tokens)):
+        logits = [float(tokens[t] @ router.weight[e]) for e in range(E)]
+        chosen = _best(list(range(E)), [l + float(b) for l, b in zip(logits, router.selection_bias)], 2)
+        assert sorted(experts[t].tolist()) == sorted(chosen)
+        scores = {e: 1 / (1 + math.exp(-logits[e])) for e in chosen}
+        for e, w in zip(experts[t].tolist(), weights[t].tolist()):
+            assert w == pytest.approx(scores[e] / sum(scores.values()), rel=1e-12)
+    on_scores = make(SigmoidTopK, top_k=2, normalize=True)
+    on_scores.load_state_dict(router.state_dict())
+    assert not torch.equal(on_scores.double()(tokens).experts, experts)  # the same bias on the scores picks otherwise
+
+
 def test_selection_bias_stays_float32_is_saved_and_reset_by_init() -> None:
     router = make(SigmoidTopK, top_k=2)
     router.selection_bias.fill_(0.1234567)
@@ -236,7 +255,7 @@ def test_the_grouped_top_k_routers_share_one_declaration_of_their_common_setting
     shared = ["n_group", "topk_group", "normalize", "bias", "scaling_factor"]
     assert list(GroupedParams.model_fields) == shared
     assert list(SoftmaxTopKParams.model_fields) == shared
-    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_update_rate", "selection_bias"]
+    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_on", "bias_update_rate", "selection_bias"]
     for name in shared:  # one description each, the same in both catalogue entries
         declared = [repr(p.model_fields[name]) for p in (GroupedParams, SoftmaxTopKParams, SigmoidTopKParams)]
         assert len(set(declared)) == 1, declared
