@@ -17,6 +17,7 @@ def builtin_families() -> list[Family]:
         ctrl,
         cohere,
         cohere2,
+        cohere2_moe,
         cwm,
         deepseek_v2,
         deepseek_v3,
@@ -178,6 +179,7 @@ def builtin_families() -> list[Family]:
             ctrl.FAMILY,
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
+            cohere2_moe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

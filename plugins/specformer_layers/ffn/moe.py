@@ -40,6 +40,7 @@ class MoE(nn.Module):
         self.swiglu_alpha = GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha
         self.swiglu_style = params.swiglu_style
         self.aux_loss_coef = params.aux_loss_coef
+        self.shared_combine = params.shared_combine
         self.activation = ACTIVATIONS[params.activation]
         if params.router is not None:
             self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k, vocab_size=vocab_size)
@@ -96,6 +97,8 @@ class MoE(nn.Module):
             if self.shared_gate is not None:
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
+            if self.shared_combine == "average":  # Cohere2-MoE: the mean of the routed mix and the shared experts
+                out = out / 2
         return out.view(shape)
 
     def route(self, tokens: Tensor) -> Routing:
@@ -211,7 +214,7 @@ class MoE(nn.Module):
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
                 f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}, "
-                f"swiglu_style={self.swiglu_style}")
+                f"swiglu_style={self.swiglu_style}, shared_combine={self.shared_combine}")
 
 
 def _per_expert(stack: Any) -> Any:

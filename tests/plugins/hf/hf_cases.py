@@ -277,6 +277,18 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # Cohere2-MoE: Cohere2's parallel blocks (bias-free LayerNorm, head_dim 24 not hidden / heads, interleaved rope on
+    # the sliding layers) over 5 experts (2 per token) with 2 shared experts averaged with them; a dense first layer of
+    # its own width keeps the rope though global (prefix_dense_sliding_window_pattern 1), the last global layer not.
+    Case("cohere2_moe", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=3, logit_scale=0.5,
+                     num_experts=5, num_experts_per_tok=2, num_shared_experts=2, first_k_dense_replace=1,
+                     prefix_dense_intermediate_size=80, attention_bias=True, tie_word_embeddings=False)),
+    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token.
+    Case("cohere2_moe-rms-sum", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, sliding_window=WINDOW,
+                     sliding_window_pattern=2, rms_norm_eps=1e-4, num_experts=7, num_experts_per_tok=3,
+                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0)),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",
