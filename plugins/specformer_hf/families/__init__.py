@@ -79,6 +79,7 @@ def builtin_families() -> list[Family]:
         persimmon,
         phi,
         phi3,
+        phimoe,
         qwen2,
         qwen2_moe,
         qwen3,
@@ -180,6 +181,7 @@ def builtin_families() -> list[Family]:
             jamba.FAMILY,
             recurrent_gemma.FAMILY,
             cohere2_moe.FAMILY,
+            phimoe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

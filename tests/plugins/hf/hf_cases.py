@@ -289,6 +289,18 @@ CASES = [
          _llama_like(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, sliding_window=WINDOW,
                      sliding_window_pattern=2, rms_norm_eps=1e-4, num_experts=7, num_experts_per_tok=3,
                      num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0)),
+    # PhiMoE: LayerNorms with biases, q/k/v/o and LM head biases, SparseMixer's top-2 of 5 experts with a jitter_eps
+    # wide enough that rivals share the softmax, sliding windows; and Phi-3.5-MoE's longrope (equal mscales, the
+    # frequencies from short_factor at every length) with a tied head that still has its own bias.
+    Case("phimoe", "PhimoeConfig", "PhimoeForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, router_jitter_noise=0.3, attention_bias=True,
+                     lm_head_bias=True, sliding_window=WINDOW, rms_norm_eps=1e-4)),
+    Case("phimoe-longrope", "PhimoeConfig", "PhimoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_local_experts=4, num_experts_per_tok=2, lm_head_bias=True,
+                     tie_word_embeddings=True,
+                     rope_parameters=_rope("longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                                           long_factor=[2.0 + 0.3 * i for i in range(8)], short_mscale=1.2,
+                                           long_mscale=1.2, original_max_position_embeddings=16))),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",

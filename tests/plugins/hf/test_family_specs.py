@@ -49,6 +49,8 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # transformers' HYV3Config defaults, which its docstring names as tencent/Hy3-preview's.
     "hy3-preview.yaml": ("HYV3Config", dict()),
+    # transformers' PhimoeConfig defaults, which its docstring names as microsoft/Phi-3.5-MoE-instruct's.
+    "phi-3.5-moe.yaml": ("PhimoeConfig", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
     "glm-5.yaml": ("GlmMoeDsaConfig", dict()),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).
