@@ -84,7 +84,6 @@ MISSING: dict[str, str] = {
     "mellum": "router variants: logit softcap, router weight applied to the MoE input (issue 46)",
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
-    "axk1": "an extra norm on the MoE output (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
     "apertus": "xIELU activation (issue 46)",
     "apertus1p5_text": "xIELU activation (issue 46)",

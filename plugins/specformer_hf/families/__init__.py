@@ -11,6 +11,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (  # one per line: families are added side by side
         arcee,
         aria_text,
+        axk1,
         biogpt,
         bloom,
         codegen,
@@ -182,6 +183,7 @@ def builtin_families() -> list[Family]:
             recurrent_gemma.FAMILY,
             cohere2_moe.FAMILY,
             phimoe.FAMILY,
+            axk1.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

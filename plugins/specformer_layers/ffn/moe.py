@@ -58,6 +58,7 @@ class MoE(nn.Module):
             self.shared = GatedMLP(shared, d_model=d_model) if gated else MLP(shared, d_model=d_model)
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
+        self.output_norm: nn.Module | None = params.output_norm.make(dim=d_model) if params.output_norm is not None else None
         self.aux_loss: Tensor | None = None
         #: The process group the experts are split over (expert parallelism), None when this process holds all.
         self.expert_group: Any = None
@@ -99,6 +100,8 @@ class MoE(nn.Module):
             out = out + shared
             if self.shared_combine == "average":  # Cohere2-MoE: the mean of the routed mix and the shared experts
                 out = out / 2
+        if self.output_norm is not None:  # A.X-K1: the whole mixture's output normalised
+            out = self.output_norm(out)
         return out.view(shape)
 
     def route(self, tokens: Tensor) -> Routing:
@@ -164,7 +167,7 @@ class MoE(nn.Module):
     def expert_parallel(self, group: Any) -> None:
         """Keep this process' share of whole experts, computed by dispatch (:mod:`specformer.model.expert_parallel`).
 
-        The router, the shared experts and their gate stay whole on every process.
+        The router, the shared experts, their gate and the output norm stay whole on every process.
         """
         keep_local_experts(self, ("experts_in", "experts_out", "experts_in_bias", "experts_out_bias"), group)
         self.expert_group = group
@@ -196,7 +199,7 @@ class MoE(nn.Module):
                          if p is not None]
         per_expert = sum(p.numel() for p in expert_params) // self.n_experts
         total = sum(p.numel() for p in self.router.parameters()) + self.top_k * per_expert
-        for module in (self.shared, self.shared_gate):
+        for module in (self.shared, self.shared_gate, self.output_norm):
             if module is not None:
                 total += sum(p.numel() for p in module.parameters())
         return total

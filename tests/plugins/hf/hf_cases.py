@@ -301,6 +301,13 @@ CASES = [
                      rope_parameters=_rope("longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
                                            long_factor=[2.0 + 0.3 * i for i in range(8)], short_mscale=1.2,
                                            long_mscale=1.2, original_max_position_embeddings=16))),
+    # A.X-K1: DeepSeek-V3's latent attention and grouped sigmoid routing (8 experts in 4 groups, 2 kept, 3 per token,
+    # scaled) with an RMSNorm on the mixture's output (eps not the default); dense layers 0 and 1 by mlp_layer_types.
+    Case("axk1", "AXK1Config", "AXK1ForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-4, mlp_layer_types=["dense", "dense", "sparse", "sparse"])),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",
