@@ -81,7 +81,6 @@ MISSING: dict[str, str] = {
     "hunyuan_v1_moe": "q/k norm after RoPE (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
     "laguna": "softplus attention output gates and router variants (issue 46)",
-    "mellum": "router variants: logit softcap, router weight applied to the MoE input (issue 46)",
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",

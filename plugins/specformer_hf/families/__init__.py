@@ -108,6 +108,7 @@ def builtin_families() -> list[Family]:
         lfm3,
         mamba,
         mamba2,
+        mellum,
         nemotron_h,
         olmo_hybrid,
         qwen3_5,
@@ -184,6 +185,7 @@ def builtin_families() -> list[Family]:
             cohere2_moe.FAMILY,
             phimoe.FAMILY,
             axk1.FAMILY,
+            mellum.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -308,6 +308,19 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
                      rms_norm_eps=1e-4, mlp_layer_types=["dense", "dense", "sparse", "sparse"])),
+    # Mellum: Qwen3-MoE's attention (head_dim 24, per-head q/k norms) with sliding and full layers by layer_types, a
+    # rope per layer type (different thetas), 5 experts (2 per token, renormalised), a dense layer by mlp_layer_types.
+    Case("mellum", "MellumConfig", "MellumForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW, num_experts=5, num_experts_per_tok=2,
+                     moe_intermediate_size=40, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     mlp_layer_types=["sparse", "dense", "sparse"],
+                     rope_parameters={"full_attention": _rope("default", rope_theta=50000.0),
+                                      "sliding_attention": _rope("default")})),
+    # num_mtp_layers 1 (transformers builds no module for it; a published checkpoint's mtp.* tensors are skipped on
+    # import, issue 47), MHA-like one key/value head, q/k/v/o biases, weights not renormalised.
+    Case("mellum-mtp", "MellumConfig", "MellumForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, norm_topk_prob=False, num_mtp_layers=1, attention_bias=True)),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",

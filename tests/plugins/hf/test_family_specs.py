@@ -49,6 +49,8 @@ MOE_SPECS = {
                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
     # transformers' HYV3Config defaults, which its docstring names as tencent/Hy3-preview's.
     "hy3-preview.yaml": ("HYV3Config", dict()),
+    # transformers' MellumConfig defaults, which its docstring names as JetBrains/Mellum2-12B-A2.5B-Base's.
+    "mellum2-12b-a2.5b.yaml": ("MellumConfig", dict()),
     # transformers' AXK1Config defaults, which its docstring names as skt/A.X-K1's.
     "a.x-k1.yaml": ("AXK1Config", dict()),
     # transformers' PhimoeConfig defaults, which its docstring names as microsoft/Phi-3.5-MoE-instruct's.
