@@ -57,6 +57,7 @@ from specformer_layers.routers.params import (
     NormedSoftmaxTopKParams,
     SigmoidTopKParams,
     SoftmaxTopKParams,
+    SparseMixerParams,
     SqrtSoftplusTopKParams,
     TopKSigmoidParams,
 )
@@ -120,6 +121,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     (ROUTER_KIND, "biased_softmax_topk", "routers.biased_softmax_topk:BiasedSoftmaxTopK", BiasedSoftmaxTopKParams,
      "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT"),
     (ROUTER_KIND, "hash", "routers.hash:HashRouter", HashParams, "https://arxiv.org/abs/2106.04426"),
+    (ROUTER_KIND, "sparsemixer", "routers.sparsemixer:SparseMixer", SparseMixerParams, "https://arxiv.org/abs/2409.12136"),
 
     ("mixer", "attention", "attention.causal:CausalSelfAttention", CausalSelfAttentionParams,
      "https://arxiv.org/abs/1706.03762"),

@@ -177,6 +177,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "moe", "swiglu_style"): ("silu", {"swiglu_limit": 7.0}),
     ("ffn", "moe", "shared_hidden"): (24, {"n_shared_experts": 1}),
     ("ffn", "moe", "shared_gate"): (True, {"n_shared_experts": 1}),
+    ("ffn", "moe", "shared_combine"): ("average", {"n_shared_experts": 1}),
+    ("ffn", "moe", "output_norm"): "rmsnorm",
     ("positional", "rope", "scaling"): {"kind": "linear", "factor": 2.0},
     ("positional", "rope", "fraction"): 0.5,
     ("rope_scaling", "dynamic", "original_context_length"): 4096,

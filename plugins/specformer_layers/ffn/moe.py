@@ -40,6 +40,7 @@ class MoE(nn.Module):
         self.swiglu_alpha = GPT_OSS_SWIGLU_ALPHA if params.swiglu_alpha is None else params.swiglu_alpha
         self.swiglu_style = params.swiglu_style
         self.aux_loss_coef = params.aux_loss_coef
+        self.shared_combine = params.shared_combine
         self.activation = ACTIVATIONS[params.activation]
         if params.router is not None:
             self.router = params.router.make(d_model=d_model, n_experts=n_experts, top_k=top_k, vocab_size=vocab_size)
@@ -57,6 +58,7 @@ class MoE(nn.Module):
             self.shared = GatedMLP(shared, d_model=d_model) if gated else MLP(shared, d_model=d_model)
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
+        self.output_norm: nn.Module | None = params.output_norm.make(dim=d_model) if params.output_norm is not None else None
         self.aux_loss: Tensor | None = None
         #: The process group the experts are split over (expert parallelism), None when this process holds all.
         self.expert_group: Any = None
@@ -96,6 +98,10 @@ class MoE(nn.Module):
             if self.shared_gate is not None:
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
+            if self.shared_combine == "average":  # Cohere2-MoE: the mean of the routed mix and the shared experts
+                out = out / 2
+        if self.output_norm is not None:  # A.X-K1: the whole mixture's output normalised
+            out = self.output_norm(out)
         return out.view(shape)
 
     def route(self, tokens: Tensor) -> Routing:
@@ -161,7 +167,7 @@ class MoE(nn.Module):
     def expert_parallel(self, group: Any) -> None:
         """Keep this process' share of whole experts, computed by dispatch (:mod:`specformer.model.expert_parallel`).
 
-        The router, the shared experts and their gate stay whole on every process.
+        The router, the shared experts, their gate and the output norm stay whole on every process.
         """
         keep_local_experts(self, ("experts_in", "experts_out", "experts_in_bias", "experts_out_bias"), group)
         self.expert_group = group
@@ -193,7 +199,7 @@ class MoE(nn.Module):
                          if p is not None]
         per_expert = sum(p.numel() for p in expert_params) // self.n_experts
         total = sum(p.numel() for p in self.router.parameters()) + self.top_k * per_expert
-        for module in (self.shared, self.shared_gate):
+        for module in (self.shared, self.shared_gate, self.output_norm):
             if module is not None:
                 total += sum(p.numel() for p in module.parameters())
         return total
@@ -211,7 +217,7 @@ class MoE(nn.Module):
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
                 f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}, "
-                f"swiglu_style={self.swiglu_style}")
+                f"swiglu_style={self.swiglu_style}, shared_combine={self.shared_combine}")
 
 
 def _per_expert(stack: Any) -> Any:

@@ -143,7 +143,11 @@ class MoEParams(Params):
     with ``g = min(gate, limit)``; with ``swiglu_style: silu`` it is DeepSeek-V4's
     ``silu(g) * clamp(up, -limit, limit)``, on the shared experts too. ``n_shared_experts`` adds an always-on expert of width
     ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
-    sigmoid gate as Qwen2-MoE does). Dense layers in an MoE model (DeepSeek-V3's
+    sigmoid gate as Qwen2-MoE does; ``shared_combine: average`` takes the mean of the routed mix and
+    the shared experts' output, ``(routed + shared) / 2``, instead of their sum, as Cohere's
+    Command A MoE does). ``output_norm`` normalises the mixture's whole output, routed and
+    shared experts combined, before it joins the residual stream (A.X-K1's ``post_mlp_layernorm``,
+    an RMSNorm). Dense layers in an MoE model (DeepSeek-V3's
     ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
     giving those layers another ffn.
 
@@ -199,14 +203,25 @@ class MoEParams(Params):
         default=None, gt=0, description="Total inner width of the shared experts; default n_shared_experts * hidden.",
     )
     shared_gate: bool = Field(default=False, description="Multiply the shared experts' output by sigmoid(w . x) (Qwen2-MoE).")
+    shared_combine: Literal["sum", "average"] = Field(
+        default="sum",
+        description="How the shared experts' output joins the routed mix: sum: routed + shared; "
+                    "average: (routed + shared) / 2 (Cohere2-MoE).",
+    )
+    output_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="A norm on the mixture's output (routed and shared experts combined), e.g. {kind: rmsnorm} "
+                    "(A.X-K1's post_mlp_layernorm); null: none.",
+    )
     aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "MoEParams":
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
-        if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate):
-            raise ValueError("shared_hidden and shared_gate need n_shared_experts >= 1")
+        if self.n_shared_experts == 0 and (self.shared_hidden is not None or self.shared_gate
+                                           or self.shared_combine != "sum"):
+            raise ValueError("shared_hidden, shared_gate and shared_combine need n_shared_experts >= 1")
         if self.router is not None and {"routing", "normalize_topk"} & self.model_fields_set:
             raise ValueError("routing and normalize_topk describe the default router; with router given, "
                              "set them in the router ({kind: softmax_topk, normalize: ...})")
@@ -249,7 +264,8 @@ class MoEParams(Params):
         shared = self.shared_params(d_model)
         shared_count = shared.sized(d_model=d_model).parameters if shared is not None else 0
         gate = linear(d_model, 1) if shared is not None and self.shared_gate else 0
-        return Sized(parameters=total(router.parameters, experts, shared_count, gate))
+        out_norm = self.output_norm.sized(dim=d_model).parameters if self.output_norm is not None else 0
+        return Sized(parameters=total(router.parameters, experts, shared_count, gate, out_norm))
 
 
 class ParallelFFNParams(Params):

@@ -232,3 +232,35 @@ class NormedSoftmaxTopKParams(Params):
         check_top_k(n_experts=n_experts, top_k=top_k)
         # The score projection, the per-channel scale of the token and the per-expert scale of the weights.
         return Sized(parameters=linear(d_model, n_experts) + d_model + n_experts)
+
+
+class SparseMixerParams(Params):
+    """PhiMoE's SparseMixer top-2 routing, at inference: each of the two experts is the best one left, its weight the
+    softmax over the experts whose logits lie within a relative ``2 * jitter_eps`` of it.
+
+    With logits ``s = x W^T``, the first expert is ``e1 = argmax s`` with weight
+    ``softmax(s masked)[e1]``, where the softmax keeps only the experts ``j`` with
+    ``(s[e1] - s[j]) / max(|s[j]|, s[e1]) <= 2 * jitter_eps`` (the others are -inf). The second
+    is ``e2 = argmax`` of ``s`` without ``e1``, its weight the softmax over the experts other
+    than ``e1`` with ``(s[e2] - s[j]) / max(|s[j]|, s[e2]) <= 2 * jitter_eps``. The weights are
+    not renormalised: a token whose best logit stands far above the others weighs it by one.
+
+    Training runs the same deterministic forward, and gradients flow through the two masked
+    softmaxes as written. transformers' PhiMoE trains otherwise (Liu et al. 2024, *GRIN: GRadient-INformed
+    MoE*): it samples each expert from its masked softmax (Gumbel-max) and backpropagates
+    SparseMixer's Heun third-order estimate of the routing gradient; that estimator is not
+    implemented here, so training from a PhiMoE checkpoint follows plain gradients of the
+    deterministic weights.
+    """
+
+    jitter_eps: float = Field(
+        default=0.01, ge=0,
+        description="Relative logit distance (times 2) within which experts share the softmax of a choice "
+                    "(PhiMoE's router_jitter_noise).",
+    )
+
+    def sized(self, *, d_model: int, n_experts: int, top_k: int) -> Sized:
+        check_top_k(n_experts=n_experts, top_k=top_k)
+        if top_k != 2:
+            raise ValueError(f"sparsemixer routes each token to exactly 2 experts (top_k 2), got top_k {top_k}")
+        return Sized(parameters=linear(d_model, n_experts))  # the score projection (n_experts, d_model)

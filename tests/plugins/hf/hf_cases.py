@@ -285,6 +285,50 @@ CASES = [
     Case("cohere2-pattern", "Cohere2Config", "Cohere2ForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, sliding_window=WINDOW, sliding_window_pattern=2,
                      attention_bias=True, logit_scale=4.0)),
+    # Cohere2-MoE: Cohere2's parallel blocks (bias-free LayerNorm, head_dim 24 not hidden / heads, interleaved rope on
+    # the sliding layers) over 5 experts (2 per token) with 2 shared experts averaged with them; a dense first layer of
+    # its own width keeps the rope though global (prefix_dense_sliding_window_pattern 1), the last global layer not.
+    Case("cohere2_moe", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=3, logit_scale=0.5,
+                     num_experts=5, num_experts_per_tok=2, num_shared_experts=2, first_k_dense_replace=1,
+                     prefix_dense_intermediate_size=80, attention_bias=True, tie_word_embeddings=False)),
+    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token.
+    Case("cohere2_moe-rms-sum", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, sliding_window=WINDOW,
+                     sliding_window_pattern=2, rms_norm_eps=1e-4, num_experts=7, num_experts_per_tok=3,
+                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0)),
+    # PhiMoE: LayerNorms with biases, q/k/v/o and LM head biases, SparseMixer's top-2 of 5 experts with a jitter_eps
+    # wide enough that rivals share the softmax, sliding windows; and Phi-3.5-MoE's longrope (equal mscales, the
+    # frequencies from short_factor at every length) with a tied head that still has its own bias.
+    Case("phimoe", "PhimoeConfig", "PhimoeForCausalLM",
+         _llama_like(num_local_experts=5, num_experts_per_tok=2, router_jitter_noise=0.3, attention_bias=True,
+                     lm_head_bias=True, sliding_window=WINDOW, rms_norm_eps=1e-4)),
+    Case("phimoe-longrope", "PhimoeConfig", "PhimoeForCausalLM",
+         _llama_like(num_hidden_layers=3, num_local_experts=4, num_experts_per_tok=2, lm_head_bias=True,
+                     tie_word_embeddings=True,
+                     rope_parameters=_rope("longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                                           long_factor=[2.0 + 0.3 * i for i in range(8)], short_mscale=1.2,
+                                           long_mscale=1.2, original_max_position_embeddings=16))),
+    # A.X-K1: DeepSeek-V3's latent attention and grouped sigmoid routing (8 experts in 4 groups, 2 kept, 3 per token,
+    # scaled) with an RMSNorm on the mixture's output (eps not the default); dense layers 0 and 1 by mlp_layer_types.
+    Case("axk1", "AXK1Config", "AXK1ForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=20, qk_rope_head_dim=8,
+                     qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                     topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-4, mlp_layer_types=["dense", "dense", "sparse", "sparse"])),
+    # Mellum: Qwen3-MoE's attention (head_dim 24, per-head q/k norms) with sliding and full layers by layer_types, a
+    # rope per layer type (different thetas), 5 experts (2 per token, renormalised), a dense layer by mlp_layer_types.
+    Case("mellum", "MellumConfig", "MellumForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=24, sliding_window=WINDOW, num_experts=5, num_experts_per_tok=2,
+                     moe_intermediate_size=40, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     mlp_layer_types=["sparse", "dense", "sparse"],
+                     rope_parameters={"full_attention": _rope("default", rope_theta=50000.0),
+                                      "sliding_attention": _rope("default")})),
+    # num_mtp_layers 1 (transformers builds no module for it; a published checkpoint's mtp.* tensors are skipped on
+    # import, issue 47), MHA-like one key/value head, q/k/v/o biases, weights not renormalised.
+    Case("mellum-mtp", "MellumConfig", "MellumForCausalLM",
+         _llama_like(num_hidden_layers=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, norm_topk_prob=False, num_mtp_layers=1, attention_bias=True)),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",

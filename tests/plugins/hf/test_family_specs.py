@@ -55,6 +55,12 @@ MOE_SPECS = {
     "lara-4-mini-base.yaml": ("LaraMiniConfig", dict()),
     # transformers' Kolibri1Config defaults, which its docstring names as Aleph-Alpha/Kolibri-1's.
     "kolibri-1.yaml": ("Kolibri1Config", dict()),
+    # transformers' MellumConfig defaults, which its docstring names as JetBrains/Mellum2-12B-A2.5B-Base's.
+    "mellum2-12b-a2.5b.yaml": ("MellumConfig", dict()),
+    # transformers' AXK1Config defaults, which its docstring names as skt/A.X-K1's.
+    "a.x-k1.yaml": ("AXK1Config", dict()),
+    # transformers' PhimoeConfig defaults, which its docstring names as microsoft/Phi-3.5-MoE-instruct's.
+    "phi-3.5-moe.yaml": ("PhimoeConfig", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.
     "glm-5.yaml": ("GlmMoeDsaConfig", dict()),
     # Kimi Linear's published linear_attn_config: KDA in every layer but 4, 8, ..., 24 and 27 (counted from 1).

@@ -119,6 +119,9 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "glm-5.yaml": _llama_like("GlmMoeDsaConfig"),  # transformers' defaults are zai-org/GLM-5's, its docstring says
     "lara-4-mini-base.yaml": _llama_like("LaraMiniConfig"),  # transformers' defaults are Lara-4-Mini-Base's, its docstring says
     "kolibri-1.yaml": _llama_like("Kolibri1Config"),  # transformers' defaults are Aleph-Alpha/Kolibri-1's, its docstring says
+    "mellum2-12b-a2.5b.yaml": _llama_like("MellumConfig"),  # transformers' defaults are Mellum2-12B-A2.5B's, its docstring says
+    "a.x-k1.yaml": _llama_like("AXK1Config"),  # transformers' defaults are skt/A.X-K1's, its docstring says
+    "phi-3.5-moe.yaml": _llama_like("PhimoeConfig"),  # transformers' defaults are Phi-3.5-MoE-instruct's, its docstring says
     "hy3-preview.yaml": _llama_like("HYV3Config"),  # transformers' defaults are tencent/Hy3-preview's, its docstring says
     "flint.yaml": _llama_like("FlintConfig"),  # transformers' defaults, whose docstring names RecursiveSI/flint
     "kimi-linear-48b-a3b.yaml": _llama_like(

@@ -51,7 +51,13 @@ def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> tor
             shared = moe.shared(token)
             if moe.shared_gate is not None:
                 shared = shared * torch.sigmoid(moe.shared_gate.weight[0] @ token)
-            out[n] += shared
+            if moe.shared_combine == "average":  # (routed + shared) / 2
+                out[n] = (out[n] + shared) / 2
+            else:
+                out[n] += shared
+        if moe.output_norm is not None:  # an RMSNorm written out: y / sqrt(mean(y^2) + eps) * w
+            norm = moe.output_norm
+            out[n] = out[n] / torch.sqrt(out[n].pow(2).mean() + norm.eps) * norm.weight
     return out.view(x.shape)
 
 
@@ -70,6 +76,10 @@ CONFIGS = [
     {"gated": False, "activation": "gelu"},
     {"activation": "relu2", "n_shared_experts": 1, "shared_hidden": 24},
     {"n_shared_experts": 1, "shared_hidden": 12, "shared_gate": True, "normalize_topk": False},
+    {"n_shared_experts": 2, "shared_combine": "average"},
+    {"n_shared_experts": 1, "output_norm": {"kind": "rmsnorm", "eps": 1e-3}},
+    {"output_norm": "rmsnorm", "top_k": 3},
+    {"n_shared_experts": 1, "shared_hidden": 12, "shared_gate": True, "shared_combine": "average"},
     {"n_experts": 2, "top_k": 2},
     {"expert_bias": True},
     {"expert_bias": True, "swiglu_limit": 0.5, "swiglu_alpha": 1.702, "top_k": 3},
@@ -82,6 +92,57 @@ def test_matches_dense_reference(config: dict) -> None:
     moe = _random_moe(**config)
     x = torch.randn(3, 7, 16, dtype=torch.float64)
     torch.testing.assert_close(moe(x), dense_reference(moe, x, normalize=config.get("normalize_topk", True)))
+
+
+@pytest.mark.parametrize("selection", ["softmax", "sigmoid"])
+def test_matches_transformers_cohere2_moe_block_with_averaged_shared_experts(selection: str) -> None:
+    from transformers import Cohere2MoeConfig
+    from transformers.models.cohere2_moe.modeling_cohere2_moe import Cohere2MoeSparseMoeBlock
+
+    config = Cohere2MoeConfig(hidden_size=16, intermediate_size=12, num_experts=5, num_experts_per_tok=2,
+                              num_shared_experts=2, expert_selection_fn=selection, num_attention_heads=2,
+                              num_hidden_layers=1)
+    theirs = Cohere2MoeSparseMoeBlock(config).eval()
+    for p in theirs.parameters():
+        p.data.normal_(0, 0.3)
+    router = "softmax_topk" if selection == "softmax" else {"kind": "sigmoid_topk", "normalize": True}
+    ours = MoE(MoEParams(n_experts=5, top_k=2, hidden=12, router=router, n_shared_experts=2, shared_combine="average"),
+               d_model=16)
+    ours.router.weight.data.copy_(theirs.gate.weight)
+    ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
+    ours.experts_out.data.copy_(theirs.experts.down_proj)
+    shared = theirs.shared_experts
+    ours.shared.gate_up.weight.data.copy_(torch.cat((shared.gate_proj.weight, shared.up_proj.weight)))
+    ours.shared.down.weight.data.copy_(shared.down_proj.weight)
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+
+
+def test_matches_transformers_axk1_block_with_its_output_norm() -> None:
+    from transformers import AXK1Config
+    from transformers.models.axk1.modeling_axk1 import AXK1MoE
+
+    config = AXK1Config(hidden_size=16, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+                        topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, rms_norm_eps=1e-5,
+                        num_attention_heads=2, num_hidden_layers=2)
+    theirs = AXK1MoE(config).eval()
+    for p in theirs.parameters():
+        p.data.normal_(0, 0.3)
+    theirs.gate.e_score_correction_bias.normal_(0, 0.1)
+    ours = MoE(MoEParams(n_experts=8, top_k=3, hidden=12, n_shared_experts=1, aux_loss_coef=0.0,
+                         router={"kind": "sigmoid_topk", "n_group": 4, "topk_group": 2, "scaling_factor": 2.5},
+                         output_norm={"kind": "rmsnorm", "eps": 1e-5}), d_model=16)
+    ours.router.weight.data.copy_(theirs.gate.weight)
+    ours.router.selection_bias.copy_(theirs.gate.e_score_correction_bias)
+    ours.experts_in.data.copy_(theirs.experts.gate_up_proj)
+    ours.experts_out.data.copy_(theirs.experts.down_proj)
+    shared = theirs.shared_experts
+    ours.shared.gate_up.weight.data.copy_(torch.cat((shared.gate_proj.weight, shared.up_proj.weight)))
+    ours.shared.down.weight.data.copy_(shared.down_proj.weight)
+    ours.output_norm.weight.data.copy_(theirs.post_mlp_layernorm.weight)
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
 
 
 def test_clamp_is_active_in_the_clamped_swiglu_case() -> None:
@@ -231,6 +292,7 @@ def test_mixtral_active_parameters() -> None:
 @pytest.mark.parametrize(("params", "message"), [
     ({"n_experts": 4, "top_k": 5}, "top_k \\(5\\) cannot exceed n_experts \\(4\\)"),
     ({"shared_hidden": 8}, "need n_shared_experts >= 1"),
+    ({"shared_combine": "average"}, "need n_shared_experts >= 1"),
     ({"routing": "topk_then_softmax", "normalize_topk": False}, "normalize_topk: false needs softmax_then_topk"),
     ({"routing": "sigmoid"}, "routing"),
     ({"router": "sigmoid_topk", "normalize_topk": False}, "with router given, set them in the router"),
