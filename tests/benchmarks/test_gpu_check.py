@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specformer.model.builder import build
+from fixtures.tiny import tiny_spec
 
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 spec = importlib.util.spec_from_file_location("gpu_check", PATH)
@@ -143,10 +144,7 @@ def test_the_parallel_check_runs_on_cpu_and_the_ways_agree_with_plain(monkeypatc
         probe.bind(("127.0.0.1", 0))
         monkeypatch.setenv("MASTER_PORT", str(probe.getsockname()[1]))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    tiny = {"model": {"vocab_size": 96, "d_model": 32, "n_layers": 2, "context_length": 256, "positional": "rope",
-                      "tie_embeddings": False, "block": {"norm": "rmsnorm", "ffn": {"kind": "swiglu"},
-                                                         "mixer": {"kind": "attention", "n_heads": 4,
-                                                                   "n_kv_heads": 2}}}}
+    tiny = tiny_spec(vocab_size=96, context_length=256, tie_embeddings=False, block={"ffn": {"kind": "swiglu"}})
     differences = gpu_check.parallel_step_differences("cpu", backend="gloo", spec=tiny)
     assert set(differences) == {"fsdp", "tp"}
     for way, (loss, weights) in differences.items():

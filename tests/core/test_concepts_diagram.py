@@ -7,6 +7,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from fixtures.tiny import tiny_spec
+
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
 
 
@@ -138,11 +140,10 @@ def test_the_residual_streams_shapes_are_what_a_forward_on_hyper_connections_tak
 
 #: The model the shared-caches picture is drawn for: six layers, a window of 4 on the even ones, the last two reading
 #: the keys and values of the last two that keep their own (Gemma 4's pattern at toy size).
-SHARED_KV_SPEC = {"model": {
-    "vocab_size": 32, "d_model": 32, "n_layers": 6, "context_length": 64, "positional": "rope",
-    "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}, "ffn": "swiglu"},
-    "layers": [{"select": "0::2", "mixer": {"window": 4}}, {"select": 4, "mixer": {"kv_from": 2}},
-               {"select": 5, "mixer": {"kv_from": 3}}]}}
+SHARED_KV_SPEC = tiny_spec(
+    vocab_size=32, n_layers=6, context_length=64, block={"ffn": "swiglu"},
+    layers=[{"select": "0::2", "mixer": {"window": 4}}, {"select": 4, "mixer": {"kv_from": 2}},
+            {"select": 5, "mixer": {"kv_from": 3}}])
 
 
 def draw_shared_caches(model) -> list[str]:

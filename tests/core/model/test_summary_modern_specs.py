@@ -37,6 +37,7 @@ import specformer
 from specformer.cli.main import main
 
 from conftest import SPECS
+from fixtures.tiny import tiny_spec
 
 
 ROPE_1M = {"rope_type": "default", "rope_theta": 1e6}
@@ -198,16 +199,14 @@ def test_the_cache_at_full_context_is_what_generate_allocates():
     from specformer.model.attention import cache_slots_of
     from specformer_generate.cache import StaticKVCache
 
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 6, "context_length": 48, "positional": "rope",
-        "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 16},
-                  "ffn": "swiglu"},
-        "layers": [
+    spec = tiny_spec(
+        vocab_size=64, n_layers=6, context_length=48,
+        block={"mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "window": 16}, "ffn": "swiglu"},
+        layers=[
             {"select": "2::3", "mixer": {"window": None}},  # layers 2 and 5 global
             {"select": "4", "mixer": {"kind": "mla", "n_heads": 2, "kv_lora_rank": 12, "qk_rope_head_dim": 4,
-                                          "qk_nope_head_dim": 6, "v_head_dim": 10, "window": 8}},
-        ],
-    }}
+                                      "qk_nope_head_dim": 6, "v_head_dim": 10, "window": 8}},
+        ])
     model = specformer.build(spec, seed=0)
     cache = StaticKVCache.for_model(model, batch_size=1, capacity=model.context_length, dtype=torch.bfloat16)
     slots = cache.slot_counts()  # tokens each layer's buffers hold: 16 on windowed layers, 8 on the mla one, 48 on global

@@ -21,6 +21,7 @@ from specformer.checkpoint.file import read_metadata
 from specformer.renamed import RenamedWarning
 from specformer_finetune import apply_adapter, merge_adapter
 from specformer_finetune.adapter_file import save_adapter
+from fixtures.tiny import tiny_spec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pre_mixer"
 
@@ -65,9 +66,8 @@ def test_targets_written_the_old_way_select_the_mixer_with_one_line() -> None:
 
 
 def test_an_old_target_that_names_nothing_still_says_what_the_model_has() -> None:
-    model = specformer.build({"model": {"vocab_size": 32, "d_model": 16, "n_layers": 1, "context_length": 8,
-                                        "positional": "rope", "block": {"norm": "rmsnorm", "mixer": "none",
-                                                                        "ffn": {"kind": "swiglu", "hidden": 24}}}})
+    model = specformer.build(tiny_spec(vocab_size=32, d_model=16, n_layers=1, context_length=8,
+                                       block={"mixer": "none", "ffn": {"kind": "swiglu", "hidden": 24}}))
     with pytest.warns(RenamedWarning), pytest.raises(ValueError, match=r"target 'blocks.\*.mixer.qkv' matches no "
                                                                          r"linear layer.*blocks.\*.ffn.down"):
         apply_adapter(model, {"kind": "lora", "targets": ["blocks.*.attention.qkv"]})

@@ -10,25 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from fixtures.tiny import tiny_spec
 
-LLAMA_SPEC: dict[str, Any] = {
-    "model": {
-        "vocab_size": 97,
-        "d_model": 64,
-        "n_layers": 2,
-        "context_length": 128,
-        # untied head, wide init: greedy output varies (a tied random model repeats its last token)
-        "tie_embeddings": False,
-        "init_std": 0.2,
-        "positional": {"kind": "rope", "theta": 10000.0},
-        "block": {
-            "layout": "prenorm",
-            "norm": {"kind": "rmsnorm", "eps": 1e-5},
-            "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 96},
-        },
-    }
-}
+LLAMA_SPEC: dict[str, Any] = tiny_spec(
+    d_model=64, context_length=128,
+    # untied head, wide init: greedy output varies (a tied random model repeats its last token)
+    tie_embeddings=False, init_std=0.2,
+    positional={"kind": "rope", "theta": 10000.0},
+    block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5}, "ffn": {"kind": "swiglu", "hidden": 96}},
+)
 
 
 def hf_llama_from(model: Any) -> Any:

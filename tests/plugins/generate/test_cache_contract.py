@@ -28,6 +28,7 @@ from specformer.model.summary import summarize
 from specformer_generate import StaticKVCache, generate
 from specformer_generate.memory import estimate
 from specformer_layers.attention import attention_mask
+from fixtures.tiny import tiny_spec
 
 VOCAB = 41
 
@@ -94,12 +95,10 @@ def registry() -> Any:
 
 
 def spec(n_layers: int = 3) -> dict[str, Any]:
-    return {"model": {
-        "vocab_size": VOCAB, "d_model": 24, "n_layers": n_layers, "context_length": 64, "tie_embeddings": False,
-        "init_std": 0.3, "positional": "rope",
-        "block": {"norm": "rmsnorm", "mixer": {"kind": "narrow_key", "n_heads": 4}, "ffn": {"kind": "swiglu", "hidden": 32}},
-        "layers": [{"select": 1, "mixer": {"kind": "own_token", "n_heads": 4}}],
-    }}
+    return tiny_spec(vocab_size=VOCAB, d_model=24, n_layers=n_layers, context_length=64, tie_embeddings=False,
+                     init_std=0.3, block={"mixer": {"kind": "narrow_key", "n_heads": 4},
+                                          "ffn": {"kind": "swiglu", "hidden": 32}},
+                     layers=[{"select": 1, "mixer": {"kind": "own_token", "n_heads": 4}}])
 
 
 def test_the_cache_is_laid_out_from_each_layers_declaration(registry: Any) -> None:

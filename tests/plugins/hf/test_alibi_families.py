@@ -15,6 +15,7 @@ import specformer
 import specformer_hf
 from specformer.errors import UserError
 from specformer_layers.positional.alibi import alibi_slopes
+from fixtures.tiny import tiny_spec
 
 
 def test_alibi_slopes_are_transformers_bloom_and_mpt_slopes():
@@ -74,11 +75,10 @@ def test_mpt_import_reads_the_nested_attention_settings(tmp_path):
     assert model["block"]["norm"] == {"kind": "layernorm", "eps": 1e-4, "bias": False}
 
 
-ALIBI_SPEC = {"vocab_size": 64, "d_model": 48, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
-              "positional": "alibi",
-              "block": {"layout": "prenorm", "norm": {"kind": "layernorm", "bias": False},
-                        "mixer": {"kind": "attention", "n_heads": 3, "qkv_bias": False, "out_bias": False},
-                        "ffn": {"kind": "mlp", "hidden": 192, "activation": "gelu", "bias": False}}}
+ALIBI_SPEC = tiny_spec(vocab_size=64, d_model=48, n_layers=1, tie_embeddings=False, positional="alibi",
+                       block={"layout": "prenorm", "norm": {"kind": "layernorm", "bias": False},
+                              "mixer": {"kind": "attention", "n_heads": 3, "qkv_bias": False, "out_bias": False},
+                              "ffn": {"kind": "mlp", "hidden": 192, "activation": "gelu", "bias": False}})["model"]
 
 
 def test_an_alibi_spec_exports_as_mpt(tmp_path):

@@ -10,6 +10,7 @@ import specformer
 from specformer.checkpoint.save_load import read_metadata
 from specformer.cli.main import main
 from specformer_text import CONFIG_KEY, FAMILY_KEY
+from fixtures.tiny import tiny_spec
 
 
 def test_import_writes_checkpoint_and_readable_spec_then_export_round_trips(llama_dir, tmp_path, capsys):
@@ -62,10 +63,9 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
 
 
 def test_export_refusal_exits_2(tmp_path, capsys):
-    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 16,
-                      "positional": {"kind": "sinusoidal"},
-                      "block": {"layout": "postnorm", "norm": "layernorm",
-                                "mixer": {"kind": "attention", "n_heads": 2}, "ffn": "mlp"}}}
+    spec = tiny_spec(vocab_size=64, n_layers=1, context_length=16, positional={"kind": "sinusoidal"},
+                     block={"layout": "postnorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
+                            "ffn": "mlp"})
     checkpoint = specformer.save(specformer.build(spec, seed=0), tmp_path / "c.safetensors")
     assert main(["hf", "export", str(checkpoint), str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err

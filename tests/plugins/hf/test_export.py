@@ -156,11 +156,10 @@ def test_defaults_left_out_of_a_spec_compare_equal_to_their_values(tmp_path):
 
 
 def test_gpt_style_spec_exports_as_gpt2(tmp_path):
-    spec = {"model": {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32,
-                      "positional": "learned",
-                      "block": {"layout": "prenorm", "norm": "layernorm",
-                                "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
-                                "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}}
+    spec = tiny_spec(vocab_size=96, d_model=64, positional="learned",
+                     block={"layout": "prenorm", "norm": "layernorm",
+                            "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                            "ffn": {"kind": "mlp", "activation": "gelu_tanh"}})
     model = _build(spec)
     out = specformer_hf.to_hf(model, tmp_path / "out")
     assert json.loads((out / "config.json").read_text())["model_type"] == "gpt2"

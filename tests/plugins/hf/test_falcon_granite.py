@@ -17,6 +17,7 @@ from specformer_hf.config import ConfigReader
 from specformer_hf.family import get_families
 from specformer_hf.parts.base import exact_preimage
 from specformer_hf.parts.mamba2 import json_float
+from fixtures.tiny import tiny_spec
 
 
 def _folder(tmp_path, case_name: str, **changes):
@@ -99,11 +100,9 @@ def test_falcon_reads_null_multipliers_as_ones_and_refuses_a_short_list():
 
 
 def _falcon_like(mixers: list) -> dict:
-    return {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "mixer": {"kind": "parallel", "mixers": mixers}, "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    return tiny_spec(vocab_size=64, n_layers=1,
+                     block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
+                            "mixer": {"kind": "parallel", "mixers": mixers}})
 
 
 MAMBA = {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 8, "norm_eps": 1e-5, "gated_norm": False}
@@ -125,11 +124,8 @@ def test_falcon_export_writes_a_key_multiplier_that_reads_back_as_the_scale(tmp_
 
 
 def test_granite_export_refuses_a_mamba_norm_eps_of_its_own(tmp_path):
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": "none",
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
-                  "mixer": {**MAMBA, "gated_norm": True, "norm_eps": 1e-6},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    spec = tiny_spec(vocab_size=64, positional="none",
+                     block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-5},
+                            "mixer": {**MAMBA, "gated_norm": True, "norm_eps": 1e-6}})
     with pytest.raises(UserError, match="Mamba norm uses rms_norm_eps, the block norms' eps"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="granitemoehybrid")

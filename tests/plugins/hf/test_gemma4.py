@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 import specformer
 import specformer_hf
+from fixtures.tiny import tiny_spec
 
 TOLERANCE = 1e-4
 
@@ -62,16 +63,15 @@ def test_a_multimodal_gemma4_checkpoint_imports_as_its_language_model(tmp_path):
 
 def _gemma4_like(**layers_change):
     """A spec the Gemma 4 family writes: four layers, the last global, layer 3 reading layer 1's keys and values."""
-    return {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 4, "context_length": 32, "embedding_multiplier": "sqrt_d_model",
-        "positional": {"kind": "rope"},
-        "block": {"layout": {"kind": "sandwich", "layer_scale": True}, "norm": {"kind": "rmsnorm", "eps": 1e-6},
-                  "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "window": 4,
-                                "qk_norm": {"kind": "rmsnorm", "eps": 1e-6}, "scale": 1.0,
-                                "v_norm": {"kind": "rmsnorm", "eps": 1e-6, "weight": False}},
-                  "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
-        "layers": [{"select": "1::2", "mixer": {"window": None}},
-                   {"select": 3, "mixer": {"kv_from": 1, "v_norm": None}}, *layers_change.get("extra", [])]}}
+    return tiny_spec(
+        vocab_size=64, n_layers=4, embedding_multiplier="sqrt_d_model",
+        block={"layout": {"kind": "sandwich", "layer_scale": True}, "norm": {"kind": "rmsnorm", "eps": 1e-6},
+               "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "window": 4,
+                         "qk_norm": {"kind": "rmsnorm", "eps": 1e-6}, "scale": 1.0,
+                         "v_norm": {"kind": "rmsnorm", "eps": 1e-6, "weight": False}},
+               "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
+        layers=[{"select": "1::2", "mixer": {"window": None}},
+                {"select": 3, "mixer": {"kv_from": 1, "v_norm": None}}, *layers_change.get("extra", [])])
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -11,6 +11,7 @@ from hf_cases import BY_NAME
 import specformer
 import specformer_hf
 from specformer.errors import UserError
+from fixtures.tiny import tiny_spec
 
 
 def _folder(tmp_path, case_name: str, *, drop: tuple[str, ...] = (), **changes):
@@ -35,10 +36,9 @@ def test_helium_refuses_heads_that_do_not_fill_the_hidden_size(tmp_path):
 
 
 def test_helium_export_refuses_heads_that_do_not_fill_d_model(tmp_path):
-    spec = {"model": {"vocab_size": 128, "d_model": 64, "n_layers": 2, "context_length": 64,
-                      "positional": {"kind": "rope", "interleaved": True},
-                      "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "head_dim": 24},
-                                "ffn": {"kind": "swiglu", "hidden": 96}}}}
+    spec = tiny_spec(vocab_size=128, d_model=64, context_length=64, positional={"kind": "rope", "interleaved": True},
+                     block={"mixer": {"kind": "attention", "n_heads": 4, "head_dim": 24},
+                            "ffn": {"kind": "swiglu", "hidden": 96}})
     with pytest.raises(UserError, match="needs n_heads x head_dim = d_model"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="helium")
 

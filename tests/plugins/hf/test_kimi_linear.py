@@ -18,6 +18,7 @@ from specformer_hf.config import ConfigReader
 from specformer_hf.exporter import hf_config
 from specformer_hf.family import get_families
 from specformer_hf.specview import NotExpressible, SpecView, differences, math_view
+from fixtures.tiny import tiny_spec
 
 SPECS = Path(__file__).resolve().parents[3] / "specs"
 FULL = [4, 8, 12, 16, 20, 24, 27]
@@ -81,9 +82,9 @@ def _tiny(kda: dict[str, Any] | None = None, *, mla: dict[str, Any] | None = Non
               "v_head_dim": 8, "latent_norm": {"kind": "rmsnorm", "eps": 1e-6}, **(mla or {})}
     ffn = {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "n_shared_experts": 1, "aux_loss_coef": 0.0,
            "router": {"kind": "sigmoid_topk", "normalize": True, "scaling_factor": 1.0, "n_group": 1, "topk_group": 1}}
-    return {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 3, "context_length": 32, "positional": "none",
-                      "block": {"norm": {"kind": "rmsnorm", "eps": 1e-5}, "mixer": attention, "ffn": ffn},
-                      "layers": [{"select": 1, "mixer": latent}, {"select": 0, "ffn": {"kind": "swiglu", "hidden": 48}}]}}
+    return tiny_spec(vocab_size=64, n_layers=3, positional="none",
+                     block={"norm": {"kind": "rmsnorm", "eps": 1e-5}, "mixer": attention, "ffn": ffn},
+                     layers=[{"select": 1, "mixer": latent}, {"select": 0, "ffn": {"kind": "swiglu", "hidden": 48}}])
 
 
 def config_of(data: dict[str, Any]) -> dict[str, Any]:

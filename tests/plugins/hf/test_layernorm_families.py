@@ -7,15 +7,14 @@ import pytest
 import specformer
 import specformer_hf
 from specformer.errors import UserError
+from fixtures.tiny import tiny_spec
 
 
 def _spec(norm: dict, mixer: dict | None = None, ffn: dict | None = None) -> dict:
-    return {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32,
-        "positional": {"kind": "rope", "fraction": 0.5},
-        "block": {"layout": "prenorm", "norm": norm, "mixer": {"kind": "attention", "n_heads": 2, **(mixer or {})},
-                  "ffn": ffn or {"kind": "mlp", "hidden": 48, "activation": "relu2", "bias": False}},
-    }}
+    return tiny_spec(
+        vocab_size=64, n_layers=1, positional={"kind": "rope", "fraction": 0.5},
+        block={"layout": "prenorm", "norm": norm, "mixer": {"kind": "attention", "n_heads": 2, **(mixer or {})},
+               "ffn": ffn or {"kind": "mlp", "hidden": 48, "activation": "relu2", "bias": False}})
 
 
 @pytest.mark.parametrize(("norm", "family", "needle"), [

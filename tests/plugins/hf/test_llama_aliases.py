@@ -14,6 +14,7 @@ import specformer
 import specformer_hf
 from specformer.errors import UserError
 from specformer_hf.config import UnreadConfigWarning
+from fixtures.tiny import tiny_spec
 
 
 def _folder(tmp_path, case_name: str, *, drop: tuple[str, ...] = (), **changes):
@@ -78,9 +79,9 @@ def test_internlm3_refuses_biases_that_differ_as_transformers_does(tmp_path, cha
 
 
 def test_internlm3_export_refuses_biases_that_differ(tmp_path):
-    spec = {"model": {"vocab_size": 128, "d_model": 64, "n_layers": 1, "context_length": 32,
-                      "positional": {"kind": "rope"}, "block": {"norm": "rmsnorm", "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True},
-                                "ffn": {"kind": "swiglu", "hidden": 96}}}}
+    spec = tiny_spec(vocab_size=128, d_model=64, n_layers=1,
+                     block={"mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True},
+                            "ffn": {"kind": "swiglu", "hidden": 96}})
     with pytest.raises(UserError, match="InternLM3"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="internlm3")
 

@@ -42,13 +42,10 @@ def test_stablelm_qk_layernorm_imports_as_per_head_weights(tmp_path):
 
 
 def test_stablelm_exports_only_per_head_qk_norms(tmp_path):
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope", "fraction": 0.5},
-        "block": {"layout": "prenorm", "norm": "layernorm",
-                  "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False},
-                                "qk_norm_scope": "head"},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    spec = tiny_spec(vocab_size=64, n_layers=1, positional={"kind": "rope", "fraction": 0.5},
+                     block={"layout": "prenorm", "norm": "layernorm",
+                            "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": {"kind": "layernorm", "bias": False},
+                                      "qk_norm_scope": "head"}})
     with pytest.raises(UserError, match="qk_layernorm keeps separate weights for every head"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
     spec["model"]["block"]["mixer"].update(qk_norm={"kind": "layernorm", "bias": True}, qk_norm_scope="per_head_weights")
@@ -57,12 +54,9 @@ def test_stablelm_exports_only_per_head_qk_norms(tmp_path):
 
 
 def test_cohere_exports_an_interleaved_rope_and_per_head_qk_norms_only(tmp_path):
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "logit_scale": 0.5,
-        "positional": {"kind": "rope"},
-        "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": {"kind": "layernorm", "bias": False},
-                  "mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    spec = tiny_spec(vocab_size=64, n_layers=1, logit_scale=0.5,
+                     block={"layout": {"kind": "parallel", "shared_norm": True},
+                            "norm": {"kind": "layernorm", "bias": False}, "mixer": {"kind": "attention", "n_heads": 2}})
     with pytest.raises(UserError, match="rotates adjacent pairs"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="cohere")
     spec["model"]["positional"]["interleaved"] = True
@@ -88,23 +82,17 @@ def test_stablelm_without_rope_parameters_rotates_a_quarter_of_each_head(tmp_pat
     ({"qkv_bias": True, "out_bias": True}, r"out_bias.*no o_proj bias"),
 ])
 def test_stablelm_export_refuses_what_it_cannot_hold(tmp_path, changes, needle):
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32,
-        "positional": {"kind": "rope", "fraction": 0.5},
-        "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2, **changes},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    spec = tiny_spec(vocab_size=64, n_layers=1, positional={"kind": "rope", "fraction": 0.5},
+                     block={"layout": "prenorm", "norm": "layernorm",
+                            "mixer": {"kind": "attention", "n_heads": 2, **changes}})
     with pytest.raises(UserError, match=needle):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="stablelm")
 
 
 def test_a_whole_head_rotary_stablelm_writes_its_fraction(tmp_path):
     """StableLM's default fraction is 0.25: a spec rotating whole heads must say 1.0 in the config."""
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    spec = tiny_spec(vocab_size=64, n_layers=1,
+                     block={"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2}})
     model = specformer.build(spec, seed=0)
     out = specformer_hf.to_hf(model, tmp_path / "out", family="stablelm")
     assert json.loads((out / "config.json").read_text())["rope_parameters"]["partial_rotary_factor"] == 1.0
@@ -181,13 +169,10 @@ def test_which_layers_slide_follows_transformers(tmp_path, case, changes, window
 
 
 def test_qwen3_moe_slides_every_layer_or_none(tmp_path):
-    spec = {"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 2, "context_length": 32, "positional": {"kind": "rope"},
-        "block": {"layout": "prenorm", "norm": "rmsnorm",
-                  "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": "rmsnorm"},
-                  "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}},
-        "layers": [{"select": 0, "mixer": {"window": 4}}],
-    }}
+    spec = tiny_spec(vocab_size=64,
+                     block={"layout": "prenorm", "mixer": {"kind": "attention", "n_heads": 2, "qk_norm": "rmsnorm"},
+                            "ffn": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "normalize_topk": False}},
+                     layers=[{"select": 0, "mixer": {"window": 4}}])
     with pytest.raises(UserError, match="slides every layer or none"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="qwen3_moe")
 
@@ -216,14 +201,12 @@ def test_gemma3_attn_logit_softcapping_is_refused_and_never_written(tmp_path):
         specformer_hf.from_hf(_folder(tmp_path / "in", "gemma3", attn_logit_softcapping=50.0))
     model = specformer_hf.from_hf(_folder(tmp_path / "ok", "gemma3", attn_logit_softcapping=None))
     assert all(block.mixer.logit_softcap is None for block in model.blocks)
-    capped = specformer.build({"model": {
-        "vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": {"kind": "rope"},
-        "embedding_multiplier": "sqrt_d_model",
-        "block": {"layout": "sandwich", "norm": {"kind": "rmsnorm", "offset": 1.0},
-                  "mixer": {"kind": "attention", "n_heads": 2, "logit_softcap": 50.0,
-                                "qk_norm": {"kind": "rmsnorm", "offset": 1.0}},
-                  "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}},
-    }}, seed=0)
+    capped = specformer.build(tiny_spec(
+        vocab_size=64, n_layers=1, embedding_multiplier="sqrt_d_model",
+        block={"layout": "sandwich", "norm": {"kind": "rmsnorm", "offset": 1.0},
+               "mixer": {"kind": "attention", "n_heads": 2, "logit_softcap": 50.0,
+                         "qk_norm": {"kind": "rmsnorm", "offset": 1.0}},
+               "ffn": {"kind": "geglu", "hidden": 48, "activation": "gelu_tanh"}}), seed=0)
     with pytest.raises(UserError, match="does not soft-cap attention scores"):
         specformer_hf.to_hf(capped, tmp_path / "out", family="gemma3_text")
 
@@ -304,10 +287,10 @@ def test_the_tied_deepseek_v32_case_ties_at_the_indexer_cut(tmp_path, monkeypatc
 
 # -- Phi, GPTBigCode ---------------------------------------------------------------------------------------
 
-GPT_STYLE = {"vocab_size": 96, "d_model": 64, "n_layers": 2, "context_length": 32, "positional": "learned",
-             "block": {"layout": "prenorm", "norm": "layernorm",
-                       "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
-                       "ffn": {"kind": "mlp", "activation": "gelu_tanh"}}}
+GPT_STYLE = tiny_spec(vocab_size=96, d_model=64, positional="learned",
+                      block={"layout": "prenorm", "norm": "layernorm",
+                             "mixer": {"kind": "attention", "n_heads": 4, "qkv_bias": True, "out_bias": True},
+                             "ffn": {"kind": "mlp", "activation": "gelu_tanh"}})["model"]
 
 
 def test_a_multi_query_gpt_style_spec_exports_as_gpt_bigcode(tmp_path):
@@ -328,11 +311,10 @@ def test_gpt_bigcode_refuses_key_value_heads_between_one_and_all(tmp_path):
 
 
 def test_phi_exports_only_a_head_with_a_bias(tmp_path):
-    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
-                      "positional": {"kind": "rope", "fraction": 0.5},
-                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
-                                "mixer": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
-                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    spec = tiny_spec(vocab_size=64, n_layers=1, tie_embeddings=False, positional={"kind": "rope", "fraction": 0.5},
+                     block={"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                            "mixer": {"kind": "attention", "n_heads": 2, "qkv_bias": True, "out_bias": True},
+                            "ffn": {"kind": "mlp", "hidden": 48, "bias": True}})
     with pytest.raises(UserError, match=r"lm_head_bias.*Phi's LM head always has a bias"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="phi")
     spec["model"]["lm_head_bias"] = True
@@ -352,11 +334,11 @@ def test_gptj_import_refuses_what_it_cannot_reproduce(tmp_path, changes, needle)
 
 
 def test_gptj_exports_only_interleaved_rotary_with_its_theta(tmp_path):
-    spec = {"model": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "tie_embeddings": False,
-                      "lm_head_bias": True, "positional": {"kind": "rope", "fraction": 0.5},
-                      "block": {"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
-                                "mixer": {"kind": "attention", "n_heads": 2},
-                                "ffn": {"kind": "mlp", "hidden": 48, "bias": True}}}}
+    spec = tiny_spec(vocab_size=64, n_layers=1, tie_embeddings=False, lm_head_bias=True,
+                     positional={"kind": "rope", "fraction": 0.5},
+                     block={"layout": {"kind": "parallel", "shared_norm": True}, "norm": "layernorm",
+                            "mixer": {"kind": "attention", "n_heads": 2},
+                            "ffn": {"kind": "mlp", "hidden": 48, "bias": True}})
     with pytest.raises(UserError, match=r"interleaved.*GPT-J always pairs adjacent channels"):
         specformer_hf.to_hf(specformer.build(spec, seed=0), tmp_path / "out", family="gptj")
     spec["model"]["positional"].update(interleaved=True, theta=500.0)
@@ -380,10 +362,9 @@ def test_falcon_import_refuses_what_transformers_does_otherwise(tmp_path, case, 
         specformer_hf.import_hf(_folder(tmp_path, case, **changes))
 
 
-FALCON_STYLE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "context_length": 32, "positional": "rope",
-                "block": {"layout": "prenorm", "norm": "layernorm",
-                          "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
-                          "ffn": {"kind": "mlp", "hidden": 48, "bias": False}}}
+FALCON_STYLE = tiny_spec(vocab_size=64, n_layers=1,
+                         block={"layout": "prenorm", "norm": "layernorm",
+                                "ffn": {"kind": "mlp", "hidden": 48, "bias": False}})["model"]
 
 
 @pytest.mark.parametrize("block, needle", [

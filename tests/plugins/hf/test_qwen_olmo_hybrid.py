@@ -17,6 +17,7 @@ from specformer_hf.config import ConfigReader
 from specformer_hf.parts.deltanet import GatedQuery, GroupedBA, GroupedQKVZ
 from specformer_hf.family import get_families
 from specformer_hf.rules import Site
+from fixtures.tiny import tiny_spec
 
 TOLERANCE = 1e-4
 
@@ -193,13 +194,13 @@ def _tiny_hybrid(**attention_changes) -> dict:
     """A hand-written Qwen3.5-like spec: Gated DeltaNet sizes left to their defaults, gated attention every 2nd layer."""
     attention = {"kind": "attention", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "output_gate": True,
                  "qk_norm": {"kind": "rmsnorm", "eps": 1e-6, "offset": 1.0}, "qk_norm_scope": "head", **attention_changes}
-    return {"model": {
-        "vocab_size": 128, "d_model": 64, "n_layers": 4, "context_length": 64, "tie_embeddings": False,
-        "positional": {"kind": "rope", "theta": 10000.0, "fraction": 0.25},
-        "block": {"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-6, "offset": 1.0},
-                  "mixer": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 3},
-                  "ffn": {"kind": "swiglu", "hidden": 96}},
-        "layers": [{"select": "1::2", "mixer": attention}]}}
+    return tiny_spec(
+        vocab_size=128, d_model=64, n_layers=4, context_length=64, tie_embeddings=False,
+        positional={"kind": "rope", "theta": 10000.0, "fraction": 0.25},
+        block={"layout": "prenorm", "norm": {"kind": "rmsnorm", "eps": 1e-6, "offset": 1.0},
+               "mixer": {"kind": "gated_deltanet", "n_heads": 4, "conv_kernel": 3},
+               "ffn": {"kind": "swiglu", "hidden": 96}},
+        layers=[{"select": "1::2", "mixer": attention}])
 
 
 def test_a_hand_written_hybrid_spec_exports_and_runs_the_same_in_transformers(tmp_path):

@@ -1,8 +1,8 @@
-"""Shared fixtures of the train plugin's tests: a tiny model spec and a small real-looking corpus."""
+"""Shared fixtures of the train plugin's tests: a tiny model spec and a small real-looking corpus
+(tests/fixtures/tiny_train.py and tests/fixtures/corpus.py, which the text plugin's tests share)."""
 
 from __future__ import annotations
 
-import random
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,73 +12,13 @@ import torch
 import yaml
 
 import specformer_train.progress
-from fixtures.tiny import tiny_spec
-
-WORDS = (
-    "the model reads tokens and predicts the next one while the optimizer follows the gradient of the loss "
-    "def return class import for while if else with as yield lambda None True False self value index "
-    "alpha beta gamma delta epsilon river mountain forest ocean city night morning light shadow"
-).split()
-
-#: Byte-token vocabulary, 2 heads without grouping, a wider ffn: the model these tests were tuned on, as changes
-#: to the shared tiny model.
-TINY_CHANGES: dict[str, Any] = {
-    "vocab_size": 259, "block": {"mixer": {"kind": "attention", "n_heads": 2}, "ffn": {"kind": "swiglu", "hidden": 64}},
-}
-TINY_MODEL: dict[str, Any] = tiny_spec(**TINY_CHANGES)["model"]
-
-TINY_TRAIN: dict[str, Any] = {
-    "steps": 8,
-    "batch_size": 4,
-    "lr": 3e-3,
-    "min_lr": 3e-4,
-    "warmup_steps": 2,
-    "eval_every": 4,
-    "eval_steps": 2,
-    "save_every": 4,
-    "sample_tokens": 0,
-    "progress": False,
-    "plot": False,
-    "tensorboard": False,
-    "threads": 1,
-}
-
-
-def make_text(n_words: int, *, seed: int) -> str:
-    rng = random.Random(seed)
-    lines = []
-    while n_words > 0:
-        k = min(n_words, rng.randint(4, 12))
-        lines.append(" ".join(rng.choice(WORDS) for _ in range(k)))
-        n_words -= k
-    return "\n".join(lines) + "\n"
+from fixtures.corpus import _private_cache, corpus_dir, make_text  # noqa: F401  (fixtures of this folder)
+from fixtures.tiny_train import TINY_MODEL, TINY_TRAIN, tiny_train_spec  # noqa: F401  (the tests' imports)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_on_one_thread(one_thread: None) -> None:
     """Every training test on one thread (tests/conftest.py's ``one_thread``)."""
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    cache = tmp_path_factory.mktemp("cache")
-    monkeypatch.setenv("SPECFORMER_CACHE", str(cache))
-    return cache
-
-
-@pytest.fixture
-def corpus_dir(tmp_path: Path) -> Path:
-    """Three text documents, ~6k words in all."""
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for i in range(3):
-        (folder / f"doc{i}.txt").write_text(make_text(2000, seed=i), encoding="utf-8")
-    return folder
-
-
-def tiny_train_spec(**train: Any) -> dict[str, Any]:
-    """The tiny model with ``TINY_TRAIN`` as its train section, ``train`` changing its fields."""
-    return tiny_spec(**TINY_CHANGES, train={**TINY_TRAIN, **train})
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import torch
 import specformer
 from specformer.errors import SpecError
 from specformer.model.summary import summarize
+from fixtures.tiny import tiny_spec
 
 VOCAB = 53
 
@@ -31,13 +32,9 @@ MLA = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 12, "qk_rope_head_dim": 4, "
 def mla_spec(attention: dict[str, Any] | None = None, positional: dict[str, Any] | None = None,
              n_layers: int = 2) -> dict[str, Any]:
     """A DeepSeek-V3-shaped model, all layers dense; awkward sizes (v_head_dim != qk head dims)."""
-    return {"model": {
-        "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers, "context_length": 64, "tie_embeddings": False,
-        "init_std": 0.2,
-        "positional": positional or {"kind": "rope", "interleaved": True},
-        "block": {"norm": {"kind": "rmsnorm", "eps": 1e-6}, "mixer": {**MLA, **(attention or {})},
-                  "ffn": {"kind": "swiglu", "hidden": 48}},
-    }}
+    return tiny_spec(vocab_size=VOCAB, n_layers=n_layers, context_length=64, tie_embeddings=False, init_std=0.2,
+                     positional=positional or {"kind": "rope", "interleaved": True},
+                     block={"norm": {"kind": "rmsnorm", "eps": 1e-6}, "mixer": {**MLA, **(attention or {})}})
 
 
 def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from specformer_layers.positional.learned import LearnedPositions
+from fixtures.tiny import tiny_spec
 
 
 def test_lookup_and_padding() -> None:
@@ -28,10 +29,9 @@ def test_offset_rows_come_before_position_zero_and_are_counted() -> None:
     assert torch.equal(out[0, 0], m.table.weight[2])
     assert torch.equal(out[0, 1], m.table.weight[9])
     assert torch.equal(out[0, 2], m.table.weight[2])  # padding reads position 0's row, as without an offset
-    spec = {"model": {"vocab_size": 16, "d_model": 8, "n_layers": 1, "context_length": 8,
-                      "positional": {"kind": "learned", "offset": 2},
-                      "block": {"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
-                                "ffn": {"kind": "mlp", "hidden": 16}}}}
+    spec = tiny_spec(vocab_size=16, d_model=8, n_layers=1, context_length=8, positional={"kind": "learned", "offset": 2},
+                     block={"layout": "prenorm", "norm": "layernorm", "mixer": {"kind": "attention", "n_heads": 2},
+                            "ffn": {"kind": "mlp", "hidden": 16}})
     model = specformer.build(spec, seed=0)
     assert model.positional.table.weight.shape == (10, 8)
     assert specformer.summarize(spec).total == sum(p.numel() for p in model.parameters())

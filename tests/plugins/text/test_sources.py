@@ -14,7 +14,7 @@ from specformer.errors import UserError
 from specformer_text.corpus import find_corpus
 from specformer_text.sources import read_documents
 
-from .conftest import tiny_train_spec
+from fixtures.tiny_train import tiny_train_spec
 
 TEXTS = [f"document number {i}: " + "word " * (i % 7) for i in range(23)]
 

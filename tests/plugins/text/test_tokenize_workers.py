@@ -14,7 +14,8 @@ from specformer_text.corpus import find_corpus
 from specformer_text.tokenization import train_bpe
 from specformer_text.tokenize_workers import PARALLEL_MIN_BYTES, choose_workers
 
-from .conftest import make_text, tiny_train_spec
+from fixtures.corpus import make_text
+from fixtures.tiny_train import tiny_train_spec
 
 
 def test_auto_uses_workers_only_where_they_pay() -> None:
