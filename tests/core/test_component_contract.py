@@ -129,6 +129,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "v_norm"): "rmsnorm",
     ("mixer", "attention", "clip_qkv"): 0.05,  # below the tiny projections' largest values, so it clamps
     ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),
+    ("mixer", "attention", "differential_norm"): ("rmsnorm", {"differential": True}),  # a norm with a weight
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
     ("mixer", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
@@ -478,12 +479,16 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 # -- every mixer through every consumer of the cache ---------------------------------------------
 
 #: Every mixer with its example params, and variants whose sub-parts change what the cache keeps:
-#: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read).
+#: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read); differential
+#: attention (pairs of heads combined after attention reads the cache).
 MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "mixer"] + [
     pytest.param((c, {**_example(c), "q_lora_rank": 8,
                       "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 12, "block": 4}}),
                  id="attention-mla-indexer")
     for c in BUILT if (c.kind, c.name) == ("mixer", "mla")
+] + [
+    pytest.param((c, {**_example(c), "n_kv_heads": 2, "differential": True}), id="attention-differential")
+    for c in BUILT if (c.kind, c.name) == ("mixer", "attention")
 ]
 
 

@@ -28,6 +28,7 @@ def builtin_families() -> list[Family]:
         deepseek_v3,
         deepseek_v32,
         deepseek_v4,
+        diffllama,
         dots1,
         ernie4_5,
         ernie4_5_moe,
@@ -210,6 +211,7 @@ def builtin_families() -> list[Family]:
             phimoe.FAMILY,
             axk1.FAMILY,
             mellum.FAMILY,
+            diffllama.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
 

@@ -106,6 +106,40 @@ class QKNorm(Part):
                 Copy(f"{ATTN}.{k}.weight", f"{BLOCK_MIXER}.k_norm.weight")]
 
 
+#: transformers' DiffLlama initialises its lambda vectors from N(0, lambda_std_dev); ours from N(0, 0.1) (the paper's).
+DIFFERENTIAL_LAMBDA_STD = 0.1
+
+
+@dataclass(frozen=True)
+class Differential(Part):
+    """Differential attention (DiffLlama) <-> attention ``differential``: each pair's output normalised by an RMSNorm
+    without a weight of eps ``rms_norm_eps`` (the block norms' field), the four lambda vectors under self_attn.
+    ``lambda_std_dev`` (their init spread) is read and ignored; export writes 0.1, the spread ours start from."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        cfg.get("lambda_std_dev", None)  # initialisation only
+        norm = {"kind": "rmsnorm", "eps": cfg.get_float("rms_norm_eps"), "weight": False}
+        model.setdefault("block", {}).setdefault("mixer", {}).update(differential=True, differential_norm=norm)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        if not view.uniform("mixer", "differential"):
+            raise NotExpressible("model.block.mixer.differential",
+                                 f"Hugging Face {view.name} attention is always differential (differential: true)")
+        norm = view.uniform("mixer", "differential_norm")
+        eps = config.get("rms_norm_eps")
+        if (norm.get("kind") != "rmsnorm" or norm.get("weight", True) or norm.get("offset", 0.0)
+                or norm.get("eps") != eps):
+            raise NotExpressible("model.block.mixer.differential_norm",
+                                 f"Hugging Face {view.name} normalises each head pair with an RMSNorm without a weight "
+                                 f"whose eps is the block norms' (rms_norm_eps {eps}): "
+                                 f"{{kind: rmsnorm, weight: false, eps: {eps}}}")
+        config["lambda_std_dev"] = DIFFERENTIAL_LAMBDA_STD
+
+    def rules(self) -> list[Rule]:
+        return [Copy(f"{ATTN}.lambda_{name}", f"{BLOCK_MIXER}.differential.lambda_{name}")
+                for name in ("q1", "k1", "q2", "k2")]
+
+
 @dataclass(frozen=True)
 class QueryScale(Part):
     """query_pre_attn_scalar s: scores scaled by s^-1/2 instead of head_dim^-1/2 (Gemma 2 and 3)."""

@@ -14,6 +14,7 @@ from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
 from specformer.model.parallel_plan import ParallelPlan, Shared, Split, local_share
 
+from specformer_layers.attention.differential import DifferentialHeads
 from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
 from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.attention.per_head_norm import PerHeadNorm
@@ -79,6 +80,10 @@ class CausalSelfAttention(nn.Module):
             self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
+        # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
+        self.differential = (DifferentialHeads(head_dim=head_dim, layer_index=layer_index,
+                                               norm=params.differential_norm.make(dim=2 * head_dim))
+                             if params.differential else None)
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
         self.observe_weights: Callable[[Tensor], None] | None = None
@@ -131,12 +136,22 @@ class CausalSelfAttention(nn.Module):
         # build it, FlexAttention evaluates it per score (kernels.Scores.bias).
         scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=local_share(self.sinks), positional=positional,
                         state=state)
-        y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
-                   scores=scores, dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
-        y = y.transpose(1, 2)  # (B, T, H, hd)
+        dropout = self.dropout if self.training else 0.0
+        if self.differential is None:
+            y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
+                       scores=scores, dropout=dropout, observe=self.observe_weights)
+        else:
+            # Two calls over the two value halves (one call over a value twice as wide would keep fused kernels
+            # that need equal query and value widths from running); the second's weights equal the first's.
+            first, second = self.differential.value_halves(v)
+            y = torch.cat([attend(self.backend, ctx=ctx, q=q, k=k, v=half, k_positions=k_positions,
+                                  rule=self.mask_rule, scores=scores, dropout=dropout, observe=observe)
+                           for half, observe in ((first, self.observe_weights), (second, None))], dim=-1)
+            y = self.differential(y)  # (B, H, T, 2hd) -> (B, H/2, T, 2hd): one output per pair
+        y = y.transpose(1, 2)  # (B, T, H, hd), or (B, T, H/2, 2hd) with differential
         if self.gate is not None and self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))[..., None]  # (B, T, H, 1): each head's output scaled as a whole
-        y = y.reshape(B, T, H * hd)  # (B, T, H*hd)
+        y = y.reshape(B, T, H * hd)  # (B, T, H*hd): a pair's 2hd channels in place of its two heads' hd
         if self.gate is not None and not self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))
         return self.out(y)
@@ -180,6 +195,9 @@ class CausalSelfAttention(nn.Module):
         """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads (one copied key/value head
         when they are fewer than ``tp``), ``tp`` the size of ``mesh`` (:mod:`specformer.model.tensor_parallel`; the
         weights are cut as :meth:`parallel_plan` declares)."""
+        if self.differential is not None:
+            raise ValueError("tensor parallelism does not split differential attention yet: head i pairs with head "
+                             "i + n_heads/2, which a split into consecutive heads puts on another device")
         if self.q_norm is not None and self.qk_norm_scope != "head":
             raise ValueError(f"tensor parallelism does not split attention with qk_norm_scope {self.qk_norm_scope!r} "
                              f"yet (a norm across all heads' channels, or weights per head); 'head' is split")
@@ -218,6 +236,8 @@ class CausalSelfAttention(nn.Module):
             parts.append(f"clip_qkv={self.clip_qkv}")
         if self.qk_norm_after_rope:
             parts.append("qk_norm_order=after_rope")
+        if self.differential is not None:
+            parts.append("differential=True")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:

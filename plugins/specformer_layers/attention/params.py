@@ -51,7 +51,14 @@ class CausalSelfAttentionParams(Params):
     4: an RMSNorm without a learned scale). ``clip_qkv`` clamps every query, key and value
     channel to ``[-clip_qkv, clip_qkv]`` right after the projection (biases included), before
     any norm or rotation (OLMo, DBRX: a guard against loss spikes, Groeneveld et al. 2024,
-    arXiv:2402.00838).
+    arXiv:2402.00838). ``differential`` makes the heads pairs of differential attention (Ye et
+    al. 2024, arXiv:2410.05258; transformers' DiffLlama): head ``i`` and head ``i + n_heads/2``
+    attend with their own softmax, the pair reads a value of ``2 * head_dim`` channels (value
+    heads ``g`` and ``g + n_kv_heads/2`` side by side), and its output is
+    ``(1 - lambda_init) * differential_norm((softmax_1 - lambda * softmax_2) V)`` with the learned
+    ``lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init`` and
+    ``lambda_init = 0.8 - 0.6 exp(-0.3 * layer_index)``: the noise both maps share cancels.
+    The cache keeps keys and values as plain attention does.
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
@@ -120,6 +127,16 @@ class CausalSelfAttentionParams(Params):
         description="Clamp queries, keys and values to [-clip_qkv, clip_qkv] right after their projection, "
                     "before norms and rotation (OLMo, DBRX).",
     )
+    differential: bool = Field(
+        default=False,
+        description="Differential attention: heads i and i + n_heads/2 form a pair whose second softmax, scaled by a "
+                    "learned lambda, is subtracted from the first over a value of 2 * head_dim channels (DiffLlama).",
+    )
+    differential_norm: SubComponent("norm") = Field(  # type: ignore[valid-type]
+        default={"kind": "rmsnorm", "eps": 1e-5, "weight": False}, validate_default=True,
+        description="With differential: the norm of each pair's 2 * head_dim output channels, one for all pairs "
+                    "(DiffLlama: rmsnorm without a weight, eps rms_norm_eps).",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -136,7 +153,21 @@ class CausalSelfAttentionParams(Params):
         if self.qk_norm_order == "after_rope" and self.qk_norm_scope == "all":
             raise ValueError("qk_norm_order after_rope normalises each rotated head, so it takes qk_norm_scope head or "
                              "per_head_weights, not all (a norm over every head's channels comes before rotation)")
+        if self.differential:
+            self._check_differential()
         return self
+
+    def _check_differential(self) -> None:
+        kv_heads = self.n_kv_heads or self.n_heads
+        if kv_heads % 2:
+            raise ValueError(f"differential attention pairs key/value head g with g + n_kv_heads/2, so n_kv_heads "
+                             f"(n_heads without it) must be even, got {kv_heads}")
+        if self.dropout:
+            raise ValueError(f"differential attention takes no dropout (its two softmax maps would need one mask, and "
+                             f"the paper defines none), got dropout {self.dropout}")
+        if self.output_gate:
+            raise ValueError("differential attention and output_gate do not combine: the gate is per head or channel "
+                             "of plain heads, and differential heads are pairs of 2 * head_dim channels")
 
     def sized(self, *, d_model: int, layer_index: int = 0) -> Sized:
         sizes = head_sizes(d_model=d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
@@ -151,6 +182,8 @@ class CausalSelfAttentionParams(Params):
             H if self.sinks else 0,
             self._qk_norm_parameters(H, KV, hd),
             self.v_norm.sized(dim=hd).parameters if self.v_norm is not None else 0,
+            # differential: lambda_q1, lambda_k1, lambda_q2, lambda_k2 and the norm of a pair's channels
+            total(4 * hd, self.differential_norm.sized(dim=2 * hd).parameters) if self.differential else 0,
         )
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
                      kv_from=self.kv_from, window=self.window)

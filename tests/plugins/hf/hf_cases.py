@@ -1019,6 +1019,15 @@ CASES += [
     # Hunyuan-V1 dense: q/k RMSNorm after RoPE (weights shaken away from 1, so the order shows), head_dim 20 (not
     # hidden / heads), GQA, biased attention, the NTK-alpha rope (alpha 3), untied; and multi-head, default rope, tied
     # (head_dim written out: transformers' Hunyuan-V1 attention has no default for it).
+    # DiffLlama: differential attention over 3 layers (three lambda_init values), 8 heads of 12 (not hidden / heads)
+    # over 4 key/value heads, so a pair's keys and values come from two different groups; biased attention, non-default
+    # eps (the pair norm's too), untied; and 6 heads of 10, multi-head, linear rope scaling, tied.
+    Case("diffllama", "DiffLlamaConfig", "DiffLlamaForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4, head_dim=12,
+                     attention_bias=True, rms_norm_eps=1e-4, tie_word_embeddings=False)),
+    Case("diffllama-mha-linear-tied", "DiffLlamaConfig", "DiffLlamaForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 6, "tie_word_embeddings": True,
+          "rope_parameters": _rope("linear", factor=2.0)}),
     Case("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
          _llama_like(head_dim=20, attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
                      rope_parameters=_rope("dynamic", alpha=3.0, factor=1.0))),
@@ -1185,6 +1194,6 @@ SLOW_VARIANTS = frozenset({
     "afmoe-layer-types-tied", "bamba-attention-full-rope-tied", "hyperclovax-prenorm-tied",
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
-    "ctrl-untied", "rwkv-tied",
+    "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

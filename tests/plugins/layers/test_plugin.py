@@ -73,6 +73,7 @@ def test_every_module_in_the_plugin_is_registered_or_support() -> None:
                "specformer_layers.attention.tiled", "specformer_layers.attention.per_head_norm",
                "specformer_layers.attention.masking", "specformer_layers.attention.sparse",
                "specformer_layers.attention.block_pooling", "specformer_layers.attention.grouped_output",
+               "specformer_layers.attention.differential",
                "specformer_layers.mixers.conv", "specformer_layers.mixers.documents",
                "specformer_layers.mixers.ssd", "specformer_layers.mixers.selective_scan",
                "specformer_layers.mixers.grouped_gated_norm",
