@@ -292,11 +292,20 @@ CASES = [
          _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=3, logit_scale=0.5,
                      num_experts=5, num_experts_per_tok=2, num_shared_experts=2, first_k_dense_replace=1,
                      prefix_dense_intermediate_size=80, attention_bias=True, tie_word_embeddings=False)),
-    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token.
+    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token, the
+    # sigmoid router (the chosen experts' sigmoids renormalised, norm_topk_prob).
     Case("cohere2_moe-rms-sum", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, sliding_window=WINDOW,
                      sliding_window_pattern=2, rms_norm_eps=1e-4, num_experts=7, num_experts_per_tok=3,
-                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0)),
+                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0,
+                     expert_selection_fn="sigmoid")),
+    # The sigmoid router without renormalisation (the chosen experts' sigmoids as they are), dense first layer
+    # without rope (prefix_dense_sliding_window_pattern 2), tied head.
+    Case("cohere2_moe-sigmoid-unnormalized", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=12, sliding_window=WINDOW, sliding_window_pattern=2,
+                     num_experts=6, num_experts_per_tok=2, num_shared_experts=1, first_k_dense_replace=1,
+                     prefix_dense_sliding_window_pattern=2, expert_selection_fn="sigmoid", norm_topk_prob=False,
+                     logit_scale=2.0)),
     # PhiMoE: LayerNorms with biases, q/k/v/o and LM head biases, SparseMixer's top-2 of 5 experts with a jitter_eps
     # wide enough that rivals share the softmax, sliding windows; and Phi-3.5-MoE's longrope (equal mscales, the
     # frequencies from short_factor at every length) with a tied head that still has its own bias.
@@ -1189,7 +1198,7 @@ SLOW_VARIANTS = frozenset({
     "nemotron-mha-quarter-tied", "olmo-mha-tied-unclipped", "jamba-dense-tied",
     "dbrx-mqa-unnormalized", "flint-defaults-unnormalized-biased", "afmoe-layer-types-tied", "bamba-attention-full-rope-tied",
     "hyperclovax-prenorm-tied", "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased",
-    "cohere2_moe-rms-sum", "phimoe-longrope", "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied",
+    "cohere2_moe-rms-sum", "cohere2_moe-sigmoid-unnormalized", "phimoe-longrope", "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied",
     "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu", "ctrl-untied", "rwkv-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
