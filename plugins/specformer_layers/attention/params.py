@@ -51,7 +51,8 @@ class CausalSelfAttentionParams(Params):
     4: an RMSNorm without a learned scale). ``clip_qkv`` clamps every query, key and value
     channel to ``[-clip_qkv, clip_qkv]`` right after the projection (biases included), before
     any norm or rotation (OLMo, DBRX: a guard against loss spikes, Groeneveld et al. 2024,
-    arXiv:2402.00838).
+    arXiv:2402.00838); with ``clip_qkv_order: after_qk_norm`` the queries and keys are clamped
+    after their ``qk_norm`` over all heads instead, the values still after the projection (OLMoE).
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
@@ -120,6 +121,11 @@ class CausalSelfAttentionParams(Params):
         description="Clamp queries, keys and values to [-clip_qkv, clip_qkv] right after their projection, "
                     "before norms and rotation (OLMo, DBRX).",
     )
+    clip_qkv_order: Literal["after_projection", "after_qk_norm"] = Field(
+        default="after_projection",
+        description="Where clip_qkv clamps queries and keys: after_projection (OLMo, DBRX); after_qk_norm, after their "
+                    "qk_norm over all heads (qk_norm_scope all; OLMoE). Values are always clamped after the projection.",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -133,6 +139,10 @@ class CausalSelfAttentionParams(Params):
         if self.kv_from is not None and (self.k_eq_v or self.v_norm is not None):
             raise ValueError("a layer with kv_from projects no keys or values, so k_eq_v and v_norm do not apply; "
                              "set them on the layer it reads")
+        if self.clip_qkv_order == "after_qk_norm" and (self.clip_qkv is None or self.qk_norm is None
+                                                        or self.qk_norm_scope != "all"):
+            raise ValueError("clip_qkv_order after_qk_norm clamps the queries and keys after their norm over all heads: "
+                             "it needs clip_qkv, qk_norm and qk_norm_scope all")
         if self.qk_norm_order == "after_rope" and self.qk_norm_scope == "all":
             raise ValueError("qk_norm_order after_rope normalises each rotated head, so it takes qk_norm_scope head or "
                              "per_head_weights, not all (a norm over every head's channels comes before rotation)")

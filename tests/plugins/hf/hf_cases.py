@@ -592,10 +592,12 @@ CASES += [
     Case("starcoder2-no-bias-untied", "Starcoder2Config", "Starcoder2ForCausalLM",
          _llama_like(num_attention_heads=6, head_dim=12, use_bias=False, tie_word_embeddings=False, hidden_act="gelu",
                      rope_parameters=_rope("linear", factor=2.0))),
-    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on; and tied,
-    # one kv head, the top-k weights renormalised.
+    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on, q and k
+    # clamped after their norms (clip_qkv below their largest values); and tied, one kv head, the top-k weights
+    # renormalised, unclipped.
     Case("olmoe", "OlmoeConfig", "OlmoeForCausalLM",
-         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4)),
+         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4,
+                     clip_qkv=0.6)),
     Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
                      norm_topk_prob=True, tie_word_embeddings=True)),
@@ -790,10 +792,11 @@ CASES += [
                      qk_nope_head_dim=12, v_head_dim=10, attention_bias=True, rms_norm_eps=1e-4,
                      tie_word_embeddings=False)),
     # MPT: ALiBi with a head count that is no power of two (the slopes' interleaved second half), a softmax_scale of
-    # its own, untied, non-default eps; and the defaults' layout (4 heads, tied).
+    # its own, untied, non-default eps, the fused q/k/v clamped to 0.3 (below its largest values); and the defaults'
+    # layout (4 heads, tied), unclipped.
     Case("mpt", "MptConfig", "MptForCausalLM",
          dict(vocab_size=128, d_model=60, n_layers=2, n_heads=6, max_seq_len=CONTEXT, layer_norm_epsilon=1e-4,
-              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3})),
+              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3, "clip_qkv": 0.3})),
     Case("mpt-tied", "MptConfig", "MptForCausalLM",
          dict(vocab_size=128, d_model=64, n_layers=3, n_heads=4, max_seq_len=CONTEXT)),
     # Arcee (AFM): Llama with an ungated squared-ReLU MLP; GQA, biases on, non-default eps, untied; and tied with a
