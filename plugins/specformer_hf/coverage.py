@@ -67,8 +67,7 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "cohere_compass_text", "dots3_note_text", "emu3",
-        "gemma4_unified_text")},
+        "cohere_compass_text", "dots3_note_text", "emu3")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",

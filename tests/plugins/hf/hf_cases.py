@@ -415,6 +415,16 @@ CASES = [
                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
                                       "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
                                                          "rope_theta": 1e6}})),
+    # Gemma 4 unified (text): Gemma 4's attention in Gemma 2's sandwich layer, no per-layer inputs or experts; four
+    # layers (sliding, global, sliding, global), wider global heads (24 channels over 2 kv heads) whose keys are their
+    # values, the last layer reading layer 1's keys and values with a double-wide MLP, layer_scalar shaken away from 1,
+    # an untied soft-capped head.
+    Case("gemma4_unified_text", "Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=16, global_head_dim=24, num_global_key_value_heads=2,
+                     attention_k_eq_v=True, sliding_window=WINDOW, num_kv_shared_layers=1, use_double_wide_mlp=True,
+                     final_logit_softcapping=20.0, tie_word_embeddings=False, rms_norm_eps=1e-4,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+         shake_buffers=("layer_scalar", 0.3)),
     # Aria (text): 4 heads of 24 over 2 (head_dim its own: transformers' Aria wants heads dividing hidden), attention biases, 5 experts of 24 (top 2, softmax over
     # the chosen logits) beside two shared experts (48 wide), non-default eps, untied; and multi-query, one shared
     # expert, 3 of 4 experts per token, tied.
