@@ -67,8 +67,7 @@ WRAPPERS: dict[str, str] = {
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "cohere_compass_text", "dots3_note_text", "emu3",
-        "gemma4_unified_text")},
+        "cohere_compass_text", "emu3")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
     "minimax": "Lightning attention (issue 45)",
@@ -89,6 +88,8 @@ MISSING: dict[str, str] = {
     "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
     "kolibri1_1": "block-pooled attention indexer (issue 46)",
     "hy_v4": "MLA with the indexer, mHC and learnable sinks together (issue 46)",
+    "dots3_note_text": "MLA with a per-head sigmoid output gate, a norm on the shared rope key and rescaled latents "
+                       "(issue 46)",
     # Issue 47: multi-token prediction, and shared, looped or cross-reading blocks.
     "gemma4_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
     "gemma4_unified_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",

@@ -77,11 +77,15 @@ def choose_family(view: SpecView, families: Families, *, prefer: str | None = No
         first = families.get(prefer)
         candidates = [first] + [f for f in candidates if f is not first]
     refused = []
-    for family in candidates:
+    while candidates:
+        family = candidates.pop(0)
         try:
             return family, hf_config(family, view)
-        except ExportsAs:
-            continue  # no reason: the family it exports through was tried (or is) among the candidates
+        except ExportsAs as exc:
+            # No reason of its own: the family it exports through is tried next, or was tried, or is among the rest.
+            target = families.get(exc.target) if exc.target in families.model_types() else None
+            if target is not None and any(f is target for f in candidates):
+                candidates = [target] + [f for f in candidates if f is not target]
         except NotExpressible as exc:
             refused.append((family, exc))
     raise no_family(refused, view.spec.to_dict())

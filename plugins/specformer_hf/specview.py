@@ -33,7 +33,12 @@ class NotExpressible(UserError):
 
 
 class ExportsAs(NotExpressible):
-    """Not a shortcoming of the spec: the family reads one layout and exports through another family."""
+    """Not a shortcoming of the spec: the family reads one layout and exports through another family (``target``, its
+    model_type, tried next when named: a multimodal checkpoint's own text family before others that also fit)."""
+
+    def __init__(self, path: str, message: str, *, target: str | None = None) -> None:
+        self.target = target
+        super().__init__(path, message)
 
 
 #: Params that change speed or training, never what a forward pass in eval mode computes.

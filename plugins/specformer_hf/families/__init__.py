@@ -42,6 +42,7 @@ def builtin_families() -> list[Family]:
         gemma2,
         gemma3,
         gemma4,
+        gemma4_unified_text,
         glm,
         glm4,
         glm4_moe,
@@ -212,8 +213,10 @@ def builtin_families() -> list[Family]:
             axk1.FAMILY,
             mellum.FAMILY,
             diffllama.FAMILY,
+            gemma4_unified_text.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
-            qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL]
+            qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
+            gemma4_unified_text.MULTIMODAL]
 
 
 __all__ = ["builtin_families"]

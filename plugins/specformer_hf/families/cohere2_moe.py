@@ -1,8 +1,11 @@
 """Cohere2-MoE (``model_type: cohere2_moe``, Command A MoE): Cohere2's parallel blocks and sliding/global layers over a
 mixture of SwiGLU experts whose shared experts are averaged with the routed mix, after optional dense layers.
 
-Each sparse layer routes a token to ``num_experts_per_tok`` of ``num_experts`` experts (a softmax over
-the top-k logits: the renormalised softmax top-k) and, with ``num_shared_experts`` > 0, runs one
+Each sparse layer routes a token to ``num_experts_per_tok`` of ``num_experts`` experts (the best
+logits) weighed, with ``expert_selection_fn`` ``softmax``, by a softmax over those top-k logits (the
+renormalised softmax top-k), with ``sigmoid`` by their sigmoids, divided by their sum when
+``norm_topk_prob`` (our ``sigmoid_topk`` with ``selection_bias: false``; the sigmoid is monotone, so
+choosing by logit or by score is the same choice) and, with ``num_shared_experts`` > 0, runs one
 SwiGLU ``num_shared_experts * intermediate_size`` wide beside them; ``shared_expert_combination_strategy``
 ``average`` takes ``(routed + shared) / 2`` (the moe's ``shared_combine``), ``sum`` their sum. Dense
 layers (``mlp_layer_types``) are SwiGLUs ``prefix_dense_intermediate_size`` wide; with
@@ -24,7 +27,7 @@ from specformer_hf.parts.attention import Attention
 from specformer_hf.parts.base import MLP, FamilyView, Part, Switch, Value, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
-from specformer_hf.parts.feedforward import GATED_KIND, GatedFFN, expert_rules, shared_halves
+from specformer_hf.parts.feedforward import GATED_KIND, GatedFFN, expert_rules, plain_sigmoid_router, shared_halves
 from specformer_hf.parts.norms import LayerNorm, Layout, RMSNorm
 from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.parts.windows import layer_types_from_config, windowed
@@ -133,23 +136,27 @@ class Cohere2MoePositions(Part):
 
 @dataclass(frozen=True)
 class Cohere2MoeExperts(Part):
-    """num_experts, num_experts_per_tok, intermediate_size, num_shared_experts, shared_expert_combination_strategy,
-    mlp_layer_types and prefix_dense_intermediate_size <-> ffn moe (softmax top-k renormalised) and dense swiglu
-    layers."""
+    """num_experts, num_experts_per_tok, intermediate_size, expert_selection_fn, norm_topk_prob, num_shared_experts,
+    shared_expert_combination_strategy, mlp_layer_types and prefix_dense_intermediate_size <-> ffn moe (softmax top-k
+    renormalised, or a sigmoid_topk router without a selection bias) and dense swiglu layers."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
         hidden = cfg.get_int("intermediate_size")
-        cfg.require("expert_selection_fn", ("softmax",),
-                    why="the sigmoid router (sigmoid of the top-k logits, no selection bias) has no specformer "
-                        "router without a selection-bias buffer yet")
-        # The softmax of the top-k logits always sums to one: norm_topk_prob only matters for the sigmoid router.
-        cfg.mark_read("norm_topk_prob")
+        selection_fn = cfg.require("expert_selection_fn", ("softmax", "sigmoid"),
+                                   why="transformers' Cohere2-MoE accepts these two")
         ffn: dict[str, Any] = {
             "kind": "moe", "n_experts": cfg.get_int("num_experts"), "top_k": cfg.get_int("num_experts_per_tok"),
-            "hidden": hidden, "activation": activation, "gated": True, "routing": "topk_then_softmax",
+            "hidden": hidden, "activation": activation, "gated": True,
             "aux_loss_coef": 0.0,  # transformers' Cohere2-MoE trains without a load-balancing loss
         }
+        if selection_fn == "sigmoid":
+            ffn["router"] = {"kind": "sigmoid_topk", "selection_bias": False,
+                             "normalize": bool(cfg.get("norm_topk_prob"))}
+        else:
+            # The softmax of the top-k logits always sums to one: norm_topk_prob only matters for the sigmoid router.
+            cfg.mark_read("norm_topk_prob")
+            ffn["routing"] = "topk_then_softmax"
         n_shared = cfg.get_int("num_shared_experts")
         combine = cfg.require("shared_expert_combination_strategy", ("average", "sum"),
                               why="transformers' Cohere2-MoE accepts these two")
@@ -172,9 +179,15 @@ class Cohere2MoeExperts(Part):
         if any(strip(f) != strip(moe[0]) for f in moe[1:]):
             raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
         ffn = moe[0]
-        if ffn.get("router") is not None or not ffn["normalize_topk"]:
-            raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes by a softmax over the top-k "
-                                 "logits (the default router, normalize_topk: true)")
+        if ffn.get("router") is not None:
+            normalize = plain_sigmoid_router(ffn["router"], view.name, always_normalize=False, selection_bias=False)
+            config.update(expert_selection_fn="sigmoid", norm_topk_prob=normalize)
+        elif ffn["routing"] != "topk_then_softmax" or not ffn["normalize_topk"]:
+            raise NotExpressible("model.block.ffn.routing", f"Hugging Face {view.name} routes by a softmax over the top-k "
+                                 "logits (routing: topk_then_softmax, normalize_topk: true) or by a sigmoid_topk router "
+                                 "without a selection bias")
+        else:
+            config["expert_selection_fn"] = "softmax"
         for key, wanted in (("expert_bias", False), ("swiglu_limit", None), ("gated", True), ("shared_gate", False)):
             if ffn.get(key, wanted) != wanted:
                 raise NotExpressible(f"model.block.ffn.{key}", f"{ffn.get(key)!r}: Hugging Face {view.name} has {wanted!r}")
@@ -185,7 +198,7 @@ class Cohere2MoeExperts(Part):
                                  "n_shared_experts * hidden wide")
         config.update(num_experts=ffn["n_experts"], num_experts_per_tok=ffn["top_k"], intermediate_size=hidden,
                       hidden_act=ACTIVATIONS_TO_HF[ffn["activation"]],
-                      num_shared_experts=n_shared, expert_selection_fn="softmax",
+                      num_shared_experts=n_shared,
                       shared_expert_combination_strategy=ffn.get("shared_combine", "sum") if n_shared else "average",
                       mlp_layer_types=["sparse" if k == "moe" else "dense" for k in kinds])
         dense = [view.view.layers[i]["ffn"] for i, k in enumerate(kinds) if k != "moe"]
@@ -226,10 +239,10 @@ FAMILY = decoder_family(
     ],
     maps="as Cohere2 (layout parallel with one shared norm, logit_scale, GQA with head_dim, attention_bias, interleaved "
          "rope on sliding layers, none on global ones) with ffn moe: num_experts, num_experts_per_tok, intermediate_size, "
-         "softmax of the top-k logits, num_shared_experts (one SwiGLU num_shared_experts * intermediate_size wide), "
+         "expert_selection_fn softmax (softmax of the top-k logits) or sigmoid (router sigmoid_topk with selection_bias "
+         "false, normalize from norm_topk_prob), num_shared_experts (one SwiGLU num_shared_experts * intermediate_size wide), "
          "shared_expert_combination_strategy -> shared_combine (average: (routed + shared) / 2); mlp_layer_types / "
          "first_k_dense_replace -> dense layers (prefix_dense_intermediate_size), which keep the rope on global layers "
          "when prefix_dense_sliding_window_pattern is 1; rms_norm_eps set -> rmsnorm, else bias-free layernorm",
-    caveats="expert_selection_fn sigmoid is refused (no specformer router scores by sigmoid without a selection-bias "
-            "buffer yet); aux_loss_coef is 0 on import (transformers' model computes no load-balancing loss)",
+    caveats="aux_loss_coef is 0 on import (transformers' model computes no load-balancing loss)",
 )

@@ -306,21 +306,25 @@ class ProjectedHeads(Rule):
         return [part.contiguous() for part in tensors[0].split([a.n_heads * a.head_dim, *a.kv_splits], dim=0)]
 
 
+#: Gemma 4's parts (the unified text model's too).
+FAMILY_PARTS = (
+    Refuse("use_bidirectional_attention", (None, "vision"),
+           why="'all' makes every token read every other (not a causal LM); 'vision' changes only image tokens"),
+    Sizes(), Layout("sandwich"), RMSNorm(), EmbeddingScale(), Gemma4Layers(),
+    Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
+    Value("final_logit_softcapping", "logit_softcap"),
+)
+#: Published checkpoints keep k/v projections and norms for the layers that read another's keys and values;
+#: transformers drops them on load (_keys_to_ignore_on_load_unexpected), and so does specformer.
+IGNORED_TENSORS = (r"model\.layers\.\d+\.self_attn\.(k_proj|v_proj|k_norm)\.weight",)
+
 FAMILY = decoder_family(
     name="Gemma 4",
     model_type="gemma4_text",
     architecture="Gemma4ForCausalLM",
     defaults=DEFAULTS,
-    parts=[
-        Refuse("use_bidirectional_attention", (None, "vision"),
-               why="'all' makes every token read every other (not a causal LM); 'vision' changes only image tokens"),
-        Sizes(), Layout("sandwich"), RMSNorm(), EmbeddingScale(), Gemma4Layers(),
-        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
-        Value("final_logit_softcapping", "logit_softcap"),
-    ],
-    # Published checkpoints keep k/v projections and norms for the layers that read another's keys and values;
-    # transformers drops them on load (_keys_to_ignore_on_load_unexpected), and so does specformer.
-    ignore_tensors=(r"model\.layers\.\d+\.self_attn\.(k_proj|v_proj|k_norm)\.weight",),
+    parts=FAMILY_PARTS,
+    ignore_tensors=IGNORED_TENSORS,
     maps="as Gemma 3 (sandwich norms, sqrt(d) embeddings, per-layer windows and ropes by layer_types) with "
          "per_layer_config (or global_head_dim, num_global_key_value_heads) -> per-layer heads, attention_k_eq_v -> "
          "k_eq_v on the global layers, num_kv_shared_layers -> kv_from, the proportional rope -> rope_scaling "

@@ -24,8 +24,11 @@ FAMILY = decoder_family(
         Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Switch("mlp_bias", ("ffn.bias",)),
         # Fields of the original code's configs that IQuestCoderConfig lacks: absent or off, or transformers refuses.
-        Refuse("clip_qkv", (None,), optional=True, why="clamping queries, keys and values has no specformer equivalent "
-                                                       "(and transformers' IQuest-Coder refuses it)"),
+        # specformer's attention clamps (clip_qkv), but with transformers refusing the field there is no reference
+        # for where the original code clamps, nor a model to export it to.
+        Refuse("clip_qkv", (None,), optional=True, why="transformers' IQuest-Coder refuses clip_qkv (its config raises "
+                                                       "'IQuestCoder does not support clip_qkv'), so no checkpoint it "
+                                                       "loads clamps q, k and v"),
         Refuse("use_sliding_window", (None, False), optional=True,
                why="transformers' IQuest-Coder refuses sliding windows"),
     ],

@@ -32,7 +32,6 @@ DEFAULTS = {
 
 #: Why each refused setting is refused: what transformers' MPT does instead, or the mechanism specformer lacks.
 _WHY = {
-    "clip_qkv": "clamping the fused q/k/v activations is a mechanism specformer lacks (clip_qkv, issue 46)",
     "qk_ln": "transformers' MPT does not build the q/k LayerNorms it asks for",
     "alibi": "transformers' MPT always adds ALiBi biases and has no other positions",
     "alibi_bias_max": "specformer's alibi has the slopes of a maximum bias of 8 (2^(-8/n) for n heads)",
@@ -50,7 +49,6 @@ def _attention(cfg: ConfigReader) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{cfg.family}: config field 'attn_config' must be a mapping of attention settings, got {data!r}")
     inner = ConfigReader(data, defaults=ATTN_DEFAULTS, family=f"{cfg.family} attn_config")
-    inner.require("clip_qkv", (None,), why=_WHY["clip_qkv"])
     inner.require("qk_ln", (False,), why=_WHY["qk_ln"])
     inner.require("alibi", (True,), why=_WHY["alibi"])
     inner.require("alibi_bias_max", (8,), why=_WHY["alibi_bias_max"])
@@ -60,9 +58,11 @@ def _attention(cfg: ConfigReader) -> dict[str, Any]:
     scale = inner.get("softmax_scale")
     if scale is not None:
         scale = inner.get_float("softmax_scale")
+    # transformers clamps the fused Wqkv output when clip_qkv is truthy: null and 0 both leave it as it is.
+    clip = inner.get_float("clip_qkv") if inner.get("clip_qkv") else None
     inner.mark_read("attn_pdrop", "attn_impl")  # dropout and the kernel choice: not the maths
     cfg.unused.extend(f"attn_config.{key}" for key in inner.unread())
-    return {"scale": scale}
+    return {"scale": scale, "clip_qkv": clip}
 
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
@@ -80,8 +80,9 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
                         "MPT's heads split the model width evenly")
     attn: dict[str, Any] = {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_heads, "qkv_bias": False,
                             "out_bias": False}
-    if attention["scale"] is not None:
-        attn["scale"] = attention["scale"]
+    for key in ("scale", "clip_qkv"):
+        if attention[key] is not None:
+            attn[key] = attention[key]
     return {
         "vocab_size": cfg.get_int("vocab_size"),
         "d_model": d_model,
@@ -119,6 +120,10 @@ def to_config(view: SpecView) -> dict[str, Any]:
                              f"({4 * m.d_model}) wide")
     if view.uniform("ffn", "activation", family=NAME) != "gelu":
         raise NotExpressible("model.block.ffn.activation", f"Hugging Face {NAME}'s MLP is always exact GELU (gelu)")
+    clip = view.uniform("mixer", "clip_qkv", family=NAME)
+    if clip is not None and view.uniform("mixer", "clip_qkv_order", family=NAME) != "after_projection":
+        raise NotExpressible("model.block.mixer.clip_qkv_order", f"Hugging Face {NAME} clamps the fused q/k/v right "
+                             "after Wqkv (clip_qkv_order: after_projection)")
     return {
         "vocab_size": m.vocab_size,
         "d_model": m.d_model,
@@ -130,7 +135,7 @@ def to_config(view: SpecView) -> dict[str, Any]:
         "logit_scale": None,
         "tie_word_embeddings": m.tie_embeddings,
         "layer_norm_epsilon": view.uniform("norm", "eps", family=NAME),
-        "attn_config": {**ATTN_DEFAULTS, "softmax_scale": view.uniform("mixer", "scale", family=NAME)},
+        "attn_config": {**ATTN_DEFAULTS, "softmax_scale": view.uniform("mixer", "scale", family=NAME), "clip_qkv": clip},
     }
 
 
@@ -160,9 +165,10 @@ FAMILY = Family(
     # Dropout, the device the original code initialised on, and a gradient scale on the embedding (training only).
     non_math_fields=("emb_pdrop", "init_device", "embedding_fraction"),
     maps="alibi positions (attn_config.alibi_bias_max 8); prenorm LayerNorms without biases (no_bias); Wqkv as our "
-         "fused qkv; attn_config.softmax_scale -> mixer.scale; no biases; a GELU MLP of 4 x d_model (up_proj, "
+         "fused qkv; attn_config.softmax_scale -> mixer.scale; attn_config.clip_qkv -> mixer.clip_qkv (the fused q/k/v "
+         "clamped after Wqkv; 0 as null: no clamping); no biases; a GELU MLP of 4 x d_model (up_proj, "
          "down_proj); max_seq_len as the context; tied or untied head",
-    caveats="refused: attn_config.clip_qkv (a missing mechanism), alibi_bias_max other than 8, and the settings "
+    caveats="refused: alibi_bias_max other than 8, and the settings "
             "transformers' MPT does not run (qk_ln, prefix_lm, multi-query attn_type, attn_uses_sequence_id, "
             "logit_scale, biases, expansion_ratio other than 4)",
 )

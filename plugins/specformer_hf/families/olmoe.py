@@ -1,10 +1,11 @@
 """OLMoE (``model_type: olmoe``, OLMoE-1B-7B): Llama's pre-norm blocks, RMSNorm over all of q and k (as OLMo-2), and a
-routed mixture of SwiGLU experts in every layer."""
+routed mixture of SwiGLU experts in every layer; clip_qkv clamps the queries and keys after their norms, the values
+as projected."""
 
 from __future__ import annotations
 
-from specformer_hf.parts.attention import Attention, QKNorm
-from specformer_hf.parts.base import Refuse, Switch
+from specformer_hf.parts.attention import Attention, ClipQKV, QKNorm
+from specformer_hf.parts.base import Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
 
@@ -29,11 +30,12 @@ FAMILY = decoder_family(
                       instead_of=GatedFFN),
         Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("all"),
-        Refuse("clip_qkv", (None,), why="clamping queries, keys and values to +-clip_qkv has no specformer equivalent"),
+        ClipQKV(order="after_qk_norm"),
     ],
     maps="as OLMo-2's attention in Llama's prenorm blocks: qk_norm RMSNorm over the whole q and k projections "
-         "(qk_norm_scope all), attention_bias, rope; ffn moe in every layer: num_experts, num_experts_per_tok, "
+         "(qk_norm_scope all), attention_bias, rope, clip_qkv (queries and keys clamped after their norm: "
+         "clip_qkv_order after_qk_norm); ffn moe in every layer: num_experts, num_experts_per_tok, "
          "intermediate_size (each expert's width), softmax-then-top-k routing, norm_topk_prob",
-    caveats="head_dim is always hidden / heads; clip_qkv must be null (the published OLMoE-1B-7B's is); reads "
+    caveats="head_dim is always hidden / heads; reads "
             "per-expert and fused 3-D expert tensors, writes per-expert",
 )

@@ -66,6 +66,29 @@ class Attention(Part):
 
 
 @dataclass(frozen=True)
+class ClipQKV(Part):
+    """clip_qkv (null: no clamping) <-> the attention's clip_qkv; ``order`` where the family clamps queries and keys,
+    our ``clip_qkv_order`` (after_qk_norm: after their norm over all heads, OLMoE)."""
+
+    order: str = "after_projection"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        if cfg.get("clip_qkv") is None:
+            return
+        attention = model.setdefault("block", {}).setdefault("mixer", {})
+        attention["clip_qkv"] = cfg.get_float("clip_qkv")
+        if self.order != "after_projection":
+            attention["clip_qkv_order"] = self.order
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        clip = view.uniform("mixer", "clip_qkv")
+        if clip is not None and view.uniform("mixer", "clip_qkv_order") != self.order:
+            raise NotExpressible("model.block.mixer.clip_qkv_order", f"Hugging Face {view.name} clamps queries and keys "
+                                 f"{self.order.replace('_', ' ')} (clip_qkv_order: {self.order})")
+        config["clip_qkv"] = clip
+
+
+@dataclass(frozen=True)
 class QKNorm(Part):
     """RMSNorm on queries and keys (eps rms_norm_eps): per head (Qwen3) or over all heads (OLMo-2).
 

@@ -106,7 +106,7 @@ def language_model_of(text: Family, *, name: str, model_type: str, architecture:
 
     def to_config(view: Any) -> dict[str, Any]:
         raise ExportsAs("", f"export writes the language model alone, as Hugging Face {text.name} "
-                            f"({text.model_type})")
+                            f"({text.model_type})", target=text.model_type)
 
     return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,
                   to_config=to_config, weights=text.weights,

@@ -144,7 +144,7 @@ def shared_halves(site: Site) -> tuple[int, int]:
     return hidden, hidden
 
 
-def _plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool,
+def plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool,
                           selection_bias: bool = True) -> bool:
     """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias, and a selection bias or none
     as ``selection_bias`` says; NotExpressible otherwise."""
@@ -241,7 +241,7 @@ class MixtureOfExperts(Part):
         ffn = moe[0]
         normalize = ffn["normalize_topk"]
         if self.selection_bias or self.sigmoid:
-            normalize = _plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None,
+            normalize = plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None,
                                               selection_bias=bool(self.selection_bias))
         elif ffn.get("router") is not None:
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "

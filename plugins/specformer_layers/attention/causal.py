@@ -64,6 +64,7 @@ class CausalSelfAttention(nn.Module):
             k_norm = None
         self.k_eq_v = params.k_eq_v
         self.clip_qkv = params.clip_qkv
+        self.clip_after_qk_norm = params.clip_qkv_order == "after_qk_norm"
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
         # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
         self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
@@ -111,11 +112,13 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         H, hd = self.n_heads, self.head_dim
         qkv = self.qkv(x)
-        if self.clip_qkv is not None:  # every projected channel, before norms and rotation (OLMo, DBRX)
+        if self.clip_qkv is not None and not self.clip_after_qk_norm:  # before norms and rotation (OLMo, DBRX)
             qkv = qkv.clamp(-self.clip_qkv, self.clip_qkv)
         q, *kv = qkv.split((H * hd, *self.kv_splits), dim=-1)
         if self.q_norm is not None and self.qk_norm_scope == "all":
             q = self.q_norm(q)
+        if self.clip_after_qk_norm:  # queries after their norm over all heads (OLMoE); keys and values below
+            q = q.clamp(-self.clip_qkv, self.clip_qkv)
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         per_head_norm = self.q_norm is not None and self.qk_norm_scope != "all"  # head, per_head_weights
         if per_head_norm and not self.qk_norm_after_rope:
@@ -165,6 +168,8 @@ class CausalSelfAttention(nn.Module):
         v = k if self.k_eq_v else kv[1]  # k_eq_v: the values are the keys before their norm and rotation
         if self.k_norm is not None and self.qk_norm_scope == "all":
             k = self.k_norm(k)
+        if self.clip_after_qk_norm:  # the keys after their norm, the values as projected
+            k, v = k.clamp(-self.clip_qkv, self.clip_qkv), v.clamp(-self.clip_qkv, self.clip_qkv)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
         per_head_norm = self.k_norm is not None and self.qk_norm_scope != "all"
@@ -233,7 +238,7 @@ class CausalSelfAttention(nn.Module):
         if self.k_eq_v:
             parts.append("k_eq_v=True")
         if self.clip_qkv is not None:
-            parts.append(f"clip_qkv={self.clip_qkv}")
+            parts.append(f"clip_qkv={self.clip_qkv}" + (", clip_qkv_order=after_qk_norm" if self.clip_after_qk_norm else ""))
         if self.qk_norm_after_rope:
             parts.append("qk_norm_order=after_rope")
         if self.differential is not None:

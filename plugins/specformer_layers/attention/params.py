@@ -51,7 +51,9 @@ class CausalSelfAttentionParams(Params):
     4: an RMSNorm without a learned scale). ``clip_qkv`` clamps every query, key and value
     channel to ``[-clip_qkv, clip_qkv]`` right after the projection (biases included), before
     any norm or rotation (OLMo, DBRX: a guard against loss spikes, Groeneveld et al. 2024,
-    arXiv:2402.00838). ``differential`` makes the heads pairs of differential attention (Ye et
+    arXiv:2402.00838); with ``clip_qkv_order: after_qk_norm`` the queries and keys are clamped
+    after their ``qk_norm`` over all heads instead, the values still after the projection (OLMoE).
+    ``differential`` makes the heads pairs of differential attention (Ye et
     al. 2024, arXiv:2410.05258; transformers' DiffLlama): head ``i`` and head ``i + n_heads/2``
     attend with their own softmax, the pair reads a value of ``2 * head_dim`` channels (value
     heads ``g`` and ``g + n_kv_heads/2`` side by side), and its output is
@@ -127,6 +129,11 @@ class CausalSelfAttentionParams(Params):
         description="Clamp queries, keys and values to [-clip_qkv, clip_qkv] right after their projection, "
                     "before norms and rotation (OLMo, DBRX).",
     )
+    clip_qkv_order: Literal["after_projection", "after_qk_norm"] = Field(
+        default="after_projection",
+        description="Where clip_qkv clamps queries and keys: after_projection (OLMo, DBRX); after_qk_norm, after their "
+                    "qk_norm over all heads (qk_norm_scope all; OLMoE). Values are always clamped after the projection.",
+    )
     differential: bool = Field(
         default=False,
         description="Differential attention: heads i and i + n_heads/2 form a pair whose second softmax, scaled by a "
@@ -150,6 +157,10 @@ class CausalSelfAttentionParams(Params):
         if self.kv_from is not None and (self.k_eq_v or self.v_norm is not None):
             raise ValueError("a layer with kv_from projects no keys or values, so k_eq_v and v_norm do not apply; "
                              "set them on the layer it reads")
+        if self.clip_qkv_order == "after_qk_norm" and (self.clip_qkv is None or self.qk_norm is None
+                                                        or self.qk_norm_scope != "all"):
+            raise ValueError("clip_qkv_order after_qk_norm clamps the queries and keys after their norm over all heads: "
+                             "it needs clip_qkv, qk_norm and qk_norm_scope all")
         if self.qk_norm_order == "after_rope" and self.qk_norm_scope == "all":
             raise ValueError("qk_norm_order after_rope normalises each rotated head, so it takes qk_norm_scope head or "
                              "per_head_weights, not all (a norm over every head's channels comes before rotation)")

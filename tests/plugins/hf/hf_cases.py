@@ -292,11 +292,20 @@ CASES = [
          _llama_like(num_hidden_layers=4, head_dim=24, sliding_window=WINDOW, sliding_window_pattern=3, logit_scale=0.5,
                      num_experts=5, num_experts_per_tok=2, num_shared_experts=2, first_k_dense_replace=1,
                      prefix_dense_intermediate_size=80, attention_bias=True, tie_word_embeddings=False)),
-    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token.
+    # RMSNorms (rms_norm_eps set), shared experts summed, no dense layer, MHA, an odd expert count and 3 per token, the
+    # sigmoid router (the chosen experts' sigmoids renormalised, norm_topk_prob).
     Case("cohere2_moe-rms-sum", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, sliding_window=WINDOW,
                      sliding_window_pattern=2, rms_norm_eps=1e-4, num_experts=7, num_experts_per_tok=3,
-                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0)),
+                     num_shared_experts=1, shared_expert_combination_strategy="sum", logit_scale=4.0,
+                     expert_selection_fn="sigmoid")),
+    # The sigmoid router without renormalisation (the chosen experts' sigmoids as they are), dense first layer
+    # without rope (prefix_dense_sliding_window_pattern 2), tied head.
+    Case("cohere2_moe-sigmoid-unnormalized", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+         _llama_like(num_hidden_layers=3, head_dim=12, sliding_window=WINDOW, sliding_window_pattern=2,
+                     num_experts=6, num_experts_per_tok=2, num_shared_experts=1, first_k_dense_replace=1,
+                     prefix_dense_sliding_window_pattern=2, expert_selection_fn="sigmoid", norm_topk_prob=False,
+                     logit_scale=2.0)),
     # PhiMoE: LayerNorms with biases, q/k/v/o and LM head biases, SparseMixer's top-2 of 5 experts with a jitter_eps
     # wide enough that rivals share the softmax, sliding windows; and Phi-3.5-MoE's longrope (equal mscales, the
     # frequencies from short_factor at every length) with a tied head that still has its own bias.
@@ -406,6 +415,16 @@ CASES = [
                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
                                       "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
                                                          "rope_theta": 1e6}})),
+    # Gemma 4 unified: Gemma 4's attention in Gemma 2's sandwich layer, no per-layer inputs or experts; four
+    # layers (sliding, global, sliding, global), wider global heads (24 channels over 2 kv heads) whose keys are their
+    # values, the last layer reading layer 1's keys and values with a double-wide MLP, layer_scalar shaken away from 1,
+    # an untied soft-capped head.
+    Case("gemma4_unified_text", "Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=16, global_head_dim=24, num_global_key_value_heads=2,
+                     attention_k_eq_v=True, sliding_window=WINDOW, num_kv_shared_layers=1, use_double_wide_mlp=True,
+                     final_logit_softcapping=20.0, tie_word_embeddings=False, rms_norm_eps=1e-4,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+         shake_buffers=("layer_scalar", 0.3)),
     # Aria (text): 4 heads of 24 over 2 (head_dim its own: transformers' Aria wants heads dividing hidden), attention biases, 5 experts of 24 (top 2, softmax over
     # the chosen logits) beside two shared experts (48 wide), non-default eps, untied; and multi-query, one shared
     # expert, 3 of 4 experts per token, tied.
@@ -583,10 +602,12 @@ CASES += [
     Case("starcoder2-no-bias-untied", "Starcoder2Config", "Starcoder2ForCausalLM",
          _llama_like(num_attention_heads=6, head_dim=12, use_bias=False, tie_word_embeddings=False, hidden_act="gelu",
                      rope_parameters=_rope("linear", factor=2.0))),
-    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on; and tied,
-    # one kv head, the top-k weights renormalised.
+    # OLMoE: RMSNorm over all of q and k (k's over the 2 kv heads only), experts in every layer, biases on, q and k
+    # clamped after their norms (clip_qkv below their largest values); and tied, one kv head, the top-k weights
+    # renormalised, unclipped.
     Case("olmoe", "OlmoeConfig", "OlmoeForCausalLM",
-         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4)),
+         _llama_like(num_experts=5, num_experts_per_tok=2, intermediate_size=40, attention_bias=True, rms_norm_eps=1e-4,
+                     clip_qkv=0.6)),
     Case("olmoe-mqa-normalized-tied", "OlmoeConfig", "OlmoeForCausalLM",
          _llama_like(num_hidden_layers=3, num_key_value_heads=1, num_experts=4, num_experts_per_tok=3,
                      norm_topk_prob=True, tie_word_embeddings=True)),
@@ -781,10 +802,11 @@ CASES += [
                      qk_nope_head_dim=12, v_head_dim=10, attention_bias=True, rms_norm_eps=1e-4,
                      tie_word_embeddings=False)),
     # MPT: ALiBi with a head count that is no power of two (the slopes' interleaved second half), a softmax_scale of
-    # its own, untied, non-default eps; and the defaults' layout (4 heads, tied).
+    # its own, untied, non-default eps, the fused q/k/v clamped to 0.3 (below its largest values); and the defaults'
+    # layout (4 heads, tied), unclipped.
     Case("mpt", "MptConfig", "MptForCausalLM",
          dict(vocab_size=128, d_model=60, n_layers=2, n_heads=6, max_seq_len=CONTEXT, layer_norm_epsilon=1e-4,
-              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3})),
+              tie_word_embeddings=False, attn_config={"softmax_scale": 0.3, "clip_qkv": 0.3})),
     Case("mpt-tied", "MptConfig", "MptForCausalLM",
          dict(vocab_size=128, d_model=64, n_layers=3, n_heads=4, max_seq_len=CONTEXT)),
     # Arcee (AFM): Llama with an ungated squared-ReLU MLP; GQA, biases on, non-default eps, untied; and tied with a
@@ -1194,6 +1216,6 @@ SLOW_VARIANTS = frozenset({
     "afmoe-layer-types-tied", "bamba-attention-full-rope-tied", "hyperclovax-prenorm-tied",
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
-    "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied",
+    "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

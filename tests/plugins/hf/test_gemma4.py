@@ -1,5 +1,6 @@
 """Gemma 4 beyond the shared parity cases: a published checkpoint's layout (the k/v tensors its KV-sharing layers
-keep, global_head_dim instead of per_layer_config), the multimodal checkpoint's language model, and refusals."""
+keep, global_head_dim instead of per_layer_config), the multimodal checkpoints' language models (Gemma 4's and Gemma 4
+unified's), and refusals."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from safetensors.torch import load_file, save_file
 import specformer
 import specformer_hf
 from fixtures.tiny import tiny_spec
+from specformer.errors import UserError
 
 TOLERANCE = 1e-4
 
@@ -108,3 +110,36 @@ def test_the_defaults_outside_the_config_fields_are_transformers():
     config = transformers.Gemma4TextConfig(num_hidden_layers=6)
     assert config.rope_parameters == DEFAULT_ROPE
     assert config.per_layer_config[5].head_dim == GLOBAL_HEAD_DIM and config.per_layer_config[5].num_key_value_heads == 4
+
+
+@pytest.mark.slow
+def test_a_multimodal_gemma4_unified_checkpoint_imports_as_its_language_model(tmp_path):
+    """Gemma4UnifiedForConditionalGeneration: text_config, model.language_model.*, image and audio embedders (no
+    encoders), the head tied on top."""
+    import transformers
+
+    text = {**BY_NAME["gemma4_unified_text"].kwargs, "pad_token_id": 0}  # the multimodal forward masks media tokens
+    vision = {"patch_size": 4, "pooling_kernel_size": 2, "mm_embed_dim": 16, "mm_posemb_size": 8,
+              "output_proj_dims": 16}
+    config = transformers.Gemma4UnifiedConfig(text_config=text, vision_config=vision, audio_config=None)
+    torch.manual_seed(0)
+    hf = transformers.Gemma4UnifiedForConditionalGeneration(config).eval()
+    assert any(name.startswith("model.embed_vision.") for name, _ in hf.named_parameters())
+    check_language_model_import(hf, tmp_path, model_type="gemma4_unified", text_class="Gemma4UnifiedForCausalLM")
+
+
+@pytest.mark.parametrize("field", ["hidden_size_per_layer_input", "enable_moe_block"])
+def test_gemma4_unified_text_refuses_per_layer_inputs_and_experts(tmp_path, field):
+    hf = BY_NAME["gemma4_unified_text"].build()
+    hf.save_pretrained(tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: 8 if field != "enable_moe_block" else True}))
+    with pytest.raises(UserError, match=f"'{field}'.*no per-layer inputs and no mixture of experts"):
+        _quiet_import(tmp_path / "hf")
+
+
+def test_gemma4_unified_text_export_refuses_per_layer_inputs(tmp_path):
+    BY_NAME["gemma4"].build().save_pretrained(tmp_path / "hf")  # Gemma 4 text, with per-layer inputs
+    imported = _quiet_import(tmp_path / "hf")
+    with pytest.raises(UserError, match="Gemma 4 unified.*no per-layer inputs"):
+        specformer_hf.to_hf(imported.model, tmp_path / "export", family="gemma4_unified_text")

@@ -117,14 +117,13 @@ def test_tied_config_with_a_different_head_is_refused(llama_dir, tmp_path):
         ({"num_hidden_layers": "two"}, ["'num_hidden_layers' must be an integer"]),
         ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
          ["partial_rotary_factor 0.5 is not supported", "rotates whole heads"]),
-        ({"model_type": "olmoe", "clip_qkv": 8.0}, ["'clip_qkv' = 8.0 is not supported", "no specformer equivalent"]),
         ({"model_type": "deepseek_v2", "num_experts_per_tok": 2, "topk_method": "noaux_tc"},
          ["'topk_method' = 'noaux_tc' is not supported", "'greedy', 'group_limited_greedy'"]),
         ({"model_type": "deepseek_v2", "num_experts_per_tok": 2, "mlp_bias": False, "moe_layer_freq": 2},
          ["'moe_layer_freq' = 2 is not supported", "every layer from first_k_dense_replace on"]),
     ],
     ids=["rope-type", "activation", "layer-type", "bidirectional", "phi3-rope", "not-a-number", "partial-rotary",
-         "olmoe-clip_qkv", "deepseek_v2-topk_method", "deepseek_v2-moe_layer_freq"],
+         "deepseek_v2-topk_method", "deepseek_v2-moe_layer_freq"],
 )
 def test_config_values_that_change_the_maths_unsupported(llama_dir, tmp_path, changes, needles):
     d = _copy(llama_dir, tmp_path)
