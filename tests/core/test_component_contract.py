@@ -143,6 +143,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "rglru", "gate_blocks"): 4,
     ("mixer", "rwkv4", "width"): 24,
     ("mixer", "lightning", "head_dim"): 4,
+    ("layout", "prenorm", "residual_scales"): [2.0, 1.0],
+    ("layout", "prenorm", "output_scales"): [0.5, 1.0],
     ("mixer", "mla", "q_lora_rank"): 8,
     ("mixer", "mla", "latent_norm"): "layernorm",
     ("mixer", "mla", "window"): 8,
