@@ -71,7 +71,6 @@ MISSING: dict[str, str] = {
         "gemma4_unified_text")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
-    "minimax": "Lightning attention (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
