@@ -18,6 +18,7 @@ from specformer_layers.ffn.params import ChannelMixParams, GeGLUParams, GatedMLP
 from specformer_layers.ffn.xielu_params import XIELUParams
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
+from specformer_layers.mixers.lightning_params import LightningAttentionParams
 from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.mamba_params import MambaParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
@@ -139,6 +140,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "mamba", "mixers.mamba:Mamba", MambaParams, "https://arxiv.org/abs/2312.00752"),
     ("mixer", "rglru", "mixers.rglru:RGLRU", RGLRUParams, "https://arxiv.org/abs/2402.19427"),
     ("mixer", "rwkv4", "mixers.rwkv4:Rwkv4", Rwkv4Params, "https://arxiv.org/abs/2305.13048"),
+    ("mixer", "lightning", "mixers.lightning:LightningAttention", LightningAttentionParams,
+     "https://arxiv.org/abs/2501.08313"),
     ("mixer", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),

@@ -73,6 +73,7 @@ def builtin_families() -> list[Family]:
         llama4,
         minicpm3,
         minicpm5_moe,
+        minimax,
         minimax_m2,
         ministral,
         ministral3,
@@ -214,6 +215,7 @@ def builtin_families() -> list[Family]:
             mellum.FAMILY,
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
+            minimax.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

@@ -82,6 +82,13 @@ class PreNormBlockParams(BlockParams):
     ``residual_multiplier`` scales both sublayers' outputs before they are added,
     ``x = x + r * attention(norm(x))`` (Granite's ``residual_multiplier``, a muP-style
     width scaling); 1 leaves the block as above.
+
+    DeepNorm's scales (Wang et al. 2022, arXiv:2203.00555) as MiniMax-01 places them:
+    ``x = a x + b attention(norm(x))`` with ``a`` from ``residual_scales`` and ``b`` from
+    ``output_scales`` (one each for the mixer and the FFN); with ``normed_residual`` what is
+    added to is the sublayer's normalised input, ``h = norm(x); x = a h + b attention(h)``
+    (MiniMax-Text-01's layers, whose stream is each norm's output). Both need one residual
+    stream; the defaults leave the block as above.
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "ffn_norm", "ffn")
@@ -89,6 +96,24 @@ class PreNormBlockParams(BlockParams):
     residual_multiplier: float = Field(
         default=1.0, description="Each sublayer's output is multiplied by this before the residual add (Granite).",
     )
+    normed_residual: bool = Field(
+        default=False, description="Each sublayer adds to its normalised input instead of the stream: "
+                                   "x = a n(x) + b f(n(x)) (MiniMax-01).",
+    )
+    residual_scales: tuple[float, float] = Field(
+        default=(1.0, 1.0), description="DeepNorm's alpha: what is added to is multiplied by this before each add, "
+                                        "[mixer's, ffn's] (MiniMax-01's layernorm_*_alpha).",
+    )
+    output_scales: tuple[float, float] = Field(
+        default=(1.0, 1.0), description="DeepNorm's beta: each sublayer's output is multiplied by this (and by "
+                                        "residual_multiplier) before its add, [mixer's, ffn's] (MiniMax-01's "
+                                        "layernorm_*_beta).",
+    )
+
+    def check_streams(self, n_streams: int) -> None:
+        if n_streams != 1 and (self.normed_residual or self.residual_scales != (1.0, 1.0)):
+            raise ValueError(f"normed_residual and residual_scales act on a single residual stream; this model's "
+                             f"residual has {n_streams} (use residual: single with them)")
 
 
 class PostNormBlockParams(BlockParams):

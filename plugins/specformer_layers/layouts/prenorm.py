@@ -22,13 +22,24 @@ class PreNormBlock(Block):
                  make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
         params = params if params is not None else PreNormBlockParams()
         super().__init__(params, mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        params.check_streams(max(self.attention_residual.n_streams, self.ffn_residual.n_streams))
         self.residual_multiplier = params.residual_multiplier
+        self.normed_residual = params.normed_residual
+        self.residual_scales = params.residual_scales
+        self.output_scales = tuple(params.residual_multiplier * b for b in params.output_scales)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        r = self.residual_multiplier
+        (a_mix, a_ffn), (b_mix, b_ffn) = self.residual_scales, self.output_scales
         h, mix = self.attention_residual.read(x)
-        out = self.mixer(self.attention_norm(h), ctx)
-        x = self.attention_residual.write(x, out if r == 1.0 else out * r, mix=mix)
+        h = self.attention_norm(h)
+        out = self.mixer(h, ctx)
+        # One stream (checked): read gave x itself, so writing onto another base is adding to that base.
+        base = h if self.normed_residual else x
+        x = self.attention_residual.write(base if a_mix == 1.0 else base * a_mix, out if b_mix == 1.0 else out * b_mix,
+                                          mix=mix)
         h, mix = self.ffn_residual.read(x)
-        out = self.feed_forward(self.ffn_norm(h), ctx)
-        return self.ffn_residual.write(x, out if r == 1.0 else out * r, mix=mix)
+        h = self.ffn_norm(h)
+        out = self.feed_forward(h, ctx)
+        base = h if self.normed_residual else x
+        return self.ffn_residual.write(base if a_ffn == 1.0 else base * a_ffn, out if b_ffn == 1.0 else out * b_ffn,
+                                       mix=mix)

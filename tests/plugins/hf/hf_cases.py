@@ -1121,6 +1121,23 @@ CASES += [
     # each head); Mamba-2 of 12 heads of 8 in 2 groups (mamba_expand 2), state 8, a 3-tap convolution with bias,
     # biased projections, the step clamped to [0.001, 0.5], a chunk shorter than the prompt; SwiGLU with biases,
     # untied, non-default eps.
+    # MiniMax-Text-01: Lightning and softmax layers by layer_types (Lightning the majority: the attention layers are
+    # the override), 3 heads of 10 (head_dim not hidden / heads), GQA 3/1 on the softmax layers, a block_size (3) that
+    # the prompt is no multiple of, every residual factor different (DeepNorm alphas and betas per layer type and the
+    # MLP's), 4 experts, 2 per token, untied.
+    Case("minimax", "MiniMaxConfig", "MiniMaxForCausalLM",
+         dict(BASE, hidden_size=32, num_hidden_layers=4, num_attention_heads=3, num_key_value_heads=1, head_dim=10,
+              intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, block_size=3, rms_norm_eps=1e-5,
+              layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+              full_attn_alpha_factor=1.7, full_attn_beta_factor=0.6, linear_attn_alpha_factor=1.3,
+              linear_attn_beta_factor=0.8, mlp_alpha_factor=1.5, mlp_beta_factor=0.9, tie_word_embeddings=False)),
+    # transformers' default pattern (softmax attention first, then every other layer), equal factors, one layer of
+    # each plus one more softmax (softmax the majority, so Lightning is the override), tied embeddings.
+    Case("minimax-default-types-tied", "MiniMaxConfig", "MiniMaxForCausalLM",
+         dict(BASE, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=40, num_local_experts=3, num_experts_per_tok=1, block_size=4,
+              full_attn_alpha_factor=2.0, linear_attn_alpha_factor=2.0, mlp_alpha_factor=2.0,
+              tie_word_embeddings=True)),
     Case("bamba", "BambaConfig", "BambaForCausalLM",
          _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
                      attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
@@ -1217,5 +1234,6 @@ SLOW_VARIANTS = frozenset({
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
+    "minimax-default-types-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -119,6 +119,10 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"width": 20, "conv_kernel": 2, "bias": False, "activation": "gelu", "chunk": 3},
     ],
     ("mixer", "rwkv4"): [{}, {"width": 24}],
+    ("mixer", "lightning"): [
+        {"n_heads": 4, "chunk": 4},
+        {"n_heads": 3, "head_dim": 6, "activation": "gelu", "norm_eps": 1e-5, "chunk": 3},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 

@@ -16,3 +16,32 @@ def test_formula() -> None:
     h = x + attn(block.attention_norm(x), None)
     torch.testing.assert_close(block(x, None), h + ffn(block.ffn_norm(h)), rtol=0, atol=0)  # the same operations: bit for bit
     assert (block.attention_norm.scale, block.ffn_norm.scale) == (1.0, 2.0)
+
+
+def test_deepnorm_scales_and_the_normed_residual_follow_minimax() -> None:
+    """MiniMax-01's layer: h = n1(x); y = a1 h + b1 attn(h); z = n2(y); out = a2 z + b2 ffn(z)."""
+    import pytest
+
+    import specformer
+    from specformer_layers.layouts.params import PreNormBlockParams
+    from tests.fixtures.tiny import tiny_spec
+
+    attn, ffn = StubAttention(D), StubFFN(D)
+    params = PreNormBlockParams(normed_residual=True, residual_scales=(3.5, 1.5), output_scales=(0.5, 2.0),
+                                residual_multiplier=0.8)
+    block = PreNormBlock(params, mixer=attn, ffn=ffn, make_norm=norm_maker())
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    h = block.attention_norm(x)
+    y = 3.5 * h + 0.5 * 0.8 * attn(h, None)
+    z = block.ffn_norm(y)
+    torch.testing.assert_close(block(x, None), 1.5 * z + 2.0 * 0.8 * ffn(z))
+
+    # Without normed_residual the scales act on the stream itself (DeepNorm's x = a x + b f(n(x))).
+    block = PreNormBlock(PreNormBlockParams(residual_scales=(2.0, 3.0), output_scales=(0.5, 0.25)), mixer=attn,
+                         ffn=ffn, make_norm=norm_maker())
+    y = 2.0 * x + 0.5 * attn(block.attention_norm(x), None)
+    torch.testing.assert_close(block(x, None), 3.0 * y + 0.25 * ffn(block.ffn_norm(y)))
+
+    spec = tiny_spec(block={"layout": {"kind": "prenorm", "normed_residual": True}, "residual": {"kind": "mhc"}})
+    with pytest.raises(Exception, match="normed_residual and residual_scales act on a single residual stream"):
+        specformer.build(spec, seed=0)

@@ -18,7 +18,8 @@ from specformer_layers.mixers import MixerRun, RecurrentMixer
 #: compressed attention attends over a window beside its pooled state (it shares with_state only).
 NOT_RECURRENT = {"parallel", "compressed"}
 SIZES = {"gated_deltanet": {"n_heads": 4}, "kda": {"n_heads": 4}, "mamba2": {"n_heads": 4, "head_dim": 8},
-         "mamba": {"d_inner": 32}, "short_conv": {}, "rglru": {"width": 32}, "rwkv4": {}}
+         "mamba": {"d_inner": 32}, "short_conv": {}, "rglru": {"width": 32}, "rwkv4": {},
+         "lightning": {"n_heads": 4}}
 
 
 class Recorder(RecurrentMixer):
