@@ -23,7 +23,9 @@ order: the first layer's ``update`` of a forward claims the columns for all laye
 
 A recurrent mixer (:mod:`specformer.model.state`) keeps a fixed-size state per row
 instead: the cache holds one buffer per declared state tensor, ``(B, *shape)``, zeros for
-a fresh row. Beam search reorders states with the rows; :meth:`StaticKVCache.rollback`
+a fresh row; a feed-forward that keeps a state adds its tensors to its layer's
+(:func:`specformer.model.state.layer_state_slots`). Beam search reorders states with the
+rows; :meth:`StaticKVCache.rollback`
 (speculative decoding) restores the state after the last kept token, from the per-token
 states the mixers hand over while :attr:`StaticKVCache.keep_steps` is set.
 """
@@ -37,7 +39,7 @@ import torch
 from torch import Tensor
 
 from specformer.model.attention import cache_slots_of, reach_of
-from specformer.model.state import StateSlots, state_slots_of
+from specformer.model.state import STATE_PARTS, StateSlots, states_by_layer, part_names, state_slots_of
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class LayerShape:
 
 @dataclass(frozen=True)
 class StateShape:
-    """What the cache needs to know about one recurrent layer: its index and the state it declares."""
+    """What the cache needs to know about one recurrent layer: its index and its state (mixer's and feed-forward's)."""
 
     layer_index: int
     slots: StateSlots
@@ -162,7 +164,14 @@ class StaticKVCache:
                                 for name, size in shape.slots.shapes_for(capacity + spare).items()}
             for shape in states
         }
+        # Each part's own names in its layer's state (the feed-forward's are prefixed there).
+        self._parts: dict[int, dict[str, dict[str, str]]] = {
+            index: {part: names for part, _ in STATE_PARTS if (names := part_names(held, part))}
+            for index, held in self._states.items()
+        }
         self._first_layer = min([*self._layers, *self._states])
+        # The part that reads the first layer's state first in a forward claims the columns (if the layer keeps no keys).
+        self._first_part = next(iter(self._parts.get(self._first_layer, {})), None)
         #: Set while the mixers should hand over the state after each token, so :meth:`rollback` can return
         #: to any of the last ``spare`` columns (speculative decoding sets it after the prefill).
         self.keep_steps = False
@@ -188,7 +197,8 @@ class StaticKVCache:
         # Each attention's public facts (specformer.model.attention.AttentionLayer): what it caches, and where.
         mixers = model.attention_modules()
         layers = [shape for shape in map(LayerShape.of, mixers) if shape is not None]
-        states = [shape for shape in map(StateShape.of, mixers) if shape is not None]
+        # Each layer's state: its mixer's and its feed-forward's (specformer.model.state.states_by_layer).
+        states = [StateShape(layer_index=index, slots=slots) for index, slots in states_by_layer(model)]
         return cls(layers=layers, states=states, batch_size=batch_size, capacity=capacity,
                    device=device or reference.device, dtype=dtype or reference.dtype, spare=spare)
 
@@ -217,27 +227,38 @@ class StaticKVCache:
 
     # -- the RecurrentStateCache protocol ----------------------------------------------------
 
-    def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]:
-        """The state of every row before this forward, ``{name: (B, *shape)}`` (read-only: write with :meth:`write_state`)."""
+    def read_state(self, layer_index: int, positions: Tensor, *, part: str = "mixer") -> dict[str, Tensor]:
+        """``part``'s state of every row before this forward, ``{name: (B, *shape)}`` (read-only: write with
+        :meth:`write_state`)."""
         # A layer that keeps keys too (attention beside a recurrence) claims the columns in ``update``.
-        if layer_index == self._first_layer and layer_index not in self._layers:
+        if layer_index == self._first_layer and layer_index not in self._layers and part == self._first_part:
             self._claim_columns(positions)
-        return self._states[layer_index]
-
-    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None) -> None:
-        """Store the state after this forward; with :attr:`keep_steps`, ``steps`` (the state after each token) too."""
         held = self._states[layer_index]
+        return {own: held[full] for own, full in self._names(layer_index, part).items()}
+
+    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None,
+                    part: str = "mixer") -> None:
+        """Store ``part``'s state after this forward; with :attr:`keep_steps`, ``steps`` (the state after each token)."""
+        held, names = self._states[layer_index], self._names(layer_index, part)
         if self.keep_steps and self._segments:
-            if steps is None or set(steps) != set(held):
+            if steps is None or set(steps) != set(names):
                 raise ValueError(f"layer {layer_index} must hand over the state after each token while keep_steps is set "
-                                 f"(steps for {sorted(held)})")
+                                 f"(its {part}'s steps for {sorted(names)})")
             segment = self._segments[-1]
-            segment.before[layer_index] = {name: value.clone() for name, value in held.items()}
-            segment.after[layer_index] = steps
-        if set(states) != set(held):
-            raise ValueError(f"layer {layer_index} keeps the states {sorted(held)}, got {sorted(states)}")
-        for name, value in states.items():
-            held[name].copy_(value)
+            segment.before.setdefault(layer_index, {}).update({full: held[full].clone() for full in names.values()})
+            segment.after.setdefault(layer_index, {}).update({names[own]: value for own, value in steps.items()})
+        if set(states) != set(names):
+            raise ValueError(f"layer {layer_index}'s {part} keeps the states {sorted(names)}, got {sorted(states)}")
+        for own, value in states.items():
+            held[names[own]].copy_(value)
+
+    def _names(self, layer_index: int, part: str) -> dict[str, str]:
+        """``part``'s own state names in layer ``layer_index`` and theirs in the layer's state (KeyError: none)."""
+        names = self._parts.get(layer_index, {}).get(part)
+        if names is None:
+            kept = {index: sorted(parts) for index, parts in self._parts.items()}
+            raise KeyError(f"layer {layer_index}'s {part} keeps no state in this cache (states kept: {kept})")
+        return names
 
     def _claim_columns(self, positions: Tensor) -> None:
         """Once per forward: the columns (hence slots) the new tokens go to, and the slot positions."""
@@ -304,7 +325,9 @@ class StaticKVCache:
     def _rollback_states(self, columns: int, written: int) -> None:
         """Each recurrent state as it was after column ``columns - 1``, from the segment that holds that column."""
         segment = next((s for s in reversed(self._segments) if s.start <= columns <= s.start + s.length), None)
-        if segment is None or set(segment.after) != set(self._states):
+        complete = segment is not None and all(set(segment.after.get(index, ())) == set(held)
+                                                for index, held in self._states.items())
+        if segment is None or not complete:
             raise ValueError(f"rollback to column {columns} of a cache with recurrent states: only the columns of the last "
                              f"{self.spare} spare ones written with keep_steps set can be returned to")
         for index, held in self._states.items():

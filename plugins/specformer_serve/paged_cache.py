@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from specformer.model.attention import CacheSlots, cache_slots_of
-from specformer.model.state import StateSlots, state_slots_of
+from specformer.model.state import StateSlots, states_by_layer, part_names
 
 #: The block every padded block-table entry points to; its positions stay -1.
 NULL_BLOCK = 0
@@ -110,9 +110,9 @@ def cached_layers(model: Any) -> list[CachedLayer]:
 
 
 def stateful_layers(model: Any) -> list[StatefulLayer]:
-    """The layers that keep a recurrent state per sequence (:func:`specformer.model.state.state_slots_of`)."""
-    return [StatefulLayer(layer_index=module.layer_index, slots=slots) for module in model.attention_modules()
-            if (slots := state_slots_of(module)) is not None]
+    """The layers that keep a recurrent state per sequence: their mixer's and feed-forward's
+    (:func:`specformer.model.state.states_by_layer`)."""
+    return [StatefulLayer(layer_index=index, slots=slots) for index, slots in states_by_layer(model)]
 
 
 class PagedKVCache:
@@ -195,20 +195,24 @@ class PagedKVCache:
         first = next(iter(self._states.values()), None)
         return 0 if first is None else next(iter(first.values())).shape[0]
 
-    def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]:
-        """The planned rows' states ``{name: (B, *shape)}`` before this forward."""
+    def read_state(self, layer_index: int, positions: Tensor, *, part: str = "mixer") -> dict[str, Tensor]:
+        """The planned rows' states of ``part`` (the layer's mixer or feed-forward), ``{name: (B, *shape)}``, before
+        this forward."""
         if self._state_rows is None:
             raise RuntimeError("PagedKVCache.read_state before plan(..., state_rows=...): the engine plans each forward")
-        return {name: state.index_select(0, self._state_rows) for name, state in self._states[layer_index].items()}
+        held = self._states[layer_index]
+        return {own: held[full].index_select(0, self._state_rows) for own, full in part_names(held, part).items()}
 
-    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None) -> None:
-        """The planned rows' states after this forward, written back to their slots."""
+    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None,
+                    part: str = "mixer") -> None:
+        """The planned rows' states of ``part`` after this forward, written back to their slots."""
         assert self._state_rows is not None
         held = self._states[layer_index]
-        if set(states) != set(held):
-            raise ValueError(f"layer {layer_index} keeps the states {sorted(held)}, got {sorted(states)}")
-        for name, value in states.items():
-            held[name].index_copy_(0, self._state_rows, value.to(held[name].dtype))
+        names = part_names(held, part)
+        if set(states) != set(names):
+            raise ValueError(f"layer {layer_index}'s {part} keeps the states {sorted(names)}, got {sorted(states)}")
+        for own, value in states.items():
+            held[names[own]].index_copy_(0, self._state_rows, value.to(held[names[own]].dtype))
 
     # -- before a forward -------------------------------------------------------------------
 

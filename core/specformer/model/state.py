@@ -29,6 +29,13 @@ Two promises make every consumer of the cache exact:
   verification pass), the mixer also hands over the state after each of the forward's
   tokens, ``steps={name: (B, T, *shape)}``, so the cache can roll back to any of them
   exactly (:meth:`RecurrentStateCache.write_state`).
+
+A feed-forward may keep a state too (RWKV's channel mixing keeps the previous token's input
+for its token shift): it declares ``state_slots`` and ``layer_index`` the same way and reads
+and writes with ``part="ffn"``. A layer's state is then the union of both
+(:func:`layer_state_slots`): the mixer's tensors under their own names, the feed-forward's
+prefixed ``ffn.``, so a cache keeps one set of tensors per layer as before and hands each
+part its own names (:func:`part_names`).
 """
 
 from __future__ import annotations
@@ -102,18 +109,69 @@ class RecurrentStateCache(Protocol):
     it where the forward's tokens go. ``write_state`` stores the state after the forward
     (same shapes), and, when :attr:`keep_steps` is set, ``steps``: the state after each
     token ``(B, T, *shape)`` (for a padding token, the state before it).
+
+    ``part`` names which of the layer's parts asks (:data:`STATE_PARTS`): the mixer (the
+    default, which a mixer need not pass) or the feed-forward; each sees its own names only.
     """
 
     keep_steps: bool
 
-    def read_state(self, layer_index: int, positions: Tensor) -> dict[str, Tensor]: ...
+    def read_state(self, layer_index: int, positions: Tensor, *, part: str = "mixer") -> dict[str, Tensor]: ...
 
-    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None) -> None: ...
+    def write_state(self, layer_index: int, states: dict[str, Tensor], *, steps: dict[str, Tensor] | None = None,
+                    part: str = "mixer") -> None: ...
+
+
+#: The parts of a block that may keep a state, in the order a forward runs them, and the prefix their
+#: names take in the layer's state (the mixer's keep their own names: a mixer-only layer is as before).
+STATE_PARTS: tuple[tuple[str, str], ...] = (("mixer", ""), ("ffn", "ffn."))
 
 
 def state_slots_of(layer: Any) -> StateSlots | None:
     """What ``layer`` keeps per sequence (its declared ``state_slots``), or None: it keeps nothing of fixed size."""
     return getattr(layer, "state_slots", None)
+
+
+def layer_state_slots(block: Any) -> StateSlots | None:
+    """What one layer keeps per sequence: its mixer's state, then its feed-forward's with names prefixed ``ffn.``.
+
+    None when neither keeps a state. A mixer whose own names start with another part's prefix
+    is refused (the two would be told apart by that prefix).
+    """
+    tensors: list[tuple[str, tuple[int, ...]]] = []
+    per_tokens: list[tuple[str, int]] = []
+    for part, prefix in STATE_PARTS:
+        slots = state_slots_of(getattr(block, part, None))
+        if slots is None:
+            continue
+        for name, shape in slots.tensors:
+            if part == "mixer" and any(p and name.startswith(p) for _, p in STATE_PARTS):
+                raise ValueError(f"a mixer's state tensor may not be named {name!r}: that prefix marks another part's "
+                                 f"state ({', '.join(p for _, p in STATE_PARTS if p)})")
+            tensors.append((prefix + name, shape))
+        per_tokens += [(prefix + name, per) for name, per in slots.per_tokens]
+    return StateSlots(tuple(tensors), per_tokens=tuple(per_tokens)) if tensors else None
+
+
+def states_by_layer(model: Any) -> list[tuple[int, StateSlots]]:
+    """``(layer index, state)`` of every layer of ``model`` that keeps a state (:func:`layer_state_slots`), in order."""
+    found = []
+    for index, block in enumerate(model.blocks):
+        slots = layer_state_slots(block)
+        if slots is not None:
+            found.append((int(getattr(block.mixer, "layer_index", index)), slots))
+    return found
+
+
+def part_names(names: Any, part: str) -> dict[str, str]:
+    """Of a layer's state names, ``part``'s: ``{its own name: the name in the layer's state}``."""
+    prefixes = dict(STATE_PARTS)
+    if part not in prefixes:
+        raise ValueError(f"state part {part!r} is not one of {sorted(prefixes)}")
+    prefix = prefixes[part]
+    others = [p for q, p in STATE_PARTS if q != part and p]
+    return {name[len(prefix):]: name for name in names
+            if name.startswith(prefix) and not any(name.startswith(p) for p in others)}
 
 
 def uses_positions(layer: Any) -> bool:
@@ -139,4 +197,5 @@ def recurrent_cache(cache: Any, layer: Any) -> RecurrentStateCache:
     return cache
 
 
-__all__ = ["RecurrentStateCache", "StateSlots", "recurrent_cache", "state_slots_of", "uses_positions"]
+__all__ = ["RecurrentStateCache", "STATE_PARTS", "StateSlots", "layer_state_slots", "states_by_layer", "part_names",
+           "recurrent_cache", "state_slots_of", "uses_positions"]

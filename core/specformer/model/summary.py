@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from specformer.model.attention import cache_slots_of, heads_of, kv_source_of, reach_of
-from specformer.model.state import state_slots_of
+from specformer.model.state import layer_state_slots, state_slots_of
 from specformer.model.decoder import Decoder
 from specformer.messages import format_bytes  # the one size style: 576 B, 36.9 KiB
 from specformer.model.positional import PositionalScheme
@@ -165,7 +165,10 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
             s.attention_flops_per_token += int(getattr(attention, "selection_flops_per_key", 0)) * span * count
         if state is not None:
             s.attention_flops_per_token += int(getattr(attention, "recurrent_flops_per_token", 0)) * count
-            s.state_elements_per_sequence += state.elements_per_sequence * count
+        # The layer's whole state: its mixer's and a feed-forward's that keeps one (RWKV's channel-mix shift).
+        layer_state = layer_state_slots(block)
+        if layer_state is not None:
+            s.state_elements_per_sequence += layer_state.elements_per_sequence * count
         if callable(getattr(attention, "describe_kernel", None)):
             # A recurrent mixer's kernel does not depend on a score bias.
             kernel = attention.describe_kernel(bias=_has_bias(skeleton)) if state is None else attention.describe_kernel()

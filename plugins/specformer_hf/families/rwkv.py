@@ -136,8 +136,7 @@ FAMILY = Family(
     maps="blocks of rwkv4 (attention_hidden_size -> width; time_mix_* as (d_model,), time_decay, time_first) and "
          "rwkv_channel_mix (intermediate_size -> hidden), pre-norm LayerNorms ln1/ln2 (layer_norm_epsilon), layer 0's "
          "pre_ln -> model.embedding_norm, ln_out -> final_norm (eps 1e-5), positional none; context_length",
-    caveats="cached generation is refused: the channel mixing's token shift needs a feed-forward state the caches "
-            "cannot keep yet; rescale_every (transformers halves the stream every so many layers at inference, for "
+    caveats="rescale_every (transformers halves the stream every so many layers at inference, for "
             "float16) is not reproduced, which differs from transformers' eval-mode logits only through "
             "LayerNorm's eps; export writes rescale_every 0",
 )

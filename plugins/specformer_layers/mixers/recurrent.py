@@ -38,19 +38,22 @@ class MixerRun:
 
 
 def with_state(ctx: ForwardContext, layer: nn.Module,
-               run: Callable[[dict[str, Tensor], bool], tuple[Result, dict[str, Tensor], dict[str, Tensor] | None]]
-               ) -> Result:
+               run: Callable[[dict[str, Tensor], bool], tuple[Result, dict[str, Tensor], dict[str, Tensor] | None]],
+               *, part: str = "mixer") -> Result:
     """``run(state before, keep steps)`` between reading ``layer``'s state from ``ctx.cache`` and writing it back.
 
     ``run`` returns its result, the state after the forward and, when told to keep steps,
     the state after each token (None otherwise). TypeError naming the layer when the cache
-    keeps no states (:func:`~specformer.model.state.recurrent_cache`).
+    keeps no states (:func:`~specformer.model.state.recurrent_cache`). ``part``: which of the
+    layer's parts ``layer`` is (``"ffn"`` for a feed-forward with a state; :data:`~specformer.model.state.STATE_PARTS`).
     """
     cache = recurrent_cache(ctx.cache, layer)
     layer_index = int(layer.layer_index)
     keep_steps = bool(cache.keep_steps)
-    result, after, steps = run(cache.read_state(layer_index, ctx.positions), keep_steps)
-    cache.write_state(layer_index, after, steps=steps if keep_steps else None)
+    # A mixer does not name its part, so a cache written before feed-forwards kept states still serves it.
+    named: dict[str, str] = {} if part == "mixer" else {"part": part}
+    result, after, steps = run(cache.read_state(layer_index, ctx.positions, **named), keep_steps)
+    cache.write_state(layer_index, after, steps=steps if keep_steps else None, **named)
     return result
 
 

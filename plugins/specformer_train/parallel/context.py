@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from specformer.errors import UserError
-from specformer.model.state import state_slots_of
+from specformer.model.state import layer_state_slots, state_slots_of
 
 
 def positions_of(length: int, *, cp: int, rank: int, device: torch.device | str = "cpu") -> Tensor:
@@ -94,10 +94,12 @@ def check_context_parallel(model: nn.Module, *, cp: int, seq_len: int, documents
                         f"train.seq_len ({seq_len}) must divide by {2 * cp}")
     for index, block in enumerate(model.blocks):
         attention = getattr(block, "mixer", None)
-        if attention is not None and state_slots_of(attention) is not None:
-            raise UserError(f"train.parallel.cp {cp}: layer {index}'s {type(attention).__name__} keeps a state across "
-                            f"tokens (a recurrent mixer, or pooled entries), which context parallelism does not pass "
-                            f"between processes; it splits attention that reads keys and values (attention, mla)")
+        if layer_state_slots(block) is not None:
+            holder = attention if state_slots_of(attention) is not None else getattr(block, "ffn", None)
+            raise UserError(f"train.parallel.cp {cp}: layer {index}'s {type(holder).__name__} keeps a state across "
+                            f"tokens (a recurrent mixer, pooled entries, or a feed-forward's token shift), which context "
+                            f"parallelism does not pass between processes; it splits attention that reads keys and values "
+                            f"(attention, mla)")
     # Keys reach a query by position here (as in cached decoding), so positions restarting at each document
     # would let a query read a later document's earlier positions; document ids are not gathered yet.
     for setting in ("document_mask", "reset_positions"):

@@ -34,6 +34,8 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Why greedy generation is not compared for this case (None: it is compared).
     no_generate: str | None = None
+    #: Why transformers' own generate is the reference only one row at a time (None: the batch at once).
+    generate_row_by_row: str | None = None
     #: The model_type config.json says, where the config class saves its own instead (GPT-SW3's is GPT2Config).
     model_type: str | None = None
     #: Saved buffers (by the last part of their name) to shake too, by this much: a selection bias that starts at 0
@@ -68,6 +70,12 @@ class Case:
         if self.model_type is not None:
             path = Path(directory) / "config.json"
             path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": self.model_type}, indent=2))
+
+
+#: transformers' RWKV decodes one token of a batch wrongly: its token shift takes the saved (B, D) input against
+#: the (B, 1, D) new one, which broadcasts to (B, B, D) and mixes the rows (transformers 5.x, modeling_rwkv.py);
+#: a batch of one is exact (its cached step equals its uncached forward), so each row is generated alone there.
+RWKV_BATCHED_STEP = "transformers' cached RWKV step mixes the rows of a batch (a (B, D) shift against (B, 1, D))"
 
 
 def _llama_like(**kw: Any) -> dict[str, Any]:
@@ -1023,15 +1031,13 @@ CASES += [
     Case("rwkv", "RwkvConfig", "RwkvForCausalLM",
          dict(vocab_size=128, hidden_size=48, num_hidden_layers=3, intermediate_size=72, context_length=64,
               layer_norm_epsilon=1e-4, bos_token_id=None, eos_token_id=None, pad_token_id=None),
-         no_generate="RWKV's channel mixing keeps the previous token's input, a feed-forward state the caches cannot "
-                     "keep yet (it refuses a cache)"),
+         generate_row_by_row=RWKV_BATCHED_STEP),
     # Tied embeddings, two layers (transformers' init divides by layers - 1), rescale_every 0 (what export writes),
     # the default 4 x hidden channel mix.
     Case("rwkv-tied", "RwkvConfig", "RwkvForCausalLM",
          dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, context_length=64, rescale_every=0,
               tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None),
-         no_generate="RWKV's channel mixing keeps the previous token's input, a feed-forward state the caches cannot "
-                     "keep yet (it refuses a cache)"),
+         generate_row_by_row=RWKV_BATCHED_STEP),
     # Attention first in every other layer (the block is attention on a tie: 2 of 3), no experts (one expert is a
     # plain MLP), the "auto" rank, tied embeddings.
     Case("jamba-dense-tied", "JambaConfig", "JambaForCausalLM",

@@ -288,16 +288,8 @@ def _cached_equals_recompute(model: specformer.Decoder) -> None:
     torch.testing.assert_close(torch.cat(out, 1), model(ids), rtol=1e-9, atol=1e-9)
 
 
-#: Components that refuse a cache, and why (each has a test of its refusal). A feed-forward keeps no state
-#: between forwards yet: the caches keep states only for each layer's mixer (issue 45's RWKV channel mixing).
-NO_CACHE = {("ffn", "rwkv_channel_mix"): "RWKV's channel mixing needs the previous token's input, a state a "
-                                         "feed-forward cannot keep in a cache yet (it refuses one)"}
-
-
 @pytest.mark.parametrize(("kind", "name", "params"), CASES)
 def test_generation_with_the_cache_equals_recompute(kind: str, name: str, params: dict[str, Any]) -> None:
-    if (kind, name) in NO_CACHE:
-        pytest.skip(NO_CACHE[(kind, name)])
     _cached_equals_recompute(_build(kind, name, params, seed=0))
 
 

@@ -1,5 +1,5 @@
 """The rwkv_channel_mix feed-forward (RWKV's channel mixing): written out, transformers' RwkvFeedForward, and
-inside a model (packed documents, left padding, the refused cache)."""
+inside a model (packed documents, left padding) and through the caches (its shift kept as its layer's ``ffn.shift``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ import torch
 
 import specformer
 from specformer.model.context import ForwardContext
+from specformer.model.state import layer_state_slots
 from specformer_generate import StaticKVCache
 from specformer_layers.ffn.channel_mix import ChannelMix
 from specformer_layers.ffn.params import ChannelMixParams
 
 from tests.fixtures.tiny import tiny_spec
+from tests.plugins.layers.mixers.through_the_cache import (
+    assert_a_left_padded_ragged_batch_equals_each_row_alone,
+    assert_cached_decode_equals_the_uncached_forward,
+    assert_packed_documents_equal_each_document_alone,
+    assert_reorder_and_rollback_restore_the_states_exactly,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -100,11 +107,95 @@ def test_packed_documents_and_left_padding_equal_each_alone() -> None:
         torch.testing.assert_close(got[0], model(tokens[:1])[0], rtol=1e-4, atol=1e-5)
 
 
-def test_a_cached_forward_is_refused_naming_why() -> None:
+# -- through the cache: the shift is a state beside the layer's mixer state ------------------------
+
+
+def _cached_model(first: str = "rwkv4", second: str = "rwkv4"):
+    """Three layers of channel mixing: layer 0's mixer is ``first``, layer 1's ``second``, layer 2's rwkv4."""
+    mixers = {"rwkv4": {"kind": "rwkv4"}, "attention": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2},
+              "none": {"kind": "none"}}
+    spec = tiny_spec(block={"mixer": {"kind": "rwkv4"}, "ffn": {"kind": "rwkv_channel_mix", "hidden": 48}},
+                     positional={"kind": "rope"}, n_layers=3)
+    spec["model"]["layers"] = [{"select": "0", "mixer": mixers[first]}, {"select": "1", "mixer": mixers[second]}]
+    model = specformer.build(spec, seed=0).eval()
+    with torch.no_grad():  # shift weights, decays and bonuses away from their initial values
+        for name, p in model.named_parameters():
+            if "time_" in name:
+                p.copy_(torch.rand_like(p) if "time_mix" in name else torch.randn_like(p))
+    return model
+
+
+#: Who claims the cache's columns in a forward: layer 0's mixer state, its keys, or (no mixer) its feed-forward.
+LAYOUTS = [("rwkv4", "rwkv4"), ("rwkv4", "attention"), ("attention", "rwkv4"), ("none", "attention")]
+
+
+@pytest.mark.parametrize(("first", "second"), LAYOUTS)
+def test_cached_decode_equals_the_uncached_forward(first: str, second: str) -> None:
+    assert_cached_decode_equals_the_uncached_forward(_cached_model(first, second))
+
+
+@pytest.mark.parametrize(("first", "second"), LAYOUTS[:2])
+def test_a_left_padded_ragged_batch_equals_each_row_alone(first: str, second: str) -> None:
+    assert_a_left_padded_ragged_batch_equals_each_row_alone(_cached_model(first, second))
+
+
+def test_packed_documents_equal_each_document_alone() -> None:
+    assert_packed_documents_equal_each_document_alone(_cached_model())
+
+
+@pytest.mark.parametrize(("first", "second"), LAYOUTS)
+def test_reorder_and_rollback_restore_the_states_exactly(first: str, second: str) -> None:
+    assert_reorder_and_rollback_restore_the_states_exactly(_cached_model(first, second))
+
+
+def test_the_shift_is_kept_as_its_layers_ffn_state() -> None:
+    model = _cached_model("rwkv4", "attention")
+    d_model = model.d_model
+    assert model.blocks[0].ffn.state_slots.shapes == {"shift": (d_model,)}
+    assert layer_state_slots(model.blocks[1]).shapes == {"ffn.shift": (d_model,)}
+    assert list(layer_state_slots(model.blocks[0]).shapes) == ["shift", "num", "den", "exponent", "ffn.shift"]
+    cache = StaticKVCache.for_model(model, batch_size=2, capacity=8)
+    assert {i: sorted(s) for i, s in cache._states.items()} == {
+        0: ["den", "exponent", "ffn.shift", "num", "shift"], 1: ["ffn.shift"],
+        2: ["den", "exponent", "ffn.shift", "num", "shift"]}
+    # After one forward the feed-forward's state is its input at the last token (the normed stream).
+    tokens = torch.randint(0, 97, (2, 5))
+    seen = {}
+    hook = model.blocks[1].ffn.register_forward_hook(lambda module, args, out: seen.setdefault("x", args[0]))
+    with torch.no_grad():
+        model(tokens, positions=torch.arange(5).expand(2, 5), cache=cache)
+    hook.remove()
+    torch.testing.assert_close(cache._states[1]["ffn.shift"], seen["x"][:, -1])
+    assert cache.read_state(1, torch.zeros(2, 1, dtype=torch.long), part="ffn").keys() == {"shift"}
+    with pytest.raises(ValueError, match="layer 1's ffn keeps the states \\['shift'\\], got \\['conv'\\]"):
+        cache.write_state(1, {"conv": torch.zeros(2, d_model)}, part="ffn")
+    with pytest.raises(KeyError, match="layer 1's mixer keeps no state in this cache"):
+        cache.read_state(1, torch.zeros(2, 1, dtype=torch.long))
+
+
+def test_the_summary_and_the_memory_plan_count_the_shift() -> None:
+    from specformer_generate.memory import estimate
+
+    spec = tiny_spec(block={"mixer": {"kind": "rwkv4"}, "ffn": {"kind": "rwkv_channel_mix", "hidden": 48}},
+                     positional={"kind": "none"}, n_layers=2)
+    plain = tiny_spec(block={"mixer": {"kind": "rwkv4"}}, positional={"kind": "none"}, n_layers=2)
+    d_model = spec["model"]["d_model"]
+    # Per layer: the time mixing's shift, num, den and exponent (width = d_model), and the channel mixing's shift.
+    assert specformer.summarize(spec).state_elements_per_sequence == 2 * 5 * d_model
+    assert specformer.summarize(plain).state_elements_per_sequence == 2 * 4 * d_model
     model = _model()
-    cache = StaticKVCache.for_model(model, batch_size=1, capacity=8)
-    with torch.no_grad(), pytest.raises(NotImplementedError, match="rwkv_channel_mix.*cache keeps states only"):
-        model(torch.tensor([[1, 2, 3]]), positions=torch.arange(3)[None], cache=cache)
+    with_shift = estimate(model, rows=3, width=4, new_tokens=2, candidates=0)
+    without = estimate(specformer.build(plain, seed=0), rows=3, width=4, new_tokens=2, candidates=0)
+    assert with_shift.cache - without.cache == 3 * 2 * d_model * 4  # rows x layers x D float32
+
+
+def test_served_requests_batched_give_what_each_gives_alone() -> None:
+    """The serve engine's paged cache keeps the shift per request beside the time mixing's state."""
+    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
+
+    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
+    assert_greedy_batched_equals_alone(_cached_model("rwkv4", "attention"), prompts, [4, 6, 3, 5], max_batch=2,
+                                       num_blocks=32)
 
 
 def test_parameters_counted_as_built() -> None:
