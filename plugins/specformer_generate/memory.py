@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from specformer.model.attention import cache_slots_of, heads_of, reach_of
-from specformer.model.state import layer_state_slots
+from specformer.model.state import layer_states
 from specformer.errors import InputError, MemoryLimitError
 from specformer.machine.memory import ENV_VAR, memory_limit, parse_bytes
 from specformer.messages import format_bytes
@@ -68,7 +68,7 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
     largest_layer = 0
     slot_sizes: set[int] = set()
     widest_heads = 1
-    for module, block in zip(model.attention_modules(), model.blocks):
+    for module, state in zip(model.attention_modules(), layer_states(model)):
         window = reach_of(module)  # an AttentionLayer's public facts: its window or chunk
         slots = window if (use_cache and window is not None and window < length) else length
         heads = heads_of(module)  # None: a mixer without heads scores nothing
@@ -78,7 +78,7 @@ def estimate(model: Any, *, rows: int, width: int, new_tokens: int, candidates: 
         if use_cache and kept is not None:
             slot_sizes.add(slots)
             layer += rows * slots * kept.bytes_per_token(element)
-        state = layer_state_slots(block)  # and per sequence, whatever the length (a recurrent mixer or feed-forward)
+        # and per sequence, whatever the length (a recurrent mixer or feed-forward)
         if use_cache and state is not None:
             layer += rows * state.bytes_per_sequence(element, length)
         cache += layer

@@ -153,14 +153,23 @@ def layer_state_slots(block: Any) -> StateSlots | None:
     return StateSlots(tuple(tensors), per_tokens=tuple(per_tokens)) if tensors else None
 
 
+def layer_states(model: Any) -> list[StateSlots | None]:
+    """What each layer of ``model`` keeps per sequence (:func:`layer_state_slots`), None for a layer keeping nothing.
+
+    Aligned with ``model.attention_modules()``. A model that shows only its mixers (a wrapper
+    around a Decoder, a test double: no ``blocks``) has each mixer stand for its layer.
+    """
+    blocks = getattr(model, "blocks", None)
+    if blocks is None:
+        return [state_slots_of(mixer) for mixer in model.attention_modules()]
+    return [layer_state_slots(block) for block in blocks]
+
+
 def states_by_layer(model: Any) -> list[tuple[int, StateSlots]]:
-    """``(layer index, state)`` of every layer of ``model`` that keeps a state (:func:`layer_state_slots`), in order."""
-    found = []
-    for index, block in enumerate(model.blocks):
-        slots = layer_state_slots(block)
-        if slots is not None:
-            found.append((int(getattr(block.mixer, "layer_index", index)), slots))
-    return found
+    """``(layer index, state)`` of every layer of ``model`` that keeps a state (:func:`layer_states`), in order."""
+    mixers = model.attention_modules()
+    return [(int(getattr(mixer, "layer_index", index)), slots)
+            for index, (mixer, slots) in enumerate(zip(mixers, layer_states(model))) if slots is not None]
 
 
 def part_names(names: Any, part: str) -> dict[str, str]:
@@ -197,5 +206,5 @@ def recurrent_cache(cache: Any, layer: Any) -> RecurrentStateCache:
     return cache
 
 
-__all__ = ["RecurrentStateCache", "STATE_PARTS", "StateSlots", "layer_state_slots", "states_by_layer", "part_names",
+__all__ = ["RecurrentStateCache", "STATE_PARTS", "StateSlots", "layer_state_slots", "layer_states", "states_by_layer", "part_names",
            "recurrent_cache", "state_slots_of", "uses_positions"]

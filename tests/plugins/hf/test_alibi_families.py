@@ -49,8 +49,6 @@ def _mpt_folder(tmp_path, *, attn_config=None, **changes):
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"attn_config": {"clip_qkv": 8.0}}, r"MPT attn_config: config field 'clip_qkv' = 8.0 is not supported: clamping "
-                                         r"the fused q/k/v activations is a mechanism specformer lacks"),
     ({"attn_config": {"alibi_bias_max": 16}}, r"'alibi_bias_max' = 16 is not supported: specformer's alibi has the "
                                               r"slopes of a maximum bias of 8"),
     ({"attn_config": {"qk_ln": True}}, r"'qk_ln' = True is not supported: transformers' MPT does not build the q/k "
