@@ -38,7 +38,7 @@ def test_an_adapter_saved_before_the_rename_loads_and_gives_its_logits(tmp_path:
     assert any("adapter targets: 'blocks.*.attention.qkv' is read as 'blocks.*.mixer.qkv'" in line for line in lines)
     assert model.adapter.targets == ["blocks.0.mixer.qkv"] and model.adapter.ref["targets"] == ["blocks.*.mixer.qkv"]
     with torch.no_grad():
-        assert torch.equal(model(ids), expected)
+        torch.testing.assert_close(model(ids), expected, rtol=1e-5, atol=1e-6)  # saved on another CPU's kernels: close, not equal
     # Saved again, it is an adapter of now: no old name left, the same logits.
     save_adapter(model, tmp_path / "again.safetensors")
     with warnings.catch_warnings():
@@ -46,7 +46,7 @@ def test_an_adapter_saved_before_the_rename_loads_and_gives_its_logits(tmp_path:
         again = specformer.load(tmp_path / "again.safetensors").eval()
     assert ".attention." not in read_metadata(tmp_path / "again.safetensors")["adapter"]
     with torch.no_grad():
-        assert torch.equal(again(ids), expected)
+        torch.testing.assert_close(again(ids), expected, rtol=1e-5, atol=1e-6)  # saved on another CPU's kernels: close, not equal
         assert torch.allclose(merge_adapter(again)(ids), expected, atol=1e-5)
 
 
