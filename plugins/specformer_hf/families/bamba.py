@@ -17,7 +17,7 @@ from typing import Any
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
-from specformer_hf.families.granitemoehybrid import hybrid_layers
+from specformer_hf.families.granitemoehybrid import hybrid_layers, mamba_config
 from specformer_hf.parts.attention import Attention, attention_sizes
 from specformer_hf.parts.base import BLOCK_MIXER, LAYER, FamilyView, Part, keeps_keys, keeps_state, uniform_mixers
 from specformer_hf.parts.decoder import decoder_family
@@ -82,22 +82,7 @@ class BambaMixers(Part):
                 raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s attention has biases on q, k, v "
                                      "and o together or none (qkv_bias = out_bias), and the usual 1/sqrt(head_dim) scale")
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, attention_bias=a["qkv_bias"])
-        mamba = [layer["mixer"] for layer in layers if layer["mixer"]["kind"] == "mamba2"]
-        if mamba:
-            m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
-            d_inner = m["n_heads"] * m["head_dim"]
-            if d_inner % view.model.d_model:
-                raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s Mamba inner width is "
-                                     f"mamba_expand x d_model; n_heads x head_dim = {d_inner} is no multiple of "
-                                     f"{view.model.d_model}")
-            if m["norm_eps"] != view.uniform("norm", "eps"):
-                raise NotExpressible("model.block.mixer.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
-                                     f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
-            if m["norm_before_gate"]:
-                raise NotExpressible("model.block.mixer.norm_before_gate", f"Hugging Face {view.name} gates before its "
-                                     "Mamba norm (norm_before_gate: false)")
-            config.update(HYBRID_FIELDS.config(m, d_model=view.model.d_model, family=view.name),
-                          mamba_expand=d_inner // view.model.d_model)
+        config.update(mamba_config(view, layers, gates_first=True))
 
     def rules(self) -> list[Rule]:
         attention = [AtLayers(rule, where=lambda site: keeps_keys(site.mixer), layers="attention")

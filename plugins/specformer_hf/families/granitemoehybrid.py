@@ -77,6 +77,29 @@ def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dic
         model.setdefault("layers", []).append(override)
 
 
+def mamba_config(view: FamilyView, layers: list[dict[str, Any]], *, gates_first: bool = False) -> dict[str, Any]:
+    """The config fields of the Mamba-2 layers among ``layers`` (none without any), as the Granite 4.0-H and Bamba
+    configs hold them: one set for every Mamba layer, the inner width as ``mamba_expand`` x d_model, the norm's eps the
+    block norms'. ``gates_first``: the family gates before its Mamba norm (Bamba), so ``norm_before_gate`` is refused."""
+    mamba = [layer["mixer"] for layer in layers if layer["mixer"]["kind"] == "mamba2"]
+    if not mamba:
+        return {}
+    m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
+    d_inner = m["n_heads"] * m["head_dim"]
+    if d_inner % view.model.d_model:
+        raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s Mamba inner width is "
+                             f"mamba_expand x d_model; n_heads x head_dim = {d_inner} is no multiple of "
+                             f"{view.model.d_model}")
+    if m["norm_eps"] != view.uniform("norm", "eps"):
+        raise NotExpressible("model.block.mixer.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
+                             f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
+    if gates_first and m["norm_before_gate"]:
+        raise NotExpressible("model.block.mixer.norm_before_gate", f"Hugging Face {view.name} gates before its "
+                             "Mamba norm (norm_before_gate: false)")
+    return {**HYBRID_FIELDS.config(m, d_model=view.model.d_model, family=view.name),
+            "mamba_expand": d_inner // view.model.d_model}
+
+
 @dataclass(frozen=True)
 class GranitePositions(Part):
     """position_embedding_type: null or nope (no positions; the published configs say nope) or rope."""
@@ -135,19 +158,7 @@ class GraniteMixers(Part):
                                      f"d_model / n_heads ({view.model.d_model} / {n_heads})")
             config.update(num_attention_heads=n_heads, num_key_value_heads=n_kv, attention_bias=a["qkv_bias"],
                           attention_multiplier=attention_multiplier_config(a.get("scale"), head_dim))
-        mamba = [layer["mixer"] for layer in layers if layer["mixer"]["kind"] == "mamba2"]
-        if mamba:
-            m = uniform_mixers(mamba, family=view.name, what="Mamba-2")
-            d_inner = m["n_heads"] * m["head_dim"]
-            if d_inner % view.model.d_model:
-                raise NotExpressible("model.block.mixer", f"Hugging Face {view.name}'s Mamba inner width is "
-                                     f"mamba_expand x d_model; n_heads x head_dim = {d_inner} is no multiple of "
-                                     f"{view.model.d_model}")
-            if m["norm_eps"] != view.uniform("norm", "eps"):
-                raise NotExpressible("model.block.mixer.norm_eps", f"Hugging Face {view.name}'s Mamba norm uses "
-                                     f"rms_norm_eps, the block norms' eps ({view.uniform('norm', 'eps')})")
-            config.update(HYBRID_FIELDS.config(m, d_model=view.model.d_model, family=view.name),
-                          mamba_expand=d_inner // view.model.d_model)
+        config.update(mamba_config(view, layers))
 
     def rules(self) -> list[Rule]:
         attention = [AtLayers(rule, where=lambda site: keeps_keys(site.mixer), layers="attention")
