@@ -19,6 +19,7 @@ from tests.plugins.layers.mixers.through_the_cache import (
     assert_cached_decode_equals_the_uncached_forward,
     assert_packed_documents_equal_each_document_alone,
     assert_reorder_and_rollback_restore_the_states_exactly,
+    assert_served_requests_batched_give_what_each_gives_alone,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -191,11 +192,7 @@ def test_the_summary_and_the_memory_plan_count_the_shift() -> None:
 
 def test_served_requests_batched_give_what_each_gives_alone() -> None:
     """The serve engine's paged cache keeps the shift per request beside the time mixing's state."""
-    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
-
-    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
-    assert_greedy_batched_equals_alone(_cached_model("rwkv4", "attention"), prompts, [4, 6, 3, 5], max_batch=2,
-                                       num_blocks=32)
+    assert_served_requests_batched_give_what_each_gives_alone(_cached_model("rwkv4", "attention"))
 
 
 def test_parameters_counted_as_built() -> None:

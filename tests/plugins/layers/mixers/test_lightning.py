@@ -28,12 +28,7 @@ from specformer_layers.mixers.lightning import (
 from specformer_layers.mixers.lightning_params import LightningAttentionParams
 
 from tests.fixtures.tiny import tiny_spec
-from .through_the_cache import (
-    assert_a_left_padded_ragged_batch_equals_each_row_alone,
-    assert_cached_decode_equals_the_uncached_forward,
-    assert_packed_documents_equal_each_document_alone,
-    assert_reorder_and_rollback_restore_the_states_exactly,
-)
+from .through_the_cache import tiny_mixer_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -135,35 +130,12 @@ def test_equals_transformers_lightning_attention(heads: int, dim: int, layer_ind
 # -- through a model ------------------------------------------------------------------------------
 
 
-def _model(mixed: bool = False, **mixer):
-    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
-    if mixed:
-        spec["model"]["positional"] = {"kind": "rope"}
-        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
-    return specformer.build(spec, seed=0).eval()
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
-    assert_cached_decode_equals_the_uncached_forward(_model(mixed))
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
-    """Through the cache and recomputed without one: padding neither writes to nor decays a state."""
-    assert_a_left_padded_ragged_batch_equals_each_row_alone(_model(mixed))
-
-
-def test_packed_documents_equal_each_document_alone() -> None:
-    assert_packed_documents_equal_each_document_alone(_model())
-
-
-def test_reorder_and_rollback_restore_the_states_exactly() -> None:
-    assert_reorder_and_rollback_restore_the_states_exactly(_model(mixed=True))
+def tiny_model(mixed: bool = False, **mixer):
+    return tiny_mixer_model({**MIXER, **mixer}, mixed=mixed)
 
 
 def test_each_layer_decays_by_its_depth() -> None:
-    model = _model()
+    model = tiny_model()
     rates = [block.mixer.decay_rates for block in model.blocks]
     assert rates[0][0] > rates[1][0] > rates[2][0] > 0  # deeper layers forget more slowly
     assert rates[0] == pytest.approx([2 ** (-8 * (h + 1) / 4) * (1 + 1e-5) for h in range(4)])
@@ -171,14 +143,14 @@ def test_each_layer_decays_by_its_depth() -> None:
 
 
 def test_public_facts() -> None:
-    layer = _model().blocks[0].mixer
+    layer = tiny_model().blocks[0].mixer
     assert heads_of(layer) is not None and layer.n_heads == 4 and layer.head_dim == 6
     assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
     assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     assert layer.state_slots.shapes == {"recurrent": (4, 6, 6)}
     assert "chunk 4" in layer.describe_kernel()
     summary = specformer.summarize(tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=3))
-    assert summary.total == sum(p.numel() for p in _model().parameters())
+    assert summary.total == sum(p.numel() for p in tiny_model().parameters())
 
 
 @pytest.mark.parametrize(("change", "message", "where"), [
@@ -199,13 +171,3 @@ def test_heads_that_do_not_divide_d_model_need_a_head_dim() -> None:
     with pytest.raises(Exception, match=r"n_heads \(5\) must divide d_model \(32\) unless head_dim is given"):
         specformer.build(tiny_spec(block={"mixer": {"kind": "lightning", "n_heads": 5}}, positional={"kind": "none"}),
                          seed=0)
-
-
-def test_served_requests_batched_give_what_each_gives_alone() -> None:
-    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
-    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
-
-    model = _model(mixed=True)
-    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
-    lengths = [4, 6, 3, 5]
-    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)

@@ -21,12 +21,7 @@ from specformer_layers.mixers.mamba import Mamba
 from specformer_layers.mixers.mamba_params import MambaParams
 
 from tests.fixtures.tiny import tiny_spec
-from .through_the_cache import (
-    assert_a_left_padded_ragged_batch_equals_each_row_alone,
-    assert_cached_decode_equals_the_uncached_forward,
-    assert_packed_documents_equal_each_document_alone,
-    assert_reorder_and_rollback_restore_the_states_exactly,
-)
+from .through_the_cache import assert_cached_decode_equals_the_uncached_forward, tiny_mixer_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -157,18 +152,13 @@ def test_equals_transformers_jamba_mixer() -> None:
 # -- through a model ------------------------------------------------------------------------------
 
 
-def _model(mixed: bool = False, **mixer):
-    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
-    if mixed:
-        spec["model"]["positional"] = {"kind": "rope"}
-        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
-    return specformer.build(spec, seed=0).eval()
+def tiny_model(mixed: bool = False, **mixer):
+    return tiny_mixer_model({**MIXER, **mixer}, mixed=mixed)
 
 
-@pytest.mark.parametrize(("mixed", "norm", "weights"), [(False, None, False), (True, None, False), (False, 1e-4, False),
-                                                        (True, 1e-4, True)])
+@pytest.mark.parametrize(("mixed", "norm", "weights"), [(False, 1e-4, False), (True, 1e-4, True)])
 def test_cached_decode_equals_the_uncached_forward(mixed: bool, norm: float | None, weights: bool) -> None:
-    model = _model(mixed, bcdt_norm_eps=norm, bcdt_norm_weights=weights)
+    model = tiny_model(mixed, bcdt_norm_eps=norm, bcdt_norm_weights=weights)
     if weights:  # weights other than their initial ones, so that a norm's weight not applied would show
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -177,22 +167,8 @@ def test_cached_decode_equals_the_uncached_forward(mixed: bool, norm: float | No
     assert_cached_decode_equals_the_uncached_forward(model)
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
-    """Through the cache and recomputed without one: padding never enters a state."""
-    assert_a_left_padded_ragged_batch_equals_each_row_alone(_model(mixed))
-
-
-def test_packed_documents_equal_each_document_alone() -> None:
-    assert_packed_documents_equal_each_document_alone(_model())
-
-
-def test_reorder_and_rollback_restore_the_states_exactly() -> None:
-    assert_reorder_and_rollback_restore_the_states_exactly(_model(mixed=True))
-
-
 def test_public_facts() -> None:
-    layer = _model().blocks[0].mixer
+    layer = tiny_model().blocks[0].mixer
     assert heads_of(layer) is None  # per channel: no heads
     assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
     assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
@@ -216,13 +192,3 @@ def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -
 
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
     assert len(lines) == 1 and lines[0].strip().startswith(where)
-
-
-def test_served_requests_batched_give_what_each_gives_alone() -> None:
-    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
-    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
-
-    model = _model(mixed=True)
-    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
-    lengths = [4, 6, 3, 5]
-    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)

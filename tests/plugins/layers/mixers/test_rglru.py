@@ -23,12 +23,7 @@ from specformer_layers.mixers.rglru import RGLRU
 from specformer_layers.mixers.rglru_params import RGLRUParams
 
 from tests.fixtures.tiny import tiny_spec
-from .through_the_cache import (
-    assert_a_left_padded_ragged_batch_equals_each_row_alone,
-    assert_cached_decode_equals_the_uncached_forward,
-    assert_packed_documents_equal_each_document_alone,
-    assert_reorder_and_rollback_restore_the_states_exactly,
-)
+from .through_the_cache import tiny_mixer_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,48 +112,21 @@ def test_equals_transformers_recurrent_block(blocks: int, width: int, kernel: in
 # -- through a model ------------------------------------------------------------------------------
 
 
-def _model(mixed: bool = False, **mixer):
-    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
-    if mixed:
-        spec["model"]["positional"] = {"kind": "rope"}
-        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
-    model = specformer.build(spec, seed=0).eval()
-    with torch.no_grad():  # gates and decays away from their initial values, biases non-zero
-        for name, p in model.named_parameters():
-            if ".mixer." in name and "gate" in name:
-                p.copy_(torch.randn_like(p) * 0.5)
-    return model
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
-    model = _model(mixed)
-    assert_cached_decode_equals_the_uncached_forward(model)
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
-    """Through the cache and recomputed without one: padding never enters a state, each row resets at its first token."""
-    assert_a_left_padded_ragged_batch_equals_each_row_alone(_model(mixed))
-
-
-def test_packed_documents_equal_each_document_alone() -> None:
-    assert_packed_documents_equal_each_document_alone(_model())
-
-
-def test_reorder_and_rollback_restore_the_states_exactly() -> None:
-    assert_reorder_and_rollback_restore_the_states_exactly(_model(mixed=True))
+def tiny_model(mixed: bool = False, **mixer):
+    # gates and decays away from their initial values, biases non-zero
+    return tiny_mixer_model({**MIXER, **mixer}, mixed=mixed, perturb=lambda name, p: (
+        torch.randn_like(p) * 0.5 if ".mixer." in name and "gate" in name else None))
 
 
 def test_public_facts() -> None:
-    layer = _model().blocks[0].mixer
+    layer = tiny_model().blocks[0].mixer
     assert heads_of(layer) is None  # gate blocks are no heads: nothing per token
     assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
     assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     assert layer.state_slots.shapes == {"conv": (24, 2), "rglru": (24,), "begun": (1,)}
     assert "chunk 4" in layer.describe_kernel()
     summary = specformer.summarize(tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=3))
-    assert summary.total == sum(p.numel() for p in _model().parameters())
+    assert summary.total == sum(p.numel() for p in tiny_model().parameters())
 
 
 @pytest.mark.parametrize(("change", "message", "where"), [
@@ -175,13 +143,3 @@ def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -
 
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
     assert len(lines) == 1 and lines[0].strip().startswith(where)
-
-
-def test_served_requests_batched_give_what_each_gives_alone() -> None:
-    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
-    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
-
-    model = _model(mixed=True)
-    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
-    lengths = [4, 6, 3, 5]
-    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)

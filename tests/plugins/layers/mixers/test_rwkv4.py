@@ -25,12 +25,7 @@ from specformer_layers.mixers.rwkv4_params import Rwkv4Params
 from specformer_layers.mixers.wkv import wkv
 
 from tests.fixtures.tiny import tiny_spec
-from .through_the_cache import (
-    assert_a_left_padded_ragged_batch_equals_each_row_alone,
-    assert_cached_decode_equals_the_uncached_forward,
-    assert_packed_documents_equal_each_document_alone,
-    assert_reorder_and_rollback_restore_the_states_exactly,
-)
+from .through_the_cache import tiny_mixer_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -157,47 +152,21 @@ def test_equals_transformers_self_attention(width: int) -> None:
 # -- through a model ------------------------------------------------------------------------------
 
 
-def _model(mixed: bool = False, **mixer):
-    spec = tiny_spec(block={"mixer": {**MIXER, **mixer}}, positional={"kind": "none"}, n_layers=3)
-    if mixed:
-        spec["model"]["positional"] = {"kind": "rope"}
-        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
-    model = specformer.build(spec, seed=0).eval()
-    with torch.no_grad():  # decays, bonuses and shifts away from their initial values
-        for name, p in model.named_parameters():
-            if ".mixer.time_" in name:
-                p.copy_(torch.rand_like(p) if "time_mix" in name else torch.randn_like(p))
-    return model
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_cached_decode_equals_the_uncached_forward(mixed: bool) -> None:
-    assert_cached_decode_equals_the_uncached_forward(_model(mixed))
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_a_left_padded_ragged_batch_equals_each_row_alone(mixed: bool) -> None:
-    """Through the cache and recomputed without one: padding enters neither the shift nor the recurrence."""
-    assert_a_left_padded_ragged_batch_equals_each_row_alone(_model(mixed))
-
-
-def test_packed_documents_equal_each_document_alone() -> None:
-    assert_packed_documents_equal_each_document_alone(_model())
-
-
-def test_reorder_and_rollback_restore_the_states_exactly() -> None:
-    assert_reorder_and_rollback_restore_the_states_exactly(_model(mixed=True))
+def tiny_model(mixed: bool = False, **mixer):
+    # decays, bonuses and shifts away from their initial values
+    return tiny_mixer_model({**MIXER, **mixer}, mixed=mixed, perturb=lambda name, p: (
+        None if ".mixer.time_" not in name else torch.rand_like(p) if "time_mix" in name else torch.randn_like(p)))
 
 
 def test_public_facts() -> None:
-    layer = _model().blocks[0].mixer
+    layer = tiny_model().blocks[0].mixer
     assert heads_of(layer) is None
     assert not any(hasattr(layer, fact) for fact in ("window", "cache_slots", "uses_positions"))
     assert (reach_of(layer), cache_slots_of(layer), uses_positions(layer)) == (None, None, False)
     d_model = layer.time_mix_key.shape[0]
     assert layer.state_slots.shapes == {"shift": (d_model,), "num": (24,), "den": (24,), "exponent": (24,)}
     summary = specformer.summarize(tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=3))
-    assert summary.total == sum(p.numel() for p in _model().parameters())
+    assert summary.total == sum(p.numel() for p in tiny_model().parameters())
 
 
 @pytest.mark.parametrize(("change", "message", "where"), [
@@ -211,13 +180,3 @@ def test_bad_params_are_one_clear_line(change: dict, message: str, where: str) -
         specformer.build(tiny_spec(block={"mixer": {**MIXER, **change}}), seed=0)
     lines = [line for line in str(caught.value).splitlines() if re.search(message, line)]
     assert len(lines) == 1 and lines[0].strip().startswith(where)
-
-
-def test_served_requests_batched_give_what_each_gives_alone() -> None:
-    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
-    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
-
-    model = _model(mixed=True)
-    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
-    lengths = [4, 6, 3, 5]
-    assert_greedy_batched_equals_alone(model, prompts, lengths, max_batch=2, num_blocks=32)

@@ -1,4 +1,4 @@
-"""What every recurrent mixer must do inside a model, written once: the checks its test file runs on a model of it.
+"""What every recurrent mixer must do inside a model, written once: test_through_the_cache.py runs each on each mixer.
 
 Each takes a built model (vocabulary of at least 97 tokens) whose mixer keeps a recurrent state,
 alone or beside attention layers, and compares what the cache gives against the plain forward.
@@ -6,9 +6,35 @@ alone or beside attention layers, and compares what the cache gives against the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+import specformer
 from specformer_generate import StaticKVCache
+
+from tests.fixtures.tiny import tiny_spec
+
+
+def tiny_mixer_model(mixer: dict, *, mixed: bool = False,
+                     perturb: Callable[[str, torch.Tensor], torch.Tensor | None] | None = None):
+    """Three tiny layers of ``mixer`` (``mixed``: the middle one attention, with RoPE), in eval mode.
+
+    ``perturb(name, parameter)`` may return a new value for a parameter, to move gates and decays away
+    from their initial values where those would hide a mistake.
+    """
+    spec = tiny_spec(block={"mixer": mixer}, positional={"kind": "none"}, n_layers=3)
+    if mixed:
+        spec["model"]["positional"] = {"kind": "rope"}
+        spec["model"]["layers"] = [{"select": "1", "mixer": {"kind": "attention", "n_heads": 4, "n_kv_heads": 2}}]
+    model = specformer.build(spec, seed=0).eval()
+    if perturb is not None:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                value = perturb(name, p)
+                if value is not None:
+                    p.copy_(value)
+    return model
 
 
 def decode(model, tokens: torch.Tensor, *, prefill: int, steps: bool = False) -> torch.Tensor:
@@ -84,3 +110,11 @@ def assert_reorder_and_rollback_restore_the_states_exactly(model) -> None:
         got = model(tokens[1:2, 5:6].expand(2, 1), positions=positions[:, 5:6], cache=cache)
         want = model(tokens[1:2, :6])[:, 5:]
         torch.testing.assert_close(got, want.expand(2, -1, -1), rtol=1e-4, atol=1e-5)
+
+
+def assert_served_requests_batched_give_what_each_gives_alone(model) -> None:
+    """The serve engine's paged cache keeps one state per request: more requests than the batch holds."""
+    from tests.plugins.serve.test_engine import assert_greedy_batched_equals_alone
+
+    prompts = [[5, 9, 2, 7, 1], [3], [8, 8, 1, 4, 4, 6, 2], [11, 12]]
+    assert_greedy_batched_equals_alone(model, prompts, [4, 6, 3, 5], max_batch=2, num_blocks=32)
