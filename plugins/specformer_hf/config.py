@@ -86,6 +86,14 @@ class ConfigReader:
             raise UserError(f"{self.family}: config field {key!r} must be a positive integer, got {value!r}")
         return value
 
+    def get_width_and_heads(self, width: str, heads: str, *, model: str) -> tuple[int, int]:
+        """The model width and its head count, for a ``model`` whose heads split the width evenly."""
+        d_model, n_heads = self.get_size(width), self.get_size(heads)
+        if d_model % n_heads:
+            raise UserError(f"{self.family}: config field {width!r} = {d_model} is not a multiple of {heads!r} = "
+                            f"{n_heads}; {model}'s heads split the model width evenly")
+        return d_model, n_heads
+
     def get_layers(self, key: str) -> int:
         """The layer count: a positive integer, and no more than the folder's tensors could hold.
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.errors import UserError
-
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.falcon import FINAL_NORM_AND_HEAD, attention_and_mlp_rules
 from specformer_hf.family import Family
@@ -42,10 +40,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     # pretraining_tp with slow_but_exact splits the output projections' matmuls into slices summed in turn: the
     # same maths in another order of additions.
     cfg.mark_read("pretraining_tp", "slow_but_exact")
-    d_model, n_heads = cfg.get_size("hidden_size"), cfg.get_size("n_head")
-    if d_model % n_heads:
-        raise UserError(f"{cfg.family}: config field 'hidden_size' = {d_model} is not a multiple of 'n_head' = "
-                        f"{n_heads}; BLOOM's heads split the model width evenly")
+    d_model, n_heads = cfg.get_width_and_heads("hidden_size", "n_head", model="BLOOM")
     eps = cfg.get_float("layer_norm_epsilon")
     norm = {"kind": "layernorm", "eps": eps}
     return {

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from specformer.errors import UserError
-
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import Family
 from specformer_hf.rules import Copy, Fused, Rule, qkv_sizes
@@ -28,10 +26,7 @@ POSITIONS = {"kind": "sinusoidal", "split_halves": True}
 
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    d_model, n_heads = cfg.get_size("n_embd"), cfg.get_size("n_head")
-    if d_model % n_heads:
-        raise UserError(f"{cfg.family}: config field 'n_embd' = {d_model} is not a multiple of 'n_head' = {n_heads}; "
-                        "CTRL's heads split the model width evenly")
+    d_model, n_heads = cfg.get_width_and_heads("n_embd", "n_head", model="CTRL")
     return {
         "vocab_size": cfg.get_int("vocab_size"),
         "d_model": d_model,

@@ -73,11 +73,7 @@ def to_spec(cfg: ConfigReader) -> dict[str, Any]:
     # (every MPT's LayerNorm is the same; "low_precision" only chose the dtype it ran in on GPUs).
     cfg.mark_read("learned_pos_emb", "norm_type")
     attention = _attention(cfg)
-    n_heads = cfg.get_size("n_heads")
-    d_model = cfg.get_size("d_model")
-    if d_model % n_heads:
-        raise UserError(f"{cfg.family}: config field 'd_model' = {d_model} is not a multiple of 'n_heads' = {n_heads}; "
-                        "MPT's heads split the model width evenly")
+    d_model, n_heads = cfg.get_width_and_heads("d_model", "n_heads", model="MPT")
     attn: dict[str, Any] = {"kind": "attention", "n_heads": n_heads, "n_kv_heads": n_heads, "qkv_bias": False,
                             "out_bias": False}
     for key in ("scale", "clip_qkv"):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from specformer.errors import UserError
-
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import Family
 from specformer_hf.parts.base import BLOCK_MIXER
@@ -28,10 +26,7 @@ ACTIVATIONS_TO_HF = {"gelu_tanh": "gelu", "relu": "relu", "silu": "silu"}
 
 
 def to_spec(cfg: ConfigReader) -> dict[str, Any]:
-    d_model, n_heads = cfg.get_size("n_embd"), cfg.get_size("n_head")
-    if d_model % n_heads:
-        raise UserError(f"{cfg.family}: config field 'n_embd' = {d_model} is not a multiple of 'n_head' = {n_heads}; "
-                        "GPT-1's heads split the model width evenly")
+    d_model, n_heads = cfg.get_width_and_heads("n_embd", "n_head", model="GPT-1")
     afn = cfg.require("afn", tuple(ACTIVATIONS), why="transformers' OpenAIGPT knows only these activations")
     norm = {"kind": "layernorm", "eps": cfg.get_float("layer_norm_epsilon")}
     return {

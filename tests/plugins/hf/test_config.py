@@ -50,6 +50,15 @@ def test_integers_and_sizes() -> None:
             cfg.get_size(key)
 
 
+def test_a_width_the_heads_do_not_divide_is_named_with_both_fields() -> None:
+    assert reader({"n_embd": 12, "n_head": 3}).get_width_and_heads("n_embd", "n_head", model="GPT-1") == (12, 3)
+    with pytest.raises(UserError, match=r"^llama: config field 'n_embd' = 12 is not a multiple of 'n_head' = 5; "
+                                        r"GPT-1's heads split the model width evenly$"):
+        reader({"n_embd": 12, "n_head": 5}).get_width_and_heads("n_embd", "n_head", model="GPT-1")
+    with pytest.raises(UserError, match=r"'n_head' must be a positive integer, got 0$"):
+        reader({"n_embd": 12, "n_head": 0}).get_width_and_heads("n_embd", "n_head", model="GPT-1")
+
+
 def test_the_layer_count_is_bounded_by_the_tensors() -> None:
     assert reader({"num_hidden_layers": 4}, max_layers=4).get_layers("num_hidden_layers") == 4
     assert reader({"num_hidden_layers": 10**18}).get_layers("num_hidden_layers") == 10**18  # no folder: no bound
