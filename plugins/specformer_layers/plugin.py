@@ -16,6 +16,7 @@ from specformer_layers.attention.params import (CausalSelfAttentionParams, Compr
                                                 LightningIndexerParams)
 from specformer_layers.ffn.params import ChannelMixParams, GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
 from specformer_layers.ffn.xielu_params import XIELUParams
+from specformer_layers.linear.bitlinear_params import BitLinearParams
 from specformer_layers.mixers.gated_deltanet_params import GatedDeltaNetParams
 from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.mixers.lightning_params import LightningAttentionParams
@@ -69,6 +70,7 @@ ROPE_SCALING_KIND = "rope_scaling"
 ROUTER_KIND = "router"
 #: The kind this plugin adds: what ``mla``'s ``indexer`` param names (sparse attention).
 INDEXER_KIND = "indexer"
+LINEAR_KIND = "linear"
 #: The kind this plugin adds: a learned activation ``mlp``'s ``activation`` may name instead of a fixed one.
 ACTIVATION_KIND = "activation"
 
@@ -108,6 +110,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("ffn", "rwkv_channel_mix", "ffn.channel_mix:ChannelMix", ChannelMixParams, "https://arxiv.org/abs/2305.13048"),
     ("ffn", "moe", "ffn.moe:MoE", MoEParams, "https://arxiv.org/abs/2401.04088"),
     (ACTIVATION_KIND, "xielu", "ffn.xielu:XIELU", XIELUParams, "https://arxiv.org/abs/2411.13010"),
+    (LINEAR_KIND, "bitlinear", "linear.bitlinear:BitLinear", BitLinearParams, "https://arxiv.org/abs/2402.17764"),
     ("ffn", "parallel", "ffn.parallel:ParallelFFN", ParallelFFNParams,
      "https://huggingface.co/docs/transformers/main/en/model_doc/gemma4"),
     ("ffn", "none", "layouts.absent:Absent", AbsentFFNParams, "https://arxiv.org/abs/2405.21060"),
@@ -178,6 +181,13 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
         doc="A non-linearity with learned parameters of its own, made with no sizes (called on any tensor, "
             "elementwise); an mlp names one as its activation where a fixed function will not do.",
         sizes=(),
+    )
+    registry.add_kind(
+        LINEAR_KIND,
+        doc="A projection a layer makes in place of nn.Linear, with the same weight and bias (same names and shapes) "
+            "but its own forward (BitLinear: ternary weights, int8 activations); splits are the row counts of the "
+            "projections a fused one holds (q, k, v), for a quantiser that keeps one scale per projection.",
+        sizes=("in_features", "out_features", "bias", "splits"),
     )
     registry.add_kind(
         INDEXER_KIND,

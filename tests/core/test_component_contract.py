@@ -67,6 +67,7 @@ def _sizes(kind: str) -> dict[str, Any] | None:
         "rope_scaling": {"rotary_dim": ROTARY_DIM, "theta": 10000.0, "context_length": 16384},
         "router": {"d_model": 16, "n_experts": 4, "top_k": 2, "vocab_size": 50},
         "indexer": {"d_model": 32, "query_dim": 8, "positional_dim": 8},
+        "linear": {"in_features": 8, "out_features": 6, "bias": True, "splits": (2, 4)},
         "per_layer_input": {"vocab_size": 11, "d_model": 8, "n_layers": 2},
         "sampler": {}, "quantization": {}, "adapter": {},
     }.get(kind)
@@ -119,6 +120,15 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "qk_norm"): "rmsnorm",
     ("mixer", "attention", "qk_norm_scope"): ("all", {"qk_norm": "rmsnorm"}),
     ("mixer", "attention", "qk_norm_order"): ("after_rope", {"qk_norm": "rmsnorm"}),
+    ("mixer", "attention", "out_norm"): "rmsnorm",
+    ("mixer", "attention", "linear"): "bitlinear",
+    ("ffn", "swiglu", "inner_norm"): "rmsnorm",
+    ("ffn", "swiglu", "linear"): "bitlinear",
+    ("ffn", "geglu", "inner_norm"): "rmsnorm",
+    ("ffn", "geglu", "linear"): "bitlinear",
+    ("ffn", "reglu", "inner_norm"): "rmsnorm",
+    ("ffn", "reglu", "linear"): "bitlinear",
+    ("linear", "bitlinear", "eps"): 10.0,  # above the tiny inputs' max|x|: the int8 grid's step grows
     ("ffn", "mlp", "activation"): "xielu",  # a learned activation component in place of the fixed gelu
     ("mixer", "attention", "logit_softcap"): 30.0,
     ("mixer", "attention", "scale"): 0.5,

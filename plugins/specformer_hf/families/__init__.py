@@ -22,6 +22,7 @@ def builtin_families() -> list[Family]:
         cohere,
         cohere2,
         cohere2_moe,
+        bitnet,
         cwm,
         dbrx,
         deepseek_v2,
@@ -216,6 +217,7 @@ def builtin_families() -> list[Family]:
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
+            bitnet.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

@@ -19,6 +19,15 @@ from specformer_layers.attention.kernels import BACKENDS, Scores, attend, descri
 from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.attention.per_head_norm import PerHeadNorm
 
+def _linear_maker(params: Any) -> Callable[..., nn.Module]:
+    """``make(d_in, d_out, bias=, splits=)``: an nn.Linear, or the ``linear`` component params names (any Params
+    with a ``linear`` field); ``splits``, the rows of each projection a fused one holds, go to the component only."""
+    if params.linear is None:
+        return lambda d_in, d_out, *, bias, splits=(): nn.Linear(d_in, d_out, bias=bias)
+    return lambda d_in, d_out, *, bias, splits=(): params.linear.make(in_features=d_in, out_features=d_out,
+                                                                      bias=bias, splits=tuple(splits))
+
+
 class CausalSelfAttention(nn.Module):
     """Causal self-attention, multi-head, grouped-query or multi-query: :class:`CausalSelfAttentionParams`.
 
@@ -68,17 +77,22 @@ class CausalSelfAttention(nn.Module):
         # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
         # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
         self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
-        self.qkv = nn.Linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias)
+        # The projections are nn.Linear or the spec's linear kind (BitLinear): same weight and bias either way.
+        make_linear = _linear_maker(params)
+        self.qkv = make_linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias,
+                               splits=(n_heads * head_dim, *self.kv_splits))
         self.v_norm = params.v_norm.make(dim=head_dim) if params.v_norm is not None else None
-        self.out = nn.Linear(n_heads * head_dim, d_model, bias=params.out_bias)
+        # BitNet's attn_sub_norm: over all heads' channels, between attention and the output projection.
+        self.out_norm = params.out_norm.make(dim=n_heads * head_dim) if params.out_norm is not None else None
+        self.out = make_linear(n_heads * head_dim, d_model, bias=params.out_bias)
         # The output gate reads the block input: one logit per output channel of every head, or per head (no bias).
         self.gate_per_head = params.output_gate_scope == "head"
         if not params.output_gate:
             self.gate = None
         elif self.gate_per_head:
-            self.gate = nn.Linear(d_model, n_heads, bias=False)
+            self.gate = make_linear(d_model, n_heads, bias=False)
         else:
-            self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
+            self.gate = make_linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
@@ -157,6 +171,8 @@ class CausalSelfAttention(nn.Module):
         y = y.reshape(B, T, H * hd)  # (B, T, H*hd): a pair's 2hd channels in place of its two heads' hd
         if self.gate is not None and not self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))
+        if self.out_norm is not None:
+            y = self.out_norm(y)
         return self.out(y)
 
     def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
@@ -203,6 +219,9 @@ class CausalSelfAttention(nn.Module):
         if self.differential is not None:
             raise ValueError("tensor parallelism does not split differential attention yet: head i pairs with head "
                              "i + n_heads/2, which a split into consecutive heads puts on another device")
+        if self.out_norm is not None or not type(self.qkv) is nn.Linear:
+            raise ValueError("tensor parallelism does not split attention with out_norm or a linear kind yet: the norm "
+                             "and BitLinear's absmean and absmax scales read every head's channels, not one device's")
         if self.q_norm is not None and self.qk_norm_scope != "head":
             raise ValueError(f"tensor parallelism does not split attention with qk_norm_scope {self.qk_norm_scope!r} "
                              f"yet (a norm across all heads' channels, or weights per head); 'head' is split")
@@ -243,6 +262,10 @@ class CausalSelfAttention(nn.Module):
             parts.append("qk_norm_order=after_rope")
         if self.differential is not None:
             parts.append("differential=True")
+        if self.out_norm is not None:
+            parts.append("out_norm=True")
+        if type(self.qkv) is not nn.Linear:
+            parts.append(f"linear={type(self.qkv).__name__}")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:

@@ -144,6 +144,16 @@ class CausalSelfAttentionParams(Params):
         description="With differential: the norm of each pair's 2 * head_dim output channels, one for all pairs "
                     "(DiffLlama: rmsnorm without a weight, eps rms_norm_eps).",
     )
+    out_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="A norm over all heads' concatenated outputs right before the output projection (BitNet's "
+                    "attn_sub_norm).",
+    )
+    linear: SubComponent("linear") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="The projections' kind in place of nn.Linear, same weights (bitlinear: ternary weights, int8 "
+                    "activations); the fused q/k/v keeps one quantiser scale per projection.",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -187,8 +197,10 @@ class CausalSelfAttentionParams(Params):
         # Queries, then keys and values of its own (none when it reads another layer's; no value rows with k_eq_v).
         kv_rows = 0 if self.kv_from is not None else KV * hd * (1 if self.k_eq_v else 2)
         parameters = total(
-            linear(d_model, H * hd + kv_rows, bias=self.qkv_bias),
-            linear(H * hd, d_model, bias=self.out_bias),
+            self._projection(d_model, H * hd + kv_rows, bias=self.qkv_bias,
+                             splits=(H * hd, *(KV * hd,) * (kv_rows // (KV * hd) if kv_rows else 0))),
+            self._projection(H * hd, d_model, bias=self.out_bias),
+            self.out_norm.sized(dim=H * hd).parameters if self.out_norm is not None else 0,
             self._gate_parameters(d_model, H, hd),
             H if self.sinks else 0,
             self._qk_norm_parameters(H, KV, hd),
@@ -199,10 +211,18 @@ class CausalSelfAttentionParams(Params):
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
                      kv_from=self.kv_from, window=self.window)
 
-    def _gate_parameters(self, d_model: int, H: int, hd: int) -> int:
+    def _projection(self, d_in: int, d_out: int, *, bias: bool, splits: tuple[int, ...] = ()) -> int | None:
+        """One projection's parameters: nn.Linear's, or the ``linear`` component's own size check."""
+        if self.linear is None:
+            return linear(d_in, d_out, bias=bias)
+        return self.linear.sized(in_features=d_in, out_features=d_out, bias=bias, splits=splits).parameters
+
+    def _gate_parameters(self, d_model: int, H: int, hd: int) -> int | None:
         if not self.output_gate:
             return 0
-        return linear(d_model, H) if self.output_gate_scope == "head" else linear(d_model, H * hd, bias=self.qkv_bias)
+        if self.output_gate_scope == "head":
+            return self._projection(d_model, H, bias=False)
+        return self._projection(d_model, H * hd, bias=self.qkv_bias)
 
     def check_kv_from(self, layer_index: int) -> None:
         """ValueError unless ``kv_from`` (when set) names a layer before ``layer_index``."""

@@ -19,8 +19,15 @@ class GatedMLP(nn.Module):
         super().__init__()
         hidden = params.hidden_for(d_model)
         self.hidden = hidden
-        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=params.bias)  # rows: [gate; up]
-        self.down = nn.Linear(hidden, d_model, bias=params.bias)
+        if params.linear is None:
+            self.gate_up = nn.Linear(d_model, 2 * hidden, bias=params.bias)  # rows: [gate; up]
+            self.down = nn.Linear(hidden, d_model, bias=params.bias)
+        else:  # the spec's linear kind (BitLinear), same weights; gate and up each keep their own scale
+            self.gate_up = params.linear.make(in_features=d_model, out_features=2 * hidden, bias=params.bias,
+                                              splits=(hidden, hidden))
+            self.down = params.linear.make(in_features=hidden, out_features=d_model, bias=params.bias)
+        # BitNet's ffn_sub_norm, over the hidden channels before the down projection.
+        self.inner_norm = params.inner_norm.make(dim=hidden) if params.inner_norm is not None else None
         self.activation = ACTIVATIONS[params.activation]
         self.dropout = nn.Dropout(params.dropout)
         self.gate_multiplier = params.gate_multiplier
@@ -28,6 +35,9 @@ class GatedMLP(nn.Module):
 
     def parallel_plan(self) -> ParallelPlan:
         """Hidden channels over tp: the gate and up rows each split alike, the down projection by its inputs."""
+        if self.inner_norm is not None or type(self.down) is not nn.Linear:
+            raise ValueError("tensor parallelism does not split a gated MLP with inner_norm or a linear kind yet: the "
+                             "norm and BitLinear's absmean and absmax scales read every hidden channel, not one device's")
         rows = tuple(Split("tp", 0, self.hidden, "hidden channels", rows=self.hidden) for _ in ("gate", "up"))
         return {"gate_up.weight": rows, "gate_up.bias": rows,
                 "down.weight": (Split("tp", 1, self.hidden, "hidden channels"),)}
@@ -36,7 +46,10 @@ class GatedMLP(nn.Module):
         gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, T, hidden) each
         if self.gate_multiplier != 1.0:
             gate = gate * self.gate_multiplier
-        out = self.down(self.activation(gate) * up)
+        inner = self.activation(gate) * up  # (B, T, hidden)
+        if self.inner_norm is not None:
+            inner = self.inner_norm(inner)
+        out = self.down(inner)
         if self.output_multiplier != 1.0:
             out = out * self.output_multiplier
         return self.dropout(out)

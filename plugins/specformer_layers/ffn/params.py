@@ -85,6 +85,15 @@ class GatedMLPParams(Params):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the output.")
     gate_multiplier: float = Field(default=1.0, description="The gate projection's output is multiplied by this before the activation (Falcon-H1).")
     output_multiplier: float = Field(default=1.0, description="The output is multiplied by this (Falcon-H1).")
+    inner_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None, description="A norm over the hidden channels act(gate) * up right before the down projection "
+                                  "(BitNet's ffn_sub_norm).",
+    )
+    linear: SubComponent("linear") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="The projections' kind in place of nn.Linear, same weights (bitlinear: ternary weights, int8 "
+                    "activations); the fused gate/up keeps one quantiser scale per projection.",
+    )
 
     def hidden_for(self, d_model: int) -> int:
         """The inner width for ``d_model``: ``hidden``, else :func:`default_gated_hidden`."""
@@ -92,7 +101,15 @@ class GatedMLPParams(Params):
 
     def sized(self, *, d_model: int) -> Sized:
         hidden = self.hidden_for(d_model)  # gate and up as one projection of 2 * hidden rows
-        return Sized(parameters=linear(d_model, 2 * hidden, bias=self.bias) + linear(hidden, d_model, bias=self.bias))
+        if self.linear is None:
+            projections = total(linear(d_model, 2 * hidden, bias=self.bias), linear(hidden, d_model, bias=self.bias))
+        else:
+            projections = total(
+                self.linear.sized(in_features=d_model, out_features=2 * hidden, bias=self.bias,
+                                  splits=(hidden, hidden)).parameters,
+                self.linear.sized(in_features=hidden, out_features=d_model, bias=self.bias).parameters)
+        return Sized(parameters=total(projections,
+                                      self.inner_norm.sized(dim=hidden).parameters if self.inner_norm is not None else 0))
 
 
 class GeGLUParams(GatedMLPParams):

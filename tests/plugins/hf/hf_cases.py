@@ -1056,6 +1056,15 @@ CASES += [
     Case("diffllama-mha-linear-tied", "DiffLlamaConfig", "DiffLlamaForCausalLM",
          {**BASE, "hidden_size": 60, "num_attention_heads": 6, "tie_word_embeddings": True,
           "rope_parameters": _rope("linear", factor=2.0)}),
+    # BitNet: relu2 gated MLP and the two sub-layer norms (attn_sub_norm over all heads, ffn_sub_norm over the
+    # hidden channels), float projections as BitNetForCausalLM builds them from a config; 6 heads of 10 over 2
+    # key/value heads, biased attention, non-default eps, untied; and 3 heads of 16 over 1 (multi-query), tied, rope theta 10000.
+    Case("bitnet", "BitNetConfig", "BitNetForCausalLM",
+         {**BASE, "hidden_size": 60, "num_attention_heads": 6, "num_key_value_heads": 2, "rms_norm_eps": 1e-4,
+          "attention_bias": True, "tie_word_embeddings": False}),
+    Case("bitnet-mqa-tied", "BitNetConfig", "BitNetForCausalLM",
+         {**BASE, "hidden_size": 48, "num_attention_heads": 3, "num_key_value_heads": 1, "tie_word_embeddings": True,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     Case("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
          _llama_like(head_dim=20, attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
                      rope_parameters=_rope("dynamic", alpha=3.0, factor=1.0))),
