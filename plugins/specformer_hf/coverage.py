@@ -69,7 +69,6 @@ MISSING: dict[str, str] = {
     **{model_type: MAPPING_ONLY for model_type in (
         "cohere_compass_text", "emu3")},
     # Issue 45: recurrent and linear-attention mixers.
-    "xlstm": "mLSTM (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",

@@ -22,6 +22,7 @@ from specformer_layers.mixers.kda_params import KimiDeltaAttentionParams
 from specformer_layers.mixers.lightning_params import LightningAttentionParams
 from specformer_layers.mixers.mamba2_params import Mamba2Params
 from specformer_layers.mixers.mamba_params import MambaParams
+from specformer_layers.mixers.mlstm_params import MLSTMParams
 from specformer_layers.mixers.parallel_params import ParallelMixerParams
 from specformer_layers.mixers.rglru_params import RGLRUParams
 from specformer_layers.mixers.rwkv4_params import Rwkv4Params
@@ -145,6 +146,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "rwkv4", "mixers.rwkv4:Rwkv4", Rwkv4Params, "https://arxiv.org/abs/2305.13048"),
     ("mixer", "lightning", "mixers.lightning:LightningAttention", LightningAttentionParams,
      "https://arxiv.org/abs/2501.08313"),
+    ("mixer", "mlstm", "mixers.mlstm:MLSTM", MLSTMParams, "https://arxiv.org/abs/2405.04517"),
     ("mixer", "none", "layouts.absent:Absent", AbsentMixerParams, "https://arxiv.org/abs/2504.03624"),
 
     ("layout", "prenorm", "layouts.prenorm:PreNormBlock", PreNormBlockParams, "https://arxiv.org/abs/2002.04745"),

@@ -131,6 +131,7 @@ def builtin_families() -> list[Family]:
         qwen3_next,
         recurrent_gemma,
         rwkv,
+        xlstm,
     )
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
@@ -218,6 +219,7 @@ def builtin_families() -> list[Family]:
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
             bitnet.FAMILY,
+            xlstm.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

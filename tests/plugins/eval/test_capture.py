@@ -57,7 +57,7 @@ def attention_cases() -> list[Any]:
 
 
 #: Mixers without attention probabilities (their capture entry is None).
-RECURRENT = ("gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "short_conv", "none")
+RECURRENT = ("gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "short_conv", "none")
 
 
 def test_a_recurrent_layer_has_no_probabilities_and_the_attention_beside_it_has() -> None:

@@ -41,6 +41,9 @@ class Case:
     #: Saved buffers (by the last part of their name) to shake too, by this much: a selection bias that starts at 0
     #: would leave where it is added untested (Kolibri-1's e_score_correction_bias).
     shake_buffers: tuple[str, float] | None = None
+    #: Parameters (by how their name ends) replaced by noise of this scale after the shake: an initialisation that
+    #: silences a part (xLSTM's input gates start at bias -10, writing almost nothing) would leave it untested.
+    reset_params: tuple[tuple[str, float], ...] = ()
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -59,6 +62,10 @@ class Case:
                 for key, b in model.named_buffers():
                     if key.rsplit(".", 1)[-1] == name:
                         b.add_(torch.randn_like(b) * scale)
+            for end, scale in self.reset_params:
+                for key, p in model.named_parameters():
+                    if key.endswith(end):
+                        p.copy_(torch.randn_like(p) * scale)
         return model.eval()
 
     def save(self, model: Any, directory: Any) -> None:
@@ -1153,6 +1160,23 @@ CASES += [
               intermediate_size=40, num_local_experts=3, num_experts_per_tok=1, block_size=4,
               full_attn_alpha_factor=2.0, linear_attn_alpha_factor=2.0, mlp_alpha_factor=2.0,
               tie_word_embeddings=True)),
+    # xLSTM: 3 heads of 64 query/key and 64 value channels over hidden 96 (qk and v wider than the stream; transformers'
+    # cache rounds the widths up to multiples of 64, so they are such multiples), chunks of 4 (the prompts are longer
+    # and no multiple of it), low gate and logit soft caps, eps 1e-4 beside norm_eps 1e-5, a feed-forward of
+    # 96 * 1.3 rounded up to 16 (128). transformers starts the input gates at bias -10 (writing almost nothing):
+    # they are reset to noise so that the memory carries the logits.
+    Case("xlstm", "xLSTMConfig", "xLSTMForCausalLM",
+         dict(vocab_size=128, hidden_size=96, num_hidden_layers=3, num_heads=3, qk_dim_factor=2.0, v_dim_factor=2.0,
+              chunk_size=4, gate_soft_cap=5.0, output_logit_soft_cap=3.0, norm_eps=1e-5, eps=1e-4,
+              ffn_proj_factor=1.3, ffn_round_up_to_multiple_of=16, bos_token_id=None, eos_token_id=None,
+              pad_token_id=None),
+         reset_params=(("igate_preact.weight", 0.3), ("igate_preact.bias", 1.0), ("fgate_preact.weight", 0.3))),
+    # xLSTM-7B's factors and caps (qk 0.5, v 1.0, gate cap 15, logit cap 30, ffn 2.667 rounded to 64), 2 heads, one
+    # chunk of 64 longer than any prompt, a tie_word_embeddings that transformers ignores.
+    Case("xlstm-defaults-tie-ignored", "xLSTMConfig", "xLSTMForCausalLM",
+         dict(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_heads=2, tie_word_embeddings=True,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None),
+         reset_params=(("igate_preact.weight", 0.3), ("igate_preact.bias", 1.0))),
     Case("bamba", "BambaConfig", "BambaForCausalLM",
          _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
                      attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
@@ -1249,6 +1273,6 @@ SLOW_VARIANTS = frozenset({
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
-    "minimax-default-types-tied",
+    "minimax-default-types-tied", "xlstm-defaults-tie-ignored",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -80,7 +80,7 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("xlstm", ["model_type 'xlstm' is not supported yet; it lacks: mLSTM (issue 45)",
+    ("zamba", ["model_type 'zamba' is not supported yet; it lacks: shared blocks (issue 47)",
               "Families not yet supported"]),
     # JetMoE's experts and rope exist; routing its attention heads per token does not.
     ("jetmoe", ["model_type 'jetmoe' is not supported yet; it lacks: mixture of attention heads (issue 46)"]),

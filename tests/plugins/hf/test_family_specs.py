@@ -150,6 +150,8 @@ DENSE_SPECS = {
     "mamba-130m.yaml": ("MambaConfig", dict(num_hidden_layers=24, max_position_embeddings=4096)),
     # RWKV/rwkv-4-169m-pile's shape (recalled: hidden 768, 12 layers, vocabulary 50277, context 1024).
     "rwkv-4-169m.yaml": ("RwkvConfig", dict(vocab_size=50277, hidden_size=768, num_hidden_layers=12, context_length=1024)),
+    # xLSTMConfig's defaults are NX-AI/xLSTM-7b's sizes (its docstring's checkpoint).
+    "xlstm-7b.yaml": ("xLSTMConfig", dict()),
     "falcon-mamba-7b.yaml": ("FalconMambaConfig", dict(
         vocab_size=65024, hidden_size=4096, num_hidden_layers=64, time_step_rank=256, tie_word_embeddings=False,
         max_position_embeddings=4096)),

@@ -123,6 +123,10 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_heads": 4, "chunk": 4},
         {"n_heads": 3, "head_dim": 6, "activation": "gelu", "norm_eps": 1e-5, "chunk": 3},
     ],
+    ("mixer", "mlstm"): [
+        {"n_heads": 4, "chunk": 4},
+        {"n_heads": 3, "qk_dim": 9, "v_dim": 15, "bias": True, "gate_soft_cap": None, "norm_eps": 1e-5, "chunk": 3},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 

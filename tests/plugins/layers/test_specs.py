@@ -164,6 +164,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     # RWKV-4 169M (recalled; see the spec).
     "rwkv-4-169m.yaml": _llama_like("RwkvConfig", vocab_size=50277, hidden_size=768, num_hidden_layers=12,
                                     context_length=1024),
+    # xLSTM-7B: transformers' xLSTMConfig defaults are its sizes.
+    "xlstm-7b.yaml": _llama_like("xLSTMConfig"),
     # Hybrid: Gated DeltaNet layers among gated (Qwen) or OLMo-2 attention layers.
     "qwen3-next-80b-a3b.yaml": _llama_like(
         "Qwen3NextConfig", intermediate_size=5120, max_position_embeddings=262144,

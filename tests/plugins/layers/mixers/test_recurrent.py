@@ -19,7 +19,7 @@ from specformer_layers.mixers import MixerRun, RecurrentMixer
 NOT_RECURRENT = {"parallel", "compressed"}
 SIZES = {"gated_deltanet": {"n_heads": 4}, "kda": {"n_heads": 4}, "mamba2": {"n_heads": 4, "head_dim": 8},
          "mamba": {"d_inner": 32}, "short_conv": {}, "rglru": {"width": 32}, "rwkv4": {},
-         "lightning": {"n_heads": 4}}
+         "lightning": {"n_heads": 4}, "mlstm": {"n_heads": 4}}
 
 
 class Recorder(RecurrentMixer):
