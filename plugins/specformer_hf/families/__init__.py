@@ -68,6 +68,7 @@ def builtin_families() -> list[Family]:
         internlm3,
         iquestcoder,
         jais2,
+        jetmoe,
         kolibri1,
         llama,
         llama4,
@@ -216,6 +217,7 @@ def builtin_families() -> list[Family]:
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
+            jetmoe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]
