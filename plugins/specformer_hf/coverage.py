@@ -81,7 +81,6 @@ MISSING: dict[str, str] = {
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
     "gpt_neox_japanese": "a dense bias added after the residual (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
-    "jetmoe": "mixture of attention heads (issue 46)",
     "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
     "kolibri1_1": "block-pooled attention indexer (issue 46)",
     "hy_v4": "MLA with the indexer, mHC and learnable sinks together (issue 46)",

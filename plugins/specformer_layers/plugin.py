@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
+from specformer_layers.attention.mixture_of_heads_params import MixtureOfHeadsParams
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
 from specformer_layers.ffn.params import ChannelMixParams, GeGLUParams, GatedMLPParams, MLPParams, MoEParams, ParallelFFNParams, ReGLUParams
@@ -135,6 +136,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://arxiv.org/abs/2512.02556"),
     ("mixer", "compressed", "attention.compressed:CompressedAttention", CompressedAttentionParams,
      "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
+    ("mixer", "moa", "attention.mixture_of_heads:MixtureOfHeads", MixtureOfHeadsParams, "https://arxiv.org/abs/2210.05144"),
     ("mixer", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
     ("mixer", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),
     ("mixer", "gated_deltanet", "mixers.gated_deltanet:GatedDeltaNet", GatedDeltaNetParams,

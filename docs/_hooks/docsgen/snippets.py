@@ -107,6 +107,8 @@ def placements(registry: Registry) -> dict[str, list[Step]]:
     """
     schema = spec_json_schema(registry)
     defs = schema.get("$defs", {})
+    # Between places equally near, the one inside the component registered first (moe's router before moa's).
+    order = {(c.kind, c.name): i for i, c in enumerate(registry)}
     found: dict[str, list[Step]] = {}
     queue: list[tuple[dict[str, Any], list[Step], frozenset[str]]] = [(schema, [], frozenset())]
     while queue:
@@ -120,7 +122,7 @@ def placements(registry: Registry) -> dict[str, list[Step]]:
                 continue
             if name.endswith("-component"):
                 kind = name[: -len("-component")]
-                if kind not in found or _rank(path, kind) < _rank(found[kind], kind):
+                if kind not in found or _rank(path, kind, order) < _rank(found[kind], kind, order):
                     found[kind] = path
                 for alt in defs.get(name, {}).get("oneOf", []):
                     if alt.get("type") == "object" and alt.get("title"):
@@ -140,9 +142,10 @@ def placements(registry: Registry) -> dict[str, list[Step]]:
     return dict(sorted(found.items()))
 
 
-def _rank(path: list[Step], kind: str) -> tuple[int, int]:
+def _rank(path: list[Step], kind: str, order: dict[tuple[str, str], int]) -> tuple[int, int, tuple[int, ...]]:
     last = path[-1] if path else ("",)
-    return (0 if last[0] == "key" and last[1] == kind else 1, len(path))
+    inside = tuple(order.get((step[1], step[2]), 0) for step in path if step[0] == "component")
+    return (0 if last[0] == "key" and last[1] == kind else 1, len(path), inside)
 
 
 def place(path: list[Step], leaf: Any, registry: Registry) -> dict[str, Any]:

@@ -69,6 +69,7 @@ def builtin_families() -> list[Family]:
         internlm3,
         iquestcoder,
         jais2,
+        jetmoe,
         kolibri1,
         llama,
         llama4,
@@ -220,6 +221,7 @@ def builtin_families() -> list[Family]:
             minimax.FAMILY,
             bitnet.FAMILY,
             xlstm.FAMILY,
+            jetmoe.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

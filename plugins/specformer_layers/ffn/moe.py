@@ -58,6 +58,7 @@ class MoE(nn.Module):
             self.shared = GatedMLP(shared, d_model=d_model) if gated else MLP(shared, d_model=d_model)
             if params.shared_gate:
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
+        self.output_bias = nn.Parameter(torch.zeros(d_model)) if params.output_bias else None
         self.output_norm: nn.Module | None = params.output_norm.make(dim=d_model) if params.output_norm is not None else None
         self.aux_loss: Tensor | None = None
         #: The process group the experts are split over (expert parallelism), None when this process holds all.
@@ -100,6 +101,8 @@ class MoE(nn.Module):
             out = out + shared
             if self.shared_combine == "average":  # Cohere2-MoE: the mean of the routed mix and the shared experts
                 out = out / 2
+        if self.output_bias is not None:  # JetMoE: one bias for the whole mixture, not one per expert
+            out = out + self.output_bias
         if self.output_norm is not None:  # A.X-K1: the whole mixture's output normalised
             out = self.output_norm(out)
         return out.view(shape)
@@ -202,13 +205,13 @@ class MoE(nn.Module):
         for module in (self.shared, self.shared_gate, self.output_norm):
             if module is not None:
                 total += sum(p.numel() for p in module.parameters())
-        return total
+        return total + (self.output_bias.numel() if self.output_bias is not None else 0)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         # The router and the shared experts initialise themselves (Decoder.init_weights reaches every module).
         nn.init.normal_(self.experts_in, std=std)
         nn.init.normal_(self.experts_out, std=residual_std)  # feeds the residual stream
-        for bias in (self.experts_in_bias, self.experts_out_bias):
+        for bias in (self.experts_in_bias, self.experts_out_bias, self.output_bias):
             if bias is not None:
                 nn.init.zeros_(bias)
         if self.shared_gate is not None:

@@ -162,7 +162,8 @@ class MoEParams(Params):
     ``shared_hidden`` (DeepSeek-MoE, ungated; ``shared_gate`` scales it by a learned
     sigmoid gate as Qwen2-MoE does; ``shared_combine: average`` takes the mean of the routed mix and
     the shared experts' output, ``(routed + shared) / 2``, instead of their sum, as Cohere's
-    Command A MoE does). ``output_norm`` normalises the mixture's whole output, routed and
+    Command A MoE does). ``output_bias`` adds one bias vector to the mixture's output, whatever
+    the experts chosen (JetMoE). ``output_norm`` normalises the mixture's whole output, routed and
     shared experts combined, before it joins the residual stream (A.X-K1's ``post_mlp_layernorm``,
     an RMSNorm). Dense layers in an MoE model (DeepSeek-V3's
     ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
@@ -230,6 +231,9 @@ class MoEParams(Params):
         description="A norm on the mixture's output (routed and shared experts combined), e.g. {kind: rmsnorm} "
                     "(A.X-K1's post_mlp_layernorm); null: none.",
     )
+    output_bias: bool = Field(
+        default=False, description="A bias added once to the mixture's output (JetMoE's), before output_norm.",
+    )
     aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
 
     @model_validator(mode="after")
@@ -282,7 +286,8 @@ class MoEParams(Params):
         shared_count = shared.sized(d_model=d_model).parameters if shared is not None else 0
         gate = linear(d_model, 1) if shared is not None and self.shared_gate else 0
         out_norm = self.output_norm.sized(dim=d_model).parameters if self.output_norm is not None else 0
-        return Sized(parameters=total(router.parameters, experts, shared_count, gate, out_norm))
+        out_bias = d_model if self.output_bias else 0
+        return Sized(parameters=total(router.parameters, experts, shared_count, gate, out_norm, out_bias))
 
 
 class ParallelFFNParams(Params):

@@ -1177,6 +1177,20 @@ CASES += [
          dict(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_heads=2, tie_word_embeddings=True,
               bos_token_id=None, eos_token_id=None, pad_token_id=None),
          reset_params=(("igate_preact.weight", 0.3), ("igate_preact.bias", 1.0))),
+    # JetMoE: 5 attention experts of 3 query heads of 6 (top-k slots 2: 6 query heads over 3 shared key/value heads,
+    # 18 channels, not hidden 36), 5 feed-forward experts of 20, the experts' shared biases, the final norm's eps
+    # (1e-5) differing from the blocks' fixed 1e-6, tied head.
+    Case("jetmoe", "JetMoeConfig", "JetMoeForCausalLM",
+         dict(vocab_size=128, hidden_size=36, num_hidden_layers=2, num_key_value_heads=3, kv_channels=6,
+              intermediate_size=20, num_local_experts=5, num_experts_per_tok=2, max_position_embeddings=CONTEXT,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None,
+              rms_norm_eps=1e-5, rope_parameters=_rope("default", rope_theta=5000.0))),
+    # One key/value head of 8 (multi-query within each slot), 3 of 4 experts per token, gelu experts, untied.
+    Case("jetmoe-mqa-top3-untied", "JetMoeConfig", "JetMoeForCausalLM",
+         dict(vocab_size=128, hidden_size=32, num_hidden_layers=3, num_key_value_heads=1, kv_channels=8,
+              intermediate_size=24, num_local_experts=4, num_experts_per_tok=3, max_position_embeddings=CONTEXT,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None,
+              activation_function="gelu", tie_word_embeddings=False)),
     Case("bamba", "BambaConfig", "BambaForCausalLM",
          _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
                      attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
@@ -1273,6 +1287,6 @@ SLOW_VARIANTS = frozenset({
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
-    "minimax-default-types-tied", "xlstm-defaults-tie-ignored",
+    "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

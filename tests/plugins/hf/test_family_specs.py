@@ -237,8 +237,10 @@ DBRX = ("DbrxConfig", dict(
     attn_config={"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000.0},
     ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4, "moe_jitter_eps": 0.0,
                 "moe_loss_weight": 0.05, "moe_normalize_expert_weights": 1.0}))
-#: Mixtures whose experts transformers keeps as flat 2-D matrices (no module per expert): their spec -> config.
-FLAT_EXPERT_SPECS = {"dbrx.yaml": DBRX}
+#: JetMoE-8B: transformers' JetMoeConfig defaults (its docstring names jetmoe/jetmoe-8b) with the published 24 layers.
+JETMOE = ("JetMoeConfig", dict(num_hidden_layers=24))
+#: Mixtures whose experts transformers keeps as flat or stacked matrices (no module per expert): their spec -> config.
+FLAT_EXPERT_SPECS = {"dbrx.yaml": DBRX, "jetmoe-8b.yaml": JETMOE}
 
 
 def test_dbrx_active_parameters_match_transformers():
@@ -253,6 +255,24 @@ def test_dbrx_active_parameters_match_transformers():
     # w1, v1 and w2 each hold (n_experts * ffn_hidden_size, d_model): a token leaves n_experts - top_k of them idle.
     idle = len(hf.transformer.blocks) * (ffn.moe_num_experts - ffn.moe_top_k) * 3 * ffn.ffn_hidden_size * config.d_model
     summary = specformer.summarize(SPECS / "dbrx.yaml")
+    assert (summary.total, summary.active) == (total, total - idle)
+
+
+def test_jetmoe_active_parameters_match_transformers():
+    import transformers
+
+    config_class, fields = JETMOE
+    config = getattr(transformers, config_class)(**fields)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in hf.parameters())
+    idle = 0
+    for layer in hf.model.layers:
+        # Both mixtures stack their experts (experts, out, in): a token leaves n_experts - top_k of each idle.
+        for mixture in (layer.mlp, layer.self_attention.experts):
+            per_expert = (mixture.input_linear.weight.numel() + mixture.output_linear.weight.numel()) // config.num_local_experts
+            idle += (config.num_local_experts - config.num_experts_per_tok) * per_expert
+    summary = specformer.summarize(SPECS / "jetmoe-8b.yaml")
     assert (summary.total, summary.active) == (total, total - idle)
 
 

@@ -126,6 +126,10 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("mixer", "mlstm"): [
         {"n_heads": 4, "chunk": 4},
         {"n_heads": 3, "qk_dim": 9, "v_dim": 15, "bias": True, "gate_soft_cap": None, "norm_eps": 1e-5, "chunk": 3},
+    ("mixer", "moa"): [
+        {"n_experts": 4, "top_k": 2, "n_kv_heads": 2},
+        {"n_experts": 3, "top_k": 1, "n_kv_heads": 3, "head_dim": 6, "out_bias": True, "aux_loss_coef": 0.0,
+         "router": {"kind": "sigmoid_topk"}},
     ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
@@ -316,7 +320,9 @@ def _attention_by_positional() -> list[Any]:
             return scheme
         if "mixers" in attention:  # a parallel mixer: its attention carries the rotary heads
             attention = next(m for m in attention["mixers"] if m["kind"] in ("attention", "mla"))
-        width = attention.get("qk_rope_head_dim") or attention.get("head_dim") or D_MODEL // attention.get("n_heads", 1)
+        # moa has no n_heads: its heads are d_model / n_kv_heads wide by default.
+        width = (attention.get("qk_rope_head_dim") or attention.get("head_dim")
+                 or D_MODEL // attention.get("n_heads", attention.get("n_kv_heads", 1)))
         pairs = width // 2
         return {**scheme, "scaling": {**scaling, "short_factor": [1.0 + i / 10 for i in range(pairs)],
                                       "long_factor": [2.0 + i for i in range(pairs)]}}

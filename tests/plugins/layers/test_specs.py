@@ -270,6 +270,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
         attn_config={"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000.0},
         ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4, "moe_jitter_eps": 0.0,
                     "moe_loss_weight": 0.05, "moe_normalize_expert_weights": 1.0}),
+    # transformers' JetMoeConfig defaults (jetmoe/jetmoe-8b's, its docstring says) with the published 24 layers.
+    "jetmoe-8b.yaml": _llama_like("JetMoeConfig", num_hidden_layers=24),
     "olmo-7b.yaml": _llama_like("OlmoConfig"),  # transformers' defaults are OLMo-7B's sizes
     "jais-2-8b.yaml": _llama_like("Jais2Config"),  # transformers' defaults are Jais-2-8B's sizes (its docstring's)
     # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).
@@ -341,7 +343,7 @@ def shrink(data: Any) -> Any:
                 if key == "n_heads":
                     value = 4
                 elif key in ("n_kv_heads", "n_key_heads"):  # attention's key/value heads, Gated DeltaNet's key heads
-                    value = {True: 4, False: 1 if value == 1 else 2}[value == node["n_heads"]]
+                    value = {True: 4, False: 1 if value == 1 else 2}[value == node.get("n_heads")]  # moa: none
                 elif key in ("key_head_dim", "value_head_dim"):
                     value = 16
                 elif key == "head_dim":

@@ -55,6 +55,8 @@ def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> tor
                 out[n] = (out[n] + shared) / 2
             else:
                 out[n] += shared
+        if moe.output_bias is not None:  # one bias for the whole mixture (JetMoE)
+            out[n] += moe.output_bias
         if moe.output_norm is not None:  # an RMSNorm written out: y / sqrt(mean(y^2) + eps) * w
             norm = moe.output_norm
             out[n] = out[n] / torch.sqrt(out[n].pow(2).mean() + norm.eps) * norm.weight
@@ -79,6 +81,8 @@ CONFIGS = [
     {"n_shared_experts": 2, "shared_combine": "average"},
     {"n_shared_experts": 1, "output_norm": {"kind": "rmsnorm", "eps": 1e-3}},
     {"output_norm": "rmsnorm", "top_k": 3},
+    {"output_bias": True, "routing": "topk_then_softmax"},
+    {"output_bias": True, "output_norm": "rmsnorm", "n_shared_experts": 1},
     {"n_shared_experts": 1, "shared_hidden": 12, "shared_gate": True, "shared_combine": "average"},
     {"n_experts": 2, "top_k": 2},
     {"expert_bias": True},
