@@ -128,6 +128,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "temperature_position_offset"): (0, {"temperature_tuning": True, "temperature_floor_scale": 2}),
     ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("mixer", "attention", "v_norm"): "rmsnorm",
+    ("mixer", "attention", "v_head_dim"): 6,  # wider than the tiny heads, so the value rows and cache change
+    ("mixer", "attention", "value_scale"): 0.5,
     ("mixer", "attention", "clip_qkv"): 0.05,  # below the tiny projections' largest values, so it clamps
     ("mixer", "attention", "clip_qkv_order"): ("after_qk_norm", {"clip_qkv": 0.05, "qk_norm": "rmsnorm", "qk_norm_scope": "all"}),
     ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from specformer.model.attention import head_sizes
+from specformer.model.attention import CacheSlots, head_sizes
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
@@ -38,6 +38,9 @@ class CausalSelfAttention(nn.Module):
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim
+        # Values may be wider or narrower than queries and keys (MiMo-V2-Flash); scaled once projected.
+        self.v_head_dim = v_head_dim = params.v_head_dim or head_dim
+        self.value_scale = params.value_scale
         self.window = window
         self.logit_softcap = params.logit_softcap
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
@@ -65,12 +68,17 @@ class CausalSelfAttention(nn.Module):
         self.k_eq_v = params.k_eq_v
         self.clip_qkv = params.clip_qkv
         self.clip_after_qk_norm = params.clip_qkv_order == "after_qk_norm"
-        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
-        # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
-        self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
+        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*v_head_dim)], without the v rows
+        # when the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
+        self.kv_splits: tuple[int, ...] = (
+            () if self.kv_from is not None
+            else (n_kv_heads * head_dim,) if self.k_eq_v else (n_kv_heads * head_dim, n_kv_heads * v_head_dim))
+        if v_head_dim != head_dim:  # the cache keeps values of their own width (kv_from is refused with v_head_dim)
+            self.cache_slots = CacheSlots(key_heads=n_kv_heads, key_dim=head_dim, value_heads=n_kv_heads,
+                                          value_dim=v_head_dim)
         self.qkv = nn.Linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias)
-        self.v_norm = params.v_norm.make(dim=head_dim) if params.v_norm is not None else None
-        self.out = nn.Linear(n_heads * head_dim, d_model, bias=params.out_bias)
+        self.v_norm = params.v_norm.make(dim=v_head_dim) if params.v_norm is not None else None
+        self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=params.out_bias)
         # The output gate reads the block input: one logit per output channel of every head, or per head (no bias).
         self.gate_per_head = params.output_gate_scope == "head"
         if not params.output_gate:
@@ -78,7 +86,7 @@ class CausalSelfAttention(nn.Module):
         elif self.gate_per_head:
             self.gate = nn.Linear(d_model, n_heads, bias=False)
         else:
-            self.gate = nn.Linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
+            self.gate = nn.Linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
@@ -151,10 +159,10 @@ class CausalSelfAttention(nn.Module):
                                   rule=self.mask_rule, scores=scores, dropout=dropout, observe=observe)
                            for half, observe in ((first, self.observe_weights), (second, None))], dim=-1)
             y = self.differential(y)  # (B, H, T, 2hd) -> (B, H/2, T, 2hd): one output per pair
-        y = y.transpose(1, 2)  # (B, T, H, hd), or (B, T, H/2, 2hd) with differential
+        y = y.transpose(1, 2)  # (B, T, H, vd), or (B, T, H/2, 2hd) with differential
         if self.gate is not None and self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))[..., None]  # (B, T, H, 1): each head's output scaled as a whole
-        y = y.reshape(B, T, H * hd)  # (B, T, H*hd): a pair's 2hd channels in place of its two heads' hd
+        y = y.reshape(B, T, H * self.v_head_dim)  # (B, T, H*vd): a pair's 2hd channels in place of its two heads' hd
         if self.gate is not None and not self.gate_per_head:
             y = y * torch.sigmoid(self.gate(x))
         return self.out(y)
@@ -163,7 +171,7 @@ class CausalSelfAttention(nn.Module):
         """This layer's keys and values (through the cache, if any) and their positions; handed on to the layers
         that read them (``ctx.shared_kv``)."""
         B, T, _ = kv[0].shape
-        KV, hd = self.n_kv_heads, self.head_dim
+        KV, hd, vd = self.n_kv_heads, self.head_dim, self.v_head_dim
         k = kv[0]
         v = k if self.k_eq_v else kv[1]  # k_eq_v: the values are the keys before their norm and rotation
         if self.k_norm is not None and self.qk_norm_scope == "all":
@@ -171,12 +179,14 @@ class CausalSelfAttention(nn.Module):
         if self.clip_after_qk_norm:  # the keys after their norm, the values as projected
             k, v = k.clamp(-self.clip_qkv, self.clip_qkv), v.clamp(-self.clip_qkv, self.clip_qkv)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        v = v.view(B, T, KV, vd).transpose(1, 2)  # (B, KV, T, vd)
         per_head_norm = self.k_norm is not None and self.qk_norm_scope != "all"
         if per_head_norm and not self.qk_norm_after_rope:
             k = self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
+        if self.value_scale != 1.0:  # before the cache, which keeps the values as attention reads them
+            v = v * self.value_scale
         k = positional.rotate(k, state)
         if per_head_norm and self.qk_norm_after_rope:  # before the cache: it keeps keys as attention reads them
             k = self.k_norm(k)
@@ -211,6 +221,9 @@ class CausalSelfAttention(nn.Module):
         local_kv = max(1, self.n_kv_heads // tp)  # fewer key/value heads than tp: each process a copy of one
         self.kv_splits = tuple(size // self.n_kv_heads * local_kv for size in self.kv_splits)
         self.n_kv_heads = local_kv
+        if hasattr(self, "cache_slots") and self.cache_slots is not None:  # values of their own width, fewer heads
+            self.cache_slots = CacheSlots(key_heads=local_kv, key_dim=self.head_dim, value_heads=local_kv,
+                                          value_dim=self.v_head_dim)
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
@@ -220,6 +233,10 @@ class CausalSelfAttention(nn.Module):
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_kv_heads={self.n_kv_heads}", f"head_dim={self.head_dim}",
                  f"backend={self.backend}"]
+        if self.v_head_dim != self.head_dim:
+            parts.append(f"v_head_dim={self.v_head_dim}")
+        if self.value_scale != 1.0:
+            parts.append(f"value_scale={self.value_scale}")
         if self.window is not None:
             parts.append(f"window={self.window}")
         if self.chunk is not None:
