@@ -123,6 +123,7 @@ def builtin_families() -> list[Family]:
         mamba,
         mamba2,
         mellum,
+        mimo_v2_flash,
         nemotron_h,
         olmo_hybrid,
         qwen3_5,
@@ -216,6 +217,7 @@ def builtin_families() -> list[Family]:
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
+            mimo_v2_flash.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]
