@@ -81,6 +81,7 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=params.out_bias)
         # The output gate reads the block input: one logit per output channel of every head, or per head (no bias).
         self.gate_per_head = params.output_gate_scope == "head"
+        self.gate_activation = params.output_gate_activation
         if not params.output_gate:
             self.gate = None
         elif self.gate_per_head:
@@ -161,11 +162,17 @@ class CausalSelfAttention(nn.Module):
             y = self.differential(y)  # (B, H, T, 2hd) -> (B, H/2, T, 2hd): one output per pair
         y = y.transpose(1, 2)  # (B, T, H, vd), or (B, T, H/2, 2hd) with differential
         if self.gate is not None and self.gate_per_head:
-            y = y * torch.sigmoid(self.gate(x))[..., None]  # (B, T, H, 1): each head's output scaled as a whole
+            y = y * self._gates(x)[..., None]  # (B, T, H, 1): each head's output scaled as a whole
         y = y.reshape(B, T, H * self.v_head_dim)  # (B, T, H*vd): a pair's 2hd channels in place of its two heads' hd
         if self.gate is not None and not self.gate_per_head:
-            y = y * torch.sigmoid(self.gate(x))
+            y = y * self._gates(x)
         return self.out(y)
+
+    def _gates(self, x: Tensor) -> Tensor:
+        """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
+        assert self.gate is not None
+        logits = self.gate(x)
+        return torch.sigmoid(logits) if self.gate_activation == "sigmoid" else torch.nn.functional.softplus(logits)
 
     def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
         """This layer's keys and values (through the cache, if any) and their positions; handed on to the layers
@@ -247,6 +254,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("sinks=True")
         if self.gate is not None:
             parts.append("output_gate=head" if self.gate_per_head else "output_gate=True")
+            if self.gate_activation != "sigmoid":
+                parts.append(f"output_gate_activation={self.gate_activation}")
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
                          + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))

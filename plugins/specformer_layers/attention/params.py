@@ -34,7 +34,9 @@ class CausalSelfAttentionParams(Params):
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
     full-attention layers): a head can close itself for a token instead of parking its
     attention on a sink. ``output_gate_scope: head`` gates whole heads instead, one logit
-    per head from a projection without bias (LFM3's ``g_proj``). ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    per head from a projection without bias (LFM3's ``g_proj``). ``output_gate_activation:
+    softplus`` gates with ``softplus`` instead of ``sigmoid`` (Laguna): a gate in ``(0, inf)`` that
+    can amplify a head as well as close it. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
     fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
     no ``T x T`` tensor) for every other mask and score modification where it can run;
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
@@ -129,6 +131,10 @@ class CausalSelfAttentionParams(Params):
         default="channel",
         description="channel: one gate logit per output channel of every head (biased when qkv_bias is); head: one "
                     "per head, from a projection without bias, scaling the head's whole output (LFM3).",
+    )
+    output_gate_activation: Literal["sigmoid", "softplus"] = Field(
+        default="sigmoid",
+        description="What turns the output gate's logits into gates: sigmoid (Qwen3-Next, LFM3) or softplus (Laguna).",
     )
     kv_from: int | None = Field(
         default=None, ge=0,
