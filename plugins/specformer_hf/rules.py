@@ -392,9 +392,10 @@ def renamed(rule: Rule, rename: Callable[[str], str]) -> Rule:
 
 
 def qkv_sizes(site: Site) -> tuple[int, int, int]:
-    """Rows of q, k and v in our fused ``qkv``: ``n_heads * hd``, ``n_kv * hd``, ``n_kv * hd``."""
+    """Rows of q, k and v in our fused ``qkv``: ``n_heads * hd``, ``n_kv * hd``, ``n_kv * v_head_dim`` (the values'
+    own width where the attention has one, else ``hd``)."""
     a = site.mixer
-    return a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim
+    return a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * getattr(a, "v_head_dim", a.head_dim)
 
 
 def halves(site: Site) -> tuple[int, int]:

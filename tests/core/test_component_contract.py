@@ -140,9 +140,12 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "temperature_position_offset"): (0, {"temperature_tuning": True, "temperature_floor_scale": 2}),
     ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("mixer", "attention", "v_norm"): "rmsnorm",
+    ("mixer", "attention", "v_head_dim"): 6,  # wider than the tiny heads, so the value rows and cache change
+    ("mixer", "attention", "value_scale"): 0.5,
     ("mixer", "attention", "clip_qkv"): 0.05,  # below the tiny projections' largest values, so it clamps
     ("mixer", "attention", "clip_qkv_order"): ("after_qk_norm", {"clip_qkv": 0.05, "qk_norm": "rmsnorm", "qk_norm_scope": "all"}),
     ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),
+    ("mixer", "attention", "output_gate_activation"): ("softplus", {"output_gate": True}),
     ("mixer", "attention", "differential_norm"): ("rmsnorm", {"differential": True}),  # a norm with a weight
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
@@ -214,6 +217,9 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("rope_scaling", "longrope", "attention_factor"): 1.5,
     ("router", "softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "sigmoid_topk", "topk_group"): (2, {"n_group": 2}),
+    ("router", "sigmoid_topk", "logit_softcap"): 0.5,
+    ("router", "sqrtsoftplus_topk", "logit_softcap"): 0.5,
+    ("router", "biased_softmax_topk", "logit_softcap"): 0.5,
     ("router", "sqrtsoftplus_topk", "topk_group"): (2, {"n_group": 2}),
     ("router", "biased_softmax_topk", "topk_group"): (2, {"n_group": 2}),
     ("rope_scaling", "longrope", "short_factor"): [1.5] * PAIRS,

@@ -125,6 +125,7 @@ def builtin_families() -> list[Family]:
         mamba,
         mamba2,
         mellum,
+        mimo_v2_flash,
         nemotron_h,
         olmo_hybrid,
         qwen3_5,
@@ -222,6 +223,7 @@ def builtin_families() -> list[Family]:
             bitnet.FAMILY,
             xlstm.FAMILY,
             jetmoe.FAMILY,
+            mimo_v2_flash.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

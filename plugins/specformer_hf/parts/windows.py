@@ -10,7 +10,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.base import FamilyView, Part, selection
-from specformer_hf.parts.positions import rope, rope_parameters_of
+from specformer_hf.parts.positions import check_rotary_dim, rope, rope_parameters_of
 from specformer_hf.specview import NotExpressible, SpecView
 
 
@@ -95,6 +95,8 @@ class LayerTypeRopes(Part):
     pattern_key: str | None = "sliding_window_pattern"
     local_theta_key: str | None = None
     flat_is_full: bool = True
+    #: The family rotates part of each head where a layer type's partial_rotary_factor says (MiMo-V2-Flash).
+    partial: bool = False
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         n_layers = cfg.get_layers("num_hidden_layers")
@@ -136,8 +138,10 @@ class LayerTypeRopes(Part):
         # One layer type's rope, read by the shared rope reader as if it were the whole config's.
         single = ConfigReader({"rope_parameters": params, "max_position_embeddings": cfg.get("max_position_embeddings")},
                               defaults={}, family=f"{cfg.family} ({layer_type} layers)")
-        scheme = rope(single)
+        scheme = rope(single, partial=self.partial)
         cfg.unused.extend(single.unused)
+        if self.partial:
+            check_rotary_dim(cfg, cfg.get_size("num_attention_heads"), scheme)
         return scheme
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
@@ -156,7 +160,7 @@ class LayerTypeRopes(Part):
                                          f"{view.name} has one rope for all {layer_type} layers")
             if mine:
                 params[layer_type] = rope_parameters_of(mine[0][1], view.name, path=f"model.layers[{mine[0][0]}].positional",
-                                                        context_length=view.model.context_length)
+                                                        context_length=view.model.context_length, partial=self.partial)
         for layer_type in LAYER_TYPES:  # a type no layer has still needs parameters
             params.setdefault(layer_type, next(iter(params.values())))
         config.update(rope_parameters=params, layer_types=types, sliding_window=sliding.pop() if sliding else None)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from specformer.model.attention import head_sizes
+from specformer.model.attention import CacheSlots, head_sizes
 from specformer.model.context import ForwardContext
 from specformer.model.masks import MaskRule
 from specformer.model.positional import PositionalScheme
@@ -47,6 +47,9 @@ class CausalSelfAttention(nn.Module):
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim
+        # Values may be wider or narrower than queries and keys (MiMo-V2-Flash); scaled once projected.
+        self.v_head_dim = v_head_dim = params.v_head_dim or head_dim
+        self.value_scale = params.value_scale
         self.window = window
         self.logit_softcap = params.logit_softcap
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
@@ -74,25 +77,31 @@ class CausalSelfAttention(nn.Module):
         self.k_eq_v = params.k_eq_v
         self.clip_qkv = params.clip_qkv
         self.clip_after_qk_norm = params.clip_qkv_order == "after_qk_norm"
-        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*hd)], without the v rows when
-        # the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
-        self.kv_splits = () if self.kv_from is not None else (n_kv_heads * head_dim,) * (1 if self.k_eq_v else 2)
+        # One matmul for q, k and v; rows are [q (n_heads*hd); k (n_kv*hd); v (n_kv*v_head_dim)], without the v rows
+        # when the values are the keys (k_eq_v), and queries only when the keys and values are another layer's.
+        self.kv_splits: tuple[int, ...] = (
+            () if self.kv_from is not None
+            else (n_kv_heads * head_dim,) if self.k_eq_v else (n_kv_heads * head_dim, n_kv_heads * v_head_dim))
+        if v_head_dim != head_dim:  # the cache keeps values of their own width (kv_from is refused with v_head_dim)
+            self.cache_slots = CacheSlots(key_heads=n_kv_heads, key_dim=head_dim, value_heads=n_kv_heads,
+                                          value_dim=v_head_dim)
         # The projections are nn.Linear or the spec's linear kind (BitLinear): same weight and bias either way.
         make_linear = _linear_maker(params)
         self.qkv = make_linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias,
                                splits=(n_heads * head_dim, *self.kv_splits))
-        self.v_norm = params.v_norm.make(dim=head_dim) if params.v_norm is not None else None
+        self.v_norm = params.v_norm.make(dim=v_head_dim) if params.v_norm is not None else None
         # BitNet's attn_sub_norm: over all heads' channels, between attention and the output projection.
-        self.out_norm = params.out_norm.make(dim=n_heads * head_dim) if params.out_norm is not None else None
-        self.out = make_linear(n_heads * head_dim, d_model, bias=params.out_bias)
+        self.out_norm = params.out_norm.make(dim=n_heads * v_head_dim) if params.out_norm is not None else None
+        self.out = make_linear(n_heads * v_head_dim, d_model, bias=params.out_bias)
         # The output gate reads the block input: one logit per output channel of every head, or per head (no bias).
         self.gate_per_head = params.output_gate_scope == "head"
+        self.gate_activation = params.output_gate_activation
         if not params.output_gate:
             self.gate = None
         elif self.gate_per_head:
             self.gate = make_linear(d_model, n_heads, bias=False)
         else:
-            self.gate = make_linear(d_model, n_heads * head_dim, bias=params.qkv_bias)
+            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
@@ -165,21 +174,27 @@ class CausalSelfAttention(nn.Module):
                                   rule=self.mask_rule, scores=scores, dropout=dropout, observe=observe)
                            for half, observe in ((first, self.observe_weights), (second, None))], dim=-1)
             y = self.differential(y)  # (B, H, T, 2hd) -> (B, H/2, T, 2hd): one output per pair
-        y = y.transpose(1, 2)  # (B, T, H, hd), or (B, T, H/2, 2hd) with differential
+        y = y.transpose(1, 2)  # (B, T, H, vd), or (B, T, H/2, 2hd) with differential
         if self.gate is not None and self.gate_per_head:
-            y = y * torch.sigmoid(self.gate(x))[..., None]  # (B, T, H, 1): each head's output scaled as a whole
-        y = y.reshape(B, T, H * hd)  # (B, T, H*hd): a pair's 2hd channels in place of its two heads' hd
+            y = y * self._gates(x)[..., None]  # (B, T, H, 1): each head's output scaled as a whole
+        y = y.reshape(B, T, H * self.v_head_dim)  # (B, T, H*vd): a pair's 2hd channels in place of its two heads' hd
         if self.gate is not None and not self.gate_per_head:
-            y = y * torch.sigmoid(self.gate(x))
+            y = y * self._gates(x)
         if self.out_norm is not None:
             y = self.out_norm(y)
         return self.out(y)
+
+    def _gates(self, x: Tensor) -> Tensor:
+        """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
+        assert self.gate is not None
+        logits = self.gate(x)
+        return torch.sigmoid(logits) if self.gate_activation == "sigmoid" else torch.nn.functional.softplus(logits)
 
     def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
         """This layer's keys and values (through the cache, if any) and their positions; handed on to the layers
         that read them (``ctx.shared_kv``)."""
         B, T, _ = kv[0].shape
-        KV, hd = self.n_kv_heads, self.head_dim
+        KV, hd, vd = self.n_kv_heads, self.head_dim, self.v_head_dim
         k = kv[0]
         v = k if self.k_eq_v else kv[1]  # k_eq_v: the values are the keys before their norm and rotation
         if self.k_norm is not None and self.qk_norm_scope == "all":
@@ -187,12 +202,14 @@ class CausalSelfAttention(nn.Module):
         if self.clip_after_qk_norm:  # the keys after their norm, the values as projected
             k, v = k.clamp(-self.clip_qkv, self.clip_qkv), v.clamp(-self.clip_qkv, self.clip_qkv)
         k = k.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        v = v.view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        v = v.view(B, T, KV, vd).transpose(1, 2)  # (B, KV, T, vd)
         per_head_norm = self.k_norm is not None and self.qk_norm_scope != "all"
         if per_head_norm and not self.qk_norm_after_rope:
             k = self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
+        if self.value_scale != 1.0:  # before the cache, which keeps the values as attention reads them
+            v = v * self.value_scale
         k = positional.rotate(k, state)
         if per_head_norm and self.qk_norm_after_rope:  # before the cache: it keeps keys as attention reads them
             k = self.k_norm(k)
@@ -230,6 +247,9 @@ class CausalSelfAttention(nn.Module):
         local_kv = max(1, self.n_kv_heads // tp)  # fewer key/value heads than tp: each process a copy of one
         self.kv_splits = tuple(size // self.n_kv_heads * local_kv for size in self.kv_splits)
         self.n_kv_heads = local_kv
+        if hasattr(self, "cache_slots") and self.cache_slots is not None:  # values of their own width, fewer heads
+            self.cache_slots = CacheSlots(key_heads=local_kv, key_dim=self.head_dim, value_heads=local_kv,
+                                          value_dim=self.v_head_dim)
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
@@ -239,6 +259,10 @@ class CausalSelfAttention(nn.Module):
     def extra_repr(self) -> str:
         parts = [f"n_heads={self.n_heads}", f"n_kv_heads={self.n_kv_heads}", f"head_dim={self.head_dim}",
                  f"backend={self.backend}"]
+        if self.v_head_dim != self.head_dim:
+            parts.append(f"v_head_dim={self.v_head_dim}")
+        if self.value_scale != 1.0:
+            parts.append(f"value_scale={self.value_scale}")
         if self.window is not None:
             parts.append(f"window={self.window}")
         if self.chunk is not None:
@@ -249,6 +273,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("sinks=True")
         if self.gate is not None:
             parts.append("output_gate=head" if self.gate_per_head else "output_gate=True")
+            if self.gate_activation != "sigmoid":
+                parts.append(f"output_gate_activation={self.gate_activation}")
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
                          + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))

@@ -34,7 +34,9 @@ class CausalSelfAttentionParams(Params):
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
     full-attention layers): a head can close itself for a token instead of parking its
     attention on a sink. ``output_gate_scope: head`` gates whole heads instead, one logit
-    per head from a projection without bias (LFM3's ``g_proj``). ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    per head from a projection without bias (LFM3's ``g_proj``). ``output_gate_activation:
+    softplus`` gates with ``softplus`` instead of ``sigmoid`` (Laguna): a gate in ``(0, inf)`` that
+    can amplify a head as well as close it. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
     fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
     no ``T x T`` tensor) for every other mask and score modification where it can run;
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
@@ -61,11 +63,27 @@ class CausalSelfAttentionParams(Params):
     ``lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init`` and
     ``lambda_init = 0.8 - 0.6 exp(-0.3 * layer_index)``: the noise both maps share cancels.
     The cache keeps keys and values as plain attention does.
+    ``v_head_dim`` gives the value heads a width of their own, wider or narrower than the
+    query and key heads (MiMo-V2-Flash: queries and keys of 192 channels, values of 128):
+    the output projection reads ``n_heads * v_head_dim`` channels and the cache keeps values
+    of that width. ``value_scale`` multiplies every value after its projection (and ``v_norm``), before
+    the cache (MiMo-V2-Flash's ``attention_value_scale``, about
+    ``sqrt(d_model / (n_heads * v_head_dim))``): the attention output is scaled alike.
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads.")
     n_kv_heads: int | None = Field(default=None, gt=0, description="Key/value heads; default n_heads (MHA). 1 = MQA.")
     head_dim: int | None = Field(default=None, gt=0, description="Channels per head; default d_model / n_heads.")
+    v_head_dim: int | None = Field(
+        default=None, gt=0,
+        description="Channels per value head, when other than the query/key heads' head_dim (MiMo-V2-Flash); "
+                    "the output projection reads n_heads * v_head_dim.",
+    )
+    value_scale: float = Field(
+        default=1.0, gt=0,
+        description="Multiplier of the values after their projection (and v_norm), before the cache (MiMo-V2-Flash's "
+                    "attention_value_scale).",
+    )
     qkv_bias: bool = Field(default=False, description="Biases on the query/key/value projections.")
     out_bias: bool = Field(default=False, description="Bias on the output projection.")
     window: int | None = Field(default=None, gt=0, description="Sliding window: attend to at most this many latest tokens.")
@@ -113,6 +131,10 @@ class CausalSelfAttentionParams(Params):
         default="channel",
         description="channel: one gate logit per output channel of every head (biased when qkv_bias is); head: one "
                     "per head, from a projection without bias, scaling the head's whole output (LFM3).",
+    )
+    output_gate_activation: Literal["sigmoid", "softplus"] = Field(
+        default="sigmoid",
+        description="What turns the output gate's logits into gates: sigmoid (Qwen3-Next, LFM3) or softplus (Laguna).",
     )
     kv_from: int | None = Field(
         default=None, ge=0,
@@ -176,7 +198,17 @@ class CausalSelfAttentionParams(Params):
                              "per_head_weights, not all (a norm over every head's channels comes before rotation)")
         if self.differential:
             self._check_differential()
+        if self.v_head_dim is not None:
+            self._check_value_width()
         return self
+
+    def _check_value_width(self) -> None:
+        for name, on in (("k_eq_v", self.k_eq_v), ("differential", self.differential),
+                         ("kv_from", self.kv_from is not None)):
+            if on:
+                raise ValueError(f"v_head_dim gives the layer's own value projection a width of its own, so it does "
+                                 f"not combine with {name} (values that are keys, value pairs, or another layer's); "
+                                 f"drop v_head_dim or {name}")
 
     def _check_differential(self) -> None:
         kv_heads = self.n_kv_heads or self.n_heads
@@ -193,23 +225,28 @@ class CausalSelfAttentionParams(Params):
     def sized(self, *, d_model: int, layer_index: int = 0) -> Sized:
         sizes = head_sizes(d_model=d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
         H, KV, hd = sizes.n_heads, sizes.n_kv_heads, sizes.head_dim
+        vd = self.v_head_dim or hd
         self.check_kv_from(layer_index)
         # Queries, then keys and values of its own (none when it reads another layer's; no value rows with k_eq_v).
-        kv_rows = 0 if self.kv_from is not None else KV * hd * (1 if self.k_eq_v else 2)
+        kv_rows = 0 if self.kv_from is not None else KV * hd + (0 if self.k_eq_v else KV * vd)
         parameters = total(
             self._projection(d_model, H * hd + kv_rows, bias=self.qkv_bias,
-                             splits=(H * hd, *(KV * hd,) * (kv_rows // (KV * hd) if kv_rows else 0))),
-            self._projection(H * hd, d_model, bias=self.out_bias),
-            self.out_norm.sized(dim=H * hd).parameters if self.out_norm is not None else 0,
-            self._gate_parameters(d_model, H, hd),
+                             splits=(H * hd, *(() if self.kv_from is not None else
+                                               (KV * hd,) if self.k_eq_v else (KV * hd, KV * vd)))),
+            self._projection(H * vd, d_model, bias=self.out_bias),
+            self.out_norm.sized(dim=H * vd).parameters if self.out_norm is not None else 0,
+            self._gate_parameters(d_model, H, vd),
             H if self.sinks else 0,
             self._qk_norm_parameters(H, KV, hd),
-            self.v_norm.sized(dim=hd).parameters if self.v_norm is not None else 0,
+            self.v_norm.sized(dim=vd).parameters if self.v_norm is not None else 0,
             # differential: lambda_q1, lambda_k1, lambda_q2, lambda_k2 and the norm of a pair's channels
             total(4 * hd, self.differential_norm.sized(dim=2 * hd).parameters) if self.differential else 0,
         )
+        # Values of their own width: the cache keeps them so (keys as usual).
+        slots = (CacheSlots(key_heads=KV, key_dim=hd, value_heads=KV, value_dim=vd)
+                 if vd != hd and self.kv_from is None else None)
         return Sized(parameters=parameters, n_heads=H, n_kv_heads=KV, head_dim=hd, caches_tokens=self.kv_from is None,
-                     kv_from=self.kv_from, window=self.window)
+                     kv_from=self.kv_from, window=self.window, slots=slots)
 
     def _projection(self, d_in: int, d_out: int, *, bias: bool, splits: tuple[int, ...] = ()) -> int | None:
         """One projection's parameters: nn.Linear's, or the ``linear`` component's own size check."""

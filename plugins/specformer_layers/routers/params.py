@@ -106,7 +106,9 @@ class SigmoidTopKParams(GroupedParams):
     the plain scores, and no bias balancing (Flint, whose load is balanced by the auxiliary loss).
     ``bias_on: logit`` adds it to the experts' raw logits ``x W^T`` instead of their scores
     before the top-k (Kolibri-1's router): the weights stay the chosen experts' scores, but with
-    a nonzero bias other experts win.
+    a nonzero bias other experts win. ``logit_softcap`` bounds the logits smoothly to
+    ``cap * tanh(logits / cap)`` before they are scored (Laguna's ``moe_router_logit_softcapping``),
+    so no expert's score saturates.
     """
 
     #: A group's score sums its two best experts, so each group needs two.
@@ -122,6 +124,10 @@ class SigmoidTopKParams(GroupedParams):
         default=0.001, ge=0,
         description="How far training moves each expert's selection bias per step towards balanced load "
                     "(DeepSeek-V3's gamma); 0 keeps the bias fixed.",
+    )
+    logit_softcap: float | None = Field(
+        default=None, gt=0,
+        description="The router logits become cap * tanh(logits / cap) before scoring (Laguna); none: as they are.",
     )
     selection_bias: bool = Field(
         default=True,

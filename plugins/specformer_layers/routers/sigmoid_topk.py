@@ -21,6 +21,7 @@ class SigmoidTopK(GroupedTopK):
         super().__init__(params, d_model=d_model, n_experts=n_experts, top_k=top_k)
         self.bias_update_rate = params.bias_update_rate
         self.bias_on = params.bias_on
+        self.logit_softcap = params.logit_softcap
         # None without the bias (selection_bias: false): no tensor in the state dict, nothing for training to move.
         self.register_buffer("selection_bias", torch.zeros(n_experts, dtype=torch.float32) if params.selection_bias else None)
         #: Routing slots each expert received in training forwards since the train plugin last read them.
@@ -28,6 +29,8 @@ class SigmoidTopK(GroupedTopK):
 
     def forward(self, tokens: Tensor) -> Routing:
         logits = self.logits(tokens)  # (N, E)
+        if self.logit_softcap is not None:  # bounded before scoring (and before a selection bias on the logits)
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         scores = self.score(logits)  # (N, E)
         candidates = scores
         if self.selection_bias is not None:  # the bias picks experts, never weighs them

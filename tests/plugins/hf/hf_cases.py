@@ -353,6 +353,30 @@ CASES = [
     Case("mellum-mtp", "MellumConfig", "MellumForCausalLM",
          _llama_like(num_hidden_layers=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
                      moe_intermediate_size=32, norm_topk_prob=False, num_mtp_layers=1, attention_bias=True)),
+    # MiMo-V2-Flash: query/key heads of 24 (a third rotated: int(24 * 0.334) = 8 channels), value heads of 10, values
+    # scaled; layers full, sliding (3 key/value heads, twice the full layers', and sinks), sliding, full, windows
+    # shorter than the prompt; 6 sigmoid-routed experts in 3 groups (2 kept), 2 per token, scaled, with a selection
+    # bias; a dense first layer; q/k/v biases.
+    Case("mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=1, head_dim=24, v_head_dim=10,
+                     attention_value_scale=0.6, sliding_window=WINDOW, attention_bias=True,
+                     layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                     n_routed_experts=6, num_experts_per_tok=2, n_group=3, topk_group=2, moe_intermediate_size=24,
+                     routed_scaling_factor=1.5, mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+                     rope_parameters={"full_attention": _rope("default", rope_theta=50000.0, partial_rotary_factor=0.334),
+                                      "sliding_attention": _rope("default", partial_rotary_factor=0.334)}),
+         shake_buffers=("e_score_correction_bias", 1.0)),
+    # Its other switches: value heads wider than query/key heads (32 over 16), half of each head rotated on the full
+    # layers and whole heads on the sliding ones (multi-head there: 4 key/value heads), no value scale (null),
+    # unnormalised weights, no dense layer, tied embeddings.
+    Case("mimo_v2_flash-wide-values-tied", "MiMoV2FlashConfig", "MiMoV2FlashForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16, v_head_dim=32,
+                     attention_value_scale=None, sliding_window=WINDOW, tie_word_embeddings=True,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=False,
+                     mlp_layer_types=["sparse"] * 3,
+                     rope_parameters={"full_attention": _rope("default", partial_rotary_factor=0.5),
+                                      "sliding_attention": _rope("default", partial_rotary_factor=1.0)})),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",

@@ -55,6 +55,8 @@ MOE_SPECS = {
     "lara-4-mini-base.yaml": ("LaraMiniConfig", dict()),
     # transformers' Kolibri1Config defaults, which its docstring names as Aleph-Alpha/Kolibri-1's.
     "kolibri-1.yaml": ("Kolibri1Config", dict()),
+    # transformers' MiMoV2FlashConfig defaults, which its docstring names as XiaomiMiMo/MiMo-V2-Flash's.
+    "mimo-v2-flash.yaml": ("MiMoV2FlashConfig", dict()),
     # transformers' MellumConfig defaults, which its docstring names as JetBrains/Mellum2-12B-A2.5B-Base's.
     "mellum2-12b-a2.5b.yaml": ("MellumConfig", dict()),
     # transformers' AXK1Config defaults, which its docstring names as skt/A.X-K1's.

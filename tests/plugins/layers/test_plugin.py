@@ -17,6 +17,7 @@ EXPECTED = {
     "residual": {"single", "mhc"},
     "indexer": {"lightning"},
     "activation": {"xielu"},
+    "linear": {"bitlinear"},
     "per_layer_input": {"per_layer_embedding"},
 }
 

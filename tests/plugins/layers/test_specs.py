@@ -119,6 +119,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "glm-5.yaml": _llama_like("GlmMoeDsaConfig"),  # transformers' defaults are zai-org/GLM-5's, its docstring says
     "lara-4-mini-base.yaml": _llama_like("LaraMiniConfig"),  # transformers' defaults are Lara-4-Mini-Base's, its docstring says
     "kolibri-1.yaml": _llama_like("Kolibri1Config"),  # transformers' defaults are Aleph-Alpha/Kolibri-1's, its docstring says
+    "mimo-v2-flash.yaml": _llama_like("MiMoV2FlashConfig"),  # transformers' defaults are MiMo-V2-Flash's, its docstring says
     "mellum2-12b-a2.5b.yaml": _llama_like("MellumConfig"),  # transformers' defaults are Mellum2-12B-A2.5B's, its docstring says
     "a.x-k1.yaml": _llama_like("AXK1Config"),  # transformers' defaults are skt/A.X-K1's, its docstring says
     "phi-3.5-moe.yaml": _llama_like("PhimoeConfig"),  # transformers' defaults are Phi-3.5-MoE-instruct's, its docstring says
@@ -343,7 +344,8 @@ def shrink(data: Any) -> Any:
                 if key == "n_heads":
                     value = 4
                 elif key in ("n_kv_heads", "n_key_heads"):  # attention's key/value heads, Gated DeltaNet's key heads
-                    value = {True: 4, False: 1 if value == 1 else 2}[value == node.get("n_heads")]  # moa: none
+                    # moa has no n_heads; an override may change them alone (MiMo-V2-Flash's full layers): not MHA then
+                    value = {True: 4, False: 1 if value == 1 else 2}[value == node.get("n_heads")]
                 elif key in ("key_head_dim", "value_head_dim"):
                     value = 16
                 elif key == "head_dim":

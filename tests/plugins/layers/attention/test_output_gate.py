@@ -98,3 +98,25 @@ def test_head_gate_is_sized_by_the_heads() -> None:
     assert (gated.gate.in_features, gated.gate.out_features) == (D, 4)
     assert "output_gate=head" in gated.extra_repr()
     assert params.sized(d_model=D).parameters == sum(p.numel() for p in gated.parameters())
+
+
+@pytest.mark.parametrize("scope", ["channel", "head"])
+def test_softplus_gate_formula(scope: str) -> None:
+    """output_gate_activation softplus (Laguna): softplus(x W_g) per channel, or per head over its hd channels."""
+    gated = make(n_kv_heads=2, output_gate=True, output_gate_scope=scope, output_gate_activation="softplus")
+    heads = make(n_kv_heads=2)
+    heads.qkv.load_state_dict(gated.qkv.state_dict())
+    heads.out.weight.data = torch.eye(D, dtype=torch.float64)
+    rope = RotaryPositions(head_dim=6, context_length=16)
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    positions = causal_positions(2, 7)
+    attended = naive(heads, x, positions, rope)  # (B, T, H*hd)
+    gate = torch.log1p(torch.exp(x @ gated.gate.weight.T))  # softplus written out
+    if scope == "head":
+        gate = gate.repeat_interleave(6, dim=-1)  # each head's gate over its 6 channels
+    expected = (gate * attended) @ gated.out.weight.T
+    got = gated(x, context(positions, rope, plain_causal=True))
+    torch.testing.assert_close(got, expected)
+    assert "output_gate_activation=softplus" in gated.extra_repr()
+    gated.gate_activation = "sigmoid"  # the activation is applied, not only declared
+    assert not torch.allclose(gated(x, context(positions, rope, plain_causal=True)), got)

@@ -54,7 +54,10 @@ def sigmoid_reference(router: SigmoidTopK, token: list[float]) -> tuple[dict[int
     weight = router.weight.tolist()
     selection = router.selection_bias.tolist() if router.selection_bias is not None else [0.0] * E
     bias = router.bias.tolist() if router.bias is not None else [0.0] * E
-    scores = [1 / (1 + math.exp(-sum(w * x for w, x in zip(row, token)) - b)) for row, b in zip(weight, bias)]
+    logits = [sum(w * x for w, x in zip(row, token)) + b for row, b in zip(weight, bias)]
+    if router.logit_softcap is not None:  # cap * tanh(logit / cap)
+        logits = [router.logit_softcap * math.tanh(v / router.logit_softcap) for v in logits]
+    scores = [1 / (1 + math.exp(-v)) for v in logits]
     biased = [s + b for s, b in zip(scores, selection)]  # used for choosing only
     candidates = list(range(E))
     if router.n_group > 1:
@@ -111,6 +114,7 @@ SIGMOID = [
     {"top_k": 4, "scaling_factor": 2.5, "n_group": 4, "topk_group": 2},  # DeepSeek-V3's shape, scaled down
     {"top_k": 2, "n_group": 2, "topk_group": 1, "bias": True},
     {"top_k": 3, "selection_bias": False},  # Flint: the plain scores choose
+    {"top_k": 2, "logit_softcap": 0.5},  # Laguna's router softcap, small enough to bound the random logits
 ]
 
 
@@ -255,7 +259,8 @@ def test_the_grouped_top_k_routers_share_one_declaration_of_their_common_setting
     shared = ["n_group", "topk_group", "normalize", "bias", "scaling_factor"]
     assert list(GroupedParams.model_fields) == shared
     assert list(SoftmaxTopKParams.model_fields) == shared
-    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_on", "bias_update_rate", "selection_bias"]
+    assert list(SigmoidTopKParams.model_fields) == [*shared, "bias_on", "bias_update_rate", "logit_softcap",
+                                                    "selection_bias"]
     for name in shared:  # one description each, the same in both catalogue entries
         declared = [repr(p.model_fields[name]) for p in (GroupedParams, SoftmaxTopKParams, SigmoidTopKParams)]
         assert len(set(declared)) == 1, declared
