@@ -73,7 +73,6 @@ MISSING: dict[str, str] = {
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
-    "modernbert-decoder": "a prediction head before the LM head, and a first layer without an attention norm (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
     "laguna": "softplus attention output gates and router variants (issue 46)",
