@@ -72,7 +72,7 @@ MISSING: dict[str, str] = {
     "xlstm": "mLSTM (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
-    "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
+    "beam": "a depth-scaled residual on sandwich blocks (x sqrt((k-1)/k) + f / sqrt(k), k = 2l+2 and 2l+3), the query scale (1 + (p+1)/2048)^0.1 on its NoPE layers, and a bias-free channel output gate with a per-head bias (issue 46)",
     "bitnet": "ternary BitLinear (issue 46)",
     "mimo_v2_flash": "value heads of another width than query/key heads, with a value scale (issue 46)",
     "laguna": "softplus attention output gates and router variants (issue 46)",
