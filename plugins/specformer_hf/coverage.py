@@ -74,8 +74,7 @@ MISSING: dict[str, str] = {
     # Issue 45: recurrent and linear-attention mixers.
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
-    "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
-    "modernbert-decoder": "a prediction head before the LM head, and a first layer without an attention norm (issue 46)",
+    "beam": "a depth-scaled residual on sandwich blocks (x sqrt((k-1)/k) + f / sqrt(k), k = 2l+2 and 2l+3), the query scale (1 + (p+1)/2048)^0.1 on its NoPE layers, and a bias-free channel output gate with a per-head bias (issue 46)",
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",

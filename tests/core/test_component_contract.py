@@ -149,6 +149,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "differential_norm"): ("rmsnorm", {"differential": True}),  # a norm with a weight
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",
+    ("norm", "prediction_head", "norm"): "rmsnorm",
     ("mixer", "parallel", "mixers"): [{"kind": "attention", "n_heads": 2}],
     ("mixer", "parallel", "in_multipliers"): [0.5, 2.0],
     ("mixer", "parallel", "out_multipliers"): [2.0, 0.5],

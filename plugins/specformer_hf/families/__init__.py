@@ -77,6 +77,7 @@ def builtin_families() -> list[Family]:
         minicpm5_moe,
         minimax,
         minimax_m2,
+        modernbert_decoder,
         ministral,
         ministral3,
         mistral,
@@ -224,6 +225,7 @@ def builtin_families() -> list[Family]:
             xlstm.FAMILY,
             jetmoe.FAMILY,
             mimo_v2_flash.FAMILY,
+            modernbert_decoder.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

@@ -89,6 +89,10 @@ class PreNormBlockParams(BlockParams):
     added to is the sublayer's normalised input, ``h = norm(x); x = a h + b attention(h)``
     (MiniMax-Text-01's layers, whose stream is each norm's output). Both need one residual
     stream; the defaults leave the block as above.
+
+    With ``mixer_pre_norm: false`` the block has no ``attention_norm`` and the mixer reads the
+    raw stream, ``x = x + attention(x)`` (ModernBERT-decoder's first layer, whose input is the
+    already normalised embeddings; set it on that layer with a ``layers:`` override).
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "ffn_norm", "ffn")
@@ -109,6 +113,13 @@ class PreNormBlockParams(BlockParams):
                                         "residual_multiplier) before its add, [mixer's, ffn's] (MiniMax-01's "
                                         "layernorm_*_beta).",
     )
+    mixer_pre_norm: bool = Field(
+        default=True, description="Normalise the mixer's input; false: the mixer reads the raw stream and the block "
+                                  "has no attention_norm (ModernBERT-decoder's first layer).",
+    )
+
+    def norms_made(self) -> tuple[str, ...]:
+        return tuple(p for p in super().norms_made() if p != "attention_norm" or self.mixer_pre_norm)
 
     def check_streams(self, n_streams: int) -> None:
         if n_streams != 1 and (self.normed_residual or self.residual_scales != (1.0, 1.0)):

@@ -31,7 +31,8 @@ class PreNormBlock(Block):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         (a_mix, a_ffn), (b_mix, b_ffn) = self.residual_scales, self.output_scales
         h, mix = self.attention_residual.read(x)
-        h = self.attention_norm(h)
+        if self.attention_norm is not None:  # None: mixer_pre_norm false, the mixer reads the raw stream
+            h = self.attention_norm(h)
         out = self.mixer(h, ctx)
         # One stream (checked): read gave x itself, so writing onto another base is adding to that base.
         base = h if self.normed_residual else x

@@ -1286,6 +1286,22 @@ CASES += [
           "layer_types": ["full_attention", "linear_attention", "sliding_attention", "sliding_attention"],
           "attention_bias": True, "num_experts": 4, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
           "shared_expert_intermediate_size": 16, "norm_topk_prob": False, "tie_word_embeddings": False}),
+    # ModernBERT-decoder: 5 layers (global 0 and 3, sliding between), local_attention 17 (the window 8, odd on
+    # purpose), each layer type's rope with its own theta, biases everywhere (LayerNorms, q/k/v/o, Wi/Wo, the
+    # prediction head's dense, the tied decoder's), a tanh GELU head over a SiLU GeGLU, 6 heads of 8; and untied
+    # with no biases, a global layer every second one (the older global_attn_every_n_layers), the window longer
+    # than half the inputs.
+    Case("modernbert-decoder", "ModernBertDecoderConfig", "ModernBertDecoderForCausalLM",
+         dict(BASE, hidden_size=48, num_hidden_layers=5, num_attention_heads=6, intermediate_size=40, norm_eps=1e-4,
+              norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True, decoder_bias=True,
+              hidden_activation="silu", classifier_activation="gelu_pytorch_tanh", local_attention=2 * WINDOW + 1,
+              rope_parameters={"sliding_attention": _rope("default", rope_theta=500.0),
+                               "full_attention": _rope("default", rope_theta=160_000.0)},
+              pad_token_id=0, bos_token_id=1, cls_token_id=1, sep_token_id=2)),
+    Case("modernbert-decoder-untied-every-2", "ModernBertDecoderConfig", "ModernBertDecoderForCausalLM",
+         dict(BASE, hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=24,
+              decoder_bias=False, tie_word_embeddings=False, global_attn_every_n_layers=2, local_attention=24,
+              pad_token_id=0, bos_token_id=1, cls_token_id=1, sep_token_id=2)),
 ]
 
 BY_NAME = {case.name: case for case in CASES}
@@ -1312,5 +1328,6 @@ SLOW_VARIANTS = frozenset({
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
+    "modernbert-decoder-untied-every-2",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -228,6 +228,8 @@ DENSE_SPECS = {
     "apertus-defaults.yaml": ("ApertusConfig", dict()),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
+    "ettin-decoder-150m.yaml": ("ModernBertDecoderConfig", dict()),
 }
 
 

@@ -295,6 +295,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "apertus-defaults.yaml": _llama_like("ApertusConfig"),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
+    "ettin-decoder-150m.yaml": _llama_like("ModernBertDecoderConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)

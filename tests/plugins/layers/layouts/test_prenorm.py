@@ -45,3 +45,27 @@ def test_deepnorm_scales_and_the_normed_residual_follow_minimax() -> None:
     spec = tiny_spec(block={"layout": {"kind": "prenorm", "normed_residual": True}, "residual": {"kind": "mhc"}})
     with pytest.raises(Exception, match="normed_residual and residual_scales act on a single residual stream"):
         specformer.build(spec, seed=0)
+
+
+def test_without_the_mixer_pre_norm_the_mixer_reads_the_raw_stream() -> None:
+    """ModernBERT-decoder's first layer: x = x + attn(x); x = x + ffn(n(x)), and no attention_norm is made."""
+    import specformer
+    from specformer_layers.layouts.params import PreNormBlockParams
+    from tests.fixtures.tiny import tiny_spec
+
+    attn, ffn = StubAttention(D), StubFFN(D)
+    block = PreNormBlock(PreNormBlockParams(mixer_pre_norm=False), mixer=attn, ffn=ffn, make_norm=norm_maker())
+    assert block.attention_norm is None and block.ffn_norm.scale == 1.0  # the first norm made is the ffn's
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    h = x + attn(x, None)
+    torch.testing.assert_close(block(x, None), h + ffn(block.ffn_norm(h)), rtol=0, atol=0)
+
+    # Set on layer 0 alone by an override: that block has one norm fewer, the size check agrees with the build.
+    spec = tiny_spec(layers=[{"select": 0, "layout": {"mixer_pre_norm": False}}])
+    model = specformer.build(spec, seed=0)
+    assert model.blocks[0].attention_norm is None and model.blocks[1].attention_norm is not None
+    from specformer.spec.size_check import check_sizes
+    from specformer.spec.validate import validate
+
+    counted = check_sizes(validate(spec, registry=specformer.get_registry()).resolved).parameters
+    assert counted == sum(p.numel() for p in model.parameters())
