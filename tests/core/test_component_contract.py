@@ -163,6 +163,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "kda", "value_head_dim"): 4,
     ("mixer", "kda", "decay_rank"): 4,
     ("mixer", "kda", "gate_rank"): 4,
+    ("mixer", "kda", "decay_bound"): -5.0,
     ("mixer", "gated_deltanet", "n_key_heads"): 2,
     ("mixer", "gated_deltanet", "key_head_dim"): 4,
     ("mixer", "gated_deltanet", "value_head_dim"): 4,
