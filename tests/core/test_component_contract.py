@@ -154,6 +154,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
     ("mixer", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
     ("mixer", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
+    ("mixer", "mla", "output_gate"): True,
     ("indexer", "lightning", "key_norm"): "rmsnorm",
     ("mixer", "compressed", "norm"): "layernorm",
     ("mixer", "compressed", "compress_rate"): 3,
