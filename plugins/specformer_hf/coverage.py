@@ -70,7 +70,6 @@ MISSING: dict[str, str] = {
         "cohere_compass_text", "emu3")},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
-    "bailing_hybrid": "bounded-forget linear attention (issue 45)",
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual and scalable-softmax query scaling (issue 46)",
     "modernbert-decoder": "a prediction head before the LM head, and a first layer without an attention norm (issue 46)",

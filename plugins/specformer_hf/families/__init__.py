@@ -110,6 +110,7 @@ def builtin_families() -> list[Family]:
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (  # one per line: families are added side by side
+        bailing_hybrid,
         bamba,
         falcon_h1,
         falcon_mamba,
@@ -216,6 +217,7 @@ def builtin_families() -> list[Family]:
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
+            bailing_hybrid.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]
