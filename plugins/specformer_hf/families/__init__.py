@@ -113,6 +113,7 @@ def builtin_families() -> list[Family]:
     )
     # The hybrid families (recurrent mixers beside attention), after every all-attention one.
     from specformer_hf.families import (  # one per line: families are added side by side
+        bailing_hybrid,
         bamba,
         falcon_h1,
         falcon_mamba,
@@ -226,6 +227,7 @@ def builtin_families() -> list[Family]:
             jetmoe.FAMILY,
             mimo_v2_flash.FAMILY,
             modernbert_decoder.FAMILY,
+            bailing_hybrid.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

@@ -64,6 +64,8 @@ class LatentAttention(nn.Module):
         # Rows per head: [k_nope (qk_nope_head_dim); value (v_head_dim)].
         self.kv_b = nn.Linear(kv_lora_rank, n_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=bias)
+        # Head-wise output gate (Ling 3): one logit per head from the block input.
+        self.gate = nn.Linear(d_model, n_heads, bias=False) if params.output_gate else None
         # DeepSeek Sparse Attention: an indexer (any `indexer` component) picks the keys each query
         # reads; it keeps one key per token, stored in the cache's key slot after the rotary key.
         self.indexer = None
@@ -88,7 +90,7 @@ class LatentAttention(nn.Module):
     def parallel_plan(self) -> ParallelPlan:
         """Heads over tp (the up-projections from the latents and the output); the latents' down-projections replicated."""
         heads = (Split("tp", 0, self.n_heads, "heads"),)
-        return {"q_proj.weight": heads, "q_b.weight": heads, "kv_b.weight": heads,
+        return {"q_proj.weight": heads, "q_b.weight": heads, "kv_b.weight": heads, "gate.weight": heads,
                 "out.weight": (Split("tp", 1, self.n_heads, "heads"),)}
 
     def take_tensor_parallel_share(self, mesh: Any) -> None:
@@ -141,7 +143,7 @@ class LatentAttention(nn.Module):
                                                  rule=rule, positional=positional, state=state)
             y = self._sparse(q_nope, q_rope, latent, k_rope, selections,
                              learn=self._indexer_learns(x, query_source, index_keys, positional, state))
-            return self.out(y.transpose(1, 2).reshape(B, T, H * vd))  # (B, T, H*vd)
+            return self.out(self._gated(x, y.transpose(1, 2)).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
         k = torch.cat((k_nope, self.summed_over_heads(k_rope).expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
@@ -151,8 +153,16 @@ class LatentAttention(nn.Module):
         y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=rule,
                    scores=Scores(scale=self.scale, positional=positional, state=state),
                    dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
-        y = y.transpose(1, 2).reshape(B, T, H * vd)  # (B, T, H*vd)
+        y = self._gated(x, y.transpose(1, 2)).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
+
+    def _gated(self, x: Tensor, y: Tensor) -> Tensor:
+        """``y`` ``(B, T, H, vd)`` times each head's ``sigmoid(gate(x))`` (the sigmoid in float32 at least), or as is."""
+        if self.gate is None:
+            return y
+        logits = self.gate(x)
+        gate = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).to(y.dtype)  # (B, T, H)
+        return y * gate[..., None]
 
     def _indexer_learns(self, x: Tensor, query_source: Tensor, index_keys: Tensor, positional: Any,
                         state: Any) -> Callable[..., None] | None:
@@ -200,12 +210,15 @@ class LatentAttention(nn.Module):
         parts = [f"n_heads={self.n_heads}", f"kv_lora_rank={self.kv_lora_rank}", f"q_lora_rank={self.q_lora_rank}",
                  f"qk_nope_head_dim={self.qk_nope_head_dim}", f"qk_rope_head_dim={self.qk_rope_head_dim}",
                  f"v_head_dim={self.v_head_dim}", f"backend={self.backend}"]
+        if self.gate is not None:
+            parts.append("output_gate=head")
         if self.window is not None:
             parts.append(f"window={self.window}")
         return ", ".join(parts)
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
         projections = [self.kv_a, self.kv_b] + ([self.q_proj] if self.q_lora_rank is None else [self.q_a, self.q_b])
+        projections += [self.gate] if self.gate is not None else []
         for linear in projections:
             nn.init.normal_(linear.weight, std=std)
             if linear.bias is not None:

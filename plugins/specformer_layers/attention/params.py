@@ -297,6 +297,10 @@ class LatentAttentionParams(Params):
     Scores are scaled by ``scale`` (default ``1/sqrt(qk_nope_head_dim + qk_rope_head_dim)``),
     times ``(0.1 * yarn_mscale_all_dim * ln(yarn_factor) + 1)^2`` when ``yarn_factor`` is
     set, as DeepSeek does with YaRN (DeepSeek-AI 2024, arXiv:2405.04434; 2412.19437).
+    ``output_gate`` multiplies each head's output, before the output projection, by
+    ``sigmoid(x w_h)``, one logit per head from the block input ``x`` (the head-wise form of
+    gated attention, Qiu et al. 2025, arXiv:2505.06708, as Ling 3's latent attention,
+    Hugging Face ``bailing_hybrid``, has it).
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads (each gets its own key and value from the latent).")
@@ -320,6 +324,9 @@ class LatentAttentionParams(Params):
         description="Sparse attention: an indexer picks, for each query, the earlier keys attention reads "
                     "(DeepSeek-V3.2's lightning indexer, reading the query latent; the block input without q_lora_rank).",
     )
+    output_gate: bool = Field(
+        default=False, description="Multiply each head's output by sigmoid(x . w_head) of the block input before the "
+                                   "output projection (one gate logit per head, no bias; Ling 3).")
     backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
 
     @model_validator(mode="after")
@@ -342,6 +349,7 @@ class LatentAttentionParams(Params):
             self.latent_norm.sized(dim=self.kv_lora_rank).parameters,
             linear(self.kv_lora_rank, H * (nope + v)),
             linear(H * v, d_model, bias=self.bias),
+            linear(d_model, H) if self.output_gate else 0,
         )
         index_dim = 0
         if self.indexer is not None:

@@ -29,9 +29,10 @@ class KimiDeltaAttention(RecurrentMixer):
     attention's ``qkv``; the short convolution runs over the same concatenated channels,
     ``conv_weight`` ``(C, K)`` with ``C = 2*H*dk + H*dv`` and ``conv_bias`` ``(C,)`` or None,
     since a depthwise convolution over concatenated channels is the separate convolutions side
-    by side); the decay ``f_a`` ``(rank, d_model)``, ``f_b`` ``(H*dk, rank)``, ``A_log`` ``(H,)``,
-    ``dt_bias`` ``(H*dk,)``; the write strength ``b`` ``(H, d_model)``; the output gate ``g_a``,
-    ``g_b``; the gated output norm ``norm`` (``.weight`` ``(dv,)``) and ``out``
+    by side); the decay ``f_a`` ``(rank, d_model)``, ``f_b`` ``(H*dk, rank)`` (with ``decay_rank:
+    full`` one ``f`` ``(H*dk, d_model)``), ``A_log`` ``(H,)``, ``dt_bias`` ``(H*dk,)``; the write
+    strength ``b`` ``(H, d_model)``; the output gate ``g_a``, ``g_b`` (with ``gate_rank: full``
+    one ``g`` ``(H*dv, d_model)``); the gated output norm ``norm`` (``.weight`` ``(dv,)``) and ``out``
     ``(d_model, H*dv)``. The state per sequence: ``conv`` ``(C, K-1)`` and ``recurrent``
     ``(H, dk, dv)``, kept in the model's dtype by the cache.
     """
@@ -42,8 +43,6 @@ class KimiDeltaAttention(RecurrentMixer):
         super().__init__()
         n_heads = params.n_heads
         head_dim, value_dim = params.head_dims(d_model)
-        decay_rank = params.decay_rank or head_dim
-        gate_rank = params.gate_rank or value_dim
         # The public facts (specformer.model.attention.AttentionLayer, specformer.model.state).
         self.layer_index = layer_index
         self.n_heads = n_heads
@@ -51,6 +50,7 @@ class KimiDeltaAttention(RecurrentMixer):
         self.value_head_dim = value_dim
         self.conv_kernel = params.conv_kernel
         self.scan_chunk = params.chunk
+        self.decay_bound = params.decay_bound
         channels = 2 * n_heads * head_dim + n_heads * value_dim
         self.state_slots = StateSlots((("conv", (channels, params.conv_kernel - 1)),
                                        ("recurrent", (n_heads, head_dim, value_dim))))
@@ -61,13 +61,21 @@ class KimiDeltaAttention(RecurrentMixer):
         self.qkv = nn.Linear(d_model, channels, bias=False)
         self.conv_weight = nn.Parameter(torch.empty(channels, params.conv_kernel))
         self.conv_bias = nn.Parameter(torch.zeros(channels)) if params.conv_bias else None
-        self.f_a = nn.Linear(d_model, decay_rank, bias=False)
-        self.f_b = nn.Linear(decay_rank, n_heads * head_dim, bias=False)
+        decay_rank, gate_rank = params.decay_rank or head_dim, params.gate_rank or value_dim
+        # A full projection is one Linear (f, g); a low-rank one two through the bottleneck (f_a then f_b; g_a, g_b).
+        if decay_rank == "full":
+            self.f = nn.Linear(d_model, n_heads * head_dim, bias=False)
+        else:
+            self.f_a = nn.Linear(d_model, decay_rank, bias=False)
+            self.f_b = nn.Linear(decay_rank, n_heads * head_dim, bias=False)
         self.A_log = nn.Parameter(torch.empty(n_heads))
         self.dt_bias = nn.Parameter(torch.empty(n_heads * head_dim))
         self.b = nn.Linear(d_model, n_heads, bias=False)
-        self.g_a = nn.Linear(d_model, gate_rank, bias=False)
-        self.g_b = nn.Linear(gate_rank, n_heads * value_dim, bias=False)
+        if gate_rank == "full":
+            self.g = nn.Linear(d_model, n_heads * value_dim, bias=False)
+        else:
+            self.g_a = nn.Linear(d_model, gate_rank, bias=False)
+            self.g_b = nn.Linear(gate_rank, n_heads * value_dim, bias=False)
         self.norm = GatedRMSNorm(value_dim, eps=params.norm_eps, activation="sigmoid")
         self.out = nn.Linear(n_heads * value_dim, d_model, bias=False)
         self._init_decay()
@@ -103,15 +111,31 @@ class KimiDeltaAttention(RecurrentMixer):
         if steps:
             assert rule.steps is not None and mixed.steps is not None
             kept = {"conv": mixed.steps, "recurrent": rule.steps.to(x.dtype)}
-        gate = self.g_b(self.g_a(x)).view(B, T, H, dv)
+        gate = self._projected(x, "g").view(B, T, H, dv)
         y = self.norm(rule.out.transpose(1, 2).to(x.dtype), gate).reshape(B, T, H * dv)  # (B, T, H*dv)
         return MixerRun(out=self.out(y), state={"conv": mixed.window, "recurrent": rule.state.to(x.dtype)}, steps=kept)
 
     def _log_decay(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        """``(B, T, H*dk)``: the log of each key channel's decay, ``-exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)`` (<= 0)."""
-        raw = self.f_b(self.f_a(x)).to(dtype) + self.dt_bias.to(dtype)
+        """``(B, T, H*dk)``: the log of each key channel's decay (<= 0).
+
+        ``-exp(A_log) * softplus(f(x) + dt_bias)``, or with ``decay_bound`` (Ling 3's safe gate)
+        ``decay_bound * sigmoid(exp(A_log) * (f(x) + dt_bias))``, which no input can push below the bound.
+        """
+        raw = self._projected(x, "f").to(dtype) + self.dt_bias.to(dtype)
         rate = torch.exp(self.A_log.to(dtype)).repeat_interleave(self.head_dim)  # (H*dk,) each head's rate on its channels
+        if self.decay_bound is not None:
+            return self.decay_bound * torch.sigmoid(rate * raw)
         return -rate * F.softplus(raw)
+
+    def _projections(self, name: str) -> tuple[nn.Linear, ...]:
+        """The decay's (``f``) or the output gate's (``g``) Linears: the full one, or the low-rank pair in order."""
+        full = getattr(self, name, None)
+        return (full,) if full is not None else (getattr(self, f"{name}_a"), getattr(self, f"{name}_b"))
+
+    def _projected(self, x: Tensor, name: str) -> Tensor:
+        for linear in self._projections(name):
+            x = linear(x)
+        return x
 
     def _init_decay(self) -> None:
         """As FLA starts KDA: A uniform in [1, 16]; dt_bias the inverse softplus of dt, log-uniform in [1e-3, 1e-1]."""
@@ -121,7 +145,7 @@ class KimiDeltaAttention(RecurrentMixer):
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def init_weights(self, *, std: float, residual_std: float) -> None:
-        for linear in (self.qkv, self.f_a, self.f_b, self.b, self.g_a, self.g_b):
+        for linear in (self.qkv, self.b, *self._projections("f"), *self._projections("g")):
             nn.init.normal_(linear.weight, std=std)
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
         nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
@@ -136,7 +160,8 @@ class KimiDeltaAttention(RecurrentMixer):
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, head_dim={self.head_dim}, value_head_dim={self.value_head_dim}, "
-                f"conv_kernel={self.conv_kernel}, chunk={self.scan_chunk}")
+                f"conv_kernel={self.conv_kernel}, chunk={self.scan_chunk}"
+                + ("" if self.decay_bound is None else f", decay_bound={self.decay_bound}"))
 
 
 def _l2_normalise(x: Tensor) -> Tensor:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from pydantic import Field
 
 from specformer.registry.params import Params, Sized
 from specformer_layers.mixers.conv_params import ConvTaps
+
+#: A projection's width: a rank (two Linears through a bottleneck) or ``full`` (one Linear, no bottleneck).
+ProjectionRank = Annotated[int, Field(gt=0)] | Literal["full"]
 
 
 class KimiDeltaAttentionParams(Params):
@@ -26,6 +31,14 @@ class KimiDeltaAttentionParams(Params):
     value_head_dim`` numbers and the convolution's last ``conv_kernel - 1`` inputs, whatever
     the context. Kimi Linear (Hugging Face ``kimi_linear``) interleaves it with latent
     attention (``mla``) through ``layers:`` overrides.
+
+    ``decay_bound`` bounds the forgetting (Ling 3's KDA, Hugging Face ``bailing_hybrid``,
+    ``kda_safe_gate``): ``a_t = decay_bound * sigmoid(exp(A_log) * (f(x) + dt_bias))``, so
+    each channel's per-token log decay lies between ``decay_bound`` and 0 whatever the input
+    (with the default gate a large input can drive it towards minus infinity).
+    ``decay_rank: full`` and ``gate_rank: full`` project the decay and the output gate with
+    one full ``d_model -> H*dk`` (``H*dv``) Linear each (``f``, ``g``) instead of the
+    low-rank pair, as Ling 3 does.
     """
 
     n_heads: int = Field(gt=0, description="Number of heads, each with its own state matrix.")
@@ -34,8 +47,16 @@ class KimiDeltaAttentionParams(Params):
     conv_kernel: ConvTaps = Field(default=4, description="Width of the short causal convolution on queries, keys and values "
                                                          "(at least 2).")
     conv_bias: bool = Field(default=False, description="A bias on the short convolution.")
-    decay_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank decay projection (f_a, f_b); default head_dim.")
-    gate_rank: int | None = Field(default=None, gt=0, description="Width of the low-rank output gate projection (g_a, g_b); default value_head_dim.")
+    decay_rank: ProjectionRank | None = Field(
+        default=None, description="Width of the low-rank decay projection (f_a, f_b); full: one d_model -> n_heads*head_dim "
+                                  "Linear (f); default head_dim.")
+    gate_rank: ProjectionRank | None = Field(
+        default=None, description="Width of the low-rank output gate projection (g_a, g_b); full: one d_model -> "
+                                  "n_heads*value_head_dim Linear (g); default value_head_dim.")
+    decay_bound: float | None = Field(
+        default=None, lt=0,
+        description="Bounded forgetting (Ling 3's safe gate): each channel's log decay is decay_bound * "
+                    "sigmoid(exp(A_log) * (f(x) + dt_bias)), in (decay_bound, 0); null: -exp(A_log) * softplus(f(x) + dt_bias).")
     norm_eps: float = Field(default=1e-6, gt=0, description="Epsilon of the gated output RMSNorm.")
     chunk: int = Field(default=64, gt=0, description="Tokens per block of the chunked (parallel) form.")
 
@@ -49,10 +70,14 @@ class KimiDeltaAttentionParams(Params):
     def sized(self, *, d_model: int) -> Sized:
         H, K = self.n_heads, self.conv_kernel
         hd, vd = self.head_dims(d_model)
-        decay_rank, gate_rank = self.decay_rank or hd, self.gate_rank or vd
         channels = 2 * H * hd + H * vd
         parameters = (d_model * channels + channels * K + (channels if self.conv_bias else 0)  # qkv, conv
-                      + d_model * decay_rank + decay_rank * H * hd + H + H * hd  # f_a, f_b, A_log, dt_bias
-                      + d_model * H + d_model * gate_rank + gate_rank * H * vd  # b, g_a, g_b
+                      + _projection(d_model, self.decay_rank or hd, H * hd) + H + H * hd  # f_a, f_b (or f), A_log, dt_bias
+                      + d_model * H + _projection(d_model, self.gate_rank or vd, H * vd)  # b, g_a, g_b (or g)
                       + vd + H * vd * d_model)  # the gated norm, out
         return Sized(parameters=parameters, n_heads=H, head_dim=hd, keeps_state=True)
+
+
+def _projection(d_in: int, rank: int | Literal["full"], d_out: int) -> int:
+    """Weights of a ``d_in -> d_out`` projection: one full Linear, or two through a ``rank``-wide bottleneck."""
+    return d_in * d_out if rank == "full" else d_in * rank + rank * d_out

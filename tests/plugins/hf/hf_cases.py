@@ -1215,6 +1215,28 @@ CASES += [
               intermediate_size=24, num_local_experts=4, num_experts_per_tok=3, max_position_embeddings=CONTEXT,
               bos_token_id=None, eos_token_id=None, pad_token_id=None,
               activation_function="gelu", tie_word_embeddings=False)),
+    # Ling 3: the bounded-forget linear attention (a lower bound of -3) in three of four layers, latent attention with
+    # a gate per head in every 4th (layer_group_size), 3 heads of 12 (head_dim not hidden / heads, query bottleneck),
+    # kernel 3, 6 experts in 2 groups (1 kept), 2 per token, 2 shared experts, a dense first layer, a shaken
+    # selection bias.
+    Case("bailing_hybrid", "BailingHybridConfig", "BailingHybridForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=3, num_key_value_heads=3, head_dim=12, q_lora_rank=24,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10, num_local_experts=6,
+                     num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=2, moe_intermediate_size=32,
+                     first_k_dense_replace=1, routed_scaling_factor=2.5, rms_norm_eps=1e-5, short_conv_kernel_size=3,
+                     layer_group_size=4, kda_lower_bound=-3.0, rope_parameters=_rope("default")),
+         shake_buffers=("e_score_correction_bias", 0.1)),
+    # Mostly latent attention (the block is mla, the linear attention an override) by layer_types, the softplus forget
+    # gate (kda_safe_gate off), no query bottleneck, attention biases, kernel 4, experts on the first and last layers
+    # only, top-k weights not renormalised, tie_word_embeddings set (which transformers ignores: the head stays its own).
+    Case("bailing_hybrid-softplus-mla-base", "BailingHybridConfig", "BailingHybridForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, head_dim=16, q_lora_rank=None,
+                     kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=16, num_local_experts=4,
+                     num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1, moe_intermediate_size=24,
+                     routed_scaling_factor=1.0, norm_topk_prob=False, attention_bias=True, kda_safe_gate=False,
+                     layer_types=["full_attention", "linear_attention", "full_attention", "full_attention"],
+                     mlp_layer_types=["sparse", "dense", "dense", "sparse"], tie_word_embeddings=True,
+                     rope_parameters=_rope("default"))),
     Case("bamba", "BambaConfig", "BambaForCausalLM",
          _llama_like(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
                      attn_layer_indices=[1], attention_bias=True, mlp_bias=True, mamba_n_heads=12, mamba_n_groups=2,
@@ -1328,6 +1350,6 @@ SLOW_VARIANTS = frozenset({
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
-    "modernbert-decoder-untied-every-2",
+    "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -125,6 +125,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "phi-3.5-moe.yaml": _llama_like("PhimoeConfig"),  # transformers' defaults are Phi-3.5-MoE-instruct's, its docstring says
     "hy3-preview.yaml": _llama_like("HYV3Config"),  # transformers' defaults are tencent/Hy3-preview's, its docstring says
     "flint.yaml": _llama_like("FlintConfig"),  # transformers' defaults, whose docstring names RecursiveSI/flint
+    "ling-3.0-flash.yaml": _llama_like("BailingHybridConfig"),  # transformers' defaults are Ling-3.0-Flash's, its docstring says
     "kimi-linear-48b-a3b.yaml": _llama_like(
         "KimiLinearConfig", linear_attn_config={
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32, "short_conv_kernel_size": 4,

@@ -7,6 +7,7 @@ The formula (DeepSeek-V2, arXiv:2405.04434, section 2.1), per token t and head h
     q_t   = W_uq norm(W_dq x_t)             [q_nope; q_rope] per head
     k_t,h = [W_uk,h c_t ; kr_t]             v_t,h = W_uv,h c_t
     o_t,h = sum_s softmax_s(q_t,h . k_s,h * scale) v_s,h     over s <= t
+    o_t,h <- sigmoid(w_g,h . x_t) o_t,h                     with output_gate (Ling 3), one logit per head
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import specformer
 from specformer.errors import SpecError
 from specformer.model.summary import summarize
+from specformer_layers.attention.params import LatentAttentionParams
 from fixtures.tiny import tiny_spec
 
 VOCAB = 53
@@ -54,7 +56,10 @@ def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.T
     c_and_kr = x @ attn.kv_a.weight.T
     c = rms(c_and_kr[..., : attn.kv_lora_rank], attn.kv_norm.weight)  # (B, T, r)
     kr = rotate(c_and_kr[..., attn.kv_lora_rank:])  # (B, T, rope)
-    q = rms(x @ attn.q_a.weight.T, attn.q_norm.weight) @ attn.q_b.weight.T  # (B, T, H*(nope+rope))
+    if attn.q_lora_rank is None:
+        q = x @ attn.q_proj.weight.T  # (B, T, H*(nope+rope))
+    else:
+        q = rms(x @ attn.q_a.weight.T, attn.q_norm.weight) @ attn.q_b.weight.T  # (B, T, H*(nope+rope))
     w_b = attn.kv_b.weight.view(H, nope + vd, attn.kv_lora_rank)
     outputs = []
     for h in range(H):
@@ -64,7 +69,10 @@ def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.T
         v_h = c @ w_b[h, nope:].T  # (B, T, vd)
         scores = q_h @ k_h.transpose(1, 2) / math.sqrt(nope + rope)
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        outputs.append(torch.softmax(scores, -1) @ v_h)
+        o_h = torch.softmax(scores, -1) @ v_h  # (B, T, vd)
+        if attn.gate is not None:
+            o_h = o_h * torch.sigmoid(x @ attn.gate.weight[h])[..., None]
+        outputs.append(o_h)
     return torch.cat(outputs, -1) @ attn.out.weight.T
 
 
@@ -76,6 +84,26 @@ def test_matches_the_formula(backend: str) -> None:
     ctx = model._context(torch.arange(9).expand(2, 9), cache=None, plain_causal=backend == "sdpa")
     # RoPE angles are float32 by design (specformer_layers.positional.fp32), hence not 1e-12.
     torch.testing.assert_close(attn(x, ctx), reference_mla(attn, x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("q_lora_rank", [10, None])
+def test_the_head_output_gate_matches_the_formula(q_lora_rank: int | None) -> None:
+    """Each head's output times sigmoid of its own logit of the block input; sized() counts the gate's weights."""
+    model = specformer.build(mla_spec({"output_gate": True, "q_lora_rank": q_lora_rank}), seed=0,
+                             dtype=torch.float64).eval()
+    attn = model.blocks[0].mixer
+    assert attn.gate.weight.shape == (4, 32) and attn.gate.bias is None
+    with torch.no_grad():
+        attn.gate.weight.normal_(std=1.0)  # gates well away from one half
+    x = torch.randn(2, 9, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ctx = model._context(torch.arange(9).expand(2, 9), cache=None, plain_causal=True)
+    gated = attn(x, ctx)
+    torch.testing.assert_close(gated, reference_mla(attn, x), rtol=1e-5, atol=1e-7)
+    params = LatentAttentionParams(**{**{k: v for k, v in MLA.items() if k != "kind"}, "q_lora_rank": q_lora_rank},
+                                   output_gate=True)
+    assert params.sized(d_model=32).parameters == sum(p.numel() for p in attn.parameters())
+    attn.gate = None
+    assert (attn(x, ctx) - gated).abs().max() > 0.05  # the gate changes the output
 
 
 def test_without_query_compression_has_a_full_query_projection() -> None:
