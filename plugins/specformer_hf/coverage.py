@@ -63,11 +63,17 @@ WRAPPERS: dict[str, str] = {
     "qwen4_exp": "qwen4_exp_text",
 }
 
+#: Model types a text model's class saves under a name transformers' causal-LM mapping does not hold -> the family
+#: they are read as (Emu3ForCausalLM saves its flat Emu3TextConfig as ``emu3_text_model``; the mapping names ``emu3``).
+SAVED_AS: dict[str, str] = {
+    "emu3_text_model": "emu3",
+}
+
 #: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "cohere_compass_text", "emu3")},
+        "cohere_compass_text",)},
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",
@@ -111,8 +117,9 @@ MISSING: dict[str, str] = {
 
 
 def text_model_type(model_type: str) -> str:
-    """The family ``model_type`` counts as: its text model's for a multimodal checkpoint, its own otherwise."""
-    return WRAPPERS.get(model_type, model_type)
+    """The family ``model_type`` counts as: its text model's for a multimodal checkpoint, the mapped one for a
+    :data:`SAVED_AS` name, its own otherwise."""
+    return WRAPPERS.get(model_type, SAVED_AS.get(model_type, model_type))
 
 
 def decoder_text_families(model_types: Iterable[str] | None = None) -> list[str]:

@@ -30,6 +30,7 @@ def builtin_families() -> list[Family]:
         deepseek_v4,
         diffllama,
         dots1,
+        emu3,
         ernie4_5,
         ernie4_5_moe,
         exaone,
@@ -216,6 +217,9 @@ def builtin_families() -> list[Family]:
             diffllama.FAMILY,
             gemma4_unified_text.FAMILY,
             minimax.FAMILY,
+            emu3.FAMILY,
+            # Read only: what Emu3ForCausalLM saves (export writes emu3, which transformers' auto classes load).
+            emu3.TEXT,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL]

@@ -41,6 +41,9 @@ class Case:
     #: Saved buffers (by the last part of their name) to shake too, by this much: a selection bias that starts at 0
     #: would leave where it is added untested (Kolibri-1's e_score_correction_bias).
     shake_buffers: tuple[str, float] | None = None
+    #: The model_type of a multimodal config.json to save the config in, nested as its text_config (Emu3's
+    #: ``Emu3ForCausalLM`` saves a flat config that transformers' auto classes do not load; they load the nested one).
+    nested_in: str | None = None
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -67,9 +70,15 @@ class Case:
         from pathlib import Path
 
         model.save_pretrained(directory)
+        path = Path(directory) / "config.json"
         if self.model_type is not None:
-            path = Path(directory) / "config.json"
             path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": self.model_type}, indent=2))
+        if self.nested_in is not None:
+            flat = json.loads(path.read_text())
+            text = {k: v for k, v in flat.items() if k not in ("architectures", "transformers_version", "dtype")}
+            path.write_text(json.dumps({"architectures": flat["architectures"], "model_type": self.nested_in,
+                                        "text_config": text, "tie_word_embeddings": flat["tie_word_embeddings"]},
+                                       indent=2))
 
 
 #: transformers' RWKV decodes one token of a batch wrongly: its token shift takes the saved (B, D) input against
@@ -1217,6 +1226,24 @@ CASES += [
           "shared_expert_intermediate_size": 16, "norm_topk_prob": False, "tie_word_embeddings": False}),
 ]
 
+#: Emu3TextConfig's token ids are ints (no None).
+_EMU3_IDS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+CASES += [
+    # Emu3: Llama's blocks in the nested config Emu3ForCausalLM loads (text_config, model.* names); 6 query heads of 12
+    # over 2 (head_dim not hidden / heads, a field the config class lacks but the attention reads), attention and MLP
+    # biases (class attributes of the config, set here), eps 1e-4, the default rope theta 1e6, untied; and multi-query
+    # with linear rope scaling, tied.
+    Case("emu3", "Emu3TextConfig", "Emu3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=6, head_dim=12, attention_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-4, **_EMU3_IDS),
+         nested_in="emu3"),
+    Case("emu3-mqa-linear-tied", "Emu3TextConfig", "Emu3ForCausalLM",
+         _llama_like(num_key_value_heads=1, tie_word_embeddings=True,
+                     rope_parameters=_rope("linear", factor=2.0), **_EMU3_IDS),
+         nested_in="emu3"),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1240,6 +1267,6 @@ SLOW_VARIANTS = frozenset({
     "kolibri1-sliding-unnormalized", "lara_mini-irregular-biased", "cohere2_moe-rms-sum", "phimoe-longrope",
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
-    "minimax-default-types-tied",
+    "minimax-default-types-tied", "emu3-mqa-linear-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
