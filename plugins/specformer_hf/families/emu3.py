@@ -13,24 +13,35 @@ takes ``text_config`` and reads ``model.*`` names: so export writes that, whiche
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.family import Family
-from specformer_hf.parts.base import Switch
+from specformer_hf.parts.base import Switch, set_path
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family
 from specformer_hf.specview import ExportsAs, SpecView
 
 #: transformers' Emu3TextConfig defaults (Emu3-Chat's language model: 32 layers of 4096, 8 key/value heads).
-#: attention_bias and mlp_bias are class attributes there, not fields: a config.json may still set them.
 DEFAULTS = {
     "vocab_size": 184622, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+    "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
     "max_position_embeddings": 9216, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-    "attention_bias": False, "mlp_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
 }
+
+
+@dataclass(frozen=True)
+class ClassAttributeSwitch(Switch):
+    """attention_bias and mlp_bias: class attributes of Emu3TextConfig (False), not fields, which its modules read
+    all the same; a config.json may set them. (head_dim likewise: absent, hidden / heads.)"""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        value = bool(cfg.get(self.key, False))
+        for path in self.paths:
+            set_path(model, path, value)
 
 TEXT_MODEL_TYPE = "emu3_text_model"
 
@@ -44,8 +55,8 @@ _TEXT = decoder_family(
     defaults=DEFAULTS,
     parts=[
         *LLAMA_PARTS,
-        Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
-        Switch("mlp_bias", ("ffn.bias",)),
+        ClassAttributeSwitch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
+        ClassAttributeSwitch("mlp_bias", ("ffn.bias",)),
     ],
     maps="as Llama (prenorm RMSNorm, rope theta, GQA, head_dim, attention_bias, mlp_bias, SwiGLU, tied or untied "
          "head), with Emu3's defaults (rope_theta 1e6)",
