@@ -63,17 +63,18 @@ WRAPPERS: dict[str, str] = {
     "qwen4_exp": "qwen4_exp_text",
 }
 
-#: Model types a text model's class saves under a name transformers' causal-LM mapping does not hold -> the family
-#: they are read as (Emu3ForCausalLM saves its flat Emu3TextConfig as ``emu3_text_model``; the mapping names ``emu3``).
+#: Model types that classes save under names transformers' causal-LM mapping does not hold -> the family they are
+#: read as: Emu3ForCausalLM saves its flat Emu3TextConfig as ``emu3_text_model`` (the mapping names ``emu3``), and
+#: the multimodal Cohere Compass checkpoint (``cohere_compass``, registered for image-text-to-text only) holds
+#: ``cohere_compass_text``.
 SAVED_AS: dict[str, str] = {
     "emu3_text_model": "emu3",
+    "cohere_compass": "cohere_compass_text",
 }
 
 #: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
 MISSING: dict[str, str] = {
-    # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
-    **{model_type: MAPPING_ONLY for model_type in (
-        "cohere_compass_text",)},
+    # Issue 44 (every part exists; the family table, and here and there one flag on a part, is missing): none left.
     # Issue 45: recurrent and linear-attention mixers.
     "xlstm": "mLSTM (issue 45)",
     "bailing_hybrid": "bounded-forget linear attention (issue 45)",

@@ -22,6 +22,7 @@ def builtin_families() -> list[Family]:
         cohere,
         cohere2,
         cohere2_moe,
+        cohere_compass_text,
         cwm,
         dbrx,
         deepseek_v2,
@@ -220,9 +221,10 @@ def builtin_families() -> list[Family]:
             emu3.FAMILY,
             # Read only: what Emu3ForCausalLM saves (export writes emu3, which transformers' auto classes load).
             emu3.TEXT,
+            cohere_compass_text.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
-            gemma4_unified_text.MULTIMODAL]
+            gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]
 
 
 __all__ = ["builtin_families"]

@@ -1244,6 +1244,22 @@ CASES += [
          nested_in="emu3"),
 ]
 
+CASES += [
+    # Cohere Compass (text): Cohere2's parallel blocks with sliding, global, sliding, sliding layers (the window
+    # shorter than the prompt), the global one without positions (its rope entry null) and the sliding ones rotating
+    # halves with their own theta and Qwen3-VL's rope sections (no change on text), 4 heads over 2, attention biases,
+    # eps 1e-4, logits scaled, untied; and full layers only with a linear-scaled rope, no logit_scale, MQA, tied.
+    Case("cohere_compass_text", "CohereCompassTextConfig", "CohereCompassForCausalLM",
+         _llama_like(num_hidden_layers=4, sliding_window=WINDOW, attention_bias=True, layer_norm_eps=1e-4,
+                     logit_scale=0.5, tie_word_embeddings=False,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+                     rope_parameters={"sliding_attention": _rope("default", rope_theta=5000.0, mrope_section=[2, 3, 3]),
+                                      "full_attention": None})),
+    Case("cohere_compass_text-rope-everywhere-mqa-tied", "CohereCompassTextConfig", "CohereCompassForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, tie_word_embeddings=True,
+                     rope_parameters={"full_attention": _rope("linear", factor=2.0)})),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1268,5 +1284,6 @@ SLOW_VARIANTS = frozenset({
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
     "minimax-default-types-tied", "emu3-mqa-linear-tied",
+    "cohere_compass_text-rope-everywhere-mqa-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
