@@ -88,7 +88,6 @@ MISSING: dict[str, str] = {
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
-    "gpt_neox_japanese": "a dense bias added after the residual (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
     "jetmoe": "mixture of attention heads (issue 46)",
     "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",

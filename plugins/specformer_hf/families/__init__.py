@@ -54,6 +54,7 @@ def builtin_families() -> list[Family]:
         gpt_bigcode,
         gpt_neo,
         gpt_neox,
+        gpt_neox_japanese,
         gpt_oss,
         gpt_sw3,
         gptj,
@@ -222,6 +223,7 @@ def builtin_families() -> list[Family]:
             # Read only: what Emu3ForCausalLM saves (export writes emu3, which transformers' auto classes load).
             emu3.TEXT,
             cohere_compass_text.FAMILY,
+            gpt_neox_japanese.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]

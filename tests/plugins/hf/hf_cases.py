@@ -1260,6 +1260,23 @@ CASES += [
                      rope_parameters={"full_attention": _rope("linear", factor=2.0)})),
 ]
 
+#: GPTNeoXJapaneseConfig has no intermediate_size (intermediate_multiple_size instead).
+_NEOX_JA_BASE = {k: v for k, v in BASE.items() if k != "intermediate_size"}
+
+CASES += [
+    # GPT-NeoX Japanese: 3 sequential pre-norm layers, 4 heads of 16 with per-head fused qkv, half of each head
+    # rotated (theta 5000), the last layer's dense_bias (shaken off 0), a GELU MLP 3 times as wide, eps 1e-4,
+    # untied; and full rotary given through the legacy rotary_pct / rotary_emb_base arguments, ReLU, one layer (its only layer has
+    # the bias), tied.
+    Case("gpt_neox_japanese", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+         {**_NEOX_JA_BASE, "num_hidden_layers": 3, "intermediate_multiple_size": 3, "layer_norm_eps": 1e-4,
+          "tie_word_embeddings": False,
+          "rope_parameters": _rope("default", rope_theta=5000.0, partial_rotary_factor=0.5)}),
+    Case("gpt_neox_japanese-one-layer-relu-tied", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+         {**_NEOX_JA_BASE, "num_hidden_layers": 1, "intermediate_multiple_size": 2, "hidden_act": "relu",
+          "rotary_pct": 1.0, "rotary_emb_base": 20000.0, "tie_word_embeddings": True}),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1284,6 +1301,6 @@ SLOW_VARIANTS = frozenset({
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
     "minimax-default-types-tied", "emu3-mqa-linear-tied",
-    "cohere_compass_text-rope-everywhere-mqa-tied",
+    "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -224,6 +224,8 @@ DENSE_SPECS = {
     "apertus-defaults.yaml": ("ApertusConfig", dict()),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
+    "gpt-neox-japanese-2.7b.yaml": ("GPTNeoXJapaneseConfig", dict()),
 }
 
 

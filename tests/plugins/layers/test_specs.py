@@ -290,6 +290,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "apertus-defaults.yaml": _llama_like("ApertusConfig"),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
+    "gpt-neox-japanese-2.7b.yaml": _llama_like("GPTNeoXJapaneseConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)
