@@ -63,14 +63,22 @@ WRAPPERS: dict[str, str] = {
     "qwen4_exp": "qwen4_exp_text",
 }
 
+#: Model types that classes save under names transformers' causal-LM mapping does not hold -> the family they are
+#: read as: Emu3ForCausalLM saves its flat Emu3TextConfig as ``emu3_text_model`` (the mapping names ``emu3``), and
+#: the multimodal Cohere Compass checkpoint (``cohere_compass``, registered for image-text-to-text only) holds
+#: ``cohere_compass_text``.
+SAVED_AS: dict[str, str] = {
+    "emu3_text_model": "emu3",
+    "cohere_compass": "cohere_compass_text",
+}
+
 #: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
 MISSING: dict[str, str] = {
     # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
     **{model_type: MAPPING_ONLY for model_type in (
-        "cohere_compass_text", "emu3",
         # Issue 46's parts for it exist (attention output_gate_activation softplus, router logit_softcap); its table
         # does not yet. transformers refuses moe_apply_router_weight_on_input, so the table would refuse it too.
-        "laguna")},
+        "laguna",)},
     # Issue 45: recurrent and linear-attention mixers.
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual on sandwich blocks (x sqrt((k-1)/k) + f / sqrt(k), k = 2l+2 and 2l+3), the query scale (1 + (p+1)/2048)^0.1 on its NoPE layers, and a bias-free channel output gate with a per-head bias (issue 46)",
@@ -78,7 +86,6 @@ MISSING: dict[str, str] = {
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
-    "gpt_neox_japanese": "a dense bias added after the residual (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
     "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
     "kolibri1_1": "block-pooled attention indexer (issue 46)",
@@ -107,8 +114,9 @@ MISSING: dict[str, str] = {
 
 
 def text_model_type(model_type: str) -> str:
-    """The family ``model_type`` counts as: its text model's for a multimodal checkpoint, its own otherwise."""
-    return WRAPPERS.get(model_type, model_type)
+    """The family ``model_type`` counts as: its text model's for a multimodal checkpoint, the mapped one for a
+    :data:`SAVED_AS` name, its own otherwise."""
+    return WRAPPERS.get(model_type, SAVED_AS.get(model_type, model_type))
 
 
 def decoder_text_families(model_types: Iterable[str] | None = None) -> list[str]:

@@ -140,13 +140,20 @@ def to_hf(
 
     # Token ids are not part of the spec: keep the source's, else say there are none, because a
     # family's defaults (Phi-3's pad id 32000, say) may not even exist in this vocabulary.
-    kept = {k: v for k, v in base_config.items() if k in NON_MATH_FIELDS and k not in _NOT_KEPT}
+    # A nested source (a multimodal config.json, Emu3's) keeps its language model's ids in text_config.
+    inner = base_config.get("text_config")
+    nested = inner if isinstance(inner, dict) else {}
+    kept = {k: v for k, v in {**nested, **base_config}.items() if k in NON_MATH_FIELDS and k not in _NOT_KEPT}
     # Where the source says nothing, the stored tokenizer's own end, start and padding tokens fill in.
     from_tokenizer = special_token_ids(tokenizer, vocab_size=model.vocab_size)
     kept = {**{k: from_tokenizer.get(k) for k in TOKEN_ID_FIELDS}, **{k: v for k, v in kept.items() if v is not None}}
     dtypes = {t.dtype for t in model.state_dict().values() if t.is_floating_point()}
     dtype = {"dtype": str(dtypes.pop()).removeprefix("torch.")} if len(dtypes) == 1 else {}
     config = {**kept, **config, **dtype}
+    if isinstance(config.get("text_config"), dict):
+        # A family that writes its language model nested (Emu3): the text model reads its token ids there.
+        config["text_config"] = {**{k: v for k, v in kept.items() if k in TOKEN_ID_FIELDS and v is not None},
+                                 **config["text_config"]}
 
     with staged_folder(path, inputs=inputs, force=force) as stage:
         write_safetensors_atomic(hf_tensors(chosen, model), stage / WEIGHTS, {"format": "pt"})

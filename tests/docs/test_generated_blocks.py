@@ -118,7 +118,7 @@ def test_the_interop_page_counts_the_families_the_hf_plugin_registers():
     assert said, "docs/interop.md no longer opens with the count of families this test checks"
     # Issue 44: out of how many the installed transformers has (tests/plugins/hf/test_coverage.py checks the rows).
     transformers = pytest.importorskip("transformers")
-    from specformer_hf.coverage import decoder_text_families
+    from specformer_hf.coverage import decoder_text_families, text_model_type
 
     assert (int(said[2]), said[3]) == (len(decoder_text_families()), ".".join(transformers.__version__.split(".")[:2]))
     families = [f for f in get_families() if f.plugin == "hf"]
@@ -126,5 +126,8 @@ def test_the_interop_page_counts_the_families_the_hf_plugin_registers():
     multimodal = [f for f in families if f.name.endswith(" (multimodal)")]
     decoders = {f.name for f in families} - {f.name for f in multimodal}
     assert {f.name.removesuffix(" (multimodal)") for f in multimodal} <= decoders
+    # A model type saved under another name than the mapping's (coverage.SAVED_AS: emu3_text_model) is no family of
+    # its own: the families are counted by the model type they stand for.
+    decoders = {text_model_type(f.model_type) for f in families if f not in multimodal}
     words = {"no": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
     assert (int(said[1]), int(said[4]), words.get(said[5])) == (len(decoders), len(families), len(multimodal))

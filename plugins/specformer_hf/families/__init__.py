@@ -16,13 +16,14 @@ def builtin_families() -> list[Family]:
         aria_text,
         axk1,
         biogpt,
+        bitnet,
         bloom,
         codegen,
         ctrl,
         cohere,
         cohere2,
         cohere2_moe,
-        bitnet,
+        cohere_compass_text,
         cwm,
         dbrx,
         deepseek_v2,
@@ -31,6 +32,7 @@ def builtin_families() -> list[Family]:
         deepseek_v4,
         diffllama,
         dots1,
+        emu3,
         ernie4_5,
         ernie4_5_moe,
         exaone,
@@ -53,6 +55,7 @@ def builtin_families() -> list[Family]:
         gpt_bigcode,
         gpt_neo,
         gpt_neox,
+        gpt_neox_japanese,
         gpt_oss,
         gpt_sw3,
         gptj,
@@ -228,9 +231,12 @@ def builtin_families() -> list[Family]:
             mimo_v2_flash.FAMILY,
             modernbert_decoder.FAMILY,
             bailing_hybrid.FAMILY,
+            emu3.FAMILY,
+            cohere_compass_text.FAMILY,
+            gpt_neox_japanese.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
-            gemma4_unified_text.MULTIMODAL]
+            gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]
 
 
 __all__ = ["builtin_families"]

@@ -44,6 +44,9 @@ class Case:
     #: Parameters (by how their name ends) replaced by noise of this scale after the shake: an initialisation that
     #: silences a part (xLSTM's input gates start at bias -10, writing almost nothing) would leave it untested.
     reset_params: tuple[tuple[str, float], ...] = ()
+    #: The model_type of a multimodal config.json to save the config in, nested as its text_config (Emu3's
+    #: ``Emu3ForCausalLM`` saves a flat config that transformers' auto classes do not load; they load the nested one).
+    nested_in: str | None = None
 
     def build(self, *, seed: int = 0) -> Any:
         import torch
@@ -74,9 +77,15 @@ class Case:
         from pathlib import Path
 
         model.save_pretrained(directory)
+        path = Path(directory) / "config.json"
         if self.model_type is not None:
-            path = Path(directory) / "config.json"
             path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": self.model_type}, indent=2))
+        if self.nested_in is not None:
+            flat = json.loads(path.read_text())
+            text = {k: v for k, v in flat.items() if k not in ("architectures", "transformers_version", "dtype")}
+            path.write_text(json.dumps({"architectures": flat["architectures"], "model_type": self.nested_in,
+                                        "text_config": text, "tie_word_embeddings": flat["tie_word_embeddings"]},
+                                       indent=2))
 
 
 #: transformers' RWKV decodes one token of a batch wrongly: its token shift takes the saved (B, D) input against
@@ -1326,6 +1335,57 @@ CASES += [
               pad_token_id=0, bos_token_id=1, cls_token_id=1, sep_token_id=2)),
 ]
 
+#: Emu3TextConfig's token ids are ints (no None).
+_EMU3_IDS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+CASES += [
+    # Emu3: Llama's blocks in the nested config Emu3ForCausalLM loads (text_config, model.* names); 6 query heads of 12
+    # over 2 (head_dim not hidden / heads, a field the config class lacks but the attention reads), attention and MLP
+    # biases (class attributes of the config, set here), eps 1e-4, the default rope theta 1e6, untied; and multi-query
+    # with linear rope scaling, tied.
+    Case("emu3", "Emu3TextConfig", "Emu3ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=6, head_dim=12, attention_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-4, **_EMU3_IDS),
+         nested_in="emu3"),
+    Case("emu3-mqa-linear-tied", "Emu3TextConfig", "Emu3ForCausalLM",
+         _llama_like(num_key_value_heads=1, tie_word_embeddings=True,
+                     rope_parameters=_rope("linear", factor=2.0), **_EMU3_IDS),
+         nested_in="emu3"),
+]
+
+CASES += [
+    # Cohere Compass (text): Cohere2's parallel blocks with sliding, global, sliding, sliding layers (the window
+    # shorter than the prompt), the global one without positions (its rope entry null) and the sliding ones rotating
+    # halves with their own theta and Qwen3-VL's rope sections (no change on text), 4 heads over 2, attention biases,
+    # eps 1e-4, logits scaled, untied; and full layers only with a linear-scaled rope, no logit_scale, MQA, tied.
+    Case("cohere_compass_text", "CohereCompassTextConfig", "CohereCompassForCausalLM",
+         _llama_like(num_hidden_layers=4, sliding_window=WINDOW, attention_bias=True, layer_norm_eps=1e-4,
+                     logit_scale=0.5, tie_word_embeddings=False,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+                     rope_parameters={"sliding_attention": _rope("default", rope_theta=5000.0, mrope_section=[2, 3, 3]),
+                                      "full_attention": None})),
+    Case("cohere_compass_text-rope-everywhere-mqa-tied", "CohereCompassTextConfig", "CohereCompassForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, tie_word_embeddings=True,
+                     rope_parameters={"full_attention": _rope("linear", factor=2.0)})),
+]
+
+#: GPTNeoXJapaneseConfig has no intermediate_size (intermediate_multiple_size instead).
+_NEOX_JA_BASE = {k: v for k, v in BASE.items() if k != "intermediate_size"}
+
+CASES += [
+    # GPT-NeoX Japanese: 3 sequential pre-norm layers, 4 heads of 16 with per-head fused qkv, half of each head
+    # rotated (theta 5000), the last layer's dense_bias (shaken off 0), a GELU MLP 3 times as wide, eps 1e-4,
+    # untied; and full rotary given through the legacy rotary_pct / rotary_emb_base arguments, ReLU, one layer (its only layer has
+    # the bias), tied.
+    Case("gpt_neox_japanese", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+         {**_NEOX_JA_BASE, "num_hidden_layers": 3, "intermediate_multiple_size": 3, "layer_norm_eps": 1e-4,
+          "tie_word_embeddings": False,
+          "rope_parameters": _rope("default", rope_theta=5000.0, partial_rotary_factor=0.5)}),
+    Case("gpt_neox_japanese-one-layer-relu-tied", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+         {**_NEOX_JA_BASE, "num_hidden_layers": 1, "intermediate_multiple_size": 2, "hidden_act": "relu",
+          "rotary_pct": 1.0, "rotary_emb_base": 20000.0, "tie_word_embeddings": True}),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1350,6 +1410,7 @@ SLOW_VARIANTS = frozenset({
     "mellum-mtp", "aria_text-mqa-one-shared-tied", "bloom-tied", "nanochat-mha-tied-uncapped", "openai-gpt-tied-relu",
     "ctrl-untied", "rwkv-tied", "diffllama-mha-linear-tied", "cohere2_moe-sigmoid-unnormalized",
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
-    "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base",
+    "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base", "emu3-mqa-linear-tied",
+    "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -232,6 +232,8 @@ DENSE_SPECS = {
     "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
     # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
     "ettin-decoder-150m.yaml": ("ModernBertDecoderConfig", dict()),
+    # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
+    "gpt-neox-japanese-2.7b.yaml": ("GPTNeoXJapaneseConfig", dict()),
 }
 
 

@@ -298,6 +298,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
     # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
     "ettin-decoder-150m.yaml": _llama_like("ModernBertDecoderConfig"),
+    # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
+    "gpt-neox-japanese-2.7b.yaml": _llama_like("GPTNeoXJapaneseConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)
