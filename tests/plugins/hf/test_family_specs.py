@@ -230,6 +230,9 @@ DENSE_SPECS = {
     "apertus-defaults.yaml": ("ApertusConfig", dict()),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": ("OpenAIGPTConfig", dict()),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": ("CTRLConfig", dict()),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' BitNetConfig defaults (its docstring's BitNet b1.58 2B4T), with online BitLinear quantization.
+    "bitnet-b1.58-2b-4t.yaml": ("BitNetConfig", dict(quantization_config={
+        "quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "online"})),
     # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
     "ettin-decoder-150m.yaml": ("ModernBertDecoderConfig", dict()),
     # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)

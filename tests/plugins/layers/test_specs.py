@@ -296,6 +296,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "apertus-defaults.yaml": _llama_like("ApertusConfig"),  # transformers' defaults, not a published shape
     "openai-gpt.yaml": _llama_like("OpenAIGPTConfig"),  # transformers' defaults are openai-gpt's sizes
     "ctrl.yaml": _llama_like("CTRLConfig"),  # transformers' defaults are Salesforce/ctrl's sizes
+    # transformers' BitNetConfig defaults (its docstring's BitNet b1.58 2B4T): ternary weights, float counts alike.
+    "bitnet-b1.58-2b-4t.yaml": _llama_like("BitNetConfig"),
     # transformers' ModernBertDecoderConfig defaults (the 150M Ettin decoder's shape, see the spec).
     "ettin-decoder-150m.yaml": _llama_like("ModernBertDecoderConfig"),
     # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
