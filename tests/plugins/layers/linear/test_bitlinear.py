@@ -148,3 +148,21 @@ def test_attention_and_gated_mlp_name_it_and_the_sub_norms() -> None:
     assert isinstance(attn.qkv, BitLinear) and attn.qkv.splits == (12, 4, 4)
     assert isinstance(attn.out, BitLinear) and isinstance(attn.gate, BitLinear)
     assert attn.out_norm.weight.shape == (12,)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_equals_transformers_online_autobitlinear(bias: bool, monkeypatch) -> None:
+    """transformers' AutoBitLinear (online quantization, what BitNet's quantization_config builds) on the same input."""
+    pytest.importorskip("transformers")
+    from transformers.integrations.bitnet import ActQuant, AutoBitLinear, WeightQuant
+
+    for quantizer in (ActQuant, WeightQuant):  # torch.compile'd in transformers: their eager functions, here
+        compiled = quantizer.__dict__["forward"].__func__
+        monkeypatch.setattr(quantizer, "forward", staticmethod(compiled._torchdynamo_orig_callable))
+    torch.manual_seed(3)
+    theirs = AutoBitLinear(in_features=24, out_features=10, bias=bias, online_quant=True)
+    ours = BitLinear(in_features=24, out_features=10, bias=bias)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 5, 24) * torch.tensor([0.1, 3.0, 1.0, 40.0, 0.5])[None, :, None]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-6, atol=1e-6)
