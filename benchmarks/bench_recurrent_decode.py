@@ -12,9 +12,15 @@ the same tokens when the two compute the same logits).
 A last table compares our Mamba-1 model with our Mamba-2 model of the same width, depth and
 state size (issue 45 asks a Mamba-1 decode step to be within 1.2x of Mamba-2's).
 
+``--prefill N`` adds the rwkv model's prefill of an N-token prompt into the cache, one forward
+each: the chunked WKV (what runs) against the token loop (forced by raising rwkv4's
+``RECURRENT_MAX_TOKENS`` past N) and transformers' forward (its CPU loop), with the largest
+difference of the last logits.
+
     python benchmarks/bench_recurrent_decode.py --threads 1              # a few minutes on one core
     python benchmarks/bench_recurrent_decode.py --family rwkv --family mamba
     python benchmarks/bench_recurrent_decode.py --quick                  # toy sizes, seconds (the smoke test)
+    python benchmarks/bench_recurrent_decode.py --family rwkv --prefill 2048 --threads 1   # rwkv prefill too
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from gpu_check import positive  # noqa: E402
 FAMILIES = ("mamba", "falcon_mamba", "mamba2", "recurrent_gemma", "rwkv", "minimax")
 
 
-def configs(*, vocab: int, d: int, layers: int, state: int) -> dict[str, Callable[[], Any]]:
+def configs(*, vocab: int, d: int, layers: int, state: int, context: int = 1024) -> dict[str, Callable[[], Any]]:
     """family -> a transformers config of the shape given (no bos/eos: every run decodes all its tokens)."""
     import transformers as t
 
@@ -56,7 +62,7 @@ def configs(*, vocab: int, d: int, layers: int, state: int) -> dict[str, Callabl
             vocab_size=vocab, hidden_size=d, lru_width=d, intermediate_size=3 * d, num_hidden_layers=layers,
             num_attention_heads=heads, num_key_value_heads=1, head_dim=d // heads, attention_window_size=256, **none),
         "rwkv": lambda: t.RwkvConfig(vocab_size=vocab, hidden_size=d, attention_hidden_size=d, intermediate_size=4 * d,
-                                     num_hidden_layers=layers, context_length=1024, **none),
+                                     num_hidden_layers=layers, context_length=max(1024, context), **none),
         "minimax": lambda: t.MiniMaxConfig(
             vocab_size=vocab, hidden_size=d, intermediate_size=2 * d, num_hidden_layers=layers,
             num_attention_heads=heads, num_key_value_heads=heads, head_dim=d // heads, num_local_experts=4,
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=positive(int), default=128)
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--threads", type=positive(int), default=None)
+    parser.add_argument("--prefill", type=positive(int), default=None,
+                        help="also time rwkv's prefill of this many tokens: chunked WKV, token loop, transformers")
     parser.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -99,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     import transformers
 
-    table = configs(vocab=args.vocab, d=args.d_model, layers=args.layers, state=args.state)
+    table = configs(vocab=args.vocab, d=args.d_model, layers=args.layers, state=args.state,
+                    context=(args.prefill or 0) + 1)
     families = args.family or list(FAMILIES)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, CPU fp32, "
           f"{torch.get_num_threads()} threads; d_model {args.d_model}, {args.layers} layers, vocab {args.vocab}; "
@@ -108,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ids = torch.randint(1, args.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0))
     n = args.new_tokens
     ours_rates: dict[str, float] = {}
+    models: dict[str, tuple[Any, Any]] = {}
     for family in families:
-        ours, hf = pair(family, table[family])
+        ours, hf = models[family] = pair(family, table[family])
         runners = {
             "ours": lambda k, ours=ours: generate(ours, ids, max_new_tokens=k),
             "theirs": lambda k, hf=hf: hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k,
@@ -131,7 +141,41 @@ def main(argv: list[str] | None = None) -> int:
         ratio = ours_rates["mamba2"] / ours_rates["mamba"]
         print(f"\nMamba-1 against Mamba-2 (ours, same width, depth and state {args.state}): a Mamba-1 step takes "
               f"{ratio:.2f}x a Mamba-2 step (goal: at most 1.2x)")
+    if args.prefill and "rwkv" in models:
+        prefill_forms(*models["rwkv"], vocab=args.vocab, length=args.prefill, repeats=args.repeats)
     return 0
+
+
+def prefill_forms(ours: Any, hf: Any, *, vocab: int, length: int, repeats: int) -> None:
+    """rwkv's prefill of ``length`` tokens, one forward each: chunked WKV, token loop, transformers'."""
+    from specformer_generate import StaticKVCache
+    from specformer_layers.mixers import rwkv4
+
+    ids = torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(length)[None]
+    decode_max = rwkv4.RECURRENT_MAX_TOKENS
+
+    def ours_with(max_loop: int) -> Callable[[], Any]:
+        def run() -> Any:
+            rwkv4.RECURRENT_MAX_TOKENS = max_loop
+            try:
+                cache = StaticKVCache.for_model(ours, batch_size=1, capacity=length)
+                return ours(ids, positions=positions, cache=cache, last_only=True)[:, -1]
+            finally:
+                rwkv4.RECURRENT_MAX_TOKENS = decode_max
+        return run
+
+    runners = {"chunked": ours_with(decode_max), "token loop": ours_with(length),
+               "transformers": lambda: hf(ids, use_cache=True).logits[:, -1]}
+    with torch.inference_mode(), quiet():
+        results = best_of(runners, repeats=repeats, device=torch.device("cpu"))
+    print(f"\nrwkv prefill of a {length:,}-token prompt into the cache, one forward (median of {repeats}):")
+    print(f"{'form':<14} {'seconds':>8} {'tok/s':>9} {'vs token loop':>14} {'max |last logit diff| vs chunked':>33}")
+    loop_s = statistics.median(results["token loop"][0])
+    for name, (seconds, out) in results.items():
+        median = statistics.median(seconds)
+        diff = (out - results["chunked"][1]).abs().max().item()
+        print(f"{name:<14} {median:>8.2f} {length / median:>9,.0f} {loop_s / median:>13.1f}x {diff:>33.2e}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,17 @@ def test_every_family_decodes_the_tokens_transformers_decodes(capsys) -> None:
     assert "a Mamba-1 step takes" in out
 
 
+def test_rwkv_prefill_forms_agree(capsys) -> None:
+    """--prefill: the chunked WKV, the token loop and transformers give the same last logits (a row each)."""
+    pytest.importorskip("transformers")
+    assert bench.main(["--quick", "--family", "rwkv", "--prefill", "40"]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:14].strip(): line.split() for line in out.split("rwkv prefill of a 40-token prompt")[1].splitlines()[2:]}
+    assert sorted(rows) == ["chunked", "token loop", "transformers"]
+    for form, row in rows.items():
+        assert float(row[-1]) < 1e-3, form
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--repeats", "0"], "expected a positive int, got '0'"),
     (["--family", "llama"], "invalid choice: 'llama'"),

@@ -10,7 +10,10 @@ from specformer.model.state import StateSlots
 from specformer_layers.mixers.recurrent import MixerRun, RecurrentMixer
 from specformer_layers.mixers.rwkv4_params import Rwkv4Params
 from specformer_layers.mixers.token_shift import token_shift
-from specformer_layers.mixers.wkv import WKVState, wkv
+from specformer_layers.mixers.wkv import CHUNK, WKVState, wkv, wkv_chunked
+
+#: A cached forward of at most this many tokens runs token by token (decoding); longer ones by chunks.
+RECURRENT_MAX_TOKENS = 16
 
 
 class Rwkv4(RecurrentMixer):
@@ -54,16 +57,26 @@ class Rwkv4(RecurrentMixer):
 
     def run(self, x: Tensor, *, state: dict[str, Tensor] | None = None, padding: Tensor | None = None,
             steps: bool = False) -> MixerRun:
-        """Time mixing on ``x`` ``(B, T, D)`` from ``state`` (None: fresh rows); output, state after, steps if asked."""
+        """Time mixing on ``x`` ``(B, T, D)`` from ``state`` (None: fresh rows); output, state after, steps if asked.
+
+        The WKV runs by chunks of :data:`~specformer_layers.mixers.wkv.CHUNK` tokens
+        (:func:`~specformer_layers.mixers.wkv.wkv_chunked`: prefill, training), token by token
+        (:func:`~specformer_layers.mixers.wkv.wkv`) for a cached forward of at most
+        :data:`RECURRENT_MAX_TOKENS` tokens (decoding) and whenever the state after each token is kept.
+        """
         length = x.shape[1]
+        recurrent = steps or (state is not None and length <= RECURRENT_MAX_TOKENS)
         shifted, shift_after, shift_steps = token_shift(x, None if state is None else state["shift"], padding)
         k = self.key(torch.lerp(shifted, x, self.time_mix_key))  # x mu + shifted (1 - mu); (B, T, W)
         v = self.value(torch.lerp(shifted, x, self.time_mix_value))
         r = torch.sigmoid(self.receptance(torch.lerp(shifted, x, self.time_mix_receptance)))
         real = None if padding is None else torch.arange(length, device=x.device)[None, :] >= padding[:, None]  # (B, T)
         before = None if state is None else WKVState(state["num"], state["den"], state["exponent"])
-        out, after, per_token = wkv(k, v, decay=torch.exp(self.time_decay), bonus=self.time_first, state=before,
-                                    real=real, steps=steps)
+        decay = torch.exp(self.time_decay)
+        if recurrent:
+            out, after, per_token = wkv(k, v, decay=decay, bonus=self.time_first, state=before, real=real, steps=steps)
+        else:
+            (out, after), per_token = wkv_chunked(k, v, decay=decay, bonus=self.time_first, state=before, real=real), None
         return MixerRun(out=self.output(r * out.to(x.dtype)),
                         state={"shift": shift_after, "num": after.num, "den": after.den, "exponent": after.exponent},
                         steps=None if per_token is None else {"shift": shift_steps, "num": per_token.num,
@@ -73,7 +86,8 @@ class Rwkv4(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """What runs, in words (``specformer summary``)."""
-        return "torch WKV recurrence token by token (max-stabilised numerator and denominator)"
+        return (f"torch WKV by chunks (chunk {CHUNK}, max-stabilised numerator and denominator); token by token "
+                f"for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens")
 
     def extra_repr(self) -> str:
         return f"width={self.width}"

@@ -1,6 +1,10 @@
 """The rwkv4 mixer (RWKV-4's time mixing): the WKV recurrence written out, transformers' RwkvSelfAttention,
 and exact through a model with a cache.
 
+The chunked WKV (prefill, training) and the token loop (decoding, kept steps) each equal the
+sums written out, for lengths around the chunk, from a carried state, with keys past float32's
+exp range, with padding and with packed documents.
+
 Through a whole model: a cached token-by-token decode equals the uncached forward, a
 left-padded ragged batch equals each row alone, packed documents equal each document alone
 (the token shift and the recurrence start fresh at each), beam reordering and speculative
@@ -22,24 +26,31 @@ from specformer.model.attention import cache_slots_of, heads_of, reach_of
 from specformer.model.state import uses_positions
 from specformer_layers.mixers.rwkv4 import Rwkv4
 from specformer_layers.mixers.rwkv4_params import Rwkv4Params
-from specformer_layers.mixers.wkv import wkv
+from specformer_layers.mixers.wkv import CHUNK, WKVState, wkv, wkv_chunked
 
 from tests.fixtures.tiny import tiny_spec
-from .through_the_cache import tiny_mixer_model
+from .through_the_cache import decode, tiny_mixer_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MIXER = {"kind": "rwkv4", "width": 24}
 
 
-def _wkv_written_out(k: torch.Tensor, v: torch.Tensor, time_decay: torch.Tensor, time_first: torch.Tensor) -> torch.Tensor:
-    """The WKV as the paper writes it (Peng et al. 2023, eq. 14), in float64, each sum formed in full."""
+def _wkv_written_out(k: torch.Tensor, v: torch.Tensor, time_decay: torch.Tensor, time_first: torch.Tensor,
+                     start: WKVState | None = None) -> torch.Tensor:
+    """The WKV as the paper writes it (Peng et al. 2023, eq. 14), in float64, each sum formed in full.
+
+    ``start``: what came before, the sums ``num e^p`` and ``den e^p``, decayed once per token since.
+    """
     k, v, w, u = k.double(), v.double(), torch.exp(time_decay.double()), time_first.double()
     batch, length, width = k.shape
     out = torch.zeros(batch, length, width, dtype=torch.float64)
     for t in range(length):
         num = math.e ** (u + k[:, t]) * v[:, t]
         den = math.e ** (u + k[:, t])
+        if start is not None:
+            num = num + torch.exp(start.exponent.double() - t * w) * start.num.double()
+            den = den + torch.exp(start.exponent.double() - t * w) * start.den.double()
         for i in range(t):
             weight = torch.exp(-(t - 1 - i) * w + k[:, i])
             num = num + weight * v[:, i]
@@ -107,6 +118,81 @@ def test_padding_leaves_the_state_and_gives_zero() -> None:
     torch.testing.assert_close(state.num, alone.num)
 
 
+def _random_state(batch: int, width: int) -> WKVState:
+    """A state as a cache holds one: any numerator, a positive denominator, an exponent of a few units."""
+    return WKVState(torch.randn(batch, width), torch.rand(batch, width) + 0.1, torch.randn(batch, width) * 3)
+
+
+LENGTHS = [1, CHUNK - 1, CHUNK, 2 * CHUNK + 3]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("carried", [False, True])
+def test_chunked_and_token_loop_equal_the_sums_written_out(length: int, carried: bool) -> None:
+    torch.manual_seed(length)
+    k, v = torch.randn(2, length, 6) * 3, torch.randn(2, length, 6)
+    time_decay, time_first = torch.randn(6), torch.randn(6)
+    start = _random_state(2, 6) if carried else None
+    want = _wkv_written_out(k, v, time_decay, time_first, start).float()
+    loop, loop_after, _ = wkv(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start)
+    chunked, after = wkv_chunked(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start)
+    torch.testing.assert_close(loop, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(chunked, want, rtol=1e-5, atol=1e-5)
+    # The same state after, in the same format: either form continues what the other left.
+    for got, expected in zip((after.num, after.den, after.exponent), (loop_after.num, loop_after.den, loop_after.exponent)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    more_k, more_v = torch.randn(2, 5, 6) * 3, torch.randn(2, 5, 6)
+    whole = _wkv_written_out(torch.cat((k, more_k), 1), torch.cat((v, more_v), 1), time_decay, time_first, start).float()
+    rest, _ = wkv_chunked(more_k, more_v, decay=torch.exp(time_decay), bonus=time_first, state=loop_after, chunk=3)
+    torch.testing.assert_close(rest, whole[:, length:], rtol=1e-5, atol=1e-5)
+    rest, _, _ = wkv(more_k, more_v, decay=torch.exp(time_decay), bonus=time_first, state=after)
+    torch.testing.assert_close(rest, whole[:, length:], rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_survives_keys_and_decays_past_float32s_exp() -> None:
+    """Keys of about 100 (e^100 is inf in float32) and decays up to e^5 per token: stabilised, the averages hold."""
+    torch.manual_seed(3)
+    length = 2 * CHUNK + 3
+    k = 95 + torch.randn(2, length, 8) * 20
+    v = torch.randn(2, length, 8)
+    time_decay = torch.linspace(-5.0, 5.0, 8)  # w = e^-5 .. e^5 = 148: the state decays by e^-148 per token
+    time_first = torch.randn(8) * 3
+    start = WKVState(torch.randn(2, 8), torch.rand(2, 8) + 0.1, torch.full((2, 8), 110.0))
+    assert not torch.isfinite(torch.exp(k)).all()  # unstabilised, the sums would overflow
+    want = _wkv_written_out(k, v, time_decay, time_first, start).float()
+    loop, _, _ = wkv(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start)
+    chunked, after = wkv_chunked(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start)
+    assert all(torch.isfinite(t).all() for t in (chunked, after.num, after.den, after.exponent))
+    torch.testing.assert_close(chunked, want, rtol=1e-5, atol=1e-5)
+    # The token loop rounds its exponent (about 100, float32 steps of 8e-6) again at every token,
+    # so over 67 tokens it drifts a few times 1e-5 from the sums; the chunk forms each exponent once.
+    torch.testing.assert_close(loop, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("padded", "length"), [(3, 9), (CHUNK + 4, CHUNK + 9), (CHUNK, 2 * CHUNK + 3)])
+def test_chunked_padding_leaves_the_state_and_gives_zero(padded: int, length: int) -> None:
+    """Left padding across and up to chunk boundaries: the rest equals its sums written out, from fresh or a carried state."""
+    torch.manual_seed(padded)
+    k, v = torch.randn(3, length, 4) * 3, torch.randn(3, length, 4)
+    time_decay, time_first = torch.randn(4), torch.randn(4)
+    opening = torch.tensor([padded, 0, length])  # the last row all padding
+    real = torch.arange(length)[None, :] >= opening[:, None]
+    for start in (None, _random_state(3, 4)):
+        out, after = wkv_chunked(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start, real=real)
+        loop, loop_after, _ = wkv(k, v, decay=torch.exp(time_decay), bonus=time_first, state=start, real=real)
+        torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-5)
+        for got, expected in zip((after.num, after.den, after.exponent), (loop_after.num, loop_after.den, loop_after.exponent)):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert (out[~real] == 0).all()
+        for row in range(2):
+            alone = None if start is None else WKVState(*(t[row:row + 1] for t in (start.num, start.den, start.exponent)))
+            want = _wkv_written_out(k[row:row + 1, opening[row]:], v[row:row + 1, opening[row]:], time_decay, time_first, alone)
+            torch.testing.assert_close(out[row:row + 1, opening[row]:], want.float(), rtol=1e-5, atol=1e-5)
+        if start is not None:  # a row of padding only keeps its state as it was
+            torch.testing.assert_close((after.num[2], after.den[2], after.exponent[2]),
+                                       (start.num[2], start.den[2], start.exponent[2]))
+
+
 @pytest.mark.parametrize(("width", "length"), [(None, 11), (12, 9), (16, 1)])
 def test_equals_the_time_mixing_written_out(width: int | None, length: int) -> None:
     torch.manual_seed(0)
@@ -167,6 +253,30 @@ def test_public_facts() -> None:
     assert layer.state_slots.shapes == {"shift": (d_model,), "num": (24,), "den": (24,), "exponent": (24,)}
     summary = specformer.summarize(tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=3))
     assert summary.total == sum(p.numel() for p in tiny_model().parameters())
+
+
+def test_long_prefill_and_packed_documents_match_the_token_loop() -> None:
+    """Through a model: the chunked form's prefill (and uncached forward) of 2C+3 tokens equals the token loop's,
+    and packed documents longer than a chunk equal each document alone."""
+    length = 2 * CHUNK + 3
+    spec = tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=2, context_length=2 * length)
+    model = specformer.build(spec, seed=0).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".mixer.time_" in name:
+                p.copy_(torch.rand_like(p) if "time_mix" in name else torch.randn_like(p))
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 97, (2, length))
+    with torch.no_grad():
+        whole = model(tokens)
+        torch.testing.assert_close(decode(model, tokens, prefill=length - 2), whole, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(decode(model, tokens, prefill=1, steps=True), whole, rtol=1e-4, atol=1e-5)
+        cut = CHUNK + 5
+        documents = torch.tensor([[0] * cut + [1] * (length - cut), [4] * 3 + [6] * (length - 3)])
+        packed = model(tokens, document_ids=documents)
+        for row, at in ((0, cut), (1, 3)):
+            for part in (slice(0, at), slice(at, length)):
+                torch.testing.assert_close(packed[row, part], model(tokens[row:row + 1, part])[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(("change", "message", "where"), [
