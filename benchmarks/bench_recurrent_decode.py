@@ -153,19 +153,19 @@ def prefill_forms(ours: Any, hf: Any, *, vocab: int, length: int, repeats: int) 
 
     ids = torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(1))
     positions = torch.arange(length)[None]
-    decode_max = rwkv4.RECURRENT_MAX_TOKENS
+    decode_max, loop_devices = rwkv4.RECURRENT_MAX_TOKENS, rwkv4.LOOP_DEVICES
 
-    def ours_with(max_loop: int) -> Callable[[], Any]:
-        def run() -> Any:
-            rwkv4.RECURRENT_MAX_TOKENS = max_loop
+    def ours_with(*, chunked: bool) -> Callable[[], Any]:
+        def run() -> Any:  # the form forced: every device chunked, or every forward a token loop
+            rwkv4.RECURRENT_MAX_TOKENS, rwkv4.LOOP_DEVICES = (decode_max, frozenset()) if chunked else (length, loop_devices)
             try:
                 cache = StaticKVCache.for_model(ours, batch_size=1, capacity=length)
                 return ours(ids, positions=positions, cache=cache, last_only=True)[:, -1]
             finally:
-                rwkv4.RECURRENT_MAX_TOKENS = decode_max
+                rwkv4.RECURRENT_MAX_TOKENS, rwkv4.LOOP_DEVICES = decode_max, loop_devices
         return run
 
-    runners = {"chunked": ours_with(decode_max), "token loop": ours_with(length),
+    runners = {"chunked": ours_with(chunked=True), "token loop": ours_with(chunked=False),
                "transformers": lambda: hf(ids, use_cache=True).logits[:, -1]}
     with torch.inference_mode(), quiet():
         results = best_of(runners, repeats=repeats, device=torch.device("cpu"))

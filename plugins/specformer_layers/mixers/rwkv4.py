@@ -14,6 +14,9 @@ from specformer_layers.mixers.wkv import CHUNK, WKVState, wkv, wkv_chunked
 
 #: A cached forward of at most this many tokens runs token by token (decoding); longer ones by chunks.
 RECURRENT_MAX_TOKENS = 16
+#: Devices whose prefill runs token by token all the same: on a CPU the chunked form's (C, C) weights per channel cost
+#: more than the sequential steps they save (2.5x to 30x slower for chunks of 4 to 64; docs/benchmarks.md).
+LOOP_DEVICES = frozenset({"cpu"})
 
 
 class Rwkv4(RecurrentMixer):
@@ -65,7 +68,8 @@ class Rwkv4(RecurrentMixer):
         :data:`RECURRENT_MAX_TOKENS` tokens (decoding) and whenever the state after each token is kept.
         """
         length = x.shape[1]
-        recurrent = steps or (state is not None and length <= RECURRENT_MAX_TOKENS)
+        recurrent = (steps or x.device.type in LOOP_DEVICES
+                     or (state is not None and length <= RECURRENT_MAX_TOKENS))
         shifted, shift_after, shift_steps = token_shift(x, None if state is None else state["shift"], padding)
         k = self.key(torch.lerp(shifted, x, self.time_mix_key))  # x mu + shifted (1 - mu); (B, T, W)
         v = self.value(torch.lerp(shifted, x, self.time_mix_value))
@@ -86,8 +90,8 @@ class Rwkv4(RecurrentMixer):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """What runs, in words (``specformer summary``)."""
-        return (f"torch WKV by chunks (chunk {CHUNK}, max-stabilised numerator and denominator); token by token "
-                f"for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens")
+        return (f"torch WKV token by token on a CPU; elsewhere by chunks (chunk {CHUNK}, max-stabilised numerator and "
+                f"denominator), token by token for cached forwards of <= {RECURRENT_MAX_TOKENS} tokens")
 
     def extra_repr(self) -> str:
         return f"width={self.width}"

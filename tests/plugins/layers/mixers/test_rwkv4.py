@@ -255,9 +255,16 @@ def test_public_facts() -> None:
     assert summary.total == sum(p.numel() for p in tiny_model().parameters())
 
 
-def test_long_prefill_and_packed_documents_match_the_token_loop() -> None:
+@pytest.mark.parametrize("chunked_on_cpu", [True, False])
+def test_long_prefill_and_packed_documents_match_the_token_loop(chunked_on_cpu: bool, monkeypatch) -> None:
     """Through a model: the chunked form's prefill (and uncached forward) of 2C+3 tokens equals the token loop's,
-    and packed documents longer than a chunk equal each document alone."""
+    and packed documents longer than a chunk equal each document alone. A CPU runs the loop for every forward;
+    the chunked form (what other devices run) is forced onto it here."""
+    from specformer_layers.mixers import rwkv4
+
+    assert rwkv4.LOOP_DEVICES == {"cpu"}
+    if chunked_on_cpu:
+        monkeypatch.setattr(rwkv4, "LOOP_DEVICES", frozenset())
     length = 2 * CHUNK + 3
     spec = tiny_spec(block={"mixer": MIXER}, positional={"kind": "none"}, n_layers=2, context_length=2 * length)
     model = specformer.build(spec, seed=0).eval()
