@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),
     ("validation", {"spec.file_order", "spec.validate", "checkpoint.provenance"}),
-    ("building", {"model.wiring", "spec.size_check", "model.decoder", "model.head_bias", "model.assemble", "model.sizes"}),
+    ("building", {"model.wiring", "spec.size_check", "model.decoder", "model.head_bias", "model.mtp", "model.assemble", "model.sizes"}),
     ("the spec pipeline", {"spec.check"}),
     ("entry points", {"spec", "model.builder", "model.summary", "model.device_plan", "checkpoint.check", "checkpoint.save_load",
                       "cli.catalogue", "cli.scaffold", "cli.main", "cli.__main__"}),

@@ -18,6 +18,7 @@ from torch import nn
 
 from specformer.errors import Problem, SpecError
 from specformer.model.decoder import Decoder
+from specformer.model.mtp import MTPDepth
 from specformer.model.positional import adds_to_embeddings
 from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.model.wiring import (Skeleton, first_line, make_block, make_per_layer_input, make_residual_stream,
@@ -84,6 +85,9 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             logit_scale=m.logit_scale,
             embedding_dropout=m.embedding_dropout,
             per_layer_input=skeleton.per_layer_input,
+            mtp=[MTPDepth(d_model=m.d_model, embedding_norm=d.embedding_norm, hidden_norm=d.hidden_norm,
+                          block=d.block.block, final_norm=d.final_norm) for d in skeleton.mtp],
+            mtp_loss_weights=m.mtp.weights() if m.mtp is not None else (),
         )
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({first_line(exc)})")]) from None

@@ -56,6 +56,8 @@ class Decoder(nn.Module):
         logit_scale: float = 1.0,
         embedding_dropout: float = 0.0,
         per_layer_input: nn.Module | None = None,
+        mtp: list[nn.Module] = (),
+        mtp_loss_weights: "list[float] | tuple[float, ...]" = (),
         spec: Any = None,
     ) -> None:
         super().__init__()
@@ -91,6 +93,12 @@ class Decoder(nn.Module):
         self.embedding_dropout = nn.Dropout(embedding_dropout)
         # Per-layer inputs (model.per_layer_input): computed once per forward, each block reads its slice from ctx.
         self.per_layer_input = per_layer_input
+        # Multi-token prediction depths (model.mtp, :mod:`specformer.model.mtp`): run only when a forward asks
+        # (with_mtp); None, and no state_dict key, for a model without them.
+        if len(mtp_loss_weights) != len(mtp):
+            raise ValueError(f"mtp_loss_weights gives {len(mtp_loss_weights)} weights for {len(mtp)} MTP depths")
+        self.mtp = nn.ModuleList(mtp) if len(mtp) else None
+        self.mtp_loss_weights = [float(w) for w in mtp_loss_weights]
         self.spec = spec
 
     @property
@@ -105,8 +113,13 @@ class Decoder(nn.Module):
         document_ids: Tensor | None = None,
         cache: KVCache | None = None,
         last_only: bool = False,
-    ) -> Tensor:
+        with_mtp: bool = False,
+    ) -> "Tensor | tuple[Tensor, list[Tensor]]":
         """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``.
+
+        ``with_mtp`` (a model with ``model.mtp``, no cache): ``(logits, mtp_logits)``, where
+        ``mtp_logits[k - 1]`` ``(B, T - k, vocab_size)`` are depth k's logits, row i predicting
+        token ``i + k + 1`` (:meth:`mtp_logits`). Without it the MTP depths do not run.
 
         ``document_ids`` ``(B, T)`` (integers, packed training): a token attends only to
         earlier tokens of its own document. Without a cache, attention is causal by
@@ -117,6 +130,10 @@ class Decoder(nn.Module):
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
+        if with_mtp and (self.mtp is None or cache is not None or last_only):
+            raise ValueError("with_mtp needs a model with MTP depths (model.mtp) and a forward over whole sequences "
+                             "(no cache, no last_only); " + ("this model has none" if self.mtp is None else
+                                                              "give neither cache nor last_only"))
         batch, length = input_ids.shape
         if document_ids is not None:
             check_document_ids(document_ids, input_ids, cache=cache)
@@ -150,7 +167,41 @@ class Decoder(nn.Module):
             x = block(x, ctx)
         if last_only:
             x = x[:, -1:, :]
-        return self.head_logits(x)
+        logits = self.head_logits(x)
+        if not with_mtp:
+            return logits
+        return logits, self.mtp_logits(self.residual.collapse(x), input_ids, positions=positions,
+                                       document_ids=document_ids, plain_causal=plain_causal)
+
+    def mtp_logits(self, hidden: Tensor, input_ids: Tensor, *, positions: Tensor, document_ids: Tensor | None = None,
+                   plain_causal: bool = False) -> list[Tensor]:
+        """Each MTP depth's logits from the main model's last hidden state ``hidden`` ``(B, T, D)`` (before the final norm).
+
+        Depth k runs over the ``T - k`` positions whose token ``i + k`` exists, reading ``h^{k-1}``
+        (``hidden`` for depth 1) there and the embedding of ``input_ids[:, i + k]``; its logits
+        ``(B, T - k, vocab_size)`` at row i predict token ``i + k + 1``, through its final norm and
+        the model's shared head. The depth's block reads the model-level positional scheme at the
+        positions of its rows (``positions[:, :T - k]``), causally, each row in its document.
+        """
+        assert self.mtp is not None, "mtp_logits needs MTP depths"
+        batch, length = input_ids.shape
+        embedded = self.embedding(input_ids)  # (B, T, D): the shared embedding, scaled as the main model's
+        if self.embedding_multiplier != 1.0:
+            embedded = embedded * torch.tensor(self.embedding_multiplier, dtype=embedded.dtype)
+        out = []
+        for k, depth in enumerate(self.mtp, start=1):
+            rows = length - k
+            if rows <= 0:  # no token k ahead of any position: nothing to predict
+                out.append(hidden.new_zeros((batch, 0, self.vocab_size)))
+                continue
+            at = positions[:, :rows]
+            ctx = ForwardContext(positions=at, positional=self.positional, positional_state=self.positional.prepare(at),
+                                 plain_causal=plain_causal)
+            ctx.document_ids = document_ids[:, :rows] if document_ids is not None else None
+            ctx.token_ids = input_ids[:, k:]  # the token each row's block input embeds
+            hidden = depth(hidden[:, :rows], embedded[:, k:], ctx, residual=self.residual)  # (B, T - k, D): h^k
+            out.append(self.output_logits(depth.final_norm(hidden)))
+        return out
 
     def _context(self, positions: Tensor, *, cache: KVCache | None, plain_causal: bool) -> ForwardContext:
         """The per-forward context: each distinct positional scheme prepared once, whatever the number of layers."""
@@ -210,7 +261,11 @@ class Decoder(nn.Module):
 
         The forward ends with this; the logit lens applies it to the stream after every layer.
         """
-        x = self.final_norm(self.residual.collapse(x))
+        return self.output_logits(self.final_norm(self.residual.collapse(x)))
+
+    def output_logits(self, x: Tensor) -> Tensor:
+        """Logits ``(B, T, vocab_size)`` of normed hidden states ``(B, T, D)``: the LM head (shared by the MTP
+        depths), its bias, scale and soft-cap, the padded vocabulary cut off."""
         logits = F.linear(x, self.embedding.weight) if self.lm_head is None else self.lm_head(x)
         if self.head_bias is not None:
             logits = self.head_bias(logits)

@@ -20,7 +20,7 @@ spec path of that part (which :mod:`specformer.spec.validate` recorded while res
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from specformer.errors import Problem, SpecError
@@ -64,6 +64,17 @@ class Skeleton:
     layer_scheme: list[int] | None  # each layer's index into [positional, *layer_positionals]; None: all 0
     final_norm: Any
     embedding_norm: Any = None  # model.embedding_norm as made, or None when the model has none
+    mtp: list["MTPParts"] = field(default_factory=list)  # model.mtp's depths as made, in order (none without mtp)
+
+
+@dataclass
+class MTPParts:
+    """One multi-token prediction depth's parts as made (:class:`specformer.model.mtp.MTPDepth` joins them)."""
+
+    embedding_norm: Any  # enorm
+    hidden_norm: Any  # hnorm
+    block: Block
+    final_norm: Any  # before the shared head
 
 
 def make_part(maker: Maker, part: ResolvedPart, **sizes: Any) -> Any:
@@ -288,7 +299,41 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
     final_norm = make_part(maker, resolved.final_norm, dim=m.d_model)
     embedding_norm = (make_part(maker, resolved.embedding_norm, dim=m.d_model)
                       if resolved.embedding_norm is not None else None)
-    return Skeleton(residual, per_layer_input, positional, extra, chosen, final_norm, embedding_norm)
+    mtp = make_mtp(maker, resolved, residual=residual, positional=positional, first_attention=first_attention)
+    return Skeleton(residual, per_layer_input, positional, extra, chosen, final_norm, embedding_norm, mtp)
+
+
+def make_mtp(maker: Maker, resolved: ResolvedModel, *, residual: Any, positional: Any, first_attention: Any) -> list[MTPParts]:
+    """``model.mtp``'s depths (none without it): each its two input norms, its block (layer index n_layers + k, after
+    the main blocks, as the published checkpoints number it) and its final norm.
+
+    A depth's mixer reads the model-level positional scheme's positions (the Decoder prepares them once), so a
+    mixer that reads positions must take the scheme at the heads it was sized by, and a depth cannot read another
+    layer's keys and values.
+    """
+    mtp, m = resolved.mtp, resolved.spec
+    if mtp is None:
+        return []
+    if m.block.positional is not None:
+        raise SpecError([Problem("model.mtp", "an MTP depth reads model.positional, and model.block.positional gives "
+                                              "the blocks another scheme; put the scheme in model.positional")])
+    mixer_path = mtp.parts["mixer"].path
+    depths = []
+    for k in range(mtp.depths):
+        block = make_block(maker, mtp.parts, m, m.n_layers + k, residual=residual)
+        if kv_source_of(block.mixer) is not None:
+            raise SpecError([Problem(mixer_path, "an MTP depth's mixer cannot read another layer's keys and values "
+                                                 "(kv_from); leave kv_from out of model.mtp.block")])
+        if (uses_positions(block.mixer) and not maker.adds_to_embeddings(positional)
+                and positional_sizes(block.mixer, d_model=m.d_model) != positional_sizes(first_attention, d_model=m.d_model)):
+            raise SpecError([Problem(mixer_path, f"an MTP depth's mixer reads model.positional, which is sized for "
+                                                 f"{positional_sizes(first_attention, d_model=m.d_model)} (heads, positional "
+                                                 f"width); this mixer has {positional_sizes(block.mixer, d_model=m.d_model)}: "
+                                                 f"give it the main layers' heads and head_dim")])
+        depths.append(MTPParts(make_part(maker, mtp.input_norm, dim=m.d_model),
+                               make_part(maker, mtp.input_norm, dim=m.d_model), block,
+                               make_part(maker, mtp.final_norm, dim=m.d_model)))
+    return depths
 
 
 @dataclass
@@ -319,6 +364,6 @@ def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
                                 per_layer_input=per_layer_input), blocks)
 
 
-__all__ = ["Block", "Maker", "Shapes", "Skeleton", "check_kv_sharing", "check_layer_positionals", "first_line",
+__all__ = ["Block", "MTPParts", "Maker", "Shapes", "Skeleton", "check_kv_sharing", "check_layer_positionals", "first_line",
            "layer_positionals", "make_block", "make_layer_positional", "make_part", "make_per_layer_input",
-           "make_residual_stream", "make_skeleton", "per_layer_width", "positional_mixer", "size_flow"]
+           "make_mtp", "make_residual_stream", "make_skeleton", "per_layer_width", "positional_mixer", "size_flow"]

@@ -140,6 +140,57 @@ class LayerOverride(StrictNumbers):
         return layer_selection(self.select, n_layers)
 
 
+class MTPBlockChange(StrictNumbers):
+    """Changes to the model's block for the block every MTP depth runs (merged as a layer override's are)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: dict[str, Any] | str | None = Field(default=None, description="Changes to the layout (merged; a new kind replaces).")
+    norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the block's norm (merged; a new kind replaces).")
+    mixer: dict[str, Any] | str | None = Field(default=None, description="Changes to the token mixer (merged; a new kind replaces).")
+    ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward (merged; a new kind replaces).")
+
+
+#: Block fields an MTP depth's block may change (its positional scheme is the model's).
+MTP_BLOCK_FIELDS = ("layout", "norm", "mixer", "ffn")
+
+
+class MTPSpec(StrictNumbers):
+    """Multi-token prediction (DeepSeek-V3, arXiv:2412.19437 section 2.2): ``depths`` extra modules, depth k
+    predicting the token k + 1 positions ahead from depth k-1's hidden state and the embedding of the token
+    k positions ahead (normed each, concatenated, projected to d_model, one block, a final norm, the shared head)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    depths: int = Field(gt=0, le=64, description="Number of prediction depths, 1 to 64 (DeepSeek-V3: 1; each is a block).")
+    block: MTPBlockChange = Field(
+        default_factory=MTPBlockChange,
+        description="Changes to model.block for the block each depth runs; by default each runs the model's block.")
+    input_norm: ComponentRef | None = Field(
+        default=None, description="The norm of the hidden state and of the embedding (enorm, hnorm); default the block's norm.")
+    final_norm: ComponentRef | None = Field(
+        default=None, description="The norm before the shared LM head (shared_head.norm); default model.final_norm.")
+    loss_weights: list[float] | None = Field(
+        default=None,
+        description="Weight of each depth's cross-entropy in the training loss, one per depth; default 0.3 / depths each "
+                    "(DeepSeek-V3's lambda = 0.3, averaged over the depths).")
+
+    @model_validator(mode="after")
+    def _one_weight_per_depth(self) -> "MTPSpec":
+        if self.loss_weights is not None:
+            if len(self.loss_weights) != self.depths:
+                raise ValueError(f"loss_weights gives {len(self.loss_weights)} weights for {self.depths} depths; "
+                                 f"give one weight per depth (or leave it out for 0.3 / depths each)")
+            bad = [w for w in self.loss_weights if not w >= 0]
+            if bad:
+                raise ValueError(f"loss_weights must be numbers >= 0, got {excerpt(bad[0])}")
+        return self
+
+    def weights(self) -> list[float]:
+        """The loss weight of each depth, the default filled in."""
+        return list(self.loss_weights) if self.loss_weights is not None else [0.3 / self.depths] * self.depths
+
+
 class ModelSpec(StrictNumbers):
     """The architecture: sizes, positional scheme, block and per-layer changes, head."""
 
@@ -184,6 +235,9 @@ class ModelSpec(StrictNumbers):
     )
     embedding_dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the input embeddings.")
     init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of weights; output projections are scaled by 1/sqrt(2*n_layers).")
+    mtp: MTPSpec | None = Field(
+        default=None,
+        description="Multi-token prediction depths trained beside the next-token head (DeepSeek-V3); none by default.")
 
     @property
     def padded_vocab_size(self) -> int:
@@ -398,6 +452,9 @@ __all__ = [
     "BlockSpec",
     "ComponentRef",
     "LayerOverride",
+    "MTPBlockChange",
+    "MTPSpec",
+    "MTP_BLOCK_FIELDS",
     "ModelSpec",
     "Spec",
     "apply_change",

@@ -76,8 +76,11 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     skeleton = shapes.skeleton
     per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0
     embedding_norm = skeleton.embedding_norm.parameters if skeleton.embedding_norm is not None else 0
+    # Each MTP depth: its eh_proj (2 d_model -> d_model, no bias), two input norms, block and final norm.
+    mtp = [total(linear(2 * m.d_model, m.d_model), d.embedding_norm.parameters, d.hidden_norm.parameters,
+                 d.block.block.parameters, d.final_norm.parameters) for d in skeleton.mtp]
     parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
-                       embedding_norm, skeleton.final_norm.parameters, *blocks)
+                       embedding_norm, skeleton.final_norm.parameters, *blocks, *mtp)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)

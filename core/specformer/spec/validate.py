@@ -25,6 +25,7 @@ from specformer.registry.discovery import get_plugin_manager
 from specformer.registry.components import Registry, Resolved
 from specformer.spec.file_order import in_file_order
 from specformer.spec.shapes import (
+    MTP_BLOCK_FIELDS,
     OVERRIDE_FIELDS,
     LayerOverride,
     ModelSpec,
@@ -52,6 +53,17 @@ class ResolvedGroup:
 
 
 @dataclass
+class ResolvedMTP:
+    """``model.mtp`` resolved: the block each depth runs (the model's block with ``mtp.block``'s changes), the
+    norm of its two inputs and its final norm."""
+
+    depths: int
+    parts: dict[str, ResolvedPart]  # layout, norm, mixer, ffn, positional (the model's scheme)
+    input_norm: ResolvedPart
+    final_norm: ResolvedPart
+
+
+@dataclass
 class ResolvedModel:
     spec: ModelSpec
     positional: ResolvedPart
@@ -61,6 +73,7 @@ class ResolvedModel:
     selections: list["range | frozenset[int]"] = field(default_factory=list)  # which layers each override selects
     per_layer_input: ResolvedPart | None = None  # model.per_layer_input, when the model has one
     embedding_norm: ResolvedPart | None = None  # model.embedding_norm, when the model has one
+    mtp: ResolvedMTP | None = None  # model.mtp, when the model has multi-token prediction depths
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -199,13 +212,39 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
         return parts
 
     groups = [ResolvedGroup(group, block_parts(group.overrides)) for group in group_layers(model.n_layers, selections)]
+    mtp = _resolve_mtp(model, resolve, positional) if model.mtp is not None else None
     for j in bad_selects:  # selects no layer it can name, but its changes are checked all the same
         block_parts((j,), tuple(f for f in OVERRIDE_FIELDS if getattr(model.layers[j], f) is not None))
     if resolver.problems or positional is None or final_norm is None or residual is None:
         return None, resolver.problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
                          selections=membership(selections), per_layer_input=per_layer_input,
-                         embedding_norm=embedding_norm), []
+                         embedding_norm=embedding_norm, mtp=mtp), []
+
+
+def _resolve_mtp(model: ModelSpec, resolve: Any, positional: ResolvedPart | None) -> ResolvedMTP | None:
+    """``model.mtp``'s parts: its block is ``model.block`` (no layer override) with ``mtp.block``'s changes merged."""
+    assert model.mtp is not None
+    spec = model.mtp
+    parts: dict[str, ResolvedPart] = {}
+    for f in MTP_BLOCK_FIELDS:
+        base_path = join_path("model", ["block", f])
+        change = getattr(spec.block, f)
+        changes = [] if change is None else [(join_path("model", ["mtp", "block", f]), change)]
+        ref, written = merge_written(getattr(model.block, f).as_dict(), base_path, changes)
+        part = resolve(_KIND_OF[f], ref, changes[-1][0] if changes else base_path, written)
+        if part is not None:
+            parts[f] = part
+    if positional is not None:
+        parts["positional"] = positional  # a depth's mixer reads the model-level scheme's positions
+    input_norm = (resolve("norm", spec.input_norm.as_dict(), "model.mtp.input_norm") if spec.input_norm is not None
+                  else parts.get("norm"))
+    final_norm = (resolve("norm", spec.final_norm.as_dict(), "model.mtp.final_norm") if spec.final_norm is not None
+                  else resolve("norm", model.final_norm_ref(),
+                               "model.final_norm" if model.final_norm is not None else "model.block.norm"))
+    if len(parts) != len(MTP_BLOCK_FIELDS) + 1 or input_norm is None or final_norm is None:
+        return None
+    return ResolvedMTP(depths=spec.depths, parts=parts, input_norm=input_norm, final_norm=final_norm)
 
 
 def check_as_written(data: Any, registry: Registry) -> tuple[list[Problem], list[str]]:
@@ -330,5 +369,5 @@ def plugin_problems(spec: Spec, registry: Registry) -> list[Problem]:
     return problems
 
 
-__all__ = ["ResolvedGroup", "ResolvedModel", "ResolvedPart", "ValidatedSpec", "Written", "check_as_written",
+__all__ = ["ResolvedGroup", "ResolvedMTP", "ResolvedModel", "ResolvedPart", "ValidatedSpec", "Written", "check_as_written",
            "merge_written", "plugin_problems", "resolve_model", "validate", "validate_sections"]
