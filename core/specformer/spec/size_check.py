@@ -76,8 +76,9 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     skeleton = shapes.skeleton
     per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0
     embedding_norm = skeleton.embedding_norm.parameters if skeleton.embedding_norm is not None else 0
+    shared = [b.parameters for b in skeleton.shared_blocks.values()]  # stored once, whatever the uses
     parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
-                       embedding_norm, skeleton.final_norm.parameters, *blocks)
+                       embedding_norm, skeleton.final_norm.parameters, *blocks, *shared)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)
