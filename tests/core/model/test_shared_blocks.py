@@ -92,6 +92,21 @@ def test_the_summary_and_the_size_check_count_shared_weights_once() -> None:
     assert checked.shape.parameters == stored  # the meta-device estimate
 
 
+def test_the_summary_counts_compute_and_cache_once_per_use() -> None:
+    """Against the same backbone without the shared block: two uses add 2x its matmuls, 2x its attention
+    (2 heads x (16 + 16) x 32 keys, x2 FLOPs) and 2x its keys and values (1 kv head x 16, keys and values)."""
+    spec, plain = shared_spec(), shared_spec()
+    del plain["model"]["shared_blocks"], plain["model"]["layers"][0]
+    model = specformer.build(spec, seed=0)
+    block = model.shared_blocks["attn"]
+    matmul = sum(p.numel() for n, p in block.named_parameters() if n.startswith(("mixer.", "ffn.")))
+    for with_shared, without in ((summarize(spec), summarize(plain)), (summarize(model), summarize(plain))):
+        assert with_shared.matmul_params - without.matmul_params == 2 * matmul
+        assert with_shared.attention_flops_per_token - without.attention_flops_per_token == 2 * (2 * 2 * (16 + 16) * 32)
+        assert with_shared.kv_elements_per_token - without.kv_elements_per_token == 2 * (2 * 1 * 16)
+        assert with_shared.params["shared_blocks"] == sum(p.numel() for p in block.parameters())
+
+
 @torch.no_grad()
 def test_cached_decoding_equals_the_uncached_forward_with_a_cache_per_use() -> None:
     model = specformer.build(shared_spec(), seed=0).double().eval()
