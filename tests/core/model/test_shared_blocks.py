@@ -78,6 +78,21 @@ def test_its_weights_are_one_tensor_stored_once_and_trained_by_every_use() -> No
     assert not torch.allclose(both, first) and not torch.allclose(both, second)  # and both do together
 
 
+@torch.no_grad()
+def test_a_checkpoint_stores_the_shared_block_once_and_loads_back_exactly(tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    from specformer.checkpoint.save_load import load, save
+
+    model = specformer.build(shared_spec(), seed=0).eval()
+    save(model, tmp_path / "m.safetensors")
+    stored = load_file(tmp_path / "m.safetensors")
+    assert sum(t.numel() for t in stored.values()) == sum(p.numel() for p in model.parameters())
+    loaded = load(tmp_path / "m.safetensors").eval()
+    ids = torch.randint(0, model.vocab_size, (1, 7), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(loaded(ids), model(ids))
+
+
 def test_the_summary_and_the_size_check_count_shared_weights_once() -> None:
     spec = shared_spec()
     model = specformer.build(spec, seed=0)
