@@ -95,8 +95,9 @@ MISSING: dict[str, str] = {
     # Issue 47: multi-token prediction, and shared, looped or cross-reading blocks.
     "gemma4_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
     "gemma4_unified_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
-    "zamba": "shared blocks (issue 47)",
-    "zamba2": "shared blocks (issue 47)",
+    "zamba": ("a shared block's input concat(h, embeddings) into a 2 x d_model-wide attention, its per-use "
+              "projection added to the next Mamba layer's input, multi-head Mamba-1 (issue 47)"),
+    "zamba2": "a shared block's input concat(h, embeddings) and per-use LoRA adapters on its attention and MLP (issue 47)",
     "dory": "looped blocks (issue 47)",
     "hrm_text": "looped blocks (issue 47)",
     "inkling2_loop_text": "looped blocks (issue 47)",

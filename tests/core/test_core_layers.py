@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                      "tokenizers.byte_file", "tokenizers.choice", "checkpoint.file", "checkpoint.locate"}),
     ("model contracts", {"model.positional", "model.attention", "model.state", "model.context", "model.masks",
                          "model.sized", "model.sized_by_building", "model.residual", "model.parallel_plan",
-                         "model.tensor_parallel", "model.expert_parallel"}),
+                         "model.tensor_parallel", "model.expert_parallel", "model.shared"}),
     ("spec shapes", {"spec.strict", "spec.layer_groups", "spec.shapes"}),
     ("registry and plugins", {"registry.components", "registry.params", "registry.hookspecs", "registry.discovery",
                               "registry.schema"}),

@@ -22,6 +22,7 @@ from specformer.model.mtp import MTPDepth
 from specformer.model.positional import adds_to_embeddings
 from specformer.model.residual import ResidualConnection, ResidualStream
 from specformer.model.wiring import (Skeleton, first_line, make_block, make_per_layer_input, make_residual_stream,
+                                     make_shared_blocks,
                                      make_skeleton, per_layer_width, positional_mixer)
 from specformer.spec.validate import ResolvedModel, ResolvedPart
 
@@ -55,8 +56,10 @@ def assemble(resolved: ResolvedModel, *, device: torch.device | str | None = Non
         made = [make_block(MODULES, parts, m, index, residual=residual, per_layer_input=width)
                 for index, parts in enumerate(resolved.layers)]
         attentions = [b.mixer for b in made]
-        skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=positional_mixer(attentions),
-                                 residual=residual, per_layer_input=per_layer_input)
+        shared = make_shared_blocks(MODULES, resolved, residual=residual)
+        first = positional_mixer(attentions + [b.mixer for b in shared.values()])
+        skeleton = make_skeleton(MODULES, resolved, attentions, first_attention=first,
+                                 residual=residual, per_layer_input=per_layer_input, shared_blocks=shared)
         return make_decoder(resolved, skeleton, [b.block for b in made])
 
 
@@ -88,7 +91,13 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             mtp=[MTPDepth(d_model=m.d_model, embedding_norm=d.embedding_norm, hidden_norm=d.hidden_norm,
                           block=d.block.block, final_norm=d.final_norm) for d in skeleton.mtp],
             mtp_loss_weights=m.mtp.weights() if m.mtp is not None else (),
+            shared_blocks=skeleton.shared_blocks,
+            shared_uses=resolved.shared_uses if skeleton.shared_blocks and blocks else None,
         )
+    except ValueError as exc:
+        if not skeleton.shared_blocks:
+            raise
+        raise SpecError([Problem("model.layers", first_line(exc))]) from None
     except (RuntimeError, OverflowError) as exc:
         raise SpecError([Problem("model", f"sizes too large for a tensor ({first_line(exc)})")]) from None
     except TypeError as exc:

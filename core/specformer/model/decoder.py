@@ -19,12 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specformer.model.attention import AttentionLayer, kv_source_of
+from specformer.model.attention import AttentionLayer, cache_slots_of, kv_source_of
 from specformer.model.context import ForwardContext, KVCache, default_positions
 from specformer.model.head_bias import TiedHeadBias
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
 from specformer.model.residual import ResidualStream
+from specformer.model.shared import SharedUse, use_context
+from specformer.model.state import layer_state_slots
 
 
 class Decoder(nn.Module):
@@ -58,6 +60,8 @@ class Decoder(nn.Module):
         per_layer_input: nn.Module | None = None,
         mtp: list[nn.Module] = (),
         mtp_loss_weights: "list[float] | tuple[float, ...]" = (),
+        shared_blocks: dict[str, nn.Module] | None = None,
+        shared_uses: list[str | None] | None = None,
         spec: Any = None,
     ) -> None:
         super().__init__()
@@ -99,6 +103,17 @@ class Decoder(nn.Module):
             raise ValueError(f"mtp_loss_weights gives {len(mtp_loss_weights)} weights for {len(mtp)} MTP depths")
         self.mtp = nn.ModuleList(mtp) if len(mtp) else None
         self.mtp_loss_weights = [float(w) for w in mtp_loss_weights]
+        # Blocks whose weights several layers use (model.shared_blocks), stored once here; shared_uses[i] names the
+        # one run before block i. Each use keeps its own cache slot, n_layers + k for the k-th use
+        # (specformer.model.shared).
+        self.shared_blocks = nn.ModuleDict(shared_blocks or {})
+        uses = list(shared_uses) if shared_uses is not None else [None] * len(blocks)
+        if len(uses) != len(blocks) or not set(uses) - {None} <= set(self.shared_blocks):
+            raise ValueError(f"shared_uses must name one of the shared blocks {sorted(self.shared_blocks)} or None "
+                             f"for each of the {len(blocks)} layers, got {uses}")
+        self.shared_uses = tuple(uses)  # fixed: the cache slots below are numbered from it
+        self._use_slots = {i: len(blocks) + k for k, i in enumerate(i for i, name in enumerate(uses) if name is not None)}
+        self._check_first_cached()
         self.spec = spec
 
     @property
@@ -163,7 +178,9 @@ class Decoder(nn.Module):
         ctx.token_ids = input_ids
         ctx.shared_kv = dict.fromkeys(self.kv_sources)
         ctx.per_layer_inputs = per_layer
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
+            if self.shared_uses[index] is not None:
+                x = self._shared_use(index, x, ctx)
             x = block(x, ctx)
         if last_only:
             x = x[:, -1:, :]
@@ -203,6 +220,25 @@ class Decoder(nn.Module):
             out.append(self.output_logits(depth.final_norm(hidden)))
         return out
 
+    def _check_first_cached(self) -> None:
+        """A cache claims its columns for a forward at its lowest layer index, so the first layer that keeps
+        something must run before any use of a shared block that keeps something (their slots come after the layers)."""
+        keeps = [layer_state_slots(b) is not None or cache_slots_of(b.mixer) is not None for b in self.blocks]
+        first_use = next(iter(self._use_slots), None)
+        if first_use is None or not any(keeps):
+            return
+        shared = self.shared_blocks[self.shared_uses[first_use]]
+        first_kept = keeps.index(True)
+        if first_kept >= first_use and (layer_state_slots(shared) is not None or cache_slots_of(shared.mixer) is not None):
+            raise ValueError(f"the shared block {self.shared_uses[first_use]!r} runs at layer {first_use}, before the first "
+                             f"layer that keeps a cache (layer {first_kept}); a cache starts each forward at that layer, "
+                             f"so run the shared block after it")
+
+    def _shared_use(self, index: int, x: Tensor, ctx: ForwardContext) -> Tensor:
+        """The shared block named for layer ``index``, run with the cache at that use's own slot."""
+        shared = self.shared_blocks[self.shared_uses[index]]
+        return shared(x, use_context(ctx, home=shared.mixer.layer_index, slot=self._use_slots[index]))
+
     def _context(self, positions: Tensor, *, cache: KVCache | None, plain_causal: bool) -> ForwardContext:
         """The per-forward context: each distinct positional scheme prepared once, whatever the number of layers."""
         if self.layer_scheme is None:
@@ -210,7 +246,7 @@ class Decoder(nn.Module):
                                   positional_state=self.positional.prepare(positions), cache=cache,
                                   plain_causal=plain_causal)
         schemes = [self.positional, *self.layer_positionals]
-        used = set(self.layer_scheme)
+        used = set(self.layer_scheme) | ({0} if len(self.shared_blocks) else set())  # shared blocks: model-level
         states = [s.prepare(positions) if i in used else None for i, s in enumerate(schemes)]
         return ForwardContext(
             positions=positions,
@@ -281,7 +317,17 @@ class Decoder(nn.Module):
 
     def attention_modules(self) -> list[AttentionLayer]:
         """Each block's attention, in layer order, with its public facts (:class:`~specformer.model.attention.AttentionLayer`)."""
-        return [block.mixer for block in self.blocks]
+        return [block.mixer for block in self.blocks] + self.shared_use_facts()
+
+    def shared_use_facts(self) -> list[SharedUse]:
+        """One :class:`~specformer.model.shared.SharedUse` per use of a shared block, in layer order: the shared
+        mixer's facts at the use's own cache slot (``attention_modules()`` lists them after the layers' mixers)."""
+        return [SharedUse(self.shared_blocks[self.shared_uses[i]].mixer, block=self.shared_blocks[self.shared_uses[i]],
+                          slot=slot, layer=i) for i, slot in self._use_slots.items()]
+
+    def layer_blocks(self) -> list[nn.Module]:
+        """The block behind each entry of ``attention_modules()``: every layer's, then the shared block of each use."""
+        return [*self.blocks, *(use.block for use in self.shared_use_facts())]
 
     def auxiliary_loss(self) -> Tensor | None:
         """The sum of auxiliary losses (e.g. MoE load balancing) set by the last forward, if any."""

@@ -20,6 +20,7 @@ validated model). For a spec, file or dict, :func:`specformer.spec.check.estimat
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -40,6 +41,8 @@ class SizeEstimate:
 
     skeleton: nn.Module  # the Decoder with no blocks: embedding, positional, final norm, head
     blocks: list[tuple[nn.Module, int]] = field(default_factory=list)  # (block, layers sharing it)
+    # (shared block, layers that run it): its tensors are the skeleton's (counted once), its compute is per use.
+    shared_uses: list[tuple[nn.Module, int]] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -83,7 +86,9 @@ def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
     with torch.device("meta"):
         shapes = size_flow(MODULES, resolved)
         skeleton = make_decoder(resolved, shapes.skeleton, [])
-    result = SizeEstimate(skeleton=skeleton, blocks=[(b.block, count) for b, count in shapes.blocks])
+    uses = Counter(name for name in resolved.shared_uses if name is not None) if resolved.shared_blocks else Counter()
+    result = SizeEstimate(skeleton=skeleton, blocks=[(b.block, count) for b, count in shapes.blocks],
+                          shared_uses=[(skeleton.shared_blocks[name], n) for name, n in uses.items()])
     total = result.total_bytes()
     if total > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(total, result.parameters))])

@@ -162,7 +162,8 @@ def layer_states(model: Any) -> list[StateSlots | None]:
     blocks = getattr(model, "blocks", None)
     if blocks is None:
         return [state_slots_of(mixer) for mixer in model.attention_modules()]
-    return [layer_state_slots(block) for block in blocks]
+    # A Decoder with shared blocks lists one entry per use after its layers (layer_blocks).
+    return [layer_state_slots(block) for block in (model.layer_blocks() if hasattr(model, "layer_blocks") else blocks)]
 
 
 def states_by_layer(model: Any) -> list[tuple[int, StateSlots]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,8 @@ class ModelSummary:
     ``recurrent_flops_per_token`` it declares, whatever the context. A layer that reads another
     layer's keys and values (``kv_from``, cross-layer KV sharing) keeps none: it adds nothing
     to the cache, and ``kv_shared_layers`` counts such layers.
+    A shared block (``model.shared_blocks``) counts its parameters once (the ``shared_blocks`` row)
+    and its compute and cache once per use: its matmuls, attention and keys at every layer that runs it.
     """
 
     params: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
@@ -102,13 +104,18 @@ def summarize(model_or_spec: Any) -> ModelSummary:
     """
     if isinstance(model_or_spec, Decoder):
         model = model_or_spec
-        return _summarize(model, [(block, 1) for block in model.blocks], context_length=model.context_length)
+        uses = Counter(name for name in model.shared_uses if name is not None)
+        return _summarize(model, [(block, 1) for block in model.blocks], context_length=model.context_length,
+                          shared_uses=[(model.shared_blocks[name], n) for name, n in uses.items()])
     shape = estimate(model_or_spec)
-    return _summarize(shape.skeleton, shape.blocks, context_length=shape.skeleton.context_length)
+    return _summarize(shape.skeleton, shape.blocks, context_length=shape.skeleton.context_length,
+                      shared_uses=shape.shared_uses)
 
 
-def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, context_length: int) -> ModelSummary:
-    """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts."""
+def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, context_length: int,
+               shared_uses: list[tuple[torch.nn.Module, int]] = ()) -> ModelSummary:
+    """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts;
+    each shared block (in the skeleton's parameters once) costs compute and cache once per use (``shared_uses``)."""
     s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
     groups: OrderedDict[str, int] = OrderedDict(
         (k, 0) for k in ("embedding", "embedding_norm", "positional", "mixer", "ffn", "block norms", "residual",
@@ -146,11 +153,15 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
     per_layer = getattr(skeleton, "per_layer_input", None)
     lookups = sum(m.weight.numel() for m in (per_layer.modules() if per_layer is not None else ())
                   if isinstance(m, torch.nn.Embedding))
-    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive - lookups
+    # A shared block's weights are in non_embedding once; its matmuls run at every use, its norms are no matmul.
+    shared_matmul = [(sum(p.numel() for n, p in block.named_parameters() if n.split(".")[0] in ("mixer", "ffn")),
+                      sum(p.numel() for p in block.parameters()), count) for block, count in shared_uses]
+    per_use = sum(matmul * count - whole for matmul, whole, count in shared_matmul)
+    s.matmul_params = s.non_embedding - norm_params + lm_head_matmul - inactive - lookups + per_use
     s.active = s.total - inactive
     stream = getattr(skeleton, "residual", None)
     s.residual_stream = stream.describe() if isinstance(stream, ResidualStream) else None
-    for block, count in blocks:
+    for block, count in [*blocks, *shared_uses]:
         attention = block.mixer
         kept = cache_slots_of(attention)  # what the layer declares it keeps per token (None: nothing)
         state = state_slots_of(attention)  # and per sequence (a recurrent mixer)

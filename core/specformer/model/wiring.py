@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from specformer.errors import Problem, SpecError
+from specformer.messages import join_path
 from specformer.model.attention import cache_slots_of, heads_of, kv_source_of, positional_dim_of
 from specformer.model.state import uses_positions
 from specformer.spec.layer_groups import overrides_of_layer
@@ -65,6 +66,7 @@ class Skeleton:
     final_norm: Any
     embedding_norm: Any = None  # model.embedding_norm as made, or None when the model has none
     mtp: list["MTPParts"] = field(default_factory=list)  # model.mtp's depths as made, in order (none without mtp)
+    shared_blocks: dict[str, Any] = field(default_factory=dict)  # model.shared_blocks as made, by name
 
 
 @dataclass
@@ -155,6 +157,30 @@ def make_block(maker: Maker, parts: dict[str, ResolvedPart], m: ModelSpec, index
         raise SpecError([Problem(parts["layout"].path, f"model.per_layer_input gives every block a per-layer input, and "
                                                        f"the {name!r} layout takes none; use a layout that does (sandwich)")])
     return Block(block, mixer)
+
+
+def make_shared_blocks(maker: Maker, resolved: ResolvedModel, *, residual: Any) -> dict[str, Block]:
+    """``model.shared_blocks`` made once each, sized as a block of the first layer that runs it.
+
+    A shared block joins the model's single residual stream and keeps its own keys and values
+    (a cache per use, :mod:`specformer.model.shared`): reading another layer's (``kv_from``) and
+    several residual streams are refused at its path.
+    """
+    if not resolved.shared_blocks:
+        return {}
+    m, uses = resolved.spec, resolved.shared_uses
+    made = {}
+    for name, parts in resolved.shared_blocks.items():
+        path = join_path("model", ["shared_blocks", name])
+        if residual.n_streams != 1:
+            raise SpecError([Problem(path, f"a shared block runs on a single residual stream; model.block.residual has "
+                                           f"{residual.n_streams} (use residual: single)")])
+        block = make_block(maker, parts, m, uses.index(name), residual=residual)
+        if kv_source_of(block.mixer) is not None:
+            raise SpecError([Problem(f"{parts['mixer'].path}.kv_from", "a shared block keeps its own keys and values "
+                                                                       "at every use; leave kv_from out of it")])
+        made[name] = block
+    return made
 
 
 def check_kv_sharing(maker: Maker, resolved: ResolvedModel, attentions: list[Any]) -> None:
@@ -287,7 +313,7 @@ def check_layer_positionals(maker: Maker, resolved: ResolvedModel, blocks: list[
 
 
 def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], *, first_attention: Any,
-                  residual: Any, per_layer_input: Any) -> Skeleton:
+                  residual: Any, per_layer_input: Any, shared_blocks: dict[str, Block] | None = None) -> Skeleton:
     """The parts outside the blocks around ``residual`` (the stream the blocks were joined to) and
     ``per_layer_input`` (made once, before the blocks); per-layer schemes only when ``attentions``
     (every layer's) are given."""
@@ -300,7 +326,8 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
     embedding_norm = (make_part(maker, resolved.embedding_norm, dim=m.d_model)
                       if resolved.embedding_norm is not None else None)
     mtp = make_mtp(maker, resolved, residual=residual, positional=positional, first_attention=first_attention)
-    return Skeleton(residual, per_layer_input, positional, extra, chosen, final_norm, embedding_norm, mtp)
+    return Skeleton(residual, per_layer_input, positional, extra, chosen, final_norm, embedding_norm, mtp,
+                    {name: b.block for name, b in (shared_blocks or {}).items()})
 
 
 def make_mtp(maker: Maker, resolved: ResolvedModel, *, residual: Any, positional: Any, first_attention: Any) -> list[MTPParts]:
@@ -359,11 +386,13 @@ def size_flow(maker: Maker, resolved: ResolvedModel) -> Shapes:
     check_layer_positionals(maker, resolved, [(b.mixer, g.parts.get("positional"))
                                               for (b, _), g in zip(blocks, resolved.groups)])
     check_kv_sharing(maker, resolved, [b.mixer for b, _ in blocks])
-    first = positional_mixer([b.mixer for b, _ in blocks])
+    shared = make_shared_blocks(maker, resolved, residual=residual)
+    first = positional_mixer([b.mixer for b, _ in blocks] + [b.mixer for b in shared.values()])
     return Shapes(make_skeleton(maker, resolved, [], first_attention=first, residual=residual,
-                                per_layer_input=per_layer_input), blocks)
+                                per_layer_input=per_layer_input, shared_blocks=shared), blocks)
 
 
 __all__ = ["Block", "MTPParts", "Maker", "Shapes", "Skeleton", "check_kv_sharing", "check_layer_positionals", "first_line",
            "layer_positionals", "make_block", "make_layer_positional", "make_part", "make_per_layer_input",
-           "make_mtp", "make_residual_stream", "make_skeleton", "per_layer_width", "positional_mixer", "size_flow"]
+           "make_mtp", "make_residual_stream", "make_shared_blocks", "make_skeleton", "per_layer_width",
+           "positional_mixer", "size_flow"]

@@ -32,6 +32,10 @@ _COMPONENT_FIELDS = {
     ("BlockSpec", "ffn"): "ffn",
     ("BlockSpec", "positional"): "positional",
     ("BlockSpec", "residual"): "residual",
+    ("SharedBlockSpec", "layout"): "layout",
+    ("SharedBlockSpec", "norm"): "norm",
+    ("SharedBlockSpec", "mixer"): "mixer",
+    ("SharedBlockSpec", "ffn"): "ffn",
 }
 
 

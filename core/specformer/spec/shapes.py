@@ -101,6 +101,21 @@ class BlockSpec(StrictNumbers):
     )
 
 
+class SharedBlockSpec(StrictNumbers):
+    """A block whose weights several layers use (``model.shared_blocks``): built once, run wherever a layer names it.
+
+    It reads the model's positional scheme and residual stream; each use keeps its own cache.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: ComponentRef = Field(default_factory=lambda: ComponentRef(kind="prenorm"),
+                                 description="How norms, the token mixer and feed-forward are wired (as model.block.layout).")
+    norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
+    mixer: ComponentRef = Field(description="The token mixer (attention, a recurrence, or none).")
+    ffn: ComponentRef = Field(description="The feed-forward sublayer.")
+
+
 BLOCK_FIELDS = ("layout", "norm", "mixer", "ffn")
 #: Block fields a layer override may change: the components, and the positional scheme inside the mixer.
 OVERRIDE_FIELDS = (*BLOCK_FIELDS, "positional")
@@ -129,6 +144,11 @@ class LayerOverride(StrictNumbers):
     positional: dict[str, Any] | str | None = Field(
         default=None,
         description="Changes to the positional scheme inside the selected layers' mixer (merged; a new kind replaces).",
+    )
+    shared: str | None = Field(
+        default=None,
+        description=("The name of a model.shared_blocks entry to run before the selected layers' own block: the same "
+                     "weights at every use, a cache of its own per use. A later override naming another replaces it."),
     )
 
     def layer_indices(self, n_layers: int) -> list[int]:
@@ -205,6 +225,11 @@ class ModelSpec(StrictNumbers):
     layers: list[LayerOverride] = Field(
         default_factory=list, description="Per-layer overrides of block fields, applied in order."
     )
+    shared_blocks: dict[str, SharedBlockSpec] = Field(
+        default_factory=dict,
+        description=("Blocks whose weights are stored once and run at every layer whose override names them "
+                     "(model.layers[].shared), each use with a cache of its own (Zamba's shared attention)."),
+    )
     embedding_norm: ComponentRef | None = Field(
         default=None,
         description="Norm on the token embeddings, before positions are added and the first block "
@@ -274,6 +299,11 @@ class ModelSpec(StrictNumbers):
                 blocks[signature] = self.block_with(signature)
             out.append({f: dict(v) for f, v in blocks[signature].items()})
         return out
+
+    def shared_of(self, overrides: Iterable[int]) -> str | None:
+        """The shared block run before a layer selected by ``overrides`` (the last that names one), or None."""
+        named = [self.layers[j].shared for j in overrides if self.layers[j].shared is not None]
+        return named[-1] if named else None
 
     def final_norm_ref(self) -> dict[str, Any]:
         return (self.final_norm or self.block.norm).as_dict()
@@ -455,6 +485,7 @@ __all__ = [
     "MTPBlockChange",
     "MTPSpec",
     "MTP_BLOCK_FIELDS",
+    "SharedBlockSpec",
     "ModelSpec",
     "Spec",
     "apply_change",

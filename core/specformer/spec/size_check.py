@@ -79,8 +79,9 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     # Each MTP depth: its eh_proj (2 d_model -> d_model, no bias), two input norms, block and final norm.
     mtp = [total(linear(2 * m.d_model, m.d_model), d.embedding_norm.parameters, d.hidden_norm.parameters,
                  d.block.block.parameters, d.final_norm.parameters) for d in skeleton.mtp]
+    shared = [b.parameters for b in skeleton.shared_blocks.values()]  # stored once, whatever the uses
     parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
-                       embedding_norm, skeleton.final_norm.parameters, *blocks, *mtp)
+                       embedding_norm, skeleton.final_norm.parameters, *blocks, *mtp, *shared)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)

@@ -26,6 +26,7 @@ from specformer.registry.components import Registry, Resolved
 from specformer.spec.file_order import in_file_order
 from specformer.spec.shapes import (
     MTP_BLOCK_FIELDS,
+    BLOCK_FIELDS,
     OVERRIDE_FIELDS,
     LayerOverride,
     ModelSpec,
@@ -74,6 +75,14 @@ class ResolvedModel:
     per_layer_input: ResolvedPart | None = None  # model.per_layer_input, when the model has one
     embedding_norm: ResolvedPart | None = None  # model.embedding_norm, when the model has one
     mtp: ResolvedMTP | None = None  # model.mtp, when the model has multi-token prediction depths
+    # model.shared_blocks: each block's parts by name (layout, norm, mixer, ffn), and the layers that use it.
+    shared_blocks: dict[str, dict[str, ResolvedPart]] = field(default_factory=dict)
+
+    @property
+    def shared_uses(self) -> list[str | None]:
+        """The shared block run before each layer's own block (model.layers[].shared), None where none runs."""
+        by_signature = {g.group.overrides: self.spec.shared_of(g.group.overrides) for g in self.groups}
+        return [by_signature[overrides_of_layer(i, self.selections)] for i in range(self.spec.n_layers)]
 
     @property
     def layers(self) -> list[dict[str, ResolvedPart]]:
@@ -213,13 +222,19 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
 
     groups = [ResolvedGroup(group, block_parts(group.overrides)) for group in group_layers(model.n_layers, selections)]
     mtp = _resolve_mtp(model, resolve, positional) if model.mtp is not None else None
+    shared_blocks = {name: {f: part for f in BLOCK_FIELDS
+                            if (part := resolve(_KIND_OF[f], getattr(block, f).as_dict(),
+                                                join_path("model", ["shared_blocks", name, f]))) is not None}
+                     for name, block in model.shared_blocks.items()}
+    for problem in shared_reference_problems(model, [g.group.overrides for g in groups]):
+        resolver.add(problem)
     for j in bad_selects:  # selects no layer it can name, but its changes are checked all the same
         block_parts((j,), tuple(f for f in OVERRIDE_FIELDS if getattr(model.layers[j], f) is not None))
     if resolver.problems or positional is None or final_norm is None or residual is None:
         return None, resolver.problems
     return ResolvedModel(spec=model, positional=positional, final_norm=final_norm, residual=residual, groups=groups,
                          selections=membership(selections), per_layer_input=per_layer_input,
-                         embedding_norm=embedding_norm, mtp=mtp), []
+                         embedding_norm=embedding_norm, mtp=mtp, shared_blocks=shared_blocks), []
 
 
 def _resolve_mtp(model: ModelSpec, resolve: Any, positional: ResolvedPart | None) -> ResolvedMTP | None:
@@ -245,6 +260,30 @@ def _resolve_mtp(model: ModelSpec, resolve: Any, positional: ResolvedPart | None
     if len(parts) != len(MTP_BLOCK_FIELDS) + 1 or input_norm is None or final_norm is None:
         return None
     return ResolvedMTP(depths=spec.depths, parts=parts, input_norm=input_norm, final_norm=final_norm)
+
+
+def shared_reference_problems(model: ModelSpec, signatures: list[tuple[int, ...]]) -> list[Problem]:
+    """Every ``model.layers[].shared`` names a block of ``model.shared_blocks``, and every shared block is used.
+
+    ``signatures``: the overrides of each group of layers, to find the blocks that some layer runs
+    (an override that a later one replaces everywhere uses nothing).
+    """
+    problems = []
+    defined = sorted(model.shared_blocks)
+    for j, override in enumerate(model.layers):
+        if override.shared is not None and override.shared not in model.shared_blocks:
+            problems.append(Problem(join_path("model", ["layers", j, "shared"]),
+                                    unknown_message("shared block", override.shared, defined,
+                                                    accepted="model.shared_blocks defines")
+                                    if defined else f"unknown shared block {override.shared!r}: model.shared_blocks "
+                                                    f"defines none; add it there"))
+    used = {model.shared_of(signature) for signature in signatures}
+    for name in defined if not problems else ():  # a misspelt name leaves its block unused: one problem, not two
+        if name not in used:
+            problems.append(Problem(join_path("model", ["shared_blocks", name]),
+                                    f"shared block {name!r} is run by no layer; name it in a model.layers entry "
+                                    f"(shared: {name}) or remove it"))
+    return problems
 
 
 def check_as_written(data: Any, registry: Registry) -> tuple[list[Problem], list[str]]:

@@ -80,7 +80,7 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("zamba", ["model_type 'zamba' is not supported yet; it lacks: shared blocks (issue 47)",
+    ("zamba", ["model_type 'zamba' is not supported yet; it lacks: a shared block's input concat(h, embeddings)",
               "Families not yet supported"]),
     # Beam's sandwich blocks and router exist; its depth-scaled residual does not.
     ("beam", ["model_type 'beam' is not supported yet; it lacks: a depth-scaled residual"]),
