@@ -74,11 +74,8 @@ SAVED_AS: dict[str, str] = {
 
 #: Decoder-only text families with no family yet -> the one mechanism each lacks (the names of issues 44-47).
 MISSING: dict[str, str] = {
-    # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing.
-    **{model_type: MAPPING_ONLY for model_type in (
-        # Issue 46's parts for it exist (attention output_gate_activation softplus, router logit_softcap); its table
-        # does not yet. transformers refuses moe_apply_router_weight_on_input, so the table would refuse it too.
-        "laguna",)},
+    # Issue 44: every part exists; the family table (and here and there one flag on a part) is missing. None is left
+    # (Laguna was the last); such an entry reads ``model_type: MAPPING_ONLY``.
     # Issue 45: recurrent and linear-attention mixers.
     # Issue 46: one new part each.
     "beam": "a depth-scaled residual on sandwich blocks (x sqrt((k-1)/k) + f / sqrt(k), k = 2l+2 and 2l+3), the query scale (1 + (p+1)/2048)^0.1 on its NoPE layers, and a bias-free channel output gate with a per-head bias (issue 46)",

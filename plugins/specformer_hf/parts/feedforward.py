@@ -145,15 +145,23 @@ def shared_halves(site: Site) -> tuple[int, int]:
 
 
 def plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_normalize: bool,
-                          selection_bias: bool = True) -> bool:
-    """The ``normalize`` of a sigmoid_topk router with no groups, scaling or score bias, and a selection bias or none
-    as ``selection_bias`` says; NotExpressible otherwise."""
-    plain = {"n_group": 1, "topk_group": 1, "scaling_factor": 1.0, "bias": False, "selection_bias": selection_bias}
+                          selection_bias: bool = True, scaled: bool = False, softcapped: bool = False) -> bool:
+    """The ``normalize`` of a sigmoid_topk router with no groups or score bias, a selection bias on the scores or none
+    as ``selection_bias`` says, and no scaling_factor or logit_softcap unless ``scaled`` or ``softcapped`` lets the
+    family's config carry them; NotExpressible otherwise."""
+    plain: dict[str, Any] = {"n_group": 1, "topk_group": 1, "bias": False, "selection_bias": selection_bias,
+                             "bias_on": "score"}
+    if not scaled:
+        plain["scaling_factor"] = 1.0
+    if not softcapped:
+        plain["logit_softcap"] = None
     if (router or {}).get("kind") != "sigmoid_topk" or any(router.get(k, v) != v for k, v in plain.items()) \
             or (always_normalize and not router.get("normalize", True)):
         raise NotExpressible("model.block.ffn.router", f"Hugging Face {family} routes with sigmoid_topk ("
-                             + ("a selection bias" if selection_bias else "selection_bias: false")
-                             + ", no groups, scaling_factor 1, no score bias" + (", normalize: true)" if always_normalize else ")"))
+                             + ("a selection bias on the scores" if selection_bias else "selection_bias: false")
+                             + ", no groups" + ("" if scaled else ", scaling_factor 1") + ", no score bias"
+                             + ("" if softcapped else ", no logit_softcap")
+                             + (", normalize: true)" if always_normalize else ")"))
     return bool(router.get("normalize", True))
 
 
@@ -171,7 +179,10 @@ class MixtureOfExperts(Part):
     router is then ``sigmoid_topk`` (sigmoid scores, the chosen ones renormalised; MiniMax-M2).
     ``sigmoid``: a ``sigmoid_topk`` router without such a bias (``selection_bias: false``; Flint).
     ``shared_gate``: whether the shared expert is scaled by its sigmoid gate (Qwen2-MoE) or added as it is
-    (Flint, Lara-Mini).
+    (Flint, Lara-Mini). ``shared_names``: the shared expert's module under ``mlp.``, the first written (what
+    save_pretrained writes), the others read too (Laguna saves ``shared_expert`` and holds ``shared_experts``).
+    ``scaling`` and ``softcap``: the config fields of a sigmoid_topk router's ``scaling_factor`` and
+    ``logit_softcap`` (0: none), where the family has them (Laguna).
     """
 
     n_experts: str = "num_experts"
@@ -190,6 +201,9 @@ class MixtureOfExperts(Part):
     sigmoid: bool = False
     #: The checkpoints keep the experts fused (gate_up_proj, down_proj): export writes them so (Lara-Mini).
     saves_fused: bool = False
+    shared_names: tuple[str, ...] = ("shared_expert",)
+    scaling: str | None = None
+    softcap: str | None = None
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         activation = activation_from_hf(cfg, "hidden_act")
@@ -210,6 +224,10 @@ class MixtureOfExperts(Part):
             ffn["router"] = {"kind": "sigmoid_topk", "normalize": ffn.pop("normalize_topk")}
             if not self.selection_bias:
                 ffn["router"]["selection_bias"] = False
+            if self.scaling:
+                ffn["router"]["scaling_factor"] = cfg.get_float(self.scaling)
+            if self.softcap and cfg.get_float(self.softcap) > 0:  # transformers caps only with a positive value
+                ffn["router"]["logit_softcap"] = cfg.get_float(self.softcap)
             del ffn["routing"]
         if self.shared:
             ffn.update(n_shared_experts=1, shared_hidden=cfg.get_int("shared_expert_intermediate_size"),
@@ -242,7 +260,13 @@ class MixtureOfExperts(Part):
         normalize = ffn["normalize_topk"]
         if self.selection_bias or self.sigmoid:
             normalize = plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=self.normalize is None,
-                                              selection_bias=bool(self.selection_bias))
+                                              selection_bias=bool(self.selection_bias), scaled=bool(self.scaling),
+                                              softcapped=bool(self.softcap))
+            router = ffn["router"]
+            if self.scaling:
+                config[self.scaling] = router.get("scaling_factor", 1.0)
+            if self.softcap:
+                config[self.softcap] = router.get("logit_softcap") or 0.0
         elif ffn.get("router") is not None:
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name}'s router is the default softmax top-k "
                                  "(write it with routing and normalize_topk)")
@@ -282,9 +306,10 @@ class MixtureOfExperts(Part):
             rules.append(OneOf(*(Copy(name, "blocks.{i}.ffn.router.selection_bias") for name in self.selection_bias)))
         if self.shared:
             rules += [
-                Fused([f"{MLP}.shared_expert.gate_proj.weight", f"{MLP}.shared_expert.up_proj.weight"],
-                      "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves),
-                Copy(f"{MLP}.shared_expert.down_proj.weight", "blocks.{i}.ffn.shared.down.weight"),
+                OneOf(*(Fused([f"{MLP}.{name}.gate_proj.weight", f"{MLP}.{name}.up_proj.weight"],
+                              "blocks.{i}.ffn.shared.gate_up.weight", sizes=shared_halves) for name in self.shared_names)),
+                OneOf(*(Copy(f"{MLP}.{name}.down_proj.weight", "blocks.{i}.ffn.shared.down.weight")
+                        for name in self.shared_names)),
             ]
             if self.shared_gate:
                 rules.append(Copy(f"{MLP}.shared_expert_gate.weight", "blocks.{i}.ffn.shared_gate.weight"))

@@ -386,6 +386,28 @@ CASES = [
                      mlp_layer_types=["sparse"] * 3,
                      rope_parameters={"full_attention": _rope("default", partial_rotary_factor=0.5),
                                       "sliding_attention": _rope("default", partial_rotary_factor=1.0)})),
+    # Laguna: heads per layer 4, 6, 2, 6 (the block takes 6, the others are overrides) over 2 key/value heads of 12
+    # channels, per-head q/k norms, one softplus gate per head, q/k/v/o biases; sliding, full, sliding, full layers
+    # with windows shorter than the prompt, half of each head rotated on the full layers (theta 50000) and all of it
+    # on the sliding ones; a dense layer between sparse ones; 5 experts, 2 per token, router logits softcapped at 0.3,
+    # a selection bias, scaled by 1.7, one ungated shared expert of 40; eps 1e-5, untied.
+    Case("laguna", "LagunaConfig", "LagunaForCausalLM",
+         _llama_like(num_hidden_layers=4, head_dim=12, num_attention_heads_per_layer=[4, 6, 2, 6], attention_bias=True,
+                     gating=True, sliding_window=WINDOW, rms_norm_eps=1e-5,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                     rope_parameters={"full_attention": _rope("default", rope_theta=50000.0, partial_rotary_factor=0.5),
+                                      "sliding_attention": _rope("default", partial_rotary_factor=1.0)},
+                     mlp_layer_types=["sparse", "dense", "sparse", "sparse"], num_experts=5, num_experts_per_tok=2,
+                     moe_intermediate_size=24, shared_expert_intermediate_size=40, moe_router_logit_softcapping=0.3,
+                     moe_routed_scaling_factor=1.7),
+         reset_params=(("e_score_correction_bias", 0.3),)),
+    # Its other switches: a gate per channel ("per-element"), MQA, no biases, layer_types, rope_parameters and
+    # mlp_layer_types at their defaults (all full, half of each head rotated, the first layer dense), no softcap or
+    # scaling, tied embeddings.
+    Case("laguna-per-element-mqa-tied", "LagunaConfig", "LagunaForCausalLM",
+         _llama_like(num_hidden_layers=3, num_key_value_heads=1, head_dim=20, gating="per-element", num_experts=4,
+                     num_experts_per_tok=3, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                     tie_word_embeddings=True)),
     # GLM-4.5: head_dim 24 (not hidden / heads) with half of it rotated, q/k/v biases (none on o), per-head q/k
     # norms, 8 sigmoid-routed experts in 4 groups (2 kept), 3 per token, scaled, a shared expert, a dense first layer.
     Case("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",
@@ -1412,5 +1434,6 @@ SLOW_VARIANTS = frozenset({
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
     "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base", "emu3-mqa-linear-tied",
     "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
+    "laguna-per-element-mqa-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

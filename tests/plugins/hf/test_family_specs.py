@@ -112,6 +112,8 @@ MOE_SPECS = {
     "minicpm5-15b-a2.5b.yaml": ("MiniCPM5MoeConfig", dict()),  # transformers' defaults are MiniCPM5-15B-A2.5B's sizes
     "solar-open-100b.yaml": ("SolarOpenConfig", dict()),  # transformers' defaults are Solar-Open-100B's sizes
     "glm-4.7-flash.yaml": ("Glm4MoeLiteConfig", dict()),  # transformers' defaults are GLM-4.7-Flash's sizes
+    # transformers' LagunaConfig defaults, which its docstring names as poolside/laguna-XS.2's.
+    "laguna-xs.2.yaml": ("LagunaConfig", dict()),
     # transformers' BailingHybridConfig defaults, which its docstring names as inclusionAI/Ling-3.0-Flash's.
     "ling-3.0-flash.yaml": ("BailingHybridConfig", dict()),
     # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).

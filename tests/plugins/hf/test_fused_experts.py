@@ -20,7 +20,7 @@ import specformer_hf
 from specformer.errors import UserError
 
 MOE_CASES = [name for name in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_linear", "glm4_moe",
-                                             "minimax_m2") if name in BY_NAME]
+                                             "minimax_m2", "laguna") if name in BY_NAME]
 
 
 def _fused_folder(case_name: str, tmp_path):

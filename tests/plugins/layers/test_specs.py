@@ -120,6 +120,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "lara-4-mini-base.yaml": _llama_like("LaraMiniConfig"),  # transformers' defaults are Lara-4-Mini-Base's, its docstring says
     "kolibri-1.yaml": _llama_like("Kolibri1Config"),  # transformers' defaults are Aleph-Alpha/Kolibri-1's, its docstring says
     "mimo-v2-flash.yaml": _llama_like("MiMoV2FlashConfig"),  # transformers' defaults are MiMo-V2-Flash's, its docstring says
+    "laguna-xs.2.yaml": _llama_like("LagunaConfig"),  # transformers' defaults are poolside/laguna-XS.2's, its docstring says
     "mellum2-12b-a2.5b.yaml": _llama_like("MellumConfig"),  # transformers' defaults are Mellum2-12B-A2.5B's, its docstring says
     "a.x-k1.yaml": _llama_like("AXK1Config"),  # transformers' defaults are skt/A.X-K1's, its docstring says
     "phi-3.5-moe.yaml": _llama_like("PhimoeConfig"),  # transformers' defaults are Phi-3.5-MoE-instruct's, its docstring says
