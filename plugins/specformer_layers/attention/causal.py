@@ -64,6 +64,8 @@ class CausalSelfAttention(nn.Module):
         self.layer_index = layer_index
         self.temperature = ((params.temperature_floor_scale, params.temperature_attn_scale, params.temperature_position_offset)
                             if params.temperature_tuning else None)
+        self.length_scale = ((params.query_length_scale_base, params.query_length_scale_exponent)
+                             if params.query_length_scale else None)
         self.qk_norm_scope = params.qk_norm_scope
         # Hunyuan-V1 normalises the rotated heads; the others normalise, then rotate.
         self.qk_norm_after_rope = params.qk_norm_order == "after_rope"
@@ -154,6 +156,9 @@ class CausalSelfAttention(nn.Module):
         if self.temperature is not None:
             # Multiplied in float32 and rounded once, as transformers' Llama 4 does.
             q = (q * query_temperature(ctx.positions, *self.temperature)[:, None, :, None]).to(q.dtype)
+        if self.length_scale is not None:
+            # From each token's own position, so a cached decode step scales as the full forward; float32 as Beam's.
+            q = (q * query_length_scale(ctx.positions, *self.length_scale)[:, None, :, None]).to(q.dtype)
         if self.kv_from is None:
             k, v, k_positions = self._own_keys_values(kv, ctx, positional, state)
         else:
@@ -278,6 +283,8 @@ class CausalSelfAttention(nn.Module):
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
                          + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))
+        if self.length_scale is not None:
+            parts.append(f"query_length_scale=(base={self.length_scale[0]}, exponent={self.length_scale[1]})")
         if self.kv_from is not None:
             parts.append(f"kv_from={self.kv_from}")
         if self.k_eq_v:
@@ -331,3 +338,10 @@ def _qk_norms(params: CausalSelfAttentionParams, *, n_heads: int, n_kv_heads: in
         return (PerHeadNorm([params.qk_norm.make(dim=head_dim) for _ in range(n_heads)]),
                 PerHeadNorm([params.qk_norm.make(dim=head_dim) for _ in range(n_kv_heads)]))
     return params.qk_norm.make(dim=n_heads * head_dim), params.qk_norm.make(dim=n_kv_heads * head_dim)
+
+
+def query_length_scale(positions: Tensor, base: float, exponent: float) -> Tensor:
+    """Beam's query multiplier ``(B, T)`` from absolute positions: ``(1 + (p + 1) / base) ^ exponent``, computed in
+    float32 as ``exp(exponent * log1p((p + 1) / base))``; padding (negative positions) gets 1."""
+    scale = torch.exp(exponent * torch.log1p((positions.float() + 1.0) / base))
+    return torch.where(positions < 0, torch.ones_like(scale), scale)

@@ -29,6 +29,10 @@ class CausalSelfAttentionParams(Params):
     temperature_floor_scale))`` of its absolute position, so attention stays sharp far into a
     long context (Llama 4's NoPE layers, ``attn_temperature_tuning``, offset 1; Ministral 3's
     rope layers, offset 0; Nakanishi 2025, arXiv:2501.19399).
+    ``query_length_scale`` multiplies each query by ``(1 + (position + 1) /
+    query_length_scale_base) ^ query_length_scale_exponent`` of its absolute position, a smooth
+    power where the temperature tuning takes a stepped log (Beam's NoPE layers: base 2048,
+    exponent 0.1; the scalable softmax of Nakanishi 2025).
     ``output_gate`` multiplies each channel of the attention output,
     before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
@@ -121,6 +125,17 @@ class CausalSelfAttentionParams(Params):
         default=1, ge=0,
         description="What the temperature tuning adds to the position before the floor: 1 counts positions from 1 "
                     "(Llama 4), 0 from 0 (Ministral 3's llama_4_scaling_beta).",
+    )
+    query_length_scale: bool = Field(
+        default=False,
+        description="Scale each query by (1 + (position + 1) / query_length_scale_base) ^ query_length_scale_exponent "
+                    "(Beam's NoPE layers).",
+    )
+    query_length_scale_base: float = Field(
+        default=2048, gt=0, description="Positions over which the query length scale's base grows by 1 (Beam: 2048).",
+    )
+    query_length_scale_exponent: float = Field(
+        default=0.1, gt=0, description="The power of the query length scale (Beam: 0.1).",
     )
     output_gate: bool = Field(
         default=False,
