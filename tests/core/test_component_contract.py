@@ -148,6 +148,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "clip_qkv_order"): ("after_qk_norm", {"clip_qkv": 0.05, "qk_norm": "rmsnorm", "qk_norm_scope": "all"}),
     ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),
     ("mixer", "attention", "output_gate_activation"): ("softplus", {"output_gate": True}),
+    ("mixer", "attention", "output_gate_bias"): ("head", {"output_gate": True}),
     ("mixer", "attention", "differential_norm"): ("rmsnorm", {"differential": True}),  # a norm with a weight
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",

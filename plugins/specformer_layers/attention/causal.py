@@ -103,7 +103,11 @@ class CausalSelfAttention(nn.Module):
         elif self.gate_per_head:
             self.gate = make_linear(d_model, n_heads, bias=False)
         else:
-            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias)
+            head_bias = params.output_gate_bias == "head"
+            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias and not head_bias)
+        # Beam's gate bias: one per head, added to each of the head's channel logits.
+        self.gate_head_bias = (nn.Parameter(torch.zeros(n_heads))
+                               if params.output_gate and params.output_gate_bias == "head" else None)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
@@ -124,6 +128,7 @@ class CausalSelfAttention(nn.Module):
                                                        "out.weight": (Split("tp", 1, H, "query heads"),),
                                                        "gate.weight": (Split("tp", 0, H, "query heads"),),
                                                        "gate.bias": (Split("tp", 0, H, "query heads"),),
+                                                       "gate_head_bias": (Split("tp", 0, H, "query heads"),),
                                                        "sinks": (Split("tp", 0, H, "query heads"),)}
         # A norm applied to each head (qk_norm_scope: head, v_norm) is kept whole, each device applying it to its
         # own heads: their gradients are summed.
@@ -193,6 +198,10 @@ class CausalSelfAttention(nn.Module):
         """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
         assert self.gate is not None
         logits = self.gate(x)
+        if self.gate_head_bias is not None:
+            B, T, _ = logits.shape
+            # (B, T, H*vd) -> (B, T, H, vd): the head's bias on each of its channels
+            logits = (logits.view(B, T, self.n_heads, -1) + local_share(self.gate_head_bias)[:, None]).view(B, T, -1)
         return torch.sigmoid(logits) if self.gate_activation == "sigmoid" else torch.nn.functional.softplus(logits)
 
     def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
@@ -278,6 +287,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("sinks=True")
         if self.gate is not None:
             parts.append("output_gate=head" if self.gate_per_head else "output_gate=True")
+            if self.gate_head_bias is not None:
+                parts.append("output_gate_bias=head")
             if self.gate_activation != "sigmoid":
                 parts.append(f"output_gate_activation={self.gate_activation}")
         if self.temperature is not None:
@@ -308,7 +319,8 @@ class CausalSelfAttention(nn.Module):
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
         if self.sinks is not None:
             nn.init.normal_(self.sinks, std=std)  # as transformers initialises gpt-oss's sinks
-        for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None):
+        for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None,
+                     self.gate_head_bias):
             if bias is not None:
                 nn.init.zeros_(bias)
 
