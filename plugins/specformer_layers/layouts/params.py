@@ -184,8 +184,8 @@ class SandwichBlockParams(BlockParams):
     ``x = x + r * post_norm(attention(pre_norm(x)))`` (HyperCLOVA X's muP-style
     ``residual_multiplier`` on its peri-layer norms); 1 leaves the block as above.
 
-    ``depth_scaled_residual`` makes each add a weighted mean that keeps the stream's scale
-    with depth, ``x = x sqrt((k-1)/k) + post_norm(f(pre_norm(x))) / sqrt(k)``, where ``k``
+    ``depth_scaled_residual`` makes each add keep the stream's scale with depth (the squared
+    weights sum to 1), ``x = x sqrt((k-1)/k) + post_norm(f(pre_norm(x))) / sqrt(k)``, where ``k``
     counts the adds up to this one: ``2l + 2`` for the mixer and ``2l + 3`` for the FFN of
     layer ``l`` (from 0; Beam's ``depth_scaled_residual_add``). It needs one residual stream.
     """
