@@ -78,7 +78,6 @@ MISSING: dict[str, str] = {
     # (Laguna was the last); such an entry reads ``model_type: MAPPING_ONLY``.
     # Issue 45: recurrent and linear-attention mixers.
     # Issue 46: one new part each.
-    "beam": "a depth-scaled residual on sandwich blocks (x sqrt((k-1)/k) + f / sqrt(k), k = 2l+2 and 2l+3), the query scale (1 + (p+1)/2048)^0.1 on its NoPE layers, and a bias-free channel output gate with a per-head bias (issue 46)",
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",

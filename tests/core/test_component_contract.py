@@ -138,6 +138,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "temperature_floor_scale"): (16, {"temperature_tuning": True}),
     ("mixer", "attention", "temperature_attn_scale"): (0.5, {"temperature_tuning": True}),
     ("mixer", "attention", "temperature_position_offset"): (0, {"temperature_tuning": True, "temperature_floor_scale": 2}),
+    ("mixer", "attention", "query_length_scale_base"): (4, {"query_length_scale": True}),
+    ("mixer", "attention", "query_length_scale_exponent"): (0.5, {"query_length_scale": True}),
     ("mixer", "attention", "kv_from"): 0,  # the sizes build layer 1, so layer 0 is the one earlier layer
     ("mixer", "attention", "v_norm"): "rmsnorm",
     ("mixer", "attention", "v_head_dim"): 6,  # wider than the tiny heads, so the value rows and cache change
@@ -146,6 +148,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "clip_qkv_order"): ("after_qk_norm", {"clip_qkv": 0.05, "qk_norm": "rmsnorm", "qk_norm_scope": "all"}),
     ("mixer", "attention", "output_gate_scope"): ("head", {"output_gate": True}),
     ("mixer", "attention", "output_gate_activation"): ("softplus", {"output_gate": True}),
+    ("mixer", "attention", "output_gate_bias"): ("head", {"output_gate": True}),
     ("mixer", "attention", "differential_norm"): ("rmsnorm", {"differential": True}),  # a norm with a weight
     ("per_layer_input", "per_layer_embedding", "vocab_size"): 7,
     ("per_layer_input", "per_layer_embedding", "norm"): "layernorm",

@@ -119,6 +119,7 @@ def builtin_families() -> list[Family]:
     from specformer_hf.families import (  # one per line: families are added side by side
         bailing_hybrid,
         bamba,
+        beam,
         falcon_h1,
         falcon_mamba,
         granitemoehybrid,
@@ -236,6 +237,7 @@ def builtin_families() -> list[Family]:
             cohere_compass_text.FAMILY,
             gpt_neox_japanese.FAMILY,
             laguna.FAMILY,
+            beam.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]

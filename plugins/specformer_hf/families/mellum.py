@@ -67,7 +67,7 @@ FAMILY = decoder_family(
                                                               dense=True, n_experts="num_local_experts",
                                                               n_experts_aliases=("num_experts",)),
                                    instead_of=GatedFFN),
-                      LayerTypeRopes(pattern=1 << 30, theta=THETA, pattern_key=None, flat_is_full=False), instead_of=Rope),
+                      LayerTypeRopes(pattern=1, theta=THETA, pattern_key=None, flat_is_full=False), instead_of=Rope),
         Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("head"),
     ],

@@ -64,6 +64,8 @@ class CausalSelfAttention(nn.Module):
         self.layer_index = layer_index
         self.temperature = ((params.temperature_floor_scale, params.temperature_attn_scale, params.temperature_position_offset)
                             if params.temperature_tuning else None)
+        self.length_scale = ((params.query_length_scale_base, params.query_length_scale_exponent)
+                             if params.query_length_scale else None)
         self.qk_norm_scope = params.qk_norm_scope
         # Hunyuan-V1 normalises the rotated heads; the others normalise, then rotate.
         self.qk_norm_after_rope = params.qk_norm_order == "after_rope"
@@ -101,7 +103,11 @@ class CausalSelfAttention(nn.Module):
         elif self.gate_per_head:
             self.gate = make_linear(d_model, n_heads, bias=False)
         else:
-            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias)
+            head_bias = params.output_gate_bias == "head"
+            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias and not head_bias)
+        # Beam's gate bias: one per head, added to each of the head's channel logits.
+        self.gate_head_bias = (nn.Parameter(torch.zeros(n_heads))
+                               if params.output_gate and params.output_gate_bias == "head" else None)
         self.q_norm = q_norm
         self.k_norm = k_norm
         # Differential attention: heads i and i + H/2 are pairs, combined after attention (lambda, norm, scale).
@@ -122,6 +128,7 @@ class CausalSelfAttention(nn.Module):
                                                        "out.weight": (Split("tp", 1, H, "query heads"),),
                                                        "gate.weight": (Split("tp", 0, H, "query heads"),),
                                                        "gate.bias": (Split("tp", 0, H, "query heads"),),
+                                                       "gate_head_bias": (Split("tp", 0, H, "query heads"),),
                                                        "sinks": (Split("tp", 0, H, "query heads"),)}
         # A norm applied to each head (qk_norm_scope: head, v_norm) is kept whole, each device applying it to its
         # own heads: their gradients are summed.
@@ -154,6 +161,9 @@ class CausalSelfAttention(nn.Module):
         if self.temperature is not None:
             # Multiplied in float32 and rounded once, as transformers' Llama 4 does.
             q = (q * query_temperature(ctx.positions, *self.temperature)[:, None, :, None]).to(q.dtype)
+        if self.length_scale is not None:
+            # From each token's own position, so a cached decode step scales as the full forward; float32 as Beam's.
+            q = (q * query_length_scale(ctx.positions, *self.length_scale)[:, None, :, None]).to(q.dtype)
         if self.kv_from is None:
             k, v, k_positions = self._own_keys_values(kv, ctx, positional, state)
         else:
@@ -188,6 +198,10 @@ class CausalSelfAttention(nn.Module):
         """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
         assert self.gate is not None
         logits = self.gate(x)
+        if self.gate_head_bias is not None:
+            B, T, _ = logits.shape
+            # (B, T, H*vd) -> (B, T, H, vd): the head's bias on each of its channels
+            logits = (logits.view(B, T, self.n_heads, -1) + local_share(self.gate_head_bias)[:, None]).view(B, T, -1)
         return torch.sigmoid(logits) if self.gate_activation == "sigmoid" else torch.nn.functional.softplus(logits)
 
     def _own_keys_values(self, kv: list[Tensor], ctx: ForwardContext, positional: PositionalScheme, state: object) -> tuple[Tensor, Tensor, Tensor]:
@@ -273,11 +287,15 @@ class CausalSelfAttention(nn.Module):
             parts.append("sinks=True")
         if self.gate is not None:
             parts.append("output_gate=head" if self.gate_per_head else "output_gate=True")
+            if self.gate_head_bias is not None:
+                parts.append("output_gate_bias=head")
             if self.gate_activation != "sigmoid":
                 parts.append(f"output_gate_activation={self.gate_activation}")
         if self.temperature is not None:
             parts.append(f"temperature_tuning=(floor_scale={self.temperature[0]}, attn_scale={self.temperature[1]}"
                          + (f", position_offset={self.temperature[2]})" if self.temperature[2] != 1 else ")"))
+        if self.length_scale is not None:
+            parts.append(f"query_length_scale=(base={self.length_scale[0]}, exponent={self.length_scale[1]})")
         if self.kv_from is not None:
             parts.append(f"kv_from={self.kv_from}")
         if self.k_eq_v:
@@ -301,7 +319,8 @@ class CausalSelfAttention(nn.Module):
         nn.init.normal_(self.out.weight, std=residual_std)  # feeds the residual stream
         if self.sinks is not None:
             nn.init.normal_(self.sinks, std=std)  # as transformers initialises gpt-oss's sinks
-        for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None):
+        for bias in (self.qkv.bias, self.out.bias, self.gate.bias if self.gate is not None else None,
+                     self.gate_head_bias):
             if bias is not None:
                 nn.init.zeros_(bias)
 
@@ -331,3 +350,10 @@ def _qk_norms(params: CausalSelfAttentionParams, *, n_heads: int, n_kv_heads: in
         return (PerHeadNorm([params.qk_norm.make(dim=head_dim) for _ in range(n_heads)]),
                 PerHeadNorm([params.qk_norm.make(dim=head_dim) for _ in range(n_kv_heads)]))
     return params.qk_norm.make(dim=n_heads * head_dim), params.qk_norm.make(dim=n_kv_heads * head_dim)
+
+
+def query_length_scale(positions: Tensor, base: float, exponent: float) -> Tensor:
+    """Beam's query multiplier ``(B, T)`` from absolute positions: ``(1 + (p + 1) / base) ^ exponent``, computed in
+    float32 as ``exp(exponent * log1p((p + 1) / base))``; padding (negative positions) gets 1."""
+    scale = torch.exp(exponent * torch.log1p((positions.float() + 1.0) / base))
+    return torch.where(positions < 0, torch.ones_like(scale), scale)

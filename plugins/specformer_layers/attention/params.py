@@ -29,6 +29,10 @@ class CausalSelfAttentionParams(Params):
     temperature_floor_scale))`` of its absolute position, so attention stays sharp far into a
     long context (Llama 4's NoPE layers, ``attn_temperature_tuning``, offset 1; Ministral 3's
     rope layers, offset 0; Nakanishi 2025, arXiv:2501.19399).
+    ``query_length_scale`` multiplies each query by ``(1 + (position + 1) /
+    query_length_scale_base) ^ query_length_scale_exponent`` of its absolute position, a smooth
+    power where the temperature tuning takes a stepped log (Beam's NoPE layers: base 2048,
+    exponent 0.1; the scalable softmax of Nakanishi 2025).
     ``output_gate`` multiplies each channel of the attention output,
     before the output projection, by ``sigmoid(x W_gate)`` of the block input ``x``
     (gated attention, Qiu et al. 2025, arXiv:2505.06708; Qwen3-Next's and Qwen3.5's
@@ -36,7 +40,10 @@ class CausalSelfAttentionParams(Params):
     attention on a sink. ``output_gate_scope: head`` gates whole heads instead, one logit
     per head from a projection without bias (LFM3's ``g_proj``). ``output_gate_activation:
     softplus`` gates with ``softplus`` instead of ``sigmoid`` (Laguna): a gate in ``(0, inf)`` that
-    can amplify a head as well as close it. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
+    can amplify a head as well as close it. ``output_gate_bias: head`` gives the per-channel
+    gate a projection without bias and one learned bias per head instead, added to all of the
+    head's channel logits (Beam's ``gate_bias``); ``with_qkv`` biases the projection when
+    ``qkv_bias`` does. ``backend`` picks the kernel (:mod:`.kernels`): ``auto`` uses the
     fused causal kernel where the mask is plain causal and FlexAttention (block-sparse,
     no ``T x T`` tensor) for every other mask and score modification where it can run;
     ``sdpa`` always uses PyTorch's SDPA (a dense mask when not plain causal); ``flex``
@@ -122,6 +129,17 @@ class CausalSelfAttentionParams(Params):
         description="What the temperature tuning adds to the position before the floor: 1 counts positions from 1 "
                     "(Llama 4), 0 from 0 (Ministral 3's llama_4_scaling_beta).",
     )
+    query_length_scale: bool = Field(
+        default=False,
+        description="Scale each query by (1 + (position + 1) / query_length_scale_base) ^ query_length_scale_exponent "
+                    "(Beam's NoPE layers).",
+    )
+    query_length_scale_base: float = Field(
+        default=2048, gt=0, description="Positions over which the query length scale's base grows by 1 (Beam: 2048).",
+    )
+    query_length_scale_exponent: float = Field(
+        default=0.1, gt=0, description="The power of the query length scale (Beam: 0.1).",
+    )
     output_gate: bool = Field(
         default=False,
         description="Multiply the attention output per channel by sigmoid of a projection of the block input "
@@ -135,6 +153,11 @@ class CausalSelfAttentionParams(Params):
     output_gate_activation: Literal["sigmoid", "softplus"] = Field(
         default="sigmoid",
         description="What turns the output gate's logits into gates: sigmoid (Qwen3-Next, LFM3) or softplus (Laguna).",
+    )
+    output_gate_bias: Literal["with_qkv", "head"] = Field(
+        default="with_qkv",
+        description="The per-channel output gate's bias: with_qkv, on its projection when qkv_bias is (Qwen3-Next); "
+                    "head, a bias-free projection plus one learned bias per head over its channels (Beam).",
     )
     kv_from: int | None = Field(
         default=None, ge=0,
@@ -196,6 +219,9 @@ class CausalSelfAttentionParams(Params):
         if self.qk_norm_order == "after_rope" and self.qk_norm_scope == "all":
             raise ValueError("qk_norm_order after_rope normalises each rotated head, so it takes qk_norm_scope head or "
                              "per_head_weights, not all (a norm over every head's channels comes before rotation)")
+        if self.output_gate_bias == "head" and (not self.output_gate or self.output_gate_scope != "channel"):
+            raise ValueError("output_gate_bias head biases the per-channel output gate's logits per head: it needs "
+                             "output_gate true with output_gate_scope channel")
         if self.differential:
             self._check_differential()
         if self.v_head_dim is not None:
@@ -259,6 +285,8 @@ class CausalSelfAttentionParams(Params):
             return 0
         if self.output_gate_scope == "head":
             return self._projection(d_model, H, bias=False)
+        if self.output_gate_bias == "head":  # a bias-free projection and one bias per head
+            return total(self._projection(d_model, H * hd, bias=False), H)
         return self._projection(d_model, H * hd, bias=self.qkv_bias)
 
     def check_kv_from(self, layer_index: int) -> None:

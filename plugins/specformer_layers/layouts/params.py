@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
@@ -181,6 +183,11 @@ class SandwichBlockParams(BlockParams):
     ``residual_multiplier`` scales each sublayer's post-normed output before the residual add,
     ``x = x + r * post_norm(attention(pre_norm(x)))`` (HyperCLOVA X's muP-style
     ``residual_multiplier`` on its peri-layer norms); 1 leaves the block as above.
+
+    ``depth_scaled_residual`` makes each add keep the stream's scale with depth (the squared
+    weights sum to 1), ``x = x sqrt((k-1)/k) + post_norm(f(pre_norm(x))) / sqrt(k)``, where ``k``
+    counts the adds up to this one: ``2l + 2`` for the mixer and ``2l + 3`` for the FFN of
+    layer ``l`` (from 0; Beam's ``depth_scaled_residual_add``). It needs one residual stream.
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "attention_post_norm", "ffn_norm", "ffn",
@@ -200,6 +207,10 @@ class SandwichBlockParams(BlockParams):
         default=True, description="Normalise the FFN's input; false: the FFN reads the raw stream and brings its own "
                                   "norms (Gemma 4's parallel MLP and MoE).",
     )
+    depth_scaled_residual: bool = Field(
+        default=False, description="Each add is x sqrt((k-1)/k) + out / sqrt(k), k = 2l+2 for the mixer and 2l+3 for "
+                                   "the FFN of layer l (Beam).",
+    )
 
     def norms_made(self) -> tuple[str, ...]:
         return tuple(p for p in super().norms_made() if p != "ffn_norm" or self.ffn_pre_norm)
@@ -216,10 +227,19 @@ class SandwichBlockParams(BlockParams):
         return Sized(parameters=parameters, per_layer_width=per_layer_input)
 
     def check_single_stream(self, n_streams: int, *, per_layer_input: int) -> None:
-        """ValueError when a per-layer input or ``layer_scale`` would meet several residual streams."""
-        if n_streams != 1 and (per_layer_input or self.layer_scale):
-            raise ValueError(f"a per-layer input and layer_scale act on a single residual stream; this model's residual "
-                             f"has {n_streams} (use residual: single with them)")
+        """ValueError when a per-layer input, ``layer_scale`` or ``depth_scaled_residual`` would meet several residual
+        streams."""
+        if n_streams != 1 and (per_layer_input or self.layer_scale or self.depth_scaled_residual):
+            raise ValueError(f"a per-layer input, layer_scale and depth_scaled_residual act on a single residual stream; "
+                             f"this model's residual has {n_streams} (use residual: single with them)")
+
+    def depth_scales(self, layer_index: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """``((a_mixer, b_mixer), (a_ffn, b_ffn))``: each add is ``a x + b out`` (``b`` times residual_multiplier)."""
+        r = self.residual_multiplier
+        if not self.depth_scaled_residual:
+            return (1.0, r), (1.0, r)
+        k_mixer, k_ffn = 2 * layer_index + 2, 2 * layer_index + 3  # the adds counted from the first, 2 per layer
+        return tuple((math.sqrt((k - 1) / k), r / math.sqrt(k)) for k in (k_mixer, k_ffn))  # type: ignore[return-value]
 
 
 class PostNormInsideBlockParams(BlockParams):

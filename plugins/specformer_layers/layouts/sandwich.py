@@ -35,16 +35,20 @@ class SandwichBlock(Block):
                                        norm=make_norm()) if per_layer_input else None)
         self.layer_scale = nn.Buffer(torch.ones(1)) if params.layer_scale else None
         self.residual_multiplier = params.residual_multiplier
+        # (a, b) of each add a x + b out: (1, residual_multiplier) unless depth-scaled by this layer's index (Beam).
+        self.add_scales = params.depth_scales(layer_index)
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        r = self.residual_multiplier
+        (a_mix, b_mix), (a_ffn, b_ffn) = self.add_scales
         h, mix = self.attention_residual.read(x)
         out = self.attention_post_norm(self.mixer(self.attention_norm(h), ctx))
-        x = self.attention_residual.write(x, out if r == 1.0 else out * r, mix=mix)
+        # One stream when a != 1 (checked): read gave x itself, so scaling the base is scaling the stream.
+        x = self.attention_residual.write(x if a_mix == 1.0 else x * a_mix, out if b_mix == 1.0 else out * b_mix,
+                                          mix=mix)
         h, mix = self.ffn_residual.read(x)
         ffn_in = h if self.ffn_norm is None else self.ffn_norm(h)
         out = self.ffn_post_norm(self.feed_forward(ffn_in, ctx))
-        x = self.ffn_residual.write(x, out if r == 1.0 else out * r, mix=mix)
+        x = self.ffn_residual.write(x if a_ffn == 1.0 else x * a_ffn, out if b_ffn == 1.0 else out * b_ffn, mix=mix)
         if self.per_layer is not None:
             x = self.per_layer(x, ctx.per_layer_inputs[:, :, self.layer_index])  # this layer's slice (B, T, width)
         if self.layer_scale is not None:

@@ -1194,6 +1194,30 @@ CASES += [
                      sliding_window=WINDOW, num_dense_layers=0, num_experts=4, num_experts_per_tok=2,
                      moe_intermediate_size=32, num_shared_experts=1, tie_word_embeddings=True,
                      rope_parameters=_rope("default", rope_theta=500.0))),
+    # Beam: depth-scaled sandwich adds, sliding/global layers by hand (global the second and last: no positions, the
+    # query length scale), sparse and dense MLPs interleaved (dense, sparse, dense, sparse, sparse), 6 heads of 12 over
+    # 2, q/k/v/o biases, a per-head gate bias, 8 experts in 4 groups (2 picked), 3 per token, renormalised and scaled
+    # by 1.7, a logit softcap that bites (3.0), theta 500, untied. eps 0.002: with RMSNorm before every reader the
+    # depth scaling is a uniform rescale of the stream, seen only through eps, and a large eps shrinks the normalised
+    # queries until the query scale (at most 0.2% over 40 tokens) is lost; at 0.002 dropping either moves the logits
+    # by more than the 1e-4 tolerance (0.2 and 2.7e-4).
+    Case("beam", "BeamConfig", "BeamForCausalLM",
+         _llama_like(num_hidden_layers=5, num_attention_heads=6, head_dim=12, intermediate_size=80,
+                     sliding_window=WINDOW, attention_bias=True, rms_norm_eps=0.002, tie_word_embeddings=False,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                  "full_attention"],
+                     mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse"],
+                     rope_parameters={"sliding_attention": _rope("default", rope_theta=500.0), "full_attention": None},
+                     num_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=24,
+                     norm_topk_prob=True, routed_scaling_factor=1.7, final_logit_softcapping=3.0),
+         shake_buffers=("e_score_correction_bias", 1.0)),
+    # transformers' defaults for layer and MLP types (three sliding then a global layer; three dense then sparse), no
+    # biases, weights not renormalised, no groups, no softcap, MQA, tied.
+    Case("beam-defaults-mqa-tied", "BeamConfig", "BeamForCausalLM",
+         _llama_like(num_hidden_layers=4, num_key_value_heads=1, sliding_window=WINDOW, tie_word_embeddings=True,
+                     num_experts=4, n_group=1, topk_group=1, num_experts_per_tok=2, moe_intermediate_size=32,
+                     norm_topk_prob=False, routed_scaling_factor=1.0, final_logit_softcapping=None),
+         shake_buffers=("e_score_correction_bias", 1.0)),
     # Bamba: Mamba-2, attention, Mamba-2 (hidden 48; the attention 6 heads of 8 over 2, biases on, the rope on half of
     # each head); Mamba-2 of 12 heads of 8 in 2 groups (mamba_expand 2), state 8, a 3-tap convolution with bias,
     # biased projections, the step clamped to [0.001, 0.5], a chunk shorter than the prompt; SwiGLU with biases,
@@ -1434,6 +1458,6 @@ SLOW_VARIANTS = frozenset({
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
     "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base", "emu3-mqa-linear-tied",
     "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
-    "laguna-per-element-mqa-tied",
+    "laguna-per-element-mqa-tied", "beam-defaults-mqa-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

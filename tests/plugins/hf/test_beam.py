@@ -26,9 +26,13 @@ TOLERANCE = 1e-4
 def imported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("beam")
     hf = BY_NAME["beam"].build()
-    for name, buffer in hf.named_buffers():  # the selection bias starts at 0: shake it, as test_parity does
-        if name.endswith("e_score_correction_bias"):
-            buffer.add_(torch.randn_like(buffer))
+    with torch.no_grad():
+        for name, buffer in hf.named_buffers():  # the selection bias starts at 0: shake it, as test_parity does
+            if name.endswith("e_score_correction_bias"):
+                buffer.add_(torch.randn_like(buffer))
+        for name, param in hf.named_parameters():  # the per-head gate biases start at 0 too
+            if name.endswith("gate_bias"):
+                param.add_(torch.randn_like(param))
     hf.save_pretrained(folder)
     return hf.eval(), specformer_hf.from_hf(folder).eval()
 

@@ -82,8 +82,8 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 @pytest.mark.parametrize(("model_type", "needles"), [
     ("zamba", ["model_type 'zamba' is not supported yet; it lacks: a shared block's input concat(h, embeddings)",
               "Families not yet supported"]),
-    # Beam's sandwich blocks and router exist; its depth-scaled residual does not.
-    ("beam", ["model_type 'beam' is not supported yet; it lacks: a depth-scaled residual"]),
+    # A.X K2's MLA and router exist; its gated norm on the attention output does not.
+    ("axk2", ["model_type 'axk2' is not supported yet; it lacks: low-rank gated RMSNorm on the attention output"]),
     ("fuyu", ["model_type 'fuyu' is a multimodal checkpoint whose language model ('persimmon') is supported, but not "
               f"read out of this checkpoint yet; it lacks: {MAPPING_ONLY}"]),
     ("gemma3", ["multimodal checkpoint whose language model ('gemma3_text') is supported, but not read out of this "

@@ -239,6 +239,8 @@ DENSE_SPECS = {
     "ettin-decoder-150m.yaml": ("ModernBertDecoderConfig", dict()),
     # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
     "gpt-neox-japanese-2.7b.yaml": ("GPTNeoXJapaneseConfig", dict()),
+    # transformers' BeamConfig defaults, which its docstring names as reflection/Beam-1.0-501B-A23B's.
+    "beam-1.0-501b-a23b.yaml": ("BeamConfig", dict()),
 }
 
 

@@ -303,6 +303,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "ettin-decoder-150m.yaml": _llama_like("ModernBertDecoderConfig"),
     # transformers' defaults are abeja/gpt-neox-japanese-2.7b's sizes (its docstring's checkpoint)
     "gpt-neox-japanese-2.7b.yaml": _llama_like("GPTNeoXJapaneseConfig"),
+    # transformers' BeamConfig defaults are reflection/Beam-1.0-501B-A23B's sizes (its docstring's checkpoint)
+    "beam-1.0-501b-a23b.yaml": _llama_like("BeamConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)

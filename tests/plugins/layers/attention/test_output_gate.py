@@ -120,3 +120,33 @@ def test_softplus_gate_formula(scope: str) -> None:
     assert "output_gate_activation=softplus" in gated.extra_repr()
     gated.gate_activation = "sigmoid"  # the activation is applied, not only declared
     assert not torch.allclose(gated(x, context(positions, rope, plain_causal=True)), got)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_per_head_gate_bias_formula(backend: str) -> None:
+    """output_gate_bias head (Beam): sigmoid(x W_g + b_head(c)) per channel c, W_g bias-free even with qkv_bias."""
+    gated = make(n_kv_heads=2, output_gate=True, output_gate_bias="head", qkv_bias=True, backend=backend)
+    assert gated.gate.bias is None and gated.gate_head_bias.shape == (4,)
+    heads = make(n_kv_heads=2, qkv_bias=True)
+    heads.qkv.load_state_dict(gated.qkv.state_dict())
+    heads.out.weight.data = torch.eye(D, dtype=torch.float64)
+    rope = RotaryPositions(head_dim=6, context_length=16)
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    positions = causal_positions(2, 7)
+    attended = naive(heads, x, positions, rope)  # (B, T, H*hd), head h in channels h*6 .. (h+1)*6
+    bias = torch.stack([gated.gate_head_bias[c // 6] for c in range(24)])  # channel c belongs to head c // 6
+    gate = torch.sigmoid(x @ gated.gate.weight.T + bias)
+    torch.testing.assert_close(gated(x, context(positions, rope, plain_causal=True)), (gate * attended) @ gated.out.weight.T)
+    assert "output_gate_bias=head" in gated.extra_repr()
+
+
+def test_per_head_gate_bias_is_sized_and_initialised() -> None:
+    params = CausalSelfAttentionParams(n_heads=4, n_kv_heads=1, head_dim=10, output_gate=True, output_gate_bias="head")
+    gated = CausalSelfAttention(params, d_model=D)
+    assert params.sized(d_model=D).parameters == sum(p.numel() for p in gated.parameters())
+    gated.gate_head_bias.data.fill_(1.0)
+    gated.init_weights(std=0.02, residual_std=0.01)
+    assert torch.all(gated.gate_head_bias == 0)
+    for bad in ({"output_gate": False}, {"output_gate": True, "output_gate_scope": "head"}):
+        with pytest.raises(Exception, match="output_gate_bias head .* needs output_gate true with output_gate_scope channel"):
+            CausalSelfAttentionParams(n_heads=4, output_gate_bias="head", **bad)

@@ -209,3 +209,15 @@ def test_the_planner_and_the_trainer_split_the_embedding_and_head_alike(model: d
         assert isinstance(styles["embedding"], RowwiseParallel) and isinstance(styles["lm_head"], VocabParallelHead)
         assert f"lm_head (Linear): {'weight, bias' if model.get('lm_head_bias') else 'weight'} over tp by " \
                "vocabulary rows" in report.split
+
+
+def test_a_per_head_gate_bias_follows_the_heads() -> None:
+    """output_gate_bias head (Beam): the bias-free gate is split by rows, its per-head bias by heads with them."""
+    attention = specformer.build(tiny_spec(block={"mixer": {
+        "kind": "attention", "n_heads": 4, "n_kv_heads": 2, "output_gate": True, "output_gate_bias": "head"}})
+    ).blocks[0].mixer
+    styles = _styles(attention, 2)
+    assert isinstance(styles["gate"], ColwiseParallel) and attention.gate.bias is None
+    assert isinstance(styles[""], ShardOwnParameters) and styles[""].names == ("gate_head_bias",)
+    attention.take_tensor_parallel_share(_Group(2))
+    assert attention.n_heads == 2  # the gate's logits (B, T, 2 * hd) take the local two biases
