@@ -80,12 +80,14 @@ MISSING: dict[str, str] = {
     # Issue 46: one new part each.
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
-    "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
     "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
     "kolibri1_1": "block-pooled attention indexer (issue 46)",
-    "hy_v4": "MLA with the indexer, mHC and learnable sinks together (issue 46)",
+    "hy_v4": "hyper-connections without the Sinkhorn-mixed residual (each stream kept, post gates scaled by "
+             "hc_magnitude), learnable sinks on latent attention, and an indexer with its rotary channels last and "
+             "indexers shared across layers (indexer_types); its SwiGLU clamp reaches the routed experts only "
+             "(issue 46)",
     "dots3_note_text": "MLA with a per-head sigmoid output gate, a norm on the shared rope key and rescaled latents "
                        "(issue 46)",
     # Issue 47: multi-token prediction, and shared, looped or cross-reading blocks.

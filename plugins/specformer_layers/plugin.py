@@ -39,6 +39,7 @@ from specformer_layers.layouts.params import (
 )
 from specformer_layers.per_layer.params import PerLayerEmbeddingParams
 from specformer_layers.norms.params import L2NormParams, LayerNormParams, NoNormParams, RMSNormParams, ScaleNormParams
+from specformer_layers.norms.gated_params import GatedNormParams
 from specformer_layers.norms.prediction_head_params import PredictionHeadParams
 from specformer_layers.positional.params import (
     ALiBiParams,
@@ -107,6 +108,7 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("norm", "none", "norms.none:NoNorm", NoNormParams, "https://cdn.openai.com/research-covers/language-unsupervised/language_understanding_paper.pdf"),
     ("norm", "prediction_head", "norms.prediction_head:PredictionHead", PredictionHeadParams,
      "https://arxiv.org/abs/1810.04805"),
+    ("norm", "gated", "norms.gated:GatedNorm", GatedNormParams, "https://arxiv.org/abs/2505.06708"),
 
     ("ffn", "mlp", "ffn.mlp:MLP", MLPParams, "https://arxiv.org/abs/1706.03762"),
     ("ffn", "swiglu", "ffn.gated:GatedMLP", GatedMLPParams, "https://arxiv.org/abs/2002.05202"),

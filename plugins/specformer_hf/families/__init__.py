@@ -15,6 +15,7 @@ def builtin_families() -> list[Family]:
         arcee,
         aria_text,
         axk1,
+        axk2,
         biogpt,
         bitnet,
         bloom,
@@ -238,6 +239,7 @@ def builtin_families() -> list[Family]:
             gpt_neox_japanese.FAMILY,
             laguna.FAMILY,
             beam.FAMILY,
+            axk2.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]

@@ -56,13 +56,13 @@ class QueryLowRankAttention(LatentAttention):
 
 
 @dataclass(frozen=True)
-class NormedExperts(LayerTypedExperts):
-    """DeepSeek-V3's experts (dense layers by mlp_layer_types only: AXK1Config keeps no first_k_dense_replace) with
-    ``output_norm`` an RMSNorm of eps rms_norm_eps on every moe layer."""
+class MlpLayerTypedExperts(LayerTypedExperts):
+    """DeepSeek-V3's experts with dense layers by mlp_layer_types only (AXK1Config and AXK2Config keep no
+    first_k_dense_replace; they build mlp_layer_types from it and moe_layer_freq when it is not given)."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         if cfg.data.get("mlp_layer_types") is None:
-            # AXK1Config builds mlp_layer_types from these keywords, and keeps neither (the first layer dense by default).
+            # The config builds mlp_layer_types from these keywords, and keeps neither (the first layer dense by default).
             dense, freq = cfg.get_int("first_k_dense_replace", 1), cfg.get_int("moe_layer_freq", 1)
             if freq != 1:
                 raise UserError(f"{cfg.family}: moe_layer_freq {freq} is not supported: specformer's DeepSeek-style "
@@ -71,12 +71,24 @@ class NormedExperts(LayerTypedExperts):
             cfg.data["mlp_layer_types"] = ["dense" if i < dense else "sparse" for i in range(n_layers)]
         cfg.mark_read("first_k_dense_replace", "moe_layer_freq")
         super().read(cfg, model)
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        super().write(view, config)
+        del config["first_k_dense_replace"]  # the config has mlp_layer_types only
+
+
+@dataclass(frozen=True)
+class NormedExperts(MlpLayerTypedExperts):
+    """DeepSeek-V3's experts (dense layers by mlp_layer_types only) with ``output_norm`` an RMSNorm of eps rms_norm_eps
+    on every moe layer."""
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        super().read(cfg, model)
         norm = {"kind": "rmsnorm", "eps": cfg.get_float("rms_norm_eps")}
         model["block"]["ffn"]["output_norm"] = norm
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         super().write(view, config)
-        del config["first_k_dense_replace"]  # AXK1Config has mlp_layer_types only
         eps = view.uniform("norm", "eps")
         for i, layer in enumerate(view.view.layers):
             if layer["ffn"]["kind"] != "moe":

@@ -57,15 +57,20 @@ class LatentAttention(nn.Module):
         else:
             self.q_a = nn.Linear(d_model, q_lora_rank, bias=bias)
             self.q_norm = params.latent_norm.make(dim=q_lora_rank)
-            self.q_b = nn.Linear(q_lora_rank, n_heads * self.qk_head_dim, bias=False)
+            # Reads [norm(c); c] with q_up_input normed_and_raw (A.X-K2), else norm(c).
+            self.q_b = nn.Linear(params.q_up_width, n_heads * self.qk_head_dim, bias=False)
+        self.q_up_raw = params.q_up_input == "normed_and_raw"
         # Rows: [latent (kv_lora_rank); rotary key (qk_rope_head_dim)].
         self.kv_a = nn.Linear(d_model, kv_lora_rank + qk_rope_head_dim, bias=bias)
         self.kv_norm = params.latent_norm.make(dim=kv_lora_rank)
         # Rows per head: [k_nope (qk_nope_head_dim); value (v_head_dim)].
         self.kv_b = nn.Linear(kv_lora_rank, n_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.out = nn.Linear(n_heads * v_head_dim, d_model, bias=bias)
-        # Head-wise output gate (Ling 3): one logit per head from the block input.
-        self.gate = nn.Linear(d_model, n_heads, bias=False) if params.output_gate else None
+        # Output gate: one logit per head (Ling 3) or per value channel (A.X-K2), from the block input or from what
+        # the query up-projection reads (A.X-K2).
+        self.gate = nn.Linear(*params.gate_width(d_model), bias=False) if params.output_gate else None
+        self.gate_per_channel = params.output_gate_scope == "channel"
+        self.gate_from_query = params.output_gate_input == "query_latent"
         # DeepSeek Sparse Attention: an indexer (any `indexer` component) picks the keys each query
         # reads; it keeps one key per token, stored in the cache's key slot after the rotary key.
         self.indexer = None
@@ -109,8 +114,13 @@ class LatentAttention(nn.Module):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         B, T, _ = x.shape
         H, nope, rope, vd = self.n_heads, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
-        q_latent = None if self.q_lora_rank is None else self.q_norm(self.q_a(x))  # (B, T, q_lora_rank)
-        q = self.q_proj(x) if q_latent is None else self.q_b(q_latent)
+        q_latent, q_up = None, x
+        if self.q_lora_rank is not None:
+            raw = self.q_a(x)
+            q_latent = self.q_norm(raw)  # (B, T, q_lora_rank)
+            q_up = torch.cat((q_latent, raw), dim=-1) if self.q_up_raw else q_latent  # (B, T, q_up_width)
+        q = self.q_proj(x) if q_latent is None else self.q_b(q_up)
+        gate_source = q_up if self.gate_from_query else x
         q = q.view(B, T, H, nope + rope).transpose(1, 2)  # (B, H, T, nope + rope)
         q_nope, q_rope = q.split((nope, rope), dim=-1)
         latent, k_rope = self.kv_a(x).split((self.kv_lora_rank, rope), dim=-1)
@@ -143,7 +153,7 @@ class LatentAttention(nn.Module):
                                                  rule=rule, positional=positional, state=state)
             y = self._sparse(q_nope, q_rope, latent, k_rope, selections,
                              learn=self._indexer_learns(x, query_source, index_keys, positional, state))
-            return self.out(self._gated(x, y.transpose(1, 2)).reshape(B, T, H * vd))  # (B, T, H*vd)
+            return self.out(self._gated(gate_source, y.transpose(1, 2)).reshape(B, T, H * vd))  # (B, T, H*vd)
         kv = self.kv_b(latent[:, 0]).view(B, S, H, nope + vd).transpose(1, 2)  # (B, H, S, nope + vd)
         k_nope, v = kv.split((nope, vd), dim=-1)
         k = torch.cat((k_nope, self.summed_over_heads(k_rope).expand(B, H, S, rope)), dim=-1)  # (B, H, S, nope + rope)
@@ -153,15 +163,18 @@ class LatentAttention(nn.Module):
         y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=rule,
                    scores=Scores(scale=self.scale, positional=positional, state=state),
                    dropout=self.dropout if self.training else 0.0, observe=self.observe_weights)
-        y = self._gated(x, y.transpose(1, 2)).reshape(B, T, H * vd)  # (B, T, H*vd)
+        y = self._gated(gate_source, y.transpose(1, 2)).reshape(B, T, H * vd)  # (B, T, H*vd)
         return self.out(y)
 
-    def _gated(self, x: Tensor, y: Tensor) -> Tensor:
-        """``y`` ``(B, T, H, vd)`` times each head's ``sigmoid(gate(x))`` (the sigmoid in float32 at least), or as is."""
+    def _gated(self, source: Tensor, y: Tensor) -> Tensor:
+        """``y`` ``(B, T, H, vd)`` times ``sigmoid(gate(source))`` per head or per channel (the sigmoid in float32 at
+        least), or as is."""
         if self.gate is None:
             return y
-        logits = self.gate(x)
-        gate = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).to(y.dtype)  # (B, T, H)
+        logits = self.gate(source)
+        gate = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).to(y.dtype)  # (B, T, H[*vd])
+        if self.gate_per_channel:
+            return y * gate.view(y.shape)  # (B, T, H, vd): rows of the gate per head, vd each
         return y * gate[..., None]
 
     def _indexer_learns(self, x: Tensor, query_source: Tensor, index_keys: Tensor, positional: Any,
@@ -211,7 +224,10 @@ class LatentAttention(nn.Module):
                  f"qk_nope_head_dim={self.qk_nope_head_dim}", f"qk_rope_head_dim={self.qk_rope_head_dim}",
                  f"v_head_dim={self.v_head_dim}", f"backend={self.backend}"]
         if self.gate is not None:
-            parts.append("output_gate=head")
+            parts.append(f"output_gate={'channel' if self.gate_per_channel else 'head'}"
+                         + (", output_gate_input=query_latent" if self.gate_from_query else ""))
+        if self.q_up_raw:
+            parts.append("q_up_input=normed_and_raw")
         if self.window is not None:
             parts.append(f"window={self.window}")
         return ", ".join(parts)

@@ -328,7 +328,13 @@ class LatentAttentionParams(Params):
     ``output_gate`` multiplies each head's output, before the output projection, by
     ``sigmoid(x w_h)``, one logit per head from the block input ``x`` (the head-wise form of
     gated attention, Qiu et al. 2025, arXiv:2505.06708, as Ling 3's latent attention,
-    Hugging Face ``bailing_hybrid``, has it).
+    Hugging Face ``bailing_hybrid``, has it); ``output_gate_scope: channel`` gives each value
+    channel its own logit (the element-wise form), and ``output_gate_input: query_latent``
+    computes the logits from what the query up-projection reads instead of ``x``.
+    ``q_up_input: normed_and_raw`` makes the query up-projection read the normalised query
+    latent and the latent before its norm side by side, ``[norm(c); c]`` (``2 * q_lora_rank``
+    channels; the indexer still reads ``norm(c)``): A.X-K2 (Hugging Face ``axk2``), whose
+    fused ``q_gate_proj`` computes its queries and channel gates so.
     """
 
     n_heads: int = Field(gt=0, description="Number of query heads (each gets its own key and value from the latent).")
@@ -355,13 +361,36 @@ class LatentAttentionParams(Params):
     output_gate: bool = Field(
         default=False, description="Multiply each head's output by sigmoid(x . w_head) of the block input before the "
                                    "output projection (one gate logit per head, no bias; Ling 3).")
+    output_gate_scope: Literal["head", "channel"] = Field(
+        default="head", description="head: one gate logit per head; channel: one per value channel (A.X-K2).")
+    output_gate_input: Literal["block_input", "query_latent"] = Field(
+        default="block_input", description="What the gate logits are computed from: the block input, or what the "
+                                           "query up-projection reads (q_lora_rank and q_up_input; A.X-K2).")
+    q_up_input: Literal["normed", "normed_and_raw"] = Field(
+        default="normed", description="What the query up-projection reads: the normalised query latent, or it and "
+                                      "the latent before its norm side by side, [norm(c); c] (A.X-K2).")
     backend: Literal["sdpa", "eager"] = Field(default="sdpa", description="sdpa: fused kernels; eager: explicit softmax.")
 
     @model_validator(mode="after")
     def _rotary_pairs(self) -> "LatentAttentionParams":
         if self.qk_rope_head_dim % 2:
             raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be even: rotary channels turn in pairs")
+        if self.q_lora_rank is None and (self.q_up_input != "normed" or self.output_gate_input == "query_latent"):
+            raise ValueError("q_up_input normed_and_raw and output_gate_input query_latent read the query latent; "
+                             "give q_lora_rank")
         return self
+
+    @property
+    def q_up_width(self) -> int | None:
+        """Channels the query up-projection reads (None: queries have no bottleneck)."""
+        if self.q_lora_rank is None:
+            return None
+        return self.q_lora_rank * (2 if self.q_up_input == "normed_and_raw" else 1)
+
+    def gate_width(self, d_model: int) -> tuple[int, int]:
+        """The output gate's projection: (channels read, logits)."""
+        read = d_model if self.output_gate_input == "block_input" else self.q_up_width
+        return read, self.n_heads * (self.v_head_dim if self.output_gate_scope == "channel" else 1)
 
     def sized(self, *, d_model: int) -> Sized:
         H, rope, nope, v = self.n_heads, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
@@ -370,14 +399,14 @@ class LatentAttentionParams(Params):
             query = linear(d_model, H * qk)
         else:
             query = total(linear(d_model, self.q_lora_rank, bias=self.bias),
-                          self.latent_norm.sized(dim=self.q_lora_rank).parameters, linear(self.q_lora_rank, H * qk))
+                          self.latent_norm.sized(dim=self.q_lora_rank).parameters, linear(self.q_up_width, H * qk))
         parameters = total(
             query,
             linear(d_model, self.kv_lora_rank + rope, bias=self.bias),
             self.latent_norm.sized(dim=self.kv_lora_rank).parameters,
             linear(self.kv_lora_rank, H * (nope + v)),
             linear(H * v, d_model, bias=self.bias),
-            linear(d_model, H) if self.output_gate else 0,
+            linear(*self.gate_width(d_model)) if self.output_gate else 0,
         )
         index_dim = 0
         if self.indexer is not None:

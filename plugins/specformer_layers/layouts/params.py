@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
-from specformer.registry.params import Params, Sized
+from specformer.registry.params import Params, Sized, SubComponent
 from specformer.model.sized import linear, total
 from specformer_layers.ffn.params import Activation
 
@@ -95,6 +95,10 @@ class PreNormBlockParams(BlockParams):
     With ``mixer_pre_norm: false`` the block has no ``attention_norm`` and the mixer reads the
     raw stream, ``x = x + attention(x)`` (ModernBERT-decoder's first layer, whose input is the
     already normalised embeddings; set it on that layer with a ``layers:`` override).
+
+    ``ffn_norm`` gives the FFN a norm of another kind than the block's (``block.norm``), which
+    stays the mixer's: A.X-K2's dense layers gate their attention norm and not their FFN's
+    (``norm: {kind: gated}`` with ``ffn_norm: rmsnorm`` on those layers).
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "ffn_norm", "ffn")
@@ -120,8 +124,22 @@ class PreNormBlockParams(BlockParams):
                                   "has no attention_norm (ModernBERT-decoder's first layer).",
     )
 
+    ffn_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None, description="The FFN's norm when it differs from the block's (block.norm, then the mixer's "
+                                  "only); none: the block's (A.X-K2's dense layers: rmsnorm under a gated block norm).",
+    )
+
     def norms_made(self) -> tuple[str, ...]:
         return tuple(p for p in super().norms_made() if p != "attention_norm" or self.mixer_pre_norm)
+
+    def sized(self, *, mixer: Sized, ffn: Sized, make_norm: Callable[[], Any],
+              make_residual: Callable[[], Any] | None = None, d_model: int = 0) -> Sized:
+        parameters, _ = self.sized_parts(mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        if self.ffn_norm is not None and self.norm_plan(absent={"mixer": mixer.absent, "ffn": ffn.absent})["ffn_norm"] == "norm":
+            # sized_parts counted the block's norm in the FFN's place.
+            own, block = self.ffn_norm.sized(dim=d_model).parameters, make_norm().parameters
+            parameters = None if None in (parameters, own, block) else parameters - block + own
+        return Sized(parameters=parameters)
 
     def check_streams(self, n_streams: int) -> None:
         if n_streams != 1 and (self.normed_residual or self.residual_scales != (1.0, 1.0)):

@@ -19,9 +19,14 @@ class PreNormBlock(Block):
 
     def __init__(self, params: PreNormBlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
-                 make_residual: Callable[[], ResidualConnection] = ResidualConnection) -> None:
+                 make_residual: Callable[[], ResidualConnection] = ResidualConnection, d_model: int = 0) -> None:
         params = params if params is not None else PreNormBlockParams()
         super().__init__(params, mixer=mixer, ffn=ffn, make_norm=make_norm, make_residual=make_residual)
+        if params.ffn_norm is not None and not isinstance(self.ffn_norm, nn.Identity):
+            if d_model <= 0:
+                raise ValueError("prenorm: ffn_norm needs the model width (d_model) to make the FFN's own norm")
+            # The FFN's own kind, in the block norm's place (same name, same position in the state dict).
+            self.ffn_norm = params.ffn_norm.make(dim=d_model)
         params.check_streams(max(self.attention_residual.n_streams, self.ffn_residual.n_streams))
         self.residual_multiplier = params.residual_multiplier
         self.normed_residual = params.normed_residual

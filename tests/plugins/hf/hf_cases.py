@@ -349,6 +349,26 @@ CASES = [
                      qk_nope_head_dim=12, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
                      topk_group=2, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
                      rms_norm_eps=1e-4, mlp_layer_types=["dense", "dense", "sparse", "sparse"])),
+    # A.X-K2: DeepSeek-V3.2's indexed latent attention (5 heads, 4 keys per query, indexer heads wider than the rotary
+    # part) with q_gate_proj (queries and a gate per value channel from [norm(a); a]), gated norms of rank 3 (plain
+    # FFN norm on the two dense layers by mlp_layer_types), 8 experts without groups, 3 per token; eps 1e-4.
+    Case("axk2", "AXK2Config", "AXK2ForCausalLM",
+         _llama_like(num_hidden_layers=4, num_attention_heads=5, num_key_value_heads=5, q_lora_rank=12,
+                     kv_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=6, v_head_dim=10, n_routed_experts=8,
+                     num_experts_per_tok=3, n_shared_experts=1, moe_intermediate_size=32, routed_scaling_factor=2.5,
+                     rms_norm_eps=1e-4, gated_norm_rank=3, mlp_layer_types=["dense", "dense", "sparse", "sparse"],
+                     index_topk=4, index_n_heads=16, index_head_dim=12)),
+    # Grouped routing (8 experts in 4 groups, 2 kept), the legacy first_k_dense_replace (one dense layer), YaRN with
+    # mscale_all_dim, attention biases, tied embeddings.
+    Case("axk2-groups-yarn-tied", "AXK2Config", "AXK2ForCausalLM",
+         _llama_like(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16,
+                     kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12, n_routed_experts=8,
+                     num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=2, moe_intermediate_size=24,
+                     routed_scaling_factor=1.5, first_k_dense_replace=1, attention_bias=True, tie_word_embeddings=True,
+                     gated_norm_rank=5, index_topk=6, index_n_heads=4, index_head_dim=8,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                      "beta_fast": 32.0, "beta_slow": 1.0})),
     # Mellum: Qwen3-MoE's attention (head_dim 24, per-head q/k norms) with sliding and full layers by layer_types, a
     # rope per layer type (different thetas), 5 experts (2 per token, renormalised), a dense layer by mlp_layer_types.
     Case("mellum", "MellumConfig", "MellumForCausalLM",
@@ -1458,6 +1478,6 @@ SLOW_VARIANTS = frozenset({
     "minimax-default-types-tied", "xlstm-defaults-tie-ignored", "jetmoe-mqa-top3-untied",
     "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base", "emu3-mqa-linear-tied",
     "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
-    "laguna-per-element-mqa-tied", "beam-defaults-mqa-tied",
+    "laguna-per-element-mqa-tied", "beam-defaults-mqa-tied", "axk2-groups-yarn-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))

@@ -61,6 +61,8 @@ MOE_SPECS = {
     "mellum2-12b-a2.5b.yaml": ("MellumConfig", dict()),
     # transformers' AXK1Config defaults, which its docstring names as skt/A.X-K1's.
     "a.x-k1.yaml": ("AXK1Config", dict()),
+    # transformers' AXK2Config defaults, whose values its docstring names as A.X-K2-Light's.
+    "a.x-k2-light.yaml": ("AXK2Config", dict()),
     # transformers' PhimoeConfig defaults, which its docstring names as microsoft/Phi-3.5-MoE-instruct's.
     "phi-3.5-moe.yaml": ("PhimoeConfig", dict()),
     # transformers' GlmMoeDsaConfig defaults, which its docstring names as zai-org/GLM-5's.

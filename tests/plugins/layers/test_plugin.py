@@ -9,7 +9,7 @@ import specformer
 EXPECTED = {
     "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
-    "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "none"},
+    "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "prediction_head", "gated", "none"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "rwkv_channel_mix", "moe", "parallel", "none"},
     "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "moa", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},

@@ -123,6 +123,7 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "laguna-xs.2.yaml": _llama_like("LagunaConfig"),  # transformers' defaults are poolside/laguna-XS.2's, its docstring says
     "mellum2-12b-a2.5b.yaml": _llama_like("MellumConfig"),  # transformers' defaults are Mellum2-12B-A2.5B's, its docstring says
     "a.x-k1.yaml": _llama_like("AXK1Config"),  # transformers' defaults are skt/A.X-K1's, its docstring says
+    "a.x-k2-light.yaml": _llama_like("AXK2Config"),  # transformers' defaults are A.X-K2-Light's, its docstring says
     "phi-3.5-moe.yaml": _llama_like("PhimoeConfig"),  # transformers' defaults are Phi-3.5-MoE-instruct's, its docstring says
     "hy3-preview.yaml": _llama_like("HYV3Config"),  # transformers' defaults are tencent/Hy3-preview's, its docstring says
     "flint.yaml": _llama_like("FlintConfig"),  # transformers' defaults, whose docstring names RecursiveSI/flint

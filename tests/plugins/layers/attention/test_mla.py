@@ -8,6 +8,9 @@ The formula (DeepSeek-V2, arXiv:2405.04434, section 2.1), per token t and head h
     k_t,h = [W_uk,h c_t ; kr_t]             v_t,h = W_uv,h c_t
     o_t,h = sum_s softmax_s(q_t,h . k_s,h * scale) v_s,h     over s <= t
     o_t,h <- sigmoid(w_g,h . x_t) o_t,h                     with output_gate (Ling 3), one logit per head
+
+A.X-K2's form (q_up_input normed_and_raw, output gate per channel from the query latent): with
+a_t = W_dq x_t, u_t = [norm(a_t); a_t], the query is q_t = W_uq u_t and o_t,h,j <- sigmoid(w_g,h,j . u_t) o_t,h,j.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.T
     if attn.q_lora_rank is None:
         q = x @ attn.q_proj.weight.T  # (B, T, H*(nope+rope))
     else:
-        q = rms(x @ attn.q_a.weight.T, attn.q_norm.weight) @ attn.q_b.weight.T  # (B, T, H*(nope+rope))
+        a = x @ attn.q_a.weight.T  # (B, T, q_lora_rank)
+        u = rms(a, attn.q_norm.weight)
+        u = torch.cat((u, a), -1) if attn.q_up_raw else u  # (B, T, q_up_width)
+        q = u @ attn.q_b.weight.T  # (B, T, H*(nope+rope))
     w_b = attn.kv_b.weight.view(H, nope + vd, attn.kv_lora_rank)
     outputs = []
     for h in range(H):
@@ -70,8 +76,11 @@ def reference_mla(attn: Any, x: torch.Tensor, theta: float = 10000.0) -> torch.T
         scores = q_h @ k_h.transpose(1, 2) / math.sqrt(nope + rope)
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         o_h = torch.softmax(scores, -1) @ v_h  # (B, T, vd)
-        if attn.gate is not None:
-            o_h = o_h * torch.sigmoid(x @ attn.gate.weight[h])[..., None]
+        source = u if attn.gate_from_query else x
+        if attn.gate is not None and attn.gate_per_channel:
+            o_h = o_h * torch.sigmoid(source @ attn.gate.weight[h * vd:(h + 1) * vd].T)  # (B, T, vd)
+        elif attn.gate is not None:
+            o_h = o_h * torch.sigmoid(source @ attn.gate.weight[h])[..., None]
         outputs.append(o_h)
     return torch.cat(outputs, -1) @ attn.out.weight.T
 
@@ -104,6 +113,35 @@ def test_the_head_output_gate_matches_the_formula(q_lora_rank: int | None) -> No
     assert params.sized(d_model=32).parameters == sum(p.numel() for p in attn.parameters())
     attn.gate = None
     assert (attn(x, ctx) - gated).abs().max() > 0.05  # the gate changes the output
+
+
+@pytest.mark.parametrize("form", [
+    {"q_up_input": "normed_and_raw", "output_gate": True, "output_gate_scope": "channel",
+     "output_gate_input": "query_latent"},
+    {"q_up_input": "normed_and_raw"},
+    {"output_gate": True, "output_gate_scope": "channel", "q_lora_rank": None},
+])
+def test_axk2_query_and_channel_gate_match_the_formula(form: dict[str, Any]) -> None:
+    """[norm(a); a] feeds the query (and the gate, from the query latent), one gate per value channel; sized() agrees."""
+    model = specformer.build(mla_spec(form), seed=0, dtype=torch.float64).eval()
+    attn = model.blocks[0].mixer
+    width = 20 if form.get("q_up_input") else 10
+    assert attn.q_lora_rank is None or attn.q_b.weight.shape == (4 * 10, width)
+    if attn.gate is not None:
+        assert attn.gate.weight.shape == (4 * 5, width if form.get("output_gate_input") else 32)
+        with torch.no_grad():
+            attn.gate.weight.normal_(std=1.0)
+    x = torch.randn(2, 9, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ctx = model._context(torch.arange(9).expand(2, 9), cache=None, plain_causal=True)
+    torch.testing.assert_close(attn(x, ctx), reference_mla(attn, x), rtol=1e-5, atol=1e-7)
+    params = LatentAttentionParams(**{**{k: v for k, v in MLA.items() if k != "kind"}, **form})
+    assert params.sized(d_model=32).parameters == sum(p.numel() for p in attn.parameters())
+
+
+def test_query_latent_options_need_a_query_latent() -> None:
+    for form in ({"q_up_input": "normed_and_raw"}, {"output_gate": True, "output_gate_input": "query_latent"}):
+        with pytest.raises(ValueError, match="give q_lora_rank"):
+            LatentAttentionParams(**{**{k: v for k, v in MLA.items() if k != "kind"}, **form, "q_lora_rank": None})
 
 
 def test_without_query_compression_has_a_full_query_projection() -> None:
