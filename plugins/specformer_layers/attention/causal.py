@@ -15,7 +15,8 @@ from specformer.model.positional import PositionalScheme
 from specformer.model.parallel_plan import ParallelPlan, Shared, Split, local_share
 
 from specformer_layers.attention.differential import DifferentialHeads
-from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
+from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe, eager, sdpa_dense
+from specformer_layers.attention.masking import attention_mask
 from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.attention.per_head_norm import PerHeadNorm
 
@@ -108,6 +109,12 @@ class CausalSelfAttention(nn.Module):
         self.differential = (DifferentialHeads(head_dim=head_dim, layer_index=layer_index,
                                                norm=params.differential_norm.make(dim=2 * head_dim))
                              if params.differential else None)
+        # Sparse attention: a selector over this layer's own queries and keys (block_pooled) picks what each reads.
+        self.indexer = None
+        if params.indexer is not None:
+            self.indexer = params.indexer.make(d_model=d_model, query_dim=n_heads * head_dim, positional_dim=0)
+            self.indexer.check_heads(n_heads=n_heads, n_kv_heads=n_kv_heads)
+            self.keys_read = self.indexer.keys_read  # for specformer summary (AttentionLayer)
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
         self.observe_weights: Callable[[Tensor], None] | None = None
@@ -163,7 +170,9 @@ class CausalSelfAttention(nn.Module):
         scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=local_share(self.sinks), positional=positional,
                         state=state)
         dropout = self.dropout if self.training else 0.0
-        if self.differential is None:
+        if self.indexer is not None:
+            y = self._selected(q, k, v, ctx=ctx, k_positions=k_positions, scores=scores, dropout=dropout)
+        elif self.differential is None:
             y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
                        scores=scores, dropout=dropout, observe=self.observe_weights)
         else:
@@ -183,6 +192,18 @@ class CausalSelfAttention(nn.Module):
         if self.out_norm is not None:
             y = self.out_norm(y)
         return self.out(y)
+
+    def _selected(self, q: Tensor, k: Tensor, v: Tensor, *, ctx: ForwardContext, k_positions: Tensor,
+                  scores: Scores, dropout: float) -> Tensor:
+        """Attention ``(B, H, T, vd)`` over the keys the indexer chose: the rule's mask and the selection together,
+        through SDPA with that dense mask (the written-out softmax with ``backend: eager`` or an inspector)."""
+        assert self.indexer is not None
+        selected = self.indexer.select(q, k, ctx=ctx, k_positions=k_positions, rule=self.mask_rule)  # (B, 1, T, S)
+        mask = attention_mask(ctx, k_positions, self.mask_rule) & selected
+        bias = scores.bias(ctx.positions, k_positions)
+        if self.backend == "eager" or self.observe_weights is not None:
+            return eager(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout, observe=self.observe_weights)
+        return sdpa_dense(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout)
 
     def _gates(self, x: Tensor) -> Tensor:
         """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
@@ -233,6 +254,10 @@ class CausalSelfAttention(nn.Module):
         """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads (one copied key/value head
         when they are fewer than ``tp``), ``tp`` the size of ``mesh`` (:mod:`specformer.model.tensor_parallel`; the
         weights are cut as :meth:`parallel_plan` declares)."""
+        if self.indexer is not None:
+            raise ValueError("tensor parallelism does not split attention with an indexer: it scores with the first "
+                             "query heads, and every device must choose the same keys (transformers' Kolibri 1.1 "
+                             "does not shard these heads either)")
         if self.differential is not None:
             raise ValueError("tensor parallelism does not split differential attention yet: head i pairs with head "
                              "i + n_heads/2, which a split into consecutive heads puts on another device")
@@ -288,6 +313,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("qk_norm_order=after_rope")
         if self.differential is not None:
             parts.append("differential=True")
+        if self.indexer is not None:
+            parts.append("indexer=block_pooled")
         if self.out_norm is not None:
             parts.append("out_norm=True")
         if type(self.qkv) is not nn.Linear:
