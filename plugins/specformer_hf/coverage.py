@@ -87,8 +87,8 @@ MISSING: dict[str, str] = {
     "axk2": "low-rank gated RMSNorm on the attention output (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
-    "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
-    "kolibri1_1": "block-pooled attention indexer (issue 46)",
+    "minimax_m3_vl_text": "a learned block indexer (its own query heads and key, RMS-normed and rotated, token scores max-pooled per block, one selection per key/value head, local blocks forced), where indexer block_pooled mean-pools the attention's own keys, and gpt-oss's clamped SwiGLU on its dense MLPs and shared expert (the moe's experts have it) (issue 46)",
+    "kolibri1_1": "NVFP4 rounding of its sparse layers' keys, values and routing queries and keys, a per-token stage (index_topk keys plus sink and local tokens) within the pool its block stage (indexer block_pooled) chooses, and that pool shared with its reindexer layers (issue 46)",
     "hy_v4": "MLA with the indexer, mHC and learnable sinks together (issue 46)",
     "dots3_note_text": "MLA with a per-head sigmoid output gate, a norm on the shared rope key and rescaled latents "
                        "(issue 46)",
