@@ -114,7 +114,11 @@ class CausalSelfAttention(nn.Module):
         if params.indexer is not None:
             self.indexer = params.indexer.make(d_model=d_model, query_dim=n_heads * head_dim, positional_dim=0)
             self.indexer.check_heads(n_heads=n_heads, n_kv_heads=n_kv_heads)
-            self.keys_read = self.indexer.keys_read  # for specformer summary (AttentionLayer)
+            # For specformer summary (AttentionLayer): the keys a query reads, and per key of its span the work of
+            # choosing them (each query pools the keys it may read, 2 * head_dim, then scores the block means).
+            self.keys_read = self.indexer.keys_read
+            scorers = self.indexer.n_heads or n_heads // n_kv_heads
+            self.selection_flops_per_key = 2 * head_dim + 2 * scorers * head_dim // self.indexer.block_size
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
         self.observe_weights: Callable[[Tensor], None] | None = None
@@ -278,6 +282,9 @@ class CausalSelfAttention(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
+        if self.indexer is not None:
+            kernel = "eager" if self.backend == "eager" else "sdpa"
+            return f"{kernel} with the indexer's chosen keys as a dense mask"
         return describe(backend=self.backend, rule=self.mask_rule, logit_softcap=self.logit_softcap,
                         sinks=self.sinks is not None, bias=bias)
 

@@ -79,7 +79,7 @@ def test_the_selection_and_the_output_are_the_formulas(indexer: dict[str, Any], 
     spec = pooled_spec(indexer)
     params = spec["model"]["block"]["mixer"]["indexer"]
     model, attn, x, ctx = _model_and_input(spec, T)
-    q, k, v = _qkv(attn, x)
+    q, k, v = (t.detach() for t in _qkv(attn, x))
     want = reference_keep(q, k, bs=BS, topk=params["topk"], sinks=params["sink_blocks"],
                           local=params["local_blocks"], n_heads=params["n_heads"])
     with torch.no_grad():
@@ -145,3 +145,14 @@ def test_mla_refuses_it() -> None:
     with pytest.raises(SpecError) as info:
         check_spec(mla_spec({"indexer": {"kind": "block_pooled", "block_size": 4, "topk": 2}}))
     assert "scores a plain attention's heads" in info.value.problems[0].message
+
+
+def test_the_summary_counts_the_chosen_keys_and_the_choosing() -> None:
+    """Per token and layer: 2 H (hd + hd) x the keys read ((topk + sink + local) blocks of 3) + per key of the
+    context, pooling (2 hd) and scoring the block means with 2 heads (2 x 2 x hd / 3, floored)."""
+    from specformer.model.summary import summarize
+
+    summary = summarize(pooled_spec(n_layers=2))
+    read, context, hd = 3 * BS, 32, 8
+    assert summary.attention_flops_per_token == 2 * (2 * 6 * (hd + hd) * read + (2 * hd + 2 * 2 * hd // BS) * context)
+    assert [kernel for _, kernel in summary.attention_kernels] == ["sdpa with the indexer's chosen keys as a dense mask"]
