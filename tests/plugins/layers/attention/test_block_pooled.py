@@ -156,3 +156,37 @@ def test_the_summary_counts_the_chosen_keys_and_the_choosing() -> None:
     read, context, hd = 3 * BS, 32, 8
     assert summary.attention_flops_per_token == 2 * (2 * 6 * (hd + hd) * read + (2 * hd + 2 * 2 * hd // BS) * context)
     assert [kernel for _, kernel in summary.attention_kernels] == ["sdpa with the indexer's chosen keys as a dense mask"]
+
+
+@pytest.mark.parametrize("stage", ["pool", "tokens"])
+def test_it_chooses_what_transformers_kolibri_1_1_chooses_without_its_nvfp4_rounding(monkeypatch: Any,
+                                                                                      stage: str) -> None:
+    """Kolibri 1.1's two stages, each as one block_pooled selector: the pool (blocks of index_compression keys, the
+    top index_pool_size / index_compression of them, no sink or local blocks) and the tokens within an all-visible
+    pool (blocks of one key: index_topk, index_num_sink_tokens, index_num_local_tokens). Its NVFP4 rounding of the
+    scored queries and keys is replaced by the identity: specformer does not round (coverage.MISSING says so)."""
+    modeling = pytest.importorskip("transformers.models.kolibri1_1.modeling_kolibri1_1")
+    from transformers import Kolibri1_1Config
+
+    monkeypatch.setattr(modeling, "nvfp4_fake_quantize", lambda x: x)
+    config = Kolibri1_1Config(vocab_size=50, hidden_size=32, num_hidden_layers=5, num_attention_heads=6,
+                              num_key_value_heads=2, head_dim=16, index_num_heads=2, index_compression=3,
+                              index_pool_size=6, index_topk=4, index_num_sink_tokens=2, index_num_local_tokens=3,
+                              num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+                              shared_expert_intermediate_size=8, mlp_only_intermediate_size=8)
+    theirs = modeling.Kolibri1_1Indexer(config, 4)  # layer 4: the model's one indexed (and indexer) layer
+    if stage == "pool":
+        ours = {"block_size": 3, "topk": 2, "sink_blocks": 0, "local_blocks": 0, "n_heads": 2}
+    else:
+        ours = {"block_size": 1, "topk": 4, "sink_blocks": 2, "local_blocks": 3, "n_heads": 2}
+    spec = pooled_spec(ours, head_dim=16)
+    B, T = 2, 17
+    model, attn, _, ctx = _model_and_input(spec, T)
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(B, 6, T, 16, dtype=torch.float64, generator=generator)
+    k = torch.randn(B, 2, T, 16, dtype=torch.float64, generator=generator)
+    visible = torch.ones(T, T, dtype=torch.bool).tril().expand(B, T, T)
+    want = theirs.select_pool(q, k, visible) if stage == "pool" else theirs.select_tokens(q, k, visible, visible)
+    got = attn.indexer.select(q, k, ctx=ctx, k_positions=ctx.positions, rule=attn.mask_rule)[:, 0] & visible
+    assert torch.equal(got, want)
+    assert (want != visible).any()  # it drops keys
