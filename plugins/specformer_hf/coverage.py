@@ -82,8 +82,8 @@ MISSING: dict[str, str] = {
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "cpmant": "T5-style bucketed relative position bias (issue 46)",
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
-    "minimax_m3_vl_text": "block-pooled attention indexer (issue 46)",
-    "kolibri1_1": "block-pooled attention indexer (issue 46)",
+    "minimax_m3_vl_text": "a learned block indexer (its own query heads and key, RMS-normed and rotated, token scores max-pooled per block, one selection per key/value head, local blocks forced), where indexer block_pooled mean-pools the attention's own keys, and gpt-oss's clamped SwiGLU on its dense MLPs and shared expert (the moe's experts have it) (issue 46)",
+    "kolibri1_1": "NVFP4 rounding of its sparse layers' keys, values and routing queries and keys, a per-token stage (index_topk keys plus sink and local tokens) within the pool its block stage (indexer block_pooled) chooses, and that pool shared with its reindexer layers (issue 46)",
     "hy_v4": "hyper-connections without the Sinkhorn-mixed residual (each stream kept, post gates scaled by "
              "hc_magnitude), learnable sinks on latent attention, and an indexer with its rotary channels last and "
              "indexers shared across layers (indexer_types); its SwiGLU clamp reaches the routed experts only "

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
+from specformer_layers.attention.block_pooled_params import BlockPooledIndexerParams
 from specformer_layers.attention.mixture_of_heads_params import MixtureOfHeadsParams
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
                                                 LightningIndexerParams)
@@ -139,6 +140,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("mixer", "mla", "attention.mla:LatentAttention", LatentAttentionParams, "https://arxiv.org/abs/2405.04434"),
     (INDEXER_KIND, "lightning", "attention.indexer:LightningIndexer", LightningIndexerParams,
      "https://arxiv.org/abs/2512.02556"),
+    (INDEXER_KIND, "block_pooled", "attention.block_pooled:BlockPooledIndexer", BlockPooledIndexerParams,
+     "https://huggingface.co/Aleph-Alpha/Kolibri-1.1"),
     ("mixer", "compressed", "attention.compressed:CompressedAttention", CompressedAttentionParams,
      "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
     ("mixer", "moa", "attention.mixture_of_heads:MixtureOfHeads", MixtureOfHeadsParams, "https://arxiv.org/abs/2210.05144"),
@@ -204,7 +207,9 @@ def specformer_add_kinds(registry: PluginRegistry) -> None:
             "the query source the attention hands it and the attention's rotary channels; declares key_dim (what "
             "it adds per token to the cache) and topk, computes keys(x, positional, state) (B, 1, T, key_dim) and, "
             "per block of queries, selections(...) -> (rows, chosen (B, rows, n), readable (B, rows, n)); to learn "
-            "while training, loss_coef, queries(...) and alignment_loss(...) (see specformer_layers.attention.indexer).",
+            "while training, loss_coef, queries(...) and alignment_loss(...) (see specformer_layers.attention.indexer). "
+            "One whose Params set reads_attention (block_pooled) instead scores a plain attention's own queries and "
+            "keys: select(q, k, ctx=, k_positions=, rule=) -> (B, 1, Tq, S) bool, and declares keys_read.",
         sizes=("d_model", "query_dim", "positional_dim"),
     )
 

@@ -93,6 +93,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("mixer", "moa"): {"n_experts": 4, "top_k": 2, "n_kv_heads": 2},
     ("ffn", "moe"): {"n_experts": 4, "top_k": 2, "hidden": 16},
     ("indexer", "lightning"): {"topk": 3, "n_heads": 4, "head_dim": 12},
+    ("indexer", "block_pooled"): {"block_size": 2, "topk": 1},
     ("ffn", "parallel"): {"ffns": [{"kind": "geglu", "hidden": 16}, {"kind": "moe", "n_experts": 4, "top_k": 2,
                                                                      "hidden": 8}]},
     ("per_layer_input", "per_layer_embedding"): {"width": 4},
@@ -179,6 +180,8 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "mla", "yarn_factor"): (4.0, {"yarn_mscale_all_dim": 1.0}),
     ("mixer", "mla", "yarn_mscale_all_dim"): (1.0, {"yarn_factor": 4.0}),
     ("mixer", "mla", "indexer"): ({"kind": "lightning", "topk": 3}, {"q_lora_rank": 8}),
+    ("mixer", "attention", "indexer"): {"kind": "block_pooled", "block_size": 2, "topk": 1},
+    ("indexer", "block_pooled", "n_heads"): 2,
     ("mixer", "mla", "output_gate"): True,
     ("mixer", "mla", "output_gate_scope"): ("channel", {"output_gate": True}),
     ("mixer", "mla", "output_gate_input"): ("query_latent", {"output_gate": True, "q_lora_rank": 8}),
@@ -522,7 +525,7 @@ def test_a_constructor_default_that_drifts_from_params_is_caught() -> None:
 
 #: Every mixer with its example params, and variants whose sub-parts change what the cache keeps:
 #: latent attention with an indexer (its keys ride in the cache; 3 of up to 11 keys are read); differential
-#: attention (pairs of heads combined after attention reads the cache).
+#: attention (pairs of heads combined after attention reads the cache); block-pooled attention (it rescans the cached keys).
 MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == "mixer"] + [
     pytest.param((c, {**_example(c), "q_lora_rank": 8,
                       "indexer": {"kind": "lightning", "topk": 3, "n_heads": 4, "head_dim": 12, "block": 4}}),
@@ -530,6 +533,11 @@ MIXERS = [pytest.param((c, _example(c)), id=_id(c)) for c in BUILT if c.kind == 
     for c in BUILT if (c.kind, c.name) == ("mixer", "mla")
 ] + [
     pytest.param((c, {**_example(c), "n_kv_heads": 2, "differential": True}), id="attention-differential")
+    for c in BUILT if (c.kind, c.name) == ("mixer", "attention")
+] + [
+    pytest.param((c, {**_example(c), "n_kv_heads": 2,
+                      "indexer": {"kind": "block_pooled", "block_size": 2, "topk": 1, "sink_blocks": 1}}),
+                 id="attention-block-pooled")
     for c in BUILT if (c.kind, c.name) == ("mixer", "attention")
 ]
 

@@ -283,15 +283,25 @@ def component_snippet(component: Component, registry: Registry, paths: dict[str,
     candidates = []
     # What else a spec using the component needs, when its Params say (per-layer inputs need a layout that takes them).
     context = getattr(component.params, "snippet_context", None) or {}
-    for params in minimal_params(component, registry):
-        leaf = {"kind": component.name, **params}
-        if full:
-            from docsgen.fields import jsonable
+    # The nearest place first; then the same place in the other components of the holder's kind (an indexer
+    # that only latent attention takes, where plain attention takes another).
+    hosts = [i for i, step in enumerate(path) if step[0] == "component"]
+    paths_tried = [path] + ([[*path[:hosts[-1]], ("component", path[hosts[-1]][1], name), *path[hosts[-1] + 1:]]
+                             for name in registry.names(path[hosts[-1]][1]) if name != path[hosts[-1]][2]]
+                            if hosts else [])
+    for where in paths_tried:
+        for params in minimal_params(component, registry):
+            leaf = {"kind": component.name, **params}
+            if full:
+                from docsgen.fields import jsonable
 
-            leaf = {"kind": component.name}
-            for k, v in component.defaults().items():
-                leaf[k] = params.get(k) if v is ... else jsonable(v)
-        candidates.append(merge(context, place(path, leaf, registry)))
+                leaf = {"kind": component.name}
+                for k, v in component.defaults().items():
+                    leaf[k] = params.get(k) if v is ... else jsonable(v)
+            try:
+                candidates.append(merge(context, place(where, leaf, registry)))
+            except Exception:  # a holder whose own example does not build here: not a place to show it
+                continue
     # A fragment of specs/tiny.yaml reads best; a component whose params only fit other
     # sizes (one value per rotary pair, say) is shown as a whole spec on the smallest model.
     for fragment in candidates:

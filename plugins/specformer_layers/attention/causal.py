@@ -15,7 +15,8 @@ from specformer.model.positional import PositionalScheme
 from specformer.model.parallel_plan import ParallelPlan, Shared, Split, local_share
 
 from specformer_layers.attention.differential import DifferentialHeads
-from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe
+from specformer_layers.attention.kernels import BACKENDS, Scores, attend, describe, eager, sdpa_dense
+from specformer_layers.attention.masking import attention_mask
 from specformer_layers.attention.params import CausalSelfAttentionParams
 from specformer_layers.attention.per_head_norm import PerHeadNorm
 
@@ -114,6 +115,16 @@ class CausalSelfAttention(nn.Module):
         self.differential = (DifferentialHeads(head_dim=head_dim, layer_index=layer_index,
                                                norm=params.differential_norm.make(dim=2 * head_dim))
                              if params.differential else None)
+        # Sparse attention: a selector over this layer's own queries and keys (block_pooled) picks what each reads.
+        self.indexer = None
+        if params.indexer is not None:
+            self.indexer = params.indexer.make(d_model=d_model, query_dim=n_heads * head_dim, positional_dim=0)
+            self.indexer.check_heads(n_heads=n_heads, n_kv_heads=n_kv_heads)
+            # For specformer summary (AttentionLayer): the keys a query reads, and per key of its span the work of
+            # choosing them (each query pools the keys it may read, 2 * head_dim, then scores the block means).
+            self.keys_read = self.indexer.keys_read
+            scorers = self.indexer.n_heads or n_heads // n_kv_heads
+            self.selection_flops_per_key = 2 * head_dim + 2 * scorers * head_dim // self.indexer.block_size
         # An inspector (specformer_eval.capture) sets this to receive the attention probabilities
         # (B, H, T, S) of each forward; while it is set the written-out softmax is used. None costs nothing.
         self.observe_weights: Callable[[Tensor], None] | None = None
@@ -173,7 +184,9 @@ class CausalSelfAttention(nn.Module):
         scores = Scores(scale=self.scale, softcap=self.logit_softcap, sinks=local_share(self.sinks), positional=positional,
                         state=state)
         dropout = self.dropout if self.training else 0.0
-        if self.differential is None:
+        if self.indexer is not None:
+            y = self._selected(q, k, v, ctx=ctx, k_positions=k_positions, scores=scores, dropout=dropout)
+        elif self.differential is None:
             y = attend(self.backend, ctx=ctx, q=q, k=k, v=v, k_positions=k_positions, rule=self.mask_rule,
                        scores=scores, dropout=dropout, observe=self.observe_weights)
         else:
@@ -193,6 +206,18 @@ class CausalSelfAttention(nn.Module):
         if self.out_norm is not None:
             y = self.out_norm(y)
         return self.out(y)
+
+    def _selected(self, q: Tensor, k: Tensor, v: Tensor, *, ctx: ForwardContext, k_positions: Tensor,
+                  scores: Scores, dropout: float) -> Tensor:
+        """Attention ``(B, H, T, vd)`` over the keys the indexer chose: the rule's mask and the selection together,
+        through SDPA with that dense mask (the written-out softmax with ``backend: eager`` or an inspector)."""
+        assert self.indexer is not None
+        selected = self.indexer.select(q, k, ctx=ctx, k_positions=k_positions, rule=self.mask_rule)  # (B, 1, T, S)
+        mask = attention_mask(ctx, k_positions, self.mask_rule) & selected
+        bias = scores.bias(ctx.positions, k_positions)
+        if self.backend == "eager" or self.observe_weights is not None:
+            return eager(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout, observe=self.observe_weights)
+        return sdpa_dense(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout)
 
     def _gates(self, x: Tensor) -> Tensor:
         """The output gates of the block input ``x``: sigmoid or softplus of its gate projection."""
@@ -247,6 +272,10 @@ class CausalSelfAttention(nn.Module):
         """Compute on ``n_heads / tp`` query heads and ``n_kv_heads / tp`` key/value heads (one copied key/value head
         when they are fewer than ``tp``), ``tp`` the size of ``mesh`` (:mod:`specformer.model.tensor_parallel`; the
         weights are cut as :meth:`parallel_plan` declares)."""
+        if self.indexer is not None:
+            raise ValueError("tensor parallelism does not split attention with an indexer: it scores with the first "
+                             "query heads, and every device must choose the same keys (transformers' Kolibri 1.1 "
+                             "does not shard these heads either)")
         if self.differential is not None:
             raise ValueError("tensor parallelism does not split differential attention yet: head i pairs with head "
                              "i + n_heads/2, which a split into consecutive heads puts on another device")
@@ -267,6 +296,9 @@ class CausalSelfAttention(nn.Module):
 
     def describe_kernel(self, *, bias: bool = False) -> str:
         """The kernel(s) this layer runs, in words (``specformer summary``); ``bias``: the scheme biases scores."""
+        if self.indexer is not None:
+            kernel = "eager" if self.backend == "eager" else "sdpa"
+            return f"{kernel} with the indexer's chosen keys as a dense mask"
         return describe(backend=self.backend, rule=self.mask_rule, logit_softcap=self.logit_softcap,
                         sinks=self.sinks is not None, bias=bias)
 
@@ -306,6 +338,8 @@ class CausalSelfAttention(nn.Module):
             parts.append("qk_norm_order=after_rope")
         if self.differential is not None:
             parts.append("differential=True")
+        if self.indexer is not None:
+            parts.append("indexer=block_pooled")
         if self.out_norm is not None:
             parts.append("out_norm=True")
         if type(self.qkv) is not nn.Linear:

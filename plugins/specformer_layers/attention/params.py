@@ -199,6 +199,11 @@ class CausalSelfAttentionParams(Params):
         description="The projections' kind in place of nn.Linear, same weights (bitlinear: ternary weights, int8 "
                     "activations); the fused q/k/v keeps one quantiser scale per projection.",
     )
+    indexer: SubComponent("indexer") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="Sparse attention: a selector over the layer's own queries and keys picks the keys each query "
+                    "reads (block_pooled, Kolibri 1.1); read through a mask with the sdpa or eager kernel.",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -224,6 +229,8 @@ class CausalSelfAttentionParams(Params):
                              "output_gate true with output_gate_scope channel")
         if self.differential:
             self._check_differential()
+        if self.indexer is not None:
+            self._check_indexer()
         if self.v_head_dim is not None:
             self._check_value_width()
         return self
@@ -235,6 +242,19 @@ class CausalSelfAttentionParams(Params):
                 raise ValueError(f"v_head_dim gives the layer's own value projection a width of its own, so it does "
                                  f"not combine with {name} (values that are keys, value pairs, or another layer's); "
                                  f"drop v_head_dim or {name}")
+
+    def _check_indexer(self) -> None:
+        indexer = self.indexer.params
+        if not getattr(indexer, "reads_attention", False):
+            raise ValueError(f"attention's indexer scores the layer's own queries and keys: it takes block_pooled; "
+                             f"{self.indexer.component.name} has queries of its own from a latent (use it on mla)")
+        if self.differential:
+            raise ValueError("an indexer and differential attention do not combine: the pairs' two maps would each "
+                             "need the selection, and no model defines one")
+        kv = self.n_kv_heads or self.n_heads
+        if indexer.n_heads is not None and indexer.n_heads > self.n_heads // kv:
+            raise ValueError(f"the indexer's n_heads ({indexer.n_heads}) scores with the query heads of key head 0, "
+                             f"of which there are {self.n_heads // kv} (n_heads / n_kv_heads)")
 
     def _check_differential(self) -> None:
         kv_heads = self.n_kv_heads or self.n_heads
@@ -267,6 +287,8 @@ class CausalSelfAttentionParams(Params):
             self.v_norm.sized(dim=vd).parameters if self.v_norm is not None else 0,
             # differential: lambda_q1, lambda_k1, lambda_q2, lambda_k2 and the norm of a pair's channels
             total(4 * hd, self.differential_norm.sized(dim=2 * hd).parameters) if self.differential else 0,
+            self.indexer.sized(d_model=d_model, query_dim=H * hd, positional_dim=0).parameters
+            if self.indexer is not None else 0,
         )
         # Values of their own width: the cache keeps them so (keys as usual).
         slots = (CacheSlots(key_heads=KV, key_dim=hd, value_heads=KV, value_dim=vd)
@@ -378,6 +400,9 @@ class LatentAttentionParams(Params):
         if self.q_lora_rank is None and (self.q_up_input != "normed" or self.output_gate_input == "query_latent"):
             raise ValueError("q_up_input normed_and_raw and output_gate_input query_latent read the query latent; "
                              "give q_lora_rank")
+        if self.indexer is not None and getattr(self.indexer.params, "reads_attention", False):
+            raise ValueError(f"mla's indexer has queries and keys of its own (lightning); "
+                             f"{self.indexer.component.name} scores a plain attention's heads (use it on attention)")
         return self
 
     @property

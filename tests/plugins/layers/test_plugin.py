@@ -15,7 +15,7 @@ EXPECTED = {
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk", "sparsemixer"},
     "residual": {"single", "mhc"},
-    "indexer": {"lightning"},
+    "indexer": {"lightning", "block_pooled"},
     "activation": {"xielu"},
     "linear": {"bitlinear"},
     "per_layer_input": {"per_layer_embedding"},
