@@ -78,6 +78,8 @@ REQUIRED_EXTRA = {"mla": {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_hea
                   "mamba2": {"head_dim": 8, "state_size": 4},
                   "mamba": {"d_inner": 16, "state_size": 4},
                   "rglru": {"width": 16},
+                  "mlstm": {"qk_dim": 32},  # default d_model / 2: heads of 8 as the others
+                  "moa": {"n_experts": 3, "top_k": 2, "head_dim": 8},  # top_k x n_kv_heads query heads
                   "compressed": {"head_dim": 8, "q_lora_rank": 8, "rope_dim": 4, "compress_rate": 4},
                   "parallel": {"mixers": [{"kind": "attention", "n_heads": 4},
                                           {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "state_size": 4}]}}

@@ -32,6 +32,7 @@ KIND_TITLES = {
     "router": "Expert routers",
     "indexer": "Sparse-attention indexers",
     "activation": "Learned activations",
+    "linear": "Linear projections",
     "quantization": "Quantization",
     "optimizer": "Optimizers",
     "logger": "Training loggers",

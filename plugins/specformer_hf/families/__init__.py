@@ -235,6 +235,8 @@ def builtin_families() -> list[Family]:
             modernbert_decoder.FAMILY,
             bailing_hybrid.FAMILY,
             emu3.FAMILY,
+            # Read only: what Emu3ForCausalLM saves (export writes emu3, which transformers' auto classes load).
+            emu3.TEXT,
             cohere_compass_text.FAMILY,
             gpt_neox_japanese.FAMILY,
             laguna.FAMILY,

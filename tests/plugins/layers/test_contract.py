@@ -126,6 +126,7 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("mixer", "mlstm"): [
         {"n_heads": 4, "chunk": 4},
         {"n_heads": 3, "qk_dim": 9, "v_dim": 15, "bias": True, "gate_soft_cap": None, "norm_eps": 1e-5, "chunk": 3},
+    ],
     ("mixer", "moa"): [
         {"n_experts": 4, "top_k": 2, "n_kv_heads": 2},
         {"n_experts": 3, "top_k": 1, "n_kv_heads": 3, "head_dim": 6, "out_bias": True, "aux_loss_coef": 0.0,
