@@ -22,7 +22,7 @@ from specformer.errors import UserError
 from specformer_hf.config import ConfigReader
 from specformer_hf.families.kimi_linear import KimiExperts, _kda_qkv_sizes, _one_setting
 from specformer_hf.parts.attention import LATENT_EPS, LatentAttention
-from specformer_hf.parts.base import ATTN, BLOCK_MIXER, MLP, FamilyView, Part, SavedNames, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, MLP, FamilyView, Part, SavedNames, layers_of_two_kinds
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import expert_rules, shared_halves
@@ -140,12 +140,7 @@ class HybridMixers(Part):
         if "kda" in kinds:
             cfg.require("hidden_act", ("silu",), why="the linear attention's short convolution uses hidden_act, "
                                                      "and KDA's is SiLU")
-        base = max(MIXERS, key=kinds.count)
-        model.setdefault("block", {})["mixer"] = mixers[base]
-        others = [i for i, kind in enumerate(kinds) if kind != base]
-        if others:
-            other = next(k for k in MIXERS if k != base)
-            model.setdefault("layers", []).append({"select": selection(others, n_layers), "mixer": mixers[other]})
+        layers_of_two_kinds(model, kinds, {kind: {"mixer": mixers[kind]} for kind in MIXERS})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         layers = view.per_layer("mixer")

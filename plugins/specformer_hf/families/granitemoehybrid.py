@@ -24,8 +24,8 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.attention import Attention, attention_sizes
-from specformer_hf.parts.base import (BLOCK_MIXER, LAYER, FamilyView, Part, keeps_keys, keeps_state, selection,
-                                      uniform_mixers)
+from specformer_hf.parts.base import (BLOCK_MIXER, LAYER, FamilyView, Part, keeps_keys, keeps_state,
+                                      layers_of_two_kinds, uniform_mixers)
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GraniteExperts
@@ -69,12 +69,7 @@ def layer_mixers(cfg: ConfigReader, default: str) -> list[str]:
 
 def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dict[str, Any]]) -> None:
     """The more common mixer in the block (Mamba-2 on a tie), the other in ``layers:`` overrides."""
-    base = max(("mamba2", "attention"), key=kinds.count)
-    model.setdefault("block", {})["mixer"] = mixers[base]
-    other = [i for i, kind in enumerate(kinds) if kind != base]
-    if other:
-        override = {"select": selection(other, len(kinds)), "mixer": mixers[kinds[other[0]]]}
-        model.setdefault("layers", []).append(override)
+    layers_of_two_kinds(model, kinds, {kind: {"mixer": mixers[kind]} for kind in ("mamba2", "attention")})
 
 
 def mamba_config(view: FamilyView, layers: list[dict[str, Any]], *, gates_first: bool = False) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from specformer_hf.config import ACTIVATIONS_TO_HF, ConfigReader, activation_fro
 from torch import Tensor
 
 from specformer_hf.parts.attention import LATENT_EPS, LatentAttention
-from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, MLP, FamilyView, Part, SavedNames, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, MLP, FamilyView, Part, SavedNames, layers_of_two_kinds, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import expert_rules, shared_halves
@@ -121,12 +121,7 @@ class HybridMixers(Part):
             # The short convolution's activation is hidden_act in transformers; KDA's is SiLU.
             cfg.require("hidden_act", ("silu",), why="Kimi Delta Attention's short convolution uses hidden_act, "
                                                      "and KDA's is SiLU")
-        base = max(MIXERS, key=kinds.count)
-        model.setdefault("block", {})["mixer"] = mixers[base]
-        others = [i for i, kind in enumerate(kinds) if kind != base]
-        if others:
-            other = next(k for k in MIXERS if k != base)
-            model.setdefault("layers", []).append({"select": selection(others, n_layers), "mixer": mixers[other]})
+        layers_of_two_kinds(model, kinds, {kind: {"mixer": mixers[kind]} for kind in MIXERS})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         layers = view.per_layer("mixer")

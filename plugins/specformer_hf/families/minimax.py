@@ -13,7 +13,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
 from specformer_hf.parts.attention import Attention, attention_sizes
-from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, FamilyView, Part, Refuse, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, FamilyView, Part, Refuse, layers_of_two_kinds
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.deltanet import FULL, LINEAR, hybrid_layer_types, is_full, is_linear
 from specformer_hf.parts.embedding import Sizes
@@ -69,14 +69,7 @@ class MiniMaxMixers(Part):
             layouts[kind] = {"kind": "prenorm", "normed_residual": True,
                              "residual_scales": [cfg.get_float(alpha), mlp[0]],
                              "output_scales": [cfg.get_float(beta), mlp[1]]}
-        base = max((LINEAR, FULL), key=types.count)
-        block = model.setdefault("block", {})
-        block["mixer"], block["layout"] = mixers[base], layouts[base]
-        other = [i for i, t in enumerate(types) if t != base]
-        if other:
-            kind = types[other[0]]
-            model.setdefault("layers", []).append(
-                {"select": selection(other, len(types)), "mixer": mixers[kind], "layout": layouts[kind]})
+        layers_of_two_kinds(model, types, {t: {"mixer": mixers[t], "layout": layouts[t]} for t in (LINEAR, FULL)})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         mixers, layouts = view.per_layer("mixer"), view.per_layer("layout")

@@ -188,6 +188,17 @@ def selection(indices: list[int], n_layers: int) -> Any:
     return indices
 
 
+def layers_of_two_kinds(model: dict[str, Any], kinds: list[str], parts: dict[str, dict[str, Any]]) -> None:
+    """A hybrid's two kinds of layer (``kinds``: each layer's, keys of ``parts``): the block takes the block
+    fields ``parts[k]`` of the more common kind (the first of ``parts`` on a tie), one ``layers:`` override
+    those of the other."""
+    base = max(parts, key=kinds.count)
+    model.setdefault("block", {}).update(parts[base])
+    other = [i for i, kind in enumerate(kinds) if kind != base]
+    if other:
+        model.setdefault("layers", []).append({"select": selection(other, len(kinds)), **parts[kinds[other[0]]]})
+
+
 def per_layer_overrides(model: dict[str, Any], field: str, per_layer: list[dict[str, Any]], n_layers: int) -> None:
     """The most common of the layers' ``field`` settings into the block, the others as ``layers:`` overrides.
 
@@ -253,5 +264,5 @@ def exact_preimage(target: float, forward: Callable[[float], float], guess: floa
 
 __all__ = [
     "ATTN", "FamilyView", "Fixed", "LAYER", "MLP", "Part", "Refuse", "SavedNames", "Switch", "Value", "exact_preimage", "keeps_keys",
-    "keeps_state", "per_layer_overrides", "selection", "set_path", "uniform_mixers",
+    "keeps_state", "layers_of_two_kinds", "per_layer_overrides", "selection", "set_path", "uniform_mixers",
 ]

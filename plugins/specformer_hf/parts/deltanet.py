@@ -20,7 +20,7 @@ from specformer.errors import UserError
 
 from specformer_hf.config import ConfigReader, activation_from_hf
 from specformer_hf.parts.attention import attention_sizes
-from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, FamilyView, Part, selection
+from specformer_hf.parts.base import ATTN, BLOCK_MIXER, LAYER, FamilyView, Part, layers_of_two_kinds
 from specformer_hf.parts.norms import rmsnorm
 from specformer_hf.rules import AtLayers, Copy, DepthwiseConv, Fused, OneOf, Rule, Site
 from specformer_hf.specview import NotExpressible
@@ -190,18 +190,8 @@ class HybridMixers(Part):
                             "linear_attention layers: their convolution is followed by SiLU here")
         mixers = {LINEAR: self.linear.read(cfg), FULL: self.full.read(cfg)}
         layouts = dict(zip((LINEAR, FULL), self.layouts)) if self.layouts else None
-        base = max((LINEAR, FULL), key=types.count)
-        block = model.setdefault("block", {})
-        block["mixer"] = mixers[base]
-        if layouts:
-            block["layout"] = layouts[base]
-        other = [i for i, t in enumerate(types) if t != base]
-        if other:
-            kind = types[other[0]]
-            override: dict[str, Any] = {"select": selection(other, len(types)), "mixer": mixers[kind]}
-            if layouts:
-                override["layout"] = layouts[kind]
-            model.setdefault("layers", []).append(override)
+        layers_of_two_kinds(model, types, {t: {"mixer": mixers[t], **({"layout": layouts[t]} if layouts else {})}
+                                           for t in (LINEAR, FULL)})
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         mixers = view.per_layer("mixer")
