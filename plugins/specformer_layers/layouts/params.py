@@ -247,9 +247,12 @@ class SandwichBlockParams(BlockParams):
     def check_single_stream(self, n_streams: int, *, per_layer_input: int) -> None:
         """ValueError when a per-layer input, ``layer_scale`` or ``depth_scaled_residual`` would meet several residual
         streams."""
-        if n_streams != 1 and (per_layer_input or self.layer_scale or self.depth_scaled_residual):
-            raise ValueError(f"a per-layer input, layer_scale and depth_scaled_residual act on a single residual stream; "
-                             f"this model's residual has {n_streams} (use residual: single with them)")
+        used = [name for name, on in (("a per-layer input", per_layer_input), ("layer_scale", self.layer_scale),
+                                      ("depth_scaled_residual", self.depth_scaled_residual)) if on]
+        if n_streams != 1 and used:
+            named = used[0] if len(used) == 1 else f"{', '.join(used[:-1])} and {used[-1]}"
+            raise ValueError(f"{named} {'acts' if len(used) == 1 else 'act'} on a single residual stream; this model's "
+                             f"residual has {n_streams} (use residual: single with {'it' if len(used) == 1 else 'them'})")
 
     def depth_scales(self, layer_index: int) -> tuple[tuple[float, float], tuple[float, float]]:
         """``((a_mixer, b_mixer), (a_ffn, b_ffn))``: each add is ``a x + b out`` (``b`` times residual_multiplier)."""

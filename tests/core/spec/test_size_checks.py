@@ -289,7 +289,7 @@ def _sharing(*layers: dict[str, Any]) -> dict[str, Any]:
      "model.block.layout: model.per_layer_input gives every block a per-layer input, and the 'prenorm' layout takes none"),
     ({"model": {**_tiny(layout="sandwich", residual={"kind": "mhc", "n_streams": 2})["model"],
                 "per_layer_input": {"kind": "per_layer_embedding", "width": 4}}},
-     "a per-layer input and layer_scale act on a single residual stream"),
+     "a per-layer input acts on a single residual stream"),
 ], ids=["postnorm-streams", "kv-heads", "kv-recurrent", "kv-chained", "kv-window", "per-layer-prenorm",
         "per-layer-streams"])
 def test_a_spec_the_build_refuses_is_refused_by_the_size_check_in_the_same_words(spec, found) -> None:

@@ -59,5 +59,5 @@ def test_depth_scaled_residual_weights_each_add_by_its_count() -> None:
                              seed=0)
     assert [b.add_scales[1][1] for b in model.blocks] == pytest.approx([1 / math.sqrt(2 * i + 3) for i in range(3)])
     spec = tiny_spec(block={"layout": {"kind": "sandwich", "depth_scaled_residual": True}, "residual": {"kind": "mhc"}})
-    with pytest.raises(Exception, match="depth_scaled_residual act on a single residual stream"):
+    with pytest.raises(Exception, match="depth_scaled_residual acts on a single residual stream"):
         specformer.build(spec, seed=0)
