@@ -69,7 +69,8 @@ def layer_mixers(cfg: ConfigReader, default: str) -> list[str]:
 
 def hybrid_layers(model: dict[str, Any], kinds: list[str], mixers: dict[str, dict[str, Any]]) -> None:
     """The more common mixer in the block (Mamba-2 on a tie), the other in ``layers:`` overrides."""
-    layers_of_two_kinds(model, kinds, {kind: {"mixer": mixers[kind]} for kind in ("mamba2", "attention")})
+    layers_of_two_kinds(model, kinds, {kind: {"mixer": mixers[kind]} for kind in ("mamba2", "attention")
+                                       if kind in mixers})
 
 
 def mamba_config(view: FamilyView, layers: list[dict[str, Any]], *, gates_first: bool = False) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def layers_of_two_kinds(model: dict[str, Any], kinds: list[str], parts: dict[str
     """A hybrid's two kinds of layer (``kinds``: each layer's, keys of ``parts``): the block takes the block
     fields ``parts[k]`` of the more common kind (the first of ``parts`` on a tie), one ``layers:`` override
     those of the other."""
-    base = max(parts, key=kinds.count)
+    base = max((kind for kind in parts if kind in kinds), key=kinds.count)  # a kind no layer has needs no parts
     model.setdefault("block", {}).update(parts[base])
     other = [i for i, kind in enumerate(kinds) if kind != base]
     if other:
