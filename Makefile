@@ -8,8 +8,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 STAMP := $(VENV)/.specformer-installed
 # The default suite runs in two processes (pytest-xdist), one core each: most tests are tiny models, whose time is
-# Python's, on one core. `make test TEST_WORKERS=auto` uses every core. The slow suite stays in one process
-# (its multi-process training tests start workers of their own).
+# Python's, on one core. `make test TEST_WORKERS=auto` uses every core. The slow suite runs in two processes too:
+# its multi-process training tests start workers of their own and then share the cores for a while, which only
+# slows them, and the rest of it (compiled models, convergence, the parity variants) halves its time.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-kernels test-slow docs docs-refresh bench mutation clean
@@ -48,7 +49,7 @@ test-kernels: $(STAMP)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m slow; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
+	$(PY) -m pytest -q -p no:cacheprovider -m slow -n $(TEST_WORKERS) --dist loadgroup; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 5 ] || exit $$status
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
