@@ -9,6 +9,7 @@ its tensor names and shapes are exactly a decoder layer's, plus ``enorm``, ``hno
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import warnings
@@ -23,7 +24,8 @@ from specformer.errors import UserError
 
 TOLERANCE = 1e-4
 #: The families whose published checkpoints keep their MTP depth as layer N, and the decoder layer class of each.
-LAYER_CLASSES = {"deepseek_v3": "DeepseekV3DecoderLayer", "glm4_moe": "Glm4MoeDecoderLayer"}
+LAYER_CLASSES = {"deepseek_v3": "DeepseekV3DecoderLayer", "deepseek_v32": "DeepseekV32DecoderLayer",
+                 "glm4_moe": "Glm4MoeDecoderLayer"}
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -39,7 +41,11 @@ def _with_mtp(name: str, directory):
     n, d = config.num_hidden_layers, config.hidden_size
     torch.manual_seed(7)
     modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-    layer = getattr(modeling, LAYER_CLASSES[name])(config, layer_idx=n).eval()
+    at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind
+    for field in ("layer_types", "mlp_layer_types"):
+        if isinstance(getattr(at_n, field, None), list):
+            setattr(at_n, field, [*getattr(at_n, field), getattr(at_n, field)[-1]])
+    layer = getattr(modeling, LAYER_CLASSES[name])(at_n, layer_idx=n).eval()
     g = torch.Generator().manual_seed(8)
     with torch.no_grad():
         # A layer built outside a PreTrainedModel is not initialised (the router's weight is torch.empty): fill every
