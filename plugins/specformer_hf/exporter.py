@@ -32,7 +32,7 @@ from specformer_text import TOKEN_ID_FIELDS, special_token_ids, tokenizer_config
 from specformer_hf.config import NON_MATH_FIELDS, ConfigReader
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import CONFIG, TOKENIZER, WEIGHTS
-from specformer_hf.rules import Site
+from specformer_hf.rules import sites_of
 
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -204,8 +204,7 @@ def hf_tensors(family: Family, model: Any) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()
     for rule in family.weights:
-        for layer in range(len(model.blocks)) if rule.per_layer else [None]:
-            site = Site(model, layer)
+        for site in sites_of(rule, model):
             hf_names, our_names = rule.expand_at(site)
             if not all(name in state for name in our_names):
                 continue

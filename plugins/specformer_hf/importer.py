@@ -22,7 +22,7 @@ from specformer_text import CONFIG_KEY, FAMILY_KEY, GENERATION_CONFIG_KEY, TOKEN
 from specformer_hf.config import ConfigReader, TooManyLayers
 from specformer_hf.family import Families, Family, get_families
 from specformer_hf.reader import CHAT_TEMPLATE, GENERATION_CONFIG, TOKENIZER_CONFIG, HFDirectory, open_directory
-from specformer_hf.rules import Site
+from specformer_hf.rules import Site, sites_of
 
 # The checkpoint header keys written here (FAMILY_KEY, CONFIG_KEY, ...) are specformer_text's: tokenizer attachment,
 # chat templates and turn ends read them too, and export reads them back.
@@ -112,6 +112,7 @@ def import_hf(
     """
     directory = open_directory(path)
     family, spec, reader = _read_config(directory.config, families=families, max_layers=len(directory.files))
+    mtp_notes = _without_absent_mtp(family, directory, spec)
     # A bad --tokenizer fails here, before the weights are read.
     tokenizer_result = _tokenizer(directory, spec, override=tokenizer, eos_token=eos_token)
     _check_against_headers(family, directory, spec, reader)
@@ -126,11 +127,36 @@ def import_hf(
     generation = directory.optional_json(GENERATION_CONFIG)
     model.hf_generation_config = generation
     found, notes = tokenizer_result
+    notes = mtp_notes + notes
     # Its chat template, padding side and special tokens belong to the folder's own tokenizer only.
     settings = _tokenizer_settings(directory) if tokenizer is None and not isinstance(found, NoTokenizer) else None
     model.hf_tokenizer_config = settings
     return Imported(model=model, family=family, config=directory.config, spec=spec, tokenizer=found, notes=notes,
                     generation_config=generation, tokenizer_config=settings)
+
+
+def _without_absent_mtp(family: Family, directory: HFDirectory, spec: dict[str, Any]) -> list[str]:
+    """Drop ``model.mtp`` (in place) when the config counts MTP depths but the file has none of their own tensors.
+
+    transformers builds no MTP module, and its save_pretrained keeps the count in config.json while
+    leaving the tensors out: such a folder imports as the model without its depths, with a note
+    (a warning). A file with some of a depth's tensors is converted as usual, which names the missing ones.
+    """
+    model = spec["model"]
+    mtp, n_layers = model.get("mtp"), model.get("n_layers")
+    if mtp is None or not isinstance(n_layers, int):
+        return []
+    probe = Site(None, n_layers, 0)  # the first depth's own tensors (its norms and projection) name no module
+    own = [probe.hf_name(name) for rule in family.weights if rule.per_depth for name in rule.hf]
+    available = set(directory.names())
+    if any(name in available for name in own):
+        return []
+    del model["mtp"]
+    note = (f"{directory.path}: config.json counts {mtp['depths']} multi-token prediction depth(s), but the weights "
+            f"hold none of their tensors (e.g. {own[0] if own else '?'}; transformers' save_pretrained leaves them "
+            "out), so the model is imported without model.mtp")
+    warnings.warn(note, UserWarning, stacklevel=3)
+    return [note]
 
 
 def _tokenizer_settings(directory: HFDirectory) -> dict[str, Any] | None:
@@ -198,6 +224,7 @@ def convert_weights(
     consumed: set[str] = set()
     missing: list[str] = []
     misshaped: list[str] = []
+    differing: list[str] = []
     out: dict[str, torch.Tensor] = {}
 
     def locate(name: str) -> str | None:
@@ -210,9 +237,7 @@ def convert_weights(
 
     jobs = []
     for rule in family.weights:
-        layers = range(len(model.blocks)) if rule.per_layer else [None]
-        for layer in layers:
-            site = Site(model, layer)
+        for site in sites_of(rule, model):
             # A rule with several checkpoint layouts (per-expert or fused experts) reads the one the file has.
             chosen, hf_names, our_names = rule.for_import(site, lambda name: locate(name) is not None)
             if not all(name in expected for name in our_names):
@@ -241,6 +266,9 @@ def convert_weights(
             if tuple(tensor.shape) != tuple(expected[name].shape):
                 shapes = ", ".join(f"{n} {tuple(tensors[n].shape)}" for n in located)
                 misshaped.append(f"{shapes} -> {name} needs {tuple(expected[name].shape)}, got {tuple(tensor.shape)}")
+            elif name in out and not tensor.is_meta and not torch.equal(out[name], tensor):
+                # A checkpoint that stores one of ours twice (an MTP depth's copy of the shared head) must agree.
+                differing.append(f"{', '.join(located)} and the tensor read before it for {name}")
             out[name] = tensor
 
     head = locate(family.head_tensor)
@@ -262,6 +290,8 @@ def convert_weights(
         problems.append(f"missing tensors: {_listing(missing)}")
     if misshaped:
         problems.append("tensors whose shape does not match config.json: " + _listing(misshaped, sep="; "))
+    if differing:
+        problems.append("tensors that hold one parameter twice but differ: " + _listing(differing, sep="; "))
     if extra:
         problems.append(
             f"tensors the {family.name} mapping does not use (config.json describes a model without them, "

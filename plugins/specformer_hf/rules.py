@@ -21,18 +21,53 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class Site:
-    """Where a rule is applied: the model being filled or read, and the layer (None outside blocks)."""
+    """Where a rule is applied: the model being filled or read, and the layer (None outside blocks).
+
+    ``depth`` (a multi-token prediction depth, ``model.mtp[depth]``): the checkpoint keeps that
+    depth as layer ``layer`` (DeepSeek-V3's ``model.layers.{N + depth}``); our names of a block's
+    parameters, ``blocks.{i}.*``, become the depth's block's, ``mtp.{depth}.block.*``, and ``{d}``
+    in a name is the depth.
+    """
 
     model: Any
     layer: int | None
+    depth: int | None = None
+
+    @property
+    def block(self) -> Any:
+        return self.model.mtp[self.depth].block if self.depth is not None else self.model.blocks[self.layer]
 
     @property
     def mixer(self) -> Any:
-        return self.model.blocks[self.layer].mixer
+        return self.block.mixer
 
     @property
     def ffn(self) -> Any:
-        return self.model.blocks[self.layer].ffn
+        return self.block.ffn
+
+    def hf_name(self, template: str, **more: Any) -> str:
+        """A checkpoint name template filled in at this site."""
+        return template.format(i=self.layer, d=self.depth, **more) if self.layer is not None else template
+
+    def our_name(self, template: str) -> str:
+        """One of our name templates filled in at this site (a block's parameter moved into an MTP depth's block)."""
+        if self.layer is None:
+            return template
+        if self.depth is not None and template.startswith("blocks.{i}."):
+            template = f"mtp.{self.depth}.block." + template[len("blocks.{i}."):]
+        return template.format(i=self.layer, d=self.depth)
+
+
+def sites_of(rule: "Rule", model: Any) -> list[Site]:
+    """Where ``rule`` applies in ``model``: once; every layer; or every MTP depth (a rule naming ``{d}``), where the
+    per-layer rules apply too, the depth's block kept as checkpoint layer ``n_layers + depth``."""
+    n_layers = len(model.blocks)
+    depths = [Site(model, n_layers + d, d) for d in range(len(model.mtp or ()))]
+    if rule.per_depth:
+        return depths
+    if rule.per_layer:
+        return [Site(model, i) for i in range(n_layers)] + depths
+    return [Site(model, None)]
 
 
 class Rule(ABC):
@@ -53,10 +88,14 @@ class Rule(ABC):
     def per_layer(self) -> bool:
         return any("{i}" in name for name in (*self.hf, *self.ours))
 
+    @property
+    def per_depth(self) -> bool:
+        """A rule for each multi-token prediction depth only (its names hold ``{d}``)."""
+        return any("{d}" in name for name in (*self.hf, *self.ours))
+
     def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The concrete (hf names, our names) at ``site``."""
-        fill = (lambda n: n.format(i=site.layer)) if site.layer is not None else (lambda n: n)
-        return tuple(fill(n) for n in self.hf), tuple(fill(n) for n in self.ours)
+        return tuple(site.hf_name(n) for n in self.hf), tuple(site.our_name(n) for n in self.ours)
 
     def describe(self) -> str:
         return f"{', '.join(self.hf)} -> {', '.join(self.ours)}"
@@ -221,8 +260,8 @@ class PerExpert(Rule):
 
     def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
         count = self.n_experts(site)
-        hf = tuple(part.format(i=site.layer, j=j) for j in range(count) for part in self.parts)
-        return hf, tuple(name.format(i=site.layer) for name in self.ours)
+        hf = tuple(site.hf_name(part, j=j) for j in range(count) for part in self.parts)
+        return hf, tuple(site.our_name(name) for name in self.ours)
 
     def to_ours(self, tensors: list[Tensor], site: Site) -> list[Tensor]:
         n = len(self.parts)
@@ -319,6 +358,10 @@ class OneOf(Rule):
     def per_layer(self) -> bool:
         return self.options[0].per_layer
 
+    @property
+    def per_depth(self) -> bool:
+        return self.options[0].per_depth
+
     def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return self.options[0].expand_at(site)
 
@@ -354,6 +397,10 @@ class AtLayers(Rule):
     @property
     def per_layer(self) -> bool:
         return True
+
+    @property
+    def per_depth(self) -> bool:
+        return self.rule.per_depth
 
     def expand_at(self, site: Site) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return self.rule.expand_at(site) if self.where(site) else ((), ())

@@ -168,6 +168,9 @@ def math_view(spec: Spec, registry: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         name: getattr(m, name) for name in type(m).model_fields if name not in NON_MATH_MODEL_FIELDS
     }
+    if m.mtp is not None:
+        # The depths' loss weights train them; they change no logit.
+        out["mtp"] = m.mtp.model_dump(exclude={"loss_weights"})
     out["embedding_multiplier"] = (
         math.sqrt(m.d_model) if m.embedding_multiplier == "sqrt_d_model" else float(m.embedding_multiplier)
     )

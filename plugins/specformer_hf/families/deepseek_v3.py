@@ -12,6 +12,7 @@ from specformer_hf.parts.base import FamilyView, Part
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GroupedExperts
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 from specformer_hf.parts.positions import rope, rope_parameters_of
 
@@ -47,7 +48,7 @@ class LatentRope(Part):
 
 
 #: The table, which the families transformers runs as DeepSeek-V3 (Sarvam-105B) reuse.
-PARTS = (Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), GroupedExperts())
+PARTS = (Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), GroupedExperts(), LayerMTP())
 
 FAMILY = decoder_family(
     name="DeepSeek-V3",
@@ -58,10 +59,11 @@ FAMILY = decoder_family(
     maps="attention mla (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, attention_bias; YaRN "
          "mscale_all_dim on the scores), rope_interleave -> interleaved rope, ffn moe with router sigmoid_topk "
          "(norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), "
-         "n_shared_experts, first_k_dense_replace -> dense layers",
-    caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
-            "skips it; aux_loss_coef is 0 on import",
-    # The published 61-layer checkpoints store their multi-token-prediction module as layer 61; transformers'
-    # DeepseekV3PreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected), and so does import.
+         "n_shared_experts, first_k_dense_replace -> dense layers, num_nextn_predict_layers -> mtp depths (model.layers.N+k-1: "
+         "enorm, hnorm, eh_proj, shared_head.norm and a decoder layer)",
+    caveats="a file without the multi-token-prediction layers its config counts (transformers' save_pretrained leaves "
+            "them out) imports without model.mtp, with a note; aux_loss_coef is 0 on import",
+    # transformers' DeepseekV3PreTrainedModel ignores the 61-layer checkpoints' MTP layer 61 when it loads; import
+    # reads it as model.mtp, and skips it only where config.json counts no MTP layer (no rule used the tensors).
     ignore_tensors=(r"model\.layers\.61\..*",),
 )

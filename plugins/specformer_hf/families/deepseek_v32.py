@@ -13,6 +13,7 @@ from specformer_hf.parts.base import ATTN, BLOCK_MIXER, FamilyView, Part
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GroupedExperts
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.families.deepseek_v3 import DEFAULTS as V3_DEFAULTS
@@ -120,12 +121,13 @@ FAMILY = decoder_family(
     model_type="deepseek_v32",
     architecture="DeepseekV32ForCausalLM",
     defaults=DEFAULTS,
-    parts=[Sizes(), PairedRope(), Layout("prenorm"), RMSNorm(), IndexedLatentAttention(), LayerTypedExperts()],
+    parts=[Sizes(), PairedRope(), Layout("prenorm"), RMSNorm(), IndexedLatentAttention(), LayerTypedExperts(),
+           LayerMTP()],
     maps="DeepSeek-V3's mapping (attention mla, interleaved rope, ffn moe with sigmoid_topk, dense first layers from "
          "mlp_layer_types / first_k_dense_replace) and the indexer: index_topk, index_n_heads, index_head_dim <-> "
-         "mixer.indexer lightning (wq_b, wk, k_norm, weights_proj)",
-    caveats="the multi-token-prediction layer of the published checkpoints (model.layers.61) is skipped, as transformers "
-            "skips it; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
+         "mixer.indexer lightning (wq_b, wk, k_norm, weights_proj); num_nextn_predict_layers -> mtp depths as DeepSeek-V3's",
+    caveats="a file without the multi-token-prediction layers its config counts imports without model.mtp, with a "
+            "note; aux_loss_coef is 0 on import; transformers' indexer never learns (no gradient reaches it), "
             "here it learns from its own KL loss when training (mixer.indexer.loss_coef, 0 turns it off); ties "
             "of the index score at a query's cut go to the keys torch.topk returns over the same row, as transformers "
             "(indexer.ties: topk), so at a tie a cached step may choose otherwise than recomputing, in both",

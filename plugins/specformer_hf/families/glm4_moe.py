@@ -7,6 +7,7 @@ from specformer_hf.parts.attention import QKNorm
 from specformer_hf.parts.base import Fixed, Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN, GroupedExperts
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.parts.positions import Rope
 
 #: transformers' Glm4MoeConfig defaults (GLM-4.5-Air's shapes; partial_rotary_factor 0.5 unless the config says).
@@ -26,6 +27,7 @@ PARTS = (
     Switch("attention_bias", ("mixer.qkv_bias",)),
     Fixed("mixer.out_bias", False, why="has no bias on o_proj (attention_bias is on q, k and v only)"),
     QKNorm("head", switch="use_qk_norm"),
+    LayerMTP(),
 )
 
 # Glm4MoeConfig has no head_dim field, but the attention reads one if config.json has it (Attention does).
@@ -38,10 +40,11 @@ FAMILY = decoder_family(
     maps="rope with partial_rotary_factor (default 0.5: half of each head rotated), GQA, attention_bias on q/k/v, "
          "use_qk_norm -> qk_norm (RMSNorm per head); ffn moe as DeepSeek-V3's: router sigmoid_topk (norm_topk_prob, "
          "routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> selection_bias), n_shared_experts, "
-         "first_k_dense_replace -> dense layers",
-    caveats="the multi-token-prediction layer of the published checkpoints (model.layers.46 or .92) is skipped, as "
-            "transformers skips it; aux_loss_coef is 0 on import",
+         "first_k_dense_replace -> dense layers; num_nextn_predict_layers -> mtp depths as DeepSeek-V3's (model.layers.46 "
+         "or .92: enorm, hnorm, eh_proj, shared_head.norm and a decoder layer)",
+    caveats="a file without the multi-token-prediction layers its config counts (transformers' save_pretrained leaves "
+            "them out) imports without model.mtp, with a note; aux_loss_coef is 0 on import",
     # transformers' Glm4MoePreTrainedModel ignores exactly these (the MTP layer of the 46- and 92-layer models) when
-    # a file has them beyond its layers; import skips them only when no rule used them.
+    # a file has them beyond its layers; import reads them as model.mtp, and skips them only when no rule used them.
     ignore_tensors=(r"model\.layers\.46\..*", r"model\.layers\.92\..*"),
 )

@@ -340,6 +340,9 @@ def test_the_spec_is_what_importing_its_config_gives(name):
     config = getattr(transformers, config_class)(**fields).to_dict()
     family = get_families().get(config["model_type"])
     read = family.to_spec(ConfigReader(config, defaults=family.defaults, family=family.name))
+    # The specs leave out the MTP depths a config counts (num_nextn_predict_layers), as transformers' model that their
+    # parameters are counted against does; import reads them only from a file holding them (test_mtp_import.py).
+    read.pop("mtp", None)
     ours = yaml.safe_load((SPECS / name).read_text())
     assert differences(math_view(specformer.load_spec(ours)), math_view(specformer.load_spec({"model": read}))) == []
 

@@ -1,0 +1,163 @@
+"""Multi-token prediction layers of DeepSeek-V3-layout checkpoints (issue 47): imported as ``model.mtp``, checked against
+the depth written out with transformers' own decoder layer, exported back under the published names.
+
+transformers builds no MTP module for its causal LM, so the test adds one depth to a saved tiny model the way the
+published checkpoints store it: a decoder layer at index N (num_hidden_layers), built by transformers at that index so
+its tensor names and shapes are exactly a decoder layer's, plus ``enorm``, ``hnorm``, ``eh_proj``,
+``shared_head.norm`` and the copies of the embedding and head (``embed_tokens``, ``shared_head.head``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import warnings
+
+import pytest
+import torch
+from hf_cases import BY_NAME
+from safetensors.torch import load_file, save_file
+
+import specformer_hf
+from specformer.errors import UserError
+
+TOLERANCE = 1e-4
+#: The families whose published checkpoints keep their MTP depth as layer N, and the decoder layer class of each.
+LAYER_CLASSES = {"deepseek_v3": "DeepseekV3DecoderLayer", "deepseek_v32": "DeepseekV32DecoderLayer",
+                 "glm4_moe": "Glm4MoeDecoderLayer"}
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _with_mtp(name: str, directory):
+    """A saved tiny model of case ``name`` whose file also holds one MTP depth (layer N), and that depth's modules."""
+    case = BY_NAME[name]
+    hf = case.build()
+    case.save(hf, directory)
+    config = hf.config
+    n, d = config.num_hidden_layers, config.hidden_size
+    torch.manual_seed(7)
+    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind
+    for field in ("layer_types", "mlp_layer_types"):
+        if isinstance(getattr(at_n, field, None), list):
+            setattr(at_n, field, [*getattr(at_n, field), getattr(at_n, field)[-1]])
+    layer = getattr(modeling, LAYER_CLASSES[name])(at_n, layer_idx=n).eval()
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        # A layer built outside a PreTrainedModel is not initialised (the router's weight is torch.empty): fill every
+        # tensor, norms near 1, the rest small.
+        for key, t in [*layer.named_parameters(), *layer.named_buffers()]:
+            noise = torch.randn(t.shape, generator=g)
+            t.copy_(1 + 0.1 * noise if "norm" in key else 0.1 * noise)
+    own = {"enorm": 1 + 0.1 * torch.randn(d, generator=g), "hnorm": 1 + 0.1 * torch.randn(d, generator=g),
+           "eh_proj": 0.1 * torch.randn(d, 2 * d, generator=g), "shared_head.norm": 1 + 0.1 * torch.randn(d, generator=g)}
+    path = directory / "model.safetensors"
+    tensors = load_file(str(path))
+    at = f"model.layers.{n}."
+    for key, value in layer.state_dict().items():
+        value = value.detach().clone()
+        if key == "mlp.experts.gate_up_proj":  # (E, 2H, D), gate rows first: saved per expert, as the main layers
+            for j, (gate, up) in enumerate(zip(*value.chunk(2, dim=1))):
+                tensors[f"{at}mlp.experts.{j}.gate_proj.weight"] = gate.contiguous()
+                tensors[f"{at}mlp.experts.{j}.up_proj.weight"] = up.contiguous()
+        elif key == "mlp.experts.down_proj":  # (E, D, H)
+            for j, down in enumerate(value.unbind(0)):
+                tensors[f"{at}mlp.experts.{j}.down_proj.weight"] = down.contiguous()
+        else:
+            tensors[at + key] = value.contiguous()
+    tensors.update({f"{at}{k}.weight": v for k, v in own.items()})
+    tensors[at + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors[at + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    # The published config.json names the count num_nextn_predict_layers (transformers' num_mtp_layers).
+    saved = json.loads((directory / "config.json").read_text())
+    saved.pop("num_mtp_layers", None)  # transformers may save it under either name
+    (directory / "config.json").write_text(json.dumps({**saved, "num_nextn_predict_layers": 1}))
+    return hf, layer, own
+
+
+def _reference_depth1(hf, layer, own, ids: torch.Tensor) -> torch.Tensor:
+    """Depth 1 written out: rmsnorm(emb(t_{i+1})) and rmsnorm(h_i) concatenated, eh_proj, the decoder layer over the
+    sequence (causal, rope at positions 0..T-2), shared_head.norm, the LM head."""
+    caught = {}
+    hook = hf.model.layers[-1].register_forward_hook(lambda m, args, out: caught.update(h=out[0] if isinstance(out, tuple) else out))
+    hf(ids)
+    hook.remove()
+    eps = hf.config.rms_norm_eps
+    length = ids.shape[1] - 1
+    hidden = caught["h"][:, :length]  # (B, T-1, D): the last layer's output, before the final norm
+    embedded = hf.model.embed_tokens(ids[:, 1:])  # (B, T-1, D): the token one ahead
+    joined = torch.cat([_rms(embedded, own["enorm"], eps), _rms(hidden, own["hnorm"], eps)], dim=-1)
+    x = joined @ own["eh_proj"].T
+    positions = torch.arange(length).unsqueeze(0).expand(ids.shape[0], -1)
+    cos_sin = hf.model.rotary_emb(x, positions)
+    mask = torch.full((length, length), torch.finfo(x.dtype).min).triu(1)[None, None]  # (1, 1, T-1, T-1) causal
+    x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
+    x = x[0] if isinstance(x, tuple) else x
+    return hf.lm_head(_rms(x, own["shared_head.norm"], eps))
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
+    hf, layer, own = _with_mtp(name, tmp_path / "hf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = specformer_hf.import_hf(tmp_path / "hf")
+    assert not [w for w in caught if "multi-token" in str(w.message)]  # a file with its MTP layer: no note about it
+    model = imported.model
+    assert imported.spec["model"]["mtp"] == {"depths": 1} and len(model.mtp) == 1
+    ids = torch.randint(0, hf.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits, (depth1,) = model(ids, with_mtp=True)
+        reference = _reference_depth1(hf, layer, own, ids)
+        main = hf(ids).logits
+    assert depth1.shape == (2, 11, hf.config.vocab_size)
+    assert (logits - main).abs().max().item() <= TOLERANCE
+    assert (depth1 - reference).abs().max().item() <= TOLERANCE
+    # The MTP weights change only the depth: a different eh_proj changes depth1, not the main logits.
+    assert (depth1 - logits[:, :-1]).abs().max().item() > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+def test_mtp_tensors_export_bit_exact_under_the_published_names(name, tmp_path):
+    _with_mtp(name, tmp_path / "hf")
+    imported = specformer_hf.import_hf(tmp_path / "hf")
+    out = specformer_hf.to_hf(imported.model, tmp_path / "out")
+    before, after = load_file(str(tmp_path / "hf" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert sorted(before) == sorted(after)
+    for key, tensor in before.items():
+        assert torch.equal(tensor, after[key]), key
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_nextn_predict_layers"] == 1
+    again = specformer_hf.import_hf(out)
+    assert again.spec["model"]["mtp"] == {"depths": 1}
+
+
+def test_a_file_saved_by_transformers_imports_without_mtp_and_says_so(tmp_path):
+    case = BY_NAME["deepseek_v3"]
+    hf = case.build()
+    case.save(hf, tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved.get("num_nextn_predict_layers", saved.get("num_mtp_layers")) == 1  # counted, not saved
+    with pytest.warns(UserWarning, match="multi-token prediction depth"):
+        imported = specformer_hf.import_hf(tmp_path)
+    assert "mtp" not in imported.spec["model"] and imported.model.mtp is None
+    assert any("without model.mtp" in note for note in imported.notes)
+    # Its export says there are none, so the file and its config agree.
+    out = specformer_hf.to_hf(imported.model, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["num_nextn_predict_layers"] == 0
+
+
+def test_a_copy_of_the_shared_head_that_differs_is_refused(tmp_path):
+    hf, _, _ = _with_mtp("deepseek_v3", tmp_path)
+    path = tmp_path / "model.safetensors"
+    tensors = load_file(str(path))
+    n = hf.config.num_hidden_layers
+    tensors[f"model.layers.{n}.shared_head.head.weight"] = tensors[f"model.layers.{n}.shared_head.head.weight"] + 1
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=f"hold one parameter twice but differ: model.layers.{n}.shared_head.head"):
+        specformer_hf.import_hf(tmp_path)
