@@ -33,6 +33,12 @@ class RelativeBias(PositionalScheme):
         bias = self.table[buckets]  # (B, Tq, Tk, H)
         return bias.permute(0, 3, 1, 2).float()  # (B, H, Tq, Tk); a padding key (-1) is masked by the kernels
 
+    def score_bias(self, q_position: Tensor, k_position: Tensor, head: Tensor, state: Any) -> Tensor:
+        """The same bias for single scores (FlexAttention's score_mod): elementwise, no (Tq, Tk) tensor."""
+        bucket = relative_buckets(k_position - q_position, n_buckets=self.n_buckets, max_distance=self.max_distance,
+                                  bidirectional=self.bidirectional)
+        return self.table[bucket, head].float()
+
     def parallel_plan(self) -> ParallelPlan:
         """Kept whole on every device: the attention kernels refuse a bias whose heads are not the layer's
         (tensor parallelism splits the heads of attention, not of the model's positional scheme)."""

@@ -4,6 +4,7 @@ the bias in attention against a written-out softmax, through a KV cache, one tab
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -152,3 +153,17 @@ def test_a_bias_for_other_heads_than_the_layers_is_refused() -> None:
     with pytest.raises(ValueError, match="biases 4 heads and this attention computes on 2.*tensor parallelism"):
         sdpa_dense(q, k, v, mask=torch.ones(1, 1, 3, 3, dtype=torch.bool), bias=bias,
                    scores=Scores(scale=1.0, positional=scheme), dropout=0.0)
+
+
+@pytest.mark.slow  # FlexAttention compiles on the CPU: over a minute
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_flex_per_score_bias_equals_the_dense_one(bidirectional: bool) -> None:
+    spec = relative_spec(n_layers=1, bidirectional=bidirectional)
+    x = torch.randint(0, 61, (2, 13))
+    out = {}
+    for backend in ("flex", "eager"):
+        spec["model"]["block"]["mixer"]["backend"] = backend
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a fall-back to the dense path would compare it with itself
+            out[backend] = specformer.build(spec, seed=0).eval()(x)
+    torch.testing.assert_close(out["flex"], out["eager"], rtol=1e-5, atol=1e-5)
