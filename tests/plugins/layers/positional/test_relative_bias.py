@@ -167,3 +167,17 @@ def test_flex_per_score_bias_equals_the_dense_one(bidirectional: bool) -> None:
             warnings.simplefilter("error", RuntimeWarning)  # a fall-back to the dense path would compare it with itself
             out[backend] = specformer.build(spec, seed=0).eval()(x)
     torch.testing.assert_close(out["flex"], out["eager"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_layer_naming_its_own_scheme_gets_its_own_table_through_the_cache() -> None:
+    spec = relative_spec(n_layers=3)
+    spec["model"]["layers"] = [{"select": 1, "positional": {"kind": "relative_bias", "n_buckets": 6, "max_distance": 9,
+                                                            "bidirectional": True}}]
+    model = specformer.build(spec, seed=0, dtype=torch.float64).eval()
+    tables = {name: tuple(p.shape) for name, p in model.named_parameters() if "table" in name}
+    assert tables == {"positional.table": (8, 3), "layer_positionals.0.table": (6, 3)}
+    x = torch.randint(0, 61, (1, 12))
+    cache = ListCache()
+    steps = [model(x[:, :4], positions=torch.arange(4)[None], cache=cache)]
+    steps += [model(x[:, t:t + 1], positions=torch.full((1, 1), t), cache=cache) for t in range(4, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(x))
