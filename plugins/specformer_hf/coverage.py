@@ -80,7 +80,9 @@ MISSING: dict[str, str] = {
     # Issue 46: one new part each.
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
     "ergo": "per-expert norms and a learned residual gate (issue 46)",
-    "cpmant": "T5-style bucketed relative position bias (issue 46)",
+    "cpmant": ("a full forward attending in both directions (transformers' CPM-Ant masks no later key; only its "
+               "cached steps are one-sided), learned prompt tokens prepended to every input and a score bias per pair "
+               "of segments; its bidirectional bucketed relative position bias is positional relative_bias (issue 46)"),
     "inkling_text": "hidden-state-conditioned relative position bias (issue 46)",
     "minimax_m3_vl_text": "a learned block indexer (its own query heads and key, RMS-normed and rotated, token scores max-pooled per block, one selection per key/value head, local blocks forced), where indexer block_pooled mean-pools the attention's own keys, and gpt-oss's clamped SwiGLU on its dense MLPs and shared expert (the moe's experts have it) (issue 46)",
     "kolibri1_1": "NVFP4 rounding of its sparse layers' keys, values and routing queries and keys, a per-token stage (index_topk keys plus sink and local tokens) within the pool its block stage (indexer block_pooled) chooses, and that pool shared with its reindexer layers (issue 46)",

@@ -49,6 +49,7 @@ from specformer_layers.positional.params import (
     RotaryPositionsParams,
     SinusoidalPositionsParams,
 )
+from specformer_layers.positional.relative_bias_params import RelativeBiasParams
 from specformer_layers.positional.rope_scaling.params import (
     DynamicNTKScalingParams,
     LinearScalingParams,
@@ -88,6 +89,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
     ("positional", "rope", "positional.rope:RotaryPositions", RotaryPositionsParams, "https://arxiv.org/abs/2104.09864"),
     ("positional", "alibi", "positional.alibi:ALiBi", ALiBiParams, "https://arxiv.org/abs/2108.12409"),
     ("positional", "none", "positional.nope:NoPositions", NoPositionsParams, "https://arxiv.org/abs/2305.19466"),
+    ("positional", "relative_bias", "positional.relative_bias:RelativeBias", RelativeBiasParams,
+     "https://arxiv.org/abs/1910.10683"),
 
     (ROPE_SCALING_KIND, "linear", "positional.rope_scaling.linear:LinearScaling", LinearScalingParams,
      "https://arxiv.org/abs/2306.15595"),

@@ -190,10 +190,20 @@ def attend(backend: str, *, ctx: ForwardContext, q: Tensor, k: Tensor, v: Tensor
     return sdpa_dense(q, k, v, mask=mask, bias=bias, scores=scores, dropout=dropout)
 
 
+def check_bias_heads(bias: Tensor | None, heads: int, scores: Scores) -> None:
+    """ValueError when a positional bias has other heads than the queries: tensor parallelism computes a layer on
+    a share of its heads, and a scheme that biases each head (ALiBi, relative_bias) is one per model, not split."""
+    if bias is not None and bias.shape[1] not in (1, heads):
+        raise ValueError(f"the positional scheme {type(scores.positional).__name__} biases {bias.shape[1]} heads and "
+                         f"this attention computes on {heads}: a per-head score bias is not split by tensor "
+                         f"parallelism yet; train it without train.parallel.tp")
+
+
 def sdpa_dense(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor, bias: Tensor | None, scores: Scores,
                dropout: float) -> Tensor:
     """SDPA with an explicit mask (a float one carrying the bias and sinks when there are any)."""
     H, KV = q.shape[1], k.shape[1]
+    check_bias_heads(bias, H, scores)
     attn_mask: Tensor = mask  # (B, 1, Tq, S) bool
     if bias is not None or scores.sinks is not None:
         # An additive float mask: the bias where allowed, -inf elsewhere. (B, 1 or H, Tq, S)
@@ -213,6 +223,7 @@ def sdpa_dense(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor, bias: Tensor | 
 def eager(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor, bias: Tensor | None, scores: Scores, dropout: float,
           observe: Callable[[Tensor], None] | None = None) -> Tensor:
     """The written-out softmax: the reference every other kernel is tested against."""
+    check_bias_heads(bias, q.shape[1], scores)
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # (B, H, S, hd)
     v = v.repeat_interleave(group, dim=1)

@@ -82,8 +82,8 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 @pytest.mark.parametrize(("model_type", "needles"), [
     ("zamba", ["model_type 'zamba' is not supported yet; it lacks: a shared block's input concat(h, embeddings)",
               "Families not yet supported"]),
-    # CPM-Ant's attention and feed-forward exist; its bucketed relative position bias does not.
-    ("cpmant", ["model_type 'cpmant' is not supported yet; it lacks: T5-style bucketed relative position bias"]),
+    # CPM-Ant's attention, feed-forward and bucketed relative bias exist; its bidirectional full forward does not.
+    ("cpmant", ["model_type 'cpmant' is not supported yet; it lacks: a full forward attending in both directions"]),
     ("fuyu", ["model_type 'fuyu' is a multimodal checkpoint whose language model ('persimmon') is supported, but not "
               f"read out of this checkpoint yet; it lacks: {MAPPING_ONLY}"]),
     ("gemma3", ["multimodal checkpoint whose language model ('gemma3_text') is supported, but not read out of this "

@@ -354,6 +354,7 @@ def _attention_by_positional() -> list[Any]:
 #: where the attention is), and why.
 REFUSED = {
     ("compressed", "alibi"): "compressed attention turns keys (pooled entries included) and biases no scores",
+    ("compressed", "relative_bias"): "compressed attention turns keys (pooled entries included) and biases no scores",
     ("compressed", "rope+dynamic"): "compressed attention turns entries at their blocks' positions: a length-"
                                     "dependent rope would turn them differently",
     ("compressed", "rope+longrope"): "compressed attention turns entries at their blocks' positions: a length-"

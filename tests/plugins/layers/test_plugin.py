@@ -7,7 +7,7 @@ import pytest
 import specformer
 
 EXPECTED = {
-    "positional": {"learned", "sinusoidal", "rope", "alibi", "none"},
+    "positional": {"learned", "sinusoidal", "rope", "alibi", "relative_bias", "none"},
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
     "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "prediction_head", "gated", "none"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "rwkv_channel_mix", "moe", "parallel", "none"},
