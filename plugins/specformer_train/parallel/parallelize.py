@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from specformer.errors import UserError
 from specformer_train.parallel.layout import DeviceMeshes, ParallelLayout
+from specformer_train.mtp_loss import untrained_depth_params
 from specformer_train.recompute import enable_activation_checkpointing
 
 
@@ -110,15 +111,17 @@ def _data_parallel(model: nn.Module, layout: ParallelLayout, device: torch.devic
     """DDP around ``model``, or ``model`` sharded by FSDP2 in place (or as it is); ``experts`` (split expert stacks by
     name) stay whole on their process, kept out of the average."""
     if layout.mode == "ddp":
-        if experts:
-            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(experts))
+        # MTP depths after the last weighted one never get a gradient, which DDP would wait for.
+        ignored_names = [*experts, *untrained_depth_params(model)]
+        if ignored_names:
+            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored_names)
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if layout.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard  # late: only FSDP runs need it
 
         mesh = _meshes(layout).sharded
         ignored = set(experts.values()) or None  # expert stacks stay whole on their process, split over ep
-        for block in model.blocks:
+        for block in [*model.blocks, *(getattr(model, "mtp", None) or [])]:  # MTP depths are sharded as blocks are
             fully_shard(block, mesh=mesh, ignored_params=ignored)
         fully_shard(model, mesh=mesh, ignored_params=ignored)
     return model
