@@ -4,6 +4,7 @@ here, where its gradient goes, what is logged, exact resume, and the setups that
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,16 @@ from specformer.cli.main import main
 from specformer.errors import UserError
 from specformer.registry.discovery import get_plugin_manager
 from specformer.tokenizers.tokenizer import ByteTokenizer
+from specformer_train import TrainingDiverged
 from specformer_train.config import TrainSpec
 from specformer_train.data import PackedRows
 from specformer_train.metrics import read_metrics
 from specformer_train.mtp_loss import check_mtp_training
 from specformer_train.parallel.layout import ParallelLayout
+from specformer_train.progress import ProgressBar
 from specformer_train.trainer import Trainer
 
-from .conftest import tiny_train_spec
+from .conftest import NaNFrom, tiny_train_spec
 from .test_trainer import BASE, MODEL, T, MaskedRows, Recorder
 
 pytestmark = pytest.mark.usefixtures("thread_count_recorded_not_applied", "progress_bars_without_a_shared_lock")
@@ -190,3 +193,22 @@ def test_a_sequence_too_short_for_the_deepest_depth_exits_2_from_the_cli(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "model.mtp: depth 2 predicts the token 3 ahead, so train.seq_len must be greater than 2, got 2" in err
+
+
+def test_a_nan_mtp_loss_stops_the_run_though_the_next_token_loss_is_finite(tmp_path: Path, recorder: Recorder) -> None:
+    trainer = make(tmp_path, [0.3], steps=4, save_every=1)
+    trainer.model.mtp[0].final_norm.register_forward_hook(NaNFrom(3))  # the depth's logits only
+    with pytest.raises(TrainingDiverged, match="the MTP loss became nan at step 3;"):
+        trainer.fit()
+    assert [math.isfinite(recorder.steps[s]["loss"]) for s in (1, 2)] == [True, True]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000002"
+
+
+def test_the_progress_bar_shows_the_mtp_loss_beside_the_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    bar = ProgressBar(total=2, initial=0, enabled=False, flops_per_token=1.0, peak=None, world_size=1)
+    shown: list[dict] = []
+    monkeypatch.setattr(bar.bar, "set_postfix", lambda values, refresh=True: shown.append(dict(values)))
+    bar.update(1, loss=2.5, lr=1e-3, tokens_per_s=10.0, mtp_loss=0.75)
+    bar.update(1, loss=2.5, lr=1e-3, tokens_per_s=10.0)
+    assert list(shown[0])[:3] == ["loss", "mtp", "lr"] and shown[0]["mtp"] == "0.7500"
+    assert "mtp" not in shown[1]
