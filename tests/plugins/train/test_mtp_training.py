@@ -152,7 +152,7 @@ def test_with_gradient_accumulation_the_mtp_loss_is_the_mean_of_the_micro_batche
     rows = trainer.train_rows
     hand = [hand_losses(model, torch.from_numpy(rows.rows(i, 1)), weights)[1] for i in range(2)]
     trainer.fit()
-    assert recorder.steps[1]["mtp_loss"] == pytest.approx(float(sum(hand) / 2), rel=1e-5)
+    assert recorder.steps[1]["mtp_loss"] == pytest.approx(float(sum(hand).detach() / 2), rel=1e-5)
 
 
 def test_resuming_with_mtp_gives_the_uninterrupted_runs_weights_and_losses_exactly(tmp_path: Path) -> None:
@@ -212,3 +212,25 @@ def test_the_progress_bar_shows_the_mtp_loss_beside_the_loss(monkeypatch: pytest
     bar.update(1, loss=2.5, lr=1e-3, tokens_per_s=10.0)
     assert list(shown[0])[:3] == ["loss", "mtp", "lr"] and shown[0]["mtp"] == "0.7500"
     assert "mtp" not in shown[1]
+
+
+def test_with_documents_the_depths_run_masked_by_document_as_the_main_model(tmp_path: Path,
+                                                                           recorder: Recorder) -> None:
+    tokens = TOKENS.copy()
+    tokens[::5] = 256  # end-of-text every 5 tokens: several documents per row
+    rows = PackedRows(tokens, seq_len=T, seed=0)
+    weights = [0.3, 0.1]
+    trainer = make(tmp_path, weights, rows=rows, steps=1)
+    model = copy.deepcopy(trainer.model)
+    batch = rows.rows(0, 2)
+    layout = trainer._layout(batch[:, :-1])
+    assert set(layout) == {"document_ids", "positions"}
+    logits, mtp = model(torch.from_numpy(batch[:, :-1]), with_mtp=True, **layout)
+    ids = torch.from_numpy(batch)
+    hand = sum(w * F.cross_entropy(mtp[k - 1].flatten(0, 1), ids[:, k + 1:].flatten())
+               for k, w in enumerate(weights, start=1))
+    _, plain = model(torch.from_numpy(batch[:, :-1]), with_mtp=True)
+    trainer.fit()
+    assert recorder.steps[1]["mtp_loss"] == pytest.approx(float(hand.detach()), rel=1e-5)
+    # the documents reach the depths: each depth's logits move (by ~0.02 here) when the layout is left out
+    assert all(float((a - b).abs().max()) > 1e-3 for a, b in zip(mtp, plain))
