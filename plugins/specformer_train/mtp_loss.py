@@ -10,7 +10,7 @@ depth), and the loss added to the objective is
 with ``w_k`` the spec's ``model.mtp.loss_weights[k-1]`` (the default ``0.3 / depths`` each is the
 paper's ``lambda / D`` with ``lambda = 0.3``). A model with depths whose weights are all 0 trains
 without running them. Depths after the last weighted one run (the forward runs every depth) but
-reach no loss, so their weights get no gradient.
+reach no loss: the trainer freezes them.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ def trained_depths(model: Any) -> int:
     return max((k for k, w in enumerate(weights, start=1) if w != 0.0), default=0)
 
 
-def untrained_depth_params(model: Any) -> list[str]:
-    """Names of the parameters of the depths after the last weighted one: they get no gradient (DDP must skip them)."""
+def freeze_untrained_depths(model: Any) -> None:
+    """Freeze the depths after the last weighted one: no loss reaches them, so the optimizer holds no state for them
+    (a resume then expects none), DDP waits for no gradient of theirs and weight decay leaves them as they are."""
     if getattr(model, "mtp", None) is None:
-        return []
-    first_idle = trained_depths(model)
-    return [f"mtp.{k}.{name}" for k in range(first_idle, len(model.mtp))
-            for name, _ in model.mtp[k].named_parameters()]
+        return
+    for depth in list(model.mtp)[trained_depths(model):]:
+        depth.requires_grad_(False)
 
 
 def check_mtp_training(model: Any, *, seq_len: int, tp: int, ep: int, cp: int) -> None:
@@ -70,4 +70,4 @@ def mtp_losses(mtp_logits: list[Tensor], targets: Tensor, *, weights: list[float
     return total, per_depth
 
 
-__all__ = ["check_mtp_training", "mtp_losses", "trained_depths", "untrained_depth_params"]
+__all__ = ["check_mtp_training", "freeze_untrained_depths", "mtp_losses", "trained_depths"]

@@ -47,7 +47,7 @@ from specformer_train.parallel.parallelize import parallelize
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.router_balance import balance_routers
 from specformer_train.loggers import RunLoggers
-from specformer_train.mtp_loss import check_mtp_training, mtp_losses, trained_depths
+from specformer_train.mtp_loss import check_mtp_training, freeze_untrained_depths, mtp_losses, trained_depths
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.sharded_checkpoint import consolidate, is_sharded, use_sharded
@@ -112,6 +112,7 @@ class Trainer:
         summary = summarize(model)
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
+        freeze_untrained_depths(model)  # MTP depths no loss reaches (specformer_train.mtp_loss): frozen
         self.n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # an adapter run: a few %
         self._sizes_logged = False
 

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from specformer.errors import UserError
 from specformer_train.parallel.layout import DeviceMeshes, ParallelLayout
-from specformer_train.mtp_loss import untrained_depth_params
 from specformer_train.recompute import enable_activation_checkpointing
 
 
@@ -111,10 +110,8 @@ def _data_parallel(model: nn.Module, layout: ParallelLayout, device: torch.devic
     """DDP around ``model``, or ``model`` sharded by FSDP2 in place (or as it is); ``experts`` (split expert stacks by
     name) stay whole on their process, kept out of the average."""
     if layout.mode == "ddp":
-        # MTP depths after the last weighted one never get a gradient, which DDP would wait for.
-        ignored_names = [*experts, *untrained_depth_params(model)]
-        if ignored_names:
-            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored_names)
+        if experts:
+            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(experts))
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if layout.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard  # late: only FSDP runs need it

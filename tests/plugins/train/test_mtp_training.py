@@ -122,6 +122,16 @@ def test_a_depth_weighted_0_after_the_last_weighted_one_gets_no_gradient(tmp_pat
     for name, value in before.items():
         assert torch.equal(trainer.model.get_parameter(name), value), name  # not moved, not even by weight decay
     assert set(k for k in recorder.steps[1] if k.startswith("mtp")) == {"mtp_loss", "mtp_loss_1"}
+    assert not any(p.requires_grad for p in trainer.model.mtp[1].parameters())  # frozen: no optimizer state
+
+
+def test_a_run_with_a_depth_no_loss_reaches_resumes_exactly(tmp_path: Path) -> None:
+    whole = make(tmp_path, [0.3, 0.0], steps=2, save_every=1)
+    whole.fit()
+    resumed = make(tmp_path, [0.3, 0.0], steps=2, model_seed=1)
+    resumed.fit(resume_from=tmp_path / "checkpoints" / "step-0000001")  # no optimizer state for depth 2 is expected
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 def test_all_weights_0_train_without_running_the_depths(tmp_path: Path, recorder: Recorder) -> None:

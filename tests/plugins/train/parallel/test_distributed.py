@@ -84,7 +84,7 @@ def single_mtp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("distributed-mtp")
     corpus = root / "corpus.txt"
     corpus.write_text(make_text(6000, seed=2))
-    settings = dict(data=str(corpus), steps=4, save_every=0, eval_every=0, seed=5, cache_dir=str(root / "cache"))
+    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=0, seed=5, cache_dir=str(root / "cache"))
     for name, batch in (("one", 4), ("two", 2)):
         spec = tiny_train_spec(batch_size=batch, **settings)
         spec["model"]["mtp"] = {"depths": 2, "loss_weights": [0.3, 0.0]}
@@ -106,6 +106,21 @@ def test_two_processes_train_mtp_depths_as_one(single_mtp, mode: str) -> None:
     ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
     for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp_resumes_mtp_training_from_a_full_checkpoint(single_mtp) -> None:
+    root, reference = single_mtp
+    out = root / "fsdp-resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
+    (out / "checkpoints" / "latest").write_text("step-0000002")
+    torchrun(root / "two.yaml", out, "--set", "train.distributed=fsdp", "--resume")
+    train = [r for r in read_metrics(reference / "metrics.jsonl") if r["kind"] == "train" and r["step"] > 2]
+    resumed = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in resumed] == [3, 4]
+    for key in ("loss", "mtp_loss", "mtp_loss_1"):
+        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in train], abs=1e-5), key
 
 
 @pytest.mark.slow
