@@ -15,7 +15,7 @@ reach no loss: the trainer freezes them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from torch import Tensor
 
@@ -58,7 +58,7 @@ def check_mtp_training(model: Any, *, seq_len: int, tp: int, ep: int, cp: int) -
 
 
 def mtp_losses(mtp_logits: list[Tensor], targets: Tensor, *, weights: list[float], masked: bool,
-               lm_loss: Any) -> tuple[Tensor, list[Tensor]]:
+               lm_loss: Callable[..., Tensor]) -> tuple[Tensor, list[Tensor]]:
     """``(sum_k w_k * CE_k, [CE_1, ...])`` over the depths that reach the loss (``len(weights)`` of them).
 
     ``mtp_logits[k-1]`` ``(B, T - k, V)``; ``targets`` ``(B, T)`` the main next-token targets (IGNORE

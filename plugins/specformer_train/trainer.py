@@ -6,7 +6,8 @@ across processes; split experts are summed over their group: :mod:`specformer_tr
 clips the global gradient norm, sets each param group's learning rate
 from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
-AdamW and (by default) ``torch.compile``.
+AdamW and (by default) ``torch.compile``. A model with multi-token prediction depths adds their
+weighted loss to the objective (:mod:`specformer_train.mtp_loss`); the reported loss stays the next-token one.
 
 The loss is read back to the host every ``log_every`` steps and before every evaluation
 and save; a non-finite loss stops the run there, naming the step, without saving the
