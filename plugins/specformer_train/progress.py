@@ -69,9 +69,15 @@ class ProgressBar:
         self.peak = peak
         self.world_size = world_size
 
-    def update(self, steps: int, *, loss: float, lr: float, tokens_per_s: float) -> dict[str, float]:
-        """Advance by ``steps``; return the throughput figures shown (for the metrics log)."""
+    def update(self, steps: int, *, loss: float, lr: float, tokens_per_s: float,
+               mtp_loss: float | None = None) -> dict[str, float]:
+        """Advance by ``steps``; return the throughput figures shown (for the metrics log).
+
+        ``mtp_loss`` (a model training multi-token prediction depths) is shown beside the next-token loss.
+        """
         shown = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{tokens_per_s:,.0f}"}
+        if mtp_loss is not None:
+            shown = {"loss": shown["loss"], "mtp": f"{mtp_loss:.4f}", **shown}
         figures: dict[str, float] = {}
         utilisation = mfu(tokens_per_s, flops_per_token=self.flops_per_token, peak=self.peak,
                           world_size=self.world_size)

@@ -6,7 +6,8 @@ across processes; split experts are summed over their group: :mod:`specformer_tr
 clips the global gradient norm, sets each param group's learning rate
 from the schedule and steps the optimizer (``train.optimizer``, AdamW by default). On CPU everything is float32 and, seeded, bit-for-bit
 repeatable; on CUDA the forward runs under bf16 autocast with TF32 matmuls, fused
-AdamW and (by default) ``torch.compile``.
+AdamW and (by default) ``torch.compile``. A model with multi-token prediction depths adds their
+weighted loss to the objective (:mod:`specformer_train.mtp_loss`); the reported loss stays the next-token one.
 
 The loss is read back to the host every ``log_every`` steps and before every evaluation
 and save; a non-finite loss stops the run there, naming the step, without saving the
@@ -47,6 +48,7 @@ from specformer_train.parallel.parallelize import parallelize
 from specformer_train.interrupt import StopOnInterrupt
 from specformer_train.router_balance import balance_routers
 from specformer_train.loggers import RunLoggers
+from specformer_train.mtp_loss import check_mtp_training, freeze_untrained_depths, mtp_losses, trained_depths
 from specformer_train.optim import group_settings, make_optimizer
 from specformer_train.progress import ProgressBar, peak_flops
 from specformer_train.sharded_checkpoint import consolidate, is_sharded, use_sharded
@@ -111,6 +113,7 @@ class Trainer:
         summary = summarize(model)
         self.flops_per_token = summary.train_flops_per_token
         self.n_params = summary.total
+        freeze_untrained_depths(model)  # MTP depths no loss reaches (specformer_train.mtp_loss): frozen
         self.n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # an adapter run: a few %
         self._sizes_logged = False
 
@@ -118,8 +121,14 @@ class Trainer:
         self.model.train()
         # Document masking and restarting positions (specformer_train.documents), recorded in trainer.json.
         self.documents = document_settings(document_mask=config.document_mask, reset_positions=config.reset_positions)
+        # Multi-token prediction (model.mtp): the depths up to the last weighted one reach the loss
+        # (specformer_train.mtp_loss); none when the model has no depths or weights them all 0.
+        check_mtp_training(model, seq_len=self.seq_len, tp=self.ctx.tp, ep=self.ctx.ep, cp=self.ctx.cp)
         self.ctx.check_model(model, seq_len=self.seq_len, documents=self.documents,
                              masked_loss=hasattr(train_rows, "loss_mask"))
+        self.mtp_depths = trained_depths(model)
+        self.mtp_weights = list(model.mtp_loss_weights[: self.mtp_depths]) if self.mtp_depths else []
+        self.last_mtp: Tensor | None = None  # the last step's (L_MTP, CE_1, ..., CE_K), averaged as the loss is
         self.compiled = _compiles(config.compile, self.device)
         self.parallel = parallelize(self.model, self.ctx, device=self.device,
                                     activation_checkpointing=config.activation_checkpointing, compile=self.compiled)
@@ -173,7 +182,7 @@ class Trainer:
         bar = ProgressBar(total=config.steps, initial=self.state.step, enabled=config.progress and ctx.is_main,
                           flops_per_token=self.flops_per_token, peak=peak_flops(self.device, precision=self.precision),
                           world_size=ctx.world_size)
-        pending: list[tuple[int, Tensor, float, Tensor | None]] = []
+        pending: list[tuple[int, Tensor, float, Tensor | None, Tensor | None]] = []
         window_start, window_tokens = time.perf_counter(), 0
         last_loss: float | None = None
         status = "finished"
@@ -190,7 +199,7 @@ class Trainer:
                     self.state.sequences += self.global_batch
                     self.state.tokens += self.global_batch * self.seq_len
                     window_tokens += self.global_batch * self.seq_len
-                    pending.append((self.state.step, loss, lr, grad_norm))
+                    pending.append((self.state.step, loss, lr, grad_norm, self.last_mtp))
                     step = self.state.step
                     at_end = step == config.steps
                     evaluating = bool(config.eval_every) and step % config.eval_every == 0 and not at_end
@@ -233,20 +242,32 @@ class Trainer:
     def _train_step(self, lr: float | list[float]) -> tuple[Tensor, Tensor | None]:
         """One optimizer step at ``lr`` (one for every group, or one per group).
 
-        Returns the mean LM loss (over micro-batches and processes) and the grad norm.
+        Returns the mean LM loss (over micro-batches and processes) and the grad norm; with MTP depths,
+        ``last_mtp`` holds the step's MTP loss and each depth's cross-entropy, averaged the same way.
         """
         config, ctx = self.config, self.ctx
         lrs = [lr] * len(self.optimizer.param_groups) if isinstance(lr, (int, float)) else lr
         for group, group_lr in zip(self.optimizer.param_groups, lrs, strict=True):
             group["lr"] = group_lr
         total = torch.zeros((), device=self.device)
+        mtp_total = torch.zeros(1 + self.mtp_depths, device=self.device)  # (L_MTP, CE_1, ..., CE_K)
+        masked = hasattr(self.train_rows, "loss_mask")
         for micro, (inputs, targets, layout) in enumerate(self._micro_batches()):
             last = micro == config.grad_accum - 1
             with self._loss_scope():  # forward and backward: a vocabulary-parallel loss needs both inside
                 with gradient_sync(self.wrapped, ctx, sync=last), self._autocast():
-                    logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
-                    loss = lm_loss(logits, targets, masked=hasattr(self.train_rows, "loss_mask"))
-                    objective = loss
+                    if self.mtp_depths:
+                        # (B, T, vocab) and depth k's (B, T - k, vocab)
+                        logits, mtp_logits = self.wrapped(inputs, **layout, with_mtp=True)
+                    else:
+                        logits = self.wrapped(inputs, **layout)  # (B, T, vocab)
+                    loss = lm_loss(logits, targets, masked=masked)
+                    objective = loss  # the reported loss stays the next-token loss alone
+                    if self.mtp_depths:
+                        mtp, per_depth = mtp_losses(mtp_logits, targets, weights=self.mtp_weights, masked=masked,
+                                                    lm_loss=lm_loss)
+                        objective = objective + mtp
+                        mtp_total += torch.stack([mtp, *per_depth]).detach()
                     aux = self.model.auxiliary_loss()
                     if aux is not None:
                         objective = objective + config.aux_loss_weight * aux.float()
@@ -270,6 +291,7 @@ class Trainer:
             self.optimizer.step()
         balance_routers(self.model, ctx)  # MoE routers balanced by bias move it from this step's expert load
         self.optimizer.zero_grad(set_to_none=True)
+        self.last_mtp = all_reduce_mean(mtp_total / config.grad_accum, ctx) if self.mtp_depths else None
         return all_reduce_mean(total / config.grad_accum, ctx), grad_norm
 
     def _finish_split_gradients(self) -> dict[int, Tensor]:
@@ -357,31 +379,40 @@ class Trainer:
 
     # -- reading the loss back, metrics and hooks --------------------------------------
 
-    def _flush(self, pending: list[tuple[int, Tensor, float, Tensor | None]], bar: ProgressBar, *,
+    def _flush(self, pending: list[tuple[int, Tensor, float, Tensor | None, Tensor | None]], bar: ProgressBar, *,
                tokens_per_s: float, last_good: Path | None) -> float:
-        losses = torch.stack([loss for _, loss, _, _ in pending]).tolist()  # one host sync per window
+        losses = torch.stack([loss for _, loss, _, _, _ in pending]).tolist()  # one host sync per window
         norms: list[float | None] = [None] * len(pending)
         if pending[0][3] is not None:
-            norms = torch.stack([n for _, _, _, n in pending]).tolist()
+            norms = torch.stack([n for _, _, _, n, _ in pending]).tolist()
+        mtps: list[list[float] | None] = [None] * len(pending)
+        if pending[0][4] is not None:
+            mtps = torch.stack([m for _, _, _, _, m in pending]).tolist()
         last_step, tokens_per_step = pending[-1][0], self.global_batch * self.seq_len
-        for (step, _, lr, _), loss, norm in zip(pending, losses, norms):
-            if not math.isfinite(loss):
+        for (step, _, lr, _, _), loss, norm, mtp in zip(pending, losses, norms, mtps):
+            bad = [(name, value) for name, value in (("training loss", loss), ("MTP loss", mtp[0] if mtp else 0.0))
+                   if not math.isfinite(value)]
+            if bad:
                 where = (f"the last good checkpoint is {last_good} (step {_step_of(last_good)})" if last_good
                          else "no checkpoint was saved before it")
                 raise TrainingDiverged(
-                    f"the training loss became {loss} at step {step}; training stopped and {where}. "
+                    f"the {bad[0][0]} became {bad[0][1]} at step {step}; training stopped and {where}. "
                     f"Try a lower train.lr (now {self.config.lr:g}), more warm-up, or gradient clipping."
                 )
             tokens = self.state.tokens - (last_step - step) * tokens_per_step
             record: dict[str, float] = {"loss": loss, "lr": lr, "tokens": tokens}
             if norm is not None:
                 record["grad_norm"] = norm
+            if mtp is not None:  # the weighted sum added to the objective, then each depth's own cross-entropy
+                record["mtp_loss"] = mtp[0]
+                record.update({f"mtp_loss_{k}": ce for k, ce in enumerate(mtp[1:], start=1)})
             if not self._sizes_logged:  # once per run (and per resume): what the optimizer moves, of what there is
                 record.update(params=float(self.n_params), trainable_params=float(self.n_trainable))
                 self._sizes_logged = True
             if step == last_step:
                 record["tokens_per_s"] = tokens_per_s
-                record.update(bar.update(len(pending), loss=loss, lr=lr, tokens_per_s=tokens_per_s))
+                record.update(bar.update(len(pending), loss=loss, lr=lr, tokens_per_s=tokens_per_s,
+                                         mtp_loss=mtp[0] if mtp is not None else None))
             if self.ctx.is_main:
                 self.hooks.specformer_on_train_step(step=step, metrics=record)
         return losses[-1]

@@ -118,7 +118,10 @@ def _data_parallel(model: nn.Module, layout: ParallelLayout, device: torch.devic
 
         mesh = _meshes(layout).sharded
         ignored = set(experts.values()) or None  # expert stacks stay whole on their process, split over ep
-        for block in model.blocks:
+        # An MTP depth's block is sharded as a main block is; the rest of the depth stays with the root, since the
+        # Decoder runs the depth's final norm outside the depth's forward (after FSDP would have resharded it).
+        depth_blocks = [depth.block for depth in getattr(model, "mtp", None) or []]
+        for block in [*model.blocks, *depth_blocks]:
             fully_shard(block, mesh=mesh, ignored_params=ignored)
         fully_shard(model, mesh=mesh, ignored_params=ignored)
     return model

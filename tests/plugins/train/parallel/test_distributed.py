@@ -78,6 +78,51 @@ def test_two_processes_match_one_with_the_same_global_batch(single, mode: str) -
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.fixture(scope="module")
+def single_mtp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One process, batch 4, a model with two MTP depths, the second weighted 0 (it gets no gradient): the reference."""
+    root = tmp_path_factory.mktemp("distributed-mtp")
+    corpus = root / "corpus.txt"
+    corpus.write_text(make_text(6000, seed=2))
+    settings = dict(data=str(corpus), steps=4, save_every=2, eval_every=0, seed=5, cache_dir=str(root / "cache"))
+    for name, batch in (("one", 4), ("two", 2)):
+        spec = tiny_train_spec(batch_size=batch, **settings)
+        spec["model"]["mtp"] = {"depths": 2, "loss_weights": [0.3, 0.0]}
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    train_alone(root / "one.yaml", out_dir=str(root / "single"))
+    return root, root / "single"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_train_mtp_depths_as_one(single_mtp, mode: str) -> None:
+    root, reference = single_mtp
+    out = root / mode
+    torchrun(root / "two.yaml", out, "--set", f"train.distributed={mode}")
+    mtp = [r["mtp_loss"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert mtp == pytest.approx([r["mtp_loss"] for r in read_metrics(reference / "metrics.jsonl")
+                                 if r["kind"] == "train"], abs=1e-5)
+    assert values(out) == pytest.approx(values(reference), abs=1e-5)
+    ours, theirs = specformer.load(out / "model.safetensors"), specformer.load(reference / "model.safetensors")
+    for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp_resumes_mtp_training_from_a_full_checkpoint(single_mtp) -> None:
+    root, reference = single_mtp
+    out = root / "fsdp-resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-0000002", out / "checkpoints" / "step-0000002")
+    (out / "checkpoints" / "latest").write_text("step-0000002")
+    torchrun(root / "two.yaml", out, "--set", "train.distributed=fsdp", "--resume")
+    train = [r for r in read_metrics(reference / "metrics.jsonl") if r["kind"] == "train" and r["step"] > 2]
+    resumed = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in resumed] == [3, 4]
+    for key in ("loss", "mtp_loss", "mtp_loss_1"):
+        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in train], abs=1e-5), key
+
+
 @pytest.mark.slow
 def test_fsdp_resumes_from_a_full_checkpoint(single) -> None:
     root, reference = single
