@@ -7,14 +7,14 @@ from typing import Any
 import torch
 
 from specformer_generate.arguments import check_mode
-from specformer_generate.drafters import DraftModel, PromptLookup
+from specformer_generate.drafters import DraftModel, MTPDrafter, PromptLookup
 from specformer_generate.samplers.pipeline import Sampler
-from specformer_generate.speculative import PROMPT_LOOKUP_NAMES, Drafter
+from specformer_generate.speculative import MTP_NAMES, PROMPT_LOOKUP_NAMES, Drafter
 
 
 def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: bool, compile: Any,
                         needed: int) -> Drafter:
-    """The drafter for ``draft`` (``"ngram"`` or a model), or a ValueError naming what does not fit.
+    """The drafter for ``draft`` (``"ngram"``, ``"mtp"`` or a model), or a ValueError naming what does not fit.
 
     ``needed``: the columns the call writes (longest prompt plus new tokens), which the
     draft model's context must hold.
@@ -30,9 +30,15 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
     if isinstance(draft, str):
         if draft in PROMPT_LOOKUP_NAMES:
             return PromptLookup()
-        raise ValueError(f"draft must be 'ngram' (prompt lookup) or a draft model, got the string {draft!r}")
+        if draft in MTP_NAMES:
+            if getattr(model, "mtp", None) is None:
+                raise ValueError(no_mtp_depths(f"this model ({type(model).__name__}, {len(model.blocks)} layers)"))
+            return MTPDrafter(model)
+        raise ValueError(f"draft must be 'ngram' (prompt lookup), 'mtp' (the model's MTP depths) or a draft model, "
+                         f"got the string {draft!r}")
     if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "vocab_size"):
-        raise ValueError(f"draft must be 'ngram' (prompt lookup) or a specformer model, got {type(draft).__name__}")
+        raise ValueError(f"draft must be 'ngram' (prompt lookup), 'mtp' (the model's MTP depths) or a specformer "
+                         f"model, got {type(draft).__name__}")
     if draft is model:
         raise ValueError("draft is the model itself, which would only add work; pass a smaller model or 'ngram'")
     if draft.vocab_size != model.vocab_size:
@@ -46,3 +52,9 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
         raise ValueError(f"the draft model is on {draft_device} but the model is on {device}; move one of them")
     check_mode(draft)
     return DraftModel(draft)
+
+
+def no_mtp_depths(model: str) -> str:
+    """The refusal of ``draft="mtp"`` for ``model`` (a name or checkpoint path), which has no MTP depths."""
+    return (f"draft 'mtp' drafts with the model's multi-token prediction depths (model.mtp in its spec), and {model} "
+            f"has none; use 'ngram' (prompt lookup) or a smaller draft model with the same vocabulary")
