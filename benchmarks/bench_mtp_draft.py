@@ -65,6 +65,8 @@ def train(model: Any, data: torch.Tensor, *, steps: int, batch: int, seq: int, l
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if (step + 1) % 100 == 0:
+            print(f"  step {step + 1}/{steps}: main loss {main:.2f}", flush=True)
     model.eval()
     return main
 
