@@ -32,7 +32,9 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
             return PromptLookup()
         if draft in MTP_NAMES:
             if getattr(model, "mtp", None) is None:
-                raise ValueError(no_mtp_depths(f"this model ({type(model).__name__}, {len(model.blocks)} layers)"))
+                raise ValueError(f"draft 'mtp' drafts with the model's multi-token prediction depths (model.mtp in "
+                                 f"its spec), and this model ({type(model).__name__}, {len(model.blocks)} layers) has "
+                                 f"none; use 'ngram' (prompt lookup) or a smaller draft model with the same vocabulary")
             return MTPDrafter(model)
         raise ValueError(f"draft must be 'ngram' (prompt lookup), 'mtp' (the model's MTP depths) or a draft model, "
                          f"got the string {draft!r}")
@@ -40,7 +42,8 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
         raise ValueError(f"draft must be 'ngram' (prompt lookup), 'mtp' (the model's MTP depths) or a specformer "
                          f"model, got {type(draft).__name__}")
     if draft is model:
-        raise ValueError("draft is the model itself, which would only add work; pass a smaller model or 'ngram'")
+        raise ValueError("draft is the model itself, which would only add work; pass a smaller model, 'ngram', or 'mtp' "
+                         "(the model's own MTP depths)")
     if draft.vocab_size != model.vocab_size:
         raise ValueError(f"the draft model's vocabulary has {draft.vocab_size} tokens but the model's has "
                          f"{model.vocab_size}; a draft model must use the same tokenizer and vocabulary")
@@ -53,8 +56,3 @@ def speculation_drafter(model: Any, draft: Any, *, sampler: Sampler, use_cache: 
     check_mode(draft)
     return DraftModel(draft)
 
-
-def no_mtp_depths(model: str) -> str:
-    """The refusal of ``draft="mtp"`` for ``model`` (a name or checkpoint path), which has no MTP depths."""
-    return (f"draft 'mtp' drafts with the model's multi-token prediction depths (model.mtp in its spec), and {model} "
-            f"has none; use 'ngram' (prompt lookup) or a smaller draft model with the same vocabulary")
