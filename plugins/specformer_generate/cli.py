@@ -21,9 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the KV cache kept between turns (the same as `specformer chat`)")
     parser.add_argument("--num-beams", type=int, default=None, help="beam search with this many beams")
     parser.add_argument("--length-penalty", type=float, default=None, help="beam search length penalty")
-    parser.add_argument("--draft", default=None, metavar="CKPT|ngram",
-                        help="speculative decoding: a smaller checkpoint with the same tokenizer drafts tokens, or "
-                             "ngram (prompt lookup) copies them from earlier text; the output is unchanged")
+    parser.add_argument("--draft", default=None, metavar="CKPT|ngram|mtp",
+                        help="speculative decoding: a smaller checkpoint with the same tokenizer drafts tokens, "
+                             "ngram (prompt lookup) copies them from earlier text, or mtp drafts with the model's "
+                             "own multi-token prediction depths; the output is unchanged")
     parser.add_argument("--quantize", default=None, metavar="SCHEME",
                         help="quantize the weights on load, writing nothing: int8, int4 (group 32) or bf16 "
                              "(needs the specformer_quant plugin; `specformer quantize` writes a quantized file)")

@@ -1,4 +1,4 @@
-"""The two drafters of speculative decoding: prompt lookup, and a smaller model.
+"""The drafters of speculative decoding: prompt lookup, a smaller model, and the model's own MTP depths.
 
 ``PromptLookup`` (Saxena 2023, "prompt lookup decoding") finds the most recent earlier
 occurrence of the text's last ``n`` tokens (``n`` from ``max_ngram`` down to 1) and
@@ -10,6 +10,10 @@ repeat with that period and the copy goes on over the drafts themselves).
 ``DraftModel`` runs another specformer model with the same vocabulary one token at a
 time with its own KV cache, drawing each draft with the same sampler as the target (so
 its ``q`` is close to the target's ``p`` and most drafts are accepted).
+
+``MTPDrafter`` (self-speculative decoding) drafts with the model's own multi-token
+prediction depths (``model.mtp``, DeepSeek-V3 section 2.2), which were trained to predict
+the tokens after the next one from its hidden state.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from specformer_generate.decode import prefill
 from specformer_generate.inputs import PromptBatch
 from specformer_generate.samplers.pipeline import Sampler
 from specformer_generate.speculative import Draft, probabilities, sample_from
+
+#: Positions the MTP drafter's depth block reads (it runs without a cache, over the last this many).
+MTP_WINDOW = 32
 
 
 class PromptLookup:
@@ -121,3 +128,77 @@ class DraftModel:
         if columns < self.length:
             self.cache.rollback(columns)
             self.length = columns
+
+
+class MTPDrafter:
+    """Drafts with the model's multi-token prediction depths, from the hidden states of its own forwards.
+
+    Column ``i = filled - 2`` is the last one whose successor (column ``filled - 1``, the token
+    the round just emitted) is final; the model's hidden state there, ``h_i`` (before its final
+    norm), and the embedding of that token give depth 1's logits for the first draft. Draft
+    ``m`` runs depth ``min(m, D)`` on the previous step's output ``h^{m-1}`` and the embedding
+    of draft ``m - 1``: the first ``D`` drafts use depths 1..D in order, each as it was trained
+    (depth k reads ``h^{k-1}`` and the token k ahead), and past ``D`` the last depth is chained
+    on its own output, as inference engines do when they draft more tokens than there are
+    depths (for a one-depth model, DeepSeek-V3 or GLM-4.5: depth 1 chained).
+
+    A depth's block runs without a cache over the last ``window`` columns (``MTP_WINDOW``):
+    its attention sees at most that many positions back, which may lower acceptance on long
+    texts but never changes the output (every draft is checked by the model). Columns of
+    left padding have negative positions and are never attended to.
+    """
+
+    reads_hidden = True
+
+    def __init__(self, model: Any, *, window: int = MTP_WINDOW) -> None:
+        if model.mtp is None:
+            raise ValueError("MTPDrafter needs a model with MTP depths (model.mtp)")
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.model = model
+        self.window = window
+        self.hidden: Tensor | None = None  # (B, capacity, D): the model's hidden state at each column it read
+        self.capacity = 0  # columns of the call (prompt width plus new tokens), set by start
+
+    def start(self, batch: PromptBatch, *, capacity: int, spare: int) -> None:
+        self.hidden = None  # sized and typed by the first read_hidden (the prefill's)
+        self.capacity = capacity
+
+    def read_hidden(self, hidden: Tensor, column: int) -> None:
+        if self.hidden is None:
+            self.hidden = hidden.new_zeros((hidden.shape[0], self.capacity, hidden.shape[-1]))
+        self.hidden[:, column : column + hidden.shape[1]] = hidden
+
+    def propose(self, tokens: Tensor, history: Tensor, filled: int, k: int, *, offsets: Tensor, sampler: Sampler,
+                generator: torch.Generator | None) -> Draft | None:
+        assert self.hidden is not None
+        model, depths = self.model, len(self.model.mtp)
+        last = filled - 2  # the last column whose hidden state and successor are final
+        first = max(last - self.window + 1, 0)
+        columns = torch.arange(first, last + 1, device=tokens.device)  # (W,)
+        positions = columns[None, :] - offsets  # (B, W): negative in padding columns
+        sequence = tokens[:, : filled + k].clone()  # (B, filled + k): the text, then the drafts as they come
+        context = history[:, : filled + k].clone()  # what the sampler reads, drafts included
+        hidden = self.hidden[:, first : last + 1]  # (B, W, D): h^0
+        drafted, probs = [], []
+        for m in range(1, k + 1):
+            depth = min(m, depths)
+            ahead = sequence[:, first + m : last + 1 + m]  # (B, W): the token m columns ahead of each row
+            hidden = model.mtp_depth(depth, hidden, ahead, positions=positions)  # (B, W, D): h^m
+            logits = model.output_logits(model.mtp[depth - 1].final_norm(hidden[:, -1:]))[:, -1].float()  # (B, V)
+            processed = sampler.process(logits, context[:, : filled + m - 1])
+            if sampler.is_greedy:
+                token = processed.argmax(dim=-1)  # (B,)
+            else:
+                p = probabilities(processed)  # (B, V)
+                token = sample_from(p, generator)
+                probs.append(p)
+            drafted.append(token)
+            sequence[:, filled + m - 1] = token
+            context[:, filled + m - 1] = token
+        proposed = torch.stack(drafted, dim=1)  # (B, k)
+        return Draft(tokens=proposed, valid=torch.ones_like(proposed, dtype=torch.bool),
+                     probs=torch.stack(probs, dim=1) if probs else None)
+
+    def keep(self, columns: int) -> None:
+        pass  # the hidden states of rejected columns are written again when the model reads them

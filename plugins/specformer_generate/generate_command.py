@@ -42,7 +42,7 @@ from specformer_generate.memory import parse_max_memory
 from specformer_generate.prompt_input import Prompt, encode, read_prompts
 from specformer_generate.samplers.pipeline import Sampler, build_sampler
 from specformer_generate.section import GenerateSpec
-from specformer_generate.speculative import PROMPT_LOOKUP_NAMES
+from specformer_generate.speculative import MTP_NAMES, PROMPT_LOOKUP_NAMES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,8 +133,15 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device, tokenizer
                         "KV cache; drop it, or drop --interactive / --num-beams / --no-cache / --compile")
     if args.draft in PROMPT_LOOKUP_NAMES:
         return args.draft
+    if args.draft in MTP_NAMES:
+        if getattr(model, "mtp", None) is None:
+            raise UserError(f"--draft mtp drafts with the model's multi-token prediction depths (model.mtp in its spec), "
+                            f"and {args.checkpoint} has none; use --draft ngram (prompt lookup) or --draft CKPT "
+                            f"(a smaller checkpoint with the same tokenizer)")
+        return args.draft
     if not Path(args.draft).is_file():
-        raise UserError(f"--draft must be ngram (prompt lookup) or a draft checkpoint file; {args.draft!r} is neither")
+        raise UserError(f"--draft must be ngram (prompt lookup), mtp (the model's multi-token prediction depths) or a "
+                        f"draft checkpoint file; {args.draft!r} is none of them")
     draft = specformer.load(args.draft, device=device).eval()
     if draft.vocab_size != model.vocab_size:
         raise UserError(f"the draft checkpoint {args.draft} has a vocabulary of {draft.vocab_size} tokens, the model "

@@ -55,7 +55,8 @@ class GenerationOptions:
         None, "The most the call may need: bytes, a size such as ``\"8GiB\"``, or ``\"unlimited\"`` (see "
               ":mod:`specformer_generate.memory`); default ``SPECFORMER_MAX_MEMORY``, else the memory available.")
     draft: Any = _option(None, "Speculative decoding (:mod:`specformer_generate.speculative`): ``\"ngram\"`` "
-                               "(prompt lookup) or a smaller model over the same vocabulary; the result is the same "
+                               "(prompt lookup), ``\"mtp\"`` (the model's own multi-token prediction depths) "
+                               "or a smaller model over the same vocabulary; the result is the same "
                                "as without it (greedy: the same tokens; sampling: the same distribution).")
     draft_tokens: int = _option(4, "Tokens the drafter proposes a round.")
 

@@ -12,6 +12,11 @@ distribution at each of the ``k + 1`` next positions. Drafts are accepted from t
   accepted one more token is drawn from ``p``. Every emitted token then has exactly the
   model's distribution ``p`` (after the sampler's processors) given what precedes it.
 
+A drafter that sets ``reads_hidden`` (the MTP drafter, self-speculative decoding) is handed
+the model's last hidden state before the final norm at every column the model reads, from
+the prefill and from each round's check (``Decoder.forward(return_hidden=True)``): the
+columns it keeps are final, the rejected ones are written again next round.
+
 A prompt-lookup drafter proposes a continuation copied from earlier in the text, which is
 a ``q`` that puts all its mass on one token (acceptance probability ``p(d)``, residual
 ``p`` without ``d``).
@@ -39,6 +44,8 @@ from specformer_generate.samplers.pipeline import Sampler
 
 #: What ``draft=`` accepts as a name for prompt lookup.
 PROMPT_LOOKUP_NAMES = ("ngram", "prompt_lookup")
+#: What ``draft=`` accepts as a name for the model's own multi-token prediction depths.
+MTP_NAMES = ("mtp",)
 
 
 @dataclass
@@ -51,7 +58,12 @@ class Draft:
 
 
 class Drafter(Protocol):
-    """Proposes continuations; told after each round how many history columns are final."""
+    """Proposes continuations; told after each round how many history columns are final.
+
+    A drafter with a true ``reads_hidden`` attribute also has ``read_hidden(hidden, column)``:
+    the model's hidden state ``(B, T, D)`` (before the final norm) of columns ``column ..
+    column + T - 1``, handed over after every forward of the model.
+    """
 
     def start(self, batch: PromptBatch, *, capacity: int, spare: int) -> None: ...
 
@@ -76,9 +88,15 @@ def speculative_decode(run: Any, drafter: Drafter, draft_tokens: int) -> Iterato
     offsets = (width - torch.tensor(batch.lengths, device=device))[:, None]  # (B, 1)
     capacity = width + n
     cache = StaticKVCache.for_model(model, batch_size=rows, capacity=capacity, spare=draft_tokens)
-    logits = prefill(model, batch.tokens, batch.positions, cache)
-    cache.keep_steps = True  # a recurrent state can then go back to the last kept draft (not kept for the prompt)
+    reads_hidden = bool(getattr(drafter, "reads_hidden", False))
     drafter.start(batch, capacity=capacity, spare=draft_tokens)
+    if reads_hidden:
+        logits, hidden = model(batch.tokens, positions=batch.positions, cache=cache, last_only=True, return_hidden=True)
+        logits = logits[:, -1].float()  # (B, V)
+        drafter.read_hidden(hidden, 0)
+    else:
+        logits = prefill(model, batch.tokens, batch.positions, cache)
+    cache.keep_steps = True  # a recurrent state can then go back to the last kept draft (not kept for the prompt)
     # What the models read: the raw ids (run.history holds the pad id after a row finished).
     tokens = torch.zeros((rows, capacity), dtype=torch.long, device=device)
     tokens[:, :width] = batch.tokens
@@ -96,7 +114,12 @@ def speculative_decode(run: Any, drafter: Drafter, draft_tokens: int) -> Iterato
         if draft is not None:
             inputs = torch.cat((inputs, draft.tokens), dim=1)  # (B, k + 1)
         columns = torch.arange(filled - 1, filled + k, device=device)  # (k + 1,)
-        logits = model(inputs, positions=columns[None, :] - offsets, cache=cache).float()  # (B, k + 1, V)
+        if reads_hidden:
+            logits, hidden = model(inputs, positions=columns[None, :] - offsets, cache=cache, return_hidden=True)
+            drafter.read_hidden(hidden, filled - 1)  # (B, k + 1, D): the drafts' columns are final only if kept
+        else:
+            logits = model(inputs, positions=columns[None, :] - offsets, cache=cache)
+        logits = logits.float()  # (B, k + 1, V)
         accepted, emitted = verify(logits, draft, run.history, filled, sampler=sampler, generator=run.generator)
         running = ~run.stopper.done
         kept = int(accepted[running].min()) if bool(running.any()) else 0  # drafts kept in every row

@@ -129,8 +129,13 @@ class Decoder(nn.Module):
         cache: KVCache | None = None,
         last_only: bool = False,
         with_mtp: bool = False,
-    ) -> "Tensor | tuple[Tensor, list[Tensor]]":
+        return_hidden: bool = False,
+    ) -> "Tensor | tuple[Tensor, list[Tensor]] | tuple[Tensor, Tensor]":
         """Logits ``(B, T, vocab_size)``, or ``(B, 1, vocab_size)`` for the last token with ``last_only``.
+
+        ``return_hidden``: ``(logits, hidden)``, ``hidden`` ``(B, T, d_model)`` the last hidden state
+        of every position (the residual stream collapsed, before the final norm: what MTP depth 1
+        reads), whatever ``last_only`` says of the logits. Not with ``with_mtp``.
 
         ``with_mtp`` (a model with ``model.mtp``, no cache): ``(logits, mtp_logits)``, where
         ``mtp_logits[k - 1]`` ``(B, T - k, vocab_size)`` are depth k's logits, row i predicting
@@ -149,6 +154,9 @@ class Decoder(nn.Module):
             raise ValueError("with_mtp needs a model with MTP depths (model.mtp) and a forward over whole sequences "
                              "(no cache, no last_only); " + ("this model has none" if self.mtp is None else
                                                               "give neither cache nor last_only"))
+        if with_mtp and return_hidden:
+            raise ValueError("give with_mtp or return_hidden, not both (with_mtp computes the MTP logits from the "
+                             "hidden state itself)")
         batch, length = input_ids.shape
         if document_ids is not None:
             check_document_ids(document_ids, input_ids, cache=cache)
@@ -182,9 +190,12 @@ class Decoder(nn.Module):
             if self.shared_uses[index] is not None:
                 x = self._shared_use(index, x, ctx)
             x = block(x, ctx)
+        hidden = self.residual.collapse(x) if return_hidden else None  # (B, T, D): all positions, before last_only
         if last_only:
             x = x[:, -1:, :]
         logits = self.head_logits(x)
+        if hidden is not None:
+            return logits, hidden
         if not with_mtp:
             return logits
         return logits, self.mtp_logits(self.residual.collapse(x), input_ids, positions=positions,
@@ -202,23 +213,38 @@ class Decoder(nn.Module):
         """
         assert self.mtp is not None, "mtp_logits needs MTP depths"
         batch, length = input_ids.shape
-        embedded = self.embedding(input_ids)  # (B, T, D): the shared embedding, scaled as the main model's
-        if self.embedding_multiplier != 1.0:
-            embedded = embedded * torch.tensor(self.embedding_multiplier, dtype=embedded.dtype)
         out = []
-        for k, depth in enumerate(self.mtp, start=1):
+        for k in range(1, len(self.mtp) + 1):
             rows = length - k
             if rows <= 0:  # no token k ahead of any position: nothing to predict
                 out.append(hidden.new_zeros((batch, 0, self.vocab_size)))
                 continue
-            at = positions[:, :rows]
-            ctx = ForwardContext(positions=at, positional=self.positional, positional_state=self.positional.prepare(at),
-                                 plain_causal=plain_causal)
-            ctx.document_ids = document_ids[:, :rows] if document_ids is not None else None
-            ctx.token_ids = input_ids[:, k:]  # the token each row's block input embeds
-            hidden = depth(hidden[:, :rows], embedded[:, k:], ctx, residual=self.residual)  # (B, T - k, D): h^k
-            out.append(self.output_logits(depth.final_norm(hidden)))
+            hidden = self.mtp_depth(k, hidden[:, :rows], input_ids[:, k:], positions=positions[:, :rows],
+                                    document_ids=document_ids[:, :rows] if document_ids is not None else None,
+                                    plain_causal=plain_causal)  # (B, T - k, D): h^k
+            out.append(self.output_logits(self.mtp[k - 1].final_norm(hidden)))
         return out
+
+    def mtp_depth(self, k: int, hidden: Tensor, ahead_ids: Tensor, *, positions: Tensor,
+                  document_ids: Tensor | None = None, plain_causal: bool = False) -> Tensor:
+        """Depth ``k``'s hidden state ``h^k`` ``(B, R, D)`` (before its final norm) at ``R`` rows.
+
+        ``hidden`` ``(B, R, D)``: ``h^{k-1}`` at those rows; ``ahead_ids`` ``(B, R)``: the token each
+        row's depth reads (``k`` positions ahead of it); ``positions`` ``(B, R)``: the rows' own
+        positions (negative: a padding row, never attended to). The block runs causally over the rows;
+        :meth:`mtp_logits` runs every depth this way, and a caller may run one (a drafter does).
+        """
+        assert self.mtp is not None, "mtp_depth needs MTP depths"
+        if not 1 <= k <= len(self.mtp):
+            raise ValueError(f"MTP depth {k} does not exist; this model has depths 1 to {len(self.mtp)}")
+        embedded = self.embedding(ahead_ids)  # (B, R, D): the shared embedding, scaled as the main model's
+        if self.embedding_multiplier != 1.0:
+            embedded = embedded * torch.tensor(self.embedding_multiplier, dtype=embedded.dtype)
+        ctx = ForwardContext(positions=positions, positional=self.positional,
+                             positional_state=self.positional.prepare(positions), plain_causal=plain_causal)
+        ctx.document_ids = document_ids
+        ctx.token_ids = ahead_ids  # the token each row's block input embeds
+        return self.mtp[k - 1](hidden, embedded, ctx, residual=self.residual)
 
     def _check_first_cached(self) -> None:
         """A cache claims its columns for a forward at its lowest layer index, so the first layer that keeps

@@ -126,3 +126,29 @@ def test_a_bad_mtp_section_is_one_clear_problem(mtp, path, words):
 def test_the_default_loss_weights_are_deepseeks_lambda_over_the_depths():
     assert specformer.build(_spec(depths=3), seed=0).mtp_loss_weights == pytest.approx([0.1, 0.1, 0.1])
     assert specformer.build(_spec(depths=2, loss_weights=[0.5, 0.25]), seed=0).mtp_loss_weights == [0.5, 0.25]
+
+
+def test_return_hidden_is_the_final_norms_input_at_every_position_and_mtp_depth_runs_one_depth():
+    """``return_hidden`` hands back what the final norm reads (all positions, even with last_only), and
+    ``mtp_depth`` run depth by depth over the hidden state gives ``mtp_logits``."""
+    model = specformer.build(_spec(depths=2), seed=0)
+    ids = torch.randint(0, 61, (2, 9))
+    seen = {}
+    model.final_norm.register_forward_pre_hook(lambda _m, args: seen.__setitem__("h", args[0]))
+    with torch.no_grad():
+        logits, hidden = model(ids, return_hidden=True)
+        torch.testing.assert_close(hidden, seen["h"], rtol=0, atol=0)
+        torch.testing.assert_close(logits, model.output_logits(model.final_norm(hidden)), rtol=0, atol=0)
+        last, hidden_too = model(ids, return_hidden=True, last_only=True)
+        assert last.shape == (2, 1, 61) and hidden_too.shape == (2, 9, model.d_model)
+        torch.testing.assert_close(hidden_too, hidden, rtol=0, atol=0)
+        _, mtp = model(ids, with_mtp=True)
+        positions = torch.arange(9).expand(2, 9)
+        h1 = model.mtp_depth(1, hidden[:, :8], ids[:, 1:], positions=positions[:, :8])
+        torch.testing.assert_close(model.output_logits(model.mtp[0].final_norm(h1)), mtp[0], rtol=1e-6, atol=1e-6)
+        h2 = model.mtp_depth(2, h1[:, :7], ids[:, 2:], positions=positions[:, :7])
+        torch.testing.assert_close(model.output_logits(model.mtp[1].final_norm(h2)), mtp[1], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="with_mtp or return_hidden"):
+        model(ids, with_mtp=True, return_hidden=True)
+    with pytest.raises(ValueError, match="depths 1 to 2"):
+        model.mtp_depth(3, hidden, ids, positions=positions)
