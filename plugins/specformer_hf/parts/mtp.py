@@ -63,7 +63,15 @@ def _head(site: Site) -> str:
 class LayerMTP(Part):
     """num_nextn_predict_layers (or num_mtp_layers) <-> ``model.mtp.depths``, each depth kept as a decoder layer after
     the last (DeepSeek-V3's layout): its block is the model's block (the experts' layer, as the published MTP layers
-    are), its norms the block's RMSNorm and the final norm."""
+    are), its norms the block's RMSNorm and the final norm.
+
+    ``final_norm``: the depth's own name of its norm before the head (Hunyuan 3: ``final_layernorm``);
+    ``copies``: whether the checkpoints keep copies of the embedding and head in each depth (Hunyuan 3's
+    loaders read none: they share the main model's).
+    """
+
+    final_norm: str = "shared_head.norm"
+    copies: bool = True
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         count = cfg.get_int(PUBLISHED_COUNT) if cfg.has(PUBLISHED_COUNT) else cfg.get_int("num_mtp_layers", 0)
@@ -81,14 +89,16 @@ class LayerMTP(Part):
 
     def rules(self) -> list[Rule]:
         at = f"{LAYER}"  # model.layers.{i}, i = N + depth
-        return [
+        own: list[Rule] = [
             Copy(f"{at}.enorm.weight", "mtp.{d}.enorm.weight"),
             Copy(f"{at}.hnorm.weight", "mtp.{d}.hnorm.weight"),
             Copy(f"{at}.eh_proj.weight", "mtp.{d}.eh_proj.weight"),
-            Copy(f"{at}.shared_head.norm.weight", "mtp.{d}.final_norm.weight"),
-            SharedCopy(f"{at}.embed_tokens.weight", lambda site: "embedding.weight"),
-            SharedCopy(f"{at}.shared_head.head.weight", _head),
+            Copy(f"{at}.{self.final_norm}.weight", "mtp.{d}.final_norm.weight"),
         ]
+        if not self.copies:
+            return own
+        return [*own, SharedCopy(f"{at}.embed_tokens.weight", lambda site: "embedding.weight"),
+                SharedCopy(f"{at}.shared_head.head.weight", _head)]
 
 
 __all__ = ["LayerMTP", "PUBLISHED_COUNT", "SharedCopy"]

@@ -13,6 +13,7 @@ import copy
 import importlib
 import json
 import warnings
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -23,9 +24,30 @@ import specformer_hf
 from specformer.errors import UserError
 
 TOLERANCE = 1e-4
-#: The families whose published checkpoints keep their MTP depth as layer N, and the decoder layer class of each.
-LAYER_CLASSES = {"deepseek_v3": "DeepseekV3DecoderLayer", "deepseek_v32": "DeepseekV32DecoderLayer",
-                 "glm4_moe": "Glm4MoeDecoderLayer"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """How a family's published checkpoints keep their MTP depth as layer N: the decoder layer class transformers runs
+    it with, the name of its norm before the head, and whether it holds copies of the embedding and head."""
+
+    layer_class: str
+    final_norm: str = "shared_head.norm"
+    copies: bool = True
+    #: Name prefixes of the layer's tensors as transformers holds them -> as its save_pretrained writes the main
+    #: layers' (Hunyuan 3's published names).
+    saved: tuple[tuple[str, str], ...] = ()
+
+
+LAYOUTS = {
+    "deepseek_v3": Published("DeepseekV3DecoderLayer"), "deepseek_v32": Published("DeepseekV32DecoderLayer"),
+    "glm4_moe": Published("Glm4MoeDecoderLayer"), "glm4_moe_lite": Published("Glm4MoeLiteDecoderLayer"),
+    "glm_moe_dsa": Published("GlmMoeDsaDecoderLayer"),
+    # Hunyuan 3 (vLLM's and LMDeploy's hy_v3_mtp loaders): final_layernorm, no copies of the embedding or head.
+    "hy_v3": Published("HYV3DecoderLayer", final_norm="final_layernorm", copies=False,
+                       saved=(("mlp.e_score_correction_bias", "mlp.expert_bias"), ("mlp.gate.", "mlp.router.gate."),
+                              ("mlp.shared_experts.", "mlp.shared_mlp."))),
+}
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -34,7 +56,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def _with_mtp(name: str, directory):
     """A saved tiny model of case ``name`` whose file also holds one MTP depth (layer N), and that depth's modules."""
-    case = BY_NAME[name]
+    case, published = BY_NAME[name], LAYOUTS[name]
     hf = case.build()
     case.save(hf, directory)
     config = hf.config
@@ -42,10 +64,10 @@ def _with_mtp(name: str, directory):
     torch.manual_seed(7)
     modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
     at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind
-    for field in ("layer_types", "mlp_layer_types"):
+    for field in ("layer_types", "mlp_layer_types", "indexer_types"):
         if isinstance(getattr(at_n, field, None), list):
             setattr(at_n, field, [*getattr(at_n, field), getattr(at_n, field)[-1]])
-    layer = getattr(modeling, LAYER_CLASSES[name])(at_n, layer_idx=n).eval()
+    layer = getattr(modeling, published.layer_class)(at_n, layer_idx=n).eval()
     g = torch.Generator().manual_seed(8)
     with torch.no_grad():
         # A layer built outside a PreTrainedModel is not initialised (the router's weight is torch.empty): fill every
@@ -54,12 +76,14 @@ def _with_mtp(name: str, directory):
             noise = torch.randn(t.shape, generator=g)
             t.copy_(1 + 0.1 * noise if "norm" in key else 0.1 * noise)
     own = {"enorm": 1 + 0.1 * torch.randn(d, generator=g), "hnorm": 1 + 0.1 * torch.randn(d, generator=g),
-           "eh_proj": 0.1 * torch.randn(d, 2 * d, generator=g), "shared_head.norm": 1 + 0.1 * torch.randn(d, generator=g)}
+           "eh_proj": 0.1 * torch.randn(d, 2 * d, generator=g), "final": 1 + 0.1 * torch.randn(d, generator=g)}
     path = directory / "model.safetensors"
     tensors = load_file(str(path))
     at = f"model.layers.{n}."
     for key, value in layer.state_dict().items():
         value = value.detach().clone()
+        for old, new in published.saved:
+            key = new + key[len(old):] if key.startswith(old) else key
         if key == "mlp.experts.gate_up_proj":  # (E, 2H, D), gate rows first: saved per expert, as the main layers
             for j, (gate, up) in enumerate(zip(*value.chunk(2, dim=1))):
                 tensors[f"{at}mlp.experts.{j}.gate_proj.weight"] = gate.contiguous()
@@ -69,9 +93,11 @@ def _with_mtp(name: str, directory):
                 tensors[f"{at}mlp.experts.{j}.down_proj.weight"] = down.contiguous()
         else:
             tensors[at + key] = value.contiguous()
-    tensors.update({f"{at}{k}.weight": v for k, v in own.items()})
-    tensors[at + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
-    tensors[at + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    names = {"enorm": "enorm", "hnorm": "hnorm", "eh_proj": "eh_proj", "final": published.final_norm}
+    tensors.update({f"{at}{names[k]}.weight": v for k, v in own.items()})
+    if published.copies:
+        tensors[at + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+        tensors[at + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
     save_file(tensors, str(path), metadata={"format": "pt"})
     # The published config.json names the count num_nextn_predict_layers (transformers' num_mtp_layers).
     saved = json.loads((directory / "config.json").read_text())
@@ -98,10 +124,10 @@ def _reference_depth1(hf, layer, own, ids: torch.Tensor) -> torch.Tensor:
     mask = torch.full((length, length), torch.finfo(x.dtype).min).triu(1)[None, None]  # (1, 1, T-1, T-1) causal
     x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
     x = x[0] if isinstance(x, tuple) else x
-    return hf.lm_head(_rms(x, own["shared_head.norm"], eps))
+    return hf.lm_head(_rms(x, own["final"], eps))
 
 
-@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
     hf, layer, own = _with_mtp(name, tmp_path / "hf")
     with warnings.catch_warnings(record=True) as caught:
@@ -122,7 +148,7 @@ def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
     assert (depth1 - logits[:, :-1]).abs().max().item() > 100 * TOLERANCE
 
 
-@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_mtp_tensors_export_bit_exact_under_the_published_names(name, tmp_path):
     _with_mtp(name, tmp_path / "hf")
     imported = specformer_hf.import_hf(tmp_path / "hf")
