@@ -20,8 +20,11 @@ from typing import Any, Callable
 
 from torch import Tensor
 
+from specformer.errors import UserError
+
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.base import LAYER, FamilyView, Part
+from specformer_hf.parts.deltanet import AttentionFields
 from specformer_hf.rules import Copy, Rule, Site
 from specformer_hf.specview import NotExpressible
 
@@ -101,4 +104,61 @@ class LayerMTP(Part):
                 SharedCopy(f"{at}.shared_head.head.weight", _head)]
 
 
-__all__ = ["LayerMTP", "PUBLISHED_COUNT", "SharedCopy"]
+#: Qwen3-Next's and Qwen3.5's count (the published config.json's; transformers' configs do not read it).
+SEPARATE_COUNT = "mtp_num_hidden_layers"
+#: Where those checkpoints keep the depth's decoder layer (``Family.mtp_layer``).
+SEPARATE_LAYER = "mtp.layers.{d}"
+
+
+@dataclass(frozen=True)
+class SeparateMTP(Part):
+    """mtp_num_hidden_layers <-> ``model.mtp.depths`` as Qwen3-Next and Qwen3.5 keep the depth, beside the model under
+    ``mtp.``: ``pre_fc_norm_embedding`` (enorm), ``pre_fc_norm_hidden`` (hnorm), ``fc`` (eh_proj: the embedding's
+    columns first, as ours; vLLM's qwen3_next_mtp concatenates ``[embedding; hidden]``), the decoder layer
+    ``mtp.layers.{d}`` (the family's ``mtp_layer``) and ``norm`` (the final norm); no copies of the embedding or head.
+
+    The depth's layer is a full-attention layer (vLLM builds it with layer_type full_attention) even where the
+    model's block is a Gated DeltaNet: ``mtp.block.mixer`` is then the attention layers' mixer. Its norms are the
+    block's (1 + w) RMSNorm. One fc and one pair of input norms serve every depth, so only one depth is read (the
+    published checkpoints have one).
+    """
+
+    attention: AttentionFields
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        count = cfg.get_int(SEPARATE_COUNT, 0)
+        if cfg.get("mtp_use_dedicated_embeddings", False):
+            raise UserError(f"{cfg.family}: mtp_use_dedicated_embeddings is not supported (the MTP layer would read "
+                            "an embedding of its own); supported: false, the model's embedding")
+        cfg.mark_read(SEPARATE_COUNT, "mtp_use_dedicated_embeddings")
+        if count > 1:
+            raise UserError(f"{cfg.family}: mtp_num_hidden_layers {count} is not supported: its MTP layers share one "
+                            "fc and one pair of input norms, and model.mtp gives each depth its own; supported: 0 or 1")
+        if not count:
+            return
+        mtp: dict[str, Any] = {"depths": count}
+        if model["block"]["mixer"].get("kind") != "attention":
+            mtp["block"] = {"mixer": self.attention.read(cfg)}
+        model["mtp"] = mtp
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        mtp = view.model.mtp
+        if mtp is not None:
+            change = mtp.block.model_dump(exclude_none=True)
+            if (mtp.depths != 1 or set(change) - {"mixer"} or change.get("mixer", {}).get("kind", "attention") != "attention"
+                    or mtp.input_norm is not None or mtp.final_norm is not None):
+                raise NotExpressible("model.mtp", f"Hugging Face {view.name}'s MTP layer is one depth running the "
+                                     "model's block with its full-attention layers' mixer, with the block's norm on "
+                                     "both inputs and before the head")
+        config[SEPARATE_COUNT] = mtp.depths if mtp is not None else 0
+
+    def rules(self) -> list[Rule]:
+        return [
+            Copy("mtp.pre_fc_norm_embedding.weight", "mtp.{d}.enorm.weight"),
+            Copy("mtp.pre_fc_norm_hidden.weight", "mtp.{d}.hnorm.weight"),
+            Copy("mtp.fc.weight", "mtp.{d}.eh_proj.weight"),
+            Copy("mtp.norm.weight", "mtp.{d}.final_norm.weight"),
+        ]
+
+
+__all__ = ["LayerMTP", "PUBLISHED_COUNT", "SEPARATE_COUNT", "SEPARATE_LAYER", "SeparateMTP", "SharedCopy"]
