@@ -145,7 +145,9 @@ class SeparateMTP(Part):
         mtp = view.model.mtp
         if mtp is not None:
             change = mtp.block.model_dump(exclude_none=True)
-            if (mtp.depths != 1 or set(change) - {"mixer"} or change.get("mixer", {}).get("kind", "attention") != "attention"
+            mixer = change.get("mixer", {})  # a change of fields, or a kind by name
+            kind = mixer if isinstance(mixer, str) else mixer.get("kind", "attention")
+            if (mtp.depths != 1 or set(change) - {"mixer"} or kind != "attention"
                     or mtp.input_norm is not None or mtp.final_norm is not None):
                 raise NotExpressible("model.mtp", f"Hugging Face {view.name}'s MTP layer is one depth running the "
                                      "model's block with its full-attention layers' mixer, with the block's norm on "
