@@ -204,7 +204,7 @@ def hf_tensors(family: Family, model: Any) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()
     for rule in family.weights:
-        for site in sites_of(rule, model):
+        for site in sites_of(rule, model, depth_layer=family.mtp_layer):
             hf_names, our_names = rule.expand_at(site)
             if not all(name in state for name in our_names):
                 continue

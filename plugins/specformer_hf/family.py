@@ -18,7 +18,7 @@ from specformer.registry.discovery import get_plugin_manager
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.coverage import refusal
-from specformer_hf.rules import Rule
+from specformer_hf.rules import LAYERS, Rule
 from specformer_hf.specview import SpecView
 
 
@@ -52,6 +52,9 @@ class Family:
     aliases: tuple[tuple[str, str], ...] = ()
     #: The untied LM head's tensor; when the config ties embeddings and the file has it anyway, it must equal them.
     head_tensor: str = "lm_head.weight"
+    #: Where the checkpoint keeps each multi-token prediction depth's decoder layer: after the last one
+    #: (DeepSeek-V3's, ``{i}`` = num_hidden_layers + depth) or under a name of its own (``{d}`` = the depth).
+    mtp_layer: str = LAYERS
     #: Config fields this family knows do not change the maths (beyond config.NON_MATH_FIELDS).
     non_math_fields: tuple[str, ...] = ()
     #: One line each, for the docs table: what maps, and what does not.

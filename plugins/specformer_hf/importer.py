@@ -146,7 +146,7 @@ def _without_absent_mtp(family: Family, directory: HFDirectory, spec: dict[str, 
     mtp, n_layers = model.get("mtp"), model.get("n_layers")
     if mtp is None or not isinstance(n_layers, int):
         return []
-    probe = Site(None, n_layers, 0)  # the first depth's own tensors (its norms and projection) name no module
+    probe = Site(None, n_layers, 0, family.mtp_layer)  # the first depth's own tensors (its norms and projection) name no module
     own = [probe.hf_name(name) for rule in family.weights if rule.per_depth for name in rule.hf]
     available = set(directory.names())
     if any(name in available for name in own):
@@ -237,7 +237,7 @@ def convert_weights(
 
     jobs = []
     for rule in family.weights:
-        for site in sites_of(rule, model):
+        for site in sites_of(rule, model, depth_layer=family.mtp_layer):
             # A rule with several checkpoint layouts (per-expert or fused experts) reads the one the file has.
             chosen, hf_names, our_names = rule.for_import(site, lambda name: locate(name) is not None)
             if not all(name in expected for name in our_names):

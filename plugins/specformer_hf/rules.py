@@ -19,6 +19,10 @@ import torch
 from torch import Tensor
 
 
+#: Where a checkpoint keeps decoder layer ``i``: the prefix of every per-layer rule's names.
+LAYERS = "model.layers.{i}"
+
+
 @dataclass(frozen=True)
 class Site:
     """Where a rule is applied: the model being filled or read, and the layer (None outside blocks).
@@ -26,12 +30,15 @@ class Site:
     ``depth`` (a multi-token prediction depth, ``model.mtp[depth]``): the checkpoint keeps that
     depth as layer ``layer`` (DeepSeek-V3's ``model.layers.{N + depth}``); our names of a block's
     parameters, ``blocks.{i}.*``, become the depth's block's, ``mtp.{depth}.block.*``, and ``{d}``
-    in a name is the depth.
+    in a name is the depth. ``layer_at``: where the checkpoint keeps this site's decoder layer, a
+    family that keeps its depths' layers elsewhere than after the last (Qwen3-Next: ``mtp.layers.{d}``)
+    names it, and the per-layer rules' names (under :data:`LAYERS`) move there.
     """
 
     model: Any
     layer: int | None
     depth: int | None = None
+    layer_at: str = LAYERS
 
     @property
     def block(self) -> Any:
@@ -47,7 +54,11 @@ class Site:
 
     def hf_name(self, template: str, **more: Any) -> str:
         """A checkpoint name template filled in at this site."""
-        return template.format(i=self.layer, d=self.depth, **more) if self.layer is not None else template
+        if self.layer is None:
+            return template
+        if self.layer_at != LAYERS and template.startswith(LAYERS + "."):
+            template = self.layer_at + template[len(LAYERS):]
+        return template.format(i=self.layer, d=self.depth, **more)
 
     def our_name(self, template: str) -> str:
         """One of our name templates filled in at this site (a block's parameter moved into an MTP depth's block)."""
@@ -58,11 +69,12 @@ class Site:
         return template.format(i=self.layer, d=self.depth)
 
 
-def sites_of(rule: "Rule", model: Any) -> list[Site]:
+def sites_of(rule: "Rule", model: Any, *, depth_layer: str = LAYERS) -> list[Site]:
     """Where ``rule`` applies in ``model``: once; every layer; or every MTP depth (a rule naming ``{d}``), where the
-    per-layer rules apply too, the depth's block kept as checkpoint layer ``n_layers + depth``."""
+    per-layer rules apply too, the depth's block kept as checkpoint layer ``n_layers + depth``, at ``depth_layer``
+    (the family's :attr:`~specformer_hf.family.Family.mtp_layer`)."""
     n_layers = len(model.blocks)
-    depths = [Site(model, n_layers + d, d) for d in range(len(model.mtp or ()))]
+    depths = [Site(model, n_layers + d, d, depth_layer) for d in range(len(model.mtp or ()))]
     if rule.per_depth:
         return depths
     if rule.per_layer:

@@ -13,6 +13,7 @@ from specformer_hf.parts.attention import LatentAttention
 from specformer_hf.parts.base import FamilyView
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 
 #: transformers' Glm4MoeLiteConfig defaults (GLM-4.7-Flash's sizes).
@@ -50,13 +51,18 @@ FAMILY = decoder_family(
     model_type="glm4_moe_lite",
     architecture="Glm4MoeLiteForCausalLM",
     defaults=DEFAULTS,
-    parts=(Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), LiteExperts()),
+    parts=(Sizes(), LatentRope(), Layout("prenorm"), RMSNorm(), LatentAttention(), LiteExperts(), LayerMTP()),
     maps="as DeepSeek-V3: attention mla (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, "
          "attention_bias; YaRN mscale_all_dim on the scores), rope_interleave -> interleaved rope, ffn moe with router "
          "sigmoid_topk (norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> "
-         "selection_bias), n_shared_experts; mlp_layer_types (default: the first layer dense) -> dense layers",
-    caveats="dense layers must come first in mlp_layer_types; the multi-token-prediction layer of the published "
-            "checkpoint (model.layers.47) is skipped, as transformers skips it; aux_loss_coef is 0 on import",
-    # transformers' Glm4MoeLitePreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected).
+         "selection_bias), n_shared_experts; mlp_layer_types (default: the first layer dense) -> dense layers; "
+         "num_nextn_predict_layers -> mtp depths as DeepSeek-V3's (model.layers.47: enorm, hnorm, eh_proj, "
+         "shared_head.norm and a decoder layer)",
+    caveats="dense layers must come first in mlp_layer_types; a file without the multi-token-prediction layers its "
+            "config counts (transformers' save_pretrained leaves them out) imports without model.mtp, with a note; "
+            "aux_loss_coef is 0 on import",
+    # transformers' Glm4MoeLitePreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected), and
+    # its config has no num_nextn_predict_layers (the published config.json has it); import reads them as model.mtp,
+    # and skips them only where config.json counts no MTP layer.
     ignore_tensors=(r"model\.layers\.47\..*",),
 )

@@ -21,6 +21,7 @@ from specformer_hf.families.deepseek_v32 import DEFAULTS as V32_DEFAULTS, Indexe
 from specformer_hf.parts.base import FamilyView
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 
 #: transformers' GlmMoeDsaConfig defaults (its docstring names zai-org/GLM-5): DeepseekV32Config's with GLM-5's sizes.
@@ -81,12 +82,12 @@ FAMILY = decoder_family(
     model_type="glm_moe_dsa",
     architecture="GlmMoeDsaForCausalLM",
     defaults=DEFAULTS,
-    parts=[Sizes(), PairedRope(), Layout("prenorm"), RMSNorm(), OwnIndexers(), LayerTypedExperts()],
+    parts=[Sizes(), PairedRope(), Layout("prenorm"), RMSNorm(), OwnIndexers(), LayerTypedExperts(), LayerMTP()],
     maps="DeepSeek-V3.2's mapping (attention mla with the lightning indexer, interleaved rope, ffn moe with "
          "sigmoid_topk, dense first layers from mlp_layer_types / first_k_dense_replace) with the indexer's rope "
-         "interleaved; indexer_types (or index_topk_pattern, index_topk_freq, index_skip_topk_offset) all 'full'",
-    caveats="'shared' indexer layers (reusing an earlier layer's chosen keys) are refused; the multi-token-prediction "
-            "layer of the published checkpoints (model.layers.78) is skipped, as transformers skips it; "
-            "aux_loss_coef is 0 on import; index ties go to the keys torch.topk returns, as in DeepSeek-V3.2",
+         "interleaved; indexer_types (or index_topk_pattern, index_topk_freq, index_skip_topk_offset) all 'full'; num_nextn_predict_layers -> mtp depths as DeepSeek-V3's "
+         "(model.layers.78: enorm, hnorm, eh_proj, shared_head.norm and a decoder layer with its own indexer)",
+    caveats="'shared' indexer layers (reusing an earlier layer's chosen keys) are refused; a file without the "
+            "multi-token-prediction layers its config counts imports without model.mtp, with a note; aux_loss_coef is 0 on import; index ties go to the keys torch.topk returns, as in DeepSeek-V3.2",
     ignore_tensors=(r"model\.layers\.78\..*",),
 )

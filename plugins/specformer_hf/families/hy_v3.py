@@ -20,6 +20,7 @@ from specformer_hf.parts.attention import QKNorm
 from specformer_hf.parts.base import MLP, FamilyView, Part, Refuse, Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN, expert_rules, shared_halves
+from specformer_hf.parts.mtp import LayerMTP
 from specformer_hf.rules import Copy, Fused, OneOf, Rule
 from specformer_hf.specview import NotExpressible
 
@@ -91,14 +92,18 @@ FAMILY = decoder_family(
         Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         Refuse("mlp_bias", (False,), why="it puts biases on the dense MLPs and shared experts, which specformer's "
                                          "DeepSeek-style experts have not"),
+        # Its MTP layer names its norm before the head final_layernorm and keeps no copy of the embedding or head
+        # (the engines that run it, vLLM's and LMDeploy's hy_v3_mtp, share the main model's).
+        LayerMTP(final_norm="final_layernorm", copies=False),
     ],
     non_math_fields=("enable_moe_fp32_combine",),
     maps="as Qwen3 (prenorm RMSNorm, rope, GQA with head_dim, qk_norm RMSNorm per head, attention_bias) with ffn moe as "
          "DeepSeek-V3's: num_experts, num_experts_per_tok, moe_intermediate_size, router sigmoid_topk (always "
          "renormalised, router_scaling_factor; e_score_correction_bias / expert_bias -> selection_bias), "
-         "num_shared_experts; mlp_layer_types -> dense first layers (intermediate_size)",
+         "num_shared_experts; mlp_layer_types -> dense first layers (intermediate_size); num_nextn_predict_layers -> mtp "
+         "depths (model.layers.80: enorm, hnorm, eh_proj, final_layernorm and a decoder layer)",
     caveats="dense layers must come first in mlp_layer_types; mlp_bias must be false; enable_moe_fp32_combine (the "
-            "shared experts added in float32) is not reproduced; the multi-token-prediction layer (model.layers.80) "
-            "is skipped, as transformers skips it; aux_loss_coef is 0 on import",
+            "shared experts added in float32) is not reproduced; a file without the multi-token-prediction layers "
+            "its config counts imports without model.mtp, with a note; aux_loss_coef is 0 on import",
     ignore_tensors=(r"model\.layers\.80\..*",),
 )

@@ -8,6 +8,7 @@ from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, Hybri
                                           qwen3_5_delta_rules, qwen_default_types)
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.mtp import SEPARATE_LAYER, SeparateMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 from specformer_hf.parts.positions import TextRope
 
@@ -29,14 +30,17 @@ FAMILY = decoder_family(
     parts=[
         Sizes(), TextRope(partial=True, write_fraction=True), Layout("prenorm"), RMSNorm(offset=1.0), GatedFFN(),
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
+        SeparateMTP(AttentionFields(gated=True)),
     ],
     extra_rules=[*qwen3_5_delta_rules(), *gated_attention_rules()],
+    mtp_layer=SEPARATE_LAYER,
     ignore_tensors=(r"mtp\..*", r"model\.visual\..*"),
     maps="as Qwen3-Next (layer_types, the linear_* fields, gated attention, (1 + w) RMSNorm, partial rotary) with a "
-         "dense SwiGLU (intermediate_size) in every layer",
+         "dense SwiGLU (intermediate_size) in every layer; mtp_num_hidden_layers (0 or 1) -> mtp depths as Qwen3-Next's",
     caveats="the language model as Qwen3_5ForCausalLM saves it (the published multimodal checkpoints: qwen3_5); the "
             "multimodal rope sections (mrope_section) are dropped, as they turn text positions like a plain rope; "
-            "mtp.* and model.visual.* are skipped, as transformers skips them",
+            "model.visual.* is skipped, as transformers skips it; a file without the MTP layer its config counts imports "
+            "without model.mtp, with a note",
 )
 
 #: The published checkpoints: the multimodal model's config.json and weights, read for its language model.

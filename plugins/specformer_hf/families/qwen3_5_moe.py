@@ -8,6 +8,7 @@ from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, Hybri
                                           qwen3_5_delta_rules, qwen_default_types)
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import MixtureOfExperts
+from specformer_hf.parts.mtp import SEPARATE_LAYER, SeparateMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 from specformer_hf.parts.positions import TextRope
 
@@ -31,16 +32,18 @@ FAMILY = decoder_family(
         Sizes(), TextRope(partial=True, write_fraction=True), Layout("prenorm"), RMSNorm(offset=1.0),
         MixtureOfExperts(hidden="moe_intermediate_size", shared=True),
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
+        SeparateMTP(AttentionFields(gated=True)),
     ],
     extra_rules=[*qwen3_5_delta_rules(), *gated_attention_rules()],
+    mtp_layer=SEPARATE_LAYER,
     ignore_tensors=(r"mtp\..*", r"model\.visual\..*"),
     maps="as Qwen3.5 with ffn moe in every layer: num_experts, num_experts_per_tok, moe_intermediate_size (top-k "
          "weights always renormalised), one shared expert (shared_expert_intermediate_size) gated by "
-         "sigmoid(shared_expert_gate)",
+         "sigmoid(shared_expert_gate); mtp_num_hidden_layers (0 or 1) -> mtp depths as Qwen3-Next's",
     non_math_fields=("intermediate_size",),  # transformers keeps it out of Qwen3.5-MoE (every layer has experts)
     caveats="text only (model_type qwen3_5_moe_text, Qwen3_5MoeForCausalLM); reads per-expert and fused 3-D expert "
-            "tensors, writes per-expert; mrope_section dropped; mtp.* and model.visual.* are skipped, as "
-            "transformers skips them",
+            "tensors, writes per-expert; mrope_section dropped; a file without the MTP layer its config counts "
+            "imports without model.mtp, with a note",
 )
 
 #: The published checkpoints: the multimodal model's config.json and weights, read for its language model.

@@ -8,6 +8,7 @@ from specformer_hf.parts.deltanet import (AttentionFields, DeltaNetFields, Hybri
                                           qwen3_next_delta_rules, qwen_default_types)
 from specformer_hf.parts.embedding import Sizes
 from specformer_hf.parts.feedforward import MixtureOfExperts
+from specformer_hf.parts.mtp import SEPARATE_LAYER, SeparateMTP
 from specformer_hf.parts.norms import Layout, RMSNorm
 from specformer_hf.parts.positions import TextRope
 
@@ -32,16 +33,22 @@ FAMILY = decoder_family(
         Sizes(), TextRope(partial=True, write_fraction=True), Layout("prenorm"), RMSNorm(offset=1.0),
         MixtureOfExperts(hidden="moe_intermediate_size", normalize="norm_topk_prob", shared=True, dense=True),
         HybridMixers(DeltaNetFields(), AttentionFields(gated=True), qwen_default_types),
+        SeparateMTP(AttentionFields(gated=True)),
     ],
     extra_rules=[*qwen3_next_delta_rules(), *gated_attention_rules()],
+    mtp_layer=SEPARATE_LAYER,
+    # transformers' Qwen3NextPreTrainedModel ignores mtp.* (and its config has no mtp_num_hidden_layers); import reads
+    # them as model.mtp, and skips them only where config.json counts no MTP layer.
     ignore_tensors=(r"mtp\..*",),
     non_math_fields=("use_sliding_window",),  # in the published config.json; transformers' Qwen3-Next has no windows
     maps="layer_types (or every full_attention_interval-th layer) -> gated_deltanet in the block and attention in a "
          "layers: override; linear_num_value_heads / linear_num_key_heads / linear_key_head_dim / "
          "linear_value_head_dim / linear_conv_kernel_dim -> the Gated DeltaNet; attention with output_gate and "
          "(1 + w) q/k RMSNorm per head; partial_rotary_factor -> rope fraction; (1 + w) RMSNorm everywhere; ffn moe "
-         "with one gated shared expert, decoder_sparse_step and mlp_only_layers -> dense layers",
-    caveats="in_proj_qkvz / in_proj_ba are regrouped per key head on import and export; the multi-token prediction "
-            "module (mtp.*) is skipped, as transformers skips it; hidden_act must be silu (it is also the "
+         "with one gated shared expert, decoder_sparse_step and mlp_only_layers -> dense layers; mtp_num_hidden_layers "
+         "(0 or 1) -> mtp depths (mtp.fc, pre_fc_norm_embedding, pre_fc_norm_hidden, a full-attention decoder layer "
+         "mtp.layers.0, mtp.norm)",
+    caveats="in_proj_qkvz / in_proj_ba are regrouped per key head on import and export; a file without the "
+            "multi-token prediction layer its config counts imports without model.mtp, with a note; hidden_act must be silu (it is also the "
             "convolution's activation)",
 )

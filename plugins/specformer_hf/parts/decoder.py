@@ -110,7 +110,7 @@ def language_model_of(text: Family, *, name: str, model_type: str, architecture:
 
     return Family(name=name, model_type=model_type, architecture=architecture, defaults={}, to_spec=to_spec,
                   to_config=to_config, weights=text.weights,
-                  ignore_tensors=(*text.ignore_tensors, *skipped),
+                  ignore_tensors=(*text.ignore_tensors, *skipped), mtp_layer=text.mtp_layer,
                   aliases=(("model.", "model.language_model."),),
                   maps=f"text_config as {text.name} ({text.model_type}); model.language_model.* weights; top-level "
                        "tie_word_embeddings",

@@ -13,6 +13,7 @@ import copy
 import importlib
 import json
 import warnings
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -23,9 +24,58 @@ import specformer_hf
 from specformer.errors import UserError
 
 TOLERANCE = 1e-4
-#: The families whose published checkpoints keep their MTP depth as layer N, and the decoder layer class of each.
-LAYER_CLASSES = {"deepseek_v3": "DeepseekV3DecoderLayer", "deepseek_v32": "DeepseekV32DecoderLayer",
-                 "glm4_moe": "Glm4MoeDecoderLayer"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """How a family's published checkpoints keep their MTP depth as layer N: the decoder layer class transformers runs
+    it with, the name of its norm before the head, and whether it holds copies of the embedding and head."""
+
+    layer_class: str
+    final_norm: str = "shared_head.norm"
+    copies: bool = True
+    #: Name prefixes of the layer's tensors as transformers holds them -> as its save_pretrained writes the main
+    #: layers' (Hunyuan 3's published names).
+    saved: tuple[tuple[str, str], ...] = ()
+    #: Qwen3-Next's layout instead: the depth beside the model under ``mtp.`` (``fc``, ``pre_fc_norm_embedding``,
+    #: ``pre_fc_norm_hidden``, a full-attention layer ``mtp.layers.0``, ``norm``), counted by mtp_num_hidden_layers,
+    #: its norms (1 + w).
+    separate: bool = False
+
+    def layer_at(self, n: int) -> str:
+        return "mtp.layers.0." if self.separate else f"model.layers.{n}."
+
+    def own_names(self, n: int) -> dict[str, str]:
+        if self.separate:
+            return {"enorm": "mtp.pre_fc_norm_embedding.weight", "hnorm": "mtp.pre_fc_norm_hidden.weight",
+                    "eh_proj": "mtp.fc.weight", "final": "mtp.norm.weight"}
+        at = self.layer_at(n)
+        return {"enorm": f"{at}enorm.weight", "hnorm": f"{at}hnorm.weight", "eh_proj": f"{at}eh_proj.weight",
+                "final": f"{at}{self.final_norm}.weight"}
+
+    @property
+    def count_key(self) -> str:
+        return "mtp_num_hidden_layers" if self.separate else "num_nextn_predict_layers"
+
+    @property
+    def norm_offset(self) -> float:
+        return 1.0 if self.separate else 0.0
+
+
+LAYOUTS = {
+    "deepseek_v3": Published("DeepseekV3DecoderLayer"), "deepseek_v32": Published("DeepseekV32DecoderLayer"),
+    "glm4_moe": Published("Glm4MoeDecoderLayer"), "glm4_moe_lite": Published("Glm4MoeLiteDecoderLayer"),
+    "glm_moe_dsa": Published("GlmMoeDsaDecoderLayer"),
+    # Hunyuan 3 (vLLM's and LMDeploy's hy_v3_mtp loaders): final_layernorm, no copies of the embedding or head.
+    "hy_v3": Published("HYV3DecoderLayer", final_norm="final_layernorm", copies=False,
+                       saved=(("mlp.e_score_correction_bias", "mlp.expert_bias"), ("mlp.gate.", "mlp.router.gate."),
+                              ("mlp.shared_experts.", "mlp.shared_mlp."))),
+    # Qwen3-Next and Qwen3.5 (vLLM's qwen3_next_mtp: fc reads [embedding; hidden], the layer full attention). The
+    # main block of the qwen3_next and qwen3_5_moe cases is a Gated DeltaNet, qwen3_5's is attention (a tie).
+    "qwen3_next": Published("Qwen3NextDecoderLayer", copies=False, separate=True),
+    "qwen3_5": Published("Qwen3_5DecoderLayer", copies=False, separate=True),
+    "qwen3_5_moe": Published("Qwen3_5MoeDecoderLayer", copies=False, separate=True),
+}
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -34,7 +84,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def _with_mtp(name: str, directory):
     """A saved tiny model of case ``name`` whose file also holds one MTP depth (layer N), and that depth's modules."""
-    case = BY_NAME[name]
+    case, published = BY_NAME[name], LAYOUTS[name]
     hf = case.build()
     case.save(hf, directory)
     config = hf.config
@@ -42,10 +92,11 @@ def _with_mtp(name: str, directory):
     torch.manual_seed(7)
     modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
     at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind
-    for field in ("layer_types", "mlp_layer_types"):
+    for field in ("layer_types", "mlp_layer_types", "indexer_types"):
         if isinstance(getattr(at_n, field, None), list):
-            setattr(at_n, field, [*getattr(at_n, field), getattr(at_n, field)[-1]])
-    layer = getattr(modeling, LAYER_CLASSES[name])(at_n, layer_idx=n).eval()
+            kind = "full_attention" if published.separate and field == "layer_types" else getattr(at_n, field)[-1]
+            setattr(at_n, field, [*getattr(at_n, field), kind])
+    layer = getattr(modeling, published.layer_class)(at_n, layer_idx=n).eval()
     g = torch.Generator().manual_seed(8)
     with torch.no_grad():
         # A layer built outside a PreTrainedModel is not initialised (the router's weight is torch.empty): fill every
@@ -53,13 +104,16 @@ def _with_mtp(name: str, directory):
         for key, t in [*layer.named_parameters(), *layer.named_buffers()]:
             noise = torch.randn(t.shape, generator=g)
             t.copy_(1 + 0.1 * noise if "norm" in key else 0.1 * noise)
-    own = {"enorm": 1 + 0.1 * torch.randn(d, generator=g), "hnorm": 1 + 0.1 * torch.randn(d, generator=g),
-           "eh_proj": 0.1 * torch.randn(d, 2 * d, generator=g), "shared_head.norm": 1 + 0.1 * torch.randn(d, generator=g)}
+    near = 1 - published.norm_offset  # norm weights near 1 as applied: w, or 1 + w
+    own = {"enorm": near + 0.1 * torch.randn(d, generator=g), "hnorm": near + 0.1 * torch.randn(d, generator=g),
+           "eh_proj": 0.1 * torch.randn(d, 2 * d, generator=g), "final": near + 0.1 * torch.randn(d, generator=g)}
     path = directory / "model.safetensors"
     tensors = load_file(str(path))
-    at = f"model.layers.{n}."
+    at = published.layer_at(n)
     for key, value in layer.state_dict().items():
         value = value.detach().clone()
+        for old, new in published.saved:
+            key = new + key[len(old):] if key.startswith(old) else key
         if key == "mlp.experts.gate_up_proj":  # (E, 2H, D), gate rows first: saved per expert, as the main layers
             for j, (gate, up) in enumerate(zip(*value.chunk(2, dim=1))):
                 tensors[f"{at}mlp.experts.{j}.gate_proj.weight"] = gate.contiguous()
@@ -69,20 +123,23 @@ def _with_mtp(name: str, directory):
                 tensors[f"{at}mlp.experts.{j}.down_proj.weight"] = down.contiguous()
         else:
             tensors[at + key] = value.contiguous()
-    tensors.update({f"{at}{k}.weight": v for k, v in own.items()})
-    tensors[at + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
-    tensors[at + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    names = published.own_names(n)
+    tensors.update({names[k]: v for k, v in own.items()})
+    if published.copies:
+        tensors[at + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+        tensors[at + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
     save_file(tensors, str(path), metadata={"format": "pt"})
-    # The published config.json names the count num_nextn_predict_layers (transformers' num_mtp_layers).
+    # The published config.json names the count num_nextn_predict_layers (transformers' num_mtp_layers), or
+    # mtp_num_hidden_layers (Qwen3-Next's).
     saved = json.loads((directory / "config.json").read_text())
     saved.pop("num_mtp_layers", None)  # transformers may save it under either name
-    (directory / "config.json").write_text(json.dumps({**saved, "num_nextn_predict_layers": 1}))
+    (directory / "config.json").write_text(json.dumps({**saved, published.count_key: 1}))
     return hf, layer, own
 
 
-def _reference_depth1(hf, layer, own, ids: torch.Tensor) -> torch.Tensor:
+def _reference_depth1(hf, layer, own, ids: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
     """Depth 1 written out: rmsnorm(emb(t_{i+1})) and rmsnorm(h_i) concatenated, eh_proj, the decoder layer over the
-    sequence (causal, rope at positions 0..T-2), shared_head.norm, the LM head."""
+    sequence (causal, rope at positions 0..T-2), shared_head.norm, the LM head. ``offset``: 1 for (1 + w) norms."""
     caught = {}
     hook = hf.model.layers[-1].register_forward_hook(lambda m, args, out: caught.update(h=out[0] if isinstance(out, tuple) else out))
     hf(ids)
@@ -91,17 +148,17 @@ def _reference_depth1(hf, layer, own, ids: torch.Tensor) -> torch.Tensor:
     length = ids.shape[1] - 1
     hidden = caught["h"][:, :length]  # (B, T-1, D): the last layer's output, before the final norm
     embedded = hf.model.embed_tokens(ids[:, 1:])  # (B, T-1, D): the token one ahead
-    joined = torch.cat([_rms(embedded, own["enorm"], eps), _rms(hidden, own["hnorm"], eps)], dim=-1)
+    joined = torch.cat([_rms(embedded, offset + own["enorm"], eps), _rms(hidden, offset + own["hnorm"], eps)], dim=-1)
     x = joined @ own["eh_proj"].T
     positions = torch.arange(length).unsqueeze(0).expand(ids.shape[0], -1)
     cos_sin = hf.model.rotary_emb(x, positions)
     mask = torch.full((length, length), torch.finfo(x.dtype).min).triu(1)[None, None]  # (1, 1, T-1, T-1) causal
     x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
     x = x[0] if isinstance(x, tuple) else x
-    return hf.lm_head(_rms(x, own["shared_head.norm"], eps))
+    return hf.lm_head(_rms(x, offset + own["final"], eps))
 
 
-@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
     hf, layer, own = _with_mtp(name, tmp_path / "hf")
     with warnings.catch_warnings(record=True) as caught:
@@ -109,11 +166,13 @@ def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
         imported = specformer_hf.import_hf(tmp_path / "hf")
     assert not [w for w in caught if "multi-token" in str(w.message)]  # a file with its MTP layer: no note about it
     model = imported.model
-    assert imported.spec["model"]["mtp"] == {"depths": 1} and len(model.mtp) == 1
+    assert imported.spec["model"]["mtp"]["depths"] == 1 and len(model.mtp) == 1
+    # The depth runs a full-attention layer, even where the model's block is a Gated DeltaNet (Qwen3-Next).
+    assert getattr(model.mtp[0].block.mixer, "state_slots", None) is None
     ids = torch.randint(0, hf.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         logits, (depth1,) = model(ids, with_mtp=True)
-        reference = _reference_depth1(hf, layer, own, ids)
+        reference = _reference_depth1(hf, layer, own, ids, LAYOUTS[name].norm_offset)
         main = hf(ids).logits
     assert depth1.shape == (2, 11, hf.config.vocab_size)
     assert (logits - main).abs().max().item() <= TOLERANCE
@@ -122,7 +181,7 @@ def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
     assert (depth1 - logits[:, :-1]).abs().max().item() > 100 * TOLERANCE
 
 
-@pytest.mark.parametrize("name", sorted(LAYER_CLASSES))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_mtp_tensors_export_bit_exact_under_the_published_names(name, tmp_path):
     _with_mtp(name, tmp_path / "hf")
     imported = specformer_hf.import_hf(tmp_path / "hf")
@@ -132,9 +191,9 @@ def test_mtp_tensors_export_bit_exact_under_the_published_names(name, tmp_path):
     for key, tensor in before.items():
         assert torch.equal(tensor, after[key]), key
     config = json.loads((out / "config.json").read_text())
-    assert config["num_nextn_predict_layers"] == 1
+    assert config[LAYOUTS[name].count_key] == 1
     again = specformer_hf.import_hf(out)
-    assert again.spec["model"]["mtp"] == {"depths": 1}
+    assert again.spec["model"]["mtp"] == imported.spec["model"]["mtp"]
 
 
 def test_a_file_saved_by_transformers_imports_without_mtp_and_says_so(tmp_path):
@@ -160,4 +219,33 @@ def test_a_copy_of_the_shared_head_that_differs_is_refused(tmp_path):
     tensors[f"model.layers.{n}.shared_head.head.weight"] = tensors[f"model.layers.{n}.shared_head.head.weight"] + 1
     save_file(tensors, str(path), metadata={"format": "pt"})
     with pytest.raises(UserError, match=f"hold one parameter twice but differ: model.layers.{n}.shared_head.head"):
+        specformer_hf.import_hf(tmp_path)
+
+
+def test_the_multimodal_qwen3_5_checkpoint_reads_its_top_level_mtp(tmp_path):
+    """The published Qwen3.5 checkpoints (qwen3_5: text_config, model.language_model.*) keep the MTP layer at the top,
+    ``mtp.*``, and count it in text_config: read as the text model's, the depth's logits are the same."""
+    hf, _, _ = _with_mtp("qwen3_5", tmp_path / "text")
+    text = json.loads((tmp_path / "text" / "config.json").read_text())
+    tensors = load_file(str(tmp_path / "text" / "model.safetensors"))
+    (tmp_path / "mm").mkdir()
+    moved = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v for k, v in tensors.items()}
+    save_file(moved, str(tmp_path / "mm" / "model.safetensors"), metadata={"format": "pt"})
+    outer = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+             "tie_word_embeddings": text["tie_word_embeddings"], "text_config": {**text, "model_type": "qwen3_5_text"}}
+    (tmp_path / "mm" / "config.json").write_text(json.dumps(outer))
+    assert "mtp.fc.weight" in moved and "mtp.layers.0.self_attn.q_proj.weight" in moved
+    as_text, as_multimodal = specformer_hf.import_hf(tmp_path / "text"), specformer_hf.import_hf(tmp_path / "mm")
+    assert as_multimodal.spec["model"]["mtp"] == as_text.spec["model"]["mtp"]
+    ids = torch.randint(0, hf.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        (_, (expected,)), (_, (got,)) = as_text.model(ids, with_mtp=True), as_multimodal.model(ids, with_mtp=True)
+    assert torch.equal(expected, got)
+
+
+def test_more_than_one_qwen3_next_mtp_layer_is_refused(tmp_path):
+    _with_mtp("qwen3_next", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "mtp_num_hidden_layers": 2}))
+    with pytest.raises(UserError, match="mtp_num_hidden_layers 2 is not supported: its MTP layers share one fc"):
         specformer_hf.import_hf(tmp_path)
