@@ -23,12 +23,57 @@ SLOW_SPECS = frozenset({"deepseek-v4.yaml", "qwen3-next-80b-a3b.yaml", "qwen3.5-
                         "granite-4.0-h-tiny.yaml", "glm-4.5-air.yaml", "minimax-m2.yaml"})
 
 
+def spec_features(data: Any, path: str = "") -> set[str]:
+    """What a spec asks of the code, sizes left out: each component kind by where it sits
+    (``.model.block.mixer=attention``), each flag and word by its key and value
+    (``.model.block.mixer.qk_norm=True``), and each number by its key alone."""
+    found: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "select":  # which layers an override picks is a size, not a mechanism
+                continue
+            if key == "kind":
+                found.add(f"{path}={value}")
+            elif isinstance(value, (dict, list)):
+                found |= spec_features(value, f"{path}.{key}")
+            elif isinstance(value, (bool, str)) or value is None:
+                found.add(f"{path}.{key}={value}")
+            else:
+                found.add(f"{path}.{key}")
+    elif isinstance(data, list):
+        for value in data:
+            found |= spec_features(value, f"{path}[]")
+    return found
+
+
+def repeated_specs() -> set[str]:
+    """The example specs that ask nothing of the code the default suite's other examples do not.
+
+    Specs are taken from the fewest features up (ties by name), and one runs by default when it
+    has a feature no spec taken before it has; the others add only sizes, and run with the
+    slow tests (CI runs both). A new mechanism in a spec therefore always reaches the default suite.
+    A spec's features are read from its file as written; what it covers for the specs after it,
+    from its shrunk form (which may drop its layer overrides), so shrinking hides nothing.
+    (Not :func:`spec_data`: deciding whether to shrink builds a summary, seconds for all of them.)
+    """
+    covered: set[str] = set()
+    repeated: set[str] = set()
+    written = {path.name: {"model": read_spec_file(path)["model"]} for path in SPEC_FILES if path.name not in SLOW_SPECS}
+    features = {name: spec_features(data) for name, data in written.items()}
+    for name in sorted(features, key=lambda n: (len(features[n]), n)):
+        if features[name] <= covered:
+            repeated.add(name)
+        covered |= features[name] & spec_features(small_version(written[name]))
+    return repeated
+
+
 def example_specs() -> list[Any]:
-    """SPEC_FILES as pytest params, those in SLOW_SPECS marked slow."""
+    """SPEC_FILES as pytest params, those in SLOW_SPECS or :func:`repeated_specs` marked slow."""
     import pytest
 
     assert SLOW_SPECS <= {p.name for p in SPEC_FILES}, sorted(SLOW_SPECS - {p.name for p in SPEC_FILES})
-    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_SPECS else []) for p in SPEC_FILES]
+    slow = SLOW_SPECS | repeated_specs()
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in slow else []) for p in SPEC_FILES]
 
 #: Above this many parameters a spec is built at a reduced size (its components unchanged).
 MAX_PARAMS = 4_000_000

@@ -513,3 +513,21 @@ def test_the_cache_makes_its_index_tensors_on_its_own_device_not_the_default_one
     assert all(g.device.type == "cpu" for g in got)
     assert all(torch.equal(g, e) for g, e in zip(got, expected))
     assert int(cache.cursor) == 7
+
+
+def test_every_kind_an_example_spec_names_goes_through_the_cache_in_the_default_suite() -> None:
+    """The examples left to the slow suite (specs_for_tests.repeated_specs) take nothing with them:
+    every component kind, flag and word of a default-suite example spec's file is in one that runs by default."""
+    from specformer.spec import read_spec_file
+
+    from .specs_for_tests import SLOW_SPECS, SPEC_FILES, repeated_specs, small_version, spec_features
+
+    slow = SLOW_SPECS | repeated_specs()
+    assert slow - SLOW_SPECS, "no example spec repeats another's mechanisms: the selection found nothing to leave out"
+    written = {p.name: {"model": read_spec_file(p)["model"]} for p in SPEC_FILES if p.name not in SLOW_SPECS}
+    running: set[str] = set()
+    for name, data in written.items():
+        if name not in slow:
+            running |= spec_features(small_version(data))
+    for name in sorted(set(written) & slow):
+        assert spec_features(written[name]) <= running, (name, sorted(spec_features(written[name]) - running))

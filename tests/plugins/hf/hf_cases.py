@@ -1479,5 +1479,30 @@ SLOW_VARIANTS = frozenset({
     "modernbert-decoder-untied-every-2", "bailing_hybrid-softplus-mla-base", "emu3-mqa-linear-tied",
     "cohere_compass_text-rope-everywhere-mqa-tied", "gpt_neox_japanese-one-layer-relu-tied",
     "laguna-per-element-mqa-tied", "beam-defaults-mqa-tied", "axk2-groups-yarn-tied",
+    "gpt2-untied-layer-scaled", "gpt_neox-sequential", "llama-tied-head_dim", "llama-rope-linear",
+    "llama-rope-dynamic", "llama-rope-yarn", "llama-rope-llama3", "llama-rope-longrope", "phi3-longrope-partial",
+    "stablelm-parallel", "stablelm-qk_layernorm", "qwen2_moe-sliding", "qwen3_moe-sliding", "smollm3-no_rope_layers",
+    "smollm3-sliding", "gemma3-pattern-softcapped", "deepseek_v4-yarn-sigmoid", "deepseek_v3-no-q-lora-yarn",
+    "deepseek_v32-tied-cut", "cohere2-pattern", "mimo_v2_flash-wide-values-tied", "lfm2-legacy-kernel4-bias",
+    "bitnet-mqa-tied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
+
+
+def _family_of(case: Case) -> tuple[str, str | None, str | None]:
+    return case.config, case.model_type, case.nested_in
+
+
+def _default_cases() -> dict[tuple[str, str | None, str | None], list[str]]:
+    found: dict[tuple[str, str | None, str | None], list[str]] = {}
+    for case in CASES:
+        found.setdefault(_family_of(case), [])
+        if case.name not in SLOW_VARIANTS:
+            found[_family_of(case)].append(case.name)
+    return found
+
+
+# The default suite's budget (docs/testing.md): exactly one case per family runs there, every further variant in
+# SLOW_VARIANTS (the slow suite, which CI runs too).
+_WRONG = {family[0]: names for family, names in _default_cases().items() if len(names) != 1}
+assert not _WRONG, f"each family needs exactly one case outside SLOW_VARIANTS (add the others to it): {_WRONG}"
