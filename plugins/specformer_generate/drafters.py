@@ -33,6 +33,18 @@ from specformer_generate.speculative import Draft, probabilities, sample_from
 MTP_WINDOW = 32
 
 
+def _draw(sampler: Sampler, logits: Tensor, context: Tensor, generator: torch.Generator | None,
+          probs: list[Tensor]) -> Tensor:
+    """The drafted token ``(B,)`` for ``logits`` ``(B, V)`` as ``sampler`` picks it after reading ``context``;
+    when it samples, the distribution it drew from is appended to ``probs`` (the verifier's ``q``)."""
+    processed = sampler.process(logits, context)
+    if sampler.is_greedy:
+        return processed.argmax(dim=-1)
+    p = probabilities(processed)  # (B, V)
+    probs.append(p)
+    return sample_from(p, generator)
+
+
 class PromptLookup:
     """Drafts by copying what followed the last earlier occurrence of the text's final n-gram."""
 
@@ -103,13 +115,7 @@ class DraftModel:
         logits = self._forward(tokens[:, self.length : filled], columns, offsets)
         drafted, probs = [], []
         for j in range(k):
-            processed = sampler.process(logits, context[:, : filled + j])
-            if sampler.is_greedy:
-                token = processed.argmax(dim=-1)  # (B,)
-            else:
-                p = probabilities(processed)  # (B, V)
-                token = sample_from(p, generator)
-                probs.append(p)
+            token = _draw(sampler, logits, context[:, : filled + j], generator, probs)
             drafted.append(token)
             context[:, filled + j] = token
             if j + 1 < k:
@@ -186,13 +192,7 @@ class MTPDrafter:
             ahead = sequence[:, first + m : last + 1 + m]  # (B, W): the token m columns ahead of each row
             hidden = model.mtp_depth(depth, hidden, ahead, positions=positions)  # (B, W, D): h^m
             logits = model.output_logits(model.mtp[depth - 1].final_norm(hidden[:, -1:]))[:, -1].float()  # (B, V)
-            processed = sampler.process(logits, context[:, : filled + m - 1])
-            if sampler.is_greedy:
-                token = processed.argmax(dim=-1)  # (B,)
-            else:
-                p = probabilities(processed)  # (B, V)
-                token = sample_from(p, generator)
-                probs.append(p)
+            token = _draw(sampler, logits, context[:, : filled + m - 1], generator, probs)
             drafted.append(token)
             sequence[:, filled + m - 1] = token
             context[:, filled + m - 1] = token
