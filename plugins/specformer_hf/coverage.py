@@ -79,7 +79,6 @@ MISSING: dict[str, str] = {
     # Issue 45: recurrent and linear-attention mixers.
     # Issue 46: one new part each.
     "zaya": "compressed convolutional attention and an MLP router (issue 46)",
-    "ergo": "per-expert norms and a learned residual gate (issue 46)",
     "cpmant": ("a full forward attending in both directions (transformers' CPM-Ant masks no later key; only its "
                "cached steps are one-sided), learned prompt tokens prepended to every input and a score bias per pair "
                "of segments; its bidirectional bucketed relative position bias is positional relative_bias (issue 46)"),

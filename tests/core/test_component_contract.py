@@ -222,6 +222,7 @@ CHANGES: dict[tuple[str, str, str], Any] = {
     ("ffn", "moe", "shared_gate"): (True, {"n_shared_experts": 1}),
     ("ffn", "moe", "shared_combine"): ("average", {"n_shared_experts": 1}),
     ("ffn", "moe", "output_norm"): "rmsnorm",
+    ("ffn", "moe", "expert_norm"): ("rmsnorm", {"n_shared_experts": 1}),
     ("positional", "rope", "scaling"): {"kind": "linear", "factor": 2.0},
     ("positional", "rope", "fraction"): 0.5,
     ("rope_scaling", "dynamic", "original_context_length"): 4096,

@@ -34,6 +34,7 @@ def builtin_families() -> list[Family]:
         diffllama,
         dots1,
         emu3,
+        ergo,
         ernie4_5,
         ernie4_5_moe,
         exaone,
@@ -242,6 +243,7 @@ def builtin_families() -> list[Family]:
             laguna.FAMILY,
             beam.FAMILY,
             axk2.FAMILY,
+            ergo.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]

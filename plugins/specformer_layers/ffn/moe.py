@@ -60,6 +60,26 @@ class MoE(nn.Module):
                 self.shared_gate = nn.Linear(d_model, 1, bias=False)
         self.output_bias = nn.Parameter(torch.zeros(d_model)) if params.output_bias else None
         self.output_norm: nn.Module | None = params.output_norm.make(dim=d_model) if params.output_norm is not None else None
+        # Per-expert norms (Ergo): each of the template's parameters becomes one (n_experts, ...) stack, split over ep
+        # with the experts; the template (not registered) runs expert e's slice through torch.func.functional_call.
+        self.expert_norm_names: tuple[str, ...] = ()
+        self._expert_norm: tuple[nn.Module, ...] = ()
+        self.shared_norm: nn.Module | None = None
+        if params.expert_norm is not None:
+            template = params.expert_norm.make(dim=d_model)
+            if any(True for _ in template.buffers()):
+                raise ValueError(f"moe expert_norm: {params.expert_norm.component.name} keeps buffers; a per-expert norm "
+                                 "must hold parameters only (e.g. rmsnorm, layernorm)")
+            self._expert_norm = (template,)
+            names = []
+            for name, param in template.named_parameters():
+                stacked = f"expert_norm_{name.replace('.', '_')}"
+                setattr(self, stacked, nn.Parameter(param.detach().expand(n_experts, *param.shape).clone()))
+                names.append(stacked)
+            self.expert_norm_names = tuple(names)
+            self._expert_norm_params = tuple(name for name, _ in template.named_parameters())
+            if shared is not None:
+                self.shared_norm = params.expert_norm.make(dim=d_model)
         self.aux_loss: Tensor | None = None
         #: The process group the experts are split over (expert parallelism), None when this process holds all.
         self.expert_group: Any = None
@@ -74,7 +94,11 @@ class MoE(nn.Module):
         The shared experts declare their own plan (tp, as a dense ffn's).
         """
         experts = (Split("ep", 0, self.n_experts, "experts"),)
-        return {"experts_in": experts, "experts_out": experts, "experts_in_bias": experts, "experts_out_bias": experts}
+        return {name: experts for name in self.expert_stacks()}
+
+    def expert_stacks(self) -> tuple[str, ...]:
+        """The names of the parameters stacked by expert (first dimension ``n_experts``), split over ``ep``."""
+        return ("experts_in", "experts_out", "experts_in_bias", "experts_out_bias", *self.expert_norm_names)
 
     def forward(self, x: Tensor, ctx: ForwardContext | None = None, *, route_from: Tensor | None = None) -> Tensor:
         """The experts' mix for ``x``; ``route_from`` (the shape of ``x``): what the router reads instead of ``x``
@@ -96,6 +120,8 @@ class MoE(nn.Module):
         out = self.run_experts(tokens, experts, weights.to(x.dtype), on_input=on_input)
         if self.shared is not None:
             shared = self.run_shared(tokens)
+            if self.shared_norm is not None:  # Ergo: the shared expert ends with a norm of its own, before any gate
+                shared = self.shared_norm(shared)
             if self.shared_gate is not None:
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
@@ -143,12 +169,13 @@ class MoE(nn.Module):
         """Each expert this process holds on its block of ``grouped`` ``(S, D)`` (``sizes[e]`` rows, in order)."""
         w_in, w_out, b_in, b_out = (_per_expert(p) for p in
                                     (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias))
+        norms = [_per_expert(getattr(self, name)) for name in self.expert_norm_names]
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             # Autograd needs each block as a new tensor (out= has no gradient), and the compiler
             # traces this functional form: the blocks are concatenated.
             return torch.cat([
-                F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
-                         w_out[e], None if b_out is None else b_out[e])
+                self.expert_normed(F.linear(self.hidden_activation(F.linear(block, w_in[e], None if b_in is None else b_in[e])),
+                                            w_out[e], None if b_out is None else b_out[e]), [n[e] for n in norms])
                 for e, block in enumerate(grouped.split(sizes))
             ])  # (S, D)
         # Without autograd each expert writes its block straight into one buffer (no
@@ -164,15 +191,23 @@ class MoE(nn.Module):
                 torch.mm(self.hidden_activation(h), w_out[e].t(), out=out[start:end])
             else:
                 torch.addmm(b_out[e], self.hidden_activation(h), w_out[e].t(), out=out[start:end])
+            if norms:
+                out[start:end] = self.expert_normed(out[start:end], [n[e] for n in norms])
             start = end
         return out
+
+    def expert_normed(self, y: Tensor, weights: list[Tensor]) -> Tensor:
+        """An expert's output ``y`` ``(n_e, D)`` through its own norm (``weights``: its slices of the norm stacks)."""
+        if not self._expert_norm:
+            return y
+        return torch.func.functional_call(self._expert_norm[0], dict(zip(self._expert_norm_params, weights)), (y,))
 
     def expert_parallel(self, group: Any) -> None:
         """Keep this process' share of whole experts, computed by dispatch (:mod:`specformer.model.expert_parallel`).
 
         The router, the shared experts, their gate and the output norm stay whole on every process.
         """
-        keep_local_experts(self, ("experts_in", "experts_out", "experts_in_bias", "experts_out_bias"), group)
+        keep_local_experts(self, self.expert_stacks(), group)
         self.expert_group = group
 
     def run_shared(self, tokens: Tensor) -> Tensor:
@@ -198,11 +233,10 @@ class MoE(nn.Module):
 
     def active_parameters(self) -> int:
         """Weights one token's forward multiplies by: the router, ``top_k`` experts and the shared experts."""
-        expert_params = [p for p in (self.experts_in, self.experts_out, self.experts_in_bias, self.experts_out_bias)
-                         if p is not None]
+        expert_params = [p for p in (getattr(self, name) for name in self.expert_stacks()) if p is not None]
         per_expert = sum(p.numel() for p in expert_params) // self.n_experts
         total = sum(p.numel() for p in self.router.parameters()) + self.top_k * per_expert
-        for module in (self.shared, self.shared_gate, self.output_norm):
+        for module in (self.shared, self.shared_gate, self.output_norm, self.shared_norm):
             if module is not None:
                 total += sum(p.numel() for p in module.parameters())
         return total + (self.output_bias.numel() if self.output_bias is not None else 0)
@@ -216,11 +250,20 @@ class MoE(nn.Module):
                 nn.init.zeros_(bias)
         if self.shared_gate is not None:
             nn.init.normal_(self.shared_gate.weight, std=std)
+        if self._expert_norm:  # every expert's norm as the norm initialises itself
+            template = self._expert_norm[0]
+            template_init = getattr(template, "init_weights", None)
+            if template_init is not None:
+                template_init(std=std, residual_std=residual_std)
+            with torch.no_grad():
+                for stacked, (_, param) in zip(self.expert_norm_names, template.named_parameters()):
+                    getattr(self, stacked).copy_(param.detach().expand_as(getattr(self, stacked)))
 
     def extra_repr(self) -> str:
         return (f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.hidden}, gated={self.gated}, "
                 f"expert_bias={self.experts_in_bias is not None}, swiglu_limit={self.swiglu_limit}, "
-                f"swiglu_style={self.swiglu_style}, shared_combine={self.shared_combine}")
+                f"swiglu_style={self.swiglu_style}, shared_combine={self.shared_combine}"
+                + (f", expert_norm={type(self._expert_norm[0]).__name__}" if self._expert_norm else ""))
 
 
 def _per_expert(stack: Any) -> Any:

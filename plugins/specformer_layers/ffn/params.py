@@ -165,7 +165,10 @@ class MoEParams(Params):
     Command A MoE does). ``output_bias`` adds one bias vector to the mixture's output, whatever
     the experts chosen (JetMoE). ``output_norm`` normalises the mixture's whole output, routed and
     shared experts combined, before it joins the residual stream (A.X-K1's ``post_mlp_layernorm``,
-    an RMSNorm). Dense layers in an MoE model (DeepSeek-V3's
+    an RMSNorm). ``expert_norm`` gives every expert a norm of its own on its output, before it is
+    weighted: each routed expert ``e`` computes ``norm_e(expert_e(x))``, and the shared experts'
+    output is ``norm_s(shared(x))`` (Amazon's Ergo, RMSNorms; the routed experts' weights are one
+    ``(n_experts, ...)`` stack per norm parameter, split over ``ep`` with the experts). Dense layers in an MoE model (DeepSeek-V3's
     ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) are ``layers:`` overrides
     giving those layers another ffn.
 
@@ -234,6 +237,11 @@ class MoEParams(Params):
     output_bias: bool = Field(
         default=False, description="A bias added once to the mixture's output (JetMoE's), before output_norm.",
     )
+    expert_norm: SubComponent("norm") | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="A norm of its own on each expert's output, before the routing weight: one per routed expert "
+                    "and one on the shared experts' output, e.g. {kind: rmsnorm} (Ergo); null: none.",
+    )
     aux_loss_coef: float = Field(default=0.01, ge=0, description="Weight of the load-balancing loss in self.aux_loss.")
 
     @model_validator(mode="after")
@@ -287,7 +295,10 @@ class MoEParams(Params):
         gate = linear(d_model, 1) if shared is not None and self.shared_gate else 0
         out_norm = self.output_norm.sized(dim=d_model).parameters if self.output_norm is not None else 0
         out_bias = d_model if self.output_bias else 0
-        return Sized(parameters=total(router.parameters, experts, shared_count, gate, out_norm, out_bias))
+        # One norm per routed expert, and one on the shared experts' output when there are shared experts.
+        per_norm = self.expert_norm.sized(dim=d_model).parameters if self.expert_norm is not None else 0
+        expert_norms = None if per_norm is None else per_norm * (n + (1 if shared is not None else 0))
+        return Sized(parameters=total(router.parameters, experts, shared_count, gate, out_norm, out_bias, expert_norms))
 
 
 class ParallelFFNParams(Params):

@@ -6,7 +6,7 @@ import math
 
 from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specformer.registry.params import Params, Sized, SubComponent
 from specformer.model.sized import linear, total
@@ -206,6 +206,12 @@ class SandwichBlockParams(BlockParams):
     weights sum to 1), ``x = x sqrt((k-1)/k) + post_norm(f(pre_norm(x))) / sqrt(k)``, where ``k``
     counts the adds up to this one: ``2l + 2`` for the mixer and ``2l + 3`` for the FFN of
     layer ``l`` (from 0; Beam's ``depth_scaled_residual_add``). It needs one residual stream.
+
+    ``residual_gate`` mixes each sublayer's post-normed output into the stream with a learned
+    weight per channel, one vector ``w`` for the mixer's add and one for the FFN's (initialised to
+    zero): ``x = sigmoid(w) out + sqrt(1 + sigmoid(w)) exp(-softplus(w) / 2) x`` (Amazon's Ergo,
+    ``ErgoResidualGate``; at ``w = 0`` both weights are ``1/2`` and ``sqrt(3)/2``). The gates are
+    computed in float32. It needs one residual stream and excludes ``depth_scaled_residual``.
     """
 
     parts: ClassVar[tuple[str, ...]] = ("attention_norm", "mixer", "attention_post_norm", "ffn_norm", "ffn",
@@ -229,6 +235,16 @@ class SandwichBlockParams(BlockParams):
         default=False, description="Each add is x sqrt((k-1)/k) + out / sqrt(k), k = 2l+2 for the mixer and 2l+3 for "
                                    "the FFN of layer l (Beam).",
     )
+    residual_gate: bool = Field(
+        default=False, description="Each add is sigmoid(w) out + sqrt(1 + sigmoid(w)) exp(-softplus(w)/2) x, with a "
+                                   "learned per-channel w for the mixer's add and one for the FFN's (Ergo).",
+    )
+
+    @model_validator(mode="after")
+    def _one_residual_scaling(self) -> "SandwichBlockParams":
+        if self.residual_gate and self.depth_scaled_residual:
+            raise ValueError("residual_gate and depth_scaled_residual both weight each residual add; choose one")
+        return self
 
     def norms_made(self) -> tuple[str, ...]:
         return tuple(p for p in super().norms_made() if p != "ffn_norm" or self.ffn_pre_norm)
@@ -241,14 +257,17 @@ class SandwichBlockParams(BlockParams):
         if per_layer_input:  # the gate d_model -> width, the projection back and a norm of its own
             parameters = total(parameters, linear(d_model, per_layer_input), linear(per_layer_input, d_model),
                                make_norm().parameters)
+        if self.residual_gate:  # one d_model vector per add that is made (an absent sublayer adds nothing)
+            parameters = total(parameters, d_model * sum(not s.absent for s in (mixer, ffn)))
         # layer_scale is a buffer (checkpoints set it), not a parameter.
         return Sized(parameters=parameters, per_layer_width=per_layer_input)
 
     def check_single_stream(self, n_streams: int, *, per_layer_input: int) -> None:
-        """ValueError when a per-layer input, ``layer_scale`` or ``depth_scaled_residual`` would meet several residual
-        streams."""
+        """ValueError when a per-layer input, ``layer_scale``, ``depth_scaled_residual`` or ``residual_gate`` would meet
+        several residual streams."""
         used = [name for name, on in (("a per-layer input", per_layer_input), ("layer_scale", self.layer_scale),
-                                      ("depth_scaled_residual", self.depth_scaled_residual)) if on]
+                                      ("depth_scaled_residual", self.depth_scaled_residual),
+                                      ("residual_gate", self.residual_gate)) if on]
         if n_streams != 1 and used:
             named = used[0] if len(used) == 1 else f"{', '.join(used[:-1])} and {used[-1]}"
             raise ValueError(f"{named} {'acts' if len(used) == 1 else 'act'} on a single residual stream; this model's "

@@ -408,3 +408,10 @@ def test_a_sized_that_returns_something_else_is_a_plugin_error() -> None:
     registry.register("norm", "wrong", factory=OddNorm, params=WrongParams, plugin="mine")
     with pytest.raises(RegistryError, match="WrongParams.sized returned dict, not a Sized"):
         check_spec(_tiny(norm="wrong"), registry=registry)
+
+
+def test_sandwich_residual_gates_count_as_the_meta_build() -> None:
+    # Two d_model vectors per block (Ergo's residual gates), in the size check as in the built model.
+    checked = check_spec(_tiny(layout={"kind": "sandwich", "residual_gate": True}))
+    assert checked.sizes.parameters == checked.shape.parameters
+    assert checked.sizes.parameters > check_spec(_tiny(layout="sandwich")).sizes.parameters

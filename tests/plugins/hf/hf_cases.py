@@ -1238,6 +1238,29 @@ CASES += [
                      num_experts=4, n_group=1, topk_group=1, num_experts_per_tok=2, moe_intermediate_size=32,
                      norm_topk_prob=False, routed_scaling_factor=1.0, final_logit_softcapping=None),
          shake_buffers=("e_score_correction_bias", 1.0)),
+    # Ergo: residual-gated sandwich adds (the gates shaken well off their zero start), 6 heads of 8 over 2 in one fused
+    # qkv_proj, per-head q/k norms, every third layer global (no positions, its logits scaled by 1.3), the others
+    # windowed with the interleaved rope (theta 500, given flat as the checkpoints give it); the first two layers a
+    # squared-ReLU MLP, the other three 6 ungated squared-ReLU experts, 3 per token, renormalised and scaled by 1.7, each
+    # expert and the shared one (width 20) ending with its own RMSNorm; eps 1e-5; the head never tied.
+    Case("ergo", "ErgoConfig", "ErgoForCausalLM",
+         {**{k: v for k, v in BASE.items() if k != "intermediate_size"}, "hidden_size": 48, "num_hidden_layers": 5,
+          "num_attention_heads": 6, "num_key_value_heads": 2, "first_dense_intermediate_size": 40,
+          "num_dense_blocks": 2, "moe_intermediate_size": 24, "shared_intermediate_size": 20, "num_experts": 6,
+          "num_experts_per_tok": 3, "moe_routed_scaling_factor": 1.7, "rms_norm_eps": 1e-5,
+          "sliding_window": WINDOW, "global_attention_every_n_layers": 3, "global_attention_scale": 1.3,
+          "rope_parameters": _rope("default", rope_theta=500.0)},
+         shake_buffers=("e_score_correction_bias", 1.0), reset_params=(("residual_gate.weight", 1.0),)),
+    # Dense and sparse layers interleaved by mlp_layer_types (sparse, dense, sparse, sparse), layer_types by hand (global
+    # first and last), no global_attention_scale, MQA, rope_parameters keyed by layer type as transformers keeps them.
+    Case("ergo-types-mqa", "ErgoConfig", "ErgoForCausalLM",
+         {**{k: v for k, v in BASE.items() if k != "intermediate_size"}, "hidden_size": 32, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "num_key_value_heads": 1, "first_dense_intermediate_size": 48,
+          "mlp_layer_types": ["sparse", "dense", "sparse", "sparse"], "moe_intermediate_size": 16,
+          "shared_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2, "sliding_window": WINDOW,
+          "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+          "rope_parameters": {"sliding_attention": _rope("default", rope_theta=800.0), "full_attention": None}},
+         shake_buffers=("e_score_correction_bias", 1.0), reset_params=(("residual_gate.weight", 1.0),)),
     # Bamba: Mamba-2, attention, Mamba-2 (hidden 48; the attention 6 heads of 8 over 2, biases on, the rope on half of
     # each head); Mamba-2 of 12 heads of 8 in 2 groups (mamba_expand 2), state 8, a 3-tap convolution with bias,
     # biased projections, the step clamped to [0.001, 0.5], a chunk shorter than the prompt; SwiGLU with biases,
@@ -1485,6 +1508,7 @@ SLOW_VARIANTS = frozenset({
     "smollm3-sliding", "gemma3-pattern-softcapped", "deepseek_v4-yarn-sigmoid", "deepseek_v3-no-q-lora-yarn",
     "deepseek_v32-tied-cut", "cohere2-pattern", "mimo_v2_flash-wide-values-tied", "lfm2-legacy-kernel4-bias",
     "bitnet-mqa-tied",
+    "ergo-types-mqa",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
 

@@ -121,6 +121,8 @@ MOE_SPECS = {
     # transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's sizes) with its 24 layers as recalled (see the spec).
     "lfm2-8b-a1b.yaml": ("Lfm2MoeConfig", dict(num_hidden_layers=24, layer_types=[
         "full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)])),
+    # transformers' ErgoConfig defaults, which its docstring names as Amazon-FMR/Ergo's.
+    "ergo.yaml": ("ErgoConfig", dict()),
 }
 #: The dense ones: only the reading of their config is checked here.
 DENSE_SPECS = {

@@ -306,6 +306,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "gpt-neox-japanese-2.7b.yaml": _llama_like("GPTNeoXJapaneseConfig"),
     # transformers' BeamConfig defaults are reflection/Beam-1.0-501B-A23B's sizes (its docstring's checkpoint)
     "beam-1.0-501b-a23b.yaml": _llama_like("BeamConfig"),
+    # transformers' ErgoConfig defaults are Amazon-FMR/Ergo's sizes (its docstring's checkpoint)
+    "ergo.yaml": _llama_like("ErgoConfig"),
 }
 
 REAL = sorted(HF_CONFIGS)

@@ -46,9 +46,13 @@ def dense_reference(moe: MoE, x: torch.Tensor, *, normalize: bool = True) -> tor
             y = moe.experts_out[e] @ h
             if moe.experts_out_bias is not None:
                 y = y + moe.experts_out_bias[e]
+            if moe.expert_norm_names:  # expert e's own RMSNorm written out: y / sqrt(mean(y^2) + eps) * w_e
+                y = y / torch.sqrt(y.pow(2).mean() + moe._expert_norm[0].eps) * moe.expert_norm_weight[e]
             out[n] += w * y
         if moe.shared is not None:
             shared = moe.shared(token)
+            if moe.shared_norm is not None:  # the shared experts' own RMSNorm, before any gate
+                shared = shared / torch.sqrt(shared.pow(2).mean() + moe.shared_norm.eps) * moe.shared_norm.weight
             if moe.shared_gate is not None:
                 shared = shared * torch.sigmoid(moe.shared_gate.weight[0] @ token)
             if moe.shared_combine == "average":  # (routed + shared) / 2
@@ -88,6 +92,9 @@ CONFIGS = [
     {"expert_bias": True},
     {"expert_bias": True, "swiglu_limit": 0.5, "swiglu_alpha": 1.702, "top_k": 3},
     {"swiglu_limit": 7.0, "swiglu_alpha": 2.5},
+    {"expert_norm": {"kind": "rmsnorm", "eps": 1e-3}, "top_k": 3},
+    {"expert_norm": "rmsnorm", "gated": False, "activation": "relu2", "n_shared_experts": 1, "shared_hidden": 24},
+    {"expert_norm": "rmsnorm", "n_shared_experts": 1, "shared_gate": True, "expert_bias": True},
 ]
 
 
@@ -334,3 +341,47 @@ def test_dense_first_layers_and_active_parameters_of_a_deepseek_shaped_spec() ->
     assert summary.total - summary.active == 3 * unused
     moe_active = sum(b.ffn.active_parameters() for b in model.blocks[1:])
     assert moe_active == 3 * (router + top_k * per_expert + shared)
+
+
+def test_expert_norm_without_autograd_writes_the_same_normed_blocks() -> None:
+    # The in-place path (no autograd) normalises each expert's block where it was written.
+    moe = _random_moe(expert_norm="rmsnorm", n_shared_experts=1, top_k=3)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(moe(x), dense_reference(moe, x))
+
+
+def test_expert_norm_stacks_split_with_the_experts_and_count_in_the_size_check() -> None:
+    moe = MoE(MoEParams(n_experts=6, top_k=2, hidden=20, expert_norm="rmsnorm", n_shared_experts=1), d_model=16)
+    assert moe.expert_norm_weight.shape == (6, 16)
+    assert "expert_norm_weight" in moe.parallel_plan()
+    assert dict(moe.named_parameters())["shared_norm.weight"].shape == (16,)
+    params = MoEParams(n_experts=6, top_k=2, hidden=20, expert_norm="rmsnorm", n_shared_experts=1)
+    assert params.sized(d_model=16).parameters == sum(p.numel() for p in moe.parameters())
+
+
+def test_matches_transformers_ergo_block_with_its_per_expert_norms() -> None:
+    from transformers import ErgoConfig
+    from transformers.models.ergo.modeling_ergo import ErgoMoE
+
+    config = ErgoConfig(hidden_size=16, moe_intermediate_size=12, shared_intermediate_size=20, num_experts=6,
+                        num_experts_per_tok=3, moe_routed_scaling_factor=1.7, rms_norm_eps=1e-5,
+                        num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=2)
+    theirs = ErgoMoE(config).eval()
+    for p in theirs.parameters():
+        p.data.normal_(0, 0.3)
+    theirs.gate.e_score_correction_bias.normal_(0, 0.1)
+    router = {"kind": "sigmoid_topk", "normalize": True, "scaling_factor": 1.7}
+    ours = MoE(MoEParams(n_experts=6, top_k=3, hidden=12, gated=False, activation="relu2", router=router,
+                         n_shared_experts=1, shared_hidden=20, expert_norm={"kind": "rmsnorm", "eps": 1e-5}),
+               d_model=16)
+    ours.router.weight.data.copy_(theirs.gate.linear.weight)
+    ours.router.selection_bias.copy_(theirs.gate.e_score_correction_bias)
+    ours.experts_in.data.copy_(theirs.experts.up_proj.transpose(1, 2))  # theirs (E, D, H): x @ up[e]
+    ours.experts_out.data.copy_(theirs.experts.down_proj.transpose(1, 2))
+    ours.expert_norm_weight.data.copy_(theirs.experts.post_expert_norm.weight)
+    ours.shared.fc_in.weight.data.copy_(theirs.shared_experts.up_proj.weight)
+    ours.shared.fc_out.weight.data.copy_(theirs.shared_experts.down_proj.weight)
+    ours.shared_norm.weight.data.copy_(theirs.shared_experts.norm.weight)
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)

@@ -61,3 +61,44 @@ def test_depth_scaled_residual_weights_each_add_by_its_count() -> None:
     spec = tiny_spec(block={"layout": {"kind": "sandwich", "depth_scaled_residual": True}, "residual": {"kind": "mhc"}})
     with pytest.raises(Exception, match="depth_scaled_residual acts on a single residual stream"):
         specformer.build(spec, seed=0)
+
+
+def test_residual_gate_mixes_each_add_by_its_learned_weights() -> None:
+    """Ergo: x = sigmoid(w) out + sqrt(1 + sigmoid(w)) exp(-softplus(w) / 2) x, one w per add, per channel."""
+    import math
+
+    import pytest
+
+    import specformer
+    from specformer_layers.layouts.params import SandwichBlockParams
+    from tests.fixtures.tiny import tiny_spec
+
+    attn, ffn = StubAttention(D), StubFFN(D)
+    block = SandwichBlock(SandwichBlockParams(residual_gate=True), mixer=attn, ffn=ffn, make_norm=norm_maker(),
+                          d_model=D).double()
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    # At their zero initialisation both gates are constants: out / 2 + x sqrt(3/2) / sqrt(2) = out / 2 + x sqrt(3) / 2.
+    h = 0.5 * block.attention_post_norm(attn(block.attention_norm(x), None)) + math.sqrt(3) / 2 * x
+    want = 0.5 * block.ffn_post_norm(ffn(block.ffn_norm(h))) + math.sqrt(3) / 2 * h
+    torch.testing.assert_close(block(x, None), want)
+
+    def gated(w: torch.Tensor, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        s = 1 / (1 + torch.exp(-w))
+        return s * out + torch.sqrt((1 + s) / (1 + torch.exp(w))) * base  # exp(-softplus(w)/2) = (1 + e^w)^(-1/2)
+
+    with torch.no_grad():
+        block.attention_residual_gate.normal_(0, 2.0)
+        block.ffn_residual_gate.normal_(0, 2.0)
+    h = gated(block.attention_residual_gate, block.attention_post_norm(attn(block.attention_norm(x), None)), x)
+    want = gated(block.ffn_residual_gate, block.ffn_post_norm(ffn(block.ffn_norm(h))), h)
+    torch.testing.assert_close(block(x, None), want)
+
+    # Two gates of d_model per block, counted by the size check as built; refused beside depth scaling or several streams.
+    model = specformer.build(tiny_spec(n_layers=2, block={"layout": {"kind": "sandwich", "residual_gate": True}}), seed=0)
+    assert model.blocks[1].ffn_residual_gate.shape == (model.blocks[1].ffn_residual_gate.numel(),)
+    assert torch.count_nonzero(model.blocks[0].attention_residual_gate) == 0
+    with pytest.raises(Exception, match="residual_gate and depth_scaled_residual"):
+        SandwichBlockParams(residual_gate=True, depth_scaled_residual=True)
+    spec = tiny_spec(block={"layout": {"kind": "sandwich", "residual_gate": True}, "residual": {"kind": "mhc"}})
+    with pytest.raises(Exception, match="residual_gate acts on a single residual stream"):
+        specformer.build(spec, seed=0)

@@ -138,3 +138,22 @@ def test_an_optimizer_that_updates_a_stack_as_one_matrix_is_refused(optimizer: s
     with pytest.raises(UserError, match=r"^train.parallel.ep 2: the muon optimizer orthogonalises each expert stack "
                                         r"\(blocks.0.ffn.experts_in\) as one matrix"):
         refuse_coupled_updates(built, layout)
+
+
+def test_per_expert_norms_split_with_their_experts_and_the_shared_norm_stays_whole() -> None:
+    # Ergo's expert_norm: row e of expert_norm_weight is expert e's, so it goes where expert e goes.
+    model = specformer.build(tiny_spec(block={"ffn": {**MOE, "expert_norm": "rmsnorm"}}))
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ffn.expert_norm_weight.normal_()
+    full = {name: t.clone() for name, t in model.state_dict().items()}
+    layout = apply_expert_parallel(model, group=FakeGroup(2, 1))
+    assert "blocks.0.ffn.expert_norm_weight" in layout.params
+    state = model.state_dict()
+    torch.testing.assert_close(state["blocks.1.ffn.expert_norm_weight"], full["blocks.1.ffn.expert_norm_weight"][2:4])
+    torch.testing.assert_close(state["blocks.1.ffn.shared_norm.weight"], full["blocks.1.ffn.shared_norm.weight"])
+    # what the process runs for its local expert 0 (global expert 2) is normalised by expert 2's row
+    ffn = model.blocks[0].ffn
+    y = torch.randn(3, ffn.d_model)
+    want = y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + ffn._expert_norm[0].eps) * full["blocks.0.ffn.expert_norm_weight"][2]
+    torch.testing.assert_close(ffn.expert_normed(y, [ffn.expert_norm_weight[0]]), want)
