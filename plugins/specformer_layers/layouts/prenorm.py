@@ -16,6 +16,8 @@ class PreNormBlock(Block):
     """Pre-norm block: each sublayer reads the normalised stream (:class:`PreNormBlockParams`)."""
 
     Params = PreNormBlockParams
+    #: A shared block's ``output: mixer_input`` (``ctx.mixer_addend``) joins the mixer's input before its norm.
+    accepts_mixer_addend = True
 
     def __init__(self, params: PreNormBlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
@@ -36,6 +38,8 @@ class PreNormBlock(Block):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         (a_mix, a_ffn), (b_mix, b_ffn) = self.residual_scales, self.output_scales
         h, mix = self.attention_residual.read(x)
+        if ctx.mixer_addend is not None:  # Zamba: norm(x + shared(x)) feeds the mixer; the residual stays x
+            h = h + ctx.mixer_addend
         if self.attention_norm is not None:  # None: mixer_pre_norm false, the mixer reads the raw stream
             h = self.attention_norm(h)
         out = self.mixer(h, ctx)
