@@ -118,6 +118,7 @@ class Decoder(nn.Module):
         # shared_use_parts[str(layer)] for a use that has weights; the adapters reach the shared block through hooks.
         options = shared_options or {}
         self._shared_output = {name: getattr(options.get(name), "output", "stream") for name in self.shared_blocks}
+        self._shared_input = {name: getattr(options.get(name), "input", "stream") for name in self.shared_blocks}
         self.shared_use_parts = nn.ModuleDict({
             str(i): UseParts(d_model=d_model, projection=options[name].projection, adapters=options[name].adapters)
             for i, name in enumerate(uses)
@@ -202,9 +203,10 @@ class Decoder(nn.Module):
         ctx.token_ids = input_ids
         ctx.shared_kv = dict.fromkeys(self.kv_sources)
         ctx.per_layer_inputs = per_layer
+        embedded = x  # what a shared block with input concat_embeddings reads beside the stream
         for index, block in enumerate(self.blocks):
             if self.shared_uses[index] is not None:
-                x, ctx.mixer_addend = self._shared_use(index, x, ctx)
+                x, ctx.mixer_addend = self._shared_use(index, x, ctx, embedded=embedded)
             x = block(x, ctx)
             ctx.mixer_addend = None
         hidden = self.residual.collapse(x) if return_hidden else None  # (B, T, D): all positions, before last_only
@@ -277,10 +279,12 @@ class Decoder(nn.Module):
                              f"layer that keeps a cache (layer {first_kept}); a cache starts each forward at that layer, "
                              f"so run the shared block after it")
 
-    def _shared_use(self, index: int, x: Tensor, ctx: ForwardContext) -> tuple[Tensor, Tensor | None]:
+    def _shared_use(self, index: int, x: Tensor, ctx: ForwardContext, *,
+                    embedded: Tensor) -> tuple[Tensor, Tensor | None]:
         """The shared block named for layer ``index``, run with the cache at that use's own slot and that use's
         adapters: ``(stream, None)`` for ``output: stream``; ``(x, addend)`` for ``output: mixer_input``, the
-        block's output (times the use's projection) to add to layer ``index``'s mixer input."""
+        block's output (times the use's projection) to add to layer ``index``'s mixer input. With input
+        concat_embeddings the block reads ``input_norm(concat(x, embedded))``, 2 x d_model wide."""
         name = self.shared_uses[index]
         shared = self.shared_blocks[name]
         parts = self.shared_use_parts[str(index)] if str(index) in self.shared_use_parts else None
@@ -288,7 +292,8 @@ class Decoder(nn.Module):
         for hook in hooks:
             hook.active = parts
         try:
-            out = shared(x, use_context(ctx, home=shared.mixer.layer_index, slot=self._use_slots[index]))
+            read = x if self._shared_input[name] == "stream" else shared.input_norm(torch.cat([x, embedded], dim=-1))
+            out = shared(read, use_context(ctx, home=shared.mixer.layer_index, slot=self._use_slots[index]))
         finally:
             for hook in hooks:
                 hook.active = None

@@ -152,6 +152,13 @@ class SharedBlockSpec(StrictNumbers):
     norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
     mixer: ComponentRef = Field(description="The token mixer (attention, a recurrence, or none).")
     ffn: ComponentRef = Field(description="The feed-forward sublayer.")
+    input: Literal["stream", "concat_embeddings"] = Field(
+        default="stream",
+        description=("What the block reads: stream (the residual stream), or concat_embeddings (the stream and the "
+                     "embeddings the first block read, concatenated: 2 x d_model wide, normed by the block's norm kind "
+                     "at that width, input_norm; the layout must be prenorm with mixer_pre_norm: false and "
+                     "residual_scales [0, ...], and the mixer read 2 x d_model: Zamba's shared transformer)."),
+    )
     output: Literal["stream", "mixer_input"] = Field(
         default="stream",
         description=("Where the block's output goes: stream (it is the residual stream the layer's own block reads), "
@@ -168,6 +175,9 @@ class SharedBlockSpec(StrictNumbers):
 
     @model_validator(mode="after")
     def _projection_needs_mixer_input(self) -> "SharedBlockSpec":
+        if self.input == "concat_embeddings" and self.output != "mixer_input":
+            raise ValueError("input concat_embeddings needs output: mixer_input (a 2 x d_model input leaves no residual "
+                             "stream for the block to write)")
         if self.projection and self.output != "mixer_input":
             raise ValueError("projection needs output: mixer_input (a projected output is added to the next "
                              "block's mixer input, not written over the residual stream)")

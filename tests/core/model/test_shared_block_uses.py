@@ -50,29 +50,47 @@ def _merged(model: Any, layer: int) -> torch.nn.Module:
     for m in block.modules():
         m._forward_hooks.clear()  # the copy runs without the model's adapter hooks
     use = model.shared_use_parts[str(layer)]
-    for path, target in SHARED["adapters"]["targets"].items():
+    for path, target in model.spec.model.shared_blocks["attn"].adapters.targets.items():
         pairs = use.adapters[path.split(".")[0]][path.split(".")[1]]
         delta = torch.cat([p.up.weight @ p.down.weight for p in pairs], dim=0)  # (rows, inputs)
-        assert [p.up.weight.shape[0] for p in pairs] == target["outputs"]
+        assert [p.up.weight.shape[0] for p in pairs] == target.outputs
         block.get_submodule(path).weight += delta
     return block
 
 
-def _written_out(model: Any, ids: torch.Tensor) -> torch.Tensor:
+# Zamba2's: the shared block reads rmsnorm(concat(x, embeddings)) (64 wide) with attention of 2 heads of 32
+# channels over that width (scaled by (32 / 2) ** -0.5, as Zamba's), its output back at d_model 32.
+CONCAT = {"input": "concat_embeddings",
+          "layout": {"kind": "prenorm", "mixer_pre_norm": False, "residual_scales": [0.0, 0.0]},
+          "mixer": {"kind": "attention", "n_heads": 2, "n_kv_heads": 1, "head_dim": 32, "input_width": 64,
+                    "scale": 16 ** -0.5},
+          "adapters": {"rank": 3, "targets": {"mixer.qkv": {"inputs": 64, "outputs": [64, 32, 32]},
+                                              "ffn.gate_up": {"inputs": 32, "outputs": [48]}}}}
+
+
+def _rmsnorm(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + norm.eps) * norm.weight
+
+
+def _written_out(model: Any, ids: torch.Tensor, *, concat: bool = False) -> torch.Tensor:
     """embedding -> blocks, where a use's ``s = P_i S_i(x)`` (S_i: the shared block with use i's adapters) goes
-    into block i as ``x + mixer(norm(x + s))`` then ``+ ffn(norm(.))``; final norm, tied head."""
+    into block i as ``x + mixer(norm(x + s))`` then ``+ ffn(norm(.))``; final norm, tied head. With ``concat``
+    S_i reads ``rmsnorm(concat(x, e))`` (e: the embeddings) and its mixer that unnormed."""
     from specformer.model.context import ForwardContext, default_positions
 
     positions = default_positions(*ids.shape, device="cpu")
     ctx = ForwardContext(positions=positions, positional=model.positional,
                          positional_state=model.positional.prepare(positions), plain_causal=True)
-    x = model.embedding(ids)
+    x = e = model.embedding(ids)
     for index, block in enumerate(model.blocks):
         if index not in USES:
             x = block(x, ctx)
             continue
         shared = _merged(model, index)
-        inner = shared.mixer(shared.attention_norm(x), ctx)
+        if concat:
+            inner = shared.mixer(_rmsnorm(torch.cat([x, e], dim=-1), shared.input_norm), ctx)  # (B, T, 64) -> 32
+        else:
+            inner = shared.mixer(shared.attention_norm(x), ctx)
         s = shared.feed_forward(shared.ffn_norm(inner), ctx)  # no residual anywhere in the shared block
         s = s @ model.shared_use_parts[str(index)].projection.weight.T
         x = x + block.mixer(block.attention_norm(x + s), ctx)  # the residual is x, not x + s
@@ -97,6 +115,20 @@ def test_each_use_adds_its_projected_shared_output_to_the_mixer_input_with_its_o
     model.shared_use_parts["3"].adapters["mixer"]["qkv"][1].up.weight.zero_()  # use 3's key adapter only
     after = model(ids)
     assert not torch.allclose(before, after)
+
+
+@torch.no_grad()
+def test_a_shared_block_can_read_the_stream_and_the_embeddings_concatenated() -> None:
+    model = _randomise(specformer.build(zamba_spec(**CONCAT), seed=0)).double().eval()
+    assert model.shared_blocks["attn"].input_norm.weight.shape == (64,)
+    with torch.no_grad():
+        model.shared_blocks["attn"].input_norm.weight.uniform_(0.5, 1.5)
+    ids = torch.randint(0, model.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(model(ids), _written_out(model, ids, concat=True), rtol=1e-10, atol=1e-10)
+    logits, _ = cached_logits(model, ids, prompt=4)
+    torch.testing.assert_close(logits, model(ids), rtol=1e-9, atol=1e-9)
+    checked = check_spec(zamba_spec(**CONCAT))
+    assert checked.sizes.parameters == checked.shape.parameters == model.num_parameters() == summarize(model).total
 
 
 def test_per_use_tensors_have_their_own_names_and_are_counted_once_per_use() -> None:
@@ -148,6 +180,11 @@ def test_bad_per_use_options_are_one_clear_error() -> None:
     with pytest.raises(SpecError, match=r"'mixer.q', which is not a linear map of the block; its linear maps are "
                                         r"\['ffn.down', 'ffn.gate_up', 'mixer.out', 'mixer.qkv'\]"):
         specformer.build(zamba_spec(adapters=wrong))
+    with pytest.raises(SpecError, match="input concat_embeddings needs output: mixer_input"):
+        specformer.build(zamba_spec(**CONCAT, output="stream", projection=False))
+    with pytest.raises(SpecError, match="use layout {kind: prenorm, mixer_pre_norm: false") as err:
+        specformer.build(zamba_spec(**{**CONCAT, "layout": SHARED["layout"]}))
+    assert [p.path for p in err.value.problems] == ["model.shared_blocks.attn.layout"]
     postnorm = zamba_spec()
     postnorm["model"]["block"]["layout"] = "postnorm"
     with pytest.raises(SpecError, match="takes no mixer input addend; use layout prenorm"):
