@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -206,9 +207,13 @@ class Decoder(nn.Module):
         embedded = x  # what a shared block with input concat_embeddings reads beside the stream
         for index, block in enumerate(self.blocks):
             if self.shared_uses[index] is not None:
-                x, ctx.mixer_addend = self._shared_use(index, x, ctx, embedded=embedded)
+                x, addend = self._shared_use(index, x, ctx, embedded=embedded)
+                if addend is not None:
+                    # A context of this block's own (the dicts inside still shared): a recomputing wrapper
+                    # (activation checkpointing) reruns the block later with the addend it ran with.
+                    x = block(x, replace(ctx, mixer_addend=addend))
+                    continue
             x = block(x, ctx)
-            ctx.mixer_addend = None
         hidden = self.residual.collapse(x) if return_hidden else None  # (B, T, D): all positions, before last_only
         if last_only:
             x = x[:, -1:, :]

@@ -189,3 +189,20 @@ def test_bad_per_use_options_are_one_clear_error() -> None:
     postnorm["model"]["block"]["layout"] = "postnorm"
     with pytest.raises(SpecError, match="takes no mixer input addend; use layout prenorm"):
         specformer.build(postnorm)
+
+
+def test_activation_checkpointing_recomputes_a_layer_with_the_addend_it_ran_with() -> None:
+    from specformer_train.recompute import enable_activation_checkpointing
+
+    ids = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(6))
+
+    def grads(recompute: bool) -> dict[str, torch.Tensor]:
+        model = _randomise(specformer.build(zamba_spec(**CONCAT), seed=0)).double().train()
+        if recompute:
+            enable_activation_checkpointing(model)
+        model(ids).square().mean().backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    plain, recomputed = grads(False), grads(True)
+    for name, grad in plain.items():
+        torch.testing.assert_close(recomputed[name], grad, rtol=1e-9, atol=1e-12, msg=name)
