@@ -94,9 +94,12 @@ MISSING: dict[str, str] = {
     # Issue 47: multi-token prediction, and shared, looped or cross-reading blocks.
     "gemma4_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
     "gemma4_unified_assistant": "multi-token prediction: a drafter fed the target model's hidden states (issue 47)",
-    "zamba": ("a shared block's input concat(h, embeddings) into a 2 x d_model-wide attention, its per-use "
-              "projection added to the next Mamba layer's input, multi-head Mamba-1 (issue 47)"),
-    "zamba2": "a shared block's input concat(h, embeddings) and per-use LoRA adapters on its attention and MLP (issue 47)",
+    "zamba": ("multi-head Mamba-1 (n_mamba_heads: the inner channels split in heads, each with its own x_proj and "
+              "dt_proj; the shared block's concat input and per-use projection exist as model.shared_blocks options) "
+              "(issue 47)"),
+    "zamba2": ("the zamba2 family mapping itself (config -> spec, tied shared_transformer and per-slot adapter names, "
+               "export): its mechanisms exist as model.shared_blocks options and match transformers "
+               "(tests/plugins/hf/test_zamba2_shared_blocks.py) (issue 47)"),
     "dory": "looped blocks (issue 47)",
     "hrm_text": "looped blocks (issue 47)",
     "inkling2_loop_text": "looped blocks (issue 47)",

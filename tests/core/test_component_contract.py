@@ -119,6 +119,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
 CHANGES: dict[tuple[str, str, str], Any] = {
     ("mixer", "attention", "n_kv_heads"): 2,
     ("mixer", "attention", "head_dim"): 4,
+    ("mixer", "attention", "input_width"): 48,
     ("mixer", "attention", "window"): 8,
     ("mixer", "attention", "qk_norm"): "rmsnorm",
     ("mixer", "attention", "qk_norm_scope"): ("all", {"qk_norm": "rmsnorm"}),

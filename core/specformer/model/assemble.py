@@ -93,6 +93,7 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             mtp_loss_weights=m.mtp.weights() if m.mtp is not None else (),
             shared_blocks=skeleton.shared_blocks,
             shared_uses=resolved.shared_uses if skeleton.shared_blocks and blocks else None,
+            shared_options=dict(m.shared_blocks) if skeleton.shared_blocks and blocks else None,
         )
     except ValueError as exc:
         if not skeleton.shared_blocks:

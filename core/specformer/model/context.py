@@ -48,6 +48,9 @@ class ForwardContext:
     # A feed-forward reads it only when it declares ``reads_context = True``: the block then
     # calls it as ``ffn(x, ctx)`` (plain ``ffn(x)`` otherwise).
     token_ids: Tensor | None = None
+    # (B, T, D) what a shared block run with ``output: mixer_input`` adds to the next block's mixer input
+    # (before its norm, not to its residual); set by the decoder for that one block, None otherwise.
+    mixer_addend: Tensor | None = None
     # Masks evaluated during this forward (dense, or a kernel's block form), filled by the
     # attention kernels so every layer with the same rule shares one; a fresh context per
     # forward, so they never outlive the positions they were built from.

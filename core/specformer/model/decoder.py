@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -25,7 +26,7 @@ from specformer.model.head_bias import TiedHeadBias
 from specformer.model.masks import check_document_ids
 from specformer.model.positional import PositionalScheme
 from specformer.model.residual import ResidualStream
-from specformer.model.shared import SharedUse, use_context
+from specformer.model.shared import SharedUse, UseParts, attach_adapter_hooks, use_context
 from specformer.model.state import layer_state_slots
 
 
@@ -62,6 +63,7 @@ class Decoder(nn.Module):
         mtp_loss_weights: "list[float] | tuple[float, ...]" = (),
         shared_blocks: dict[str, nn.Module] | None = None,
         shared_uses: list[str | None] | None = None,
+        shared_options: dict[str, Any] | None = None,
         spec: Any = None,
     ) -> None:
         super().__init__()
@@ -113,6 +115,22 @@ class Decoder(nn.Module):
                              f"for each of the {len(blocks)} layers, got {uses}")
         self.shared_uses = tuple(uses)  # fixed: the cache slots below are numbered from it
         self._use_slots = {i: len(blocks) + k for k, i in enumerate(i for i, name in enumerate(uses) if name is not None)}
+        # What each use has of its own (a shared block's output, projection, adapters: model.shared_blocks.<name>),
+        # shared_use_parts[str(layer)] for a use that has weights; the adapters reach the shared block through hooks.
+        options = shared_options or {}
+        self._shared_output = {name: getattr(options.get(name), "output", "stream") for name in self.shared_blocks}
+        self._shared_input = {name: getattr(options.get(name), "input", "stream") for name in self.shared_blocks}
+        self.shared_use_parts = nn.ModuleDict({
+            str(i): UseParts(d_model=d_model, projection=options[name].projection, adapters=options[name].adapters)
+            for i, name in enumerate(uses)
+            if name is not None and name in options and (options[name].projection or options[name].adapters)})
+        self._adapter_hooks = {name: attach_adapter_hooks(self.shared_blocks[name], options[name].adapters, name=name)
+                               for name in self.shared_blocks if name in options and options[name].adapters}
+        for i, name in enumerate(uses):
+            if name is not None and self._shared_output[name] == "mixer_input" \
+                    and not getattr(blocks[i], "accepts_mixer_addend", False):
+                raise ValueError(f"layer {i} runs shared block {name!r}, whose output goes to the mixer input, but its "
+                                 f"layout ({type(blocks[i]).__name__}) takes no mixer input addend; use layout prenorm")
         self._check_first_cached()
         self.spec = spec
 
@@ -186,9 +204,15 @@ class Decoder(nn.Module):
         ctx.token_ids = input_ids
         ctx.shared_kv = dict.fromkeys(self.kv_sources)
         ctx.per_layer_inputs = per_layer
+        embedded = x  # what a shared block with input concat_embeddings reads beside the stream
         for index, block in enumerate(self.blocks):
             if self.shared_uses[index] is not None:
-                x = self._shared_use(index, x, ctx)
+                x, addend = self._shared_use(index, x, ctx, embedded=embedded)
+                if addend is not None:
+                    # A context of this block's own (the dicts inside still shared): a recomputing wrapper
+                    # (activation checkpointing) reruns the block later with the addend it ran with.
+                    x = block(x, replace(ctx, mixer_addend=addend))
+                    continue
             x = block(x, ctx)
         hidden = self.residual.collapse(x) if return_hidden else None  # (B, T, D): all positions, before last_only
         if last_only:
@@ -260,10 +284,27 @@ class Decoder(nn.Module):
                              f"layer that keeps a cache (layer {first_kept}); a cache starts each forward at that layer, "
                              f"so run the shared block after it")
 
-    def _shared_use(self, index: int, x: Tensor, ctx: ForwardContext) -> Tensor:
-        """The shared block named for layer ``index``, run with the cache at that use's own slot."""
-        shared = self.shared_blocks[self.shared_uses[index]]
-        return shared(x, use_context(ctx, home=shared.mixer.layer_index, slot=self._use_slots[index]))
+    def _shared_use(self, index: int, x: Tensor, ctx: ForwardContext, *,
+                    embedded: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The shared block named for layer ``index``, run with the cache at that use's own slot and that use's
+        adapters: ``(stream, None)`` for ``output: stream``; ``(x, addend)`` for ``output: mixer_input``, the
+        block's output (times the use's projection) to add to layer ``index``'s mixer input. With input
+        concat_embeddings the block reads ``input_norm(concat(x, embedded))``, 2 x d_model wide."""
+        name = self.shared_uses[index]
+        shared = self.shared_blocks[name]
+        parts = self.shared_use_parts[str(index)] if str(index) in self.shared_use_parts else None
+        hooks = self._adapter_hooks.get(name, ())
+        for hook in hooks:
+            hook.active = parts
+        try:
+            read = x if self._shared_input[name] == "stream" else shared.input_norm(torch.cat([x, embedded], dim=-1))
+            out = shared(read, use_context(ctx, home=shared.mixer.layer_index, slot=self._use_slots[index]))
+        finally:
+            for hook in hooks:
+                hook.active = None
+        if self._shared_output[name] == "stream":
+            return out, None
+        return x, (parts.projection(out) if parts is not None and parts.projection is not None else out)
 
     def _context(self, positions: Tensor, *, cache: KVCache | None, plain_causal: bool) -> ForwardContext:
         """The per-forward context: each distinct positional scheme prepared once, whatever the number of layers."""

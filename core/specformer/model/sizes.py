@@ -29,6 +29,7 @@ from torch import nn
 
 from specformer.errors import Problem, SpecError
 from specformer.model.assemble import MODULES, make_decoder
+from specformer.model.shared import UseParts
 from specformer.model.wiring import size_flow
 from specformer.spec.size_check import ADDRESSABLE_BYTES, unaddressable_message
 from specformer.spec.validate import ResolvedModel
@@ -43,6 +44,8 @@ class SizeEstimate:
     blocks: list[tuple[nn.Module, int]] = field(default_factory=list)  # (block, layers sharing it)
     # (shared block, layers that run it): its tensors are the skeleton's (counted once), its compute is per use.
     shared_uses: list[tuple[nn.Module, int]] = field(default_factory=list)
+    # (what one use of a shared block has of its own, its uses): projection and adapters, counted per use.
+    use_parts: list[tuple[nn.Module, int]] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -66,7 +69,7 @@ class SizeEstimate:
         return self.parameter_bytes(dtype) + self.buffer_bytes(dtype)
 
     def _tensors(self, *, buffers: bool) -> Iterator[tuple[torch.Tensor, int]]:
-        parts = [(self.skeleton, 1), *self.blocks]
+        parts = [(self.skeleton, 1), *self.blocks, *self.use_parts]
         for module, count in parts:
             seen: set[int] = set()
             tensors = module.buffers() if buffers else module.parameters()
@@ -87,8 +90,13 @@ def estimate_resolved(resolved: ResolvedModel) -> SizeEstimate:
         shapes = size_flow(MODULES, resolved)
         skeleton = make_decoder(resolved, shapes.skeleton, [])
     uses = Counter(name for name in resolved.shared_uses if name is not None) if resolved.shared_blocks else Counter()
+    with torch.device("meta"):
+        use_parts = [(UseParts(d_model=resolved.spec.d_model, projection=block.projection, adapters=block.adapters),
+                      uses[name]) for name, block in resolved.spec.shared_blocks.items()
+                     if block.projection or block.adapters is not None]
     result = SizeEstimate(skeleton=skeleton, blocks=[(b.block, count) for b, count in shapes.blocks],
-                          shared_uses=[(skeleton.shared_blocks[name], n) for name, n in uses.items()])
+                          shared_uses=[(skeleton.shared_blocks[name], n) for name, n in uses.items()],
+                          use_parts=use_parts)
     total = result.total_bytes()
     if total > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(total, result.parameters))])

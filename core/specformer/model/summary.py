@@ -109,11 +109,12 @@ def summarize(model_or_spec: Any) -> ModelSummary:
                           shared_uses=[(model.shared_blocks[name], n) for name, n in uses.items()])
     shape = estimate(model_or_spec)
     return _summarize(shape.skeleton, shape.blocks, context_length=shape.skeleton.context_length,
-                      shared_uses=shape.shared_uses)
+                      shared_uses=shape.shared_uses, use_parts=shape.use_parts)
 
 
 def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, context_length: int,
-               shared_uses: list[tuple[torch.nn.Module, int]] = ()) -> ModelSummary:
+               shared_uses: list[tuple[torch.nn.Module, int]] = (),
+               use_parts: list[tuple[torch.nn.Module, int]] = ()) -> ModelSummary:
     """Counts from the Decoder's own parts (``skeleton``, blocks ignored) and ``blocks`` weighted by their counts;
     each shared block (in the skeleton's parameters once) costs compute and cache once per use (``shared_uses``)."""
     s = ModelSummary(context_length=context_length, n_layers=sum(count for _, count in blocks))
@@ -126,6 +127,8 @@ def _summarize(skeleton: Any, blocks: list[tuple[torch.nn.Module, int]], *, cont
         top = "lm_head" if top == "head_bias" else top  # a tied head's bias counts with the head
         if top != "blocks":
             groups[top] = groups.get(top, 0) + p.numel()
+    for parts, count in use_parts:  # a spec's per-use weights of shared blocks (a built model's are the skeleton's)
+        groups["shared_use_parts"] = groups.get("shared_use_parts", 0) + count * sum(p.numel() for p in parts.parameters())
     for block, count in blocks:
         residuals = {name for name, m in block.named_children() if isinstance(m, ResidualConnection)}
         for name, p in block.named_parameters():

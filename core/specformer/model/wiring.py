@@ -20,12 +20,13 @@ spec path of that part (which :mod:`specformer.spec.validate` recorded while res
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from specformer.errors import Problem, SpecError
 from specformer.messages import join_path
 from specformer.model.attention import cache_slots_of, heads_of, kv_source_of, positional_dim_of
+from specformer.model.sized import Sized, total
 from specformer.model.state import uses_positions
 from specformer.spec.layer_groups import overrides_of_layer
 from specformer.spec.shapes import ModelSpec
@@ -179,7 +180,25 @@ def make_shared_blocks(maker: Maker, resolved: ResolvedModel, *, residual: Any) 
         if kv_source_of(block.mixer) is not None:
             raise SpecError([Problem(f"{parts['mixer'].path}.kv_from", "a shared block keeps its own keys and values "
                                                                        "at every use; leave kv_from out of it")])
+        if m.shared_blocks[name].input == "concat_embeddings":
+            block = _with_input_norm(block, make_part(maker, parts["norm"], dim=2 * m.d_model), path=path)
         made[name] = block
+    return made
+
+
+def _with_input_norm(made: Block, norm: Any, *, path: str) -> Block:
+    """A shared block that reads concat(stream, embeddings), with its 2 x d_model norm (``input_norm``): the module
+    holds it (``shared_blocks.<name>.input_norm.*``), a size check's facts count it. The block's own layout must
+    leave the mixer's input unnormed and keep no residual of it (its input is twice the stream's width)."""
+    block = made.block
+    if isinstance(block, Sized):  # the torch-free size check's facts
+        return replace(made, block=replace(block, parameters=total(block.parameters, norm.parameters)))
+    if getattr(block, "attention_norm", None) is not None or getattr(block, "residual_scales", (1.0,))[0] != 0.0:
+        raise SpecError([Problem(f"{path}.layout", "input concat_embeddings normalises the 2 x d_model input itself "
+                                                   "(input_norm), and the stream it is concatenated from is no residual "
+                                                   "of the mixer: use layout {kind: prenorm, mixer_pre_norm: false, "
+                                                   "residual_scales: [0.0, 0.0]}")])
+    block.input_norm = norm
     return made
 
 

@@ -101,10 +101,48 @@ class BlockSpec(StrictNumbers):
     )
 
 
+class AdapterTarget(StrictNumbers):
+    """The widths of one linear map a per-use adapter adds to: what it reads, and its output rows, split into pieces."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: int = Field(gt=0, description="The linear map's input width (in_features).")
+    outputs: list[int] = Field(
+        min_length=1,
+        description=("Its output rows, in pieces that sum to out_features: each piece gets a low-rank pair of its "
+                     "own (a fused query/key/value projection: [q rows, k rows, v rows]); one piece: one pair."),
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _positive(cls, outputs: list[int]) -> list[int]:
+        if any(o <= 0 for o in outputs):
+            raise ValueError(f"every piece of outputs must be a positive row count, got {outputs}")
+        return outputs
+
+
+class SharedAdapters(StrictNumbers):
+    """Low-rank adapters each use of a shared block has of its own (Zamba2's per-use LoRA on q/k/v and gate_up).
+
+    At a use, a target linear map's output piece ``y_p`` becomes ``y_p + B_p (A_p x)`` with that use's
+    ``A_p`` (rank x inputs) and ``B_p`` (piece rows x rank), no biases.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(gt=0, description="The rank of every adapter pair.")
+    targets: dict[str, AdapterTarget] = Field(
+        min_length=1,
+        description=("The shared block's linear maps to adapt, by module path inside the block (mixer.qkv, "
+                     "ffn.gate_up), with their widths (checked against the built module)."),
+    )
+
+
 class SharedBlockSpec(StrictNumbers):
     """A block whose weights several layers use (``model.shared_blocks``): built once, run wherever a layer names it.
 
-    It reads the model's positional scheme and residual stream; each use keeps its own cache.
+    It reads the model's positional scheme and residual stream; each use keeps its own cache. ``output``,
+    ``projection`` and ``adapters`` say what each use adds around the shared weights (Zamba's hybrid layer).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -114,6 +152,36 @@ class SharedBlockSpec(StrictNumbers):
     norm: ComponentRef = Field(description="The norm the layout places around sublayers.")
     mixer: ComponentRef = Field(description="The token mixer (attention, a recurrence, or none).")
     ffn: ComponentRef = Field(description="The feed-forward sublayer.")
+    input: Literal["stream", "concat_embeddings"] = Field(
+        default="stream",
+        description=("What the block reads: stream (the residual stream), or concat_embeddings (the stream and the "
+                     "embeddings the first block read, concatenated: 2 x d_model wide, normed by the block's norm kind "
+                     "at that width, input_norm; the layout must be prenorm with mixer_pre_norm: false and "
+                     "residual_scales [0, ...], and the mixer read 2 x d_model: Zamba's shared transformer)."),
+    )
+    output: Literal["stream", "mixer_input"] = Field(
+        default="stream",
+        description=("Where the block's output goes: stream (it is the residual stream the layer's own block reads), "
+                     "or mixer_input (the stream passes it by; it is added to the layer's own block's mixer input, "
+                     "before that block's norm, and not to its residual: Zamba's shared transformer)."),
+    )
+    projection: bool = Field(
+        default=False,
+        description=("Each use multiplies the block's output by a d_model x d_model matrix of its own (no bias) "
+                     "before it is added; needs output: mixer_input."),
+    )
+    adapters: SharedAdapters | None = Field(
+        default=None, description="Low-rank adapters of each use's own on named linear maps of the block.")
+
+    @model_validator(mode="after")
+    def _projection_needs_mixer_input(self) -> "SharedBlockSpec":
+        if self.input == "concat_embeddings" and self.output != "mixer_input":
+            raise ValueError("input concat_embeddings needs output: mixer_input (a 2 x d_model input leaves no residual "
+                             "stream for the block to write)")
+        if self.projection and self.output != "mixer_input":
+            raise ValueError("projection needs output: mixer_input (a projected output is added to the next "
+                             "block's mixer input, not written over the residual stream)")
+        return self
 
 
 BLOCK_FIELDS = ("layout", "norm", "mixer", "ffn")
@@ -485,6 +553,8 @@ __all__ = [
     "MTPBlockChange",
     "MTPSpec",
     "MTP_BLOCK_FIELDS",
+    "AdapterTarget",
+    "SharedAdapters",
     "SharedBlockSpec",
     "ModelSpec",
     "Spec",

@@ -80,11 +80,24 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     mtp = [total(linear(2 * m.d_model, m.d_model), d.embedding_norm.parameters, d.hidden_norm.parameters,
                  d.block.block.parameters, d.final_norm.parameters) for d in skeleton.mtp]
     shared = [b.parameters for b in skeleton.shared_blocks.values()]  # stored once, whatever the uses
+    uses = resolved.shared_uses if m.shared_blocks else []
+    # What each use has of its own (specformer.model.shared.UseParts), once per use.
+    per_use = [uses.count(name) * per_use_parameters(block, d_model=m.d_model) for name, block in m.shared_blocks.items()]
     parameters = total(embedding, head, skeleton.residual.parameters, per_layer, skeleton.positional.parameters,
-                       embedding_norm, skeleton.final_norm.parameters, *blocks, *mtp, *shared)
+                       embedding_norm, skeleton.final_norm.parameters, *blocks, *mtp, *shared, *per_use)
     if parameters is not None and parameters * FLOAT32_BYTES > ADDRESSABLE_BYTES:
         raise SpecError([Problem("model", unaddressable_message(parameters * FLOAT32_BYTES, parameters))])
     return SizeCheck(parameters=parameters)
+
+
+def per_use_parameters(block: Any, *, d_model: int) -> int:
+    """The parameters one use of shared block ``block`` (a SharedBlockSpec) has of its own: its projection
+    (d_model x d_model) and, per adapted linear map, a pair per output piece (rank x inputs, rows x rank)."""
+    projection = d_model * d_model if block.projection else 0
+    adapters = block.adapters
+    pairs = 0 if adapters is None else sum(
+        adapters.rank * (len(t.outputs) * t.inputs + sum(t.outputs)) for t in adapters.targets.values())
+    return projection + pairs
 
 
 def unaddressable_message(total_bytes: int, parameters: int) -> str:
@@ -93,4 +106,4 @@ def unaddressable_message(total_bytes: int, parameters: int) -> str:
             f"more than any machine can address (2^63 bytes); make the sizes smaller")
 
 
-__all__ = ["ADDRESSABLE_BYTES", "SIZED", "SizeCheck", "SizedMaker", "check_sizes", "unaddressable_message"]
+__all__ = ["ADDRESSABLE_BYTES", "SIZED", "SizeCheck", "SizedMaker", "check_sizes", "per_use_parameters", "unaddressable_message"]

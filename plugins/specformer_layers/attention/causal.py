@@ -90,7 +90,8 @@ class CausalSelfAttention(nn.Module):
                                           value_dim=v_head_dim)
         # The projections are nn.Linear or the spec's linear kind (BitLinear): same weight and bias either way.
         make_linear = _linear_maker(params)
-        self.qkv = make_linear(d_model, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias,
+        d_in = params.input_width or d_model  # what the projections read (Zamba: concat(stream, embeddings))
+        self.qkv = make_linear(d_in, n_heads * head_dim + sum(self.kv_splits), bias=params.qkv_bias,
                                splits=(n_heads * head_dim, *self.kv_splits))
         self.v_norm = params.v_norm.make(dim=v_head_dim) if params.v_norm is not None else None
         # BitNet's attn_sub_norm: over all heads' channels, between attention and the output projection.
@@ -102,10 +103,10 @@ class CausalSelfAttention(nn.Module):
         if not params.output_gate:
             self.gate = None
         elif self.gate_per_head:
-            self.gate = make_linear(d_model, n_heads, bias=False)
+            self.gate = make_linear(d_in, n_heads, bias=False)
         else:
             head_bias = params.output_gate_bias == "head"
-            self.gate = make_linear(d_model, n_heads * v_head_dim, bias=params.qkv_bias and not head_bias)
+            self.gate = make_linear(d_in, n_heads * v_head_dim, bias=params.qkv_bias and not head_bias)
         # Beam's gate bias: one per head, added to each of the head's channel logits.
         self.gate_head_bias = (nn.Parameter(torch.zeros(n_heads))
                                if params.output_gate and params.output_gate_bias == "head" else None)

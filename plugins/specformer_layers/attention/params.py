@@ -204,6 +204,11 @@ class CausalSelfAttentionParams(Params):
         description="Sparse attention: a selector over the layer's own queries and keys picks the keys each query "
                     "reads (block_pooled, Kolibri 1.1); read through a mask with the sdpa or eager kernel.",
     )
+    input_width: int | None = Field(
+        default=None, gt=0,
+        description="The width the query/key/value (and gate) projections read; the output is still d_model wide. "
+                    "Default d_model. Zamba's shared attention reads concat(stream, embeddings): 2 x d_model.",
+    )
     backend: Literal["auto", "sdpa", "flex", "eager"] = Field(
         default="auto",
         description="auto: fused causal SDPA where plain causal, FlexAttention otherwise; sdpa: SDPA, dense masks; "
@@ -231,6 +236,9 @@ class CausalSelfAttentionParams(Params):
             self._check_differential()
         if self.indexer is not None:
             self._check_indexer()
+        if self.input_width is not None and self.indexer is not None:
+            raise ValueError("input_width and indexer do not combine: the indexer reads the d_model-wide block input; "
+                             "drop one of them")
         if self.v_head_dim is not None:
             self._check_value_width()
         return self
@@ -276,12 +284,12 @@ class CausalSelfAttentionParams(Params):
         # Queries, then keys and values of its own (none when it reads another layer's; no value rows with k_eq_v).
         kv_rows = 0 if self.kv_from is not None else KV * hd + (0 if self.k_eq_v else KV * vd)
         parameters = total(
-            self._projection(d_model, H * hd + kv_rows, bias=self.qkv_bias,
+            self._projection(self.input_width or d_model, H * hd + kv_rows, bias=self.qkv_bias,
                              splits=(H * hd, *(() if self.kv_from is not None else
                                                (KV * hd,) if self.k_eq_v else (KV * hd, KV * vd)))),
             self._projection(H * vd, d_model, bias=self.out_bias),
             self.out_norm.sized(dim=H * vd).parameters if self.out_norm is not None else 0,
-            self._gate_parameters(d_model, H, vd),
+            self._gate_parameters(self.input_width or d_model, H, vd),
             H if self.sinks else 0,
             self._qk_norm_parameters(H, KV, hd),
             self.v_norm.sized(dim=vd).parameters if self.v_norm is not None else 0,

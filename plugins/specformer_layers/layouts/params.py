@@ -112,7 +112,8 @@ class PreNormBlockParams(BlockParams):
     )
     residual_scales: tuple[float, float] = Field(
         default=(1.0, 1.0), description="DeepNorm's alpha: what is added to is multiplied by this before each add, "
-                                        "[mixer's, ffn's] (MiniMax-01's layernorm_*_alpha).",
+                                        "[mixer's, ffn's] (MiniMax-01's layernorm_*_alpha). 0: no add, the "
+                                        "sublayer's output is the stream (Zamba's shared block keeps no residual).",
     )
     output_scales: tuple[float, float] = Field(
         default=(1.0, 1.0), description="DeepNorm's beta: each sublayer's output is multiplied by this (and by "

@@ -16,6 +16,8 @@ class PreNormBlock(Block):
     """Pre-norm block: each sublayer reads the normalised stream (:class:`PreNormBlockParams`)."""
 
     Params = PreNormBlockParams
+    #: A shared block's ``output: mixer_input`` (``ctx.mixer_addend``) joins the mixer's input before its norm.
+    accepts_mixer_addend = True
 
     def __init__(self, params: PreNormBlockParams | None = None, *, mixer: nn.Module, ffn: nn.Module,
                  make_norm: Callable[[], nn.Module],
@@ -36,16 +38,24 @@ class PreNormBlock(Block):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         (a_mix, a_ffn), (b_mix, b_ffn) = self.residual_scales, self.output_scales
         h, mix = self.attention_residual.read(x)
+        addend = getattr(ctx, "mixer_addend", None)  # a bare call (ctx None) has none
+        if addend is not None:  # Zamba: norm(x + shared(x)) feeds the mixer; the residual stays x
+            h = h + addend
         if self.attention_norm is not None:  # None: mixer_pre_norm false, the mixer reads the raw stream
             h = self.attention_norm(h)
         out = self.mixer(h, ctx)
         # One stream (checked): read gave x itself, so writing onto another base is adding to that base.
         base = h if self.normed_residual else x
-        x = self.attention_residual.write(base if a_mix == 1.0 else base * a_mix, out if b_mix == 1.0 else out * b_mix,
-                                          mix=mix)
+        if a_mix == 0.0:  # no residual (one stream, checked): the output is the stream, whatever x's width was
+            x = out if b_mix == 1.0 else out * b_mix
+        else:
+            x = self.attention_residual.write(base if a_mix == 1.0 else base * a_mix,
+                                              out if b_mix == 1.0 else out * b_mix, mix=mix)
         h, mix = self.ffn_residual.read(x)
         h = self.ffn_norm(h)
         out = self.feed_forward(h, ctx)
         base = h if self.normed_residual else x
+        if a_ffn == 0.0:
+            return out if b_ffn == 1.0 else out * b_ffn
         return self.ffn_residual.write(base if a_ffn == 1.0 else base * a_ffn, out if b_ffn == 1.0 else out * b_ffn,
                                        mix=mix)

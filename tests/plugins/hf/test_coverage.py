@@ -80,7 +80,7 @@ def _folder(tmp_path: Path, model_type: str) -> Path:
 
 
 @pytest.mark.parametrize(("model_type", "needles"), [
-    ("zamba", ["model_type 'zamba' is not supported yet; it lacks: a shared block's input concat(h, embeddings)",
+    ("zamba", ["model_type 'zamba' is not supported yet; it lacks: multi-head Mamba-1 (n_mamba_heads",
               "Families not yet supported"]),
     # CPM-Ant's attention, feed-forward and bucketed relative bias exist; its bidirectional full forward does not.
     ("cpmant", ["model_type 'cpmant' is not supported yet; it lacks: a full forward attending in both directions"]),
