@@ -78,7 +78,7 @@ MISSING: dict[str, str] = {
     # (Laguna was the last); such an entry reads ``model_type: MAPPING_ONLY``.
     # Issue 45: recurrent and linear-attention mixers.
     # Issue 46: one new part each.
-    "zaya": "compressed convolutional attention and an MLP router (issue 46)",
+    "zaya": "an MLP router whose hidden state feeds the next layer's router, with a skip expert and balancing biases; a scale and bias on the embeddings and on both terms of each residual add (issue 46; its attention is the cca mixer)",
     "cpmant": ("a full forward attending in both directions (transformers' CPM-Ant masks no later key; only its "
                "cached steps are one-sided), learned prompt tokens prepended to every input and a score bias per pair "
                "of segments; its bidirectional bucketed relative position bias is positional relative_bias (issue 46)"),

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from specformer.registry.hookspecs import hookimpl
 from specformer.registry.components import PluginRegistry
+from specformer_layers.attention.cca_params import ConvolutionalAttentionParams
 from specformer_layers.attention.block_pooled_params import BlockPooledIndexerParams
 from specformer_layers.attention.mixture_of_heads_params import MixtureOfHeadsParams
 from specformer_layers.attention.params import (CausalSelfAttentionParams, CompressedAttentionParams, LatentAttentionParams,
@@ -147,6 +148,8 @@ COMPONENTS: tuple[tuple[str, str, str, type[BaseModel], str], ...] = (
      "https://huggingface.co/Aleph-Alpha/Kolibri-1.1"),
     ("mixer", "compressed", "attention.compressed:CompressedAttention", CompressedAttentionParams,
      "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
+    ("mixer", "cca", "attention.cca:ConvolutionalAttention", ConvolutionalAttentionParams,
+     "https://arxiv.org/abs/2510.04476"),
     ("mixer", "moa", "attention.mixture_of_heads:MixtureOfHeads", MixtureOfHeadsParams, "https://arxiv.org/abs/2210.05144"),
     ("mixer", "short_conv", "mixers.short_conv:ShortConv", ShortConvParams, "https://arxiv.org/abs/2511.23404"),
     ("mixer", "kda", "mixers.kda:KimiDeltaAttention", KimiDeltaAttentionParams, "https://arxiv.org/abs/2510.26692"),

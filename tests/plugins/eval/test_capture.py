@@ -56,8 +56,10 @@ def attention_cases() -> list[Any]:
     return cases
 
 
-#: Mixers without attention probabilities (their capture entry is None).
-RECURRENT = ("gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "short_conv", "none")
+#: Mixers without attention probabilities (their capture entry is None); cca attends but keeps a state beside its
+#: keys, and capture asks only layers without a state (as it skips compressed attention's pooled layers).
+RECURRENT = ("gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "short_conv", "none",
+             "cca")
 
 
 def test_a_recurrent_layer_has_no_probabilities_and_the_attention_beside_it_has() -> None:

@@ -132,6 +132,10 @@ VARIANTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"n_experts": 3, "top_k": 1, "n_kv_heads": 3, "head_dim": 6, "out_bias": True, "aux_loss_coef": 0.0,
          "router": {"kind": "sigmoid_topk"}},
     ],
+    ("mixer", "cca"): [
+        {"n_heads": 4, "n_kv_heads": 2},
+        {"n_heads": 3, "head_dim": 6, "depthwise_kernel": 3, "grouped_kernel": 4, "bias": True, "window": 5},
+    ],
     ("layout", "parallel"): [{}, {"shared_norm": True}],
 }
 

@@ -11,7 +11,7 @@ EXPECTED = {
     "rope_scaling": {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"},
     "norm": {"layernorm", "rmsnorm", "scalenorm", "l2norm", "prediction_head", "gated", "none"},
     "ffn": {"mlp", "swiglu", "geglu", "reglu", "rwkv_channel_mix", "moe", "parallel", "none"},
-    "mixer": {"attention", "mla", "compressed", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "moa", "parallel", "none"},
+    "mixer": {"attention", "mla", "compressed", "cca", "short_conv", "gated_deltanet", "kda", "mamba2", "mamba", "rglru", "rwkv4", "lightning", "mlstm", "moa", "parallel", "none"},
     "layout": {"prenorm", "postnorm", "parallel", "sandwich", "postnorm_inside"},
     "router": {"softmax_topk", "sigmoid_topk", "topk_sigmoid", "sqrtsoftplus_topk", "hash", "normed_softmax_topk", "biased_softmax_topk", "sparsemixer"},
     "residual": {"single", "mhc"},
