@@ -89,7 +89,7 @@ def make_decoder(resolved: ResolvedModel, skeleton: Skeleton, blocks: list[nn.Mo
             embedding_dropout=m.embedding_dropout,
             per_layer_input=skeleton.per_layer_input,
             mtp=[MTPDepth(d_model=m.d_model, embedding_norm=d.embedding_norm, hidden_norm=d.hidden_norm,
-                          block=d.block.block, final_norm=d.final_norm) for d in skeleton.mtp],
+                          block=d.block.block, final_norm=d.final_norm, positional=d.positional) for d in skeleton.mtp],
             mtp_loss_weights=m.mtp.weights() if m.mtp is not None else (),
             shared_blocks=skeleton.shared_blocks,
             shared_uses=resolved.shared_uses if skeleton.shared_blocks and blocks else None,

@@ -232,8 +232,9 @@ class Decoder(nn.Module):
         Depth k runs over the ``T - k`` positions whose token ``i + k`` exists, reading ``h^{k-1}``
         (``hidden`` for depth 1) there and the embedding of ``input_ids[:, i + k]``; its logits
         ``(B, T - k, vocab_size)`` at row i predict token ``i + k + 1``, through its final norm and
-        the model's shared head. The depth's block reads the model-level positional scheme at the
-        positions of its rows (``positions[:, :T - k]``), causally, each row in its document.
+        the model's shared head. The depth's block reads its positional scheme (the model's, or its
+        own: ``model.mtp.block.positional``) at the positions of its rows (``positions[:, :T - k]``),
+        causally, each row in its document.
         """
         assert self.mtp is not None, "mtp_logits needs MTP depths"
         batch, length = input_ids.shape
@@ -264,8 +265,14 @@ class Decoder(nn.Module):
         embedded = self.embedding(ahead_ids)  # (B, R, D): the shared embedding, scaled as the main model's
         if self.embedding_multiplier != 1.0:
             embedded = embedded * torch.tensor(self.embedding_multiplier, dtype=embedded.dtype)
-        ctx = ForwardContext(positions=positions, positional=self.positional,
-                             positional_state=self.positional.prepare(positions), plain_causal=plain_causal)
+        own = self.mtp[k - 1].positional
+        if own is None:
+            ctx = ForwardContext(positions=positions, positional=self.positional,
+                                 positional_state=self.positional.prepare(positions), plain_causal=plain_causal)
+        else:  # its own scheme, read as a layer's (ctx.positional_for) at the depth's layer index
+            index = len(self.blocks) + k - 1
+            ctx = ForwardContext(positions=positions, positional=self.positional, plain_causal=plain_causal,
+                                 layer_schemes={index: own}, layer_states={index: own.prepare(positions)})
         ctx.document_ids = document_ids
         ctx.token_ids = ahead_ids  # the token each row's block input embeds
         return self.mtp[k - 1](hidden, embedded, ctx, residual=self.residual)
@@ -332,8 +339,9 @@ class Decoder(nn.Module):
         return [self.positional, *self.layer_positionals][self.layer_scheme[layer_index]]
 
     def positional_schemes(self) -> list[PositionalScheme]:
-        """Every distinct positional scheme of the model: the model-level one, then the per-layer ones."""
-        return [self.positional, *self.layer_positionals]
+        """Every distinct positional scheme of the model: the model-level one, the per-layer ones, the MTP depths' own."""
+        return [self.positional, *self.layer_positionals,
+                *(d.positional for d in (self.mtp or ()) if d.positional is not None)]
 
     def past_context(self) -> tuple[str, PositionalScheme]:
         """Whether positions allow going past ``context_length``: "no" over "warn" over "yes", and the scheme that says so."""

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 
 class MTPDepth(nn.Module):
-    """One prediction depth: ``enorm``, ``hnorm``, ``eh_proj`` (2 d_model -> d_model, no bias), ``block``, ``final_norm``.
+    """One prediction depth: ``enorm``, ``hnorm``, ``eh_proj`` (2 d_model -> d_model, no bias), ``block``, ``final_norm``,
+    and ``positional``, the block's own positional scheme (None: the model's).
 
     ``forward(hidden, embedded, ctx)`` returns ``h^k`` ``(B, L, D)`` (before ``final_norm``), from
     ``hidden`` ``(B, L, D)`` (``h^{k-1}``) and ``embedded`` ``(B, L, D)`` (the embeddings k tokens ahead).
@@ -33,7 +34,7 @@ class MTPDepth(nn.Module):
     """
 
     def __init__(self, *, d_model: int, embedding_norm: nn.Module, hidden_norm: nn.Module, block: nn.Module,
-                 final_norm: nn.Module) -> None:
+                 final_norm: nn.Module, positional: nn.Module | None = None) -> None:
         super().__init__()
         if d_model <= 0:
             raise ValueError(f"d_model must be positive, got {d_model}")
@@ -43,6 +44,9 @@ class MTPDepth(nn.Module):
         self.eh_proj = nn.Linear(2 * d_model, d_model, bias=False)
         self.block = block
         self.final_norm = final_norm
+        # The scheme inside the block's mixer when it is not the model's (model.mtp.block.positional, made as a
+        # layer override's); None: the model-level scheme. The Decoder prepares it for the depth's rows.
+        self.positional = positional
 
     @property
     def mixer(self) -> Any:

@@ -78,6 +78,7 @@ class MTPParts:
     hidden_norm: Any  # hnorm
     block: Block
     final_norm: Any  # before the shared head
+    positional: Any = None  # the scheme inside the depth's mixer when not the model's (model.mtp.block.positional)
 
 
 def make_part(maker: Maker, part: ResolvedPart, **sizes: Any) -> Any:
@@ -351,34 +352,39 @@ def make_skeleton(maker: Maker, resolved: ResolvedModel, attentions: list[Any], 
 
 def make_mtp(maker: Maker, resolved: ResolvedModel, *, residual: Any, positional: Any, first_attention: Any) -> list[MTPParts]:
     """``model.mtp``'s depths (none without it): each its two input norms, its block (layer index n_layers + k, after
-    the main blocks, as the published checkpoints number it) and its final norm.
+    the main blocks, as the published checkpoints number it), its final norm, and the scheme inside its mixer.
 
-    A depth's mixer reads the model-level positional scheme's positions (the Decoder prepares them once), so a
-    mixer that reads positions must take the scheme at the heads it was sized by, and a depth cannot read another
+    A depth's mixer reads the model-level scheme (the Decoder prepares it once), which must then take it at the heads
+    it was sized by, or its own scheme (``model.mtp.block.positional``, or ``model.block.positional``), made as a
+    layer override's is (:func:`make_layer_positional`, sized by the depth's mixer). A depth cannot read another
     layer's keys and values.
     """
     mtp, m = resolved.mtp, resolved.spec
     if mtp is None:
         return []
-    if m.block.positional is not None:
-        raise SpecError([Problem("model.mtp", "an MTP depth reads model.positional, and model.block.positional gives "
-                                              "the blocks another scheme; put the scheme in model.positional")])
     mixer_path = mtp.parts["mixer"].path
+    part = mtp.parts["positional"]
     depths = []
     for k in range(mtp.depths):
         block = make_block(maker, mtp.parts, m, m.n_layers + k, residual=residual)
         if kv_source_of(block.mixer) is not None:
             raise SpecError([Problem(mixer_path, "an MTP depth's mixer cannot read another layer's keys and values "
                                                  "(kv_from); leave kv_from out of model.mtp.block")])
-        if (uses_positions(block.mixer) and not maker.adds_to_embeddings(positional)
+        own = None
+        if part is not resolved.positional:
+            if not uses_positions(block.mixer):
+                raise _no_positions(maker, part, block.mixer)
+            own = make_layer_positional(maker, part, block.mixer, m)
+        elif (uses_positions(block.mixer) and not maker.adds_to_embeddings(positional)
                 and positional_sizes(block.mixer, d_model=m.d_model) != positional_sizes(first_attention, d_model=m.d_model)):
             raise SpecError([Problem(mixer_path, f"an MTP depth's mixer reads model.positional, which is sized for "
                                                  f"{positional_sizes(first_attention, d_model=m.d_model)} (heads, positional "
                                                  f"width); this mixer has {positional_sizes(block.mixer, d_model=m.d_model)}: "
-                                                 f"give it the main layers' heads and head_dim")])
+                                                 f"give it the main layers' heads and head_dim, or its own scheme "
+                                                 f"(model.mtp.block.positional)")])
         depths.append(MTPParts(make_part(maker, mtp.input_norm, dim=m.d_model),
                                make_part(maker, mtp.input_norm, dim=m.d_model), block,
-                               make_part(maker, mtp.final_norm, dim=m.d_model)))
+                               make_part(maker, mtp.final_norm, dim=m.d_model), own))
     return depths
 
 

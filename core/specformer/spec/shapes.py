@@ -237,9 +237,14 @@ class MTPBlockChange(StrictNumbers):
     norm: dict[str, Any] | str | None = Field(default=None, description="Changes to the block's norm (merged; a new kind replaces).")
     mixer: dict[str, Any] | str | None = Field(default=None, description="Changes to the token mixer (merged; a new kind replaces).")
     ffn: dict[str, Any] | str | None = Field(default=None, description="Changes to the feed-forward (merged; a new kind replaces).")
+    positional: dict[str, Any] | str | None = Field(
+        default=None,
+        description="The positional scheme inside the depth's mixer, as a layer override's (merged into the model's; "
+                    "a new kind replaces); default the model's scheme.",
+    )
 
 
-#: Block fields an MTP depth's block may change (its positional scheme is the model's).
+#: Block fields an MTP depth's block may change (``positional`` too, resolved as a layer override's).
 MTP_BLOCK_FIELDS = ("layout", "norm", "mixer", "ffn")
 
 

@@ -76,9 +76,10 @@ def check_sizes(resolved: ResolvedModel) -> SizeCheck:
     skeleton = shapes.skeleton
     per_layer = skeleton.per_layer_input.parameters if skeleton.per_layer_input is not None else 0
     embedding_norm = skeleton.embedding_norm.parameters if skeleton.embedding_norm is not None else 0
-    # Each MTP depth: its eh_proj (2 d_model -> d_model, no bias), two input norms, block and final norm.
+    # Each MTP depth: its eh_proj (2 d_model -> d_model, no bias), two input norms, block, final norm and own scheme.
     mtp = [total(linear(2 * m.d_model, m.d_model), d.embedding_norm.parameters, d.hidden_norm.parameters,
-                 d.block.block.parameters, d.final_norm.parameters) for d in skeleton.mtp]
+                 d.block.block.parameters, d.final_norm.parameters,
+                 d.positional.parameters if d.positional is not None else 0) for d in skeleton.mtp]
     shared = [b.parameters for b in skeleton.shared_blocks.values()]  # stored once, whatever the uses
     uses = resolved.shared_uses if m.shared_blocks else []
     # What each use has of its own (specformer.model.shared.UseParts), once per use.

@@ -59,7 +59,7 @@ class ResolvedMTP:
     norm of its two inputs and its final norm."""
 
     depths: int
-    parts: dict[str, ResolvedPart]  # layout, norm, mixer, ffn, positional (the model's scheme)
+    parts: dict[str, ResolvedPart]  # layout, norm, mixer, ffn, positional (model.positional's own part unless changed)
     input_norm: ResolvedPart
     final_norm: ResolvedPart
 
@@ -202,26 +202,28 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
     embedding_norm = (resolve("norm", model.embedding_norm.as_dict(), "model.embedding_norm")
                       if model.embedding_norm is not None else None)
 
+    def merged_part(f: str, changes: list[tuple[str, "dict[str, Any] | str"]]) -> ResolvedPart | None:
+        """Block field ``f`` with ``changes`` (``(path, change)``, a layer override's or model.mtp.block's) merged."""
+        if f == "positional" and model.block.positional is None:
+            if not changes:
+                return positional  # the scheme inside attention is model.positional's own part
+            base, base_path = model.positional.as_dict(), "model.positional"
+        else:
+            base, base_path = getattr(model.block, f).as_dict(), join_path("model", ["block", f])
+        ref, written = merge_written(base, base_path, changes)
+        return resolve(_KIND_OF[f], ref, changes[-1][0] if changes else base_path, written)
+
     def block_parts(overrides: tuple[int, ...], fields: tuple[str, ...] = OVERRIDE_FIELDS) -> dict[str, ResolvedPart]:
         parts = {}
         for f in fields:
-            if f == "positional" and model.block.positional is None:
-                base, base_path = model.positional.as_dict(), "model.positional"
-            else:
-                base, base_path = getattr(model.block, f).as_dict(), join_path("model", ["block", f])
             changes = [(join_path("model", ["layers", j, f]), getattr(model.layers[j], f)) for j in overrides
                        if getattr(model.layers[j], f) is not None]
-            if f == "positional" and not changes and model.block.positional is None:
-                part = positional  # the scheme inside attention is model.positional's own part
-            else:
-                ref, written = merge_written(base, base_path, changes)
-                part = resolve(_KIND_OF[f], ref, changes[-1][0] if changes else base_path, written)
-            if part is not None:
+            if (part := merged_part(f, changes)) is not None:
                 parts[f] = part
         return parts
 
     groups = [ResolvedGroup(group, block_parts(group.overrides)) for group in group_layers(model.n_layers, selections)]
-    mtp = _resolve_mtp(model, resolve, positional) if model.mtp is not None else None
+    mtp = _resolve_mtp(model, resolve, merged_part) if model.mtp is not None else None
     shared_blocks = {name: {f: part for f in BLOCK_FIELDS
                             if (part := resolve(_KIND_OF[f], getattr(block, f).as_dict(),
                                                 join_path("model", ["shared_blocks", name, f]))) is not None}
@@ -237,21 +239,17 @@ def resolve_model(model: ModelSpec, registry: Registry) -> tuple[ResolvedModel |
                          embedding_norm=embedding_norm, mtp=mtp, shared_blocks=shared_blocks), []
 
 
-def _resolve_mtp(model: ModelSpec, resolve: Any, positional: ResolvedPart | None) -> ResolvedMTP | None:
-    """``model.mtp``'s parts: its block is ``model.block`` (no layer override) with ``mtp.block``'s changes merged."""
+def _resolve_mtp(model: ModelSpec, resolve: Any, merged_part: Any) -> ResolvedMTP | None:
+    """``model.mtp``'s parts: its block is ``model.block`` (no layer override) with ``mtp.block``'s changes merged,
+    each field as a layer override's (``merged_part``), its positional scheme too: the model's unless it names one."""
     assert model.mtp is not None
     spec = model.mtp
     parts: dict[str, ResolvedPart] = {}
-    for f in MTP_BLOCK_FIELDS:
-        base_path = join_path("model", ["block", f])
+    for f in (*MTP_BLOCK_FIELDS, "positional"):
         change = getattr(spec.block, f)
-        changes = [] if change is None else [(join_path("model", ["mtp", "block", f]), change)]
-        ref, written = merge_written(getattr(model.block, f).as_dict(), base_path, changes)
-        part = resolve(_KIND_OF[f], ref, changes[-1][0] if changes else base_path, written)
+        part = merged_part(f, [] if change is None else [(join_path("model", ["mtp", "block", f]), change)])
         if part is not None:
             parts[f] = part
-    if positional is not None:
-        parts["positional"] = positional  # a depth's mixer reads the model-level scheme's positions
     input_norm = (resolve("norm", spec.input_norm.as_dict(), "model.mtp.input_norm") if spec.input_norm is not None
                   else parts.get("norm"))
     final_norm = (resolve("norm", spec.final_norm.as_dict(), "model.mtp.final_norm") if spec.final_norm is not None

@@ -12,6 +12,7 @@ from specformer_hf.parts.attention import QKNorm
 from specformer_hf.parts.base import MLP, FamilyView, Part
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN
+from specformer_hf.parts.mtp import PUBLISHED_COUNT, SEPARATE_LAYER, TypedMTP
 from specformer_hf.parts.positions import Rope
 from specformer_hf.parts.windows import SlidingRopeGlobalNope
 from specformer_hf.rules import Copy, OneOf, Rule
@@ -67,6 +68,9 @@ class ExaoneExperts(LayerTypedExperts):
                 OneOf(Copy(f"{MLP}.e_score_correction_bias", ours), Copy(bias, ours))]
 
 
+#: EXAONE 4's windows: rope on the sliding layers, none on the global ones (all of them, where there is no window).
+WINDOWS = SlidingRopeGlobalNope(rope_without_window=True)
+
 # ExaoneMoeConfig has no head_dim field, but the attention reads one if config.json has it (Attention does).
 FAMILY = decoder_family(
     name="K-EXAONE",
@@ -75,18 +79,23 @@ FAMILY = decoder_family(
     defaults=DEFAULTS,
     parts=[
         ExpertNames(),
-        *replace_part(replace_part(LLAMA_PARTS, SlidingRopeGlobalNope(rope_without_window=True), instead_of=Rope),
-                      ExaoneExperts(), instead_of=GatedFFN),
+        *replace_part(replace_part(LLAMA_PARTS, WINDOWS, instead_of=Rope), ExaoneExperts(), instead_of=GatedFFN),
         QKNorm("head"),
         ExpertNamesWritten(),
+        # vLLM's exaone_moe_mtp: Qwen3-Next's layout, a global layer (no rope) with a dense MLP by default.
+        TypedMTP(WINDOWS, count=PUBLISHED_COUNT),
     ],
+    mtp_layer=SEPARATE_LAYER,
     maps="as EXAONE 4's attention (qk_norm RMSNorm per head, GQA; layer_types or sliding_window_pattern and "
          "sliding_window -> per-layer windows, rope on the sliding layers and none on the global ones) in prenorm "
          "blocks; ffn moe as DeepSeek-V3's: num_experts, num_experts_per_tok, moe_intermediate_size, router "
          "sigmoid_topk (norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias -> "
-         "selection_bias), num_shared_experts; mlp_layer_types (or first_k_dense_replace) -> dense first layers",
-    caveats="no biases; dense layers must come first in mlp_layer_types; the multi-token-prediction module (mtp.*) is "
-            "skipped, as transformers skips it; aux_loss_coef is 0 on import",
-    # transformers' ExaoneMoePreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected).
+         "selection_bias), num_shared_experts; mlp_layer_types (or first_k_dense_replace) -> dense first layers; "
+         "num_nextn_predict_layers (0 or 1), mtp_layer_types, mtp_mlp_layer_types -> mtp depths (mtp.fc, "
+         "pre_fc_norm_embedding, pre_fc_norm_hidden, decoder layer mtp.layers.0, mtp.norm)",
+    caveats="no biases; dense layers must come first in mlp_layer_types; aux_loss_coef is 0 on import; a file without "
+            "the multi-token prediction layer its config counts imports without model.mtp, with a note",
+    # transformers' ExaoneMoePreTrainedModel ignores exactly these tensors (_keys_to_ignore_on_load_unexpected); import
+    # reads them as model.mtp where config.json counts the layer.
     ignore_tensors=(r"mtp\..*",),
 )

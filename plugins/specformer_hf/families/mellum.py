@@ -19,6 +19,7 @@ from specformer_hf.parts.attention import QKNorm
 from specformer_hf.parts.base import FamilyView, Switch
 from specformer_hf.parts.decoder import LLAMA_PARTS, decoder_family, replace_part
 from specformer_hf.parts.feedforward import GatedFFN, MixtureOfExperts
+from specformer_hf.parts.mtp import SEPARATE_LAYER, TypedMTP
 from specformer_hf.parts.positions import Rope
 from specformer_hf.parts.windows import LayerTypeRopes
 
@@ -33,12 +34,14 @@ DEFAULTS = {
 }
 #: MellumConfig's default rope thetas per layer type.
 THETA = {"full_attention": 500_000.0, "sliding_attention": 10_000.0}
+#: layer_types -> per-layer windows and a rope per layer type (the MTP layer's type too).
+WINDOWS = LayerTypeRopes(pattern=1, theta=THETA, pattern_key=None, flat_is_full=False)
 
 
 @dataclass(frozen=True)
 class MellumExperts(MixtureOfExperts):
     """Qwen3-MoE's experts with mlp_layer_types ("dense" or "sparse" per layer, default all sparse) naming the dense
-    layers (SwiGLU of intermediate_size); the multi-token-prediction fields only describe the skipped mtp.* layer."""
+    layers (SwiGLU of intermediate_size); the multi-token-prediction fields are TypedMTP's."""
 
     def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
         n_layers = cfg.get_layers("num_hidden_layers")
@@ -47,7 +50,6 @@ class MellumExperts(MixtureOfExperts):
             raise UserError(f"{cfg.family}: mlp_layer_types must give 'dense' or 'sparse' for each of the {n_layers} "
                             f"layers, got {types!r}")
         cfg.data.update(decoder_sparse_step=1, mlp_only_layers=[i for i, t in enumerate(types) if t == "dense"])
-        cfg.mark_read("num_mtp_layers", "num_nextn_predict_layers", "mtp_layer_types", "mtp_mlp_layer_types")
         super().read(cfg, model)
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
@@ -67,15 +69,21 @@ FAMILY = decoder_family(
                                                               dense=True, n_experts="num_local_experts",
                                                               n_experts_aliases=("num_experts",)),
                                    instead_of=GatedFFN),
-                      LayerTypeRopes(pattern=1, theta=THETA, pattern_key=None, flat_is_full=False), instead_of=Rope),
+                      WINDOWS, instead_of=Rope),
         Switch("attention_bias", ("mixer.qkv_bias", "mixer.out_bias")),
         QKNorm("head"),
+        # MellumConfig: one MTP layer, sliding (the sliding layers' rope) with experts unless its lists say otherwise.
+        TypedMTP(WINDOWS, count="num_mtp_layers", aliases=("num_nextn_predict_layers",),
+                 attention_default="sliding_attention", mlp_default="sparse"),
     ],
+    mtp_layer=SEPARATE_LAYER,
     maps="as Qwen3-MoE (per-head q/k RMSNorm, attention_bias, head_dim) with ffn moe: num_local_experts / num_experts, "
          "num_experts_per_tok, moe_intermediate_size, norm_topk_prob; mlp_layer_types -> dense SwiGLU layers "
          "(intermediate_size); layer_types (default all full) and sliding_window -> per-layer windows; rope_parameters "
-         "per layer type -> per-layer ropes",
-    caveats="the multi-token-prediction layer (mtp.*, num_mtp_layers) is skipped, as transformers skips it (issue 47); "
-            "reads per-expert and fused 3-D expert tensors, writes per-expert",
+         "per layer type -> per-layer ropes; num_mtp_layers (0 or 1), mtp_layer_types, mtp_mlp_layer_types -> mtp depths "
+         "(mtp.fc, pre_fc_norm_embedding, pre_fc_norm_hidden, decoder layer mtp.layers.0, mtp.norm)",
+    caveats="a file without the multi-token prediction layer its config counts imports without model.mtp, with a "
+            "note; reads per-expert and fused 3-D expert tensors, writes per-expert",
+    # transformers' MellumPreTrainedModel ignores mtp.*; import reads them as model.mtp where config.json counts one.
     ignore_tensors=(r"mtp\..*",),
 )

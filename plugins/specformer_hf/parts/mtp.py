@@ -21,6 +21,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from specformer.errors import UserError
+from specformer.spec.shapes import apply_change
 
 from specformer_hf.config import ConfigReader
 from specformer_hf.parts.base import LAYER, FamilyView, Part
@@ -155,12 +156,113 @@ class SeparateMTP(Part):
         config[SEPARATE_COUNT] = mtp.depths if mtp is not None else 0
 
     def rules(self) -> list[Rule]:
-        return [
-            Copy("mtp.pre_fc_norm_embedding.weight", "mtp.{d}.enorm.weight"),
-            Copy("mtp.pre_fc_norm_hidden.weight", "mtp.{d}.hnorm.weight"),
-            Copy("mtp.fc.weight", "mtp.{d}.eh_proj.weight"),
-            Copy("mtp.norm.weight", "mtp.{d}.final_norm.weight"),
-        ]
+        return separate_rules()
 
 
-__all__ = ["LayerMTP", "PUBLISHED_COUNT", "SEPARATE_COUNT", "SEPARATE_LAYER", "SeparateMTP", "SharedCopy"]
+def separate_rules() -> list[Rule]:
+    """The depth's own tensors in Qwen3-Next's layout (its decoder layer is the family's per-layer rules')."""
+    return [
+        Copy("mtp.pre_fc_norm_embedding.weight", "mtp.{d}.enorm.weight"),
+        Copy("mtp.pre_fc_norm_hidden.weight", "mtp.{d}.hnorm.weight"),
+        Copy("mtp.fc.weight", "mtp.{d}.eh_proj.weight"),
+        Copy("mtp.norm.weight", "mtp.{d}.final_norm.weight"),
+    ]
+
+
+#: The block fields a typed MTP layer may differ in from the model's block.
+TYPED_FIELDS = ("mixer", "positional", "ffn")
+
+
+@dataclass(frozen=True)
+class TypedMTP(Part):
+    """The MTP layer in Qwen3-Next's layout (:class:`SeparateMTP`'s tensors) whose decoder layer is one of the main
+    layers' kinds, chosen by ``mtp_layer_types`` (full_attention or sliding_attention: its window and positional
+    scheme, as ``layers`` maps a main layer of that type; model.mtp.block.positional where it is not the model's) and
+    ``mtp_mlp_layer_types`` (sparse: the block's experts; dense: a SwiGLU of intermediate_size). K-EXAONE (vLLM's
+    exaone_moe_mtp: a global layer without rope, a dense MLP) and Mellum (a sliding layer by default).
+
+    ``layers``: the family's part mapping layer_types (its ``layer_change``); ``count``: the config field of the
+    count, ``aliases`` its other names; the defaults the families' configs give the two lists. One layer at most: one
+    fc and one pair of input norms serve every layer.
+    """
+
+    layers: Any
+    count: str
+    aliases: tuple[str, ...] = ()
+    attention_default: str = "full_attention"
+    mlp_default: str = "dense"
+
+    def read(self, cfg: ConfigReader, model: dict[str, Any]) -> None:
+        names = (self.count, *self.aliases)
+        count = next((cfg.get_int(n) for n in names if cfg.has(n) and cfg.get(n) is not None), 0)
+        cfg.mark_read(*names, "mtp_layer_types", "mtp_mlp_layer_types")
+        if count > 1:
+            raise UserError(f"{cfg.family}: {self.count} {count} is not supported: its MTP layers share one fc and one "
+                            "pair of input norms, and model.mtp gives each depth its own; supported: 0 or 1")
+        if not count:
+            return
+        attention = self._one(cfg, "mtp_layer_types", self.attention_default, ("full_attention", "sliding_attention"))
+        mlp = self._one(cfg, "mtp_mlp_layer_types", self.mlp_default, ("dense", "sparse"))
+        change = self.layers.layer_change(cfg, model, attention)
+        change["ffn"] = self._ffn(cfg, model, mlp)
+        block = model["block"]
+        if change["mixer"].get("window") == block["mixer"].get("window"):
+            del change["mixer"]
+        if change["ffn"] is None:
+            del change["ffn"]
+        model["mtp"] = {"depths": count, **({"block": change} if change else {})}
+
+    @staticmethod
+    def _one(cfg: ConfigReader, key: str, default: str, accepted: tuple[str, ...]) -> str:
+        types = cfg.get(key, None) or [default]
+        if not isinstance(types, list) or len(types) != 1 or types[0] not in accepted:
+            raise UserError(f"{cfg.family}: {key} must give one of {', '.join(accepted)} for its one MTP layer, "
+                            f"got {types!r}")
+        return types[0]
+
+    @staticmethod
+    def _ffn(cfg: ConfigReader, model: dict[str, Any], mlp: str) -> dict[str, Any] | None:
+        """The depth's ffn change: None for the block's own (the experts, or a dense block's MLP)."""
+        ffn = model["block"]["ffn"]
+        if mlp == "sparse":
+            if ffn.get("kind") != "moe":
+                raise UserError(f"{cfg.family}: mtp_mlp_layer_types sparse names experts, and this model's layers have "
+                                "none; supported here: dense")
+            return None
+        dense = {"kind": "swiglu", "hidden": cfg.get_size("intermediate_size"), "activation": ffn.get("activation", "silu")}
+        return None if ffn.get("kind") == "swiglu" and ffn.get("hidden") == dense["hidden"] else dense
+
+    def write(self, view: FamilyView, config: dict[str, Any]) -> None:
+        mtp = view.model.mtp
+        if mtp is None:
+            return
+        def whole(f: str, change: Any) -> dict[str, Any]:  # the depth's component: the block's with a change merged
+            base = view.positional if f == "positional" else getattr(view.model.block, f).as_dict()
+            return apply_change(dict(base), change)[0] if change is not None else dict(base)
+        given = mtp.block.model_dump(exclude_none=True)
+        if mtp.depths != 1 or set(given) - set(TYPED_FIELDS) or mtp.input_norm is not None or mtp.final_norm is not None:
+            raise NotExpressible("model.mtp", f"Hugging Face {view.name}'s MTP layer is one depth whose layer is a main "
+                                 "layer's kind (its mixer, positional scheme and ffn), with the block's norm on both "
+                                 "inputs and before the head")
+        depth = {f: whole(f, given.get(f)) for f in TYPED_FIELDS}
+        attention = "sliding_attention" if depth["mixer"].get("window") is not None else "full_attention"
+        mlp = "sparse" if depth["ffn"].get("kind") == "moe" else "dense"
+        config.update({self.count: 1, "mtp_layer_types": [attention], "mtp_mlp_layer_types": [mlp]})
+        # What import would make of the config written: the depth must be that layer.
+        cfg = ConfigReader(config, defaults={}, family=view.name)
+        base = {"positional": view.positional,
+                "block": {f: getattr(view.model.block, f).as_dict() for f in ("mixer", "ffn")}}
+        expected = self.layers.layer_change(cfg, base, attention)
+        expected["ffn"] = self._ffn(cfg, base, mlp)
+        for f in TYPED_FIELDS:
+            if whole(f, expected.get(f)) != depth[f]:
+                raise NotExpressible(f"model.mtp.block.{f}", f"Hugging Face {view.name}'s MTP layer is a "
+                                     f"{attention} layer with a {mlp} MLP as its main layers of that kind are: "
+                                     f"{whole(f, expected.get(f))}, not {depth[f]}")
+
+    def rules(self) -> list[Rule]:
+        return separate_rules()
+
+
+__all__ = ["LayerMTP", "PUBLISHED_COUNT", "SEPARATE_COUNT", "SEPARATE_LAYER", "SeparateMTP", "SharedCopy", "TypedMTP",
+           "separate_rules"]

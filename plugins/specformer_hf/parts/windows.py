@@ -78,6 +78,11 @@ class LayerTypes(Part):
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
+def check_layer_type(cfg: ConfigReader, layer_type: Any) -> None:
+    if layer_type not in LAYER_TYPES:
+        raise UserError(f"{cfg.family}: layer type {layer_type!r} is not supported; supported: {', '.join(LAYER_TYPES)}")
+
+
 @dataclass(frozen=True)
 class LayerTypeRopes(Part):
     """layer_types (default: every ``pattern``-th layer global), sliding_window and rope_parameters per layer type
@@ -115,6 +120,16 @@ class LayerTypeRopes(Part):
         other = [i for i, t in enumerate(types) if t != base]
         if other and schemes[base] != schemes[types[other[0]]]:
             model.setdefault("layers", []).append({"select": selection(other, n_layers), "positional": schemes[types[other[0]]]})
+
+    def layer_change(self, cfg: ConfigReader, model: dict[str, Any], layer_type: str) -> dict[str, Any]:
+        """A layer of ``layer_type`` outside layer_types (an MTP layer) as block changes: its window and its type's
+        rope (where not model.positional), as :meth:`read` gives the main layers of that type."""
+        check_layer_type(cfg, layer_type)
+        change: dict[str, Any] = {"mixer": {"window": cfg.get("sliding_window") if layer_type == "sliding_attention" else None}}
+        scheme = self._rope(cfg, layer_type)
+        if scheme != model["positional"]:
+            change["positional"] = scheme
+        return change
 
     def _rope(self, cfg: ConfigReader, layer_type: str) -> dict[str, Any]:
         cfg.mark_read("rope_parameters", "rope_scaling", "rope_theta", *([self.local_theta_key] if self.local_theta_key else []))
@@ -206,6 +221,19 @@ class SlidingRopeGlobalNope(Part):
         full = [i for i, t in enumerate(types) if t == "full_attention"]
         if full:
             model.setdefault("layers", []).append({"select": selection(full, n_layers), "positional": "none"})
+
+    def layer_change(self, cfg: ConfigReader, model: dict[str, Any], layer_type: str) -> dict[str, Any]:
+        """A layer of ``layer_type`` outside layer_types (an MTP layer) as block changes: the window and rope of a
+        sliding layer, no window and ``positional: none`` on a global one (the rope where no layer has a window)."""
+        check_layer_type(cfg, layer_type)
+        window = cfg.get("sliding_window")
+        if self.rope_without_window and window is None:
+            if layer_type == "sliding_attention":
+                raise UserError(f"{cfg.family}: a sliding_attention MTP layer needs sliding_window, which is null")
+            return {"mixer": {"window": None}}
+        if layer_type == "sliding_attention":
+            return {"mixer": {"window": window}}
+        return {"mixer": {"window": None}, "positional": "none"}
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         windows = view.per_layer("mixer", "window")

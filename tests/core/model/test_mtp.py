@@ -152,3 +152,73 @@ def test_return_hidden_is_the_final_norms_input_at_every_position_and_mtp_depth_
         model(ids, with_mtp=True, return_hidden=True)
     with pytest.raises(ValueError, match="depths 1 to 2"):
         model.mtp_depth(3, hidden, ids, positions=positions)
+
+
+def _attention_written_out(mixer, x, *, theta, window=None):
+    """Causal GQA attention over ``x`` (B, T, D) with the mixer's weights, written out: fused q|k|v projection,
+    rotate-half RoPE at ``theta`` on q and k (``theta`` None: no rotation), a key j read by query i when
+    i - window < j <= i, softmax(q k^T / sqrt(hd)) v, output projection."""
+    heads, kv_heads, hd = 4, 2, 8  # tiny_spec's attention over d_model 32
+    b, t, _ = x.shape
+    q, k, v = (x @ mixer.qkv.weight.T).split((heads * hd, kv_heads * hd, kv_heads * hd), dim=-1)
+    q = q.view(b, t, heads, hd).transpose(1, 2)  # (B, H, T, hd)
+    k, v = (z.view(b, t, kv_heads, hd).transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1) for z in (k, v))
+    if theta is not None:
+        inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)  # (hd/2,)
+        angle = torch.arange(t, dtype=torch.float32)[:, None] * inv_freq  # (T, hd/2)
+        cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)  # (T, hd)
+
+        def rotate(z):  # z * cos + rotate_half(z) * sin, rotate_half(a, b) = (-b, a)
+            return z * cos + torch.cat([-z[..., hd // 2:], z[..., : hd // 2]], -1) * sin
+
+        q, k = rotate(q), rotate(k)
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    allowed = (j <= i) & ((i - j < window) if window is not None else True)
+    scores = (q @ k.transpose(-1, -2) / hd ** 0.5).masked_fill(~allowed, float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, heads * hd)
+    return out @ mixer.out.weight.T
+
+
+@pytest.mark.parametrize("positional, theta, window", [
+    ("none", None, None),  # a NoPE depth (K-EXAONE's MTP layer) over a RoPE model
+    ({"theta": 500.0}, 500.0, 3),  # its own theta and a window (Mellum's sliding MTP layer), merged into model.positional
+    ({"kind": "rope", "theta": 10.0}, 10.0, None),
+])
+def test_a_depth_reads_its_own_positional_scheme(positional, theta, window):
+    block = {"positional": positional, **({"mixer": {"window": window}} if window else {})}
+    spec = _spec(depths=2, block=block)
+    model = specformer.build(spec, seed=0)
+    assert model.positional.theta == 10000.0 and all(d.positional is not None for d in model.mtp)
+    ids = torch.randint(0, 61, (2, 9))
+    seen = []
+    for depth in model.mtp:
+        depth.block.mixer.register_forward_hook(lambda _m, args, out: seen.append((args[0], out)))
+    with torch.no_grad():
+        logits, mtp = model(ids, with_mtp=True)
+        for depth, (x, out) in zip(model.mtp, seen):
+            expected = _attention_written_out(depth.block.mixer, x, theta=theta, window=window)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        # The main layers keep the model's scheme: the same logits as the model without the depths' change.
+        plain = specformer.build(_spec(depths=2), seed=0)
+        plain.load_state_dict(model.state_dict(), strict=True)
+        torch.testing.assert_close(plain(ids), logits, rtol=0, atol=0)
+        assert not torch.allclose(plain(ids, with_mtp=True)[1][0], mtp[0])
+        # mtp_depth (the drafter's entry) runs the depth with its own scheme too.
+        _, hidden = model(ids, return_hidden=True)
+        alone = model.mtp_depth(1, hidden[:, :8], ids[:, 1:], positions=torch.arange(8).expand(2, 8))
+        torch.testing.assert_close(model.output_logits(model.mtp[0].final_norm(alone)), mtp[0], rtol=1e-5, atol=1e-5)
+    assert summarize(spec).total == summarize(model).total == model.num_parameters() == check_spec(spec).sizes.parameters
+
+
+def test_a_depths_scheme_with_weights_is_counted_and_one_that_cannot_act_in_attention_is_refused():
+    spec = _spec(depths=2, block={"positional": {"kind": "relative_bias", "n_buckets": 8, "max_distance": 16}})
+    model = specformer.build(spec, seed=0)
+    own = sum(p.numel() for p in model.mtp[0].positional.parameters())
+    assert own > 0
+    assert summarize(spec).params["mtp"] == summarize(_spec(depths=2)).params["mtp"] + 2 * own
+    assert summarize(spec).total == model.num_parameters() == check_spec(spec).sizes.parameters
+    for positional, words in (("learned", "belongs in model.positional only"),):
+        with pytest.raises(SpecError) as caught:
+            check_spec(_spec(depths=1, block={"positional": positional}))
+        assert [p.path for p in caught.value.problems] == ["model.mtp.block.positional"]
+        assert words in caught.value.problems[0].message

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import json
 import warnings
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from hf_cases import BY_NAME
 from safetensors.torch import load_file, save_file
 
+import specformer
 import specformer_hf
 from specformer.errors import UserError
 
@@ -41,6 +43,16 @@ class Published:
     #: ``pre_fc_norm_hidden``, a full-attention layer ``mtp.layers.0``, ``norm``), counted by mtp_num_hidden_layers,
     #: its norms (1 + w).
     separate: bool = False
+    #: The tiny case the file is made from (default: the layout's own name, the family's model type).
+    case: str | None = None
+    #: The config field counting the layer (default the layout's: num_nextn_predict_layers, mtp_num_hidden_layers).
+    count: str | None = None
+    #: The MTP layer's (attention type, MLP type), appended to layer_types / mlp_layer_types to build it; with
+    #: ``written`` the config.json names them (mtp_layer_types, mtp_mlp_layer_types), else the family's defaults do.
+    types: tuple[str, str] | None = None
+    written: bool = False
+    #: The norms as applied: w + offset (Qwen3-Next's (1 + w); None: 1 for the separate layout, 0 otherwise).
+    offset: float | None = None
 
     def layer_at(self, n: int) -> str:
         return "mtp.layers.0." if self.separate else f"model.layers.{n}."
@@ -55,11 +67,11 @@ class Published:
 
     @property
     def count_key(self) -> str:
-        return "mtp_num_hidden_layers" if self.separate else "num_nextn_predict_layers"
+        return self.count or ("mtp_num_hidden_layers" if self.separate else "num_nextn_predict_layers")
 
     @property
     def norm_offset(self) -> float:
-        return 1.0 if self.separate else 0.0
+        return self.offset if self.offset is not None else 1.0 if self.separate else 0.0
 
 
 LAYOUTS = {
@@ -75,6 +87,16 @@ LAYOUTS = {
     "qwen3_next": Published("Qwen3NextDecoderLayer", copies=False, separate=True),
     "qwen3_5": Published("Qwen3_5DecoderLayer", copies=False, separate=True),
     "qwen3_5_moe": Published("Qwen3_5MoeDecoderLayer", copies=False, separate=True),
+    # K-EXAONE (vLLM's exaone_moe_mtp): Qwen3-Next's layout, w norms, a global layer (no rope, no window) with a dense
+    # MLP in a model with windows, as its config.json names them: the depth's own positional scheme is none.
+    "exaone_moe": Published("ExaoneMoeDecoderLayer", copies=False, separate=True, offset=0.0,
+                            count="num_nextn_predict_layers", types=("full_attention", "dense"), written=True),
+    # Mellum: num_mtp_layers, a sliding layer with experts by default (the sliding layers' rope, the model's here);
+    # and a full layer with a dense MLP by its lists: the full layers' rope theta, the depth's own.
+    "mellum": Published("MellumDecoderLayer", copies=False, separate=True, offset=0.0, count="num_mtp_layers",
+                        types=("sliding_attention", "sparse")),
+    "mellum-full-dense": Published("MellumDecoderLayer", copies=False, separate=True, offset=0.0, case="mellum",
+                                   count="num_mtp_layers", types=("full_attention", "dense"), written=True),
 }
 
 
@@ -84,17 +106,21 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def _with_mtp(name: str, directory):
     """A saved tiny model of case ``name`` whose file also holds one MTP depth (layer N), and that depth's modules."""
-    case, published = BY_NAME[name], LAYOUTS[name]
+    published = LAYOUTS[name]
+    case = BY_NAME[published.case or name]
     hf = case.build()
     case.save(hf, directory)
     config = hf.config
     n, d = config.num_hidden_layers, config.hidden_size
     torch.manual_seed(7)
-    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-    at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind
+    module = published.case or name  # the family of the case (a text config may name another model type)
+    modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    at_n = copy.deepcopy(config)  # per-layer lists name N layers: the MTP layer is of the last one's kind, or its own
     for field in ("layer_types", "mlp_layer_types", "indexer_types"):
         if isinstance(getattr(at_n, field, None), list):
-            kind = "full_attention" if published.separate and field == "layer_types" else getattr(at_n, field)[-1]
+            kind = ("full_attention" if published.separate and field == "layer_types" else getattr(at_n, field)[-1])
+            if published.types is not None and field != "indexer_types":
+                kind = published.types[field == "mlp_layer_types"]
             setattr(at_n, field, [*getattr(at_n, field), kind])
     layer = getattr(modeling, published.layer_class)(at_n, layer_idx=n).eval()
     g = torch.Generator().manual_seed(8)
@@ -133,13 +159,18 @@ def _with_mtp(name: str, directory):
     # mtp_num_hidden_layers (Qwen3-Next's).
     saved = json.loads((directory / "config.json").read_text())
     saved.pop("num_mtp_layers", None)  # transformers may save it under either name
-    (directory / "config.json").write_text(json.dumps({**saved, published.count_key: 1}))
+    lists = ({"mtp_layer_types": [published.types[0]], "mtp_mlp_layer_types": [published.types[1]]}
+             if published.written else {})
+    (directory / "config.json").write_text(json.dumps({**saved, published.count_key: 1, **lists}))
     return hf, layer, own
 
 
-def _reference_depth1(hf, layer, own, ids: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
+def _reference_depth1(hf, layer, own, ids: torch.Tensor, offset: float = 0.0,
+                      layer_type: str | None = None) -> torch.Tensor:
     """Depth 1 written out: rmsnorm(emb(t_{i+1})) and rmsnorm(h_i) concatenated, eh_proj, the decoder layer over the
-    sequence (causal, rope at positions 0..T-2), shared_head.norm, the LM head. ``offset``: 1 for (1 + w) norms."""
+    sequence (causal, rope at positions 0..T-2), shared_head.norm, the LM head. ``offset``: 1 for (1 + w) norms.
+    ``layer_type``: the MTP layer's, where the family has a rope per layer type (Mellum) or windows: a
+    sliding_attention layer reads the keys within sliding_window of each query."""
     caught = {}
     hook = hf.model.layers[-1].register_forward_hook(lambda m, args, out: caught.update(h=out[0] if isinstance(out, tuple) else out))
     hf(ids)
@@ -151,8 +182,13 @@ def _reference_depth1(hf, layer, own, ids: torch.Tensor, offset: float = 0.0) ->
     joined = torch.cat([_rms(embedded, offset + own["enorm"], eps), _rms(hidden, offset + own["hnorm"], eps)], dim=-1)
     x = joined @ own["eh_proj"].T
     positions = torch.arange(length).unsqueeze(0).expand(ids.shape[0], -1)
-    cos_sin = hf.model.rotary_emb(x, positions)
-    mask = torch.full((length, length), torch.finfo(x.dtype).min).triu(1)[None, None]  # (1, 1, T-1, T-1) causal
+    per_type = "layer_type" in inspect.signature(hf.model.rotary_emb.forward).parameters
+    cos_sin = hf.model.rotary_emb(x, positions, layer_type) if per_type else hf.model.rotary_emb(x, positions)
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    allowed = j <= i
+    if layer_type == "sliding_attention":
+        allowed = allowed & (i - j < hf.config.sliding_window)
+    mask = torch.zeros(length, length).masked_fill(~allowed, torch.finfo(x.dtype).min)[None, None]  # (1, 1, T-1, T-1)
     x = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
     x = x[0] if isinstance(x, tuple) else x
     return hf.lm_head(_rms(x, offset + own["final"], eps))
@@ -172,7 +208,8 @@ def test_mtp_depth_logits_match_the_written_out_depth(name, tmp_path):
     ids = torch.randint(0, hf.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         logits, (depth1,) = model(ids, with_mtp=True)
-        reference = _reference_depth1(hf, layer, own, ids, LAYOUTS[name].norm_offset)
+        types = LAYOUTS[name].types
+        reference = _reference_depth1(hf, layer, own, ids, LAYOUTS[name].norm_offset, types[0] if types else None)
         main = hf(ids).logits
     assert depth1.shape == (2, 11, hf.config.vocab_size)
     assert (logits - main).abs().max().item() <= TOLERANCE
@@ -249,3 +286,21 @@ def test_more_than_one_qwen3_next_mtp_layer_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "mtp_num_hidden_layers": 2}))
     with pytest.raises(UserError, match="mtp_num_hidden_layers 2 is not supported: its MTP layers share one fc"):
         specformer_hf.import_hf(tmp_path)
+
+
+@pytest.mark.parametrize("name, change, path", [
+    ("exaone_moe", {"positional": {"kind": "rope", "theta": 123.0}}, "model.mtp.block.positional"),
+    ("mellum-full-dense", {"positional": {"kind": "rope", "theta": 123.0}}, "model.mtp.block.positional"),
+    ("mellum", {"norm": {"eps": 0.5}}, "model.mtp"),
+])
+def test_a_typed_mtp_layer_unlike_every_main_layer_kind_is_not_exported(name, change, path, tmp_path):
+    """K-EXAONE's and Mellum's MTP layer is named by its layer types only: a depth whose block no layer type gives
+    (another rope, another norm) is refused on export, at the field that differs."""
+    _with_mtp(name, tmp_path / "hf")
+    spec = copy.deepcopy(specformer_hf.import_hf(tmp_path / "hf").spec)
+    spec["model"]["mtp"]["block"] = {**spec["model"]["mtp"].get("block", {}), **change}
+    model = specformer.build(spec, seed=0)
+    family = BY_NAME[LAYOUTS[name].case or name].build().config.model_type
+    with pytest.raises(Exception, match="MTP layer") as caught:
+        specformer_hf.to_hf(model, tmp_path / "out", family=family)
+    assert path in str(caught.value)
