@@ -64,6 +64,17 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
                              "YAML/JSON such as '[{kind: top_k, k: 40}, {kind: temperature, value: 0.8}]' "
                              "(default: the spec's generate.sampler, else greedy)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the sampling draws")
+    constraint = parser.add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", default=None, metavar="FILE",
+                            help="the output is JSON that this JSON Schema file accepts (a json_schema sampler "
+                                 "put first in the sampler list; needs llguidance: specformer[structured])")
+    constraint.add_argument("--regex", default=None, metavar="PATTERN",
+                            help="the output matches this regular expression whole (a regex sampler put first)")
+    constraint.add_argument("--grammar", default=None, metavar="FILE",
+                            help="the output is a sentence of the Lark grammar in this file (a grammar sampler "
+                                 "put first)")
+    constraint.add_argument("--choice", default=None, metavar="A,B,C",
+                            help="the output is one of these comma-separated strings (a choice sampler put first)")
     parser.add_argument("--stop", action="append", default=[], metavar="STR",
                         help="end a continuation at this text (kept in the output); repeatable")
     parser.add_argument("--ignore-eos", action="store_true",

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--stop matches text, and --ids prompts give token ids; drop one of them")
     if any(not stop for stop in args.stop):
         raise UserError("--stop needs some text; an empty string would stop at once")
+    sampler = with_constraint(args, sampler, tokenizer=tokenizer, vocab_size=model.vocab_size, eos=eos)
     draft = _draft(args, model, device, tokenizer) if args.draft is not None else None
     if args.interactive:
         return chat(model, tokenizer, args, sampler=sampler, seed=seed, eos=eos, default_new=section.max_new_tokens,
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     max_new_tokens = new_token_budget(args.max_new_tokens, default=section.max_new_tokens, prompt_length=longest,
                                       model=model)
     settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampler=sampler, seed=seed, eos_token_id=eos,
-                                    use_cache=not args.no_cache, compile=args.compile, max_memory=args.max_memory)
+                                    use_cache=not args.no_cache, compile=args.compile, max_memory=args.max_memory,
+                                    tokenizer=tokenizer)
     if draft is not None:
         settings.update(draft=draft, draft_tokens=args.draft_tokens)
     ids = [p.ids for p in prompts]
@@ -278,6 +280,54 @@ def parse_sampler_option(text: str) -> Sampler:
         return build_sampler(data, path="--sampler")
     except SpecError as exc:
         raise UserError("bad --sampler:\n" + "\n".join(f"  {p}" for p in exc.problems)) from None
+
+
+#: The constraint flags and the sampler entry each one adds.
+_CONSTRAINT_FLAGS = (("json_schema", "--json-schema"), ("regex", "--regex"), ("grammar", "--grammar"),
+                     ("choice", "--choice"))
+
+
+def with_constraint(args: argparse.Namespace, sampler: Sampler, *, tokenizer: Tokenizer, vocab_size: int,
+                    eos: list[int] | None) -> Sampler:
+    """``sampler`` with the constraint a flag asks for put first; every constraint checked against the tokenizer.
+
+    A constraint in the spec's or ``--sampler``'s list is checked here too, so that a
+    checkpoint without a tokenizer, or a run without an end-of-sequence id, is refused
+    before anything is generated.
+    """
+    flag = next(((kind, name) for kind, name in _CONSTRAINT_FLAGS if getattr(args, kind, None) is not None), None)
+    if flag is not None:
+        kind, name = flag
+        value = getattr(args, kind)
+        if kind == "regex":
+            entry: dict[str, Any] = {"kind": "regex", "pattern": value}
+        elif kind == "choice":
+            entry = {"kind": "choice", "options": value.split(",")}
+        elif kind == "json_schema":
+            entry = {"kind": "json_schema", "schema": value}
+        else:
+            try:
+                entry = {"kind": "grammar", "lark": read_text(Path(value), what="grammar file")}
+            except (InputError, OSError) as exc:
+                raise UserError(f"--grammar {value}: {exc}") from None
+        try:
+            built = build_sampler([entry], path=name)
+            # First, before the list's own steps; greedy stays greedy.
+            sampler = Sampler([*built.steps, *sampler.steps], greedy_default=sampler.greedy_default)
+        except SpecError as exc:
+            raise UserError(f"bad {name}: " + "; ".join(p.message for p in exc.problems)) from None
+        except ValueError as exc:  # a second constraint in the sampler list
+            raise UserError(f"{name}: {exc}") from None
+    if not sampler.constrained:
+        return sampler
+    if args.interactive:
+        raise UserError("a constraint (--json-schema, --regex, --grammar, --choice or one in the sampler list) works "
+                        "with one-shot generation, not chat yet; drop it or --interactive")
+    try:
+        sampler.for_run(tokenizer=tokenizer, vocab_size=vocab_size, eos=eos or [], prompt_width=0)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return sampler
 
 
 def new_token_budget(requested: int | None, *, default: int, prompt_length: int, model: Any) -> int:

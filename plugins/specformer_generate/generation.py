@@ -194,9 +194,12 @@ def _prepare(model: Any, input_ids: Any, options: GenerationOptions, *,
     arguments.compile_option(options.compile)
     batch = _batch(model, input_ids)
     eos = arguments.eos_ids(options.eos_token_id)
+    # A constraint is bound to this call: the tokenizer, the ids it ends on, where generated tokens start.
+    sampler = build_sampler(options.sampler).for_run(tokenizer=options.tokenizer, vocab_size=model.vocab_size,
+                                                     eos=eos, prompt_width=batch.width)
     checked = _Checked(
         max_new_tokens=_check_budget(model, batch, options.max_new_tokens),
-        sampler=build_sampler(options.sampler),
+        sampler=sampler,
         eos=eos,
         stop=arguments.stop_sequences(options.stop),
         pad=arguments.pad_id(options.pad_token_id, eos),

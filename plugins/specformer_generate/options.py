@@ -59,6 +59,8 @@ class GenerationOptions:
                                "or a smaller model over the same vocabulary; the result is the same "
                                "as without it (greedy: the same tokens; sampling: the same distribution).")
     draft_tokens: int = _option(4, "Tokens the drafter proposes a round.")
+    tokenizer: Any = _option(None, "The model's tokenizer (:mod:`specformer.tokenizers.tokenizer`), which a "
+                                   "constraint sampler (regex, choice, json_schema, grammar) reads the text with.")
 
     @classmethod
     def taken(cls, *, beams: bool) -> list[Field[Any]]:

@@ -46,6 +46,11 @@ def specformer_register_components(registry: PluginRegistry) -> None:
     add("no_repeat_ngram", "no_repeat_ngram:NoRepeatNGram", sampler_params.NoRepeatNGramParams,
         "https://arxiv.org/abs/1705.04304")
     add("greedy", "greedy:Greedy", sampler_params.GreedyParams)
+    add("regex", "constraint:Regex", sampler_params.RegexParams, "https://github.com/guidance-ai/llguidance")
+    add("choice", "constraint:Choice", sampler_params.ChoiceParams, "https://github.com/guidance-ai/llguidance")
+    add("json_schema", "constraint:JsonSchema", sampler_params.JsonSchemaParams,
+        "https://github.com/guidance-ai/llguidance")
+    add("grammar", "constraint:Grammar", sampler_params.GrammarParams, "https://github.com/guidance-ai/llguidance")
     registry.add_section("generate", GenerateSpec)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from specformer.registry.params import Params, SubComponent
-from specformer_generate.samplers.params import check_chooser_last
+from specformer_generate.samplers.params import check_chooser_last, check_constraint_first
 
 if TYPE_CHECKING:
     from specformer_generate.samplers.pipeline import Sampler
@@ -70,6 +70,8 @@ class GenerateSpec(Params):
         # By the params' CHOOSES_TOKEN, so that checking a spec builds no sampler (and imports no torch).
         check_chooser_last((entry.component.name, getattr(entry.params, "CHOOSES_TOKEN", False))
                            for entry in value or ())
+        check_constraint_first((entry.component.name, getattr(entry.params, "CONSTRAINT", False))
+                               for entry in value or ())
         return value
 
     def build_sampler(self) -> Sampler:

@@ -9,17 +9,20 @@ comes last without importing the sampler.
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterable
+import warnings
+from typing import Any, ClassVar, Iterable
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from specformer.registry.params import Params
 
 
 class SamplerParams(Params):
-    """Base of the sampler settings: ``CHOOSES_TOKEN`` is True for a sampler that picks the token itself."""
+    """Base of the sampler settings: ``CHOOSES_TOKEN`` is True for a sampler that picks the token itself,
+    ``CONSTRAINT`` for one that allows only the tokens a grammar accepts (:mod:`.constraint`)."""
 
     CHOOSES_TOKEN: ClassVar[bool] = False
+    CONSTRAINT: ClassVar[bool] = False
 
 
 def check_chooser_last(entries: Iterable[tuple[str, bool]]) -> None:
@@ -33,6 +36,23 @@ def check_chooser_last(entries: Iterable[tuple[str, bool]]) -> None:
         if chooses:
             raise ValueError(f"sampler entry {i} ({name}) chooses the token itself, so it must be the last entry; "
                              f"got it before {len(entries) - 1 - i} more")
+
+
+def check_constraint_first(entries: Iterable[tuple[str, bool]]) -> None:
+    """Refuse a list with more than one constraint (``(name, is_constraint)``), or with one that is not the first entry.
+
+    A filter before the constraint (top_k, say) could keep only tokens the constraint forbids,
+    leaving nothing to draw; after it, the filters choose among the tokens it allows.
+    """
+    entries = list(entries)
+    found = [(i, name) for i, (name, constraint) in enumerate(entries) if constraint]
+    if len(found) > 1:
+        raise ValueError(f"one constraint per sampler list, got {len(found)}: "
+                         + ", ".join(f"entry {i} ({name})" for i, name in found))
+    if found and found[0][0] != 0:
+        i, name = found[0]
+        raise ValueError(f"sampler entry {i} ({name}) is a constraint, so it must be the first entry (the filters "
+                         f"after it then choose among the tokens it allows); got it after {i} other entries")
 
 
 class TemperatureParams(SamplerParams):
@@ -138,3 +158,72 @@ class GreedyParams(SamplerParams):
     """
 
     CHOOSES_TOKEN: ClassVar[bool] = True
+
+
+class ConstraintParams(SamplerParams):
+    """Base of the constraint settings: the generated text must match a grammar (llguidance compiles it)."""
+
+    CONSTRAINT: ClassVar[bool] = True
+
+
+class RegexParams(ConstraintParams):
+    """Allow only tokens that keep the generated text a prefix of a match of ``pattern``; end when it is complete.
+
+    The whole generated part must match (as ``re.fullmatch``; the prompt is not matched). Each
+    step sets the logit of every token that would leave no match possible to ``-inf``; once
+    the text can go no further only the end-of-sequence token is allowed, and where the text
+    is complete but could go on, the model chooses. The pattern is in the Rust ``regex``
+    syntax llguidance reads (Python's for everything but look-around and back-references).
+    Must be the first sampler entry. Needs the model's tokenizer and an end-of-sequence id.
+    """
+
+    pattern: str = Field(min_length=1, description="The regular expression the whole generated text must match.")
+
+
+class ChoiceParams(ConstraintParams):
+    """Allow only tokens that spell one of ``options`` exactly, then end.
+
+    The generated text is one of the strings, whole. Must be the first sampler entry.
+    Needs the model's tokenizer and an end-of-sequence id.
+    """
+
+    options: list[str] = Field(min_length=1, description="The strings allowed; each non-empty.")
+
+    @field_validator("options")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        empty = [i for i, option in enumerate(value) if not option]
+        if empty:
+            raise ValueError(f"option {empty[0]} is empty; every option needs some text")
+        return value
+
+
+with warnings.catch_warnings():
+    # The field is called `schema` as everywhere else (OpenAI, outlines, vLLM); it hides
+    # pydantic's deprecated classmethod BaseModel.schema, which nothing here calls.
+    warnings.filterwarnings("ignore", message='Field name "schema"', category=UserWarning)
+
+    class JsonSchemaParams(ConstraintParams):
+        """Allow only tokens that keep the generated text a prefix of a JSON value ``schema`` accepts; end when complete.
+
+        ``schema`` is a JSON Schema as an object, or the path of a JSON file holding one. The
+        output parses with ``json.loads`` and validates against the schema (the keywords
+        llguidance supports; a schema using others is refused when the sampler is built).
+        Whitespace is compact. Must be the first sampler entry. Needs the model's tokenizer
+        and an end-of-sequence id.
+        """
+
+        schema: dict[str, Any] | str = Field(
+            description="A JSON Schema object, or the path of a JSON file holding one.")
+
+
+class GrammarParams(ConstraintParams):
+    """Allow only tokens that keep the generated text a prefix of a sentence of the Lark grammar ``lark``.
+
+    The grammar is in the Lark syntax llguidance reads (``start:`` is the start rule;
+    ``/regex/`` terminals, ``%json {...}`` for an embedded schema). Once the sentence is
+    complete and cannot go on, only the end-of-sequence token is allowed. Must be the first
+    sampler entry. Needs the model's tokenizer and an end-of-sequence id.
+    """
+
+    lark: str = Field(min_length=1, description="The grammar's text, in llguidance's Lark syntax.")

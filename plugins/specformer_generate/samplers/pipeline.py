@@ -22,7 +22,7 @@ from specformer.registry.discovery import get_registry
 from specformer.registry.components import Resolved
 from specformer.spec import problems_from_validation_error
 from specformer_generate.samplers.greedy import Greedy
-from specformer_generate.samplers.params import check_chooser_last
+from specformer_generate.samplers.params import check_chooser_last, check_constraint_first
 
 LogitsStep = Callable[[Tensor, Tensor], Tensor]
 
@@ -38,6 +38,7 @@ class Sampler:
     def __init__(self, steps: Sequence[LogitsStep] = (), *, greedy_default: bool = False) -> None:
         steps = list(steps)
         check_chooser_last((repr(step), _chooses(step)) for step in steps)
+        check_constraint_first((repr(step), _constrains(step)) for step in steps)
         self.steps = steps
         self.chooser = steps[-1] if steps and _chooses(steps[-1]) else None
         self.greedy_default = greedy_default
@@ -46,6 +47,25 @@ class Sampler:
     def is_greedy(self) -> bool:
         """True when the next token is the argmax of the processed logits (no randomness)."""
         return isinstance(self.chooser, Greedy) or (self.chooser is None and self.greedy_default)
+
+    @property
+    def constrained(self) -> bool:
+        """True when a step allows only what a grammar accepts (:mod:`specformer_generate.samplers.constraint`)."""
+        return any(_constrains(step) for step in self.steps)
+
+    def for_run(self, *, tokenizer: Any, vocab_size: int, eos: Sequence[int], prompt_width: int) -> "Sampler":
+        """This sampler for one generation call: each constraint bound to the call, the other steps as they are.
+
+        A constraint keeps per-row state for the call, so the sampler itself stays reusable
+        (and shareable between threads); without a constraint it is returned unchanged.
+        """
+        if not self.constrained:
+            return self
+        steps = [step.for_run(tokenizer=tokenizer, vocab_size=vocab_size, eos=eos, prompt_width=prompt_width)
+                 if _constrains(step) else step for step in self.steps]
+        bound = Sampler.__new__(Sampler)
+        bound.steps, bound.chooser, bound.greedy_default = steps, self.chooser, self.greedy_default
+        return bound
 
     def process(self, logits: Tensor, input_ids: Tensor) -> Tensor:
         """Apply every step in order: ``(B, V), (B, T) -> (B, V)``."""
@@ -101,6 +121,10 @@ def _chooses(step: Any) -> bool:
     return callable(getattr(step, "choose", None))
 
 
+def _constrains(step: Any) -> bool:
+    return callable(getattr(step, "for_run", None))
+
+
 def greedy() -> Sampler:
     """Argmax decoding with no processors (what ``sampler=None`` means)."""
     return Sampler((), greedy_default=True)
@@ -145,7 +169,10 @@ def build_sampler(entries: "Sampler | Iterable[Any] | None", *, registry: Any = 
         except ValueError as exc:  # not a component reference: a number, a nested list...
             problems.append(Problem(where, str(exc)))
             continue
-        steps.append(resolved.make())
+        try:
+            steps.append(resolved.make())
+        except ValueError as exc:  # a constraint whose grammar does not compile
+            problems.append(Problem(where, str(exc)))
     if problems:
         raise SpecError(problems)
     try:
