@@ -27,7 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "own multi-token prediction depths; the output is unchanged")
     parser.add_argument("--quantize", default=None, metavar="SCHEME",
                         help="quantize the weights on load, writing nothing: int8, int4 (group 32) or bf16 "
-                             "(needs the specformer_quant plugin; `specformer quantize` writes a quantized file)")
+                             "(needs the specformer_quant plugin; `specformer quantize` writes a quantized file); an untied "
+                             "LM head is quantized too")
+    parser.add_argument("--keep-lm-head-float", action="store_true",
+                        help="with --quantize: keep the LM head in float")
     parser.add_argument("--draft-tokens", type=int, default=4, metavar="K",
                         help="tokens drafted per round of speculative decoding (default 4)")
     _common_options(parser)
@@ -39,7 +42,7 @@ def configure_chat(parser: argparse.ArgumentParser) -> None:
     _prompt_options(parser, opening=True)
     _common_options(parser)
     parser.set_defaults(interactive=True, batch=False, stream=False, num_beams=None, length_penalty=None, draft=None,
-                        draft_tokens=4, quantize=None)
+                        draft_tokens=4, quantize=None, keep_lm_head_float=False)
 
 
 def _prompt_options(parser: argparse.ArgumentParser, *, opening: bool = False) -> None:

@@ -60,8 +60,10 @@ def run(args: argparse.Namespace) -> int:
                                      override=args.tokenizer, ids_only=args.ids)
     template = chat_format(args, metadata, tokenizer)
     section = model.spec.section("generate") or GenerateSpec()
+    if args.keep_lm_head_float and args.quantize is None:
+        raise UserError("--keep-lm-head-float is an option of --quantize; give --quantize SCHEME too")
     if args.quantize is not None:
-        _quantize(model, args.quantize)
+        _quantize(model, args.quantize, keep_lm_head_float=args.keep_lm_head_float)
 
     sampler = parse_sampler_option(args.sampler) if args.sampler is not None else section.build_sampler()
     num_beams = args.num_beams if args.num_beams is not None else section.num_beams
@@ -156,8 +158,9 @@ def _draft(args: argparse.Namespace, model: Any, device: torch.device, tokenizer
     return draft
 
 
-def _quantize(model: Any, scheme: str) -> None:
-    """``--quantize``: the model's weights quantized in place by the quantization plugin."""
+def _quantize(model: Any, scheme: str, *, keep_lm_head_float: bool) -> None:
+    """``--quantize``: the model's weights quantized in place by the quantization plugin (an untied LM head too,
+    the plugin's default, unless ``--keep-lm-head-float``)."""
     try:
         from specformer_quant import quantize  # late: the quantization plugin is optional here
     except ImportError:
@@ -165,7 +168,7 @@ def _quantize(model: Any, scheme: str) -> None:
     if getattr(model, "quantization", None):
         raise UserError("--quantize: the checkpoint is already quantized; drop --quantize")
     try:
-        quantize(model, scheme)
+        quantize(model, scheme, quantize_lm_head=False if keep_lm_head_float else None)
     except ValueError as exc:  # SpecError for an unknown scheme; a width int4's group size does not divide
         raise UserError(f"--quantize {scheme}: {exc}") from None
 

@@ -2,12 +2,18 @@
 
 Every ``nn.Linear`` becomes a :class:`~specformer_quant.weights.QuantizedLinear` and every
 3-d weight (an MoE layer's stacked experts) a quantized stack, except what stays in
-higher precision: embeddings always (a lookup reads one row, not the whole table), the
-LM head unless ``quantize_lm_head``, MoE routers (their argmax picks the experts) and
-anything tied to an embedding.
+higher precision: embeddings always (a lookup reads one row, not the whole table), MoE
+routers (their argmax picks the experts) and anything tied to an embedding.
+
+The LM head: an untied head (its own ``lm_head`` linear) is quantized by default: decoding
+reads all of it every token, and left in float32 it cost more per token than all the
+int8 layers of a 30M model together (issue 51). ``quantize_lm_head=False`` keeps it float.
+The recipe lists it under ``"linears"`` when it was quantized, so a checkpoint quantized
+before this default (head absent from the list) loads with its float head as it was.
 
 A tied LM head (the model multiplies by its embedding table; ``model.lm_head`` is None)
-is quantized with ``quantize_lm_head`` as a separate copy: the model gets a quantized
+stays float unless ``quantize_lm_head=True``, since quantizing it adds a separate copy
+(bytes on disk the untied case does not add): the model gets a quantized
 ``lm_head`` made from the embedding, the embedding stays float for its lookups, and the
 recipe says ``"tied_head": true``. Decoding reads the whole head every token but one
 embedding row, so this is where a tied model's bytes per token go (a third of the 40M
@@ -39,24 +45,30 @@ def scheme_from(ref: Any, *, path: str = "quantization") -> Any:
     return resolve_component("quantization", ref, path=path).make()
 
 
-def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False,
+def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool | None = None,
              lm_head_scheme: Any = None) -> dict[str, Any]:
     """Quantize ``model``'s weights in place with ``scheme`` (a name, a mapping or a resolved scheme); the recipe.
 
-    ``lm_head_scheme`` (with ``quantize_lm_head``): the LM head's own scheme instead of ``scheme``.
+    ``quantize_lm_head``: None (default) quantizes an untied head and keeps a tied one float; True quantizes
+    either (a tied one as a copy); False keeps the head float. ``lm_head_scheme``: the LM head's own scheme
+    instead of ``scheme`` (implies ``quantize_lm_head=True`` when it is None).
     """
+    if quantize_lm_head is not None and not isinstance(quantize_lm_head, bool):
+        raise ValueError(f"quantize_lm_head must be True, False or None (the default: an untied head quantized, a "
+                         f"tied one kept float), got {quantize_lm_head!r}")
     scheme_obj, ref = _scheme_and_ref(scheme, path="quantization")
     recipe: dict[str, Any] = {"scheme": ref, "linears": [], "stacks": []}
     head_obj = scheme_obj
     if lm_head_scheme is not None:
-        if not quantize_lm_head:
-            raise ValueError("lm_head_scheme is the LM head's own scheme; it needs quantize_lm_head=True")
+        if quantize_lm_head is False:
+            raise ValueError("lm_head_scheme is the LM head's own scheme; it cannot go with quantize_lm_head=False")
+        quantize_lm_head = True
         head_obj, recipe["lm_head_scheme"] = _scheme_and_ref(lm_head_scheme, path="lm_head_scheme")
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.Linear):
             leaf = name.rsplit(".", 1)[-1]
-            if leaf in KEPT_LINEARS or id(module.weight) in tied or (name == "lm_head" and not quantize_lm_head):
+            if leaf in KEPT_LINEARS or id(module.weight) in tied or (name == "lm_head" and quantize_lm_head is False):
                 continue
             chosen = head_obj if name == "lm_head" else scheme_obj
             _replace(model, name, QuantizedLinear(weight=chosen.quantize(module.weight), bias=module.bias))
@@ -67,7 +79,7 @@ def quantize(model: nn.Module, scheme: Any, *, quantize_lm_head: bool = False,
                     del module._parameters[pname]
                     setattr(module, pname, scheme_obj.quantize(param))
                     recipe["stacks"].append(f"{name}.{pname}" if name else pname)
-    if quantize_lm_head and _has_tied_head(model):
+    if quantize_lm_head is True and _has_tied_head(model):
         model.lm_head = QuantizedLinear(weight=head_obj.quantize(model.embedding.weight), bias=None)
         recipe["tied_head"] = True
     model.quantization = recipe  # type: ignore[attr-defined]

@@ -14,9 +14,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, metavar="SCHEME",
                         help="a registered quantization scheme: int8, int4, bf16 (see `specformer components`)")
     parser.add_argument("--group-size", type=int, default=None, help="int4 only: 32 (default), 64 or 128")
-    parser.add_argument("--quantize-lm-head", action="store_true",
-                        help="quantize the LM head too (default: kept in float; embeddings always are; a head tied "
-                             "to the embedding is quantized as a separate copy)")
+    head = parser.add_mutually_exclusive_group()
+    head.add_argument("--quantize-lm-head", action="store_true",
+                      help="quantize a head tied to the embedding too, as a separate copy (an untied LM head is "
+                           "quantized by default; embeddings never are)")
+    head.add_argument("--keep-lm-head-float", action="store_true",
+                      help="keep the LM head in float (default: an untied head is quantized with --method)")
     parser.add_argument("--lm-head-method", default=None, metavar="SCHEME",
                         help="quantize the LM head with this scheme instead of --method (implies --quantize-lm-head; "
                              "e.g. --method int4 --lm-head-method int8)")

@@ -35,9 +35,18 @@ def method_ref(method: str, group_size: int | None) -> dict:
     return ref
 
 
+def _head_choice(args: argparse.Namespace) -> bool | None:
+    """quantize()'s ``quantize_lm_head``: None (the default: an untied head quantized, a tied one kept float)."""
+    if args.keep_lm_head_float:
+        return False
+    return True if args.quantize_lm_head or args.lm_head_method is not None else None
+
+
 def run(args: argparse.Namespace) -> int:
     ref = method_ref(args.method, args.group_size)
     head_ref = None
+    if args.keep_lm_head_float and args.lm_head_method is not None:
+        raise UserError("--keep-lm-head-float keeps the LM head in float; --lm-head-method quantizes it: give one")
     if args.lm_head_method is not None:
         try:
             scheme_from(args.lm_head_method, path="--lm-head-method")
@@ -52,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     model = specformer.load(args.checkpoint).eval()
     before = weight_bytes(model)
     try:
-        recipe = quantize(model, ref, quantize_lm_head=args.quantize_lm_head or head_ref is not None,
+        recipe = quantize(model, ref, quantize_lm_head=_head_choice(args),
                           lm_head_scheme=head_ref)
     except ValueError as exc:  # a layer width the scheme cannot take (int4's group size must divide it)
         raise UserError(f"--method {args.method}: {exc}") from None

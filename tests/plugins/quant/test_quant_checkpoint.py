@@ -95,6 +95,65 @@ def test_generate_quantize_on_load_matches_the_quantized_file(capsys, float_chec
     assert on_load == cli(capsys, "generate", out, *args)[1]
 
 
+def test_an_untied_head_is_quantized_by_default_and_kept_float_on_request(capsys, float_checkpoint, tmp_path) -> None:
+    """The default quantizes an untied LM head with the layers' scheme (the recipe lists it); quantize_lm_head=False,
+    `quantize --keep-lm-head-float` and `generate --quantize int8 --keep-lm-head-float` keep it float."""
+    from specformer_quant.int8 import Int8Weight
+    from specformer_quant.weights import QuantizedLinear
+
+    default = specformer.load(float_checkpoint).eval()
+    assert "lm_head" in quantize(default, "int8")["linears"]
+    assert isinstance(default.lm_head, QuantizedLinear) and isinstance(default.lm_head.qweight, Int8Weight)
+    kept = specformer.load(float_checkpoint).eval()
+    assert "lm_head" not in quantize(kept, "int8", quantize_lm_head=False)["linears"]
+    assert isinstance(kept.lm_head, torch.nn.Linear)
+    with pytest.raises(ValueError, match="quantize_lm_head must be True, False or None"):
+        quantize(specformer.load(float_checkpoint), "int8", quantize_lm_head="yes")
+
+    out = tmp_path / "int8-float-head.safetensors"
+    code, _, err = cli(capsys, "quantize", float_checkpoint, "--method", "int8", "--keep-lm-head-float", "-o", out)
+    assert code == 0, err
+    assert "lm_head" not in json.loads(read_metadata(out)["quantization"])["linears"]
+    with safe_open(str(out), framework="pt") as f:
+        assert "lm_head.weight" in f.keys() and f.get_tensor("lm_head.weight").dtype == torch.float32
+    loaded = specformer.load(out).eval()
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), kept(ids))
+        assert not torch.equal(loaded(ids), default(ids))  # the head's quantization shows in the logits
+    args = ("--prompt", "hello", "--max-new-tokens", 8, "--ignore-eos", "--threads", 1)
+    code, on_load, err = cli(capsys, "generate", float_checkpoint, "--quantize", "int8", "--keep-lm-head-float", *args)
+    assert code == 0, err
+    assert on_load == cli(capsys, "generate", out, *args)[1]
+    code, _, err = cli(capsys, "generate", float_checkpoint, "--keep-lm-head-float", *args)
+    assert code == 2 and "--quantize" in err and "Traceback" not in err
+
+    tied = moe_spec()
+    tied["model"]["tie_embeddings"] = True
+    recipe = quantize(specformer.build(tied, seed=0), "int8")  # a tied head stays float unless asked
+    assert "tied_head" not in recipe and "lm_head" not in recipe["linears"]
+
+
+def test_a_checkpoint_quantized_before_the_head_default_loads_as_before(float_checkpoint, tmp_path) -> None:
+    """A header written the old way (an untied model, int8, the recipe listing every linear but lm_head, no word
+    about the head) loads with its float head: the logits of the layers quantized and the head left as it was."""
+    model = specformer.load(float_checkpoint).eval()
+    layers = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"
+              and n.rsplit(".", 1)[-1] not in ("router", "shared_gate")]
+    stacks = [n for n, p in model.named_parameters() if p.dim() == 3]
+    expected = specformer.load(float_checkpoint).eval()
+    quantize(expected, "int8", quantize_lm_head=False)
+    old_recipe = json.dumps({"scheme": {"kind": "int8"}, "linears": layers, "stacks": stacks})  # the old writer's form
+    old = tmp_path / "old-int8.safetensors"
+    specformer.save(expected, old, metadata={"tokenizer": json.dumps({"kind": "byte"}), "quantization": old_recipe})
+    loaded = specformer.load(old).eval()
+    assert isinstance(loaded.lm_head, torch.nn.Linear)
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+    ids = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), expected(ids))
+
+
 def _forge(source: Path, target: Path, *, recipe=None, tensors=None) -> None:
     with safe_open(str(source), framework="pt") as f:
         stored = {k: f.get_tensor(k) for k in f.keys()}
@@ -217,8 +276,11 @@ def test_the_lm_head_can_have_its_own_scheme(capsys, tmp_path, tied) -> None:
     bad = tmp_path / "bad.safetensors"
     code, _, err = cli(capsys, "quantize", source, "--method", "int4", "--lm-head-method", "int3", "-o", bad)
     assert code == 2 and "--lm-head-method int3" in err and not bad.exists()
-    with pytest.raises(ValueError, match="quantize_lm_head"):
-        quantize(specformer.build(data, seed=0), "int4", lm_head_scheme="int8")
+    with pytest.raises(ValueError, match="quantize_lm_head=False"):
+        quantize(specformer.build(data, seed=0), "int4", quantize_lm_head=False, lm_head_scheme="int8")
+    code, _, err = cli(capsys, "quantize", source, "--method", "int4", "--lm-head-method", "int8",
+                       "--keep-lm-head-float", "-o", bad)
+    assert code == 2 and "--keep-lm-head-float" in err and not bad.exists()
 
 
 @pytest.mark.parametrize("method, extra, part", [("int8", (), "scale"), ("int4", ("--group-size", 64), "scale"),
