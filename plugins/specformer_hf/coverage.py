@@ -97,9 +97,6 @@ MISSING: dict[str, str] = {
     "zamba": ("multi-head Mamba-1 (n_mamba_heads: the inner channels split in heads, each with its own x_proj and "
               "dt_proj; the shared block's concat input and per-use projection exist as model.shared_blocks options) "
               "(issue 47)"),
-    "zamba2": ("the zamba2 family mapping itself (config -> spec, tied shared_transformer and per-slot adapter names, "
-               "export): its mechanisms exist as model.shared_blocks options and match transformers "
-               "(tests/plugins/hf/test_zamba2_shared_blocks.py) (issue 47)"),
     "dory": "looped blocks (issue 47)",
     "hrm_text": "looped blocks (issue 47)",
     "inkling2_loop_text": "looped blocks (issue 47)",

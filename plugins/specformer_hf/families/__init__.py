@@ -143,6 +143,7 @@ def builtin_families() -> list[Family]:
         recurrent_gemma,
         rwkv,
         xlstm,
+        zamba2,
     )
 
     return [gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY, mistral.FAMILY, mixtral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
@@ -244,6 +245,7 @@ def builtin_families() -> list[Family]:
             beam.FAMILY,
             axk2.FAMILY,
             ergo.FAMILY,
+            zamba2.FAMILY,
             # Read only: a multimodal Qwen3.5 checkpoint's language model (export writes the text families above).
             qwen3_5.MULTIMODAL, qwen3_5_moe.MULTIMODAL, gemma4.MULTIMODAL,
             gemma4_unified_text.MULTIMODAL, cohere_compass_text.MULTIMODAL]

@@ -12,7 +12,7 @@ from specformer.spec import layer_selection, read_spec_file
 
 from conftest import SPECS
 from fixtures.handwritten import GPT2, Llama, copy_weights_from, gpt2_spec, llama_spec
-from fixtures.small_parts import small_mixers
+from fixtures.small_parts import run_shared_blocks, small_mixers
 
 SPEC_FILES = sorted(p for p in SPECS.iterdir() if p.suffix in (".yaml", ".yml", ".json", ".toml"))
 
@@ -25,6 +25,7 @@ def shrink(data: dict, *, d_model: int = 64, n_layers: int = 2, vocab: int = 128
     m.update(d_model=d_model, n_layers=min(m["n_layers"], n_layers), vocab_size=min(m["vocab_size"], vocab),
              context_length=min(m["context_length"], 64))
     m["layers"] = [o for o in m.get("layers", []) if _selects_some(o.get("select"), m["n_layers"])]
+    run_shared_blocks(m)
     small_mixers(m)
     ffn = m["block"]["ffn"]
     if isinstance(ffn, dict) and ffn.get("hidden"):

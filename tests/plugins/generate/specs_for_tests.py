@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specformer.spec import layer_selection, read_spec_file
-from fixtures.small_parts import small_mixers
+from fixtures.small_parts import run_shared_blocks, small_mixers
 from fixtures.tiny import tiny_spec
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "specs"
@@ -92,6 +92,7 @@ def small_version(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(ffn, dict) and ffn.get("hidden") is not None:
         ffn["hidden"] = 128
     model.pop("layers", None) if any(_selects_missing(o, model["n_layers"]) for o in model.get("layers", [])) else None
+    run_shared_blocks(model)
     return data
 
 

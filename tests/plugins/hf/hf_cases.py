@@ -1475,6 +1475,27 @@ CASES += [
           "rotary_pct": 1.0, "rotary_emb_base": 20000.0, "tie_word_embeddings": True}),
 ]
 
+def _zamba2(**kw: Any) -> dict[str, Any]:
+    return {**dict(vocab_size=128, hidden_size=32, num_hidden_layers=6, mamba_d_state=8, mamba_d_conv=3,
+                   mamba_expand=2, n_mamba_heads=4, mamba_ngroups=2, chunk_size=16, intermediate_size=40,
+                   num_attention_heads=4, adapter_rank=4, max_position_embeddings=CONTEXT, bos_token_id=None,
+                   eos_token_id=None, pad_token_id=None), **kw}
+
+
+CASES += [
+    # Zamba2: three hybrid layers over two shared blocks (the first runs twice, its adapters at slots 0 and 2), q/k/v
+    # and gate_up adapters, mem RoPE, exact GELU, rms_norm_eps away from the Mamba norm's fixed 1e-5, a step clamp.
+    Case("zamba2", "Zamba2Config", "Zamba2ForCausalLM",
+         _zamba2(layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba"], num_mem_blocks=2,
+                 use_shared_attention_adapter=True, use_mem_rope=True, rms_norm_eps=1e-4, time_step_min=0.01,
+                 rope_parameters=_rope("default", rope_theta=5000.0))),
+    # No positions, grouped keys (no q/k/v adapters), SwiGLU with biases (add_bias_linear, the Mamba projections
+    # too), untied, and num_mem_blocks 3 over two hybrid layers (transformers builds two).
+    Case("zamba2-gqa-nope-biased-untied", "Zamba2Config", "Zamba2ForCausalLM",
+         _zamba2(num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], num_mem_blocks=3,
+                 num_key_value_heads=2, hidden_act="silu", add_bias_linear=True, tie_word_embeddings=False)),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 #: Further variants of a family whose first case runs in the default suite: they run with the slow tests
@@ -1509,6 +1530,7 @@ SLOW_VARIANTS = frozenset({
     "deepseek_v32-tied-cut", "cohere2-pattern", "mimo_v2_flash-wide-values-tied", "lfm2-legacy-kernel4-bias",
     "bitnet-mqa-tied",
     "ergo-types-mqa",
+    "zamba2-gqa-nope-biased-untied",
 })
 assert SLOW_VARIANTS <= set(BY_NAME), sorted(SLOW_VARIANTS - set(BY_NAME))
 

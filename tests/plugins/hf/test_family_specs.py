@@ -397,6 +397,9 @@ HYBRID_SPECS = {
     "jamba-v0.1.yaml": ("JambaConfig", dict()),
     # RecurrentGemmaConfig's defaults with recurrentgemma-2b's MLP (15360, halved by transformers) and one kv head.
     "recurrentgemma-2b.yaml": ("RecurrentGemmaConfig", dict(intermediate_size=15360, num_key_value_heads=1)),
+    # transformers' Zamba2Config defaults (its docstring's Zyphra/Zamba2-2.7B) with the published num_mem_blocks 2 and
+    # mamba_headdim 64 (80 heads): Zyphra/Zamba2's config.json and mamba_config.py.
+    "zamba2-2.7b.yaml": ("Zamba2Config", dict(n_mamba_heads=80, num_mem_blocks=2)),
 }
 
 

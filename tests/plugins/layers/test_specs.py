@@ -149,6 +149,8 @@ HF_CONFIGS: dict[str, Callable[[], Any]] = {
     "nemotron-h-8b.yaml": _llama_like(
         "NemotronHConfig", hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         max_position_embeddings=8192),
+    # transformers' Zamba2Config defaults with Zamba2-2.7B's published num_mem_blocks 2 and 80 Mamba heads of 64.
+    "zamba2-2.7b.yaml": _llama_like("Zamba2Config", n_mamba_heads=80, num_mem_blocks=2),
     # --- hybrid: Falcon-H1, Granite 4.0-H (the same fields as tests/plugins/hf/test_family_specs.py's HYBRID_SPECS) ---
     "granite-4.0-h-tiny.yaml": _llama_like(
         "GraniteMoeHybridConfig", vocab_size=100352, hidden_size=1536, num_hidden_layers=40, num_attention_heads=12,
@@ -395,6 +397,13 @@ def shrink(data: Any) -> Any:
                     value = 64
                 elif key == "gate_blocks":  # blocks of the RG-LRU's gates, dividing its shrunk width
                     value = 4
+                elif key == "input_width":  # an attention reading concat(stream, embeddings) (Zamba2's shared block)
+                    value = 2 * SHRINK["d_model"]
+                elif key == "adapters" and isinstance(value, dict):  # a shared block's per-use LoRA, at the shrunk widths
+                    wide = 2 * SHRINK["d_model"] if "input_width" in str(node.get("mixer")) else SHRINK["d_model"]
+                    shrunk = {"ffn.gate_up": {"inputs": SHRINK["d_model"], "outputs": [2 * 96]},
+                              "mixer.qkv": {"inputs": wide, "outputs": [4 * 16] * 3}}
+                    value = {**value, "targets": {path: shrunk[path] for path in value["targets"]}}
                 out[key] = walk(value)
             return out
         if isinstance(node, list):
