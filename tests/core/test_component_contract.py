@@ -112,12 +112,20 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("sampler", "temperature"): {"value": 0.7},
     ("sampler", "top_k"): {"k": 5},
     ("sampler", "top_p"): {"p": 0.9},
+    ("sampler", "regex"): {"pattern": "[ab]+"},
+    ("sampler", "choice"): {"options": ["yes", "no"]},
+    ("sampler", "json_schema"): {"schema": {"type": "object"}},
+    ("sampler", "grammar"): {"lark": 'start: "a"+'},
     ("sampler", "typical"): {"p": 0.9},
 }
 
 #: A changed value for params no rule below can pick one for, optionally with the other params
 #: it needs to show (``(value, {other: value})``): e.g. qk_norm_scope matters only with a qk_norm.
 CHANGES: dict[tuple[str, str, str], Any] = {
+    ("sampler", "regex", "pattern"): "[cd]+",
+    ("sampler", "choice", "options"): ["maybe"],
+    ("sampler", "json_schema", "schema"): {"type": "array"},
+    ("sampler", "grammar", "lark"): 'start: "b"+',
     ("mixer", "attention", "n_kv_heads"): 2,
     ("mixer", "attention", "head_dim"): 4,
     ("mixer", "attention", "input_width"): 48,

@@ -177,7 +177,8 @@ class RegexParams(ConstraintParams):
     Must be the first sampler entry. Needs the model's tokenizer and an end-of-sequence id.
     """
 
-    pattern: str = Field(min_length=1, description="The regular expression the whole generated text must match.")
+    pattern: str = Field(min_length=1, examples=["[0-9]{4}-[0-9]{2}-[0-9]{2}"],
+                         description="The regular expression the whole generated text must match.")
 
 
 class ChoiceParams(ConstraintParams):
@@ -226,4 +227,5 @@ class GrammarParams(ConstraintParams):
     sampler entry. Needs the model's tokenizer and an end-of-sequence id.
     """
 
-    lark: str = Field(min_length=1, description="The grammar's text, in llguidance's Lark syntax.")
+    lark: str = Field(min_length=1, examples=['start: NUM ("+" NUM)*\nNUM: /[0-9]+/'],
+                      description="The grammar's text, in llguidance's Lark syntax.")
