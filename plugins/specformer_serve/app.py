@@ -35,7 +35,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -55,7 +55,8 @@ from specformer_serve.choices import Choice, decode
 from specformer_serve.engine import Engine, SequenceRequest
 from specformer_serve.events import Poster
 from specformer_serve.playground import page
-from specformer_serve.protocol import ChatRequest, CompletionRequest, RequestError, parse, request_sampler
+from specformer_serve.protocol import (ChatRequest, CompletionRequest, RequestError, bind_sampler, parse,
+                                       request_sampler)
 
 log = logging.getLogger("specformer.serve")
 
@@ -133,7 +134,7 @@ def create_app(engine: Engine, config: ServeConfig, *, bound: str) -> Starlette:
         _check_model(body.model, config)
         prompts = await off_loop(lambda: [_prompt_ids(p, config.tokenizer, engine.vocab_size, "prompt")
                                           for p in body.prompts()])
-        return await _respond(request, engine, config, body, prompts, chat=False,
+        return await _respond(request, engine, config, body, prompts, off_loop=off_loop, chat=False,
                               max_tokens=body.max_tokens, logprobs=body.logprobs, echo=body.echo)
 
     async def chat(request: Request) -> Response:
@@ -148,8 +149,8 @@ def create_app(engine: Engine, config: ServeConfig, *, bound: str) -> Starlette:
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         prompt = await off_loop(lambda: _chat_prompt(messages, config, engine.vocab_size))
-        return await _respond(request, engine, config, body, [prompt], chat=True, max_tokens=budget,
-                              logprobs=logprobs, turn_end=config.turn_end)
+        return await _respond(request, engine, config, body, [prompt], off_loop=off_loop, chat=True,
+                              max_tokens=budget, logprobs=logprobs, turn_end=config.turn_end)
 
     routes = [
         Route("/", playground, methods=["GET"]),
@@ -269,9 +270,13 @@ def _chat_prompt(messages: list[dict[str, Any]], config: ServeConfig, vocab_size
 
 
 async def _respond(request: Request, engine: Engine, config: ServeConfig, body: Any, prompts: list[list[int]], *,
-                   chat: bool, max_tokens: int | None, logprobs: int | None, echo: bool = False,
+                   off_loop: Callable[[Callable[[], Any]], Awaitable[Any]], chat: bool, max_tokens: int | None,
+                   logprobs: int | None, echo: bool = False,
                    turn_end: TurnEnd = TurnEnd()) -> Response:
-    """Run the request's choices; ``echo`` (completions): each choice's text and logprobs start with its prompt's."""
+    """Run the request's choices; ``echo`` (completions): each choice's text and logprobs start with its prompt's.
+
+    ``off_loop`` runs work on the app's worker threads: building the sampler (a ``response_format`` schema is
+    compiled then) and binding it to each choice's prompt."""
     try:
         # A chat reply also ends at its template's end-of-turn marker: a token id (with eos), or text (a stop string).
         stops = body.stop_strings()
@@ -285,7 +290,9 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
     if len(prompts) * body.n > MAX_CHOICES:
         raise RequestError(f"{len(prompts)} prompt(s) x n={body.n} is {len(prompts) * body.n} choices; at most "
                            f"{MAX_CHOICES} per request", param="n")
-    request_sampler(body, vocab_size=engine.vocab_size)  # a bad logit_bias is refused before anything runs
+    # Built once, off the event loop (a response_format schema is compiled here): a bad logit_bias or schema is
+    # refused before anything runs. Each choice gets it bound to its prompt (a constraint's own matcher state).
+    sampler = await off_loop(lambda: request_sampler(body, vocab_size=engine.vocab_size))
     for i, prompt in enumerate(prompts):
         budget = max_tokens if max_tokens is not None else engine.room_after(len(prompt))
         try:
@@ -293,6 +300,13 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
         except ValueError as exc:
             raise RequestError(str(exc), param="max_tokens" if "max_tokens" in str(exc) else "prompt",
                                code="context_length_exceeded") from None
+    eos = config.eos | turn_end.ids
+
+    def bound_samplers() -> list[Any]:
+        return [bind_sampler(sampler, body, tokenizer=config.tokenizer, vocab_size=engine.vocab_size, eos=eos,
+                             prompt_tokens=len(prompt)) for prompt in prompts for _ in range(body.n)]
+
+    samplers = await off_loop(bound_samplers)
     queue: asyncio.Queue = asyncio.Queue()
     post = Poster.for_app(request, engine)
     choices: list[Choice] = []
@@ -310,8 +324,8 @@ async def _respond(request: Request, engine: Engine, config: ServeConfig, body: 
             # Choice j of a prompt is that prompt alone with seed + j (so n > 1 gives different draws).
             request_seed = None if seed is None else seed + j
             choice.handle = engine.submit(SequenceRequest(
-                prompt=prompt, max_new_tokens=budget, sampler=request_sampler(body, vocab_size=engine.vocab_size),
-                emit=emit, seed=request_seed, eos=config.eos | turn_end.ids,
+                prompt=prompt, max_new_tokens=budget, sampler=samplers[index],
+                emit=emit, seed=request_seed, eos=eos,
                 logprobs=logprobs, prompt_logprobs=logprobs if echo else None,
             ))
     meta = _Meta(id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),

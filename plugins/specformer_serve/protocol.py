@@ -4,11 +4,12 @@ Every body is a pydantic model with ``extra="forbid"``: an unknown field is an e
 naming it (code ``unknown_parameter``), not silently ignored. Fields of OpenAI's API that
 this server does not implement are listed in :data:`UNSUPPORTED` and refused by name
 (``unsupported_parameter``); fields that ask for something only in some of their values
-(``tools``, ``tool_choice``, ``response_format``) are taken when they ask for nothing this
-server lacks and refused otherwise (``unsupported_value``). The fields of :data:`IGNORED`
-change nothing a local model produces and are accepted and ignored.
-:func:`sampler_entries` maps the sampling fields onto the registered ``sampler``
-components of the generate plugin, and :func:`request_sampler` adds ``logit_bias``.
+(``tools``, ``tool_choice``) are taken when they ask for nothing this server lacks and
+refused otherwise (``unsupported_value``). The fields of :data:`IGNORED` change nothing a
+local model produces and are accepted and ignored. :func:`sampler_entries` maps the
+sampling fields onto the registered ``sampler`` components of the generate plugin, and
+:func:`request_sampler` adds ``response_format`` (a ``json_schema`` constraint, first) and
+``logit_bias``.
 
 Every refusal is a :class:`RequestError` with a ``code``: ``unknown_parameter``,
 ``unsupported_parameter``, ``unsupported_value``, ``missing_required_parameter``,
@@ -23,6 +24,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specformer.errors import SpecError
 from specformer_generate import Sampler, build_sampler
 from specformer_serve.logit_bias import LogitBias
 
@@ -51,6 +53,42 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Body):
+    """``response_format.json_schema``: OpenAI's named schema. ``strict`` is accepted either way: the output is
+    always held to the schema (llguidance's keywords; a schema it cannot compile is a 400)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    # An object only: the sampler reads a string as the path of a schema file, which a client must never name.
+    # (Called schema_ in Python: ``schema`` would hide pydantic's BaseModel.schema.)
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    """``response_format``: ``text`` (no constraint), ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs the field json_schema: {"name": ..., "schema": {...}}')
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f'json_schema is read only with type "json_schema", not {self.type!r}')
+        return self
+
+    def constraint(self) -> dict[str, Any] | None:
+        """The ``json_schema`` sampler entry this format asks for (None: ``text``, no constraint)."""
+        if self.type == "json_object":
+            return {"kind": "json_schema", "schema": {"type": "object"}}  # any object, as OpenAI's JSON mode
+        if self.type == "json_schema":
+            assert self.json_schema is not None
+            return {"kind": "json_schema", "schema": self.json_schema.schema_}
+        return None
+
+
 class _Sampling(_Body):
     """The fields the two endpoints share."""
 
@@ -66,6 +104,8 @@ class _Sampling(_Body):
     frequency_penalty: Number = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
     logit_bias: dict[str, Bias] | None = None  # token id (as a string) -> added to its logit before sampling
     return_token_ids: bool = False  # an extension (vLLM's name): the prompt's and each choice's token ids
+    # OpenAI's chat field; on completions an extension, as vLLM has it. Constrains the generated text only.
+    response_format: ResponseFormat | None = None
     # Accepted and ignored (see IGNORED).
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -149,11 +189,6 @@ class Message(_Body):
         return "".join(part.text for part in self.content)
 
 
-class ResponseFormat(_Body):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
-
-
 class Function(_Body):
     model_config = ConfigDict(extra="allow", strict=True)  # a tool's schema is the client's, whatever it holds
     name: str
@@ -172,7 +207,6 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     # Accepted and ignored (see IGNORED).
@@ -180,10 +214,6 @@ class ChatRequest(_Sampling):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
 
     def refusal(self) -> "RequestError | None":
-        if self.response_format is not None and self.response_format.type != "text":
-            return RequestError(f"response_format: {self.response_format.type!r} is not supported by this server "
-                                "(specformer serve does not constrain its output to JSON); the supported value is "
-                                "{\"type\": \"text\"}", param="response_format", code="unsupported_value")
         if self.tools:
             return RequestError("tools: tool calling is not supported by this server (specformer serve); send no "
                                 "tools, or an empty list", param="tools", code="unsupported_value")
@@ -260,17 +290,51 @@ def _code(error_type: str) -> str:
 
 
 def request_sampler(body: _Sampling, *, vocab_size: int) -> Sampler:
-    """The request's sampler: its ``logit_bias`` (when any) before the steps of :func:`sampler_entries`.
+    """The request's sampler: its ``response_format`` constraint (when any), its ``logit_bias`` (when any), then
+    the steps of :func:`sampler_entries`.
 
-    The bias comes first, as OpenAI adds it to the model's logits before sampling, so the
-    penalties, temperature and top-p all see the biased logits, and greedy decoding takes
-    their argmax.
+    The constraint comes first, as the sampler list requires, so every later step chooses
+    among the tokens it allows. The bias comes before the rest, as OpenAI adds it to the
+    model's logits before sampling, so the penalties, temperature and top-p all see the
+    biased logits, and greedy decoding takes their argmax (a bias added to a token the
+    constraint set to ``-inf`` leaves it there). The constraint is compiled here, so a
+    schema llguidance cannot compile is a 400 naming it; it is bound to each choice's
+    prompt with :func:`bind_sampler`.
     """
     sampler = build_sampler(sampler_entries(body))
+    steps = list(sampler.steps)
     bias = body.bias(vocab_size)
-    if not bias:
+    if bias:
+        steps.insert(0, LogitBias(bias=bias, vocab_size=vocab_size))
+    entry = body.response_format.constraint() if body.response_format is not None else None
+    if entry is not None:
+        try:
+            constraint = build_sampler([entry]).steps[0]
+        except SpecError as exc:
+            # build_sampler names the entry "sampler[0]"; the client wrote response_format.
+            detail = "; ".join(problem.message.removeprefix("json_schema: ") for problem in exc.problems)
+            detail = detail if len(detail) <= 500 else detail[:497] + "..."
+            raise RequestError(f"response_format: the schema cannot be used: {detail}",
+                               param=_format_param(body)) from None
+        steps.insert(0, constraint)
+    if not entry and not bias:
         return sampler
-    return Sampler([LogitBias(bias=bias, vocab_size=vocab_size), *sampler.steps], greedy_default=sampler.greedy_default)
+    return Sampler(steps, greedy_default=sampler.greedy_default)
+
+
+def bind_sampler(sampler: Sampler, body: _Sampling, *, tokenizer: Any, vocab_size: int, eos: frozenset[int],
+                 prompt_tokens: int) -> Sampler:
+    """``sampler`` for one choice: its constraint (when any) reads the tokens after the prompt's
+    ``prompt_tokens`` with the server's tokenizer and ends on ``eos``; unconstrained, the sampler itself."""
+    try:
+        return sampler.for_run(tokenizer=tokenizer, vocab_size=vocab_size, eos=sorted(eos), prompt_width=prompt_tokens)
+    except ValueError as exc:  # no tokenizer, no end-of-sequence id (--ignore-eos), a grammar the vocabulary refuses
+        raise RequestError(f"response_format: {exc}", param=_format_param(body)) from None
+
+
+def _format_param(body: _Sampling) -> str:
+    fmt = body.response_format
+    return "response_format.json_schema.schema" if fmt is not None and fmt.type == "json_schema" else "response_format"
 
 
 def sampler_entries(body: _Sampling) -> list[Any] | None:

@@ -118,12 +118,8 @@ def test_a_bias_applies_to_chat_too(client) -> None:
     assert r.choices[0].message.content == "z" * 12
 
 
-def test_json_object_and_tools_are_refused_with_what_is_supported(client) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(**CHAT, response_format={"type": "json_object"})
-    error = caught.value.body
-    assert (error["param"], error["code"]) == ("response_format", "unsupported_value")
-    assert '{"type": "text"}' in error["message"]
+def test_tools_are_refused_with_what_is_supported(client) -> None:
+    """(response_format is served: test_response_format.py.)"""
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(**CHAT, tools=[tool])
