@@ -179,8 +179,8 @@ class Grammar(Constraint):
 
 def _read_schema(path: str) -> Any:
     """The JSON Schema in the file ``path``; a ValueError naming the file when it is not one."""
-    from specformer.errors import InputError
-    from specformer.files.datafile import read_text
+    from specformer.errors import InputError  # late: read only for a schema given as a file
+    from specformer.files.datafile import read_text  # late: read only for a schema given as a file
 
     if not Path(path).is_file():
         raise ValueError(f"json_schema: schema {path!r} is neither an object nor a JSON file that exists")

@@ -25,7 +25,7 @@ _lock = threading.Lock()
 def llguidance_module() -> Any:
     """The llguidance package, or a ValueError saying how to install it."""
     try:
-        import llguidance
+        import llguidance  # late: an optional package, which only a constraint sampler needs
     except ImportError:
         raise ValueError("the constraint samplers (regex, choice, json_schema, grammar) need llguidance: "
                          "pip install 'specformer[structured]'") from None
