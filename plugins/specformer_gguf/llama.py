@@ -58,6 +58,8 @@ class LlamaLayout:
     #: True: rope pairs adjacent channels (llama.cpp's own layout, weights kept as they are); False: halves (HF's
     #: layout, q and k rows permuted on export, see writer.py).
     rope_interleaved: bool
+    #: Llama 3.1's scaling as llama.cpp reads it (the rope_freqs tensor); None: plain rope.
+    rope_freq_factors: tuple[float, ...] | None
     tied: bool
 
 
@@ -91,8 +93,8 @@ def llama_layout(spec: Any, registry: Any = None) -> LlamaLayout:
         raise NoGgufMapping("model.positional", f"positional {rope['kind']!r} (llama.cpp's llama needs 'rope')")
     if rope["fraction"] != 1.0:
         raise NoGgufMapping("model.positional.fraction", f"{rope['fraction']} (llama.cpp's llama rotates every channel)")
-    if rope["scaling"] is not None:
-        raise NoGgufMapping("model.positional.scaling", f"{rope['scaling'].get('kind')!r} (not exported yet)")
+    if rope["scaling"] is not None and rope["scaling"].get("kind") != "llama3":
+        raise NoGgufMapping("model.positional.scaling", f"{rope['scaling'].get('kind')!r} (only llama3's is exported yet)")
     blocks = m.layer_blocks()
     resolved = []
     for i, block in enumerate(blocks):
@@ -117,10 +119,28 @@ def llama_layout(spec: Any, registry: Any = None) -> LlamaLayout:
         raise NoGgufMapping("model.block.mixer.v_head_dim", "values wider or narrower than keys")
     sizes = head_sizes(d_model=m.d_model, n_heads=mixer["n_heads"], n_kv_heads=mixer["n_kv_heads"],
                        head_dim=mixer["head_dim"])
+    factors = None
+    if rope["scaling"] is not None:
+        factors = _llama3_factors(registry.resolve("positional", m.positional.as_dict()), head_dim=sizes.head_dim,
+                                  context_length=m.context_length)
     if final["eps"] != layer["norm"]["eps"]:
         raise NoGgufMapping("model.final_norm.eps", f"{final['eps']} (llama.cpp's llama has one eps, the blocks' "
                             f"{layer['norm']['eps']})")
     return LlamaLayout(n_layers=m.n_layers, d_model=m.d_model, context_length=m.context_length,
                        n_heads=sizes.n_heads, n_kv_heads=sizes.n_kv_heads, head_dim=sizes.head_dim,
                        ffn_hidden=layer["ffn"]["hidden"], norm_eps=layer["norm"]["eps"], rope_theta=rope["theta"],
-                       rope_interleaved=rope["interleaved"], tied=m.tie_embeddings)
+                       rope_interleaved=rope["interleaved"], rope_freq_factors=factors, tied=m.tie_embeddings)
+
+
+def _llama3_factors(positional: Any, *, head_dim: int, context_length: int) -> tuple[float, ...]:
+    """llama.cpp's ``rope_freqs``: what each pair's frequency is divided by, ``theta^(-2j/head_dim) / ours_j``.
+
+    llama.cpp reads Llama 3.1's scaling as this tensor (its converter computes it from the config); here it comes
+    from the scaling component's own frequencies, so the file turns each pair exactly as our rope does.
+    """
+    rope = positional.make(head_dim=head_dim, context_length=context_length)  # our rope module, as the model builds it
+    if rope.attention_scaling != 1.0 or rope.scaling.length_dependent:
+        raise NoGgufMapping("model.positional.scaling", "a scaling that changes with length or scales attention")
+    ours = rope.scaling.frequencies(None).double()
+    plain = rope.theta ** (-2 * ours.new_tensor(range(head_dim // 2)) / head_dim)  # theta^(-2j/head_dim)
+    return tuple(float(f) for f in plain / ours)

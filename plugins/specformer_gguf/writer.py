@@ -58,6 +58,8 @@ def llama_tensors(state: dict[str, torch.Tensor], layout: LlamaLayout, *, vocab_
     take = left.pop
     out = {_name(T.TOKEN_EMBD): take("embedding.weight")[:vocab_rows]}  # a padded vocabulary's extra rows dropped
     out[_name(T.OUTPUT_NORM)] = take("final_norm.weight")
+    if layout.rope_freq_factors is not None:
+        out[_name(T.ROPE_FREQS)] = torch.tensor(layout.rope_freq_factors, dtype=torch.float32)
     if not layout.tied:
         out[_name(T.OUTPUT)] = take("lm_head.weight")[:vocab_rows]
     H, KV, hd = layout.n_heads, layout.n_kv_heads, layout.head_dim

@@ -22,6 +22,7 @@ def test_the_demo_spec_maps_with_its_sizes() -> None:
     ({"positional": {"kind": "alibi"}}, "model.positional"),
     ({"positional": {"kind": "rope", "fraction": 0.5}}, "model.positional.fraction"),
     ({"positional": {"kind": "rope", "scaling": {"kind": "linear", "factor": 2.0}}}, "model.positional.scaling"),
+    ({"positional": {"kind": "rope", "scaling": {"kind": "yarn", "factor": 2.0, "original_context_length": 16}}}, "model.positional.scaling"),
     ({"logit_softcap": 30.0}, "model.logit_softcap"),
     ({"embedding_multiplier": 2.0}, "model.embedding_multiplier"),
     ({"block": {"norm": "layernorm"}}, "model.block.norm"),

@@ -157,7 +157,8 @@ def llama_cpp_logits(w: dict[str, np.ndarray], tokens: list[int], *, theta: floa
 
     def rope(x):  # (T, heads, HD)
         j = torch.arange(HD // 2, dtype=torch.float64)
-        angle = torch.arange(T, dtype=torch.float64)[:, None] * theta ** (-2 * j / HD)  # (T, HD/2)
+        freq = theta ** (-2 * j / HD) / (t["rope_freqs"] if "rope_freqs" in t else 1.0)  # rope_freqs: llama3's divisors
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * freq  # (T, HD/2)
         a, b = x[..., 0::2], x[..., 1::2]
         cos, sin = angle.cos()[:, None], angle.sin()[:, None]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
@@ -177,12 +178,19 @@ def llama_cpp_logits(w: dict[str, np.ndarray], tokens: list[int], *, theta: floa
     return rms(x, t["output_norm"]) @ t["output"].T
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
-def test_the_file_run_with_llama_cpp_conventions_gives_our_logits(tmp_path, interleaved) -> None:
+# Llama 3.1's scaling with an original context shorter than the tokens, so every regime of it (kept, blended,
+# divided by factor) turns some pair within them.
+LLAMA3 = {"kind": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context_length": 8}
+
+
+@pytest.mark.parametrize("rope", [{"interleaved": False}, {"interleaved": True}, {"scaling": LLAMA3}],
+                         ids=["halves", "interleaved", "llama3"])
+def test_the_file_run_with_llama_cpp_conventions_gives_our_logits(tmp_path, rope) -> None:
     spec = copy.deepcopy(SPEC)
-    spec["model"]["positional"]["interleaved"] = interleaved  # True: llama.cpp's own pairing, written unpermuted
+    spec["model"]["positional"].update(rope)  # interleaved: llama.cpp's own pairing, written unpermuted
     model = specformer.build(spec, seed=1).eval()
     reader = write(model, tmp_path / "m.gguf", "f32")
+    assert ("rope_freqs" in {t.name for t in reader.tensors}) == ("scaling" in rope)
     tokens = [3, 200, 17, 45, 45, 9, 120, 258, 0, 77, 31, 5]
     with torch.no_grad():
         ours = model(torch.tensor([tokens]))[0, :, :259].double()  # (T, vocabulary): the padded rows dropped
