@@ -53,7 +53,7 @@ def _name(tensor: gguf.MODEL_TENSOR, layer: int | None = None) -> str:
 
 
 def llama_tensors(state: dict[str, torch.Tensor], layout: LlamaLayout, *, vocab_rows: int) -> dict[str, torch.Tensor]:
-    """GGUF name -> tensor (our rows, q/k permuted per the module doc); KeyError-free: ValueError on a leftover."""
+    """GGUF name -> tensor (our rows, q/k permuted per the module doc); ValueError naming any weight left over."""
     left = dict(state)
     take = left.pop
     out = {_name(T.TOKEN_EMBD): take("embedding.weight")[:vocab_rows]}  # a padded vocabulary's extra rows dropped
@@ -82,7 +82,7 @@ def llama_tensors(state: dict[str, torch.Tensor], layout: LlamaLayout, *, vocab_
     return out
 
 
-def _stored(name: str, t: torch.Tensor, qtype: gguf.GGMLQuantizationType) -> tuple[np.ndarray, Any]:
+def _stored(t: torch.Tensor, qtype: gguf.GGMLQuantizationType) -> tuple[np.ndarray, Any]:
     """The array to write and its raw GGML type (None: numpy's own dtype says it)."""
     data = t.detach().to("cpu", torch.float32).contiguous().numpy()
     if data.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:  # norms stay f32, as llama.cpp's converter keeps them
@@ -140,7 +140,7 @@ def to_gguf(model: Any, path: str | Path, *, tensor_type: str = "f16", vocab: Gg
             if chat_template is not None:
                 w.add_chat_template(chat_template)
         for tensor_name, t in tensors.items():
-            data, raw = _stored(tensor_name, t, qtype)
+            data, raw = _stored(t, qtype)
             w.add_tensor(tensor_name, data, raw_dtype=raw)
         w.write_header_to_file()
         w.write_kv_data_to_file()
