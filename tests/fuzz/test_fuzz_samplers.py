@@ -39,6 +39,7 @@ from conftest import TINY
 from fuzz.harness import FAST, PREFIX, SLOW, case_dir, expect_user_error, outcome, run_cli, sentinel
 
 SAMPLERS = {c.name: sorted(c.params.model_fields) for c in get_registry() if c.kind == "sampler"}
+CONSTRAINTS = {c.name for c in get_registry() if c.kind == "sampler" and getattr(c.params, "CONSTRAINT", False)}
 VOCAB = TINY["model"]["vocab_size"]
 
 numbers = st.one_of(st.integers(-3, 50), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
@@ -196,7 +197,11 @@ def test_any_sampler_list_many(outside, model, data, form, seed):
 
 def test_the_valid_values_cover_every_registered_sampler_and_parameter():
     """A sampler added without valid values here would only ever be fuzzed on its error path."""
-    assert {name: sorted(fields) for name, fields in VALID.items()} == SAMPLERS
+    # The constraint samplers (regex, choice, json_schema, grammar) run only once generate() binds them to a
+    # tokenizer, which these pipelines over bare logits have not: tests/plugins/generate/test_gen_structured.py
+    # tests their bad input and their outputs.
+    assert {name: sorted(fields) for name, fields in VALID.items()} == {
+        name: fields for name, fields in SAMPLERS.items() if name not in CONSTRAINTS}
 
 
 def test_a_value_sharing_its_parts_is_quoted_without_walking_it():

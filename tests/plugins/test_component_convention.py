@@ -45,9 +45,28 @@ def test_a_sampler_from_a_spec_is_the_sampler_from_python(name: str) -> None:
     assert params.CHOOSES_TOKEN == callable(getattr(from_python, "choose", None))
 
 
+#: The constraint samplers run only once generate() binds them to a tokenizer and a prompt (Sampler.for_run), so
+#: built both ways they are compared by what they are, not by a step on logits alone (tests/plugins/generate/
+#: test_gen_structured.py runs them).
+CONSTRAINT_PARAMS = {"regex": {"pattern": "[ab]+"}, "choice": {"options": ["yes", "no"]},
+                     "json_schema": {"schema": {"type": "object"}}, "grammar": {"lark": 'start: "a"+'}}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRAINT_PARAMS))
+def test_a_constraint_from_a_spec_is_the_constraint_from_python(name: str) -> None:
+    component = get_registry().get("sampler", name)
+    params = component.params(**CONSTRAINT_PARAMS[name])
+    from_spec = get_registry().resolve("sampler", {"kind": name, **CONSTRAINT_PARAMS[name]}).make()
+    from_python = component.factory(params)
+    assert type(from_spec) is type(from_python) and repr(from_spec) == repr(from_python)
+    assert from_spec.grammar == from_python.grammar
+    assert params.CHOOSES_TOKEN == callable(getattr(from_python, "choose", None))
+
+
 def test_every_registered_sampler_is_covered_here() -> None:
-    assert set(get_registry().names("sampler")) >= set(SAMPLER_PARAMS)
-    assert {name for kind, name in ours() if kind == "sampler"} == set(SAMPLER_PARAMS)
+    covered = set(SAMPLER_PARAMS) | set(CONSTRAINT_PARAMS)
+    assert set(get_registry().names("sampler")) >= covered
+    assert {name for kind, name in ours() if kind == "sampler"} == covered
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon", "lion", "sgd"])

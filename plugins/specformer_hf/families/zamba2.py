@@ -38,7 +38,7 @@ DEFAULTS = {
     "chunk_size": 256, "add_bias_linear": False, "intermediate_size": None, "hidden_act": "gelu",
     "num_attention_heads": 32, "num_key_value_heads": None, "num_mem_blocks": 1, "use_shared_attention_adapter": False,
     "adapter_rank": 128, "use_mem_rope": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-    "rms_norm_eps": 1e-5, "use_long_context": False, "tie_word_embeddings": True, "mamba_headdim": None,
+    "rms_norm_eps": 1e-5, "use_long_context": False, "tie_word_embeddings": True,
 }
 #: Zamba2Config's layer pattern when config.json gives none (Zamba2-2.7B's 54 layers, 9 of them hybrid).
 DEFAULT_PATTERN = (["mamba"] + (["mamba"] * 5 + ["hybrid"]) * 7 + ["mamba"] * 4 + ["hybrid"] + ["mamba"] * 3

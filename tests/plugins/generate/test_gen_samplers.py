@@ -17,6 +17,7 @@ import torch
 from specformer.errors import SpecError
 from specformer.registry.discovery import get_registry
 from specformer_generate import build_sampler
+from specformer_generate.samplers.constraint import Choice, Grammar, JsonSchema, Regex
 from specformer_generate.samplers.greedy import Greedy
 from specformer_generate.samplers.min_p import MinP
 from specformer_generate.samplers.no_repeat_ngram import NoRepeatNGram
@@ -192,6 +193,7 @@ BUILTIN_SAMPLERS = {
     "temperature": Temperature, "top_k": TopK, "top_p": TopP, "min_p": MinP, "typical": Typical,
     "repetition_penalty": RepetitionPenalty, "frequency_penalty": FrequencyPenalty,
     "presence_penalty": PresencePenalty, "no_repeat_ngram": NoRepeatNGram, "greedy": Greedy,
+    "regex": Regex, "choice": Choice, "json_schema": JsonSchema, "grammar": Grammar,
 }
 
 
