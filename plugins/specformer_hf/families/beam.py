@@ -21,7 +21,7 @@ from specformer_hf.parts.attention import Attention, QKNorm
 from specformer_hf.parts.base import ATTN, BLOCK_MIXER, MLP, FamilyView, Part, Switch, Value, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
-from specformer_hf.parts.feedforward import GatedFFN, GroupedExperts, expert_rules
+from specformer_hf.parts.feedforward import GatedFFN, GroupedExperts, expert_rules, the_moe_setting
 from specformer_hf.parts.norms import RMSNorm
 from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.parts.windows import layer_types_from_config, windowed
@@ -169,15 +169,8 @@ class BeamExperts(GroupedExperts):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         ffns = view.per_layer("ffn")
-        moe = [f for f in ffns if f["kind"] == "moe"]
-        dense = [f for f in ffns if f["kind"] != "moe"]
-        if not moe:
-            raise NotExpressible("model.block.ffn", f"Hugging Face {view.name} needs at least one moe layer here "
-                                 "(its expert settings come from one)")
-        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
-        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
-            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
-        ffn, router = moe[0], moe[0].get("router") or {}
+        ffn, dense = the_moe_setting(view)
+        router = ffn.get("router") or {}
         if router.get("kind") != "sigmoid_topk" or router.get("bias") or not router.get("selection_bias", True):
             raise NotExpressible("model.block.ffn.router", f"Hugging Face {view.name} routes with sigmoid_topk (no score "
                                  "bias, a selection bias)")

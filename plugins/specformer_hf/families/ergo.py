@@ -23,7 +23,7 @@ from specformer_hf.parts.attention import Attention, QKNorm
 from specformer_hf.parts.base import FamilyView, Part, selection
 from specformer_hf.parts.decoder import decoder_family
 from specformer_hf.parts.embedding import Sizes
-from specformer_hf.parts.feedforward import plain_sigmoid_router
+from specformer_hf.parts.feedforward import plain_sigmoid_router, the_moe_setting
 from specformer_hf.parts.norms import RMSNorm, rmsnorm
 from specformer_hf.parts.positions import rope, rope_parameters_of
 from specformer_hf.parts.windows import layer_types_from_config, windowed
@@ -181,15 +181,7 @@ class ErgoExperts(Part):
 
     def write(self, view: FamilyView, config: dict[str, Any]) -> None:
         ffns = view.per_layer("ffn")
-        moe = [f for f in ffns if f["kind"] == "moe"]
-        dense = [f for f in ffns if f["kind"] != "moe"]
-        if not moe:
-            raise NotExpressible("model.block.ffn", f"Hugging Face {view.name} needs at least one moe layer here "
-                                 "(its expert settings come from one)")
-        strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
-        if any(strip(f) != strip(moe[0]) for f in moe[1:]):
-            raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
-        ffn = moe[0]
+        ffn, dense = the_moe_setting(view)
         plain_sigmoid_router(ffn.get("router"), view.name, always_normalize=True, scaled=True)
         wanted = {"gated": False, "activation": "relu2", "n_shared_experts": 1, "expert_bias": False,
                   "swiglu_limit": None, "shared_gate": False, "shared_combine": "sum", "output_norm": None,

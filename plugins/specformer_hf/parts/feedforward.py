@@ -165,6 +165,22 @@ def plain_sigmoid_router(router: dict[str, Any] | None, family: str, *, always_n
     return bool(router.get("normalize", True))
 
 
+def the_moe_setting(view: FamilyView) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The one moe ffn every moe layer of ``view`` has (aux_loss_coef aside), and the other layers' ffns, for a
+    family whose config holds one expert setting for all its sparse layers; NotExpressible without a moe layer
+    or with moe layers that differ."""
+    ffns = view.per_layer("ffn")
+    moe = [f for f in ffns if f["kind"] == "moe"]
+    dense = [f for f in ffns if f["kind"] != "moe"]
+    if not moe:
+        raise NotExpressible("model.block.ffn", f"Hugging Face {view.name} needs at least one moe layer here "
+                             "(its expert settings come from one)")
+    strip = lambda f: {k: v for k, v in f.items() if k != "aux_loss_coef"}  # noqa: E731
+    if any(strip(f) != strip(moe[0]) for f in moe[1:]):
+        raise NotExpressible("model.layers[*].ffn", f"the moe layers differ; Hugging Face {view.name} has one setting")
+    return moe[0], dense
+
+
 @dataclass(frozen=True)
 class MixtureOfExperts(Part):
     """A routed mixture of gated experts (softmax over all experts, then top-k), in place of the gated feed-forward.
