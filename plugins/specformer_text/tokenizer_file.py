@@ -56,6 +56,11 @@ def load_tokenizer_json(
     if _is_byte_tokenizer(path) and (eos_token or end_of_text(config, inner)) == END_OF_TEXT:
         return ByteTokenizer()
     if eos_token is not None:
+        try:
+            eos_token.encode("utf-8")
+        except UnicodeEncodeError:  # a command line's bytes that are not UTF-8 arrive as lone surrogates
+            raise UserError(f"{path}: the end-of-text token {eos_token!r} is not text (it holds bytes that are not "
+                            f"UTF-8); name a token the tokenizer has") from None
         if inner.token_to_id(eos_token) is None:
             raise UserError(f"{path}: has no token {eos_token!r} (given as the end-of-text token)")
         return BPETokenizer(inner, eot_token=eos_token)
