@@ -284,6 +284,7 @@ WRITERS: dict[str, tuple[Writer, ...]] = {
                                    clashes=_attach_clashes),),
     "checkpoint consolidate": (Writer("--out", lambda w, out: ["checkpoint", "consolidate", str(_sharded_checkpoint(w)),
                                                                "--out", str(out)], clashes=_consolidate_clashes),),
+    "export gguf": (Writer("output", lambda w, out: ["export", "gguf", str(w.float_ckpt), str(out)], suffix=".gguf"),),
     "train": (Writer("--out", lambda w, out: _train(w, str(out)), folder=True, suffix="", force="--overwrite",
                      existing=_earlier_run, clashes=_train_clashes),),
 }
