@@ -7,7 +7,17 @@ The ``specformer export gguf`` command is :mod:`specformer_gguf.export_command`.
 
 from __future__ import annotations
 
-from specformer_gguf.llama import LlamaLayout, NoGgufMapping, llama_layout
-from specformer_gguf.writer import GGUF_TYPES, to_gguf
+from specformer.lazy import lazy_exports
 
-__all__ = ["GGUF_TYPES", "LlamaLayout", "NoGgufMapping", "llama_layout", "to_gguf"]
+# Names are imported on first use: loading the plugin (which every ``specformer`` command does, --help
+# included) must import neither torch nor gguf.
+_EXPORTS = {
+    "GGUF_TYPES": "specformer_gguf.writer",
+    "to_gguf": "specformer_gguf.writer",
+    "LlamaLayout": "specformer_gguf.llama",
+    "NoGgufMapping": "specformer_gguf.llama",
+    "llama_layout": "specformer_gguf.llama",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
